@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs every Debian package that ratchet's build, demo, tests and benchmarks
+# need. Idempotent: packages already present are skipped, and `apt-get update`
+# runs at most once per call (and only when something is missing).
+#
+#   sudo scripts/install-deps.sh            # everything
+#
+# This is the ONLY place in the tree that names system packages.
+# The CUDA toolkit is not a Debian package here: it is found at /usr/local/cuda
+# (or CUDAToolkit_ROOT) by CMake, and the CUDA parts switch off without it.
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps.sh: run as root (it calls apt-get install)" >&2
+  exit 1
+fi
+
+pkgs=(
+  # build
+  build-essential cmake ninja-build pkg-config
+  # CPU GEMM (pthread flavour: python3-torch picks libblas.so.3 from it too,
+  # otherwise it falls back to the slow reference BLAS)
+  libopenblas-dev libopenblas0-pthread
+  # data, checkpoints
+  libhdf5-dev hdf5-tools
+  # options, simt fibers
+  libboost-program-options-dev libboost-context-dev
+  # tests
+  libgtest-dev googletest
+  # MPI (before slurm: slurmd must see libpmix at start)
+  openmpi-bin libopenmpi-dev
+  # reference tests and the PyTorch side of the CPU benchmark
+  python3 python3-numpy python3-torch
+  # the demo's corpus, a second real corpus for the data tools
+  bible-kjv fortunes-min
+  # plots for `ratchet report`
+  gnuplot-nox
+  # time/memory measurements in benchmarks
+  time
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "install-deps.sh: all ${#pkgs[@]} packages present"
+fi

@@ -1,0 +1,127 @@
+// The Backend: memory and the ops a GPT needs, forward and backward.
+//
+// Pointers passed to ops live in the backend's memory space (host memory for
+// cpu, device memory for cuda) and are obtained from alloc(). Two storage
+// types appear in signatures:
+//   dptr / cdptr : tensors in the backend's STORAGE dtype (FP32 on cpu; BF16
+//                  on cuda): parameters, gradients, activations.
+//   float*       : always FP32, whatever the backend: layernorm statistics,
+//                  per-position losses, optimizer master weights and moments.
+//   int*         : token ids (B,T), in backend memory.
+//
+// Accumulation convention (llm.c's CUDA trainer):
+//   - parameter gradients (dw, db, dwte, dwpe) are ACCUMULATED (+=), so that
+//     micro-batches add up; the model zeroes them once per optimizer step.
+//   - matmul_backward and attention_backward and gelu_backward OVERWRITE their
+//     input gradient; layernorm_backward ACCUMULATES into dinp (the residual
+//     stream gradient collects contributions from both branches).
+// Every op is deterministic: same inputs and thread count, same bits.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ratchet {
+
+using dptr = void*;
+using cdptr = const void*;
+
+struct AdamWArgs {
+  float lr = 3e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // already 0 for tensors that are not decayed
+  int step = 1;               // 1-based, for bias correction
+  float grad_scale = 1.0f;    // multiplies the gradient first (clipping, averaging)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Bytes of one element in storage dtype (4 for FP32, 2 for BF16).
+  virtual size_t storage_bytes() const = 0;
+
+  // ---- memory -------------------------------------------------------------
+  virtual void* alloc(size_t bytes) = 0;  // zero-filled
+  virtual void release(void* p) = 0;
+  virtual void zero(void* p, size_t bytes) = 0;
+  // Host FP32 <-> storage dtype conversion with copy (n elements).
+  virtual void upload_f32(dptr dst, const float* src, size_t n) = 0;
+  virtual void download_f32(float* dst, cdptr src, size_t n) = 0;
+  // Raw byte copies for non-storage buffers (tokens, FP32 state).
+  virtual void upload_bytes(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download_bytes(void* dst, const void* src, size_t bytes) = 0;
+  virtual void synchronize() {}
+
+  // ---- forward/backward ops (shapes in comments) ---------------------------
+  // out (B,T,C) = wte[inp[b,t], :] + wpe[t, :]
+  virtual void encoder_forward(dptr out, const int* inp, cdptr wte, cdptr wpe, int B, int T,
+                               int C) = 0;
+  // dwte (Vp,C) += scatter of dout by token; dwpe (maxT,C) += sum over b of dout
+  virtual void encoder_backward(dptr dwte, dptr dwpe, cdptr dout, const int* inp, int B, int T,
+                                int C) = 0;
+
+  // out (N,C) = (inp - mean) * rstd * w + b, eps 1e-5; writes mean (N), rstd (N)
+  virtual void layernorm_forward(dptr out, float* mean, float* rstd, cdptr inp, cdptr w,
+                                 cdptr b, int N, int C) = 0;
+  // dinp (N,C) +=, dw (C) +=, db (C) +=
+  virtual void layernorm_backward(dptr dinp, dptr dw, dptr db, cdptr dout, cdptr inp, cdptr w,
+                                  const float* mean, const float* rstd, int N, int C) = 0;
+
+  // out (N,OC) = inp (N,C) @ w(OC,C)^T + bias (OC; may be null).
+  // If pre_gelu is non-null, the affine result goes to pre_gelu (N,OC) and
+  // out = gelu(pre_gelu) (the cuBLASLt GELU_AUX_BIAS epilogue).
+  virtual void matmul_forward(dptr out, dptr pre_gelu, cdptr inp, cdptr w, cdptr bias, int N,
+                              int C, int OC) = 0;
+  // dinp (N,C) = dout (N,OC) @ w (OC,C)          (overwritten)
+  // dw (OC,C) += dout^T @ inp;  dbias (OC) += column sums of dout (dbias may be null)
+  virtual void matmul_backward(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w,
+                               int N, int C, int OC) = 0;
+
+  // Causal multi-head self-attention.
+  // qkv (B,T,3C) holds q | k | v along the last axis, head h at [h*hs, (h+1)*hs).
+  // out (B,T,C) = concat_h softmax(q k^T / sqrt(hs), causal) v
+  // att (B,NH,T,T) receives the softmax probabilities (kept for backward;
+  // entries above the diagonal are 0).
+  virtual void attention_forward(dptr out, dptr att, cdptr qkv, int B, int T, int C,
+                                 int NH) = 0;
+  // dqkv (B,T,3C) overwritten from dout (B,T,C), qkv, att.
+  virtual void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr att, int B, int T,
+                                  int C, int NH) = 0;
+
+  // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  virtual void gelu_forward(dptr out, cdptr inp, size_t n) = 0;
+  // dinp = gelu'(inp) * dout (overwritten; dinp may alias dout)
+  virtual void gelu_backward(dptr dinp, cdptr inp, cdptr dout, size_t n) = 0;
+
+  // out = a + b (n elements; out may alias a or b)
+  virtual void residual_forward(dptr out, cdptr a, cdptr b, size_t n) = 0;
+
+  // Fused softmax + cross-entropy over the first V of Vp columns.
+  // logits (BT,Vp); targets (BT); losses (BT) = -log softmax(logits)[target].
+  // If dloss != 0, logits is OVERWRITTEN with its gradient:
+  //   dloss * (softmax - onehot(target)) on columns < V, and 0 on padded columns.
+  virtual void classifier(dptr logits, float* losses, const int* targets, int BT, int V, int Vp,
+                          float dloss) = 0;
+
+  // ---- optimizer -------------------------------------------------------------
+  // Sum of squares of n storage-dtype elements, accumulated in double
+  // (deterministic order).
+  virtual double sum_squares(cdptr x, size_t n) = 0;
+  // AdamW on n elements. master (FP32) is the master copy of params; if
+  // master is null, params itself is the FP32 master (the cpu backend).
+  //   g = grad_scale * grads
+  //   m = b1 m + (1-b1) g ;  v = b2 v + (1-b2) g^2
+  //   mhat = m / (1-b1^t) ; vhat = v / (1-b2^t)
+  //   p -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * p)
+  virtual void adamw(dptr params, float* master, cdptr grads, float* m, float* v, size_t n,
+                     const AdamWArgs& a) = 0;
+};
+
+// Backend factory: "cpu" (threads <= 0 means all cores).
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+}  // namespace ratchet

@@ -1,0 +1,17 @@
+// Subcommands of the `ratchet` executable. Each takes the arguments after its
+// name (argv[0] is the subcommand name) and returns the process exit code.
+#pragma once
+
+namespace ratchet {
+
+// Exit codes shared by every subcommand and documented in the README.
+enum ExitCode {
+  kExitOk = 0,
+  kExitFailure = 1,    // an internal error or a failed run
+  kExitUsage = 2,      // bad input: a flag, a file, a value (message says which)
+};
+
+int cmd_train(int argc, char** argv);
+int cmd_shard(int argc, char** argv);
+
+}  // namespace ratchet

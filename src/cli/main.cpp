@@ -1,0 +1,64 @@
+// `ratchet`: one executable, git-style subcommands.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "version.h"
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  int (*fn)(int, char**);
+  const char* summary;
+};
+
+const Subcommand kCommands[] = {
+    {"train", ratchet::cmd_train, "train a GPT-2 model (CPU backend)"},
+    {"shard", ratchet::cmd_shard, "tokenize text into HDF5 token shards"},
+};
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "ratchet %s: train GPT-style transformers on Slurm clusters\n\n"
+               "usage: ratchet <command> [options]     (ratchet <command> --help for more)\n\n"
+               "commands:\n",
+               RATCHET_VERSION);
+  for (const auto& c : kCommands) std::fprintf(out, "  %-8s %s\n", c.name, c.summary);
+  std::fprintf(out,
+               "\nexamples:\n"
+               "  ratchet shard --tokenizer byte --input book.txt --output-dir data/\n"
+               "  ratchet train --model d6 --train-data 'data/train_*.h5' --val-data "
+               "'data/val_*.h5' --steps 200\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? ratchet::kExitUsage : ratchet::kExitOk;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("ratchet %s\n", RATCHET_VERSION);
+    return ratchet::kExitOk;
+  }
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    try {
+      return c.fn(argc - 1, argv + 1);
+    } catch (const ratchet::Error& e) {
+      std::fprintf(stderr, "ratchet %s: error: %s\n", c.name, e.what());
+      return ratchet::kExitUsage;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ratchet %s: error: %s\n", c.name, e.what());
+      return ratchet::kExitFailure;
+    }
+  }
+  std::fprintf(stderr, "ratchet: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return ratchet::kExitUsage;
+}

@@ -1,0 +1,30 @@
+#include "model/param_layout.h"
+
+namespace ratchet {
+
+ParamLayout::ParamLayout(const GPTConfig& c) {
+  const size_t Vp = c.padded_vocab, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
+  sizes = {Vp * C,     maxT * C,  L * C,         L * C, L * 3 * C * C, L * 3 * C,
+           L * C * C,  L * C,     L * C,         L * C, L * 4 * C * C, L * 4 * C,
+           L * C * 4 * C, L * C,  C,             C};
+  size_t off = 0;
+  for (int i = 0; i < kNumParamTensors; i++) {
+    offsets[i] = off;
+    off += sizes[i];
+  }
+  total = off;
+}
+
+const char* ParamLayout::name(int i) {
+  static const char* names[kNumParamTensors] = {
+      "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+      "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+  return names[i];
+}
+
+bool ParamLayout::decayed(int i) {
+  return i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW ||
+         i == P_FCPROJW;
+}
+
+}  // namespace ratchet

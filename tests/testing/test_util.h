@@ -1,0 +1,34 @@
+// Shared test helpers: temporary directories, running the ratchet binary,
+// comparing float arrays.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace ratchet::testing {
+
+// A fresh directory under $TMPDIR (or /tmp), removed when the object dies.
+struct TempDir {
+  std::string path;
+  TempDir();
+  ~TempDir();
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr, interleaved
+};
+// Runs `ratchet ARGS` (a shell-quoted string) and captures its output.
+RunResult run_ratchet(const std::string& args);
+// Runs a shell command and captures its output.
+RunResult run_shell(const std::string& cmd);
+
+void write_file(const std::string& path, const std::string& text);
+std::string read_file(const std::string& path);
+
+// Max |a-b| over the arrays and normalized mean squared error sum (a-b)^2 / sum b^2.
+double max_abs_diff(const float* a, const float* b, size_t n);
+double nmse(const float* a, const float* ref, size_t n);
+
+}  // namespace ratchet::testing
