@@ -27,7 +27,8 @@ pkgs=(
   libboost-program-options-dev libboost-context-dev
   # tests
   libgtest-dev googletest
-  # MPI (before slurm: slurmd must see libpmix at start)
+  # MPI (before slurm: slurmd must see libpmix at start, so the Slurm
+  # packages below go in a second apt-get install, after this list)
   openmpi-bin libopenmpi-dev
   # reference tests and the PyTorch side of the CPU benchmark
   python3 python3-numpy python3-torch
@@ -38,19 +39,31 @@ pkgs=(
   # time/memory measurements in benchmarks
   time
 )
+# Installed after everything above (Open MPI first: slurmd must see libpmix).
+late_pkgs=(
+  # a single-node Slurm cluster for the slurm tests (scripts/slurm-cluster.sh)
+  munge slurm-wlm slurmctld slurmd slurm-client
+  # environment modules (modules/); tcl: tclsh checks the Tcl modulefile
+  lmod tcl
+)
 
-missing=()
-for p in "${pkgs[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
+is_installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
+missing=() late_missing=()
+for p in "${pkgs[@]}"; do is_installed "$p" || missing+=("$p"); done
+for p in "${late_pkgs[@]}"; do is_installed "$p" || late_missing+=("$p"); done
 
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "install-deps.sh: installing ${missing[*]}"
+if [ $((${#missing[@]} + ${#late_missing[@]})) -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  install_now() {
+    [ $# -gt 0 ] || return 0
+    echo "install-deps.sh: installing $*"
+    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+  }
+  install_now ${missing[@]+"${missing[@]}"}
+  install_now ${late_missing[@]+"${late_missing[@]}"}
 else
-  echo "install-deps.sh: all ${#pkgs[@]} packages present"
+  echo "install-deps.sh: all $((${#pkgs[@]} + ${#late_pkgs[@]})) packages present"
 fi

@@ -1,0 +1,194 @@
+// Shared by every kernel family: the CUDA world (nvcc) or the simt world (g++),
+// storage types, check macros, the launch helper, the dynamic shared memory
+// accessor, vector loads, warp/block reductions, stochastic rounding.
+//
+// Kernels are written once and compiled twice:
+//   - by nvcc into ratchet_kernels_cuda (sm_80/sm_90), launched with <<<>>>;
+//   - by g++ into ratchet_kernels_simt against kernels/simt, which runs a
+//     launch on the CPU (one fiber per CUDA thread).
+// So kernels use only what simt provides: launches through RATCHET_LAUNCH,
+// dynamic shared memory through dynamic_smem<T>(), no inline PTX.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/error.h"  // ratchet::check_failed, the one reporter
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
+#define RATCHET_SIMT 0
+#else
+#include "simt/simt.h"
+#define RATCHET_SIMT 1
+#endif
+
+namespace ratchet::kernels {
+
+using bf16 = __nv_bfloat16;
+
+// ---- checks -------------------------------------------------------------------------
+// cudaCheck(call): prints the statement, cudaGetErrorString, function, file:line; aborts.
+#if !RATCHET_SIMT
+#define cudaCheck(call)                                                                   \
+  do {                                                                                    \
+    cudaError_t err_ = (call);                                                            \
+    if (err_ != cudaSuccess)                                                              \
+      ::ratchet::check_failed("cuda", #call, cudaGetErrorString(err_), __func__, __FILE__, \
+                              __LINE__);                                                  \
+  } while (0)
+// After a launch: the launch itself (bad configuration) failed?
+#define RATCHET_CHECK_LAUNCH() cudaCheck(cudaGetLastError())
+#else
+// Under simt a failed launch (barrier not reached by every thread, bad warp
+// collective, exception) throws simt::LaunchError naming the kernel, so that
+// tests can observe it.
+#define RATCHET_CHECK_LAUNCH() ::simt::check_launch(__FILE__, __LINE__)
+#endif
+
+// Launcher preconditions (shapes, alignment): a violated one is a caller bug.
+#define RATCHET_REQUIRE(cond, what)                                                    \
+  do {                                                                                 \
+    if (!(cond))                                                                       \
+      ::ratchet::check_failed("kernel precondition", #cond, what, __func__, __FILE__, \
+                              __LINE__);                                               \
+  } while (0)
+
+// ---- NVTX range for a launcher's scope ---------------------------------------------------
+struct NvtxRange {
+#if !RATCHET_SIMT
+  explicit NvtxRange(const char* name) { nvtxRangePushA(name); }
+  ~NvtxRange() { nvtxRangePop(); }
+#else
+  explicit NvtxRange(const char*) {}
+#endif
+  NvtxRange(const NvtxRange&) = delete;
+  NvtxRange& operator=(const NvtxRange&) = delete;
+};
+#define RATCHET_NVTX_RANGE(name) ::ratchet::kernels::NvtxRange nvtx_range_(name)
+
+// ---- the launch helper -------------------------------------------------------------------
+// RATCHET_LAUNCH(kernel, grid, block, smem_bytes, stream, args...) is
+// kernel<<<grid, block, smem_bytes, stream>>>(args...) under nvcc and a simt
+// launch under g++. Wrap template kernels in parentheses: (k<float, 4>).
+// Follow it with RATCHET_CHECK_LAUNCH().
+template <class... KArgs, class... Args>
+inline void launch_kernel(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                          size_t smem, cudaStream_t stream, Args&&... args) {
+#if !RATCHET_SIMT
+  (void)name;
+  kernel<<<grid, block, smem, stream>>>(static_cast<KArgs>(args)...);
+#else
+  (void)stream;
+  auto body = [&] { kernel(static_cast<KArgs>(args)...); };
+  ::simt::launch(name, grid, block, smem, body);
+#endif
+}
+#define RATCHET_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  ::ratchet::kernels::launch_kernel(#kernel, kernel, grid, block, smem, stream, __VA_ARGS__)
+
+// Dynamic shared memory of the block (the launch's smem bytes), 16-byte aligned.
+template <class T>
+__device__ __forceinline__ T* dynamic_smem() {
+#if !RATCHET_SIMT
+  extern __shared__ __align__(16) unsigned char ratchet_dyn_smem[];
+  return reinterpret_cast<T*>(ratchet_dyn_smem);
+#else
+  return ::simt::dynamic_smem<T>();
+#endif
+}
+
+// ---- small helpers --------------------------------------------------------------------------
+template <class T>
+__host__ __device__ constexpr T ceil_div(T a, T b) {
+  return (a + b - 1) / b;
+}
+
+// Storage <-> FP32. bf16 conversions round to nearest even (CUDA's __float2bfloat16).
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
+template <class T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bf16 from_f32<bf16>(float x) {
+  return __float2bfloat16(x);
+}
+
+// 16 bytes of T, loaded and stored as one 128-bit access.
+template <class T>
+struct alignas(16) Packed128 {
+  static constexpr int size = 16 / (int)sizeof(T);
+  T v[size];
+  __device__ __forceinline__ T& operator[](int i) { return v[i]; }
+  __device__ __forceinline__ const T& operator[](int i) const { return v[i]; }
+};
+template <class T>
+__device__ __forceinline__ Packed128<T> load128(const T* p) {  // p 16-byte aligned
+  return *reinterpret_cast<const Packed128<T>*>(p);
+}
+template <class T>
+__device__ __forceinline__ void store128(T* p, const Packed128<T>& x) {
+  *reinterpret_cast<Packed128<T>*>(p) = x;
+}
+
+// ---- reductions ---------------------------------------------------------------------------
+// Butterfly over the full warp: every lane gets the same, order-fixed result.
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+  for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+  return x;
+}
+__device__ __forceinline__ double warp_sum(double x) {
+  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+
+// Block-wide sum for a 1-D block whose size is a multiple of 32 (at most 1024);
+// every thread gets the result. All threads of the block must call it.
+// `scratch` holds 32 values in shared memory; it is reused, hence the barriers.
+template <class T>
+__device__ __forceinline__ T block_sum(T x, T* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int nwarps = blockDim.x / 32;
+  x = warp_sum(x);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = x;
+  __syncthreads();
+  x = lane < nwarps ? scratch[lane] : T(0);
+  return warp_sum(x);
+}
+
+// ---- stochastic rounding FP32 -> BF16 ----------------------------------------------------
+// Hash of (index, seed): the random bits that decide rounding, identical on
+// device and in simt.
+__host__ __device__ __forceinline__ uint32_t hash_u32(uint32_t x, uint32_t seed) {
+  uint32_t h = x * 0x9E3779B1u ^ seed;
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  h *= 0xC2B2AE35u;
+  h ^= h >> 16;
+  return h;
+}
+// Rounds x to one of the two nearest bf16 values, up with probability equal to
+// the distance from the lower one (unbiased in expectation). NaN/Inf pass through.
+__device__ __forceinline__ bf16 stochastic_round_bf16(float x, uint32_t random) {
+  uint32_t bits = __float_as_uint(x);
+  if ((bits & 0x7f800000u) == 0x7f800000u) return __float2bfloat16(x);
+  bits += random & 0xFFFFu;  // carry into the kept bits with probability frac
+  bits &= 0xFFFF0000u;
+  return __float2bfloat16_rz(__uint_as_float(bits));
+}
+
+}  // namespace ratchet::kernels

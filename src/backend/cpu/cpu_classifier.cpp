@@ -1,0 +1,53 @@
+// Fused softmax + cross-entropy over the first V of Vp columns, per row of
+// logits (BT,Vp):
+//   mx      = max_{j<V} logits[j]
+//   sum     = sum_{j<V} exp(logits[j] - mx)              (accumulated in double)
+//   loss    = (mx - logits[target]) + log(sum)            = logsumexp - logit[target]
+//   if dloss != 0, logits is OVERWRITTEN with its gradient:
+//     logits[j] = dloss * (exp(logits[j] - mx) / sum - [j == target])   j < V
+//     logits[j] = 0                                                      V <= j < Vp
+// Rows are OpenMP-parallel (static); each row's reductions are fixed-order.
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_math.h"
+#include "core/error.h"
+
+namespace ratchet {
+
+void CpuBackend::classifier(dptr logits_, float* losses, const int* targets, int BT, int V,
+                            int Vp, float dloss) {
+  float* logits = static_cast<float*>(logits_);
+#pragma omp parallel for num_threads(threads_) schedule(static)
+  for (int r = 0; r < BT; r++) {
+    float* x = logits + (size_t)r * Vp;
+    const int t = targets[r];
+    RATCHET_ASSERT(t >= 0 && t < V);
+    float mx = x[0];
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
+    const float xt = x[t];
+    double sum = 0.0;
+    if (dloss != 0.0f) {
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; j++) {
+        float e = cpu::exp_f(x[j] - mx);
+        x[j] = e;
+        sum += e;
+      }
+    } else {
+#pragma omp simd reduction(+ : sum)
+      for (int j = 0; j < V; j++) sum += cpu::exp_f(x[j] - mx);
+    }
+    losses[r] = (float)((double)(mx - xt) + std::log(sum));
+    if (dloss != 0.0f) {
+      const float k = (float)(dloss / sum);
+#pragma omp simd
+      for (int j = 0; j < V; j++) x[j] *= k;
+      x[t] -= dloss;
+      for (int j = V; j < Vp; j++) x[j] = 0.0f;
+    }
+  }
+}
+
+}  // namespace ratchet

@@ -1,0 +1,43 @@
+// Element-wise ops over n contiguous elements.
+//
+//   gelu_forward:  out  = gelu(inp) = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))
+//   gelu_backward: dinp = gelu'(inp) * dout          (overwritten; may alias dout)
+//   residual:      out  = a + b                      (out may alias a or b)
+// GELU is evaluated in the cancellation-free sigmoid form of cpu_math.h.
+// Small arrays run on the calling thread (the result is the same either way).
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_math.h"
+
+namespace ratchet {
+
+namespace {
+constexpr long kParallelMin = 1 << 14;  // below this, threading costs more than it saves
+}
+
+void CpuBackend::gelu_forward(dptr out_, cdptr inp_, size_t n) {
+  float* out = static_cast<float*>(out_);
+  const float* inp = static_cast<const float*>(inp_);
+  const long len = (long)n;
+#pragma omp parallel for simd num_threads(threads_) schedule(static) if (len >= kParallelMin)
+  for (long i = 0; i < len; i++) out[i] = cpu::gelu_f(inp[i]);
+}
+
+void CpuBackend::gelu_backward(dptr dinp_, cdptr inp_, cdptr dout_, size_t n) {
+  float* dinp = static_cast<float*>(dinp_);
+  const float* inp = static_cast<const float*>(inp_);
+  const float* dout = static_cast<const float*>(dout_);
+  const long len = (long)n;
+#pragma omp parallel for simd num_threads(threads_) schedule(static) if (len >= kParallelMin)
+  for (long i = 0; i < len; i++) dinp[i] = cpu::gelu_grad_f(inp[i]) * dout[i];
+}
+
+void CpuBackend::residual_forward(dptr out_, cdptr a_, cdptr b_, size_t n) {
+  float* out = static_cast<float*>(out_);
+  const float* a = static_cast<const float*>(a_);
+  const float* b = static_cast<const float*>(b_);
+  const long len = (long)n;
+#pragma omp parallel for simd num_threads(threads_) schedule(static) if (len >= kParallelMin)
+  for (long i = 0; i < len; i++) out[i] = a[i] + b[i];
+}
+
+}  // namespace ratchet

@@ -1,0 +1,125 @@
+// `ratchet train`: options (command line and --config INI file) -> TrainOptions
+// -> run_training().
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
+
+#include "cli/commands.h"
+#include "cli/options_util.h"
+#include "core/error.h"
+#include "train/trainer.h"
+
+namespace po = boost::program_options;
+
+namespace ratchet {
+
+namespace {
+
+const char* kExamples = R"(examples:
+  # the demo: a 4-layer byte-level model on the King James Bible
+  ratchet train --model d4 --train-data 'data/train_*.h5' --val-data 'data/val_*.h5' \
+      --seq-len 128 --batch-size 8 --steps 300 --lr 2e-3 --sample-tokens 200
+
+  # GPT-2 124M from an llm.c checkpoint, 8 micro-batches of 4x64 per step
+  ratchet train --init-from gpt2_124M.bin --train-data 'fineweb/train_*.h5' \
+      --batch-size 4 --seq-len 64 --total-batch-tokens 2048 --steps 1000
+
+  # the same settings from an INI file (keys are the long option names)
+  ratchet train --config run.ini --steps 50      # command line wins over the file
+)";
+
+po::options_description make_options(TrainOptions& o, std::string& config_path,
+                                     std::string& schedule) {
+  po::options_description model("model");
+  model.add_options()
+    ("model", po::value(&o.model)->default_value(o.model),
+     "preset dN (N layers, N heads, 64N channels: d6, d12 = GPT-2 124M, d24, d36, d48) or "
+     "'custom' with --layers/--heads/--channels")
+    ("layers", po::value(&o.layers), "number of transformer blocks (overrides the preset)")
+    ("heads", po::value(&o.heads), "attention heads (overrides the preset)")
+    ("channels", po::value(&o.channels), "embedding width (overrides the preset)")
+    ("vocab-size", po::value(&o.vocab_size), "vocabulary size (default: the shards' vocab_size)")
+    ("max-seq-len", po::value(&o.max_seq_len)->default_value(o.max_seq_len),
+     "positional embedding rows (maximum --seq-len)")
+    ("init-from", po::value(&o.init_from),
+     "start from an llm.c GPT-2 checkpoint (its shape wins over the flags above)")
+    ("seed", po::value(&o.seed)->default_value(o.seed), "random init and data order seed");
+
+  po::options_description data("data and batch");
+  data.add_options()
+    ("train-data", po::value(&o.train_data), "glob of training shards (from `ratchet shard`)")
+    ("val-data", po::value(&o.val_data), "glob of validation shards")
+    ("no-shuffle", po::bool_switch(), "read training windows in order instead of shuffled")
+    ("batch-size,B", po::value(&o.batch_size)->default_value(o.batch_size),
+     "micro-batch rows B")
+    ("seq-len,T", po::value(&o.seq_len)->default_value(o.seq_len), "sequence length T")
+    ("total-batch-tokens", po::value(&o.total_batch_tokens),
+     "tokens per optimizer step, a multiple of B*T (default B*T: no accumulation)")
+    ("steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps");
+
+  po::options_description optim("optimizer");
+  optim.add_options()
+    ("lr", po::value(&o.lr)->default_value(o.lr), "peak learning rate")
+    ("warmup-steps", po::value(&o.warmup_steps)->default_value(o.warmup_steps),
+     "linear warmup steps")
+    ("lr-schedule", po::value(&schedule)->default_value(o.lr_schedule),
+     "after warmup: cosine | linear | constant")
+    ("final-lr-fraction", po::value(&o.final_lr_fraction)->default_value(o.final_lr_fraction),
+     "cosine/linear decay ends at lr x this")
+    ("weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay),
+     "AdamW decoupled weight decay (2-D weights only)")
+    ("grad-clip", po::value(&o.grad_clip)->default_value(o.grad_clip),
+     "clip the global gradient norm to this (0: off)")
+    ("beta1", po::value(&o.beta1)->default_value(o.beta1), "AdamW beta1")
+    ("beta2", po::value(&o.beta2)->default_value(o.beta2), "AdamW beta2")
+    ("adam-eps", po::value(&o.adam_eps)->default_value(o.adam_eps), "AdamW epsilon");
+
+  po::options_description eval("evaluation, samples, output");
+  eval.add_options()
+    ("eval-every", po::value(&o.eval_every)->default_value(o.eval_every),
+     "validate every N steps (0: only at the end)")
+    ("eval-batches", po::value(&o.eval_batches)->default_value(o.eval_batches),
+     "validation batches per evaluation")
+    ("sample-every", po::value(&o.sample_every)->default_value(o.sample_every),
+     "print a generated sample every N steps (0: only at the end)")
+    ("sample-tokens", po::value(&o.sample_tokens)->default_value(o.sample_tokens),
+     "tokens per sample (0: no samples)")
+    ("temperature", po::value(&o.temperature)->default_value(o.temperature),
+     "sampling temperature (0: greedy)")
+    ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads (0: all cores)")
+    ("log-jsonl", po::value(&o.log_jsonl), "write one JSON object per step/evaluation here")
+    ("export", po::value(&o.export_path), "write an llm.c fp32 GPT-2 checkpoint at the end")
+    ("profile", po::bool_switch(&o.profile), "print a per-op time table at the end")
+    ("quiet,q", po::bool_switch(&o.quiet), "no per-step lines");
+
+  po::options_description all("ratchet train options");
+  all.add_options()
+    ("help,h", "print this help")
+    ("config", po::value(&config_path), "INI file of options (keys = long option names)");
+  all.add(model).add(data).add(optim).add(eval);
+  return all;
+}
+
+}  // namespace
+
+int cmd_train(int argc, char** argv) {
+  TrainOptions o;
+  std::string config_path, schedule;
+  po::options_description desc = make_options(o, config_path, schedule);
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, vm, "train")) return kExitUsage;
+  if (vm.count("help")) {
+    std::cout << "usage: ratchet train [options]\n\nTrains a GPT-2 model on HDF5 token shards."
+              << "\n\n" << desc << "\n" << kExamples;
+    return kExitOk;
+  }
+  if (vm.count("config")) parse_config_file(config_path, desc, vm, "train");
+  po::notify(vm);
+  o.lr_schedule = schedule;
+  o.shuffle = !vm["no-shuffle"].as<bool>();
+  run_training(o);
+  return kExitOk;
+}
+
+}  // namespace ratchet

@@ -1,0 +1,36 @@
+#include "cli/options_util.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace po = boost::program_options;
+
+namespace ratchet {
+
+bool parse_options(int argc, char** argv, const po::options_description& desc,
+                   po::variables_map& vm, const char* cmd) {
+  try {
+    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+    return true;
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "ratchet %s: error: %s\n(see `ratchet %s --help`)\n", cmd, e.what(),
+                 cmd);
+    return false;
+  }
+}
+
+void parse_config_file(const std::string& path, const po::options_description& desc,
+                       po::variables_map& vm, const char* cmd) {
+  std::ifstream f(path);
+  if (!f) fail("--config ", path, ": cannot open the file");
+  try {
+    po::store(po::parse_config_file(f, desc), vm);
+  } catch (const po::error& e) {
+    fail("--config ", path, ": ", e.what(), " (keys are `ratchet ", cmd,
+         "` long option names without the dashes)");
+  }
+}
+
+}  // namespace ratchet

@@ -1,0 +1,19 @@
+// Shared Boost.Program_options plumbing for every subcommand: the same
+// error wording, INI files with the same keys as the long options.
+#pragma once
+#include <boost/program_options.hpp>
+#include <string>
+
+namespace ratchet {
+
+// Parses argv into vm (no notify). On a parse error prints
+// "ratchet CMD: error: ..." with a --help hint and returns false.
+bool parse_options(int argc, char** argv, const boost::program_options::options_description& desc,
+                   boost::program_options::variables_map& vm, const char* cmd);
+// Adds an INI file's values to vm (the command line, stored first, wins).
+// Throws Error naming the file and the bad key or value.
+void parse_config_file(const std::string& path,
+                       const boost::program_options::options_description& desc,
+                       boost::program_options::variables_map& vm, const char* cmd);
+
+}  // namespace ratchet

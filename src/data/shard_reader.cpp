@@ -1,0 +1,185 @@
+#include "data/shard_reader.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+
+#include "core/error.h"
+
+namespace ratchet {
+namespace sf = shard_format;
+namespace {
+
+constexpr const char* kRemake = "make shards with `ratchet shard`";
+
+// nullopt when the attribute is absent; Error when it is there but not a
+// single string.
+std::optional<std::string> read_string_attr(hid_t obj, const char* name,
+                                            const std::string& path) {
+  if (H5_CHECK(H5Aexists(obj, name), "cannot read attribute ", name, " of ", path) <= 0)
+    return std::nullopt;
+  H5Handle attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT), "cannot read attribute ", name, " of ",
+                         path),
+                H5Aclose);
+  H5Handle type(H5_CHECK(H5Aget_type(attr), "cannot read attribute ", name, " of ", path),
+                H5Tclose);
+  H5Handle space(H5_CHECK(H5Aget_space(attr), "cannot read attribute ", name, " of ", path),
+                 H5Sclose);
+  if (H5Tget_class(type) != H5T_STRING || H5Sget_simple_extent_npoints(space) != 1)
+    fail("shard ", path, ": attribute '", name, "' is not a single string: the file is not a ",
+         "valid ratchet shard (", kRemake, ")");
+  H5Handle mem(H5_CHECK(H5Tcopy(H5T_C_S1), "cannot read attribute ", name, " of ", path),
+               H5Tclose);
+  H5_CHECK(H5Tset_cset(mem, H5Tget_cset(type)), "cannot read attribute ", name, " of ", path);
+  std::string value;
+  if (H5Tis_variable_str(type) > 0) {
+    H5_CHECK(H5Tset_size(mem, H5T_VARIABLE), "cannot read attribute ", name, " of ", path);
+    char* s = nullptr;
+    H5_CHECK(H5Aread(attr, mem, &s), "cannot read attribute ", name, " of ", path);
+    if (s) value = s;
+    H5free_memory(s);
+  } else {
+    size_t n = H5Tget_size(type);
+    H5_CHECK(H5Tset_size(mem, n), "cannot read attribute ", name, " of ", path);
+    std::string buf(n, '\0');
+    H5_CHECK(H5Aread(attr, mem, buf.data()), "cannot read attribute ", name, " of ", path);
+    value = buf.substr(0, buf.find('\0'));
+  }
+  return value;
+}
+
+std::optional<int64_t> read_int_attr(hid_t obj, const char* name, const std::string& path) {
+  if (H5_CHECK(H5Aexists(obj, name), "cannot read attribute ", name, " of ", path) <= 0)
+    return std::nullopt;
+  H5Handle attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT), "cannot read attribute ", name, " of ",
+                         path),
+                H5Aclose);
+  H5Handle type(H5_CHECK(H5Aget_type(attr), "cannot read attribute ", name, " of ", path),
+                H5Tclose);
+  H5Handle space(H5_CHECK(H5Aget_space(attr), "cannot read attribute ", name, " of ", path),
+                 H5Sclose);
+  if (H5Tget_class(type) != H5T_INTEGER || H5Sget_simple_extent_npoints(space) != 1)
+    fail("shard ", path, ": attribute '", name, "' is not a single integer: the file is not a ",
+         "valid ratchet shard (", kRemake, ")");
+  int64_t v = 0;
+  H5_CHECK(H5Aread(attr, H5T_NATIVE_INT64, &v), "cannot read attribute ", name, " of ", path);
+  return v;
+}
+
+template <typename T>
+T require(const std::optional<T>& v, const char* name, const std::string& path) {
+  if (!v)
+    fail("shard ", path, " has no '", name, "' attribute: it is not a valid ratchet shard (",
+         kRemake, ")");
+  return *v;
+}
+
+}  // namespace
+
+ShardFile::ShardFile(const std::string& path) : path_(path) {
+  h5_init();
+  // Plain file-system problems first: HDF5's messages for them are long.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    fail("cannot open shard ", path, ": ", std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) fail("shard ", path, " is a directory, not a shard file");
+  if (::access(path.c_str(), R_OK) != 0)
+    fail("cannot read shard ", path, ": ", std::strerror(errno));
+  if (H5_CHECK(H5Fis_hdf5(path.c_str()), "cannot open shard ", path) <= 0)
+    fail(path, " is not an HDF5 file: ", kRemake);
+
+  H5Handle fapl = h5_read_fapl();
+  file_ = H5Handle(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open shard ",
+                            path),
+                   H5Fclose);
+
+  // The format attribute first: it tells a foreign HDF5 file from a damaged shard.
+  auto format = read_string_attr(file_, sf::kAttrFormat, path);
+  if (!format)
+    fail(path, " has no '", sf::kAttrFormat, "' attribute: it is not a ratchet token shard (",
+         kRemake, ")");
+  if (*format != sf::kFormat)
+    fail(path, " has format '", *format, "', expected '", sf::kFormat,
+         "': it is not a ratchet token shard (", kRemake, ")");
+  int64_t version = require(read_int_attr(file_, sf::kAttrVersion, path), sf::kAttrVersion, path);
+  if (version > sf::kVersion)
+    fail("shard ", path, " has format_version ", version, " but this ratchet reads version ",
+         sf::kVersion, ": upgrade ratchet or re-shard with this version");
+  if (version != sf::kVersion)
+    fail("shard ", path, " has format_version ", version, ", which no ratchet wrote: re-shard it");
+  meta_.tokenizer =
+      require(read_string_attr(file_, sf::kAttrTokenizer, path), sf::kAttrTokenizer, path);
+  int64_t vocab = require(read_int_attr(file_, sf::kAttrVocab, path), sf::kAttrVocab, path);
+  int64_t eot = require(read_int_attr(file_, sf::kAttrEot, path), sf::kAttrEot, path);
+  if (vocab <= 0 || vocab > (int64_t(1) << 31) - 1)
+    fail("shard ", path, " has vocab_size ", vocab, ": the shard is corrupt, re-shard it");
+  if (eot < 0 || eot >= vocab)
+    fail("shard ", path, " has eot_token ", eot, " outside its vocab_size ", vocab,
+         ": the shard is corrupt, re-shard it");
+  meta_.vocab_size = (int)vocab;
+  meta_.eot_token = (int)eot;
+
+  if (H5_CHECK(H5Lexists(file_, sf::kTokens, H5P_DEFAULT), "cannot read /tokens from ", path) <= 0)
+    fail(path, " has no /tokens dataset: it is not a ratchet token shard (", kRemake, ")");
+  tokens_ = H5Handle(H5_CHECK(H5Dopen2(file_, sf::kTokens, H5P_DEFAULT),
+                              "cannot read /tokens from ", path),
+                     H5Dclose);
+  H5Handle type(H5_CHECK(H5Dget_type(tokens_), "cannot read /tokens from ", path), H5Tclose);
+  H5Handle space(H5_CHECK(H5Dget_space(tokens_), "cannot read /tokens from ", path), H5Sclose);
+  size_t size = H5Tget_size(type);
+  if (H5Tget_class(type) != H5T_INTEGER || H5Tget_sign(type) != H5T_SGN_NONE ||
+      (size != 2 && size != 4) || H5Sget_simple_extent_ndims(space) != 1)
+    fail("shard ", path, ": /tokens is not a 1-D uint16 or uint32 dataset: re-shard it");
+  token_bytes_ = (int)size;
+  hsize_t dims[1];
+  H5_CHECK(H5Sget_simple_extent_dims(space, dims, nullptr), "cannot read /tokens from ", path);
+  num_tokens_ = dims[0];
+  if (auto n = read_int_attr(file_, sf::kAttrNumTokens, path); n && (uint64_t)*n != num_tokens_)
+    fail("shard ", path, " says num_tokens = ", *n, " but /tokens holds ", num_tokens_,
+         ": the shard is corrupt, re-shard it");
+}
+
+void ShardFile::read_tokens_as(uint64_t start, uint64_t count, hid_t mem_type, void* out) const {
+  if (start > num_tokens_ || count > num_tokens_ - start)
+    fail("cannot read tokens [", start, ", ", start + count, ") from ", path_, ": it has ",
+         num_tokens_);
+  if (count == 0) return;
+  H5Handle fspace(H5_CHECK(H5Dget_space(tokens_), "cannot read /tokens from ", path_), H5Sclose);
+  hsize_t off[1] = {start}, cnt[1] = {count};
+  H5_CHECK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, off, nullptr, cnt, nullptr),
+           "cannot read /tokens from ", path_);
+  H5Handle mspace(H5_CHECK(H5Screate_simple(1, cnt, nullptr), "cannot read /tokens from ", path_),
+                  H5Sclose);
+  H5_CHECK(H5Dread(tokens_, mem_type, mspace, fspace, H5P_DEFAULT, out),
+           "cannot read /tokens from ", path_);
+}
+
+void ShardFile::read_tokens(uint64_t start, uint64_t count, uint16_t* out) const {
+  read_tokens_as(start, count, H5T_NATIVE_UINT16, out);
+}
+void ShardFile::read_tokens(uint64_t start, uint64_t count, uint32_t* out) const {
+  read_tokens_as(start, count, H5T_NATIVE_UINT32, out);
+}
+
+std::vector<uint64_t> ShardFile::read_doc_offsets() const {
+  std::vector<uint64_t> offsets;
+  if (H5_CHECK(H5Lexists(file_, sf::kDocOffsets, H5P_DEFAULT), "cannot read /doc_offsets from ",
+               path_) <= 0)
+    return offsets;
+  H5Handle dset(H5_CHECK(H5Dopen2(file_, sf::kDocOffsets, H5P_DEFAULT),
+                         "cannot read /doc_offsets from ", path_),
+                H5Dclose);
+  H5Handle space(H5_CHECK(H5Dget_space(dset), "cannot read /doc_offsets from ", path_), H5Sclose);
+  hssize_t n = H5_CHECK(H5Sget_simple_extent_npoints(space), "cannot read /doc_offsets from ",
+                        path_);
+  offsets.resize((size_t)n);
+  if (n > 0)
+    H5_CHECK(H5Dread(dset, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, offsets.data()),
+             "cannot read /doc_offsets from ", path_);
+  return offsets;
+}
+
+}  // namespace ratchet

@@ -1,0 +1,183 @@
+#include "data/shard_writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+#include "data/h5_util.h"
+
+namespace ratchet {
+namespace fs = std::filesystem;
+namespace {
+
+// fsync a file or directory by path; best effort on file systems without it.
+void sync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void write_1d(hid_t file, const char* name, hid_t file_type, hid_t mem_type, const void* data,
+              uint64_t n, size_t chunk, const std::string& path) {
+  hsize_t dims[1] = {n};
+  hsize_t maxdims[1] = {H5S_UNLIMITED};  // lets a chunk exceed a short dataset (and n == 0)
+  hsize_t chunk_dims[1] = {std::max<hsize_t>(1, std::min<hsize_t>(n, chunk))};
+  H5Handle space(H5_CHECK(H5Screate_simple(1, dims, maxdims), "cannot write /", name, " to ", path),
+                 H5Sclose);
+  H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), "cannot write /", name, " to ", path),
+                H5Pclose);
+  H5_CHECK(H5Pset_chunk(dcpl, 1, chunk_dims), "cannot write /", name, " to ", path);
+  H5_CHECK(H5Pset_shuffle(dcpl), "cannot write /", name, " to ", path);
+  H5_CHECK(H5Pset_deflate(dcpl, 4), "cannot write /", name, " to ", path);
+  H5Handle dset(H5_CHECK(H5Dcreate2(file, name, file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                         "cannot write /", name, " to ", path),
+                H5Dclose);
+  if (n > 0)
+    H5_CHECK(H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "cannot write /",
+             name, " to ", path);
+}
+
+void write_string_attr(hid_t obj, const char* name, const std::string& value,
+                       const std::string& path) {
+  H5Handle type(H5_CHECK(H5Tcopy(H5T_C_S1), "cannot write attribute ", name, " to ", path),
+                H5Tclose);
+  H5_CHECK(H5Tset_size(type, H5T_VARIABLE), "cannot write attribute ", name, " to ", path);
+  H5_CHECK(H5Tset_cset(type, H5T_CSET_UTF8), "cannot write attribute ", name, " to ", path);
+  H5Handle space(H5_CHECK(H5Screate(H5S_SCALAR), "cannot write attribute ", name, " to ", path),
+                 H5Sclose);
+  H5Handle attr(H5_CHECK(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT),
+                         "cannot write attribute ", name, " to ", path),
+                H5Aclose);
+  const char* s = value.c_str();
+  H5_CHECK(H5Awrite(attr, type, &s), "cannot write attribute ", name, " to ", path);
+}
+
+void write_scalar_attr(hid_t obj, const char* name, hid_t file_type, hid_t mem_type,
+                       const void* value, const std::string& path) {
+  H5Handle space(H5_CHECK(H5Screate(H5S_SCALAR), "cannot write attribute ", name, " to ", path),
+                 H5Sclose);
+  H5Handle attr(H5_CHECK(H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT),
+                         "cannot write attribute ", name, " to ", path),
+                H5Aclose);
+  H5_CHECK(H5Awrite(attr, mem_type, value), "cannot write attribute ", name, " to ", path);
+}
+
+void write_file(const std::string& tmp, const std::string& path, const ShardMeta& meta,
+                const std::vector<uint32_t>& tokens, const std::vector<uint64_t>& doc_offsets,
+                size_t chunk_tokens) {
+  namespace sf = shard_format;
+  H5Handle fapl = h5_read_fapl();  // same settings (no file locking) serve writing
+  H5Handle file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
+                         "cannot create shard ", path, " (as ", tmp, ")"),
+                H5Fclose);
+  hid_t token_type = meta.vocab_size > sf::kMaxVocab16 ? H5T_STD_U32LE : H5T_STD_U16LE;
+  write_1d(file, sf::kTokens, token_type, H5T_NATIVE_UINT32, tokens.data(), tokens.size(),
+           chunk_tokens, path);
+  write_1d(file, sf::kDocOffsets, H5T_STD_U64LE, H5T_NATIVE_UINT64, doc_offsets.data(),
+           doc_offsets.size(), chunk_tokens, path);
+
+  const int version = sf::kVersion;
+  const uint64_t num_tokens = tokens.size(), num_docs = doc_offsets.size();
+  write_string_attr(file, sf::kAttrFormat, sf::kFormat, path);
+  write_scalar_attr(file, sf::kAttrVersion, H5T_STD_I32LE, H5T_NATIVE_INT, &version, path);
+  write_string_attr(file, sf::kAttrTokenizer, meta.tokenizer, path);
+  write_scalar_attr(file, sf::kAttrVocab, H5T_STD_I32LE, H5T_NATIVE_INT, &meta.vocab_size, path);
+  write_scalar_attr(file, sf::kAttrEot, H5T_STD_I32LE, H5T_NATIVE_INT, &meta.eot_token, path);
+  write_scalar_attr(file, sf::kAttrNumTokens, H5T_STD_U64LE, H5T_NATIVE_UINT64, &num_tokens,
+                    path);
+  write_scalar_attr(file, sf::kAttrNumDocuments, H5T_STD_U64LE, H5T_NATIVE_UINT64, &num_docs,
+                    path);
+  H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot write shard ", path);
+  file.reset();
+}
+
+}  // namespace
+
+void write_shard(const std::string& path, const ShardMeta& meta,
+                 const std::vector<uint32_t>& tokens, const std::vector<uint64_t>& doc_offsets,
+                 size_t chunk_tokens) {
+  if (meta.vocab_size <= 0 || meta.eot_token < 0 || meta.eot_token >= meta.vocab_size)
+    fail("cannot write shard ", path, ": eot_token ", meta.eot_token,
+         " is not inside vocab_size ", meta.vocab_size);
+  if (meta.tokenizer.empty()) fail("cannot write shard ", path, ": the tokenizer name is empty");
+  for (size_t i = 0; i < tokens.size(); i++)
+    if (tokens[i] >= (uint32_t)meta.vocab_size)
+      fail("cannot write shard ", path, ": token ", i, " is ", tokens[i],
+           ", outside the vocab of ", meta.vocab_size);
+  for (size_t i = 0; i < doc_offsets.size(); i++)
+    if (doc_offsets[i] >= tokens.size() || (i > 0 && doc_offsets[i] <= doc_offsets[i - 1]))
+      fail("cannot write shard ", path, ": doc_offsets[", i, "] = ", doc_offsets[i],
+           " is not increasing inside [0, ", tokens.size(), ")");
+  if (chunk_tokens == 0) fail("cannot write shard ", path, ": chunk size is 0");
+
+  fs::path p(path);
+  fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::string tmp =
+      (dir / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+  try {
+    write_file(tmp, path, meta, tokens, doc_offsets, chunk_tokens);
+    sync_path(tmp);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      fail("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
+    sync_path(dir.string());
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+}
+
+ShardStreamWriter::ShardStreamWriter(std::string dir, std::string prefix, ShardMeta meta,
+                                     uint64_t shard_tokens, Callback on_shard)
+    : dir_(std::move(dir)), prefix_(std::move(prefix)), meta_(std::move(meta)),
+      shard_tokens_(shard_tokens), on_shard_(std::move(on_shard)) {
+  if (shard_tokens_ == 0) fail("shard size must be at least 1 token");
+}
+
+std::string ShardStreamWriter::shard_name(const std::string& prefix, size_t index) {
+  char num[32];
+  std::snprintf(num, sizeof num, "_%06zu.h5", index);
+  return prefix + num;
+}
+
+void ShardStreamWriter::add_document(const std::vector<uint32_t>& tokens) {
+  const uint32_t eot = (uint32_t)meta_.eot_token;
+  append(tokens.data(), tokens.size(), /*starts_document=*/true);
+  append(&eot, 1, /*starts_document=*/tokens.empty());
+}
+
+void ShardStreamWriter::append(const uint32_t* tokens, size_t n, bool starts_document) {
+  while (n > 0) {
+    if (tokens_.size() == shard_tokens_) flush();
+    if (starts_document) doc_offsets_.push_back(tokens_.size());
+    starts_document = false;
+    size_t k = (size_t)std::min<uint64_t>(n, shard_tokens_ - tokens_.size());
+    tokens_.insert(tokens_.end(), tokens, tokens + k);
+    tokens += k;
+    n -= k;
+    total_tokens_ += k;
+  }
+}
+
+void ShardStreamWriter::flush() {
+  if (tokens_.empty()) return;
+  ShardSummary s;
+  s.path = (fs::path(dir_) / shard_name(prefix_, written_.size())).string();
+  s.tokens = tokens_.size();
+  s.documents = doc_offsets_.size();
+  write_shard(s.path, meta_, tokens_, doc_offsets_);
+  tokens_.clear();
+  doc_offsets_.clear();
+  written_.push_back(s);
+  if (on_shard_) on_shard_(s);
+}
+
+void ShardStreamWriter::finish() { flush(); }
+
+}  // namespace ratchet

@@ -1,0 +1,123 @@
+#include "data/token_dataset.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "core/error.h"
+#include "data/shard_reader.h"
+
+namespace ratchet {
+namespace {
+
+std::vector<std::string> expand_glob(const std::string& pattern, const std::string& flag) {
+  if (pattern.empty()) fail(flag, " is empty: pass a shard file or a pattern like 'data/train_*.h5'");
+  glob_t g{};
+  int rc = ::glob(pattern.c_str(), GLOB_NOSORT, nullptr, &g);
+  std::vector<std::string> paths;
+  if (rc == 0)
+    for (size_t i = 0; i < g.gl_pathc; i++) paths.emplace_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  if (rc == GLOB_NOSPACE) fail("out of memory expanding ", flag, " '", pattern, "'");
+  if (paths.empty())
+    fail(flag, " '", pattern, "' matches no file: run `ratchet shard` first or check the path");
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+}  // namespace
+
+TokenDataset::TokenDataset(const std::string& pattern, const std::string& flag)
+    : pattern_(pattern), flag_(flag) {
+  for (const std::string& path : expand_glob(pattern, flag)) {
+    ShardFile file(path);
+    const ShardMeta& m = file.meta();
+    if (shards_.empty()) {
+      meta_ = m;
+    } else {
+      const std::string& first = shards_.front().path;
+      if (m.tokenizer != meta_.tokenizer)
+        fail("shards ", first, " and ", path, " disagree on the tokenizer ('", meta_.tokenizer,
+             "' vs '", m.tokenizer, "'): ", flag, " '", pattern,
+             "' must match shards made with one tokenizer");
+      if (m.vocab_size != meta_.vocab_size)
+        fail("shards ", first, " and ", path, " disagree on vocab_size (", meta_.vocab_size,
+             " vs ", m.vocab_size, "): ", flag, " '", pattern,
+             "' must match shards made with one tokenizer");
+      if (m.eot_token != meta_.eot_token)
+        fail("shards ", first, " and ", path, " disagree on eot_token (", meta_.eot_token, " vs ",
+             m.eot_token, "): ", flag, " '", pattern,
+             "' must match shards made with one tokenizer");
+    }
+    if (file.num_tokens() == 0)
+      fail("shard ", path, " is empty (0 tokens): remove it from ", flag, " '", pattern,
+           "' or re-shard");
+
+    Shard s;
+    s.path = path;
+    s.start = total_;
+    s.size = file.num_tokens();
+    uint32_t mx = 0;
+    if (file.token_bytes() == 2) {
+      s.t16.resize(s.size);
+      file.read_tokens(0, s.size, s.t16.data());
+      mx = *std::max_element(s.t16.begin(), s.t16.end());
+    } else {
+      s.t32.resize(s.size);
+      file.read_tokens(0, s.size, s.t32.data());
+      mx = *std::max_element(s.t32.begin(), s.t32.end());
+    }
+    if (mx >= (uint32_t)m.vocab_size)
+      fail("shard ", path, " holds token id ", mx, " but its vocab_size is ", m.vocab_size,
+           ": the shard is corrupt, re-shard it");
+    max_token_ = std::max(max_token_, mx);
+    num_documents_ += file.read_doc_offsets().size();
+    total_ += s.size;
+    shards_.push_back(std::move(s));
+  }
+}
+
+const TokenDataset::Shard& TokenDataset::shard_at(uint64_t pos) const {
+  // The last shard whose start is <= pos.
+  auto it = std::upper_bound(shards_.begin(), shards_.end(), pos,
+                             [](uint64_t p, const Shard& s) { return p < s.start; });
+  return *(it - 1);
+}
+
+void TokenDataset::read(uint64_t start, size_t count, int32_t* out) const {
+  uint64_t pos = start % total_;
+  while (count > 0) {
+    const Shard& s = shard_at(pos);
+    uint64_t off = pos - s.start;
+    size_t n = (size_t)std::min<uint64_t>(count, s.size - off);
+    if (!s.t16.empty())
+      std::copy_n(s.t16.begin() + off, n, out);
+    else
+      std::copy_n(s.t32.begin() + off, n, out);
+    out += n;
+    count -= n;
+    pos += n;
+    if (pos == total_) pos = 0;
+  }
+}
+
+void TokenDataset::check_vocab(int model_vocab) const {
+  const std::string& first = shards_.front().path;
+  std::string fix = model_vocab == 257 ? "re-shard with --tokenizer byte"
+                                       : "re-shard with a tokenizer whose vocab fits";
+  if (meta_.vocab_size > model_vocab)
+    fail("shard ", first, " has vocab ", meta_.vocab_size, " but the model's vocab is ",
+         model_vocab, ": pass --vocab-size ", meta_.vocab_size, " or ", fix);
+  // Every id is < vocab_size (checked at open), so max_token_ < model_vocab now.
+}
+
+std::string TokenDataset::describe() const {
+  std::ostringstream os;
+  os << flag_ << " '" << pattern_ << "' (" << shards_.size()
+     << (shards_.size() == 1 ? " shard, " : " shards, ") << total_ << " tokens, tokenizer "
+     << meta_.tokenizer << ", vocab " << meta_.vocab_size << ")";
+  return os.str();
+}
+
+}  // namespace ratchet

@@ -1,0 +1,28 @@
+// The tokenizer interface `ratchet shard` encodes with and samplers decode
+// with, and the factory that maps a --tokenizer name to one.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ratchet {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string name() const = 0;  // recorded in the shard's `tokenizer` attribute
+  virtual int vocab_size() const = 0;    // ids are in [0, vocab_size)
+  virtual int eot_token() const = 0;     // end-of-text: separates documents
+  // Text -> ids. Never emits eot_token(); callers append it after a document.
+  virtual std::vector<uint32_t> encode(const std::string& text) const = 0;
+  // Ids -> text; see the implementation for how eot and invalid ids print.
+  virtual std::string decode(const std::vector<uint32_t>& ids) const = 0;
+};
+
+// "byte" -> ByteTokenizer. Throws Error naming `flag` and the value on an
+// unknown name, listing the known ones.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name,
+                                          const std::string& flag = "--tokenizer");
+
+}  // namespace ratchet

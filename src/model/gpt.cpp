@@ -1,0 +1,346 @@
+#include "model/gpt.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/rng.h"
+
+namespace ratchet {
+
+// Activation layout for one micro-batch of (B, T). Shapes use BT = B*T.
+// Storage-dtype tensors unless marked f32.
+struct GPT::Acts {
+  int* inputs;         // (B,T) token ids
+  int* targets;        // (B,T)
+  dptr encoded;        // (BT,C)    residual stream entering layer 0
+  std::vector<dptr> ln1, qkv, atty, att, r2, ln2, fch, fch_gelu, r3;
+  //                   ln1 (BT,C) qkv (BT,3C) atty (BT,C) att (B,NH,T,T)
+  //                   r2 (BT,C) ln2 (BT,C) fch, fch_gelu (BT,4C) r3 (BT,C)
+  std::vector<float*> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // (BT) f32
+  dptr lnf;            // (BT,C)
+  float* lnf_mean;     // (BT) f32
+  float* lnf_rstd;     // (BT) f32
+  dptr logits;         // (BT,Vp)   gradient in place during backward
+  float* losses;       // (BT) f32
+  // backward scratch
+  dptr dresidual;      // (BT,C)    gradient of the residual stream
+  dptr dbtc;           // (BT,C)    dln / datty scratch
+  dptr dqkv;           // (BT,3C)
+  dptr dfch;           // (BT,4C)
+  size_t bytes;        // total (for allocation)
+};
+
+// Times an op when profiling is on (synchronizing the backend so the time is
+// the op's own); free when off.
+class OpScope {
+ public:
+  OpScope(GPT& m, const char* name, double flops, double bytes)
+      : m_(m), name_(name), flops_(flops), bytes_(bytes) {
+    if (m_.profiling_) t0_ = now_s();
+  }
+  ~OpScope() {
+    if (!m_.profiling_) return;
+    m_.be_.synchronize();
+    OpStat& s = m_.prof_[name_];
+    s.calls++;
+    s.seconds += now_s() - t0_;
+    s.flops += flops_;
+    s.bytes += bytes_;
+  }
+
+ private:
+  GPT& m_;
+  const char* name_;
+  double flops_, bytes_, t0_ = 0;
+};
+
+GPT::GPT(const GPTConfig& cfg, Backend& be) : cfg_(cfg), be_(be), layout_(cfg) {
+  params_ = be_.alloc(layout_.total * be_.storage_bytes());
+  grads_ = be_.alloc(layout_.total * be_.storage_bytes());
+}
+
+GPT::~GPT() {
+  be_.release(params_);
+  be_.release(grads_);
+  if (acts_) be_.release(acts_);
+}
+
+cdptr GPT::param(int i, int layer) const {
+  size_t off = layout_.offsets[i] + (size_t)layer * layout_.per_layer(i, cfg_.num_layers);
+  return (const char*)params_ + off * be_.storage_bytes();
+}
+
+dptr GPT::grad(int i, int layer) {
+  size_t off = layout_.offsets[i] + (size_t)layer * layout_.per_layer(i, cfg_.num_layers);
+  return (char*)grads_ + off * be_.storage_bytes();
+}
+
+void GPT::init_random(uint64_t seed) {
+  std::vector<float> host(layout_.total, 0.0f);
+  const float std_proj = 0.02f / std::sqrt(2.0f * cfg_.num_layers);
+  Rng rng(seed);
+  for (int i = 0; i < kNumParamTensors; i++) {
+    float* p = host.data() + layout_.offsets[i];
+    size_t n = layout_.sizes[i];
+    if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
+      for (size_t j = 0; j < n; j++) p[j] = 1.0f;
+    } else if (ParamLayout::decayed(i)) {
+      float sd = (i == P_ATTPROJW || i == P_FCPROJW) ? std_proj : 0.02f;
+      // wte: only the V real rows; padded rows stay zero.
+      if (i == P_WTE) n = (size_t)cfg_.vocab_size * cfg_.channels;
+      for (size_t j = 0; j < n; j++) p[j] = sd * rng.normal();
+    }  // biases stay zero
+  }
+  set_params(host.data());
+}
+
+void GPT::set_params(const float* host) { be_.upload_f32(params_, host, layout_.total); }
+void GPT::get_params(float* host) const { be_.download_f32(host, params_, layout_.total); }
+void GPT::get_grads(float* host) const { be_.download_f32(host, grads_, layout_.total); }
+void GPT::zero_grad() { be_.zero(grads_, layout_.total * be_.storage_bytes()); }
+
+GPT::Acts GPT::acts_for(int B, int T) const {
+  const size_t BT = (size_t)B * T, C = cfg_.channels, NH = cfg_.num_heads,
+               Vp = cfg_.padded_vocab, L = cfg_.num_layers, sb = be_.storage_bytes();
+  Acts a;
+  char* base = (char*)acts_;
+  size_t off = 0;
+  // Each buffer starts 64-byte aligned (vector loads, cuBLASLt's 16-byte rule).
+  auto take = [&](size_t bytes) -> void* {
+    void* p = base ? base + off : nullptr;
+    off += (bytes + 63) / 64 * 64;
+    return p;
+  };
+  auto st = [&](size_t elems) { return take(elems * sb); };
+  auto f32 = [&](size_t elems) { return (float*)take(elems * sizeof(float)); };
+  a.inputs = (int*)take(BT * sizeof(int));
+  a.targets = (int*)take(BT * sizeof(int));
+  a.encoded = st(BT * C);
+  for (size_t l = 0; l < L; l++) {
+    a.ln1.push_back(st(BT * C));
+    a.ln1_mean.push_back(f32(BT));
+    a.ln1_rstd.push_back(f32(BT));
+    a.qkv.push_back(st(BT * 3 * C));
+    a.atty.push_back(st(BT * C));
+    a.att.push_back(st((size_t)B * NH * T * T));
+    a.r2.push_back(st(BT * C));
+    a.ln2.push_back(st(BT * C));
+    a.ln2_mean.push_back(f32(BT));
+    a.ln2_rstd.push_back(f32(BT));
+    a.fch.push_back(st(BT * 4 * C));
+    a.fch_gelu.push_back(st(BT * 4 * C));
+    a.r3.push_back(st(BT * C));
+  }
+  a.lnf = st(BT * C);
+  a.lnf_mean = f32(BT);
+  a.lnf_rstd = f32(BT);
+  a.logits = st(BT * Vp);
+  a.losses = f32(BT);
+  a.dresidual = st(BT * C);
+  a.dbtc = st(BT * C);
+  a.dqkv = st(BT * 3 * C);
+  a.dfch = st(BT * 4 * C);
+  a.bytes = off;
+  return a;
+}
+
+void GPT::ensure_acts(int B, int T) {
+  if (T > cfg_.max_seq_len)
+    fail("sequence length ", T, " exceeds the model's max_seq_len ", cfg_.max_seq_len,
+         ": lower --seq-len or raise --max-seq-len");
+  size_t need = acts_for(B, T).bytes;
+  if (need <= acts_bytes_) return;
+  if (acts_) be_.release(acts_);
+  acts_ = be_.alloc(need);
+  acts_bytes_ = need;
+}
+
+float GPT::mean_loss(const Acts& a, int BT) const {
+  std::vector<float> losses(BT);
+  be_.download_bytes(losses.data(), a.losses, BT * sizeof(float));
+  double s = 0;
+  for (float x : losses) s += x;
+  return (float)(s / BT);
+}
+
+float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  ensure_acts(B, T);
+  Acts a = acts_for(B, T);
+  be_.upload_bytes(a.inputs, inputs, sizeof(int) * B * T);
+  if (targets) be_.upload_bytes(a.targets, targets, sizeof(int) * B * T);
+  run_forward(a, B, T, targets != nullptr, 0.0f);
+  last_B_ = B;
+  last_T_ = T;
+  return targets ? mean_loss(a, B * T) : NAN;
+}
+
+float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                            float loss_scale) {
+  RATCHET_ASSERT(targets != nullptr);
+  ensure_acts(B, T);
+  Acts a = acts_for(B, T);
+  be_.upload_bytes(a.inputs, inputs, sizeof(int) * B * T);
+  be_.upload_bytes(a.targets, targets, sizeof(int) * B * T);
+  // d(mean loss)/d(loss at one position) = 1/(B*T)
+  run_forward(a, B, T, true, loss_scale / (float)(B * T));
+  float loss = mean_loss(a, B * T);
+  run_backward(a, B, T);
+  last_B_ = B;
+  last_T_ = T;
+  return loss;
+}
+
+void GPT::get_logits(float* host) const {
+  Acts a = acts_for(last_B_, last_T_);
+  be_.download_f32(host, a.logits, (size_t)last_B_ * last_T_ * cfg_.padded_vocab);
+}
+
+void GPT::get_logits_row(int t, float* host_V) const {
+  Acts a = acts_for(last_B_, last_T_);
+  const char* row = (const char*)a.logits + (size_t)t * cfg_.padded_vocab * be_.storage_bytes();
+  be_.download_f32(host_V, row, cfg_.vocab_size);
+}
+
+void GPT::run_forward(const Acts& a, int B, int T, bool has_targets, float dloss) {
+  const int C = cfg_.channels, NH = cfg_.num_heads, L = cfg_.num_layers, Vp = cfg_.padded_vocab,
+            V = cfg_.vocab_size, BT = B * T;
+  const double sb = be_.storage_bytes(), mm = 2.0 * BT;  // matmul FLOPs = 2·BT·in·out
+  const double attn_flops = 4.0 * B * T * (double)T * C;  // q·k and att·v
+  {
+    OpScope s(*this, "encoder_fwd", 0, 3.0 * BT * C * sb);
+    be_.encoder_forward(a.encoded, a.inputs, param(P_WTE), param(P_WPE), B, T, C);
+  }
+  for (int l = 0; l < L; l++) {
+    cdptr x = l == 0 ? a.encoded : a.r3[l - 1];
+    {
+      OpScope s(*this, "layernorm_fwd", 0, 2.0 * BT * C * sb);
+      be_.layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], x, param(P_LN1W, l),
+                            param(P_LN1B, l), BT, C);
+    }
+    {
+      OpScope s(*this, "matmul_fwd", mm * C * 3 * C, 0);
+      be_.matmul_forward(a.qkv[l], nullptr, a.ln1[l], param(P_QKVW, l), param(P_QKVB, l), BT,
+                         C, 3 * C);
+    }
+    {
+      OpScope s(*this, "attention_fwd", attn_flops, 0);
+      be_.attention_forward(a.atty[l], a.att[l], a.qkv[l], B, T, C, NH);
+    }
+    {
+      OpScope s(*this, "matmul_fwd", mm * C * C, 0);
+      be_.matmul_forward(a.r2[l], nullptr, a.atty[l], param(P_ATTPROJW, l),
+                         param(P_ATTPROJB, l), BT, C, C);
+    }
+    {
+      OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
+      be_.residual_forward(a.r2[l], x, a.r2[l], (size_t)BT * C);
+    }
+    {
+      OpScope s(*this, "layernorm_fwd", 0, 2.0 * BT * C * sb);
+      be_.layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.r2[l], param(P_LN2W, l),
+                            param(P_LN2B, l), BT, C);
+    }
+    {
+      OpScope s(*this, "matmul_gelu_fwd", mm * C * 4 * C, 0);
+      be_.matmul_forward(a.fch_gelu[l], a.fch[l], a.ln2[l], param(P_FCW, l), param(P_FCB, l),
+                         BT, C, 4 * C);
+    }
+    {
+      OpScope s(*this, "matmul_fwd", mm * 4 * C * C, 0);
+      be_.matmul_forward(a.r3[l], nullptr, a.fch_gelu[l], param(P_FCPROJW, l),
+                         param(P_FCPROJB, l), BT, 4 * C, C);
+    }
+    {
+      OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
+      be_.residual_forward(a.r3[l], a.r2[l], a.r3[l], (size_t)BT * C);
+    }
+  }
+  {
+    OpScope s(*this, "layernorm_fwd", 0, 2.0 * BT * C * sb);
+    be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.r3[L - 1], param(P_LNFW),
+                          param(P_LNFB), BT, C);
+  }
+  {
+    OpScope s(*this, "matmul_lmhead_fwd", mm * C * Vp, 0);
+    be_.matmul_forward(a.logits, nullptr, a.lnf, param(P_WTE), nullptr, BT, C, Vp);
+  }
+  if (has_targets) {
+    OpScope s(*this, "classifier", 0, 2.0 * BT * Vp * sb);
+    be_.classifier(a.logits, a.losses, a.targets, BT, V, Vp, dloss);
+  }
+}
+
+void GPT::run_backward(const Acts& a, int B, int T) {
+  const int C = cfg_.channels, NH = cfg_.num_heads, L = cfg_.num_layers, Vp = cfg_.padded_vocab,
+            BT = B * T;
+  const double sb = be_.storage_bytes(), mm = 4.0 * BT;  // dinp and dw: 2 matmuls
+  const double attn_flops = 8.0 * B * T * (double)T * C;
+  {
+    OpScope s(*this, "matmul_lmhead_bwd", mm * C * Vp, 0);
+    be_.matmul_backward(a.dbtc, grad(P_WTE), nullptr, a.logits, a.lnf, param(P_WTE), BT, C, Vp);
+  }
+  be_.zero(a.dresidual, (size_t)BT * C * be_.storage_bytes());
+  {
+    OpScope s(*this, "layernorm_bwd", 0, 4.0 * BT * C * sb);
+    be_.layernorm_backward(a.dresidual, grad(P_LNFW), grad(P_LNFB), a.dbtc, a.r3[L - 1],
+                           param(P_LNFW), a.lnf_mean, a.lnf_rstd, BT, C);
+  }
+  for (int l = L - 1; l >= 0; l--) {
+    cdptr x = l == 0 ? a.encoded : a.r3[l - 1];
+    // dresidual = d r3[l]; the MLP branch:
+    {
+      OpScope s(*this, "matmul_bwd", mm * 4 * C * C, 0);
+      be_.matmul_backward(a.dfch, grad(P_FCPROJW, l), grad(P_FCPROJB, l), a.dresidual,
+                          a.fch_gelu[l], param(P_FCPROJW, l), BT, 4 * C, C);
+    }
+    {
+      OpScope s(*this, "gelu_bwd", 0, 3.0 * BT * 4 * C * sb);
+      be_.gelu_backward(a.dfch, a.fch[l], a.dfch, (size_t)BT * 4 * C);
+    }
+    {
+      OpScope s(*this, "matmul_bwd", mm * C * 4 * C, 0);
+      be_.matmul_backward(a.dbtc, grad(P_FCW, l), grad(P_FCB, l), a.dfch, a.ln2[l],
+                          param(P_FCW, l), BT, C, 4 * C);
+    }
+    {
+      OpScope s(*this, "layernorm_bwd", 0, 4.0 * BT * C * sb);
+      be_.layernorm_backward(a.dresidual, grad(P_LN2W, l), grad(P_LN2B, l), a.dbtc, a.r2[l],
+                             param(P_LN2W, l), a.ln2_mean[l], a.ln2_rstd[l], BT, C);
+    }
+    // dresidual = d r2[l]; the attention branch:
+    {
+      OpScope s(*this, "matmul_bwd", mm * C * C, 0);
+      be_.matmul_backward(a.dbtc, grad(P_ATTPROJW, l), grad(P_ATTPROJB, l), a.dresidual,
+                          a.atty[l], param(P_ATTPROJW, l), BT, C, C);
+    }
+    {
+      OpScope s(*this, "attention_bwd", attn_flops, 0);
+      be_.attention_backward(a.dqkv, a.dbtc, a.qkv[l], a.att[l], B, T, C, NH);
+    }
+    {
+      OpScope s(*this, "matmul_bwd", mm * C * 3 * C, 0);
+      be_.matmul_backward(a.dbtc, grad(P_QKVW, l), grad(P_QKVB, l), a.dqkv, a.ln1[l],
+                          param(P_QKVW, l), BT, C, 3 * C);
+    }
+    {
+      OpScope s(*this, "layernorm_bwd", 0, 4.0 * BT * C * sb);
+      be_.layernorm_backward(a.dresidual, grad(P_LN1W, l), grad(P_LN1B, l), a.dbtc, x,
+                             param(P_LN1W, l), a.ln1_mean[l], a.ln1_rstd[l], BT, C);
+    }
+    // dresidual = d x (the stream entering layer l)
+  }
+  {
+    OpScope s(*this, "encoder_bwd", 0, 3.0 * BT * C * sb);
+    be_.encoder_backward(grad(P_WTE), grad(P_WPE), a.dresidual, a.inputs, B, T, C);
+  }
+}
+
+double train_flops_per_token(const GPTConfig& cfg, int T) {
+  ParamLayout lay(cfg);
+  double n_matmul = (double)lay.total - (double)lay.sizes[P_WPE];
+  return 6.0 * n_matmul + 12.0 * cfg.num_layers * (double)cfg.channels * T;
+}
+
+}  // namespace ratchet

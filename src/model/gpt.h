@@ -1,0 +1,104 @@
+// GPT-2 forward and backward, orchestrated over a Backend.
+//
+// The model owns three flat buffers in backend memory:
+//   params (P)   every parameter, in ParamLayout order (storage dtype)
+//   grads  (P)   their gradients, same layout (storage dtype); ACCUMULATED by
+//                forward_backward() until zero_grad()
+//   acts         activations for one micro-batch (layout below), sized for the
+//                largest (B, T) used so far
+// Forward (pre-LayerNorm GPT-2), per layer l, with x = residual stream (B,T,C):
+//   ln1 = LN(x); qkv = ln1 qkvw^T + qkvb; atty = attention(qkv)
+//   r2  = x + atty attprojw^T + attprojb
+//   ln2 = LN(r2); fch = ln2 fcw^T + fcb; fch_gelu = gelu(fch)
+//   r3  = r2 + fch_gelu fcprojw^T + fcprojb           (x of layer l+1)
+// logits = LN_f(x_L) wte^T (tied); loss = mean over (b,t) of cross-entropy
+// over the V real columns. All activations are kept (no recompute yet).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/param_layout.h"
+
+namespace ratchet {
+
+// Per-op timing, filled when profiling is on (train --profile).
+struct OpStat {
+  long calls = 0;
+  double seconds = 0;
+  double flops = 0;  // floating-point operations done (0 if not a FLOP-bound op)
+  double bytes = 0;  // bytes moved (estimate; for memory-bound ops)
+};
+
+class GPT {
+ public:
+  GPT(const GPTConfig& cfg, Backend& be);
+  ~GPT();
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+
+  const GPTConfig& config() const { return cfg_; }
+  const ParamLayout& layout() const { return layout_; }
+  size_t num_params() const { return layout_.total; }
+  Backend& backend() { return be_; }
+
+  // GPT-2 initialisation: weights ~ N(0, 0.02), the two residual projections
+  // (attprojw, fcprojw) ~ N(0, 0.02/sqrt(2L)), biases 0, LayerNorm gains 1,
+  // padded wte rows 0. Deterministic in seed.
+  void init_random(uint64_t seed);
+  void set_params(const float* host);  // num_params() floats
+  void get_params(float* host) const;
+  void get_grads(float* host) const;
+  dptr params() { return params_; }
+  dptr grads() { return grads_; }
+
+  // Forward only. inputs/targets: (B,T) host arrays; targets may be null.
+  // Returns the mean loss (NaN when targets is null). Logits stay available.
+  float forward(const int32_t* inputs, const int32_t* targets, int B, int T);
+  // Forward and backward on one micro-batch: grads += loss_scale * d(mean loss)/dparams.
+  // Returns the mean loss of this micro-batch (unscaled).
+  float forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                         float loss_scale);
+  void zero_grad();
+  // Logits of the last forward() (B,T,Vp) as FP32 on the host; only valid
+  // after forward() (forward_backward overwrites them with their gradient).
+  void get_logits(float* host) const;
+  // Logits of position t of row 0, first V columns (for sampling).
+  void get_logits_row(int t, float* host_V) const;
+
+  // Profiling: when on, every op is timed (with a backend synchronize).
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::map<std::string, OpStat>& profile() const { return prof_; }
+  void clear_profile() { prof_.clear(); }
+
+ private:
+  struct Acts;  // pointers into acts_ for the current (B, T)
+  void ensure_acts(int B, int T);
+  Acts acts_for(int B, int T) const;
+  void run_forward(const Acts& a, int B, int T, bool has_targets, float dloss);
+  void run_backward(const Acts& a, int B, int T);
+  float mean_loss(const Acts& a, int BT) const;
+  cdptr param(int i, int layer = 0) const;
+  dptr grad(int i, int layer = 0);
+
+  GPTConfig cfg_;
+  Backend& be_;
+  ParamLayout layout_;
+  dptr params_ = nullptr;
+  dptr grads_ = nullptr;
+  void* acts_ = nullptr;
+  size_t acts_bytes_ = 0;
+  int last_B_ = 0, last_T_ = 0;
+  bool profiling_ = false;
+  std::map<std::string, OpStat> prof_;
+  friend class OpScope;
+};
+
+// Training FLOPs per token (forward + backward): 6 per parameter used in a
+// matmul (all but wpe), plus attention's 12·L·C·T (PaLM appendix B).
+double train_flops_per_token(const GPTConfig& cfg, int T);
+
+}  // namespace ratchet

@@ -1,0 +1,28 @@
+// llm.c GPT-2 checkpoints (train_gpt2.c's model file), import and export.
+//
+// Layout: 256 int32 header, then every parameter in ParamLayout order.
+//   header[0] magic 20240326
+//   header[1] version: 3 = fp32 tensors, 5 = bf16 tensors (import only)
+//   header[2] max_seq_len   [3] vocab_size   [4] num_layers
+//   header[5] num_heads     [6] channels     [7] padded_vocab_size
+//   header[8..255] zero
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace ratchet {
+
+constexpr int kLlmcMagic = 20240326;
+constexpr int kLlmcVersionFp32 = 3;
+constexpr int kLlmcVersionBf16 = 5;
+
+// Reads and validates a checkpoint; returns its config and FP32 parameters.
+// Throws Error naming the file for a wrong magic, version or size.
+std::vector<float> load_llmc_checkpoint(const std::string& path, GPTConfig* cfg);
+// Writes an fp32 (version 3) checkpoint atomically (temp file + rename).
+void save_llmc_checkpoint(const std::string& path, const GPTConfig& cfg,
+                          const std::vector<float>& params);
+
+}  // namespace ratchet

@@ -1,0 +1,26 @@
+// A JSON-lines metrics log: one object per line, flushed after each, so a
+// killed run keeps every line it wrote.
+#pragma once
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ratchet {
+
+class JsonlLog {
+ public:
+  JsonlLog() = default;
+  explicit JsonlLog(const std::string& path);  // throws Error if it cannot be opened
+  ~JsonlLog();
+  JsonlLog(const JsonlLog&) = delete;
+  JsonlLog& operator=(const JsonlLog&) = delete;
+  bool enabled() const { return f_ != nullptr; }
+  // Writes {"k1": v1, ...}; values are numbers (non-finite ones as null).
+  void write(const std::vector<std::pair<std::string, double>>& fields);
+
+ private:
+  FILE* f_ = nullptr;
+};
+
+}  // namespace ratchet

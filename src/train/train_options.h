@@ -1,0 +1,52 @@
+// Everything `ratchet train` can be told. Filled by cli/cmd_train.cpp from
+// the command line and an optional INI file (--config); defaults here.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace ratchet {
+
+struct TrainOptions {
+  // model
+  std::string model = "d6";     // preset dN, or "custom" with the explicit shape below
+  int layers = 0, heads = 0, channels = 0;  // 0: from the preset
+  int vocab_size = 0;           // 0: from the training shards' vocab_size
+  int max_seq_len = 1024;
+  std::string init_from;        // llm.c GPT-2 checkpoint; overrides the shape flags
+  uint64_t seed = 1337;
+
+  // data
+  std::string train_data, val_data;  // globs of HDF5 token shards
+  bool shuffle = true;
+
+  // batch
+  int batch_size = 4;           // B: micro-batch rows
+  int seq_len = 64;             // T
+  long total_batch_tokens = 0;  // 0: B*T (no accumulation)
+  int steps = 100;
+
+  // optimizer
+  float lr = 3e-4f;
+  int warmup_steps = 0;
+  std::string lr_schedule = "cosine";
+  float final_lr_fraction = 0.1f;
+  float weight_decay = 0.1f;
+  float grad_clip = 1.0f;
+  float beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f;
+
+  // evaluation and sampling
+  int eval_every = 0;           // 0: only at the end
+  int eval_batches = 20;
+  int sample_every = 0;         // 0: only at the end
+  int sample_tokens = 0;        // 0: no samples
+  float temperature = 1.0f;
+
+  // machine and output
+  int threads = 0;              // 0: all cores
+  std::string log_jsonl;
+  std::string export_path;      // llm.c fp32 checkpoint written at the end
+  bool profile = false;         // per-op table after the run
+  bool quiet = false;           // no per-step lines (summary only)
+};
+
+}  // namespace ratchet
