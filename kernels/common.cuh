@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <type_traits>
 
 #include "core/error.h"  // ratchet::check_failed, the one reporter

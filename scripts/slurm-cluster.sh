@@ -37,8 +37,7 @@ say() { echo "$prog: $*"; }
 # alive PIDFILE NAME: the pid file names a live (not zombie) process called NAME.
 alive() {
   local pidfile=$1 name=$2 pid state comm
-  [ -r "$pidfile" ] || return 1
-  pid=$(tr -dc 0-9 <"$pidfile")
+  pid=$({ tr -dc 0-9 <"$pidfile"; } 2>/dev/null) || return 1  # may vanish as a daemon exits
   [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] || return 1
   comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
   [ "$comm" = "$name" ] || return 1            # a recycled pid is not our daemon
@@ -54,7 +53,7 @@ stop_daemon() {
     rm -f "$pidfile"
     return 0
   fi
-  pid=$(tr -dc 0-9 <"$pidfile")
+  pid=$({ tr -dc 0-9 <"$pidfile"; } 2>/dev/null) || return 0
   kill -TERM "$pid" 2>/dev/null || true
   for ((i = 0; i < 100; i++)); do
     alive "$pidfile" "$name" || break
@@ -109,7 +108,7 @@ SlurmdParameters=config_overrides
 ReturnToService=2
 KillWait=5
 OverTimeLimit=0
-# Finished jobs stay visible to `scontrol show job` for 5 min (no accounting).
+# Finished jobs stay visible to 'scontrol show job' for 5 min (no accounting).
 MinJobAge=300
 InactiveLimit=0
 NodeName=${node} NodeAddr=127.0.0.1 CPUs=${cpus} RealMemory=1000 State=UNKNOWN
@@ -135,7 +134,7 @@ start_munge() {
   chown munge:munge "$munge_key"
   chmod 0400 "$munge_key"
   if alive "$munge_pid" munged; then
-    say "munged already running (pid $(cat "$munge_pid"))"
+    say "munged already running"
   else
     rm -f "$munge_pid"
     runuser -u munge -- /usr/sbin/munged 9>&- ||
@@ -189,14 +188,14 @@ cmd_start() {
   fi
 
   if alive "$ctld_pid" slurmctld; then
-    say "slurmctld already running (pid $(cat "$ctld_pid"))"
+    say "slurmctld already running"
   else
     rm -f "$ctld_pid"
     /usr/sbin/slurmctld 9>&- || die "slurmctld failed to start; see $ctld_log"
     say "started slurmctld"
   fi
   if alive "$slurmd_pid" slurmd; then
-    say "slurmd already running (pid $(cat "$slurmd_pid"))"
+    say "slurmd already running"
   else
     rm -f "$slurmd_pid"
     /usr/sbin/slurmd 9>&- || die "slurmd failed to start; see $slurmd_log"
@@ -215,7 +214,7 @@ cmd_status() {
   local rc=0 d
   for d in "munged:$munge_pid" "slurmctld:$ctld_pid" "slurmd:$slurmd_pid"; do
     if alive "${d#*:}" "${d%%:*}"; then
-      echo "${d%%:*}: running (pid $(cat "${d#*:}"))"
+      echo "${d%%:*}: running (pid $(cat "${d#*:}" 2>/dev/null))"
     else
       echo "${d%%:*}: stopped"
       rc=3

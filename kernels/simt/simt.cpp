@@ -79,11 +79,18 @@ struct Fiber {
   St st = St::ready;
 };
 
-struct Warp {
-  unsigned exists = 0;   // lanes that exist in this (maybe partial) warp
-  unsigned arrived = 0;  // lanes waiting in the current collective
-  unsigned mask = 0;     // the current collective's mask (existing lanes only)
+// A warp collective in progress: the lanes of `mask` (existing lanes only)
+// rendezvous; lanes outside it may run their own collective with a disjoint mask.
+struct Group {
+  unsigned mask = 0;     // the collective's mask
+  unsigned arrived = 0;  // lanes waiting in it
   WarpOp op = WarpOp::sync;
+};
+
+struct Warp {
+  unsigned exists = 0;  // lanes that exist in this (maybe partial) warp
+  int ngroups = 0;
+  Group groups[32];
   uint64_t value[32];
   int param[32];
   int width[32];
@@ -133,7 +140,7 @@ struct Worker {
   void fail(const std::string& what) {
     if (error.empty()) {
       std::ostringstream os;
-      os << "kernel " << launch->name << ", block " << fmt_tid(info.blockIdx) << ": " << what;
+      os << "kernel " << launch->name << ", block " << fmt_tid(info.block_idx) << ": " << what;
       error = os.str();
     }
   }
@@ -142,7 +149,7 @@ struct Worker {
   void run_block(const Launch& L, uint3 bid);
   void schedule();
   void diagnose_stall();
-  void complete_collective(Warp& w);
+  void complete_collective(Warp& w, Group& g);
 };
 
 thread_local Worker* tls_worker = nullptr;
@@ -181,9 +188,9 @@ void fiber_entry(ctx::transfer_t t) {
 void Worker::run_block(const Launch& L, uint3 bid) {
   launch = &L;
   nthreads = (int)(L.block.x * L.block.y * L.block.z);
-  info.blockIdx = bid;
-  info.blockDim = L.block;
-  info.gridDim = L.grid;
+  info.block_idx = bid;
+  info.block_dim = L.block;
+  info.grid_dim = L.grid;
   if (smem.size() < L.dyn_smem + 16) smem.resize(L.dyn_smem + 16);
   // 16-byte aligned, poisoned: reading shared memory nobody wrote gives NaN.
   auto base = reinterpret_cast<uintptr_t>(smem.data());
@@ -201,7 +208,7 @@ void Worker::run_block(const Launch& L, uint3 bid) {
   for (int i = 0; i < nwarps; i++) {
     int n = std::min(32, nthreads - 32 * i);
     warps[i].exists = n == 32 ? 0xffffffffu : ((1u << n) - 1);
-    warps[i].arrived = 0;
+    warps[i].ngroups = 0;
   }
   queue.clear();
   for (int i = 0; i < nthreads; i++) {
@@ -273,11 +280,15 @@ void Worker::diagnose_stall() {
   std::ostringstream os;
   if (first_warp) {
     const Warp& w = warps[first_warp->tc.warp];
-    unsigned missing = w.mask & ~w.arrived;
+    const Group* g = &w.groups[0];
+    for (int i = 0; i < w.ngroups; i++)
+      if ((w.groups[i].mask >> first_warp->tc.lane) & 1u) g = &w.groups[i];
+    unsigned missing = g->mask & ~g->arrived;
     int lane = __builtin_ctz(missing ? missing : 1);
     const Fiber& m = fibers[first_warp->tc.warp * 32 + lane];
-    os << op_name(w.op) << " with mask " << fmt_mask(w.mask) << " in warp " << first_warp->tc.warp
-       << " never completes: lanes " << fmt_mask(w.arrived) << " arrived, lane " << lane << " ("
+    os << op_name(g->op) << " with mask " << fmt_mask(g->mask) << " in warp "
+       << first_warp->tc.warp << " never completes: lanes " << fmt_mask(g->arrived)
+       << " arrived, lane " << lane << " ("
        << who(&m) << ") "
        << (m.st == St::finished     ? "has exited"
            : m.st == St::at_barrier ? "waits at __syncthreads"
@@ -292,8 +303,9 @@ void Worker::diagnose_stall() {
   fail(os.str());
 }
 
-void Worker::complete_collective(Warp& w) {
-  unsigned m = w.mask;
+void Worker::complete_collective(Warp& w, Group& g) {
+  unsigned m = g.mask;
+  const WarpOp op = g.op;
   uint64_t acc_or = 0, acc_and = 1;
   unsigned ballot = 0;
   for (unsigned b = m; b; b &= b - 1) {
@@ -305,7 +317,7 @@ void Worker::complete_collective(Warp& w) {
   for (unsigned b = m; b; b &= b - 1) {
     int lane = __builtin_ctz(b);
     uint64_t r = 0;
-    switch (w.op) {
+    switch (op) {
       case WarpOp::sync: break;
       case WarpOp::ballot: r = ballot; break;
       case WarpOp::any: r = acc_or != 0; break;
@@ -314,13 +326,13 @@ void Worker::complete_collective(Warp& w) {
         // PTX shfl.sync: c = ((32 - width) << 8) | clamp, clamp 0 for up, 31 otherwise.
         int width = w.width[lane];
         int segmask = (32 - width) & 31;
-        int cval = w.op == WarpOp::shfl_up ? 0 : 31;
+        int cval = op == WarpOp::shfl_up ? 0 : 31;
         int bval = w.param[lane] & 31;
         int max_lane = (lane & segmask) | (cval & ~segmask);
         int min_lane = lane & segmask;
         int j = lane;
         bool ok = false;
-        switch (w.op) {
+        switch (op) {
           case WarpOp::shfl_up: j = lane - bval; ok = j >= max_lane; break;
           case WarpOp::shfl_down: j = lane + bval; ok = j <= max_lane; break;
           case WarpOp::shfl_xor: j = lane ^ bval; ok = j <= max_lane; break;
@@ -330,7 +342,7 @@ void Worker::complete_collective(Warp& w) {
         if (!ok) j = lane;
         if (!((m >> j) & 1u)) {
           const Fiber& f = fibers[(int)(&w - warps.data()) * 32 + lane];
-          fail(who(&f) + ": " + op_name(w.op) + " with mask " + fmt_mask(m) + " reads lane " +
+          fail(who(&f) + ": " + op_name(op) + " with mask " + fmt_mask(m) + " reads lane " +
                std::to_string(j) +
                ((w.exists >> j) & 1u ? ", which is not in the mask (undefined value)"
                                      : ", which does not exist in this warp"));
@@ -349,7 +361,7 @@ void Worker::complete_collective(Warp& w) {
       queue.push_back(&f);
     }
   }
-  w.arrived = 0;
+  g = w.groups[--w.ngroups];  // remove the group (swap with the last)
 }
 
 // ---- the OS-thread pool ---------------------------------------------------------------
@@ -465,20 +477,28 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, in
     device_fail(std::string(op_name(op)) + " with width " + std::to_string(width) +
                 " (must be a power of two in [1, 32])");
   unsigned m = mask & wp.exists;
-  if (wp.arrived == 0) {
-    wp.op = op;
-    wp.mask = m;
-  } else if (wp.op != op || wp.mask != m) {
+  Group* g = nullptr;
+  for (int i = 0; i < wp.ngroups; i++)
+    if (wp.groups[i].mask & m) {
+      g = &wp.groups[i];
+      break;
+    }
+  if (!g) {
+    g = &wp.groups[wp.ngroups++];
+    g->op = op;
+    g->mask = m;
+    g->arrived = 0;
+  } else if (g->op != op || g->mask != m) {
     device_fail(std::string(op_name(op)) + " with mask " + fmt_mask(mask) + " meets " +
-                op_name(wp.op) + " with mask " + fmt_mask(wp.mask) +
-                " pending in the same warp (diverged warp collectives)");
+                op_name(g->op) + " with mask " + fmt_mask(g->mask) +
+                " pending in the same warp (lanes disagree on the collective)");
   }
   wp.value[lane] = value;
   wp.param[lane] = param;
   wp.width[lane] = width;
-  wp.arrived |= 1u << lane;
-  if (wp.arrived == wp.mask) {
-    w.complete_collective(wp);
+  g->arrived |= 1u << lane;
+  if (g->arrived == g->mask) {
+    w.complete_collective(wp, *g);
     if (!w.error.empty()) {
       f->st = St::failed;
       ctx::jump_fcontext(w.sched, nullptr);

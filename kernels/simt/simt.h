@@ -106,9 +106,9 @@ struct ThreadCtx {
   Block* block;
 };
 struct BlockInfo {
-  uint3 blockIdx;
-  dim3 blockDim;
-  dim3 gridDim;
+  uint3 block_idx;
+  dim3 block_dim;
+  dim3 grid_dim;
   void* dyn_smem;
   size_t dyn_smem_bytes;
 };
@@ -153,9 +153,9 @@ T* dynamic_smem() {
 }  // namespace simt
 
 #define threadIdx (::simt::detail::tls_thread->tid)
-#define blockIdx (::simt::detail::tls_block->blockIdx)
-#define blockDim (::simt::detail::tls_block->blockDim)
-#define gridDim (::simt::detail::tls_block->gridDim)
+#define blockIdx (::simt::detail::tls_block->block_idx)
+#define blockDim (::simt::detail::tls_block->block_dim)
+#define gridDim (::simt::detail::tls_block->grid_dim)
 constexpr int warpSize = 32;
 
 inline void __syncthreads() { ::simt::detail::syncthreads(); }

@@ -114,7 +114,7 @@ int cmd_train(int argc, char** argv) {
               << "\n\n" << desc << "\n" << kExamples;
     return kExitOk;
   }
-  if (vm.count("config")) parse_config_file(config_path, desc, vm, "train");
+  if (vm.count("config")) parse_config_file(vm["config"].as<std::string>(), desc, vm, "train");
   po::notify(vm);
   o.lr_schedule = schedule;
   o.shuffle = !vm["no-shuffle"].as<bool>();

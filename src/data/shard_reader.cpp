@@ -92,9 +92,11 @@ ShardFile::ShardFile(const std::string& path) : path_(path) {
     fail(path, " is not an HDF5 file: ", kRemake);
 
   H5Handle fapl = h5_read_fapl();
-  file_ = H5Handle(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open shard ",
-                            path),
-                   H5Fclose);
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
+  if (file < 0)
+    fail("cannot open shard ", path, ": ", h5_error_message(),
+         "; the file is damaged or incomplete: re-shard it");
+  file_ = H5Handle(file, H5Fclose);
 
   // The format attribute first: it tells a foreign HDF5 file from a damaged shard.
   auto format = read_string_attr(file_, sf::kAttrFormat, path);

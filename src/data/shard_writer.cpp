@@ -119,6 +119,9 @@ void write_shard(const std::string& path, const ShardMeta& meta,
 
   fs::path p(path);
   fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    fail("cannot write shard ", path, ": directory ", dir.string(), " does not exist");
   std::string tmp =
       (dir / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
   try {

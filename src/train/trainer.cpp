@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -64,6 +65,22 @@ std::string fmt_duration(double s) {
   else
     std::snprintf(buf, sizeof buf, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
   return buf;
+}
+
+// Entropy (nats/token) of the training tokens' unigram distribution: the loss
+// of the best model that ignores context, printed so a run can be judged.
+double unigram_entropy(const TokenDataset& ds, int vocab) {
+  std::vector<uint64_t> counts(vocab, 0);
+  std::vector<int32_t> buf(1 << 20);
+  for (uint64_t pos = 0; pos < ds.num_tokens(); pos += buf.size()) {
+    const size_t n = (size_t)std::min<uint64_t>(buf.size(), ds.num_tokens() - pos);
+    ds.read(pos, n, buf.data());
+    for (size_t i = 0; i < n; i++) counts[buf[i]]++;
+  }
+  double h = 0, total = (double)ds.num_tokens();
+  for (uint64_t c : counts)
+    if (c) h -= c / total * std::log(c / total);
+  return h;
 }
 
 float evaluate(GPT& model, DataLoader& val, int batches, int B, int T) {
@@ -164,12 +181,16 @@ TrainResult run_training(const TrainOptions& o) {
   JsonlLog& jlog = *jlog_owner;
 
   const double flops_per_step = train_flops_per_token(cfg, T) * (double)total;
+  const double unigram = unigram_entropy(train_ds, cfg.vocab_size);
   RLOG("model: %s, %.2fM parameters%s\n", cfg.describe().c_str(), model.num_params() / 1e6,
        o.init_from.empty() ? "" : (" (from " + o.init_from + ")").c_str());
   RLOG("data: %llu train tokens (%s)%s, tokenizer %s\n",
        (unsigned long long)train_ds.num_tokens(), o.train_data.c_str(),
        val_ds ? (", " + std::to_string(val_ds->num_tokens()) + " val tokens").c_str() : "",
        train_ds.tokenizer().c_str());
+  RLOG("baselines: uniform ln(V) = %.3f, unigram entropy of the training tokens = %.3f "
+       "(a model that learned nothing about context)\n",
+       std::log((double)cfg.vocab_size), unigram);
   RLOG("batch: B=%d T=%d, %d micro-batch(es) per step = %ld tokens/step; %d steps; "
        "backend %s\n",
        B, T, accum, total, o.steps, backend->name().c_str());
@@ -181,7 +202,7 @@ TrainResult run_training(const TrainOptions& o) {
   const bool do_sample = o.sample_tokens > 0;
   double t_train = 0;
   for (int step = 0; step < o.steps; step++) {
-    if (val_loader && o.eval_every > 0 && step > 0 && step % o.eval_every == 0) {
+    if (val_loader && o.eval_every > 0 && step % o.eval_every == 0) {
       float vl = evaluate(model, *val_loader, o.eval_batches, B, T);
       RLOG("step %5d | val loss %.4f\n", step, vl);
       jlog.write({{"step", step}, {"val_loss", vl}});

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/error.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"

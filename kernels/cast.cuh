@@ -1,0 +1,11 @@
+// Casts between storage types (FP32 <-> BF16).
+#pragma once
+#include "common.cuh"
+
+namespace ratchet::kernels {
+
+// out (n) = (Tout) inp (n); FP32 -> BF16 rounds to nearest even. Overwrites out.
+template <class Tout, class Tin>
+void cast(Tout* out, const Tin* inp, size_t n, cudaStream_t stream);
+
+}  // namespace ratchet::kernels
