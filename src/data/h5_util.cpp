@@ -38,7 +38,7 @@ std::string h5_error_message() {
   return msg.empty() ? std::string("unknown HDF5 error") : msg;
 }
 
-H5Handle h5_read_fapl() {
+H5Handle h5_fapl_no_locking() {
   h5_init();
   H5Handle fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), "cannot create an HDF5 file-access list"),
                 H5Pclose);

@@ -71,8 +71,8 @@ class H5Handle {
   Closer close_ = nullptr;
 };
 
-// A file-access property list for reading shards: default driver, file
+// A file-access property list for shard files: default driver, file
 // locking off (shared/parallel file systems often lack working locks).
-H5Handle h5_read_fapl();
+H5Handle h5_fapl_no_locking();
 
 }  // namespace ratchet

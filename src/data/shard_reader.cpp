@@ -91,7 +91,7 @@ ShardFile::ShardFile(const std::string& path) : path_(path) {
   if (H5_CHECK(H5Fis_hdf5(path.c_str()), "cannot open shard ", path) <= 0)
     fail(path, " is not an HDF5 file: ", kRemake);
 
-  H5Handle fapl = h5_read_fapl();
+  H5Handle fapl = h5_fapl_no_locking();
   hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
   if (file < 0)
     fail("cannot open shard ", path, ": ", h5_error_message(),

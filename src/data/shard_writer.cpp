@@ -73,7 +73,7 @@ void write_file(const std::string& tmp, const std::string& path, const ShardMeta
                 const std::vector<uint32_t>& tokens, const std::vector<uint64_t>& doc_offsets,
                 size_t chunk_tokens) {
   namespace sf = shard_format;
-  H5Handle fapl = h5_read_fapl();  // same settings (no file locking) serve writing
+  H5Handle fapl = h5_fapl_no_locking();
   H5Handle file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
                          "cannot create shard ", path, " (as ", tmp, ")"),
                 H5Fclose);

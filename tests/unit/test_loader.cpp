@@ -192,8 +192,8 @@ TEST(LoaderCursor, SaveAndRestoreContinuesIdentically) {
     EXPECT_EQ(b.cursor(), saved);
     EXPECT_TRUE(run(b, 10) == rest) << "shuffle=" << shuffle;
 
-    // Resume on two ranks with the same global batch (2 x B=... here 3 = 1 + 2
-    // is not possible, so compare a 2-rank run against a B=2·B' single rank).
+    // A cursor saved by one rank with B = 4 resumes on two ranks with B = 2
+    // each: the global rows continue exactly.
     DataLoader c(*s.data, 4, 7, shuffle, 5);
     run(c, 5);
     LoaderCursor mid = c.cursor();
