@@ -22,7 +22,7 @@ pkgs=(
   # otherwise it falls back to the slow reference BLAS)
   libopenblas-dev libopenblas0-pthread
   # data, checkpoints
-  libhdf5-dev hdf5-tools
+  libhdf5-dev hdf5-tools zlib1g-dev
   # options, simt fibers
   libboost-program-options-dev libboost-context-dev
   # tests

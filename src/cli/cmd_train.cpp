@@ -27,6 +27,12 @@ const char* kExamples = R"(examples:
 
   # the same settings from an INI file (keys are the long option names)
   ratchet train --config run.ini --steps 50      # command line wins over the file
+
+  # preemptible: save every 200 steps and on SIGUSR1/SIGTERM, resume by rerunning
+  ratchet train --config run.ini --ckpt-dir ckpt/ --ckpt-every-steps 200
+
+exit codes: 0 done; 1 failed run; 2 bad input; 75 stopped early and saved (signal or
+time limit): run the same command again to resume (slurm/train.sbatch requeues)
 )";
 
 po::options_description make_options(TrainOptions& o, std::string& config_path,
@@ -93,11 +99,32 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("profile", po::bool_switch(&o.profile), "print a per-op time table at the end")
     ("quiet,q", po::bool_switch(&o.quiet), "no per-step lines");
 
+  po::options_description ckpt("checkpoints and preemption");
+  ckpt.add_options()
+    ("ckpt-dir", po::value(&o.ckpt_dir), "checkpoint directory (resumed from automatically)")
+    ("ckpt-every-steps", po::value(&o.ckpt_every_steps)->default_value(o.ckpt_every_steps),
+     "save every N steps (0: off)")
+    ("ckpt-every-minutes", po::value(&o.ckpt_every_minutes)->default_value(o.ckpt_every_minutes),
+     "save every M minutes of wall time (0: off)")
+    ("keep-last", po::value(&o.keep_last)->default_value(o.keep_last),
+     "keep the newest N checkpoints (plus the best and --keep-every)")
+    ("keep-every", po::value(&o.keep_every)->default_value(o.keep_every),
+     "also keep checkpoints at multiples of this step (0: none)")
+    ("resume", po::value(&o.resume)->default_value(o.resume),
+     "auto (newest valid checkpoint in --ckpt-dir, if any) | never | PATH of a checkpoint")
+    ("preempt-signal", po::value(&o.preempt_signal)->default_value(o.preempt_signal),
+     "signal that means 'save and exit 75' (SIGTERM always does)")
+    ("time-limit", po::value(&o.time_limit),
+     "stop (save, exit 75) before this much wall time: seconds or [D-]HH:MM:SS; default: the "
+     "Slurm job's limit; 'none' to ignore it")
+    ("stop-margin", po::value(&o.stop_margin)->default_value(o.stop_margin),
+     "seconds kept free before the time limit, beyond one step and one save");
+
   po::options_description all("ratchet train options");
   all.add_options()
     ("help,h", "print this help")
     ("config", po::value(&config_path), "INI file of options (keys = long option names)");
-  all.add(model).add(data).add(optim).add(eval);
+  all.add(model).add(data).add(optim).add(eval).add(ckpt);
   return all;
 }
 
@@ -118,8 +145,7 @@ int cmd_train(int argc, char** argv) {
   po::notify(vm);
   o.lr_schedule = schedule;
   o.shuffle = !vm["no-shuffle"].as<bool>();
-  run_training(o);
-  return kExitOk;
+  return run_training(o).exit_code;
 }
 
 }  // namespace ratchet

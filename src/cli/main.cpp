@@ -19,6 +19,7 @@ struct Subcommand {
 const Subcommand kCommands[] = {
     {"train", ratchet::cmd_train, "train a GPT-2 model (CPU backend)"},
     {"shard", ratchet::cmd_shard, "tokenize text into HDF5 token shards"},
+    {"ckpt", ratchet::cmd_ckpt, "list, inspect, verify, prune or export checkpoints"},
 };
 
 void usage(FILE* out) {

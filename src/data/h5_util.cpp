@@ -7,15 +7,23 @@ namespace ratchet {
 
 void h5_init() {
   static std::once_flag once;
-  std::call_once(once, [] {
+  thread_local bool this_thread = false;
+  if (!this_thread) {
+    this_thread = true;
+    std::call_once(once, [] {
 #if !H5_VERSION_GE(1, 10, 7)
-    // No H5Pset_file_locking before 1.10.7; the library reads this variable
-    // when it opens a file. Respect a value the user set explicitly.
-    setenv("HDF5_USE_FILE_LOCKING", "FALSE", /*overwrite=*/0);
+      // No H5Pset_file_locking before 1.10.7; the library reads this variable
+      // when it opens a file. Respect a value the user set explicitly.
+      setenv("HDF5_USE_FILE_LOCKING", "FALSE", /*overwrite=*/0);
 #endif
-    H5open();
+      // No library teardown at exit: a file whose close failed (disk full
+      // mid-write) stays in HDF5's id table, and H5_term_library crashes on
+      // it. Every file ratchet writes is closed (and fsynced) explicitly.
+      H5dont_atexit();
+      H5open();
+    });
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  });
+  }
 }
 
 namespace {

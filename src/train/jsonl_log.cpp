@@ -8,8 +8,8 @@
 
 namespace ratchet {
 
-JsonlLog::JsonlLog(const std::string& path) {
-  f_ = std::fopen(path.c_str(), "w");
+JsonlLog::JsonlLog(const std::string& path, bool append) {
+  f_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (!f_) fail("cannot open --log-jsonl ", path, " for writing: ", std::strerror(errno));
 }
 

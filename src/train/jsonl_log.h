@@ -11,7 +11,9 @@ namespace ratchet {
 class JsonlLog {
  public:
   JsonlLog() = default;
-  explicit JsonlLog(const std::string& path);  // throws Error if it cannot be opened
+  // Truncates, or appends when `append` (a resumed run continues its log).
+  // Throws Error if the file cannot be opened.
+  explicit JsonlLog(const std::string& path, bool append = false);
   ~JsonlLog();
   JsonlLog(const JsonlLog&) = delete;
   JsonlLog& operator=(const JsonlLog&) = delete;

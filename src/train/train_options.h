@@ -47,6 +47,17 @@ struct TrainOptions {
   std::string export_path;      // llm.c fp32 checkpoint written at the end
   bool profile = false;         // per-op table after the run
   bool quiet = false;           // no per-step lines (summary only)
+
+  // checkpoints and the stop protocol
+  std::string ckpt_dir;         // "" : no checkpoints
+  int ckpt_every_steps = 0;     // 0: off
+  double ckpt_every_minutes = 0;  // 0: off
+  int keep_last = 3;
+  int keep_every = 0;
+  std::string resume = "auto";  // auto | never | PATH of a checkpoint directory
+  std::string preempt_signal = "USR1";
+  std::string time_limit;       // "" : from Slurm inside a job; "none"; seconds or HH:MM:SS
+  double stop_margin = 10;      // seconds kept free before the time limit
 };
 
 }  // namespace ratchet

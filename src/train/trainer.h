@@ -1,4 +1,5 @@
-// The training loop: accumulation, evaluation, sampling, logging, export.
+// The training loop: accumulation, evaluation, sampling, logging, export,
+// checkpoints and the stop protocol.
 #pragma once
 #include <vector>
 
@@ -7,8 +8,10 @@
 namespace ratchet {
 
 struct TrainResult {
-  std::vector<float> train_losses;  // one per step (mean over the accumulated batch)
-  float final_val_loss = 0;         // NaN without validation data
+  int exit_code = 0;                // kExitOk, or kExitRequeue when stopped early and saved
+  int steps_done = 0;               // optimizer steps completed (including resumed ones)
+  std::vector<float> train_losses;  // one per step run in this process
+  float final_val_loss = 0;         // NaN without validation data or when stopped early
 };
 
 // Runs a whole training job as `ratchet train` does. Throws Error on bad

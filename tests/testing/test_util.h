@@ -27,6 +27,9 @@ RunResult run_shell(const std::string& cmd);
 void write_file(const std::string& path, const std::string& text);
 std::string read_file(const std::string& path);
 
+// Wall-clock seconds (steady clock).
+double now_seconds();
+
 // Max |a-b| over the arrays and normalized mean squared error sum (a-b)^2 / sum b^2.
 double max_abs_diff(const float* a, const float* b, size_t n);
 double nmse(const float* a, const float* ref, size_t n);

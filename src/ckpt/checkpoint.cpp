@@ -1,0 +1,278 @@
+#include "ckpt/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/fault.h"
+#include "data/h5_util.h"
+#include "model/param_layout.h"
+
+namespace ratchet {
+
+namespace {
+
+const char* kStateFile = "state.h5";
+const char* kTensorNames[3] = {"params", "adam_m", "adam_v"};
+
+uint32_t crc_of(const std::vector<float>& v) {
+  // zlib's crc32 takes 32-bit lengths: feed it in 1 GiB pieces.
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const Bytef* p = (const Bytef*)v.data();
+  size_t left = v.size() * sizeof(float);
+  while (left) {
+    uInt n = (uInt)std::min<size_t>(left, 1u << 30);
+    crc = crc32(crc, p, n);
+    p += n;
+    left -= n;
+  }
+  return (uint32_t)crc;
+}
+
+void fsync_path(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) fail("cannot open ", path, " to fsync: ", std::strerror(errno));
+  int rc = fsync(fd);
+  int err = errno;
+  close(fd);
+  if (rc != 0) fail("fsync of ", path, " failed: ", std::strerror(err));
+}
+
+// ---- attribute helpers -------------------------------------------------------
+void put_attr(hid_t obj, const char* name, hid_t type, const void* v, const std::string& ctx) {
+  H5Handle space(H5_CHECK(H5Screate(H5S_SCALAR), ctx), H5Sclose);
+  H5Handle a(H5_CHECK(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT), ctx,
+                      ": attribute ", name),
+             H5Aclose);
+  H5_CHECK(H5Awrite(a, type, v), ctx, ": attribute ", name);
+}
+void put_i64(hid_t o, const char* n, int64_t v, const std::string& c) {
+  put_attr(o, n, H5T_NATIVE_INT64, &v, c);
+}
+void put_u64(hid_t o, const char* n, uint64_t v, const std::string& c) {
+  put_attr(o, n, H5T_NATIVE_UINT64, &v, c);
+}
+void put_f64(hid_t o, const char* n, double v, const std::string& c) {
+  put_attr(o, n, H5T_NATIVE_DOUBLE, &v, c);
+}
+void put_str(hid_t o, const char* n, const std::string& v, const std::string& c) {
+  H5Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(t, std::max<size_t>(1, v.size()));
+  H5Tset_strpad(t, H5T_STR_NULLPAD);
+  std::string buf = v.empty() ? std::string(1, '\0') : v;
+  put_attr(o, n, t, buf.data(), c);
+}
+
+template <typename T>
+T get_num(hid_t obj, const char* name, hid_t type, const std::string& ctx) {
+  if (H5Aexists(obj, name) <= 0) fail(ctx, ": attribute '", name, "' is missing");
+  H5Handle a(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT), ctx, ": attribute ", name), H5Aclose);
+  T v{};
+  H5_CHECK(H5Aread(a, type, &v), ctx, ": attribute ", name);
+  return v;
+}
+std::string get_str(hid_t obj, const char* name, const std::string& ctx) {
+  if (H5Aexists(obj, name) <= 0) fail(ctx, ": attribute '", name, "' is missing");
+  H5Handle a(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT), ctx, ": attribute ", name), H5Aclose);
+  H5Handle ft(H5_CHECK(H5Aget_type(a), ctx), H5Tclose);
+  if (H5Tget_class(ft) != H5T_STRING) fail(ctx, ": attribute '", name, "' is not a string");
+  size_t n = H5Tget_size(ft);
+  H5Handle mt(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(mt, n);
+  H5Tset_strpad(mt, H5T_STR_NULLPAD);
+  std::string s(n, '\0');
+  H5_CHECK(H5Aread(a, mt, s.data()), ctx, ": attribute ", name);
+  s.resize(std::strlen(s.c_str()));
+  return s;
+}
+
+}  // namespace
+
+std::string to_ini(const std::map<std::string, std::string>& m) {
+  std::string s;
+  for (const auto& [k, v] : m) s += k + " = " + v + "\n";
+  return s;
+}
+
+std::map<std::string, std::string> from_ini(const std::string& text) {
+  std::map<std::string, std::string> m;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto eq = line.find(" = ");
+    if (eq != std::string::npos) m[line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return m;
+}
+
+static std::string counters_to_ini(const std::map<std::string, double>& c) {
+  std::map<std::string, std::string> m;
+  for (const auto& [k, v] : c) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    m[k] = buf;
+  }
+  return to_ini(m);
+}
+
+// Fails before anything is written when the file cannot fit: free space on
+// the file system, or the process's file-size limit (ulimit -f, quotas).
+static void check_room(const std::string& dir, uint64_t need) {
+  struct statvfs fs;
+  if (statvfs(dir.c_str(), &fs) == 0) {
+    const uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+    if (avail < need)
+      fail("not enough space in ", dir, ": the checkpoint needs ", need / 1e6, " MB, ",
+           avail / 1e6, " MB are free (disk full?)");
+  }
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need)
+    fail("the checkpoint needs a ", need / 1e6, " MB file but the file-size limit is ",
+         rl.rlim_cur / 1e6, " MB (ulimit -f)");
+}
+
+void write_checkpoint_files(const std::string& dir, const Checkpoint& ck) {
+  h5_init();
+  const std::string path = dir + "/" + kStateFile;
+  const std::string ctx = "writing checkpoint " + path;
+  const size_t P = ParamLayout(ck.meta.model).total;
+  RATCHET_ASSERT(ck.params.size() == P && ck.adam_m.size() == P && ck.adam_v.size() == P);
+  check_room(dir, 3 * P * sizeof(float) + (1 << 20));  // tensors + metadata headroom
+  uint32_t crcs[3];
+  {
+    H5Handle f(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT), ctx),
+               H5Fclose);
+    const std::vector<float>* tensors[3] = {&ck.params, &ck.adam_m, &ck.adam_v};
+    for (int i = 0; i < 3; i++) {
+      hsize_t dims[1] = {P};
+      H5Handle space(H5_CHECK(H5Screate_simple(1, dims, nullptr), ctx), H5Sclose);
+      H5Handle d(H5_CHECK(H5Dcreate2(f, kTensorNames[i], H5T_IEEE_F32LE, space, H5P_DEFAULT,
+                                     H5P_DEFAULT, H5P_DEFAULT),
+                          ctx, ": /", kTensorNames[i]),
+                 H5Dclose);
+      H5_CHECK(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, tensors[i]->data()),
+               ctx, ": /", kTensorNames[i], " (disk full?)");
+      crcs[i] = crc_of(*tensors[i]);
+      put_u64(d, "crc32", crcs[i], ctx);
+      if (i == 0) fault_point("ckpt-mid-write");
+    }
+    const CheckpointMeta& m = ck.meta;
+    put_str(f, "format", "ratchet-checkpoint", ctx);
+    put_i64(f, "format_version", kCkptFormatVersion, ctx);
+    put_i64(f, "step", m.step, ctx);
+    put_i64(f, "adam_t", m.adam_t, ctx);
+    put_u64(f, "loader_epoch", m.cursor.epoch, ctx);
+    put_u64(f, "loader_position", m.cursor.position, ctx);
+    put_f64(f, "best_val_loss", m.best_val_loss, ctx);
+    put_i64(f, "best_step", m.best_step, ctx);
+    put_i64(f, "num_layers", m.model.num_layers, ctx);
+    put_i64(f, "num_heads", m.model.num_heads, ctx);
+    put_i64(f, "channels", m.model.channels, ctx);
+    put_i64(f, "vocab_size", m.model.vocab_size, ctx);
+    put_i64(f, "padded_vocab", m.model.padded_vocab, ctx);
+    put_i64(f, "max_seq_len", m.model.max_seq_len, ctx);
+    put_str(f, "run_identity", to_ini(m.identity), ctx);
+    put_str(f, "run_settings", to_ini(m.settings), ctx);
+    put_str(f, "counters", counters_to_ini(m.counters), ctx);
+    H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL), ctx, " (disk full?)");
+  }
+  fsync_path(path);
+
+  const std::string mpath = dir + "/manifest.json";
+  {
+    std::ofstream mf(mpath);
+    char created[64];
+    std::time_t now = std::time(nullptr);
+    std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    mf << "{\n  \"format\": \"ratchet-checkpoint\",\n  \"format_version\": "
+       << kCkptFormatVersion << ",\n  \"step\": " << ck.meta.step << ",\n  \"created\": \""
+       << created << "\",\n  \"num_params\": " << P << ",\n  \"files\": [{\"name\": \""
+       << kStateFile << "\", \"datasets\": {";
+    for (int i = 0; i < 3; i++)
+      mf << (i ? ", " : "") << "\"" << kTensorNames[i] << "\": {\"crc32\": " << crcs[i] << "}";
+    mf << "}}]\n}\n";
+    mf.flush();
+    if (!mf) fail("cannot write ", mpath, " (disk full?)");
+  }
+  fsync_path(mpath);
+}
+
+CheckpointMeta read_checkpoint_meta(const std::string& dir) {
+  h5_init();
+  const std::string path = dir + "/" + kStateFile;
+  const std::string ctx = "checkpoint " + path;
+  H5Handle fapl = h5_fapl_no_locking();
+  H5Handle f(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open ", ctx),
+             H5Fclose);
+  if (get_str(f, "format", ctx) != "ratchet-checkpoint")
+    fail(ctx, " is not a ratchet checkpoint (format attribute)");
+  const int64_t ver = get_num<int64_t>(f, "format_version", H5T_NATIVE_INT64, ctx);
+  if (ver > kCkptFormatVersion)
+    fail(ctx, " has format_version ", ver, ", newer than this ratchet reads (",
+         kCkptFormatVersion, "): use a newer ratchet to resume it");
+  if (ver < 1) fail(ctx, " has an invalid format_version ", ver);
+  CheckpointMeta m;
+  m.step = get_num<int64_t>(f, "step", H5T_NATIVE_INT64, ctx);
+  m.adam_t = (int)get_num<int64_t>(f, "adam_t", H5T_NATIVE_INT64, ctx);
+  m.cursor.epoch = get_num<uint64_t>(f, "loader_epoch", H5T_NATIVE_UINT64, ctx);
+  m.cursor.position = get_num<uint64_t>(f, "loader_position", H5T_NATIVE_UINT64, ctx);
+  m.best_val_loss = get_num<double>(f, "best_val_loss", H5T_NATIVE_DOUBLE, ctx);
+  m.best_step = get_num<int64_t>(f, "best_step", H5T_NATIVE_INT64, ctx);
+  m.model.num_layers = (int)get_num<int64_t>(f, "num_layers", H5T_NATIVE_INT64, ctx);
+  m.model.num_heads = (int)get_num<int64_t>(f, "num_heads", H5T_NATIVE_INT64, ctx);
+  m.model.channels = (int)get_num<int64_t>(f, "channels", H5T_NATIVE_INT64, ctx);
+  m.model.vocab_size = (int)get_num<int64_t>(f, "vocab_size", H5T_NATIVE_INT64, ctx);
+  m.model.padded_vocab = (int)get_num<int64_t>(f, "padded_vocab", H5T_NATIVE_INT64, ctx);
+  m.model.max_seq_len = (int)get_num<int64_t>(f, "max_seq_len", H5T_NATIVE_INT64, ctx);
+  try {
+    m.model.finalize();
+  } catch (const Error& e) {
+    fail(ctx, " has an invalid model shape: ", e.what());
+  }
+  m.identity = from_ini(get_str(f, "run_identity", ctx));
+  m.settings = from_ini(get_str(f, "run_settings", ctx));
+  for (const auto& [k, v] : from_ini(get_str(f, "counters", ctx))) m.counters[k] = std::stod(v);
+  return m;
+}
+
+Checkpoint read_checkpoint(const std::string& dir) {
+  Checkpoint ck;
+  ck.meta = read_checkpoint_meta(dir);
+  const std::string path = dir + "/" + kStateFile;
+  const std::string ctx = "checkpoint " + path;
+  const size_t P = ParamLayout(ck.meta.model).total;
+  H5Handle fapl = h5_fapl_no_locking();
+  H5Handle f(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open ", ctx),
+             H5Fclose);
+  std::vector<float>* tensors[3] = {&ck.params, &ck.adam_m, &ck.adam_v};
+  for (int i = 0; i < 3; i++) {
+    H5Handle d(H5_CHECK(H5Dopen2(f, kTensorNames[i], H5P_DEFAULT), ctx, ": /", kTensorNames[i]),
+               H5Dclose);
+    H5Handle space(H5_CHECK(H5Dget_space(d), ctx), H5Sclose);
+    hsize_t dims[1] = {0};
+    if (H5Sget_simple_extent_ndims(space) != 1 || H5Sget_simple_extent_dims(space, dims, nullptr) != 1 ||
+        dims[0] != P)
+      fail(ctx, ": /", kTensorNames[i], " has ", dims[0], " elements, the model needs ", P);
+    tensors[i]->resize(P);
+    H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, tensors[i]->data()),
+             ctx, ": /", kTensorNames[i], " is unreadable (truncated?)");
+    const uint64_t want = get_num<uint64_t>(d, "crc32", H5T_NATIVE_UINT64, ctx);
+    const uint32_t got = crc_of(*tensors[i]);
+    if (got != want)
+      fail(ctx, ": /", kTensorNames[i], " fails its checksum (crc32 ", got, ", recorded ", want,
+           "): the file is corrupted");
+  }
+  return ck;
+}
+
+}  // namespace ratchet

@@ -1,0 +1,198 @@
+#include "ckpt/checkpoint_dir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/fault.h"
+#include "core/log.h"
+
+namespace fs = std::filesystem;
+
+namespace ratchet {
+
+namespace {
+
+const char* kCommitMarker = "COMMITTED";
+
+void fsync_dir(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) fail("cannot open directory ", path, " to fsync: ", std::strerror(errno));
+  int rc = fsync(fd);
+  int err = errno;
+  close(fd);
+  if (rc != 0) fail("fsync of directory ", path, " failed: ", std::strerror(err));
+}
+
+// Writes a small file durably (fsync before returning).
+void write_small_file(const std::string& path, const std::string& text) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fail("cannot write ", path, ": ", std::strerror(errno));
+  ssize_t n = write(fd, text.data(), text.size());
+  int err = errno;
+  bool ok = n == (ssize_t)text.size() && fsync(fd) == 0;
+  close(fd);
+  if (!ok) fail("writing ", path, " failed (disk full?): ", std::strerror(err));
+}
+
+bool parse_step_name(const std::string& name, int64_t* step) {
+  if (name.rfind("step_", 0) != 0 || name.size() <= 5) return false;
+  for (size_t i = 5; i < name.size(); i++)
+    if (name[i] < '0' || name[i] > '9') return false;
+  *step = std::stoll(name.substr(5));
+  return true;
+}
+
+}  // namespace
+
+uint64_t directory_bytes(const std::string& dir) {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) total += e.file_size(ec);
+  return total;
+}
+
+std::string CheckpointDir::entry_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", (long long)step);
+  return buf;
+}
+
+CheckpointDir::CheckpointDir(const std::string& dir, bool create) : dir_(dir) {
+  std::error_code ec;
+  if (create) {
+    fs::create_directories(dir_, ec);
+    if (ec) fail("--ckpt-dir ", dir_, " cannot be created: ", ec.message());
+    if (access(dir_.c_str(), W_OK | X_OK) != 0)
+      fail("--ckpt-dir ", dir_, " is not writable: ", std::strerror(errno),
+           ". Point --ckpt-dir at a directory you can write (e.g. on scratch)");
+  } else if (!fs::is_directory(dir_, ec)) {
+    fail("checkpoint directory ", dir_, " does not exist");
+  }
+}
+
+std::vector<CheckpointEntry> CheckpointDir::list() const {
+  std::vector<CheckpointEntry> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    CheckpointEntry c;
+    c.name = e.path().filename().string();
+    if (!e.is_directory(ec) || !parse_step_name(c.name, &c.step)) continue;
+    c.path = e.path().string();
+    c.committed = fs::exists(e.path() / kCommitMarker, ec);
+    out.push_back(c);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointEntry& a, const CheckpointEntry& b) { return a.step < b.step; });
+  return out;
+}
+
+SaveStats CheckpointDir::save(const Checkpoint& ck, const RetentionPolicy& keep) {
+  const double t0 = now_s();
+  const std::string name = entry_name(ck.meta.step);
+  const std::string tmp = dir_ + "/.tmp-" + name + "-" + std::to_string(getpid());
+  const std::string final_path = dir_ + "/" + name;
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (!fs::create_directory(tmp, ec))
+    fail("cannot create ", tmp, " in --ckpt-dir: ", ec ? ec.message() : "exists");
+  try {
+    write_checkpoint_files(tmp, ck);
+    fault_point("ckpt-before-commit");
+    write_small_file(tmp + "/" + kCommitMarker, std::to_string(ck.meta.step) + "\n");
+    fsync_dir(tmp);
+  } catch (...) {
+    fs::remove_all(tmp, ec);  // the previous checkpoint is untouched
+    throw;
+  }
+  // A checkpoint of the same step (a resumed run saving the step it resumed
+  // from) is replaced only now that the new one is complete.
+  if (fs::exists(final_path, ec)) {
+    const std::string old = final_path + ".old-" + std::to_string(getpid());
+    fs::rename(final_path, old, ec);
+    if (ec) fail("cannot move aside ", final_path, ": ", ec.message());
+    fs::rename(tmp, final_path, ec);
+    if (ec) fail("cannot rename ", tmp, " to ", final_path, ": ", ec.message());
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(tmp, final_path, ec);
+    if (ec) fail("cannot rename ", tmp, " to ", final_path, ": ", ec.message());
+  }
+  fsync_dir(dir_);
+  fault_point("ckpt-before-latest");
+  write_small_file(dir_ + "/latest.tmp", name + "\n");
+  if (std::rename((dir_ + "/latest.tmp").c_str(), (dir_ + "/latest").c_str()) != 0)
+    fail("cannot update ", dir_, "/latest: ", std::strerror(errno));
+  fsync_dir(dir_);
+  prune(keep);
+  SaveStats s;
+  s.path = final_path;
+  s.bytes = directory_bytes(final_path);
+  s.seconds = now_s() - t0;
+  return s;
+}
+
+std::optional<Checkpoint> CheckpointDir::load_newest_valid(
+    const std::function<void(const std::string&)>& warn) const {
+  auto entries = list();
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    if (!it->committed) {
+      warn("skipping " + it->path + ": no COMMITTED marker (a save that did not finish)");
+      continue;
+    }
+    try {
+      return read_checkpoint(it->path);
+    } catch (const Error& e) {
+      warn("skipping " + it->path + ": " + e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> CheckpointDir::prune(const RetentionPolicy& keep) const {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  // Leftovers of interrupted saves by processes that no longer run.
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(".tmp-", 0) == 0 || n.find(".old-") != std::string::npos) {
+      const std::string pid = n.substr(n.rfind('-') + 1);
+      if (pid == std::to_string(getpid())) continue;
+      fs::remove_all(e.path(), ec);
+      removed.push_back(e.path().string());
+    }
+  }
+  auto entries = list();
+  std::vector<CheckpointEntry> committed;
+  for (const auto& c : entries)
+    if (c.committed) committed.push_back(c);
+  const int n = (int)committed.size();
+  for (int i = 0; i < n; i++) {
+    const auto& c = committed[i];
+    const bool recent = i >= n - std::max(1, keep.keep_last);
+    const bool every = keep.keep_every > 0 && c.step % keep.keep_every == 0;
+    const bool best = c.step == keep.best_step;
+    if (recent || every || best) continue;
+    fs::remove_all(c.path, ec);
+    removed.push_back(c.path);
+  }
+  // Uncommitted step_* directories older than the newest committed one are
+  // debris of failed saves; a newer uncommitted one is kept for inspection.
+  const int64_t newest = n ? committed.back().step : -1;
+  for (const auto& c : entries)
+    if (!c.committed && c.step < newest) {
+      fs::remove_all(c.path, ec);
+      removed.push_back(c.path);
+    }
+  return removed;
+}
+
+}  // namespace ratchet

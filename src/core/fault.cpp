@@ -1,0 +1,36 @@
+#include "core/fault.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace ratchet {
+
+void fault_point(const std::string& point) {
+  static const char* env = std::getenv("RATCHET_FAULT");
+  if (!env || !*env) return;
+  std::stringstream ss(env);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto at = item.find('@');
+    if (at != std::string::npos && item.substr(at + 1) == point) {
+      const std::string sig = item.substr(0, at);
+      const int num = sig == "USR1" ? SIGUSR1 : sig == "USR2" ? SIGUSR2 : sig == "TERM" ? SIGTERM
+                    : sig == "INT" ? SIGINT : 0;
+      if (num) raise(num);
+      continue;
+    }
+    if (item == point) {
+      std::fprintf(stderr, "ratchet: RATCHET_FAULT: killing the process at '%s'\n",
+                   point.c_str());
+      std::fflush(stderr);
+      kill(getpid(), SIGKILL);
+      pause();
+    }
+  }
+}
+
+}  // namespace ratchet

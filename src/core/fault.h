@@ -1,0 +1,19 @@
+// Fault injection for tests: RATCHET_FAULT=<point>[,<point>...] makes the
+// process kill itself with SIGKILL (no cleanup, like a node failure or the
+// OOM killer) when it reaches a named point. Points used:
+//   ckpt-mid-write      a checkpoint's state file is half written
+//   ckpt-before-commit  everything is written, the commit marker is not
+//   ckpt-before-latest  committed and renamed, `latest` not yet updated
+//   step-N              just after optimizer step N completes
+// An item "SIG@point" (e.g. "USR1@step-5", "TERM@ckpt-mid-write") raises that
+// signal instead of killing: the process's own handlers then run, as when a
+// scheduler signals it at that moment.
+#pragma once
+#include <string>
+
+namespace ratchet {
+
+// SIGKILLs the process when `point` is listed in $RATCHET_FAULT.
+void fault_point(const std::string& point);
+
+}  // namespace ratchet

@@ -1,0 +1,235 @@
+// Checkpoints and the stop protocol through the real binary: a run that is
+// signalled, killed (also halfway through a save), or runs out of time,
+// resumes and ends with parameters BIT-IDENTICAL to a run that never stopped.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <filesystem>
+#include <string>
+
+#include "testing/test_util.h"
+
+using namespace ratchet::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+class Resume : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto r = run_shell("bible -f 'Gen1:1-Gen5:32' > " + (*dir_ / "gen.txt"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = run_ratchet("shard --tokenizer byte --input " + (*dir_ / "gen.txt") + " --output-dir " +
+                    (*dir_ / "data") + " --val-fraction 0.1 --seed 1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  // A tiny shuffled run with eval and accumulation, so every piece of state
+  // (weights, moments, step, LR position, data cursor, best loss) matters.
+  static std::string train_cmd(const std::string& ckpt, const std::string& out, int steps = 12,
+                               const std::string& lr = "3e-3") {
+    return "train --model custom --layers 2 --heads 2 --channels 32 --max-seq-len 32 "
+           "--seq-len 16 --batch-size 2 --total-batch-tokens 64 --threads 1 "
+           "--train-data '" + (*dir_ / "data/train_*.h5") + "' --val-data '" +
+           (*dir_ / "data/val_*.h5") + "' --eval-every 5 --eval-batches 2 --warmup-steps 3 "
+           "--steps " + std::to_string(steps) + " --lr " + lr + " --quiet "
+           "--ckpt-dir " + ckpt + " --export " + out;
+  }
+  // The reference: the same run, never interrupted.
+  static const std::string& reference() {
+    static std::string bytes;
+    if (bytes.empty()) {
+      TempDir d;
+      auto r = run_ratchet(train_cmd(d / "ck", d / "ref.bin"));
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      bytes = read_file(d / "ref.bin");
+    }
+    return bytes;
+  }
+  static TempDir* dir_;
+};
+TempDir* Resume::dir_ = nullptr;
+
+TEST_F(Resume, PreemptionSignalSavesExits75AndResumesBitIdentically) {
+  TempDir d;
+  auto r = run_shell("RATCHET_FAULT=USR1@step-7 " RATCHET_EXE " " + train_cmd(d / "ck", d / "out.bin"));
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("SIGUSR1 received"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("checkpoint (stop signal): step 7"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(d / "out.bin"));
+  r = run_ratchet(train_cmd(d / "ck", d / "out.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 7"), std::string::npos) << r.output;
+  EXPECT_TRUE(read_file(d / "out.bin") == reference()) << "resumed weights differ";
+}
+
+TEST_F(Resume, SigtermAlwaysStopsCleanly) {
+  TempDir d;
+  auto r = run_shell("RATCHET_FAULT=TERM@step-3 " RATCHET_EXE " " +
+                     train_cmd(d / "ck", d / "out.bin") + " --preempt-signal USR2");
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("SIGTERM received"), std::string::npos) << r.output;
+  r = run_ratchet(train_cmd(d / "ck", d / "out.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(read_file(d / "out.bin") == reference());
+}
+
+TEST_F(Resume, KilledRunResumesFromTheLastPeriodicCheckpoint) {
+  TempDir d;
+  auto r = run_shell("RATCHET_FAULT=step-6 " RATCHET_EXE " " + train_cmd(d / "ck", d / "out.bin") +
+                     " --ckpt-every-steps 4");
+  EXPECT_EQ(r.exit_code, 128 + 9) << r.output;  // SIGKILL: no chance to save
+  r = run_ratchet(train_cmd(d / "ck", d / "out.bin") + " --ckpt-every-steps 4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+  EXPECT_TRUE(read_file(d / "out.bin") == reference());
+}
+
+TEST_F(Resume, KilledHalfwayThroughASaveIgnoresThePartialCheckpoint) {
+  for (const char* point : {"ckpt-mid-write", "ckpt-before-commit", "ckpt-before-latest"}) {
+    TempDir d;
+    const std::string cmd = train_cmd(d / "ck", d / "out.bin");
+    // 1. stopped at step 4: a good checkpoint
+    auto r = run_shell("RATCHET_FAULT=USR1@step-4 " RATCHET_EXE " " + cmd);
+    ASSERT_EQ(r.exit_code, 75) << r.output;
+    // 2. resumed, and killed inside the periodic save at step 8
+    r = run_shell(std::string("RATCHET_FAULT=") + point + " " RATCHET_EXE " " + cmd +
+                  " --ckpt-every-steps 8");
+    EXPECT_EQ(r.exit_code, 128 + 9) << point << "\n" << r.output;
+    // 3. the partial save is never loaded: resume continues from step 4 (or
+    //    from 8 when the kill came after the commit, before `latest` moved)
+    r = run_ratchet(cmd + " --ckpt-every-steps 8");
+    ASSERT_EQ(r.exit_code, 0) << point << "\n" << r.output;
+    const bool committed = std::string(point) == "ckpt-before-latest";
+    EXPECT_NE(r.output.find(committed ? "continuing from step 8" : "continuing from step 4"),
+              std::string::npos) << point << "\n" << r.output;
+    EXPECT_TRUE(read_file(d / "out.bin") == reference()) << point;
+    // no debris of the failed save is left once a newer checkpoint committed
+    for (const auto& e : fs::directory_iterator(d / "ck"))
+      EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  }
+}
+
+TEST_F(Resume, TimeLimitStopsBeforeTheLimitAndRequeues) {
+  TempDir d;
+  const double t0 = now_seconds();
+  auto r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 1000000) + " --time-limit 3 --stop-margin 1");
+  const double took = now_seconds() - t0;
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("time limit near"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("checkpoint (time limit)"), std::string::npos) << r.output;
+  EXPECT_LT(took, 3.0 + 2.0) << "stopped too late";  // start-up and exit add a little
+}
+
+TEST_F(Resume, CorruptNewestCheckpointFallsBackToThePreviousOne) {
+  for (const char* damage : {"bitflip", "truncate"}) {
+    TempDir d;
+    auto r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 8) + " --ckpt-every-steps 4");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string state = d / "ck/step_00000008/state.h5";
+    std::string bytes = read_file(state);
+    if (std::string(damage) == "bitflip")
+      bytes[bytes.size() / 2] ^= 0x10;  // inside the parameter data
+    else
+      bytes.resize(bytes.size() / 2);
+    write_file(state, bytes);
+    r = run_ratchet("ckpt verify " + (d / "ck/step_00000008"));
+    EXPECT_EQ(r.exit_code, 1) << damage << "\n" << r.output;
+    r = run_ratchet(train_cmd(d / "ck", d / "out.bin"));
+    ASSERT_EQ(r.exit_code, 0) << damage << "\n" << r.output;
+    EXPECT_NE(r.output.find("skipping " + (d / "ck/step_00000008")), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+    EXPECT_TRUE(read_file(d / "out.bin") == reference()) << damage;
+  }
+}
+
+TEST_F(Resume, ADifferentRunIsRefusedWithADiffAndSafeChangesAreLogged) {
+  TempDir d;
+  auto r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 4));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 6) + " --seed 5");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("belongs to a different run"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("seed: checkpoint has '1337', this run has '5'"), std::string::npos)
+      << r.output;
+  r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 6, "1e-3"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resume: lr changed from 0.003 to 0.001"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resume: steps changed from 4 to 6"), std::string::npos) << r.output;
+}
+
+TEST_F(Resume, NewerFormatVersionIsRefused) {
+  TempDir d;
+  auto r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 2));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string state = d / "ck/step_00000002/state.h5";
+  hid_t f = H5Fopen(state.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+  int64_t v = 99;
+  H5Awrite(a, H5T_NATIVE_INT64, &v);
+  H5Aclose(a);
+  H5Fclose(f);
+  r = run_ratchet("ckpt verify " + (d / "ck/step_00000002"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("format_version 99, newer than this ratchet reads"), std::string::npos)
+      << r.output;
+  // Resuming skips it (and says why) rather than misreading it.
+  r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 3));
+  EXPECT_NE(r.output.find("format_version 99"), std::string::npos) << r.output;
+}
+
+TEST_F(Resume, DiskFullDuringASaveKeepsThePreviousCheckpoint) {
+  TempDir d;
+  auto r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 4));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // A 200 KB file-size limit: the next state file (~480 KB) cannot be written,
+  // as on a full disk.
+  r = run_shell("bash -c \"ulimit -f 200; exec " RATCHET_EXE " " + train_cmd(d / "ck", d / "o2.bin", 8) +
+                " --ckpt-every-steps 6\"");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("checkpoint save at step 6 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("previous checkpoint is intact"), std::string::npos) << r.output;
+  r = run_ratchet("ckpt verify " + (d / "ck"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_file(d / "ck/latest"), "step_00000004\n");
+  EXPECT_FALSE(fs::exists(d / "ck/step_00000006"));
+}
+
+TEST_F(Resume, UnwritableCheckpointDirectoryIsAClearError) {
+  TempDir d;
+  write_file(d / "file", "x");
+  auto r = run_ratchet(train_cmd(d / "file/ck", d / "out.bin", 2));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--ckpt-dir " + (d / "file/ck") + " cannot be created"), std::string::npos)
+      << r.output;
+}
+
+TEST_F(Resume, CkptCommandsListInspectPruneExport) {
+  TempDir d;
+  auto r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 12) + " --ckpt-every-steps 2 --keep-last 10");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet("ckpt list " + (d / "ck"));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("step_00000012"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("latest"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("best"), std::string::npos) << r.output;
+  r = run_ratchet("ckpt inspect " + (d / "ck/step_00000012"));
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("data cursor"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("adam step        12"), std::string::npos) << r.output;
+  r = run_ratchet("ckpt prune " + (d / "ck") + " --keep-last 2 --keep-every 4");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int s : {4, 8, 10, 12}) EXPECT_TRUE(fs::exists(d / ("ck/step_000000" + std::string(s < 10 ? "0" : "") + std::to_string(s)))) << s;
+  for (int s : {2, 6}) EXPECT_FALSE(fs::exists(d / ("ck/step_0000000" + std::to_string(s)))) << s;
+  r = run_ratchet("ckpt export " + (d / "ck/step_00000012") + " --output " + (d / "x.bin"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(read_file(d / "x.bin") == read_file(d / "out.bin"));
+  EXPECT_EQ(run_ratchet("ckpt frob " + (d / "ck")).exit_code, 2);
+  EXPECT_EQ(run_ratchet("ckpt list " + (d / "nope")).exit_code, 2);
+}
+
+}  // namespace
