@@ -28,15 +28,25 @@ const char* kExamples = R"(examples:
   # the same settings from an INI file (keys are the long option names)
   ratchet train --config run.ini --steps 50      # command line wins over the file
 
+  # data parallel on 4 ranks (2 micro-batches of 4x64 each per step), ZeRO-1
+  mpirun -np 4 ratchet train --config run.ini --batch-size 4 --seq-len 64 \
+      --total-batch-tokens 2048 --zero 1      # or: srun -n 4 --mpi=pmix ratchet train ...
+
   # preemptible: save every 200 steps and on SIGUSR1/SIGTERM, resume by rerunning
   ratchet train --config run.ini --ckpt-dir ckpt/ --ckpt-every-steps 200
 
-exit codes: 0 done; 1 failed run; 2 bad input; 75 stopped early and saved (signal or
-time limit): run the same command again to resume (slurm/train.sbatch requeues)
+  # a budgeted run with a cost ledger and early stopping, for `ratchet report`
+  ratchet train --config run.ini --run-dir runs/a --price-per-device-hour 2.5 \
+      --max-cost 40 --eval-every 200 --early-stop-patience 5
+
+exit codes: 0 done (or stopped early by --early-stop-patience); 1 failed run; 2 bad input;
+75 stopped early and saved (signal or time limit): run the same command again to resume
+(slurm/train.sbatch requeues); 76 a budget was reached and saved: do not requeue
 )";
 
 po::options_description make_options(TrainOptions& o, std::string& config_path,
-                                     std::string& schedule) {
+                                     std::string& schedule, std::string& batch,
+                                     std::string& ckpt_every) {
   po::options_description model("model");
   model.add_options()
     ("model", po::value(&o.model)->default_value(o.model),
@@ -57,8 +67,11 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("train-data", po::value(&o.train_data), "glob of training shards (from `ratchet shard`)")
     ("val-data", po::value(&o.val_data), "glob of validation shards")
     ("no-shuffle", po::bool_switch(), "read training windows in order instead of shuffled")
-    ("batch-size,B", po::value(&o.batch_size)->default_value(o.batch_size),
-     "micro-batch rows B")
+    ("batch-size,B", po::value(&batch)->default_value(std::to_string(o.batch_size)),
+     "micro-batch rows B, or 'auto': the largest that fits in memory (needs "
+     "--total-batch-tokens; accumulation keeps the total)")
+    ("memory-budget-mb", po::value(&o.memory_budget_mb),
+     "memory --batch-size auto may use (default: 80% of MemAvailable)")
     ("seq-len,T", po::value(&o.seq_len)->default_value(o.seq_len), "sequence length T")
     ("total-batch-tokens", po::value(&o.total_batch_tokens),
      "tokens per optimizer step, a multiple of B*T (default B*T: no accumulation)")
@@ -93,7 +106,11 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "tokens per sample (0: no samples)")
     ("temperature", po::value(&o.temperature)->default_value(o.temperature),
      "sampling temperature (0: greedy)")
-    ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads (0: all cores)")
+    ("threads", po::value(&o.threads)->default_value(o.threads),
+     "CPU threads per rank (0: the node's cores / ranks on the node)")
+    ("zero", po::value(&o.zero)->default_value(o.zero),
+     "data parallel: 0 = all-reduce gradients; 1 = ZeRO-1, each rank keeps and updates 1/N of "
+     "the AdamW state (reduce-scatter, all-gather)")
     ("log-jsonl", po::value(&o.log_jsonl), "write one JSON object per step/evaluation here")
     ("export", po::value(&o.export_path), "write an llm.c fp32 GPT-2 checkpoint at the end")
     ("profile", po::bool_switch(&o.profile), "print a per-op time table at the end")
@@ -120,11 +137,38 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("stop-margin", po::value(&o.stop_margin)->default_value(o.stop_margin),
      "seconds kept free before the time limit, beyond one step and one save");
 
+  ckpt.add_options()
+    ("ckpt-every", po::value(&ckpt_every),
+     "'auto': checkpoint interval from the measured save time and "
+     "--expected-preemptions-per-hour (Young/Daly: sqrt(2 x save x MTBF))")
+    ("expected-preemptions-per-hour",
+     po::value(&o.expected_preemptions_per_hour)->default_value(o.expected_preemptions_per_hour),
+     "for --ckpt-every auto");
+
+  po::options_description cost("cost and guardrails");
+  cost.add_options()
+    ("run-dir", po::value(&o.run_dir),
+     "run directory: RUN_DIR/ckpt, RUN_DIR/train.jsonl and RUN_DIR/ledger.json by default "
+     "(see `ratchet report`)")
+    ("price-per-device-hour", po::value(&o.price_per_device_hour),
+     "price of one device (GPU, or CPU node) per hour, for the ledger's cost")
+    ("max-device-hours", po::value(&o.max_device_hours),
+     "budget: stop (save, exit 76) when the device-hours of all attempts reach this")
+    ("max-cost", po::value(&o.max_cost), "budget: stop when the cost reaches this")
+    ("max-wall-time", po::value(&o.max_wall_time),
+     "budget: stop when the wall time of all attempts reaches this (seconds or [D-]HH:MM:SS)")
+    ("max-tokens", po::value(&o.max_tokens), "budget: stop when this many tokens are trained")
+    ("early-stop-patience", po::value(&o.early_stop_patience),
+     "stop after this many evaluations without a val loss improvement (0: off); the best "
+     "checkpoint is kept")
+    ("early-stop-min-delta", po::value(&o.early_stop_min_delta),
+     "an improvement must be larger than this");
+
   po::options_description all("ratchet train options");
   all.add_options()
     ("help,h", "print this help")
     ("config", po::value(&config_path), "INI file of options (keys = long option names)");
-  all.add(model).add(data).add(optim).add(eval).add(ckpt);
+  all.add(model).add(data).add(optim).add(eval).add(ckpt).add(cost);
   return all;
 }
 
@@ -132,8 +176,8 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
 
 int cmd_train(int argc, char** argv) {
   TrainOptions o;
-  std::string config_path, schedule;
-  po::options_description desc = make_options(o, config_path, schedule);
+  std::string config_path, schedule, batch, ckpt_every;
+  po::options_description desc = make_options(o, config_path, schedule, batch, ckpt_every);
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, vm, "train")) return kExitUsage;
   if (vm.count("help")) {
@@ -144,6 +188,21 @@ int cmd_train(int argc, char** argv) {
   if (vm.count("config")) parse_config_file(vm["config"].as<std::string>(), desc, vm, "train");
   po::notify(vm);
   o.lr_schedule = schedule;
+  if (batch == "auto") {
+    o.batch_size = 0;
+  } else {
+    try {
+      size_t pos = 0;
+      o.batch_size = std::stoi(batch, &pos);
+      if (pos != batch.size() || o.batch_size < 1) throw std::invalid_argument(batch);
+    } catch (const std::exception&) {
+      fail("--batch-size '", batch, "' must be a positive integer or auto");
+    }
+  }
+  if (!ckpt_every.empty() && ckpt_every != "auto")
+    fail("--ckpt-every '", ckpt_every, "': only 'auto' is accepted (use --ckpt-every-steps N or "
+         "--ckpt-every-minutes M for fixed intervals)");
+  o.ckpt_every_auto = ckpt_every == "auto";
   o.shuffle = !vm["no-shuffle"].as<bool>();
   return run_training(o).exit_code;
 }

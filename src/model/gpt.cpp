@@ -102,10 +102,24 @@ void GPT::get_grads(float* host) const { be_.download_f32(host, grads_, layout_.
 void GPT::zero_grad() { be_.zero(grads_, layout_.total * be_.storage_bytes()); }
 
 GPT::Acts GPT::acts_for(int B, int T) const {
-  const size_t BT = (size_t)B * T, C = cfg_.channels, NH = cfg_.num_heads,
-               Vp = cfg_.padded_vocab, L = cfg_.num_layers, sb = be_.storage_bytes();
+  return layout_acts(cfg_, B, T, be_.storage_bytes(), acts_);
+}
+
+size_t GPT::param_bytes(const GPTConfig& cfg, size_t storage_bytes) {
+  return 2 * ParamLayout(cfg).total * storage_bytes;  // params + grads
+}
+
+size_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, size_t storage_bytes) {
+  return layout_acts(cfg, B, T, storage_bytes, nullptr).bytes;
+}
+
+// The one definition of the activation layout: used to place buffers (base
+// non-null) and to count bytes (base null) — so accounting is exact.
+GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, void* acts) {
+  const size_t BT = (size_t)B * T, C = cfg.channels, NH = cfg.num_heads,
+               Vp = cfg.padded_vocab, L = cfg.num_layers;
   Acts a;
-  char* base = (char*)acts_;
+  char* base = (char*)acts;
   size_t off = 0;
   // Each buffer starts 64-byte aligned (vector loads, cuBLASLt's 16-byte rule).
   auto take = [&](size_t bytes) -> void* {

@@ -69,6 +69,13 @@ class GPT {
   // Logits of position t of row 0, first V columns (for sampling).
   void get_logits_row(int t, float* host_V) const;
 
+  // Exact bytes of backend memory this model allocates (what alloc() is asked
+  // for): parameters and gradients (storage dtype), and activations for one
+  // micro-batch of (B, T) including backward scratch and 64-byte alignment.
+  // The optimizer's FP32 moments (2·P·4 bytes) are AdamW's, not counted here.
+  static size_t param_bytes(const GPTConfig& cfg, size_t storage_bytes);
+  static size_t activation_bytes(const GPTConfig& cfg, int B, int T, size_t storage_bytes);
+
   // Profiling: when on, every op is timed (with a backend synchronize).
   void set_profiling(bool on) { profiling_ = on; }
   const std::map<std::string, OpStat>& profile() const { return prof_; }
@@ -78,6 +85,7 @@ class GPT {
   struct Acts;  // pointers into acts_ for the current (B, T)
   void ensure_acts(int B, int T);
   Acts acts_for(int B, int T) const;
+  static Acts layout_acts(const GPTConfig& cfg, int B, int T, size_t storage_bytes, void* base);
   void run_forward(const Acts& a, int B, int T, bool has_targets, float dloss);
   void run_backward(const Acts& a, int B, int T);
   float mean_loss(const Acts& a, int BT) const;

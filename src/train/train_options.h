@@ -20,7 +20,8 @@ struct TrainOptions {
   bool shuffle = true;
 
   // batch
-  int batch_size = 4;           // B: micro-batch rows
+  int batch_size = 4;           // B: micro-batch rows; 0 = auto (largest that fits in memory)
+  double memory_budget_mb = 0;  // for --batch-size auto: 0 = 80% of MemAvailable
   int seq_len = 64;             // T
   long total_batch_tokens = 0;  // 0: B*T (no accumulation)
   int steps = 100;
@@ -42,7 +43,10 @@ struct TrainOptions {
   float temperature = 1.0f;
 
   // machine and output
-  int threads = 0;              // 0: all cores
+  int threads = 0;              // 0: the node's cores / the ranks on this node
+
+  // data parallel (ranks from mpirun / srun; see dist/communicator.h)
+  int zero = 0;                 // ZeRO stage: 0 = all-reduce gradients, 1 = shard AdamW state
   std::string log_jsonl;
   std::string export_path;      // llm.c fp32 checkpoint written at the end
   bool profile = false;         // per-op table after the run
@@ -58,6 +62,18 @@ struct TrainOptions {
   std::string preempt_signal = "USR1";
   std::string time_limit;       // "" : from Slurm inside a job; "none"; seconds or HH:MM:SS
   double stop_margin = 10;      // seconds kept free before the time limit
+  bool ckpt_every_auto = false; // Young/Daly interval from the save time and preemption rate
+  double expected_preemptions_per_hour = 1.0;
+
+  // cost and guardrails
+  std::string run_dir;          // defaults: RUN_DIR/ckpt, RUN_DIR/train.jsonl, RUN_DIR/ledger.json
+  double price_per_device_hour = 0;
+  double max_device_hours = 0;  // budgets: 0 = none; reaching one saves and exits 76
+  double max_cost = 0;
+  std::string max_wall_time;    // summed over requeues: seconds or [D-]HH:MM:SS
+  double max_tokens = 0;
+  int early_stop_patience = 0;  // evaluations without improvement; 0 = off
+  double early_stop_min_delta = 0;
 };
 
 }  // namespace ratchet

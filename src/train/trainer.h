@@ -8,7 +8,8 @@
 namespace ratchet {
 
 struct TrainResult {
-  int exit_code = 0;                // kExitOk, or kExitRequeue when stopped early and saved
+  int exit_code = 0;                // kExitOk; kExitRequeue (stopped early, saved); kExitBudget
+  bool early_stopped = false;       // stopped by --early-stop-patience (exit code 0)
   int steps_done = 0;               // optimizer steps completed (including resumed ones)
   std::vector<float> train_losses;  // one per step run in this process
   float final_val_loss = 0;         // NaN without validation data or when stopped early

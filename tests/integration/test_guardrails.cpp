@@ -1,0 +1,190 @@
+// Cost guardrails through the real binary: the ledger across a real requeue,
+// each budget (exit 76, resumable), early stopping on a planted plateau,
+// --ckpt-every auto, --batch-size auto.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include "model/gpt.h"
+#include "model/param_layout.h"
+#include "testing/test_util.h"
+
+using namespace ratchet::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+class Guardrails : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto r = run_shell("bible -f 'Gen1:1-Gen5:32' > " + (*dir_ / "gen.txt"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = run_ratchet("shard --tokenizer byte --input " + (*dir_ / "gen.txt") + " --output-dir " +
+                    (*dir_ / "data") + " --val-fraction 0.1 --seed 1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  // 64 tokens per step (B=2, T=16, 2 micro-batches).
+  static std::string cmd(const std::string& run_dir, int steps) {
+    return "train --model custom --layers 2 --heads 2 --channels 32 --max-seq-len 32 "
+           "--seq-len 16 --batch-size 2 --total-batch-tokens 64 --threads 1 --quiet "
+           "--train-data '" + (*dir_ / "data/train_*.h5") + "' --val-data '" +
+           (*dir_ / "data/val_*.h5") + "' --eval-batches 2 --steps " + std::to_string(steps) +
+           " --run-dir " + run_dir;
+  }
+  static double ledger(const std::string& run_dir, const std::string& key) {
+    const std::string s = read_file(run_dir + "/ledger.json");
+    auto p = s.find("\"" + key + "\": ");
+    EXPECT_NE(p, std::string::npos) << key << " missing in " << s;
+    return p == std::string::npos ? NAN : std::stod(s.substr(p + key.size() + 4));
+  }
+  static TempDir* dir_;
+};
+TempDir* Guardrails::dir_ = nullptr;
+
+TEST_F(Guardrails, LedgerSumsAcrossAStopAndAKill) {
+  TempDir d;
+  const std::string run = d / "run";
+  // attempt 1: preempted by SIGUSR1 after step 5 (saves at 5)
+  auto r = run_shell("RATCHET_FAULT=USR1@step-5 " RATCHET_EXE " " + cmd(run, 12) +
+                     " --ckpt-every-steps 4 --price-per-device-hour 3600");
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_EQ(ledger(run, "state"), 75);
+  EXPECT_EQ(ledger(run, "tokens"), 5 * 64);
+  const double wall1 = ledger(run, "wall_seconds");
+  // attempt 2: resumes at 5, checkpoint at 8, killed (SIGKILL) after step 10
+  r = run_shell("RATCHET_FAULT=step-10 " RATCHET_EXE " " + cmd(run, 12) +
+                " --ckpt-every-steps 4 --price-per-device-hour 3600");
+  ASSERT_EQ(r.exit_code, 137) << r.output;
+  EXPECT_EQ(ledger(run, "max_step"), 10);
+  EXPECT_EQ(ledger(run, "state"), 0);  // it never got to say how it ended
+  const double wall2 = ledger(run, "wall_seconds");
+  EXPECT_GT(wall2, wall1);
+  // attempt 3: resumes at 8 (steps 9, 10 are recomputed), finishes
+  r = run_ratchet(cmd(run, 12) + " --ckpt-every-steps 4 --price-per-device-hour 3600");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 step(s) since the checkpoint are recomputed"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(ledger(run, "state"), 1);
+  EXPECT_EQ(ledger(run, "resumes"), 2);
+  EXPECT_EQ(ledger(run, "preemptions"), 2);
+  EXPECT_EQ(ledger(run, "steps_lost"), 2);
+  EXPECT_EQ(ledger(run, "tokens"), (5 + 5 + 4) * 64);  // every token trained, recomputed included
+  EXPECT_GT(ledger(run, "wall_seconds"), wall2);
+  // cost = device-hours x price (3600 per hour: one unit per device-second)
+  EXPECT_NEAR(ledger(run, "cost"), ledger(run, "device_seconds"), 1e-9);
+  EXPECT_GT(ledger(run, "ckpt_save_seconds"), 0);
+  EXPECT_GT(ledger(run, "ckpt_load_seconds"), 0);
+  EXPECT_GE(ledger(run, "data_wait_seconds"), 0);
+  EXPECT_NE(r.output.find("ledger: "), std::string::npos);
+}
+
+TEST_F(Guardrails, TokenBudgetStopsAtTheRightStepAndResumes) {
+  TempDir d;
+  const std::string run = d / "run";
+  // 640 tokens = exactly 10 steps of 64
+  auto r = run_ratchet(cmd(run, 50) + " --max-tokens 640");
+  EXPECT_EQ(r.exit_code, 76) << r.output;
+  EXPECT_NE(r.output.find("stopping at step 10: token budget reached"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("do not requeue"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(run + "/ckpt/step_00000010/COMMITTED"));
+  // a larger budget continues the same run from its checkpoint
+  r = run_ratchet(cmd(run, 50) + " --max-tokens 1000");
+  EXPECT_EQ(r.exit_code, 76) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 10"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("stopping at step 16: token budget reached"), std::string::npos)
+      << r.output;  // ceil(1000 / 64) = 16
+  EXPECT_EQ(ledger(run, "tokens"), 16 * 64);
+}
+
+TEST_F(Guardrails, TimeAndMoneyBudgetsStopCleanly) {
+  struct Case {
+    std::string flags, message;
+  } cases[] = {
+      {"--max-wall-time 1", "wall-time budget reached"},
+      {"--max-device-hours 0.0003", "device-hour budget reached"},  // ~1.1 s
+      {"--price-per-device-hour 7200 --max-cost 2", "cost budget reached"},  // 2 units = 1 s
+  };
+  for (const auto& c : cases) {
+    TempDir d;
+    auto r = run_ratchet(cmd(d / "run", 1000000) + " " + c.flags);
+    EXPECT_EQ(r.exit_code, 76) << c.flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << r.output;
+    EXPECT_EQ(ledger(d / "run", "state"), 76);
+    const double wall = ledger(d / "run", "wall_seconds");
+    EXPECT_GE(wall, 1.0) << c.flags;
+    EXPECT_LT(wall, 10.0) << c.flags;  // stops at the first step boundary past the budget
+  }
+}
+
+TEST_F(Guardrails, EarlyStoppingOnAPlantedPlateauKeepsTheBest) {
+  TempDir d;
+  const std::string run = d / "run";
+  // lr 1e-9: the val loss barely moves, so no improvement beats min-delta 0.01:
+  // evaluations at steps 0 (the first best), 2, 4 -> two without improvement -> stop at 4.
+  auto r = run_ratchet(cmd(run, 100) + " --lr 1e-9 --eval-every 2 --early-stop-patience 2 "
+                       "--early-stop-min-delta 0.01 --keep-last 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("early stopping at step 4"), std::string::npos) << r.output;
+  // The best-loss checkpoint (whichever of steps 0, 2, 4 had the lowest loss)
+  // survives retention with --keep-last 1, and `ckpt list` marks it.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("best [0-9.]+ at step ([0-9]+)")));
+  const int best = std::stoi(m[1]);
+  EXPECT_TRUE(best == 0 || best == 2 || best == 4) << best;
+  EXPECT_TRUE(fs::exists(run + "/ckpt/step_0000000" + std::to_string(best) + "/COMMITTED"));
+  r = run_ratchet("ckpt list " + run + "/ckpt");
+  EXPECT_NE(r.output.find("best"), std::string::npos) << r.output;
+}
+
+TEST_F(Guardrails, CkptEveryAutoUsesYoungDaly) {
+  TempDir d;
+  // one preemption a second: MTBF 1 s, so the interval is sqrt(2 x save x 1 s)
+  auto r = run_ratchet(cmd(d / "run", 1000000) + " --ckpt-every auto "
+                       "--expected-preemptions-per-hour 3600 --max-wall-time 2");
+  EXPECT_EQ(r.exit_code, 76) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.output, m,
+      std::regex("save takes ([0-9.]+) s, mean time between preemptions 1 s -> a checkpoint "
+                 "every ([0-9.]+) s")))
+      << r.output;
+  const double save = std::stod(m[1]), every = std::stod(m[2]);
+  EXPECT_NEAR(every, std::sqrt(2 * save), 0.06) << "printed with 2 and 1 decimals";
+  EXPECT_NE(r.output.find("expected loss per preemption"), std::string::npos);
+}
+
+TEST_F(Guardrails, BatchSizeAutoPicksTheLargestThatFits) {
+  TempDir d;
+  ratchet::GPTConfig c;
+  c.num_layers = 2;
+  c.num_heads = 2;
+  c.channels = 32;
+  c.vocab_size = 257;
+  c.padded_vocab = 0;
+  c.max_seq_len = 32;
+  c.finalize();
+  const double fixed = ratchet::GPT::param_bytes(c, 4) + 2.0 * ratchet::ParamLayout(c).total * 4;
+  // A budget between the need of B=4 and of B=8 (total 8 rows of 16): B=4, 2 micro-batches.
+  const double mb =
+      (fixed + (ratchet::GPT::activation_bytes(c, 4, 16, 4) + ratchet::GPT::activation_bytes(c, 8, 16, 4)) / 2) / 1e6;
+  std::string flags = "train --model custom --layers 2 --heads 2 --channels 32 --max-seq-len 32 "
+                      "--seq-len 16 --batch-size auto --total-batch-tokens 128 --steps 2 --quiet "
+                      "--train-data '" + (*dir_ / "data/train_*.h5") + "' --memory-budget-mb " +
+                      std::to_string(mb);
+  auto r = run_ratchet(flags);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("batch-size auto: B=4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2 micro-batch(es) per step"), std::string::npos) << r.output;
+  // without a total, auto is refused
+  r = run_ratchet("train --batch-size auto --train-data '" + (*dir_ / "data/train_*.h5") + "'");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--batch-size auto needs --total-batch-tokens"), std::string::npos);
+}
+
+}  // namespace
