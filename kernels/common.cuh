@@ -23,6 +23,14 @@
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 #define RATCHET_SIMT 0
+#elif defined(RATCHET_KERNELS_CUDA)
+// A host-compiled file that calls the nvcc-built launchers (the cuda backend,
+// GPU tests): CUDA's declarations, no device code.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#define RATCHET_SIMT 0
+#define RATCHET_HOST_ONLY 1
 #else
 #include "simt/simt.h"
 #define RATCHET_SIMT 1
@@ -59,6 +67,7 @@ using bf16 = __nv_bfloat16;
                               __LINE__);                                               \
   } while (0)
 
+#if !defined(RATCHET_HOST_ONLY)
 // ---- NVTX range for a launcher's scope ---------------------------------------------------
 struct NvtxRange {
 #if !RATCHET_SIMT
@@ -108,6 +117,8 @@ template <class T>
 __host__ __device__ constexpr T ceil_div(T a, T b) {
   return (a + b - 1) / b;
 }
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Storage <-> FP32. bf16 conversions round to nearest even (CUDA's __float2bfloat16).
 __device__ __forceinline__ float to_f32(float x) { return x; }
@@ -191,5 +202,7 @@ __device__ __forceinline__ bf16 stochastic_round_bf16(float x, uint32_t random) 
   bits &= 0xFFFF0000u;
   return __float2bfloat16_rz(__uint_as_float(bits));
 }
+
+#endif  // !RATCHET_HOST_ONLY
 
 }  // namespace ratchet::kernels

@@ -376,10 +376,12 @@ struct Pool {
   bool stop = false;
 
   void ensure(int n) {  // n helper threads besides the caller
-    while ((int)threads.size() < n) threads.emplace_back([this] { loop(); });
+    std::lock_guard<std::mutex> lk(mu);
+    // A new thread must wait for the NEXT job, not run the previous one (whose
+    // closure refers to a launch that has returned).
+    while ((int)threads.size() < n) threads.emplace_back([this, g = generation] { loop(g); });
   }
-  void loop() {
-    uint64_t seen = 0;
+  void loop(uint64_t seen) {
     std::unique_lock<std::mutex> lk(mu);
     for (;;) {
       cv.wait(lk, [&] { return stop || generation != seen; });
@@ -477,21 +479,27 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int param, in
     device_fail(std::string(op_name(op)) + " with width " + std::to_string(width) +
                 " (must be a power of two in [1, 32])");
   unsigned m = mask & wp.exists;
+  // Join the pending collective with this exact mask, or start one. A lane
+  // awaited by another pending collective that calls a different one means
+  // the lanes disagree on the sequence of collectives (a hang on a GPU).
   Group* g = nullptr;
-  for (int i = 0; i < wp.ngroups; i++)
-    if (wp.groups[i].mask & m) {
-      g = &wp.groups[i];
+  for (int i = 0; i < wp.ngroups; i++) {
+    Group& q = wp.groups[i];
+    if (q.mask == m && q.op == op) {
+      g = &q;
       break;
     }
+    if ((q.mask >> lane) & 1u)
+      device_fail(std::string(op_name(op)) + " with mask " + fmt_mask(mask) + " called by lane " +
+                  std::to_string(lane) + " while lanes " + fmt_mask(q.arrived) + " wait for it in " +
+                  op_name(q.op) + " with mask " + fmt_mask(q.mask) +
+                  " (lanes disagree on the warp collective)");
+  }
   if (!g) {
     g = &wp.groups[wp.ngroups++];
     g->op = op;
     g->mask = m;
     g->arrived = 0;
-  } else if (g->op != op || g->mask != m) {
-    device_fail(std::string(op_name(op)) + " with mask " + fmt_mask(mask) + " meets " +
-                op_name(g->op) + " with mask " + fmt_mask(g->mask) +
-                " pending in the same warp (lanes disagree on the collective)");
   }
   wp.value[lane] = value;
   wp.param[lane] = param;

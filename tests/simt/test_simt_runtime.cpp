@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-#include "common.cuh"
+#include "kernels/common.cuh"
 #include "guarded.h"
 
 using namespace ratchet::kernels;
@@ -115,6 +115,17 @@ __global__ void take_ticket(int* tickets, int* counter) {
   tickets[threadIdx.x] = atomicAdd(counter, 1);
 }
 
+// Vector types and 128-bit packs: CUDA's float4 / make_float4, Packed128 of bf16.
+__global__ void vector_types(float4* out4, bf16* outb, const bf16* inb) {
+  int i = threadIdx.x;
+  float4 v = make_float4(i, 2.0f * i, 3.0f * i, 4.0f * i);
+  out4[i] = v;
+  Packed128<bf16> p = load128(inb + 8 * i);
+  for (int k = 0; k < Packed128<bf16>::size; k++)
+    p[k] = __float2bfloat16(__bfloat162float(p[k]) * 2.0f);
+  store128(outb + 8 * i, p);
+}
+
 __global__ void throws_kernel(float*) { throw std::runtime_error("boom"); }
 
 std::vector<float> iota_f(size_t n) {
@@ -153,6 +164,21 @@ TEST_F(SimtTest, BlocksOf1024ThreadsOnSeveralOsThreads) {
     double ref = 0;
     for (int i = 0; i < 1024; i++) ref += in[b * 1024 + i];
     for (int i = 0; i < 1024; i++) ASSERT_EQ(out[b * 1024 + i], (float)ref);
+  }
+  simt::set_threads(0);
+}
+
+// Regression: a pool thread created for a later launch once ran the previous
+// launch's (dead) closure and corrupted the caller's stack.
+TEST_F(SimtTest, GrowingTheOsThreadPoolBetweenLaunches) {
+  int n = 256 * 16;
+  auto in = iota_f(n);
+  for (int threads : {1, 2, 1, 3, 4, 2}) {
+    simt::set_threads(threads);
+    std::vector<float> out(n);
+    RATCHET_LAUNCH((reverse_block<true>), 16, 256, 0, nullptr, out.data(), in.data());
+    RATCHET_CHECK_LAUNCH();
+    for (int i = 0; i < n; i++) ASSERT_EQ(out[i], in[(i / 256) * 256 + 255 - i % 256]);
   }
   simt::set_threads(0);
 }
@@ -326,6 +352,20 @@ TEST_F(SimtTest, ThreadOrderIsShuffledAndSeeded) {
   int moved = 0;
   for (int i = 0; i < 256; i++) moved += a[i] % 1000 != a[i] / 1000 - 1;
   (void)moved;
+}
+
+TEST_F(SimtTest, VectorTypesAndPacked128) {
+  std::vector<float4> out4(32);
+  Guarded<bf16> inb(256), outb(256);
+  for (int i = 0; i < 256; i++) inb[i] = __float2bfloat16((float)(i % 50));
+  RATCHET_LAUNCH(vector_types, 1, 32, 0, nullptr, out4.data(), outb.data(), (const bf16*)inb.data());
+  RATCHET_CHECK_LAUNCH();
+  for (int i = 0; i < 32; i++) {
+    EXPECT_EQ(out4[i].x, (float)i);
+    EXPECT_EQ(out4[i].w, 4.0f * i);
+  }
+  for (int i = 0; i < 256; i++) EXPECT_EQ(__bfloat162float(outb[i]), 2.0f * (i % 50));
+  EXPECT_EQ(outb.check(), "");
 }
 
 TEST_F(SimtTest, Bf16ConversionsFollowCuda) {

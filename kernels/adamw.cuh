@@ -1,0 +1,25 @@
+// AdamW with FP32 master weights; BF16 parameters by stochastic rounding.
+#pragma once
+#include "common.cuh"
+
+namespace ratchet::kernels {
+
+struct AdamWHyper {
+  float lr = 3e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  int step = 1;             // 1-based, for bias correction
+  float grad_scale = 1.0f;  // multiplies the gradient first (clipping, averaging)
+};
+
+// params (n) storage, master (n) FP32 or null, grads (n), m, v (n) FP32.
+// m, v, master, params updated in place. master may be null only for FP32
+// params (params are then the master copy). BF16 params are the master value
+// stochastically rounded with random bits hash(i, seed).
+template <class T>
+void adamw_update(T* params, float* master, const T* grads, float* m, float* v, size_t n,
+                  const AdamWHyper& h, uint32_t seed, cudaStream_t stream);
+
+}  // namespace ratchet::kernels

@@ -1,0 +1,203 @@
+// Attention around cuBLAS: causal multi-head self-attention is
+//   q, k, v = permute(qkv)                  (B,T,3,NH,HS) -> 3 x (B,NH,T,HS)
+//   preatt  = q k^T                         cuBLAS, (B*NH, T, T)
+//   att     = causal_softmax(preatt / sqrt(HS))
+//   y       = att v                         cuBLAS, (B*NH, T, HS)
+//   out     = unpermute(y)                  (B,NH,T,HS) -> (B,T,C)
+// and backward
+//   dy = unpermute_backward(dout); datt = dy v^T; dv = att^T dy        (cuBLAS)
+//   dpreatt = softmax_backward(datt, att); dq = dpreatt k; dk = dpreatt^T q (cuBLAS)
+//   dqkv = permute_backward(dq, dk, dv)
+// Softmax (row t of a (T,T) matrix, columns s <= t only):
+//   att[t,s] = exp(scale*p[t,s] - M) / sum_{s'<=t} exp(scale*p[t,s'] - M),  M = max
+//   dpreatt[t,s] = scale * att[t,s] * (datt[t,s] - sum_{s'<=t} att[t,s'] datt[t,s'])
+// All outputs are overwritten. One warp per softmax row; each element is read
+// and written by the same lane, so in-place use is allowed.
+#include "attention.cuh"
+
+namespace ratchet::kernels {
+
+namespace {
+constexpr int kWarpsPerBlock = 4;
+}
+
+// ==== kernels ====================================================================================
+
+// One thread per element of q (B,NH,T,HS).
+template <class T>
+__global__ void permute_kernel(T* q, T* k, T* v, const T* qkv, int Tn, int NH, int HS,
+                               size_t total) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  int d = (int)(i % HS);
+  size_t r = i / HS;
+  int t = (int)(r % Tn);
+  r /= Tn;
+  int h = (int)(r % NH);
+  size_t b = r / NH;
+  size_t C = (size_t)NH * HS;
+  size_t src = (b * Tn + t) * 3 * C + (size_t)h * HS + d;
+  q[i] = qkv[src];
+  k[i] = qkv[src + C];
+  v[i] = qkv[src + 2 * C];
+}
+
+template <class T>
+__global__ void permute_backward_kernel(T* dqkv, const T* dq, const T* dk, const T* dv, int Tn,
+                                        int NH, int HS, size_t total) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  int d = (int)(i % HS);
+  size_t r = i / HS;
+  int t = (int)(r % Tn);
+  r /= Tn;
+  int h = (int)(r % NH);
+  size_t b = r / NH;
+  size_t C = (size_t)NH * HS;
+  size_t dst = (b * Tn + t) * 3 * C + (size_t)h * HS + d;
+  dqkv[dst] = dq[i];
+  dqkv[dst + C] = dk[i];
+  dqkv[dst + 2 * C] = dv[i];
+}
+
+// forward: out[b,t,h,d] = y[b,h,t,d]; backward the reverse. One thread per element of y.
+template <class T, bool backward>
+__global__ void unpermute_kernel(T* dst, const T* src, int Tn, int NH, int HS, size_t total) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  int d = (int)(i % HS);
+  size_t r = i / HS;
+  int t = (int)(r % Tn);
+  r /= Tn;
+  int h = (int)(r % NH);
+  size_t b = r / NH;
+  size_t j = ((b * Tn + t) * NH + h) * HS + d;  // index in (B,T,NH,HS)
+  if (backward)
+    dst[i] = src[j];
+  else
+    dst[j] = src[i];
+}
+
+template <class T>
+__global__ void softmax_forward_kernel(T* att, const T* preatt, int rows, int Tn, float scale) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // (bh, t)
+  if (row >= rows) return;  // whole warp; no block barrier here
+  const int lane = threadIdx.x % 32;
+  const int t = row % Tn;
+  const T* p = preatt + (size_t)row * Tn;
+  T* a = att + (size_t)row * Tn;
+  float mx = -INFINITY;
+  for (int s = lane; s <= t; s += 32) mx = fmaxf(mx, scale * to_f32(p[s]));
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int s = lane; s <= t; s += 32) sum += expf(scale * to_f32(p[s]) - mx);
+  const float inv = 1.0f / warp_sum(sum);
+  for (int s = lane; s < Tn; s += 32)
+    a[s] = from_f32<T>(s <= t ? expf(scale * to_f32(p[s]) - mx) * inv : 0.0f);
+}
+
+template <class T>
+__global__ void softmax_backward_kernel(T* dpreatt, const T* datt, const T* att, int rows,
+                                        int Tn, float scale) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const int t = row % Tn;
+  const size_t off = (size_t)row * Tn;
+  float dot = 0.0f;
+  for (int s = lane; s <= t; s += 32) dot += to_f32(att[off + s]) * to_f32(datt[off + s]);
+  dot = warp_sum(dot);
+  for (int s = lane; s < Tn; s += 32) {
+    float g = s <= t ? scale * to_f32(att[off + s]) * (to_f32(datt[off + s]) - dot) : 0.0f;
+    dpreatt[off + s] = from_f32<T>(g);
+  }
+}
+
+// ==== launchers ==================================================================================
+
+namespace {
+void require_shape(int B, int Tn, int NH, int HS) {
+  RATCHET_REQUIRE(B > 0 && Tn > 0 && NH > 0 && HS > 0, "attention: B, T, NH, HS must be positive");
+}
+}  // namespace
+
+template <class T>
+void attention_permute(T* q, T* k, T* v, const T* qkv, int B, int Tn, int NH, int HS,
+                       cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("attention_permute");
+  require_shape(B, Tn, NH, HS);
+  size_t total = (size_t)B * NH * Tn * HS;
+  RATCHET_LAUNCH((permute_kernel<T>), (unsigned)ceil_div<size_t>(total, 256), 256, 0, stream, q,
+                 k, v, qkv, Tn, NH, HS, total);
+  RATCHET_CHECK_LAUNCH();
+}
+
+template <class T>
+void attention_permute_backward(T* dqkv, const T* dq, const T* dk, const T* dv, int B, int Tn,
+                                int NH, int HS, cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("attention_permute_backward");
+  require_shape(B, Tn, NH, HS);
+  size_t total = (size_t)B * NH * Tn * HS;
+  RATCHET_LAUNCH((permute_backward_kernel<T>), (unsigned)ceil_div<size_t>(total, 256), 256, 0,
+                 stream, dqkv, dq, dk, dv, Tn, NH, HS, total);
+  RATCHET_CHECK_LAUNCH();
+}
+
+template <class T>
+void attention_unpermute(T* out, const T* y, int B, int Tn, int NH, int HS, cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("attention_unpermute");
+  require_shape(B, Tn, NH, HS);
+  size_t total = (size_t)B * NH * Tn * HS;
+  RATCHET_LAUNCH((unpermute_kernel<T, false>), (unsigned)ceil_div<size_t>(total, 256), 256, 0,
+                 stream, out, y, Tn, NH, HS, total);
+  RATCHET_CHECK_LAUNCH();
+}
+
+template <class T>
+void attention_unpermute_backward(T* dy, const T* dout, int B, int Tn, int NH, int HS,
+                                  cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("attention_unpermute_backward");
+  require_shape(B, Tn, NH, HS);
+  size_t total = (size_t)B * NH * Tn * HS;
+  RATCHET_LAUNCH((unpermute_kernel<T, true>), (unsigned)ceil_div<size_t>(total, 256), 256, 0,
+                 stream, dy, dout, Tn, NH, HS, total);
+  RATCHET_CHECK_LAUNCH();
+}
+
+template <class T>
+void attention_softmax_forward(T* att, const T* preatt, int BH, int Tn, float scale,
+                               cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("attention_softmax_forward");
+  RATCHET_REQUIRE(BH > 0 && Tn > 0, "attention_softmax_forward: BH, T must be positive");
+  int rows = BH * Tn;
+  RATCHET_LAUNCH((softmax_forward_kernel<T>), (unsigned)ceil_div(rows, kWarpsPerBlock),
+                 32 * kWarpsPerBlock, 0, stream, att, preatt, rows, Tn, scale);
+  RATCHET_CHECK_LAUNCH();
+}
+
+template <class T>
+void attention_softmax_backward(T* dpreatt, const T* datt, const T* att, int BH, int Tn,
+                                float scale, cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("attention_softmax_backward");
+  RATCHET_REQUIRE(BH > 0 && Tn > 0, "attention_softmax_backward: BH, T must be positive");
+  int rows = BH * Tn;
+  RATCHET_LAUNCH((softmax_backward_kernel<T>), (unsigned)ceil_div(rows, kWarpsPerBlock),
+                 32 * kWarpsPerBlock, 0, stream, dpreatt, datt, att, rows, Tn, scale);
+  RATCHET_CHECK_LAUNCH();
+}
+
+#define RATCHET_INSTANTIATE(T)                                                                 \
+  template void attention_permute<T>(T*, T*, T*, const T*, int, int, int, int, cudaStream_t);  \
+  template void attention_permute_backward<T>(T*, const T*, const T*, const T*, int, int, int, \
+                                              int, cudaStream_t);                              \
+  template void attention_unpermute<T>(T*, const T*, int, int, int, int, cudaStream_t);        \
+  template void attention_unpermute_backward<T>(T*, const T*, int, int, int, int,              \
+                                                cudaStream_t);                                 \
+  template void attention_softmax_forward<T>(T*, const T*, int, int, float, cudaStream_t);     \
+  template void attention_softmax_backward<T>(T*, const T*, const T*, int, int, float,         \
+                                              cudaStream_t);
+RATCHET_INSTANTIATE(float)
+RATCHET_INSTANTIATE(bf16)
+#undef RATCHET_INSTANTIATE
+
+}  // namespace ratchet::kernels

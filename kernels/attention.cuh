@@ -1,0 +1,35 @@
+// Attention support for the cuBLAS path: the GEMMs (q k^T, att v and their
+// backward) are cuBLAS batched GEMMs; these kernels do everything around them.
+#pragma once
+#include "common.cuh"
+
+namespace ratchet::kernels {
+
+// qkv (B,T,3,NH,HS) -> q, k, v each (B,NH,T,HS)                  (overwritten)
+template <class T>
+void attention_permute(T* q, T* k, T* v, const T* qkv, int B, int Tn, int NH, int HS,
+                       cudaStream_t stream);
+// dq, dk, dv (B,NH,T,HS) -> dqkv (B,T,3,NH,HS)                   (overwritten)
+template <class T>
+void attention_permute_backward(T* dqkv, const T* dq, const T* dk, const T* dv, int B, int Tn,
+                                int NH, int HS, cudaStream_t stream);
+// y (B,NH,T,HS) -> out (B,T,NH,HS) = (B,T,C)                     (overwritten)
+template <class T>
+void attention_unpermute(T* out, const T* y, int B, int Tn, int NH, int HS, cudaStream_t stream);
+// dout (B,T,C) -> dy (B,NH,T,HS)                                 (overwritten)
+template <class T>
+void attention_unpermute_backward(T* dy, const T* dout, int B, int Tn, int NH, int HS,
+                                  cudaStream_t stream);
+
+// att (BH,T,T) = causal softmax(scale * preatt) row-wise; entries above the
+// diagonal are 0. scale = 1/sqrt(HS). Overwritten; att may alias preatt.
+template <class T>
+void attention_softmax_forward(T* att, const T* preatt, int BH, int Tn, float scale,
+                               cudaStream_t stream);
+// dpreatt (BH,T,T) = scale * att * (datt - sum_row(att * datt)) on and below
+// the diagonal, 0 above. Overwritten; dpreatt may alias datt.
+template <class T>
+void attention_softmax_backward(T* dpreatt, const T* datt, const T* att, int BH, int Tn,
+                                float scale, cudaStream_t stream);
+
+}  // namespace ratchet::kernels

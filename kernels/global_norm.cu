@@ -1,0 +1,55 @@
+// Sum of squares, deterministic:
+//   out = sum_i x_i^2       (out[0], FP64, overwritten)
+// Pass 1: a FIXED grid of kBlocks x kThreads threads (independent of the
+// device), thread j sums x_i^2 for i = j (mod kBlocks*kThreads) in FP32; each
+// block reduces its threads in FP64 (butterfly, fixed order) into scratch.
+// Pass 2: one block sums the kBlocks partials in FP64 in a fixed order.
+#include "global_norm.cuh"
+
+namespace ratchet::kernels {
+
+namespace {
+constexpr int kBlocks = 256;
+constexpr int kThreads = 512;
+}
+
+// ==== kernels ====================================================================================
+
+template <class T>
+__global__ void norm_partial_kernel(double* partial, const T* x, size_t n) {
+  __shared__ double scratch[32];
+  float acc = 0.0f;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float v = to_f32(x[i]);
+    acc += v * v;
+  }
+  double s = block_sum((double)acc, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void norm_final_kernel(double* out, const double* partial) {
+  __shared__ double scratch[32];
+  double s = block_sum(partial[threadIdx.x], scratch);
+  if (threadIdx.x == 0) out[0] = s;
+}
+
+// ==== launchers ==================================================================================
+
+size_t global_norm_scratch_bytes() { return kBlocks * sizeof(double); }
+
+template <class T>
+void global_norm_squared(double* out, void* scratch, const T* x, size_t n, cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("global_norm_squared");
+  RATCHET_REQUIRE(scratch != nullptr, "global_norm_squared: needs global_norm_scratch_bytes");
+  auto* partial = static_cast<double*>(scratch);
+  RATCHET_LAUNCH((norm_partial_kernel<T>), kBlocks, kThreads, 0, stream, partial, x, n);
+  RATCHET_CHECK_LAUNCH();
+  RATCHET_LAUNCH(norm_final_kernel, 1, kBlocks, 0, stream, out, (const double*)partial);
+  RATCHET_CHECK_LAUNCH();
+}
+
+template void global_norm_squared<float>(double*, void*, const float*, size_t, cudaStream_t);
+template void global_norm_squared<bf16>(double*, void*, const bf16*, size_t, cudaStream_t);
+
+}  // namespace ratchet::kernels

@@ -1,0 +1,33 @@
+// LayerNorm forward/backward, the fused residual-add + LayerNorm, the residual add.
+#pragma once
+#include "common.cuh"
+
+namespace ratchet::kernels {
+
+// out (N,C) = (inp - mean) * rstd * w + b, eps 1e-5                  (overwritten)
+// mean (N), rstd (N) in FP32 (overwritten; either may be null).
+template <class T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b,
+                       int N, int C, cudaStream_t stream);
+
+// residual (N,C) = a + b, then layernorm_forward of the stored residual.
+// residual, out, mean, rstd overwritten. residual may alias a or b.
+template <class T>
+void residual_layernorm_forward(T* residual, T* out, float* mean, float* rstd, const T* a,
+                                const T* b, const T* w, const T* bias, int N, int C,
+                                cudaStream_t stream);
+
+// out (n) = a + b (overwritten; out may alias a or b).
+template <class T>
+void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t stream);
+
+// Bytes of scratch layernorm_backward needs.
+size_t layernorm_backward_scratch_bytes(int N, int C);
+
+// dinp (N,C) +=, dw (C) +=, db (C) += (all accumulated). Deterministic.
+template <class T>
+void layernorm_backward(T* dinp, T* dw, T* db, void* scratch, const T* dout, const T* inp,
+                        const T* w, const float* mean, const float* rstd, int N, int C,
+                        cudaStream_t stream);
+
+}  // namespace ratchet::kernels

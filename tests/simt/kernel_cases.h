@@ -1,0 +1,579 @@
+// Every kernel of kernels/ against the CPU backend's op, for one memory world:
+// simt (host memory, kernels run by kernels/simt) or a real device (tests/gpu).
+//
+// A case = (op, shape, storage type). Inputs are random, quantised to the
+// storage type first, so the CPU reference sees exactly the kernel's inputs;
+// accumulated (+=) outputs start from random values in both. Each output is
+// compared by NMSE = sum (k - r)^2 / sum r^2 against a per-op limit; NaN/Inf
+// in the kernel's output are counted separately; every kernel buffer has guard
+// regions that must be untouched afterwards.
+//
+// Mem (the world) provides:
+//   template <class T> T* alloc(size_t n)                  guarded, zero-filled
+//   void upload(void* dst, const void* src, size_t bytes)
+//   void download(void* dst, const void* src, size_t bytes)
+//   std::string check_guards()                             "" if all intact
+//   void sync()
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/adamw.cuh"
+#include "kernels/attention.cuh"
+#include "backend/backend.h"
+#include "kernels/bias_grad.cuh"
+#include "kernels/cast.cuh"
+#include "kernels/classifier.cuh"
+#include "core/rng.h"
+#include "kernels/encoder.cuh"
+#include "kernels/gelu.cuh"
+#include "kernels/global_norm.cuh"
+#include "kernels/layernorm.cuh"
+
+namespace ratchet::testing::kcases {
+
+using kernels::bf16;
+
+enum class DType { f32, bf16 };
+inline const char* dtype_name(DType d) { return d == DType::f32 ? "f32" : "bf16"; }
+
+struct Case {
+  std::string op;
+  std::vector<int> shape;
+  DType dtype;
+};
+
+inline std::string case_name(const Case& c) {
+  std::ostringstream os;
+  os << c.op << "_" << dtype_name(c.dtype);
+  for (int s : c.shape) os << "_" << s;
+  return os.str();
+}
+
+inline void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
+
+// ---- host conversion helpers -------------------------------------------------------------------
+template <class T>
+std::vector<T> to_storage(const std::vector<float>& x) {
+  std::vector<T> out(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    if constexpr (std::is_same<T, float>::value)
+      out[i] = x[i];
+    else
+      out[i] = __float2bfloat16(x[i]);
+  }
+  return out;
+}
+template <class T>
+std::vector<float> to_f32(const std::vector<T>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    if constexpr (std::is_same<T, float>::value)
+      out[i] = x[i];
+    else
+      out[i] = __bfloat162float(x[i]);
+  }
+  return out;
+}
+// Values representable in T (what the kernel will see).
+template <class T>
+std::vector<float> quantize(std::vector<float> x) {
+  return to_f32(to_storage<T>(x));
+}
+
+inline std::vector<float> randn(Rng& rng, size_t n, float scale = 1.0f) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = scale * rng.normal();
+  return v;
+}
+
+// ---- the CPU reference's memory -----------------------------------------------------------------
+struct Cpu {
+  std::unique_ptr<Backend> be = make_cpu_backend(2);
+  std::vector<void*> owned;
+  ~Cpu() {
+    for (void* p : owned) be->release(p);
+  }
+  float* f32(const std::vector<float>& x) {
+    auto* p = static_cast<float*>(be->alloc(std::max<size_t>(1, x.size()) * sizeof(float)));
+    owned.push_back(p);
+    if (!x.empty()) be->upload_bytes(p, x.data(), x.size() * sizeof(float));
+    return p;
+  }
+  int* i32(const std::vector<int>& x) {
+    auto* p = static_cast<int*>(be->alloc(std::max<size_t>(1, x.size()) * sizeof(int)));
+    owned.push_back(p);
+    be->upload_bytes(p, x.data(), x.size() * sizeof(int));
+    return p;
+  }
+  std::vector<float> get(const float* p, size_t n) {
+    std::vector<float> out(n);
+    be->download_bytes(out.data(), p, n * sizeof(float));
+    return out;
+  }
+};
+
+// ---- comparison ---------------------------------------------------------------------------------
+struct Report {
+  std::vector<std::string> lines;
+  bool ok = true;
+  void compare(const std::string& what, const std::vector<float>& got,
+               const std::vector<float>& ref, double limit) {
+    double num = 0, den = 0;
+    size_t bad = 0, first_bad = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+      if (!std::isfinite(got[i]) && std::isfinite(ref[i])) {
+        if (!bad++) first_bad = i;
+        continue;
+      }
+      double d = (double)got[i] - ref[i];
+      num += d * d;
+      den += (double)ref[i] * ref[i];
+    }
+    double nmse = den > 0 ? num / den : num;
+    std::ostringstream os;
+    os << what << ": nmse " << nmse << " (limit " << limit << ")";
+    if (bad) os << ", " << bad << " NaN/Inf (first at " << first_bad << ")";
+    if (nmse > limit || bad) {
+      ok = false;
+      os << "  <-- FAIL";
+    }
+    lines.push_back(os.str());
+  }
+  void fail(const std::string& what) {
+    ok = false;
+    lines.push_back(what + "  <-- FAIL");
+  }
+  std::string text() const {
+    std::string s;
+    for (auto& l : lines) s += "  " + l + "\n";
+    return s;
+  }
+};
+
+// ---- per-op NMSE limits (one line of reason each) ----------------------------------------------
+// FP32: the kernel and the reference differ only in summation order.
+constexpr double kF32 = 1e-10;
+// BF16, one rounding of an FP32 result to BF16 (relative error <= 2^-9).
+constexpr double kBf16 = 2e-5;
+// BF16 accumulate: dst + sum rounded once, sums of up to B*T terms in FP32.
+constexpr double kBf16Acc = 2e-5;
+// BF16 attention: q k^T, att and y are each rounded to BF16 between the GEMMs
+// (as with cuBLAS BF16 outputs), so errors compound over 3-4 roundings.
+constexpr double kBf16Attn = 5e-5;
+// BF16 classifier gradient: one rounding of dloss * (p - onehot).
+constexpr double kBf16Cls = 2e-5;
+// BF16 AdamW params: stochastic rounding moves each value by up to 1 ulp (2^-8).
+constexpr double kBf16Sr = 1e-4;
+
+inline double limit_for(DType d, double bf16_limit) { return d == DType::f32 ? kF32 : bf16_limit; }
+
+// ---- the cases ------------------------------------------------------------------------------------
+template <class Mem, class T>
+struct Runner {
+  Mem& mem;
+  Cpu cpu;
+  Rng rng{12345};
+  Report rep;
+  DType dt = std::is_same<T, float>::value ? DType::f32 : DType::bf16;
+
+  explicit Runner(Mem& m) : mem(m) {}
+
+  // Kernel-side buffer of T holding x (already quantised by the caller or not).
+  T* dev(const std::vector<float>& x) {
+    T* p = mem.template alloc<T>(x.size());
+    auto s = to_storage<T>(x);
+    if (!x.empty()) mem.upload(p, s.data(), s.size() * sizeof(T));
+    return p;
+  }
+  template <class U>
+  U* dev_raw(const std::vector<U>& x) {
+    U* p = mem.template alloc<U>(x.size());
+    if (!x.empty()) mem.upload(p, x.data(), x.size() * sizeof(U));
+    return p;
+  }
+  std::vector<float> get(const T* p, size_t n) {
+    mem.sync();
+    std::vector<T> s(n);
+    mem.download(s.data(), p, n * sizeof(T));
+    return to_f32(s);
+  }
+  template <class U>
+  std::vector<U> get_raw(const U* p, size_t n) {
+    mem.sync();
+    std::vector<U> s(n);
+    mem.download(s.data(), p, n * sizeof(U));
+    return s;
+  }
+  std::vector<float> q(std::vector<float> x) { return quantize<T>(std::move(x)); }
+  double lim(double bf16_limit) const { return limit_for(dt, bf16_limit); }
+
+  // ---- encoder ----
+  void encoder_forward(int B, int Tn, int C, int V) {
+    std::vector<int> inp(B * Tn);
+    for (auto& t : inp) t = (int)rng.below(V);
+    auto wte = q(randn(rng, (size_t)V * C)), wpe = q(randn(rng, (size_t)Tn * C));
+    float* r_out = cpu.f32(std::vector<float>((size_t)B * Tn * C));
+    cpu.be->encoder_forward(r_out, cpu.i32(inp), cpu.f32(wte), cpu.f32(wpe), B, Tn, C);
+    T* k_out = mem.template alloc<T>((size_t)B * Tn * C);
+    kernels::encoder_forward(k_out, dev_raw(inp), dev(wte), dev(wpe), B, Tn, C, nullptr);
+    rep.compare("out", get(k_out, (size_t)B * Tn * C), cpu.get(r_out, (size_t)B * Tn * C),
+                lim(kBf16));
+  }
+  void encoder_backward(int B, int Tn, int C, int V) {
+    std::vector<int> inp(B * Tn);
+    for (auto& t : inp) t = (int)rng.below(V);
+    auto dout = q(randn(rng, (size_t)B * Tn * C));
+    auto dwte = q(randn(rng, (size_t)V * C)), dwpe = q(randn(rng, (size_t)Tn * C));
+    float* r_dwte = cpu.f32(dwte);
+    float* r_dwpe = cpu.f32(dwpe);
+    cpu.be->encoder_backward(r_dwte, r_dwpe, cpu.f32(dout), cpu.i32(inp), B, Tn, C);
+    T* k_dwte = dev(dwte);
+    T* k_dwpe = dev(dwpe);
+    void* scratch = mem.template alloc<unsigned char>(kernels::encoder_backward_scratch_bytes(B, Tn));
+    kernels::encoder_backward(k_dwte, k_dwpe, scratch, dev(dout), dev_raw(inp), B, Tn, C, nullptr);
+    rep.compare("dwte", get(k_dwte, dwte.size()), cpu.get(r_dwte, dwte.size()), lim(kBf16Acc));
+    rep.compare("dwpe", get(k_dwpe, dwpe.size()), cpu.get(r_dwpe, dwpe.size()), lim(kBf16Acc));
+  }
+
+  // ---- layernorm ----
+  void layernorm_forward(int N, int C) {
+    auto inp = q(randn(rng, (size_t)N * C, 2.0f));
+    for (size_t i = 0; i < inp.size(); i++) inp[i] = q({inp[i] + 0.5f})[0];  // non-zero mean
+    auto w = q(randn(rng, C)), b = q(randn(rng, C));
+    float* r_out = cpu.f32(std::vector<float>((size_t)N * C));
+    float* r_mean = cpu.f32(std::vector<float>(N));
+    float* r_rstd = cpu.f32(std::vector<float>(N));
+    cpu.be->layernorm_forward(r_out, r_mean, r_rstd, cpu.f32(inp), cpu.f32(w), cpu.f32(b), N, C);
+    T* k_out = mem.template alloc<T>((size_t)N * C);
+    float* k_mean = mem.template alloc<float>(N);
+    float* k_rstd = mem.template alloc<float>(N);
+    kernels::layernorm_forward(k_out, k_mean, k_rstd, dev(inp), dev(w), dev(b), N, C, nullptr);
+    rep.compare("out", get(k_out, (size_t)N * C), cpu.get(r_out, (size_t)N * C), lim(kBf16));
+    rep.compare("mean", get_raw(k_mean, N), cpu.get(r_mean, N), kF32);
+    rep.compare("rstd", get_raw(k_rstd, N), cpu.get(r_rstd, N), kF32);
+  }
+  void residual_layernorm_forward(int N, int C) {
+    size_t n = (size_t)N * C;
+    auto a = q(randn(rng, n)), b = q(randn(rng, n));
+    auto w = q(randn(rng, C)), bias = q(randn(rng, C));
+    float* r_res = cpu.f32(std::vector<float>(n));
+    float* r_out = cpu.f32(std::vector<float>(n));
+    float* r_mean = cpu.f32(std::vector<float>(N));
+    float* r_rstd = cpu.f32(std::vector<float>(N));
+    cpu.be->residual_forward(r_res, cpu.f32(a), cpu.f32(b), n);
+    // The kernel normalises the residual as stored (in T): so does the reference.
+    auto res_q = q(cpu.get(r_res, n));
+    cpu.be->layernorm_forward(r_out, r_mean, r_rstd, cpu.f32(res_q), cpu.f32(w), cpu.f32(bias), N,
+                              C);
+    T* k_res = mem.template alloc<T>(n);
+    T* k_out = mem.template alloc<T>(n);
+    float* k_mean = mem.template alloc<float>(N);
+    float* k_rstd = mem.template alloc<float>(N);
+    kernels::residual_layernorm_forward(k_res, k_out, k_mean, k_rstd, dev(a), dev(b), dev(w),
+                                        dev(bias), N, C, nullptr);
+    rep.compare("residual", get(k_res, n), cpu.get(r_res, n), lim(kBf16));
+    rep.compare("out", get(k_out, n), cpu.get(r_out, n), lim(kBf16));
+    rep.compare("mean", get_raw(k_mean, N), cpu.get(r_mean, N), kF32);
+    rep.compare("rstd", get_raw(k_rstd, N), cpu.get(r_rstd, N), kF32);
+  }
+  void residual_forward(int n) {
+    auto a = q(randn(rng, n)), b = q(randn(rng, n));
+    float* r_out = cpu.f32(std::vector<float>(n));
+    cpu.be->residual_forward(r_out, cpu.f32(a), cpu.f32(b), n);
+    T* k_out = mem.template alloc<T>(n);
+    kernels::residual_forward(k_out, dev(a), dev(b), n, nullptr);
+    rep.compare("out", get(k_out, n), cpu.get(r_out, n), lim(kBf16));
+  }
+  void layernorm_backward(int N, int C) {
+    size_t n = (size_t)N * C;
+    auto inp = q(randn(rng, n, 2.0f)), w = q(randn(rng, C)), b = q(randn(rng, C));
+    auto dout = q(randn(rng, n));
+    auto dinp = q(randn(rng, n)), dw = q(randn(rng, C)), db = q(randn(rng, C));
+    // Statistics from the reference forward (FP32 in both worlds).
+    float* r_out = cpu.f32(std::vector<float>(n));
+    float* r_mean = cpu.f32(std::vector<float>(N));
+    float* r_rstd = cpu.f32(std::vector<float>(N));
+    float* r_inp = cpu.f32(inp);
+    float* r_w = cpu.f32(w);
+    cpu.be->layernorm_forward(r_out, r_mean, r_rstd, r_inp, r_w, cpu.f32(b), N, C);
+    auto mean = cpu.get(r_mean, N), rstd = cpu.get(r_rstd, N);
+    float* r_dinp = cpu.f32(dinp);
+    float* r_dw = cpu.f32(dw);
+    float* r_db = cpu.f32(db);
+    cpu.be->layernorm_backward(r_dinp, r_dw, r_db, cpu.f32(dout), r_inp, r_w, r_mean, r_rstd, N,
+                               C);
+    T* k_dinp = dev(dinp);
+    T* k_dw = dev(dw);
+    T* k_db = dev(db);
+    void* scratch =
+        mem.template alloc<unsigned char>(kernels::layernorm_backward_scratch_bytes(N, C));
+    kernels::layernorm_backward(k_dinp, k_dw, k_db, scratch, dev(dout), dev(inp), dev(w),
+                                dev_raw(mean), dev_raw(rstd), N, C, nullptr);
+    rep.compare("dinp", get(k_dinp, n), cpu.get(r_dinp, n), lim(kBf16Acc));
+    rep.compare("dw", get(k_dw, C), cpu.get(r_dw, C), lim(kBf16Acc));
+    rep.compare("db", get(k_db, C), cpu.get(r_db, C), lim(kBf16Acc));
+  }
+
+  // ---- bias gradient (reference: the dbias of the CPU matmul_backward) ----
+  void bias_grad(int N, int OC) {
+    const int C = 3;
+    auto dout = q(randn(rng, (size_t)N * OC)), dbias = q(randn(rng, OC));
+    float* r_dbias = cpu.f32(dbias);
+    cpu.be->matmul_backward(cpu.f32(std::vector<float>((size_t)N * C)),
+                            cpu.f32(std::vector<float>((size_t)OC * C)), r_dbias, cpu.f32(dout),
+                            cpu.f32(randn(rng, (size_t)N * C)), cpu.f32(randn(rng, (size_t)OC * C)),
+                            N, C, OC);
+    T* k_dbias = dev(dbias);
+    void* scratch = mem.template alloc<unsigned char>(kernels::bias_grad_scratch_bytes(N, OC));
+    kernels::bias_grad(k_dbias, scratch, dev(dout), N, OC, nullptr);
+    rep.compare("dbias", get(k_dbias, OC), cpu.get(r_dbias, OC), lim(kBf16Acc));
+  }
+
+  // ---- GELU ----
+  void gelu_forward(int n) {
+    auto inp = q(randn(rng, n, 2.0f));
+    float* r_out = cpu.f32(std::vector<float>(n));
+    cpu.be->gelu_forward(r_out, cpu.f32(inp), n);
+    T* k_out = mem.template alloc<T>(n);
+    kernels::gelu_forward(k_out, dev(inp), n, nullptr);
+    rep.compare("out", get(k_out, n), cpu.get(r_out, n), lim(kBf16));
+  }
+  void gelu_backward(int n) {
+    auto inp = q(randn(rng, n, 2.0f)), dout = q(randn(rng, n));
+    float* r_dinp = cpu.f32(std::vector<float>(n));
+    cpu.be->gelu_backward(r_dinp, cpu.f32(inp), cpu.f32(dout), n);
+    T* k_dinp = mem.template alloc<T>(n);
+    kernels::gelu_backward(k_dinp, dev(inp), dev(dout), n, nullptr);
+    rep.compare("dinp", get(k_dinp, n), cpu.get(r_dinp, n), lim(kBf16));
+  }
+
+  // ---- attention: the kernels around host GEMMs (standing in for cuBLAS) ----
+  // C (batch, M, N) = A (batch, M, K) op B; transB: B is (batch, N, K) else (batch, K, N);
+  // transA: A is (batch, K, M).
+  static std::vector<float> bgemm(const std::vector<float>& A, const std::vector<float>& Bm,
+                                  int batch, int M, int N, int K, bool transA, bool transB) {
+    std::vector<float> Cm((size_t)batch * M * N);
+    for (int z = 0; z < batch; z++)
+      for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+          double acc = 0;
+          for (int k = 0; k < K; k++) {
+            float a = transA ? A[((size_t)z * K + k) * M + i] : A[((size_t)z * M + i) * K + k];
+            float b = transB ? Bm[((size_t)z * N + j) * K + k] : Bm[((size_t)z * K + k) * N + j];
+            acc += (double)a * b;
+          }
+          Cm[((size_t)z * M + i) * N + j] = (float)acc;
+        }
+    return Cm;
+  }
+  void attention_forward(int B, int Tn, int NH, int HS) {
+    int C = NH * HS, BH = B * NH;
+    size_t nqkv = (size_t)B * Tn * 3 * C, nh = (size_t)BH * Tn * HS, natt = (size_t)BH * Tn * Tn;
+    auto qkv = q(randn(rng, nqkv));
+    float* r_out = cpu.f32(std::vector<float>((size_t)B * Tn * C));
+    float* r_att = cpu.f32(std::vector<float>(natt));
+    cpu.be->attention_forward(r_out, r_att, cpu.f32(qkv), B, Tn, C, NH);
+
+    T* kq = mem.template alloc<T>(nh);
+    T* kk = mem.template alloc<T>(nh);
+    T* kv = mem.template alloc<T>(nh);
+    kernels::attention_permute(kq, kk, kv, dev(qkv), B, Tn, NH, HS, nullptr);
+    auto hq = get(kq, nh), hk = get(kk, nh), hv = get(kv, nh);
+    T* k_pre = dev(bgemm(hq, hk, BH, Tn, Tn, HS, false, true));
+    T* k_att = mem.template alloc<T>(natt);
+    kernels::attention_softmax_forward(k_att, k_pre, BH, Tn, 1.0f / std::sqrt((float)HS), nullptr);
+    auto att = get(k_att, natt);
+    T* k_y = dev(bgemm(att, hv, BH, Tn, HS, Tn, false, false));
+    T* k_out = mem.template alloc<T>((size_t)B * Tn * C);
+    kernels::attention_unpermute(k_out, k_y, B, Tn, NH, HS, nullptr);
+    rep.compare("att", att, cpu.get(r_att, natt), lim(kBf16Attn));
+    rep.compare("out", get(k_out, (size_t)B * Tn * C), cpu.get(r_out, (size_t)B * Tn * C),
+                lim(kBf16Attn));
+  }
+  void attention_backward(int B, int Tn, int NH, int HS) {
+    int C = NH * HS, BH = B * NH;
+    size_t nqkv = (size_t)B * Tn * 3 * C, nh = (size_t)BH * Tn * HS, natt = (size_t)BH * Tn * Tn;
+    auto qkv = q(randn(rng, nqkv)), dout = q(randn(rng, (size_t)B * Tn * C));
+    float* r_qkv = cpu.f32(qkv);
+    float* r_out = cpu.f32(std::vector<float>((size_t)B * Tn * C));
+    float* r_att = cpu.f32(std::vector<float>(natt));
+    cpu.be->attention_forward(r_out, r_att, r_qkv, B, Tn, C, NH);
+    auto att = q(cpu.get(r_att, natt));  // the kernel path keeps att in T
+    float* r_dqkv = cpu.f32(std::vector<float>(nqkv));
+    cpu.be->attention_backward(r_dqkv, cpu.f32(dout), r_qkv, cpu.f32(att), B, Tn, C, NH);
+
+    T* kq = mem.template alloc<T>(nh);
+    T* kk = mem.template alloc<T>(nh);
+    T* kv = mem.template alloc<T>(nh);
+    kernels::attention_permute(kq, kk, kv, dev(qkv), B, Tn, NH, HS, nullptr);
+    auto hq = get(kq, nh), hk = get(kk, nh), hv = get(kv, nh);
+    T* k_dy = mem.template alloc<T>(nh);
+    kernels::attention_unpermute_backward(k_dy, dev(dout), B, Tn, NH, HS, nullptr);
+    auto dy = get(k_dy, nh);
+    auto datt = q(bgemm(dy, hv, BH, Tn, Tn, HS, false, true));    // dy v^T
+    auto dv = q(bgemm(att, dy, BH, Tn, HS, Tn, true, false));     // att^T dy
+    T* k_datt = dev(datt);
+    kernels::attention_softmax_backward(k_datt, k_datt, dev(att), BH, Tn,
+                                        1.0f / std::sqrt((float)HS), nullptr);  // in place
+    auto dpre = get(k_datt, natt);
+    auto dq = q(bgemm(dpre, hk, BH, Tn, HS, Tn, false, false));   // dpre k
+    auto dk = q(bgemm(dpre, hq, BH, Tn, HS, Tn, true, false));    // dpre^T q
+    T* k_dqkv = mem.template alloc<T>(nqkv);
+    kernels::attention_permute_backward(k_dqkv, dev(dq), dev(dk), dev(dv), B, Tn, NH, HS,
+                                        nullptr);
+    rep.compare("dqkv", get(k_dqkv, nqkv), cpu.get(r_dqkv, nqkv), lim(kBf16Attn));
+  }
+
+  // ---- classifier ----
+  void classifier(int BT, int V, int Vp, bool with_grad) {
+    auto logits = q(randn(rng, (size_t)BT * Vp, 3.0f));
+    std::vector<int> targets(BT);
+    for (auto& t : targets) t = (int)rng.below(V);
+    float dloss = with_grad ? 1.0f / BT : 0.0f;
+    float* r_logits = cpu.f32(logits);
+    float* r_losses = cpu.f32(std::vector<float>(BT));
+    cpu.be->classifier(r_logits, r_losses, cpu.i32(targets), BT, V, Vp, dloss);
+    T* k_logits = dev(logits);
+    float* k_losses = mem.template alloc<float>(BT);
+    kernels::fused_classifier(k_logits, k_losses, dev_raw(targets), BT, V, Vp, dloss, nullptr);
+    // Losses are FP32 from the same (quantised) logits: FP32 limit in both modes.
+    rep.compare("losses", get_raw(k_losses, BT), cpu.get(r_losses, BT), kF32);
+    rep.compare(with_grad ? "dlogits" : "logits (unchanged)", get(k_logits, (size_t)BT * Vp),
+                cpu.get(r_logits, (size_t)BT * Vp), lim(kBf16Cls));
+  }
+
+  // ---- AdamW ----
+  void adamw(int n, int step) {
+    auto params = q(randn(rng, n)), grads = q(randn(rng, n, 0.1f));
+    auto m = randn(rng, n, 0.01f), v = randn(rng, n, 0.001f);
+    for (auto& x : v) x = x * x;
+    AdamWArgs a;
+    a.lr = 1e-2f;
+    a.weight_decay = 0.1f;
+    a.step = step;
+    a.grad_scale = 0.5f;
+    float* r_p = cpu.f32(params);
+    float* r_m = cpu.f32(m);
+    float* r_v = cpu.f32(v);
+    cpu.be->adamw(r_p, nullptr, cpu.f32(grads), r_m, r_v, n, a);
+    kernels::AdamWHyper h;
+    h.lr = a.lr, h.beta1 = a.beta1, h.beta2 = a.beta2, h.eps = a.eps;
+    h.weight_decay = a.weight_decay, h.step = a.step, h.grad_scale = a.grad_scale;
+    T* k_p = dev(params);
+    float* k_master = std::is_same<T, float>::value ? nullptr : dev_raw(params);
+    float* k_m = dev_raw(m);
+    float* k_v = dev_raw(v);
+    kernels::adamw_update(k_p, k_master, dev(grads), k_m, k_v, n, h, 1234u, nullptr);
+    auto ref_p = cpu.get(r_p, n);
+    rep.compare("params", get(k_p, n), ref_p, lim(kBf16Sr));
+    if (k_master) rep.compare("master", get_raw(k_master, n), ref_p, kF32);
+    rep.compare("m", get_raw(k_m, n), cpu.get(r_m, n), kF32);
+    rep.compare("v", get_raw(k_v, n), cpu.get(r_v, n), kF32);
+  }
+
+  // ---- global norm ----
+  void global_norm(int n) {
+    auto x = q(randn(rng, n));
+    double ref = cpu.be->sum_squares(cpu.f32(x), n);
+    double* k_out = mem.template alloc<double>(1);
+    void* scratch = mem.template alloc<unsigned char>(kernels::global_norm_scratch_bytes());
+    kernels::global_norm_squared(k_out, scratch, dev(x), n, nullptr);
+    double got = get_raw(k_out, 1)[0];
+    // FP32 per-thread partial sums against the reference's FP64: relative 1e-6.
+    rep.compare("sum_squares", {(float)got}, {(float)ref}, 1e-12);
+  }
+
+  // ---- casts (reference: CUDA's host conversions) ----
+  void cast(int n) {
+    auto x = randn(rng, n, 10.0f);
+    float* k_x = dev_raw(x);
+    bf16* k_b = mem.template alloc<bf16>(n);
+    kernels::cast(k_b, (const float*)k_x, n, nullptr);
+    std::vector<bf16> hb(n);
+    mem.sync();
+    mem.download(hb.data(), k_b, n * sizeof(bf16));
+    auto ref_b = quantize<bf16>(x);
+    auto got_b = to_f32(hb);
+    size_t mism = 0;
+    for (int i = 0; i < n; i++) mism += std::memcmp(&got_b[i], &ref_b[i], 4) != 0;
+    if (mism) rep.fail("f32->bf16: " + std::to_string(mism) + " values differ from __float2bfloat16");
+    float* k_back = mem.template alloc<float>(n);
+    kernels::cast(k_back, (const bf16*)k_b, n, nullptr);
+    auto back = get_raw(k_back, n);
+    rep.compare("bf16->f32 (exact)", back, ref_b, 0.0);
+  }
+
+  void run(const Case& c) {
+    const auto& s = c.shape;
+    if (c.op == "encoder_forward") encoder_forward(s[0], s[1], s[2], s[3]);
+    else if (c.op == "encoder_backward") encoder_backward(s[0], s[1], s[2], s[3]);
+    else if (c.op == "layernorm_forward") layernorm_forward(s[0], s[1]);
+    else if (c.op == "residual_layernorm_forward") residual_layernorm_forward(s[0], s[1]);
+    else if (c.op == "residual_forward") residual_forward(s[0]);
+    else if (c.op == "layernorm_backward") layernorm_backward(s[0], s[1]);
+    else if (c.op == "bias_grad") bias_grad(s[0], s[1]);
+    else if (c.op == "gelu_forward") gelu_forward(s[0]);
+    else if (c.op == "gelu_backward") gelu_backward(s[0]);
+    else if (c.op == "attention_forward") attention_forward(s[0], s[1], s[2], s[3]);
+    else if (c.op == "attention_backward") attention_backward(s[0], s[1], s[2], s[3]);
+    else if (c.op == "classifier") classifier(s[0], s[1], s[2], true);
+    else if (c.op == "classifier_loss_only") classifier(s[0], s[1], s[2], false);
+    else if (c.op == "adamw") adamw(s[0], s[1]);
+    else if (c.op == "global_norm") global_norm(s[0]);
+    else if (c.op == "cast") cast(s[0]);
+    else rep.fail("unknown op " + c.op);
+    std::string g = mem.check_guards();
+    if (!g.empty()) rep.fail("out-of-bounds write: " + g);
+  }
+};
+
+// The grid of shapes, with odd sizes, for every op and both storage types.
+inline std::vector<Case> all_cases() {
+  std::vector<std::pair<std::string, std::vector<std::vector<int>>>> ops = {
+      {"encoder_forward", {{1, 1, 1, 1}, {2, 5, 7, 11}, {3, 17, 64, 50}, {2, 64, 96, 300}, {4, 256, 64, 50257}}},
+      {"encoder_backward", {{1, 1, 1, 1}, {2, 5, 7, 3}, {3, 17, 64, 20}, {4, 64, 48, 8}, {4, 256, 64, 50}}},
+      {"layernorm_forward", {{1, 1}, {3, 7}, {17, 96}, {64, 257}, {8, 768}}},
+      {"residual_layernorm_forward", {{1, 3}, {5, 33}, {19, 100}, {32, 768}}},
+      // 1000 and 4096 take the 128-bit path (n a multiple of the pack), 4099 the scalar one.
+      {"residual_forward", {{1}, {7}, {1000}, {4096}, {4099}}},
+      {"layernorm_backward", {{1, 2}, {3, 7}, {17, 96}, {70, 257}, {256, 768}}},
+      {"bias_grad", {{1, 1}, {5, 7}, {33, 100}, {100, 300}}},
+      {"gelu_forward", {{1}, {7}, {1000}, {4096}, {4099}}},
+      {"gelu_backward", {{1}, {7}, {1000}, {4096}, {4099}}},
+      {"attention_forward", {{1, 1, 1, 4}, {2, 7, 3, 5}, {2, 33, 2, 16}, {2, 128, 4, 16}}},
+      {"attention_backward", {{1, 1, 1, 4}, {2, 7, 3, 5}, {2, 33, 2, 16}, {2, 128, 4, 16}}},
+      {"classifier", {{1, 1, 1}, {3, 5, 8}, {7, 100, 128}, {16, 1000, 1024}, {2, 4099, 4224}, {4, 50257, 50304}}},
+      {"classifier_loss_only", {{3, 5, 8}, {5, 1000, 1024}}},
+      {"adamw", {{1, 1}, {7, 1}, {1000, 3}, {5001, 10}}},
+      {"global_norm", {{1}, {7}, {1000}, {300001}}},
+  };
+  std::vector<Case> cases;
+  for (DType d : {DType::f32, DType::bf16})
+    for (auto& [op, shapes] : ops)
+      for (auto& s : shapes) cases.push_back({op, s, d});
+  for (int n : {1, 7, 1000, 4099}) cases.push_back({"cast", {n}, DType::bf16});
+  return cases;
+}
+
+template <class Mem>
+Report run_case(Mem& mem, const Case& c) {
+  if (c.dtype == DType::f32) {
+    Runner<Mem, float> r(mem);
+    r.run(c);
+    return r.rep;
+  }
+  Runner<Mem, bf16> r(mem);
+  r.run(c);
+  return r.rep;
+}
+
+}  // namespace ratchet::testing::kcases

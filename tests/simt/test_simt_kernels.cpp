@@ -1,0 +1,110 @@
+// Every kernel, run through simt, against the CPU backend op by op: NMSE per
+// output with a per-op limit, NaN/Inf counted separately, guard regions around
+// every kernel buffer. FP32 and BF16 storage, a grid of shapes with odd sizes.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "guarded.h"
+#include "kernel_cases.h"
+
+namespace {
+
+using namespace ratchet::testing;
+using namespace ratchet::testing::kcases;
+
+// simt's "device memory" is host memory with guard regions.
+struct SimtMem {
+  std::vector<std::unique_ptr<Guarded<unsigned char>>> bufs;
+  template <class T>
+  T* alloc(size_t n) {
+    bufs.push_back(std::make_unique<Guarded<unsigned char>>(std::max<size_t>(n, 1) * sizeof(T)));
+    return reinterpret_cast<T*>(bufs.back()->data());
+  }
+  void upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+  void sync() {}
+  std::string check_guards() {
+    for (size_t i = 0; i < bufs.size(); i++) {
+      std::string g = bufs[i]->check();
+      if (!g.empty()) return "buffer #" + std::to_string(i) + ": " + g;
+    }
+    return "";
+  }
+};
+
+struct SimtKernels : ::testing::TestWithParam<Case> {};
+
+TEST_P(SimtKernels, MatchesCpuBackend) {
+  simt::get_last_error();
+  SimtMem mem;
+  Report r = run_case(mem, GetParam());
+  std::printf("%s\n%s", case_name(GetParam()).c_str(), r.text().c_str());
+  EXPECT_TRUE(r.ok) << r.text();
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, SimtKernels, ::testing::ValuesIn(all_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return case_name(info.param);
+                         });
+
+// The reductions promise the same bits whatever the thread order and however
+// blocks are spread over OS threads (no atomics, fixed summation order).
+template <class T>
+std::vector<unsigned char> bits(const T* p, size_t n) {
+  const auto* b = reinterpret_cast<const unsigned char*>(p);
+  return std::vector<unsigned char>(b, b + n * sizeof(T));
+}
+
+std::vector<unsigned char> run_reductions(uint64_t seed, int threads) {
+  simt::set_seed(seed);
+  simt::set_threads(threads);
+  using ratchet::kernels::bf16;
+  ratchet::Rng rng(5);
+  const int B = 3, T = 40, C = 96, V = 6, N = B * T;
+  std::vector<int> tok(N);
+  for (auto& t : tok) t = (int)rng.below(V);  // many repeated tokens
+  auto dout = to_storage<bf16>(randn(rng, (size_t)N * C));
+  auto inp = to_storage<bf16>(randn(rng, (size_t)N * C));
+  auto w = to_storage<bf16>(randn(rng, C));
+  std::vector<float> mean(N, 0.1f), rstd(N, 0.9f);
+  std::vector<bf16> dwte((size_t)V * C), dwpe((size_t)T * C), dinp((size_t)N * C), dw(C), db(C),
+      dbias(C);
+  std::vector<unsigned char> scratch(std::max({ratchet::kernels::encoder_backward_scratch_bytes(B, T),
+                                               ratchet::kernels::layernorm_backward_scratch_bytes(N, C),
+                                               ratchet::kernels::bias_grad_scratch_bytes(N, C),
+                                               ratchet::kernels::global_norm_scratch_bytes()}) +
+                                     16);
+  void* sc = scratch.data() + (16 - reinterpret_cast<uintptr_t>(scratch.data()) % 16) % 16;
+  ratchet::kernels::encoder_backward(dwte.data(), dwpe.data(), sc, dout.data(), tok.data(), B, T,
+                                     C, nullptr);
+  ratchet::kernels::layernorm_backward(dinp.data(), dw.data(), db.data(), sc, dout.data(),
+                                       inp.data(), w.data(), mean.data(), rstd.data(), N, C,
+                                       nullptr);
+  ratchet::kernels::bias_grad(dbias.data(), sc, dout.data(), N, C, nullptr);
+  double norm = 0;
+  ratchet::kernels::global_norm_squared(&norm, sc, dout.data(), dout.size(), nullptr);
+  std::vector<float> logits = randn(rng, (size_t)N * 128);
+  std::vector<float> losses(N);
+  ratchet::kernels::fused_classifier(logits.data(), losses.data(), tok.data(), N, 100, 128,
+                                     1.0f / N, nullptr);
+  std::vector<unsigned char> all;
+  for (auto v : {bits(dwte.data(), dwte.size()), bits(dwpe.data(), dwpe.size()),
+                 bits(dinp.data(), dinp.size()), bits(dw.data(), C), bits(db.data(), C),
+                 bits(dbias.data(), C), bits(&norm, 1), bits(logits.data(), logits.size()),
+                 bits(losses.data(), losses.size())})
+    all.insert(all.end(), v.begin(), v.end());
+  simt::set_threads(0);
+  simt::set_seed(1);
+  return all;
+}
+
+TEST(SimtKernelsDeterminism, SameBitsForAnyThreadOrderAndOsThreadCount) {
+  auto a = run_reductions(1, 1);
+  auto b = run_reductions(987654321, 2);
+  auto c = run_reductions(42, 3);
+  EXPECT_TRUE(a == b);
+  EXPECT_TRUE(a == c);
+}
+
+}  // namespace
