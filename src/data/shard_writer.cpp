@@ -16,12 +16,33 @@ namespace ratchet {
 namespace fs = std::filesystem;
 namespace {
 
-// fsync a file or directory by path; best effort on file systems without it.
-void sync_path(const std::string& path) {
+// fsync a file or directory by path. Returns errno of a failed fsync (0 on
+// success, or when the file system does not support it).
+int sync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fsync(fd);
+  if (fd < 0) return 0;
+  int rc = ::fsync(fd) == 0 ? 0 : errno;
   ::close(fd);
+  return (rc == EINVAL || rc == EROFS) ? 0 : rc;
+}
+
+void write_string_array_attr(hid_t obj, const char* name, const std::vector<std::string>& values,
+                             const std::string& path) {
+  H5Handle type(H5_CHECK(H5Tcopy(H5T_C_S1), "cannot write attribute ", name, " to ", path),
+                H5Tclose);
+  H5_CHECK(H5Tset_size(type, H5T_VARIABLE), "cannot write attribute ", name, " to ", path);
+  H5_CHECK(H5Tset_cset(type, H5T_CSET_UTF8), "cannot write attribute ", name, " to ", path);
+  hsize_t dims[1] = {values.size()};
+  H5Handle space(H5_CHECK(H5Screate_simple(1, dims, nullptr), "cannot write attribute ", name,
+                          " to ", path),
+                 H5Sclose);
+  H5Handle attr(H5_CHECK(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT),
+                         "cannot write attribute ", name, " to ", path),
+                H5Aclose);
+  std::vector<const char*> ptrs;
+  for (const auto& v : values) ptrs.push_back(v.c_str());
+  if (!ptrs.empty())
+    H5_CHECK(H5Awrite(attr, type, ptrs.data()), "cannot write attribute ", name, " to ", path);
 }
 
 void write_1d(hid_t file, const char* name, hid_t file_type, hid_t mem_type, const void* data,
@@ -34,6 +55,8 @@ void write_1d(hid_t file, const char* name, hid_t file_type, hid_t mem_type, con
   H5Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), "cannot write /", name, " to ", path),
                 H5Pclose);
   H5_CHECK(H5Pset_chunk(dcpl, 1, chunk_dims), "cannot write /", name, " to ", path);
+  // No modification times in object headers: the same tokens give the same bytes.
+  H5_CHECK(H5Pset_obj_track_times(dcpl, false), "cannot write /", name, " to ", path);
   H5_CHECK(H5Pset_shuffle(dcpl), "cannot write /", name, " to ", path);
   H5_CHECK(H5Pset_deflate(dcpl, 4), "cannot write /", name, " to ", path);
   H5Handle dset(H5_CHECK(H5Dcreate2(file, name, file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
@@ -71,7 +94,7 @@ void write_scalar_attr(hid_t obj, const char* name, hid_t file_type, hid_t mem_t
 
 void write_file(const std::string& tmp, const std::string& path, const ShardMeta& meta,
                 const std::vector<uint32_t>& tokens, const std::vector<uint64_t>& doc_offsets,
-                size_t chunk_tokens) {
+                size_t chunk_tokens, const ShardProvenance* prov, uint64_t max_token) {
   namespace sf = shard_format;
   H5Handle fapl = h5_fapl_no_locking();
   H5Handle file(H5_CHECK(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
@@ -94,23 +117,54 @@ void write_file(const std::string& tmp, const std::string& path, const ShardMeta
                     path);
   write_scalar_attr(file, sf::kAttrNumDocuments, H5T_STD_U64LE, H5T_NATIVE_UINT64, &num_docs,
                     path);
+  if (!tokens.empty())
+    write_scalar_attr(file, sf::kAttrMaxToken, H5T_STD_U64LE, H5T_NATIVE_UINT64, &max_token, path);
+  if (prov) {
+    if (!prov->tool_version.empty())
+      write_string_attr(file, sf::kAttrToolVersion, prov->tool_version, path);
+    if (!prov->source_files.empty()) {
+      write_string_array_attr(file, sf::kAttrSourceFiles, prov->source_files, path);
+      write_string_array_attr(file, sf::kAttrSourceSha256, prov->source_sha256, path);
+    }
+    if (!prov->tokenizer_files.empty()) {
+      write_string_array_attr(file, sf::kAttrTokenizerFiles, prov->tokenizer_files, path);
+      write_string_array_attr(file, sf::kAttrTokenizerSha256, prov->tokenizer_sha256, path);
+    }
+    if (!prov->dedup.empty()) {
+      write_string_attr(file, sf::kAttrDedup, prov->dedup, path);
+      write_scalar_attr(file, sf::kAttrDedupIn, H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                        &prov->dedup_documents_in, path);
+      write_scalar_attr(file, sf::kAttrDedupExact, H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                        &prov->dedup_exact_removed, path);
+      write_scalar_attr(file, sf::kAttrDedupNear, H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                        &prov->dedup_near_removed, path);
+      write_scalar_attr(file, sf::kAttrDedupThreshold, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                        &prov->dedup_near_threshold, path);
+    }
+  }
   H5_CHECK(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot write shard ", path);
-  file.reset();
+  H5_CHECK(file.close(), "cannot write shard ", path);
 }
 
 }  // namespace
 
 void write_shard(const std::string& path, const ShardMeta& meta,
                  const std::vector<uint32_t>& tokens, const std::vector<uint64_t>& doc_offsets,
-                 size_t chunk_tokens) {
+                 size_t chunk_tokens, const ShardProvenance* provenance) {
   if (meta.vocab_size <= 0 || meta.eot_token < 0 || meta.eot_token >= meta.vocab_size)
     fail("cannot write shard ", path, ": eot_token ", meta.eot_token,
          " is not inside vocab_size ", meta.vocab_size);
   if (meta.tokenizer.empty()) fail("cannot write shard ", path, ": the tokenizer name is empty");
-  for (size_t i = 0; i < tokens.size(); i++)
+  uint64_t max_token = 0;
+  for (size_t i = 0; i < tokens.size(); i++) {
     if (tokens[i] >= (uint32_t)meta.vocab_size)
       fail("cannot write shard ", path, ": token ", i, " is ", tokens[i],
            ", outside the vocab of ", meta.vocab_size);
+    max_token = std::max<uint64_t>(max_token, tokens[i]);
+  }
+  if (provenance && provenance->source_files.size() != provenance->source_sha256.size())
+    fail("cannot write shard ", path, ": ", provenance->source_files.size(), " source files but ",
+         provenance->source_sha256.size(), " checksums");
   for (size_t i = 0; i < doc_offsets.size(); i++)
     if (doc_offsets[i] >= tokens.size() || (i > 0 && doc_offsets[i] <= doc_offsets[i - 1]))
       fail("cannot write shard ", path, ": doc_offsets[", i, "] = ", doc_offsets[i],
@@ -125,8 +179,9 @@ void write_shard(const std::string& path, const ShardMeta& meta,
   std::string tmp =
       (dir / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
   try {
-    write_file(tmp, path, meta, tokens, doc_offsets, chunk_tokens);
-    sync_path(tmp);
+    write_file(tmp, path, meta, tokens, doc_offsets, chunk_tokens, provenance, max_token);
+    if (int err = sync_path(tmp))
+      fail("cannot write shard ", path, " (as ", tmp, "): ", std::strerror(err));
     if (std::rename(tmp.c_str(), path.c_str()) != 0)
       fail("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno));
     sync_path(dir.string());
@@ -149,15 +204,20 @@ std::string ShardStreamWriter::shard_name(const std::string& prefix, size_t inde
   return prefix + num;
 }
 
-void ShardStreamWriter::add_document(const std::vector<uint32_t>& tokens) {
+void ShardStreamWriter::add_document(const std::vector<uint32_t>& tokens, int source) {
   const uint32_t eot = (uint32_t)meta_.eot_token;
-  append(tokens.data(), tokens.size(), /*starts_document=*/true);
-  append(&eot, 1, /*starts_document=*/tokens.empty());
+  append(tokens.data(), tokens.size(), /*starts_document=*/true, source);
+  append(&eot, 1, /*starts_document=*/tokens.empty(), source);
 }
 
-void ShardStreamWriter::append(const uint32_t* tokens, size_t n, bool starts_document) {
+void ShardStreamWriter::append(const uint32_t* tokens, size_t n, bool starts_document,
+                               int source) {
   while (n > 0) {
     if (tokens_.size() == shard_tokens_) flush();
+    if (source >= 0) {
+      auto it = std::lower_bound(shard_sources_.begin(), shard_sources_.end(), source);
+      if (it == shard_sources_.end() || *it != source) shard_sources_.insert(it, source);
+    }
     if (starts_document) doc_offsets_.push_back(tokens_.size());
     starts_document = false;
     size_t k = (size_t)std::min<uint64_t>(n, shard_tokens_ - tokens_.size());
@@ -174,9 +234,20 @@ void ShardStreamWriter::flush() {
   s.path = (fs::path(dir_) / shard_name(prefix_, written_.size())).string();
   s.tokens = tokens_.size();
   s.documents = doc_offsets_.size();
-  write_shard(s.path, meta_, tokens_, doc_offsets_);
+  ShardProvenance prov = provenance_;
+  prov.source_files.clear();
+  prov.source_sha256.clear();
+  for (int src : shard_sources_) {
+    if ((size_t)src >= provenance_.source_files.size()) continue;
+    prov.source_files.push_back(provenance_.source_files[src]);
+    prov.source_sha256.push_back(src < (int)provenance_.source_sha256.size()
+                                     ? provenance_.source_sha256[src]
+                                     : std::string());
+  }
+  write_shard(s.path, meta_, tokens_, doc_offsets_, shard_format::kChunkTokens, &prov);
   tokens_.clear();
   doc_offsets_.clear();
+  shard_sources_.clear();
   written_.push_back(s);
   if (on_shard_) on_shard_(s);
 }

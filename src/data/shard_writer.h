@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -15,9 +16,13 @@ namespace ratchet {
 // never leaves a file named `path` that looks whole. Throws Error naming the
 // path when the file cannot be written, or when the arguments break the
 // format (a token >= vocab_size, doc_offsets not increasing or out of range).
+// `provenance` (optional) adds the optional attributes of shard_format.h;
+// max_token is always written. A failed write (disk full, I/O error) removes
+// the temporary file and throws Error naming `path` and the cause.
 void write_shard(const std::string& path, const ShardMeta& meta,
                  const std::vector<uint32_t>& tokens, const std::vector<uint64_t>& doc_offsets,
-                 size_t chunk_tokens = shard_format::kChunkTokens);
+                 size_t chunk_tokens = shard_format::kChunkTokens,
+                 const ShardProvenance* provenance = nullptr);
 
 // One written shard, as reported to the caller.
 struct ShardSummary {
@@ -37,8 +42,13 @@ class ShardStreamWriter {
   // `on_shard` (optional) is called after each shard is written.
   ShardStreamWriter(std::string dir, std::string prefix, ShardMeta meta, uint64_t shard_tokens,
                     Callback on_shard = {});
-  // Appends `tokens` and an eot token as one document.
-  void add_document(const std::vector<uint32_t>& tokens);
+  // Appends `tokens` and an eot token as one document. `source` (optional) is
+  // its input's index in the table given to set_sources().
+  void add_document(const std::vector<uint32_t>& tokens, int source = -1);
+  // Provenance written into every shard; source_files / source_sha256 of
+  // `base` are the table that add_document's `source` indexes, and each shard
+  // records only the sources with tokens in it.
+  void set_provenance(ShardProvenance base) { provenance_ = std::move(base); }
   // Writes the last, partial shard (none if nothing is pending). Call once.
   void finish();
   const std::vector<ShardSummary>& shards() const { return written_; }
@@ -47,7 +57,7 @@ class ShardStreamWriter {
   static std::string shard_name(const std::string& prefix, size_t index);  // "train_000000.h5"
 
  private:
-  void append(const uint32_t* tokens, size_t n, bool starts_document);
+  void append(const uint32_t* tokens, size_t n, bool starts_document, int source);
   void flush();
 
   std::string dir_, prefix_;
@@ -57,6 +67,8 @@ class ShardStreamWriter {
   std::vector<uint32_t> tokens_;
   std::vector<uint64_t> doc_offsets_;
   std::vector<ShardSummary> written_;
+  ShardProvenance provenance_;
+  std::vector<int> shard_sources_;  // sources with tokens in the pending shard, sorted
   uint64_t total_tokens_ = 0;
 };
 

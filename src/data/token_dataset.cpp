@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "data/shard_reader.h"
+#include "data/shard_format.h"
 
 namespace ratchet {
 namespace {
@@ -28,11 +29,17 @@ std::vector<std::string> expand_glob(const std::string& pattern, const std::stri
 
 }  // namespace
 
-TokenDataset::TokenDataset(const std::string& pattern, const std::string& flag)
+TokenDataset::TokenDataset(const std::string& pattern, const std::string& flag,
+                           const TokenDatasetOptions& options)
     : pattern_(pattern), flag_(flag) {
-  for (const std::string& path : expand_glob(pattern, flag)) {
-    ShardFile file(path);
-    const ShardMeta& m = file.meta();
+  const std::vector<std::string> paths = expand_glob(pattern, flag);
+  const size_t per_shard = options.cache_bytes / paths.size();
+  for (const std::string& path : paths) {
+    // Two chunks at least (a window may straddle two), as HDF5 counts bytes.
+    auto file = std::make_unique<ShardFile>(path);
+    const size_t chunk_bytes = (size_t)file->chunk_tokens() * (size_t)file->token_bytes();
+    file->set_chunk_cache(std::max(per_shard, 2 * chunk_bytes + 1024));
+    const ShardMeta& m = file->meta();
     if (shards_.empty()) {
       meta_ = m;
     } else {
@@ -50,33 +57,42 @@ TokenDataset::TokenDataset(const std::string& pattern, const std::string& flag)
              m.eot_token, "): ", flag, " '", pattern,
              "' must match shards made with one tokenizer");
     }
-    if (file.num_tokens() == 0)
+    if (file->num_tokens() == 0)
       fail("shard ", path, " is empty (0 tokens): remove it from ", flag, " '", pattern,
            "' or re-shard");
+
+    uint64_t mx = 0;
+    if (auto attr = file->int_attr(shard_format::kAttrMaxToken)) {
+      mx = (uint64_t)*attr;
+    } else if (file->num_tokens() <= kScanLimit) {
+      std::vector<uint32_t> buf;
+      for (uint64_t pos = 0; pos < file->num_tokens(); pos += 1 << 20) {
+        uint64_t n = std::min<uint64_t>(1 << 20, file->num_tokens() - pos);
+        buf.resize(n);
+        file->read_tokens(pos, n, buf.data());
+        mx = std::max<uint64_t>(mx, *std::max_element(buf.begin(), buf.end()));
+      }
+    } else {
+      mx = (uint64_t)m.vocab_size - 1;  // checked on every read instead
+    }
+    if (mx >= (uint64_t)m.vocab_size)
+      fail("shard ", path, " holds token id ", mx, " but its vocab_size is ", m.vocab_size,
+           ": the shard is corrupt, re-shard it");
+    max_token_ = std::max(max_token_, (uint32_t)mx);
+    num_documents_ += file->num_doc_offsets();
 
     Shard s;
     s.path = path;
     s.start = total_;
-    s.size = file.num_tokens();
-    uint32_t mx = 0;
-    if (file.token_bytes() == 2) {
-      s.t16.resize(s.size);
-      file.read_tokens(0, s.size, s.t16.data());
-      mx = *std::max_element(s.t16.begin(), s.t16.end());
-    } else {
-      s.t32.resize(s.size);
-      file.read_tokens(0, s.size, s.t32.data());
-      mx = *std::max_element(s.t32.begin(), s.t32.end());
-    }
-    if (mx >= (uint32_t)m.vocab_size)
-      fail("shard ", path, " holds token id ", mx, " but its vocab_size is ", m.vocab_size,
-           ": the shard is corrupt, re-shard it");
-    max_token_ = std::max(max_token_, mx);
-    num_documents_ += file.read_doc_offsets().size();
+    s.size = file->num_tokens();
+    s.file = std::move(file);
     total_ += s.size;
     shards_.push_back(std::move(s));
   }
 }
+
+TokenDataset::~TokenDataset() = default;
+TokenDataset::TokenDataset(TokenDataset&&) noexcept = default;
 
 const TokenDataset::Shard& TokenDataset::shard_at(uint64_t pos) const {
   // The last shard whose start is <= pos.
@@ -87,14 +103,16 @@ const TokenDataset::Shard& TokenDataset::shard_at(uint64_t pos) const {
 
 void TokenDataset::read(uint64_t start, size_t count, int32_t* out) const {
   uint64_t pos = start % total_;
+  const int32_t vocab = meta_.vocab_size;
   while (count > 0) {
     const Shard& s = shard_at(pos);
     uint64_t off = pos - s.start;
     size_t n = (size_t)std::min<uint64_t>(count, s.size - off);
-    if (!s.t16.empty())
-      std::copy_n(s.t16.begin() + off, n, out);
-    else
-      std::copy_n(s.t32.begin() + off, n, out);
+    s.file->read_tokens(off, n, out);
+    for (size_t i = 0; i < n; i++)
+      if (out[i] < 0 || out[i] >= vocab)
+        fail("shard ", s.path, " holds token id ", (uint32_t)out[i], " at position ", off + i,
+             " but its vocab_size is ", vocab, ": the shard is corrupt, re-shard it");
     out += n;
     count -= n;
     pos += n;

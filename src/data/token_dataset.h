@@ -9,13 +9,19 @@
 // validated at construction (see ShardFile) and all must agree on tokenizer,
 // vocab_size and eot_token. Errors name the flag, the pattern or the file.
 //
-// Cache: each shard's tokens are loaded whole into memory at construction, as
-// uint16 (or uint32 for vocab > 65535), and files are closed again. Shards
-// are small for now; streaming by HDF5 chunk through a bounded cache is a
-// later step that keeps this interface. read() is const and touches no
-// mutable state, so several threads may call it at once.
+// Streaming: every shard stays open (read-only, file locking off) and read()
+// goes through HDF5's chunk cache of that shard: nothing is loaded whole, so
+// multi-GB shards (over 4 Gi tokens: all positions are uint64) open at once
+// and use memory bounded by the cache. Opening reads only the headers: the
+// largest token id comes from the `max_token` attribute (or, for shards
+// written before it existed, a scan of shards up to kScanLimit tokens); every
+// read still checks its ids against vocab_size and throws Error naming the
+// shard on a bad one. read() is const and thread-safe (the HDF5 library is
+// built thread-safe and serialises its calls), so the loader's prefetch
+// thread and the trainer may read at once.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,10 +29,25 @@
 
 namespace ratchet {
 
+class ShardFile;
+
+struct TokenDatasetOptions {
+  // HDF5 chunk cache over all shards, split evenly (at least two chunks per
+  // shard): sequential reads need one chunk per shard, shuffled windows hit
+  // random chunks and gain from more.
+  size_t cache_bytes = size_t(64) << 20;
+};
+
 class TokenDataset {
  public:
+  // Shards without a max_token attribute are scanned at open up to this size.
+  static constexpr uint64_t kScanLimit = uint64_t(1) << 26;
+
   // `flag` is the option the pattern came from ("--train-data"), for messages.
-  TokenDataset(const std::string& pattern, const std::string& flag);
+  TokenDataset(const std::string& pattern, const std::string& flag,
+               const TokenDatasetOptions& options = {});
+  ~TokenDataset();
+  TokenDataset(TokenDataset&&) noexcept;
 
   uint64_t num_tokens() const { return total_; }
   uint64_t num_documents() const { return num_documents_; }
@@ -37,7 +58,9 @@ class TokenDataset {
   const std::string& flag() const { return flag_; }
   size_t num_shards() const { return shards_.size(); }
   const std::string& shard_path(size_t i) const { return shards_[i].path; }
-  uint32_t max_token() const { return max_token_; }  // largest id in any shard
+  // Largest id in any shard (from max_token attributes or a scan; shards too
+  // big to scan without the attribute count as vocab_size - 1).
+  uint32_t max_token() const { return max_token_; }
 
   // Tokens [start, start+count) of the stream, positions taken modulo
   // num_tokens(): a read running past the end continues at token 0.
@@ -55,8 +78,7 @@ class TokenDataset {
     std::string path;
     uint64_t start = 0;  // position of its first token in the stream
     uint64_t size = 0;
-    std::vector<uint16_t> t16;  // one of the two is filled
-    std::vector<uint32_t> t32;
+    std::unique_ptr<ShardFile> file;
   };
   const Shard& shard_at(uint64_t pos) const;
 

@@ -20,9 +20,18 @@ class Tokenizer {
   virtual std::string decode(const std::vector<uint32_t>& ids) const = 0;
 };
 
-// "byte" -> ByteTokenizer. Throws Error naming `flag` and the value on an
-// unknown name, listing the known ones.
+// Files a tokenizer is loaded from (GPT-2: encoder.json and vocab.bpe). Empty
+// paths mean the default location (see default_gpt2_dir() in gpt2_tokenizer.h).
+struct TokenizerFiles {
+  std::string vocab;   // --vocab: encoder.json
+  std::string merges;  // --merges: vocab.bpe
+};
+
+// "byte" -> ByteTokenizer, "gpt2" -> Gpt2Tokenizer (from `files`). Throws
+// Error naming `flag` and the value on an unknown name, listing the known
+// ones, or naming the vocabulary file that cannot be loaded.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name,
-                                          const std::string& flag = "--tokenizer");
+                                          const std::string& flag = "--tokenizer",
+                                          const TokenizerFiles& files = {});
 
 }  // namespace ratchet

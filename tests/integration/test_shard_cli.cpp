@@ -173,7 +173,9 @@ TEST(ShardCli, BadInputsExitWithCode2AndSayWhich) {
                      {"--input", dir / "nope.txt", "No such file"});
   expect_usage_error(run_ratchet("shard --input '" + (dir / "nope*.txt") + "'" + out),
                      {"--input", "nope*.txt", "matches no file"});
-  expect_usage_error(run_ratchet("shard --input " + dir.path + out), {"--input", "directory"});
+  fs::create_directory(dir / "emptydir");
+  expect_usage_error(run_ratchet("shard --input " + (dir / "emptydir") + out),
+                     {"--input", "directory", "emptydir", "no files"});
   expect_usage_error(run_ratchet("shard --input " + (dir / "empty.txt") + out),
                      {"--input", dir / "empty.txt", "empty"});
   expect_usage_error(run_ratchet("shard --tokenizer gpt9" + book + out),

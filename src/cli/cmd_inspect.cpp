@@ -1,0 +1,192 @@
+// `ratchet inspect SHARDS...`: what a set of token shards holds (tokens,
+// documents, vocabulary, tokenizer, compression, provenance, a histogram of
+// document lengths), and with --decode START:COUNT the text of a token range.
+#include <boost/program_options.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/progress.h"
+#include "data/shard_reader.h"
+#include "data/tokenizer.h"
+
+namespace ratchet {
+namespace po = boost::program_options;
+namespace sf = shard_format;
+
+int cmd_inspect(int argc, char** argv) {
+  std::vector<std::string> shards;
+  std::string decode, vocab, merges;
+  po::options_description desc("ratchet inspect: summarize token shards\n\noptions");
+  // clang-format off
+  desc.add_options()
+    ("help,h", "show this help")
+    ("shard", po::value(&shards)->multitoken(), "shard files or globs (also positional)")
+    ("decode", po::value(&decode), "START:COUNT: print the text of tokens [START, START+COUNT) "
+                                   "of the shards read as one stream")
+    ("vocab", po::value(&vocab), "gpt2: encoder.json for --decode (default: installed copy)")
+    ("merges", po::value(&merges), "gpt2: vocab.bpe for --decode");
+  // clang-format on
+  po::positional_options_description pos;
+  pos.add("shard", -1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "ratchet inspect: error: %s\n(see `ratchet inspect --help`)\n", e.what());
+    return kExitUsage;
+  }
+  if (vm.count("help")) {
+    std::cout << desc << R"(
+Examples:
+  ratchet inspect data/train_*.h5
+  ratchet inspect data/val_000000.h5 --decode 0:200
+)";
+    return kExitOk;
+  }
+  if (shards.empty()) fail("no shard given: ratchet inspect SHARDS... (see --help)");
+  std::vector<std::string> paths = expand_shard_paths(shards, "shard");
+
+  std::vector<std::unique_ptr<ShardFile>> files;
+  uint64_t total = 0, docs = 0, raw = 0, stored = 0;
+  std::vector<uint64_t> starts;           // global document starts
+  std::vector<uint64_t> shard_start;      // global position of each shard
+  for (const std::string& p : paths) {
+    auto f = std::make_unique<ShardFile>(p);
+    const ShardMeta& m = f->meta();
+    if (!files.empty()) {
+      const ShardMeta& a = files.front()->meta();
+      if (a.tokenizer != m.tokenizer || a.vocab_size != m.vocab_size || a.eot_token != m.eot_token)
+        fail("shard ", p, " (tokenizer ", m.tokenizer, ", vocab ", m.vocab_size,
+             ") differs from ", files.front()->path(), " (tokenizer ", a.tokenizer, ", vocab ",
+             a.vocab_size, "): inspect shards of one dataset together");
+    }
+    std::vector<uint64_t> off = f->read_doc_offsets();
+    for (uint64_t o : off) starts.push_back(total + o);
+    std::string filters;
+    for (const auto& x : f->filters()) filters += (filters.empty() ? "" : "+") + x;
+    const uint64_t r = f->num_tokens() * (uint64_t)f->token_bytes(), s = f->stored_bytes();
+    std::printf("%s: %llu tokens, %zu documents, uint%d, chunks of %llu, %s, %s on disk "
+                "(compression %.2fx)\n",
+                p.c_str(), (unsigned long long)f->num_tokens(), off.size(), 8 * f->token_bytes(),
+                (unsigned long long)f->chunk_tokens(), filters.empty() ? "no filters" : filters.c_str(),
+                human_bytes((double)s).c_str(), s ? (double)r / (double)s : 0.0);
+    auto srcs = f->string_array_attr(sf::kAttrSourceFiles);
+    auto shas = f->string_array_attr(sf::kAttrSourceSha256);
+    for (size_t i = 0; i < srcs.size() && i < 5; i++)
+      std::printf("    source %s  sha256 %s\n", srcs[i].c_str(),
+                  i < shas.size() ? shas[i].substr(0, 16).c_str() : "?");
+    if (srcs.size() > 5) std::printf("    ... and %zu more sources\n", srcs.size() - 5);
+    shard_start.push_back(total);
+    total += f->num_tokens();
+    docs += off.size();
+    raw += r;
+    stored += s;
+    files.push_back(std::move(f));
+  }
+  const ShardFile& first = *files.front();
+  const ShardMeta& m = first.meta();
+  std::printf("\ntotal: %zu shard(s), %llu tokens, %llu documents\n", files.size(),
+              (unsigned long long)total, (unsigned long long)docs);
+  std::printf("tokenizer %s, vocab_size %d, eot_token %d, format_version %lld\n",
+              m.tokenizer.c_str(), m.vocab_size, m.eot_token, (long long)first.format_version());
+  if (auto v = first.string_attr(sf::kAttrToolVersion)) std::printf("written by %s\n", v->c_str());
+  if (auto d = first.string_attr(sf::kAttrDedup)) {
+    std::printf("dedup %s: %lld documents in, %lld exact and %lld near duplicates removed",
+                d->c_str(), (long long)first.int_attr(sf::kAttrDedupIn).value_or(0),
+                (long long)first.int_attr(sf::kAttrDedupExact).value_or(0),
+                (long long)first.int_attr(sf::kAttrDedupNear).value_or(0));
+    if (auto t = first.double_attr(sf::kAttrDedupThreshold); t && *t > 0)
+      std::printf(" (Jaccard >= %.2f)", *t);
+    std::printf("\n");
+  }
+  std::printf("storage: %s raw, %s on disk, compression ratio %.2fx\n",
+              human_bytes((double)raw).c_str(), human_bytes((double)stored).c_str(),
+              stored ? (double)raw / (double)stored : 0.0);
+
+  // Document lengths (tokens, eot included) over the concatenated stream.
+  if (!starts.empty()) {
+    std::vector<uint64_t> len;
+    for (size_t i = 0; i < starts.size(); i++)
+      len.push_back((i + 1 < starts.size() ? starts[i + 1] : total) - starts[i]);
+    std::vector<uint64_t> sorted = len;
+    std::sort(sorted.begin(), sorted.end());
+    double mean = 0;
+    for (uint64_t l : len) mean += (double)l;
+    mean /= (double)len.size();
+    std::printf("document length (tokens): min %llu, median %llu, mean %.1f, max %llu\n",
+                (unsigned long long)sorted.front(), (unsigned long long)sorted[sorted.size() / 2],
+                mean, (unsigned long long)sorted.back());
+    std::vector<uint64_t> hist(65, 0);
+    int lo = 64, hi = 0;
+    for (uint64_t l : len) {
+      int b = 0;
+      while ((uint64_t(1) << (b + 1)) <= l && b < 63) b++;
+      hist[b]++;
+      lo = std::min(lo, b);
+      hi = std::max(hi, b);
+    }
+    uint64_t peak = *std::max_element(hist.begin(), hist.end());
+    for (int b = lo; b <= hi; b++) {
+      int bar = peak ? (int)(40.0 * (double)hist[b] / (double)peak + 0.5) : 0;
+      char range[64];
+      std::snprintf(range, sizeof range, "[%llu, %llu)", (unsigned long long)(uint64_t(1) << b),
+                    (unsigned long long)(uint64_t(1) << (b + 1)));
+      std::printf("  %-22s %10llu %s\n", range, (unsigned long long)hist[b],
+                  std::string(bar, '#').c_str());
+    }
+  }
+
+  if (!decode.empty()) {
+    size_t colon = decode.find(':');
+    uint64_t start = 0, count = 0;
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      size_t used = 0;
+      start = std::stoull(decode.substr(0, colon), &used);
+      if (used != colon) throw std::invalid_argument("start");
+      count = std::stoull(decode.substr(colon + 1), &used);
+      if (used != decode.size() - colon - 1) throw std::invalid_argument("count");
+    } catch (const std::exception&) {
+      fail("--decode '", decode, "' is not START:COUNT (e.g. 0:200)");
+    }
+    if (start >= total) fail("--decode start ", start, " is past the end (", total, " tokens)");
+    count = std::min(count, total - start);
+    std::vector<uint32_t> ids;
+    ids.reserve(count);
+    for (size_t i = 0; i < files.size() && count > 0; i++) {
+      uint64_t a = shard_start[i], n = files[i]->num_tokens();
+      if (start >= a + n) continue;
+      uint64_t off = start - a, k = std::min(count, n - off);
+      std::vector<uint32_t> buf(k);
+      files[i]->read_tokens(off, k, buf.data());
+      ids.insert(ids.end(), buf.begin(), buf.end());
+      start += k;
+      count -= k;
+    }
+    std::printf("\n--- tokens %s ---\n", decode.c_str());
+    std::unique_ptr<Tokenizer> tok;
+    try {
+      tok = make_tokenizer(m.tokenizer, "the shards' tokenizer", TokenizerFiles{vocab, merges});
+    } catch (const Error& e) {
+      std::fprintf(stderr, "inspect: cannot decode (%s); printing ids\n", e.what());
+    }
+    if (tok) {
+      std::string text = tok->decode(ids);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::printf("\n");
+    } else {
+      for (uint32_t id : ids) std::printf("%u ", id);
+      std::printf("\n");
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace ratchet

