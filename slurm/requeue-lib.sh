@@ -1,0 +1,202 @@
+# shellcheck shell=bash
+# requeue-lib.sh: the shell logic shared by train.sbatch and train-multinode.sbatch.
+# Sourced by the batch script (not run); needs bash and `set -euo pipefail`-safe.
+#
+# The stop protocol (DESIGN.md, "Checkpoints and the stop protocol"):
+#   1. A warning signal reaches the batch shell: USR1 from `--signal=B:USR1@120`
+#      (or `scancel --signal=USR1 --batch`), or TERM at the time limit, on
+#      preemption, or from a cluster that sends nothing else.
+#   2. The shell forwards it to the job step (srun, which passes it on to every
+#      rank) as RATCHET_STOP_SIGNAL. The trainer only sets a flag; at the next
+#      step boundary all ranks agree, save a checkpoint and exit with 75.
+#   3. On 75 the shell runs `scontrol requeue` (at most RATCHET_MAX_REQUEUES
+#      times per job, counted by SLURM_RESTART_COUNT); Slurm reruns the script
+#      from the top and `ratchet train --resume auto` continues from `latest`.
+#
+# Exit codes of the trainer, as the wrapper reads them:
+#   0   done                                    -> the job ends, COMPLETED
+#   75  checkpoint saved, run me again          -> requeue (EX_TEMPFAIL, sysexits.h)
+#   76  budget reached (steps, time, cost)      -> the job ends, never requeued
+#   any other                                   -> a failure; passed through, not requeued
+# The batch script exits with the trainer's code, except after a successful
+# requeue (0; the job is PENDING again by then).
+
+RATCHET_EXIT_REQUEUE=75
+RATCHET_EXIT_BUDGET=76
+
+# Defaults for the settings both templates share (the templates set the rest).
+: "${RATCHET_MAX_REQUEUES:=10}"
+: "${RATCHET_STOP_SIGNAL:=USR1}"
+RATCHET_STOP_SIGNAL=${RATCHET_STOP_SIGNAL#SIG}
+
+_ratchet_step_pid=""
+_ratchet_stop_requested=""
+
+ratchet_log() {
+  echo "ratchet-slurm[$(date '+%F %T')] job ${SLURM_JOB_ID:-?} run $((${SLURM_RESTART_COUNT:-0} + 1)): $*" >&2
+}
+
+ratchet_die() {
+  ratchet_log "error: $*"
+  exit 1
+}
+
+# ratchet_load_modules WORDS: `module load` them (Lmod or environment-modules);
+# nothing when empty. Finds the `module` command in a non-login batch shell.
+ratchet_load_modules() {
+  [ -n "${1:-}" ] || return 0
+  local f
+  if ! type module >/dev/null 2>&1; then
+    for f in /etc/profile.d/lmod.sh /etc/profile.d/modules.sh /usr/share/lmod/lmod/init/bash; do
+      if [ -r "$f" ]; then
+        set +eu
+        # shellcheck disable=SC1090
+        . "$f"
+        set -eu
+        break
+      fi
+    done
+  fi
+  if ! type module >/dev/null 2>&1; then
+    ratchet_log "warning: no 'module' command here; not loading: $1 (set RATCHET_MODULES= to silence)"
+    return 0
+  fi
+  set +eu
+  # shellcheck disable=SC2086
+  module load $1
+  local rc=$?
+  set -eu
+  [ $rc -eq 0 ] || ratchet_die "module load $1 failed (exit $rc): fix RATCHET_MODULES"
+  ratchet_log "loaded modules: $1"
+}
+
+# ratchet_setup BIN: checks the trainer exists, exports thread counts, logs the run.
+ratchet_setup() {
+  command -v "$1" >/dev/null 2>&1 ||
+    ratchet_die "trainer '$1' not found: load its module (RATCHET_MODULES) or set RATCHET_BIN"
+  case $RATCHET_MAX_REQUEUES in
+    '' | *[!0-9]*) ratchet_die "RATCHET_MAX_REQUEUES='$RATCHET_MAX_REQUEUES' is not a count" ;;
+  esac
+  # One OpenMP thread per allocated CPU; newer Slurm (22.11+) no longer passes
+  # --cpus-per-task from the job to srun on its own.
+  if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$SLURM_CPUS_PER_TASK}
+    export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
+  fi
+  ratchet_log "start on ${SLURM_JOB_NODELIST:-?} (${SLURM_NTASKS:-1} tasks;" \
+    "restarts so far ${SLURM_RESTART_COUNT:-0} of at most $RATCHET_MAX_REQUEUES)"
+}
+
+# A stop request (USR1 or TERM) reached the batch shell: pass it to the step.
+# TERM is passed on as RATCHET_STOP_SIGNAL, because srun treats a TERM of its
+# own as "kill the step" (the ranks would die without saving); srun forwards
+# USR1/USR2 to every rank untouched. The trainer treats both alike.
+_ratchet_on_signal() {
+  _ratchet_stop_requested=$1
+  if [ -n "$_ratchet_step_pid" ] && kill -0 "$_ratchet_step_pid" 2>/dev/null; then
+    ratchet_log "got SIG$1: sending SIG$RATCHET_STOP_SIGNAL to the step (checkpoint and exit $RATCHET_EXIT_REQUEUE)"
+    kill -s "$RATCHET_STOP_SIGNAL" "$_ratchet_step_pid" 2>/dev/null || true
+  else
+    ratchet_log "got SIG$1 before the step started"
+  fi
+}
+
+ratchet_install_traps() {
+  # shellcheck disable=SC2064
+  trap "_ratchet_on_signal $RATCHET_STOP_SIGNAL" "$RATCHET_STOP_SIGNAL"
+  trap '_ratchet_on_signal TERM' TERM
+}
+
+# ratchet_run_step CMD...: runs CMD (an `srun ...` line) in the background and
+# waits for it, so the traps above can run while it works (bash runs a trap
+# only between commands, never during a foreground one). Sets RATCHET_STEP_RC.
+ratchet_run_step() {
+  RATCHET_STEP_RC=0
+  if [ -n "$_ratchet_stop_requested" ]; then
+    # The job is being stopped already: do not start a trainer just to stop it.
+    ratchet_log "stop requested before the step started: not starting it"
+    RATCHET_STEP_RC=$RATCHET_EXIT_REQUEUE
+    return 0
+  fi
+  ratchet_log "step: $*"
+  "$@" &
+  _ratchet_step_pid=$!
+  local rc rc2
+  while :; do
+    rc=0
+    wait "$_ratchet_step_pid" || rc=$?
+    # Above 128: the step died of a signal, or a trapped signal woke `wait`.
+    [ $rc -gt 128 ] || break
+    kill -0 "$_ratchet_step_pid" 2>/dev/null && continue
+    # It has ended: ask again for its real status (127: the first wait had it).
+    rc2=0
+    wait "$_ratchet_step_pid" || rc2=$?
+    [ $rc2 -eq 127 ] || rc=$rc2
+    break
+  done
+  _ratchet_step_pid=""
+  # shellcheck disable=SC2034  # read by the templates
+  RATCHET_STEP_RC=$rc
+  ratchet_log "step exited with $rc"
+}
+
+# True when the job is ending because someone cancelled it (scancel): then a
+# requeue would undo the user's decision. A time limit (Reason=TimeLimit),
+# preemption or a node problem still requeue; so does any doubt.
+_ratchet_job_cancelled() {
+  local info state reason
+  info=$(timeout 60 scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null) || return 1
+  state=$(sed -n 's/.*JobState=\([^ ]*\).*/\1/p' <<<"$info")
+  reason=$(sed -n 's/.* Reason=\([^ ]*\).*/\1/p' <<<"$info")
+  case $state in
+    RUNNING | SUSPENDED | "") return 1 ;;
+  esac
+  case $reason in
+    TimeLimit | *Preempt* | *Node* | *Reboot*) return 1 ;;
+  esac
+  ratchet_log "job state $state (reason $reason): it was cancelled"
+  return 0
+}
+
+# ratchet_finish RC: ends the batch script according to the trainer's exit code.
+ratchet_finish() {
+  local rc=$1 restarts=${SLURM_RESTART_COUNT:-0}
+  case $rc in
+    0)
+      ratchet_log "training finished"
+      exit 0
+      ;;
+    "$RATCHET_EXIT_BUDGET")
+      ratchet_log "budget reached (exit $rc): finished, not requeueing"
+      exit "$rc"
+      ;;
+    "$RATCHET_EXIT_REQUEUE") ;;
+    *)
+      ratchet_log "trainer failed (exit $rc): not requeueing; see the messages above"
+      exit "$rc"
+      ;;
+  esac
+
+  # 75: a checkpoint is committed; run again if allowed.
+  if [ "$restarts" -ge "$RATCHET_MAX_REQUEUES" ]; then
+    ratchet_log "requeue limit reached (SLURM_RESTART_COUNT=$restarts," \
+      "RATCHET_MAX_REQUEUES=$RATCHET_MAX_REQUEUES): not requeueing." \
+      "The checkpoint in ${CKPT_DIR:-the checkpoint directory} is kept; sbatch again to continue"
+    exit "$rc"
+  fi
+  if _ratchet_job_cancelled; then
+    ratchet_log "not requeueing a cancelled job; the checkpoint in ${CKPT_DIR:-the checkpoint directory}" \
+      "is kept; sbatch again to continue"
+    exit "$rc"
+  fi
+  # Slurm answers the requeue with CONT+TERM to this shell: nothing left to forward.
+  trap '' TERM "$RATCHET_STOP_SIGNAL"
+  if timeout 120 scontrol requeue "$SLURM_JOB_ID"; then
+    ratchet_log "requeued (restart $((restarts + 1)) of at most $RATCHET_MAX_REQUEUES);" \
+      "the next run resumes from the latest checkpoint"
+    exit 0
+  fi
+  ratchet_log "error: 'scontrol requeue $SLURM_JOB_ID' failed (is --requeue allowed here?);" \
+    "sbatch again to continue from the checkpoint"
+  exit "$rc"
+}
