@@ -47,6 +47,9 @@ class Backend {
   // ---- memory -------------------------------------------------------------
   virtual void* alloc(size_t bytes) = 0;  // zero-filled
   virtual void release(void* p) = 0;
+  // Bytes currently held by alloc() (as allocated, after any rounding); 0 if
+  // the backend does not count. Memory accounting tests and `ratchet plan`.
+  virtual size_t bytes_in_use() const { return 0; }
   virtual void zero(void* p, size_t bytes) = 0;
   // Host FP32 <-> storage dtype conversion with copy (n elements).
   virtual void upload_f32(dptr dst, const float* src, size_t n) = 0;
@@ -119,9 +122,42 @@ class Backend {
   //   p -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * p)
   virtual void adamw(dptr params, float* master, cdptr grads, float* m, float* v, size_t n,
                      const AdamWArgs& a) = 0;
+
+  // ---- device facts (optional) -------------------------------------------------
+  // Free memory of the device, for --batch-size auto; 0: host memory (MemAvailable).
+  virtual size_t free_memory_bytes() const { return 0; }
+  // Extra bytes per parameter the backend allocates by itself (e.g. 4 for the
+  // cuda backend's FP32 master weights with BF16 storage), for memory plans.
+  virtual size_t extra_bytes_per_param() const { return 0; }
+  // Dense peak of the device in the storage precision, TFLOP/s (MFU); 0: unknown.
+  virtual double peak_tflops() const { return 0.0; }
 };
 
 // Backend factory: "cpu" (threads <= 0 means all cores).
 std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+// ---- the backend factory (src/backend/backend_factory.cpp) --------------------------------
+// `ratchet train --device cpu|cuda|auto|simt`. "cpu" is always there; "cuda"
+// (the nvcc-built cuda backend) and "simt" (the same backend run on the CPU by
+// kernels/simt, RATCHET_DEVICE_SIMT=ON) exist when the executable registered
+// them (src/cli/main.cpp). "auto" is cuda when a device is usable, else cpu
+// with a note.
+struct BackendOptions {
+  std::string device = "cpu";  // cpu | cuda | auto | simt
+  int threads = 0;             // cpu: threads (<= 0: all cores)
+  std::string storage = "bf16";  // cuda/simt: bf16 | f32
+};
+using BackendMaker = std::unique_ptr<Backend> (*)(const BackendOptions&);
+// available(why): whether the device can run now; on false *why says why.
+using BackendProbe = bool (*)(std::string* why);
+void register_backend(const std::string& device, BackendMaker make, BackendProbe available);
+// Throws Error with what to do when the device is unknown, not built in, or
+// has no usable hardware. *note (if given) receives a line for the log when
+// "auto" fell back to cpu.
+std::unique_ptr<Backend> make_backend(const BackendOptions& o, std::string* note = nullptr);
+// Registers the cuda backend linked into this executable: "cuda" (nvcc build)
+// or "simt" (simt build). Defined in src/backend/cuda; called by main() when
+// linked (RATCHET_REGISTER_CUDA_BACKEND / RATCHET_REGISTER_SIMT_BACKEND).
+void register_cuda_backend();
 
 }  // namespace ratchet

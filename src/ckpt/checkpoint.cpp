@@ -25,11 +25,11 @@ namespace {
 const char* kStateFile = "state.h5";
 const char* kTensorNames[3] = {"params", "adam_m", "adam_v"};
 
-uint32_t crc_of(const std::vector<float>& v) {
+uint32_t crc_of(const float* data, size_t count) {
   // zlib's crc32 takes 32-bit lengths: feed it in 1 GiB pieces.
   uLong crc = crc32(0L, Z_NULL, 0);
-  const Bytef* p = (const Bytef*)v.data();
-  size_t left = v.size() * sizeof(float);
+  const Bytef* p = (const Bytef*)data;
+  size_t left = count * sizeof(float);
   while (left) {
     uInt n = (uInt)std::min<size_t>(left, 1u << 30);
     crc = crc32(crc, p, n);
@@ -38,6 +38,7 @@ uint32_t crc_of(const std::vector<float>& v) {
   }
   return (uint32_t)crc;
 }
+uint32_t crc_of(const std::vector<float>& v) { return crc_of(v.data(), v.size()); }
 
 void fsync_path(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY);
@@ -146,14 +147,17 @@ void write_checkpoint_files(const std::string& dir, const Checkpoint& ck) {
   const std::string path = dir + "/" + kStateFile;
   const std::string ctx = "writing checkpoint " + path;
   const size_t P = ParamLayout(ck.meta.model).total;
-  RATCHET_ASSERT(ck.params.size() == P && ck.adam_m.size() == P && ck.adam_v.size() == P);
-  check_room(dir, 3 * P * sizeof(float) + (1 << 20));  // tensors + metadata headroom
-  uint32_t crcs[3];
+  const int shards = ck.meta.optimizer_shards;
+  const int ntensors = shards > 0 ? 1 : 3;  // sharded: the moments are in the shard files
+  RATCHET_ASSERT(ck.params.size() == P &&
+                 (shards > 0 || (ck.adam_m.size() == P && ck.adam_v.size() == P)));
+  check_room(dir, ntensors * P * sizeof(float) + (1 << 20));  // tensors + metadata headroom
+  uint32_t crcs[3] = {0, 0, 0};
   {
     H5Handle f(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT), ctx),
                H5Fclose);
     const std::vector<float>* tensors[3] = {&ck.params, &ck.adam_m, &ck.adam_v};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < ntensors; i++) {
       hsize_t dims[1] = {P};
       H5Handle space(H5_CHECK(H5Screate_simple(1, dims, nullptr), ctx), H5Sclose);
       H5Handle d(H5_CHECK(H5Dcreate2(f, kTensorNames[i], H5T_IEEE_F32LE, space, H5P_DEFAULT,
@@ -168,7 +172,8 @@ void write_checkpoint_files(const std::string& dir, const Checkpoint& ck) {
     }
     const CheckpointMeta& m = ck.meta;
     put_str(f, "format", "ratchet-checkpoint", ctx);
-    put_i64(f, "format_version", kCkptFormatVersion, ctx);
+    put_i64(f, "format_version", shards > 0 ? 2 : 1, ctx);
+    if (shards > 0) put_i64(f, "optimizer_shards", shards, ctx);
     put_i64(f, "step", m.step, ctx);
     put_i64(f, "adam_t", m.adam_t, ctx);
     put_u64(f, "loader_epoch", m.cursor.epoch, ctx);
@@ -195,16 +200,119 @@ void write_checkpoint_files(const std::string& dir, const Checkpoint& ck) {
     std::time_t now = std::time(nullptr);
     std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     mf << "{\n  \"format\": \"ratchet-checkpoint\",\n  \"format_version\": "
-       << kCkptFormatVersion << ",\n  \"step\": " << ck.meta.step << ",\n  \"created\": \""
+       << (shards > 0 ? 2 : 1) << ",\n  \"step\": " << ck.meta.step << ",\n  \"created\": \""
        << created << "\",\n  \"num_params\": " << P << ",\n  \"files\": [{\"name\": \""
        << kStateFile << "\", \"datasets\": {";
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < ntensors; i++)
       mf << (i ? ", " : "") << "\"" << kTensorNames[i] << "\": {\"crc32\": " << crcs[i] << "}";
-    mf << "}}]\n}\n";
+    mf << "}}";
+    // Shard files carry their own crc32 attributes (each rank wrote its own).
+    for (int r = 0; r < shards; r++)
+      mf << ",\n    {\"name\": \"" << optimizer_shard_name(r) << "\", \"shard\": " << r
+         << ", \"datasets\": [\"adam_m\", \"adam_v\"]}";
+    mf << "]";
+    if (shards > 0) mf << ",\n  \"optimizer_shards\": " << shards;
+    mf << "\n}\n";
     mf.flush();
     if (!mf) fail("cannot write ", mpath, " (disk full?)");
   }
   fsync_path(mpath);
+}
+
+std::string optimizer_shard_name(int index) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "optim_shard_%05d.h5", index);
+  return buf;
+}
+
+void write_optimizer_shard(const std::string& dir, int64_t step, int index, int count, size_t P,
+                           size_t lo, size_t hi, const float* m, const float* v) {
+  h5_init();
+  RATCHET_ASSERT(lo <= hi && hi <= P && index >= 0 && index < count);
+  const std::string path = dir + "/" + optimizer_shard_name(index);
+  const std::string ctx = "writing checkpoint shard " + path;
+  check_room(dir, 2 * (hi - lo) * sizeof(float) + (1 << 16));
+  {
+    H5Handle f(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT), ctx),
+               H5Fclose);
+    const float* data[2] = {m, v};
+    for (int i = 0; i < 2; i++) {
+      const char* name = kTensorNames[1 + i];
+      hsize_t dims[1] = {hi - lo};
+      H5Handle space(H5_CHECK(H5Screate_simple(1, dims, nullptr), ctx), H5Sclose);
+      H5Handle d(H5_CHECK(H5Dcreate2(f, name, H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                                     H5P_DEFAULT),
+                          ctx, ": /", name),
+                 H5Dclose);
+      if (hi > lo)
+        H5_CHECK(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data[i]), ctx,
+                 ": /", name, " (disk full?)");
+      put_u64(d, "crc32", crc_of(data[i], hi - lo), ctx);
+    }
+    put_str(f, "format", "ratchet-optimizer-shard", ctx);
+    put_i64(f, "step", step, ctx);
+    put_i64(f, "shard", index, ctx);
+    put_i64(f, "shards", count, ctx);
+    put_u64(f, "num_params", P, ctx);
+    put_u64(f, "lo", lo, ctx);
+    put_u64(f, "hi", hi, ctx);
+    H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL), ctx, " (disk full?)");
+  }
+  fsync_path(path);
+}
+
+// Reassembles the full (P) moments from the shard files of a sharded checkpoint.
+static void read_optimizer_shards(const std::string& dir, Checkpoint* ck) {
+  const size_t P = ck->params.size();
+  const int n = ck->meta.optimizer_shards;
+  ck->adam_m.assign(P, 0.0f);
+  ck->adam_v.assign(P, 0.0f);
+  H5Handle fapl = h5_fapl_no_locking();
+  uint64_t next = 0;  // the shards must tile [0, P) in order
+  for (int r = 0; r < n; r++) {
+    const std::string path = dir + "/" + optimizer_shard_name(r);
+    const std::string ctx = "checkpoint shard " + path;
+    H5Handle f(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open ", ctx,
+                        " (one of ", n, " optimizer shards)"),
+               H5Fclose);
+    if (get_str(f, "format", ctx) != "ratchet-optimizer-shard")
+      fail(ctx, " is not an optimizer shard (format attribute)");
+    const int64_t step = get_num<int64_t>(f, "step", H5T_NATIVE_INT64, ctx);
+    const int64_t shard = get_num<int64_t>(f, "shard", H5T_NATIVE_INT64, ctx);
+    const int64_t shards = get_num<int64_t>(f, "shards", H5T_NATIVE_INT64, ctx);
+    const uint64_t np = get_num<uint64_t>(f, "num_params", H5T_NATIVE_UINT64, ctx);
+    const uint64_t lo = get_num<uint64_t>(f, "lo", H5T_NATIVE_UINT64, ctx);
+    const uint64_t hi = get_num<uint64_t>(f, "hi", H5T_NATIVE_UINT64, ctx);
+    if (step != ck->meta.step || shard != r || shards != n || np != P)
+      fail(ctx, " does not belong to this checkpoint (step ", step, ", shard ", shard, " of ",
+           shards, ", ", np, " parameters; expected step ", ck->meta.step, ", shard ", r, " of ",
+           n, ", ", P, ")");
+    if (lo != next || hi < lo || hi > P)
+      fail(ctx, " covers [", lo, ", ", hi, ") but the next range starts at ", next);
+    next = hi;
+    std::vector<float>* full[2] = {&ck->adam_m, &ck->adam_v};
+    for (int i = 0; i < 2; i++) {
+      const char* name = kTensorNames[1 + i];
+      H5Handle d(H5_CHECK(H5Dopen2(f, name, H5P_DEFAULT), ctx, ": /", name), H5Dclose);
+      H5Handle space(H5_CHECK(H5Dget_space(d), ctx), H5Sclose);
+      hsize_t dims[1] = {0};
+      if (H5Sget_simple_extent_ndims(space) != 1 ||
+          H5Sget_simple_extent_dims(space, dims, nullptr) != 1 || dims[0] != hi - lo)
+        fail(ctx, ": /", name, " has ", dims[0], " elements, the range needs ", hi - lo);
+      float* dst = full[i]->data() + lo;
+      if (hi > lo)
+        H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst), ctx, ": /",
+                 name, " is unreadable (truncated?)");
+      const uint64_t want = get_num<uint64_t>(d, "crc32", H5T_NATIVE_UINT64, ctx);
+      const uint32_t got = crc_of(dst, hi - lo);
+      if (got != want)
+        fail(ctx, ": /", name, " fails its checksum (crc32 ", got, ", recorded ", want,
+             "): the file is corrupted");
+    }
+  }
+  if (next != P)
+    fail("checkpoint ", dir, ": the optimizer shards cover [0, ", next, ") of ", P,
+         " parameters");
 }
 
 CheckpointMeta read_checkpoint_meta(const std::string& dir) {
@@ -239,6 +347,9 @@ CheckpointMeta read_checkpoint_meta(const std::string& dir) {
   } catch (const Error& e) {
     fail(ctx, " has an invalid model shape: ", e.what());
   }
+  if (H5Aexists(f, "optimizer_shards") > 0)
+    m.optimizer_shards = (int)get_num<int64_t>(f, "optimizer_shards", H5T_NATIVE_INT64, ctx);
+  if (m.optimizer_shards < 0) fail(ctx, " has an invalid optimizer_shards ", m.optimizer_shards);
   m.identity = from_ini(get_str(f, "run_identity", ctx));
   m.settings = from_ini(get_str(f, "run_settings", ctx));
   for (const auto& [k, v] : from_ini(get_str(f, "counters", ctx))) m.counters[k] = std::stod(v);
@@ -255,7 +366,8 @@ Checkpoint read_checkpoint(const std::string& dir) {
   H5Handle f(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open ", ctx),
              H5Fclose);
   std::vector<float>* tensors[3] = {&ck.params, &ck.adam_m, &ck.adam_v};
-  for (int i = 0; i < 3; i++) {
+  const int ntensors = ck.meta.optimizer_shards > 0 ? 1 : 3;
+  for (int i = 0; i < ntensors; i++) {
     H5Handle d(H5_CHECK(H5Dopen2(f, kTensorNames[i], H5P_DEFAULT), ctx, ": /", kTensorNames[i]),
                H5Dclose);
     H5Handle space(H5_CHECK(H5Dget_space(d), ctx), H5Sclose);
@@ -272,6 +384,7 @@ Checkpoint read_checkpoint(const std::string& dir) {
       fail(ctx, ": /", kTensorNames[i], " fails its checksum (crc32 ", got, ", recorded ", want,
            "): the file is corrupted");
   }
+  if (ck.meta.optimizer_shards > 0) read_optimizer_shards(dir, &ck);
   return ck;
 }
 

@@ -10,6 +10,13 @@
 //                    best_step, the model shape, and `run_identity` /
 //                    `run_settings` (INI text of the options, for resume checks)
 //                    and `counters` (INI text of named numbers: the ledger).
+//     optim_shard_00000.h5 ... (only with ZeRO-1 sharded optimizer state,
+//                    format_version 2: state.h5 then holds no /adam_m, /adam_v
+//                    and has `optimizer_shards` = N) one file per rank:
+//                    /adam_m, /adam_v for elements [lo, hi) (attributes lo, hi,
+//                    num_params, shard, shards, step; crc32 per dataset). The
+//                    reader reassembles the full (P) moments, so a checkpoint
+//                    written on N ranks resumes on any number of ranks.
 //     manifest.json  human-readable summary: step, files, bytes, checksums
 //     COMMITTED      the commit marker, written last; a directory without it
 //                    is never loaded
@@ -27,7 +34,9 @@
 
 namespace ratchet {
 
-constexpr int kCkptFormatVersion = 1;
+// The newest format this build reads: 1 = unsharded, 2 = sharded optimizer
+// state (written only when sharded, so unsharded checkpoints stay version 1).
+constexpr int kCkptFormatVersion = 2;
 
 struct CheckpointMeta {
   int64_t step = 0;  // optimizer steps completed
@@ -42,16 +51,26 @@ struct CheckpointMeta {
   std::map<std::string, std::string> settings;
   // Named numbers carried across requeues (the cost ledger, early stopping).
   std::map<std::string, double> counters;
+  // 0: adam_m/adam_v are in state.h5; N > 0: in N optim_shard_*.h5 files.
+  int optimizer_shards = 0;
 };
 
 struct Checkpoint {
   CheckpointMeta meta;
-  std::vector<float> params, adam_m, adam_v;  // (P) each, FP32
+  // (P) each, FP32. When writing with meta.optimizer_shards > 0, adam_m and
+  // adam_v are ignored (the ranks wrote their shards); reading always fills them.
+  std::vector<float> params, adam_m, adam_v;
 };
 
 // Writes `ck` as dir/state.h5 + dir/manifest.json (dir must exist). Every
 // file is fsynced. Throws Error naming the path on any failure.
 void write_checkpoint_files(const std::string& dir, const Checkpoint& ck);
+// ZeRO-1: shard `index` of `count` writes the moments of elements [lo, hi)
+// (of P) as dir/optim_shard_<index>.h5, fsynced. m and v hold hi - lo floats.
+void write_optimizer_shard(const std::string& dir, int64_t step, int index, int count, size_t P,
+                           size_t lo, size_t hi, const float* m, const float* v);
+std::string optimizer_shard_name(int index);  // "optim_shard_00003.h5"
+
 // Reads and verifies (format, version, sizes, checksums) a checkpoint
 // directory. Throws Error naming the path and the first problem found.
 Checkpoint read_checkpoint(const std::string& dir);

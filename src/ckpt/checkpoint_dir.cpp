@@ -96,14 +96,31 @@ std::vector<CheckpointEntry> CheckpointDir::list() const {
 }
 
 SaveStats CheckpointDir::save(const Checkpoint& ck, const RetentionPolicy& keep) {
-  const double t0 = now_s();
-  const std::string name = entry_name(ck.meta.step);
-  const std::string tmp = dir_ + "/.tmp-" + name + "-" + std::to_string(getpid());
-  const std::string final_path = dir_ + "/" + name;
+  const std::string tmp = begin_save(ck.meta.step);
+  return commit_save(tmp, ck, keep);
+}
+
+std::string CheckpointDir::begin_save(int64_t step) {
+  save_t0_ = now_s();
+  const std::string tmp = dir_ + "/.tmp-" + entry_name(step) + "-" + std::to_string(getpid());
   std::error_code ec;
   fs::remove_all(tmp, ec);
   if (!fs::create_directory(tmp, ec))
     fail("cannot create ", tmp, " in --ckpt-dir: ", ec ? ec.message() : "exists");
+  return tmp;
+}
+
+void CheckpointDir::abort_save(const std::string& staging) {
+  std::error_code ec;
+  fs::remove_all(staging, ec);
+}
+
+SaveStats CheckpointDir::commit_save(const std::string& tmp, const Checkpoint& ck,
+                                     const RetentionPolicy& keep) {
+  const double t0 = save_t0_;
+  const std::string name = entry_name(ck.meta.step);
+  const std::string final_path = dir_ + "/" + name;
+  std::error_code ec;
   try {
     write_checkpoint_files(tmp, ck);
     fault_point("ckpt-before-commit");

@@ -52,6 +52,15 @@ class CheckpointDir {
   std::vector<CheckpointEntry> list() const;
   // Commits `ck` atomically (see above) and prunes by `keep`.
   SaveStats save(const Checkpoint& ck, const RetentionPolicy& keep);
+  // The same in three parts, for saves several ranks write into (ZeRO-1
+  // optimizer shards): begin_save() creates and returns the staging directory
+  // (step 1), every rank writes its files there, then commit_save() writes
+  // state.h5 + manifest.json and does steps 2-5. abort_save() removes the
+  // staging directory after a failure. begin/commit/abort: one rank only.
+  std::string begin_save(int64_t step);
+  SaveStats commit_save(const std::string& staging, const Checkpoint& ck,
+                        const RetentionPolicy& keep);
+  void abort_save(const std::string& staging);
   // The newest committed checkpoint that reads and verifies; each one skipped
   // on the way is described through `warn`. nullopt when none is usable.
   std::optional<Checkpoint> load_newest_valid(
@@ -64,6 +73,7 @@ class CheckpointDir {
 
  private:
   std::string dir_;
+  double save_t0_ = 0;  // when begin_save() ran, for SaveStats::seconds
 };
 
 // Total bytes of the files in a directory (not recursive).

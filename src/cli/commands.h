@@ -15,6 +15,11 @@ enum ExitCode {
 
 int cmd_train(int argc, char** argv);
 int cmd_shard(int argc, char** argv);
+int cmd_inspect(int argc, char** argv);
+int cmd_verify(int argc, char** argv);
+int cmd_convert(int argc, char** argv);
 int cmd_ckpt(int argc, char** argv);
+int cmd_plan(int argc, char** argv);
+int cmd_report(int argc, char** argv);
 
 }  // namespace ratchet

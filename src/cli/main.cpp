@@ -4,6 +4,7 @@
 #include <exception>
 #include <string>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "version.h"
@@ -19,7 +20,12 @@ struct Subcommand {
 const Subcommand kCommands[] = {
     {"train", ratchet::cmd_train, "train a GPT-2 model (CPU backend)"},
     {"shard", ratchet::cmd_shard, "tokenize text into HDF5 token shards"},
+    {"inspect", ratchet::cmd_inspect, "summarize token shards; --decode prints their text"},
+    {"verify", ratchet::cmd_verify, "check token shards: schema, ids, offsets, every chunk"},
+    {"convert", ratchet::cmd_convert, "llm.c token files <-> HDF5 token shards"},
     {"ckpt", ratchet::cmd_ckpt, "list, inspect, verify, prune or export checkpoints"},
+    {"plan", ratchet::cmd_plan, "before a run: compute-optimal size, memory, step time, cost"},
+    {"report", ratchet::cmd_report, "after a run: summary of the log and ledger, loss plots"},
 };
 
 void usage(FILE* out) {
@@ -39,6 +45,9 @@ void usage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(RATCHET_REGISTER_CUDA_BACKEND) || defined(RATCHET_REGISTER_SIMT_BACKEND)
+  ratchet::register_cuda_backend();  // --device cuda (or simt)
+#endif
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? ratchet::kExitUsage : ratchet::kExitOk;

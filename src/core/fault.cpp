@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 
 namespace ratchet {
@@ -12,6 +13,8 @@ namespace ratchet {
 void fault_point(const std::string& point) {
   static const char* env = std::getenv("RATCHET_FAULT");
   if (!env || !*env) return;
+  static std::map<std::string, int> reached;  // how often each point was reached
+  const int nth = ++reached[point];
   std::stringstream ss(env);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -22,6 +25,12 @@ void fault_point(const std::string& point) {
                     : sig == "INT" ? SIGINT : 0;
       if (num) raise(num);
       continue;
+    }
+    // "POINT*N": only the N-th time the point is reached.
+    const auto star = item.find('*');
+    if (star != std::string::npos) {
+      if (item.substr(0, star) != point || std::atoi(item.c_str() + star + 1) != nth) continue;
+      item = point;
     }
     if (item == point) {
       std::fprintf(stderr, "ratchet: RATCHET_FAULT: killing the process at '%s'\n",

@@ -1,13 +1,22 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "core/error.h"
 
 namespace ratchet {
 
 AdamW::AdamW(Backend& be, const ParamLayout& layout, const AdamWConfig& cfg)
-    : be_(be), layout_(layout), cfg_(cfg) {
-  m_ = (float*)be_.alloc(layout_.total * sizeof(float));
-  v_ = (float*)be_.alloc(layout_.total * sizeof(float));
+    : AdamW(be, layout, cfg, 0, layout.total) {}
+
+AdamW::AdamW(Backend& be, const ParamLayout& layout, const AdamWConfig& cfg, size_t lo,
+             size_t hi)
+    : be_(be), layout_(layout), cfg_(cfg), lo_(lo), hi_(hi) {
+  RATCHET_ASSERT(lo <= hi && hi <= layout_.total);
+  // At least one element, so that an empty shard still has valid pointers.
+  m_ = (float*)be_.alloc(std::max<size_t>(1, hi_ - lo_) * sizeof(float));
+  v_ = (float*)be_.alloc(std::max<size_t>(1, hi_ - lo_) * sizeof(float));
 }
 
 AdamW::~AdamW() {
@@ -20,7 +29,11 @@ double AdamW::grad_norm(cdptr grads, float grad_scale) const {
 }
 
 float AdamW::step(dptr params, cdptr grads, float lr, float grad_scale) {
-  const double norm = grad_norm(grads, grad_scale);
+  RATCHET_ASSERT(lo_ == 0 && hi_ == layout_.total);  // a shard steps with step_shard()
+  return step_shard(params, grads, lr, grad_norm(grads, grad_scale), grad_scale);
+}
+
+float AdamW::step_shard(dptr params, cdptr grads, float lr, double norm, float grad_scale) {
   double clip = 1.0;
   if (cfg_.grad_clip > 0 && norm > cfg_.grad_clip) clip = cfg_.grad_clip / norm;
   t_++;
@@ -34,9 +47,13 @@ float AdamW::step(dptr params, cdptr grads, float lr, float grad_scale) {
     a.weight_decay = ParamLayout::decayed(i) ? cfg_.weight_decay : 0.0f;
     a.step = t_;
     a.grad_scale = (float)(grad_scale * clip);
-    const size_t off = layout_.offsets[i];
-    be_.adamw((char*)params + off * sb, nullptr, (const char*)grads + off * sb, m_ + off,
-              v_ + off, layout_.sizes[i], a);
+    // This tensor's part of [lo, hi): params indexed absolutely, the rest from lo.
+    const size_t a0 = std::max<size_t>(layout_.offsets[i], lo_);
+    const size_t a1 = std::min<size_t>(layout_.offsets[i] + layout_.sizes[i], hi_);
+    if (a0 >= a1) continue;
+    const size_t r = a0 - lo_;
+    be_.adamw((char*)params + a0 * sb, nullptr, (const char*)grads + r * sb, m_ + r, v_ + r,
+              a1 - a0, a);
   }
   return (float)norm;
 }

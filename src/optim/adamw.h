@@ -5,6 +5,11 @@
 // the gradient (Loshchilov & Hutter): p -= lr·(mhat/(sqrt(vhat)+eps) + wd·p).
 // Clipping: with n = ||grad_scale · g||_2, the gradient is multiplied by
 // min(1, grad_clip / n) (no clipping when grad_clip <= 0).
+//
+// ZeRO-1 (dist/zero.h): an optimizer may own only the elements [lo, hi) of
+// the flat parameter vector; its moments are then (hi - lo) long, and
+// step_shard() updates params[lo, hi) from that range's gradient, with the
+// global norm computed by the caller across ranks.
 #pragma once
 #include <cstdint>
 
@@ -24,6 +29,8 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(Backend& be, const ParamLayout& layout, const AdamWConfig& cfg);
+  // Moments for [lo, hi) only (ZeRO-1 shard; lo <= hi <= layout.total).
+  AdamW(Backend& be, const ParamLayout& layout, const AdamWConfig& cfg, size_t lo, size_t hi);
   ~AdamW();
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
@@ -34,10 +41,16 @@ class AdamW {
   float step(dptr params, cdptr grads, float lr, float grad_scale = 1.0f);
   // Norm only (used to report before stepping, or by tests).
   double grad_norm(cdptr grads, float grad_scale = 1.0f) const;
+  // Updates params[lo, hi) (params: the full vector) from grad_shard (the
+  // gradient of [lo, hi), hi - lo elements). `norm` is the global norm of
+  // grad_scale·g (for clipping); returned as is.
+  float step_shard(dptr params, cdptr grad_shard, float lr, double norm, float grad_scale = 1.0f);
+  size_t shard_begin() const { return lo_; }
+  size_t shard_end() const { return hi_; }
 
   int steps_taken() const { return t_; }
   void set_steps_taken(int t) { t_ = t; }
-  float* m() { return m_; }
+  float* m() { return m_; }  // (hi - lo) FP32, element i is parameter lo + i
   float* v() { return v_; }
   const AdamWConfig& config() const { return cfg_; }
 
@@ -45,6 +58,7 @@ class AdamW {
   Backend& be_;
   ParamLayout layout_;
   AdamWConfig cfg_;
+  size_t lo_ = 0, hi_ = 0;  // the elements this optimizer owns
   float* m_ = nullptr;
   float* v_ = nullptr;
   int t_ = 0;

@@ -44,6 +44,8 @@ struct TrainOptions {
 
   // machine and output
   int threads = 0;              // 0: the node's cores / the ranks on this node
+  std::string device = "auto";  // cpu | cuda | auto (cuda if a GPU is usable) | simt
+  double peak_tflops = 0;       // device peak for MFU; 0: the backend's table (cuda), none (cpu)
 
   // data parallel (ranks from mpirun / srun; see dist/communicator.h)
   int zero = 0;                 // ZeRO stage: 0 = all-reduce gradients, 1 = shard AdamW state

@@ -277,6 +277,7 @@ TrainOptions Trainer::with_run_dir_defaults(TrainOptions o) {
 // gradients, AdamW moments and activations fit the memory budget.
 int Trainer::choose_batch_size() const {
   double budget = o_.memory_budget_mb * 1e6;
+  if (budget <= 0 && be_->free_memory_bytes() > 0) budget = 0.9 * be_->free_memory_bytes();
   if (budget <= 0) {
     std::ifstream mi("/proc/meminfo");
     std::string key;
@@ -286,10 +287,12 @@ int Trainer::choose_batch_size() const {
     budget = 0.8 * kb * 1024;
   }
   const long rows = total_ / T_ / comm_.world();  // this rank's rows per step
-  const double fixed = (double)GPT::param_bytes(cfg_, 4) + 2.0 * ParamLayout(cfg_).total * 4;
+  const size_t sb = be_->storage_bytes();
+  const double fixed = (double)GPT::param_bytes(cfg_, sb) +
+                       (2.0 * 4 + be_->extra_bytes_per_param()) * ParamLayout(cfg_).total;
   for (long b = rows; b >= 1; b--) {
     if (rows % b) continue;
-    const double need = fixed + (double)GPT::activation_bytes(cfg_, (int)b, T_, 4);
+    const double need = fixed + (double)GPT::activation_bytes(cfg_, (int)b, T_, sb);
     if (need <= budget) {
       RLOG("batch-size auto: B=%ld (%.1f MB of %.1f MB), %ld micro-batch(es) per step\n", b,
            need / 1e6, budget / 1e6, rows / b);
@@ -297,7 +300,7 @@ int Trainer::choose_batch_size() const {
     }
   }
   fail("--batch-size auto: even B=1 needs ",
-       (fixed + GPT::activation_bytes(cfg_, 1, T_, 4)) / 1e6, " MB but the budget is ",
+       (fixed + GPT::activation_bytes(cfg_, 1, T_, sb)) / 1e6, " MB but the budget is ",
        budget / 1e6, " MB: use a smaller model or --seq-len");
 }
 
@@ -310,6 +313,21 @@ void Trainer::setup() {
     fail("--seq-len ", T_, " exceeds the model's max_seq_len ", cfg_.max_seq_len,
          ": lower --seq-len or raise --max-seq-len");
   train_ds_->check_vocab(cfg_.vocab_size);
+  // Default threads: the cores shared by the ranks on this node.
+  threads_ = o_.threads > 0
+                 ? o_.threads
+                 : std::max(1, (int)std::thread::hardware_concurrency() / comm_.local_world());
+  {
+    BackendOptions bo;
+    bo.device = o_.device;
+    bo.threads = threads_;
+    // simt runs the cuda backend with FP32 storage for now: DataParallel
+    // (src/dist/zero.cpp) still requires FP32 storage buffers.
+    if (o_.device == "simt") bo.storage = "f32";
+    std::string note;
+    be_ = make_backend(bo, &note);
+    if (!note.empty()) RLOG("%s\n", note.c_str());
+  }
   if (B_ == 0) {
     B_ = choose_batch_size();
     accum_ = (int)(total_ / ((long)B_ * T_ * comm_.world()));
@@ -335,11 +353,6 @@ void Trainer::setup() {
   install_stop_signals(o_.preempt_signal);
 
   test_failure_point(comm_.rank(), "setup");
-  // Default threads: the cores shared by the ranks on this node.
-  threads_ = o_.threads > 0
-                 ? o_.threads
-                 : std::max(1, (int)std::thread::hardware_concurrency() / comm_.local_world());
-  be_ = make_cpu_backend(threads_);
   model_ = std::make_unique<GPT>(cfg_, *be_);
   if (!init.empty())
     model_->set_params(init.data());
@@ -692,8 +705,8 @@ void Trainer::after_eval(float vl) {
 void Trainer::update_auto_interval() {
   const double mtbf = 3600.0 / o_.expected_preemptions_per_hour;
   auto_interval_s_ = std::sqrt(2.0 * max_save_seconds_ * mtbf);
-  RLOG("ckpt-every auto: save takes %.2f s, mean time between preemptions %.0f s -> a "
-       "checkpoint every %.1f s; expected loss per preemption %.1f s\n",
+  RLOG("ckpt-every auto: save takes %.4f s, mean time between preemptions %.0f s -> a "
+       "checkpoint every %.3f s; expected loss per preemption %.3f s\n",
        max_save_seconds_, mtbf, auto_interval_s_, auto_interval_s_ / 2 + max_save_seconds_);
 }
 
@@ -703,11 +716,10 @@ TrainResult Trainer::run() {
   setup();
   ledger_.price_per_device_hour = o_.price_per_device_hour;
   ledger_.devices = comm_.world();
-  if (!rank0())
-    ;  // only rank 0 writes the ledger and the JSONL log
-  else if (!o_.run_dir.empty())
+  // Only rank 0 writes the ledger and the JSONL log.
+  if (rank0() && !o_.run_dir.empty())
     ledger_path_ = o_.run_dir + "/ledger.json";
-  else if (!o_.ckpt_dir.empty())
+  else if (rank0() && !o_.ckpt_dir.empty())
     ledger_path_ = o_.ckpt_dir + "/ledger.json";
   const bool resumed = resume();
   if (!o_.log_jsonl.empty() && rank0()) jlog_ = std::make_unique<JsonlLog>(o_.log_jsonl, resumed);
@@ -772,18 +784,25 @@ TrainResult Trainer::run() {
 
     const double tok_s = total_ / dt;
     const double eta = t_train / steps_run * (o_.steps - step_);
+    // MFU: model FLOPs per second of this rank over the device's peak (--peak-tflops
+    // or the backend's table); omitted when the peak is unknown (cpu).
+    const double peak = o_.peak_tflops > 0 ? o_.peak_tflops : be_->peak_tflops();
+    const double mfu = peak > 0 ? flops_per_step / comm_.world() / dt / (peak * 1e12) : 0.0;
+    const std::string mfu_txt = peak > 0 ? " | MFU " + std::to_string(mfu * 100).substr(0, 4) + "%" : "";
     if (!o_.quiet)
       RLOG("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | %6.1f "
-           "GFLOP/s | ETA %s\n",
+           "GFLOP/s%s | ETA %s\n",
            step_, o_.steps, loss, lr, norm, dt * 1e3, tok_s, flops_per_step / dt / 1e9,
-           fmt_duration(eta).c_str());
-    jlog_->write({{"step", step_},
-                  {"loss", loss},
-                  {"lr", lr},
-                  {"grad_norm", norm},
-                  {"step_ms", dt * 1e3},
-                  {"tokens_per_s", tok_s},
-                  {"gflops", flops_per_step / dt / 1e9}});
+           mfu_txt.c_str(), fmt_duration(eta).c_str());
+    std::vector<std::pair<std::string, double>> rec = {{"step", step_},
+                                                       {"loss", loss},
+                                                       {"lr", lr},
+                                                       {"grad_norm", norm},
+                                                       {"step_ms", dt * 1e3},
+                                                       {"tokens_per_s", tok_s},
+                                                       {"gflops", flops_per_step / dt / 1e9}};
+    if (peak > 0) rec.push_back({"mfu", mfu});
+    jlog_->write(rec);
     fault_point("step-" + std::to_string(step_));
 
     // ---- the stop protocol, at the step boundary --------------------------

@@ -23,14 +23,16 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
+#include "core/error.h"
 
 namespace ratchet {
 
-void CpuBackend::attention_forward(dptr out_, dptr att_, cdptr qkv_, int B, int T, int C,
-                                   int NH) {
+void CpuBackend::attention_forward(dptr out_, dptr att_, cdptr qkv_, int B, int T, int C, int NH) {
   float* out = static_cast<float*>(out_);
   float* att = static_cast<float*>(att_);
   const float* qkv = static_cast<const float*>(qkv_);
+  RATCHET_ASSERT(NH > 0 && C % NH == 0);
+  blas_single_thread();
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt((float)hs);
 #pragma omp parallel for num_threads(threads_) schedule(static)
@@ -40,8 +42,7 @@ void CpuBackend::attention_forward(dptr out_, dptr att_, cdptr qkv_, int B, int 
     const float* k = q + C;
     const float* v = q + 2 * C;
     float* a = att + (size_t)bh * T * T;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a,
-                T);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
     for (int i = 0; i < T; i++) {
       float* row = a + (size_t)i * T;
       float mx = row[0];
@@ -63,12 +64,14 @@ void CpuBackend::attention_forward(dptr out_, dptr att_, cdptr qkv_, int B, int 
   }
 }
 
-void CpuBackend::attention_backward(dptr dqkv_, cdptr dout_, cdptr qkv_, cdptr att_, int B,
-                                    int T, int C, int NH) {
+void CpuBackend::attention_backward(dptr dqkv_, cdptr dout_, cdptr qkv_, cdptr att_, int B, int T,
+                                    int C, int NH) {
   float* dqkv = static_cast<float*>(dqkv_);
   const float* dout = static_cast<const float*>(dout_);
   const float* qkv = static_cast<const float*>(qkv_);
   const float* att = static_cast<const float*>(att_);
+  RATCHET_ASSERT(NH > 0 && C % NH == 0);
+  blas_single_thread();
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt((float)hs);
   float* scr = scratch((size_t)T * T);
@@ -86,10 +89,8 @@ void CpuBackend::attention_backward(dptr dqkv_, cdptr dout_, cdptr qkv_, cdptr a
     const float* a = att + (size_t)bh * T * T;
     const float* d = dout + (size_t)b * T * C + h * hs;
     float* ds = scr + stride * omp_get_thread_num();  // (T,T): datt, then dS in place
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, C3, 0.0f, ds,
-                T);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 0.0f, dv,
-                C3);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, C3, 0.0f, ds, T);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 0.0f, dv, C3);
     for (int i = 0; i < T; i++) {
       const float* ar = a + (size_t)i * T;
       float* r = ds + (size_t)i * T;
@@ -100,8 +101,8 @@ void CpuBackend::attention_backward(dptr dqkv_, cdptr dout_, cdptr qkv_, cdptr a
       for (int j = 0; j <= i; j++) r[j] = ar[j] * (r[j] - dot) * scale;
       for (int j = i + 1; j < T; j++) r[j] = 0.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, k, C3, 0.0f,
-                dq, C3);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, k, C3, 0.0f, dq,
+                C3);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, q, C3, 0.0f, dk,
                 C3);
   }

@@ -13,8 +13,9 @@
 // Measured on 2 cores, 12 layers of GPT-2 124M matmuls (B*T=256) interleaved
 // with OpenMP element-wise loops: this scheme ran at 174 GFLOP/s; letting
 // OpenBLAS thread each sgemm with its own pthread pool ran at 52 GFLOP/s, as
-// the two pools' spinning workers fought over the cores between ops
-// (OMP_WAIT_POLICY=passive recovers 155 but slows every OpenMP loop).
+// the two pools' spinning workers fought over the cores between ops.
+// (OMP_WAIT_POLICY=passive lifts the latter to 155 but halves this scheme to
+// 87: every parallel region then pays a futex wake-up.)
 #include "backend/cpu/cpu_backend.h"
 
 #include <cblas.h>
@@ -26,7 +27,9 @@
 
 #include "core/error.h"
 
+// Declared by OpenBLAS's cblas.h, but not by every cblas.h.
 extern "C" void openblas_set_num_threads(int);
+extern "C" int openblas_get_num_threads(void);
 
 namespace ratchet {
 
@@ -37,6 +40,10 @@ CpuBackend::CpuBackend(int threads) {
   openblas_set_num_threads(1);
 }
 
+void CpuBackend::blas_single_thread() {
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+}
+
 CpuBackend::~CpuBackend() { std::free(scratch_); }
 
 void* CpuBackend::alloc(size_t bytes) {
@@ -44,10 +51,19 @@ void* CpuBackend::alloc(size_t bytes) {
   void* p = std::aligned_alloc(64, rounded);
   RATCHET_ASSERT(p != nullptr);
   std::memset(p, 0, rounded);
+  alloc_sizes_[p] = rounded;
+  bytes_in_use_ += rounded;
   return p;
 }
 
-void CpuBackend::release(void* p) { std::free(p); }
+void CpuBackend::release(void* p) {
+  auto it = alloc_sizes_.find(p);
+  if (it != alloc_sizes_.end()) {
+    bytes_in_use_ -= it->second;
+    alloc_sizes_.erase(it);
+  }
+  std::free(p);
+}
 
 void CpuBackend::zero(void* p, size_t bytes) {
   if (bytes) std::memset(p, 0, bytes);
@@ -80,10 +96,10 @@ float* CpuBackend::scratch(size_t floats_per_thread) {
   return scratch_;
 }
 
-void CpuBackend::gemm(bool transA, bool transB, int M, int N, int K, float alpha,
-                      const float* A, int lda, const float* B, int ldb, float beta, float* C,
-                      int ldc) {
+void CpuBackend::gemm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A,
+                      int lda, const float* B, int ldb, float beta, float* C, int ldc) {
   if (M <= 0 || N <= 0) return;
+  blas_single_thread();
   const CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
   const bool split_m = M > N;
@@ -106,8 +122,7 @@ void CpuBackend::gemm(bool transA, bool transB, int M, int N, int K, float alpha
                   C + (size_t)lo * ldc, ldc);
     } else {
       const float* b = transB ? B + (size_t)lo * ldb : B + lo;
-      cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo,
-                  ldc);
+      cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
     }
   }
 }

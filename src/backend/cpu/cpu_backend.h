@@ -20,6 +20,7 @@
 // of the cores by two spinning pools); see gemm() in cpu_backend.cpp.
 #pragma once
 #include <cstddef>
+#include <unordered_map>
 
 #include "backend/backend.h"
 
@@ -38,6 +39,7 @@ class CpuBackend : public Backend {
 
   void* alloc(size_t bytes) override;
   void release(void* p) override;
+  size_t bytes_in_use() const override { return bytes_in_use_; }
   void zero(void* p, size_t bytes) override;
   void upload_f32(dptr dst, const float* src, size_t n) override;
   void download_f32(float* dst, cdptr src, size_t n) override;
@@ -54,8 +56,8 @@ class CpuBackend : public Backend {
                           const float* mean, const float* rstd, int N, int C) override;
   void matmul_forward(dptr out, dptr pre_gelu, cdptr inp, cdptr w, cdptr bias, int N, int C,
                       int OC) override;
-  void matmul_backward(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w, int N,
-                       int C, int OC) override;
+  void matmul_backward(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w, int N, int C,
+                       int OC) override;
   void attention_forward(dptr out, dptr att, cdptr qkv, int B, int T, int C, int NH) override;
   void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr att, int B, int T, int C,
                           int NH) override;
@@ -75,6 +77,10 @@ class CpuBackend : public Backend {
   // reduced over K by one sgemm call).
   void gemm(bool transA, bool transB, int M, int N, int K, float alpha, const float* A, int lda,
             const float* B, int ldb, float beta, float* C, int ldc);
+  // Makes OpenBLAS run each call on its calling thread (set in the
+  // constructor; re-asserted before our parallel regions in case other code in
+  // the process changed it, which would nest two thread pools).
+  static void blas_single_thread();
   // Per-thread scratch of at least `floats_per_thread` floats each, 64-byte
   // aligned; grown (never shrunk) on demand, so hot paths do not allocate.
   float* scratch(size_t floats_per_thread);
@@ -83,6 +89,8 @@ class CpuBackend : public Backend {
   int threads_;
   float* scratch_ = nullptr;
   size_t scratch_stride_ = 0;  // floats per thread in scratch_
+  std::unordered_map<void*, size_t> alloc_sizes_;  // live alloc() blocks -> bytes
+  size_t bytes_in_use_ = 0;                          // sum of alloc_sizes_
 };
 
 }  // namespace ratchet

@@ -15,8 +15,8 @@
 
 namespace ratchet {
 
-void CpuBackend::classifier(dptr logits_, float* losses, const int* targets, int BT, int V,
-                            int Vp, float dloss) {
+void CpuBackend::classifier(dptr logits_, float* losses, const int* targets, int BT, int V, int Vp,
+                            float dloss) {
   float* logits = static_cast<float*>(logits_);
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int r = 0; r < BT; r++) {

@@ -27,8 +27,8 @@ void CpuBackend::encoder_forward(dptr out_, const int* inp, cdptr wte_, cdptr wp
   }
 }
 
-void CpuBackend::encoder_backward(dptr dwte_, dptr dwpe_, cdptr dout_, const int* inp, int B,
-                                  int T, int C) {
+void CpuBackend::encoder_backward(dptr dwte_, dptr dwpe_, cdptr dout_, const int* inp, int B, int T,
+                                  int C) {
   float* dwte = static_cast<float*>(dwte_);
   float* dwpe = static_cast<float*>(dwpe_);
   const float* dout = static_cast<const float*>(dout_);

@@ -1,8 +1,10 @@
 // LayerNorm over the last axis, eps = 1e-5.
 //
 // forward (per row n of N, C channels; out overwritten, mean/rstd written):
-//   mean = sum_c x / C                      (pass 1)
-//   var  = sum_c (x - mean)^2 / C           (pass 2: two-pass, no cancellation)
+//   m0   = sum_c x / C                      (pass 1)
+//   d    = x - m0                           (pass 2, corrected two-pass:
+//   mean = m0 + sum_c d / C                  the float rounding of pass 1 is
+//   var  = sum_c d^2 / C - (sum_c d / C)^2   removed, and no cancellation)
 //   rstd = 1 / sqrt(var + eps)
 //   out  = (x - mean) * rstd * w + b
 // backward (norm = (x - mean) * rstd, g = w * dout):
@@ -31,14 +33,18 @@ void CpuBackend::layernorm_forward(dptr out_, float* mean, float* rstd, cdptr in
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int c = 0; c < C; c++) sum += x[c];
-    const float m = sum / C;
-    float var = 0.0f;
-#pragma omp simd reduction(+ : var)
+    const float m0 = sum / C;
+    float dsum = 0.0f, d2sum = 0.0f;
+#pragma omp simd reduction(+ : dsum, d2sum)
     for (int c = 0; c < C; c++) {
-      float d = x[c] - m;
-      var += d * d;
+      float d = x[c] - m0;
+      dsum += d;
+      d2sum += d * d;
     }
-    const float s = 1.0f / std::sqrt(var / C + 1e-5f);
+    const float dm = dsum / C;  // corrects the rounding of the first-pass sum
+    const float m = m0 + dm;
+    const float var = std::max(0.0f, d2sum / C - dm * dm);
+    const float s = 1.0f / std::sqrt(var + 1e-5f);
     float* o = out + (size_t)n * C;
 #pragma omp simd
     for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
@@ -48,8 +54,7 @@ void CpuBackend::layernorm_forward(dptr out_, float* mean, float* rstd, cdptr in
 }
 
 void CpuBackend::layernorm_backward(dptr dinp_, dptr dw_, dptr db_, cdptr dout_, cdptr inp_,
-                                    cdptr w_, const float* mean, const float* rstd, int N,
-                                    int C) {
+                                    cdptr w_, const float* mean, const float* rstd, int N, int C) {
   float* dinp = static_cast<float*>(dinp_);
   float* dw = static_cast<float*>(dw_);
   float* db = static_cast<float*>(db_);

@@ -20,8 +20,8 @@
 
 namespace ratchet {
 
-void CpuBackend::matmul_forward(dptr out_, dptr pre_gelu_, cdptr inp_, cdptr w_, cdptr bias_,
-                                int N, int C, int OC) {
+void CpuBackend::matmul_forward(dptr out_, dptr pre_gelu_, cdptr inp_, cdptr w_, cdptr bias_, int N,
+                                int C, int OC) {
   float* out = static_cast<float*>(out_);
   float* pre = static_cast<float*>(pre_gelu_);
   const float* inp = static_cast<const float*>(inp_);

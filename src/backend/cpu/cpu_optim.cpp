@@ -80,8 +80,8 @@ void adamw_range(float* p, const float* grads, float* m, float* v, long lo, long
     _mm256_storeu_ps(v + i, vi);
     const __m256 mhat = _mm256_div_ps(mi, bc1), vhat = _mm256_div_ps(vi, bc2);
     const __m256 pi = _mm256_loadu_ps(p + i);
-    const __m256 upd = _mm256_add_ps(
-        _mm256_div_ps(mhat, _mm256_add_ps(_mm256_sqrt_ps(vhat), eps)), _mm256_mul_ps(wd, pi));
+    const __m256 upd = _mm256_add_ps(_mm256_div_ps(mhat, _mm256_add_ps(_mm256_sqrt_ps(vhat), eps)),
+                                     _mm256_mul_ps(wd, pi));
     _mm256_storeu_ps(p + i, _mm256_sub_ps(pi, _mm256_mul_ps(lr, upd)));
   }
 #endif

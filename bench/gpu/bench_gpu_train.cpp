@@ -1,0 +1,120 @@
+// GPU training-step benchmark: GPT-2 d12 (124M), d24 (350M), d48 (1.5B) on the
+// cuda backend (BF16), one optimizer step = forward + backward + AdamW.
+// Prints per model: tokens/s, MFU against the device's dense BF16 peak
+// (table in backend/cuda/device.cpp, or --peak-tflops), step time, and peak
+// device memory (the backend's allocations + scratch) next to the model's
+// memory accounting.
+//
+//   bench_gpu_train [--models d12,d24,d48] [--batch 8] [--seq 1024] [--steps 10]
+//                   [--warmup 3] [--peak-tflops X] [--json]
+//
+// Recompute policies: the model (src/model) does not have them yet, so only
+// policy "none" is measured; the column is printed so that results stay
+// comparable once it does.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/rng.h"
+#include "model/config.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+
+using namespace ratchet;
+
+int main(int argc, char** argv) {
+  std::string models = "d12,d24,d48";
+  int B = 8, T = 1024, steps = 10, warmup = 3;
+  double peak = 0;
+  bool json = false;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--models") models = next();
+    else if (a == "--batch") B = std::stoi(next());
+    else if (a == "--seq") T = std::stoi(next());
+    else if (a == "--steps") steps = std::stoi(next());
+    else if (a == "--warmup") warmup = std::stoi(next());
+    else if (a == "--peak-tflops") peak = std::stod(next());
+    else if (a == "--json") json = true;
+    else {
+      std::fprintf(stderr,
+                   "usage: %s [--models d12,d24,d48|tiny] [--batch B] [--seq T] [--steps N] "
+                   "[--warmup N] [--peak-tflops X] [--json]\n",
+                   argv[0]);
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  std::string why;
+  if (!cuda::device_available(&why)) {
+    std::fprintf(stderr, "bench_gpu_train: no usable CUDA device (%s)\n", why.c_str());
+    return 1;
+  }
+  const cuda::DeviceInfo dev = cuda::device_info();
+  if (peak <= 0) peak = cuda::bf16_peak_tflops(dev.name);
+  if (!json)
+    std::printf("device %s, %.1f GiB, BF16 peak %s\n", dev.name.c_str(),
+                dev.total_bytes / 1073741824.0,
+                peak > 0 ? (std::to_string((int)peak) + " TFLOP/s").c_str()
+                         : "unknown (pass --peak-tflops for MFU)");
+  std::stringstream ms(models);
+  std::string name;
+  while (std::getline(ms, name, ',')) {
+    GPTConfig cfg;
+    int b = B, t = T;
+    if (name == "tiny") {  // smoke shape for the simt build
+      cfg.num_layers = 2, cfg.num_heads = 2, cfg.channels = 64, cfg.vocab_size = 256;
+      cfg.max_seq_len = 32, cfg.padded_vocab = 0;
+      cfg.finalize();
+      b = 2, t = 32;
+    } else {
+      cfg = preset_config(name, 50257, 1024);
+    }
+    cuda::CudaBackend<kernels::bf16> be;
+    GPT model(cfg, be);
+    model.init_random(1);
+    AdamW opt(be, model.layout(), AdamWConfig{});
+    Rng rng(2);
+    std::vector<int32_t> tok((size_t)b * t + 1);
+    for (auto& x : tok) x = (int32_t)rng.below(cfg.vocab_size);
+    auto step = [&] {
+      model.zero_grad();
+      model.forward_backward(tok.data(), tok.data() + 1, b, t, 1.0f);
+      opt.step(model.params(), model.grads(), 1e-4f);
+      be.synchronize();
+    };
+    for (int i = 0; i < warmup; i++) step();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; i++) step();
+    const double dt =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+    const double tok_s = (double)b * t / dt;
+    const double mfu = peak > 0 ? train_flops_per_token(cfg, t) * tok_s / (peak * 1e12) : 0;
+    const size_t P = model.num_params();
+    const double acct = (double)GPT::param_bytes(cfg, 2) + GPT::activation_bytes(cfg, b, t, 2) +
+                        P * (8.0 + be.extra_bytes_per_param());
+    const double peak_mem = (double)be.peak_bytes_in_use() + be.scratch_bytes();
+    if (json)
+      std::printf("{\"model\": \"%s\", \"recompute\": \"none\", \"B\": %d, \"T\": %d, "
+                  "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, "
+                  "\"peak_mem_bytes\": %.0f, \"accounted_bytes\": %.0f}\n",
+                  name.c_str(), b, t, dt * 1e3, tok_s, mfu, peak_mem, acct);
+    else
+      std::printf("%-4s recompute none  B=%d T=%d  %8.1f ms/step  %10.0f tok/s  MFU %5.1f%%  "
+                  "peak mem %.2f GiB (accounting %.2f GiB + scratch %.2f GiB)\n",
+                  name.c_str(), b, t, dt * 1e3, tok_s, mfu * 100, peak_mem / 1073741824.0,
+                  acct / 1073741824.0, be.scratch_bytes() / 1073741824.0);
+  }
+  return 0;
+}

@@ -1,0 +1,63 @@
+// The backend factory: cpu always; cuda and simt when registered. See backend.h.
+#include <cstdlib>
+#include <map>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace ratchet {
+
+namespace {
+struct Entry {
+  BackendMaker make;
+  BackendProbe available;
+};
+std::map<std::string, Entry>& registry() {
+  static std::map<std::string, Entry> r;
+  return r;
+}
+
+std::string visible_devices() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return v ? std::string("CUDA_VISIBLE_DEVICES='") + v + "'" : "CUDA_VISIBLE_DEVICES is unset";
+}
+}  // namespace
+
+void register_backend(const std::string& device, BackendMaker make, BackendProbe available) {
+  registry()[device] = Entry{make, available};
+}
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& o, std::string* note) {
+  const auto& r = registry();
+  if (o.device == "cpu") return make_cpu_backend(o.threads);
+  if (o.device == "auto") {
+    auto it = r.find("cuda");
+    std::string why = "this ratchet was built without the CUDA backend";
+    if (it != r.end() && it->second.available(&why)) return it->second.make(o);
+    if (note) *note = "device auto: no usable CUDA device (" + why + "); using the CPU backend";
+    return make_cpu_backend(o.threads);
+  }
+  if (o.device == "cuda") {
+    auto it = r.find("cuda");
+    if (it == r.end())
+      fail("--device cuda: this ratchet was built without the CUDA backend (CUDA toolkit not "
+           "found at configure time, or configured with -DRATCHET_DEVICE_SIMT=ON): rebuild with "
+           "the toolkit (CUDAToolkit_ROOT), or run on the CPU with --device cpu");
+    std::string why;
+    if (!it->second.available(&why))
+      fail("--device cuda: no usable CUDA device (", why, "; ", visible_devices(),
+           "). Run on the CPU with --device cpu (or --device auto), or make a GPU visible: "
+           "check nvidia-smi, the driver, and CUDA_VISIBLE_DEVICES");
+    return it->second.make(o);
+  }
+  if (o.device == "simt") {
+    auto it = r.find("simt");
+    if (it == r.end())
+      fail("--device simt: this ratchet was built without the simt-run CUDA backend: configure "
+           "with -DRATCHET_DEVICE_SIMT=ON (a debugging build: slow), or use --device cpu");
+    return it->second.make(o);
+  }
+  fail("--device '", o.device, "' is not one of cpu, cuda, auto, simt");
+}
+
+}  // namespace ratchet

@@ -1,0 +1,467 @@
+// CudaBackend<T>: the Backend ops on device memory. See cuda_backend.h.
+//
+// GEMMs (row-major, see matmul.h):
+//   matmul_forward   out (N,OC) = inp (N,C) @ w (OC,C)^T  [+ bias | GELU_AUX_BIAS -> pre_gelu]
+//   matmul_backward  dinp (N,C) = dout (N,OC) @ w (OC,C)            beta 0 (overwritten)
+//                    dw (OC,C) += dout^T @ inp                       beta 1 (accumulated)
+//                    dbias (OC) += column sums of dout: the BGRADB epilogue of the dw GEMM
+//                    into scratch, then added; the bias_grad kernel if cuBLASLt lacks it
+//   attention        q,k,v = permute(qkv); att = softmax(q k^T) (batched over B*NH);
+//                    y = att v; out = unpermute(y); backward mirrors it (kernels/attention.cuh)
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/adamw.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/bias_grad.cuh"
+#include "kernels/cast.cuh"
+#include "kernels/classifier.cuh"
+#include "kernels/encoder.cuh"
+#include "kernels/gelu.cuh"
+#include "kernels/global_norm.cuh"
+#include "kernels/layernorm.cuh"
+
+namespace ratchet::cuda {
+
+using kernels::bf16;
+
+namespace {
+template <class T>
+constexpr DType dtype_of() {
+  return std::is_same<T, float>::value ? DType::f32 : DType::bf16;
+}
+constexpr size_t kAllocAlign = 256;  // cudaMalloc's alignment; also our accounting unit
+size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+// A 32-bit mix (murmur3 finaliser) for the stochastic-rounding seeds.
+uint32_t mix32(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  h *= 0xC2B2AE35u;
+  h ^= h >> 16;
+  return h;
+}
+
+template <class T>
+T* P(dptr p) {
+  return static_cast<T*>(p);
+}
+template <class T>
+const T* P(cdptr p) {
+  return static_cast<const T*>(p);
+}
+}  // namespace
+
+template <class T>
+CudaBackend<T>::CudaBackend() : mm_(dtype_of<T>(), nullptr) {
+  norm_out_ = static_cast<double*>(device_malloc(sizeof(double)));
+}
+
+template <class T>
+CudaBackend<T>::~CudaBackend() {
+  for (auto& [base, m] : masters_) device_free(m);
+  for (auto& [base, bytes] : allocs_) device_free(base);
+  if (scratch_) device_free(scratch_);
+  device_free(norm_out_);
+}
+
+template <class T>
+std::string CudaBackend<T>::name() const {
+  return std::string(RATCHET_SIMT ? "simt" : "cuda") + (sizeof(T) == 2 ? " (bf16)" : " (f32)");
+}
+
+template <class T>
+double CudaBackend<T>::peak_tflops() const {
+  // Dense tensor-core BF16 peak; FP32 storage runs FP32 GEMMs (not tabulated).
+  return sizeof(T) == 2 ? bf16_peak_tflops(device_info().name) : 0.0;
+}
+
+// ---- memory -------------------------------------------------------------------------------
+
+template <class T>
+void* CudaBackend<T>::alloc(size_t bytes) {
+  const size_t rounded = round_up(std::max<size_t>(bytes, 1), kAllocAlign);
+  char* p = static_cast<char*>(device_malloc(rounded));
+  memset_device(p, 0, rounded, stream_);
+  allocs_[p] = rounded;
+  bytes_in_use_ += rounded;
+  peak_bytes_ = std::max(peak_bytes_, bytes_in_use_);
+  return p;
+}
+
+template <class T>
+void CudaBackend<T>::release(void* p) {
+  if (!p) return;
+  auto it = allocs_.find(static_cast<char*>(p));
+  RATCHET_ASSERT(it != allocs_.end());
+  auto mit = masters_.find(it->first);
+  if (mit != masters_.end()) {
+    bytes_in_use_ -= round_up(it->second / sizeof(T) * sizeof(float), kAllocAlign);
+    device_free(mit->second);
+    masters_.erase(mit);
+  }
+  bytes_in_use_ -= it->second;
+  device_free(it->first);
+  allocs_.erase(it);
+}
+
+template <class T>
+std::pair<char*, size_t> CudaBackend<T>::owner(const void* p) const {
+  auto it = allocs_.upper_bound(const_cast<char*>(static_cast<const char*>(p)));
+  if (it == allocs_.begin()) return {nullptr, 0};
+  --it;
+  if (static_cast<const char*>(p) < it->first + it->second) return {it->first, it->second};
+  return {nullptr, 0};
+}
+
+template <class T>
+void* CudaBackend<T>::scratch(size_t bytes) {
+  if (bytes > scratch_bytes_) {
+    if (scratch_) {
+      stream_synchronize(stream_);
+      device_free(scratch_);
+    }
+    scratch_bytes_ = round_up(bytes, kAllocAlign);
+    scratch_ = device_malloc(scratch_bytes_);
+  }
+  return scratch_;
+}
+
+template <class T>
+void CudaBackend<T>::zero(void* p, size_t bytes) {
+  memset_device(p, 0, bytes, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::upload_f32(dptr dst, const float* src, size_t n) {
+  if (!n) return;
+  if constexpr (std::is_same<T, float>::value) {
+    memcpy_h2d(dst, src, n * sizeof(float), stream_);
+  } else {
+    std::vector<bf16> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(src[i]);
+    memcpy_h2d(dst, h.data(), n * sizeof(bf16), stream_);
+    stream_synchronize(stream_);  // h dies here
+    auto [base, bytes] = owner(dst);
+    auto mit = base ? masters_.find(base) : masters_.end();
+    if (mit != masters_.end()) {
+      float* m = mit->second + (static_cast<char*>(dst) - base) / sizeof(T);
+      memcpy_h2d(m, src, n * sizeof(float), stream_);
+      stream_synchronize(stream_);
+    }
+  }
+}
+
+template <class T>
+void CudaBackend<T>::download_f32(float* dst, cdptr src, size_t n) {
+  if (!n) return;
+  if constexpr (std::is_same<T, float>::value) {
+    memcpy_d2h(dst, src, n * sizeof(float), stream_);
+  } else {
+    auto [base, bytes] = owner(src);
+    auto mit = base ? masters_.find(base) : masters_.end();
+    if (mit != masters_.end()) {  // parameters with a master copy: the FP32 values
+      const float* m = mit->second + (static_cast<const char*>(src) - base) / sizeof(T);
+      memcpy_d2h(dst, m, n * sizeof(float), stream_);
+      return;
+    }
+    std::vector<bf16> h(n);
+    memcpy_d2h(h.data(), src, n * sizeof(bf16), stream_);
+    for (size_t i = 0; i < n; i++) dst[i] = __bfloat162float(h[i]);
+  }
+}
+
+template <class T>
+void CudaBackend<T>::upload_bytes(void* dst, const void* src, size_t bytes) {
+  memcpy_h2d(dst, src, bytes, stream_);
+  stream_synchronize(stream_);  // the caller may reuse src right away
+}
+
+template <class T>
+void CudaBackend<T>::download_bytes(void* dst, const void* src, size_t bytes) {
+  memcpy_d2h(dst, src, bytes, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::synchronize() {
+  stream_synchronize(stream_);
+}
+
+// ---- forward/backward ops -----------------------------------------------------------------
+
+template <class T>
+void CudaBackend<T>::encoder_forward(dptr out, const int* inp, cdptr wte, cdptr wpe, int B,
+                                     int T_, int C) {
+  kernels::encoder_forward<T>(P<T>(out), inp, P<T>(wte), P<T>(wpe), B, T_, C, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::encoder_backward(dptr dwte, dptr dwpe, cdptr dout, const int* inp, int B,
+                                      int T_, int C) {
+  void* s = scratch(kernels::encoder_backward_scratch_bytes(B, T_));
+  kernels::encoder_backward<T>(P<T>(dwte), P<T>(dwpe), s, P<T>(dout), inp, B, T_, C, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::layernorm_forward(dptr out, float* mean, float* rstd, cdptr inp, cdptr w,
+                                       cdptr b, int N, int C) {
+  kernels::layernorm_forward<T>(P<T>(out), mean, rstd, P<T>(inp), P<T>(w), P<T>(b), N, C,
+                                stream_);
+}
+
+template <class T>
+void CudaBackend<T>::layernorm_backward(dptr dinp, dptr dw, dptr db, cdptr dout, cdptr inp,
+                                        cdptr w, const float* mean, const float* rstd, int N,
+                                        int C) {
+  void* s = scratch(kernels::layernorm_backward_scratch_bytes(N, C));
+  kernels::layernorm_backward<T>(P<T>(dinp), P<T>(dw), P<T>(db), s, P<T>(dout), P<T>(inp),
+                                 P<T>(w), mean, rstd, N, C, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::matmul_forward(dptr out, dptr pre_gelu, cdptr inp, cdptr w, cdptr bias,
+                                    int N, int C, int OC) {
+  Gemm g;
+  g.transB = true;
+  g.m = N;
+  g.n = OC;
+  g.k = C;
+  g.A = inp;
+  g.lda = C;
+  g.B = w;
+  g.ldb = C;
+  g.C = out;
+  g.ldc = OC;
+  if (pre_gelu) {
+    g.epilogue = Epilogue::gelu_bias;
+    g.aux = pre_gelu;
+    g.ldaux = OC;
+    g.bias = bias;
+  } else if (bias) {
+    g.epilogue = Epilogue::bias;
+    g.bias = bias;
+  }
+  mm_.run(g);
+}
+
+template <class T>
+void CudaBackend<T>::matmul_backward(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp,
+                                     cdptr w, int N, int C, int OC) {
+  // dinp (N,C) = dout (N,OC) @ w (OC,C)
+  Gemm gi;
+  gi.m = N;
+  gi.n = C;
+  gi.k = OC;
+  gi.A = dout;
+  gi.lda = OC;
+  gi.B = w;
+  gi.ldb = C;
+  gi.C = dinp;
+  gi.ldc = C;
+  mm_.run(gi);
+  // dw (OC,C) += dout^T (OC,N) @ inp (N,C)
+  Gemm gw;
+  gw.transA = true;
+  gw.m = OC;
+  gw.n = C;
+  gw.k = N;
+  gw.A = dout;
+  gw.lda = OC;
+  gw.B = inp;
+  gw.ldb = C;
+  gw.C = dw;
+  gw.ldc = C;
+  gw.beta = 1.0f;
+  last_dbias_epilogue_ = false;
+  if (dbias) {
+    // The epilogue overwrites its bias output: write this micro-batch's sums to
+    // scratch, then accumulate them into dbias.
+    T* tmp = static_cast<T*>(scratch(round_up((size_t)OC * sizeof(T), 16)));
+    gw.epilogue = Epilogue::bgrad;
+    gw.dbias = tmp;
+    if (mm_.try_run(gw)) {
+      kernels::residual_forward<T>(P<T>(dbias), P<T>(dbias), tmp, (size_t)OC, stream_);
+      last_dbias_epilogue_ = true;
+      return;
+    }
+    gw.epilogue = Epilogue::none;
+    gw.dbias = nullptr;
+    mm_.run(gw);
+    void* s = scratch(kernels::bias_grad_scratch_bytes(N, OC));
+    kernels::bias_grad<T>(P<T>(dbias), s, P<T>(dout), N, OC, stream_);
+    return;
+  }
+  mm_.run(gw);
+}
+
+namespace {
+// Batched (over B*NH) row-major GEMM on (T, *) head matrices.
+Gemm head_gemm(bool ta, bool tb, int m, int n, int k, const void* A, int lda, long long sA,
+               const void* B, int ldb, long long sB, void* C, int ldc, long long sC, int batch) {
+  Gemm g;
+  g.transA = ta;
+  g.transB = tb;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.A = A;
+  g.lda = lda;
+  g.strideA = sA;
+  g.B = B;
+  g.ldb = ldb;
+  g.strideB = sB;
+  g.C = C;
+  g.ldc = ldc;
+  g.strideC = sC;
+  g.batch = batch;
+  return g;
+}
+}  // namespace
+
+template <class T>
+void CudaBackend<T>::attention_forward(dptr out, dptr att, cdptr qkv, int B, int T_, int C,
+                                       int NH) {
+  RATCHET_ASSERT(NH > 0 && C % NH == 0);
+  const int HS = C / NH, BH = B * NH;
+  const size_t n = (size_t)B * T_ * C, nb = round_up(n * sizeof(T), kAllocAlign);
+  char* s = static_cast<char*>(scratch(4 * nb));
+  T *q = (T*)s, *k = (T*)(s + nb), *v = (T*)(s + 2 * nb), *y = (T*)(s + 3 * nb);
+  const float scale = 1.0f / std::sqrt((float)HS);
+  const long long sh = (long long)T_ * HS, st = (long long)T_ * T_;
+  kernels::attention_permute<T>(q, k, v, P<T>(qkv), B, T_, NH, HS, stream_);
+  // preatt (T,T) = q (T,HS) @ k^T, straight into att; softmax in place
+  mm_.run(head_gemm(false, true, T_, T_, HS, q, HS, sh, k, HS, sh, att, T_, st, BH));
+  kernels::attention_softmax_forward<T>(P<T>(att), P<T>(att), BH, T_, scale, stream_);
+  // y (T,HS) = att (T,T) @ v (T,HS)
+  mm_.run(head_gemm(false, false, T_, HS, T_, att, T_, st, v, HS, sh, y, HS, sh, BH));
+  kernels::attention_unpermute<T>(P<T>(out), y, B, T_, NH, HS, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr att, int B,
+                                        int T_, int C, int NH) {
+  RATCHET_ASSERT(NH > 0 && C % NH == 0);
+  const int HS = C / NH, BH = B * NH;
+  const size_t n = (size_t)B * T_ * C, nb = round_up(n * sizeof(T), kAllocAlign);
+  const size_t natt = round_up((size_t)BH * T_ * T_ * sizeof(T), kAllocAlign);
+  char* s = static_cast<char*>(scratch(7 * nb + natt));
+  T *q = (T*)s, *k = (T*)(s + nb), *v = (T*)(s + 2 * nb), *dq = (T*)(s + 3 * nb),
+    *dk = (T*)(s + 4 * nb), *dv = (T*)(s + 5 * nb), *dy = (T*)(s + 6 * nb),
+    *datt = (T*)(s + 7 * nb);
+  const float scale = 1.0f / std::sqrt((float)HS);
+  const long long sh = (long long)T_ * HS, st = (long long)T_ * T_;
+  kernels::attention_permute<T>(q, k, v, P<T>(qkv), B, T_, NH, HS, stream_);
+  kernels::attention_unpermute_backward<T>(dy, P<T>(dout), B, T_, NH, HS, stream_);
+  // datt (T,T) = dy (T,HS) @ v^T ; dv (T,HS) = att^T @ dy
+  mm_.run(head_gemm(false, true, T_, T_, HS, dy, HS, sh, v, HS, sh, datt, T_, st, BH));
+  mm_.run(head_gemm(true, false, T_, HS, T_, att, T_, st, dy, HS, sh, dv, HS, sh, BH));
+  kernels::attention_softmax_backward<T>(datt, datt, P<T>(att), BH, T_, scale, stream_);
+  // dq = dpreatt @ k ; dk = dpreatt^T @ q
+  mm_.run(head_gemm(false, false, T_, HS, T_, datt, T_, st, k, HS, sh, dq, HS, sh, BH));
+  mm_.run(head_gemm(true, false, T_, HS, T_, datt, T_, st, q, HS, sh, dk, HS, sh, BH));
+  kernels::attention_permute_backward<T>(P<T>(dqkv), dq, dk, dv, B, T_, NH, HS, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::gelu_forward(dptr out, cdptr inp, size_t n) {
+  kernels::gelu_forward<T>(P<T>(out), P<T>(inp), n, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::gelu_backward(dptr dinp, cdptr inp, cdptr dout, size_t n) {
+  kernels::gelu_backward<T>(P<T>(dinp), P<T>(inp), P<T>(dout), n, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::residual_forward(dptr out, cdptr a, cdptr b, size_t n) {
+  kernels::residual_forward<T>(P<T>(out), P<T>(a), P<T>(b), n, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::classifier(dptr logits, float* losses, const int* targets, int BT, int V,
+                                int Vp, float dloss) {
+  kernels::fused_classifier<T>(P<T>(logits), losses, targets, BT, V, Vp, dloss, stream_);
+}
+
+// ---- optimizer ----------------------------------------------------------------------------
+
+template <class T>
+double CudaBackend<T>::sum_squares(cdptr x, size_t n) {
+  void* s = scratch(kernels::global_norm_scratch_bytes());
+  kernels::global_norm_squared<T>(norm_out_, s, P<T>(x), n, stream_);
+  double out = 0;
+  memcpy_d2h(&out, norm_out_, sizeof out, stream_);
+  return out;
+}
+
+template <class T>
+float* CudaBackend<T>::master_for(const void* params, size_t n) {
+  auto [base, bytes] = owner(params);
+  RATCHET_ASSERT(base != nullptr);
+  auto it = masters_.find(base);
+  if (it == masters_.end()) {
+    const size_t elems = bytes / sizeof(T);
+    float* m = static_cast<float*>(device_malloc(elems * sizeof(float)));
+    bytes_in_use_ += round_up(elems * sizeof(float), kAllocAlign);
+    peak_bytes_ = std::max(peak_bytes_, bytes_in_use_);
+    kernels::cast<float, T>(m, reinterpret_cast<const T*>(base), elems, stream_);
+    it = masters_.emplace(base, m).first;
+  }
+  const size_t off = (static_cast<const char*>(params) - base) / sizeof(T);
+  RATCHET_ASSERT((off + n) * sizeof(T) <= bytes);
+  return it->second + off;
+}
+
+template <class T>
+void CudaBackend<T>::adamw(dptr params, float* master, cdptr grads, float* m, float* v, size_t n,
+                           const AdamWArgs& a) {
+  kernels::AdamWHyper h;
+  h.lr = a.lr;
+  h.beta1 = a.beta1;
+  h.beta2 = a.beta2;
+  h.eps = a.eps;
+  h.weight_decay = a.weight_decay;
+  h.step = a.step;
+  h.grad_scale = a.grad_scale;
+  uint32_t seed = 0;
+  if constexpr (!std::is_same<T, float>::value) {
+    if (!master) master = master_for(params, n);
+    // Different random bits per step and per tensor (its offset in the allocation).
+    auto [base, bytes] = owner(params);
+    const uint32_t off = (uint32_t)((static_cast<char*>(params) - base) / sizeof(T));
+    seed = mix32((uint32_t)a.step * 0x9E3779B1u ^ mix32(off + 0x5eed1234u));
+  }
+  kernels::adamw_update<T>(P<T>(params), master, P<T>(grads), m, v, n, h, seed, stream_);
+}
+
+template class CudaBackend<float>;
+template class CudaBackend<bf16>;
+
+}  // namespace ratchet::cuda
+
+namespace ratchet {
+std::unique_ptr<Backend> make_cuda_backend(const std::string& storage) {
+  if (storage == "f32" || storage == "fp32")
+    return std::make_unique<cuda::CudaBackend<float>>();
+  if (storage == "bf16" || storage.empty())
+    return std::make_unique<cuda::CudaBackend<kernels::bf16>>();
+  fail("unknown storage type '", storage, "' for the cuda backend: use bf16 or f32");
+}
+
+namespace {
+std::unique_ptr<Backend> make_from_options(const BackendOptions& o) {
+  return make_cuda_backend(o.storage);
+}
+bool probe(std::string* why) { return cuda::device_available(why); }
+}  // namespace
+
+void register_cuda_backend() {
+  register_backend(RATCHET_SIMT ? "simt" : "cuda", make_from_options, probe);
+}
+}  // namespace ratchet

@@ -1,0 +1,218 @@
+// Matmul: the cuBLASLt wrapper (nvcc build) or its CPU stand-in (simt build).
+// Both share the translation (to_lt) and the per-shape cache; only execute()
+// differs. See matmul.h.
+#include "backend/cuda/matmul.h"
+
+#include <cstring>
+#include <string>
+
+#include "backend/cuda/device.h"
+#include "core/error.h"
+
+#if !RATCHET_SIMT
+#include <cublasLt.h>
+#endif
+
+namespace ratchet::cuda {
+
+#if !RATCHET_SIMT
+#define cublasCheck(call)                                                                 \
+  do {                                                                                    \
+    cublasStatus_t st_ = (call);                                                          \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                     \
+      ::ratchet::check_failed("cublas", #call, cublasLtGetStatusString(st_), __func__,      \
+                              __FILE__, __LINE__);                                        \
+  } while (0)
+
+namespace {
+// 32 MiB: what llm.c gives cuBLASLt on Hopper; plenty for Ampere.
+constexpr size_t kWorkspaceBytes = 32u << 20;
+
+cudaDataType_t cuda_type(DType t) { return t == DType::f32 ? CUDA_R_32F : CUDA_R_16BF; }
+
+cublasLtEpilogue_t lt_epilogue(Epilogue e, bool has_bias) {
+  switch (e) {
+    case Epilogue::none: return CUBLASLT_EPILOGUE_DEFAULT;
+    case Epilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::gelu_bias:
+      return has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case Epilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
+    case Epilogue::bgrad: return CUBLASLT_EPILOGUE_BGRADB;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+}  // namespace
+
+struct Matmul::Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulHeuristicResult_t heur{};
+  bool has_algo = false;
+  ~Plan() {
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+namespace {
+cublasLtMatrixLayout_t make_layout(DType t, int rows, int cols, int ld, int batch,
+                                   long long stride) {
+  cublasLtMatrixLayout_t l;
+  cublasCheck(cublasLtMatrixLayoutCreate(&l, cuda_type(t), rows, cols, ld));
+  if (batch > 1) {
+    int32_t bc = batch;
+    int64_t st = stride;
+    cublasCheck(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc,
+                                                 sizeof bc));
+    cublasCheck(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                 &st, sizeof st));
+  }
+  return l;
+}
+}  // namespace
+
+#else
+struct Matmul::Plan {};  // simt: the stand-in needs no descriptors
+#endif
+
+Matmul::Matmul(DType dtype, void* stream) : dtype_(dtype), stream_(stream) {
+#if !RATCHET_SIMT
+  cublasLtHandle_t h;
+  cublasCheck(cublasLtCreate(&h));
+  handle_ = h;
+  workspace_bytes_ = kWorkspaceBytes;
+  workspace_ = device_malloc(workspace_bytes_);
+#endif
+}
+
+Matmul::~Matmul() {
+  cache_.clear();
+#if !RATCHET_SIMT
+  if (workspace_) device_free(workspace_);
+  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+#endif
+}
+
+size_t Matmul::cached_plans() const { return cache_.size(); }
+
+namespace {
+void require_aligned(const void* p, const char* what, const LtCall& c) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+    check_failed("matmul", what, ("operand not 16-byte aligned; " + c.describe()).c_str(),
+                 __func__, __FILE__, __LINE__);
+}
+}  // namespace
+
+void Matmul::run(const Gemm& g) { try_run_impl_(g, true); }
+bool Matmul::try_run(const Gemm& g) { return try_run_impl_(g, false); }
+
+bool Matmul::try_run_impl_(const Gemm& g, bool must) {
+  if (g.m <= 0 || g.n <= 0 || g.batch <= 0) return true;
+  LtCall c = to_lt(g, dtype_);
+  const size_t eb = dtype_bytes(dtype_);
+  require_aligned(c.A, "A", c);
+  require_aligned(c.B, "B", c);
+  require_aligned(c.C, "C", c);
+  if (c.batch > 1) {
+    for (long long s : {c.strideA, c.strideB, c.strideC})
+      if ((s * (long long)eb) % 16 != 0)
+        check_failed("matmul", "batch stride", ("not a multiple of 16 bytes; " + c.describe()).c_str(),
+                     __func__, __FILE__, __LINE__);
+  }
+  switch (c.epilogue) {
+    case Epilogue::none: break;
+    case Epilogue::bias: RATCHET_ASSERT(c.bias); require_aligned(c.bias, "bias", c); break;
+    case Epilogue::gelu_bias:
+    case Epilogue::dgelu:
+      RATCHET_ASSERT(c.aux && c.batch == 1 && c.ldaux >= c.M);
+      require_aligned(c.aux, "aux", c);
+      if (c.bias) require_aligned(c.bias, "bias", c);
+      break;
+    case Epilogue::bgrad:
+      RATCHET_ASSERT(c.dbias && c.batch == 1);
+      require_aligned(c.dbias, "dbias", c);
+      break;
+  }
+  return execute(c, must);
+}
+
+bool Matmul::execute(const LtCall& c, bool must) {
+  auto& slot = cache_[c.key()];
+#if RATCHET_SIMT
+  (void)must;
+  if (!slot) slot = std::make_unique<Plan>();
+  cpu_lt_matmul(c);
+  return true;
+#else
+  const cublasLtHandle_t handle = static_cast<cublasLtHandle_t>(handle_);
+  if (!slot) {
+    auto p = std::make_unique<Plan>();
+    cublasCheck(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = c.opA_T ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = c.opB_T ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtEpilogue_t epi = lt_epilogue(c.epilogue, c.has_bias);
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (c.has_bias || c.epilogue == Epilogue::bgrad) {
+      int32_t bt = cuda_type(c.dtype);
+      cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                                 sizeof bt));
+    }
+    if (c.epilogue == Epilogue::gelu_bias || c.epilogue == Epilogue::dgelu) {
+      int64_t ld = c.ldaux;
+      cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                                 sizeof ld));
+    }
+    p->a = make_layout(c.dtype, c.rowsA, c.colsA, c.lda, c.batch, c.strideA);
+    p->b = make_layout(c.dtype, c.rowsB, c.colsB, c.ldb, c.batch, c.strideB);
+    p->c = make_layout(c.dtype, c.M, c.N, c.ldc, c.batch, c.strideC);
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = workspace_bytes_;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &ws, sizeof ws));
+    uint32_t align = 16;  // what run() checks
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align));
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b, p->c, p->c, pref,
+                                                       1, &p->heur, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    p->has_algo = st == CUBLAS_STATUS_SUCCESS && found > 0;
+    slot = std::move(p);
+  }
+  Plan& p = *slot;
+  if (!p.has_algo) {
+    if (!must) return false;
+    check_failed("cublas", "cublasLtMatmulAlgoGetHeuristic",
+                 ("no cuBLASLt algorithm for " + c.describe()).c_str(), __func__, __FILE__,
+                 __LINE__);
+  }
+  // Per-call pointers on the cached descriptor (read when the call is enqueued).
+  if (c.epilogue == Epilogue::bias || (c.epilogue == Epilogue::gelu_bias && c.has_bias)) {
+    const void* b = c.bias;
+    cublasCheck(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
+  }
+  if (c.epilogue == Epilogue::bgrad) {
+    void* b = c.dbias;
+    cublasCheck(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
+  }
+  if (c.epilogue == Epilogue::gelu_bias || c.epilogue == Epilogue::dgelu) {
+    void* x = c.aux;
+    cublasCheck(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x,
+                                               sizeof x));
+  }
+  cublasCheck(cublasLtMatmul(handle, p.op, &c.alpha, c.A, p.a, c.B, p.b, &c.beta, c.C, p.c, c.C,
+                             p.c, &p.heur.algo, workspace_, workspace_bytes_,
+                             static_cast<cudaStream_t>(stream_)));
+  return true;
+#endif
+}
+
+}  // namespace ratchet::cuda

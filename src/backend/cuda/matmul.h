@@ -1,0 +1,143 @@
+// The matmul wrapper: row-major GEMMs with epilogues, on cuBLASLt (nvcc build)
+// or on a CPU stand-in that honours the same descriptors (simt build).
+//
+// Row-major semantics (what callers write):
+//   C (m,n) = alpha * op(A) (m,k) @ op(B) (k,n) + beta * C     batched: `batch`
+//   op(X) = X or X^T; A is stored (m,k) or, transposed, (k,m), with leading
+//   dimension lda (elements between rows); likewise B, C. Batch b uses
+//   A + b*strideA, B + b*strideB, C + b*strideC (elements).
+// Epilogues, applied to v = alpha*AB + beta*C (per element (i,j)):
+//   none       C = v
+//   bias       C = v + bias[j]                           bias (n)
+//   gelu_bias  aux = v + bias[j]; C = gelu(aux)          aux (m,n), ld ldaux; bias may be null
+//   dgelu      C = v * gelu'(aux[i,j])                   aux (m,n): the pre-GELU input
+//   bgrad      C = v; dbias[i] = sum_p op(A)[i,p]        dbias (m) OVERWRITTEN (not +=):
+//              for dW (OC,C) = dout^T inp, A = dout transposed, so dbias = column sums of dout
+// GELU is the tanh approximation (same as kernels/gelu.cu and cuBLASLt).
+//
+// How it maps to cuBLASLt (column-major): a row-major X (r,c) with leading
+// dimension ld is the column-major X^T (c,r) with the same ld, so
+//   C^T (n,m) = op(B)^T (n,k) @ op(A)^T (k,m)
+// i.e. cuBLASLt's M = n, N = m, K = k, its A is our B (op = transB), its B is
+// our A (op = transA). The row-major bias over columns j becomes cuBLASLt's
+// bias over rows (length M), which is what its BIAS/GELU_BIAS epilogues take;
+// our bgrad (sum of op(A) over k, per row i) is cuBLASLt's BGRADB (sum of its
+// B over K, per column of D). LtCall below is that column-major description; the executor (real
+// cuBLASLt, or cpu_lt_matmul) only ever sees an LtCall.
+//
+// Requirements: every pointer 16-byte aligned (and batch strides a multiple of
+// 16 bytes); violating ones fail naming the operand. When cuBLASLt has no
+// algorithm for a call, the error names m, n, k, the layouts and the epilogue.
+// Descriptors and the heuristic's algorithm are cached per LtCall shape.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+namespace ratchet::cuda {
+
+enum class DType : int { f32 = 0, bf16 = 1 };
+inline size_t dtype_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
+inline const char* dtype_name(DType t) { return t == DType::f32 ? "f32" : "bf16"; }
+
+enum class Epilogue : int { none = 0, bias, gelu_bias, dgelu, bgrad };
+const char* epilogue_name(Epilogue e);
+
+// One row-major GEMM (see the top comment).
+struct Gemm {
+  bool transA = false, transB = false;
+  int m = 0, n = 0, k = 0;
+  const void* A = nullptr;
+  int lda = 0;
+  long long strideA = 0;
+  const void* B = nullptr;
+  int ldb = 0;
+  long long strideB = 0;
+  void* C = nullptr;
+  int ldc = 0;
+  long long strideC = 0;
+  int batch = 1;
+  float alpha = 1.0f, beta = 0.0f;
+  Epilogue epilogue = Epilogue::none;
+  const void* bias = nullptr;  // bias, gelu_bias (n), storage dtype
+  void* aux = nullptr;         // gelu_bias (written), dgelu (read): (m,n) storage dtype
+  int ldaux = 0;
+  void* dbias = nullptr;       // bgrad: (m) storage dtype, overwritten
+};
+
+// The same GEMM in cuBLASLt's column-major terms.
+struct LtCall {
+  bool opA_T = false, opB_T = false;  // op of the stored matrices
+  int M = 0, N = 0, K = 0;            // D (M,N) = op(A) (M,K) op(B) (K,N)
+  int rowsA = 0, colsA = 0, lda = 0;  // stored A: rows x cols, column-major
+  int rowsB = 0, colsB = 0, ldb = 0;
+  int ldc = 0;                        // C and D: M x N, column-major (the same buffer)
+  long long strideA = 0, strideB = 0, strideC = 0;
+  int batch = 1;
+  float alpha = 1.0f, beta = 0.0f;
+  Epilogue epilogue = Epilogue::none;  // bgrad here means cuBLASLt's BGRADB
+  bool has_bias = false;               // gelu_bias without bias is cuBLASLt's GELU_AUX
+  int ldaux = 0;
+  DType dtype = DType::f32;
+  const void* A = nullptr;
+  const void* B = nullptr;
+  void* C = nullptr;
+  const void* bias = nullptr;  // (M)
+  void* aux = nullptr;         // (M,N), ld ldaux
+  void* dbias = nullptr;       // (N): BGRADB sums op(B) over K
+
+  // The cache key: everything but the pointers and alpha/beta values (beta's
+  // zero-ness matters to nothing in cuBLASLt's descriptors).
+  auto key() const {
+    return std::make_tuple(opA_T, opB_T, M, N, K, lda, ldb, ldc, strideA, strideB, strideC,
+                           batch, (int)epilogue, has_bias, ldaux, (int)dtype);
+  }
+  std::string describe() const;  // "M=.. N=.. K=.. A(..) B(..) D(..) epilogue .. dtype .."
+};
+
+// Row-major -> column-major translation (pure; tested).
+LtCall to_lt(const Gemm& g, DType dtype);
+
+// The CPU stand-in: executes an LtCall with cuBLASLt's semantics (FP32
+// accumulation in k order, one rounding to the storage dtype at the end; beta
+// == 0 never reads C). Host memory. Always compiled (tests use it as well).
+void cpu_lt_matmul(const LtCall& c);
+
+// The wrapper: one per stream. Holds the cuBLASLt handle, the workspace and
+// the descriptor/algorithm cache (under simt: only the cache bookkeeping).
+class Matmul {
+ public:
+  // stream: a cudaStream_t (void* here to keep CUDA headers out).
+  explicit Matmul(DType dtype, void* stream = nullptr);
+  ~Matmul();
+  Matmul(const Matmul&) = delete;
+  Matmul& operator=(const Matmul&) = delete;
+
+  // Runs g; fails (check_failed) when no algorithm exists or a pointer is misaligned.
+  void run(const Gemm& g);
+  // Like run() but returns false instead of failing when cuBLASLt offers no
+  // algorithm (e.g. an epilogue it lacks for these types); the caller falls back.
+  bool try_run(const Gemm& g);
+
+  DType dtype() const { return dtype_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  size_t cached_plans() const;  // distinct shapes seen (tests)
+  void set_stream(void* stream) { stream_ = stream; }
+
+  struct Plan;  // descriptors + algorithm (cuBLASLt), opaque
+
+ private:
+  bool try_run_impl_(const Gemm& g, bool must);
+  bool execute(const LtCall& c, bool must);
+  DType dtype_;
+  void* stream_ = nullptr;
+  void* handle_ = nullptr;     // cublasLtHandle_t
+  void* workspace_ = nullptr;  // device memory
+  size_t workspace_bytes_ = 0;
+  std::map<decltype(LtCall().key()), std::unique_ptr<Plan>> cache_;
+};
+
+}  // namespace ratchet::cuda

@@ -1,0 +1,181 @@
+// `ratchet plan`: options -> plan::PlanInputs -> plan::make_plan() -> a table
+// (or, with --json, one JSON object). The arithmetic and its assumptions are
+// documented in plan/plan.h; the recompute policies in plan/recompute.h.
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/options_util.h"
+#include "core/error.h"
+#include "plan/plan.h"
+
+namespace po = boost::program_options;
+
+namespace ratchet {
+
+namespace {
+
+const char* kExamples = R"(examples:
+  # GPT-2 124M on one H100: memory, step time, compute-optimal tokens (20/parameter), cost
+  ratchet plan --model d12 --device h100 --batch-size 16 --seq-len 1024
+
+  # 8 ranks with ZeRO-1 over 400 Gb/s links, a fixed token count, spot capacity
+  ratchet plan --model d24 --device h100 --world-size 8 --batch-size 8 --seq-len 1024 \
+      --total-batch-tokens 524288 --tokens 10e9 --link-gbps 400 --preemptions-per-hour 0.2
+
+  # what model and how many tokens for $500 of A100 time? (nearest dN preset)
+  ratchet plan --budget-money 500 --device a100 --price-per-device-hour 1.8 --seq-len 1024
+
+  # the same flags as a training run, from its INI file (unknown keys are ignored)
+  ratchet plan --config run.ini --json
+
+output: a table; with --json one JSON object instead (same figures, bytes and seconds).
+assumptions (see src/plan/plan.h): C = 6ND with 20 tokens per parameter (Chinchilla);
+peaks are dense BF16 (cpu: ~0.2 TFLOP/s FP32, what the CPU backend sustains on 2 cores);
+no overlap of compute and all-reduce; checkpoints of 12 bytes/parameter saved at 1 GB/s;
+spot cost to first order in the preemption rate (Young/Daly interval).
+)";
+
+struct Flags {
+  std::string model = "d12", device = "cpu", recompute = "none", config_path;
+  int layers = 0, heads = 0, channels = 0, vocab_size = 50257, max_seq_len = 1024;
+  bool json = false;
+};
+
+po::options_description make_options(plan::PlanInputs& in, Flags& f) {
+  po::options_description model("model and batch (as in `ratchet train`)");
+  model.add_options()
+    ("model", po::value(&f.model)->default_value(f.model),
+     "preset dN (N layers, N heads, 64N channels) or 'custom' with --layers/--heads/--channels;"
+     " with a budget and no --model: the preset nearest the compute-optimal size")
+    ("layers", po::value(&f.layers), "number of transformer blocks (overrides the preset)")
+    ("heads", po::value(&f.heads), "attention heads (overrides the preset)")
+    ("channels", po::value(&f.channels), "embedding width (overrides the preset)")
+    ("vocab-size", po::value(&f.vocab_size)->default_value(f.vocab_size),
+     "vocabulary size (50257: GPT-2 BPE; 257: byte-level)")
+    ("max-seq-len", po::value(&f.max_seq_len)->default_value(f.max_seq_len),
+     "positional embedding rows")
+    ("batch-size,B", po::value(&in.B)->default_value(in.B), "micro-batch rows B per rank")
+    ("seq-len,T", po::value(&in.T)->default_value(in.T), "sequence length T")
+    ("total-batch-tokens", po::value(&in.total_batch_tokens),
+     "tokens per optimizer step over all ranks, a multiple of B*T*world (default B*T*world)")
+    ("steps", po::value(&in.steps), "optimizer steps (default: 20 tokens per parameter)")
+    ("tokens", po::value(&in.tokens), "training tokens instead of --steps (e.g. 10e9)")
+    ("recompute", po::value(&f.recompute)->default_value(f.recompute),
+     "recompute policy used for step time: none | gelu | gelu+ln | blocks (memory is shown "
+     "for all)");
+
+  po::options_description hw("hardware");
+  hw.add_options()
+    ("device", po::value(&f.device)->default_value(f.device),
+     "cpu (FP32, ~0.2 TFLOP/s) | a100 (312) | h100 (989) | h200 (989 TFLOP/s dense BF16)")
+    ("world-size", po::value(&in.world)->default_value(in.world), "data-parallel ranks")
+    ("peak-tflops", po::value(&in.peak_tflops), "peak TFLOP/s per device (default: the device's)")
+    ("mfu", po::value(&in.mfu), "assumed model FLOPs utilisation (default 0.4 GPUs, 0.5 cpu)")
+    ("device-memory-gb", po::value(&in.device_memory_gb),
+     "memory per device in GB (default: the device's; cpu: this host's RAM)")
+    ("link-gbps", po::value(&in.link_gbps)->default_value(in.link_gbps),
+     "per-rank link bandwidth for the gradient all-reduce, in gigaBITS/s (InfiniBand NDR: "
+     "400; NVLink 4: 7200)");
+
+  po::options_description cost("cost and preemption");
+  cost.add_options()
+    ("price-per-device-hour", po::value(&in.price),
+     "on-demand USD per device-hour (default: indicative cpu 0.10, a100 2, h100 3, h200 4)")
+    ("spot-price-fraction", po::value(&in.spot_fraction)->default_value(in.spot_fraction),
+     "spot price as a fraction of on-demand")
+    ("preemptions-per-hour", po::value(&in.preemptions_per_hour)
+         ->default_value(in.preemptions_per_hour),
+     "expected preemptions of the job per wall hour on spot capacity (MTBF = 1/rate)")
+    ("ckpt-interval-minutes", po::value(&in.ckpt_interval_minutes),
+     "minutes between checkpoints (default: Young/Daly sqrt(2 x save x MTBF))")
+    ("save-seconds", po::value(&in.save_seconds),
+     "seconds to save a checkpoint (default: 12 bytes/parameter at 1 GB/s)")
+    ("restart-seconds", po::value(&in.restart_seconds),
+     "seconds from restart to the first step after a preemption (default: the save time)");
+
+  po::options_description budget("budget (at most one; decides the tokens)");
+  budget.add_options()
+    ("budget-flops", po::value(&in.budget_flops), "training FLOPs (e.g. 1e19)")
+    ("budget-device-hours", po::value(&in.budget_device_hours),
+     "device-hours, converted at peak x MFU")
+    ("budget-money", po::value(&in.budget_money),
+     "USD, converted at --price-per-device-hour and peak x MFU");
+
+  po::options_description all("ratchet plan options");
+  all.add_options()
+    ("help,h", "print this help")
+    ("config", po::value(&f.config_path),
+     "INI file of options (keys = long option names; keys plan does not know, such as "
+     "train-data, are ignored so a training run's file works)")
+    ("json", po::bool_switch(&f.json), "print one JSON object instead of the table");
+  all.add(model).add(hw).add(cost).add(budget);
+  return all;
+}
+
+}  // namespace
+
+int cmd_plan(int argc, char** argv) {
+  plan::PlanInputs in;
+  Flags f;
+  po::options_description desc = make_options(in, f);
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, vm, "plan")) return kExitUsage;
+  if (vm.count("help")) {
+    std::cout << "usage: ratchet plan [options]\n\nEstimates, before a run, the compute-optimal "
+                 "model and tokens for a budget, memory per rank\n(with and without ZeRO-1, per "
+                 "recompute policy), step time, data-parallel efficiency and\ncost on on-demand "
+                 "and spot capacity.\n\n"
+              << desc << "\n" << kExamples;
+    return kExitOk;
+  }
+  if (vm.count("config")) {
+    const std::string path = vm["config"].as<std::string>();
+    std::ifstream file(path);
+    if (!file) fail("--config ", path, ": cannot open the file");
+    try {
+      po::store(po::parse_config_file(file, desc, /*allow_unregistered=*/true), vm);
+    } catch (const po::error& e) {
+      fail("--config ", path, ": ", e.what());
+    }
+  }
+  po::notify(vm);
+
+  // Budgets without --model choose the model.
+  in.model_given = vm["model"].defaulted() == false || vm.count("layers") ||
+                   vm.count("heads") || vm.count("channels") ||
+                   !(vm.count("budget-flops") || vm.count("budget-device-hours") ||
+                     vm.count("budget-money"));
+  if (f.model == "custom") {
+    if (!f.layers || !f.heads || !f.channels)
+      fail("--model custom needs --layers, --heads and --channels");
+    in.cfg = GPTConfig();
+    in.cfg.num_layers = f.layers;
+    in.cfg.num_heads = f.heads;
+    in.cfg.channels = f.channels;
+    in.cfg.vocab_size = f.vocab_size;
+    in.cfg.max_seq_len = f.max_seq_len;
+    in.cfg.padded_vocab = 0;
+    in.cfg.finalize();
+  } else {
+    in.cfg = preset_config(f.model, f.vocab_size, f.max_seq_len);
+    if (f.layers) in.cfg.num_layers = f.layers;
+    if (f.heads) in.cfg.num_heads = f.heads;
+    if (f.channels) in.cfg.channels = f.channels;
+    in.cfg.finalize();
+  }
+  in.model_name = f.layers || f.heads || f.channels ? "custom" : f.model;
+  in.device = f.device;
+  in.recompute = plan::parse_recompute(f.recompute);
+  if (vm.count("tokens") && in.tokens <= 0) fail("--tokens must be positive");
+  for (const char* b : {"budget-flops", "budget-device-hours", "budget-money"})
+    if (vm.count(b) && vm[b].as<double>() <= 0) fail("--", b, " must be positive");
+  if (vm.count("steps") && in.steps <= 0) fail("--steps must be positive");
+
+  const plan::Plan p = plan::make_plan(in);
+  std::cout << (f.json ? plan::plan_json(p) : plan::plan_table(p));
+  return kExitOk;
+}
+
+}  // namespace ratchet

@@ -1,0 +1,195 @@
+// The MPI communicator: host buffers, MPI_COMM_WORLD (duplicated), errors
+// returned (not fatal) so that mpiCheck can name the call before aborting.
+#include "dist/mpi_communicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "core/error.h"
+
+namespace ratchet {
+
+void mpi_check_failed(int err, const char* stmt, const char* func, const char* file, int line) {
+  char msg[MPI_MAX_ERROR_STRING] = "?";
+  int len = 0;
+  MPI_Error_string(err, msg, &len);
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  std::fprintf(stderr, "[ratchet mpi error] %s\n  in %s at %s:%d (rank %d, host %s)\n  %s\n", msg,
+               func, file, line, log_rank(), host, stmt);
+  std::fflush(stderr);
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (inited) MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+MPI_Datatype mpi_dtype(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::F64: return MPI_DOUBLE;
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+    case DType::U8: return MPI_UINT8_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+namespace {
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+  }
+  return MPI_OP_NULL;
+}
+
+// Divides n elements by w in place (ReduceOp::Avg after a sum).
+void divide(void* buf, size_t n, DType t, int w) {
+  switch (t) {
+    case DType::F32: {
+      const float s = 1.0f / (float)w;
+      float* p = (float*)buf;
+      for (size_t i = 0; i < n; i++) p[i] *= s;
+      break;
+    }
+    case DType::F64: {
+      double* p = (double*)buf;
+      for (size_t i = 0; i < n; i++) p[i] /= w;
+      break;
+    }
+    case DType::I32: {
+      int32_t* p = (int32_t*)buf;
+      for (size_t i = 0; i < n; i++) p[i] /= w;
+      break;
+    }
+    case DType::I64: {
+      int64_t* p = (int64_t*)buf;
+      for (size_t i = 0; i < n; i++) p[i] /= w;
+      break;
+    }
+    case DType::U8: {
+      uint8_t* p = (uint8_t*)buf;
+      for (size_t i = 0; i < n; i++) p[i] /= w;
+      break;
+    }
+  }
+}
+
+// MPI counts are int: larger buffers go in pieces of at most this many elements.
+constexpr size_t kMaxCount = (size_t)1 << 30;
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(const LaunchInfo& li) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+      int provided = 0;
+      // The loader's prefetch thread never calls MPI: FUNNELED is enough.
+      int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+      if (rc != MPI_SUCCESS) mpi_check_failed(rc, "MPI_Init_thread", __func__, __FILE__, __LINE__);
+      owns_mpi_ = true;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
+    mpiCheck(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    mpiCheck(MPI_Comm_rank(comm_, &rank_));
+    mpiCheck(MPI_Comm_size(comm_, &world_));
+    set_log_rank(rank_);
+    if (li.world > 1 && (li.rank != rank_ || li.world != world_)) {
+      std::fprintf(stderr,
+                   "ratchet: error: the launcher variables (%s) say rank %d of %d but MPI says "
+                   "rank %d of %d: launch with mpirun, or srun --mpi=pmix\n",
+                   li.source.c_str(), li.rank, li.world, rank_, world_);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    // Ranks on this node: the launcher's figure, checked against MPI's view.
+    MPI_Comm node;
+    mpiCheck(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    int node_rank = 0, node_size = 1;
+    mpiCheck(MPI_Comm_rank(node, &node_rank));
+    mpiCheck(MPI_Comm_size(node, &node_size));
+    mpiCheck(MPI_Comm_free(&node));
+    local_rank_ = li.world > 1 ? li.local_rank : node_rank;
+    local_world_ = node_size;
+  }
+
+  ~MpiCommunicator() override {
+    MPI_Comm_free(&comm_);
+    if (owns_mpi_) MPI_Finalize();
+  }
+
+  std::string name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  int local_rank() const override { return local_rank_; }
+  int local_world() const override { return local_world_; }
+
+  void all_reduce(void* buf, size_t n, DType t, ReduceOp op) override {
+    const size_t eb = dtype_bytes(t);
+    for (size_t off = 0; off < n; off += kMaxCount) {
+      const int c = (int)std::min(kMaxCount, n - off);
+      mpiCheck(MPI_Allreduce(MPI_IN_PLACE, (char*)buf + off * eb, c, mpi_dtype(t), mpi_op(op),
+                             comm_));
+    }
+    if (op == ReduceOp::Avg) divide(buf, n, t, world_);
+  }
+
+  void reduce_scatter(const void* send, void* recv, size_t n, DType t, ReduceOp op) override {
+    RATCHET_ASSERT(n <= (size_t)INT_MAX);
+    RATCHET_ASSERT(send != recv);
+    mpiCheck(MPI_Reduce_scatter_block(send, recv, (int)n, mpi_dtype(t), mpi_op(op), comm_));
+    if (op == ReduceOp::Avg) divide(recv, n, t, world_);
+  }
+
+  void all_gather(const void* send, void* recv, size_t n, DType t) override {
+    RATCHET_ASSERT(n <= (size_t)INT_MAX);
+    // In place when send is this rank's slot of recv.
+    const void* s = send == (const char*)recv + (size_t)rank_ * n * dtype_bytes(t) ? MPI_IN_PLACE
+                                                                                    : send;
+    mpiCheck(MPI_Allgather(s, (int)n, mpi_dtype(t), recv, (int)n, mpi_dtype(t), comm_));
+  }
+
+  void broadcast(void* buf, size_t bytes, int root) override {
+    for (size_t off = 0; off < bytes || off == 0; off += kMaxCount) {
+      const int c = (int)std::min(kMaxCount, bytes - off);
+      mpiCheck(MPI_Bcast((char*)buf + off, c, MPI_BYTE, root, comm_));
+      if (bytes == 0) break;
+    }
+  }
+
+  void barrier() override { mpiCheck(MPI_Barrier(comm_)); }
+
+  bool agree(bool flag) override {
+    int v = flag ? 1 : 0;
+    mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_LOR, comm_));
+    return v != 0;
+  }
+
+  [[noreturn]] void abort_job(int code) override {
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);
+  }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, world_ = 1, local_rank_ = 0, local_world_ = 1;
+  bool owns_mpi_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(const LaunchInfo& launch) {
+  return std::make_unique<MpiCommunicator>(launch);
+}
+
+}  // namespace ratchet

@@ -1,0 +1,143 @@
+// Compiled for real only in the ratchet_nccl library (RATCHET_HAVE_NCCL);
+// the glob also puts it in ratchet_lib, where it is empty.
+#ifdef RATCHET_HAVE_NCCL
+#include "dist/nccl_communicator.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace ratchet {
+
+namespace {
+
+[[noreturn]] void report_and_abort(const char* lib, const char* detail, const char* stmt,
+                                   const char* func, const char* file, int line) {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  int dev = -1;
+  cudaGetDevice(&dev);
+  std::fprintf(stderr,
+               "[ratchet %s error] %s\n  in %s at %s:%d (rank %d, host %s, device %d)\n  %s\n",
+               lib, detail, func, file, line, log_rank(), host, dev, stmt);
+  std::fflush(stderr);
+  std::abort();  // a dead rank ends an mpirun/srun job (--kill-on-bad-exit)
+}
+
+}  // namespace
+
+void nccl_check_failed(ncclResult_t r, ncclComm_t comm, const char* stmt, const char* func,
+                       const char* file, int line) {
+  std::string detail = ncclGetErrorString(r);
+  const char* last = ncclGetLastError(comm);
+  if (last && *last) detail += std::string(": ") + last;
+  report_and_abort("nccl", detail.c_str(), stmt, func, file, line);
+}
+
+void cuda_check_failed(cudaError_t e, const char* stmt, const char* func, const char* file,
+                       int line) {
+  report_and_abort("cuda", cudaGetErrorString(e), stmt, func, file, line);
+}
+
+ncclDataType_t nccl_dtype(DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+    case DType::U8: return ncclUint8;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Avg: return ncclAvg;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+ncclUniqueId nccl_bootstrap_id(Communicator& host) {
+  ncclUniqueId id{};
+  if (host.rank() == 0) ncclCheck(ncclGetUniqueId(&id));
+  host.broadcast(&id, sizeof id, 0);
+  return id;
+}
+
+int nccl_pick_device(int local_rank) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0)
+    fail("no usable CUDA device for local rank ", local_rank, " (",
+         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices",
+         "): the NCCL communicator needs one GPU per rank");
+  return local_rank % n;
+}
+
+namespace {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  explicit NcclCommunicator(Communicator& host) : host_(host) {
+    device_ = nccl_pick_device(host.local_rank());
+    cudaCheck(cudaSetDevice(device_));
+    const ncclUniqueId id = nccl_bootstrap_id(host_);
+    ncclCheck(ncclCommInitRank(&comm_, host_.world(), id, host_.rank()));
+    cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~NcclCommunicator() override {
+    cudaStreamDestroy(stream_);
+    ncclCommDestroy(comm_);
+  }
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return host_.rank(); }
+  int world() const override { return host_.world(); }
+  int local_rank() const override { return host_.local_rank(); }
+  int local_world() const override { return host_.local_world(); }
+
+  void all_reduce(void* buf, size_t n, DType t, ReduceOp op) override {
+    ncclCheckComm(ncclAllReduce(buf, buf, n, nccl_dtype(t), nccl_op(op), comm_, stream_), comm_);
+    cudaCheck(cudaStreamSynchronize(stream_));
+  }
+  void reduce_scatter(const void* send, void* recv, size_t n, DType t, ReduceOp op) override {
+    ncclCheckComm(ncclReduceScatter(send, recv, n, nccl_dtype(t), nccl_op(op), comm_, stream_),
+                  comm_);
+    cudaCheck(cudaStreamSynchronize(stream_));
+  }
+  void all_gather(const void* send, void* recv, size_t n, DType t) override {
+    ncclCheckComm(ncclAllGather(send, recv, n, nccl_dtype(t), comm_, stream_), comm_);
+    cudaCheck(cudaStreamSynchronize(stream_));
+  }
+  void broadcast(void* buf, size_t bytes, int root) override {
+    ncclCheckComm(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), comm_);
+    cudaCheck(cudaStreamSynchronize(stream_));
+  }
+  void barrier() override { host_.barrier(); }
+  bool agree(bool flag) override { return host_.agree(flag); }
+  [[noreturn]] void abort_job(int code) override {
+    ncclCommAbort(comm_);
+    host_.abort_job(code);
+    std::_Exit(code);  // not reached
+  }
+
+ private:
+  Communicator& host_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  int device_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host) {
+  return std::make_unique<NcclCommunicator>(host);
+}
+
+}  // namespace ratchet
+#endif  // RATCHET_HAVE_NCCL

@@ -1,0 +1,55 @@
+// The NCCL communicator: collectives on DEVICE buffers, bootstrapped over a
+// host communicator (MPI): rank 0 creates the ncclUniqueId and broadcasts it,
+// every rank picks its GPU from its local rank, then ncclCommInitRank.
+// Built only as the ratchet_nccl library (dist/nccl.cmake: CUDA + NCCL + MPI);
+// include only when RATCHET_HAVE_NCCL is defined.
+//
+// Collectives run on the communicator's stream and are synchronised before
+// returning (simple and safe; overlap with the backward pass is future work).
+// agree(), barrier() and abort_job() go through the host communicator: flags
+// live on the host.
+#pragma once
+#ifdef RATCHET_HAVE_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <memory>
+
+#include "dist/communicator.h"
+
+namespace ratchet {
+
+[[noreturn]] void nccl_check_failed(ncclResult_t r, ncclComm_t comm, const char* stmt,
+                                    const char* func, const char* file, int line);
+[[noreturn]] void cuda_check_failed(cudaError_t e, const char* stmt, const char* func,
+                                    const char* file, int line);
+
+// Rank 0 creates the unique id; the host communicator broadcasts it.
+ncclUniqueId nccl_bootstrap_id(Communicator& host);
+// The device for a local rank: local_rank modulo the visible devices.
+// Fails (Error) when there is no usable device.
+int nccl_pick_device(int local_rank);
+// Sets the device, bootstraps and creates the NCCL communicator. `host` must
+// outlive the result.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host);
+
+ncclDataType_t nccl_dtype(DType t);
+ncclRedOp_t nccl_op(ReduceOp op);
+
+}  // namespace ratchet
+
+// ncclGetLastError needs a communicator (may be null before one exists).
+#define ncclCheckComm(stmt, comm)                                                        \
+  do {                                                                                   \
+    ncclResult_t nccl_check_r_ = (stmt);                                                 \
+    if (nccl_check_r_ != ncclSuccess)                                                    \
+      ::ratchet::nccl_check_failed(nccl_check_r_, comm, #stmt, __func__, __FILE__, __LINE__); \
+  } while (0)
+#define ncclCheck(stmt) ncclCheckComm(stmt, nullptr)
+#define cudaCheck(stmt)                                                                    \
+  do {                                                                                     \
+    cudaError_t cuda_check_e_ = (stmt);                                                    \
+    if (cuda_check_e_ != cudaSuccess)                                                      \
+      ::ratchet::cuda_check_failed(cuda_check_e_, #stmt, __func__, __FILE__, __LINE__);    \
+  } while (0)
+#endif  // RATCHET_HAVE_NCCL

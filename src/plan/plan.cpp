@@ -1,0 +1,540 @@
+#include "plan/plan.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "model/gpt.h"
+#include "model/param_layout.h"
+
+namespace ratchet::plan {
+
+namespace {
+
+size_t align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// Physical memory of this host (bytes), for the cpu device.
+double host_memory_bytes() {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? (double)pages * page : 0.0;
+}
+
+}  // namespace
+
+// Peaks are dense (no 2:4 sparsity) BF16 tensor-core figures from the vendor
+// data sheets: A100 SXM 312, H100 SXM 989, H200 989 TFLOP/s. The cpu figure is
+// not a data-sheet peak but about what this project's FP32 CPU backend
+// sustains in its GEMMs on a 2-core AVX2 machine (cpu_backend.cpp measured
+// 174 GFLOP/s on GPT-2 124M matmuls), rounded to 0.2 TFLOP/s; with MFU 0.5 a
+// plan then predicts the ~100 GFLOP/s `ratchet train` prints for whole steps.
+// Pass --peak-tflops for other machines. Prices are indicative on-demand
+// cloud list prices per device-hour (2024-25); pass --price-per-device-hour.
+const std::vector<Device>& devices() {
+  static const std::vector<Device> k = {
+      {"cpu", "this CPU, FP32 backend", 0.2, 4, 0.5, 0.0, 0.10},
+      {"a100", "NVIDIA A100 SXM 80GB, BF16", 312.0, 2, 0.4, 80.0, 2.00},
+      {"h100", "NVIDIA H100 SXM 80GB, BF16", 989.0, 2, 0.4, 80.0, 3.00},
+      {"h200", "NVIDIA H200 SXM 141GB, BF16", 989.0, 2, 0.4, 141.0, 4.00},
+  };
+  return k;
+}
+
+const Device& find_device(const std::string& name) {
+  for (const Device& d : devices())
+    if (name == d.name) return d;
+  fail("--device '", name, "' is unknown: use cpu, a100, h100 or h200 (or give --peak-tflops "
+       "with the closest one)");
+}
+
+ComputeOptimal compute_optimal(double flops) {
+  ComputeOptimal o;
+  o.flops = flops;
+  o.params = std::sqrt(flops / (6.0 * kTokensPerParam));
+  o.tokens = kTokensPerParam * o.params;
+  return o;
+}
+
+std::string nearest_preset(double n_params, int vocab_size, int max_seq_len) {
+  std::string best;
+  double best_d = INFINITY;
+  for (int d = 1; d <= 96; d++) {
+    GPTConfig c = preset_config("d" + std::to_string(d), vocab_size, max_seq_len);
+    double dist = std::fabs(std::log((double)ParamLayout(c).total) - std::log(n_params));
+    if (dist < best_d) {
+      best_d = dist;
+      best = "d" + std::to_string(d);
+    }
+  }
+  return best;
+}
+
+double ring_allreduce_seconds(double bytes, int n, double bytes_per_s) {
+  if (n <= 1) return 0.0;
+  return 2.0 * (n - 1) / n * bytes / bytes_per_s;
+}
+
+double young_daly_seconds(double save_s, double mtbf_s) { return std::sqrt(2.0 * save_s * mtbf_s); }
+
+CostEstimate on_demand_cost(double work_hours, int world, double price, double interval_s,
+                            double save_s) {
+  CostEstimate c;
+  c.wall_factor = 1.0 + (interval_s > 0 ? save_s / interval_s : 0.0);
+  c.wall_hours = work_hours * c.wall_factor;
+  c.device_hours = c.wall_hours * world;
+  c.cost = c.device_hours * price;
+  return c;
+}
+
+CostEstimate spot_cost(double work_hours, int world, double price, double spot_fraction,
+                       double preemptions_per_hour, double interval_s, double save_s,
+                       double restart_s) {
+  CostEstimate c;
+  const double lost_s = interval_s / 2.0 + restart_s;  // per preemption
+  c.wall_factor = 1.0 + (interval_s > 0 ? save_s / interval_s : 0.0) +
+                  preemptions_per_hour * lost_s / 3600.0;
+  c.wall_hours = work_hours * c.wall_factor;
+  c.device_hours = c.wall_hours * world;
+  c.preemptions = preemptions_per_hour * c.wall_hours;
+  c.cost = c.device_hours * price * spot_fraction;
+  return c;
+}
+
+size_t MemoryPlan::total(Recompute p, bool zero1) const {
+  return params + grads + (zero1 ? master_zero1 + adam_zero1 : master + adam) +
+         activations[(int)p];
+}
+
+MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t sb, int world) {
+  const size_t P = ParamLayout(cfg).total;
+  const size_t shard = (P + world - 1) / world;
+  MemoryPlan m;
+  m.params = align64(P * sb);
+  m.grads = align64(P * sb);
+  const bool fp32 = sb == sizeof(float);  // params are their own master copy
+  m.master = fp32 ? 0 : align64(P * sizeof(float));
+  m.adam = 2 * align64(P * sizeof(float));
+  m.master_zero1 = fp32 ? 0 : align64(shard * sizeof(float));
+  m.adam_zero1 = 2 * align64(shard * sizeof(float));
+  for (Recompute p : all_recompute_policies())
+    m.activations[(int)p] = activation_bytes(cfg, B, T, sb, p);
+  return m;
+}
+
+Plan make_plan(const PlanInputs& in_) {
+  Plan p;
+  p.in = in_;
+  PlanInputs& in = p.in;
+  if (in.B < 1) fail("--batch-size must be at least 1 (got ", in.B, ")");
+  if (in.T < 1) fail("--seq-len must be at least 1 (got ", in.T, ")");
+  if (in.T > in.cfg.max_seq_len)
+    fail("--seq-len ", in.T, " exceeds --max-seq-len ", in.cfg.max_seq_len);
+  if (in.world < 1) fail("--world-size must be at least 1 (got ", in.world, ")");
+  p.device = &find_device(in.device);
+  if (in.peak_tflops <= 0) in.peak_tflops = p.device->peak_tflops;
+  if (in.mfu <= 0) in.mfu = p.device->default_mfu;
+  if (in.mfu > 1) fail("--mfu ", in.mfu, " must be a fraction in (0, 1]");
+  if (in.price < 0) in.price = p.device->price_per_hour;
+  if (in.link_gbps <= 0) fail("--link-gbps must be positive (got ", in.link_gbps, ")");
+  if (in.preemptions_per_hour < 0) fail("--preemptions-per-hour must be >= 0");
+  if (in.spot_fraction <= 0) fail("--spot-price-fraction must be positive");
+  int budgets = (in.budget_flops > 0) + (in.budget_device_hours > 0) + (in.budget_money > 0);
+  if (budgets > 1)
+    fail("give at most one of --budget-flops, --budget-device-hours, --budget-money");
+  if (budgets && (in.steps > 0 || in.tokens > 0))
+    fail("a budget decides the tokens: drop --steps/--tokens or the budget");
+  if (in.steps > 0 && in.tokens > 0) fail("give --steps or --tokens, not both");
+
+  // ---- budget -> compute-optimal model -------------------------------------
+  const double eff_flops_per_s = in.peak_tflops * 1e12 * in.mfu;
+  if (in.budget_flops > 0) p.budget_flops = in.budget_flops;
+  if (in.budget_device_hours > 0) p.budget_flops = in.budget_device_hours * 3600 * eff_flops_per_s;
+  if (in.budget_money > 0) {
+    if (in.price <= 0) fail("--budget-money needs a --price-per-device-hour above 0");
+    p.budget_flops = in.budget_money / in.price * 3600 * eff_flops_per_s;
+  }
+  p.has_budget = budgets > 0;
+  if (p.has_budget) {
+    p.optimal = compute_optimal(p.budget_flops);
+    p.suggested_preset =
+        nearest_preset(p.optimal.params, in.cfg.vocab_size, in.cfg.max_seq_len);
+    if (!in.model_given) {
+      in.cfg = preset_config(p.suggested_preset, in.cfg.vocab_size, in.cfg.max_seq_len);
+      in.model_name = p.suggested_preset;
+    }
+  }
+  const GPTConfig& cfg = in.cfg;
+  p.n_params = (double)ParamLayout(cfg).total;
+  if (!p.has_budget) {
+    p.optimal.params = p.n_params;
+    p.optimal.tokens = kTokensPerParam * p.n_params;
+    p.optimal.flops = 6.0 * p.optimal.params * p.optimal.tokens;
+    p.suggested_preset = nearest_preset(p.n_params, cfg.vocab_size, cfg.max_seq_len);
+  }
+
+  // ---- batch and steps -----------------------------------------------------
+  const long micro = (long)in.B * in.T * in.world;
+  if (in.total_batch_tokens == 0) in.total_batch_tokens = micro;
+  if (in.total_batch_tokens < micro || in.total_batch_tokens % micro != 0)
+    fail("--total-batch-tokens ", in.total_batch_tokens, " must be a multiple of B*T*world = ",
+         in.B, "*", in.T, "*", in.world, " = ", micro);
+  p.accum = (int)(in.total_batch_tokens / micro);
+  p.tokens_per_step = in.total_batch_tokens;
+  p.flops_per_token = train_flops_per_token(cfg, in.T);
+  p.recompute_flops_per_token = recompute_flops_per_token(cfg, in.T, in.recompute);
+  const double fpt = p.flops_per_token + p.recompute_flops_per_token;
+  if (in.steps > 0) {
+    p.steps = in.steps;
+  } else if (in.tokens > 0) {
+    p.steps = (long)std::ceil(in.tokens / p.tokens_per_step);
+  } else if (p.has_budget) {  // spend the budget, not more
+    p.steps = std::max(1L, (long)std::floor(p.budget_flops / (p.flops_per_token *
+                                                              p.tokens_per_step)));
+  } else {  // the compute-optimal token count for this model
+    p.steps = (long)std::ceil(p.optimal.tokens / p.tokens_per_step);
+  }
+  p.tokens = (double)p.steps * p.tokens_per_step;
+  p.tokens_per_param = p.tokens / p.n_params;
+  p.total_flops = fpt * p.tokens;
+
+  // ---- memory --------------------------------------------------------------
+  const size_t sb = p.device->storage_bytes;
+  p.mem = memory_per_rank(cfg, in.B, in.T, sb, in.world);
+  if (in.device_memory_gb >= 0) p.device_memory_bytes = in.device_memory_gb * 1e9;
+  else if (p.device->memory_gb > 0) p.device_memory_bytes = p.device->memory_gb * 1e9;
+  else p.device_memory_bytes = host_memory_bytes();
+
+  // ---- time ----------------------------------------------------------------
+  p.compute_s = fpt * p.tokens_per_step / in.world / eff_flops_per_s;
+  p.grad_bytes = p.n_params * sb;
+  p.allreduce_s = ring_allreduce_seconds(p.grad_bytes, in.world, in.link_gbps * 1e9 / 8);
+  p.step_s = p.compute_s + p.allreduce_s;
+  p.dp_efficiency = p.compute_s / p.step_s;
+  p.work_hours = p.steps * p.step_s / 3600.0;
+
+  // ---- checkpoints and cost --------------------------------------------------
+  p.ckpt_bytes = 12.0 * p.n_params;  // FP32 master, m, v
+  p.save_s = in.save_seconds > 0 ? in.save_seconds : p.ckpt_bytes / 1e9;
+  p.restart_s = in.restart_seconds >= 0 ? in.restart_seconds : p.save_s;
+  if (in.ckpt_interval_minutes > 0) {
+    p.interval_s = in.ckpt_interval_minutes * 60;
+  } else if (in.preemptions_per_hour > 0) {
+    p.interval_s = young_daly_seconds(p.save_s, 3600.0 / in.preemptions_per_hour);
+    p.interval_from_young_daly = true;
+  }
+  p.on_demand = on_demand_cost(p.work_hours, in.world, in.price, p.interval_s, p.save_s);
+  p.spot = spot_cost(p.work_hours, in.world, in.price, in.spot_fraction, in.preemptions_per_hour,
+                     p.interval_s, p.save_s, p.restart_s);
+  return p;
+}
+
+// ---- output ------------------------------------------------------------------
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// 1234567 -> "1,234,567"
+std::string commas(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.0f", v);
+  std::string s = buf, out;
+  size_t start = s[0] == '-' ? 1 : 0;
+  for (size_t i = 0; i < s.size(); i++) {
+    if (i > start && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+// 124475904 -> "124.48M"; 2.49e9 -> "2.49B"
+std::string count(double v) {
+  const char* units[] = {"", "K", "M", "B", "T"};
+  int u = 0;
+  while (std::fabs(v) >= 1000 && u < 4) {
+    v /= 1000;
+    u++;
+  }
+  return fmt(u ? "%.2f" : "%.0f", v) + units[u];
+}
+
+std::string gib(double bytes) { return fmt("%.2f", bytes / (1024.0 * 1024 * 1024)); }
+
+std::string duration(double s) {
+  if (s < 1) return fmt("%.1f ms", s * 1e3);
+  if (s < 120) return fmt("%.2f s", s);
+  if (s < 7200) return fmt("%.1f min", s / 60);
+  if (s < 3 * 86400) return fmt("%.1f h", s / 3600);
+  return fmt("%.1f days", s / 86400);
+}
+
+std::string money(double v) { return v >= 100 ? "$" + commas(v) : fmt("$%.2f", v); }
+
+const char* dtype(size_t sb) { return sb == 2 ? "bf16" : "fp32"; }
+
+// Minimal JSON writer: nested objects of numbers, strings and booleans.
+class Json {
+ public:
+  Json& open(const std::string& key = "") {
+    sep();
+    if (!key.empty()) os_ << '"' << key << "\": ";
+    os_ << '{';
+    first_ = true;
+    return *this;
+  }
+  Json& close() {
+    os_ << '}';
+    first_ = false;
+    return *this;
+  }
+  Json& num(const std::string& key, double v) {
+    sep();
+    os_ << '"' << key << "\": ";
+    if (!std::isfinite(v)) os_ << "null";
+    else if (v == std::floor(v) && std::fabs(v) < 9e15) os_ << fmt("%.0f", v);
+    else os_ << fmt("%.10g", v);
+    return *this;
+  }
+  Json& str(const std::string& key, const std::string& v) {
+    sep();
+    os_ << '"' << key << "\": \"" << v << '"';  // values here never need escaping
+    return *this;
+  }
+  Json& boolean(const std::string& key, bool v) {
+    sep();
+    os_ << '"' << key << "\": " << (v ? "true" : "false");
+    return *this;
+  }
+  std::string text() const { return os_.str(); }
+
+ private:
+  void sep() {
+    if (!first_) os_ << ", ";
+    first_ = false;
+  }
+  std::ostringstream os_;
+  bool first_ = true;
+};
+
+}  // namespace
+
+std::string plan_table(const Plan& p) {
+  const PlanInputs& in = p.in;
+  const Device& dev = *p.device;
+  const size_t sb = dev.storage_bytes;
+  std::ostringstream o;
+  o << "model:   " << in.model_name << " (" << in.cfg.describe() << "), " << count(p.n_params)
+    << " parameters (" << commas(p.n_params) << ")"
+    << (in.model_given ? "" : "  <- nearest preset to the budget's optimum") << "\n";
+  o << "device:  " << in.world << " x " << dev.name << " (" << dev.description << "), peak "
+    << fmt("%g", in.peak_tflops) << " TFLOP/s, MFU " << fmt("%.2f", in.mfu)
+    << " (assumed), " << fmt("%.1f", p.device_memory_bytes / 1e9) << " GB each, "
+    << money(in.price) << "/device-hour\n\n";
+
+  o << "compute\n";
+  if (p.has_budget)
+    o << "  budget             " << fmt("%.3g", p.budget_flops) << " FLOPs"
+      << (in.budget_device_hours > 0 ? " (" + fmt("%g", in.budget_device_hours) +
+                                           " device-hours at peak x MFU)"
+          : in.budget_money > 0 ? " (" + money(in.budget_money) + " at " + money(in.price) +
+                                      "/device-hour, peak x MFU)"
+                                : std::string())
+      << "\n";
+  o << "  compute-optimal    N = " << count(p.optimal.params) << " parameters, D = "
+    << count(p.optimal.tokens) << " tokens (C = 6ND = " << fmt("%.3g", p.optimal.flops)
+    << ", " << fmt("%.0f", kTokensPerParam) << " tokens/parameter); nearest preset "
+    << p.suggested_preset << "\n";
+  o << "  tokens per step    " << commas(p.tokens_per_step) << " (B=" << in.B << " x T=" << in.T
+    << " x " << p.accum << " micro-batch" << (p.accum > 1 ? "es" : "") << " x " << in.world
+    << " rank" << (in.world > 1 ? "s" : "") << ")\n";
+  o << "  steps              " << commas(p.steps) << "\n";
+  o << "  tokens             " << count(p.tokens) << " (" << fmt("%.1f", p.tokens_per_param)
+    << " tokens/parameter)\n";
+  o << "  FLOPs per token    " << fmt("%.4g", p.flops_per_token)
+    << " (6N + 12LCT, forward + backward)";
+  if (p.recompute_flops_per_token > 0)
+    o << " + " << fmt("%.4g", p.recompute_flops_per_token) << " recompute ("
+      << recompute_name(in.recompute) << ")";
+  o << "\n  total FLOPs        " << fmt("%.3g", p.total_flops) << "\n\n";
+
+  o << "memory per rank (GiB)           no ZeRO   ZeRO-1 over " << in.world << "\n";
+  auto row = [&](const std::string& name, double a, double b) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "  %-28s %8s %9s\n", name.c_str(), gib(a).c_str(),
+                  gib(b).c_str());
+    o << buf;
+  };
+  row(std::string("parameters (") + dtype(sb) + ")", p.mem.params, p.mem.params);
+  row(std::string("gradients (") + dtype(sb) + ")", p.mem.grads, p.mem.grads);
+  if (p.mem.master) row("master weights (fp32)", p.mem.master, p.mem.master_zero1);
+  row("AdamW m, v (fp32)", p.mem.adam, p.mem.adam_zero1);
+  o << "  activations by recompute policy (B=" << in.B << ", T=" << in.T << "):\n";
+  o << "    policy      activations   total   total ZeRO-1   extra FLOPs   fits "
+    << fmt("%.0f", p.device_memory_bytes / 1e9) << " GB\n";
+  for (Recompute r : all_recompute_policies()) {
+    const double extra = recompute_flops_per_token(in.cfg, in.T, r) / p.flops_per_token;
+    const size_t t0 = p.mem.total(r, false), t1 = p.mem.total(r, true);
+    const char* fits = t0 <= p.device_memory_bytes ? "yes"
+                       : t1 <= p.device_memory_bytes ? "ZeRO-1 only"
+                                                     : "no";
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "    %-10s %12s %8s %14s %12s   %s%s\n", recompute_name(r),
+                  gib(p.mem.activations[(int)r]).c_str(), gib(t0).c_str(), gib(t1).c_str(),
+                  extra > 0 ? fmt("+%.0f%%", extra * 100).c_str() : "0",
+                  fits, r == in.recompute ? "   <- used below" : "");
+    o << buf;
+  }
+  o << "\n";
+
+  o << "time per step\n";
+  o << "  compute            " << duration(p.compute_s) << " (FLOPs per rank / (peak x MFU))\n";
+  o << "  all-reduce         " << duration(p.allreduce_s);
+  if (in.world > 1)
+    o << " (ring 2(n-1)/n over " << in.world << " ranks: " << fmt("%.1f", p.grad_bytes / 1e6)
+      << " MB of " << dtype(sb) << " gradients at " << fmt("%g", in.link_gbps) << " Gb/s)";
+  else
+    o << " (one rank)";
+  o << "\n  step               " << duration(p.step_s) << ", data-parallel efficiency "
+    << fmt("%.1f%%", p.dp_efficiency * 100) << " (no compute/communication overlap assumed)\n";
+  o << "  run                " << duration(p.work_hours * 3600) << " of work, "
+    << fmt("%.4g", p.work_hours * in.world) << " device-hours\n\n";
+
+  o << "checkpoints and cost\n";
+  o << "  checkpoint         " << fmt("%.2f", p.ckpt_bytes / 1e9) << " GB (fp32 weights, m, v), save "
+    << duration(p.save_s) << (in.save_seconds > 0 ? "" : " (at 1 GB/s, assumed)")
+    << ", restart " << duration(p.restart_s) << "\n";
+  o << "  interval           ";
+  if (p.interval_s > 0)
+    o << duration(p.interval_s)
+      << (p.interval_from_young_daly
+              ? " (Young/Daly sqrt(2 x save x MTBF), MTBF " +
+                    duration(3600.0 / in.preemptions_per_hour) + ")"
+              : " (given)");
+  else
+    o << "none (no preemptions expected)";
+  o << "\n                       on-demand          spot\n";
+  auto crow = [&](const char* name, const std::string& a, const std::string& b) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "  %-20s %12s %13s\n", name, a.c_str(), b.c_str());
+    o << buf;
+  };
+  crow("price/device-hour", money(in.price), money(in.price * in.spot_fraction));
+  crow("preemptions/hour", "0", fmt("%g", in.preemptions_per_hour));
+  crow("wall time", duration(p.on_demand.wall_hours * 3600),
+       duration(p.spot.wall_hours * 3600));
+  crow("device-hours", fmt("%.4g", p.on_demand.device_hours), fmt("%.4g", p.spot.device_hours));
+  crow("expected preemptions", "0", fmt("%.2f", p.spot.preemptions));
+  crow("cost", money(p.on_demand.cost), money(p.spot.cost));
+  if (p.on_demand.cost > 0) {
+    const double r = p.spot.cost / p.on_demand.cost;
+    o << "  spot " << (r <= 1 ? "saves " : "costs ") << fmt("%.0f%%", std::fabs(1 - r) * 100)
+      << (r <= 1 ? "" : " more") << " (wall time x" << fmt("%.3f", p.spot.wall_factor)
+      << " for saves, lost work and restarts)\n";
+  }
+  return o.str();
+}
+
+std::string plan_json(const Plan& p) {
+  const PlanInputs& in = p.in;
+  Json j;
+  j.open();
+  j.open("model")
+      .str("name", in.model_name)
+      .boolean("from_budget", !in.model_given)
+      .num("layers", in.cfg.num_layers)
+      .num("heads", in.cfg.num_heads)
+      .num("channels", in.cfg.channels)
+      .num("vocab_size", in.cfg.vocab_size)
+      .num("padded_vocab", in.cfg.padded_vocab)
+      .num("max_seq_len", in.cfg.max_seq_len)
+      .num("params", p.n_params)
+      .close();
+  j.open("device")
+      .str("name", p.device->name)
+      .num("world_size", in.world)
+      .num("peak_tflops", in.peak_tflops)
+      .num("mfu", in.mfu)
+      .num("storage_bytes", (double)p.device->storage_bytes)
+      .num("memory_bytes", p.device_memory_bytes)
+      .num("price_per_device_hour", in.price)
+      .close();
+  j.open("compute");
+  if (p.has_budget) j.num("budget_flops", p.budget_flops);
+  j.num("optimal_params", p.optimal.params)
+      .num("optimal_tokens", p.optimal.tokens)
+      .num("optimal_flops", p.optimal.flops)
+      .str("suggested_preset", p.suggested_preset)
+      .num("batch_size", in.B)
+      .num("seq_len", in.T)
+      .num("grad_accum", p.accum)
+      .num("tokens_per_step", (double)p.tokens_per_step)
+      .num("steps", (double)p.steps)
+      .num("tokens", p.tokens)
+      .num("tokens_per_param", p.tokens_per_param)
+      .num("flops_per_token", p.flops_per_token)
+      .num("recompute_flops_per_token", p.recompute_flops_per_token)
+      .num("total_flops", p.total_flops)
+      .close();
+  j.open("memory")
+      .num("params_bytes", (double)p.mem.params)
+      .num("grads_bytes", (double)p.mem.grads)
+      .num("master_bytes", (double)p.mem.master)
+      .num("adam_bytes", (double)p.mem.adam)
+      .num("master_zero1_bytes", (double)p.mem.master_zero1)
+      .num("adam_zero1_bytes", (double)p.mem.adam_zero1);
+  j.open("activations_bytes");
+  for (Recompute r : all_recompute_policies())
+    j.num(recompute_name(r), (double)p.mem.activations[(int)r]);
+  j.close();
+  j.open("total_bytes");
+  for (Recompute r : all_recompute_policies())
+    j.num(recompute_name(r), (double)p.mem.total(r, false));
+  j.close();
+  j.open("total_zero1_bytes");
+  for (Recompute r : all_recompute_policies())
+    j.num(recompute_name(r), (double)p.mem.total(r, true));
+  j.close();
+  j.close();
+  j.open("time")
+      .str("recompute", recompute_name(in.recompute))
+      .num("compute_s", p.compute_s)
+      .num("grad_bytes", p.grad_bytes)
+      .num("link_gbps", in.link_gbps)
+      .num("allreduce_s", p.allreduce_s)
+      .num("step_s", p.step_s)
+      .num("dp_efficiency", p.dp_efficiency)
+      .num("work_hours", p.work_hours)
+      .close();
+  j.open("checkpoint")
+      .num("bytes", p.ckpt_bytes)
+      .num("save_s", p.save_s)
+      .num("restart_s", p.restart_s)
+      .num("interval_s", p.interval_s)
+      .boolean("young_daly", p.interval_from_young_daly)
+      .close();
+  auto cost = [&](const char* key, const CostEstimate& c, double price, double rate) {
+    j.open(key)
+        .num("price_per_device_hour", price)
+        .num("preemptions_per_hour", rate)
+        .num("wall_factor", c.wall_factor)
+        .num("wall_hours", c.wall_hours)
+        .num("device_hours", c.device_hours)
+        .num("preemptions", c.preemptions)
+        .num("cost", c.cost)
+        .close();
+  };
+  cost("on_demand", p.on_demand, in.price, 0.0);
+  cost("spot", p.spot, in.price * in.spot_fraction, in.preemptions_per_hour);
+  j.close();
+  return j.text() + "\n";
+}
+
+}  // namespace ratchet::plan

@@ -1,0 +1,157 @@
+// `ratchet plan`: what a run will need and cost, before it starts.
+//
+// The arithmetic, each piece a small function so tests can check it by hand:
+//   compute-optimal size  C = 6·N·D with D = 20·N (Chinchilla, Hoffmann et al.
+//                         2022): N = sqrt(C/120), D = 20·N. N counts every
+//                         parameter of the flat buffer (padded wte included).
+//   training FLOPs        train_flops_per_token(cfg, T) · tokens (+ recompute)
+//   memory per rank       params and grads in the storage dtype (FP32 on cpu,
+//                         BF16 on GPUs), FP32 master weights on GPUs, AdamW m
+//                         and v (FP32), activations per recompute policy.
+//                         ZeRO-1 shards master weights, m and v: ceil(P/world)
+//                         elements each per rank. Every buffer is rounded up to
+//                         64 bytes, as the backends allocate them, so the cpu
+//                         figure for "none" is exactly what CpuBackend allocates.
+//   step time             compute = FLOPs per rank / (peak · MFU);
+//                         gradient all-reduce (ring) = 2(n-1)/n · grad bytes /
+//                         link bandwidth; no overlap of the two is assumed,
+//                         so data-parallel efficiency = compute / (compute +
+//                         all-reduce) is a lower bound. ZeRO-1's reduce-scatter
+//                         + all-gather moves the same bytes.
+//   checkpoints           bytes = 12·P (FP32 master, m, v); save time = bytes /
+//                         1 GB/s unless given; interval by Young/Daly
+//                         sqrt(2 · save · MTBF) with MTBF = 1/preemption rate.
+//   cost                  on-demand: work · (1 + save/interval) device-hours ·
+//                         price. Spot (first order): each preemption loses
+//                         half an interval of work plus a restart (loading the
+//                         checkpoint), so wall = work · (1 + save/interval +
+//                         rate · (interval/2 + restart)), billed at
+//                         price · spot fraction.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "plan/recompute.h"
+
+namespace ratchet::plan {
+
+// A device class: dense peak (BF16 tensor cores on GPUs, FP32 on cpu) and
+// the defaults `ratchet plan` assumes for it.
+struct Device {
+  const char* name;
+  const char* description;
+  double peak_tflops;        // dense, no sparsity
+  size_t storage_bytes;      // 4: FP32 (cpu backend), 2: BF16 (cuda backend)
+  double default_mfu;        // assumed model FLOPs utilisation
+  double memory_gb;          // per device (GB = 1e9 bytes); 0: this host's RAM
+  double price_per_hour;     // indicative on-demand USD per device-hour
+};
+// cpu, a100, h100, h200. Throws Error naming --device for an unknown name.
+const Device& find_device(const std::string& name);
+const std::vector<Device>& devices();
+
+// ---- the formulas ------------------------------------------------------------
+struct ComputeOptimal {
+  double flops = 0, params = 0, tokens = 0;
+};
+ComputeOptimal compute_optimal(double flops);  // N = sqrt(C/120), D = 20N
+constexpr double kTokensPerParam = 20.0;
+// The dN preset (N = 1..96) whose parameter count is nearest n_params (in
+// log scale), for this vocab and max sequence length.
+std::string nearest_preset(double n_params, int vocab_size, int max_seq_len);
+// Ring all-reduce of `bytes` over n ranks at bytes_per_s per link.
+double ring_allreduce_seconds(double bytes, int n, double bytes_per_s);
+// Young/Daly optimal checkpoint interval (seconds).
+double young_daly_seconds(double save_s, double mtbf_s);
+
+struct CostEstimate {
+  double wall_factor = 1;      // billed wall time / pure work time
+  double wall_hours = 0;       // per run (all devices together)
+  double device_hours = 0;
+  double preemptions = 0;      // expected count
+  double cost = 0;             // USD
+};
+// work_hours: pure compute+communication time of the run; interval_s 0 means
+// no periodic checkpoints (and is only allowed with no preemptions).
+CostEstimate on_demand_cost(double work_hours, int world, double price, double interval_s,
+                            double save_s);
+CostEstimate spot_cost(double work_hours, int world, double price, double spot_fraction,
+                       double preemptions_per_hour, double interval_s, double save_s,
+                       double restart_s);
+
+// ---- memory --------------------------------------------------------------------
+struct MemoryPlan {
+  size_t params = 0, grads = 0;    // storage dtype
+  size_t master = 0;               // FP32 master weights (0 on cpu: params are FP32)
+  size_t adam = 0;                 // m + v, FP32
+  size_t master_zero1 = 0, adam_zero1 = 0;  // ZeRO-1 shards per rank
+  size_t activations[4] = {};      // indexed by Recompute
+  size_t total(Recompute p, bool zero1) const;
+};
+MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t storage_bytes, int world);
+
+// ---- the whole plan ------------------------------------------------------------
+struct PlanInputs {
+  GPTConfig cfg;             // finalized
+  std::string model_name;    // "d12", "custom", ...
+  bool model_given = true;   // false: chosen from a budget (nearest preset)
+  int B = 4, T = 64;
+  long total_batch_tokens = 0;  // 0: B·T·world
+  long steps = 0;            // 0: from tokens
+  double tokens = 0;         // 0: from steps, budget, or 20·N
+  int world = 1;
+  std::string device = "cpu";
+  double peak_tflops = 0;    // 0: the device's
+  double mfu = 0;            // 0: the device's default
+  double device_memory_gb = -1;  // <0: the device's (cpu: this host's RAM)
+  double price = -1;         // <0: the device's indicative price
+  double link_gbps = 100;    // link bandwidth per rank, gigabits/s
+  double preemptions_per_hour = 0.1;
+  double ckpt_interval_minutes = 0;  // 0: Young/Daly
+  double save_seconds = 0;   // 0: checkpoint bytes / 1 GB/s
+  double restart_seconds = -1;  // <0: = save seconds (read the checkpoint back)
+  double spot_fraction = 0.35;
+  Recompute recompute = Recompute::kNone;  // used for step time and cost
+  // budgets (0: none); at most one
+  double budget_flops = 0, budget_device_hours = 0, budget_money = 0;
+};
+
+struct Plan {
+  PlanInputs in;             // with defaults filled in
+  const Device* device = nullptr;
+  double n_params = 0;
+  // budget
+  bool has_budget = false;
+  double budget_flops = 0;
+  ComputeOptimal optimal;    // for the budget (or for this model: D = 20·N)
+  std::string suggested_preset;
+  // run
+  int accum = 1;
+  long tokens_per_step = 0;
+  long steps = 0;
+  double tokens = 0;
+  double tokens_per_param = 0;
+  double flops_per_token = 0, recompute_flops_per_token = 0;
+  double total_flops = 0;
+  // memory
+  MemoryPlan mem;
+  double device_memory_bytes = 0;
+  // time
+  double compute_s = 0, allreduce_s = 0, step_s = 0, dp_efficiency = 1;
+  double grad_bytes = 0;
+  double work_hours = 0;
+  // checkpoints and cost
+  double ckpt_bytes = 0, save_s = 0, restart_s = 0, interval_s = 0;
+  bool interval_from_young_daly = false;
+  CostEstimate on_demand, spot;
+};
+
+// Fills defaults and computes everything. Throws Error naming the flag for
+// inconsistent inputs (e.g. --total-batch-tokens not a multiple of B·T·world).
+Plan make_plan(const PlanInputs& in);
+std::string plan_table(const Plan& p);
+std::string plan_json(const Plan& p);
+
+}  // namespace ratchet::plan

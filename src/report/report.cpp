@@ -1,0 +1,275 @@
+#include "report/report.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace fs = std::filesystem;
+
+namespace ratchet::report {
+
+std::string find_run_log(const std::string& run_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(run_dir, ec))
+    fail("run directory ", run_dir, " does not exist (pass the directory the trainer's "
+         "--log-jsonl and ledger went to)");
+  const fs::path preferred = fs::path(run_dir) / "train.jsonl";
+  if (fs::is_regular_file(preferred, ec)) return preferred.string();
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator(run_dir, ec))
+    if (e.is_regular_file() && e.path().extension() == ".jsonl") found.push_back(e.path().string());
+  std::sort(found.begin(), found.end());
+  if (found.size() == 1) return found[0];
+  if (found.empty())
+    fail("no training log in ", run_dir, ": expected train.jsonl (run `ratchet train ... "
+         "--log-jsonl ", (fs::path(run_dir) / "train.jsonl").string(), "`)");
+  std::string list;
+  for (const auto& f : found) list += "\n  " + f;
+  fail("several .jsonl files in ", run_dir, " and no train.jsonl: pass one with --log:", list);
+}
+
+RunLog read_run_log(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) fail("training log ", path, " cannot be opened");
+  RunLog log;
+  log.path = path;
+  std::map<double, StepRecord> steps;
+  std::map<double, EvalRecord> evals;
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(f, line)) {
+    lineno++;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    FlatObject o;
+    try {
+      o = parse_flat_object(line);
+    } catch (const std::exception& e) {
+      // A killed run may leave a torn last line; anything else is an error.
+      if (f.peek() == EOF) break;
+      fail("training log ", path, " line ", lineno, " is not a JSON object: ", e.what());
+    }
+    log.lines++;
+    const double* step = find_number(o, "step");
+    if (!step) continue;
+    if (const double* vl = find_number(o, "val_loss")) {
+      evals[*step] = EvalRecord{*step, *vl};
+      continue;
+    }
+    const double* loss = find_number(o, "loss");
+    if (!loss) continue;
+    StepRecord r;
+    r.step = *step;
+    r.loss = *loss;
+    auto get = [&](const char* k, double& out) {
+      if (const double* v = find_number(o, k)) out = *v;
+    };
+    get("lr", r.lr);
+    get("grad_norm", r.grad_norm);
+    get("step_ms", r.step_ms);
+    get("tokens_per_s", r.tokens_per_s);
+    get("gflops", r.gflops);
+    if (steps.count(r.step)) log.replayed_steps++;
+    steps[r.step] = r;
+  }
+  if (log.lines == 0)
+    fail("training log ", path, " is empty: did the run start? (its first step writes a line)");
+  for (auto& [s, r] : steps) log.steps.push_back(r);
+  for (auto& [s, e] : evals) log.evals.push_back(e);
+  if (log.steps.empty() && log.evals.empty())
+    fail("training log ", path, " has no step or evaluation records (expected lines like "
+         "{\"step\": 1, \"loss\": ...})");
+  return log;
+}
+
+Summary summarize(const RunLog& log) {
+  Summary s;
+  s.steps = log.steps.size();
+  if (!log.steps.empty()) {
+    s.first_step = log.steps.front().step;
+    s.last_step = log.steps.back().step;
+    s.first_loss = log.steps.front().loss;
+    s.final_loss = log.steps.back().loss;
+    const size_t k = std::min<size_t>(10, s.steps);
+    for (size_t i = s.steps - k; i < s.steps; i++) s.final_loss_mean += log.steps[i].loss / k;
+    // Throughput: the first step includes warm-up (allocation, first touches).
+    const size_t from = s.steps > 1 ? 1 : 0;
+    // Rates are time-weighted (tokens done / time taken), not a mean of
+    // per-step rates, which a few fast steps would dominate.
+    double tokens = 0, flops = 0, ms = 0;
+    for (size_t i = from; i < s.steps; i++) {
+      const StepRecord& r = log.steps[i];
+      tokens += r.tokens_per_s * r.step_ms;
+      flops += r.gflops * r.step_ms;
+      ms += r.step_ms;
+    }
+    s.mean_tokens_per_s = ms > 0 ? tokens / ms : 0;
+    s.mean_gflops = ms > 0 ? flops / ms : 0;
+    s.mean_step_ms = ms / (double)(s.steps - from);
+    for (const auto& r : log.steps) s.train_seconds += r.step_ms / 1e3;
+  }
+  s.evals = log.evals.size();
+  if (!log.evals.empty()) {
+    s.final_val = log.evals.back().val_loss;
+    s.final_val_step = log.evals.back().step;
+    s.best_val = INFINITY;
+    for (const auto& e : log.evals)
+      if (e.val_loss < s.best_val) {
+        s.best_val = e.val_loss;
+        s.best_val_step = e.step;
+      }
+  }
+  return s;
+}
+
+std::vector<double> smooth_losses(const std::vector<StepRecord>& steps) {
+  const double span = std::max(2.0, steps.size() / 40.0);
+  const double alpha = 2.0 / (span + 1.0);
+  std::vector<double> out;
+  out.reserve(steps.size());
+  double ema = 0;
+  for (size_t i = 0; i < steps.size(); i++) {
+    ema = i == 0 ? steps[i].loss : alpha * steps[i].loss + (1 - alpha) * ema;
+    out.push_back(ema);
+  }
+  return out;
+}
+
+namespace {
+
+// A gnuplot single-quoted string: '' stands for '.
+std::string gq(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+// A POSIX-shell single-quoted word.
+std::string shq(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::string gnuplot_script(const RunLog& log, const std::string& title,
+                           const std::string& png_path, const std::string& svg_path) {
+  std::ostringstream o;
+  o.precision(9);
+  o << "# ratchet report: loss and throughput against step\n";
+  const std::vector<double> smooth = smooth_losses(log.steps);
+  o << "$train << EOD\n";
+  for (size_t i = 0; i < log.steps.size(); i++)
+    o << log.steps[i].step << " " << log.steps[i].loss << " " << smooth[i] << " "
+      << log.steps[i].tokens_per_s << "\n";
+  o << "EOD\n$val << EOD\n";
+  for (const auto& e : log.evals) o << e.step << " " << e.val_loss << "\n";
+  o << "EOD\n";
+  const Summary s = summarize(log);
+
+  std::ostringstream plots;
+  plots << "set multiplot layout " << (log.steps.empty() ? 1 : 2) << ",1 title " << gq(title) << "\n"
+        << "set grid lc rgb '#dddddd'\n"
+        << "set key top right box opaque\n"
+        << "set xlabel 'step'\n"
+        << "set ylabel 'loss (nats/token)'\n"
+        << "set title 'loss'\n";
+  std::vector<std::string> loss_curves;
+  if (!log.steps.empty()) {
+    // Long runs: the noisy per-step loss faint, its EMA bold; short runs: one line.
+    if (log.steps.size() >= kSmoothFromSteps) {
+      loss_curves.push_back("$train using 1:2 with lines lw 1 lc rgb '#9ecae1' title 'train loss'");
+      loss_curves.push_back(
+          "$train using 1:3 with lines lw 2.5 lc rgb '#1f77b4' title 'train loss (smoothed)'");
+    } else {
+      loss_curves.push_back("$train using 1:2 with lines lw 2.5 lc rgb '#1f77b4' title 'train loss'");
+    }
+  }
+  if (!log.evals.empty())
+    loss_curves.push_back(
+        "$val using 1:2 with linespoints lw 2.5 pt 7 ps 0.9 lc rgb '#d62728' title 'val loss'");
+  plots << "plot ";
+  for (size_t i = 0; i < loss_curves.size(); i++) plots << (i ? ", \\\n     " : "") << loss_curves[i];
+  plots << "\n";
+  plots << "set title 'throughput'\n"
+        << "set ylabel 'tokens/s'\n"
+        << "set yrange [0:*]\n";
+  if (!log.steps.empty()) {
+    plots << "plot $train using 1:4 with lines lw 1.5 lc rgb '#2ca02c' title 'tokens/s', \\\n"
+          << "     " << s.mean_tokens_per_s << " with lines dt 2 lw 1.5 lc rgb '#555555' title "
+          << gq("mean " + std::to_string((long)std::llround(s.mean_tokens_per_s)) + " tokens/s")
+          << "\n";
+  }
+  plots << "unset multiplot\n";
+
+  o << "set terminal pngcairo size 1200,900 noenhanced font 'sans,11'\n"
+    << "set output " << gq(png_path) << "\n"
+    << plots.str() << "set output\n";
+  o << "reset\n"
+    << "set terminal svg size 1200,900 noenhanced font 'sans,11' background rgb 'white'\n"
+    << "set output " << gq(svg_path) << "\n"
+    << plots.str() << "set output\n";
+  return o.str();
+}
+
+std::string find_gnuplot(const std::string& name) {
+  const char* hint =
+      ": install Debian's gnuplot-nox (scripts/install-deps.sh installs it), pass --gnuplot "
+      "PATH, or --no-plot for the summary alone";
+  if (name.find('/') != std::string::npos) {
+    if (access(name.c_str(), X_OK) != 0) fail("gnuplot not found at ", name, hint);
+    return name;
+  }
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::string cand = (dir.empty() ? "." : dir) + "/" + name;
+    if (access(cand.c_str(), X_OK) == 0) return cand;
+  }
+  fail("gnuplot not found ('", name, "' is not in PATH)", hint);
+}
+
+void run_gnuplot(const std::string& gnuplot, const std::string& script) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/ratchet-report-XXXXXX.gp";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  int fd = mkstemps(buf.data(), 3);
+  if (fd < 0) fail("cannot create a temporary file like ", tmpl, " for the gnuplot script");
+  const std::string script_path = buf.data();
+  {
+    FILE* f = fdopen(fd, "w");
+    std::fwrite(script.data(), 1, script.size(), f);
+    std::fclose(f);
+  }
+  FILE* p = popen((shq(gnuplot) + " " + shq(script_path) + " 2>&1").c_str(), "r");
+  std::string out;
+  int status = -1;
+  if (p) {
+    char chunk[4096];
+    size_t n;
+    while ((n = std::fread(chunk, 1, sizeof chunk, p)) > 0) out.append(chunk, n);
+    status = pclose(p);
+  }
+  std::remove(script_path.c_str());
+  if (status != 0) {
+    if (out.size() > 2000) out = out.substr(0, 2000) + "...";
+    fail("gnuplot (", gnuplot, ") failed", status > 0 && WIFEXITED(status)
+                                               ? " with exit code " + std::to_string(WEXITSTATUS(status))
+                                               : std::string(),
+         ":\n", out);
+  }
+}
+
+}  // namespace ratchet::report

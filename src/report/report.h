@@ -1,0 +1,74 @@
+// `ratchet report RUN_DIR`: what a run did, after it ran.
+//
+// Inputs, from the run directory:
+//   train.jsonl  the trainer's --log-jsonl (or the only *.jsonl there): one
+//                object per step {"step","loss","lr","grad_norm","step_ms",
+//                "tokens_per_s","gflops"} and per evaluation {"step",
+//                "val_loss"}. A requeued run appends to its log and replays
+//                the steps after its last checkpoint: the LAST record of each
+//                step wins, and the replayed count is reported.
+//   ledger.json  optional: the run's cost ledger, a flat JSON object
+//                (wall_hours, device_hours, tokens, cost, preemptions, ...),
+//                printed key by key in file order.
+// Outputs: a summary on stdout (or JSON), and RUN_DIR/report.png and
+// report.svg drawn by gnuplot: loss (train, smoothed train, val) against step
+// above, tokens/s against step below.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "report/flat_json.h"
+
+namespace ratchet::report {
+
+struct StepRecord {
+  double step = 0, loss = 0, lr = 0, grad_norm = 0, step_ms = 0, tokens_per_s = 0, gflops = 0;
+};
+struct EvalRecord {
+  double step = 0, val_loss = 0;
+};
+
+struct RunLog {
+  std::string path;
+  size_t lines = 0;
+  std::vector<StepRecord> steps;  // sorted by step, one per step (the last logged)
+  std::vector<EvalRecord> evals;  // sorted by step, one per step
+  size_t replayed_steps = 0;      // train records overwritten by a later one
+};
+// Throws Error naming the file (and line) if it is missing, empty, or holds
+// a line that is not a JSON object.
+RunLog read_run_log(const std::string& path);
+
+// The log file of a run directory: RUN_DIR/train.jsonl, else the only *.jsonl
+// in RUN_DIR. Throws Error saying what was found otherwise.
+std::string find_run_log(const std::string& run_dir);
+
+struct Summary {
+  size_t steps = 0;
+  double first_step = 0, last_step = 0;
+  double first_loss = 0, final_loss = 0, final_loss_mean = 0;  // mean of the last <=10
+  size_t evals = 0;
+  double final_val = 0, final_val_step = 0, best_val = 0, best_val_step = 0;
+  // Over the steps after the first (warm-up): tokens (or FLOPs) done / time
+  // taken, and the mean step time.
+  double mean_tokens_per_s = 0, mean_gflops = 0, mean_step_ms = 0;
+  double train_seconds = 0;  // sum of step_ms
+};
+Summary summarize(const RunLog& log);
+
+// EMA of the train loss, with a span of steps/40 (at least 2). Plotted, next
+// to the raw loss, from kSmoothFromSteps logged steps on.
+std::vector<double> smooth_losses(const std::vector<StepRecord>& steps);
+constexpr size_t kSmoothFromSteps = 40;
+
+// The gnuplot script that writes png_path and svg_path (data inline).
+std::string gnuplot_script(const RunLog& log, const std::string& title,
+                           const std::string& png_path, const std::string& svg_path);
+
+// Resolves the gnuplot executable (a name searched in PATH, or a path);
+// throws Error naming the Debian package when it is not there.
+std::string find_gnuplot(const std::string& name);
+// Runs the script with gnuplot; throws Error with gnuplot's output on failure.
+void run_gnuplot(const std::string& gnuplot, const std::string& script);
+
+}  // namespace ratchet::report

@@ -1,0 +1,193 @@
+// `mpirun -np N ratchet train` end to end, on a tiny model with an ODD
+// parameter count (L=3, C=15: P = 14955, so every ZeRO-1 shard split pads).
+//
+// Tolerances. N ranks × B rows and one rank accumulating N micro-batches of B
+// see the same windows; only the order in which the per-row gradients are
+// summed differs (MPI's reduction tree vs the accumulation order; ZeRO-1's
+// reduce-scatter vs all-reduce, and its norm summed by shards): a few float32
+// ulps per step, which AdamW's m/sqrt(v) can magnify for parameters whose
+// gradients are near zero. Over 8 steps at lr 3e-3 we allow
+//   losses:     relative |Δ| <= 1e-5 per step
+//   parameters: max |Δ| <= 1e-5 (1/300 of one step's largest update)
+// Measured on the 2-core test machine: losses equal to the 9 digits the JSONL
+// log keeps; parameters within 4e-7 (N ranks vs accumulation), 2e-7 (ZeRO-1),
+// 3e-8 (resume 2 -> 3 ranks).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "mpi_testing.h"
+#include "testing/test_util.h"
+
+using namespace ratchet::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kLossTol = 1e-5;
+constexpr double kParamTol = 1e-5;
+
+class MpiTrain : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    auto r = run_shell("bible -f 'Gen1:1-Gen5:32' > " + (*dir_ / "gen.txt"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = run_ratchet("shard --tokenizer byte --input " + (*dir_ / "gen.txt") + " --output-dir " +
+                    (*dir_ / "data") + " --val-fraction 0.1 --seed 1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  // B rows per rank, `total` tokens per step (T = 16), shuffled, with eval.
+  static std::string train_args(int B, int total, const std::string& out_dir, int steps = 8) {
+    return "train --model custom --layers 3 --heads 3 --channels 15 --max-seq-len 32 "
+           "--seq-len 16 --batch-size " + std::to_string(B) + " --total-batch-tokens " +
+           std::to_string(total) + " --threads 1 --train-data '" + (*dir_ / "data/train_*.h5") +
+           "' --val-data '" + (*dir_ / "data/val_*.h5") + "' --eval-every 4 --eval-batches 6 "
+           "--warmup-steps 2 --steps " + std::to_string(steps) + " --lr 3e-3 --quiet "
+           "--log-jsonl " + out_dir + "/log.jsonl --export " + out_dir + "/out.bin";
+  }
+
+  static void expect_close(const std::string& a, const std::string& b, const std::string& what,
+                           size_t skip_losses = 0) {
+    auto la = read_losses(a + "/log.jsonl"), lb = read_losses(b + "/log.jsonl");
+    ASSERT_EQ(la.size(), lb.size() + skip_losses) << what;
+    ASSERT_FALSE(lb.empty()) << what;
+    double worst = 0;
+    for (size_t i = 0; i < lb.size(); i++)
+      worst = std::max(worst, std::fabs(la[i + skip_losses] - lb[i]) / std::fabs(la[i + skip_losses]));
+    EXPECT_LE(worst, kLossTol) << what << ": losses differ";
+    auto pa = read_export(a + "/out.bin"), pb = read_export(b + "/out.bin");
+    ASSERT_EQ(pa.size(), pb.size()) << what;
+    ASSERT_FALSE(pa.empty()) << what;
+    const double md = max_abs_diff(pa.data(), pb.data(), pa.size());
+    EXPECT_LE(md, kParamTol) << what << ": parameters differ";
+    std::printf("[ %s ] max relative loss difference %.2e, max parameter difference %.2e\n",
+                what.c_str(), worst, md);
+  }
+  static TempDir* dir_;
+};
+TempDir* MpiTrain::dir_ = nullptr;
+
+TEST_F(MpiTrain, OneRankUnderMpirunIsBitIdenticalToAPlainRun) {
+  TempDir a, b;
+  auto r = run_ratchet(train_args(2, 64, a.path));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = mpirun_ratchet(1, train_args(2, 64, b.path));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(read_file(a / "out.bin") == read_file(b / "out.bin"));
+  EXPECT_EQ(read_losses(a / "log.jsonl"), read_losses(b / "log.jsonl"));
+}
+
+TEST_F(MpiTrain, NRanksEqualOneRankAccumulatingNMicroBatches) {
+  for (int n : {2, 3, 4}) {
+    TempDir one, many;
+    const int total = n * 2 * 16;  // N·B·T on both
+    auto r = run_ratchet(train_args(2, total, one.path));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(std::to_string(n) + " micro-batch(es) per step"), std::string::npos);
+    r = mpirun_ratchet(n, train_args(2, total, many.path));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("data parallel: " + std::to_string(n) + " rank(s)"), std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("1 micro-batch(es) per step"), std::string::npos) << r.output;
+    // Only rank 0 prints: one final line, not N.
+    const auto first = r.output.find("trained 8 steps");
+    ASSERT_NE(first, std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("trained 8 steps", first + 1), std::string::npos) << r.output;
+    expect_close(one.path, many.path, std::to_string(n) + " ranks vs 1 rank accumulating");
+  }
+}
+
+TEST_F(MpiTrain, Zero1EqualsUnshardedWithAnOddParameterCount) {
+  for (int n : {2, 4}) {
+    TempDir plain, zero;
+    const int total = n * 2 * 16;
+    auto r = mpirun_ratchet(n, train_args(2, total, plain.path));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = mpirun_ratchet(n, train_args(2, total, zero.path) + " --zero 1");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("0.01M parameters"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("ZeRO-1"), std::string::npos) << r.output;
+    expect_close(plain.path, zero.path, "ZeRO-1 vs all-reduce on " + std::to_string(n) + " ranks");
+  }
+}
+
+// Written by 2 ranks with sharded optimizer state (ZeRO-1), stopped by a
+// signal at step 4, resumed on 3 ranks (B 3 -> 2: the same 6 rows per step):
+// the loss curve continues the uninterrupted 2-rank run's.
+TEST_F(MpiTrain, ShardedCheckpointResumesOnADifferentWorldSize) {
+  TempDir ref, run;
+  auto r = mpirun_ratchet(2, train_args(3, 96, ref.path) + " --zero 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const std::string ck = run / "ck";
+  r = mpirun_ratchet(2, train_args(3, 96, run.path) + " --zero 1 --ckpt-dir " + ck,
+                     "RATCHET_FAULT=USR1@step-4");
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("stopping at step 4"), std::string::npos) << r.output;
+  for (const char* f : {"state.h5", "optim_shard_00000.h5", "optim_shard_00001.h5", "COMMITTED"})
+    EXPECT_TRUE(fs::exists(ck + "/step_00000004/" + f)) << f;
+  EXPECT_FALSE(fs::exists(ck + "/step_00000004/optim_shard_00002.h5"));
+  auto v = run_ratchet("ckpt verify " + ck + "/step_00000004");
+  EXPECT_EQ(v.exit_code, 0) << v.output;
+
+  const std::string first_log = read_file(run / "log.jsonl");
+  r = mpirun_ratchet(3, train_args(2, 96, run.path) + " --zero 1 --ckpt-dir " + ck);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("optimizer state in 2 shard(s), now sharded over 3 rank(s)"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("batch_size changed from 3 to 2"), std::string::npos) << r.output;
+  // The log was appended to: 4 losses before the stop, 4 after, as the reference.
+  expect_close(ref.path, run.path, "2 ranks -> stop at 4 -> 3 ranks");
+  EXPECT_TRUE(fs::exists(ck + "/step_00000008/optim_shard_00002.h5"));
+  (void)first_log;
+
+  // And the 3-shard checkpoint resumes on one process without ZeRO.
+  TempDir one;
+  fs::copy(ck, one / "ck", fs::copy_options::recursive);
+  r = run_ratchet(train_args(6, 96, one.path, 10) + " --ckpt-dir " + (one / "ck"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 8"), std::string::npos) << r.output;
+}
+
+// A stop signal that reaches only rank 1 stops every rank at the same step.
+TEST_F(MpiTrain, AStopSignalOnOneRankStopsAllRanksAtTheSameStep) {
+  TempDir d;
+  const std::string cmd =
+      mpirun_prefix(2) + "sh -c 'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then export "
+                         "RATCHET_FAULT=USR1@step-3; fi; exec " RATCHET_EXE " " +
+      train_args(2, 64, d.path) + " --ckpt-dir " + (d / "ck") + "'";
+  auto r = run_shell(cmd);
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("stopping at step 3: SIGUSR1 received (on rank 1)"), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(d / "ck/step_00000003/COMMITTED"));
+}
+
+TEST_F(MpiTrain, AFailingRankEndsTheJobPromptlyNamingItself) {
+  struct Case {
+    const char* fail;
+    int code;
+  };
+  for (const Case& c : {Case{"2@step-3", 1}, Case{"1@setup", 2}}) {
+    TempDir d;
+    const double t0 = now_seconds();
+    // 100000 steps: without the abort the other ranks would wait forever.
+    auto r = mpirun_ratchet(3, train_args(2, 96, d.path, 100000),
+                            std::string("RATCHET_TEST_FAIL=") + c.fail);
+    const double took = now_seconds() - t0;
+    EXPECT_EQ(r.exit_code, c.code) << c.fail << "\n" << r.output;
+    const std::string rank = std::string(c.fail).substr(0, 1);
+    EXPECT_NE(r.output.find("error on rank " + rank + " of 3"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("injected failure"), std::string::npos) << r.output;
+    EXPECT_LT(took, 15.0) << c.fail;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,506 @@
+// CPU backend backward ops against central finite differences.
+//
+// For each op a scalar L = sum(out .* R) with fixed random R is evaluated by a
+// naive DOUBLE-precision forward written here; dL/dx_i is estimated by
+// (L(x_i + h) - L(x_i - h)) / 2h with h = 1e-5 (truncation error ~h^2 = 1e-10,
+// round-off ~1e-16 |L| / h = 1e-10), so the reference is accurate to ~1e-9
+// and what is measured is the FP32 backward's own error. That error is a few
+// FP32 roundings (2^-24 = 6e-8) per term summed over at most a few hundred
+// terms: 2e-5 of the tensor's gradient scale plus 1e-4 relative is ~100x
+// above it, while a wrong formula or index is off by O(1).
+// Parameter gradients are pre-filled to check they ACCUMULATE; overwritten
+// outputs are pre-filled with NaN to check they are not read.
+// The optimizer (AdamW, sum of squares) is checked against hand-written
+// double implementations.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/rng.h"
+
+namespace ratchet {
+namespace {
+
+constexpr double kH = 1e-5;
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// n floats of backend memory followed by guard floats that no op may touch
+// (checked when the buffer dies).
+class Buf {
+ public:
+  static constexpr size_t kGuard = 16;
+  static constexpr uint32_t kSentinel = 0x7FA5A5A5u;  // a NaN payload no op produces
+  Buf(Backend& be, size_t n) : be_(be), n_(n) {
+    p_ = static_cast<float*>(be.alloc((n + kGuard) * sizeof(float)));
+    std::vector<uint32_t> g(kGuard, kSentinel);
+    be.upload_bytes(p_ + n, g.data(), kGuard * sizeof(float));
+  }
+  Buf(Backend& be, const std::vector<float>& v) : Buf(be, v.size()) { set(v); }
+  ~Buf() {
+    std::vector<uint32_t> g(kGuard);
+    be_.download_bytes(g.data(), p_ + n_, kGuard * sizeof(float));
+    for (uint32_t x : g)
+      EXPECT_EQ(x, kSentinel) << "write past the end of a " << n_ << "-float buffer";
+    be_.release(p_);
+  }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  float* get() const { return p_; }
+  void set(const std::vector<float>& v) { be_.upload_f32(p_, v.data(), v.size()); }
+  void fill(float x) { set(std::vector<float>(n_, x)); }
+  std::vector<float> host() const {
+    std::vector<float> v(n_);
+    be_.download_f32(v.data(), p_, n_);
+    return v;
+  }
+
+ private:
+  Backend& be_;
+  size_t n_;
+  float* p_;
+};
+
+class IntBuf {
+ public:
+  IntBuf(Backend& be, const std::vector<int>& v) : be_(be) {
+    p_ = static_cast<int*>(be.alloc(v.size() * sizeof(int)));
+    be.upload_bytes(p_, v.data(), v.size() * sizeof(int));
+  }
+  ~IntBuf() { be_.release(p_); }
+  IntBuf(const IntBuf&) = delete;
+  IntBuf& operator=(const IntBuf&) = delete;
+  const int* get() const { return p_; }
+
+ private:
+  Backend& be_;
+  int* p_;
+};
+
+std::vector<float> randn(Rng& rng, size_t n, float scale = 1.0f, float offset = 0.0f) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = offset + scale * rng.normal();
+  return v;
+}
+
+std::vector<double> to_double(const std::vector<float>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// All indices of an n-element tensor if n <= k, else k random ones plus the
+// first and last.
+std::vector<size_t> pick(size_t n, size_t k, Rng& rng) {
+  std::vector<size_t> idx;
+  if (n <= k) {
+    for (size_t i = 0; i < n; i++) idx.push_back(i);
+  } else {
+    idx.push_back(0);
+    idx.push_back(n - 1);
+    while (idx.size() < k) idx.push_back(rng.below(n));
+  }
+  return idx;
+}
+
+// Checks got[i] - base[i] (base: the pre-filled value, 0 if empty) against
+// central differences of L with respect to x[i], over the picked indices.
+template <typename L>
+void check_grad(const std::string& what, const std::vector<float>& got,
+                const std::vector<float>& base, std::vector<double>& x, L loss, Rng& rng,
+                size_t k = 60) {
+  ASSERT_EQ(got.size(), x.size()) << what;
+  const auto idx = pick(x.size(), k, rng);
+  std::vector<double> fd(idx.size());
+  double scale = 0;
+  for (size_t t = 0; t < idx.size(); t++) {
+    const size_t i = idx[t];
+    const double keep = x[i];
+    x[i] = keep + kH;
+    const double lp = loss();
+    x[i] = keep - kH;
+    const double lm = loss();
+    x[i] = keep;
+    fd[t] = (lp - lm) / (2 * kH);
+    scale = std::max(scale, std::fabs(fd[t]));
+  }
+  int bad = 0;
+  for (size_t t = 0; t < idx.size(); t++) {
+    const size_t i = idx[t];
+    const double g = (double)got[i] - (base.empty() ? 0.0 : (double)base[i]);
+    const double err = std::fabs(g - fd[t]);
+    if (!(err <= 2e-5 * scale + 1e-4 * std::fabs(fd[t]) + 1e-7)) {
+      if (++bad <= 5)
+        ADD_FAILURE() << what << "[" << i << "]: backward " << g << ", finite diff " << fd[t]
+                      << " (err " << err << ", scale " << scale << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << idx.size() << " checked elements off";
+  EXPECT_GT(scale, 0.0) << what << ": degenerate test, all gradients are 0";
+}
+
+double dot(const std::vector<double>& a, const std::vector<float>& r) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); i++) s += a[i] * r[i];
+  return s;
+}
+
+double gelu_d(double x) {
+  const double s = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
+}
+
+// ---- naive double forwards ---------------------------------------------------------
+
+std::vector<double> matmul_d(const std::vector<double>& inp, const std::vector<double>& w,
+                             const std::vector<double>& bias, int N, int C, int OC) {
+  std::vector<double> out((size_t)N * OC);
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double s = bias.empty() ? 0.0 : bias[o];
+      for (int c = 0; c < C; c++) s += inp[(size_t)n * C + c] * w[(size_t)o * C + c];
+      out[(size_t)n * OC + o] = s;
+    }
+  return out;
+}
+
+std::vector<double> layernorm_d(const std::vector<double>& x, const std::vector<double>& w,
+                                const std::vector<double>& b, int N, int C) {
+  std::vector<double> out((size_t)N * C);
+  for (int n = 0; n < N; n++) {
+    const double* r = &x[(size_t)n * C];
+    double m = 0, v = 0;
+    for (int c = 0; c < C; c++) m += r[c];
+    m /= C;
+    for (int c = 0; c < C; c++) v += (r[c] - m) * (r[c] - m);
+    const double s = 1.0 / std::sqrt(v / C + 1e-5);
+    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (r[c] - m) * s * w[c] + b[c];
+  }
+  return out;
+}
+
+std::vector<double> attention_d(const std::vector<double>& qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt((double)hs);
+  std::vector<double> out((size_t)B * T * C, 0.0), s(T);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int i = 0; i < T; i++) {
+        const double* q = &qkv[((size_t)b * T + i) * 3 * C + h * hs];
+        double mx = -1e300;
+        for (int j = 0; j <= i; j++) {
+          const double* k = &qkv[((size_t)b * T + j) * 3 * C + C + h * hs];
+          double d = 0;
+          for (int e = 0; e < hs; e++) d += q[e] * k[e];
+          s[j] = d * scale;
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= i; j++) sum += (s[j] = std::exp(s[j] - mx));
+        double* o = &out[((size_t)b * T + i) * C + h * hs];
+        for (int j = 0; j <= i; j++) {
+          const double* v = &qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs];
+          for (int e = 0; e < hs; e++) o[e] += s[j] / sum * v[e];
+        }
+      }
+  return out;
+}
+
+class CpuGrad : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> be = make_cpu_backend(2);
+  Backend& b() { return *be; }
+};
+
+// ---- encoder -------------------------------------------------------------------------
+
+TEST_F(CpuGrad, Encoder) {
+  const int B = 2, T = 5, C = 12, Vp = 16, maxT = 7;
+  Rng rng(11);
+  // Repeated tokens within and across sequences; some vocab rows never used.
+  const std::vector<int> tok = {3, 3, 7, 0, 3, 7, 12, 3, 15, 7};
+  auto wte = randn(rng, Vp * C), wpe = randn(rng, maxT * C), R = randn(rng, B * T * C);
+  auto dwte0 = randn(rng, Vp * C), dwpe0 = randn(rng, maxT * C);  // accumulated onto
+  IntBuf d_tok(b(), tok);
+  Buf d_R(b(), R), d_dwte(b(), dwte0), d_dwpe(b(), dwpe0);
+  be->encoder_backward(d_dwte.get(), d_dwpe.get(), d_R.get(), d_tok.get(), B, T, C);
+  auto xwte = to_double(wte), xwpe = to_double(wpe);
+  auto loss = [&] {
+    double s = 0;
+    for (int bt = 0; bt < B * T; bt++)
+      for (int c = 0; c < C; c++)
+        s += (xwte[tok[bt] * C + c] + xwpe[(bt % T) * C + c]) * R[bt * C + c];
+    return s;
+  };
+  check_grad("dwte", d_dwte.host(), dwte0, xwte, loss, rng, 1000);
+  check_grad("dwpe", d_dwpe.host(), dwpe0, xwpe, loss, rng, 1000);
+}
+
+// ---- layernorm -----------------------------------------------------------------------
+
+void layernorm_grad_case(Backend& be, int N, int C, size_t k) {
+  SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C));
+  Rng rng(12 + N + C);
+  auto x = randn(rng, (size_t)N * C, 1.5f, 0.3f), w = randn(rng, C, 0.5f, 1.0f),
+       bias = randn(rng, C, 0.5f), R = randn(rng, (size_t)N * C);
+  auto dx0 = randn(rng, (size_t)N * C), dw0 = randn(rng, C), db0 = randn(rng, C);
+  Buf d_x(be, x), d_w(be, w), d_b(be, bias), d_R(be, R), d_out(be, (size_t)N * C);
+  Buf d_mean(be, N), d_rstd(be, N), d_dx(be, dx0), d_dw(be, dw0), d_db(be, db0);
+  be.layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(), N,
+                       C);
+  be.layernorm_backward(d_dx.get(), d_dw.get(), d_db.get(), d_R.get(), d_x.get(), d_w.get(),
+                        d_mean.get(), d_rstd.get(), N, C);
+  auto xx = to_double(x), xw = to_double(w), xb = to_double(bias);
+  auto loss = [&] { return dot(layernorm_d(xx, xw, xb, N, C), R); };
+  check_grad("dinp (accumulated)", d_dx.host(), dx0, xx, loss, rng, k);
+  check_grad("dw (accumulated)", d_dw.host(), dw0, xw, loss, rng, k);
+  check_grad("db (accumulated)", d_db.host(), db0, xb, loss, rng, k);
+}
+
+TEST_F(CpuGrad, Layernorm) {
+  layernorm_grad_case(b(), 10, 12, 1000);  // every element
+  layernorm_grad_case(b(), 37, 200, 60);   // several channel blocks, odd rows
+}
+
+// ---- matmul --------------------------------------------------------------------------
+
+void matmul_grad_case(Backend& be, int N, int C, int OC, bool with_bias, size_t k) {
+  SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC) +
+               (with_bias ? " bias" : " no bias"));
+  Rng rng(13 + N + C + OC);
+  auto inp = randn(rng, (size_t)N * C), w = randn(rng, (size_t)OC * C, 0.3f), bias = randn(rng, OC),
+       R = randn(rng, (size_t)N * OC);
+  auto dw0 = randn(rng, (size_t)OC * C), db0 = randn(rng, OC);
+  Buf d_inp(be, inp), d_w(be, w), d_R(be, R), d_dinp(be, (size_t)N * C), d_dw(be, dw0),
+      d_db(be, db0);
+  d_dinp.fill(kNaN);  // overwritten: must not be read
+  be.matmul_backward(d_dinp.get(), d_dw.get(), with_bias ? d_db.get() : nullptr, d_R.get(),
+                     d_inp.get(), d_w.get(), N, C, OC);
+  auto xi = to_double(inp), xw = to_double(w), xb = to_double(bias);
+  if (!with_bias) xb.clear();
+  auto loss = [&] { return dot(matmul_d(xi, xw, xb, N, C, OC), R); };
+  check_grad("dinp", d_dinp.host(), {}, xi, loss, rng, k);
+  check_grad("dw (accumulated)", d_dw.host(), dw0, xw, loss, rng, k);
+  if (with_bias)
+    check_grad("dbias (accumulated)", d_db.host(), db0, xb, loss, rng, k);
+  else
+    EXPECT_EQ(d_db.host(), db0) << "dbias = null: nothing written";
+}
+
+TEST_F(CpuGrad, Matmul) {
+  matmul_grad_case(b(), 10, 12, 36, true, 1000);  // B*T=10, C=12 -> 3C, every element
+  matmul_grad_case(b(), 7, 13, 19, false, 1000);
+  matmul_grad_case(b(), 37, 50, 150, true, 60);  // threaded sgemm blocks, 3 bias blocks
+  matmul_grad_case(b(), 150, 40, 20, true, 60);  // N split
+}
+
+// out = gelu(inp @ w^T + bias) through the fused epilogue; backward is
+// gelu_backward on pre_gelu followed by matmul_backward.
+TEST_F(CpuGrad, MatmulGelu) {
+  const int N = 10, C = 12, OC = 48;
+  Rng rng(14);
+  auto inp = randn(rng, N * C), w = randn(rng, OC * C, 0.3f), bias = randn(rng, OC),
+       R = randn(rng, N * OC);
+  auto dw0 = randn(rng, OC * C), db0 = randn(rng, OC);
+  Buf d_inp(b(), inp), d_w(b(), w), d_b(b(), bias), d_R(b(), R), d_out(b(), N * OC),
+      d_pre(b(), N * OC), d_dpre(b(), N * OC), d_dinp(b(), N * C), d_dw(b(), dw0), d_db(b(), db0);
+  d_dpre.fill(kNaN);
+  d_dinp.fill(kNaN);
+  be->matmul_forward(d_out.get(), d_pre.get(), d_inp.get(), d_w.get(), d_b.get(), N, C, OC);
+  be->gelu_backward(d_dpre.get(), d_pre.get(), d_R.get(), N * OC);
+  be->matmul_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dpre.get(), d_inp.get(), d_w.get(), N,
+                      C, OC);
+  auto xi = to_double(inp), xw = to_double(w), xb = to_double(bias);
+  auto loss = [&] {
+    auto a = matmul_d(xi, xw, xb, N, C, OC);
+    for (auto& v : a) v = gelu_d(v);
+    return dot(a, R);
+  };
+  check_grad("dinp", d_dinp.host(), {}, xi, loss, rng, 1000);
+  check_grad("dw (accumulated)", d_dw.host(), dw0, xw, loss, rng, 1000);
+  check_grad("dbias (accumulated)", d_db.host(), db0, xb, loss, rng, 1000);
+}
+
+// ---- attention -------------------------------------------------------------------------
+
+void attention_grad_case(Backend& be, int B, int T, int C, int NH, size_t k) {
+  SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
+               " NH=" + std::to_string(NH));
+  Rng rng(15 + B + T + C + NH);
+  auto qkv = randn(rng, (size_t)B * T * 3 * C), R = randn(rng, (size_t)B * T * C);
+  Buf d_qkv(be, qkv), d_R(be, R), d_out(be, (size_t)B * T * C), d_att(be, (size_t)B * NH * T * T),
+      d_dqkv(be, qkv.size());
+  d_dqkv.fill(kNaN);  // fully overwritten
+  be.attention_forward(d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH);
+  be.attention_backward(d_dqkv.get(), d_R.get(), d_qkv.get(), d_att.get(), B, T, C, NH);
+  auto x = to_double(qkv);
+  auto loss = [&] { return dot(attention_d(x, B, T, C, NH), R); };
+  auto got = d_dqkv.host();
+  size_t nan = 0;
+  for (float g : got) nan += std::isnan(g);
+  EXPECT_EQ(nan, 0u) << "every element of dqkv must be written";
+  check_grad("dqkv", got, {}, x, loss, rng, k);
+}
+
+TEST_F(CpuGrad, Attention) {
+  attention_grad_case(b(), 2, 5, 12, 3, 1000);  // every element
+  attention_grad_case(b(), 1, 1, 8, 2, 1000);   // T = 1: dq = dk = 0, dv = dout
+  attention_grad_case(b(), 2, 33, 64, 4, 80);
+}
+
+// ---- gelu ---------------------------------------------------------------------------
+
+TEST_F(CpuGrad, Gelu) {
+  const size_t n = 2000;
+  Rng rng(16);
+  auto x = randn(rng, n, 3.0f), R = randn(rng, n);
+  x[0] = 0.0f;
+  x[1] = -0.7517916f;  // gelu' ~ 0 here (the minimum of gelu)
+  x[2] = -9.0f;
+  x[3] = 12.0f;
+  Buf d_x(b(), x), d_R(b(), R), d_dx(b(), n);
+  d_dx.fill(kNaN);
+  be->gelu_backward(d_dx.get(), d_x.get(), d_R.get(), n);
+  auto xx = to_double(x);
+  auto loss = [&] {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += gelu_d(xx[i]) * R[i];
+    return s;
+  };
+  const auto got = d_dx.host();
+  check_grad("dinp", got, {}, xx, loss, rng, 400);
+  // dinp may alias dout.
+  be->gelu_backward(d_R.get(), d_x.get(), d_R.get(), n);
+  EXPECT_EQ(d_R.host(), got) << "in-place gelu_backward differs";
+}
+
+// ---- classifier ------------------------------------------------------------------------
+
+void classifier_grad_case(Backend& be, int BT, int V, int Vp, float spread, size_t k) {
+  SCOPED_TRACE("BT=" + std::to_string(BT) + " V=" + std::to_string(V) +
+               " Vp=" + std::to_string(Vp));
+  Rng rng(17 + BT + V);
+  auto logits = randn(rng, (size_t)BT * Vp, spread);
+  std::vector<int> tgt(BT);
+  for (auto& t : tgt) t = (int)rng.below(V);
+  IntBuf d_tgt(be, tgt);
+  Buf d_logits(be, logits), d_loss(be, BT);
+  be.classifier(d_logits.get(), d_loss.get(), d_tgt.get(), BT, V, Vp, 1.0f / BT);
+  auto x = to_double(logits);
+  // L = mean over rows of -log softmax(first V logits)[target].
+  auto loss = [&] {
+    double total = 0;
+    for (int r = 0; r < BT; r++) {
+      const double* row = &x[(size_t)r * Vp];
+      double mx = -1e300, s = 0;
+      for (int j = 0; j < V; j++) mx = std::max(mx, row[j]);
+      for (int j = 0; j < V; j++) s += std::exp(row[j] - mx);
+      total += mx + std::log(s) - row[tgt[r]];
+    }
+    return total / BT;
+  };
+  auto got = d_logits.host();
+  // Padded columns do not enter L: their finite difference is 0 and the op
+  // must write exactly 0 there.
+  check_grad("dlogits", got, {}, x, loss, rng, k);
+  for (int r = 0; r < BT; r++)
+    for (int j = V; j < Vp; j++) ASSERT_EQ(got[(size_t)r * Vp + j], 0.0f) << r << "," << j;
+}
+
+TEST_F(CpuGrad, Classifier) {
+  classifier_grad_case(b(), 10, 13, 16, 1.0f, 1000);  // every element, padded columns too
+  classifier_grad_case(b(), 6, 257, 384, 4.0f, 200);
+}
+
+// ---- optimizer -------------------------------------------------------------------------
+
+void adamw_case(Backend& be, size_t n, const AdamWArgs& a, bool with_master) {
+  SCOPED_TRACE("n=" + std::to_string(n) + " wd=" + std::to_string(a.weight_decay) +
+               " grad_scale=" + std::to_string(a.grad_scale) + " step=" + std::to_string(a.step) +
+               (with_master ? " master" : ""));
+  Rng rng(18 + n + a.step);
+  auto p = randn(rng, n), g = randn(rng, n, 0.1f), m = randn(rng, n, 0.01f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = 1e-3f * rng.uniform();
+  // Some untouched moments (g = m = v = 0): the update is weight decay only.
+  for (size_t i = 0; i < n; i += 97) g[i] = m[i] = v[i] = 0.0f;
+  Buf d_p(be, p), d_g(be, g), d_m(be, m), d_v(be, v), d_master(be, p);
+  if (with_master) d_p.fill(kNaN);  // params is output only when a master exists
+  be.adamw(d_p.get(), with_master ? d_master.get() : nullptr, d_g.get(), d_m.get(), d_v.get(), n,
+           a);
+  std::vector<double> rp(n), rm(n), rv(n);
+  const double b1 = a.beta1, b2 = a.beta2;
+  const double bc1 = 1 - std::pow(b1, a.step), bc2 = 1 - std::pow(b2, a.step);
+  for (size_t i = 0; i < n; i++) {
+    const double gi = (double)a.grad_scale * g[i];
+    rm[i] = b1 * m[i] + (1 - b1) * gi;
+    rv[i] = b2 * v[i] + (1 - b2) * gi * gi;
+    const double upd = rm[i] / bc1 / (std::sqrt(rv[i] / bc2) + a.eps) + a.weight_decay * p[i];
+    rp[i] = p[i] - a.lr * upd;
+  }
+  const auto hp = d_p.host(), hm = d_m.host(), hv = d_v.host();
+  int bad = 0;
+  for (size_t i = 0; i < n && bad < 5; i++) {
+    // m and v are each two float products and a sum that may cancel: their
+    // error is a few roundings (3e-7) of the TERMS' size, not of the result.
+    const double gi = (double)a.grad_scale * g[i];
+    const double tol_m = 3e-7 * (b1 * std::fabs(m[i]) + (1 - b1) * std::fabs(gi)) + 1e-30;
+    const double tol_v = 3e-7 * (b2 * v[i] + (1 - b2) * gi * gi) + 1e-30;
+    // p: its own rounding (2^-23 |p|), the m error carried through
+    // lr * m/bc1 / sqrt(vhat), and 1e-5 relative on the whole update for the
+    // remaining roundings (sqrt, divisions).
+    const double sq = std::sqrt(rv[i] / bc2) + a.eps;
+    const double tol_p = 1.2e-7 * std::fabs(rp[i]) + a.lr * tol_m / bc1 / sq +
+                         1e-5 * std::fabs(rp[i] - p[i]) + 1e-30;
+    const bool ok = std::fabs(hm[i] - rm[i]) <= tol_m && std::fabs(hv[i] - rv[i]) <= tol_v &&
+                    std::fabs(hp[i] - rp[i]) <= tol_p;
+    if (!ok) {
+      bad++;
+      ADD_FAILURE() << "[" << i << "] p " << hp[i] << " vs " << rp[i] << ", m " << hm[i] << " vs "
+                    << rm[i] << ", v " << hv[i] << " vs " << rv[i];
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  if (with_master) {
+    EXPECT_EQ(d_master.host(), hp) << "params must equal the FP32 master";
+  }
+}
+
+TEST_F(CpuGrad, AdamW) {
+  AdamWArgs a;
+  a.lr = 1e-2f;  // large enough that the update, not p's rounding, dominates
+  a.beta1 = 0.9f;
+  a.beta2 = 0.95f;
+  a.eps = 1e-8f;
+  a.weight_decay = 0.0f;
+  a.step = 1;
+  a.grad_scale = 1.0f;
+  adamw_case(b(), 1000, a, false);
+  a.weight_decay = 0.1f;
+  a.grad_scale = 0.5f;
+  a.step = 7;
+  adamw_case(b(), 1000, a, false);
+  adamw_case(b(), 100003, a, false);  // threaded, vector body + scalar tail
+  adamw_case(b(), 1001, a, true);     // separate FP32 master
+}
+
+TEST_F(CpuGrad, SumSquares) {
+  Rng rng(19);
+  for (size_t n : {0ul, 1ul, 13ul, 1000ul, 1000003ul}) {
+    auto x = randn(rng, n, 0.7f);
+    Buf d_x(b(), x);
+    long double want = 0;  // 64-bit mantissa: an exact-enough reference
+    for (float f : x) want += (long double)f * f;
+    // Each square is exact in double; only the double additions round: a few
+    // 1e-16 relative per level of the (lanes, chunks) summation tree, growing
+    // like sqrt(n / 1024) along each lane. 1e-12 is ~10x above that.
+    EXPECT_NEAR(be->sum_squares(d_x.get(), n), (double)want, 1e-12 * (double)want) << "n=" << n;
+  }
+}
+
+}  // namespace
+}  // namespace ratchet

@@ -1,0 +1,249 @@
+// `ratchet plan` arithmetic against cases computed by hand (the working is in
+// each comment), and the recompute policies' memory against the model's own
+// activation layout.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "model/gpt.h"
+#include "model/param_layout.h"
+#include "plan/plan.h"
+#include "plan/recompute.h"
+
+using namespace ratchet;
+using namespace ratchet::plan;
+
+namespace {
+
+GPTConfig d12() { return preset_config("d12", 50257, 1024); }
+
+TEST(Plan, Gpt2SmallHas124475904Parameters) {
+  // Vp·C + maxT·C + L·(12C² + 13C) + 2C with Vp 50304, C 768, L 12, maxT 1024:
+  // 38,633,472 + 786,432 + 12·7,087,872 + 1,536 = 124,475,904 (llm.c's count).
+  PlanInputs in;
+  in.cfg = d12();
+  in.steps = 1;
+  Plan p = make_plan(in);
+  EXPECT_EQ(p.n_params, 124475904.0);
+  EXPECT_EQ(nearest_preset(124475904.0, 50257, 1024), "d12");
+  EXPECT_EQ(nearest_preset(1.05 * 124475904.0, 50257, 1024), "d12");
+}
+
+TEST(Plan, ComputeOptimalIsSixNDWithTwentyTokensPerParameter) {
+  // C = 6·N·20N = 120 N²: C = 1.2e20 -> N = 1e9, D = 2e10.
+  ComputeOptimal o = compute_optimal(1.2e20);
+  EXPECT_NEAR(o.params, 1e9, 1e-3);
+  EXPECT_NEAR(o.tokens, 2e10, 1e-2);
+  EXPECT_NEAR(6 * o.params * o.tokens, 1.2e20, 1e8);
+}
+
+TEST(Plan, BudgetChoosesTheNearestPresetAndSpendsTheBudget) {
+  PlanInputs in;
+  in.cfg = d12();
+  in.model_given = false;
+  in.T = 1024;
+  in.budget_flops = 1.2e20;  // optimum N = 1e9
+  Plan p = make_plan(in);
+  EXPECT_TRUE(p.has_budget);
+  EXPECT_EQ(p.in.model_name, p.suggested_preset);
+  EXPECT_EQ(p.suggested_preset, nearest_preset(1e9, 50257, 1024));
+  // the whole budget, but not more: one more step would exceed it
+  const double step_flops = p.flops_per_token * p.tokens_per_step;
+  EXPECT_LE(p.total_flops, 1.2e20);
+  EXPECT_GT(p.total_flops + step_flops, 1.2e20);
+
+  // $100 of H100 at $2/h, MFU 0.5: 50 h · 3600 · 989e12 · 0.5 = 8.901e19 FLOPs
+  in = PlanInputs();
+  in.cfg = d12();
+  in.device = "h100";
+  in.mfu = 0.5;
+  in.price = 2.0;
+  in.budget_money = 100;
+  p = make_plan(in);
+  EXPECT_NEAR(p.budget_flops, 8.901e19, 1e14);
+  EXPECT_NEAR(p.optimal.params, std::sqrt(8.901e19 / 120), 1.0);
+}
+
+TEST(Plan, RingAllReduceMoves2NMinus1OverNOfTheBytes) {
+  // 1 GB over 4 ranks at 10 GB/s: 2·3/4 · 1e9 / 1e10 = 0.15 s
+  EXPECT_NEAR(ring_allreduce_seconds(1e9, 4, 1e10), 0.15, 1e-12);
+  EXPECT_EQ(ring_allreduce_seconds(1e9, 1, 1e10), 0.0);
+  // through make_plan: d12 grads in bf16 (2·124,475,904 bytes) over 8 ranks at
+  // 80 Gb/s = 10 GB/s: 2·7/8 · 248,951,808 / 1e10 = 43.566566 ms
+  PlanInputs in;
+  in.cfg = d12();
+  in.device = "h100";
+  in.world = 8;
+  in.link_gbps = 80;
+  in.steps = 10;
+  Plan p = make_plan(in);
+  EXPECT_NEAR(p.allreduce_s, 0.0435665664, 1e-9);
+  // compute: FLOPs per rank / (peak · MFU) = 7.49214720e8 · 256 / (989e12 · 0.4)
+  // (tokens per step B·T·world = 4·64·8 = 2048, per rank 256)
+  EXPECT_EQ(p.tokens_per_step, 2048);
+  EXPECT_NEAR(p.compute_s, 749214720.0 * 256 / (989e12 * 0.4), 1e-12);
+  EXPECT_NEAR(p.dp_efficiency, p.compute_s / (p.compute_s + p.allreduce_s), 1e-12);
+  EXPECT_NEAR(p.work_hours, 10 * p.step_s / 3600, 1e-15);
+}
+
+TEST(Plan, YoungDalyInterval) {
+  // save 60 s, MTBF 2 h: sqrt(2 · 60 · 7200) = sqrt(864000) = 929.5160 s
+  EXPECT_NEAR(young_daly_seconds(60, 7200), 929.516003, 1e-5);
+  PlanInputs in;
+  in.cfg = d12();
+  in.steps = 1;
+  in.save_seconds = 60;
+  in.preemptions_per_hour = 0.5;
+  Plan p = make_plan(in);
+  EXPECT_TRUE(p.interval_from_young_daly);
+  EXPECT_NEAR(p.interval_s, 929.516003, 1e-5);
+  // default save time: 12 bytes/parameter at 1 GB/s = 1.493710848 s
+  in.save_seconds = 0;
+  p = make_plan(in);
+  EXPECT_NEAR(p.save_s, 1.493710848, 1e-9);
+  EXPECT_NEAR(p.restart_s, p.save_s, 0);
+  // a given interval wins; no preemptions and no interval: no periodic saves
+  in.ckpt_interval_minutes = 30;
+  EXPECT_EQ(make_plan(in).interval_s, 1800);
+  in.ckpt_interval_minutes = 0;
+  in.preemptions_per_hour = 0;
+  p = make_plan(in);
+  EXPECT_EQ(p.interval_s, 0);
+  EXPECT_EQ(p.on_demand.wall_factor, 1.0);
+  EXPECT_EQ(p.spot.wall_factor, 1.0);
+}
+
+TEST(Plan, SpotVersusOnDemandCost) {
+  // 100 h of work on 8 devices at $2/h; checkpoint every 900 s, save 60 s.
+  // on-demand: factor 1 + 60/900 = 1.0666667; 106.6667 h; 853.333 device-h; $1706.67
+  CostEstimate od = on_demand_cost(100, 8, 2.0, 900, 60);
+  EXPECT_NEAR(od.wall_factor, 1.0 + 60.0 / 900, 1e-12);
+  EXPECT_NEAR(od.wall_hours, 106.666667, 1e-5);
+  EXPECT_NEAR(od.device_hours, 853.333333, 1e-5);
+  EXPECT_NEAR(od.cost, 1706.666667, 1e-5);
+  EXPECT_EQ(od.preemptions, 0);
+  // spot at 35%, 0.5 preemptions/h, restart 120 s: each preemption loses
+  // 450 + 120 s; factor 1 + 60/900 + 0.5 · 570/3600 = 1.1458333;
+  // 114.58333 h; 916.6667 device-h; 57.29 preemptions; 916.6667 · 2 · 0.35 = $641.67
+  CostEstimate sp = spot_cost(100, 8, 2.0, 0.35, 0.5, 900, 60, 120);
+  EXPECT_NEAR(sp.wall_factor, 1.1458333333, 1e-9);
+  EXPECT_NEAR(sp.wall_hours, 114.583333, 1e-5);
+  EXPECT_NEAR(sp.device_hours, 916.666667, 1e-5);
+  EXPECT_NEAR(sp.preemptions, 57.2916667, 1e-6);
+  EXPECT_NEAR(sp.cost, 641.666667, 1e-5);
+}
+
+TEST(Plan, MemoryPerRankWithAndWithoutZero1) {
+  const GPTConfig c = d12();
+  const size_t P = 124475904;
+  // cpu (FP32): params and grads 4P each = GPT::param_bytes; no master copy;
+  // m and v 4P each. d12 at B=4, T=64.
+  MemoryPlan m = memory_per_rank(c, 4, 64, 4, 4);
+  EXPECT_EQ(m.params + m.grads, GPT::param_bytes(c, 4));
+  EXPECT_EQ(m.params, 4 * P);
+  EXPECT_EQ(m.master, 0u);
+  EXPECT_EQ(m.adam, 8 * P);
+  // ZeRO-1 over 4: shard of 31,118,976 elements -> m and v 2 · 124,475,904 bytes
+  EXPECT_EQ(m.adam_zero1, 2u * 124475904);
+  EXPECT_EQ(m.activations[0], GPT::activation_bytes(c, 4, 64, 4));
+  EXPECT_EQ(m.total(Recompute::kNone, false), 16 * P + GPT::activation_bytes(c, 4, 64, 4));
+  EXPECT_EQ(m.total(Recompute::kNone, true), 8 * P + 2u * 124475904 +
+                                                 GPT::activation_bytes(c, 4, 64, 4));
+  // GPU (BF16): params, grads 2P each; FP32 master 4P; ZeRO-1 over 3 pads the
+  // shard: ceil(124475904/3) = 41,491,968 elements exactly (divisible), over 5:
+  // ceil = 24,895,181 -> 99,580,724 bytes, rounded up to 64: 99,580,736.
+  MemoryPlan g = memory_per_rank(c, 4, 64, 2, 5);
+  EXPECT_EQ(g.params, 2 * P);
+  EXPECT_EQ(g.master, 4 * P);
+  EXPECT_EQ(g.master_zero1, 99580736u);
+  EXPECT_EQ(g.adam_zero1, 2u * 99580736);
+}
+
+TEST(Plan, RecomputePoliciesDropWhatTheySay) {
+  const GPTConfig c = d12();
+  const size_t none = activation_bytes(c, 4, 64, 4, Recompute::kNone);
+  EXPECT_EQ(none, GPT::activation_bytes(c, 4, 64, 4));
+  // gelu: L · B·T·4C floats = 12 · 256 · 3072 · 4 = 37,748,736 bytes
+  EXPECT_EQ(none - activation_bytes(c, 4, 64, 4, Recompute::kGelu), 37748736u);
+  // gelu+ln: also L · B·T·2C floats = 12 · 256 · 1536 · 4 = 18,874,368 more
+  EXPECT_EQ(activation_bytes(c, 4, 64, 4, Recompute::kGelu) -
+                activation_bytes(c, 4, 64, 4, Recompute::kGeluLn),
+            18874368u);
+  EXPECT_LT(activation_bytes(c, 4, 64, 4, Recompute::kBlocks),
+            activation_bytes(c, 4, 64, 4, Recompute::kGeluLn));
+  EXPECT_GT(recompute_flops_per_token(c, 64, Recompute::kBlocks), 0.0);
+  EXPECT_EQ(recompute_flops_per_token(c, 64, Recompute::kGeluLn), 0.0);
+  EXPECT_EQ(parse_recompute("gelu+ln"), Recompute::kGeluLn);
+  EXPECT_THROW(parse_recompute("most"), Error);
+}
+
+// block_act_bytes must describe the model's real per-layer layout: adding a
+// layer to the model adds exactly one block's bytes (odd shapes, so 64-byte
+// rounding matters), and "blocks" on one layer keeps everything.
+TEST(Plan, BlockBytesMatchTheModelLayout) {
+  for (int sb : {4, 2}) {
+    for (auto [B, T] : {std::pair{4, 64}, std::pair{3, 17}, std::pair{1, 5}}) {
+      GPTConfig a;
+      a.num_layers = 1;
+      a.num_heads = 3;
+      a.channels = 36;
+      a.vocab_size = 201;
+      a.max_seq_len = 64;
+      a.padded_vocab = 0;
+      a.finalize();
+      GPTConfig b = a;
+      b.num_layers = 2;
+      EXPECT_EQ(GPT::activation_bytes(b, B, T, sb) - GPT::activation_bytes(a, B, T, sb),
+                block_act_bytes(a, B, T, sb).total)
+          << "sb " << sb << " B " << B << " T " << T;
+      EXPECT_EQ(activation_bytes(a, B, T, sb, Recompute::kBlocks),
+                activation_bytes(a, B, T, sb, Recompute::kNone));
+    }
+  }
+}
+
+TEST(Plan, StepsFromTokensOrDefaultTwentyPerParameter) {
+  PlanInputs in;
+  in.cfg = d12();
+  in.tokens = 1000;  // 256 tokens per step -> ceil(1000/256) = 4 steps
+  Plan p = make_plan(in);
+  EXPECT_EQ(p.steps, 4);
+  EXPECT_EQ(p.tokens, 1024);
+  in.tokens = 0;  // 20 · 124,475,904 = 2,489,518,080 tokens = 9,724,680 steps exactly
+  p = make_plan(in);
+  EXPECT_EQ(p.steps, 9724680);
+  EXPECT_NEAR(p.tokens_per_param, 20.0, 1e-12);
+}
+
+TEST(Plan, BadInputsNameTheFlag) {
+  PlanInputs in;
+  in.cfg = d12();
+  auto msg = [&](PlanInputs x) {
+    try {
+      make_plan(x);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  PlanInputs x = in;
+  x.device = "tpu";
+  EXPECT_NE(msg(x).find("--device"), std::string::npos);
+  x = in;
+  x.total_batch_tokens = 1000;
+  EXPECT_NE(msg(x).find("--total-batch-tokens"), std::string::npos);
+  x = in;
+  x.budget_flops = 1e20;
+  x.budget_money = 10;
+  EXPECT_NE(msg(x).find("at most one"), std::string::npos);
+  x = in;
+  x.budget_flops = 1e20;
+  x.steps = 3;
+  EXPECT_NE(msg(x).find("budget"), std::string::npos);
+  x = in;
+  x.T = 2048;
+  EXPECT_NE(msg(x).find("--max-seq-len"), std::string::npos);
+}
+
+}  // namespace
