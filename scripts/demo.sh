@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 run=${RATCHET_DEMO_DIR:-$root/demo-run}
 
-if [ "$(id -u)" -eq 0 ]; then scripts/install-deps.sh; else sudo scripts/install-deps.sh; fi
+if [ "$(id -u)" -eq 0 ]; then scripts/install-deps.sh demo; else sudo scripts/install-deps.sh demo; fi
 # The demo needs only the CPU trainer: skip the CUDA build to save minutes.
 RATCHET_BUILD_DIR=build-demo RATCHET_BUILD_TARGETS=ratchet scripts/build.sh \
   -DRATCHET_CUDA=OFF -DRATCHET_KERNELS=OFF -DRATCHET_TESTS=OFF -DRATCHET_BENCH=OFF

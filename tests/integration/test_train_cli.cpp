@@ -20,12 +20,8 @@ class TrainCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new TempDir();
-    auto r = run_shell("bible -f 'Gen1:1-Gen11:32' > " + (*dir_ / "gen.txt"));
-    ASSERT_EQ(r.exit_code, 0) << "bible-kjv is installed by scripts/install-deps.sh\n"
-                              << r.output;
-    r = run_ratchet("shard --tokenizer byte --input " + (*dir_ / "gen.txt") + " --output-dir " +
-                    (*dir_ / "data") + " --val-fraction 0.1 --seed 1");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string err = shard_bible(*dir_, "Gen1:1-Gen11:32");
+    ASSERT_EQ(err, "");
   }
   static void TearDownTestSuite() { delete dir_; }
   static std::string data_flags() {

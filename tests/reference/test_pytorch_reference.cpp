@@ -59,17 +59,7 @@ double nmse_d(const float* a, const double* ref, size_t n) {
 class PyTorchReference : public ::testing::Test {
  protected:
   // L=2, NH=4, C=32, V=61 (Vp=128), B=3, T=11: odd sizes, padded vocab, >1 head.
-  GPTConfig cfg() {
-    GPTConfig c;
-    c.num_layers = 2;
-    c.num_heads = 4;
-    c.channels = 32;
-    c.vocab_size = 61;
-    c.padded_vocab = 0;
-    c.max_seq_len = 16;
-    c.finalize();
-    return c;
-  }
+  GPTConfig cfg() { return tiny_config(2, 4, 32, 61, 16); }
   // Weights larger than GPT-2's init (std 0.1, LayerNorm gains 1 ± 0.1, non-zero
   // biases), so every gradient is far from zero and every path is exercised.
   std::vector<float> params(const GPTConfig& c) {

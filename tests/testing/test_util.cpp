@@ -55,6 +55,15 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+std::string shard_bible(const TempDir& dir, const std::string& passage) {
+  auto r = run_shell("bible -f '" + passage + "' > " + (dir / "corpus.txt"));
+  if (r.exit_code != 0) return "bible-kjv (installed by scripts/install-deps.sh) failed:\n" + r.output;
+  r = run_ratchet("shard --tokenizer byte --input " + (dir / "corpus.txt") + " --output-dir " +
+                  (dir / "data") + " --val-fraction 0.1 --seed 1");
+  if (r.exit_code != 0) return "ratchet shard failed:\n" + r.output;
+  return "";
+}
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -25,6 +25,11 @@ RunResult run_ratchet(const std::string& args);
 RunResult run_shell(const std::string& cmd);
 
 void write_file(const std::string& path, const std::string& text);
+
+// Shards a passage of the King James Bible (Debian's bible-kjv, e.g.
+// "Gen1:1-Gen5:32") with the byte tokenizer into DIR/data/{train,val}_*.h5
+// (10% validation). Returns "" on success, else what failed.
+std::string shard_bible(const TempDir& dir, const std::string& passage);
 std::string read_file(const std::string& path);
 
 // Wall-clock seconds (steady clock).

@@ -8,15 +8,17 @@
 
 namespace ratchet::testing {
 
-// L=2, NH=2, C=16, V=37 (Vp=128), maxT=16: every code path, milliseconds to run.
-inline GPTConfig tiny_config() {
+// A small GPT-2 shape; the defaults (L=2, NH=2, C=16, V=37 -> Vp=128, maxT=16)
+// reach every code path and run in milliseconds.
+inline GPTConfig tiny_config(int layers = 2, int heads = 2, int channels = 16, int vocab = 37,
+                             int max_seq_len = 16) {
   GPTConfig c;
-  c.num_layers = 2;
-  c.num_heads = 2;
-  c.channels = 16;
-  c.vocab_size = 37;
+  c.num_layers = layers;
+  c.num_heads = heads;
+  c.channels = channels;
+  c.vocab_size = vocab;
   c.padded_vocab = 0;
-  c.max_seq_len = 16;
+  c.max_seq_len = max_seq_len;
   c.finalize();
   return c;
 }
