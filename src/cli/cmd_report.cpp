@@ -69,8 +69,11 @@ std::string json_value(const report::JsonValue& v) {
   return "null";
 }
 
+// For the table: strings bare, numbers to 6 significant digits.
 std::string ledger_value(const report::JsonValue& v) {
-  return v.kind == report::JsonValue::kString ? v.text : json_value(v);
+  if (v.kind == report::JsonValue::kString) return v.text;
+  if (v.kind == report::JsonValue::kNumber) return num(v.number, "%.6g");
+  return json_value(v);
 }
 
 }  // namespace

@@ -47,6 +47,9 @@ const std::vector<Device>& devices() {
 const Device& find_device(const std::string& name) {
   for (const Device& d : devices())
     if (name == d.name) return d;
+  if (name == "cuda" || name == "auto" || name == "simt")
+    fail("--device ", name, " names `ratchet train`'s backend; `ratchet plan` needs the "
+         "hardware: a100, h100 or h200 (or cpu), e.g. --device h100 after --config");
   fail("--device '", name, "' is unknown: use cpu, a100, h100 or h200 (or give --peak-tflops "
        "with the closest one)");
 }

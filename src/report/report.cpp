@@ -177,11 +177,18 @@ std::string gnuplot_script(const RunLog& log, const std::string& title,
   o << "EOD\n";
   const Summary s = summarize(log);
 
+  // One step axis for both panels: from the first record to the last.
+  double x0 = INFINITY, x1 = -INFINITY;
+  for (const auto& r : log.steps) x0 = std::min(x0, r.step), x1 = std::max(x1, r.step);
+  for (const auto& e : log.evals) x0 = std::min(x0, e.step), x1 = std::max(x1, e.step);
+  if (x1 <= x0) x1 = x0 + 1;  // one step: a visible range
   std::ostringstream plots;
   plots << "set multiplot layout " << (log.steps.empty() ? 1 : 2) << ",1 title " << gq(title) << "\n"
         << "set grid lc rgb '#dddddd'\n"
+        << "set lmargin 12\n"  // the two panels' plot areas aligned
         << "set key top right box opaque\n"
         << "set xlabel 'step'\n"
+        << "set xrange [" << x0 << ":" << x1 << "]\n"
         << "set ylabel 'loss (nats/token)'\n"
         << "set title 'loss'\n";
   std::vector<std::string> loss_curves;
@@ -201,7 +208,8 @@ std::string gnuplot_script(const RunLog& log, const std::string& title,
   plots << "plot ";
   for (size_t i = 0; i < loss_curves.size(); i++) plots << (i ? ", \\\n     " : "") << loss_curves[i];
   plots << "\n";
-  plots << "set title 'throughput'\n"
+  plots << "set key bottom right box opaque\n"
+        << "set title 'throughput'\n"
         << "set ylabel 'tokens/s'\n"
         << "set yrange [0:*]\n";
   if (!log.steps.empty()) {

@@ -1,8 +1,8 @@
 // CpuBackend construction, memory, per-thread scratch and the sgemm helper.
 //
 // Memory: alloc() returns 64-byte-aligned, zero-filled host memory (size
-// rounded up to 64 bytes); uploads and downloads are plain copies since the
-// storage dtype is FP32.
+// rounded up to 64 bytes), counted per block for bytes_in_use(); uploads and
+// downloads are plain copies since the storage dtype is FP32.
 //
 // gemm(): C (M,N) = alpha op(A) op(B) + beta C (row-major, cblas conventions).
 // The larger of M and N is cut into one contiguous block per OpenMP thread

@@ -12,8 +12,9 @@
 //   cpu_elementwise.cpp GELU (forward, backward) and the residual add
 //   cpu_classifier.cpp  fused softmax + cross-entropy (+ its gradient)
 //   cpu_optim.cpp       AdamW and the sum of squares (gradient norm)
+//   cpu_math.h          vectorisable exp and GELU shared by the above
 //
-// Threads: every parallel region runs on exactly `threads()` OpenMP threads
+// Threads: every parallel region runs on at most `threads()` OpenMP threads
 // with schedule(static), and every reduction has a fixed order, so each op is
 // bit-identical run to run for a fixed thread count. OpenBLAS is used
 // single-threaded inside OpenMP regions (one thread pool, no oversubscription

@@ -1,0 +1,146 @@
+// `ratchet plan` through the real binary: the table, the JSON figures for
+// hand-checked cases, budgets, INI files shared with `ratchet train`, and bad
+// input (exit code 2 with the flag named).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "testing/test_util.h"
+
+using namespace ratchet::testing;
+
+namespace {
+
+// The number after "key": inside the object "section": {...} of a JSON text.
+double json_number(const std::string& json, const std::string& section, const std::string& key) {
+  size_t p = json.find("\"" + section + "\": {");
+  if (p == std::string::npos) return NAN;
+  p = json.find("\"" + key + "\": ", p);
+  if (p == std::string::npos) return NAN;
+  return std::stod(json.substr(p + key.size() + 4));
+}
+
+std::string json_string(const std::string& json, const std::string& key) {
+  size_t p = json.find("\"" + key + "\": \"");
+  if (p == std::string::npos) return "";
+  p += key.size() + 5;
+  return json.substr(p, json.find('"', p) - p);
+}
+
+void expect_usage_error(const RunResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << "message lacks '" << needle << "':\n"
+                                                      << r.output;
+}
+
+TEST(PlanCli, TablePrintsEverySection) {
+  auto r = run_ratchet("plan --model d12 --device h100 --world-size 8 --batch-size 16 "
+                       "--seq-len 1024 --link-gbps 400");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"124.48M parameters (124,475,904)", "compute-optimal", "nearest preset d12",
+                        "memory per rank", "ZeRO-1 over 8", "master weights (fp32)", "gelu+ln",
+                        "blocks", "all-reduce", "data-parallel efficiency", "Young/Daly",
+                        "on-demand", "spot", "expected preemptions", "cost"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << "missing '" << s << "':\n" << r.output;
+}
+
+TEST(PlanCli, JsonFiguresForD12) {
+  // d12, cpu, B=4, T=64, 1 rank: params 124,475,904; FP32 params and grads
+  // 497,903,616 bytes each; m+v 995,807,232; 20 tokens/parameter =
+  // 2,489,518,080 tokens = 9,724,680 steps of 256 tokens.
+  auto r = run_ratchet("plan --model d12 --batch-size 4 --seq-len 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string& j = r.output;
+  EXPECT_EQ(j.front(), '{');
+  EXPECT_EQ(json_number(j, "model", "params"), 124475904);
+  EXPECT_EQ(json_number(j, "memory", "params_bytes"), 497903616);
+  EXPECT_EQ(json_number(j, "memory", "grads_bytes"), 497903616);
+  EXPECT_EQ(json_number(j, "memory", "master_bytes"), 0);
+  EXPECT_EQ(json_number(j, "memory", "adam_bytes"), 995807232);
+  EXPECT_EQ(json_number(j, "compute", "tokens"), 2489518080.0);
+  EXPECT_EQ(json_number(j, "compute", "steps"), 9724680);
+  // gelu drops L·B·T·4C floats = 37,748,736 bytes from "none"
+  EXPECT_EQ(json_number(j, "activations_bytes", "none") -
+                json_number(j, "activations_bytes", "gelu"),
+            37748736);
+  // one rank: no all-reduce, full efficiency
+  EXPECT_EQ(json_number(j, "time", "allreduce_s"), 0);
+  EXPECT_EQ(json_number(j, "time", "dp_efficiency"), 1);
+}
+
+TEST(PlanCli, AllReduceAndCostForGivenRates) {
+  // 8 x h100, bf16 grads 248,951,808 bytes at 80 Gb/s (10 GB/s):
+  // 2·7/8 · 248951808 / 1e10 = 0.0435665664 s. Save 60 s, 0.5 preemptions/h:
+  // Young/Daly interval sqrt(2·60·7200) = 929.516 s.
+  auto r = run_ratchet("plan --model d12 --device h100 --world-size 8 --link-gbps 80 "
+                       "--steps 1000 --save-seconds 60 --preemptions-per-hour 0.5 "
+                       "--restart-seconds 120 --price-per-device-hour 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string& j = r.output;
+  EXPECT_NEAR(json_number(j, "time", "allreduce_s"), 0.0435665664, 1e-9);
+  EXPECT_NEAR(json_number(j, "checkpoint", "interval_s"), 929.516003, 1e-5);
+  // spot factor: 1 + 60/929.516 + 0.5 · (464.758 + 120)/3600
+  const double work = json_number(j, "time", "work_hours");
+  const double f = 1 + 60 / 929.516003 + 0.5 * (929.516003 / 2 + 120) / 3600;
+  EXPECT_NEAR(json_number(j, "spot", "wall_factor"), f, 1e-8);
+  EXPECT_NEAR(json_number(j, "spot", "cost"), work * f * 8 * 2 * 0.35, 1e-6);
+  EXPECT_NEAR(json_number(j, "on_demand", "cost"), work * (1 + 60 / 929.516003) * 8 * 2, 1e-6);
+  // ZeRO-1 over 8: fp32 master, m, v each ceil(P/8)·4 = 62,237,952 bytes
+  EXPECT_EQ(json_number(j, "memory", "master_zero1_bytes"), 62237952);
+  EXPECT_EQ(json_number(j, "memory", "adam_zero1_bytes"), 2 * 62237952.0);
+}
+
+TEST(PlanCli, BudgetPicksAModel) {
+  // $500 at $1.8/h on an A100 at MFU 0.4: 277.8 h · 3600 · 312e12 · 0.4 = 1.248e20
+  // FLOPs -> N = sqrt(C/120) = 1.02e9 parameters.
+  auto r = run_ratchet("plan --budget-money 500 --device a100 --price-per-device-hour 1.8 "
+                       "--seq-len 1024 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NEAR(json_number(r.output, "compute", "budget_flops"), 500 / 1.8 * 3600 * 312e12 * 0.4,
+              1e10);
+  EXPECT_NEAR(json_number(r.output, "compute", "optimal_params"), 1.0198e9, 1e6);
+  EXPECT_NE(r.output.find("\"from_budget\": true"), std::string::npos);
+  EXPECT_EQ(json_string(r.output, "name"), json_string(r.output, "suggested_preset"));
+  EXPECT_LE(json_number(r.output, "compute", "total_flops"),
+            json_number(r.output, "compute", "budget_flops"));
+  // with --model the budget only sets the tokens
+  r = run_ratchet("plan --model d6 --budget-flops 1e18 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(json_string(r.output, "name"), "d6");
+}
+
+TEST(PlanCli, ReadsATrainingRunsIniFile) {
+  TempDir d;
+  write_file(d / "run.ini",
+             "model = custom\nlayers = 2\nheads = 2\nchannels = 64\nvocab-size = 257\n"
+             "max-seq-len = 64\nseq-len = 32\nbatch-size = 4\nsteps = 50\nlr = 1e-3\n"
+             "train-data = data/train_*.h5\ndevice = cuda\n");
+  // train's --device names a backend: the command line's hardware wins
+  auto r = run_ratchet("plan --config " + (d / "run.ini") + " --device h100 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(json_number(r.output, "model", "layers"), 2);
+  EXPECT_EQ(json_number(r.output, "model", "padded_vocab"), 384);
+  EXPECT_EQ(json_number(r.output, "compute", "steps"), 50);
+  // 384·64 + 64·64 + 2·(12·64² + 13·64) + 2·64 = 128,768 (as the export test counts)
+  EXPECT_EQ(json_number(r.output, "model", "params"), 128768);
+}
+
+TEST(PlanCli, HelpAndBadInput) {
+  auto r = run_ratchet("plan --help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.output.find("examples:"), std::string::npos);
+  EXPECT_NE(r.output.find("--budget-money"), std::string::npos);
+  expect_usage_error(run_ratchet("plan --device tpu"), "--device");
+  expect_usage_error(run_ratchet("plan --device cuda"), "h100");  // train's backend name
+  expect_usage_error(run_ratchet("plan --model d12 --total-batch-tokens 1000"),
+                     "--total-batch-tokens");
+  expect_usage_error(run_ratchet("plan --budget-flops 1e20 --steps 5"), "budget");
+  expect_usage_error(run_ratchet("plan --budget-flops -1"), "--budget-flops");
+  expect_usage_error(run_ratchet("plan --model custom --layers 2"), "--channels");
+  expect_usage_error(run_ratchet("plan --model e12"), "preset");
+  expect_usage_error(run_ratchet("plan --recompute most"), "--recompute");
+  expect_usage_error(run_ratchet("plan --no-such-flag"), "no-such-flag");
+}
+
+}  // namespace
