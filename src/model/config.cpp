@@ -41,6 +41,12 @@ GPTConfig preset_config(const std::string& name, int vocab_size, int max_seq_len
   c.num_layers = depth;
   c.num_heads = depth;
   c.channels = 64 * depth;
+  switch (depth) {  // GPT-2's published sizes
+    case 24: c.num_heads = 16; c.channels = 1024; break;
+    case 36: c.num_heads = 20; c.channels = 1280; break;
+    case 48: c.num_heads = 25; c.channels = 1600; break;
+    default: break;
+  }
   c.vocab_size = vocab_size;
   c.padded_vocab = pad_vocab(vocab_size);
   c.max_seq_len = max_seq_len;

@@ -1,7 +1,9 @@
 // GPT-2 model shape.
 //
-// Presets follow llm.c's depth naming: dN = N layers with channels 64·N and
-// heads N (d12 = GPT-2 124M, d24 = 350M, d36 = 774M, d48 = 1.5B).
+// Presets follow llm.c's depth naming: dN has N layers. The four GPT-2 sizes
+// use GPT-2's own widths: d12 = 124M (768 channels, 12 heads), d24 = 350M
+// (1024, 16), d36 = 774M (1280, 20), d48 = 1.5B (1600, 25). Any other depth
+// uses 64·N channels and N heads (d6 = 384 channels, 6 heads).
 #pragma once
 #include <cstdint>
 #include <string>

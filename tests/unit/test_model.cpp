@@ -23,6 +23,17 @@ TEST(ParamLayout, Gpt2SmallMatchesLlmc) {
   EXPECT_EQ(ParamLayout(c).total, 124475904u);
 }
 
+TEST(ParamLayout, Gpt2PresetSizes) {
+  // GPT-2 medium/large/XL with Vp = 50304 (llm.c's counts).
+  EXPECT_EQ(ParamLayout(preset_config("d24", 50257, 1024)).total, 354871296u);
+  // Vp·C + maxT·C + L·(12C² + 13C) + 2C with C = 1280, L = 36
+  EXPECT_EQ(ParamLayout(preset_config("d36", 50257, 1024)).total, 774090240u);
+  EXPECT_EQ(ParamLayout(preset_config("d48", 50257, 1024)).total, 1557686400u);
+  GPTConfig d6 = preset_config("d6", 257, 256);
+  EXPECT_EQ(d6.channels, 384);
+  EXPECT_EQ(d6.num_heads, 6);
+}
+
 TEST(ParamLayout, OffsetsAreContiguousInLlmcOrder) {
   ParamLayout lay(tiny_config());
   for (int i = 1; i < kNumParamTensors; i++)
