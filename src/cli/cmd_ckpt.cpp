@@ -166,13 +166,8 @@ int cmd_ckpt(int argc, char** argv) {
   po::positional_options_description pos;
   pos.add("action", 1).add("target", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "ratchet ckpt: error: %s\n(see `ratchet ckpt --help`)\n", e.what());
+  if (!parse_options(argc, argv, desc, vm, "ckpt", &pos, true))
     return kExitUsage;
-  }
   if (vm.count("help") || action.empty()) {
     std::cout << kUsage;
     return action.empty() && !vm.count("help") ? kExitUsage : kExitOk;

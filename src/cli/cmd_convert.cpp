@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/options_util.h"
 #include "core/error.h"
 #include "data/llmc_tokens.h"
 #include "data/sha256.h"
@@ -39,13 +40,8 @@ int cmd_convert(int argc, char** argv) {
   po::positional_options_description pos;
   pos.add("files", -1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "ratchet convert: error: %s\n(see `ratchet convert --help`)\n", e.what());
+  if (!parse_options(argc, argv, desc, vm, "convert", &pos, true))
     return kExitUsage;
-  }
   if (vm.count("help")) {
     std::cout << desc << R"(
 llm.c's format: a 256 x int32 header (magic 20240520, version 1, token count)

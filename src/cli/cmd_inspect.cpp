@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/options_util.h"
 #include "core/error.h"
 #include "data/progress.h"
 #include "data/shard_reader.h"
@@ -35,13 +36,8 @@ int cmd_inspect(int argc, char** argv) {
   po::positional_options_description pos;
   pos.add("shard", -1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "ratchet inspect: error: %s\n(see `ratchet inspect --help`)\n", e.what());
+  if (!parse_options(argc, argv, desc, vm, "inspect", &pos, true))
     return kExitUsage;
-  }
   if (vm.count("help")) {
     std::cout << desc << R"(
 Examples:

@@ -94,12 +94,8 @@ int cmd_report(int argc, char** argv) {
   po::positional_options_description pos;
   pos.add("run-dir", 1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "ratchet report: error: %s\n(see `ratchet report --help`)\n", e.what());
+  if (!parse_options(argc, argv, desc, vm, "report", &pos, false))
     return kExitUsage;
-  }
   if (vm.count("help")) {
     std::cout << "usage: ratchet report RUN_DIR [options]\n\nSummarises a training run (its "
                  "JSONL log and cost ledger) and plots loss and\nthroughput against step as "

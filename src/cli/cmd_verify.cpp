@@ -26,13 +26,8 @@ int cmd_verify(int argc, char** argv) {
   po::positional_options_description pos;
   pos.add("shard", -1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(argc, argv).options(desc).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    std::fprintf(stderr, "ratchet verify: error: %s\n(see `ratchet verify --help`)\n", e.what());
+  if (!parse_options(argc, argv, desc, vm, "verify", &pos, true))
     return kExitUsage;
-  }
   if (vm.count("help")) {
     std::cout << desc << R"(
 Checks every shard: HDF5 schema and attributes (format, format_version,

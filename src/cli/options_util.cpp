@@ -10,9 +10,14 @@ namespace po = boost::program_options;
 namespace ratchet {
 
 bool parse_options(int argc, char** argv, const po::options_description& desc,
-                   po::variables_map& vm, const char* cmd) {
+                   po::variables_map& vm, const char* cmd,
+                   const po::positional_options_description* pos, bool notify) {
   try {
-    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+    po::command_line_parser parser(argc, argv);
+    parser.options(desc);
+    if (pos) parser.positional(*pos);
+    po::store(parser.run(), vm);
+    if (notify) po::notify(vm);
     return true;
   } catch (const po::error& e) {
     std::fprintf(stderr, "ratchet %s: error: %s\n(see `ratchet %s --help`)\n", cmd, e.what(),

@@ -6,10 +6,13 @@
 
 namespace ratchet {
 
-// Parses argv into vm (no notify). On a parse error prints
-// "ratchet CMD: error: ..." with a --help hint and returns false.
+// Parses argv into vm, with positional arguments when `pos` is given, and
+// calls notify when asked. On an error prints "ratchet CMD: error: ..." with a
+// --help hint and returns false.
 bool parse_options(int argc, char** argv, const boost::program_options::options_description& desc,
-                   boost::program_options::variables_map& vm, const char* cmd);
+                   boost::program_options::variables_map& vm, const char* cmd,
+                   const boost::program_options::positional_options_description* pos = nullptr,
+                   bool notify = false);
 // Adds an INI file's values to vm (the command line, stored first, wins).
 // Throws Error naming the file and the bad key or value.
 void parse_config_file(const std::string& path,

@@ -24,9 +24,13 @@
 
 #include "backend/backend.h"
 #include "core/rng.h"
+#include "testing/backend_buffers.h"
 
 namespace ratchet {
 namespace {
+
+using testing::IntBuf;
+using testing::randn;
 
 constexpr double kH = 1e-5;
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -67,27 +71,6 @@ class Buf {
   float* p_;
 };
 
-class IntBuf {
- public:
-  IntBuf(Backend& be, const std::vector<int>& v) : be_(be) {
-    p_ = static_cast<int*>(be.alloc(v.size() * sizeof(int)));
-    be.upload_bytes(p_, v.data(), v.size() * sizeof(int));
-  }
-  ~IntBuf() { be_.release(p_); }
-  IntBuf(const IntBuf&) = delete;
-  IntBuf& operator=(const IntBuf&) = delete;
-  const int* get() const { return p_; }
-
- private:
-  Backend& be_;
-  int* p_;
-};
-
-std::vector<float> randn(Rng& rng, size_t n, float scale = 1.0f, float offset = 0.0f) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = offset + scale * rng.normal();
-  return v;
-}
 
 std::vector<double> to_double(const std::vector<float>& v) {
   return std::vector<double>(v.begin(), v.end());

@@ -17,9 +17,13 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_math.h"
 #include "core/rng.h"
+#include "testing/backend_buffers.h"
 
 namespace ratchet {
 namespace {
+
+using testing::IntBuf;
+using testing::randn;
 
 constexpr size_t kGuard = 16;                // sentinel floats after each buffer
 constexpr uint32_t kSentinel = 0x7FA5A5A5u;  // a NaN payload no op produces
@@ -60,28 +64,6 @@ class Buf {
   float* p_;
 };
 
-// Integer buffer (tokens, targets) in backend memory.
-class IntBuf {
- public:
-  IntBuf(Backend& be, const std::vector<int>& v) : be_(be) {
-    p_ = static_cast<int*>(be.alloc(v.size() * sizeof(int)));
-    be.upload_bytes(p_, v.data(), v.size() * sizeof(int));
-  }
-  ~IntBuf() { be_.release(p_); }
-  IntBuf(const IntBuf&) = delete;
-  IntBuf& operator=(const IntBuf&) = delete;
-  const int* get() const { return p_; }
-
- private:
-  Backend& be_;
-  int* p_;
-};
-
-std::vector<float> randn(Rng& rng, size_t n, float scale = 1.0f, float offset = 0.0f) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = offset + scale * rng.normal();
-  return v;
-}
 
 // Integers uniform in [-k, k], as floats.
 std::vector<float> randint(Rng& rng, size_t n, int k) {
