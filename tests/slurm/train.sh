@@ -95,6 +95,19 @@ case $name in
     expect_log "stopping at step [0-9]+: SIGUSR1 received"
     expect_log "resume: continuing from step [0-9]+"
     same_as_reference
+    # The cost ledger summed across the Slurm requeue: one preemption, one
+    # resume, nothing recomputed (the stop saved), every step's tokens once.
+    ledger_is() {
+      local v
+      v=$(sed -n "s/.*\"$1\": \([0-9.e+-]*\).*/\1/p" ckpt/ledger.json | head -n1)
+      awk -v a="$v" -v b="$2" 'BEGIN { exit !(a == b) }' || fail "ledger $1 = $v, expected $2"
+    }
+    ledger_is preemptions 1
+    ledger_is resumes 1
+    ledger_is steps_lost 0
+    ledger_is tokens $((steps * 256))
+    ledger_is state 1
+    log "ledger: 1 preemption, 1 resume, $((steps * 256)) tokens, as expected"
     ;;
   requeue)
     reference
