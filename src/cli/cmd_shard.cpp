@@ -32,6 +32,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/dedup.h"
+#include "data/json_lite.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/parallel_tokenize.h"
 #include "data/progress.h"
@@ -166,23 +167,6 @@ void prepare_output_dir(const std::string& dir, bool overwrite) {
   for (const auto& p : stale_tmp) fs::remove(p, ec);
 }
 
-std::string json_string(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += (char)c;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      o += buf;
-    } else {
-      o += (char)c;
-    }
-  }
-  return o + "\"";
-}
-
 }  // namespace
 
 int cmd_shard(int argc, char** argv) {
@@ -303,9 +287,9 @@ int cmd_shard(int argc, char** argv) {
     std::ofstream rep(report, std::ios::trunc);
     if (!rep) fail("cannot write --dedup-report '", report, "': ", std::strerror(errno));
     for (const DedupRemoval& m : r.removals) {
-      rep << "{\"removed\": " << json_string(corpus.where(corpus.documents[m.doc]))
+      rep << "{\"removed\": " << json::quote(corpus.where(corpus.documents[m.doc]))
           << ", \"reason\": \"" << (m.near ? "near" : "exact") << "\", \"kept\": "
-          << json_string(corpus.where(corpus.documents[m.kept]));
+          << json::quote(corpus.where(corpus.documents[m.kept]));
       if (m.near) rep << ", \"jaccard\": " << m.similarity;
       rep << "}\n";
     }

@@ -1,5 +1,7 @@
 #include "data/json_lite.h"
 
+#include <cstdio>
+
 #include <cstring>
 
 namespace ratchet::json {
@@ -207,6 +209,23 @@ std::optional<std::string> string_field(std::string_view line, const std::string
   });
   p.expect_end();
   return value;
+}
+
+std::string quote(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += (char)c;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      o += buf;
+    } else {
+      o += (char)c;
+    }
+  }
+  return o + "\"";
 }
 
 }  // namespace ratchet::json

@@ -56,4 +56,8 @@ std::optional<std::string> string_field(std::string_view line, const std::string
 // Appends the UTF-8 encoding of code point `cp` to `out`.
 void append_utf8(std::string& out, uint32_t cp);
 
+// s as a JSON string literal (quotes, backslashes and control bytes escaped;
+// other bytes, UTF-8 included, copied).
+std::string quote(const std::string& s);
+
 }  // namespace ratchet::json

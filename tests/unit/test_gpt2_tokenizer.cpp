@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/gpt2_pretokenize.h"
+#include "data/json_lite.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/tokenizer.h"
 #include "testing/test_util.h"
@@ -32,28 +33,11 @@ namespace {
 
 const std::string kDir = default_gpt2_dir();
 
-std::string json_quote(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += (char)c;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      o += buf;
-    } else {
-      o += (char)c;
-    }
-  }
-  return o + "\"";
-}
-
 // Token ids of each string by the JavaScript reference encoder.
 std::vector<std::vector<uint32_t>> js_encode(const std::vector<std::string>& texts) {
   TempDir dir;
   std::string in = "[";
-  for (size_t i = 0; i < texts.size(); i++) in += (i ? ",\n" : "") + json_quote(texts[i]);
+  for (size_t i = 0; i < texts.size(); i++) in += (i ? ",\n" : "") + json::quote(texts[i]);
   write_file(dir / "in.json", in + "]");
   RunResult r = run_shell("node " + std::string(RATCHET_TESTS_DIR) + "/data/gpt2_reference.js " +
                           kDir + " " + (dir / "in.json") + " > " + (dir / "out.txt"));
@@ -93,7 +77,7 @@ void expect_same_as_js(const std::vector<std::string>& texts) {
       std::ostringstream g, w;
       for (auto v : got) g << v << ' ';
       for (auto v : want[i]) w << v << ' ';
-      ADD_FAILURE() << "text " << i << ": " << json_quote(texts[i]) << "\n  ours: " << g.str()
+      ADD_FAILURE() << "text " << i << ": " << json::quote(texts[i]) << "\n  ours: " << g.str()
                     << "\n  js:   " << w.str();
     }
   }
