@@ -17,10 +17,15 @@ namespace {
 
 constexpr const char* kRemake = "make shards with `ratchet shard`";
 
+// An open scalar attribute and its file type.
+struct ScalarAttr {
+  H5Handle attr, type;
+};
+
 // nullopt when the attribute is absent; Error when it is there but not a
-// single string.
-std::optional<std::string> read_string_attr(hid_t obj, const char* name,
-                                            const std::string& path) {
+// single value of class `cls` (`what` names it in the message).
+std::optional<ScalarAttr> open_scalar_attr(hid_t obj, const char* name, const std::string& path,
+                                           H5T_class_t cls, const char* what) {
   if (H5_CHECK(H5Aexists(obj, name), "cannot read attribute ", name, " of ", path) <= 0)
     return std::nullopt;
   H5Handle attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT), "cannot read attribute ", name, " of ",
@@ -30,44 +35,41 @@ std::optional<std::string> read_string_attr(hid_t obj, const char* name,
                 H5Tclose);
   H5Handle space(H5_CHECK(H5Aget_space(attr), "cannot read attribute ", name, " of ", path),
                  H5Sclose);
-  if (H5Tget_class(type) != H5T_STRING || H5Sget_simple_extent_npoints(space) != 1)
-    fail("shard ", path, ": attribute '", name, "' is not a single string: the file is not a ",
-         "valid ratchet shard (", kRemake, ")");
+  if (H5Tget_class(type) != cls || H5Sget_simple_extent_npoints(space) != 1)
+    fail("shard ", path, ": attribute '", name, "' is not a single ", what,
+         ": the file is not a valid ratchet shard (", kRemake, ")");
+  return ScalarAttr{std::move(attr), std::move(type)};
+}
+
+std::optional<std::string> read_string_attr(hid_t obj, const char* name,
+                                            const std::string& path) {
+  auto a = open_scalar_attr(obj, name, path, H5T_STRING, "string");
+  if (!a) return std::nullopt;
   H5Handle mem(H5_CHECK(H5Tcopy(H5T_C_S1), "cannot read attribute ", name, " of ", path),
                H5Tclose);
-  H5_CHECK(H5Tset_cset(mem, H5Tget_cset(type)), "cannot read attribute ", name, " of ", path);
+  H5_CHECK(H5Tset_cset(mem, H5Tget_cset(a->type)), "cannot read attribute ", name, " of ", path);
   std::string value;
-  if (H5Tis_variable_str(type) > 0) {
+  if (H5Tis_variable_str(a->type) > 0) {
     H5_CHECK(H5Tset_size(mem, H5T_VARIABLE), "cannot read attribute ", name, " of ", path);
     char* s = nullptr;
-    H5_CHECK(H5Aread(attr, mem, &s), "cannot read attribute ", name, " of ", path);
+    H5_CHECK(H5Aread(a->attr, mem, &s), "cannot read attribute ", name, " of ", path);
     if (s) value = s;
     H5free_memory(s);
   } else {
-    size_t n = H5Tget_size(type);
+    size_t n = H5Tget_size(a->type);
     H5_CHECK(H5Tset_size(mem, n), "cannot read attribute ", name, " of ", path);
     std::string buf(n, '\0');
-    H5_CHECK(H5Aread(attr, mem, buf.data()), "cannot read attribute ", name, " of ", path);
+    H5_CHECK(H5Aread(a->attr, mem, buf.data()), "cannot read attribute ", name, " of ", path);
     value = buf.substr(0, buf.find('\0'));
   }
   return value;
 }
 
 std::optional<int64_t> read_int_attr(hid_t obj, const char* name, const std::string& path) {
-  if (H5_CHECK(H5Aexists(obj, name), "cannot read attribute ", name, " of ", path) <= 0)
-    return std::nullopt;
-  H5Handle attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT), "cannot read attribute ", name, " of ",
-                         path),
-                H5Aclose);
-  H5Handle type(H5_CHECK(H5Aget_type(attr), "cannot read attribute ", name, " of ", path),
-                H5Tclose);
-  H5Handle space(H5_CHECK(H5Aget_space(attr), "cannot read attribute ", name, " of ", path),
-                 H5Sclose);
-  if (H5Tget_class(type) != H5T_INTEGER || H5Sget_simple_extent_npoints(space) != 1)
-    fail("shard ", path, ": attribute '", name, "' is not a single integer: the file is not a ",
-         "valid ratchet shard (", kRemake, ")");
+  auto a = open_scalar_attr(obj, name, path, H5T_INTEGER, "integer");
+  if (!a) return std::nullopt;
   int64_t v = 0;
-  H5_CHECK(H5Aread(attr, H5T_NATIVE_INT64, &v), "cannot read attribute ", name, " of ", path);
+  H5_CHECK(H5Aread(a->attr, H5T_NATIVE_INT64, &v), "cannot read attribute ", name, " of ", path);
   return v;
 }
 
