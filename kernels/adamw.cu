@@ -44,6 +44,14 @@ __global__ void adamw_kernel(T* params, float* master, const T* grads, float* m,
   }
 }
 
+template <class T>
+__global__ void round_from_master_kernel(T* params, const float* master, size_t n,
+                                         uint32_t seed) {
+  size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    params[i] = round_param<T>(master[i], i, seed);
+}
+
 // ==== launchers ==================================================================================
 
 template <class T>
@@ -67,5 +75,19 @@ template void adamw_update<float>(float*, float*, const float*, float*, float*, 
                                   const AdamWHyper&, uint32_t, cudaStream_t);
 template void adamw_update<bf16>(bf16*, float*, const bf16*, float*, float*, size_t,
                                  const AdamWHyper&, uint32_t, cudaStream_t);
+
+template <class T>
+void round_from_master(T* params, const float* master, size_t n, uint32_t seed,
+                       cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("round_from_master");
+  if (n == 0) return;
+  const int block = 256;
+  unsigned grid = (unsigned)std::min<size_t>(ceil_div<size_t>(n, block), 65536);
+  RATCHET_LAUNCH((round_from_master_kernel<T>), grid, block, 0, stream, params, master, n, seed);
+  RATCHET_CHECK_LAUNCH();
+}
+
+template void round_from_master<float>(float*, const float*, size_t, uint32_t, cudaStream_t);
+template void round_from_master<bf16>(bf16*, const float*, size_t, uint32_t, cudaStream_t);
 
 }  // namespace ratchet::kernels

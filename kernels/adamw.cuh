@@ -22,4 +22,11 @@ template <class T>
 void adamw_update(T* params, float* master, const T* grads, float* m, float* v, size_t n,
                   const AdamWHyper& h, uint32_t seed, cudaStream_t stream);
 
+// params (n) = master (n) rounded exactly as adamw_update with this seed
+// rounds it (stochastic rounding for BF16, a copy for FP32): rebuilds the
+// storage-dtype parameters of a resumed run from its FP32 master weights.
+template <class T>
+void round_from_master(T* params, const float* master, size_t n, uint32_t seed,
+                       cudaStream_t stream);
+
 }  // namespace ratchet::kernels

@@ -1,16 +1,14 @@
 // GPU training-step benchmark: GPT-2 d12 (124M), d24 (350M), d48 (1.5B) on the
 // cuda backend (BF16), one optimizer step = forward + backward + AdamW.
-// Prints per model: tokens/s, MFU against the device's dense BF16 peak
-// (table in backend/cuda/device.cpp, or --peak-tflops), step time, and peak
-// device memory (the backend's allocations + scratch) next to the model's
-// memory accounting.
+// Prints per model and recompute policy: tokens/s, MFU against the device's
+// dense BF16 peak (table in backend/cuda/device.cpp, or --peak-tflops; model
+// FLOPs only, recompute not counted, as MFU is defined), step time, and the
+// peak device memory (everything the backend holds, in one arena sized by
+// model/memory.h) next to that accounting.
 //
-//   bench_gpu_train [--models d12,d24,d48] [--batch 8] [--seq 1024] [--steps 10]
-//                   [--warmup 3] [--peak-tflops X] [--json]
-//
-// Recompute policies: the model (src/model) does not have them yet, so only
-// policy "none" is measured; the column is printed so that results stay
-// comparable once it does.
+//   bench_gpu_train [--models d12,d24,d48] [--recompute none,gelu,gelu+ln,blocks]
+//                   [--batch 8] [--seq 1024] [--steps 10] [--warmup 3]
+//                   [--peak-tflops X] [--json]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,12 +21,14 @@
 #include "core/rng.h"
 #include "model/config.h"
 #include "model/gpt.h"
+#include "model/memory.h"
+#include "model/recompute.h"
 #include "optim/adamw.h"
 
 using namespace ratchet;
 
 int main(int argc, char** argv) {
-  std::string models = "d12,d24,d48";
+  std::string models = "d12,d24,d48", policies = "none,gelu,gelu+ln,blocks";
   int B = 8, T = 1024, steps = 10, warmup = 3;
   double peak = 0;
   bool json = false;
@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     if (a == "--models") models = next();
+    else if (a == "--recompute") policies = next();
     else if (a == "--batch") B = std::stoi(next());
     else if (a == "--seq") T = std::stoi(next());
     else if (a == "--steps") steps = std::stoi(next());
@@ -50,8 +51,8 @@ int main(int argc, char** argv) {
     else if (a == "--json") json = true;
     else {
       std::fprintf(stderr,
-                   "usage: %s [--models d12,d24,d48|tiny] [--batch B] [--seq T] [--steps N] "
-                   "[--warmup N] [--peak-tflops X] [--json]\n",
+                   "usage: %s [--models d12,d24,d48|tiny] [--recompute none,gelu,gelu+ln,blocks] "
+                   "[--batch B] [--seq T] [--steps N] [--warmup N] [--peak-tflops X] [--json]\n",
                    argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -81,40 +82,61 @@ int main(int argc, char** argv) {
     } else {
       cfg = preset_config(name, 50257, 1024);
     }
-    cuda::CudaBackend<kernels::bf16> be;
-    GPT model(cfg, be);
-    model.init_random(1);
-    AdamW opt(be, model.layout(), AdamWConfig{});
-    Rng rng(2);
-    std::vector<int32_t> tok((size_t)b * t + 1);
-    for (auto& x : tok) x = (int32_t)rng.below(cfg.vocab_size);
-    auto step = [&] {
-      model.zero_grad();
-      model.forward_backward(tok.data(), tok.data() + 1, b, t, 1.0f);
-      opt.step(model.params(), model.grads(), 1e-4f);
-      be.synchronize();
-    };
-    for (int i = 0; i < warmup; i++) step();
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; i++) step();
-    const double dt =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
-    const double tok_s = (double)b * t / dt;
-    const double mfu = peak > 0 ? train_flops_per_token(cfg, t) * tok_s / (peak * 1e12) : 0;
-    const size_t P = model.num_params();
-    const double acct = (double)GPT::param_bytes(cfg, 2) + GPT::activation_bytes(cfg, b, t, 2) +
-                        P * (8.0 + be.extra_bytes_per_param());
-    const double peak_mem = (double)be.peak_bytes_in_use() + be.scratch_bytes();
-    if (json)
-      std::printf("{\"model\": \"%s\", \"recompute\": \"none\", \"B\": %d, \"T\": %d, "
-                  "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, "
-                  "\"peak_mem_bytes\": %.0f, \"accounted_bytes\": %.0f}\n",
-                  name.c_str(), b, t, dt * 1e3, tok_s, mfu, peak_mem, acct);
-    else
-      std::printf("%-4s recompute none  B=%d T=%d  %8.1f ms/step  %10.0f tok/s  MFU %5.1f%%  "
-                  "peak mem %.2f GiB (accounting %.2f GiB + scratch %.2f GiB)\n",
-                  name.c_str(), b, t, dt * 1e3, tok_s, mfu * 100, peak_mem / 1073741824.0,
-                  acct / 1073741824.0, be.scratch_bytes() / 1073741824.0);
+    std::stringstream ps(policies);
+    std::string pname;
+    while (std::getline(ps, pname, ',')) {
+      Recompute policy;
+      try {
+        policy = parse_recompute(pname);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_gpu_train: %s\n", e.what());
+        return 2;
+      }
+      cuda::CudaBackend<kernels::bf16> be;
+      const StepMemory acct = step_memory(cfg, b, t, policy, be, ParamLayout(cfg).total, 0);
+      be.use_arena(acct.arena());
+      GPT model(cfg, be);
+      model.set_recompute(policy);
+      model.init_random(1);
+      AdamW opt(be, model.layout(), AdamWConfig{});
+      Rng rng(2);
+      std::vector<int32_t> tok((size_t)b * t + 1);
+      for (auto& x : tok) x = (int32_t)rng.below(cfg.vocab_size);
+      auto step = [&] {
+        model.zero_grad();
+        model.forward_backward(tok.data(), tok.data() + 1, b, t, 1.0f);
+        opt.step(model.params(), model.grads(), 1e-4f);
+        be.synchronize();
+      };
+      for (int i = 0; i < warmup; i++) step();
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < steps; i++) step();
+      const double dt =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+      const double tok_s = (double)b * t / dt;
+      const double mfu = peak > 0 ? train_flops_per_token(cfg, t) * tok_s / (peak * 1e12) : 0;
+      const double peak_mem = (double)be.peak_bytes_in_use();
+      if (json)
+        std::printf("{\"model\": \"%s\", \"recompute\": \"%s\", \"B\": %d, \"T\": %d, "
+                    "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, "
+                    "\"peak_mem_bytes\": %.0f, \"accounted_bytes\": %.0f, "
+                    "\"activation_bytes\": %.0f}\n",
+                    name.c_str(), policy.name().c_str(), b, t, dt * 1e3, tok_s, mfu, peak_mem,
+                    (double)acct.total(), (double)acct.activations);
+      else
+        std::printf("%-4s recompute %-8s B=%d T=%d  %8.1f ms/step  %10.0f tok/s  MFU %5.1f%%  "
+                    "peak mem %.2f GiB (accounting %.2f GiB, activations %.2f GiB)\n",
+                    name.c_str(), policy.name().c_str(), b, t, dt * 1e3, tok_s, mfu * 100,
+                    peak_mem / 1073741824.0, acct.total() / 1073741824.0,
+                    acct.activations / 1073741824.0);
+      if (be.peak_bytes_in_use() != acct.total()) {
+        std::fprintf(stderr,
+                     "bench_gpu_train: %s %s: peak device memory %zu bytes != accounting %zu "
+                     "(src/model/memory.h is out of date)\n",
+                     name.c_str(), policy.name().c_str(), be.peak_bytes_in_use(), acct.total());
+        return 1;
+      }
+    }
   }
   return 0;
 }

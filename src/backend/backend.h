@@ -123,6 +123,58 @@ class Backend {
   virtual void adamw(dptr params, float* master, cdptr grads, float* m, float* v, size_t n,
                      const AdamWArgs& a) = 0;
 
+  // ---- fused and optional ops (defaults compose the ops above) -----------------
+  // matmul_backward whose input gradient also goes through the GELU derivative
+  // (cuBLASLt's DGELU epilogue on the cuda backend):
+  //   dinp (N,C) = (dout (N,OC) @ w (OC,C)) * gelu'(pre_gelu (N,C))   (overwritten)
+  //   dw, dbias as matmul_backward (accumulated).
+  virtual void matmul_backward_gelu(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp,
+                                    cdptr w, cdptr pre_gelu, int N, int C, int OC) {
+    matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+    gelu_backward(dinp, pre_gelu, dinp, (size_t)N * C);
+  }
+  // The allocation p (from alloc()) holds parameters. A backend that keeps a
+  // separate FP32 master copy of parameters (extra_bytes_per_param() > 0)
+  // creates it now, so that upload_f32() into p sets the master copy exactly
+  // (a resumed BF16 run continues from the FP32 weights it saved, not from
+  // their BF16 rounding). No-op otherwise.
+  virtual void keep_master_copy(void* /*p*/) {}
+  // Rewrites params (n, storage dtype) from their FP32 master copy exactly as
+  // adamw() at 1-based `step` wrote them (stochastic rounding is a function of
+  // the step and the tensor's position): after a resume, the storage-dtype
+  // weights are bit-identical to the uninterrupted run's. Call with the same
+  // (params, n) pieces adamw() was given. No-op without a master copy.
+  virtual void round_from_master(dptr /*params*/, size_t /*n*/, int /*step*/) {}
+  // Copy `bytes` within backend memory (dst and src do not overlap).
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+
+  // ---- memory plan (exact accounting; see model/memory.h) ----------------------
+  // Shapes of one micro-batch of a GPT, for the scratch its ops need.
+  struct OpShapes {
+    int B = 0, T = 0, C = 0, NH = 0, Vp = 0;
+  };
+  // Bytes of scratch the backend's ops need at most for these shapes (attention
+  // permutes, reduction scratch, epilogue outputs); 0 if the ops need none.
+  virtual size_t workspace_bytes(const OpShapes&) const { return 0; }
+  // Sizes the scratch once (the model calls it with workspace_bytes() when it
+  // sizes its activations), so that no op grows it later.
+  virtual void reserve_workspace(size_t /*bytes*/) {}
+  // Bytes one alloc(bytes) really takes (after rounding); what bytes_in_use adds.
+  virtual size_t alloc_size(size_t bytes) const { return bytes; }
+  // Bytes the backend holds for itself from construction (reduction results,
+  // GEMM workspace), counted in bytes_in_use.
+  virtual size_t overhead_bytes() const { return 0; }
+  // From now on every alloc() comes out of one block of `bytes` (the arena,
+  // sized by the memory accounting); exceeding it is an Error naming the
+  // request. 0 or unsupported: allocate as before. The highest bytes_in_use
+  // seen is peak_bytes_in_use().
+  virtual void use_arena(size_t /*bytes*/) {}
+  virtual size_t peak_bytes_in_use() const { return bytes_in_use(); }
+
+  // ---- profiler ranges (NVTX on the cuda backend), around every model op -------
+  virtual void range_push(const char* /*name*/) {}
+  virtual void range_pop() {}
+
   // ---- device facts (optional) -------------------------------------------------
   // Free memory of the device, for --batch-size auto; 0: host memory (MemAvailable).
   virtual size_t free_memory_bytes() const { return 0; }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -74,27 +75,24 @@ void put_str(hid_t o, const char* n, const std::string& v, const std::string& c)
   put_attr(o, n, t, buf.data(), c);
 }
 
+// Every attribute read here is required: absent means the file is damaged or
+// not a checkpoint.
 template <typename T>
-T get_num(hid_t obj, const char* name, hid_t type, const std::string& ctx) {
-  if (H5Aexists(obj, name) <= 0) fail(ctx, ": attribute '", name, "' is missing");
-  H5Handle a(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT), ctx, ": attribute ", name), H5Aclose);
-  T v{};
-  H5_CHECK(H5Aread(a, type, &v), ctx, ": attribute ", name);
-  return v;
+T required(std::optional<T> v, const char* name, const std::string& ctx) {
+  if (!v) fail(ctx, ": attribute '", name, "' is missing");
+  return std::move(*v);
 }
-std::string get_str(hid_t obj, const char* name, const std::string& ctx) {
-  if (H5Aexists(obj, name) <= 0) fail(ctx, ": attribute '", name, "' is missing");
-  H5Handle a(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT), ctx, ": attribute ", name), H5Aclose);
-  H5Handle ft(H5_CHECK(H5Aget_type(a), ctx), H5Tclose);
-  if (H5Tget_class(ft) != H5T_STRING) fail(ctx, ": attribute '", name, "' is not a string");
-  size_t n = H5Tget_size(ft);
-  H5Handle mt(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(mt, n);
-  H5Tset_strpad(mt, H5T_STR_NULLPAD);
-  std::string s(n, '\0');
-  H5_CHECK(H5Aread(a, mt, s.data()), ctx, ": attribute ", name);
-  s.resize(std::strlen(s.c_str()));
-  return s;
+int64_t get_i64(hid_t o, const char* n, const std::string& c) {
+  return required(h5_int_attr(o, n, c, ""), n, c);
+}
+uint64_t get_u64(hid_t o, const char* n, const std::string& c) {
+  return required(h5_uint_attr(o, n, c, ""), n, c);
+}
+double get_f64(hid_t o, const char* n, const std::string& c) {
+  return required(h5_double_attr(o, n, c, ""), n, c);
+}
+std::string get_str(hid_t o, const char* n, const std::string& c) {
+  return required(h5_string_attr(o, n, c, ""), n, c);
 }
 
 }  // namespace
@@ -277,12 +275,12 @@ static void read_optimizer_shards(const std::string& dir, Checkpoint* ck) {
                H5Fclose);
     if (get_str(f, "format", ctx) != "ratchet-optimizer-shard")
       fail(ctx, " is not an optimizer shard (format attribute)");
-    const int64_t step = get_num<int64_t>(f, "step", H5T_NATIVE_INT64, ctx);
-    const int64_t shard = get_num<int64_t>(f, "shard", H5T_NATIVE_INT64, ctx);
-    const int64_t shards = get_num<int64_t>(f, "shards", H5T_NATIVE_INT64, ctx);
-    const uint64_t np = get_num<uint64_t>(f, "num_params", H5T_NATIVE_UINT64, ctx);
-    const uint64_t lo = get_num<uint64_t>(f, "lo", H5T_NATIVE_UINT64, ctx);
-    const uint64_t hi = get_num<uint64_t>(f, "hi", H5T_NATIVE_UINT64, ctx);
+    const int64_t step = get_i64(f, "step", ctx);
+    const int64_t shard = get_i64(f, "shard", ctx);
+    const int64_t shards = get_i64(f, "shards", ctx);
+    const uint64_t np = get_u64(f, "num_params", ctx);
+    const uint64_t lo = get_u64(f, "lo", ctx);
+    const uint64_t hi = get_u64(f, "hi", ctx);
     if (step != ck->meta.step || shard != r || shards != n || np != P)
       fail(ctx, " does not belong to this checkpoint (step ", step, ", shard ", shard, " of ",
            shards, ", ", np, " parameters; expected step ", ck->meta.step, ", shard ", r, " of ",
@@ -303,7 +301,7 @@ static void read_optimizer_shards(const std::string& dir, Checkpoint* ck) {
       if (hi > lo)
         H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst), ctx, ": /",
                  name, " is unreadable (truncated?)");
-      const uint64_t want = get_num<uint64_t>(d, "crc32", H5T_NATIVE_UINT64, ctx);
+      const uint64_t want = get_u64(d, "crc32", ctx);
       const uint32_t got = crc_of(dst, hi - lo);
       if (got != want)
         fail(ctx, ": /", name, " fails its checksum (crc32 ", got, ", recorded ", want,
@@ -324,31 +322,31 @@ CheckpointMeta read_checkpoint_meta(const std::string& dir) {
              H5Fclose);
   if (get_str(f, "format", ctx) != "ratchet-checkpoint")
     fail(ctx, " is not a ratchet checkpoint (format attribute)");
-  const int64_t ver = get_num<int64_t>(f, "format_version", H5T_NATIVE_INT64, ctx);
+  const int64_t ver = get_i64(f, "format_version", ctx);
   if (ver > kCkptFormatVersion)
     fail(ctx, " has format_version ", ver, ", newer than this ratchet reads (",
          kCkptFormatVersion, "): use a newer ratchet to resume it");
   if (ver < 1) fail(ctx, " has an invalid format_version ", ver);
   CheckpointMeta m;
-  m.step = get_num<int64_t>(f, "step", H5T_NATIVE_INT64, ctx);
-  m.adam_t = (int)get_num<int64_t>(f, "adam_t", H5T_NATIVE_INT64, ctx);
-  m.cursor.epoch = get_num<uint64_t>(f, "loader_epoch", H5T_NATIVE_UINT64, ctx);
-  m.cursor.position = get_num<uint64_t>(f, "loader_position", H5T_NATIVE_UINT64, ctx);
-  m.best_val_loss = get_num<double>(f, "best_val_loss", H5T_NATIVE_DOUBLE, ctx);
-  m.best_step = get_num<int64_t>(f, "best_step", H5T_NATIVE_INT64, ctx);
-  m.model.num_layers = (int)get_num<int64_t>(f, "num_layers", H5T_NATIVE_INT64, ctx);
-  m.model.num_heads = (int)get_num<int64_t>(f, "num_heads", H5T_NATIVE_INT64, ctx);
-  m.model.channels = (int)get_num<int64_t>(f, "channels", H5T_NATIVE_INT64, ctx);
-  m.model.vocab_size = (int)get_num<int64_t>(f, "vocab_size", H5T_NATIVE_INT64, ctx);
-  m.model.padded_vocab = (int)get_num<int64_t>(f, "padded_vocab", H5T_NATIVE_INT64, ctx);
-  m.model.max_seq_len = (int)get_num<int64_t>(f, "max_seq_len", H5T_NATIVE_INT64, ctx);
+  m.step = get_i64(f, "step", ctx);
+  m.adam_t = (int)get_i64(f, "adam_t", ctx);
+  m.cursor.epoch = get_u64(f, "loader_epoch", ctx);
+  m.cursor.position = get_u64(f, "loader_position", ctx);
+  m.best_val_loss = get_f64(f, "best_val_loss", ctx);
+  m.best_step = get_i64(f, "best_step", ctx);
+  m.model.num_layers = (int)get_i64(f, "num_layers", ctx);
+  m.model.num_heads = (int)get_i64(f, "num_heads", ctx);
+  m.model.channels = (int)get_i64(f, "channels", ctx);
+  m.model.vocab_size = (int)get_i64(f, "vocab_size", ctx);
+  m.model.padded_vocab = (int)get_i64(f, "padded_vocab", ctx);
+  m.model.max_seq_len = (int)get_i64(f, "max_seq_len", ctx);
   try {
     m.model.finalize();
   } catch (const Error& e) {
     fail(ctx, " has an invalid model shape: ", e.what());
   }
-  if (H5Aexists(f, "optimizer_shards") > 0)
-    m.optimizer_shards = (int)get_num<int64_t>(f, "optimizer_shards", H5T_NATIVE_INT64, ctx);
+  // Written only for a sharded checkpoint: absent means unsharded.
+  if (auto n = h5_int_attr(f, "optimizer_shards", ctx, "")) m.optimizer_shards = (int)*n;
   if (m.optimizer_shards < 0) fail(ctx, " has an invalid optimizer_shards ", m.optimizer_shards);
   m.identity = from_ini(get_str(f, "run_identity", ctx));
   m.settings = from_ini(get_str(f, "run_settings", ctx));
@@ -378,7 +376,7 @@ Checkpoint read_checkpoint(const std::string& dir) {
     tensors[i]->resize(P);
     H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, tensors[i]->data()),
              ctx, ": /", kTensorNames[i], " is unreadable (truncated?)");
-    const uint64_t want = get_num<uint64_t>(d, "crc32", H5T_NATIVE_UINT64, ctx);
+    const uint64_t want = get_u64(d, "crc32", ctx);
     const uint32_t got = crc_of(*tensors[i]);
     if (got != want)
       fail(ctx, ": /", kTensorNames[i], " fails its checksum (crc32 ", got, ", recorded ", want,

@@ -1,6 +1,6 @@
 // `ratchet plan`: options -> plan::PlanInputs -> plan::make_plan() -> a table
 // (or, with --json, one JSON object). The arithmetic and its assumptions are
-// documented in plan/plan.h; the recompute policies in plan/recompute.h.
+// documented in plan/plan.h; the recompute policies in model/recompute.h.
 #include <boost/program_options.hpp>
 #include <fstream>
 #include <iostream>
@@ -167,7 +167,7 @@ int cmd_plan(int argc, char** argv) {
   }
   in.model_name = f.layers || f.heads || f.channels ? "custom" : f.model;
   in.device = f.device;
-  in.recompute = plan::parse_recompute(f.recompute);
+  in.recompute = parse_recompute(f.recompute);
   if (vm.count("tokens") && in.tokens <= 0) fail("--tokens must be positive");
   for (const char* b : {"budget-flops", "budget-device-hours", "budget-money"})
     if (vm.count(b) && vm[b].as<double>() <= 0) fail("--", b, " must be positive");

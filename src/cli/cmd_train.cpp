@@ -73,6 +73,9 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("memory-budget-mb", po::value(&o.memory_budget_mb),
      "memory --batch-size auto may use (default: 80% of MemAvailable)")
     ("seq-len,T", po::value(&o.seq_len)->default_value(o.seq_len), "sequence length T")
+    ("recompute", po::value(&o.recompute)->default_value(o.recompute),
+     "activations recomputed in backward instead of kept: none | gelu | gelu+ln | blocks | "
+     "blocks:k (every k-th layer); same gradients, less memory (see `ratchet plan`)")
     ("total-batch-tokens", po::value(&o.total_batch_tokens),
      "tokens per optimizer step, a multiple of B*T (default B*T: no accumulation)")
     ("steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps");
@@ -113,9 +116,15 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "cuda backend run on the CPU: slow, for debugging; builds with -DRATCHET_DEVICE_SIMT=ON)")
     ("peak-tflops", po::value(&o.peak_tflops)->default_value(o.peak_tflops),
      "device peak TFLOP/s for MFU (0: the cuda backend's table: A100 312, H100/H200 989)")
+    ("storage", po::value(&o.storage)->default_value(o.storage),
+     "cuda/simt storage of parameters, gradients, activations: bf16 (FP32 master weights) or "
+     "f32 (the cpu backend is always f32)")
     ("zero", po::value(&o.zero)->default_value(o.zero),
      "data parallel: 0 = all-reduce gradients; 1 = ZeRO-1, each rank keeps and updates 1/N of "
      "the AdamW state (reduce-scatter, all-gather)")
+    ("overlap-comm", po::value<std::string>()->default_value("on"),
+     "data parallel, --zero 0: on = all-reduce each layer's gradients while the backward of "
+     "the layers below runs; off = one all-reduce after the backward")
     ("log-jsonl", po::value(&o.log_jsonl), "write one JSON object per step/evaluation here")
     ("export", po::value(&o.export_path), "write an llm.c fp32 GPT-2 checkpoint at the end")
     ("profile", po::bool_switch(&o.profile), "print a per-op time table at the end")
@@ -209,6 +218,11 @@ int cmd_train(int argc, char** argv) {
          "--ckpt-every-minutes M for fixed intervals)");
   o.ckpt_every_auto = ckpt_every == "auto";
   o.shuffle = !vm["no-shuffle"].as<bool>();
+  {
+    const std::string ov = vm["overlap-comm"].as<std::string>();
+    if (ov != "on" && ov != "off") fail("--overlap-comm must be on or off (got '", ov, "')");
+    o.overlap_comm = ov == "on";
+  }
   return run_training(o).exit_code;
 }
 

@@ -8,6 +8,9 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "version.h"
+#ifdef RATCHET_REGISTER_NCCL
+#include "dist/nccl_communicator.h"
+#endif
 
 namespace {
 
@@ -47,6 +50,9 @@ void usage(FILE* out) {
 int main(int argc, char** argv) {
 #if defined(RATCHET_REGISTER_CUDA_BACKEND) || defined(RATCHET_REGISTER_SIMT_BACKEND)
   ratchet::register_cuda_backend();  // --device cuda (or simt)
+#endif
+#ifdef RATCHET_REGISTER_NCCL
+  ratchet::register_nccl_communicator();  // gradients of the cuda backend across ranks
 #endif
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);

@@ -13,6 +13,8 @@
 #pragma once
 #include <hdf5.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -83,5 +85,26 @@ class H5Handle {
 // A file-access property list for shard files: default driver, file
 // locking off (shared/parallel file systems often lack working locks).
 H5Handle h5_fapl_no_locking();
+
+// Scalar attributes of `obj` (a file, group or dataset). nullopt when there is
+// no attribute `name`: whether that is an error, and how to say so, is the
+// caller's business. One that is there but is not a single value of the kind
+// asked for fails with
+//   <where>: attribute '<name>' is not a single <string|integer|number><hint>
+// and one HDF5 cannot read, with "<where>: attribute <name>: <HDF5's message>".
+// `where` names the file ("shard data/x.h5"); `hint` tells the user what to
+// do, e.g. ": re-shard it".
+// Fixed-length (any padding) and variable-length strings; a fixed-length
+// string ends at its first NUL.
+std::optional<std::string> h5_string_attr(hid_t obj, const char* name, const std::string& where,
+                                          const std::string& hint);
+// Any integer type, converted by HDF5 to int64_t / uint64_t.
+std::optional<int64_t> h5_int_attr(hid_t obj, const char* name, const std::string& where,
+                                   const std::string& hint);
+std::optional<uint64_t> h5_uint_attr(hid_t obj, const char* name, const std::string& where,
+                                     const std::string& hint);
+// Any integer or floating-point type, converted to double.
+std::optional<double> h5_double_attr(hid_t obj, const char* name, const std::string& where,
+                                     const std::string& hint);
 
 }  // namespace ratchet

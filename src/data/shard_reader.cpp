@@ -17,61 +17,10 @@ namespace {
 
 constexpr const char* kRemake = "make shards with `ratchet shard`";
 
-// An open scalar attribute and its file type.
-struct ScalarAttr {
-  H5Handle attr, type;
-};
-
-// nullopt when the attribute is absent; Error when it is there but not a
-// single value of class `cls` (`what` names it in the message).
-std::optional<ScalarAttr> open_scalar_attr(hid_t obj, const char* name, const std::string& path,
-                                           H5T_class_t cls, const char* what) {
-  if (H5_CHECK(H5Aexists(obj, name), "cannot read attribute ", name, " of ", path) <= 0)
-    return std::nullopt;
-  H5Handle attr(H5_CHECK(H5Aopen(obj, name, H5P_DEFAULT), "cannot read attribute ", name, " of ",
-                         path),
-                H5Aclose);
-  H5Handle type(H5_CHECK(H5Aget_type(attr), "cannot read attribute ", name, " of ", path),
-                H5Tclose);
-  H5Handle space(H5_CHECK(H5Aget_space(attr), "cannot read attribute ", name, " of ", path),
-                 H5Sclose);
-  if (H5Tget_class(type) != cls || H5Sget_simple_extent_npoints(space) != 1)
-    fail("shard ", path, ": attribute '", name, "' is not a single ", what,
-         ": the file is not a valid ratchet shard (", kRemake, ")");
-  return ScalarAttr{std::move(attr), std::move(type)};
-}
-
-std::optional<std::string> read_string_attr(hid_t obj, const char* name,
-                                            const std::string& path) {
-  auto a = open_scalar_attr(obj, name, path, H5T_STRING, "string");
-  if (!a) return std::nullopt;
-  H5Handle mem(H5_CHECK(H5Tcopy(H5T_C_S1), "cannot read attribute ", name, " of ", path),
-               H5Tclose);
-  H5_CHECK(H5Tset_cset(mem, H5Tget_cset(a->type)), "cannot read attribute ", name, " of ", path);
-  std::string value;
-  if (H5Tis_variable_str(a->type) > 0) {
-    H5_CHECK(H5Tset_size(mem, H5T_VARIABLE), "cannot read attribute ", name, " of ", path);
-    char* s = nullptr;
-    H5_CHECK(H5Aread(a->attr, mem, &s), "cannot read attribute ", name, " of ", path);
-    if (s) value = s;
-    H5free_memory(s);
-  } else {
-    size_t n = H5Tget_size(a->type);
-    H5_CHECK(H5Tset_size(mem, n), "cannot read attribute ", name, " of ", path);
-    std::string buf(n, '\0');
-    H5_CHECK(H5Aread(a->attr, mem, buf.data()), "cannot read attribute ", name, " of ", path);
-    value = buf.substr(0, buf.find('\0'));
-  }
-  return value;
-}
-
-std::optional<int64_t> read_int_attr(hid_t obj, const char* name, const std::string& path) {
-  auto a = open_scalar_attr(obj, name, path, H5T_INTEGER, "integer");
-  if (!a) return std::nullopt;
-  int64_t v = 0;
-  H5_CHECK(H5Aread(a->attr, H5T_NATIVE_INT64, &v), "cannot read attribute ", name, " of ", path);
-  return v;
-}
+// What the attribute readers (h5_util.h) append when a header attribute has
+// the wrong type.
+const std::string kNotAShard =
+    std::string(": the file is not a valid ratchet shard (") + kRemake + ")";
 
 template <typename T>
 T require(const std::optional<T>& v, const char* name, const std::string& path) {
@@ -125,24 +74,23 @@ ShardFile::ShardFile(const std::string& path, size_t cache_bytes) : path_(path) 
   file_ = H5Handle(file, H5Fclose);
 
   // The format attribute first: it tells a foreign HDF5 file from a damaged shard.
-  auto format = read_string_attr(file_, sf::kAttrFormat, path);
+  auto format = string_attr(sf::kAttrFormat);
   if (!format)
     fail(path, " has no '", sf::kAttrFormat, "' attribute: it is not a ratchet token shard (",
          kRemake, ")");
   if (*format != sf::kFormat)
     fail(path, " has format '", *format, "', expected '", sf::kFormat,
          "': it is not a ratchet token shard (", kRemake, ")");
-  int64_t version = require(read_int_attr(file_, sf::kAttrVersion, path), sf::kAttrVersion, path);
+  int64_t version = require(int_attr(sf::kAttrVersion), sf::kAttrVersion, path);
   if (version > sf::kVersion)
     fail("shard ", path, " has format_version ", version, " but this ratchet reads version ",
          sf::kVersion, ": upgrade ratchet or re-shard with this version");
   if (version != sf::kVersion)
     fail("shard ", path, " has format_version ", version, ", which no ratchet wrote: re-shard it");
   version_ = version;
-  meta_.tokenizer =
-      require(read_string_attr(file_, sf::kAttrTokenizer, path), sf::kAttrTokenizer, path);
-  int64_t vocab = require(read_int_attr(file_, sf::kAttrVocab, path), sf::kAttrVocab, path);
-  int64_t eot = require(read_int_attr(file_, sf::kAttrEot, path), sf::kAttrEot, path);
+  meta_.tokenizer = require(string_attr(sf::kAttrTokenizer), sf::kAttrTokenizer, path);
+  int64_t vocab = require(int_attr(sf::kAttrVocab), sf::kAttrVocab, path);
+  int64_t eot = require(int_attr(sf::kAttrEot), sf::kAttrEot, path);
   if (vocab <= 0 || vocab > (int64_t(1) << 31) - 1)
     fail("shard ", path, " has vocab_size ", vocab, ": the shard is corrupt, re-shard it");
   if (eot < 0 || eot >= vocab)
@@ -164,7 +112,7 @@ ShardFile::ShardFile(const std::string& path, size_t cache_bytes) : path_(path) 
   hsize_t dims[1];
   H5_CHECK(H5Sget_simple_extent_dims(space, dims, nullptr), "cannot read /tokens from ", path);
   num_tokens_ = dims[0];
-  if (auto n = read_int_attr(file_, sf::kAttrNumTokens, path); n && (uint64_t)*n != num_tokens_)
+  if (auto n = int_attr(sf::kAttrNumTokens); n && (uint64_t)*n != num_tokens_)
     fail("shard ", path, " says num_tokens = ", *n, " but /tokens holds ", num_tokens_,
          ": the shard is corrupt, re-shard it");
   H5Handle dcpl(H5_CHECK(H5Dget_create_plist(tokens_), "cannot read /tokens from ", path),
@@ -191,28 +139,13 @@ void ShardFile::set_chunk_cache(size_t bytes) {
 }
 
 std::optional<std::string> ShardFile::string_attr(const char* name) const {
-  return read_string_attr(file_, name, path_);
+  return h5_string_attr(file_, name, "shard " + path_, kNotAShard);
 }
 std::optional<int64_t> ShardFile::int_attr(const char* name) const {
-  return read_int_attr(file_, name, path_);
+  return h5_int_attr(file_, name, "shard " + path_, kNotAShard);
 }
-
 std::optional<double> ShardFile::double_attr(const char* name) const {
-  if (H5_CHECK(H5Aexists(file_, name), "cannot read attribute ", name, " of ", path_) <= 0)
-    return std::nullopt;
-  H5Handle attr(H5_CHECK(H5Aopen(file_, name, H5P_DEFAULT), "cannot read attribute ", name,
-                         " of ", path_),
-                H5Aclose);
-  H5Handle type(H5_CHECK(H5Aget_type(attr), "cannot read attribute ", name, " of ", path_),
-                H5Tclose);
-  H5Handle space(H5_CHECK(H5Aget_space(attr), "cannot read attribute ", name, " of ", path_),
-                 H5Sclose);
-  H5T_class_t c = H5Tget_class(type);
-  if ((c != H5T_FLOAT && c != H5T_INTEGER) || H5Sget_simple_extent_npoints(space) != 1)
-    fail("shard ", path_, ": attribute '", name, "' is not a single number: re-shard it");
-  double v = 0;
-  H5_CHECK(H5Aread(attr, H5T_NATIVE_DOUBLE, &v), "cannot read attribute ", name, " of ", path_);
-  return v;
+  return h5_double_attr(file_, name, "shard " + path_, ": re-shard it");
 }
 
 std::vector<std::string> ShardFile::string_array_attr(const char* name) const {

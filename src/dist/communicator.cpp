@@ -19,6 +19,7 @@ size_t dtype_bytes(DType t) {
     case DType::I32: return 4;
     case DType::I64: return 8;
     case DType::U8: return 1;
+    case DType::BF16: return 2;
   }
   return 0;
 }
@@ -30,6 +31,7 @@ const char* dtype_name(DType t) {
     case DType::I32: return "i32";
     case DType::I64: return "i64";
     case DType::U8: return "u8";
+    case DType::BF16: return "bf16";
   }
   return "?";
 }
@@ -172,6 +174,31 @@ bool have_mpi() {
 #else
   return false;
 #endif
+}
+
+namespace {
+DeviceCommunicatorMaker& device_maker() {
+  static DeviceCommunicatorMaker m;
+  return m;
+}
+}  // namespace
+
+void register_device_communicator(const DeviceCommunicatorMaker& m) { device_maker() = m; }
+
+bool have_device_communicator() { return device_maker().make != nullptr; }
+
+std::unique_ptr<Communicator> make_device_communicator(Communicator& host) {
+  if (!have_device_communicator())
+    fail("the cuda backend on ", host.world(),
+         " ranks averages gradients in device memory with NCCL, but this ratchet was built "
+         "without the NCCL communicator: install NCCL (it ships with the CUDA toolkit, or "
+         "libnccl-dev) and an MPI (libopenmpi-dev), then reconfigure and rebuild (cmake finds "
+         "nccl.h and libnccl next to CUDA: src/dist/nccl.cmake); or run a single rank");
+  return device_maker().make(host);
+}
+
+void select_device_for_local_rank(int local_rank) {
+  if (device_maker().select_device) device_maker().select_device(local_rank);
 }
 
 std::unique_ptr<Communicator> make_communicator() {

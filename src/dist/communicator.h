@@ -11,6 +11,11 @@
 //
 // Buffers live in the memory space the communicator works on (host for
 // single/mpi, device for nccl). Counts are in elements of `dtype`.
+// DType::BF16 (bfloat16, 2 bytes) is for gradients and parameters in the
+// backends' BF16 storage: MPI reduces it with a user-defined op that adds in
+// FP32 and rounds to nearest even (every pairwise combination rounds once:
+// for 2 ranks the result is RNE(a + b), exactly what NCCL gives); NCCL maps it
+// to ncclBfloat16. Max/Min work on it too.
 // Collectives (W = world(), all ranks must call them in the same order):
 //   all_reduce(buf, n)                     buf (n) <- op over ranks of buf (n)   (in place)
 //   reduce_scatter(send, recv, n)          send (W·n) -> recv (n): rank r gets
@@ -22,6 +27,17 @@
 //                                          stop decision goes through it, so all
 //                                          ranks stop at the same step
 // ReduceOp::Avg divides the sum by W after reducing.
+//
+// Asynchronous all-reduce (comm/compute overlap, dist/zero.h):
+//   all_reduce_async(buf, n)               starts an in-place all-reduce and returns;
+//                                          buf must not be touched until wait_all()
+//   wait_all()                             completes every one started so far
+// mpi: MPI_Iallreduce, and wait_all() is MPI_Waitall (progress() tests the
+// requests, which lets MPI progress them while the caller computes). nccl: the
+// communication stream first waits for an event recorded on the compute stream
+// (the work that produced buf), and wait_all() makes the compute stream wait for
+// the communication stream, without blocking the host. single: nothing to do.
+// The same order of calls on every rank, as for the blocking collectives.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -30,7 +46,7 @@
 
 namespace ratchet {
 
-enum class DType { F32, F64, I32, I64, U8 };
+enum class DType { F32, F64, I32, I64, U8, BF16 };
 enum class ReduceOp { Sum, Avg, Max, Min };
 
 size_t dtype_bytes(DType t);
@@ -51,6 +67,13 @@ class Communicator {
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   virtual bool agree(bool flag) = 0;
+
+  // Defaults: the blocking all_reduce, and nothing to wait for.
+  virtual void all_reduce_async(void* buf, size_t n, DType t, ReduceOp op) {
+    all_reduce(buf, n, t, op);
+  }
+  virtual void progress() {}
+  virtual void wait_all() {}
 
   // Ends the whole job now (every rank), exit code `code`: MPI_Abort for mpi.
   // For a failing rank, so that no other rank is left waiting in a collective.
@@ -90,5 +113,22 @@ std::unique_ptr<Communicator> make_single_communicator();
 std::unique_ptr<Communicator> make_communicator();
 // True when this build includes the MPI communicator.
 bool have_mpi();
+
+// The communicator for DEVICE buffers (NCCL), bootstrapped over `host`. It
+// lives in the ratchet_nccl library, which the trainer library does not link:
+// an executable linked with it registers it (src/cli/main.cpp,
+// RATCHET_REGISTER_NCCL). select_device(local_rank) makes the local rank's GPU
+// current (before the backend allocates on it); it does nothing when no device
+// is usable (the backend then says what to do).
+struct DeviceCommunicatorMaker {
+  std::unique_ptr<Communicator> (*make)(Communicator& host) = nullptr;
+  void (*select_device)(int local_rank) = nullptr;
+};
+void register_device_communicator(const DeviceCommunicatorMaker& m);
+bool have_device_communicator();
+// Error (with what to do) when no device communicator is registered.
+std::unique_ptr<Communicator> make_device_communicator(Communicator& host);
+// Makes the local rank's device current if a device communicator is registered.
+void select_device_for_local_rank(int local_rank);
 
 }  // namespace ratchet

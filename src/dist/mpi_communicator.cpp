@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
@@ -29,8 +30,67 @@ void mpi_check_failed(int err, const char* stmt, const char* func, const char* f
   std::abort();
 }
 
+// ---- bfloat16: a 2-byte datatype and user-defined reductions -------------------------
+// Created when the communicator initialises MPI (MPI_DATATYPE_NULL before).
+namespace {
+MPI_Datatype g_bf16 = MPI_DATATYPE_NULL;
+MPI_Op g_bf16_sum = MPI_OP_NULL, g_bf16_max = MPI_OP_NULL, g_bf16_min = MPI_OP_NULL;
+
+inline float bf16_to_f32(uint16_t b) {
+  const uint32_t u = (uint32_t)b << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// Round to nearest, ties to even (what __float2bfloat16 does); NaN stays NaN.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+// MPI_User_function: inout[i] = op(in[i], inout[i]), added in FP32, one rounding.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = (const uint16_t*)in;
+  uint16_t* b = (uint16_t*)inout;
+  for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = (const uint16_t*)in;
+  uint16_t* b = (uint16_t*)inout;
+  for (int i = 0; i < *len; i++)
+    if (bf16_to_f32(a[i]) > bf16_to_f32(b[i])) b[i] = a[i];
+}
+void bf16_min(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint16_t* a = (const uint16_t*)in;
+  uint16_t* b = (uint16_t*)inout;
+  for (int i = 0; i < *len; i++)
+    if (bf16_to_f32(a[i]) < bf16_to_f32(b[i])) b[i] = a[i];
+}
+
+void create_bf16_type() {
+  if (g_bf16 != MPI_DATATYPE_NULL) return;
+  mpiCheck(MPI_Type_contiguous(2, MPI_BYTE, &g_bf16));
+  mpiCheck(MPI_Type_commit(&g_bf16));
+  mpiCheck(MPI_Op_create(bf16_sum, /*commute=*/1, &g_bf16_sum));
+  mpiCheck(MPI_Op_create(bf16_max, 1, &g_bf16_max));
+  mpiCheck(MPI_Op_create(bf16_min, 1, &g_bf16_min));
+}
+void free_bf16_type() {
+  if (g_bf16 == MPI_DATATYPE_NULL) return;
+  MPI_Op_free(&g_bf16_sum);
+  MPI_Op_free(&g_bf16_max);
+  MPI_Op_free(&g_bf16_min);
+  MPI_Type_free(&g_bf16);
+  g_bf16 = MPI_DATATYPE_NULL;
+}
+}  // namespace
+
 MPI_Datatype mpi_dtype(DType t) {
   switch (t) {
+    case DType::BF16: return g_bf16;
     case DType::F32: return MPI_FLOAT;
     case DType::F64: return MPI_DOUBLE;
     case DType::I32: return MPI_INT32_T;
@@ -42,7 +102,15 @@ MPI_Datatype mpi_dtype(DType t) {
 
 namespace {
 
-MPI_Op mpi_op(ReduceOp op) {
+MPI_Op mpi_op(ReduceOp op, DType t) {
+  if (t == DType::BF16) {
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Avg: return g_bf16_sum;
+      case ReduceOp::Max: return g_bf16_max;
+      case ReduceOp::Min: return g_bf16_min;
+    }
+  }
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Avg: return MPI_SUM;
@@ -79,6 +147,11 @@ void divide(void* buf, size_t n, DType t, int w) {
     case DType::U8: {
       uint8_t* p = (uint8_t*)buf;
       for (size_t i = 0; i < n; i++) p[i] /= w;
+      break;
+    }
+    case DType::BF16: {
+      uint16_t* p = (uint16_t*)buf;
+      for (size_t i = 0; i < n; i++) p[i] = f32_to_bf16(bf16_to_f32(p[i]) / (float)w);
       break;
     }
   }
@@ -121,10 +194,13 @@ class MpiCommunicator final : public Communicator {
     mpiCheck(MPI_Comm_free(&node));
     local_rank_ = li.world > 1 ? li.local_rank : node_rank;
     local_world_ = node_size;
+    create_bf16_type();
   }
 
   ~MpiCommunicator() override {
+    if (!reqs_.empty()) MPI_Waitall((int)reqs_.size(), reqs_.data(), MPI_STATUSES_IGNORE);
     MPI_Comm_free(&comm_);
+    if (owns_mpi_) free_bf16_type();
     if (owns_mpi_) MPI_Finalize();
   }
 
@@ -138,8 +214,8 @@ class MpiCommunicator final : public Communicator {
     const size_t eb = dtype_bytes(t);
     for (size_t off = 0; off < n; off += kMaxCount) {
       const int c = (int)std::min(kMaxCount, n - off);
-      mpiCheck(MPI_Allreduce(MPI_IN_PLACE, (char*)buf + off * eb, c, mpi_dtype(t), mpi_op(op),
-                             comm_));
+      mpiCheck(MPI_Allreduce(MPI_IN_PLACE, (char*)buf + off * eb, c, mpi_dtype(t),
+                             mpi_op(op, t), comm_));
     }
     if (op == ReduceOp::Avg) divide(buf, n, t, world_);
   }
@@ -147,7 +223,8 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, size_t n, DType t, ReduceOp op) override {
     RATCHET_ASSERT(n <= (size_t)INT_MAX);
     RATCHET_ASSERT(send != recv);
-    mpiCheck(MPI_Reduce_scatter_block(send, recv, (int)n, mpi_dtype(t), mpi_op(op), comm_));
+    mpiCheck(
+        MPI_Reduce_scatter_block(send, recv, (int)n, mpi_dtype(t), mpi_op(op, t), comm_));
     if (op == ReduceOp::Avg) divide(recv, n, t, world_);
   }
 
@@ -167,6 +244,35 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // Nonblocking: MPI_Iallreduce per piece; Avg divides once the requests are done.
+  void all_reduce_async(void* buf, size_t n, DType t, ReduceOp op) override {
+    const size_t eb = dtype_bytes(t);
+    for (size_t off = 0; off < n; off += kMaxCount) {
+      const int c = (int)std::min(kMaxCount, n - off);
+      MPI_Request req;
+      mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, (char*)buf + off * eb, c, mpi_dtype(t),
+                              mpi_op(op, t), comm_, &req));
+      reqs_.push_back(req);
+    }
+    if (op == ReduceOp::Avg) pending_avg_.push_back({buf, n, t});
+  }
+
+  // Lets MPI move the outstanding requests along (Open MPI progresses
+  // nonblocking collectives only inside MPI calls).
+  void progress() override {
+    if (reqs_.empty()) return;
+    int done = 0;
+    mpiCheck(MPI_Testall((int)reqs_.size(), reqs_.data(), &done, MPI_STATUSES_IGNORE));
+  }
+
+  void wait_all() override {
+    if (!reqs_.empty())
+      mpiCheck(MPI_Waitall((int)reqs_.size(), reqs_.data(), MPI_STATUSES_IGNORE));
+    reqs_.clear();
+    for (const Pending& p : pending_avg_) divide(p.buf, p.n, p.t, world_);
+    pending_avg_.clear();
+  }
+
   void barrier() override { mpiCheck(MPI_Barrier(comm_)); }
 
   bool agree(bool flag) override {
@@ -184,6 +290,13 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, world_ = 1, local_rank_ = 0, local_world_ = 1;
   bool owns_mpi_ = false;
+  struct Pending {
+    void* buf;
+    size_t n;
+    DType t;
+  };
+  std::vector<MPI_Request> reqs_;     // outstanding all_reduce_async pieces
+  std::vector<Pending> pending_avg_;  // their Avg divisions, done in wait_all()
 };
 
 }  // namespace

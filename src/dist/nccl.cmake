@@ -1,9 +1,10 @@
 # The NCCL communicator (dist/nccl_communicator.*) as its own library,
 # ratchet_nccl, built only with the CUDA toolkit, NCCL and MPI (NCCL is
-# bootstrapped over MPI). It is kept out of ratchet_lib so that the ratchet
-# binary does not depend on libnccl/libcudart: the trainer has no CUDA backend
-# yet. nccl_communicator.cpp is also globbed into ratchet_lib, where its
-# RATCHET_HAVE_NCCL guard leaves it empty.
+# bootstrapped over MPI). It is kept out of ratchet_lib so that only what
+# needs it links libnccl: the `ratchet` executable with the real cuda backend
+# (top-level CMakeLists.txt; main() registers it as the device communicator,
+# dist/communicator.h) and the NCCL tests. nccl_communicator.cpp is also
+# globbed into ratchet_lib, where its RATCHET_HAVE_NCCL guard leaves it empty.
 # NCCL has no CMake package: find_path/find_library with the toolkit's hints,
 # wrapped in an IMPORTED target (see /work/shared/notes/platform.md).
 if(TARGET ratchet_nccl OR NOT RATCHET_HAVE_CUDA OR NOT RATCHET_HAVE_MPI)

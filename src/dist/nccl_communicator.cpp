@@ -49,6 +49,7 @@ ncclDataType_t nccl_dtype(DType t) {
     case DType::I32: return ncclInt32;
     case DType::I64: return ncclInt64;
     case DType::U8: return ncclUint8;
+    case DType::BF16: return ncclBfloat16;
   }
   return ncclFloat32;
 }
@@ -80,6 +81,15 @@ int nccl_pick_device(int local_rank) {
   return local_rank % n;
 }
 
+void nccl_select_device(int local_rank) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();  // clear it: the backend reports the missing device itself
+    return;
+  }
+  cudaCheck(cudaSetDevice(local_rank % n));
+}
+
 namespace {
 
 class NcclCommunicator final : public Communicator {
@@ -90,8 +100,12 @@ class NcclCommunicator final : public Communicator {
     const ncclUniqueId id = nccl_bootstrap_id(host_);
     ncclCheck(ncclCommInitRank(&comm_, host_.world(), id, host_.rank()));
     cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cudaCheck(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
   }
   ~NcclCommunicator() override {
+    cudaEventDestroy(ready_);
+    cudaEventDestroy(done_);
     cudaStreamDestroy(stream_);
     ncclCommDestroy(comm_);
   }
@@ -102,21 +116,36 @@ class NcclCommunicator final : public Communicator {
   int local_world() const override { return host_.local_world(); }
 
   void all_reduce(void* buf, size_t n, DType t, ReduceOp op) override {
+    after_compute();
     ncclCheckComm(ncclAllReduce(buf, buf, n, nccl_dtype(t), nccl_op(op), comm_, stream_), comm_);
     cudaCheck(cudaStreamSynchronize(stream_));
   }
   void reduce_scatter(const void* send, void* recv, size_t n, DType t, ReduceOp op) override {
+    after_compute();
     ncclCheckComm(ncclReduceScatter(send, recv, n, nccl_dtype(t), nccl_op(op), comm_, stream_),
                   comm_);
     cudaCheck(cudaStreamSynchronize(stream_));
   }
   void all_gather(const void* send, void* recv, size_t n, DType t) override {
+    after_compute();
     ncclCheckComm(ncclAllGather(send, recv, n, nccl_dtype(t), comm_, stream_), comm_);
     cudaCheck(cudaStreamSynchronize(stream_));
   }
   void broadcast(void* buf, size_t bytes, int root) override {
+    after_compute();
     ncclCheckComm(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), comm_);
     cudaCheck(cudaStreamSynchronize(stream_));
+  }
+  void all_reduce_async(void* buf, size_t n, DType t, ReduceOp op) override {
+    after_compute();
+    ncclCheckComm(ncclAllReduce(buf, buf, n, nccl_dtype(t), nccl_op(op), comm_, stream_), comm_);
+    pending_ = true;
+  }
+  void wait_all() override {
+    if (!pending_) return;
+    cudaCheck(cudaEventRecord(done_, stream_));
+    cudaCheck(cudaStreamWaitEvent(kCompute, done_, 0));
+    pending_ = false;
   }
   void barrier() override { host_.barrier(); }
   bool agree(bool flag) override { return host_.agree(flag); }
@@ -127,9 +156,19 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // The communication stream waits for the compute stream's work so far.
+  void after_compute() {
+    cudaCheck(cudaEventRecord(ready_, kCompute));
+    cudaCheck(cudaStreamWaitEvent(stream_, ready_, 0));
+  }
+  // The cuda backend's stream: the legacy default stream (see the header).
+  static constexpr cudaStream_t kCompute = nullptr;
+
   Communicator& host_;
   ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;      // communication
+  cudaEvent_t ready_ = nullptr, done_ = nullptr;
+  bool pending_ = false;               // async all-reduces not yet waited for
   int device_ = 0;
 };
 
@@ -137,6 +176,13 @@ class NcclCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host) {
   return std::make_unique<NcclCommunicator>(host);
+}
+
+void register_nccl_communicator() {
+  DeviceCommunicatorMaker m;
+  m.make = make_nccl_communicator;
+  m.select_device = nccl_select_device;
+  register_device_communicator(m);
 }
 
 }  // namespace ratchet

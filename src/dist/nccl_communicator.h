@@ -4,8 +4,15 @@
 // Built only as the ratchet_nccl library (dist/nccl.cmake: CUDA + NCCL + MPI);
 // include only when RATCHET_HAVE_NCCL is defined.
 //
-// Collectives run on the communicator's stream and are synchronised before
-// returning (simple and safe; overlap with the backward pass is future work).
+// Streams. The compute stream is the one the cuda backend launches on: the
+// legacy default stream (CudaBackend's stream_ is null). Every collective runs
+// on the communicator's own stream after an event recorded on the compute
+// stream (so it sees the gradients the backward just produced). Blocking
+// collectives then synchronise the communication stream before returning;
+// all_reduce_async() returns at once, and wait_all() makes the compute stream
+// wait for the communication stream (the host does not block): the backward
+// of the layers below overlaps the all-reduce of the layers above (dist/zero.h).
+// DType::BF16 is ncclBfloat16, ReduceOp::Avg is ncclAvg.
 // agree(), barrier() and abort_job() go through the host communicator: flags
 // live on the host.
 #pragma once
@@ -32,6 +39,11 @@ int nccl_pick_device(int local_rank);
 // Sets the device, bootstraps and creates the NCCL communicator. `host` must
 // outlive the result.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host);
+// Makes local_rank's device current (cudaSetDevice(local_rank % devices)),
+// so that the backend allocates on it; nothing when no device is usable.
+void nccl_select_device(int local_rank);
+// Registers the two above as the device communicator (dist/communicator.h).
+void register_nccl_communicator();
 
 ncclDataType_t nccl_dtype(DType t);
 ncclRedOp_t nccl_op(ReduceOp op);

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "core/error.h"
+#include "model/gpt.h"
 
 namespace ratchet {
 
@@ -16,17 +16,48 @@ ShardRange shard_range(size_t P, int W, int r) {
   return s;
 }
 
+// What the model's hook holds: the hook may outlive this object (it stays
+// installed on the model), so it reaches us through a pointer we clear.
+struct DataParallel::HookState {
+  DataParallel* dp = nullptr;
+};
+
+namespace {
+// The allocations of stage 1, in elements: pad (W·S) and gshard (S, at least 1).
+std::vector<size_t> stage1_elems(size_t P, int W) {
+  const size_t S = shard_range(P, W, 0).padded;
+  return {S * (size_t)W, std::max<size_t>(1, S)};
+}
+}  // namespace
+
+size_t DataParallel::buffer_bytes(const Backend& be, size_t P, int W, int stage) {
+  if (stage != 1) return 0;
+  size_t b = 0;
+  for (size_t n : stage1_elems(P, W)) b += be.alloc_size(n * be.storage_bytes());
+  return b;
+}
+
 DataParallel::DataParallel(Communicator& comm, Backend& be, const ParamLayout& layout,
-                           const AdamWConfig& cfg, int zero_stage)
-    : comm_(comm), be_(be), P_(layout.total), stage_(zero_stage) {
+                           const AdamWConfig& cfg, int zero_stage, Communicator* grad_comm)
+    : comm_(comm),
+      gcomm_(grad_comm ? *grad_comm : comm),
+      be_(be),
+      layout_(layout),
+      P_(layout.total),
+      stage_(zero_stage) {
   if (stage_ != 0 && stage_ != 1) fail("--zero must be 0 or 1 (got ", stage_, ")");
-  RATCHET_ASSERT(be_.storage_bytes() == sizeof(float));  // host FP32 buffers (cpu backend)
+  const size_t sb = be_.storage_bytes();
+  if (sb != 4 && sb != 2)
+    fail("data parallel: backend ", be_.name(), " stores ", sb,
+         "-byte elements; only FP32 and BF16 storage can be reduced");
+  RATCHET_ASSERT(gcomm_.world() == comm_.world() && gcomm_.rank() == comm_.rank());
   if (stage_ == 1) {
-    range_ = shard_range(P_, comm_.world(), comm_.rank());
+    const int W = comm_.world();
+    range_ = shard_range(P_, W, comm_.rank());
     opt_ = std::make_unique<AdamW>(be_, layout, cfg, range_.lo, range_.hi);
-    gpad_.assign(range_.padded * comm_.world(), 0.0f);
-    gshard_.assign(std::max<size_t>(1, range_.padded), 0.0f);
-    ppad_.assign(range_.padded * comm_.world(), 0.0f);
+    const std::vector<size_t> n = stage1_elems(P_, W);
+    pad_ = be_.alloc(n[0] * sb);  // zero-filled: the tail [P, W·S) stays zero
+    gshard_ = be_.alloc(n[1] * sb);
   } else {
     range_.lo = 0;
     range_.hi = range_.padded = P_;
@@ -34,23 +65,132 @@ DataParallel::DataParallel(Communicator& comm, Backend& be, const ParamLayout& l
   }
 }
 
+DataParallel::~DataParallel() {
+  if (hook_) hook_->dp = nullptr;
+  be_.release(pad_);
+  be_.release(gshard_);
+}
+
+DType DataParallel::dtype() const {
+  return be_.storage_bytes() == 2 ? DType::BF16 : DType::F32;
+}
+
+bool DataParallel::overlap_with(GPT& model, int micro_batches) {
+  if (stage_ != 0 || comm_.world() == 1) return false;
+  RATCHET_ASSERT(micro_batches >= 1);
+  RATCHET_ASSERT(model.num_params() == P_);
+  model_ = &model;
+  micro_batches_ = micro_batches;
+  pass_ = launched_ = 0;
+  if (hook_) hook_->dp = nullptr;
+  hook_ = std::make_shared<HookState>();
+  hook_->dp = this;
+  std::shared_ptr<HookState> st = hook_;
+  model.set_grad_ready_hook([st](int layer) {
+    if (st->dp) st->dp->grad_ready(layer);
+  });
+  return true;
+}
+
+// Called by the model's backward: layer l's twelve tensors are final (l >= 0),
+// or wte, wpe, lnfw, lnfb (l = -1, the last call of a backward pass).
+void DataParallel::grad_ready(int layer) {
+  if (pass_ == micro_batches_ - 1) {
+    const size_t sb = be_.storage_bytes();
+    char* g = static_cast<char*>(model_->grads());
+    const DType t = dtype();
+    if (layer >= 0) {
+      const int L = model_->config().num_layers;
+      for (int i = P_LN1W; i <= P_FCPROJB; i++) {
+        const size_t n = layout_.per_layer(i, L);
+        gcomm_.all_reduce_async(g + (layout_.offsets[i] + (size_t)layer * n) * sb, n, t,
+                                ReduceOp::Sum);
+      }
+    } else {
+      // wte and wpe are adjacent (the start of the buffer), and so are lnfw, lnfb (its end).
+      RATCHET_ASSERT(layout_.offsets[P_WPE] == layout_.offsets[P_WTE] + layout_.sizes[P_WTE]);
+      RATCHET_ASSERT(layout_.offsets[P_LNFB] == layout_.offsets[P_LNFW] + layout_.sizes[P_LNFW]);
+      gcomm_.all_reduce_async(g + layout_.offsets[P_WTE] * sb,
+                              layout_.sizes[P_WTE] + layout_.sizes[P_WPE], t, ReduceOp::Sum);
+      gcomm_.all_reduce_async(g + layout_.offsets[P_LNFW] * sb,
+                              layout_.sizes[P_LNFW] + layout_.sizes[P_LNFB], t, ReduceOp::Sum);
+    }
+    launched_++;
+    gcomm_.progress();
+  }
+  if (layer < 0) pass_++;
+}
+
 float DataParallel::step(dptr params, dptr grads, float lr) {
   const int W = comm_.world();
+  const size_t sb = be_.storage_bytes();
+  const DType t = dtype();
   if (stage_ == 0) {
-    if (W > 1) comm_.all_reduce(grads, P_, DType::F32, ReduceOp::Sum);
+    if (W > 1) {
+      const int groups = model_ ? model_->config().num_layers + 1 : 0;
+      if (model_ && launched_ == groups && pass_ == micro_batches_) {
+        RATCHET_ASSERT(grads == model_->grads());
+        gcomm_.wait_all();  // every slice was started during the last backward
+      } else {
+        // No overlap this step (none installed, or another number of backward
+        // passes than announced): a partly started reduction cannot be mixed
+        // with a whole one.
+        if (launched_ != 0)
+          fail("data parallel: ", pass_, " backward pass(es) this step but overlap_with() was told ",
+               micro_batches_, " (", launched_, " of ", groups, " gradient groups started)");
+        gcomm_.all_reduce(grads, P_, t, ReduceOp::Sum);
+      }
+    }
+    pass_ = launched_ = 0;
     return opt_->step(params, grads, lr);
   }
+  pass_ = launched_ = 0;
   const size_t S = range_.padded, n = range_.hi - range_.lo;
-  std::memcpy(gpad_.data(), grads, P_ * sizeof(float));  // the tail stays zero
-  comm_.reduce_scatter(gpad_.data(), gshard_.data(), S, DType::F32, ReduceOp::Sum);
-  const double ssq = n ? be_.sum_squares(gshard_.data(), n) : 0.0;
+  char* pad = static_cast<char*>(pad_);
+  be_.copy(pad, grads, P_ * sb);
+  if (S * W > P_) be_.zero(pad + P_ * sb, (S * W - P_) * sb);  // padding adds nothing
+  gcomm_.reduce_scatter(pad, gshard_, S, t, ReduceOp::Sum);
+  const double ssq = n ? be_.sum_squares(gshard_, n) : 0.0;
   const double norm = std::sqrt(comm_.all_reduce_sum(ssq));
-  opt_->step_shard(params, gshard_.data(), lr, norm);
-  float* own = ppad_.data() + (size_t)comm_.rank() * S;
-  std::memcpy(own, (const float*)params + range_.lo, n * sizeof(float));
-  comm_.all_gather(own, ppad_.data(), S, DType::F32);
-  std::memcpy(params, ppad_.data(), P_ * sizeof(float));
+  opt_->step_shard(params, gshard_, lr, norm);
+  gather_params(params);
   return (float)norm;
+}
+
+// Every rank's updated shard of params to every rank, through pad: slot r
+// holds rank r's shard (the tail of the last slot, past P, is padding).
+void DataParallel::gather_params(dptr params) {
+  const size_t S = range_.padded, n = range_.hi - range_.lo, sb = be_.storage_bytes();
+  char* pad = static_cast<char*>(pad_);
+  char* own = pad + (size_t)comm_.rank() * S * sb;
+  be_.copy(own, static_cast<const char*>(params) + range_.lo * sb, n * sb);
+  if (S > n) be_.zero(own + n * sb, (S - n) * sb);
+  gcomm_.all_gather(own, pad, S, dtype());
+  be_.copy(params, pad, P_ * sb);
+}
+
+void DataParallel::restore_params(dptr params) {
+  opt_->restore_rounding(params);
+  if (stage_ == 1 && comm_.world() > 1) gather_params(params);
+  be_.synchronize();
+}
+
+void DataParallel::sync_master(dptr params) {
+  const int W = comm_.world();
+  if (stage_ != 1 || W == 1 || be_.storage_bytes() == sizeof(float)) return;
+  const size_t S = range_.padded, n = range_.hi - range_.lo, sb = be_.storage_bytes();
+  // The FP32 values of every shard, from their owners (download_f32 reads the
+  // master copy), gathered on the host.
+  std::vector<float> all(S * W, 0.0f);
+  float* mine = all.data() + (size_t)comm_.rank() * S;
+  be_.download_f32(mine, static_cast<const char*>(params) + range_.lo * sb, n);
+  comm_.all_gather(mine, all.data(), S, DType::F32);
+  // upload_f32 sets the master copy and rounds the values to nearest; keep the
+  // stochastically rounded ones the owners computed (in pad, a scratch here).
+  be_.copy(pad_, params, P_ * sb);
+  be_.upload_f32(params, all.data(), P_);
+  be_.copy(params, pad_, P_ * sb);
+  be_.synchronize();
 }
 
 }  // namespace ratchet

@@ -38,9 +38,11 @@ class OpScope {
  public:
   OpScope(GPT& m, const char* name, double flops, double bytes)
       : m_(m), name_(name), flops_(flops), bytes_(bytes) {
+    m_.be_.range_push(name);  // NVTX range on the cuda backend
     if (m_.profiling_) t0_ = now_s();
   }
   ~OpScope() {
+    m_.be_.range_pop();
     if (!m_.profiling_) return;
     m_.be_.synchronize();
     OpStat& s = m_.prof_[name_];
@@ -58,6 +60,7 @@ class OpScope {
 
 GPT::GPT(const GPTConfig& cfg, Backend& be) : cfg_(cfg), be_(be), layout_(cfg) {
   params_ = be_.alloc(layout_.total * be_.storage_bytes());
+  be_.keep_master_copy(params_);  // set_params() then sets the FP32 master exactly
   grads_ = be_.alloc(layout_.total * be_.storage_bytes());
 }
 
@@ -102,20 +105,33 @@ void GPT::get_grads(float* host) const { be_.download_f32(host, grads_, layout_.
 void GPT::zero_grad() { be_.zero(grads_, layout_.total * be_.storage_bytes()); }
 
 GPT::Acts GPT::acts_for(int B, int T) const {
-  return layout_acts(cfg_, B, T, be_.storage_bytes(), acts_);
+  return layout_acts(cfg_, B, T, be_.storage_bytes(), recompute_, acts_);
+}
+
+void GPT::set_recompute(const Recompute& p) {
+  if (p == recompute_) return;
+  recompute_ = p;
+  if (acts_) be_.release(acts_);  // the layout changed: re-allocate on the next step
+  acts_ = nullptr;
+  acts_bytes_ = 0;
 }
 
 size_t GPT::param_bytes(const GPTConfig& cfg, size_t storage_bytes) {
   return 2 * ParamLayout(cfg).total * storage_bytes;  // params + grads
 }
 
-size_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, size_t storage_bytes) {
-  return layout_acts(cfg, B, T, storage_bytes, nullptr).bytes;
+size_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, size_t storage_bytes,
+                             const Recompute& p) {
+  return layout_acts(cfg, B, T, storage_bytes, p, nullptr).bytes;
 }
 
 // The one definition of the activation layout: used to place buffers (base
-// non-null) and to count bytes (base null) — so accounting is exact.
-GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, void* acts) {
+// non-null) and to count bytes (base null) — so accounting is exact. Under a
+// recompute policy some per-layer entries point at one shared buffer (see
+// model/recompute.h): their contents are only valid for the layer that last
+// wrote them, and backward rewrites them before use.
+GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const Recompute& p,
+                           void* acts) {
   const size_t BT = (size_t)B * T, C = cfg.channels, NH = cfg.num_heads,
                Vp = cfg.padded_vocab, L = cfg.num_layers;
   Acts a;
@@ -123,29 +139,58 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, void* 
   size_t off = 0;
   // Each buffer starts 64-byte aligned (vector loads, cuBLASLt's 16-byte rule).
   auto take = [&](size_t bytes) -> void* {
-    void* p = base ? base + off : nullptr;
+    void* ptr = base ? base + off : nullptr;
     off += (bytes + 63) / 64 * 64;
-    return p;
+    return ptr;
   };
   auto st = [&](size_t elems) { return take(elems * sb); };
   auto f32 = [&](size_t elems) { return (float*)take(elems * sizeof(float)); };
   a.inputs = (int*)take(BT * sizeof(int));
   a.targets = (int*)take(BT * sizeof(int));
   a.encoded = st(BT * C);
+  // Shared buffers of the policy (taken only when the policy uses them).
+  dptr gelu_shared = p.shares_gelu() ? st(BT * 4 * C) : nullptr;  // (BT,4C)
+  dptr ln_shared = p.shares_ln() ? st(BT * C) : nullptr;          // (BT,C)
+  // One block's working set (every per-layer buffer but r3), laid out in the
+  // order of the per-layer buffers below; blocks:k layers all point here.
+  struct Block {
+    dptr ln1, qkv, atty, att, r2, ln2, fch, fch_gelu;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+  };
+  auto take_block = [&](bool gelu_own, bool ln_own) {
+    Block k;
+    k.ln1 = ln_own ? st(BT * C) : ln_shared;
+    k.ln1_mean = f32(BT);
+    k.ln1_rstd = f32(BT);
+    k.qkv = st(BT * 3 * C);
+    k.atty = st(BT * C);
+    k.att = st((size_t)B * NH * T * T);
+    k.r2 = st(BT * C);
+    k.ln2 = ln_own ? st(BT * C) : ln_shared;
+    k.ln2_mean = f32(BT);
+    k.ln2_rstd = f32(BT);
+    k.fch = st(BT * 4 * C);
+    k.fch_gelu = gelu_own ? st(BT * 4 * C) : gelu_shared;
+    return k;
+  };
+  Block shared_block{};
+  if (p.blocks_recomputed((int)L) > 0) shared_block = take_block(true, true);
   for (size_t l = 0; l < L; l++) {
-    a.ln1.push_back(st(BT * C));
-    a.ln1_mean.push_back(f32(BT));
-    a.ln1_rstd.push_back(f32(BT));
-    a.qkv.push_back(st(BT * 3 * C));
-    a.atty.push_back(st(BT * C));
-    a.att.push_back(st((size_t)B * NH * T * T));
-    a.r2.push_back(st(BT * C));
-    a.ln2.push_back(st(BT * C));
-    a.ln2_mean.push_back(f32(BT));
-    a.ln2_rstd.push_back(f32(BT));
-    a.fch.push_back(st(BT * 4 * C));
-    a.fch_gelu.push_back(st(BT * 4 * C));
-    a.r3.push_back(st(BT * C));
+    const Block k = p.recomputes_block((int)l) ? shared_block
+                                               : take_block(!p.shares_gelu(), !p.shares_ln());
+    a.ln1.push_back(k.ln1);
+    a.ln1_mean.push_back(k.ln1_mean);
+    a.ln1_rstd.push_back(k.ln1_rstd);
+    a.qkv.push_back(k.qkv);
+    a.atty.push_back(k.atty);
+    a.att.push_back(k.att);
+    a.r2.push_back(k.r2);
+    a.ln2.push_back(k.ln2);
+    a.ln2_mean.push_back(k.ln2_mean);
+    a.ln2_rstd.push_back(k.ln2_rstd);
+    a.fch.push_back(k.fch);
+    a.fch_gelu.push_back(k.fch_gelu);
+    a.r3.push_back(st(BT * C));  // kept by every policy
   }
   a.lnf = st(BT * C);
   a.lnf_mean = f32(BT);
@@ -169,6 +214,18 @@ void GPT::ensure_acts(int B, int T) {
   if (acts_) be_.release(acts_);
   acts_ = be_.alloc(need);
   acts_bytes_ = need;
+  // The backend's op scratch, sized once for these shapes (exact accounting).
+  be_.reserve_workspace(be_.workspace_bytes(op_shapes(cfg_, B, T)));
+}
+
+Backend::OpShapes op_shapes(const GPTConfig& cfg, int B, int T) {
+  Backend::OpShapes s;
+  s.B = B;
+  s.T = T;
+  s.C = cfg.channels;
+  s.NH = cfg.num_heads;
+  s.Vp = cfg.padded_vocab;
+  return s;
 }
 
 float GPT::mean_loss(const Acts& a, int BT) const {
@@ -217,60 +274,65 @@ void GPT::get_logits_row(int t, float* host_V) const {
   be_.download_f32(host_V, row, cfg_.vocab_size);
 }
 
-void GPT::run_forward(const Acts& a, int B, int T, bool has_targets, float dloss) {
-  const int C = cfg_.channels, NH = cfg_.num_heads, L = cfg_.num_layers, Vp = cfg_.padded_vocab,
-            V = cfg_.vocab_size, BT = B * T;
+void GPT::forward_block(const Acts& a, int l, int B, int T, bool to_gelu) {
+  const int C = cfg_.channels, NH = cfg_.num_heads, BT = B * T;
   const double sb = be_.storage_bytes(), mm = 2.0 * BT;  // matmul FLOPs = 2·BT·in·out
   const double attn_flops = 4.0 * B * T * (double)T * C;  // q·k and att·v
+  cdptr x = l == 0 ? a.encoded : a.r3[l - 1];
+  {
+    OpScope s(*this, "layernorm_fwd", 0, 2.0 * BT * C * sb);
+    be_.layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], x, param(P_LN1W, l),
+                          param(P_LN1B, l), BT, C);
+  }
+  {
+    OpScope s(*this, "matmul_fwd", mm * C * 3 * C, 0);
+    be_.matmul_forward(a.qkv[l], nullptr, a.ln1[l], param(P_QKVW, l), param(P_QKVB, l), BT, C,
+                       3 * C);
+  }
+  {
+    OpScope s(*this, "attention_fwd", attn_flops, 0);
+    be_.attention_forward(a.atty[l], a.att[l], a.qkv[l], B, T, C, NH);
+  }
+  {
+    OpScope s(*this, "matmul_fwd", mm * C * C, 0);
+    be_.matmul_forward(a.r2[l], nullptr, a.atty[l], param(P_ATTPROJW, l), param(P_ATTPROJB, l),
+                       BT, C, C);
+  }
+  {
+    OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
+    be_.residual_forward(a.r2[l], x, a.r2[l], (size_t)BT * C);
+  }
+  {
+    OpScope s(*this, "layernorm_fwd", 0, 2.0 * BT * C * sb);
+    be_.layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.r2[l], param(P_LN2W, l),
+                          param(P_LN2B, l), BT, C);
+  }
+  {
+    OpScope s(*this, "matmul_gelu_fwd", mm * C * 4 * C, 0);
+    be_.matmul_forward(a.fch_gelu[l], a.fch[l], a.ln2[l], param(P_FCW, l), param(P_FCB, l), BT,
+                       C, 4 * C);
+  }
+  if (to_gelu) return;
+  {
+    OpScope s(*this, "matmul_fwd", mm * 4 * C * C, 0);
+    be_.matmul_forward(a.r3[l], nullptr, a.fch_gelu[l], param(P_FCPROJW, l),
+                       param(P_FCPROJB, l), BT, 4 * C, C);
+  }
+  {
+    OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
+    be_.residual_forward(a.r3[l], a.r2[l], a.r3[l], (size_t)BT * C);
+  }
+}
+
+void GPT::run_forward(const Acts& a, int B, int T, bool has_targets, float dloss) {
+  const int C = cfg_.channels, L = cfg_.num_layers, Vp = cfg_.padded_vocab,
+            V = cfg_.vocab_size, BT = B * T;
+  const double sb = be_.storage_bytes(), mm = 2.0 * BT;
   {
     OpScope s(*this, "encoder_fwd", 0, 3.0 * BT * C * sb);
     be_.encoder_forward(a.encoded, a.inputs, param(P_WTE), param(P_WPE), B, T, C);
   }
-  for (int l = 0; l < L; l++) {
-    cdptr x = l == 0 ? a.encoded : a.r3[l - 1];
-    {
-      OpScope s(*this, "layernorm_fwd", 0, 2.0 * BT * C * sb);
-      be_.layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], x, param(P_LN1W, l),
-                            param(P_LN1B, l), BT, C);
-    }
-    {
-      OpScope s(*this, "matmul_fwd", mm * C * 3 * C, 0);
-      be_.matmul_forward(a.qkv[l], nullptr, a.ln1[l], param(P_QKVW, l), param(P_QKVB, l), BT,
-                         C, 3 * C);
-    }
-    {
-      OpScope s(*this, "attention_fwd", attn_flops, 0);
-      be_.attention_forward(a.atty[l], a.att[l], a.qkv[l], B, T, C, NH);
-    }
-    {
-      OpScope s(*this, "matmul_fwd", mm * C * C, 0);
-      be_.matmul_forward(a.r2[l], nullptr, a.atty[l], param(P_ATTPROJW, l),
-                         param(P_ATTPROJB, l), BT, C, C);
-    }
-    {
-      OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
-      be_.residual_forward(a.r2[l], x, a.r2[l], (size_t)BT * C);
-    }
-    {
-      OpScope s(*this, "layernorm_fwd", 0, 2.0 * BT * C * sb);
-      be_.layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.r2[l], param(P_LN2W, l),
-                            param(P_LN2B, l), BT, C);
-    }
-    {
-      OpScope s(*this, "matmul_gelu_fwd", mm * C * 4 * C, 0);
-      be_.matmul_forward(a.fch_gelu[l], a.fch[l], a.ln2[l], param(P_FCW, l), param(P_FCB, l),
-                         BT, C, 4 * C);
-    }
-    {
-      OpScope s(*this, "matmul_fwd", mm * 4 * C * C, 0);
-      be_.matmul_forward(a.r3[l], nullptr, a.fch_gelu[l], param(P_FCPROJW, l),
-                         param(P_FCPROJB, l), BT, 4 * C, C);
-    }
-    {
-      OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
-      be_.residual_forward(a.r3[l], a.r2[l], a.r3[l], (size_t)BT * C);
-    }
-  }
+  for (int l = 0; l < L; l++) forward_block(a, l, B, T, false);
   {
     OpScope s(*this, "layernorm_fwd", 0, 2.0 * BT * C * sb);
     be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.r3[L - 1], param(P_LNFW),
@@ -301,17 +363,26 @@ void GPT::run_backward(const Acts& a, int B, int T) {
     be_.layernorm_backward(a.dresidual, grad(P_LNFW), grad(P_LNFB), a.dbtc, a.r3[L - 1],
                            param(P_LNFW), a.lnf_mean, a.lnf_rstd, BT, C);
   }
+  const Recompute& rp = recompute_;
   for (int l = L - 1; l >= 0; l--) {
     cdptr x = l == 0 ? a.encoded : a.r3[l - 1];
-    // dresidual = d r3[l]; the MLP branch:
-    {
-      OpScope s(*this, "matmul_bwd", mm * 4 * C * C, 0);
-      be_.matmul_backward(a.dfch, grad(P_FCPROJW, l), grad(P_FCPROJB, l), a.dresidual,
-                          a.fch_gelu[l], param(P_FCPROJW, l), BT, 4 * C, C);
+    // Refill what the policy did not keep (same ops, same inputs: same bits).
+    if (rp.recomputes_block(l)) {
+      forward_block(a, l, B, T, /*to_gelu=*/true);
+    } else if (rp.shares_gelu()) {
+      OpScope s(*this, "gelu_recompute", 0, 2.0 * BT * 4 * C * sb);
+      be_.gelu_forward(a.fch_gelu[l], a.fch[l], (size_t)BT * 4 * C);
     }
+    // dresidual = d r3[l]; the MLP branch. dfch = (dresidual fcprojw) * gelu'(fch)
     {
-      OpScope s(*this, "gelu_bwd", 0, 3.0 * BT * 4 * C * sb);
-      be_.gelu_backward(a.dfch, a.fch[l], a.dfch, (size_t)BT * 4 * C);
+      OpScope s(*this, "matmul_dgelu_bwd", mm * 4 * C * C, 0);
+      be_.matmul_backward_gelu(a.dfch, grad(P_FCPROJW, l), grad(P_FCPROJB, l), a.dresidual,
+                               a.fch_gelu[l], param(P_FCPROJW, l), a.fch[l], BT, 4 * C, C);
+    }
+    if (rp.shares_ln() && !rp.recomputes_block(l)) {
+      OpScope s(*this, "layernorm_recompute", 0, 2.0 * BT * C * sb);
+      be_.layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.r2[l], param(P_LN2W, l),
+                            param(P_LN2B, l), BT, C);
     }
     {
       OpScope s(*this, "matmul_bwd", mm * C * 4 * C, 0);
@@ -333,6 +404,11 @@ void GPT::run_backward(const Acts& a, int B, int T) {
       OpScope s(*this, "attention_bwd", attn_flops, 0);
       be_.attention_backward(a.dqkv, a.dbtc, a.qkv[l], a.att[l], B, T, C, NH);
     }
+    if (rp.shares_ln() && !rp.recomputes_block(l)) {
+      OpScope s(*this, "layernorm_recompute", 0, 2.0 * BT * C * sb);
+      be_.layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], x, param(P_LN1W, l),
+                            param(P_LN1B, l), BT, C);
+    }
     {
       OpScope s(*this, "matmul_bwd", mm * C * 3 * C, 0);
       be_.matmul_backward(a.dbtc, grad(P_QKVW, l), grad(P_QKVB, l), a.dqkv, a.ln1[l],
@@ -344,11 +420,13 @@ void GPT::run_backward(const Acts& a, int B, int T) {
                              param(P_LN1W, l), a.ln1_mean[l], a.ln1_rstd[l], BT, C);
     }
     // dresidual = d x (the stream entering layer l)
+    if (grad_ready_) grad_ready_(l);
   }
   {
     OpScope s(*this, "encoder_bwd", 0, 3.0 * BT * C * sb);
     be_.encoder_backward(grad(P_WTE), grad(P_WPE), a.dresidual, a.inputs, B, T, C);
   }
+  if (grad_ready_) grad_ready_(-1);
 }
 
 double train_flops_per_token(const GPTConfig& cfg, int T) {

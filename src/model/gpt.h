@@ -12,9 +12,12 @@
 //   ln2 = LN(r2); fch = ln2 fcw^T + fcb; fch_gelu = gelu(fch)
 //   r3  = r2 + fch_gelu fcprojw^T + fcprojb           (x of layer l+1)
 // logits = LN_f(x_L) wte^T (tied); loss = mean over (b,t) of cross-entropy
-// over the V real columns. All activations are kept (no recompute yet).
+// over the V real columns. Which activations are kept for backward and which
+// are recomputed is the recompute policy (model/recompute.h); gradients are
+// the same under every policy.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -22,6 +25,7 @@
 #include "backend/backend.h"
 #include "model/config.h"
 #include "model/param_layout.h"
+#include "model/recompute.h"
 
 namespace ratchet {
 
@@ -63,6 +67,10 @@ class GPT {
   float forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
                          float loss_scale);
   void zero_grad();
+  // The recompute policy for the following steps (default none). Changing it
+  // re-lays out (and reallocates) the activations.
+  void set_recompute(const Recompute& p);
+  const Recompute& recompute() const { return recompute_; }
   // Logits of the last forward() (B,T,Vp) as FP32 on the host; only valid
   // after forward() (forward_backward overwrites them with their gradient).
   void get_logits(float* host) const;
@@ -71,10 +79,21 @@ class GPT {
 
   // Exact bytes of backend memory this model allocates (what alloc() is asked
   // for): parameters and gradients (storage dtype), and activations for one
-  // micro-batch of (B, T) including backward scratch and 64-byte alignment.
-  // The optimizer's FP32 moments (2·P·4 bytes) are AdamW's, not counted here.
+  // micro-batch of (B, T) under recompute policy p, including backward scratch
+  // and 64-byte alignment (one allocation). The optimizer's FP32 moments
+  // (2·P·4 bytes) are AdamW's, not counted here; the whole step's memory is
+  // model/memory.h.
   static size_t param_bytes(const GPTConfig& cfg, size_t storage_bytes);
-  static size_t activation_bytes(const GPTConfig& cfg, int B, int T, size_t storage_bytes);
+  static size_t activation_bytes(const GPTConfig& cfg, int B, int T, size_t storage_bytes,
+                                 const Recompute& p = Recompute());
+
+  // Called from forward_backward() as gradients become final for this
+  // micro-batch: with l = L-1 down to 0 right after layer l's backward (its
+  // twelve tensors ln1w..fcprojb, see ParamLayout), then once with l = -1
+  // when the rest (wte, wpe, lnfw, lnfb) are done. For overlapping the
+  // gradient all-reduce with the backward of the layers below (dist/zero.h).
+  using GradReadyHook = std::function<void(int layer)>;
+  void set_grad_ready_hook(GradReadyHook h) { grad_ready_ = std::move(h); }
 
   // Profiling: when on, every op is timed (with a backend synchronize).
   void set_profiling(bool on) { profiling_ = on; }
@@ -85,8 +104,12 @@ class GPT {
   struct Acts;  // pointers into acts_ for the current (B, T)
   void ensure_acts(int B, int T);
   Acts acts_for(int B, int T) const;
-  static Acts layout_acts(const GPTConfig& cfg, int B, int T, size_t storage_bytes, void* base);
+  static Acts layout_acts(const GPTConfig& cfg, int B, int T, size_t storage_bytes,
+                          const Recompute& p, void* base);
   void run_forward(const Acts& a, int B, int T, bool has_targets, float dloss);
+  // Layer l's forward from its input residual x; with `to_gelu` it stops after
+  // fch_gelu (what backward needs; r3 is kept), else it also writes r3[l].
+  void forward_block(const Acts& a, int l, int B, int T, bool to_gelu);
   void run_backward(const Acts& a, int B, int T);
   float mean_loss(const Acts& a, int BT) const;
   cdptr param(int i, int layer = 0) const;
@@ -100,10 +123,15 @@ class GPT {
   void* acts_ = nullptr;
   size_t acts_bytes_ = 0;
   int last_B_ = 0, last_T_ = 0;
+  Recompute recompute_;
   bool profiling_ = false;
   std::map<std::string, OpStat> prof_;
+  GradReadyHook grad_ready_;
   friend class OpScope;
 };
+
+// The shapes the backend's op scratch depends on (Backend::workspace_bytes).
+Backend::OpShapes op_shapes(const GPTConfig& cfg, int B, int T);
 
 // Training FLOPs per token (forward + backward): 6 per parameter used in a
 // matmul (all but wpe), plus attention's 12·L·C·T (PaLM appendix B).

@@ -33,12 +33,29 @@ float AdamW::step(dptr params, cdptr grads, float lr, float grad_scale) {
   return step_shard(params, grads, lr, grad_norm(grads, grad_scale), grad_scale);
 }
 
+template <class Fn>
+void AdamW::for_each_piece(Fn fn) const {
+  for (int i = 0; i < kNumParamTensors; i++) {
+    // This tensor's part of [lo, hi): params indexed absolutely, the rest from lo.
+    const size_t a0 = std::max<size_t>(layout_.offsets[i], lo_);
+    const size_t a1 = std::min<size_t>(layout_.offsets[i] + layout_.sizes[i], hi_);
+    if (a0 < a1) fn(i, a0, a1 - a0);
+  }
+}
+
+void AdamW::restore_rounding(dptr params) {
+  const size_t sb = be_.storage_bytes();
+  for_each_piece([&](int, size_t a0, size_t n) {
+    be_.round_from_master((char*)params + a0 * sb, n, t_);
+  });
+}
+
 float AdamW::step_shard(dptr params, cdptr grads, float lr, double norm, float grad_scale) {
   double clip = 1.0;
   if (cfg_.grad_clip > 0 && norm > cfg_.grad_clip) clip = cfg_.grad_clip / norm;
   t_++;
   const size_t sb = be_.storage_bytes();
-  for (int i = 0; i < kNumParamTensors; i++) {
+  for_each_piece([&](int i, size_t a0, size_t n) {
     AdamWArgs a;
     a.lr = lr;
     a.beta1 = cfg_.beta1;
@@ -47,14 +64,10 @@ float AdamW::step_shard(dptr params, cdptr grads, float lr, double norm, float g
     a.weight_decay = ParamLayout::decayed(i) ? cfg_.weight_decay : 0.0f;
     a.step = t_;
     a.grad_scale = (float)(grad_scale * clip);
-    // This tensor's part of [lo, hi): params indexed absolutely, the rest from lo.
-    const size_t a0 = std::max<size_t>(layout_.offsets[i], lo_);
-    const size_t a1 = std::min<size_t>(layout_.offsets[i] + layout_.sizes[i], hi_);
-    if (a0 >= a1) continue;
     const size_t r = a0 - lo_;
-    be_.adamw((char*)params + a0 * sb, nullptr, (const char*)grads + r * sb, m_ + r, v_ + r,
-              a1 - a0, a);
-  }
+    be_.adamw((char*)params + a0 * sb, nullptr, (const char*)grads + r * sb, m_ + r, v_ + r, n,
+              a);
+  });
   return (float)norm;
 }
 

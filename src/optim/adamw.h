@@ -45,6 +45,10 @@ class AdamW {
   // gradient of [lo, hi), hi - lo elements). `norm` is the global norm of
   // grad_scale·g (for clipping); returned as is.
   float step_shard(dptr params, cdptr grad_shard, float lr, double norm, float grad_scale = 1.0f);
+  // After a resume (params uploaded from FP32, moments and steps_taken()
+  // restored): rewrites the storage-dtype params[lo, hi) from the backend's
+  // FP32 master copy as the last step rounded them (Backend::round_from_master).
+  void restore_rounding(dptr params);
   size_t shard_begin() const { return lo_; }
   size_t shard_end() const { return hi_; }
 
@@ -55,6 +59,11 @@ class AdamW {
   const AdamWConfig& config() const { return cfg_; }
 
  private:
+  // Calls fn(tensor index, first element a0, count) for every tensor's part
+  // of [lo, hi): the pieces step_shard() updates one backend call each.
+  template <class Fn>
+  void for_each_piece(Fn fn) const;
+
   Backend& be_;
   ParamLayout layout_;
   AdamWConfig cfg_;

@@ -107,12 +107,17 @@ CostEstimate spot_cost(double work_hours, int world, double price, double spot_f
   return c;
 }
 
-size_t MemoryPlan::total(Recompute p, bool zero1) const {
-  return params + grads + (zero1 ? master_zero1 + adam_zero1 : master + adam) +
-         activations[(int)p];
+size_t MemoryPlan::total(Recompute::Kind p, bool zero1) const {
+  return params + grads + (zero1 ? master_zero1 + adam_zero1 : master + adam) + activations[p];
 }
 
-MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t sb, int world) {
+size_t MemoryPlan::total_chosen(bool zero1) const {
+  return params + grads + (zero1 ? master_zero1 + adam_zero1 : master + adam) +
+         activations_chosen;
+}
+
+MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t sb, int world,
+                           const Recompute& chosen) {
   const size_t P = ParamLayout(cfg).total;
   const size_t shard = (P + world - 1) / world;
   MemoryPlan m;
@@ -123,8 +128,9 @@ MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t sb, int wo
   m.adam = 2 * align64(P * sizeof(float));
   m.master_zero1 = fp32 ? 0 : align64(shard * sizeof(float));
   m.adam_zero1 = 2 * align64(shard * sizeof(float));
-  for (Recompute p : all_recompute_policies())
-    m.activations[(int)p] = activation_bytes(cfg, B, T, sb, p);
+  for (const Recompute& p : standard_recompute_policies())
+    m.activations[p.kind] = GPT::activation_bytes(cfg, B, T, sb, p);
+  m.activations_chosen = GPT::activation_bytes(cfg, B, T, sb, chosen);
   return m;
 }
 
@@ -206,7 +212,7 @@ Plan make_plan(const PlanInputs& in_) {
 
   // ---- memory --------------------------------------------------------------
   const size_t sb = p.device->storage_bytes;
-  p.mem = memory_per_rank(cfg, in.B, in.T, sb, in.world);
+  p.mem = memory_per_rank(cfg, in.B, in.T, sb, in.world, in.recompute);
   if (in.device_memory_gb >= 0) p.device_memory_bytes = in.device_memory_gb * 1e9;
   else if (p.device->memory_gb > 0) p.device_memory_bytes = p.device->memory_gb * 1e9;
   else p.device_memory_bytes = host_memory_bytes();
@@ -365,7 +371,7 @@ std::string plan_table(const Plan& p) {
     << " (6N + 12LCT, forward + backward)";
   if (p.recompute_flops_per_token > 0)
     o << " + " << fmt("%.4g", p.recompute_flops_per_token) << " recompute ("
-      << recompute_name(in.recompute) << ")";
+      << in.recompute.name() << ")";
   o << "\n  total FLOPs        " << fmt("%.3g", p.total_flops) << "\n\n";
 
   o << "memory per rank (GiB)           no ZeRO   ZeRO-1 over " << in.world << "\n";
@@ -382,17 +388,24 @@ std::string plan_table(const Plan& p) {
   o << "  activations by recompute policy (B=" << in.B << ", T=" << in.T << "):\n";
   o << "    policy      activations   total   total ZeRO-1   extra FLOPs   fits "
     << fmt("%.0f", p.device_memory_bytes / 1e9) << " GB\n";
-  for (Recompute r : all_recompute_policies()) {
+  std::vector<Recompute> rows = standard_recompute_policies();
+  bool chosen_listed = false;
+  for (const Recompute& r : rows) chosen_listed |= r == in.recompute;
+  if (!chosen_listed) rows.push_back(in.recompute);  // blocks:k with k > 1
+  for (const Recompute& r : rows) {
+    const bool chosen = r == in.recompute;
     const double extra = recompute_flops_per_token(in.cfg, in.T, r) / p.flops_per_token;
-    const size_t t0 = p.mem.total(r, false), t1 = p.mem.total(r, true);
+    const size_t acts = chosen ? p.mem.activations_chosen : p.mem.activations[r.kind];
+    const size_t t0 = chosen ? p.mem.total_chosen(false) : p.mem.total(r.kind, false),
+                 t1 = chosen ? p.mem.total_chosen(true) : p.mem.total(r.kind, true);
     const char* fits = t0 <= p.device_memory_bytes ? "yes"
                        : t1 <= p.device_memory_bytes ? "ZeRO-1 only"
                                                      : "no";
     char buf[200];
-    std::snprintf(buf, sizeof buf, "    %-10s %12s %8s %14s %12s   %s%s\n", recompute_name(r),
-                  gib(p.mem.activations[(int)r]).c_str(), gib(t0).c_str(), gib(t1).c_str(),
+    std::snprintf(buf, sizeof buf, "    %-10s %12s %8s %14s %12s   %s%s\n", r.name().c_str(),
+                  gib(acts).c_str(), gib(t0).c_str(), gib(t1).c_str(),
                   extra > 0 ? fmt("+%.0f%%", extra * 100).c_str() : "0",
-                  fits, r == in.recompute ? "   <- used below" : "");
+                  fits, chosen ? "   <- used below" : "");
     o << buf;
   }
   o << "\n";
@@ -494,20 +507,26 @@ std::string plan_json(const Plan& p) {
       .num("master_zero1_bytes", (double)p.mem.master_zero1)
       .num("adam_zero1_bytes", (double)p.mem.adam_zero1);
   j.open("activations_bytes");
-  for (Recompute r : all_recompute_policies())
-    j.num(recompute_name(r), (double)p.mem.activations[(int)r]);
+  for (const Recompute& r : standard_recompute_policies())
+    j.num(r.name(), (double)p.mem.activations[r.kind]);
+  if (in.recompute.kind == Recompute::kBlocks && in.recompute.every > 1)
+    j.num(in.recompute.name(), (double)p.mem.activations_chosen);
   j.close();
   j.open("total_bytes");
-  for (Recompute r : all_recompute_policies())
-    j.num(recompute_name(r), (double)p.mem.total(r, false));
+  for (const Recompute& r : standard_recompute_policies())
+    j.num(r.name(), (double)p.mem.total(r.kind, false));
+  if (in.recompute.kind == Recompute::kBlocks && in.recompute.every > 1)
+    j.num(in.recompute.name(), (double)p.mem.total_chosen(false));
   j.close();
   j.open("total_zero1_bytes");
-  for (Recompute r : all_recompute_policies())
-    j.num(recompute_name(r), (double)p.mem.total(r, true));
+  for (const Recompute& r : standard_recompute_policies())
+    j.num(r.name(), (double)p.mem.total(r.kind, true));
+  if (in.recompute.kind == Recompute::kBlocks && in.recompute.every > 1)
+    j.num(in.recompute.name(), (double)p.mem.total_chosen(true));
   j.close();
   j.close();
   j.open("time")
-      .str("recompute", recompute_name(in.recompute))
+      .str("recompute", in.recompute.name())
       .num("compute_s", p.compute_s)
       .num("grad_bytes", p.grad_bytes)
       .num("link_gbps", in.link_gbps)

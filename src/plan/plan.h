@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "plan/recompute.h"
+#include "model/recompute.h"
 
 namespace ratchet::plan {
 
@@ -87,10 +87,13 @@ struct MemoryPlan {
   size_t master = 0;               // FP32 master weights (0 on cpu: params are FP32)
   size_t adam = 0;                 // m + v, FP32
   size_t master_zero1 = 0, adam_zero1 = 0;  // ZeRO-1 shards per rank
-  size_t activations[4] = {};      // indexed by Recompute
-  size_t total(Recompute p, bool zero1) const;
+  size_t activations[4] = {};      // standard_recompute_policies(), indexed by Recompute::kind
+  size_t activations_chosen = 0;   // for PlanInputs::recompute (blocks:k included)
+  size_t total(Recompute::Kind p, bool zero1) const;
+  size_t total_chosen(bool zero1) const;
 };
-MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t storage_bytes, int world);
+MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t storage_bytes, int world,
+                           const Recompute& chosen = Recompute());
 
 // ---- the whole plan ------------------------------------------------------------
 struct PlanInputs {
@@ -113,7 +116,7 @@ struct PlanInputs {
   double save_seconds = 0;   // 0: checkpoint bytes / 1 GB/s
   double restart_seconds = -1;  // <0: = save seconds (read the checkpoint back)
   double spot_fraction = 0.35;
-  Recompute recompute = Recompute::kNone;  // used for step time and cost
+  Recompute recompute;       // used for step time and cost (default none)
   // budgets (0: none); at most one
   double budget_flops = 0, budget_device_hours = 0, budget_money = 0;
 };

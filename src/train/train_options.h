@@ -23,6 +23,7 @@ struct TrainOptions {
   int batch_size = 4;           // B: micro-batch rows; 0 = auto (largest that fits in memory)
   double memory_budget_mb = 0;  // for --batch-size auto: 0 = 80% of MemAvailable
   int seq_len = 64;             // T
+  std::string recompute = "none";  // none | gelu | gelu+ln | blocks | blocks:k (model/recompute.h)
   long total_batch_tokens = 0;  // 0: B*T (no accumulation)
   int steps = 100;
 
@@ -47,8 +48,11 @@ struct TrainOptions {
   std::string device = "auto";  // cpu | cuda | auto (cuda if a GPU is usable) | simt
   double peak_tflops = 0;       // device peak for MFU; 0: the backend's table (cuda), none (cpu)
 
+  std::string storage = "bf16";  // cuda/simt storage dtype: bf16 | f32 (cpu: always f32)
+
   // data parallel (ranks from mpirun / srun; see dist/communicator.h)
   int zero = 0;                 // ZeRO stage: 0 = all-reduce gradients, 1 = shard AdamW state
+  bool overlap_comm = true;     // stage 0: all-reduce each layer's gradients during backward
   std::string log_jsonl;
   std::string export_path;      // llm.c fp32 checkpoint written at the end
   bool profile = false;         // per-op table after the run

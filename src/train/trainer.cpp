@@ -31,6 +31,8 @@
 #include "data/tokenizer.h"
 #include "model/gpt.h"
 #include "model/llmc_checkpoint.h"
+#include "model/memory.h"
+#include "model/recompute.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "train/jsonl_log.h"
@@ -115,6 +117,8 @@ class Trainer {
 
   static TrainOptions with_run_dir_defaults(TrainOptions o);
   int choose_batch_size() const;
+  // The exact memory of a step at micro-batch B on this rank (model/memory.h).
+  StepMemory memory_for(const GPTConfig& cfg, int B) const;
   void tick();
   void merge_ledger_after_resume(const Checkpoint& ck);
   enum class Stop { kNone, kRequeue, kBudget, kEarly };
@@ -134,6 +138,7 @@ class Trainer {
   double auto_interval_s_ = 0;   // --ckpt-every auto: seconds between saves
   int B_ = 0, T_ = 0, accum_ = 1;
   long total_ = 0;
+  Recompute recompute_;  // --recompute
   LRSchedule sched_;
   std::unique_ptr<TokenDataset> train_ds_, val_ds_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
@@ -141,6 +146,7 @@ class Trainer {
   GPTConfig cfg_;
   std::unique_ptr<Backend> be_;
   std::unique_ptr<GPT> model_;
+  std::unique_ptr<Communicator> grad_comm_;  // NCCL for device gradients (cuda, > 1 rank)
   std::unique_ptr<DataParallel> dp_;  // gradient averaging, ZeRO-1; owns the optimizer
   AdamW* opt_ = nullptr;              // dp_->optimizer()
   int threads_ = 0;                   // CPU threads of this rank
@@ -155,6 +161,16 @@ class Trainer {
   double last_save_time_ = 0, max_save_seconds_ = 0, max_step_seconds_ = 0;
   bool resumed_ = false;
 };
+
+StepMemory Trainer::memory_for(const GPTConfig& cfg, int B) const {
+  const size_t P = ParamLayout(cfg).total;
+  const int W = comm_.world();
+  const size_t moments = o_.zero == 1 ? shard_range(P, W, comm_.rank()).hi -
+                                            shard_range(P, W, comm_.rank()).lo
+                                      : P;
+  return step_memory(cfg, B, T_, recompute_, *be_, moments,
+                     DataParallel::buffer_bytes(*be_, P, W, o_.zero));
+}
 
 void Trainer::validate_flags() {
   if (o_.batch_size < 0) fail("--batch-size must be at least 1, or auto (got ", o_.batch_size, ")");
@@ -172,6 +188,7 @@ void Trainer::validate_flags() {
   if (o_.keep_last < 1) fail("--keep-last must be at least 1 (the newest checkpoint is always kept)");
   if ((o_.ckpt_every_steps > 0 || o_.ckpt_every_minutes > 0) && o_.ckpt_dir.empty())
     fail("--ckpt-every-steps/--ckpt-every-minutes need --ckpt-dir");
+  recompute_ = parse_recompute(o_.recompute);
   B_ = o_.batch_size;  // 0 (auto) is resolved in setup(), once the model is known
   T_ = o_.seq_len;
   total_ = o_.total_batch_tokens > 0 ? o_.total_batch_tokens : (long)B_ * T_;
@@ -273,8 +290,11 @@ TrainOptions Trainer::with_run_dir_defaults(TrainOptions o) {
 }
 
 // --batch-size auto: the largest micro-batch B (a divisor of the global batch
-// in rows, so accumulation keeps the total exact) whose parameters,
-// gradients, AdamW moments and activations fit the memory budget.
+// in rows, so accumulation keeps the total exact) whose step fits the memory
+// budget, by the exact accounting of model/memory.h (parameters, gradients,
+// AdamW moments or their ZeRO-1 shard, master weights, activations under the
+// recompute policy, the backend's workspace). On a device the budget is 90%
+// of its free memory (the arena is then sized by the same accounting).
 int Trainer::choose_batch_size() const {
   double budget = o_.memory_budget_mb * 1e6;
   if (budget <= 0 && be_->free_memory_bytes() > 0) budget = 0.9 * be_->free_memory_bytes();
@@ -287,21 +307,18 @@ int Trainer::choose_batch_size() const {
     budget = 0.8 * kb * 1024;
   }
   const long rows = total_ / T_ / comm_.world();  // this rank's rows per step
-  const size_t sb = be_->storage_bytes();
-  const double fixed = (double)GPT::param_bytes(cfg_, sb) +
-                       (2.0 * 4 + be_->extra_bytes_per_param()) * ParamLayout(cfg_).total;
+  auto need = [&](long b) { return (double)memory_for(cfg_, (int)b).total(); };
   for (long b = rows; b >= 1; b--) {
     if (rows % b) continue;
-    const double need = fixed + (double)GPT::activation_bytes(cfg_, (int)b, T_, sb);
-    if (need <= budget) {
-      RLOG("batch-size auto: B=%ld (%.1f MB of %.1f MB), %ld micro-batch(es) per step\n", b,
-           need / 1e6, budget / 1e6, rows / b);
+    if (need(b) <= budget) {
+      RLOG("batch-size auto: B=%ld (%.1f MB of %.1f MB, recompute %s), %ld micro-batch(es) per "
+           "step\n",
+           b, need(b) / 1e6, budget / 1e6, recompute_.name().c_str(), rows / b);
       return (int)b;
     }
   }
-  fail("--batch-size auto: even B=1 needs ",
-       (fixed + GPT::activation_bytes(cfg_, 1, T_, sb)) / 1e6, " MB but the budget is ",
-       budget / 1e6, " MB: use a smaller model or --seq-len");
+  fail("--batch-size auto: even B=1 needs ", need(1) / 1e6, " MB but the budget is ",
+       budget / 1e6, " MB: use a smaller model, a lower --seq-len or --recompute blocks");
 }
 
 void Trainer::setup() {
@@ -321,16 +338,38 @@ void Trainer::setup() {
     BackendOptions bo;
     bo.device = o_.device;
     bo.threads = threads_;
-    // simt runs the cuda backend with FP32 storage for now: DataParallel
-    // (src/dist/zero.cpp) still requires FP32 storage buffers.
-    if (o_.device == "simt") bo.storage = "f32";
+    bo.storage = o_.storage;
+    // One GPU per rank: the local rank's device is made current before the
+    // backend allocates on it (dist/communicator.h).
+    if (comm_.world() > 1 && (o_.device == "cuda" || o_.device == "auto"))
+      select_device_for_local_rank(comm_.local_rank());
     std::string note;
     be_ = make_backend(bo, &note);
     if (!note.empty()) RLOG("%s\n", note.c_str());
+    // Gradients in real device memory go through NCCL (before the arena takes
+    // the free memory); host memory (cpu, simt) through comm_ (MPI).
+    if (comm_.world() > 1 && be_->name().rfind("cuda", 0) == 0)
+      grad_comm_ = make_device_communicator(comm_);
   }
   if (B_ == 0) {
     B_ = choose_batch_size();
     accum_ = (int)(total_ / ((long)B_ * T_ * comm_.world()));
+  }
+  // On a device, all training memory is one arena sized by the exact
+  // accounting: a step that does not fit fails here, before any work, and a
+  // wrong accounting is an error, never a silent extra allocation.
+  if (be_->free_memory_bytes() > 0) {
+    const StepMemory need = memory_for(cfg_, B_);
+    if ((double)need.arena() > (double)be_->free_memory_bytes())
+      fail("the step needs ", need.arena() / 1e6, " MB of device memory (micro-batch ", B_,
+           ", recompute ", recompute_.name(), ") but ", be_->free_memory_bytes() / 1e6,
+           " MB are free: lower --batch-size (or use auto), use --recompute blocks, or --zero 1 "
+           "across ranks");
+    be_->use_arena(need.arena());
+    RLOG("device memory: %.1f MB arena (params+grads %.1f, activations %.1f, optimizer %.1f, "
+         "workspace %.1f MB)\n",
+         need.arena() / 1e6, (need.params + need.grads) / 1e6, need.activations / 1e6,
+         (need.moments + need.master) / 1e6, need.workspace / 1e6);
   }
   if (val_ds_) {
     val_ds_->check_vocab(cfg_.vocab_size);
@@ -359,13 +398,16 @@ void Trainer::setup() {
   else
     model_->init_random(o_.seed);
   model_->set_profiling(o_.profile);
+  model_->set_recompute(recompute_);
   AdamWConfig acfg;
   acfg.beta1 = o_.beta1;
   acfg.beta2 = o_.beta2;
   acfg.eps = o_.adam_eps;
   acfg.weight_decay = o_.weight_decay;
   acfg.grad_clip = o_.grad_clip;
-  dp_ = std::make_unique<DataParallel>(comm_, *be_, model_->layout(), acfg, o_.zero);
+  dp_ = std::make_unique<DataParallel>(comm_, *be_, model_->layout(), acfg, o_.zero,
+                                       grad_comm_.get());
+  if (o_.overlap_comm) dp_->overlap_with(*model_, accum_);
   opt_ = &dp_->optimizer();
   x_.resize((size_t)B_ * T_);
   y_.resize((size_t)B_ * T_);
@@ -446,6 +488,9 @@ void Trainer::restore(const Checkpoint& ck) {
              ? ("sharded over " + std::to_string(comm_.world()) + " rank(s)").c_str()
              : "unsharded");
   opt_->set_steps_taken(ck.meta.adam_t);
+  // BF16 storage: the weights the forward uses, rounded as the saved run's
+  // last step rounded them (the checkpoint holds the FP32 master values).
+  dp_->restore_params(model_->params());
   train_loader_->set_cursor(ck.meta.cursor);
   step_ = (int)ck.meta.step;
   best_val_ = ck.meta.best_val_loss;
@@ -495,6 +540,7 @@ void Trainer::tick() {
 
 void Trainer::save(const char* why) {
   if (!ckdir_ || last_saved_step_ == step_) return;
+  dp_->sync_master(model_->params());  // ZeRO-1 + BF16: every shard's FP32 values (collective)
   Checkpoint ck;
   ck.meta.step = step_;
   ck.meta.adam_t = opt_->steps_taken();
@@ -739,8 +785,11 @@ TrainResult Trainer::run() {
        B_, T_, accum_, total_, o_.steps, be_->name().c_str());
   if (comm_.world() > 1 || o_.zero > 0)
     RLOG("data parallel: %d rank(s) (%s, %d on this node), %d thread(s) per rank, %s\n",
-         comm_.world(), comm_.name().c_str(), comm_.local_world(), threads_,
-         o_.zero ? "ZeRO-1: optimizer state sharded" : "gradients all-reduced");
+         comm_.world(), (grad_comm_ ? *grad_comm_ : comm_).name().c_str(), comm_.local_world(),
+         threads_,
+         o_.zero                ? "ZeRO-1: optimizer state sharded"
+         : dp_->overlapping() ? "gradients all-reduced during the backward (--overlap-comm on)"
+                              : "gradients all-reduced");
   if (resumed) RLOG("resume: continuing from step %d\n", step_);
   if (limit_->active()) RLOG("time limit: %s\n", limit_->source().c_str());
 
@@ -852,6 +901,7 @@ TrainResult Trainer::run() {
   ledger_.state = 1;
   tick();
   RLOG("%s\n", ledger_.summary().c_str());
+  if (!o_.export_path.empty()) dp_->sync_master(model_->params());  // collective
   if (!o_.export_path.empty() && rank0()) {
     std::vector<float> params(model_->num_params());
     model_->get_params(params.data());

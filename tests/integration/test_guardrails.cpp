@@ -9,6 +9,9 @@
 #include <string>
 
 #include "model/gpt.h"
+#include "model/memory.h"
+#include "model/recompute.h"
+#include "backend/backend.h"
 #include "model/param_layout.h"
 #include "testing/test_util.h"
 #include "testing/tiny_model.h"
@@ -161,19 +164,41 @@ TEST_F(Guardrails, CkptEveryAutoUsesYoungDaly) {
 
 TEST_F(Guardrails, BatchSizeAutoPicksTheLargestThatFits) {
   TempDir d;
+  using ratchet::parse_recompute;
   const ratchet::GPTConfig c = tiny_config(2, 2, 32, 257, 32);
-  const double fixed = ratchet::GPT::param_bytes(c, 4) + 2.0 * ratchet::ParamLayout(c).total * 4;
+  auto be = ratchet::make_cpu_backend(1);
+  auto need = [&](int B, const char* policy) {
+    return (double)ratchet::step_memory(c, B, 16, parse_recompute(policy), *be,
+                                        ratchet::ParamLayout(c).total, 0)
+        .total();
+  };
   // A budget between the need of B=4 and of B=8 (total 8 rows of 16): B=4, 2 micro-batches.
-  const double mb =
-      (fixed + (ratchet::GPT::activation_bytes(c, 4, 16, 4) + ratchet::GPT::activation_bytes(c, 8, 16, 4)) / 2) / 1e6;
+  const double mb = (need(4, "none") + need(8, "none")) / 2 / 1e6;
   std::string flags = "train --model custom --layers 2 --heads 2 --channels 32 --max-seq-len 32 "
                       "--seq-len 16 --batch-size auto --total-batch-tokens 128 --steps 2 --quiet "
-                      "--train-data '" + (*dir_ / "data/train_*.h5") + "' --memory-budget-mb " +
-                      std::to_string(mb);
-  auto r = run_ratchet(flags);
+                      "--train-data '" + (*dir_ / "data/train_*.h5") + "' --memory-budget-mb ";
+  auto r = run_ratchet(flags + std::to_string(mb));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("batch-size auto: B=4"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("2 micro-batch(es) per step"), std::string::npos) << r.output;
+  // Recomputing blocks makes B=8 fit a budget that B=8 without recompute does not.
+  const double mb8 = (need(8, "blocks") + 1000) / 1e6;
+  ASSERT_LT(mb8 * 1e6, need(8, "none"));
+  r = run_ratchet(flags + std::to_string(mb8) + " --recompute blocks");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("batch-size auto: B=8"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("recompute blocks"), std::string::npos) << r.output;
+  r = run_ratchet(flags + std::to_string(mb8));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("batch-size auto: B=8"), std::string::npos) << r.output;
+  // nothing fits: a clear error
+  r = run_ratchet(flags + "0.001");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("even B=1 needs"), std::string::npos) << r.output;
+  // a bad policy names the flag
+  r = run_ratchet(flags + std::to_string(mb) + " --recompute most");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--recompute 'most'"), std::string::npos) << r.output;
   // without a total, auto is refused
   r = run_ratchet("train --batch-size auto --train-data '" + (*dir_ / "data/train_*.h5") + "'");
   EXPECT_EQ(r.exit_code, 2);

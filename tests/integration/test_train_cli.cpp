@@ -90,6 +90,31 @@ TEST_F(TrainCli, TwoRunsGiveIdenticalLosses) {
   EXPECT_EQ(a, b);  // bit-identical: printed with 9 significant digits
 }
 
+// --recompute changes memory, never the training: the same losses, bit for
+// bit (FP32 cpu backend), and the exported weights are byte-identical.
+TEST_F(TrainCli, RecomputePoliciesTrainIdentically) {
+  TempDir d;
+  std::vector<double> ref;
+  std::string ref_weights;
+  for (const char* policy : {"none", "gelu+ln", "blocks"}) {
+    const std::string log = d / (std::string(policy) + ".jsonl"),
+                      out = d / (std::string(policy) + ".bin");
+    auto r = run_ratchet("train " + small_model() + " " + data_flags() +
+                         " --steps 6 --quiet --recompute " + policy + " --log-jsonl " + log +
+                         " --export " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto losses = jsonl_values(log, "loss");
+    ASSERT_EQ(losses.size(), 6u);
+    if (ref.empty()) {
+      ref = losses;
+      ref_weights = read_file(out);
+      continue;
+    }
+    EXPECT_EQ(losses, ref) << policy;
+    EXPECT_TRUE(read_file(out) == ref_weights) << policy << ": exported weights differ";
+  }
+}
+
 TEST_F(TrainCli, ConfigFileIsReadAndTheCommandLineWins) {
   TempDir d;
   write_file(d / "run.ini",

@@ -1,10 +1,14 @@
-// The Communicator's collectives and the data-parallel optimizer step, run
-// as N ranks under mpirun (CTest runs it with N = 1..4; N = 1 exercises the
-// single-process communicator). Integer-valued data, so every sum is exact.
+// The Communicator's collectives (F32, F64, I32, BF16; blocking and
+// asynchronous) and the data-parallel optimizer step (ZeRO-1, the overlapped
+// all-reduce), run as N ranks under mpirun (CTest runs it with N = 1..4;
+// N = 1 exercises the single-process communicator). Integer-valued data, so
+// every sum is exact.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -73,6 +77,75 @@ TEST(Collectives, ReduceScatterAndAllGather) {
   for (size_t j = 0; j < n; j++) inplace[r * n + j] = (int32_t)(r * 100 + j);
   g_comm->all_gather(inplace.data() + r * n, inplace.data(), n, DType::I32);
   EXPECT_EQ(inplace, all);
+}
+
+// bfloat16 on the host: the top 16 bits of a float (values here are exact).
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (uint16_t)(u >> 16);
+}
+float from_bf16(uint16_t b) {
+  const uint32_t u = (uint32_t)b << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// BF16: small integers are exact, so sums are too; Avg divides after; the
+// user-defined sum rounds to nearest even once (1 + 3·2^-8 is a tie between
+// 1 + 2^-7 and 1 + 2^-6: even is 1 + 2^-6; truncation would give 1 + 2^-7).
+TEST(Collectives, Bf16AllReduceReduceScatterAllGather) {
+  const int W = g_comm->world(), r = g_comm->rank();
+  const size_t n = 37;
+  std::vector<uint16_t> sum(n * W), avg(n * W), mx(n * W);
+  for (size_t i = 0; i < sum.size(); i++)
+    sum[i] = avg[i] = mx[i] = to_bf16((float)(r + 1) * (float)(i % 7));
+  g_comm->all_reduce(sum.data(), sum.size(), DType::BF16, ReduceOp::Sum);
+  g_comm->all_reduce(avg.data(), avg.size(), DType::BF16, ReduceOp::Avg);
+  g_comm->all_reduce(mx.data(), mx.size(), DType::BF16, ReduceOp::Max);
+  const float ranks = W * (W + 1) / 2.0f;
+  for (size_t i = 0; i < sum.size(); i++) {
+    ASSERT_EQ(from_bf16(sum[i]), ranks * (float)(i % 7)) << i;
+    ASSERT_EQ(from_bf16(mx[i]), (float)W * (float)(i % 7)) << i;
+    // (W+1)/2 · k: exact in BF16 for these k and W <= 4
+    ASSERT_EQ(from_bf16(avg[i]), (float)(W + 1) / 2.0f * (float)(i % 7)) << i;
+  }
+  std::vector<uint16_t> send(n * W), recv(n);
+  for (size_t i = 0; i < send.size(); i++) send[i] = to_bf16((float)((i + r) % 11));
+  g_comm->reduce_scatter(send.data(), recv.data(), n, DType::BF16, ReduceOp::Sum);
+  for (size_t j = 0; j < n; j++) {
+    float want = 0;
+    for (int q = 0; q < W; q++) want += (float)((r * n + j + q) % 11);
+    ASSERT_EQ(from_bf16(recv[j]), want) << j;
+  }
+  std::vector<uint16_t> all(n * W);
+  g_comm->all_gather(recv.data(), all.data(), n, DType::BF16);
+  EXPECT_EQ(std::vector<uint16_t>(all.begin() + r * n, all.begin() + r * n + n), recv);
+  // Rounding: rank 0 has 1, rank 1 has 3·2^-8, the rest 0.
+  uint16_t x = to_bf16(r == 0 ? 1.0f : r == 1 ? 3.0f / 256 : 0.0f);
+  g_comm->all_reduce(&x, 1, DType::BF16, ReduceOp::Sum);
+  EXPECT_EQ(from_bf16(x), W == 1 ? 1.0f : 1.0f + 1.0f / 64);
+}
+
+// all_reduce_async + wait_all: the same results as the blocking calls.
+TEST(Collectives, AsyncAllReduceThenWaitAll) {
+  const int W = g_comm->world(), r = g_comm->rank();
+  std::vector<float> a(1000), b(77);
+  std::vector<uint16_t> c(333);
+  for (size_t i = 0; i < a.size(); i++) a[i] = (float)(r + 1) * (float)(i % 5);
+  for (size_t i = 0; i < b.size(); i++) b[i] = (float)(W * (r + 1));
+  for (size_t i = 0; i < c.size(); i++) c[i] = to_bf16((float)(r + 1) * (float)(i % 3));
+  g_comm->all_reduce_async(a.data(), a.size(), DType::F32, ReduceOp::Sum);
+  g_comm->all_reduce_async(b.data(), b.size(), DType::F32, ReduceOp::Avg);
+  g_comm->progress();
+  g_comm->all_reduce_async(c.data(), c.size(), DType::BF16, ReduceOp::Sum);
+  g_comm->wait_all();
+  const float ranks = W * (W + 1) / 2.0f;
+  for (size_t i = 0; i < a.size(); i++) ASSERT_EQ(a[i], ranks * (float)(i % 5)) << i;
+  for (size_t i = 0; i < b.size(); i++) ASSERT_EQ(b[i], ranks) << i;
+  for (size_t i = 0; i < c.size(); i++) ASSERT_EQ(from_bf16(c[i]), ranks * (float)(i % 3)) << i;
+  g_comm->wait_all();  // nothing pending: a no-op
 }
 
 TEST(Collectives, BroadcastFromEveryRoot) {
@@ -214,6 +287,131 @@ TEST(Zero, Stage1MatchesStage0WithAnOddParameterCount) {
   std::vector<float> p0 = pb;
   g_comm->broadcast(p0.data(), p0.size() * sizeof(float), 0);
   EXPECT_EQ(p0, pb);
+}
+
+// g_comm, counting the asynchronous all-reduces that pass through it.
+class CountingComm final : public Communicator {
+ public:
+  explicit CountingComm(Communicator& c) : c_(c) {}
+  std::string name() const override { return c_.name(); }
+  int rank() const override { return c_.rank(); }
+  int world() const override { return c_.world(); }
+  int local_rank() const override { return c_.local_rank(); }
+  int local_world() const override { return c_.local_world(); }
+  void all_reduce(void* b, size_t n, DType t, ReduceOp op) override {
+    blocking++;
+    c_.all_reduce(b, n, t, op);
+  }
+  void reduce_scatter(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
+    c_.reduce_scatter(s, r, n, t, op);
+  }
+  void all_gather(const void* s, void* r, size_t n, DType t) override { c_.all_gather(s, r, n, t); }
+  void broadcast(void* b, size_t bytes, int root) override { c_.broadcast(b, bytes, root); }
+  void barrier() override { c_.barrier(); }
+  bool agree(bool f) override { return c_.agree(f); }
+  [[noreturn]] void abort_job(int code) override {
+    c_.abort_job(code);
+    std::abort();  // not reached
+  }
+  void all_reduce_async(void* b, size_t n, DType t, ReduceOp op) override {
+    async++;
+    elems += n;
+    c_.all_reduce_async(b, n, t, op);
+  }
+  void progress() override { c_.progress(); }
+  void wait_all() override {
+    waits++;
+    c_.wait_all();
+  }
+  int blocking = 0, async = 0, waits = 0;
+  size_t elems = 0;
+
+ private:
+  Communicator& c_;
+};
+
+// Stage 0 with the all-reduce overlapped with the last of 2 backward passes
+// per step: 12 slices per layer plus wte+wpe and lnf, every element once, and
+// the same parameters as one blocking all-reduce after the backward (bitwise
+// on 2 ranks: each element is a + b either way; MPI may pick another
+// reduction order for other message sizes on more ranks).
+TEST(Zero, OverlappedAllReduceMatchesBlocking) {
+  GPTConfig c = ratchet::testing::tiny_config();
+  c.num_layers = 2;
+  c.num_heads = 3;
+  c.channels = 15;
+  c.padded_vocab = 0;
+  c.finalize();
+  const int W = g_comm->world(), r = g_comm->rank();
+  auto be = make_cpu_backend(1);
+  GPT a(c, *be), b(c, *be);
+  a.init_random(5);
+  b.init_random(5);
+  AdamWConfig ac;
+  CountingComm counting(*g_comm);
+  DataParallel dpa(*g_comm, *be, a.layout(), ac, 0, &counting), dpb(*g_comm, *be, b.layout(), ac, 0);
+  const int micro = 2;
+  EXPECT_EQ(dpa.overlap_with(a, micro), W > 1);
+  EXPECT_EQ(dpa.overlapping(), W > 1);
+  const int B = 2, T = 8;
+  for (int step = 0; step < 3; step++) {
+    a.zero_grad();
+    b.zero_grad();
+    for (int m = 0; m < micro; m++) {
+      auto x = ratchet::testing::random_tokens(B * T, c.vocab_size, 1000 * step + 10 * m + r);
+      auto y = ratchet::testing::random_tokens(B * T, c.vocab_size, 1000 * step + 10 * m + r + 5);
+      a.forward_backward(x.data(), y.data(), B, T, 1.0f / (micro * W));
+      b.forward_backward(x.data(), y.data(), B, T, 1.0f / (micro * W));
+    }
+    const float na = dpa.step(a.params(), a.grads(), 1e-2f);
+    const float nb = dpb.step(b.params(), b.grads(), 1e-2f);
+    if (W <= 2) {
+      EXPECT_EQ(na, nb);
+    }
+  }
+  if (W > 1) {
+    EXPECT_EQ(counting.async, 3 * (12 * c.num_layers + 2));
+    EXPECT_EQ(counting.elems, 3 * a.num_params());
+    EXPECT_EQ(counting.waits, 3);
+    EXPECT_EQ(counting.blocking, 0);
+  }
+  std::vector<float> pa(a.num_params()), pb(b.num_params());
+  a.get_params(pa.data());
+  b.get_params(pb.data());
+  if (W <= 2) {
+    EXPECT_EQ(pa, pb);
+  } else {
+    double md = 0;
+    for (size_t i = 0; i < pa.size(); i++) md = std::max(md, (double)std::fabs(pa[i] - pb[i]));
+    EXPECT_LT(md, 1e-3 * 3 * 1e-2);  // as in Stage1MatchesStage0WithAnOddParameterCount
+  }
+}
+
+// The bytes DataParallel allocates are what buffer_bytes() says.
+TEST(Zero, BufferBytesAreWhatIsAllocated) {
+  GPTConfig c = ratchet::testing::tiny_config();
+  c.num_layers = 1;
+  c.num_heads = 3;
+  c.channels = 15;
+  c.padded_vocab = 0;
+  c.finalize();
+  auto be = make_cpu_backend(1);
+  const ParamLayout layout(c);
+  for (int stage : {0, 1}) {
+    const size_t before = be->bytes_in_use();
+    size_t moments = 0;
+    {
+      DataParallel dp(*g_comm, *be, layout, AdamWConfig(), stage);
+      moments = 2 * be->alloc_size(std::max<size_t>(1, dp.range().hi - dp.range().lo) * 4);
+      EXPECT_EQ(be->bytes_in_use() - before,
+                DataParallel::buffer_bytes(*be, layout.total, g_comm->world(), stage) + moments)
+          << "stage " << stage;
+    }
+  }
+  EXPECT_EQ(DataParallel::buffer_bytes(*be, 5085, 1, 0), 0u);
+  const size_t S = (5085 + 3) / 4;
+  EXPECT_EQ(DataParallel::buffer_bytes(*be, 5085, 4, 1),
+            be->alloc_size(4 * S * 4) + be->alloc_size(S * 4));
 }
 
 }  // namespace

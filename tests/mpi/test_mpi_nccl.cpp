@@ -1,7 +1,8 @@
 // The NCCL communicator under mpirun (1 and 2 ranks). The bootstrap (rank 0
 // creates the unique id, MPI broadcasts it) runs without a GPU; the device
-// collectives skip themselves when cudaGetDeviceCount fails (error 35 on a
-// machine with the toolkit but no driver) or finds fewer GPUs than ranks.
+// collectives (F32, BF16, asynchronous) skip themselves when
+// cudaGetDeviceCount fails (error 35 on a machine with the toolkit but no
+// driver) or finds no GPU.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -60,6 +61,103 @@ TEST(NcclDevice, AllReduceReduceScatterAllGather) {
   for (size_t i = 0; i < out.size(); i++) ASSERT_EQ(out[i], ranks * (float)(i % 13));
   cudaFree(d);
   cudaFree(s);
+}
+
+// F32 and BF16 in device buffers: all_reduce (Sum, Avg), reduce_scatter,
+// all_gather (in place, as ZeRO-1 uses it), and all_reduce_async + wait_all.
+// Small integers: exact in BF16 too. Needs one GPU per rank (skips otherwise;
+// it has never run on the machine this was written on: no GPU there).
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (uint16_t)(u >> 16);
+}
+float from_bf16(uint16_t b) {
+  const uint32_t u = (uint32_t)b << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST(NcclDevice, F32AndBf16CollectivesAndAsync) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  const bool skip = g_host->agree(e != cudaSuccess || n < 1);
+  if (skip) GTEST_SKIP() << "no CUDA device (" << cudaGetErrorString(e) << ")";
+  auto nccl = make_nccl_communicator(*g_host);
+  const int W = nccl->world(), r = nccl->rank();
+  const size_t count = 513;
+  const float ranks = W * (W + 1) / 2.0f;
+  for (DType t : {DType::F32, DType::BF16}) {
+    const size_t eb = dtype_bytes(t);
+    auto up = [&](void* d, const std::vector<float>& h) {
+      std::vector<uint8_t> raw(h.size() * eb);
+      for (size_t i = 0; i < h.size(); i++) {
+        if (t == DType::F32) {
+          std::memcpy(&raw[i * 4], &h[i], 4);
+        } else {
+          const uint16_t b = to_bf16(h[i]);
+          std::memcpy(&raw[i * 2], &b, 2);
+        }
+      }
+      ASSERT_EQ(cudaMemcpy(d, raw.data(), raw.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    };
+    auto down = [&](const void* d, size_t elems) {
+      cudaDeviceSynchronize();  // the compute (default) stream waited for the collectives
+      std::vector<uint8_t> raw(elems * eb);
+      cudaMemcpy(raw.data(), d, raw.size(), cudaMemcpyDeviceToHost);
+      std::vector<float> h(elems);
+      for (size_t i = 0; i < elems; i++) {
+        if (t == DType::F32) {
+          std::memcpy(&h[i], &raw[i * 4], 4);
+        } else {
+          uint16_t b;
+          std::memcpy(&b, &raw[i * 2], 2);
+          h[i] = from_bf16(b);
+        }
+      }
+      return h;
+    };
+    void *big = nullptr, *a = nullptr, *b = nullptr;
+    ASSERT_EQ(cudaMalloc(&big, count * W * eb), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&a, count * eb), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&b, count * eb), cudaSuccess);
+    std::vector<float> h(count * W);
+    for (size_t i = 0; i < h.size(); i++) h[i] = (float)(r + 1) * (float)(i % 7);
+    up(big, h);
+    nccl->all_reduce(big, h.size(), t, ReduceOp::Sum);
+    std::vector<float> out = down(big, h.size());
+    for (size_t i = 0; i < out.size(); i++)
+      ASSERT_EQ(out[i], ranks * (float)(i % 7)) << dtype_name(t) << " " << i;
+    // reduce-scatter (Avg) of the reduced values, then all-gather in place.
+    nccl->reduce_scatter(big, a, count, t, ReduceOp::Avg);
+    out = down(a, count);
+    for (size_t j = 0; j < count; j++)
+      ASSERT_EQ(out[j], ranks * (float)((r * count + j) % 7)) << dtype_name(t) << " " << j;
+    cudaMemcpy((char*)big + r * count * eb, a, count * eb, cudaMemcpyDeviceToDevice);
+    nccl->all_gather((char*)big + r * count * eb, big, count, t);
+    out = down(big, h.size());
+    for (size_t i = 0; i < out.size(); i++)
+      ASSERT_EQ(out[i], ranks * (float)(i % 7)) << dtype_name(t) << " " << i;
+    // Asynchronous: two buffers in flight, then the compute stream waits.
+    std::vector<float> ha(count), hb(count);
+    for (size_t i = 0; i < count; i++) {
+      ha[i] = (float)(r + 1);
+      hb[i] = (float)(W * (r + 1)) * (float)(i % 3);
+    }
+    up(a, ha);
+    up(b, hb);
+    nccl->all_reduce_async(a, count, t, ReduceOp::Sum);
+    nccl->all_reduce_async(b, count, t, ReduceOp::Avg);
+    nccl->wait_all();
+    out = down(a, count);
+    for (size_t i = 0; i < count; i++) ASSERT_EQ(out[i], ranks) << dtype_name(t);
+    out = down(b, count);
+    for (size_t i = 0; i < count; i++) ASSERT_EQ(out[i], ranks * (float)(i % 3)) << dtype_name(t);
+    cudaFree(big);
+    cudaFree(a);
+    cudaFree(b);
+  }
 }
 
 }  // namespace

@@ -12,6 +12,25 @@
 // Measured on the 2-core test machine: losses equal to the 9 digits the JSONL
 // log keeps; parameters within 4e-7 (N ranks vs accumulation), 2e-7 (ZeRO-1),
 // 3e-8 (resume 2 -> 3 ranks).
+//
+// The same through the cuda backend on the CPU (`ratchet-simt train --device
+// simt`, MpiTrainSimt below; L=2, C=16: cuBLASLt wants 16-byte rows):
+//   FP32 storage: as above (kLossTol, kParamTol); measured 9e-8 / 9e-7.
+//   BF16 storage: the gradients are BF16, so 2 ranks' RNE(g0 + g1) and one
+//     rank's accumulation of the second micro-batch into the first round
+//     differently (1 BF16 ulp, 2^-8 relative), and AdamW's m/sqrt(v) turns that
+//     into up to ~lr for parameters whose gradient is near zero. The bound is
+//     therefore relative to the same noise on ONE rank: 2 ranks may differ
+//     from 1 rank × 2 micro-batches by at most 3× what 1 rank × 1 micro-batch
+//     of 2B differs from it (measured 4.7e-3 vs 5.1e-3, lr 3e-3); losses
+//     within 1e-3 relative (measured 3e-5).
+//   --overlap-comm on vs off: 2 ranks add the same two numbers (a+b = b+a)
+//     whether a layer's slices go alone or in one buffer: bitwise equal.
+//   ZeRO-1 vs all-reduce (BF16), 2 ranks: the same sums, and the one tensor
+//     the shard boundary cuts (wpe) is cut in rows past T, which the forward
+//     never reads (a cut tensor's BF16 copy is stochastically rounded with
+//     another seed): bitwise equal here. On 3 ranks (padded shards) MPI may
+//     reduce in another order: the BF16 bound as above.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -186,5 +205,127 @@ TEST_F(MpiTrain, AFailingRankEndsTheJobPromptlyNamingItself) {
     EXPECT_LT(took, 15.0) << c.fail;
   }
 }
+
+// ---- the cuda backend on the CPU (ratchet-simt --device simt) ------------------------
+
+#ifdef RATCHET_SIMT_EXE
+constexpr double kBf16LossTol = 1e-3;
+
+class MpiTrainSimt : public MpiTrain {
+ protected:
+  static std::string simt_args(int B, int total, const std::string& out, int layers = 2) {
+    return "train --device simt --model custom --layers " + std::to_string(layers) +
+           " --heads 2 --channels 16 --max-seq-len 32 --seq-len 16 --batch-size " +
+           std::to_string(B) + " --total-batch-tokens " + std::to_string(total) +
+           " --threads 1 --train-data '" + (*dir_ / "data/train_*.h5") + "' --val-data '" +
+           (*dir_ / "data/val_*.h5") + "' --eval-every 4 --eval-batches 6 --warmup-steps 2 "
+           "--steps 8 --lr 3e-3 --quiet --log-jsonl " + out + "/log.jsonl --export " + out +
+           "/out.bin";
+  }
+  static RunResult run1(const std::string& args) {
+    return run_shell(std::string(RATCHET_SIMT_EXE) + " " + args);
+  }
+  static RunResult runN(int n, const std::string& args) {
+    return run_shell(mpirun_prefix(n) + RATCHET_SIMT_EXE + " " + args);
+  }
+  struct Diff {
+    double loss = 0, param = 0;
+    bool bitwise = false;
+  };
+  static Diff diff(const std::string& a, const std::string& b) {
+    Diff d;
+    auto la = read_losses(a + "/log.jsonl"), lb = read_losses(b + "/log.jsonl");
+    EXPECT_EQ(la.size(), 8u) << a;
+    EXPECT_EQ(lb.size(), 8u) << b;
+    for (size_t i = 0; i < std::min(la.size(), lb.size()); i++)
+      d.loss = std::max(d.loss, std::fabs(la[i] - lb[i]) / std::fabs(la[i]));
+    auto pa = read_export(a + "/out.bin"), pb = read_export(b + "/out.bin");
+    EXPECT_EQ(pa.size(), pb.size());
+    EXPECT_FALSE(pa.empty());
+    if (pa.size() == pb.size()) d.param = max_abs_diff(pa.data(), pb.data(), pa.size());
+    d.bitwise = !pa.empty() && read_file(a + "/out.bin") == read_file(b + "/out.bin") &&
+                la == lb;
+    return d;
+  }
+};
+
+TEST_F(MpiTrainSimt, Fp32TwoRanksEqualOneRankAccumulating) {
+  TempDir one, two;
+  auto r = run1(simt_args(2, 64, one.path) + " --storage f32");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = runN(2, simt_args(2, 64, two.path) + " --storage f32");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("backend simt (f32)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("data parallel: 2 rank(s) (mpi"), std::string::npos) << r.output;
+  const Diff d = diff(one.path, two.path);
+  EXPECT_LE(d.loss, kLossTol);
+  EXPECT_LE(d.param, kParamTol);
+  std::printf("[ simt f32: 2 ranks vs 1 rank x 2 ] loss %.2e, params %.2e\n", d.loss, d.param);
+}
+
+TEST_F(MpiTrainSimt, Bf16TwoRanksEqualOneRankAccumulating) {
+  TempDir one, wide, two;
+  auto r = run1(simt_args(2, 64, one.path));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("backend simt (bf16)"), std::string::npos) << r.output;
+  r = run1(simt_args(4, 64, wide.path));  // the same rows in one micro-batch: the noise floor
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = runN(2, simt_args(2, 64, two.path));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("backend simt (bf16)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("all-reduced during the backward"), std::string::npos) << r.output;
+  const Diff noise = diff(one.path, wide.path), d = diff(one.path, two.path);
+  EXPECT_GT(noise.param, 0.0);
+  EXPECT_LE(d.loss, kBf16LossTol);
+  EXPECT_LE(d.param, 3 * noise.param);
+  std::printf("[ simt bf16: 2 ranks vs 1 rank x 2 ] loss %.2e, params %.2e (1 rank 1x2B vs 2xB: "
+              "loss %.2e, params %.2e)\n", d.loss, d.param, noise.loss, noise.param);
+}
+
+TEST_F(MpiTrainSimt, Bf16Zero1EqualsAllReduce) {
+  TempDir plain, zero;
+  auto r = runN(2, simt_args(2, 64, plain.path));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = runN(2, simt_args(2, 64, zero.path) + " --zero 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ZeRO-1"), std::string::npos) << r.output;
+  const Diff d = diff(plain.path, zero.path);
+  EXPECT_TRUE(d.bitwise) << "loss " << d.loss << " params " << d.param;
+  std::printf("[ simt bf16 ZeRO-1 vs all-reduce, 2 ranks ] loss %.2e, params %.2e%s\n", d.loss,
+              d.param, d.bitwise ? " (bitwise)" : "");
+}
+
+// 3 ranks, L=3: P = 16576 is not a multiple of 3 (the last shard is padded).
+TEST_F(MpiTrainSimt, Bf16Zero1EqualsAllReduceWithPaddedShards) {
+  TempDir one, wide, plain, zero;
+  auto r = run1(simt_args(3, 96, one.path, 3));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run1(simt_args(1, 96, wide.path, 3));  // the noise floor: 6 micro-batches of 1 vs 2 of 3
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = runN(3, simt_args(1, 96, plain.path, 3));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = runN(3, simt_args(1, 96, zero.path, 3) + " --zero 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Diff noise = diff(wide.path, one.path), d = diff(plain.path, zero.path);
+  EXPECT_LE(d.loss, kBf16LossTol);
+  EXPECT_LE(d.param, 3 * noise.param);
+  std::printf("[ simt bf16 ZeRO-1 vs all-reduce, 3 ranks ] loss %.2e, params %.2e%s (noise "
+              "%.2e)\n", d.loss, d.param, d.bitwise ? " (bitwise)" : "", noise.param);
+}
+
+TEST_F(MpiTrainSimt, OverlapOnEqualsOffBitwise) {
+  for (const char* storage : {"bf16", "f32"}) {
+    TempDir on, off;
+    auto r = runN(2, simt_args(1, 64, on.path) + " --storage " + storage);  // 2 micro-batches
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("all-reduced during the backward"), std::string::npos) << r.output;
+    r = runN(2, simt_args(1, 64, off.path) + " --storage " + storage + " --overlap-comm off");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("all-reduced during the backward"), std::string::npos) << r.output;
+    const Diff d = diff(on.path, off.path);
+    EXPECT_TRUE(d.bitwise) << storage << ": loss " << d.loss << " params " << d.param;
+  }
+}
+#endif  // RATCHET_SIMT_EXE
 
 }  // namespace

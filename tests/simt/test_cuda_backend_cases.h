@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -50,6 +51,15 @@ struct Measured {
   std::string worst_grad, report;
   bool nonfinite = false;
 };
+
+// n values ~ N(0, scale^2), deterministic in seed.
+inline std::vector<float> random_floats(size_t n, float scale, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
 
 inline double rel_err(const float* x, const float* ref, size_t n, bool* nonfinite) {
   double mx = 0, mr = 0;
@@ -142,6 +152,66 @@ inline Measured compare_with_cpu(Backend& be, int steps = 5) {
     m.params_rms = std::max(m.params_rms, r);
   }
   m.report = rep.str();
+  return m;
+}
+
+// matmul_backward_gelu (the DGELU epilogue) against matmul_backward followed
+// by gelu_backward, on the model's fcproj shape: N=B*T rows, C=4*32 inputs,
+// OC=32 outputs, dw and dbias accumulating into non-zero values.
+struct GeluBackwardMeasured {
+  // max over elements of |fused - unfused| / |v|, v = dout @ w (the GEMM result
+  // before gelu'): relative to v, not to the result, because gelu' crosses 0
+  // (x ~ -0.75) where any rounding difference is a large relative error.
+  double dinp_rel = 0;
+  size_t dinp_differ = 0;  // elements that are not bitwise equal
+  bool dw_bitwise = false, dbias_bitwise = false, nonfinite = false;
+};
+
+inline GeluBackwardMeasured compare_matmul_backward_gelu(Backend& be, bool with_dbias) {
+  const int N = 24, C = 128, OC = 32;
+  const size_t sb = be.storage_bytes();
+  std::vector<float> dout = random_floats((size_t)N * OC, 1.0f, 1),
+                     inp = random_floats((size_t)N * C, 1.0f, 2),
+                     w = random_floats((size_t)OC * C, 0.1f, 3),
+                     // pre-GELU values spread over the curve's bend and both tails
+                     pre = random_floats((size_t)N * C, 2.0f, 4),
+                     dw0 = random_floats((size_t)OC * C, 0.5f, 5),
+                     db0 = random_floats((size_t)OC, 0.5f, 6);
+  auto up = [&](const std::vector<float>& h) {
+    void* d = be.alloc(h.size() * sb);
+    be.upload_f32(d, h.data(), h.size());
+    return d;
+  };
+  void *ddout = up(dout), *dinp = up(inp), *dwt = up(w), *dpre = up(pre);
+  void *dx1 = be.alloc((size_t)N * C * sb), *dx2 = be.alloc((size_t)N * C * sb);
+  void *dw1 = up(dw0), *dw2 = up(dw0), *db1 = up(db0), *db2 = up(db0);
+  be.matmul_backward(dx1, dw1, with_dbias ? db1 : nullptr, ddout, dinp, dwt, N, C, OC);
+  std::vector<float> v((size_t)N * C);
+  be.download_f32(v.data(), dx1, v.size());
+  be.gelu_backward(dx1, dpre, dx1, (size_t)N * C);
+  be.matmul_backward_gelu(dx2, dw2, with_dbias ? db2 : nullptr, ddout, dinp, dwt, dpre, N, C, OC);
+  be.synchronize();
+
+  GeluBackwardMeasured m;
+  std::vector<float> a((size_t)N * C), b((size_t)N * C);
+  be.download_f32(a.data(), dx1, a.size());
+  be.download_f32(b.data(), dx2, b.size());
+  for (size_t i = 0; i < a.size(); i++) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) m.nonfinite = true;
+    if (a[i] != b[i]) {
+      m.dinp_differ++;
+      m.dinp_rel = std::max(m.dinp_rel, (double)std::fabs(b[i] - a[i]) / std::fabs(v[i]));
+    }
+  }
+  auto same_bytes = [&](const void* x, const void* y, size_t bytes) {
+    std::vector<unsigned char> hx(bytes), hy(bytes);
+    be.download_bytes(hx.data(), x, bytes);
+    be.download_bytes(hy.data(), y, bytes);
+    return hx == hy;
+  };
+  m.dw_bitwise = same_bytes(dw1, dw2, (size_t)OC * C * sb);
+  m.dbias_bitwise = same_bytes(db1, db2, (size_t)OC * sb);
+  for (void* p : {ddout, dinp, dwt, dpre, dx1, dx2, dw1, dw2, db1, db2}) be.release(p);
   return m;
 }
 

@@ -79,4 +79,50 @@ TEST(CudaBackendMatmulDeathTest, MisalignedOperandIsNamed) {
   EXPECT_DEATH(mm.run(g), "16-byte aligned.*M=4 N=4 K=4");
 }
 
+// cuBLASLt wants the aux leading dimension divisible by 8 (EPILOGUE_AUX_LD);
+// the wrapper says so under simt too instead of passing what a device rejects.
+TEST(CudaBackendMatmulDeathTest, AuxLeadingDimensionNotMultipleOf8IsNamed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  using namespace ratchet::cuda;
+  std::vector<float> a(256, 1.0f);
+  DevBuf A(a, DType::f32), B(a, DType::f32), C(a, DType::f32), X(a, DType::f32);
+  Matmul mm(DType::f32);
+  Gemm g;
+  g.m = g.n = g.k = 4;
+  g.lda = g.ldb = g.ldc = 4;
+  g.A = A.p;
+  g.B = B.p;
+  g.C = C.p;
+  g.epilogue = Epilogue::dgelu;
+  g.aux = X.p;
+  g.ldaux = 12;
+  EXPECT_DEATH(mm.run(g), "aux leading dimension 12 not a multiple of 8.*DGELU");
+}
+
+TEST(CudaBackendMatmulRanges, OneNamedRangePerGemm) {
+  using namespace ratchet::cuda;
+  std::vector<float> a(256, 1.0f);
+  DevBuf A(a, DType::f32), B(a, DType::f32), C(a, DType::f32);
+  Matmul mm(DType::f32);
+  Gemm g;
+  g.m = 4;
+  g.n = 8;
+  g.k = 2;
+  g.lda = 2;
+  g.ldb = g.ldc = 8;
+  g.A = A.p;
+  g.B = B.p;
+  g.C = C.p;
+  mm.run(g);
+  EXPECT_EQ(mm.ranges_opened(), 1);
+  EXPECT_STREQ(mm.last_range(), "matmul DEFAULT m=4 n=8 k=2");
+  g.batch = 2;
+  g.strideA = 8;
+  g.strideB = 16;
+  g.strideC = 32;
+  mm.run(g);
+  EXPECT_EQ(mm.ranges_opened(), 2);
+  EXPECT_STREQ(mm.last_range(), "matmul DEFAULT m=4 n=8 k=2 batch=2");
+}
+
 }  // namespace

@@ -128,7 +128,7 @@ inline std::string run_mm_case(const MmCase& c, float gelu_tol) {
   // Stored shapes (row-major) with padded leading dimensions.
   const int rA = c.transA ? k : m, cA = c.transA ? m : k, lda = cA + 3;
   const int rB = c.transB ? n : k, cB = c.transB ? k : n, ldb = cB + 2;
-  const int ldc = n + 5, ldaux = n + 1;
+  const int ldc = n + 5, ldaux = n + 7;  // ldaux: a multiple of 8 (cuBLASLt)
   // Batch strides: multiples of 8 elements (16 bytes for BF16 and FP32).
   auto pad8 = [](long long x) { return (x + 7) / 8 * 8; };
   const long long sA = pad8((long long)rA * lda), sB = pad8((long long)rB * ldb),

@@ -1,13 +1,15 @@
 // `ratchet train --device simt` end to end: the whole cuda backend host code
 // (run on the CPU by kernels/simt and the matmul wrapper's stand-in) trains a
 // tiny model through the real binary, with the same losses as --device cpu
-// to 3 decimals (FP32 storage: see test_cuda_backend.cpp for the tolerances).
-// Also: --device cuda without a usable device fails with a message that says
-// what to do. Needs a ratchet built with -DRATCHET_DEVICE_SIMT=ON for the
-// first test (skipped otherwise).
+// to 3 decimals (FP32 storage: see test_cuda_backend.cpp for the tolerances),
+// and in BF16. Also: --device cuda without a usable device fails with a
+// message that says what to do. The first test runs `ratchet-simt` (built
+// next to `ratchet` with the simt backend).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -49,19 +51,63 @@ class CudaBackendTrain : public ::testing::Test {
 };
 TempDir* CudaBackendTrain::dir_ = nullptr;
 
+// ratchet-simt: the same program as ratchet with the simt build registered as
+// "simt", built next to it whenever the simt backend is (default builds).
+std::string simt_exe() {
+  const std::string exe = RATCHET_EXE;
+  return exe.substr(0, exe.find_last_of('/') + 1) + "ratchet-simt";
+}
+
 TEST_F(CudaBackendTrain, DeviceSimtTrainsLikeCpu) {
-#if !RATCHET_DEVICE_SIMT_BUILT
-  GTEST_SKIP() << "ratchet was built without -DRATCHET_DEVICE_SIMT=ON";
-#endif
-  auto s = run_ratchet("train " + flags() + " --device simt");
+  if (!std::ifstream(simt_exe()).good()) GTEST_SKIP() << simt_exe() << " was not built";
+  auto s = run_shell(simt_exe() + " train " + flags() + " --device simt --storage f32");
   ASSERT_EQ(s.exit_code, 0) << s.output;
-  EXPECT_NE(s.output.find("backend simt"), std::string::npos) << s.output;
+  EXPECT_NE(s.output.find("backend simt (f32)"), std::string::npos) << s.output;
   auto c = run_ratchet("train " + flags() + " --device cpu");
   ASSERT_EQ(c.exit_code, 0) << c.output;
   auto ls = losses(s.output), lc = losses(c.output);
   ASSERT_EQ(ls.size(), 4u) << s.output;
   ASSERT_EQ(lc.size(), 4u) << c.output;
   for (size_t i = 0; i < ls.size(); i++) EXPECT_NEAR(ls[i], lc[i], 1e-3) << "step " << i + 1;
+  // BF16 storage (the default): the same curve to BF16 precision (activations
+  // and gradients rounded to 8 bits of mantissa; measured within 1e-4).
+  auto b = run_shell(simt_exe() + " train " + flags() + " --device simt");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("backend simt (bf16)"), std::string::npos) << b.output;
+  auto lb = losses(b.output);
+  ASSERT_EQ(lb.size(), 4u) << b.output;
+  for (size_t i = 0; i < lb.size(); i++) EXPECT_NEAR(lb[i], lc[i], 2e-3) << "step " << i + 1;
+  for (size_t i = 0; i < lb.size(); i++)
+    std::printf("step %zu: cpu %.4f simt f32 %.4f simt bf16 %.4f\n", i + 1, lc[i], ls[i], lb[i]);
+}
+
+// Preemption on the cuda backend in BF16: a run stopped after 3 steps and
+// resumed for 3 more ends with byte-identical weights to one that ran 6
+// (FP32 master weights in the checkpoint; the BF16 weights rebuilt with the
+// last step's stochastic rounding), under every recompute policy tried. Also
+// logs the arena sized by the memory accounting.
+TEST_F(CudaBackendTrain, DeviceSimtBf16ResumeIsBitIdentical) {
+  if (!std::ifstream(simt_exe()).good()) GTEST_SKIP() << simt_exe() << " was not built";
+  TempDir d;
+  const std::string base = simt_exe() + " train " + flags(6) + " --device simt --quiet ";
+  auto straight = run_shell(base + "--export " + (d / "straight.bin"));
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  EXPECT_NE(straight.output.find("device memory:"), std::string::npos) << straight.output;
+  EXPECT_NE(straight.output.find("MB arena"), std::string::npos) << straight.output;
+  for (const char* policy : {"none", "blocks"}) {
+    const std::string ck = d / (std::string("ck-") + policy);
+    const std::string rp = std::string(" --recompute ") + policy;
+    // preempted (SIGUSR1) after step 3: saves and exits 75 ("requeue me")
+    auto first = run_shell("RATCHET_FAULT=USR1@step-3 " + base + rp + " --ckpt-dir " + ck);
+    ASSERT_EQ(first.exit_code, 75) << first.output;
+    auto second = run_shell(base + rp + " --ckpt-dir " + ck + " --export " +
+                            (d / (std::string("resumed-") + policy + ".bin")));
+    ASSERT_EQ(second.exit_code, 0) << second.output;
+    EXPECT_NE(second.output.find("continuing from step 3"), std::string::npos) << second.output;
+    EXPECT_TRUE(read_file(d / (std::string("resumed-") + policy + ".bin")) ==
+                read_file(d / "straight.bin"))
+        << policy << ": resumed weights differ from the uninterrupted run";
+  }
 }
 
 TEST_F(CudaBackendTrain, DeviceCudaWithoutGpuSaysWhatToDo) {

@@ -9,7 +9,6 @@
 #include "model/gpt.h"
 #include "model/param_layout.h"
 #include "plan/plan.h"
-#include "plan/recompute.h"
 
 using namespace ratchet;
 using namespace ratchet::plan;
@@ -160,47 +159,32 @@ TEST(Plan, MemoryPerRankWithAndWithoutZero1) {
   EXPECT_EQ(g.adam_zero1, 2u * 99580736);
 }
 
+// The savings model/recompute.h states, by hand for d12 at B=4, T=64, FP32
+// (BT = 256, C = 768, L = 12; every size here is a multiple of 64 bytes).
 TEST(Plan, RecomputePoliciesDropWhatTheySay) {
   const GPTConfig c = d12();
-  const size_t none = activation_bytes(c, 4, 64, 4, Recompute::kNone);
-  EXPECT_EQ(none, GPT::activation_bytes(c, 4, 64, 4));
-  // gelu: L · B·T·4C floats = 12 · 256 · 3072 · 4 = 37,748,736 bytes
-  EXPECT_EQ(none - activation_bytes(c, 4, 64, 4, Recompute::kGelu), 37748736u);
-  // gelu+ln: also L · B·T·2C floats = 12 · 256 · 1536 · 4 = 18,874,368 more
-  EXPECT_EQ(activation_bytes(c, 4, 64, 4, Recompute::kGelu) -
-                activation_bytes(c, 4, 64, 4, Recompute::kGeluLn),
-            18874368u);
-  EXPECT_LT(activation_bytes(c, 4, 64, 4, Recompute::kBlocks),
-            activation_bytes(c, 4, 64, 4, Recompute::kGeluLn));
-  EXPECT_GT(recompute_flops_per_token(c, 64, Recompute::kBlocks), 0.0);
-  EXPECT_EQ(recompute_flops_per_token(c, 64, Recompute::kGeluLn), 0.0);
-  EXPECT_EQ(parse_recompute("gelu+ln"), Recompute::kGeluLn);
-  EXPECT_THROW(parse_recompute("most"), Error);
-}
-
-// block_act_bytes must describe the model's real per-layer layout: adding a
-// layer to the model adds exactly one block's bytes (odd shapes, so 64-byte
-// rounding matters), and "blocks" on one layer keeps everything.
-TEST(Plan, BlockBytesMatchTheModelLayout) {
-  for (int sb : {4, 2}) {
-    for (auto [B, T] : {std::pair{4, 64}, std::pair{3, 17}, std::pair{1, 5}}) {
-      GPTConfig a;
-      a.num_layers = 1;
-      a.num_heads = 3;
-      a.channels = 36;
-      a.vocab_size = 201;
-      a.max_seq_len = 64;
-      a.padded_vocab = 0;
-      a.finalize();
-      GPTConfig b = a;
-      b.num_layers = 2;
-      EXPECT_EQ(GPT::activation_bytes(b, B, T, sb) - GPT::activation_bytes(a, B, T, sb),
-                block_act_bytes(a, B, T, sb).total)
-          << "sb " << sb << " B " << B << " T " << T;
-      EXPECT_EQ(activation_bytes(a, B, T, sb, Recompute::kBlocks),
-                activation_bytes(a, B, T, sb, Recompute::kNone));
-    }
-  }
+  Recompute gelu, geluln, blocks;
+  gelu.kind = Recompute::kGelu;
+  geluln.kind = Recompute::kGeluLn;
+  blocks.kind = Recompute::kBlocks;
+  MemoryPlan m = memory_per_rank(c, 4, 64, 4, 1);
+  EXPECT_EQ(m.activations[Recompute::kNone], GPT::activation_bytes(c, 4, 64, 4));
+  // gelu: (L-1) · B·T·4C floats = 11 · 256 · 3072 · 4 = 34,603,008 bytes
+  EXPECT_EQ(m.activations[Recompute::kNone] - m.activations[Recompute::kGelu], 34603008u);
+  // gelu+ln: also (2L-1) · B·T·C floats = 23 · 256 · 768 · 4 = 18,087,936 more
+  EXPECT_EQ(m.activations[Recompute::kGelu] - m.activations[Recompute::kGeluLn], 18087936u);
+  EXPECT_LT(m.activations[Recompute::kBlocks], m.activations[Recompute::kGeluLn]);
+  EXPECT_EQ(m.activations[Recompute::kGelu], GPT::activation_bytes(c, 4, 64, 4, gelu));
+  EXPECT_GT(recompute_flops_per_token(c, 64, blocks), 0.0);
+  EXPECT_EQ(recompute_flops_per_token(c, 64, geluln), 0.0);
+  // blocks:4 recomputes layers 0, 4, 8: a quarter of blocks' extra FLOPs
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(c, 64, parse_recompute("blocks:4")),
+                   recompute_flops_per_token(c, 64, blocks) / 4);
+  // the chosen policy's row
+  MemoryPlan k = memory_per_rank(c, 4, 64, 4, 1, parse_recompute("blocks:4"));
+  EXPECT_EQ(k.activations_chosen, GPT::activation_bytes(c, 4, 64, 4, parse_recompute("blocks:4")));
+  EXPECT_EQ(k.total_chosen(false), k.total(Recompute::kNone, false) -
+                                       k.activations[Recompute::kNone] + k.activations_chosen);
 }
 
 TEST(Plan, StepsFromTokensOrDefaultTwentyPerParameter) {

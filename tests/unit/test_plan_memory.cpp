@@ -1,7 +1,7 @@
 // `ratchet plan`'s memory figure for the cpu backend against what the backend
 // really allocates: a GPT and its AdamW, after one forward/backward and one
-// optimizer step, hold exactly plan's "none" total (parameters, gradients,
-// AdamW m and v, activations), byte for byte. Shapes are chosen so that the
+// optimizer step, hold exactly plan's total for the recompute policy used (parameters,
+// gradients, AdamW m and v, activations), byte for byte. Shapes are chosen so that the
 // 64-byte rounding of every buffer matters.
 #include <gtest/gtest.h>
 
@@ -20,10 +20,13 @@ struct Shape {
   int L, NH, C, V, maxT, B, T;
 };
 
-class PlanMemory : public ::testing::TestWithParam<Shape> {};
+class PlanMemory : public ::testing::TestWithParam<std::tuple<Shape, const char*>> {};
 
+// For every recompute policy: what the cpu backend allocates for a training
+// step is what `ratchet plan` says, byte for byte.
 TEST_P(PlanMemory, CpuBackendAllocatesExactlyThePlannedBytes) {
-  const Shape s = GetParam();
+  const Shape s = std::get<0>(GetParam());
+  const Recompute policy = parse_recompute(std::get<1>(GetParam()));
   GPTConfig cfg;
   cfg.num_layers = s.L;
   cfg.num_heads = s.NH;
@@ -37,6 +40,7 @@ TEST_P(PlanMemory, CpuBackendAllocatesExactlyThePlannedBytes) {
   const size_t before = be->bytes_in_use();
   {
     GPT model(cfg, *be);
+    model.set_recompute(policy);
     AdamW opt(*be, model.layout(), AdamWConfig{});
     model.init_random(7);
     std::vector<int32_t> x(s.B * s.T), y(s.B * s.T);
@@ -50,12 +54,14 @@ TEST_P(PlanMemory, CpuBackendAllocatesExactlyThePlannedBytes) {
 
     const size_t used = be->bytes_in_use() - before;
     ASSERT_GT(used, 0u) << "the backend does not count its allocations (bytes_in_use)";
-    const plan::MemoryPlan m = plan::memory_per_rank(cfg, s.B, s.T, be->storage_bytes(), 1);
-    EXPECT_EQ(used, m.total(plan::Recompute::kNone, false))
-        << "params " << m.params << " grads " << m.grads << " adam " << m.adam
-        << " activations " << m.activations[0];
+    const plan::MemoryPlan m =
+        plan::memory_per_rank(cfg, s.B, s.T, be->storage_bytes(), 1, policy);
+    EXPECT_EQ(used, m.total_chosen(false))
+        << policy.name() << ": params " << m.params << " grads " << m.grads << " adam " << m.adam
+        << " activations " << m.activations_chosen;
     // and the pieces are the model's own accounting
-    EXPECT_EQ(m.activations[0], GPT::activation_bytes(cfg, s.B, s.T, be->storage_bytes()));
+    EXPECT_EQ(m.activations_chosen,
+              GPT::activation_bytes(cfg, s.B, s.T, be->storage_bytes(), policy));
     EXPECT_NEAR((double)(m.params + m.grads),
                 (double)GPT::param_bytes(cfg, be->storage_bytes()), 128.0);
   }
@@ -64,8 +70,10 @@ TEST_P(PlanMemory, CpuBackendAllocatesExactlyThePlannedBytes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, PlanMemory,
-    ::testing::Values(Shape{2, 2, 64, 257, 64, 4, 32},   // the integration tests' model
-                      Shape{1, 3, 36, 201, 32, 3, 17},   // odd sizes: rounding everywhere
-                      Shape{3, 4, 32, 100, 16, 2, 16}));
+    ::testing::Combine(
+        ::testing::Values(Shape{2, 2, 64, 257, 64, 4, 32},  // the integration tests' model
+                          Shape{1, 3, 36, 201, 32, 3, 17},  // odd sizes: rounding everywhere
+                          Shape{3, 4, 32, 100, 16, 2, 16}),
+        ::testing::Values("none", "gelu", "gelu+ln", "blocks", "blocks:2")));
 
 }  // namespace

@@ -46,10 +46,16 @@ void CpuBackend::blas_single_thread() {
 
 CpuBackend::~CpuBackend() { std::free(scratch_); }
 
+size_t CpuBackend::alloc_size(size_t bytes) const {
+  return std::max<size_t>(64, (bytes + 63) / 64 * 64);
+}
+
 void* CpuBackend::alloc(size_t bytes) {
-  size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  const size_t rounded = alloc_size(bytes);
   void* p = std::aligned_alloc(64, rounded);
-  RATCHET_ASSERT(p != nullptr);
+  if (!p)
+    fail("out of host memory: ", rounded / 1e6, " MB could not be allocated (", bytes_in_use_ / 1e6,
+         " MB already in use): lower --batch-size or --seq-len, or use --recompute blocks");
   std::memset(p, 0, rounded);
   alloc_sizes_[p] = rounded;
   bytes_in_use_ += rounded;
@@ -82,6 +88,10 @@ void CpuBackend::upload_bytes(void* dst, const void* src, size_t bytes) {
 }
 
 void CpuBackend::download_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::copy(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
 

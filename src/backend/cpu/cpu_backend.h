@@ -41,11 +41,13 @@ class CpuBackend : public Backend {
   void* alloc(size_t bytes) override;
   void release(void* p) override;
   size_t bytes_in_use() const override { return bytes_in_use_; }
+  size_t alloc_size(size_t bytes) const override;  // 64-byte multiples, at least 64
   void zero(void* p, size_t bytes) override;
   void upload_f32(dptr dst, const float* src, size_t n) override;
   void download_f32(float* dst, cdptr src, size_t n) override;
   void upload_bytes(void* dst, const void* src, size_t bytes) override;
   void download_bytes(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
 
   void encoder_forward(dptr out, const int* inp, cdptr wte, cdptr wpe, int B, int T,
                        int C) override;

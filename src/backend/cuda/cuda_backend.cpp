@@ -6,6 +6,9 @@
 //                    dw (OC,C) += dout^T @ inp                       beta 1 (accumulated)
 //                    dbias (OC) += column sums of dout: the BGRADB epilogue of the dw GEMM
 //                    into scratch, then added; the bias_grad kernel if cuBLASLt lacks it
+//   matmul_backward_gelu  the same, with dinp's GEMM through the DGELU epilogue
+//                    (dinp = (dout @ w) * gelu'(pre_gelu)); the gelu_backward kernel
+//                    after a plain GEMM if cuBLASLt lacks it
 //   attention        q,k,v = permute(qkv); att = softmax(q k^T) (batched over B*NH);
 //                    y = att v; out = unpermute(y); backward mirrors it (kernels/attention.cuh)
 #include "backend/cuda/cuda_backend.h"
@@ -26,11 +29,25 @@
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
 
+#if !RATCHET_SIMT
+#include <nvtx3/nvToolsExt.h>
+#endif
+
 namespace ratchet::cuda {
 
 using kernels::bf16;
 
 namespace {
+// cuBLASLt's strided-batched GEMMs over the per-head (T,T) and (T,HS)
+// matrices need 16-byte batch strides: T·T·sb and T·HS·sb bytes. In BF16 that
+// holds for T % 4 == 0 with HS % 2 == 0; a multiple of 8 always works.
+void check_seq_len(int T, int HS, size_t sb) {
+  if (((size_t)T * T * sb) % 16 != 0 || ((size_t)T * HS * sb) % 16 != 0)
+    fail("sequence length ", T, " (head size ", HS, "): the cuda backend needs 16-byte aligned "
+         "attention matrices (cuBLASLt batch strides); use a --seq-len that is a multiple of 8, "
+         "e.g. ", (T + 7) / 8 * 8);
+}
+
 template <class T>
 constexpr DType dtype_of() {
   return std::is_same<T, float>::value ? DType::f32 : DType::bf16;
@@ -60,14 +77,22 @@ const T* P(cdptr p) {
 
 template <class T>
 CudaBackend<T>::CudaBackend() : mm_(dtype_of<T>(), nullptr) {
+  // Everything held from construction on is overhead: the FP64 norm result
+  // (one cudaMalloc, 256 bytes as allocated) and the matmul wrapper's cuBLASLt
+  // workspace, which it allocates in its constructor (0 under simt).
   norm_out_ = static_cast<double*>(device_malloc(sizeof(double)));
+  overhead_bytes_ = alloc_size(sizeof(double)) + mm_.workspace_bytes();
+  bytes_in_use_ = peak_bytes_ = overhead_bytes_;
 }
 
 template <class T>
 CudaBackend<T>::~CudaBackend() {
-  for (auto& [base, m] : masters_) device_free(m);
-  for (auto& [base, bytes] : allocs_) device_free(base);
-  if (scratch_) device_free(scratch_);
+  // give() frees into the arena or to the device, whichever the block came from;
+  // the arena itself goes last.
+  for (auto& [base, m] : masters_) give(m, master_bytes(allocs_.at(base)));
+  for (auto& [base, bytes] : allocs_) give(base, bytes);
+  if (scratch_) give(scratch_, scratch_bytes_);
+  if (arena_base_) device_free(arena_base_);
   device_free(norm_out_);
 }
 
@@ -85,13 +110,64 @@ double CudaBackend<T>::peak_tflops() const {
 // ---- memory -------------------------------------------------------------------------------
 
 template <class T>
-void* CudaBackend<T>::alloc(size_t bytes) {
-  const size_t rounded = round_up(std::max<size_t>(bytes, 1), kAllocAlign);
-  char* p = static_cast<char*>(device_malloc(rounded));
-  memset_device(p, 0, rounded, stream_);
-  allocs_[p] = rounded;
+size_t CudaBackend<T>::alloc_size(size_t bytes) const {
+  return round_up(std::max<size_t>(bytes, 1), kAllocAlign);
+}
+
+template <class T>
+size_t CudaBackend<T>::master_bytes(size_t alloc_bytes) {
+  return round_up(alloc_bytes / sizeof(T) * sizeof(float), kAllocAlign);
+}
+
+template <class T>
+void* CudaBackend<T>::take(size_t rounded, const char* what, size_t asked) {
+  void* p;
+  if (arena_base_) {
+    const size_t off = arena_.take(rounded);
+    if (off == Arena::npos)
+      fail("cuda backend: out of arena memory: ", what, " of ", asked, " bytes (", rounded,
+           " as allocated) does not fit in the arena of ", arena_.size(), " bytes (",
+           arena_.used(), " in use, largest free block ", arena_.largest_free(),
+           " bytes; the backend holds ", bytes_in_use_, " bytes in all). The arena was sized by "
+           "the memory accounting, so either the batch is larger than the one it was sized "
+           "for or the accounting is wrong: lower --batch-size, or report a bug with this "
+           "message");
+    p = arena_base_ + off;
+  } else {
+    p = device_malloc(rounded);
+  }
   bytes_in_use_ += rounded;
   peak_bytes_ = std::max(peak_bytes_, bytes_in_use_);
+  return p;
+}
+
+template <class T>
+void CudaBackend<T>::give(void* p, size_t rounded) {
+  char* c = static_cast<char*>(p);
+  if (arena_base_ && c >= arena_base_ && c < arena_base_ + arena_.size())
+    arena_.give((size_t)(c - arena_base_), rounded);
+  else
+    device_free(p);  // allocated before use_arena
+  bytes_in_use_ -= rounded;
+}
+
+template <class T>
+void CudaBackend<T>::use_arena(size_t bytes) {
+  if (!bytes) return;
+  if (arena_base_)
+    fail("cuda backend: use_arena(", bytes, ") called again; the backend already allocates from "
+         "an arena of ", arena_.size(), " bytes (call it once, after sizing the run)");
+  // Rounded down: every block is a multiple of kAllocAlign, a tail would be unusable.
+  arena_ = Arena(bytes, kAllocAlign);
+  arena_base_ = static_cast<char*>(device_malloc(std::max(arena_.size(), kAllocAlign)));
+}
+
+template <class T>
+void* CudaBackend<T>::alloc(size_t bytes) {
+  const size_t rounded = alloc_size(bytes);
+  char* p = static_cast<char*>(take(rounded, "alloc", bytes));
+  memset_device(p, 0, rounded, stream_);
+  allocs_[p] = rounded;
   return p;
 }
 
@@ -102,12 +178,10 @@ void CudaBackend<T>::release(void* p) {
   RATCHET_ASSERT(it != allocs_.end());
   auto mit = masters_.find(it->first);
   if (mit != masters_.end()) {
-    bytes_in_use_ -= round_up(it->second / sizeof(T) * sizeof(float), kAllocAlign);
-    device_free(mit->second);
+    give(mit->second, master_bytes(it->second));
     masters_.erase(mit);
   }
-  bytes_in_use_ -= it->second;
-  device_free(it->first);
+  give(it->first, it->second);
   allocs_.erase(it);
 }
 
@@ -123,14 +197,84 @@ std::pair<char*, size_t> CudaBackend<T>::owner(const void* p) const {
 template <class T>
 void* CudaBackend<T>::scratch(size_t bytes) {
   if (bytes > scratch_bytes_) {
+    // Only a caller that did not reserve_workspace() gets here after its
+    // first op. The old contents are dead: free before taking (in an arena the
+    // freed block can then be part of the new one).
     if (scratch_) {
       stream_synchronize(stream_);
-      device_free(scratch_);
+      give(scratch_, scratch_bytes_);
+      scratch_ = nullptr;
+      scratch_bytes_ = 0;
     }
-    scratch_bytes_ = round_up(bytes, kAllocAlign);
-    scratch_ = device_malloc(scratch_bytes_);
+    const size_t rounded = alloc_size(bytes);
+    scratch_ = take(rounded, "op scratch", bytes);
+    scratch_bytes_ = rounded;
   }
   return scratch_;
+}
+
+template <class T>
+void CudaBackend<T>::reserve_workspace(size_t bytes) {
+  if (bytes) scratch(bytes);
+}
+
+// ---- op scratch ----------------------------------------------------------------------------
+// One function per op: the op calls it for its scratch() request, and
+// workspace_bytes() takes the max over the shapes a GPT uses.
+
+template <class T>
+size_t CudaBackend<T>::encoder_backward_scratch(int B, int T_) {
+  return kernels::encoder_backward_scratch_bytes(B, T_);
+}
+
+template <class T>
+size_t CudaBackend<T>::layernorm_backward_scratch(int N, int C) {
+  return kernels::layernorm_backward_scratch_bytes(N, C);
+}
+
+template <class T>
+size_t CudaBackend<T>::matmul_backward_scratch(int N, int OC, bool has_dbias) {
+  if (!has_dbias) return 0;
+  // The epilogue's temporary (its output is overwritten, not accumulated), 16-byte
+  // aligned for cuBLASLt; the bias_grad fallback runs after it is dead, so the max.
+  return std::max(round_up((size_t)OC * sizeof(T), 16), kernels::bias_grad_scratch_bytes(N, OC));
+}
+
+template <class T>
+size_t CudaBackend<T>::attention_forward_scratch(int B, int T_, int C) {
+  // q, k, v, y: (B,NH,T,HS) each, at 256-byte aligned offsets.
+  return 4 * round_up((size_t)B * T_ * C * sizeof(T), kAllocAlign);
+}
+
+template <class T>
+size_t CudaBackend<T>::attention_backward_scratch(int B, int T_, int C, int NH) {
+  // q, k, v, dq, dk, dv, dy: (B,NH,T,HS) each; datt (B,NH,T,T).
+  return 7 * round_up((size_t)B * T_ * C * sizeof(T), kAllocAlign) +
+         round_up((size_t)B * NH * T_ * T_ * sizeof(T), kAllocAlign);
+}
+
+template <class T>
+size_t CudaBackend<T>::sum_squares_scratch() {
+  return kernels::global_norm_scratch_bytes();
+}
+
+template <class T>
+size_t CudaBackend<T>::workspace_bytes(const OpShapes& s) const {
+  if (s.B <= 0 || s.T <= 0 || s.C <= 0) return 0;
+  const int BT = s.B * s.T, C = s.C;
+  size_t w = sum_squares_scratch();
+  w = std::max(w, encoder_backward_scratch(s.B, s.T));
+  w = std::max(w, layernorm_backward_scratch(BT, C));
+  w = std::max(w, attention_forward_scratch(s.B, s.T, C));
+  if (s.NH > 0) w = std::max(w, attention_backward_scratch(s.B, s.T, C, s.NH));
+  // matmul_backward (and _gelu) at the model's output widths: qkv 3C, attproj C,
+  // fc 4C, fcproj C (the DGELU one), and the lm head Vp. The model's lm head has
+  // no bias, but a bias is assumed for every width: an upper bound that costs
+  // at most (B*T/rows per chunk)*Vp*4 bytes and keeps the reservation valid for
+  // any caller of these shapes.
+  for (int oc : {C, 3 * C, 4 * C, s.Vp})
+    if (oc > 0) w = std::max(w, matmul_backward_scratch(BT, oc, true));
+  return w;
 }
 
 template <class T>
@@ -189,6 +333,11 @@ void CudaBackend<T>::download_bytes(void* dst, const void* src, size_t bytes) {
 }
 
 template <class T>
+void CudaBackend<T>::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) memcpy_d2d(dst, src, bytes, stream_);
+}
+
+template <class T>
 void CudaBackend<T>::synchronize() {
   stream_synchronize(stream_);
 }
@@ -204,7 +353,7 @@ void CudaBackend<T>::encoder_forward(dptr out, const int* inp, cdptr wte, cdptr 
 template <class T>
 void CudaBackend<T>::encoder_backward(dptr dwte, dptr dwpe, cdptr dout, const int* inp, int B,
                                       int T_, int C) {
-  void* s = scratch(kernels::encoder_backward_scratch_bytes(B, T_));
+  void* s = scratch(encoder_backward_scratch(B, T_));
   kernels::encoder_backward<T>(P<T>(dwte), P<T>(dwpe), s, P<T>(dout), inp, B, T_, C, stream_);
 }
 
@@ -219,7 +368,7 @@ template <class T>
 void CudaBackend<T>::layernorm_backward(dptr dinp, dptr dw, dptr db, cdptr dout, cdptr inp,
                                         cdptr w, const float* mean, const float* rstd, int N,
                                         int C) {
-  void* s = scratch(kernels::layernorm_backward_scratch_bytes(N, C));
+  void* s = scratch(layernorm_backward_scratch(N, C));
   kernels::layernorm_backward<T>(P<T>(dinp), P<T>(dw), P<T>(db), s, P<T>(dout), P<T>(inp),
                                  P<T>(w), mean, rstd, N, C, stream_);
 }
@@ -253,7 +402,22 @@ void CudaBackend<T>::matmul_forward(dptr out, dptr pre_gelu, cdptr inp, cdptr w,
 template <class T>
 void CudaBackend<T>::matmul_backward(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp,
                                      cdptr w, int N, int C, int OC) {
-  // dinp (N,C) = dout (N,OC) @ w (OC,C)
+  matmul_backward_dinp(dinp, dout, w, nullptr, N, C, OC);
+  matmul_backward_dw(dw, dbias, dout, inp, N, C, OC);
+}
+
+template <class T>
+void CudaBackend<T>::matmul_backward_gelu(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp,
+                                          cdptr w, cdptr pre_gelu, int N, int C, int OC) {
+  RATCHET_ASSERT(pre_gelu != nullptr);
+  matmul_backward_dinp(dinp, dout, w, pre_gelu, N, C, OC);
+  matmul_backward_dw(dw, dbias, dout, inp, N, C, OC);
+}
+
+template <class T>
+void CudaBackend<T>::matmul_backward_dinp(dptr dinp, cdptr dout, cdptr w, cdptr pre_gelu, int N,
+                                          int C, int OC) {
+  // dinp (N,C) = dout (N,OC) @ w (OC,C)   [* gelu'(pre_gelu (N,C)): DGELU epilogue]
   Gemm gi;
   gi.m = N;
   gi.n = C;
@@ -264,7 +428,31 @@ void CudaBackend<T>::matmul_backward(dptr dinp, dptr dw, dptr dbias, cdptr dout,
   gi.ldb = C;
   gi.C = dinp;
   gi.ldc = C;
+  if (!pre_gelu) {
+    mm_.run(gi);
+    return;
+  }
+  last_dgelu_epilogue_ = false;
+  // The epilogue only reads aux (cuBLASLt's API takes it as void*).
+  gi.epilogue = Epilogue::dgelu;
+  gi.aux = const_cast<void*>(pre_gelu);
+  gi.ldaux = C;
+  if (mm_.try_run(gi)) {
+    last_dgelu_epilogue_ = true;
+    return;
+  }
+  // No DGELU algorithm for these types on this device: plain GEMM, then the
+  // kernel in place (one more rounding to storage of the GEMM result).
+  gi.epilogue = Epilogue::none;
+  gi.aux = nullptr;
+  gi.ldaux = 0;
   mm_.run(gi);
+  kernels::gelu_backward<T>(P<T>(dinp), P<T>(pre_gelu), P<T>(dinp), (size_t)N * C, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::matmul_backward_dw(dptr dw, dptr dbias, cdptr dout, cdptr inp, int N, int C,
+                                        int OC) {
   // dw (OC,C) += dout^T (OC,N) @ inp (N,C)
   Gemm gw;
   gw.transA = true;
@@ -279,25 +467,26 @@ void CudaBackend<T>::matmul_backward(dptr dinp, dptr dw, dptr dbias, cdptr dout,
   gw.ldc = C;
   gw.beta = 1.0f;
   last_dbias_epilogue_ = false;
-  if (dbias) {
-    // The epilogue overwrites its bias output: write this micro-batch's sums to
-    // scratch, then accumulate them into dbias.
-    T* tmp = static_cast<T*>(scratch(round_up((size_t)OC * sizeof(T), 16)));
-    gw.epilogue = Epilogue::bgrad;
-    gw.dbias = tmp;
-    if (mm_.try_run(gw)) {
-      kernels::residual_forward<T>(P<T>(dbias), P<T>(dbias), tmp, (size_t)OC, stream_);
-      last_dbias_epilogue_ = true;
-      return;
-    }
-    gw.epilogue = Epilogue::none;
-    gw.dbias = nullptr;
+  if (!dbias) {
     mm_.run(gw);
-    void* s = scratch(kernels::bias_grad_scratch_bytes(N, OC));
-    kernels::bias_grad<T>(P<T>(dbias), s, P<T>(dout), N, OC, stream_);
     return;
   }
+  // The epilogue overwrites its bias output: write this micro-batch's sums to
+  // scratch, then accumulate them into dbias. One scratch() request for both
+  // paths (matmul_backward_scratch), so that the reservation covers either.
+  char* s = static_cast<char*>(scratch(matmul_backward_scratch(N, OC, true)));
+  gw.epilogue = Epilogue::bgrad;
+  gw.dbias = s;
+  if (mm_.try_run(gw)) {
+    kernels::residual_forward<T>(P<T>(dbias), P<T>(dbias), reinterpret_cast<T*>(s), (size_t)OC,
+                                 stream_);
+    last_dbias_epilogue_ = true;
+    return;
+  }
+  gw.epilogue = Epilogue::none;
+  gw.dbias = nullptr;
   mm_.run(gw);
+  kernels::bias_grad<T>(P<T>(dbias), s, P<T>(dout), N, OC, stream_);
 }
 
 namespace {
@@ -328,9 +517,10 @@ template <class T>
 void CudaBackend<T>::attention_forward(dptr out, dptr att, cdptr qkv, int B, int T_, int C,
                                        int NH) {
   RATCHET_ASSERT(NH > 0 && C % NH == 0);
+  check_seq_len(T_, C / NH, sizeof(T));
   const int HS = C / NH, BH = B * NH;
   const size_t n = (size_t)B * T_ * C, nb = round_up(n * sizeof(T), kAllocAlign);
-  char* s = static_cast<char*>(scratch(4 * nb));
+  char* s = static_cast<char*>(scratch(attention_forward_scratch(B, T_, C)));
   T *q = (T*)s, *k = (T*)(s + nb), *v = (T*)(s + 2 * nb), *y = (T*)(s + 3 * nb);
   const float scale = 1.0f / std::sqrt((float)HS);
   const long long sh = (long long)T_ * HS, st = (long long)T_ * T_;
@@ -347,10 +537,10 @@ template <class T>
 void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr att, int B,
                                         int T_, int C, int NH) {
   RATCHET_ASSERT(NH > 0 && C % NH == 0);
+  check_seq_len(T_, C / NH, sizeof(T));
   const int HS = C / NH, BH = B * NH;
   const size_t n = (size_t)B * T_ * C, nb = round_up(n * sizeof(T), kAllocAlign);
-  const size_t natt = round_up((size_t)BH * T_ * T_ * sizeof(T), kAllocAlign);
-  char* s = static_cast<char*>(scratch(7 * nb + natt));
+  char* s = static_cast<char*>(scratch(attention_backward_scratch(B, T_, C, NH)));
   T *q = (T*)s, *k = (T*)(s + nb), *v = (T*)(s + 2 * nb), *dq = (T*)(s + 3 * nb),
     *dk = (T*)(s + 4 * nb), *dv = (T*)(s + 5 * nb), *dy = (T*)(s + 6 * nb),
     *datt = (T*)(s + 7 * nb);
@@ -393,7 +583,7 @@ void CudaBackend<T>::classifier(dptr logits, float* losses, const int* targets, 
 
 template <class T>
 double CudaBackend<T>::sum_squares(cdptr x, size_t n) {
-  void* s = scratch(kernels::global_norm_scratch_bytes());
+  void* s = scratch(sum_squares_scratch());
   kernels::global_norm_squared<T>(norm_out_, s, P<T>(x), n, stream_);
   double out = 0;
   memcpy_d2h(&out, norm_out_, sizeof out, stream_);
@@ -407,15 +597,19 @@ float* CudaBackend<T>::master_for(const void* params, size_t n) {
   auto it = masters_.find(base);
   if (it == masters_.end()) {
     const size_t elems = bytes / sizeof(T);
-    float* m = static_cast<float*>(device_malloc(elems * sizeof(float)));
-    bytes_in_use_ += round_up(elems * sizeof(float), kAllocAlign);
-    peak_bytes_ = std::max(peak_bytes_, bytes_in_use_);
+    float* m = static_cast<float*>(
+        take(master_bytes(bytes), "FP32 master copy", elems * sizeof(float)));
     kernels::cast<float, T>(m, reinterpret_cast<const T*>(base), elems, stream_);
     it = masters_.emplace(base, m).first;
   }
   const size_t off = (static_cast<const char*>(params) - base) / sizeof(T);
   RATCHET_ASSERT((off + n) * sizeof(T) <= bytes);
   return it->second + off;
+}
+
+template <class T>
+void CudaBackend<T>::keep_master_copy(void* p) {
+  if constexpr (!std::is_same<T, float>::value) master_for(p, 0);
 }
 
 template <class T>
@@ -432,12 +626,49 @@ void CudaBackend<T>::adamw(dptr params, float* master, cdptr grads, float* m, fl
   uint32_t seed = 0;
   if constexpr (!std::is_same<T, float>::value) {
     if (!master) master = master_for(params, n);
-    // Different random bits per step and per tensor (its offset in the allocation).
-    auto [base, bytes] = owner(params);
-    const uint32_t off = (uint32_t)((static_cast<char*>(params) - base) / sizeof(T));
-    seed = mix32((uint32_t)a.step * 0x9E3779B1u ^ mix32(off + 0x5eed1234u));
+    seed = rounding_seed(params, a.step);
   }
   kernels::adamw_update<T>(P<T>(params), master, P<T>(grads), m, v, n, h, seed, stream_);
+}
+
+// Different random bits per step and per tensor (its offset in the allocation).
+template <class T>
+uint32_t CudaBackend<T>::rounding_seed(const void* params, int step) const {
+  auto [base, bytes] = owner(params);
+  RATCHET_ASSERT(base != nullptr);
+  const uint32_t off = (uint32_t)((static_cast<const char*>(params) - base) / sizeof(T));
+  return mix32((uint32_t)step * 0x9E3779B1u ^ mix32(off + 0x5eed1234u));
+}
+
+template <class T>
+void CudaBackend<T>::round_from_master(dptr params, size_t n, int step) {
+  if constexpr (!std::is_same<T, float>::value) {
+    if (n == 0 || step < 1) return;
+    const float* master = master_for(params, n);
+    kernels::round_from_master<T>(P<T>(params), master, n, rounding_seed(params, step), stream_);
+  }
+}
+
+// ---- profiler ranges ----------------------------------------------------------------------
+
+template <class T>
+void CudaBackend<T>::range_push(const char* name) {
+#if !RATCHET_SIMT
+  nvtxRangePushA(name);
+#else
+  (void)name;
+#endif
+  range_depth_++;
+  ranges_opened_++;
+}
+
+template <class T>
+void CudaBackend<T>::range_pop() {
+  RATCHET_ASSERT(range_depth_ > 0);  // a pop without its push: unbalanced scopes
+#if !RATCHET_SIMT
+  nvtxRangePop();
+#endif
+  range_depth_--;
 }
 
 template class CudaBackend<float>;

@@ -17,7 +17,29 @@
 //
 // Scratch: attention's permuted q/k/v and their gradients, the backward
 // kernels' reduction scratch, the bias gradient of the GEMM epilogue, live in
-// one growable scratch buffer (scratch_bytes()).
+// one scratch buffer (scratch_bytes()). Each op's need is one static function
+// (*_scratch below) that both the op and workspace_bytes() call, so that the
+// reservation the model makes (reserve_workspace(workspace_bytes(shapes)))
+// is exactly what the ops then ask for; an op that needs more still grows the
+// buffer (a caller that did not reserve), but a model that reserved never
+// grows it.
+//
+// Memory: bytes_in_use() is everything the backend holds on the device:
+//   overhead_bytes()   from construction: sum_squares' FP64 result, and the
+//                      cuBLASLt workspace of the matmul wrapper (0 under simt)
+//   alloc()s           each rounded up to alloc_size() (256 bytes)
+//   master copies      FP32, one per parameter allocation (BF16 storage), rounded
+//   scratch            scratch_bytes(), rounded
+// With use_arena(bytes) every later alloc, master copy and scratch comes out
+// of one device block of that size (arena.h); overhead and allocations made
+// before stay where they are. bytes_in_use() still counts allocations (not the
+// arena's free space): an arena sized bytes_in_use() - overhead_bytes() at
+// the end of a step holds that step exactly.
+//
+// NVTX: range_push/range_pop (the model's op scopes) and a range around each
+// GEMM of the matmul wrapper. Under simt there is no profiler: the ranges are
+// counted (range_depth(), ranges_opened(), Matmul::ranges_opened()) so that
+// tests can check that they are opened and closed.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -25,6 +47,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cuda/arena.h"
 #include "backend/cuda/device.h"
 #include "backend/cuda/matmul.h"
 
@@ -42,13 +65,22 @@ class CudaBackend final : public Backend {
   void* alloc(size_t bytes) override;
   void release(void* p) override;
   size_t bytes_in_use() const override { return bytes_in_use_; }
-  size_t peak_bytes_in_use() const { return peak_bytes_; }
+  size_t peak_bytes_in_use() const override { return peak_bytes_; }
+  size_t alloc_size(size_t bytes) const override;
+  size_t overhead_bytes() const override { return overhead_bytes_; }
+  size_t workspace_bytes(const OpShapes& s) const override;
+  void reserve_workspace(size_t bytes) override;
+  void use_arena(size_t bytes) override;
+  size_t arena_bytes() const { return arena_.size(); }  // 0: no arena
   size_t scratch_bytes() const { return scratch_bytes_; }
   void zero(void* p, size_t bytes) override;
   void upload_f32(dptr dst, const float* src, size_t n) override;
   void download_f32(float* dst, cdptr src, size_t n) override;
   void upload_bytes(void* dst, const void* src, size_t bytes) override;
   void download_bytes(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void keep_master_copy(void* p) override;
+  void round_from_master(dptr params, size_t n, int step) override;
   void synchronize() override;
 
   void encoder_forward(dptr out, const int* inp, cdptr wte, cdptr wpe, int B, int T_,
@@ -63,6 +95,8 @@ class CudaBackend final : public Backend {
                       int OC) override;
   void matmul_backward(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w, int N,
                        int C, int OC) override;
+  void matmul_backward_gelu(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w,
+                            cdptr pre_gelu, int N, int C, int OC) override;
   void attention_forward(dptr out, dptr att, cdptr qkv, int B, int T_, int C, int NH) override;
   void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr att, int B, int T_, int C,
                           int NH) override;
@@ -79,26 +113,63 @@ class CudaBackend final : public Backend {
   size_t extra_bytes_per_param() const override { return sizeof(T) == 2 ? sizeof(float) : 0; }
   double peak_tflops() const override;
 
+  void range_push(const char* name) override;
+  void range_pop() override;
+  int range_depth() const { return range_depth_; }         // open ranges now
+  long ranges_opened() const { return ranges_opened_; }    // range_push calls so far
+
   Matmul& matmul() { return mm_; }
   // Whether matmul_backward got its bias gradient from the GEMM epilogue
   // (BGRADB) the last time, or from the bias_grad kernel.
   bool last_dbias_by_epilogue() const { return last_dbias_epilogue_; }
+  // Whether matmul_backward_gelu got gelu' from the GEMM epilogue (DGELU) the
+  // last time, or from the gelu_backward kernel.
+  bool last_dgelu_by_epilogue() const { return last_dgelu_epilogue_; }
+
+  // ---- op scratch (bytes each op asks scratch() for; workspace_bytes is their max) --------
+  static size_t encoder_backward_scratch(int B, int T_);
+  static size_t layernorm_backward_scratch(int N, int C);
+  // The bias gradient's: the BGRADB epilogue's temporary (OC), or, when
+  // cuBLASLt lacks that epilogue, the bias_grad kernel's partial sums.
+  static size_t matmul_backward_scratch(int N, int OC, bool has_dbias);
+  static size_t attention_forward_scratch(int B, int T_, int C);
+  static size_t attention_backward_scratch(int B, int T_, int C, int NH);
+  static size_t sum_squares_scratch();
 
  private:
   void* scratch(size_t bytes);
+  // Device memory for the backend's own bookkeeping: from the arena when there
+  // is one, else device_malloc; `rounded` is a multiple of kAllocAlign and is
+  // added to bytes_in_use. `what` and `asked` name the request in the error.
+  void* take(size_t rounded, const char* what, size_t asked);
+  void give(void* p, size_t rounded);
+  // Bytes of the FP32 master copy of an allocation of alloc_bytes (as
+  // allocated): it covers the whole allocation, rounding included
+  // (model/memory.cpp counts it so).
+  static size_t master_bytes(size_t alloc_bytes);
+  // The two halves of matmul_backward, shared by matmul_backward_gelu:
+  // dinp (N,C) = dout @ w [* gelu'(pre_gelu) when pre_gelu is non-null]
+  void matmul_backward_dinp(dptr dinp, cdptr dout, cdptr w, cdptr pre_gelu, int N, int C, int OC);
+  // dw (OC,C) += dout^T @ inp; dbias (OC) += column sums of dout (if non-null)
+  void matmul_backward_dw(dptr dw, dptr dbias, cdptr dout, cdptr inp, int N, int C, int OC);
   // The allocation holding p: (base, bytes), or (nullptr, 0).
   std::pair<char*, size_t> owner(const void* p) const;
+  uint32_t rounding_seed(const void* params, int step) const;  // stochastic rounding's seed
   float* master_for(const void* params, size_t n);  // FP32 master of params[0, n)
 
   cudaStream_t stream_ = nullptr;
   Matmul mm_;
   std::map<char*, size_t> allocs_;     // base -> bytes as allocated
   std::map<char*, float*> masters_;    // allocation base -> its FP32 master copy
-  size_t bytes_in_use_ = 0, peak_bytes_ = 0;
+  size_t bytes_in_use_ = 0, peak_bytes_ = 0, overhead_bytes_ = 0;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   double* norm_out_ = nullptr;  // device FP64 result of sum_squares
-  bool last_dbias_epilogue_ = false;
+  char* arena_base_ = nullptr;  // use_arena's block; arena_ keeps its free ranges
+  Arena arena_;
+  bool last_dbias_epilogue_ = false, last_dgelu_epilogue_ = false;
+  int range_depth_ = 0;
+  long ranges_opened_ = 0;
 };
 
 }  // namespace ratchet::cuda

@@ -3,6 +3,7 @@
 // differs. See matmul.h.
 #include "backend/cuda/matmul.h"
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -11,6 +12,7 @@
 
 #if !RATCHET_SIMT
 #include <cublasLt.h>
+#include <nvtx3/nvToolsExt.h>
 #endif
 
 namespace ratchet::cuda {
@@ -128,6 +130,13 @@ bool Matmul::try_run_impl_(const Gemm& g, bool must) {
     case Epilogue::dgelu:
       RATCHET_ASSERT(c.aux && c.batch == 1 && c.ldaux >= c.M);
       require_aligned(c.aux, "aux", c);
+      // cuBLASLt: "must be divisible by 8" (EPILOGUE_AUX_LD); checked in both
+      // builds so that simt rejects what a device would.
+      if (c.ldaux % 8 != 0)
+        check_failed("matmul", "ldaux",
+                     ("aux leading dimension " + std::to_string(c.ldaux) +
+                      " not a multiple of 8 elements; " + c.describe()).c_str(),
+                     __func__, __FILE__, __LINE__);
       if (c.bias) require_aligned(c.bias, "bias", c);
       break;
     case Epilogue::bgrad:
@@ -135,7 +144,22 @@ bool Matmul::try_run_impl_(const Gemm& g, bool must) {
       require_aligned(c.dbias, "dbias", c);
       break;
   }
+  // The GEMM's profiler range, named in the caller's row-major terms.
+  if (g.batch > 1)
+    std::snprintf(last_range_, sizeof last_range_, "matmul %s m=%d n=%d k=%d batch=%d",
+                  epilogue_name(g.epilogue), g.m, g.n, g.k, g.batch);
+  else
+    std::snprintf(last_range_, sizeof last_range_, "matmul %s m=%d n=%d k=%d",
+                  epilogue_name(g.epilogue), g.m, g.n, g.k);
+  ranges_opened_++;
+#if !RATCHET_SIMT
+  nvtxRangePushA(last_range_);
+  const bool ran = execute(c, must);  // a failure aborts: no pop needed on that path
+  nvtxRangePop();
+  return ran;
+#else
   return execute(c, must);
+#endif
 }
 
 bool Matmul::execute(const LtCall& c, bool must) {

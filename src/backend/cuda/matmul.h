@@ -26,9 +26,15 @@
 // cuBLASLt, or cpu_lt_matmul) only ever sees an LtCall.
 //
 // Requirements: every pointer 16-byte aligned (and batch strides a multiple of
-// 16 bytes); violating ones fail naming the operand. When cuBLASLt has no
+// 16 bytes), aux's leading dimension a multiple of 8 elements (cuBLASLt's rule
+// for EPILOGUE_AUX_LD); violating ones fail naming the operand. When cuBLASLt has no
 // algorithm for a call, the error names m, n, k, the layouts and the epilogue.
 // Descriptors and the heuristic's algorithm are cached per LtCall shape.
+//
+// Each GEMM runs inside an NVTX range named by its epilogue and row-major
+// shape ("matmul DGELU m=64 n=128 k=32"), so that a profile shows which GEMM
+// of an op took the time. The ranges are also counted (ranges_opened(),
+// last_range()), which is what tests check under simt where there is no profiler.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -126,6 +132,8 @@ class Matmul {
   size_t workspace_bytes() const { return workspace_bytes_; }
   size_t cached_plans() const;  // distinct shapes seen (tests)
   void set_stream(void* stream) { stream_ = stream; }
+  long ranges_opened() const { return ranges_opened_; }  // GEMM ranges so far
+  const char* last_range() const { return last_range_; }  // name of the last one
 
   struct Plan;  // descriptors + algorithm (cuBLASLt), opaque
 
@@ -138,6 +146,8 @@ class Matmul {
   void* workspace_ = nullptr;  // device memory
   size_t workspace_bytes_ = 0;
   std::map<decltype(LtCall().key()), std::unique_ptr<Plan>> cache_;
+  long ranges_opened_ = 0;
+  char last_range_[96] = {};  // no allocation per GEMM
 };
 
 }  // namespace ratchet::cuda

@@ -1,0 +1,42 @@
+// The exact memory of a training step on one rank, as the backend will hold
+// it: the one accounting that `--batch-size auto` searches with, that sizes
+// the cuda backend's arena (Backend::use_arena), and that tests compare with
+// the backend's own count (bytes_in_use / peak_bytes_in_use) byte for byte.
+//
+// Every figure is what Backend::alloc() is asked for, rounded as the backend
+// rounds it (Backend::alloc_size):
+//   params, grads   P elements each, storage dtype          (GPT)
+//   activations     GPT::activation_bytes(B, T, policy)      (GPT, one alloc)
+//   workspace       Backend::workspace_bytes(op_shapes)      (the ops' scratch)
+//   moments         AdamW m and v, FP32, n elements each (n = P, or the ZeRO-1
+//                   shard), at least 1 element each          (AdamW)
+//   master          FP32 master copy of the parameter allocation when the
+//                   storage is not FP32 (Backend::extra_bytes_per_param)
+//   dp_buffers      data-parallel staging buffers (DataParallel::buffer_bytes)
+// plus overhead: what the backend holds from construction (reduction results,
+// GEMM workspace), outside the arena.
+#pragma once
+#include <cstddef>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "model/recompute.h"
+
+namespace ratchet {
+
+struct StepMemory {
+  size_t params = 0, grads = 0, activations = 0, workspace = 0, moments = 0, master = 0,
+         dp_buffers = 0;
+  size_t overhead = 0;
+  // Everything allocated once the backend exists: what an arena must hold.
+  size_t arena() const {
+    return params + grads + activations + workspace + moments + master + dp_buffers;
+  }
+  size_t total() const { return arena() + overhead; }  // bytes_in_use at its peak
+};
+
+// moment_elems: the length of the optimizer's m and v (P, or a ZeRO-1 shard).
+StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
+                       const Backend& be, size_t moment_elems, size_t dp_buffer_bytes);
+
+}  // namespace ratchet
