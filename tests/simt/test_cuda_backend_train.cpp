@@ -14,7 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/cuda_backend.h"
+#include "model/memory.h"
+#include "model/param_layout.h"
+#include "model/recompute.h"
 #include "testing/test_util.h"
+#include "testing/tiny_model.h"
 
 using namespace ratchet::testing;
 
@@ -42,10 +47,10 @@ class CudaBackendTrain : public ::testing::Test {
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   static void TearDownTestSuite() { delete dir_; }
-  static std::string flags(int steps = 4) {
+  static std::string flags(int steps = 4, const std::string& batch = "4") {
     return "--model custom --layers 2 --heads 2 --channels 64 --max-seq-len 64 --seq-len 32 "
-           "--batch-size 4 --steps " + std::to_string(steps) + " --threads 2 --train-data '" + (*dir_ / "data/train_*.h5") +
-           "'";
+           "--batch-size " + batch + " --steps " + std::to_string(steps) +
+           " --threads 2 --train-data '" + (*dir_ / "data/train_*.h5") + "'";
   }
   static TempDir* dir_;
 };
@@ -108,6 +113,34 @@ TEST_F(CudaBackendTrain, DeviceSimtBf16ResumeIsBitIdentical) {
                 read_file(d / "straight.bin"))
         << policy << ": resumed weights differ from the uninterrupted run";
   }
+}
+
+// --batch-size auto on a device: the largest micro-batch whose exact step
+// memory (model/memory.h, with the backend's own workspace and rounding)
+// fits the budget; the run then trains inside an arena of exactly that size.
+TEST_F(CudaBackendTrain, DeviceSimtBatchSizeAutoFitsTheBudget) {
+  if (!std::ifstream(simt_exe()).good()) GTEST_SKIP() << simt_exe() << " was not built";
+  using namespace ratchet;
+  auto be = make_cuda_backend("bf16");
+  const GPTConfig cfg = tiny_config(2, 2, 64, 257, 64);  // flags() on byte-level shards
+  auto need = [&](int B, const char* p) {
+    return (double)step_memory(cfg, B, 32, parse_recompute(p), *be, ParamLayout(cfg).total, 0)
+        .total();
+  };
+  // 8 rows per step; a budget between B=4 and B=8 without recompute
+  const double mb = (need(4, "none") + need(8, "none")) / 2 / 1e6;
+  const std::string cmd = simt_exe() + " train " + flags(1, "auto") +
+                          " --device simt --total-batch-tokens 256 "
+                          "--memory-budget-mb " + std::to_string(mb);
+  auto r = run_shell(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("batch-size auto: B=4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("MB arena"), std::string::npos) << r.output;
+  // recomputing blocks fits all 8 rows in the same budget
+  ASSERT_LT(need(8, "blocks"), mb * 1e6);
+  r = run_shell(cmd + " --recompute blocks");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("batch-size auto: B=8"), std::string::npos) << r.output;
 }
 
 TEST_F(CudaBackendTrain, DeviceCudaWithoutGpuSaysWhatToDo) {

@@ -1,0 +1,55 @@
+// On a real device: recompute policies give the same gradients (bitwise in
+// FP32 storage; the kernels use no atomics and cuBLASLt's algorithm is cached
+// per shape), and a training step fits an arena of exactly the accounted
+// size (src/model/memory.h). The simt versions of these tests run in CI
+// (tests/simt/test_cuda_backend_recompute.cpp, test_cuda_backend.cpp); these
+// skip themselves without a device.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "backend/cuda/cuda_backend.h"
+#include "model/memory.h"
+#include "model/recompute.h"
+#include "testing/recompute_cases.h"
+#include "testing/tiny_model.h"
+
+namespace {
+
+using namespace ratchet;
+using namespace ratchet::testing;
+
+#define SKIP_WITHOUT_DEVICE()                                          \
+  do {                                                                 \
+    std::string why_;                                                  \
+    if (!ratchet::cuda::device_available(&why_)) GTEST_SKIP() << why_; \
+  } while (0)
+
+TEST(CudaBackendGpuRecompute, Fp32BitwiseUnderEveryPolicy) {
+  SKIP_WITHOUT_DEVICE();
+  auto be = make_cuda_backend("f32");
+  const GPTConfig cfg = tiny_config(3, 2, 64, 97, 32);
+  const PolicyStep ref = run_policy_step(*be, cfg, Recompute(), 2, 32);
+  for (const std::string& name : policies_to_test()) {
+    const PolicyStep got = run_policy_step(*be, cfg, parse_recompute(name), 2, 32);
+    EXPECT_EQ(first_bit_difference(got.losses, ref.losses), "") << name;
+    EXPECT_EQ(first_bit_difference(got.grads, ref.grads), "") << name;
+    EXPECT_EQ(first_bit_difference(got.params, ref.params), "") << name;
+  }
+}
+
+// Every policy's step runs inside an arena of exactly step_memory() bytes and
+// reaches exactly that peak.
+TEST(CudaBackendGpuRecompute, StepFitsTheExactArenaUnderEveryPolicy) {
+  SKIP_WITHOUT_DEVICE();
+  const GPTConfig cfg = tiny_config(3, 2, 64, 97, 32);
+  for (const Recompute& p : standard_recompute_policies()) {
+    auto be = make_cuda_backend("bf16");
+    const StepMemory need = step_memory(cfg, 2, 32, p, *be, ParamLayout(cfg).total, 0);
+    be->use_arena(need.arena());
+    run_policy_step(*be, cfg, p, 2, 32);
+    EXPECT_EQ(be->peak_bytes_in_use(), need.total()) << p.name();
+  }
+}
+
+}  // namespace
