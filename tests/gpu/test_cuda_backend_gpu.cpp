@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "skip_without_device.h"
 #include "test_cuda_backend_cases.h"
 #include "test_cuda_backend_matmul_cases.h"
 
@@ -14,11 +15,6 @@ namespace {
 
 using namespace ratchet::testing;
 
-#define SKIP_WITHOUT_DEVICE()                                          \
-  do {                                                                 \
-    std::string why_;                                                  \
-    if (!ratchet::cuda::device_available(&why_)) GTEST_SKIP() << why_; \
-  } while (0)
 
 // ---- the matmul wrapper on cuBLASLt -----------------------------------------------------------
 struct CudaBackendGpuMatmul : ::testing::TestWithParam<mmcases::MmCase> {};

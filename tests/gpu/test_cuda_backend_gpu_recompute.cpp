@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_backend.h"
+#include "skip_without_device.h"
 #include "model/memory.h"
 #include "model/recompute.h"
 #include "testing/recompute_cases.h"
@@ -19,11 +20,6 @@ namespace {
 using namespace ratchet;
 using namespace ratchet::testing;
 
-#define SKIP_WITHOUT_DEVICE()                                          \
-  do {                                                                 \
-    std::string why_;                                                  \
-    if (!ratchet::cuda::device_available(&why_)) GTEST_SKIP() << why_; \
-  } while (0)
 
 TEST(CudaBackendGpuRecompute, Fp32BitwiseUnderEveryPolicy) {
   SKIP_WITHOUT_DEVICE();

@@ -18,9 +18,12 @@
 #include "dist/zero.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
+#include "testing/bf16_bits.h"
 #include "testing/tiny_model.h"
 
 using namespace ratchet;
+using ratchet::testing::from_bf16;
+using ratchet::testing::to_bf16;
 
 namespace {
 
@@ -77,19 +80,6 @@ TEST(Collectives, ReduceScatterAndAllGather) {
   for (size_t j = 0; j < n; j++) inplace[r * n + j] = (int32_t)(r * 100 + j);
   g_comm->all_gather(inplace.data() + r * n, inplace.data(), n, DType::I32);
   EXPECT_EQ(inplace, all);
-}
-
-// bfloat16 on the host: the top 16 bits of a float (values here are exact).
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return (uint16_t)(u >> 16);
-}
-float from_bf16(uint16_t b) {
-  const uint32_t u = (uint32_t)b << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 // BF16: small integers are exact, so sums are too; Avg divides after; the
@@ -245,12 +235,7 @@ TEST(Zero, ShardsTileAnyCountWithPadding) {
 // parameter count (C = 15: P = 5085, padded on every W > 1), each rank
 // training on its own tokens.
 TEST(Zero, Stage1MatchesStage0WithAnOddParameterCount) {
-  GPTConfig c = ratchet::testing::tiny_config();
-  c.num_layers = 1;
-  c.num_heads = 3;
-  c.channels = 15;
-  c.padded_vocab = 0;
-  c.finalize();
+  const GPTConfig c = ratchet::testing::tiny_config(1, 3, 15);  // odd P
   const int W = g_comm->world(), r = g_comm->rank();
   auto be = make_cpu_backend(1);
   GPT a(c, *be), b(c, *be);
@@ -336,12 +321,7 @@ class CountingComm final : public Communicator {
 // on 2 ranks: each element is a + b either way; MPI may pick another
 // reduction order for other message sizes on more ranks).
 TEST(Zero, OverlappedAllReduceMatchesBlocking) {
-  GPTConfig c = ratchet::testing::tiny_config();
-  c.num_layers = 2;
-  c.num_heads = 3;
-  c.channels = 15;
-  c.padded_vocab = 0;
-  c.finalize();
+  const GPTConfig c = ratchet::testing::tiny_config(2, 3, 15);  // odd P
   const int W = g_comm->world(), r = g_comm->rank();
   auto be = make_cpu_backend(1);
   GPT a(c, *be), b(c, *be);
@@ -389,12 +369,7 @@ TEST(Zero, OverlappedAllReduceMatchesBlocking) {
 
 // The bytes DataParallel allocates are what buffer_bytes() says.
 TEST(Zero, BufferBytesAreWhatIsAllocated) {
-  GPTConfig c = ratchet::testing::tiny_config();
-  c.num_layers = 1;
-  c.num_heads = 3;
-  c.channels = 15;
-  c.padded_vocab = 0;
-  c.finalize();
+  const GPTConfig c = ratchet::testing::tiny_config(1, 3, 15);  // odd P
   auto be = make_cpu_backend(1);
   const ParamLayout layout(c);
   for (int stage : {0, 1}) {

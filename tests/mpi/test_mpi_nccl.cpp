@@ -6,13 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "dist/nccl_communicator.h"
+#include "testing/bf16_bits.h"
 
 using namespace ratchet;
+using ratchet::testing::from_bf16;
+using ratchet::testing::to_bf16;
 
 namespace {
 
@@ -35,12 +39,18 @@ TEST(NcclBootstrap, NoDeviceIsAClearError) {
   EXPECT_THROW(nccl_pick_device(g_host->local_rank()), Error);
 }
 
-TEST(NcclDevice, AllReduceReduceScatterAllGather) {
+// Whether this rank has no usable GPU, agreed over ranks (every rank must
+// take the same branch: skipping, or entering the collectives); *why says why.
+bool no_gpu_anywhere(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
-  // Every rank must take the same branch: agree on skipping.
-  const bool skip = g_host->agree(e != cudaSuccess || n < 1);
-  if (skip) GTEST_SKIP() << "no CUDA device (" << cudaGetErrorString(e) << ")";
+  *why = e != cudaSuccess ? cudaGetErrorString(e) : "no device";
+  return g_host->agree(e != cudaSuccess || n < 1);
+}
+
+TEST(NcclDevice, AllReduceReduceScatterAllGather) {
+  std::string why;
+  if (no_gpu_anywhere(&why)) GTEST_SKIP() << "no CUDA device (" << why << ")";
   auto nccl = make_nccl_communicator(*g_host);
   const int W = nccl->world(), r = nccl->rank();
   const size_t count = 1000;
@@ -67,23 +77,9 @@ TEST(NcclDevice, AllReduceReduceScatterAllGather) {
 // all_gather (in place, as ZeRO-1 uses it), and all_reduce_async + wait_all.
 // Small integers: exact in BF16 too. Needs one GPU per rank (skips otherwise;
 // it has never run on the machine this was written on: no GPU there).
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return (uint16_t)(u >> 16);
-}
-float from_bf16(uint16_t b) {
-  const uint32_t u = (uint32_t)b << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 TEST(NcclDevice, F32AndBf16CollectivesAndAsync) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  const bool skip = g_host->agree(e != cudaSuccess || n < 1);
-  if (skip) GTEST_SKIP() << "no CUDA device (" << cudaGetErrorString(e) << ")";
+  std::string why;
+  if (no_gpu_anywhere(&why)) GTEST_SKIP() << "no CUDA device (" << why << ")";
   auto nccl = make_nccl_communicator(*g_host);
   const int W = nccl->world(), r = nccl->rank();
   const size_t count = 513;

@@ -45,17 +45,23 @@ TEST(CudaBackendMatmulTranslation, RowMajorBecomesTransposedColumnMajor) {
   EXPECT_NE(c.describe().find("M=12 N=6 K=4"), std::string::npos) << c.describe();
 }
 
+// A 4x4x4 FP32 GEMM C = A B over the given buffers (row-major, no transposes).
+ratchet::cuda::Gemm gemm4(const void* A, const void* B, void* C) {
+  ratchet::cuda::Gemm g;
+  g.m = g.n = g.k = 4;
+  g.lda = g.ldb = g.ldc = 4;
+  g.A = A;
+  g.B = B;
+  g.C = C;
+  return g;
+}
+
 TEST(CudaBackendMatmulCache, OnePlanPerShape) {
   using namespace ratchet::cuda;
   std::vector<float> a(64, 1.0f);
   DevBuf A(a, DType::f32), B(a, DType::f32), C(a, DType::f32);
   Matmul mm(DType::f32);
-  Gemm g;
-  g.m = g.n = g.k = 4;
-  g.lda = g.ldb = g.ldc = 4;
-  g.A = A.p;
-  g.B = B.p;
-  g.C = C.p;
+  Gemm g = gemm4(A.p, B.p, C.p);
   mm.run(g);
   mm.run(g);
   EXPECT_EQ(mm.cached_plans(), 1u);
@@ -70,12 +76,7 @@ TEST(CudaBackendMatmulDeathTest, MisalignedOperandIsNamed) {
   std::vector<float> a(64, 1.0f);
   DevBuf A(a, DType::f32), B(a, DType::f32), C(a, DType::f32);
   Matmul mm(DType::f32);
-  Gemm g;
-  g.m = g.n = g.k = 4;
-  g.lda = g.ldb = g.ldc = 4;
-  g.A = (const char*)A.p + 4;  // 4-byte aligned only
-  g.B = B.p;
-  g.C = C.p;
+  Gemm g = gemm4((const char*)A.p + 4, B.p, C.p);  // A 4-byte aligned only
   EXPECT_DEATH(mm.run(g), "16-byte aligned.*M=4 N=4 K=4");
 }
 
@@ -87,12 +88,7 @@ TEST(CudaBackendMatmulDeathTest, AuxLeadingDimensionNotMultipleOf8IsNamed) {
   std::vector<float> a(256, 1.0f);
   DevBuf A(a, DType::f32), B(a, DType::f32), C(a, DType::f32), X(a, DType::f32);
   Matmul mm(DType::f32);
-  Gemm g;
-  g.m = g.n = g.k = 4;
-  g.lda = g.ldb = g.ldc = 4;
-  g.A = A.p;
-  g.B = B.p;
-  g.C = C.p;
+  Gemm g = gemm4(A.p, B.p, C.p);
   g.epilogue = Epilogue::dgelu;
   g.aux = X.p;
   g.ldaux = 12;
