@@ -108,12 +108,13 @@ CostEstimate spot_cost(double work_hours, int world, double price, double spot_f
 }
 
 size_t MemoryPlan::total(Recompute::Kind p, bool zero1) const {
-  return params + grads + (zero1 ? master_zero1 + adam_zero1 : master + adam) + activations[p];
+  return params + grads + (zero1 ? master_zero1 + adam_zero1 : master + adam) + activations[p] +
+         workspace;
 }
 
 size_t MemoryPlan::total_chosen(bool zero1) const {
   return params + grads + (zero1 ? master_zero1 + adam_zero1 : master + adam) +
-         activations_chosen;
+         activations_chosen + workspace;
 }
 
 MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t sb, int world,
@@ -131,6 +132,12 @@ MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t sb, int wo
   for (const Recompute& p : standard_recompute_policies())
     m.activations[p.kind] = GPT::activation_bytes(cfg, B, T, sb, p);
   m.activations_chosen = GPT::activation_bytes(cfg, B, T, sb, chosen);
+  if (!fp32) {
+    auto a256 = [](size_t x) { return (x + 255) / 256 * 256; };
+    const size_t BT = (size_t)B * T;
+    m.workspace = 7 * a256(BT * cfg.channels * sb) +
+                  a256((size_t)B * cfg.num_heads * T * T * sb) + (32u << 20);
+  }
   return m;
 }
 
@@ -385,6 +392,7 @@ std::string plan_table(const Plan& p) {
   row(std::string("gradients (") + dtype(sb) + ")", p.mem.grads, p.mem.grads);
   if (p.mem.master) row("master weights (fp32)", p.mem.master, p.mem.master_zero1);
   row("AdamW m, v (fp32)", p.mem.adam, p.mem.adam_zero1);
+  if (p.mem.workspace) row("op workspace (attention, GEMM)", p.mem.workspace, p.mem.workspace);
   o << "  activations by recompute policy (B=" << in.B << ", T=" << in.T << "):\n";
   o << "    policy      activations   total   total ZeRO-1   extra FLOPs   fits "
     << fmt("%.0f", p.device_memory_bytes / 1e9) << " GB\n";
@@ -505,7 +513,8 @@ std::string plan_json(const Plan& p) {
       .num("master_bytes", (double)p.mem.master)
       .num("adam_bytes", (double)p.mem.adam)
       .num("master_zero1_bytes", (double)p.mem.master_zero1)
-      .num("adam_zero1_bytes", (double)p.mem.adam_zero1);
+      .num("adam_zero1_bytes", (double)p.mem.adam_zero1)
+      .num("workspace_bytes", (double)p.mem.workspace);
   j.open("activations_bytes");
   for (const Recompute& r : standard_recompute_policies())
     j.num(r.name(), (double)p.mem.activations[r.kind]);

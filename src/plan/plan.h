@@ -7,7 +7,8 @@
 //   training FLOPs        train_flops_per_token(cfg, T) · tokens (+ recompute)
 //   memory per rank       params and grads in the storage dtype (FP32 on cpu,
 //                         BF16 on GPUs), FP32 master weights on GPUs, AdamW m
-//                         and v (FP32), activations per recompute policy.
+//                         and v (FP32), activations per recompute policy, and on
+//                         GPUs the cuda backend's op workspace (MemoryPlan::workspace).
 //                         ZeRO-1 shards master weights, m and v: ceil(P/world)
 //                         elements each per rank. Every buffer is rounded up to
 //                         64 bytes, as the backends allocate them, so the cpu
@@ -89,6 +90,11 @@ struct MemoryPlan {
   size_t master_zero1 = 0, adam_zero1 = 0;  // ZeRO-1 shards per rank
   size_t activations[4] = {};      // standard_recompute_policies(), indexed by Recompute::kind
   size_t activations_chosen = 0;   // for PlanInputs::recompute (blocks:k included)
+  // GPUs (BF16 storage): the cuda backend's op scratch at this (B, T), whose
+  // largest user is attention backward (q, k, v, dq, dk, dv, dy and datt, each
+  // rounded to 256 bytes), plus the 32 MiB cuBLASLt workspace. 0 on cpu.
+  // `ratchet train` sizes its arena from the backend's exact figure.
+  size_t workspace = 0;
   size_t total(Recompute::Kind p, bool zero1) const;
   size_t total_chosen(bool zero1) const;
 };

@@ -7,6 +7,8 @@
 #include <cstring>
 
 #include "model/memory.h"
+#include "plan/plan.h"
+#include "testing/tiny_model.h"
 #include "test_cuda_backend_cases.h"
 
 namespace {
@@ -435,6 +437,21 @@ TEST(CudaBackendSimt, Bf16ResumeRestoresFp32MasterWeightsExactly) {
   b.get_params(pb.data());
   EXPECT_EQ(std::memcmp(pa.data(), pb.data(), pa.size() * 4), 0)
       << "the resumed model's step differs from the uninterrupted one";
+}
+
+// `ratchet plan`'s GPU workspace estimate (attention backward's scratch +
+// the 32 MiB cuBLASLt workspace) is the backend's own figure wherever attention
+// dominates the op scratch (T large against the vocabulary's bias-gradient
+// scratch): here it is exact.
+TEST(CudaBackendSimtMemory, PlanWorkspaceIsTheBackendsFigure) {
+  using namespace ratchet;
+  auto be = make_cuda_backend("bf16");
+  const GPTConfig cfg = ratchet::testing::tiny_config(2, 4, 64, 257, 128);
+  for (auto [B, T] : {std::pair{2, 128}, std::pair{4, 64}}) {
+    const plan::MemoryPlan m = plan::memory_per_rank(cfg, B, T, 2, 1);
+    EXPECT_EQ(m.workspace - (32u << 20), be->workspace_bytes(op_shapes(cfg, B, T)))
+        << "B " << B << " T " << T;
+  }
 }
 
 }  // namespace
