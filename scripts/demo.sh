@@ -20,7 +20,7 @@ echo "== corpus: the King James Bible (bible-kjv)"
 bible -f "Gen1:1-Rev22:21" > "$run/kjv.txt"
 echo "== shard: byte-level tokens, 2% held out for validation"
 "$ratchet" shard --tokenizer byte --input "$run/kjv.txt" --output-dir "$run/data" \
-  --val-fraction 0.02 --seed 1
+  --val-fraction 0.02 --seed 1 --overwrite  # the demo's own directory: re-runs replace it
 echo "== train: 4 layers x 256 channels on the CPU"
 "$ratchet" train --model d4 --max-seq-len 128 \
   --train-data "$run/data/train_*.h5" --val-data "$run/data/val_*.h5" \
