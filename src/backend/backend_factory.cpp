@@ -53,8 +53,9 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o, std::string* note
   if (o.device == "simt") {
     auto it = r.find("simt");
     if (it == r.end())
-      fail("--device simt: this ratchet was built without the simt-run CUDA backend: configure "
-           "with -DRATCHET_DEVICE_SIMT=ON (a debugging build: slow), or use --device cpu");
+      fail("--device simt: this executable does not include the simt-run CUDA backend: run "
+           "`ratchet-simt` (built next to `ratchet` when the kernels are), configure with "
+           "-DRATCHET_DEVICE_SIMT=ON, or use --device cpu");
     return it->second.make(o);
   }
   fail("--device '", o.device, "' is not one of cpu, cuda, auto, simt");

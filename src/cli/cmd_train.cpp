@@ -113,7 +113,7 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "CPU threads per rank (0: the node's cores / ranks on the node)")
     ("device", po::value(&o.device)->default_value(o.device),
      "cpu, cuda (BF16 on a GPU), auto (cuda when a GPU is usable, else cpu), or simt (the "
-     "cuda backend run on the CPU: slow, for debugging; builds with -DRATCHET_DEVICE_SIMT=ON)")
+     "cuda backend run on the CPU: slow, for debugging; in `ratchet-simt`)")
     ("peak-tflops", po::value(&o.peak_tflops)->default_value(o.peak_tflops),
      "device peak TFLOP/s for MFU (0: the cuda backend's table: A100 312, H100/H200 989)")
     ("storage", po::value(&o.storage)->default_value(o.storage),

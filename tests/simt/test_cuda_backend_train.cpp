@@ -158,6 +158,15 @@ TEST_F(CudaBackendTrain, DeviceAutoFallsBackToCpuWithANote) {
   EXPECT_NE(r.output.find("backend cpu"), std::string::npos) << r.output;
 }
 
+TEST_F(CudaBackendTrain, DeviceSimtInTheCudaBuildPointsToRatchetSimt) {
+#if RATCHET_DEVICE_SIMT_BUILT
+  GTEST_SKIP() << "this ratchet has the simt device built in (-DRATCHET_DEVICE_SIMT=ON)";
+#endif
+  auto r = run_ratchet("train " + flags(1) + " --device simt");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("ratchet-simt"), std::string::npos) << r.output;
+}
+
 TEST_F(CudaBackendTrain, UnknownDeviceIsAUsageError) {
   auto r = run_ratchet("train " + flags() + " --device tpu");
   EXPECT_EQ(r.exit_code, 2) << r.output;
