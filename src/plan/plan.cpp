@@ -117,6 +117,20 @@ size_t MemoryPlan::total_chosen(bool zero1) const {
          activations_chosen + workspace;
 }
 
+size_t MemoryPlan::activations_of(const Recompute& r) const {
+  return r == chosen ? activations_chosen : activations[r.kind];
+}
+
+size_t MemoryPlan::total_of(const Recompute& r, bool zero1) const {
+  return r == chosen ? total_chosen(zero1) : total(r.kind, zero1);
+}
+
+std::vector<Recompute> listed_policies(const Recompute& chosen) {
+  std::vector<Recompute> v = standard_recompute_policies();
+  if (std::find(v.begin(), v.end(), chosen) == v.end()) v.push_back(chosen);
+  return v;
+}
+
 MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t sb, int world,
                            const Recompute& chosen) {
   const size_t P = ParamLayout(cfg).total;
@@ -131,6 +145,7 @@ MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t sb, int wo
   m.adam_zero1 = 2 * align64(shard * sizeof(float));
   for (const Recompute& p : standard_recompute_policies())
     m.activations[p.kind] = GPT::activation_bytes(cfg, B, T, sb, p);
+  m.chosen = chosen;
   m.activations_chosen = GPT::activation_bytes(cfg, B, T, sb, chosen);
   if (!fp32) {
     auto a256 = [](size_t x) { return (x + 255) / 256 * 256; };
@@ -396,16 +411,11 @@ std::string plan_table(const Plan& p) {
   o << "  activations by recompute policy (B=" << in.B << ", T=" << in.T << "):\n";
   o << "    policy      activations   total   total ZeRO-1   extra FLOPs   fits "
     << fmt("%.0f", p.device_memory_bytes / 1e9) << " GB\n";
-  std::vector<Recompute> rows = standard_recompute_policies();
-  bool chosen_listed = false;
-  for (const Recompute& r : rows) chosen_listed |= r == in.recompute;
-  if (!chosen_listed) rows.push_back(in.recompute);  // blocks:k with k > 1
-  for (const Recompute& r : rows) {
+  for (const Recompute& r : listed_policies(in.recompute)) {
     const bool chosen = r == in.recompute;
     const double extra = recompute_flops_per_token(in.cfg, in.T, r) / p.flops_per_token;
-    const size_t acts = chosen ? p.mem.activations_chosen : p.mem.activations[r.kind];
-    const size_t t0 = chosen ? p.mem.total_chosen(false) : p.mem.total(r.kind, false),
-                 t1 = chosen ? p.mem.total_chosen(true) : p.mem.total(r.kind, true);
+    const size_t acts = p.mem.activations_of(r);
+    const size_t t0 = p.mem.total_of(r, false), t1 = p.mem.total_of(r, true);
     const char* fits = t0 <= p.device_memory_bytes ? "yes"
                        : t1 <= p.device_memory_bytes ? "ZeRO-1 only"
                                                      : "no";
@@ -516,22 +526,16 @@ std::string plan_json(const Plan& p) {
       .num("adam_zero1_bytes", (double)p.mem.adam_zero1)
       .num("workspace_bytes", (double)p.mem.workspace);
   j.open("activations_bytes");
-  for (const Recompute& r : standard_recompute_policies())
-    j.num(r.name(), (double)p.mem.activations[r.kind]);
-  if (in.recompute.kind == Recompute::kBlocks && in.recompute.every > 1)
-    j.num(in.recompute.name(), (double)p.mem.activations_chosen);
+  for (const Recompute& r : listed_policies(in.recompute))
+    j.num(r.name(), (double)p.mem.activations_of(r));
   j.close();
   j.open("total_bytes");
-  for (const Recompute& r : standard_recompute_policies())
-    j.num(r.name(), (double)p.mem.total(r.kind, false));
-  if (in.recompute.kind == Recompute::kBlocks && in.recompute.every > 1)
-    j.num(in.recompute.name(), (double)p.mem.total_chosen(false));
+  for (const Recompute& r : listed_policies(in.recompute))
+    j.num(r.name(), (double)p.mem.total_of(r, false));
   j.close();
   j.open("total_zero1_bytes");
-  for (const Recompute& r : standard_recompute_policies())
-    j.num(r.name(), (double)p.mem.total(r.kind, true));
-  if (in.recompute.kind == Recompute::kBlocks && in.recompute.every > 1)
-    j.num(in.recompute.name(), (double)p.mem.total_chosen(true));
+  for (const Recompute& r : listed_policies(in.recompute))
+    j.num(r.name(), (double)p.mem.total_of(r, true));
   j.close();
   j.close();
   j.open("time")

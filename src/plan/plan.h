@@ -95,9 +95,17 @@ struct MemoryPlan {
   // rounded to 256 bytes), plus the 32 MiB cuBLASLt workspace. 0 on cpu.
   // `ratchet train` sizes its arena from the backend's exact figure.
   size_t workspace = 0;
+  Recompute chosen;                // the policy activations_chosen is for
   size_t total(Recompute::Kind p, bool zero1) const;
   size_t total_chosen(bool zero1) const;
+  // Activations and total for any policy memory_per_rank() computed: a
+  // standard one, or the chosen one.
+  size_t activations_of(const Recompute& r) const;
+  size_t total_of(const Recompute& r, bool zero1) const;
 };
+// The policies a plan lists: the standard four, then the chosen one when it
+// is not among them (blocks:k with k > 1).
+std::vector<Recompute> listed_policies(const Recompute& chosen);
 MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t storage_bytes, int world,
                            const Recompute& chosen = Recompute());
 
