@@ -165,9 +165,8 @@ class Trainer {
 StepMemory Trainer::memory_for(const GPTConfig& cfg, int B) const {
   const size_t P = ParamLayout(cfg).total;
   const int W = comm_.world();
-  const size_t moments = o_.zero == 1 ? shard_range(P, W, comm_.rank()).hi -
-                                            shard_range(P, W, comm_.rank()).lo
-                                      : P;
+  const ShardRange own = shard_range(P, W, comm_.rank());
+  const size_t moments = o_.zero == 1 ? own.hi - own.lo : P;  // AdamW's m, v length
   return step_memory(cfg, B, T_, recompute_, *be_, moments,
                      DataParallel::buffer_bytes(*be_, P, W, o_.zero));
 }
