@@ -6,6 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${RATCHET_BUILD_DIR:-build}
 targets=${RATCHET_BUILD_TARGETS:-all}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+# ccache when installed: paths under the checkout are hashed relative to it,
+# so two checkouts of the tree share cached objects.
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR="$PWD"
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
+            -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release ${launcher[@]+"${launcher[@]}"} "$@" >/dev/null
 # shellcheck disable=SC2086
 cmake --build "$build" -j "$(nproc)" --target $targets

@@ -26,11 +26,15 @@ esac
 demo_pkgs=(
   build-essential cmake pkg-config libopenblas-dev libopenblas0-pthread
   libhdf5-dev zlib1g-dev libboost-program-options-dev bible-kjv
+  nlohmann-json3-dev libssl-dev
 )
 
 pkgs=(
-  # build
-  build-essential cmake ninja-build pkg-config
+  # build (ccache: scripts/build.sh uses it when present; rebuilds and
+  # several checkouts of the tree share one object cache)
+  build-essential cmake ninja-build pkg-config ccache
+  # JSON (nlohmann-json) for every JSON read and write; SHA-256 (OpenSSL EVP)
+  nlohmann-json3-dev libssl-dev
   # CPU GEMM (pthread flavour: python3-torch picks libblas.so.3 from it too,
   # otherwise it falls back to the slow reference BLAS)
   libopenblas-dev libopenblas0-pthread
