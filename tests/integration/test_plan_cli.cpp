@@ -12,20 +12,23 @@ using namespace ratchet::testing;
 
 namespace {
 
-// The number after "key": inside the object "section": {...} of a JSON text.
+// The number under `key` in the object `section` of plan's JSON (at the top
+// level or inside one of its objects, e.g. "memory" / "activations_bytes").
 double json_number(const std::string& json, const std::string& section, const std::string& key) {
-  size_t p = json.find("\"" + section + "\": {");
-  if (p == std::string::npos) return NAN;
-  p = json.find("\"" + key + "\": ", p);
-  if (p == std::string::npos) return NAN;
-  return std::stod(json.substr(p + key.size() + 4));
+  const nlohmann::json j = nlohmann::json::parse(json);
+  const nlohmann::json* sec = j.contains(section) ? &j[section] : nullptr;
+  for (const auto& [name, v] : j.items())
+    if (!sec && v.is_object() && v.contains(section)) sec = &v[section];
+  if (!sec || !sec->contains(key) || !(*sec)[key].is_number()) return NAN;
+  return (*sec)[key].get<double>();
 }
 
+// The string `key` of the first object that has one (model.name, compute.suggested_preset).
 std::string json_string(const std::string& json, const std::string& key) {
-  size_t p = json.find("\"" + key + "\": \"");
-  if (p == std::string::npos) return "";
-  p += key.size() + 5;
-  return json.substr(p, json.find('"', p) - p);
+  const nlohmann::json j = nlohmann::json::parse(json);
+  for (const auto& [name, v] : j.items())
+    if (v.is_object() && v.contains(key) && v[key].is_string()) return v[key].get<std::string>();
+  return "";
 }
 
 void expect_usage_error(const RunResult& r, const std::string& needle) {
@@ -118,7 +121,7 @@ TEST(PlanCli, BudgetPicksAModel) {
   EXPECT_NEAR(json_number(r.output, "compute", "budget_flops"), 500 / 1.8 * 3600 * 312e12 * 0.4,
               1e10);
   EXPECT_NEAR(json_number(r.output, "compute", "optimal_params"), 1.0198e9, 1e6);
-  EXPECT_NE(r.output.find("\"from_budget\": true"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(r.output)["model"]["from_budget"], true);
   EXPECT_EQ(json_string(r.output, "name"), json_string(r.output, "suggested_preset"));
   EXPECT_LE(json_number(r.output, "compute", "total_flops"),
             json_number(r.output, "compute", "budget_flops"));

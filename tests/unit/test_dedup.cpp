@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "data/dedup.h"
+#include "data_tools/dedup.h"
 
 using namespace ratchet;
 
