@@ -23,12 +23,12 @@ double json_number(const std::string& json, const std::string& section, const st
   return (*sec)[key].get<double>();
 }
 
-// The string `key` of the first object that has one (model.name, compute.suggested_preset).
-std::string json_string(const std::string& json, const std::string& key) {
+// The string `key` in the object `section` of plan's JSON.
+std::string json_string(const std::string& json, const std::string& section,
+                        const std::string& key) {
   const nlohmann::json j = nlohmann::json::parse(json);
-  for (const auto& [name, v] : j.items())
-    if (v.is_object() && v.contains(key) && v[key].is_string()) return v[key].get<std::string>();
-  return "";
+  if (!j.contains(section) || !j[section].contains(key) || !j[section][key].is_string()) return "";
+  return j[section][key].get<std::string>();
 }
 
 void expect_usage_error(const RunResult& r, const std::string& needle) {
@@ -122,13 +122,14 @@ TEST(PlanCli, BudgetPicksAModel) {
               1e10);
   EXPECT_NEAR(json_number(r.output, "compute", "optimal_params"), 1.0198e9, 1e6);
   EXPECT_EQ(nlohmann::json::parse(r.output)["model"]["from_budget"], true);
-  EXPECT_EQ(json_string(r.output, "name"), json_string(r.output, "suggested_preset"));
+  EXPECT_EQ(json_string(r.output, "model", "name"),
+            json_string(r.output, "compute", "suggested_preset"));
   EXPECT_LE(json_number(r.output, "compute", "total_flops"),
             json_number(r.output, "compute", "budget_flops"));
   // with --model the budget only sets the tokens
   r = run_ratchet("plan --model d6 --budget-flops 1e18 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(json_string(r.output, "name"), "d6");
+  EXPECT_EQ(json_string(r.output, "model", "name"), "d6");
 }
 
 TEST(PlanCli, ReadsATrainingRunsIniFile) {

@@ -238,7 +238,7 @@ TEST(ReportSynthetic, ReplayedStepsTornLineAndLedger) {
 
   r = run_ratchet("report " + d.path + " --json --no-plot");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const nlohmann::json o = nlohmann::json::parse(r.output);
+  const ratchet::OrderedJson o = ratchet::OrderedJson::parse(r.output);
   EXPECT_EQ(o["replayed_steps"], 20);
   // steps 2..40 at 1000 tokens/s, 41..120 (the replays win) at 4000: time-weighted,
   // (39 + 80) · 2048 tokens over 39 · 2.048 + 80 · 0.512 s = 243712 / 120.832 s
