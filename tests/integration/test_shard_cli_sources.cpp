@@ -206,6 +206,17 @@ TEST(ShardCliSources, DedupRemovesPlantedDuplicatesAndReports) {
                                     {"kept", dir / "d.txt:1"}}));
   EXPECT_EQ(rep[1]["reason"], "near");
   EXPECT_GE(rep[1]["jaccard"].get<double>(), 0.8);
+
+  // File names are JSON strings, escaped: a quote, a backslash and UTF-8.
+  const std::string odd = dir / "q\"b\\s \u00e9.txt";
+  write_file(odd, "same\n%\nsame\n");
+  r = run_ratchet("shard --input '" + odd + "' --separator % --dedup exact --output-dir " +
+                  (dir / "o2") + " --val-fraction 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<nlohmann::json> rep2 = read_jsonl(dir / "o2/dedup_report.jsonl");
+  ASSERT_EQ(rep2.size(), 1u);
+  EXPECT_EQ(rep2[0]["removed"], odd + ":3");
+  EXPECT_EQ(rep2[0]["kept"], odd + ":1");
   ShardFile f(dir / "o/train_000000.h5");
   EXPECT_EQ(f.string_attr(shard_format::kAttrDedup).value_or(""), "exact+near");
   EXPECT_EQ(f.int_attr(shard_format::kAttrDedupIn).value_or(0), 5);
