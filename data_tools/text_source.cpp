@@ -132,7 +132,7 @@ std::optional<std::string> jsonl_text_field(std::string_view line, const std::st
   try {
     record = nlohmann::json::parse(line);
   } catch (const nlohmann::json::parse_error& e) {
-    fail("--input ", where, " is not valid JSONL (", e.what(), " at column ", e.byte,
+    fail("--input ", where, " is not valid JSONL (", e.what(),
          "): each line must be one JSON object");
   }
   if (!record.is_object())

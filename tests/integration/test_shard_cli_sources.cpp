@@ -272,6 +272,15 @@ TEST(ShardCliSources, BadInputsNameTheFile) {
   expect_error(run_ratchet("shard --input " + (dir / "l.jsonl") + " --jsonl-field text" + out +
                            " --overwrite"),
                {dir / "l.jsonl:1", "not valid JSONL"});
+  // Strict JSON: a lone surrogate escape or invalid UTF-8 inside a string.
+  write_file(dir / "s.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"a \\ud800 b\"}\n");
+  expect_error(run_ratchet("shard --input " + (dir / "s.jsonl") + " --jsonl-field text" + out +
+                           " --overwrite"),
+               {dir / "s.jsonl:2", "not valid JSONL", "surrogate"});
+  write_file(dir / "u.jsonl", "{\"text\": \"a \xff b\"}\n");
+  expect_error(run_ratchet("shard --input " + (dir / "u.jsonl") + " --jsonl-field text" + out +
+                           " --overwrite"),
+               {dir / "u.jsonl:1", "not valid JSONL", "UTF-8"});
   expect_error(run_ratchet("shard --input " + (dir / "e.txt") + " --separator '(' " + out +
                            " --overwrite"),
                {"--separator", "regular expression"});
