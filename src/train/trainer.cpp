@@ -19,8 +19,9 @@
 
 #include "backend/backend.h"
 #include "ckpt/checkpoint_dir.h"
-#include "cli/commands.h"
+#include "ckpt/young_daly.h"
 #include "core/error.h"
+#include "core/exit_code.h"
 #include "core/fault.h"
 #include "core/log.h"
 #include "core/rng.h"
@@ -745,11 +746,11 @@ void Trainer::after_eval(float vl) {
   RLOG("%s\n", ledger_.summary().c_str());
 }
 
-// Young/Daly: the interval that minimises expected lost time is about
-// sqrt(2 · save time · mean time between preemptions).
+// --ckpt-every auto: the Young/Daly interval (ckpt/young_daly.h) from the
+// longest save so far.
 void Trainer::update_auto_interval() {
   const double mtbf = 3600.0 / o_.expected_preemptions_per_hour;
-  auto_interval_s_ = std::sqrt(2.0 * max_save_seconds_ * mtbf);
+  auto_interval_s_ = young_daly_interval_seconds(max_save_seconds_, mtbf);
   RLOG("ckpt-every auto: save takes %.4f s, mean time between preemptions %.0f s -> a "
        "checkpoint every %.3f s; expected loss per preemption %.3f s\n",
        max_save_seconds_, mtbf, auto_interval_s_, auto_interval_s_ / 2 + max_save_seconds_);
@@ -930,14 +931,7 @@ TrainResult run_training(const TrainOptions& opt) {
   } catch (const std::exception& e) {
     what = e.what();
   }
-  char host[256] = "?";
-  gethostname(host, sizeof host - 1);
-  std::fprintf(stderr, "ratchet train: error on rank %d of %d (host %s): %s\n", comm->rank(),
-               comm->world(), host, what.c_str());
-  std::fprintf(stderr, "ratchet train: rank %d is ending the job (exit code %d)\n", comm->rank(),
-               code);
-  std::fflush(stderr);
-  std::fflush(stdout);
+  report_rank_error("ratchet train", what, code);
   comm->abort_job(code);
   std::_Exit(code);  // not reached
 }
