@@ -223,7 +223,7 @@ int cmd_train(int argc, char** argv) {
     if (ov != "on" && ov != "off") fail("--overlap-comm must be on or off (got '", ov, "')");
     o.overlap_comm = ov == "on";
   }
-  return run_training(o).exit_code;
+  return run_training(o);
 }
 
 }  // namespace ratchet
