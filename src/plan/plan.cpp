@@ -157,6 +157,26 @@ MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, const BackendMemo
   return m;
 }
 
+namespace {
+// Sizes are counted in 64-bit bytes (size_t): a model or batch whose bytes do
+// not fit is out of range, said before any count wraps around. The counts
+// here are in floating point, so they cannot overflow themselves.
+void check_sizes_in_range(const GPTConfig& c, int B, int T) {
+  const double C = c.channels, L = c.num_layers, V = c.padded_vocab, NH = c.num_heads;
+  const double params = V * C + (double)c.max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+  // Everything a step holds is below ~40 bytes per parameter (FP32 params,
+  // grads, master, m, v) plus the activations (< 40 values per token, layer
+  // and channel, the attention matrix, the logits), at 4 bytes.
+  const double acts = (double)B * T * (L * (40 * C + 2 * NH * T) + 2 * V) * 4;
+  const double limit = 9.2e18;  // 2^63 bytes
+  if (params * 40 > limit || acts > limit)
+    fail("the model (--layers ", c.num_layers, ", --channels ", c.channels, ") has ",
+         params, " parameters, and a step at B=", B, " T=", T, " ", acts,
+         " bytes of activations: out of range (byte counts must fit in 64 bits); choose a "
+         "smaller model or batch");
+}
+}  // namespace
+
 Plan make_plan(const PlanInputs& in_) {
   Plan p;
   p.in = in_;
@@ -200,6 +220,7 @@ Plan make_plan(const PlanInputs& in_) {
     }
   }
   const GPTConfig& cfg = in.cfg;
+  check_sizes_in_range(cfg, in.B, in.T);
   p.n_params = (double)ParamLayout(cfg).total;
   if (!p.has_budget) {
     p.optimal.params = p.n_params;

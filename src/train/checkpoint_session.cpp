@@ -121,6 +121,25 @@ void CheckpointSession::restore(const TrainState& s, const Checkpoint& ck) {
   last_saved_step_ = s.step;
 }
 
+std::string CheckpointSession::after_failed_save(const std::string& err) const {
+  // What to do depends on the cause the message names: space only for a full
+  // disk, a quota or a file-size limit.
+  const bool space = err.find("No space left") != std::string::npos ||
+                     err.find("quota") != std::string::npos ||
+                     err.find("File too large") != std::string::npos ||
+                     err.find("MB are free") != std::string::npos;
+  const std::string fix = space ? "free space (or raise the quota) and rerun"
+                                : "fix the cause above and rerun";
+  int64_t newest = -1;
+  for (const CheckpointEntry& e : dir_->list())
+    if (e.committed) newest = std::max(newest, e.step);
+  if (newest < 0)
+    return "There is no earlier checkpoint in " + dir_->path() + ": " + fix +
+           " (the run starts over)";
+  return "The previous checkpoint (" + CheckpointDir::entry_name(newest) + ") is intact; " + fix +
+         " to resume from it";
+}
+
 void CheckpointSession::save(const TrainState& s, const char* why) {
   if (!dir_ || last_saved_step_ == s.step) return;
   const int step = s.step;
@@ -172,10 +191,12 @@ void CheckpointSession::save(const TrainState& s, const char* why) {
     if (comm_.agree(!err.empty())) {
       if (rank0() && !staging.empty()) dir_->abort_save(staging);
       // Not bad input but a failed run (disk full, quota, I/O error): exit 1.
-      throw std::runtime_error(
-          std::string("checkpoint save at step ") + std::to_string(step) + " failed" +
-          (err.empty() ? " on another rank" : ": " + err) +
-          "\nThe previous checkpoint is intact; free space and rerun to resume");
+      // The ledger records a failure, not a preemption.
+      s.ledger->state = kLedgerFailed;
+      s.ledger.record_time_and_write(step);
+      throw std::runtime_error(std::string("checkpoint save at step ") + std::to_string(step) +
+                               " failed" + (err.empty() ? " on another rank" : ": " + err) +
+                               "\n" + after_failed_save(err));
     }
   };
   if (!sharded && comm_.world() == 1) {

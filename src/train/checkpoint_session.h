@@ -64,6 +64,9 @@ class CheckpointSession {
 
  private:
   void restore(const TrainState& s, const Checkpoint& ck);
+  // The advice after a failed save: the cause's fix, and the checkpoint a
+  // rerun resumes from (or that there is none).
+  std::string after_failed_save(const std::string& err) const;
   bool rank0() const { return comm_.rank() == 0; }
 
   const TrainOptions& o_;

@@ -26,4 +26,10 @@ CheckedOptions check_train_options(const TrainOptions& o, int world);
 // --run-dir: creates it and points --ckpt-dir and --log-jsonl into it unless given.
 TrainOptions with_run_dir_defaults(TrainOptions o);
 
+// Every output the run will write (--export, --log-jsonl, --ckpt-dir;
+// --run-dir is created by with_run_dir_defaults) can be created: checked
+// before the first step, so that a typo does not cost a whole run. Error
+// naming the flag, the path and why. Rank 0's outputs: call on rank 0.
+void check_output_paths(const TrainOptions& o);
+
 }  // namespace ratchet

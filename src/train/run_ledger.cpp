@@ -38,10 +38,11 @@ double RunLedger::merge_after_resume(const std::map<std::string, double>& ckpt_c
   Ledger l = from_json && from_json->wall_seconds >= from_ckpt.wall_seconds ? *from_json : from_ckpt;
   const double lost = std::max(0.0, l.max_step - (double)ckpt_step);
   l.steps_lost += lost;
-  // It ended early (killed or stopped) unless it finished or ran out of budget.
-  if (l.state != 1 && l.state != kExitBudget) l.preemptions += 1;
+  // It ended early (killed, or stopped to requeue) unless it finished, ran out
+  // of budget, or failed on its own (a failed save: not a preemption).
+  if (l.state == kLedgerRunning || l.state == kExitRequeue) l.preemptions += 1;
   l.resumes += 1;
-  l.state = 0;
+  l.state = kLedgerRunning;
   l.price_per_device_hour = l_.price_per_device_hour;  // today's price applies from now
   l.devices = l_.devices;
   l_ = l;

@@ -11,6 +11,9 @@
 
 namespace ratchet {
 
+// Ledger::state values besides the exit codes 75 and 76.
+constexpr double kLedgerRunning = 0, kLedgerDone = 1, kLedgerFailed = 2;
+
 class RunLedger {
  public:
   // path: ledger.json ("" on ranks other than 0, or without --run-dir/--ckpt-dir).

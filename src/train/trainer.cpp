@@ -86,6 +86,15 @@ void test_failure_point(int rank, const std::string& point) {
   throw std::runtime_error(what);
 }
 
+// MemAvailable of /proc/meminfo in bytes (0 when unknown).
+double host_available_bytes() {
+  std::ifstream mi("/proc/meminfo");
+  std::string line;  // "MemAvailable:   12345678 kB"
+  while (std::getline(mi, line))
+    if (line.rfind("MemAvailable:", 0) == 0) return std::atof(line.c_str() + 13) * 1024;
+  return 0;
+}
+
 // Only rank 0 writes the ledger: RUN_DIR/ledger.json, else CKPT_DIR/ledger.json.
 std::string ledger_path(const TrainOptions& o, int rank) {
   if (rank != 0) return "";
@@ -100,7 +109,9 @@ class Trainer {
       : c_(check_train_options(o, comm.world())),
         o_(c_.o),
         comm_(comm),
-        ledger_(ledger_path(o_, comm.rank()), o_.price_per_device_hour, comm.world()) {}
+        ledger_(ledger_path(o_, comm.rank()), o_.price_per_device_hour, comm.world()) {
+    if (comm.rank() == 0) check_output_paths(o_);  // rank 0 writes them
+  }
   int run();  // the exit code
 
  private:
@@ -116,6 +127,9 @@ class Trainer {
   void sample(int step);
   float train_step(int step);
   void after_eval(float vl);
+  int train();  // run() without the failure bookkeeping
+  void export_weights();  // --export (collective)
+  void check_host_memory() const;
   bool rank0() const { return comm_.rank() == 0; }
 
   CheckedOptions c_;
@@ -212,14 +226,7 @@ std::map<std::string, std::string> Trainer::settings() const {
 int Trainer::choose_batch_size() const {
   double budget = o_.memory_budget_mb * 1e6;
   if (budget <= 0 && be_->free_memory_bytes() > 0) budget = 0.9 * be_->free_memory_bytes();
-  if (budget <= 0) {
-    std::ifstream mi("/proc/meminfo");
-    std::string key;
-    double kb = 0;
-    while (mi >> key >> kb)
-      if (key == "MemAvailable:") break;
-    budget = 0.8 * kb * 1024;
-  }
+  if (budget <= 0) budget = 0.8 * host_available_bytes();
   const long rows = total_ / T_ / comm_.world();  // this rank's rows per step
   auto need = [&](long b) { return (double)memory_for(cfg_, (int)b).total(); };
   for (long b = rows; b >= 1; b--) {
@@ -273,6 +280,7 @@ void Trainer::setup() {
     B_ = choose_batch_size();
     accum_ = (int)(total_ / ((long)B_ * T_ * comm_.world()));
   }
+  check_host_memory();
   // On a device, all training memory is one arena sized by the exact
   // accounting: a step that does not fit fails here, before any work, and a
   // wrong accounting is an error, never a silent extra allocation.
@@ -328,6 +336,20 @@ void Trainer::setup() {
   if (o_.overlap_comm) dp_->overlap_with(*model_, accum_);
   x_.resize((size_t)B_ * T_);
   y_.resize((size_t)B_ * T_);
+}
+
+// Host memory (cpu, simt): a step that cannot fit in what the host has
+// available is refused from the accounting before anything is allocated (a
+// huge --batch-size would otherwise grow until the OOM killer ends it).
+void Trainer::check_host_memory() const {
+  if (be_->free_memory_bytes() > 0) return;  // a device: the arena check below
+  const double available = host_available_bytes();
+  const double need = (double)memory_for(cfg_, B_).total();
+  if (available > 0 && need > available)
+    fail("--batch-size ", B_, " (recompute ", c_.recompute.name(), ") needs ", need / 1e9,
+         " GB for a training step but this host has ", available / 1e9,
+         " GB available: lower --batch-size or --seq-len, use --recompute blocks, or "
+         "--batch-size auto with --total-batch-tokens");
 }
 
 TrainState Trainer::state() {
@@ -401,7 +423,33 @@ void Trainer::after_eval(float vl) {
   RLOG("%s\n", ledger_.get().summary().c_str());
 }
 
+// A run that fails (a failed save, a non-finite loss, an error on a rank)
+// leaves "failed" in the ledger, so that a rerun does not count a preemption.
 int Trainer::run() {
+  try {
+    return train();
+  } catch (const Error&) {
+    throw;  // bad input: nothing ran
+  } catch (const std::exception&) {
+    if (ledger_->state == kLedgerRunning) {
+      ledger_->state = kLedgerFailed;
+      ledger_.record_time_and_write(step_);
+    }
+    throw;
+  }
+}
+
+void Trainer::export_weights() {
+  if (o_.export_path.empty()) return;
+  dp_->sync_master(model_->params());  // collective
+  if (!rank0()) return;
+  std::vector<float> params(model_->num_params());
+  model_->get_params(params.data());
+  save_llmc_checkpoint(o_.export_path, cfg_, params);
+  RLOG("exported llm.c checkpoint: %s\n", o_.export_path.c_str());
+}
+
+int Trainer::train() {
   setup();
   TrainState st = state();
   const bool resumed = ckpt_->resume(st);
@@ -498,18 +546,28 @@ int Trainer::run() {
                                         : Stop::kNone;
     const Stop stop = StopPolicy::agree(comm_, local, &why);
     if (stop != Stop::kNone) {
-      const int code = stop == Stop::kBudget ? kExitBudget : kExitRequeue;
       RLOG("stopping at step %d: %s\n", step_, why.c_str());
       ckpt_->save(st, stop == Stop::kBudget      ? "budget"
                       : stop_signal_received() ? "stop signal"
                                                : "time limit");
-      ledger_->state = code;
+      // The weights so far, as a normal end writes them (a budget is an end).
+      export_weights();
+      // "Requeue me" only with a checkpoint to continue from.
+      const int code = stop == Stop::kBudget ? kExitBudget
+                       : ckpt_->active()     ? kExitRequeue
+                                             : kExitFailure;
+      ledger_->state = code == kExitFailure ? kLedgerFailed : code;
       ledger_.record_time_and_write(step_);
       RLOG("%s\n", ledger_.get().summary().c_str());
       if (code == kExitRequeue)
         RLOG("exiting with code %d: requeue me to continue from step %d\n", code, step_);
-      else
+      else if (code == kExitBudget)
         RLOG("exiting with code %d: budget reached (do not requeue)\n", code);
+      else
+        RLOG("exiting with code %d: stopped at step %d but no checkpoint could be saved (no "
+             "--ckpt-dir or --run-dir): a rerun starts over. Pass --ckpt-dir (or --run-dir) to "
+             "make stops resumable%s\n",
+             code, step_, o_.export_path.empty() ? "" : "; the weights so far are in --export");
       return code;
     }
     // Clocks differ between ranks: they agree on saving (a collective).
@@ -534,16 +592,10 @@ int Trainer::run() {
          total_ * steps_run / t_train, flops_per_step * steps_run / t_train / 1e9);
   if (o_.profile) print_profile(model_->profile(), t_train);
   ckpt_->save(st, "final");
-  ledger_->state = 1;
+  ledger_->state = kLedgerDone;
   ledger_.record_time_and_write(step_);
   RLOG("%s\n", ledger_.get().summary().c_str());
-  if (!o_.export_path.empty()) dp_->sync_master(model_->params());  // collective
-  if (!o_.export_path.empty() && rank0()) {
-    std::vector<float> params(model_->num_params());
-    model_->get_params(params.data());
-    save_llmc_checkpoint(o_.export_path, cfg_, params);
-    RLOG("exported llm.c checkpoint: %s\n", o_.export_path.c_str());
-  }
+  export_weights();
   return kExitOk;
 }
 
