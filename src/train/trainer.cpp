@@ -550,12 +550,14 @@ int Trainer::train() {
       ckpt_->save(st, stop == Stop::kBudget      ? "budget"
                       : stop_signal_received() ? "stop signal"
                                                : "time limit");
-      // The weights so far, as a normal end writes them (a budget is an end).
-      export_weights();
       // "Requeue me" only with a checkpoint to continue from.
       const int code = stop == Stop::kBudget ? kExitBudget
                        : ckpt_->active()     ? kExitRequeue
                                              : kExitFailure;
+      // A budget is an end: --export as at a normal end. A stop that cannot
+      // continue keeps the weights so far there too; a requeued run writes it
+      // when it finishes.
+      if (code != kExitRequeue) export_weights();
       ledger_->state = code == kExitFailure ? kLedgerFailed : code;
       ledger_.record_time_and_write(step_);
       RLOG("%s\n", ledger_.get().summary().c_str());
