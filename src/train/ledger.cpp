@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 namespace ratchet {
 
 namespace {
@@ -46,6 +48,13 @@ Ledger Ledger::from_map(const std::map<std::string, double>& m) {
   return l;
 }
 
+void Ledger::set_tags(const std::vector<std::string>& key_values) {
+  for (const auto& kv : key_values) {
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) tags[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+}
+
 bool Ledger::write_json(const std::string& path) const {
   const std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "w");
@@ -58,8 +67,12 @@ bool Ledger::write_json(const std::string& path) const {
   }
   // Derived figures, for people and `ratchet report` (ignored when read back).
   std::fprintf(f, ",\n  \"wall_hours\": %.9g,\n  \"device_hours\": %.9g,\n"
-               "  \"data_stall_percent\": %.4g\n}\n",
+               "  \"data_stall_percent\": %.4g",
                wall_hours(), device_hours(), data_stall_percent());
+  for (const auto& [k, v] : tags)
+    std::fprintf(f, ",\n  %s: %s", nlohmann::json("tag." + k).dump().c_str(),
+                 nlohmann::json(v).dump().c_str());
+  std::fprintf(f, "\n}\n");
   bool ok = std::fflush(f) == 0;
   ok = (std::fclose(f) == 0) && ok;
   return ok && std::rename(tmp.c_str(), path.c_str()) == 0;

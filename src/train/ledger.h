@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ratchet {
 
@@ -31,6 +32,11 @@ struct Ledger {
   double max_step = 0;           // furthest step any attempt completed
   double state = 0;              // how the last attempt ended: 0 running (or killed),
                                  // 1 done, 75 stopped to requeue, 76 budget reached
+  // Labels for cost attribution ("sweep", "trial", --tag key=value, Slurm job and
+  // account): written as "tag.KEY": "VALUE" strings, not kept in checkpoints
+  // (each attempt's command line supplies them).
+  std::map<std::string, std::string> tags;
+  void set_tags(const std::vector<std::string>& key_values);  // "key=value" each
 
   double wall_hours() const { return wall_seconds / 3600; }
   double device_hours() const { return device_seconds / 3600; }

@@ -222,7 +222,7 @@ void Trainer::validate_flags() {
   sched_.kind = LRSchedule::parse(o_.lr_schedule);
   sched_.lr = o_.lr;
   sched_.warmup = o_.warmup_steps;
-  sched_.total_steps = o_.steps;
+  sched_.total_steps = o_.schedule_steps > 0 ? o_.schedule_steps : o_.steps;
   sched_.final_fraction = o_.final_lr_fraction;
 }
 
@@ -513,6 +513,7 @@ void Trainer::merge_ledger_after_resume(const Checkpoint& ck) {
   l.state = 0;
   l.price_per_device_hour = ledger_.price_per_device_hour;  // today's price applies from now
   l.devices = ledger_.devices;
+  l.tags = ledger_.tags;  // labels come from this attempt's command line
   ledger_ = l;
   auto it = ck.meta.counters.find("early_stop.bad_evals");
   if (it != ck.meta.counters.end()) bad_evals_ = (int)it->second;
@@ -761,6 +762,7 @@ TrainResult Trainer::run() {
   setup();
   ledger_.price_per_device_hour = o_.price_per_device_hour;
   ledger_.devices = comm_.world();
+  ledger_.set_tags(o_.tags);
   // Only rank 0 writes the ledger and the JSONL log.
   if (rank0() && !o_.run_dir.empty())
     ledger_path_ = o_.run_dir + "/ledger.json";
