@@ -329,13 +329,9 @@ bool Controller::check_budgets() {
 }
 
 int Controller::run() {
+  state_ = load_state(dir_);  // Error if DIR is not a sweep, before creating anything in it
   ControllerLock lock(dir_);
   state_ = load_state(dir_);
-  if (state_.done) {
-    say("sweep %s already ended (%s); see `ratchet sweep status`\n", dir_.c_str(),
-        state_.done_reason.c_str());
-    return state_.budget_reached ? 76 : 0;
-  }
   if (o_.parallel < 1) fail("--parallel ", o_.parallel, " must be at least 1");
   if (o_.max_requeues < 0) fail("--max-requeues must be >= 0");
   for (double v : {o_.max_cost, o_.max_device_hours, o_.max_trial_device_hours})
@@ -345,12 +341,20 @@ int Controller::run() {
     if (max_wall_s_ <= 0)
       fail("--max-wall-time '", o_.max_wall_time, "' is not a duration: seconds or [D-]HH:MM:SS");
   }
+  if (state_.done && !state_.budget_reached) {
+    say("sweep %s already ended (%s); see `ratchet sweep status`\n", dir_.c_str(),
+        state_.done_reason.c_str());
+    return 0;
+  }
   exec_ = make_executor(o_.executor, o_.sbatch_template, o_.sbatch_args);
   if (o_.trainer.empty()) o_.trainer = {self_exe(), "train"};
   journal_ = std::make_unique<Journal>(dir_ + "/journal.jsonl");
   const bool restarted = !state_.settings.is_null();
-  // A budget already spent before this start is bad input, not a run.
-  if (!restarted || !state_.budget_reached) {
+  // A budget already spent is bad input (unless trials are still running: a
+  // restarted controller winds them up). Raising it continues the sweep.
+  bool in_flight = false;
+  for (const auto& t : state_.trials) in_flight |= t.status == TrialState::kRunning;
+  if (!in_flight) {
     double dh = 0, cost = 0;
     for (const auto& t : state_.trials) {
       dh += trial_ledger(t).device_hours();
@@ -361,6 +365,9 @@ int Controller::run() {
            " device-hours so far): raise it to continue the sweep");
     if (o_.max_cost > 0 && cost >= o_.max_cost)
       fail("--max-cost ", o_.max_cost, " is already spent (", cost, " so far): raise it to continue");
+    if (max_wall_s_ > 0 && restarted && unix_now() - state_.first_run_time >= max_wall_s_)
+      fail("--max-wall-time ", o_.max_wall_time, " has already passed since the sweep's first run: "
+           "raise it to continue");
   }
   settle_settings();
   say("%s %s: %zu trials, %s, rungs (steps) %s, executor %s x %d\n",

@@ -53,6 +53,9 @@ SweepState replay(const std::string& dir, const std::vector<nlohmann::json>& eve
         s.first_run_time = e.value("time", 0.0);
       }
       s.runs++;
+      // A controller started again (e.g. with a raised budget) reopens the sweep.
+      s.budget_reached = false;
+      s.done = false;
     } else if (ev == "launched") {
       Trial& t = trial(e);
       t.status = TrialState::kRunning;

@@ -247,7 +247,7 @@ std::string plot_script(const SweepState& s, const std::string& png, const std::
   }
   const int rows = 1 + (P + 1) / 2;
   auto panels = [&](std::ostringstream& o) {
-    o << "set multiplot layout " << rows << ",2\nset grid\nset key off\n";
+    o << "set multiplot layout " << rows << ",2\nset grid\nset key off\nset format x '%.3g'\n";
     o << "set title 'val loss of every trial vs cumulative sweep spend'\nset xlabel 'device-hours'\n"
          "set ylabel 'val loss'\nplot $pertrial using 1:2 with linespoints pt 7 ps 0.6\n";
     o << "set title 'best val loss so far vs spend'\nplot $best using 1:2 with steps lw 2\n";
