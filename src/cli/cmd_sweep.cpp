@@ -1,6 +1,7 @@
 // `ratchet sweep init|run|status|report`: budgeted hyperparameter sweeps whose
 // trials are preemptible `ratchet train` runs (src/sweep/).
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -71,7 +72,7 @@ const char* kind_name(sweep::Param::Kind k) {
 int sweep_init(int argc, char** argv) {
   std::string dir, space_path, base_path;
   int trials = 0;
-  bool grid = false;
+  bool grid = false, grid_in_order = false;
   uint64_t seed = 1;
   std::vector<std::string> tags;
   po::options_description desc("ratchet sweep init options");
@@ -82,7 +83,9 @@ int sweep_init(int argc, char** argv) {
     ("base", po::value(&base_path), "INI of `ratchet train` options shared by every trial "
      "(needs val-data; its steps is the default --max-steps)")
     ("trials", po::value(&trials), "sample this many configurations (seeded)")
-    ("grid", po::bool_switch(&grid), "every combination of the choice(...) values instead")
+    ("grid", po::bool_switch(&grid), "every combination of the choice(...) values instead, in "
+     "a seeded random order (ASHA judges trials in the order they report)")
+    ("grid-in-order", po::bool_switch(&grid_in_order), "--grid in file order (first parameter slowest)")
     ("seed", po::value(&seed)->default_value(seed), "sampling seed")
     ("tag", po::value(&tags)->composing(), "key=value label on every trial's ledger (repeatable)");
   po::positional_options_description pos;
@@ -107,7 +110,8 @@ int sweep_init(int argc, char** argv) {
                          {"run-dir", "ckpt-dir", "log-jsonl", "steps", "schedule-steps", "resume",
                           "config", "tag", "help", "threads"});
   const int base_steps = sweep::check_base(base_path);
-  const auto configs = grid ? sweep::grid_configs(space) : sweep::sample_configs(space, trials, seed);
+  auto configs = grid ? sweep::grid_configs(space) : sweep::sample_configs(space, trials, seed);
+  if (grid && !grid_in_order) std::shuffle(configs.begin(), configs.end(), std::mt19937_64(seed));
 
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -128,7 +132,7 @@ int sweep_init(int argc, char** argv) {
   sweep::Journal journal(dir + "/journal.jsonl");
   journal.append({{"event", "init"}, {"format", sweep::kJournalFormat},
                   {"version", sweep::kJournalVersion}, {"sweep_id", id}, {"base_steps", base_steps},
-                  {"space_params", params}, {"sampling", grid ? "grid" : "random"},
+                  {"space_params", params}, {"sampling", grid ? (grid_in_order ? "grid in order" : "grid, shuffled") : "random"},
                   {"seed", seed}, {"tags", tags}});
   for (size_t i = 0; i < configs.size(); i++)
     journal.append({{"event", "created"}, {"trial", (int)i}, {"config", configs[i]}});

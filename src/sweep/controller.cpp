@@ -1,5 +1,6 @@
 #include "sweep/controller.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +25,11 @@
 namespace ratchet::sweep {
 
 namespace {
+
+// USR1, TERM or INT: the controller stops at once (its state is in the
+// journal) and exits 75, leaving its segments running: a rerun adopts them.
+volatile sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) { g_stop_signal = sig; }
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -251,7 +257,9 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
       append({{"event", "paused"}, {"trial", t.id}, {"rung", t.rung}});
     return;
   }
-  const bool early = st.state == SegmentStatus::kLost || st.exit_code == 75;
+  // Stopped early: 75 (saved, requeue me), killed by a signal (> 128, e.g. the
+  // allocation ended), or gone without a code. Its checkpoint resumes it.
+  const bool early = st.state == SegmentStatus::kLost || st.exit_code == 75 || st.exit_code > 128;
   if (st.state == SegmentStatus::kExited && st.exit_code == 76) {
     nlohmann::json e = {{"event", "stopped"}, {"trial", t.id}, {"rung", t.rung},
                         {"reason", state_.budget_reached ? "sweep budget reached"
@@ -375,8 +383,17 @@ int Controller::run() {
       state_.settings.at("scheduler").get<std::string>().c_str(),
       state_.settings.at("rungs").dump().c_str(), exec_->name().c_str(), o_.parallel);
   const double poll = o_.poll_seconds > 0 ? o_.poll_seconds : exec_->poll_seconds();
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  for (int sig : {SIGUSR1, SIGTERM, SIGINT}) ::sigaction(sig, &sa, nullptr);
 
   for (;;) {
+    if (g_stop_signal) {
+      say("got signal %d: the controller stops (exit 75); %d segment(s) keep running and are "
+          "adopted when `ratchet sweep run %s` runs again\n", (int)g_stop_signal, running(),
+          dir_.c_str());
+      return 75;
+    }
     poll_running();
     const bool stop = check_budgets();
     bool idle = true;

@@ -51,7 +51,7 @@ std::string invocations(const std::string& dir, int trial) {
 
 // A sweep directory over the fake trainer: base steps 9 (R), space kSpace9.
 void init_fake(const TempDir& d, const std::string& dir, const std::string& space = kSpace9,
-               const std::string& extra = "--grid") {
+               const std::string& extra = "--grid --grid-in-order") {
   write_file(d / "base.ini", "val-data = unused\nsteps = 9\n");
   write_file(d / "space.ini", space);
   auto r = run_ratchet("sweep init " + dir + " --space " + (d / "space.ini") + " --base " +
@@ -298,7 +298,7 @@ TEST(SweepCli, EndToEndWithTheRealTrainer) {
              "seq-len = 16\nbatch-size = 2\neval-batches = 2\nsteps = 9\n"
              "price-per-device-hour = 2\n"
              "train-data = " + (d / "data/train_*.h5") + "\nval-data = " + (d / "data/val_*.h5") + "\n");
-  write_file(d / "space.ini", "lr = choice(1e-4, 1e-3, 1e-2)\nwarmup-steps = choice(0, 2)\n");
+  write_file(d / "space.ini", "lr = choice(1e-4, 1e-3, 1e-2)\nwarmup-steps = choice(0, 2, 4)\n");
   const std::string dir = d / "sw";
   auto r = run_ratchet("sweep init " + dir + " --space " + (d / "space.ini") + " --base " +
                        (d / "base.ini") + " --grid --tag project=bible");
@@ -310,7 +310,7 @@ TEST(SweepCli, EndToEndWithTheRealTrainer) {
   const json j = json::parse(read_file(dir + "/sweep.json"));
   for (const char* k : {"best_val_loss", "best_trial", "device_hours", "cost", "trials", "continue_command"})
     EXPECT_TRUE(j.contains(k)) << k;
-  EXPECT_EQ(j["trials"].size(), 6u);
+  EXPECT_EQ(j["trials"].size(), 9u);
   EXPECT_GT(j["device_hours"].get<double>(), 0);
   EXPECT_NEAR(j["cost"].get<double>(), 2 * j["device_hours"].get<double>(), 1e-9);
   EXPECT_LT(j["best_val_loss"].get<double>(), 5.5);  // below ln(257): it learned something
