@@ -1,5 +1,6 @@
 #include "sweep/sweep_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -186,44 +187,38 @@ std::string summary_markdown(const SweepState& s, const nlohmann::json& j) {
 }
 
 std::string plot_script(const SweepState& s, const std::string& png, const std::string& svg) {
-  std::ostringstream d;
-  // Rung results in journal order, with the sweep's cumulative spend at that moment.
-  std::map<int, double> spent;
-  double best = INFINITY;
-  d << "$results << EOD\n";
-  std::ostringstream bestd;
-  bestd << "$best << EOD\n";
-  for (const auto& e : s.results) {
-    spent[e.at("trial").get<int>()] = e.value("device_hours", 0.0);
-    double cum = 0;
-    for (const auto& [id, h] : spent) cum += h;
-    const double vl = e.at("val_loss").get<double>();
-    d << e.at("trial").get<int>() << " " << cum << " " << vl << " " << e.at("rung").get<int>() << "\n";
-    if (vl < best) best = vl;
-    bestd << cum << " " << best << "\n";
-  }
-  d << "EOD\n";
-  bestd << "EOD\n";
-  // Per trial, ordered by trial then rung, blank lines between trials (one line each).
-  std::ostringstream pert;
-  pert << "$pertrial << EOD\n";
+  // Rung results in journal order, with the sweep's cumulative spend at that
+  // moment (each result carries its trial's spend so far).
+  std::vector<double> cum_at;
   {
-    std::map<int, std::vector<std::pair<double, double>>> by;
-    std::map<int, double> sp;
+    std::map<int, double> spent;
     for (const auto& e : s.results) {
-      sp[e.at("trial").get<int>()] = e.value("device_hours", 0.0);
+      spent[e.at("trial").get<int>()] = e.value("device_hours", 0.0);
       double cum = 0;
-      for (const auto& [id, h] : sp) cum += h;
-      by[e.at("trial").get<int>()].push_back({cum, e.at("val_loss").get<double>()});
+      for (const auto& [id, h] : spent) cum += h;
+      cum_at.push_back(cum);
     }
-    for (const auto& [id, pts] : by) {
-      for (const auto& [x, y] : pts) pert << x << " " << y << "\n";
-      pert << "\n\n";
-    }
+  }
+  std::ostringstream bestd, pert;
+  bestd << "$best << EOD\n";
+  double best = INFINITY;
+  std::map<int, std::vector<std::pair<double, double>>> by_trial;
+  for (size_t i = 0; i < s.results.size(); i++) {
+    const double vl = s.results[i].at("val_loss").get<double>();
+    best = std::min(best, vl);
+    bestd << cum_at[i] << " " << best << "\n";
+    by_trial[s.results[i].at("trial").get<int>()].push_back({cum_at[i], vl});
+  }
+  bestd << "EOD\n";
+  // One line per trial (blank lines between trials).
+  pert << "$pertrial << EOD\n";
+  for (const auto& [id, pts] : by_trial) {
+    for (const auto& [x, y] : pts) pert << x << " " << y << "\n";
+    pert << "\n\n";
   }
   pert << "EOD\n";
   std::ostringstream g;
-  g << d.str() << bestd.str() << pert.str();
+  g << bestd.str() << pert.str();
   const auto& params = s.init.at("space_params");
   const int P = (int)params.size();
   for (int i = 0; i < P; i++) {
