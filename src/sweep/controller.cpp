@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "report/report.h"
+#include "sweep/budget.h"
 #include "sweep/executor.h"
 #include "sweep/journal.h"
 #include "train/ledger.h"
@@ -46,12 +47,6 @@ std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r");
   if (b == std::string::npos) return "";
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
-}
-
-// Live spend of a trial: its ledger.json (rewritten by the trainer as it goes).
-Ledger trial_ledger(const Trial& t) {
-  auto l = Ledger::read_json(t.dir + "/ledger.json");
-  return l ? *l : Ledger{};
 }
 
 // The val loss logged at exactly `step` (the trainer's final evaluation), NaN if none.
@@ -96,7 +91,7 @@ class Controller {
   std::unique_ptr<Journal> journal_;
   std::unique_ptr<Executor> exec_;
   std::unique_ptr<Scheduler> sched_;
-  double max_wall_s_ = 0;
+  Budget budget_;
   std::map<int, int> slot_of_;  // trial -> local device slot
 };
 
@@ -162,10 +157,9 @@ Segment Controller::segment_of(const Trial& t) const {
   const Ledger l = trial_ledger(t);
   double cap = 0;
   if (o_.max_trial_device_hours > 0) cap = o_.max_trial_device_hours;
+  const Spent spent = spent_so_far(state_);
   if (o_.max_device_hours > 0) {
-    double spent = 0;
-    for (const auto& u : state_.trials) spent += trial_ledger(u).device_hours();
-    const double sweep_cap = l.device_hours() + std::max(0.0, o_.max_device_hours - spent);
+    const double sweep_cap = l.device_hours() + std::max(0.0, o_.max_device_hours - spent.device_hours);
     cap = cap > 0 ? std::min(cap, sweep_cap) : sweep_cap;
   }
   if (cap > 0) {
@@ -175,10 +169,8 @@ Segment Controller::segment_of(const Trial& t) const {
     s.argv.push_back(buf);
   }
   if (o_.max_cost > 0) {
-    double spent = 0;
-    for (const auto& u : state_.trials) spent += trial_ledger(u).cost;
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.9g", l.cost + std::max(0.0, o_.max_cost - spent));
+    std::snprintf(buf, sizeof buf, "%.9g", l.cost + std::max(0.0, o_.max_cost - spent.cost));
     s.argv.push_back("--max-cost");
     s.argv.push_back(buf);
   }
@@ -315,22 +307,10 @@ void Controller::poll_running() {
 // True when a sweep budget is reached (journaled once; running trials are asked to stop).
 bool Controller::check_budgets() {
   if (state_.budget_reached) return true;
-  double dh = 0, cost = 0;
-  for (const auto& t : state_.trials) {
-    const Ledger l = trial_ledger(t);
-    dh += l.device_hours();
-    cost += l.cost;
-  }
-  char why[256] = "";
-  if (o_.max_device_hours > 0 && dh >= o_.max_device_hours)
-    std::snprintf(why, sizeof why, "--max-device-hours %g reached (%.6g spent)", o_.max_device_hours, dh);
-  else if (o_.max_cost > 0 && cost >= o_.max_cost)
-    std::snprintf(why, sizeof why, "--max-cost %g reached (%.6g spent)", o_.max_cost, cost);
-  else if (max_wall_s_ > 0 && unix_now() - state_.first_run_time >= max_wall_s_)
-    std::snprintf(why, sizeof why, "--max-wall-time %s reached", o_.max_wall_time.c_str());
-  if (!*why) return false;
+  const std::string why = budget_reached(budget_, spent_so_far(state_), unix_now() - state_.first_run_time);
+  if (why.empty()) return false;
   append({{"event", "budget"}, {"reason", why}});
-  say("%s: stopping the running trials at their next step (they save)\n", why);
+  say("%s: stopping the running trials at their next step (they save)\n", why.c_str());
   for (auto& t : state_.trials)
     if (t.status == TrialState::kRunning && !t.relaunch) exec_->stop(segment_ref(t), t.handle);
   return true;
@@ -344,9 +324,12 @@ int Controller::run() {
   if (o_.max_requeues < 0) fail("--max-requeues must be >= 0");
   for (double v : {o_.max_cost, o_.max_device_hours, o_.max_trial_device_hours})
     if (v < 0) fail("budgets must be >= 0");
+  budget_.max_device_hours = o_.max_device_hours;
+  budget_.max_cost = o_.max_cost;
+  budget_.max_wall_text = o_.max_wall_time;
   if (!o_.max_wall_time.empty()) {
-    max_wall_s_ = parse_slurm_duration(o_.max_wall_time);
-    if (max_wall_s_ <= 0)
+    budget_.max_wall_seconds = parse_slurm_duration(o_.max_wall_time);
+    if (budget_.max_wall_seconds <= 0)
       fail("--max-wall-time '", o_.max_wall_time, "' is not a duration: seconds or [D-]HH:MM:SS");
   }
   if (state_.done && !state_.budget_reached) {
@@ -363,17 +346,14 @@ int Controller::run() {
   bool in_flight = false;
   for (const auto& t : state_.trials) in_flight |= t.status == TrialState::kRunning;
   if (!in_flight) {
-    double dh = 0, cost = 0;
-    for (const auto& t : state_.trials) {
-      dh += trial_ledger(t).device_hours();
-      cost += trial_ledger(t).cost;
-    }
-    if (o_.max_device_hours > 0 && dh >= o_.max_device_hours)
-      fail("--max-device-hours ", o_.max_device_hours, " is already spent (", dh,
+    const Spent sp = spent_so_far(state_);
+    if (o_.max_device_hours > 0 && sp.device_hours >= o_.max_device_hours)
+      fail("--max-device-hours ", o_.max_device_hours, " is already spent (", sp.device_hours,
            " device-hours so far): raise it to continue the sweep");
-    if (o_.max_cost > 0 && cost >= o_.max_cost)
-      fail("--max-cost ", o_.max_cost, " is already spent (", cost, " so far): raise it to continue");
-    if (max_wall_s_ > 0 && restarted && unix_now() - state_.first_run_time >= max_wall_s_)
+    if (o_.max_cost > 0 && sp.cost >= o_.max_cost)
+      fail("--max-cost ", o_.max_cost, " is already spent (", sp.cost, " so far): raise it to continue");
+    if (budget_.max_wall_seconds > 0 && restarted &&
+        unix_now() - state_.first_run_time >= budget_.max_wall_seconds)
       fail("--max-wall-time ", o_.max_wall_time, " has already passed since the sweep's first run: "
            "raise it to continue");
   }
@@ -416,17 +396,12 @@ int Controller::run() {
       Trial& t = state_.trials[d.trial];
       const int from = d.kind == Decision::kPromote ? sched_->rungs()[t.rung] : 0;
       const double est_h = dev_seconds_per_step() * (sched_->rungs()[d.rung] - from) / 3600;
-      double spent = 0;
-      for (const auto& u : state_.trials) spent += trial_ledger(u).device_hours();
-      if (o_.max_device_hours > 0 && est_h > 0 && spent + est_h > o_.max_device_hours) {
-        char why[256];
-        std::snprintf(why, sizeof why,
-                      "--max-device-hours %g: the next segment (trial %d to %d steps, about "
-                      "%.4g device-hours) would exceed what is left (%.4g)",
-                      o_.max_device_hours, d.trial, sched_->rungs()[d.rung], est_h,
-                      o_.max_device_hours - spent);
+      const std::string refused = segment_refused(budget_, spent_so_far(state_), est_h);
+      if (!refused.empty()) {
+        const std::string why = refused + " (trial " + std::to_string(d.trial) + " to " +
+                                std::to_string(sched_->rungs()[d.rung]) + " steps)";
         append({{"event", "budget"}, {"reason", why}});
-        say("%s\n", why);
+        say("%s\n", why.c_str());
         break;
       }
       if (o_.max_trial_device_hours > 0 && est_h > 0 &&

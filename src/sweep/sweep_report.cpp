@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "sweep/budget.h"
 #include "sweep/controller.h"
 #include "sweep/executor.h"
 #include "train/ledger.h"
@@ -24,11 +25,6 @@ const char* status_name(TrialState::Status s) {
     case TrialState::kStopped: return "stopped";
   }
   return "?";
-}
-
-Ledger ledger_of(const Trial& t) {
-  auto l = Ledger::read_json(t.dir + "/ledger.json");
-  return l ? *l : Ledger{};
 }
 
 double latest_loss(const Trial& t, int* rung) {
@@ -61,7 +57,7 @@ Spend sweep_spend(const SweepState& s) {
   int unmeasured = 0;
   const double R = max_steps(s);
   for (const auto& t : s.trials) {
-    const Ledger l = ledger_of(t);
+    const Ledger l = trial_ledger(t);
     sp.device_hours += l.device_hours();
     sp.cost += l.cost;
     if (l.max_step > 0) {
@@ -91,7 +87,7 @@ std::string status_table(const SweepState& s) {
                 "hyperparameters", "rung", "val loss", "steps", "device-h", "cost", "state");
   o << line;
   for (const auto& t : s.trials) {
-    const Ledger l = ledger_of(t);
+    const Ledger l = trial_ledger(t);
     int k = -1;
     const double vl = latest_loss(t, &k);
     std::string hp = describe(t.config);
@@ -148,7 +144,7 @@ nlohmann::json summary_json(const SweepState& s) {
   }
   nlohmann::json trials = nlohmann::json::array();
   for (const auto& t : s.trials) {
-    const Ledger l = ledger_of(t);
+    const Ledger l = trial_ledger(t);
     nlohmann::json losses = nlohmann::json::array();
     for (double v : t.loss) losses.push_back(std::isfinite(v) ? nlohmann::json(v) : nlohmann::json());
     int k = -1;

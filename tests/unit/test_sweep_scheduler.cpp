@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "sweep/budget.h"
 #include "sweep/scheduler.h"
 
 using namespace ratchet::sweep;
@@ -177,6 +178,31 @@ TEST(SweepHyperband, BracketsStartAtTheirRung) {
   // Brackets 1 (1, 4, 7: 4, 7, 1 at rung 1) promotes 7 to rung 2; bracket 2 runs straight.
   const auto d = simulate(s, 9, curve);
   EXPECT_EQ(join(d), "S0 S1 S2 S3 S4 S5 S6 P3>1 S7 P7>2 S8");
+}
+
+// Budget cut-offs: a segment that would pass --max-device-hours is not
+// started (estimates from measured step times; unmeasured ones are allowed),
+// and each budget, once reached, names its flag.
+TEST(SweepBudget, CutOffs) {
+  Budget b;
+  b.max_device_hours = 1.0;
+  EXPECT_EQ(segment_refused(b, {0.7, 0}, 0.3), "");  // exactly fits
+  const std::string why = segment_refused(b, {0.7, 0}, 0.31);
+  EXPECT_NE(why.find("--max-device-hours 1: the next segment (about 0.31 device-hours) would "
+                     "exceed what is left (0.3)"), std::string::npos) << why;
+  EXPECT_EQ(segment_refused(b, {0.99, 0}, 0), "");  // no measurement yet
+  EXPECT_EQ(segment_refused(Budget{}, {100, 0}, 50), "");  // no budget
+  EXPECT_EQ(budget_reached(b, {0.99, 5}, 1e6), "");
+  EXPECT_NE(budget_reached(b, {1.0, 5}, 0).find("--max-device-hours 1 reached"), std::string::npos);
+  Budget c;
+  c.max_cost = 10;
+  EXPECT_EQ(budget_reached(c, {50, 9.9}, 0), "");
+  EXPECT_NE(budget_reached(c, {50, 10}, 0).find("--max-cost 10 reached"), std::string::npos);
+  Budget w;
+  w.max_wall_seconds = 60;
+  w.max_wall_text = "00:01:00";
+  EXPECT_EQ(budget_reached(w, {}, 59), "");
+  EXPECT_NE(budget_reached(w, {}, 60).find("--max-wall-time 00:01:00 reached"), std::string::npos);
 }
 
 TEST(SweepPolicy, Names) {
