@@ -326,8 +326,14 @@ TEST(SweepCli, EndToEndWithTheRealTrainer) {
   EXPECT_EQ(ledger["tag.project"], "bible");
   EXPECT_EQ(ledger["tag.sweep"], j["sweep_id"]);
   // The rung losses are the trainer's own evaluations at the rung's step.
-  const std::string log = read_file(dir + name + "/train.jsonl");
-  EXPECT_NE(log.find("\"step\": 9"), std::string::npos) << log;
+  bool found = false;
+  std::ifstream log(dir + name + "/train.jsonl");
+  for (std::string line; std::getline(log, line);) {
+    const json e = json::parse(line);
+    if (e.contains("val_loss") && e["step"] == 9)
+      found = std::abs(e["val_loss"].get<double>() - j["best_val_loss"].get<double>()) < 1e-6;
+  }
+  EXPECT_TRUE(found) << "no val_loss at step 9 equal to the rung result";
   // spend per tag over the directory of runs
   r = run_ratchet("report " + dir + "/trials --by-tag");
   ASSERT_EQ(r.exit_code, 0) << r.output;
