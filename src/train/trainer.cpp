@@ -111,6 +111,7 @@ class Trainer {
         comm_(comm),
         ledger_(ledger_path(o_, comm.rank()), o_.price_per_device_hour, comm.world()) {
     if (comm.rank() == 0) check_output_paths(o_);  // rank 0 writes them
+    ledger_->set_tags(o_.tags);  // --tag key=value, sweep and trial ids, Slurm job and account
   }
   int run();  // the exit code
 
