@@ -65,7 +65,7 @@ bool Ledger::write_json(const std::string& path) const {
   const std::string tmp = path + ".tmp";
   std::ofstream out(tmp, std::ios::trunc);
   if (!out) return false;
-  out << j.dump(2) << "\n";
+  out << j.dump(2, ' ', false, OrderedJson::error_handler_t::replace) << "\n";  // a tag never makes it throw
   out.close();
   return out && std::rename(tmp.c_str(), path.c_str()) == 0;
 }
