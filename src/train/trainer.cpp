@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/run_lock.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/fault.h"
@@ -27,6 +28,7 @@
 #include "data/loader.h"
 #include "dist/communicator.h"
 #include "dist/zero.h"
+#include "data/shard_identity.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
 #include "model/gpt.h"
@@ -127,6 +129,7 @@ class Trainer {
   void after_eval(float vl);
   void update_auto_interval();
 
+  std::vector<std::unique_ptr<RunLock>> run_locks_;  // declared first: released last
   const TrainOptions o_;
   Communicator& comm_;
   Ledger ledger_;
@@ -141,6 +144,7 @@ class Trainer {
   Recompute recompute_;  // --recompute
   LRSchedule sched_;
   std::unique_ptr<TokenDataset> train_ds_, val_ds_;
+  std::map<std::string, std::string> shard_identity_;  // data/shard_identity.h, in identity()
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<Tokenizer> tok_;
   GPTConfig cfg_;
@@ -256,12 +260,14 @@ GPTConfig Trainer::resolve_config(std::vector<float>* init) const {
 
 // What must match for a resume to continue the same run.
 std::map<std::string, std::string> Trainer::identity() const {
-  return {{"model", cfg_.describe()},
+  auto id = shard_identity_;  // each shard's content, not just the pattern
+  id.insert({{"model", cfg_.describe()},
           {"train_data", o_.train_data},
           {"seq_len", std::to_string(T_)},
           {"total_batch_tokens", std::to_string(total_)},
           {"seed", std::to_string(o_.seed)},
-          {"shuffle", o_.shuffle ? "true" : "false"}};
+          {"shuffle", o_.shuffle ? "true" : "false"}});
+  return id;
 }
 
 // What may change across a resume (logged when it does).
@@ -323,6 +329,10 @@ int Trainer::choose_batch_size() const {
 void Trainer::setup() {
   train_ds_ = std::make_unique<TokenDataset>(o_.train_data, "--train-data");
   if (!o_.val_data.empty()) val_ds_ = std::make_unique<TokenDataset>(o_.val_data, "--val-data");
+  // The shards' content identity: rank 0 reads them once, the others take its text.
+  std::string shard_ini = rank0() ? to_ini(shard_content_identity(*train_ds_, "train")) : "";
+  comm_.broadcast_string(&shard_ini, 0);
+  shard_identity_ = from_ini(shard_ini);
   std::vector<float> init;
   cfg_ = resolve_config(&init);
   if (T_ > cfg_.max_seq_len)
@@ -387,6 +397,10 @@ void Trainer::setup() {
     tok_.reset();  // unknown tokenizer: samples print as ids
   }
   if (!o_.ckpt_dir.empty()) ckdir_ = std::make_unique<CheckpointDir>(o_.ckpt_dir);
+  // One writer per run directory (ckpt/run_lock.h): rank 0 locks, all agree.
+  std::string lock_err;
+  if (rank0()) try { run_locks_ = lock_run_dirs(o_.run_dir, o_.ckpt_dir); } catch (const Error& e) { lock_err = e.what(); }
+  if (comm_.agree(!lock_err.empty())) fail(lock_err.empty() ? "rank 0 could not lock the run directory" : lock_err);
   limit_ = std::make_unique<TimeLimit>(o_.time_limit, o_.stop_margin);
   install_stop_signals(o_.preempt_signal);
 
@@ -450,7 +464,10 @@ bool Trainer::resume() {
   // Refuse a checkpoint of another run, with a readable diff.
   const auto want = identity();
   std::string diff;
+  const bool old_ckpt = !has_shard_content_identity(ck->meta.identity, "train");
+  if (old_ckpt) RLOG("resume: the checkpoint predates shard content checks: shard contents not compared\n");
   for (const auto& [k, v] : want) {
+    if (old_ckpt && shard_identity_.count(k)) continue;
     auto it = ck->meta.identity.find(k);
     const std::string have = it == ck->meta.identity.end() ? "(unset)" : it->second;
     if (have != v) diff += "\n  " + k + ": checkpoint has '" + have + "', this run has '" + v + "'";
