@@ -9,7 +9,8 @@
 set -euo pipefail
 bin=$1 corpus=$2 secs=${RATCHET_FUZZ_SECONDS:-${3:-25}}
 name=$(basename "$bin")
-work=$(mktemp -d)
+# tmpfs when there is one: the readers take paths, so every input is a file write
+work=$(mktemp -d -p "$([ -d /dev/shm ] && echo /dev/shm || echo /tmp)")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$work/artifacts" "$work/scratch"
 cp "$corpus"/* "$work/corpus/" 2>/dev/null || true
@@ -21,7 +22,7 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   -max_len=16384 -print_final_stats=1 -artifact_prefix="$work/artifacts/" \
   > "$work/log" 2>&1 || rc=$?
 # The summary: coverage, features, exec/s, corpus size.
-grep -E "^stat::|#[0-9]+ *DONE|INFO: Loaded|Done [0-9]+ runs" "$work/log" | tail -n 20
+grep -E "^stat::|#[0-9]+[[:space:]]+DONE|Done [0-9]+ runs" "$work/log" | tail -n 20
 if [ "$rc" -ne 0 ]; then
   tail -n 60 "$work/log"
   for a in "$work"/artifacts/*; do
