@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -80,6 +81,12 @@ double RunLock::stale_seconds() {
 RunLock::RunLock(const std::string& dir, const std::string& purpose, const std::string& flag)
     : path_(dir + "/" + kFileName), purpose_(purpose) {
   fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0 && errno == EROFS) {
+    // Nothing can write a read-only file system, so no one else is writing:
+    // go on (a prune then reports what it could not remove).
+    RLOG("warning: %s is on a read-only file system: not locked\n", dir.c_str());
+    return;
+  }
   if (fd_ < 0)
     fail("cannot create the lock file ", path_, ": ", std::strerror(errno), ". ", flag,
          " must be a directory you can write");
@@ -121,7 +128,10 @@ RunLock::RunLock(const std::string& dir, const std::string& purpose, const std::
         RLOG("lock: %s is held by %s, heartbeat %llds ago; waiting up to %.0f s for it to "
              "go stale\n",
              path_.c_str(), describe(holder).c_str(), (long long)(unix_now() - hb), stale);
-      while (unix_now() - hb < stale) {
+      // Bounded by our own clock too: a heartbeat from the future (clock skew)
+      // that never moves is as dead as an old one.
+      const int64_t deadline = unix_now() + (int64_t)std::ceil(stale);
+      while (unix_now() - hb < stale && unix_now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(250));
         auto now_holder = from_ini(read_all(fd_));
         if (now_holder.empty()) break;  // released meanwhile

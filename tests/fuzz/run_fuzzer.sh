@@ -22,7 +22,7 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   -max_len=16384 -print_final_stats=1 -artifact_prefix="$work/artifacts/" \
   > "$work/log" 2>&1 || rc=$?
 # The summary: coverage, features, exec/s, corpus size.
-grep -E "^stat::|#[0-9]+[[:space:]]+DONE|Done [0-9]+ runs" "$work/log" | tail -n 20
+grep -E "^stat::|#[0-9]+[[:space:]]+DONE|Done [0-9]+ runs|INFO: Loaded [0-9]+ modules" "$work/log" | tail -n 20
 if [ "$rc" -ne 0 ]; then
   tail -n 60 "$work/log"
   for a in "$work"/artifacts/*; do
