@@ -327,10 +327,25 @@ int Trainer::choose_batch_size() const {
 }
 
 void Trainer::setup() {
+  if (!o_.ckpt_dir.empty()) ckdir_ = std::make_unique<CheckpointDir>(o_.ckpt_dir);
+  // One writer per run directory (ckpt/run_lock.h), before any work: rank 0
+  // locks, all agree.
+  std::string lock_err;
+  if (rank0()) {
+    try {
+      run_locks_ = lock_run_dirs(o_.run_dir, o_.ckpt_dir);
+    } catch (const Error& e) {
+      lock_err = e.what();
+    }
+  }
+  if (comm_.agree(!lock_err.empty()))
+    fail(lock_err.empty() ? "rank 0 could not lock the run directory" : lock_err);
   train_ds_ = std::make_unique<TokenDataset>(o_.train_data, "--train-data");
   if (!o_.val_data.empty()) val_ds_ = std::make_unique<TokenDataset>(o_.val_data, "--val-data");
-  // The shards' content identity: rank 0 reads them once, the others take its text.
-  std::string shard_ini = rank0() ? to_ini(shard_content_identity(*train_ds_, "train")) : "";
+  // The shards' content identity, for checkpoints: rank 0 reads them once.
+  std::string shard_ini;
+  if (rank0() && (ckdir_ || (o_.resume != "auto" && o_.resume != "never")))
+    shard_ini = to_ini(shard_content_identity(*train_ds_, "train"));
   comm_.broadcast_string(&shard_ini, 0);
   shard_identity_ = from_ini(shard_ini);
   std::vector<float> init;
@@ -396,11 +411,6 @@ void Trainer::setup() {
   } catch (const Error&) {
     tok_.reset();  // unknown tokenizer: samples print as ids
   }
-  if (!o_.ckpt_dir.empty()) ckdir_ = std::make_unique<CheckpointDir>(o_.ckpt_dir);
-  // One writer per run directory (ckpt/run_lock.h): rank 0 locks, all agree.
-  std::string lock_err;
-  if (rank0()) try { run_locks_ = lock_run_dirs(o_.run_dir, o_.ckpt_dir); } catch (const Error& e) { lock_err = e.what(); }
-  if (comm_.agree(!lock_err.empty())) fail(lock_err.empty() ? "rank 0 could not lock the run directory" : lock_err);
   limit_ = std::make_unique<TimeLimit>(o_.time_limit, o_.stop_margin);
   install_stop_signals(o_.preempt_signal);
 
@@ -465,7 +475,8 @@ bool Trainer::resume() {
   const auto want = identity();
   std::string diff;
   const bool old_ckpt = !has_shard_content_identity(ck->meta.identity, "train");
-  if (old_ckpt) RLOG("resume: the checkpoint predates shard content checks: shard contents not compared\n");
+  if (old_ckpt)
+    RLOG("resume: the checkpoint predates shard content checks: shard contents not compared\n");
   for (const auto& [k, v] : want) {
     if (old_ckpt && shard_identity_.count(k)) continue;
     auto it = ck->meta.identity.find(k);
