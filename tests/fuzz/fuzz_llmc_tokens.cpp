@@ -1,6 +1,10 @@
 // llm.c token files (data/llmc_tokens.h): any bytes either read as exactly the
 // tokens the header announces, or fail with ratchet::Error.
+#if __has_include("data/llmc_tokens.h")
 #include "data/llmc_tokens.h"
+#else
+#include "data_tools/llmc_tokens.h"
+#endif
 
 #include "core/error.h"
 #include "fuzz_util.h"

@@ -6,7 +6,11 @@
 #include "core/error.h"
 #include "data/shard_format.h"
 #include "data/shard_reader.h"
+#if __has_include("data/shard_verify.h")
 #include "data/shard_verify.h"
+#else
+#include "data_tools/shard_verify.h"
+#endif
 #include "fuzz_util.h"
 #include "h5_fuzz_writer.h"
 
