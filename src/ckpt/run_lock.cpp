@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <map>
 
 #include "ckpt/checkpoint.h"  // from_ini
@@ -189,6 +190,11 @@ RunLock::~RunLock() {
 std::vector<std::unique_ptr<RunLock>> lock_run_dirs(const std::string& run_dir,
                                                      const std::string& ckpt_dir) {
   std::vector<std::unique_ptr<RunLock>> locks;
+  for (const auto& [dir, flag] : {std::pair{run_dir, "--run-dir"}, std::pair{ckpt_dir, "--ckpt-dir"}}) {
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+    if (ec) fail(flag, " ", dir, " cannot be created: ", ec.message());
+  }
   if (!run_dir.empty()) locks.push_back(std::make_unique<RunLock>(run_dir, "train", "--run-dir"));
   if (!ckpt_dir.empty()) locks.push_back(std::make_unique<RunLock>(ckpt_dir, "train", "--ckpt-dir"));
   return locks;

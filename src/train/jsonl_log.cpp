@@ -4,11 +4,11 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace ratchet {
 
@@ -63,20 +63,9 @@ void JsonlLog::write_line(const std::string& line) {
 
 void JsonlLog::write(const std::vector<std::pair<std::string, double>>& fields) {
   if (fd_ < 0) return;
-  std::string line = "{";
-  char buf[64];
-  for (size_t i = 0; i < fields.size(); i++) {
-    const double v = fields[i].second;
-    line += (i ? ", \"" : "\"") + fields[i].first + "\": ";
-    if (!std::isfinite(v))
-      line += "null";
-    else if (v == std::floor(v) && std::fabs(v) < 1e15)
-      line += (std::snprintf(buf, sizeof buf, "%.0f", v), buf);
-    else
-      line += (std::snprintf(buf, sizeof buf, "%.9g", v), buf);
-  }
-  line += "}\n";
-  write_line(line);
+  OrderedJson line = OrderedJson::object();
+  for (const auto& [key, value] : fields) line[key] = json_number(value);
+  write_line(line.dump() + "\n");
 }
 
 }  // namespace ratchet
