@@ -468,6 +468,9 @@ bool Trainer::resume() {
   restore(*ck);
   merge_ledger_after_resume(*ck);
   ledger_.ckpt_load_seconds += now_s() - t_load;
+  // Write the resume down now: an attempt killed before its first step is
+  // still counted as a preemption by the next one (chaos run, scripts/chaos.sh).
+  tick();
   return true;
 }
 
@@ -508,6 +511,10 @@ void Trainer::merge_ledger_after_resume(const Checkpoint& ck) {
   Ledger l = from_json && from_json->wall_seconds >= from_ckpt.wall_seconds ? *from_json : from_ckpt;
   const double lost = std::max(0.0, l.max_step - (double)ck.meta.step);
   l.steps_lost += lost;
+  // Those steps are counted now: the next resume counts only what this attempt
+  // computes past the checkpoint (the chaos run found them counted again by
+  // every later resume behind the furthest step).
+  l.max_step = (double)ck.meta.step;
   if (l.state != 1 && l.state != 76) l.preemptions += 1;  // it ended early: killed or stopped
   l.resumes += 1;
   l.state = 0;
