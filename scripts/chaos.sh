@@ -58,6 +58,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 mpirun=$(command -v /usr/bin/mpirun || command -v mpirun || true)
 
 failures=0
+prune_pid=""
+# The prune loop must not outlive the script.
+trap '[ -z "$prune_pid" ] || kill "$prune_pid" 2>/dev/null || true' EXIT
 bad() { echo "chaos: FAIL: $*"; failures=$((failures + 1)); }
 now() { date +%s.%N; }
 # A random float in [0, $1).
@@ -100,7 +103,7 @@ target_pid() {  # $1 world, $2 launcher pid
     [ "${#ranks[@]}" -ge "$1" ] && break
     sleep 0.02
   done
-  [ "${#ranks[@]}" -gt 0 ] && echo "${ranks[RANDOM % ${#ranks[@]}]}"
+  if [ "${#ranks[@]}" -gt 0 ]; then echo "${ranks[RANDOM % ${#ranks[@]}]}"; fi
 }
 
 # ---- one scenario ----------------------------------------------------------------
@@ -121,11 +124,10 @@ run_scenario() {
   local ref_s; ref_s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { print b - a }')
   echo "chaos: $name: uninterrupted run: $steps steps in ${ref_s}s"
 
-  local attempt=0 landed=0 done_rc=-1 sum_wall=0 preempt_expected=0 resumes_seen=0
+  local attempt=0 landed=0 done_rc=-1 sum_wall=0 preempt_expected=0 resumes_seen=0 printed=0
   local segments=()  # "start_step:world" of the attempts whose work the final weights keep
   local kinds=(KILL USR1 TERM save-KILL save-TERM)
   local points=(ckpt-mid-write ckpt-before-commit ckpt-before-latest)
-  local prune_pid=""
   while :; do
     attempt=$((attempt + 1))
     [ "$attempt" -gt $((want_kills * 3 + 20)) ] && { bad "$name: no end after $attempt attempts"; break; }
@@ -175,6 +177,7 @@ run_scenario() {
     local reached; reached=$(sed -n 's/^step *\([0-9]*\)\/.*/\1/p' "$log" | tail -n 1)
     reached=${reached:-$start}
     echo "$reached" >> "$dir/progress"
+    printed=$((printed + $(grep -c '^step *[0-9]*/' "$log" || true)))
     while [ "${#segments[@]}" -gt 0 ] && [ "${segments[-1]%%:*}" -ge "$start" ]; do unset 'segments[-1]'; done
     segments+=("$start:$world")
     printf 'chaos: %s: attempt %3d world %s %-9s delay %6ss fault %-24s prune %d: steps %4d -> %4d, rc %s\n' \
@@ -218,9 +221,12 @@ run_scenario() {
     cmp -s "$dir/out.bin" "$rdir/out.bin" && echo "chaos: $name: final weights byte-identical to the replay" \
       || bad "$name: final weights differ from the replay ($dir/out.bin vs $rdir/out.bin)"
     python3 - "$dir/out.bin" "$ref/out.bin" <<'EOF'
-import sys, numpy as np
-a, b = (np.fromfile(p, dtype=np.float32, offset=1024) for p in sys.argv[1:3])
-print(f"chaos: zero: max |w - w(uninterrupted, 1 rank)| = {np.abs(a - b).max():.3g} "
+import sys
+from array import array
+def weights(path):  # an llm.c file: a 256 x int32 header, then fp32 parameters
+    w = array("f"); raw = open(path, "rb").read()[1024:]; w.frombytes(raw); return w
+a, b = weights(sys.argv[1]), weights(sys.argv[2])
+print(f"chaos: zero: max |w - w(uninterrupted, 1 rank)| = {max(abs(x - y) for x, y in zip(a, b)):.3g} "
       "(not bitwise by design: 1, 2, 3 ranks add gradients in different orders)")
 EOF
   else
@@ -233,12 +239,15 @@ EOF
   # every attempt that continued from a checkpoint; tokens: every step trained,
   # recomputed ones once each (steps + steps_lost); wall time: at most the sum of
   # the attempts' measured durations.
-  python3 - "$dir/ledger.json" "$preempt_expected" "$resumes_seen" "$steps" "$((rows * 16))" "$sum_wall" "$name" <<'EOF' \
+  python3 - "$dir/ledger.json" "$preempt_expected" "$resumes_seen" "$steps" "$((rows * 16))" "$sum_wall" "$name" \
+    "$printed" "$attempt" <<'EOF' \
     || failures=$((failures + 1))
 import json, sys
-path, pre, res, steps, tps, wall, name = sys.argv[1:]
+path, pre, res, steps, tps, wall, name, printed, attempts = sys.argv[1:]
 L = json.load(open(path))
 pre, res, steps, tps, wall = int(pre), int(res), int(steps), int(tps), float(wall)
+printed, attempts = int(printed), int(attempts)
+trained = L["tokens"] / tps
 checks = [
     ("state 1 (done)", L["state"] == 1),
     (f"max_step {L['max_step']:.0f} == {steps}", L["max_step"] == steps),
@@ -246,6 +255,10 @@ checks = [
     (f"resumes {L['resumes']:.0f} == {res} attempts that resumed", L["resumes"] == res),
     (f"tokens {L['tokens']:.0f} == {tps} x (steps {steps} + steps_lost {L['steps_lost']:.0f})",
      L["tokens"] == tps * (steps + L["steps_lost"])),
+    # A step's line is printed just after the ledger counts it: a kill in
+    # between leaves at most one counted step without its line per attempt.
+    (f"steps counted {trained:.0f} in [{printed}, {printed} + {attempts}] (step lines printed)",
+     printed <= trained <= printed + attempts),
     (f"wall {L['wall_seconds']:.2f} s <= {wall:.2f} s measured over all attempts",
      L["wall_seconds"] <= wall),
 ]
