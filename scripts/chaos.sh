@@ -49,7 +49,7 @@ exe=$(realpath "$exe")
 if [ -z "$work" ]; then work=$(mktemp -d /tmp/ratchet-chaos.XXXXXX); fi
 mkdir -p "$work"
 work=$(realpath "$work")
-RANDOM=$seed  # the choices (kind, delay, world size) replay with --seed; timing does not
+RANDOM=$seed  # the choices (kind, moment, world size) replay with --seed; timing does not
 echo "chaos: seed $seed, work dir $work, $exe"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
@@ -116,7 +116,7 @@ run_scenario() {
   [ "$mode" = z ] && zero_args=(--zero 1) && ref_world=1
   local t_start; t_start=$(now)
 
-  # The uninterrupted reference, and its duration (the kill delays scale with it).
+  # The uninterrupted reference.
   local t0; t0=$(now)
   # shellcheck disable=SC2046
   launch "$ref_world" "$work/$name-ref.log" $(train_args "$ref" $((rows / (ref_world > 0 ? ref_world : 2)))) "${zero_args[@]}"
@@ -134,17 +134,20 @@ run_scenario() {
     local log; log=$(printf '%s/logs/attempt_%03d.log' "$dir" "$attempt")
     local world=$mode
     [ "$mode" = z ] && world=$((1 + RANDOM % 3))
-    local kind=none delay=0 fault=""
+    local kind=none when=- fault=""
     if [ "$landed" -lt "$want_kills" ]; then
       kind=${kinds[RANDOM % ${#kinds[@]}]}
-      # Aim for the kills to spread over the run: an attempt gets on average
-      # 2/(kills left + 1) of the remaining run time (plus start-up).
+      # When: a quarter of the kills in the first second (start-up, the
+      # resume, the first steps); the others once the attempt has passed a
+      # random step, so that the kills spread over the run: on average
+      # 1/(kills left + 1) of the remaining steps per attempt.
       local left; left=$(( $(tail -n 1 "$dir/progress" 2>/dev/null || echo 0) ))
-      delay=$(awk -v r="$RANDOM" -v t="$ref_s" -v s="$steps" -v l="$left" -v k="$((want_kills - landed))" \
-        'BEGIN { printf "%.3f", r / 32768 * 2 * t * (s - l) / s / (k + 1) }')
+      local span=$(( 2 * (steps - left) / (want_kills - landed + 1) ))
+      if [ $((RANDOM % 4)) -eq 0 ]; then when="$(rand_upto 1)s"
+      else when="step$(( left + 1 + RANDOM % (span > 1 ? span : 1) ))"; fi
       case $kind in
-        save-KILL) fault="${points[RANDOM % 3]}*$((1 + RANDOM % 3))" ;;
-        save-TERM) fault="TERM@${points[RANDOM % 3]}" ;;  # at the first save it reaches
+        save-KILL) fault="${points[RANDOM % 3]}*$((1 + RANDOM % 3))"; when=- ;;
+        save-TERM) fault="TERM@${points[RANDOM % 3]}"; when=- ;;  # at the first save it reaches
       esac
     fi
     # `ckpt prune` alongside in a third of the attempts.
@@ -161,7 +164,14 @@ run_scenario() {
     RATCHET_FAULT=$fault launch "$world" "$log" $args "${zero_args[@]}"
     case $kind in
       KILL | USR1 | TERM)
-        sleep "$delay"
+        if [ "${when%s}" != "$when" ]; then sleep "${when%s}"
+        else  # poll the log until the attempt passes the step (or ends)
+          while kill -0 "$pid" 2>/dev/null; do
+            local at; at=$(sed -n 's/^step *\([0-9]*\)\/.*/\1/p' "$log" | tail -n 1)
+            [ "${at:-0}" -ge "${when#step}" ] && break
+            sleep 0.02
+          done
+        fi
         local victim; victim=$(target_pid "$world" "$pid")
         [ -n "$victim" ] && kill -s "$kind" "$victim" 2>/dev/null || true ;;
     esac
@@ -180,8 +190,8 @@ run_scenario() {
     printed=$((printed + $(grep -c '^step *[0-9]*/' "$log" || true)))
     while [ "${#segments[@]}" -gt 0 ] && [ "${segments[-1]%%:*}" -ge "$start" ]; do unset 'segments[-1]'; done
     segments+=("$start:$world")
-    printf 'chaos: %s: attempt %3d world %s %-9s delay %6ss fault %-24s prune %d: steps %4d -> %4d, rc %s\n' \
-      "$name" "$attempt" "$world" "$kind" "$delay" "${fault:--}" "$pruning" "$start" "$reached" "$rc"
+    printf 'chaos: %s: attempt %3d world %s %-9s at %-9s fault %-24s prune %d: steps %4d -> %4d, rc %s\n' \
+      "$name" "$attempt" "$world" "$kind" "$when" "${fault:--}" "$pruning" "$start" "$reached" "$rc"
     case $rc in
       0) done_rc=0; break ;;
       75) ;;                                        # stopped by a signal and saved
