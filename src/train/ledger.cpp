@@ -65,6 +65,14 @@ bool Ledger::write_json(const std::string& path) const {
   return ok && std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
+double Ledger::count_previous_preemption(const std::string& path) {
+  std::optional<Ledger> l = read_json(path);
+  if (!l || l->state == 1 || l->state == 76) return -1;
+  l->preemptions += 1;
+  l->state = 0;
+  return l->write_json(path) ? l->preemptions : -1;
+}
+
 std::optional<Ledger> Ledger::read_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;

@@ -45,6 +45,12 @@ struct Ledger {
   // value, never thrown: a ledger write must not stop training.
   bool write_json(const std::string& path) const;
   static std::optional<Ledger> read_json(const std::string& path);
+  // At the start of an attempt: when the last attempt recorded in `path`
+  // ended early (state 0: killed, or 75: stopped), counts its preemption in
+  // the file at once and marks this attempt as running (state 0), so that an
+  // attempt killed before its first step is still counted by the next one.
+  // Returns the preemption count written, or -1 when nothing was counted.
+  static double count_previous_preemption(const std::string& path);
   // Multi-line human summary.
   std::string summary() const;
 };

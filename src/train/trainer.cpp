@@ -133,6 +133,7 @@ class Trainer {
   std::string ledger_path_;
   double last_tick_ = 0;
   bool ledger_warned_ = false;
+  bool preemption_counted_ = false;  // run() counted the last attempt's early end in ledger.json
   double max_wall_seconds_ = 0;  // --max-wall-time (0: none)
   int bad_evals_ = 0;            // early stopping: evaluations without improvement
   double auto_interval_s_ = 0;   // --ckpt-every auto: seconds between saves
@@ -468,9 +469,6 @@ bool Trainer::resume() {
   restore(*ck);
   merge_ledger_after_resume(*ck);
   ledger_.ckpt_load_seconds += now_s() - t_load;
-  // Write the resume down now: an attempt killed before its first step is
-  // still counted as a preemption by the next one (chaos run, scripts/chaos.sh).
-  tick();
   return true;
 }
 
@@ -508,14 +506,17 @@ void Trainer::merge_ledger_after_resume(const Checkpoint& ck) {
   Ledger from_ckpt = Ledger::from_map(ck.meta.counters);
   std::optional<Ledger> from_json;
   if (!ledger_path_.empty()) from_json = Ledger::read_json(ledger_path_);
-  Ledger l = from_json && from_json->wall_seconds >= from_ckpt.wall_seconds ? *from_json : from_ckpt;
+  const bool use_json = from_json && from_json->wall_seconds >= from_ckpt.wall_seconds;
+  Ledger l = use_json ? *from_json : from_ckpt;
   const double lost = std::max(0.0, l.max_step - (double)ck.meta.step);
   l.steps_lost += lost;
   // Those steps are counted now: the next resume counts only what this attempt
   // computes past the checkpoint (the chaos run found them counted again by
   // every later resume behind the furthest step).
   l.max_step = (double)ck.meta.step;
-  if (l.state != 1 && l.state != 76) l.preemptions += 1;  // it ended early: killed or stopped
+  // It ended early (killed or stopped); ledger.json already counts it when
+  // run() did at the start of this attempt.
+  if (l.state != 1 && l.state != 76 && !(use_json && preemption_counted_)) l.preemptions += 1;
   l.resumes += 1;
   l.state = 0;
   l.price_per_device_hour = ledger_.price_per_device_hour;  // today's price applies from now
@@ -523,6 +524,9 @@ void Trainer::merge_ledger_after_resume(const Checkpoint& ck) {
   ledger_ = l;
   auto it = ck.meta.counters.find("early_stop.bad_evals");
   if (it != ck.meta.counters.end()) bad_evals_ = (int)it->second;
+  // Write the resume down now, before its line: the chaos run
+  // (scripts/chaos.sh) counts resumes by that line.
+  tick();
   RLOG("resume: %.0f step(s) since the checkpoint are recomputed; %s\n", lost,
        ledger_.summary().c_str());
 }
@@ -773,6 +777,13 @@ TrainResult Trainer::run() {
     ledger_path_ = o_.run_dir + "/ledger.json";
   else if (rank0() && !o_.ckpt_dir.empty())
     ledger_path_ = o_.ckpt_dir + "/ledger.json";
+  // Count the last attempt's early end before anything else can kill this one.
+  if (!ledger_path_.empty()) {
+    const double n = Ledger::count_previous_preemption(ledger_path_);
+    preemption_counted_ = n >= 0;
+    if (preemption_counted_) RLOG("ledger: the previous attempt ended early (preemption %.0f)\n", n);
+  }
+  fault_point("attempt-start");
   const bool resumed = resume();
   if (!o_.log_jsonl.empty() && rank0()) jlog_ = std::make_unique<JsonlLog>(o_.log_jsonl, resumed);
   else jlog_ = std::make_unique<JsonlLog>();

@@ -108,6 +108,25 @@ TEST_F(Guardrails, StepsLostAreCountedOnceWhenAResumeStopsShortOfAnEarlierAttemp
   EXPECT_EQ(ledger(run, "tokens"), (7 + 1 + 7) * 64);  // = (12 + steps_lost) x 64
 }
 
+// Found by the chaos run: an attempt killed before its first step (here just
+// before it resumes) was not counted as a preemption.
+TEST_F(Guardrails, AnAttemptKilledBeforeItResumesIsStillAPreemption) {
+  TempDir d;
+  const std::string run = d / "run";
+  const std::string c = cmd(run, 8) + " --ckpt-every-steps 4";
+  auto r = run_shell("RATCHET_FAULT=USR1@step-3 " RATCHET_EXE " " + c);
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  r = run_shell("RATCHET_FAULT=attempt-start " RATCHET_EXE " " + c);
+  ASSERT_EQ(r.exit_code, 137) << r.output;
+  EXPECT_NE(r.output.find("the previous attempt ended early (preemption 1)"), std::string::npos)
+      << r.output;
+  r = run_ratchet(c);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(ledger(run, "preemptions"), 2);  // the stop, and the kill before the resume
+  EXPECT_EQ(ledger(run, "resumes"), 1);
+  EXPECT_EQ(ledger(run, "tokens"), 8 * 64);
+}
+
 TEST_F(Guardrails, TokenBudgetStopsAtTheRightStepAndResumes) {
   TempDir d;
   const std::string run = d / "run";
