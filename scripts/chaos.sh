@@ -184,13 +184,19 @@ run_scenario() {
     local start; start=$(sed -n 's/^resume: continuing from step \([0-9]*\).*/\1/p' "$log" | head -n 1)
     # The ledger.json write of a resume comes just before this line.
     grep -q "^resume: [0-9]* step(s) since the checkpoint" "$log" && resumes_seen=$((resumes_seen + 1))
-    start=${start:-0}
     local reached; reached=$(sed -n 's/^step *\([0-9]*\)\/.*/\1/p' "$log" | tail -n 1)
-    reached=${reached:-$start}
-    echo "$reached" >> "$dir/progress"
+    if [ -z "$start" ] && { [ -n "$reached" ] || grep -q 'starting from scratch' "$log"; }; then start=0; fi
     printed=$((printed + $(grep -c '^step *[0-9]*/' "$log" || true)))
-    while [ "${#segments[@]}" -gt 0 ] && [ "${segments[-1]%%:*}" -ge "$start" ]; do unset 'segments[-1]'; done
-    segments+=("$start:$world")
+    if [ -n "$start" ]; then
+      reached=${reached:-$start}
+      echo "$reached" >> "$dir/progress"
+      # The final weights keep this attempt's work from $start on; what the
+      # attempts since $start did is replaced.
+      while [ "${#segments[@]}" -gt 0 ] && [ "${segments[-1]%%:*}" -ge "$start" ]; do unset 'segments[-1]'; done
+      segments+=("$start:$world")
+    else  # killed before it knew where to start: it changed nothing
+      start=-1 reached=-1
+    fi
     printf 'chaos: %s: attempt %3d world %s %-9s at %-9s fault %-24s prune %d: steps %4d -> %4d, rc %s\n' \
       "$name" "$attempt" "$world" "$kind" "$when" "${fault:--}" "$pruning" "$start" "$reached" "$rc"
     case $rc in
