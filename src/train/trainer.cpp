@@ -785,6 +785,20 @@ TrainResult Trainer::run() {
   }
   fault_point("attempt-start");
   const bool resumed = resume();
+  // No checkpoint to resume, but an earlier attempt in this run directory
+  // ended early before its first one: its spend is this run's too (the chaos
+  // run found it dropped). --resume never starts the ledger over as well.
+  if (!resumed && preemption_counted_ && o_.resume != "never") {
+    if (std::optional<Ledger> l = Ledger::read_json(ledger_path_)) {
+      l->steps_lost += l->max_step;  // every step it trained is recomputed
+      l->max_step = 0;
+      l->price_per_device_hour = ledger_.price_per_device_hour;
+      l->devices = ledger_.devices;
+      ledger_ = *l;
+      RLOG("ledger: no checkpoint yet; the earlier attempts' spend is kept (%.0f tokens)\n",
+           ledger_.tokens);
+    }
+  }
   if (!o_.log_jsonl.empty() && rank0()) jlog_ = std::make_unique<JsonlLog>(o_.log_jsonl, resumed);
   else jlog_ = std::make_unique<JsonlLog>();
 

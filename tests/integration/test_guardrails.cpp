@@ -127,6 +127,22 @@ TEST_F(Guardrails, AnAttemptKilledBeforeItResumesIsStillAPreemption) {
   EXPECT_EQ(ledger(run, "tokens"), 8 * 64);
 }
 
+// Found by the chaos run: an attempt killed before the first checkpoint had
+// its spend dropped by the next attempt, which started the ledger over.
+TEST_F(Guardrails, AnAttemptKilledBeforeTheFirstCheckpointKeepsItsSpend) {
+  TempDir d;
+  const std::string run = d / "run";
+  const std::string c = cmd(run, 8) + " --ckpt-every-steps 6";
+  auto r = run_shell("RATCHET_FAULT=step-3 " RATCHET_EXE " " + c);
+  ASSERT_EQ(r.exit_code, 137) << r.output;
+  r = run_ratchet(c);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(ledger(run, "preemptions"), 1);
+  EXPECT_EQ(ledger(run, "resumes"), 0);
+  EXPECT_EQ(ledger(run, "steps_lost"), 3);
+  EXPECT_EQ(ledger(run, "tokens"), (3 + 8) * 64);
+}
+
 TEST_F(Guardrails, TokenBudgetStopsAtTheRightStepAndResumes) {
   TempDir d;
   const std::string run = d / "run";
