@@ -31,7 +31,9 @@ struct Ledger {
   double max_step = 0;           // furthest step completed since the last resume
                                  // (the steps before it are in steps_lost)
   double state = 0;              // how the last attempt ended: 0 running (or killed),
-                                 // 1 done, 75 stopped to requeue, 76 budget reached
+                                 // 1 done, 2 failed (exit 1: a failed save, a non-finite
+                                 // loss; not a preemption), 75 stopped to requeue,
+                                 // 76 budget reached
 
   double wall_hours() const { return wall_seconds / 3600; }
   double device_hours() const { return device_seconds / 3600; }
@@ -45,12 +47,6 @@ struct Ledger {
   // value, never thrown: a ledger write must not stop training.
   bool write_json(const std::string& path) const;
   static std::optional<Ledger> read_json(const std::string& path);
-  // At the start of an attempt: when the last attempt recorded in `path`
-  // ended early (state 0: killed, or 75: stopped), counts its preemption in
-  // the file at once and marks this attempt as running (state 0), so that an
-  // attempt killed before its first step is still counted by the next one.
-  // Returns the preemption count written, or -1 when nothing was counted.
-  static double count_previous_preemption(const std::string& path);
   // Multi-line human summary.
   std::string summary() const;
 };
