@@ -234,6 +234,7 @@ run_scenario() {
     for i in "${!segments[@]}"; do
       local w=${segments[$i]#*:} stop_at="" f=""
       [ $((i + 1)) -lt ${#segments[@]} ] && stop_at=${segments[$((i + 1))]%%:*} && f="USR1@step-$stop_at"
+      [ "$stop_at" = "$steps" ] && f=""  # the last step: that run ends normally, the next does nothing
       # shellcheck disable=SC2046
       RATCHET_FAULT=$f launch "$w" "$rdir-$i.log" $(train_args "$rdir" $((rows / w))) --zero 1
       local rrc=0; wait "$pid" || rrc=$?
