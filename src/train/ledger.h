@@ -29,7 +29,8 @@ struct Ledger {
   double ckpt_load_seconds = 0;
   double data_wait_seconds = 0;  // time the training step waited for its batch
   double step_seconds = 0;       // time inside training steps (the useful part)
-  double max_step = 0;           // furthest step any attempt completed
+  double max_step = 0;           // furthest step completed since the last resume
+                                 // (the steps before it are in steps_lost)
   double state = 0;              // how the last attempt ended: 0 running (or killed),
                                  // 1 done, 2 failed (exit 1: a failed save, a non-finite
                                  // loss; not a preemption), 75 stopped to requeue,

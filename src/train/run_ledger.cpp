@@ -35,19 +35,52 @@ double RunLedger::merge_after_resume(const std::map<std::string, double>& ckpt_c
   Ledger from_ckpt = Ledger::from_map(ckpt_counters);
   std::optional<Ledger> from_json;
   if (!path_.empty()) from_json = Ledger::read_json(path_);
-  Ledger l = from_json && from_json->wall_seconds >= from_ckpt.wall_seconds ? *from_json : from_ckpt;
+  const bool use_json = from_json && from_json->wall_seconds >= from_ckpt.wall_seconds;
+  Ledger l = use_json ? *from_json : from_ckpt;
   const double lost = std::max(0.0, l.max_step - (double)ckpt_step);
   l.steps_lost += lost;
+  // Those steps are counted now: the next resume counts only what this attempt
+  // computes past the checkpoint (the chaos run, scripts/chaos.sh, found them
+  // counted again by every later resume behind the furthest step).
+  l.max_step = (double)ckpt_step;
   // It ended early (killed, or stopped to requeue) unless it finished, ran out
-  // of budget, or failed on its own (a failed save: not a preemption).
-  if (l.state == kLedgerRunning || l.state == kExitRequeue) l.preemptions += 1;
+  // of budget, or failed on its own (a failed save: not a preemption). When
+  // start_attempt() rewrote ledger.json, it has decided that already.
+  if (!(use_json && started_json_) && (l.state == kLedgerRunning || l.state == kExitRequeue))
+    l.preemptions += 1;
   l.resumes += 1;
   l.state = kLedgerRunning;
   l.price_per_device_hour = l_.price_per_device_hour;  // today's price applies from now
   l.devices = l_.devices;
   l.tags = l_.tags;  // labels come from this attempt's command line
   l_ = l;
+  record_time_and_write((int)ckpt_step);
   return lost;
+}
+
+double RunLedger::start_attempt() {
+  if (path_.empty()) return -1;
+  std::optional<Ledger> l = Ledger::read_json(path_);
+  if (!l) return -1;
+  const bool early = l->state == kLedgerRunning || l->state == kExitRequeue;
+  if (early) l->preemptions += 1;
+  l->state = kLedgerRunning;
+  if (!l->write_json(path_)) return -1;  // the resume counts it as before
+  started_json_ = true;
+  counted_at_start_ = early;
+  return early ? l->preemptions : -1;
+}
+
+bool RunLedger::keep_unsaved_attempts() {
+  if (!counted_at_start_) return false;
+  std::optional<Ledger> l = Ledger::read_json(path_);
+  if (!l) return false;
+  l->steps_lost += l->max_step;
+  l->max_step = 0;
+  l->price_per_device_hour = l_.price_per_device_hour;
+  l->devices = l_.devices;
+  l_ = *l;
+  return true;
 }
 
 }  // namespace ratchet

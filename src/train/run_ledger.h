@@ -32,14 +32,29 @@ class RunLedger {
   // checkpoint covers spend up to it, ledger.json also what came after (until a
   // kill or a clean stop). Takes the later one, and counts the attempt that
   // ended and the steps it loses. Returns the steps lost.
+  // Writes ledger.json before it returns (a kill right after still counts
+  // the resume).
   double merge_after_resume(const std::map<std::string, double>& ckpt_counters,
                             int64_t ckpt_step);
+
+  // At the start of an attempt, before anything else can kill it: when the
+  // last attempt in ledger.json ended early (killed, or stopped to requeue),
+  // counts its preemption there at once, and marks this attempt as running, so
+  // that an attempt killed before its first step is still counted by the next.
+  // Returns the preemption count written, or -1 when nothing was counted.
+  double start_attempt();
+  // No checkpoint to resume, but start_attempt() found an earlier attempt that
+  // ended early: its spend is this run's too; every step it trained is lost.
+  // Returns whether it was kept.
+  bool keep_unsaved_attempts();
 
  private:
   Ledger l_;
   std::string path_;
   double last_record_s_;
   bool write_warned_ = false;
+  bool started_json_ = false;      // start_attempt() rewrote ledger.json (state: running)
+  bool counted_at_start_ = false;  // ... and counted the last attempt's preemption
 };
 
 }  // namespace ratchet

@@ -476,8 +476,18 @@ void Trainer::export_weights() {
 
 int Trainer::train() {
   setup();
+  // Count the last attempt's early end before anything else can kill this one.
+  const double preemption = ledger_.start_attempt();
+  if (preemption >= 0) RLOG("ledger: the previous attempt ended early (preemption %.0f)\n", preemption);
+  fault_point("attempt-start");
   TrainState st = state();
   const bool resumed = ckpt_->resume(st);
+  // No checkpoint yet, but earlier attempts of this run ended early: their
+  // spend is this run's too (the chaos run found it dropped). --resume never
+  // starts the ledger over as well.
+  if (!resumed && o_.resume != "never" && ledger_.keep_unsaved_attempts())
+    RLOG("ledger: no checkpoint yet; the earlier attempts' spend is kept (%.0f tokens)\n",
+         ledger_->tokens);
   if (!o_.log_jsonl.empty() && rank0()) jlog_ = std::make_unique<JsonlLog>(o_.log_jsonl, resumed);
   else jlog_ = std::make_unique<JsonlLog>();
 

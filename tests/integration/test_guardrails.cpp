@@ -83,6 +83,65 @@ TEST_F(Guardrails, LedgerSumsAcrossAStopAndAKill) {
   EXPECT_NE(r.output.find("ledger: "), std::string::npos);
 }
 
+// Found by the chaos run (scripts/chaos.sh): a resume behind the furthest step
+// of an earlier attempt counted that attempt's extra steps as lost once more.
+TEST_F(Guardrails, StepsLostAreCountedOnceWhenAResumeStopsShortOfAnEarlierAttempt) {
+  TempDir d;
+  const std::string run = d / "run";
+  const std::string c = cmd(run, 12) + " --ckpt-every-steps 4";
+  // attempt 1: checkpoint at 4, killed after step 7
+  auto r = run_shell("RATCHET_FAULT=step-7 " RATCHET_EXE " " + c);
+  ASSERT_EQ(r.exit_code, 137) << r.output;
+  // attempt 2: resumes at 4 (steps 5..7 lost), stopped after step 5 (saves 5)
+  r = run_shell("RATCHET_FAULT=USR1@step-5 " RATCHET_EXE " " + c);
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_EQ(ledger(run, "steps_lost"), 3);
+  // attempt 3: resumes at 5, nothing lost, finishes
+  r = run_ratchet(c);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("0 step(s) since the checkpoint are recomputed"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(ledger(run, "steps_lost"), 3);
+  EXPECT_EQ(ledger(run, "preemptions"), 2);
+  EXPECT_EQ(ledger(run, "resumes"), 2);
+  EXPECT_EQ(ledger(run, "tokens"), (7 + 1 + 7) * 64);  // = (12 + steps_lost) x 64
+}
+
+// Found by the chaos run: an attempt killed before its first step (here just
+// before it resumes) was not counted as a preemption.
+TEST_F(Guardrails, AnAttemptKilledBeforeItResumesIsStillAPreemption) {
+  TempDir d;
+  const std::string run = d / "run";
+  const std::string c = cmd(run, 8) + " --ckpt-every-steps 4";
+  auto r = run_shell("RATCHET_FAULT=USR1@step-3 " RATCHET_EXE " " + c);
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  r = run_shell("RATCHET_FAULT=attempt-start " RATCHET_EXE " " + c);
+  ASSERT_EQ(r.exit_code, 137) << r.output;
+  EXPECT_NE(r.output.find("the previous attempt ended early (preemption 1)"), std::string::npos)
+      << r.output;
+  r = run_ratchet(c);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(ledger(run, "preemptions"), 2);  // the stop, and the kill before the resume
+  EXPECT_EQ(ledger(run, "resumes"), 1);
+  EXPECT_EQ(ledger(run, "tokens"), 8 * 64);
+}
+
+// Found by the chaos run: an attempt killed before the first checkpoint had
+// its spend dropped by the next attempt, which started the ledger over.
+TEST_F(Guardrails, AnAttemptKilledBeforeTheFirstCheckpointKeepsItsSpend) {
+  TempDir d;
+  const std::string run = d / "run";
+  const std::string c = cmd(run, 8) + " --ckpt-every-steps 6";
+  auto r = run_shell("RATCHET_FAULT=step-3 " RATCHET_EXE " " + c);
+  ASSERT_EQ(r.exit_code, 137) << r.output;
+  r = run_ratchet(c);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(ledger(run, "preemptions"), 1);
+  EXPECT_EQ(ledger(run, "resumes"), 0);
+  EXPECT_EQ(ledger(run, "steps_lost"), 3);
+  EXPECT_EQ(ledger(run, "tokens"), (3 + 8) * 64);
+}
+
 TEST_F(Guardrails, TokenBudgetStopsAtTheRightStepAndResumes) {
   TempDir d;
   const std::string run = d / "run";

@@ -19,8 +19,12 @@ namespace ratchet::cpu {
 inline float exp_f(float x) {
   x = x < -87.33f ? -87.33f : x;  // 2^n stays a normal number: n >= -126
   x = x > 88.0f ? 88.0f : x;      // n <= 127
-  // n = round(x / ln2) by the 1.5*2^23 trick (exact for |n| < 2^22).
-  float n = x * 1.44269504088896341f + 12582912.0f;
+  // n = round(x / ln2) by the 1.5*2^23 trick (exact for |n| < 2^22). A NaN
+  // takes n from 0: converting NaN to int and shifting the negative result was
+  // undefined (UBSan, scripts/sanitize.sh: "left shift of negative value" in
+  // CpuOps.NanPropagates); r, and so the result, stay NaN.
+  const float xn = x == x ? x : 0.0f;
+  float n = xn * 1.44269504088896341f + 12582912.0f;
   n -= 12582912.0f;
   float r = x - n * 0.693359375f;  // ln2 = 0.693359375 - 2.12194440e-4 (Cody-Waite)
   r = r + n * 2.12194440e-4f;

@@ -1,0 +1,311 @@
+#!/usr/bin/env bash
+# The chaos run (issue 14): trains a tiny model while killing the trainer at
+# random moments, restarting it after every kill, and checks that
+#   - the final weights (--export) are byte-identical to a run never stopped;
+#   - the ledger counted every preemption and resume, and no time or tokens twice.
+# Kills: SIGKILL, SIGUSR1, SIGTERM at a random moment; SIGKILL or a stop signal
+# inside a save (RATCHET_FAULT points); `ratchet ckpt prune` running alongside.
+# Scenarios:
+#   single  one process
+#   mpi     mpirun -np 2, a random rank receives the kill
+#   zero    --zero 1 with a world size of 1, 2 or 3 chosen anew at every restart
+#           (the same global batch). Different world sizes add gradients in a
+#           different order, so this one is compared byte for byte with a
+#           replay: the same world sizes over the same step ranges, stopped
+#           cleanly at the steps the chaos run resumed from.
+#
+#   scripts/chaos.sh [--exe build/ratchet] [--work DIR] [--full | --quick]
+#                    [--steps N] [--kills K] [--mpi-kills K] [--zero-kills K]
+#                    [--scenarios single,mpi,zero] [--seed S]
+#   --full (default): 2000 steps, 50 kills; 2 x 12 more in mpi and zero
+#   --quick (CTest, label chaos): 200 steps, 8 kills; 4 in mpi and zero
+# Exit 0: every check passed; 1: a check failed (the log says which).
+set -euo pipefail
+
+exe=build/ratchet
+work=""
+steps=2000 kills=50 mpi_kills=12 zero_kills=12
+scenarios=single,mpi,zero
+seed=$(( $(date +%s) % 32768 ))
+while [ $# -gt 0 ]; do
+  case $1 in
+    --exe) exe=$2; shift ;;
+    --work) work=$2; shift ;;
+    --full) steps=2000 kills=50 mpi_kills=12 zero_kills=12 ;;
+    --quick) steps=200 kills=8 mpi_kills=4 zero_kills=4 ;;
+    --steps) steps=$2; shift ;;
+    --kills) kills=$2; shift ;;
+    --mpi-kills) mpi_kills=$2; shift ;;
+    --zero-kills) zero_kills=$2; shift ;;
+    --scenarios) scenarios=$2; shift ;;
+    --seed) seed=$2; shift ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) echo "chaos.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+exe=$(realpath "$exe")
+[ -x "$exe" ] || { echo "chaos.sh: no ratchet binary at $exe (build it, or pass --exe)" >&2; exit 2; }
+if [ -z "$work" ]; then work=$(mktemp -d /tmp/ratchet-chaos.XXXXXX); fi
+mkdir -p "$work"
+work=$(realpath "$work")
+RANDOM=$seed  # the choices (kind, moment, world size) replay with --seed; timing does not
+echo "chaos: seed $seed, work dir $work, $exe"
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 \
+  OMPI_MCA_btl_vader_single_copy_mechanism=none
+mpirun=$(command -v /usr/bin/mpirun || command -v mpirun || true)
+
+failures=0
+prune_pid=""
+# The prune loop must not outlive the script.
+trap '[ -z "$prune_pid" ] || kill "$prune_pid" 2>/dev/null || true' EXIT
+bad() { echo "chaos: FAIL: $*"; failures=$((failures + 1)); }
+now() { date +%s.%N; }
+# A random float in [0, $1).
+rand_upto() { awk -v r="$RANDOM" -v m="$1" 'BEGIN { printf "%.3f", r / 32768 * m }'; }
+
+# ---- data: a slice of the King James Bible, byte tokens -------------------------
+if [ ! -f "$work/data/train_000000.h5" ]; then
+  command -v bible >/dev/null || { echo "chaos.sh: needs bible-kjv (scripts/install-deps.sh)" >&2; exit 2; }
+  bible -f "Gen1:1-Gen9:29" > "$work/text.txt"
+  "$exe" shard --tokenizer byte --input "$work/text.txt" --output-dir "$work/data" \
+    --val-fraction 0.1 > "$work/shard.log"
+fi
+
+# Every piece of state matters: shuffled data, accumulation (single, mpi),
+# warmup + cosine LR, evaluation; a save every 10 steps keeps progress per
+# attempt small next to the kills.
+rows=6  # global batch: 6 rows of 16 tokens
+train_args() {  # $1 run dir, $2 micro-batch
+  echo "train --model custom --layers 2 --heads 2 --channels 32 --max-seq-len 16 --seq-len 16" \
+    "--batch-size $2 --total-batch-tokens $((rows * 16)) --threads 1" \
+    "--train-data $work/data/train_*.h5 --val-data $work/data/val_*.h5 --eval-every 50" \
+    "--eval-batches 2 --warmup-steps 20 --steps $steps --lr 3e-3 --ckpt-every-steps 10" \
+    "--keep-last 2 --run-dir $1 --export $1/out.bin"
+}
+launch() {  # $1 world (0: no mpirun), $2 log, rest: ratchet args; sets $pid
+  local world=$1 log=$2; shift 2
+  if [ "$world" -eq 0 ]; then
+    "$exe" "$@" > "$log" 2>&1 &
+  else
+    "$mpirun" -np "$world" --bind-to none -x RATCHET_FAULT "$exe" "$@" > "$log" 2>&1 &
+  fi
+  pid=$!
+}
+# The pid the kill goes to: the trainer itself, or a random rank under mpirun.
+target_pid() {  # $1 world, $2 launcher pid
+  if [ "$1" -eq 0 ]; then echo "$2"; return; fi
+  local ranks=() i
+  for i in $(seq 50); do
+    mapfile -t ranks < <(pgrep -P "$2" -f "$exe" || true)
+    [ "${#ranks[@]}" -ge "$1" ] && break
+    sleep 0.02
+  done
+  if [ "${#ranks[@]}" -gt 0 ]; then echo "${ranks[RANDOM % ${#ranks[@]}]}"; fi
+}
+
+# ---- one scenario ----------------------------------------------------------------
+# $1 name, $2 kills, $3 world mode: 0 = no mpirun, 2 = two ranks, z = 1..3 with ZeRO-1
+run_scenario() {
+  local name=$1 want_kills=$2 mode=$3
+  local dir="$work/$name" ref="$work/$name-ref"
+  rm -rf "$dir" "$ref"; mkdir -p "$dir/logs"
+  local zero_args=() ref_world=$mode
+  [ "$mode" = z ] && zero_args=(--zero 1) && ref_world=1
+  local t_start; t_start=$(now)
+
+  # The uninterrupted reference.
+  local t0; t0=$(now)
+  # shellcheck disable=SC2046
+  launch "$ref_world" "$work/$name-ref.log" $(train_args "$ref" $((rows / (ref_world > 0 ? ref_world : 2)))) "${zero_args[@]}"
+  wait "$pid" || { bad "$name: the uninterrupted run failed (rc $?, $work/$name-ref.log)"; return; }
+  local ref_s; ref_s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { print b - a }')
+  echo "chaos: $name: uninterrupted run: $steps steps in ${ref_s}s"
+
+  local attempt=0 landed=0 done_rc=-1 sum_wall=0 preempt_expected=0 resumes_seen=0 printed=0 preempt_maybe=0
+  local segments=()  # "start_step:world" of the attempts whose work the final weights keep
+  local kinds=(KILL USR1 TERM save-KILL save-TERM)
+  local points=(ckpt-mid-write ckpt-before-commit ckpt-before-latest)
+  while :; do
+    attempt=$((attempt + 1))
+    [ "$attempt" -gt $((want_kills * 3 + 20)) ] && { bad "$name: no end after $attempt attempts"; break; }
+    local log; log=$(printf '%s/logs/attempt_%03d.log' "$dir" "$attempt")
+    local world=$mode
+    [ "$mode" = z ] && world=$((1 + RANDOM % 3))
+    local kind=none when=- fault=""
+    if [ "$landed" -lt "$want_kills" ]; then
+      kind=${kinds[RANDOM % ${#kinds[@]}]}
+      # When: a quarter of the kills in the first second (start-up, the
+      # resume, the first steps); the others once the attempt has passed a
+      # random step, so that the kills spread over the run: on average
+      # 1/(kills left + 1) of the remaining steps per attempt.
+      local left; left=$(( $(tail -n 1 "$dir/progress" 2>/dev/null || echo 0) ))
+      local span=$(( 2 * (steps - left) / (want_kills - landed + 1) ))
+      if [ $((RANDOM % 4)) -eq 0 ]; then when="$(rand_upto 1)s"
+      else when="step$(( left + 1 + RANDOM % (span > 1 ? span : 1) ))"; fi
+      case $kind in
+        save-KILL) fault="${points[RANDOM % 3]}*$((1 + RANDOM % 3))"; when=- ;;
+        save-TERM) fault="TERM@${points[RANDOM % 3]}"; when=- ;;  # at the first save it reaches
+      esac
+    fi
+    # `ckpt prune` alongside in a third of the attempts.
+    local pruning=0
+    if [ $((RANDOM % 3)) -eq 0 ]; then
+      pruning=1
+      ( while :; do "$exe" ckpt prune "$dir/ckpt" --keep-last 1 >> "$dir/prune.log" 2>&1 || true
+                    sleep 0.05; done ) &
+      prune_pid=$!
+    fi
+    local args; args=$(train_args "$dir" $((rows / (world > 0 ? world : 2))))
+    local a0; a0=$(now)
+    # shellcheck disable=SC2086
+    RATCHET_FAULT=$fault launch "$world" "$log" $args "${zero_args[@]}"
+    case $kind in
+      KILL | USR1 | TERM)
+        if [ "${when%s}" != "$when" ]; then sleep "${when%s}"
+        else  # poll the log until the attempt passes the step (or ends)
+          while kill -0 "$pid" 2>/dev/null; do
+            local at; at=$(sed -n 's/^step *\([0-9]*\)\/.*/\1/p' "$log" 2>/dev/null | tail -n 1 || true)
+            [ "${at:-0}" -ge "${when#step}" ] && break
+            sleep 0.02
+          done
+        fi
+        local victim; victim=$(target_pid "$world" "$pid")
+        [ -n "$victim" ] && kill -s "$kind" "$victim" 2>/dev/null || true ;;
+    esac
+    local rc=0
+    wait "$pid" || rc=$?
+    local a1; a1=$(now)
+    if [ -n "$prune_pid" ]; then kill "$prune_pid" 2>/dev/null || true; wait "$prune_pid" 2>/dev/null || true; prune_pid=""; fi
+    sum_wall=$(awk -v s="$sum_wall" -v a="$a0" -v b="$a1" 'BEGIN { print s + b - a }')
+    # Where the attempt started, how far it got.
+    local start; start=$(sed -n 's/^resume: continuing from step \([0-9]*\).*/\1/p' "$log" | head -n 1)
+    # The ledger.json write of a resume comes just before this line.
+    grep -q "^resume: [0-9]* step(s) since the checkpoint" "$log" && resumes_seen=$((resumes_seen + 1))
+    local reached; reached=$(sed -n 's/^step *\([0-9]*\)\/.*/\1/p' "$log" | tail -n 1)
+    if [ -z "$start" ] && { [ -n "$reached" ] || grep -q 'starting from scratch' "$log"; }; then start=0; fi
+    printed=$((printed + $(grep -c '^step *[0-9]*/' "$log" || true)))
+    if [ -n "$start" ]; then
+      reached=${reached:-$start}
+      echo "$reached" >> "$dir/progress"
+      # The final weights keep this attempt's work from $start on; what the
+      # attempts since $start did is replaced.
+      while [ "${#segments[@]}" -gt 0 ] && [ "${segments[-1]%%:*}" -ge "$start" ]; do unset 'segments[-1]'; done
+      segments+=("$start:$world")
+    else  # killed before it knew where to start: it changed nothing
+      start=-1 reached=-1
+    fi
+    printf 'chaos: %s: attempt %3d world %s %-9s at %-9s fault %-24s prune %d: steps %4d -> %4d, rc %s\n' \
+      "$name" "$attempt" "$world" "$kind" "$when" "${fault:--}" "$pruning" "$start" "$reached" "$rc"
+    case $rc in
+      0) done_rc=0; break ;;
+      75) ;;                                        # stopped by a signal and saved
+      137) ;;                                       # SIGKILL (ours or a fault point)
+      *) if [ "$world" != 0 ] && grep -q "exited on signal 9\|killed by signal 9\|signal 9 (Killed)" "$log"; then
+           :                                        # mpirun ending the job after a rank's SIGKILL
+         else
+           bad "$name: attempt $attempt ended with rc $rc ($kind, fault '${fault}'): $log"
+           tail -n 5 "$log" | sed 's/^/    /'
+         fi ;;
+    esac
+    [ "$rc" -ne 0 ] && landed=$((landed + 1))
+    # The ledger can only count an attempt that wrote it: one that counted the
+    # attempt before it ("ledger: the previous attempt ended early"), resumed,
+    # or trained a step; each line is printed just after that write. An attempt
+    # killed before (process start-up, options, opening the data) is not
+    # counted; one killed between a write and its line may be.
+    if [ "$rc" -ne 0 ]; then
+      if grep -q '^step *[0-9]*/\|^resume: [0-9]* step(s) since\|^ledger: the previous attempt ended early' "$log"; then
+        preempt_expected=$((preempt_expected + 1))
+      else
+        preempt_maybe=$((preempt_maybe + 1))
+        echo "chaos: $name: attempt $attempt was stopped before it wrote the ledger (may not count)"
+      fi
+    fi
+  done
+  [ "$done_rc" -eq 0 ] || { bad "$name: the run never finished"; return; }
+
+  # ---- the final weights ----
+  if [ "$mode" = z ]; then
+    # Replay: the surviving segments, each stopped cleanly where the next began.
+    local i rdir="$work/$name-replay"; rm -rf "$rdir"
+    for i in "${!segments[@]}"; do
+      local w=${segments[$i]#*:} stop_at="" f=""
+      [ $((i + 1)) -lt ${#segments[@]} ] && stop_at=${segments[$((i + 1))]%%:*} && f="USR1@step-$stop_at"
+      [ "$stop_at" = "$steps" ] && f=""  # the last step: that run ends normally, the next does nothing
+      # shellcheck disable=SC2046
+      RATCHET_FAULT=$f launch "$w" "$rdir-$i.log" $(train_args "$rdir" $((rows / w))) --zero 1
+      local rrc=0; wait "$pid" || rrc=$?
+      [ "$rrc" -eq $([ -n "$f" ] && echo 75 || echo 0) ] || bad "$name: replay segment $i (world $w, to ${stop_at:-the end}) rc $rrc: $rdir-$i.log"
+    done
+    echo "chaos: $name: replayed ${#segments[@]} segment(s): ${segments[*]} (start:world)"
+    cmp -s "$dir/out.bin" "$rdir/out.bin" && echo "chaos: $name: final weights byte-identical to the replay" \
+      || bad "$name: final weights differ from the replay ($dir/out.bin vs $rdir/out.bin)"
+    python3 - "$dir/out.bin" "$ref/out.bin" <<'EOF'
+import sys
+from array import array
+def weights(path):  # an llm.c file: a 256 x int32 header, then fp32 parameters
+    w = array("f"); raw = open(path, "rb").read()[1024:]; w.frombytes(raw); return w
+a, b = weights(sys.argv[1]), weights(sys.argv[2])
+print(f"chaos: zero: max |w - w(uninterrupted, 1 rank)| = {max(abs(x - y) for x, y in zip(a, b)):.3g} "
+      "(not bitwise by design: 1, 2, 3 ranks add gradients in different orders)")
+EOF
+  else
+    cmp -s "$dir/out.bin" "$ref/out.bin" && echo "chaos: $name: final weights byte-identical to the uninterrupted run" \
+      || bad "$name: final weights differ from the uninterrupted run ($dir/out.bin vs $ref/out.bin)"
+  fi
+
+  # ---- the ledger ----
+  # preemptions: every attempt that ended early and wrote the ledger; resumes:
+  # every attempt that continued from a checkpoint; tokens: every step trained,
+  # recomputed ones once each (steps + steps_lost); wall time: at most the sum of
+  # the attempts' measured durations.
+  python3 - "$dir/ledger.json" "$preempt_expected:$preempt_maybe" "$resumes_seen" "$steps" "$((rows * 16))" "$sum_wall" "$name" \
+    "$printed" "$attempt" <<'EOF' \
+    || failures=$((failures + 1))
+import json, sys
+path, pre, res, steps, tps, wall, name, printed, attempts = sys.argv[1:]
+L = json.load(open(path))
+pre, maybe = (int(x) for x in pre.split(":"))
+res, steps, tps, wall = int(res), int(steps), int(tps), float(wall)
+printed, attempts = int(printed), int(attempts)
+trained = L["tokens"] / tps
+checks = [
+    ("state 1 (done)", L["state"] == 1),
+    (f"max_step {L['max_step']:.0f} == {steps}", L["max_step"] == steps),
+    (f"preemptions {L['preemptions']:.0f} == {pre} attempts that ended early (+ up to {maybe})",
+     pre <= L["preemptions"] <= pre + maybe),
+    (f"resumes {L['resumes']:.0f} == {res} attempts that resumed", L["resumes"] == res),
+    (f"tokens {L['tokens']:.0f} == {tps} x (steps {steps} + steps_lost {L['steps_lost']:.0f})",
+     L["tokens"] == tps * (steps + L["steps_lost"])),
+    # A step's line is printed just after the ledger counts it: a kill in
+    # between leaves at most one counted step without its line per attempt.
+    (f"steps counted {trained:.0f} in [{printed}, {printed} + {attempts}] (step lines printed)",
+     printed <= trained <= printed + attempts),
+    (f"wall {L['wall_seconds']:.2f} s <= {wall:.2f} s measured over all attempts",
+     L["wall_seconds"] <= wall),
+]
+ok = True
+for what, good in checks:
+    print(f"chaos: {name}: ledger: {what}: {'ok' if good else 'WRONG'}")
+    ok &= good
+sys.exit(0 if ok else 1)
+EOF
+  echo "chaos: $name: $landed kill(s) landed over $attempt attempt(s), $(awk -v a="$t_start" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }') s in all"
+  [ "$landed" -ge "$want_kills" ] || bad "$name: only $landed of $want_kills kills landed (the run ended first)"
+}
+
+t_all=$(now)
+for s in ${scenarios//,/ }; do
+  case $s in
+    single) run_scenario single "$kills" 0 ;;
+    mpi | zero)
+      if [ -z "$mpirun" ]; then echo "chaos: $s: skipped (no mpirun)"; continue; fi
+      if [ "$s" = mpi ]; then run_scenario mpi "$mpi_kills" 2; else run_scenario zero "$zero_kills" z; fi ;;
+    *) echo "chaos.sh: unknown scenario '$s' (single, mpi, zero)" >&2; exit 2 ;;
+  esac
+done
+echo "chaos: $(awk -v a="$t_all" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }') s in all, $failures failure(s), seed $seed"
+[ "$failures" -eq 0 ]

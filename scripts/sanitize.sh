@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Sanitizer builds and runs (issue 14); scripts/test.sh runs both.
+#   asan  build-asan: ratchet and the unit + integration tests with
+#         -fsanitize=address,undefined (-O1, no CUDA, no MPI), then those labels.
+#         The integration tests run the sanitized ratchet binary too.
+#   tsan  build-tsan: the loader's prefetch thread (test_loader_prefetch) and
+#         the MPI collectives with the asynchronous all-reduce
+#         (test_mpi_collectives, 2 ranks) under ThreadSanitizer.
+# Every report is fatal. ASan, LSan and TSan write theirs to
+# BUILD/sanitizer-logs/ (a child process's too, whatever exit code its test
+# expected); UBSan ignores log_path next to ASan, so its reports exit with 87,
+# a code no test expects, and the step also searches the verbose CTest log
+# (BUILD/ctest-sanitize.log) for any report. The step fails on any report.
+#   scripts/sanitize.sh [asan] [tsan]      (default: both)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+what=("$@")
+[ ${#what[@]} -gt 0 ] || what=(asan tsan)
+common=(-DRATCHET_CUDA=OFF -DRATCHET_KERNELS=OFF -DRATCHET_BENCH=OFF)
+
+# Runs ctest verbosely into BUILD/ctest-sanitize.log, prints its summary, and
+# fails (printing the reports) when a test failed or any report was made.
+run_tests() {  # $1 build dir, $2 what runs, rest: ctest arguments
+  local build=$1 name=$2; shift 2
+  local log=$build/ctest-sanitize.log rc=0
+  (cd "$build" && ctest -V --timeout 900 -j 2 "$@") > "$log" 2>&1 || rc=$?
+  sed -n '/tests passed/,$p' "$log"
+  local reports; reports=$(find "$build/sanitizer-logs" -type f 2>/dev/null | sort)
+  for f in $reports; do echo "==== $f"; head -n 60 "$f"; done
+  if grep -q 'runtime error:\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|WARNING: ThreadSanitizer' "$log"; then
+    echo "==== reports in $log:"
+    grep -B2 -A20 'runtime error:\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|WARNING: ThreadSanitizer' "$log" | head -n 200
+    reports="$reports $log"
+  fi
+  if [ "$rc" -ne 0 ]; then
+    echo "sanitize: $name: tests failed (their output: $log)"
+    grep -B3 -A40 '\*\*\*Failed\|\*\*\*Timeout\|\*\*\*Exception' "$log" | head -n 300
+    return 1
+  fi
+  [ -z "${reports// }" ] || { echo "sanitize: $name: reports found"; return 1; }
+  echo "sanitize: $name: no reports"
+}
+
+for w in "${what[@]}"; do
+  case $w in
+    asan)
+      t0=$SECONDS
+      RATCHET_BUILD_DIR=build-asan RATCHET_BUILD_TARGETS="ratchet tests_unit tests_integration" \
+        scripts/build.sh -DRATCHET_SANITIZE=address,undefined -DRATCHET_MPI=OFF "${common[@]}"
+      logs=$root/build-asan/sanitizer-logs
+      rm -rf "$logs"; mkdir -p "$logs"
+      t1=$SECONDS
+      # detect_leaks: LeakSanitizer too; scripts/lsan.supp lists the libraries'
+      # own one-time allocations it must not blame on us.
+      export ASAN_OPTIONS="log_path=$logs/asan:exitcode=86:detect_leaks=1:strict_string_checks=1:check_initialization_order=1"
+      export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
+      export UBSAN_OPTIONS="exitcode=87:print_stacktrace=1"
+      rc=0
+      run_tests build-asan "asan+ubsan" -L 'unit|integration' || rc=1
+      unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
+      echo "sanitize: asan: build $((t1 - t0)) s, tests $((SECONDS - t1)) s"
+      [ "$rc" -eq 0 ] || exit "$rc"
+      ;;
+    tsan)
+      t0=$SECONDS
+      RATCHET_BUILD_DIR=build-tsan RATCHET_BUILD_TARGETS="test_loader_prefetch test_mpi_collectives" \
+        scripts/build.sh -DRATCHET_SANITIZE=thread "${common[@]}"
+      logs=$root/build-tsan/sanitizer-logs
+      rm -rf "$logs"; mkdir -p "$logs"
+      t1=$SECONDS
+      # One OpenMP thread: libgomp is not built with TSan, so its barriers are
+      # invisible to it; with one thread its regions run on the caller. Open MPI
+      # is not instrumented either: scripts/tsan.supp names its internals.
+      export OMP_NUM_THREADS=1
+      export TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp"
+      rc=0
+      run_tests build-tsan tsan -R 'LoaderPrefetch|LoaderResume|mpi_collectives_np[12]$' || rc=1
+      unset TSAN_OPTIONS OMP_NUM_THREADS
+      echo "sanitize: tsan: build $((t1 - t0)) s, tests $((SECONDS - t1)) s"
+      [ "$rc" -eq 0 ] || exit "$rc"
+      ;;
+    *) echo "sanitize.sh: unknown build '$w' (asan, tsan)" >&2; exit 2 ;;
+  esac
+done
