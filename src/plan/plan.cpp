@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "model/gpt.h"
+#include "model/memory.h"
 #include "model/param_layout.h"
 
 namespace ratchet::plan {
@@ -238,6 +239,8 @@ Plan make_plan(const PlanInputs& in_) {
   if (in.device_memory_gb >= 0) p.device_memory_bytes = in.device_memory_gb * 1e9;
   else if (p.device->memory_gb > 0) p.device_memory_bytes = p.device->memory_gb * 1e9;
   else p.device_memory_bytes = host_memory_bytes();
+  if (sb == 2)  // a GPU (the cuda backend's BF16 storage)
+    p.device_reserve_bytes = (double)device_memory_reserve((size_t)p.device_memory_bytes);
 
   // ---- time ----------------------------------------------------------------
   p.compute_s = fpt * p.tokens_per_step / in.world / eff_flops_per_s;
@@ -409,15 +412,18 @@ std::string plan_table(const Plan& p) {
   row("AdamW m, v (fp32)", p.mem.adam, p.mem.adam_zero1);
   if (p.mem.workspace) row("op workspace (attention, GEMM)", p.mem.workspace, p.mem.workspace);
   o << "  activations by recompute policy (B=" << in.B << ", T=" << in.T << "):\n";
+  const double usable = p.device_memory_bytes - p.device_reserve_bytes;
+  if (p.device_reserve_bytes > 0)
+    row("kept free (CUDA, cuBLASLt, NCCL)", p.device_reserve_bytes, p.device_reserve_bytes);
   o << "    policy      activations   total   total ZeRO-1   extra FLOPs   fits "
-    << fmt("%.0f", p.device_memory_bytes / 1e9) << " GB\n";
+    << fmt("%.0f", usable / 1e9) << " GB\n";
   for (const Recompute& r : listed_policies(in.recompute)) {
     const bool chosen = r == in.recompute;
     const double extra = recompute_flops_per_token(in.cfg, in.T, r) / p.flops_per_token;
     const size_t acts = p.mem.activations_of(r);
     const size_t t0 = p.mem.total_of(r, false), t1 = p.mem.total_of(r, true);
-    const char* fits = t0 <= p.device_memory_bytes ? "yes"
-                       : t1 <= p.device_memory_bytes ? "ZeRO-1 only"
+    const char* fits = t0 <= usable ? "yes"
+                       : t1 <= usable ? "ZeRO-1 only"
                                                      : "no";
     char buf[200];
     std::snprintf(buf, sizeof buf, "    %-10s %12s %8s %14s %12s   %s%s\n", r.name().c_str(),
@@ -498,6 +504,7 @@ std::string plan_json(const Plan& p) {
       .num("mfu", in.mfu)
       .num("storage_bytes", (double)p.device->storage_bytes)
       .num("memory_bytes", p.device_memory_bytes)
+      .num("memory_reserve_bytes", p.device_reserve_bytes)
       .num("price_per_device_hour", in.price)
       .close();
   j.open("compute");
