@@ -98,8 +98,11 @@ TEST(NcclBootstrap, NoDeviceIsAClearError) {
 bool no_gpu_anywhere(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
-  *why = e != cudaSuccess ? cudaGetErrorString(e) : "no device";
-  return g_host->agree(e != cudaSuccess || n < 1);
+  *why = e != cudaSuccess ? cudaGetErrorString(e)
+                          : n < 1 ? "no device"
+                                  : std::to_string(g_host->local_world()) + " ranks on " +
+                                        std::to_string(n) + " device(s): one GPU per rank";
+  return g_host->agree(e != cudaSuccess || n < g_host->local_world());
 }
 
 TEST(NcclDevice, AllReduceReduceScatterAllGather) {
