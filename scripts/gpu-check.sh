@@ -173,7 +173,8 @@ fi
 # ---- 5. d12 loss curve: GPU (BF16) vs CPU (FP32) ----------------------------------------
 data=$work/kjv
 exe=$build/ratchet
-if [ ! -f "$data/train_000.h5" ]; then
+have_shards() { compgen -G "$data/train_*.h5" > /dev/null; }
+if ! have_shards; then
   mkdir -p "$data"
   if ! { bible -f "Gen1:1-Rev22:21" > "$data/kjv.txt" &&
          run "$work/shard.log" "$exe" shard --tokenizer byte --input "$data/kjv.txt" \
@@ -183,7 +184,7 @@ if [ ! -f "$data/train_000.h5" ]; then
 fi
 common=(train --model d12 --train-data "$data/train_*.h5" --batch-size 4 --seq-len 256
         --steps "$steps" --lr 6e-4 --warmup-steps 20 --seed 1234 --quiet)
-if [ -f "$data/train_000.h5" ]; then
+if have_shards; then
   run "$work/train-gpu.log" "$exe" "${common[@]}" --device cuda --log-jsonl "$work/gpu.jsonl"
   g=$?
   run "$work/train-cpu.log" "$exe" "${common[@]}" --device cpu --log-jsonl "$work/cpu.jsonl"
