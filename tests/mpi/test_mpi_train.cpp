@@ -346,6 +346,9 @@ TEST_F(MpiTrainStubNccl, TrainsThroughTheDeviceCommunicatorAndEnds) {
   EXPECT_NE(r.output.find("stub nccl: up on rank 1 of 2"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("still waiting"), std::string::npos) << r.output;
   EXPECT_EQ(read_losses(d / "log.jsonl").size(), 8u);
+  // Overlap groups each layer's twelve all-reduces: 2 layers x 8 steps.
+  EXPECT_NE(r.output.find("stub nccl: rank 0 ran 16 grouped all-reduce sets"), std::string::npos)
+      << r.output;
 }
 
 // One rank throws after NCCL is up while the other waits in a gradient
