@@ -13,7 +13,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <algorithm>
+#include <mutex>
+#include <string>
 #include <type_traits>
+#include <unordered_map>
+#include <vector>
 
 #include "core/error.h"  // ratchet::check_failed, the one reporter
 
@@ -79,16 +83,109 @@ struct NvtxRange {
 };
 #define RATCHET_NVTX_RANGE(name) ::ratchet::kernels::NvtxRange nvtx_range_(name)
 
+// ---- launch limits -------------------------------------------------------------------------
+// What every launch must respect on the architectures we build for (sm_80,
+// sm_90: CUDA C++ Programming Guide, "Technical specifications per compute
+// capability"): at most 1024 threads per block, block.z <= 64, grid.x <=
+// 2^31 - 1, grid.y and grid.z <= 65535, no zero dimension, and at most 48 KiB
+// of dynamic shared memory (more needs cudaFuncSetAttribute, which no kernel
+// here uses). Returns "" when (grid, block, smem) is launchable, else what is
+// wrong. On a device, launch_kernel also checks the kernel's own limit
+// (cudaFuncGetAttributes: maxThreadsPerBlock after its register use).
+constexpr unsigned kMaxThreadsPerBlock = 1024, kMaxBlockZ = 64, kMaxGridX = 2147483647u,
+                   kMaxGridYZ = 65535;
+constexpr size_t kMaxDynamicSmem = 48 * 1024;
+inline std::string launch_config_problem(dim3 grid, dim3 block, size_t smem) {
+  auto s = [](unsigned long long v) { return std::to_string(v); };
+  const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+  if (!grid.x || !grid.y || !grid.z || !block.x || !block.y || !block.z)
+    return "a zero grid or block dimension (grid " + s(grid.x) + "x" + s(grid.y) + "x" +
+           s(grid.z) + ", block " + s(block.x) + "x" + s(block.y) + "x" + s(block.z) + ")";
+  if (threads > kMaxThreadsPerBlock)
+    return s(threads) + " threads per block (limit " + s(kMaxThreadsPerBlock) + ")";
+  if (block.z > kMaxBlockZ) return "block.z " + s(block.z) + " (limit 64)";
+  if (grid.x > kMaxGridX) return "grid.x " + s(grid.x) + " (limit 2^31 - 1)";
+  if (grid.y > kMaxGridYZ || grid.z > kMaxGridYZ)
+    return "grid.y " + s(grid.y) + ", grid.z " + s(grid.z) + " (limit 65535 each)";
+  if (smem > kMaxDynamicSmem)
+    return s(smem) + " bytes of dynamic shared memory (limit 48 KiB without opt-in)";
+  return "";
+}
+
+// Tests: while a LaunchDryRun lives on this thread, launches are checked and
+// recorded but not run, so that every launcher's geometry can be exercised at
+// the largest shapes `ratchet plan` allows without the memory or the time.
+struct LaunchRecord {
+  std::string name;
+  dim3 grid, block;
+  size_t smem;
+};
+class LaunchDryRun {
+ public:
+  LaunchDryRun() : prev_(current()) { current() = this; }
+  ~LaunchDryRun() { current() = prev_; }
+  LaunchDryRun(const LaunchDryRun&) = delete;
+  LaunchDryRun& operator=(const LaunchDryRun&) = delete;
+  std::vector<LaunchRecord> launches;
+  static LaunchDryRun*& current() {
+    static thread_local LaunchDryRun* p = nullptr;
+    return p;
+  }
+
+ private:
+  LaunchDryRun* prev_;
+};
+
+#if !RATCHET_SIMT
+// The kernel's own limits on the current device, looked up once per kernel.
+inline void check_kernel_resources(const char* name, const void* fn, dim3 block, size_t smem) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, cudaFuncAttributes> seen;
+  cudaFuncAttributes a;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = seen.find(fn);
+    if (it == seen.end()) {
+      cudaCheck(cudaFuncGetAttributes(&a, fn));
+      it = seen.emplace(fn, a).first;
+    }
+    a = it->second;
+  }
+  const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+  if (threads > (unsigned long long)a.maxThreadsPerBlock)
+    ::ratchet::check_failed(
+        "launch", name,
+        (std::to_string(threads) + " threads per block, but with " + std::to_string(a.numRegs) +
+         " registers per thread this kernel allows " + std::to_string(a.maxThreadsPerBlock))
+            .c_str(),
+        __func__, __FILE__, __LINE__);
+  if (smem > (size_t)a.maxDynamicSharedSizeBytes)
+    ::ratchet::check_failed("launch", name,
+                            (std::to_string(smem) + " bytes of dynamic shared memory, limit " +
+                             std::to_string(a.maxDynamicSharedSizeBytes))
+                                .c_str(),
+                            __func__, __FILE__, __LINE__);
+}
+#endif
+
 // ---- the launch helper -------------------------------------------------------------------
 // RATCHET_LAUNCH(kernel, grid, block, smem_bytes, stream, args...) is
 // kernel<<<grid, block, smem_bytes, stream>>>(args...) under nvcc and a simt
 // launch under g++. Wrap template kernels in parentheses: (k<float, 4>).
-// Follow it with RATCHET_CHECK_LAUNCH().
+// Follow it with RATCHET_CHECK_LAUNCH(). Every launch is checked first against
+// launch_config_problem (both builds) and, on a device, the kernel's limits:
+// a bad configuration fails naming the kernel, never launches.
 template <class... KArgs, class... Args>
 inline void launch_kernel(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block,
                           size_t smem, cudaStream_t stream, Args&&... args) {
+  const std::string bad = launch_config_problem(grid, block, smem);
+  if (!bad.empty()) ::ratchet::check_failed("launch", name, bad.c_str(), __func__, __FILE__, __LINE__);
+  if (LaunchDryRun* d = LaunchDryRun::current()) {
+    d->launches.push_back({name, grid, block, smem});
+    return;
+  }
 #if !RATCHET_SIMT
-  (void)name;
+  check_kernel_resources(name, reinterpret_cast<const void*>(kernel), block, smem);
   kernel<<<grid, block, smem, stream>>>(static_cast<KArgs>(args)...);
 #else
   (void)stream;

@@ -200,6 +200,7 @@ struct BackendOptions {
   std::string device = "cpu";  // cpu | cuda | auto | simt
   int threads = 0;             // cpu: threads (<= 0: all cores)
   std::string storage = "bf16";  // cuda/simt: bf16 | f32
+  bool tf32 = false;             // cuda, f32 storage: TF32 tensor-core GEMMs
 };
 using BackendMaker = std::unique_ptr<Backend> (*)(const BackendOptions&);
 // available(why): whether the device can run now; on false *why says why.

@@ -124,6 +124,9 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("storage", po::value(&o.storage)->default_value(o.storage),
      "cuda/simt storage of parameters, gradients, activations: bf16 (FP32 master weights) or "
      "f32 (the cpu backend is always f32)")
+    ("tf32", po::bool_switch(&o.tf32),
+     "--storage f32 on a GPU: run the GEMMs on TF32 tensor cores (10-bit mantissa inputs, "
+     "FP32 accumulation) instead of exact FP32; off by default")
     ("zero", po::value(&o.zero)->default_value(o.zero),
      "data parallel: 0 = all-reduce gradients; 1 = ZeRO-1, each rank keeps and updates 1/N of "
      "the AdamW state (reduce-scatter, all-gather)")

@@ -197,8 +197,29 @@ std::unique_ptr<Communicator> make_device_communicator(Communicator& host) {
   return device_maker().make(host);
 }
 
-void select_device_for_local_rank(int local_rank) {
-  if (device_maker().select_device) device_maker().select_device(local_rank);
+bool wants_device_communicator(const std::string& backend_name) {
+  if (backend_name.rfind("cuda", 0) == 0) return true;
+  return backend_name.rfind("simt", 0) == 0 && device_maker().make && device_maker().host_buffers;
+}
+
+int device_for_local_rank(int local_rank, int local_world, int devices) {
+  if (devices < 1)
+    fail("no usable CUDA device for local rank ", local_rank,
+         ": the cuda backend on several ranks needs one GPU per rank");
+  if (local_world > devices)
+    fail(local_world, " ranks on this node but only ", devices,
+         " visible GPU(s): ratchet runs one rank per GPU (two ranks sharing a GPU would "
+         "each size its memory as if alone and fail or crawl). Launch at most ", devices,
+         " ranks per node (srun --ntasks-per-node=", devices, " --gpus-per-task=1, or mpirun "
+         "-npernode ", devices, "), or check CUDA_VISIBLE_DEVICES");
+  if (local_rank < 0 || local_rank >= local_world)
+    fail("local rank ", local_rank, " is outside the ", local_world,
+         " ranks on this node: the launcher variables disagree (dist/communicator.h)");
+  return local_rank;
+}
+
+void select_device_for_local_rank(int local_rank, int local_world) {
+  if (device_maker().select_device) device_maker().select_device(local_rank, local_world);
 }
 
 std::unique_ptr<Communicator> make_communicator() {

@@ -74,6 +74,17 @@ class Communicator {
   }
   virtual void progress() {}
   virtual void wait_all() {}
+  // Brackets a set of all_reduce_async calls that may be fused into one launch
+  // (nccl: ncclGroupStart/End, one event for the whole group; mpi and single:
+  // nothing). Only all_reduce_async between them; the same on every rank.
+  virtual void group_start() {}
+  virtual void group_end() {}
+
+  // Error path only: ends this rank's in-flight collectives WITHOUT waiting for
+  // the other ranks (nccl: ncclCommAbort); the communicator is unusable after.
+  // Called before anything that could block (a destructor, abort_job): see
+  // run_training (train/trainer.cpp). mpi and single: nothing to abort.
+  virtual void abort_collectives() {}
 
   // Ends the whole job now (every rank), exit code `code`: MPI_Abort for mpi.
   // For a failing rank, so that no other rank is left waiting in a collective.
@@ -120,15 +131,29 @@ bool have_mpi();
 // RATCHET_REGISTER_NCCL). select_device(local_rank) makes the local rank's GPU
 // current (before the backend allocates on it); it does nothing when no device
 // is usable (the backend then says what to do).
+// select_device gets the ranks on this node too: more ranks than visible
+// devices is an Error (two ranks on one GPU), see device_for_local_rank.
+// host_buffers marks a stand-in that works on host memory (tests, e.g. the
+// stub NCCL of tests/mpi/stub_device_comm_main.cpp): then the simt backend
+// uses it too.
 struct DeviceCommunicatorMaker {
   std::unique_ptr<Communicator> (*make)(Communicator& host) = nullptr;
-  void (*select_device)(int local_rank) = nullptr;
+  void (*select_device)(int local_rank, int local_world) = nullptr;
+  bool host_buffers = false;
 };
 void register_device_communicator(const DeviceCommunicatorMaker& m);
 bool have_device_communicator();
+// Whether gradients of a backend named `backend_name` ("cuda (bf16)", "simt
+// (f32)", "cpu") go through the device communicator rather than the host one.
+bool wants_device_communicator(const std::string& backend_name);
+// The device of a local rank: local_rank itself. One GPU per rank: fails
+// (Error, naming the counts and what to do) when the node runs more ranks than
+// it has visible devices (local_world > devices) rather than silently putting
+// two ranks on one GPU; and when there is no device at all.
+int device_for_local_rank(int local_rank, int local_world, int devices);
 // Error (with what to do) when no device communicator is registered.
 std::unique_ptr<Communicator> make_device_communicator(Communicator& host);
 // Makes the local rank's device current if a device communicator is registered.
-void select_device_for_local_rank(int local_rank);
+void select_device_for_local_rank(int local_rank, int local_world);
 
 }  // namespace ratchet

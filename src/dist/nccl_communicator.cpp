@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 
 #include "core/error.h"
 
@@ -45,26 +46,27 @@ ncclUniqueId nccl_bootstrap_id(Communicator& host) {
   ncclUniqueId id{};
   if (host.rank() == 0) ncclCheck(ncclGetUniqueId(&id));
   host.broadcast(&id, sizeof id, 0);
+  host.barrier();  // completes the broadcast on every rank (see the header)
   return id;
 }
 
-int nccl_pick_device(int local_rank) {
+int nccl_pick_device(int local_rank, int local_world) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0)
     fail("no usable CUDA device for local rank ", local_rank, " (",
          e != cudaSuccess ? cudaGetErrorString(e) : "0 devices",
          "): the NCCL communicator needs one GPU per rank");
-  return local_rank % n;
+  return device_for_local_rank(local_rank, local_world, n);
 }
 
-void nccl_select_device(int local_rank) {
+void nccl_select_device(int local_rank, int local_world) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     cudaGetLastError();  // clear it: the backend reports the missing device itself
     return;
   }
-  cudaCheck(cudaSetDevice(local_rank % n));
+  cudaCheck(cudaSetDevice(device_for_local_rank(local_rank, local_world, n)));
   set_device_probe(current_cuda_device);
 }
 
@@ -73,19 +75,28 @@ namespace {
 class NcclCommunicator final : public Communicator {
  public:
   explicit NcclCommunicator(Communicator& host) : host_(host) {
-    device_ = nccl_pick_device(host.local_rank());
+    device_ = nccl_pick_device(host.local_rank(), host.local_world());
     cudaCheck(cudaSetDevice(device_));
     const ncclUniqueId id = nccl_bootstrap_id(host_);
     ncclCheck(ncclCommInitRank(&comm_, host_.world(), id, host_.rank()));
-    cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // Lower numbers are higher priorities: `greatest` is the highest.
+    int least = 0, greatest = 0;
+    cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cudaCheck(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
     cudaCheck(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    warm_up();
   }
   ~NcclCommunicator() override {
-    cudaEventDestroy(ready_);
-    cudaEventDestroy(done_);
-    cudaStreamDestroy(stream_);
-    ncclCommDestroy(comm_);
+    // Unwinding from an error: the other ranks may be inside a collective, and
+    // ncclCommDestroy would wait for them forever.
+    if (std::uncaught_exceptions() > 0) abort_collectives();
+    if (comm_) {
+      cudaEventDestroy(ready_);
+      cudaEventDestroy(done_);
+      cudaStreamDestroy(stream_);
+      ncclCommDestroy(comm_);
+    }
   }
   std::string name() const override { return "nccl"; }
   int rank() const override { return host_.rank(); }
@@ -115,9 +126,23 @@ class NcclCommunicator final : public Communicator {
     cudaCheck(cudaStreamSynchronize(stream_));
   }
   void all_reduce_async(void* buf, size_t n, DType t, ReduceOp op) override {
-    after_compute();
+    if (!in_group_) after_compute();  // a group waited once, at group_start()
     ncclCheckComm(ncclAllReduce(buf, buf, n, nccl_dtype(t), nccl_op(op), comm_, stream_), comm_);
     pending_ = true;
+  }
+  void group_start() override {
+    after_compute();
+    ncclCheckComm(ncclGroupStart(), comm_);
+    in_group_ = true;
+  }
+  void group_end() override {
+    in_group_ = false;
+    ncclCheckComm(ncclGroupEnd(), comm_);
+  }
+  void abort_collectives() override {
+    if (!comm_) return;
+    ncclCommAbort(comm_);  // does not wait for the other ranks
+    comm_ = nullptr;
   }
   void wait_all() override {
     if (!pending_) return;
@@ -128,7 +153,7 @@ class NcclCommunicator final : public Communicator {
   void barrier() override { host_.barrier(); }
   bool agree(bool flag) override { return host_.agree(flag); }
   [[noreturn]] void abort_job(int code) override {
-    ncclCommAbort(comm_);
+    abort_collectives();
     host_.abort_job(code);
     std::_Exit(code);  // not reached
   }
@@ -139,6 +164,25 @@ class NcclCommunicator final : public Communicator {
     cudaCheck(cudaEventRecord(ready_, kCompute));
     cudaCheck(cudaStreamWaitEvent(stream_, ready_, 0));
   }
+  // One small and one large all-reduce, a reduce-scatter and an all-gather,
+  // so that NCCL connects and allocates for the algorithms the step uses now,
+  // before the trainer measures free memory (see the header).
+  void warm_up() {
+    const size_t big = (size_t)8 << 20;  // 8M floats (32 MB): ring/NVLS sizes
+    const size_t W = (size_t)world();
+    float* buf = nullptr;
+    cudaCheck(cudaMalloc(&buf, big * sizeof(float)));
+    cudaCheck(cudaMemsetAsync(buf, 0, big * sizeof(float), stream_));
+    ncclCheckComm(ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, comm_, stream_), comm_);
+    ncclCheckComm(ncclAllReduce(buf, buf, big, ncclFloat32, ncclSum, comm_, stream_), comm_);
+    // In place, as NCCL defines it: this rank's slice is at rank * count.
+    const size_t n = big / W;
+    float* mine = buf + (size_t)rank() * n;
+    ncclCheckComm(ncclReduceScatter(buf, mine, n, ncclFloat32, ncclSum, comm_, stream_), comm_);
+    ncclCheckComm(ncclAllGather(mine, buf, n, ncclFloat32, comm_, stream_), comm_);
+    cudaCheck(cudaStreamSynchronize(stream_));
+    cudaCheck(cudaFree(buf));
+  }
   // The cuda backend's stream: the legacy default stream (see the header).
   static constexpr cudaStream_t kCompute = nullptr;
 
@@ -147,6 +191,7 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;      // communication
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
   bool pending_ = false;               // async all-reduces not yet waited for
+  bool in_group_ = false;              // between group_start() and group_end()
   int device_ = 0;
 };
 
@@ -160,6 +205,7 @@ void register_nccl_communicator() {
   DeviceCommunicatorMaker m;
   m.make = make_nccl_communicator;
   m.select_device = nccl_select_device;
+  m.host_buffers = false;
   register_device_communicator(m);
 }
 

@@ -100,12 +100,16 @@ void DataParallel::grad_ready(int layer) {
     char* g = static_cast<char*>(model_->grads());
     const DType t = dtype();
     if (layer >= 0) {
+      // One group per layer: NCCL fuses the twelve all-reduces into one launch
+      // behind one event (ncclGroupStart/End); MPI starts them one by one.
       const int L = model_->config().num_layers;
+      gcomm_.group_start();
       for (int i = P_LN1W; i <= P_FCPROJB; i++) {
         const size_t n = layout_.per_layer(i, L);
         gcomm_.all_reduce_async(g + (layout_.offsets[i] + (size_t)layer * n) * sb, n, t,
                                 ReduceOp::Sum);
       }
+      gcomm_.group_end();
     } else {
       // wte and wpe are adjacent (the start of the buffer), and so are lnfw, lnfb (its end).
       RATCHET_ASSERT(layout_.offsets[P_WPE] == layout_.offsets[P_WTE] + layout_.sizes[P_WTE]);

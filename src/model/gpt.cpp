@@ -256,8 +256,19 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int B
   be_.upload_bytes(a.targets, targets, sizeof(int) * B * T);
   // d(mean loss)/d(loss at one position) = 1/(B*T)
   run_forward(a, B, T, true, loss_scale / (float)(B * T));
-  float loss = mean_loss(a, B * T);
   run_backward(a, B, T);
+  // Host synchronisations per micro-batch on a device, and why each stays:
+  // - the mean loss is read AFTER the backward is enqueued (only the forward's
+  //   classifier writes a.losses), so the device runs forward and backward
+  //   back to back; reading it between them left the GPU idle while the host
+  //   summed the losses and enqueued the whole backward. This read is the one
+  //   sync per micro-batch: the loss is returned by value (the trainer's
+  //   NaN check and log need it per step) and it also bounds how far the host
+  //   runs ahead (the next upload reuses the host batch buffer).
+  // - upload_bytes synchronises because the source is pageable host memory
+  //   the loader refills at once; it then waits for nothing (the loss read
+  //   above has drained the queue): a few microseconds, not a bubble.
+  float loss = mean_loss(a, B * T);
   last_B_ = B;
   last_T_ = T;
   return loss;

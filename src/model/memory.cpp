@@ -26,4 +26,10 @@ StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   return m;
 }
 
+size_t device_memory_reserve(size_t free_bytes) {
+  const size_t floor = (size_t)1 << 30;  // 1 GiB: NCCL's buffers for one more algorithm
+                                         // (NVLS on H100 NVSwitch ~0.5 GiB) plus modules
+  return std::max(floor, free_bytes / 20);
+}
+
 }  // namespace ratchet

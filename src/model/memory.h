@@ -38,6 +38,16 @@ struct StepMemory {
   size_t total() const { return arena() + overhead; }  // bytes_in_use at its peak
 };
 
+// Device memory the arena leaves free, for what is allocated after it is
+// sized and outside the accounting: CUDA modules loaded lazily at a kernel's
+// first launch (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2),
+// cuBLASLt's kernels and its per-handle state, NCCL buffers for an algorithm
+// first used after the warm-up collective (dist/nccl_communicator.h), and the
+// context's own growth. max(1 GiB, 5% of the memory free when the arena is
+// sized; after the NCCL warm-up). `ratchet train` (explicit --batch-size and
+// auto) and `ratchet plan` both subtract it and print it; 0 for host memory.
+size_t device_memory_reserve(size_t free_bytes);
+
 // moment_elems: the length of the optimizer's m and v (P, or a ZeRO-1 shard).
 StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                        const BackendMemoryModel& be, size_t moment_elems,

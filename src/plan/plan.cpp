@@ -13,6 +13,7 @@
 #include "core/json.h"
 #include "dist/zero.h"
 #include "model/gpt.h"
+#include "model/memory.h"
 #include "model/param_layout.h"
 
 namespace ratchet::plan {
@@ -262,6 +263,8 @@ Plan make_plan(const PlanInputs& in_) {
   if (in.device_memory_gb >= 0) p.device_memory_bytes = in.device_memory_gb * 1e9;
   else if (p.device->memory_gb > 0) p.device_memory_bytes = p.device->memory_gb * 1e9;
   else p.device_memory_bytes = host_memory_bytes();
+  if (sb == 2)  // a GPU (the cuda backend's BF16 storage)
+    p.device_reserve_bytes = (double)device_memory_reserve((size_t)p.device_memory_bytes);
 
   // ---- time ----------------------------------------------------------------
   p.compute_s = fpt * p.tokens_per_step / in.world / eff_flops_per_s;
@@ -391,15 +394,18 @@ std::string plan_table(const Plan& p) {
   if (p.mem.workspace) row("op scratch (attention, ...)", p.mem.workspace, p.mem.workspace);
   if (p.mem.overhead) row("backend (cuBLASLt workspace)", p.mem.overhead, p.mem.overhead);
   o << "  activations by recompute policy (B=" << in.B << ", T=" << in.T << "):\n";
+  const double usable = p.device_memory_bytes - p.device_reserve_bytes;
+  if (p.device_reserve_bytes > 0)
+    row("kept free (CUDA, cuBLASLt, NCCL)", p.device_reserve_bytes, p.device_reserve_bytes);
   o << "    policy      activations   total   total ZeRO-1   extra FLOPs   fits "
-    << fmt("%.0f", p.device_memory_bytes / 1e9) << " GB\n";
+    << fmt("%.0f", usable / 1e9) << " GB\n";
   for (const Recompute& r : listed_policies(in.recompute)) {
     const bool chosen = r == in.recompute;
     const double extra = recompute_flops_per_token(in.cfg, in.T, r) / p.flops_per_token;
     const size_t acts = p.mem.activations_of(r);
     const size_t t0 = p.mem.total_of(r, false), t1 = p.mem.total_of(r, true);
-    const char* fits = t0 <= p.device_memory_bytes ? "yes"
-                       : t1 <= p.device_memory_bytes ? "ZeRO-1 only"
+    const char* fits = t0 <= usable ? "yes"
+                       : t1 <= usable ? "ZeRO-1 only"
                                                      : "no";
     char buf[200];
     std::snprintf(buf, sizeof buf, "    %-10s %12s %8s %14s %12s   %s%s\n", r.name().c_str(),
@@ -476,6 +482,7 @@ std::string plan_json(const Plan& p) {
                  {"mfu", json_number(in.mfu)},
                  {"storage_bytes", p.device->storage_bytes},
                  {"memory_bytes", json_number(p.device_memory_bytes)},
+                 {"memory_reserve_bytes", json_number(p.device_reserve_bytes)},
                  {"price_per_device_hour", json_number(in.price)}};
   OrderedJson& compute = j["compute"];
   if (p.has_budget) compute["budget_flops"] = json_number(p.budget_flops);

@@ -157,6 +157,9 @@ struct Plan {
   // memory
   MemoryPlan mem;
   double device_memory_bytes = 0;
+  // GPUs: device_memory_reserve(memory) (model/memory.h), what `ratchet
+  // train` keeps out of its arena; "fits" compares with memory - reserve. 0 on cpu.
+  double device_reserve_bytes = 0;
   // time
   double compute_s = 0, allreduce_s = 0, step_s = 0, dp_efficiency = 1;
   double grad_bytes = 0;

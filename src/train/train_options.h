@@ -55,6 +55,7 @@ struct TrainOptions {
 
   // data parallel (ranks from mpirun / srun; see dist/communicator.h)
   int zero = 0;                 // ZeRO stage: 0 = all-reduce gradients, 1 = shard AdamW state
+  bool tf32 = false;             // --storage f32 GEMMs on TF32 tensor cores
   bool overlap_comm = true;     // stage 0: all-reduce each layer's gradients during backward
   std::string log_jsonl;
   std::string export_path;      // llm.c fp32 checkpoint written at the end

@@ -116,6 +116,11 @@ class Trainer {
     ledger_->set_tags(o_.tags);  // --tag key=value, sweep and trial ids, Slurm job and account
   }
   int run();  // the exit code
+  // Error path: ends the device communicator's in-flight collectives without
+  // waiting (ncclCommAbort), before anything that could block.
+  void abort_collectives() {
+    if (grad_comm_) grad_comm_->abort_collectives();
+  }
 
  private:
   void setup();
@@ -123,6 +128,11 @@ class Trainer {
   std::map<std::string, std::string> identity() const;
   std::map<std::string, std::string> settings() const;
   int choose_batch_size() const;
+  // Free device memory less device_memory_reserve (model/memory.h).
+  size_t usable_device_bytes() const {
+    const size_t f = be_->free_memory_bytes(), r = device_memory_reserve(f);
+    return f > r ? f - r : 0;
+  }
   // The exact memory of a step at micro-batch B on this rank (model/memory.h).
   StepMemory memory_for(const GPTConfig& cfg, int B) const;
   TrainState state();
@@ -228,20 +238,24 @@ std::map<std::string, std::string> Trainer::settings() const {
 // in rows, so accumulation keeps the total exact) whose step fits the memory
 // budget, by the exact accounting of model/memory.h (parameters, gradients,
 // AdamW moments or their ZeRO-1 shard, master weights, activations under the
-// recompute policy, the backend's workspace). On a device the budget is 90%
-// of its free memory (the arena is then sized by the same accounting).
+// recompute policy, the backend's workspace). On a device the budget is its
+// free memory less the stated reserve (device_memory_reserve, model/memory.h;
+// the arena is then sized by the same accounting).
 int Trainer::choose_batch_size() const {
   double budget = o_.memory_budget_mb * 1e6;
-  if (budget <= 0 && be_->free_memory_bytes() > 0) budget = 0.9 * be_->free_memory_bytes();
+  if (budget <= 0 && be_->free_memory_bytes() > 0) budget = (double)usable_device_bytes();
   if (budget <= 0) budget = 0.8 * host_available_bytes();
   const long rows = total_ / T_ / comm_.world();  // this rank's rows per step
   auto need = [&](long b) { return (double)memory_for(cfg_, (int)b).total(); };
   for (long b = rows; b >= 1; b--) {
     if (rows % b) continue;
     if (need(b) <= budget) {
-      RLOG("batch-size auto: B=%ld (%.1f MB of %.1f MB, recompute %s), %ld micro-batch(es) per "
-           "step\n",
-           b, need(b) / 1e6, budget / 1e6, c_.recompute.name().c_str(), rows / b);
+      RLOG("batch-size auto: B=%ld (%.1f MB of %.1f MB, recompute %s; %.1f MB kept in "
+           "reserve), %ld micro-batch(es) per step\n",
+           b, need(b) / 1e6, budget / 1e6, c_.recompute.name().c_str(),
+           be_->free_memory_bytes() > 0 ? device_memory_reserve(be_->free_memory_bytes()) / 1e6
+                                        : 0.0,
+           rows / b);
       return (int)b;
     }
   }
@@ -289,16 +303,17 @@ void Trainer::setup() {
     bo.device = o_.device;
     bo.threads = threads_;
     bo.storage = o_.storage;
+    bo.tf32 = o_.tf32;
     // One GPU per rank: the local rank's device is made current before the
     // backend allocates on it (dist/communicator.h).
     if (comm_.world() > 1 && (o_.device == "cuda" || o_.device == "auto"))
-      select_device_for_local_rank(comm_.local_rank());
+      select_device_for_local_rank(comm_.local_rank(), comm_.local_world());
     std::string note;
     be_ = make_backend(bo, &note);
     if (!note.empty()) RLOG("%s\n", note.c_str());
     // Gradients in real device memory go through NCCL (before the arena takes
     // the free memory); host memory (cpu, simt) through comm_ (MPI).
-    if (comm_.world() > 1 && be_->name().rfind("cuda", 0) == 0)
+    if (comm_.world() > 1 && wants_device_communicator(be_->name()))
       grad_comm_ = make_device_communicator(comm_);
   }
   if (B_ == 0) {
@@ -310,17 +325,21 @@ void Trainer::setup() {
   // accounting: a step that does not fit fails here, before any work, and a
   // wrong accounting is an error, never a silent extra allocation.
   if (be_->free_memory_bytes() > 0) {
+    // NCCL (if any) is up and warmed up: its buffers are already taken from
+    // the free memory measured here; the reserve covers what comes later.
     const StepMemory need = memory_for(cfg_, B_);
-    if ((double)need.arena() > (double)be_->free_memory_bytes())
+    const size_t reserve = device_memory_reserve(be_->free_memory_bytes());
+    if (need.arena() > usable_device_bytes())
       fail("the step needs ", need.arena() / 1e6, " MB of device memory (micro-batch ", B_,
            ", recompute ", c_.recompute.name(), ") but ", be_->free_memory_bytes() / 1e6,
-           " MB are free: lower --batch-size (or use auto), use --recompute blocks, or --zero 1 "
-           "across ranks");
+           " MB are free, of which ", reserve / 1e6,
+           " MB stay in reserve (CUDA modules, cuBLASLt, NCCL): lower --batch-size (or use "
+           "auto), use --recompute blocks, or --zero 1 across ranks");
     be_->use_arena(need.arena());
     RLOG("device memory: %.1f MB arena (params+grads %.1f, activations %.1f, optimizer %.1f, "
-         "workspace %.1f MB)\n",
+         "workspace %.1f MB), %.1f MB kept in reserve\n",
          need.arena() / 1e6, (need.params + need.grads) / 1e6, need.activations / 1e6,
-         (need.moments + need.master) / 1e6, need.workspace / 1e6);
+         (need.moments + need.master) / 1e6, need.workspace / 1e6, reserve / 1e6);
   }
   if (val_ds_) {
     val_ds_->check_vocab(cfg_.vocab_size);
@@ -642,13 +661,22 @@ int Trainer::train() {
 // With more than one rank, an error on any rank is printed with the rank and
 // ends the whole job at once (MPI_Abort): no rank is left waiting in a
 // collective. One rank: errors go to main() as before.
+//
+// The Trainer is NOT destroyed on that path: its destructor would run
+// ncclCommDestroy, which waits for the communicator to be quiescent (nccl.h:
+// "ncclCommFinalize ... globally quiescent"), i.e. for the other ranks, who
+// wait in a collective for this one: the job would hang until its walltime.
+// Instead the NCCL communicator is aborted first (ncclCommAbort: "aborts any
+// operations that might still be running on the device"), then the job.
 int run_training(const TrainOptions& opt) {
   std::unique_ptr<Communicator> comm = make_communicator();
   if (comm->world() == 1) return Trainer(opt, *comm).run();
   int code = kExitFailure;
   std::string what;
+  std::optional<Trainer> trainer;  // outlives the catch: see above
   try {
-    return Trainer(opt, *comm).run();
+    trainer.emplace(opt, *comm);
+    return trainer->run();
   } catch (const Error& e) {
     code = kExitUsage;
     what = e.what();
@@ -656,6 +684,7 @@ int run_training(const TrainOptions& opt) {
     what = e.what();
   }
   report_rank_error("ratchet train", what, code);
+  if (trainer) trainer->abort_collectives();
   comm->abort_job(code);
   std::_Exit(code);  // not reached
 }

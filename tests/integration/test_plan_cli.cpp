@@ -48,6 +48,22 @@ TEST(PlanCli, TablePrintsEverySection) {
     EXPECT_NE(r.output.find(s), std::string::npos) << "missing '" << s << "':\n" << r.output;
 }
 
+// A GPU plan keeps the device memory reserve out of "fits", as `ratchet
+// train` keeps it out of its arena (model/memory.h): 5% of 80 GB = 4 GB on an
+// H100, shown as its own line and in the JSON; a CPU plan has none.
+TEST(PlanCli, GpuPlanShowsTheMemoryReserve) {
+  auto r = run_ratchet("plan --model d12 --device h100 -B 8 -T 1024");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("kept free (CUDA, cuBLASLt, NCCL)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fits 76 GB"), std::string::npos) << r.output;
+  r = run_ratchet("plan --model d12 --device h100 -B 8 -T 1024 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_DOUBLE_EQ(json_number(r.output, "device", "memory_reserve_bytes"), 4e9);
+  r = run_ratchet("plan --model d12 --device cpu -B 8 -T 1024 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_DOUBLE_EQ(json_number(r.output, "device", "memory_reserve_bytes"), 0.0);
+}
+
 // blocks:k is listed next to the standard policies, marked as used, and its
 // JSON figures are the model's accounting (d12 at B=8, T=1024 in BF16 on an
 // H100: recomputing 3 of 12 blocks is a quarter of blocks' extra FLOPs).

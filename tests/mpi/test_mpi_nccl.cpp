@@ -5,6 +5,7 @@
 // driver) or finds no GPU.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -33,10 +34,63 @@ TEST(NcclBootstrap, EveryRankGetsRankZerosUniqueId) {
   EXPECT_NE(std::memcmp(&id, &zero, sizeof id), 0) << "the id is all zeros";
 }
 
+// Records the host calls the bootstrap makes, forwarding them.
+class Recording final : public Communicator {
+ public:
+  explicit Recording(Communicator& h) : h_(h) {}
+  std::string calls;
+  std::string name() const override { return "recording"; }
+  int rank() const override { return h_.rank(); }
+  int world() const override { return h_.world(); }
+  int local_rank() const override { return h_.local_rank(); }
+  int local_world() const override { return h_.local_world(); }
+  void all_reduce(void* b, size_t n, DType t, ReduceOp op) override {
+    calls += "all_reduce ";
+    h_.all_reduce(b, n, t, op);
+  }
+  void reduce_scatter(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
+    h_.reduce_scatter(s, r, n, t, op);
+  }
+  void all_gather(const void* s, void* r, size_t n, DType t) override { h_.all_gather(s, r, n, t); }
+  void broadcast(void* b, size_t bytes, int root) override {
+    calls += "broadcast ";
+    h_.broadcast(b, bytes, root);
+  }
+  void barrier() override {
+    calls += "barrier ";
+    h_.barrier();
+  }
+  bool agree(bool f) override { return h_.agree(f); }
+  [[noreturn]] void abort_job(int code) override {
+    h_.abort_job(code);
+    std::_Exit(code);  // not reached
+  }
+
+ private:
+  Communicator& h_;
+};
+
+// With collective offload (HCOLL) a broadcast may complete only at a later
+// MPI call: the id's broadcast is followed by a barrier before anyone enters
+// the blocking ncclCommInitRank.
+TEST(NcclBootstrap, TheIdBroadcastIsFollowedByABarrier) {
+  Recording rec(*g_host);
+  nccl_bootstrap_id(rec);
+  EXPECT_EQ(rec.calls, "broadcast barrier ");
+}
+
+// One GPU per rank: more local ranks than devices is refused (here: with no
+// device, every count is too many).
+TEST(NcclBootstrap, MoreRanksThanDevicesIsAClearError) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  EXPECT_THROW(nccl_pick_device(0, n + 1), Error);
+}
+
 TEST(NcclBootstrap, NoDeviceIsAClearError) {
   int n = 0;
   if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) GTEST_SKIP() << n << " device(s) present";
-  EXPECT_THROW(nccl_pick_device(g_host->local_rank()), Error);
+  EXPECT_THROW(nccl_pick_device(g_host->local_rank(), g_host->local_world()), Error);
 }
 
 // Whether this rank has no usable GPU, agreed over ranks (every rank must
@@ -44,8 +98,11 @@ TEST(NcclBootstrap, NoDeviceIsAClearError) {
 bool no_gpu_anywhere(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
-  *why = e != cudaSuccess ? cudaGetErrorString(e) : "no device";
-  return g_host->agree(e != cudaSuccess || n < 1);
+  *why = e != cudaSuccess ? cudaGetErrorString(e)
+                          : n < 1 ? "no device"
+                                  : std::to_string(g_host->local_world()) + " ranks on " +
+                                        std::to_string(n) + " device(s): one GPU per rank";
+  return g_host->agree(e != cudaSuccess || n < g_host->local_world());
 }
 
 TEST(NcclDevice, AllReduceReduceScatterAllGather) {

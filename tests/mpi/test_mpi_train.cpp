@@ -326,6 +326,53 @@ TEST_F(MpiTrainSimt, OverlapOnEqualsOffBitwise) {
     EXPECT_TRUE(d.bitwise) << storage << ": loss " << d.loss << " params " << d.param;
   }
 }
+#ifdef RATCHET_STUB_NCCL_EXE
+// The device-communicator (NCCL) paths of the trainer, with NCCL stubbed at
+// the Communicator interface (tests/mpi/stub_device_comm_main.cpp): its
+// destroy waits for every rank, as ncclCommDestroy waits for quiescence.
+class MpiTrainStubNccl : public MpiTrainSimt {
+ protected:
+  static RunResult runN(int n, const std::string& args, const std::string& env) {
+    return run_shell(mpirun_prefix(n, env) + RATCHET_STUB_NCCL_EXE + " " + args);
+  }
+};
+
+// A normal run goes through the stub (gradients averaged by it) and ends:
+// every rank reaches destroy, so the modelled wait completes.
+TEST_F(MpiTrainStubNccl, TrainsThroughTheDeviceCommunicatorAndEnds) {
+  TempDir d;
+  auto r = runN(2, simt_args(2, 64, d.path), "RATCHET_STUB_NCCL_DIR=" + d.path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("stub nccl: up on rank 1 of 2"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("still waiting"), std::string::npos) << r.output;
+  EXPECT_EQ(read_losses(d / "log.jsonl").size(), 8u);
+  // Overlap groups each layer's twelve all-reduces: 2 layers x 8 steps.
+  EXPECT_NE(r.output.find("stub nccl: rank 0 ran 16 grouped all-reduce sets"), std::string::npos)
+      << r.output;
+}
+
+// One rank throws after NCCL is up while the other waits in a gradient
+// collective: the failing rank aborts the communicator (ncclCommAbort) and
+// the job BEFORE anything destroys it; destroying it first would wait 60 s
+// for a rank that never comes (a real ncclCommDestroy: until walltime).
+TEST_F(MpiTrainStubNccl, AFailingRankAbortsNcclAndEndsTheJobPromptly) {
+  TempDir d;
+  const double t0 = now_seconds();
+  std::string args = simt_args(2, 64, d.path);
+  args.replace(args.find("--steps 8 "), 10, "--steps 100000 ");  // forever, but for the abort
+  auto r = runN(2, args,
+                "RATCHET_STUB_NCCL_DIR=" + d.path + " RATCHET_TEST_FAIL=1@step-3");
+  const double took = now_seconds() - t0;
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("error on rank 1 of 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("stub nccl: ncclCommAbort on rank 1"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("still waiting"), std::string::npos) << r.output;
+  // Reaching step 3 takes 10-25 s of simt on 2 shared cores; without the
+  // abort the stub's destroy alone would add 60 s (and print "still waiting").
+  EXPECT_LT(took, 55.0) << r.output;
+}
+#endif  // RATCHET_STUB_NCCL_EXE
+
 #endif  // RATCHET_SIMT_EXE
 
 }  // namespace

@@ -121,4 +121,68 @@ TEST(CudaBackendMatmulRanges, OneNamedRangePerGemm) {
   EXPECT_STREQ(mm.last_range(), "matmul DEFAULT m=4 n=8 k=2 batch=2");
 }
 
+// The heuristic sees the real epilogue pointers, so the cache key carries
+// their alignment class: the same shape with a 256-byte and a 16-byte aligned
+// bias is two plans (cublasLt.h: the heuristic infers bias/aux alignment from
+// the pointer values; a plan for one must not be reused for the other).
+TEST(CudaBackendMatmulCache, EpiloguePointerAlignmentIsPartOfTheKey) {
+  using namespace ratchet::cuda;
+  std::vector<float> a(64, 1.0f), bias(64, 0.5f);
+  DevBuf A(a, DType::f32), B(a, DType::f32), C(a, DType::f32), Bias(bias, DType::f32);
+  Matmul mm(DType::f32);
+  Gemm g = gemm4(A.p, B.p, C.p);
+  g.epilogue = Epilogue::bias;
+  g.bias = Bias.p;  // device_malloc: 256-byte aligned
+  ASSERT_EQ(to_lt(g, DType::f32).epilogue_alignment(), 256);
+  mm.run(g);
+  mm.run(g);
+  EXPECT_EQ(mm.cached_plans(), 1u);
+  g.bias = static_cast<const char*>(Bias.p) + 16;  // 16-byte aligned only
+  EXPECT_EQ(to_lt(g, DType::f32).epilogue_alignment(), 16);
+  mm.run(g);
+  EXPECT_EQ(mm.cached_plans(), 2u);
+  g.epilogue = Epilogue::none;  // no epilogue pointer: the widest class
+  g.bias = nullptr;
+  EXPECT_EQ(to_lt(g, DType::f32).epilogue_alignment(), 256);
+}
+
+// An optional fused plan that cuBLASLt rejects when it first runs (here the
+// stand-in, told to) becomes "no algorithm": try_run returns false, now and
+// for later calls, with one note on stderr; run() (not optional) still fails.
+TEST(CudaBackendMatmulFallback, RejectedOptionalPlanIsNoAlgorithm) {
+  using namespace ratchet::cuda;
+  std::vector<float> a(64, 1.0f);
+  DevBuf A(a, DType::f32), B(a, DType::f32), C(a, DType::f32), D(a, DType::f32);
+  Matmul mm(DType::f32);
+  Gemm g = gemm4(A.p, B.p, C.p);
+  g.epilogue = Epilogue::bgrad;
+  g.transA = true;
+  g.dbias = D.p;
+  EXPECT_TRUE(mm.try_run(g));  // accepted before the rejection starts
+  Matmul mm2(DType::f32);
+  mm2.reject_epilogue(Epilogue::bgrad);
+  ::testing::internal::CaptureStderr();
+  EXPECT_FALSE(mm2.try_run(g));
+  EXPECT_FALSE(mm2.try_run(g));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("rejected the fused BGRADB epilogue"), std::string::npos) << err;
+  EXPECT_EQ(err.find("rejected", err.find("rejected") + 1), std::string::npos)
+      << "the note is printed once: " << err;
+  Gemm plain = gemm4(A.p, B.p, C.p);  // other epilogues are unaffected
+  EXPECT_TRUE(mm2.try_run(plain));
+}
+
+TEST(CudaBackendMatmulDeathTest, RejectedRequiredPlanFailsNamingTheCall) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  using namespace ratchet::cuda;
+  std::vector<float> a(64, 1.0f);
+  DevBuf A(a, DType::f32), B(a, DType::f32), C(a, DType::f32), Bias(a, DType::f32);
+  Matmul mm(DType::f32);
+  mm.reject_epilogue(Epilogue::bias);
+  Gemm g = gemm4(A.p, B.p, C.p);
+  g.epilogue = Epilogue::bias;
+  g.bias = Bias.p;
+  EXPECT_DEATH(mm.run(g), "NOT_SUPPORTED.*epilogue BIAS");
+}
+
 }  // namespace

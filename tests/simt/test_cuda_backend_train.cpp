@@ -167,6 +167,16 @@ TEST_F(CudaBackendTrain, DeviceSimtInTheCudaBuildPointsToRatchetSimt) {
   EXPECT_NE(r.output.find("ratchet-simt"), std::string::npos) << r.output;
 }
 
+// --tf32 only means something for FP32 storage: with BF16 it is refused,
+// naming the flag and why.
+TEST_F(CudaBackendTrain, Tf32WithBf16StorageIsAUsageError) {
+  if (!std::ifstream(simt_exe()).good()) GTEST_SKIP() << simt_exe() << " was not built";
+  auto r = run_shell(simt_exe() + " train " + flags(1) + " --device simt --tf32");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--tf32 applies to --storage f32 (got --storage bf16)"),
+            std::string::npos) << r.output;
+}
+
 TEST_F(CudaBackendTrain, UnknownDeviceIsAUsageError) {
   auto r = run_ratchet("train " + flags() + " --device tpu");
   EXPECT_EQ(r.exit_code, 2) << r.output;

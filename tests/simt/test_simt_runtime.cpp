@@ -262,10 +262,19 @@ TEST_F(SimtTest, ExceptionInAKernelIsALaunchError) {
   EXPECT_THROW(RATCHET_CHECK_LAUNCH(), simt::LaunchError);
 }
 
+// The runtime itself refuses a block of 2048 threads (launched directly);
+// through RATCHET_LAUNCH the launch helper refuses it first, naming the
+// kernel and the limit (kernels/common.cuh, launch_config_problem).
 TEST_F(SimtTest, InvalidBlockSizeIsALaunchError) {
   std::vector<int> out(2048);
-  RATCHET_LAUNCH(write_ids, 1, 2048, 0, nullptr, out.data());
+  simt::launch("write_ids", dim3(1), dim3(2048), 0, [&] { write_ids(out.data()); });
   EXPECT_EQ(simt::get_last_error(), cudaErrorLaunchFailure);
+}
+TEST(SimtDeathTest, InvalidBlockSizeThroughTheLaunchHelperIsNamed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<int> out(2048);
+  EXPECT_DEATH(RATCHET_LAUNCH(write_ids, 1, 2048, 0, nullptr, out.data()),
+               "2048 threads per block \\(limit 1024\\).*write_ids");
 }
 
 // The PTX rules for shfl.sync with a width, computed independently.

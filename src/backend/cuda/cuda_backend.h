@@ -122,6 +122,9 @@ class CudaBackend final : public Backend {
   // Whether matmul_backward_gelu got gelu' from the GEMM epilogue (DGELU) the
   // last time, or from the gelu_backward kernel.
   bool last_dgelu_by_epilogue() const { return last_dgelu_epilogue_; }
+  // Whether matmul_forward with pre_gelu got GELU from the GEMM epilogue
+  // (GELU_AUX_BIAS) the last time, or from the gelu_forward kernel.
+  bool last_gelu_by_epilogue() const { return last_gelu_epilogue_; }
 
   // ---- op scratch (bytes each op asks scratch() for; workspace_bytes is their max) --------
   // The figures are backend/memory_model.h's cuda_scratch functions.
@@ -166,7 +169,7 @@ class CudaBackend final : public Backend {
   double* norm_out_ = nullptr;  // device FP64 result of sum_squares
   char* arena_base_ = nullptr;  // use_arena's block; arena_ keeps its free ranges
   Arena arena_;
-  bool last_dbias_epilogue_ = false, last_dgelu_epilogue_ = false;
+  bool last_dbias_epilogue_ = false, last_dgelu_epilogue_ = false, last_gelu_epilogue_ = false;
   int range_depth_ = 0;
   long ranges_opened_ = 0;
 };

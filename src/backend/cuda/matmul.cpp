@@ -47,6 +47,7 @@ struct Matmul::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulHeuristicResult_t heur{};
   bool has_algo = false;
+  bool ran = false;  // executed successfully at least once
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -73,7 +74,10 @@ cublasLtMatrixLayout_t make_layout(DType t, int rows, int cols, int ld, int batc
 }  // namespace
 
 #else
-struct Matmul::Plan {};  // simt: the stand-in needs no descriptors
+struct Matmul::Plan {  // simt: the stand-in needs no descriptors
+  bool has_algo = true;
+  bool ran = false;
+};
 #endif
 
 Matmul::Matmul(DType dtype, void* stream) : dtype_(dtype), stream_(stream) {
@@ -95,6 +99,11 @@ Matmul::~Matmul() {
 }
 
 size_t Matmul::cached_plans() const { return cache_.size(); }
+
+void Matmul::set_tf32(bool on) {
+  tf32_ = on;
+  cache_.clear();  // plans hold their compute type
+}
 
 namespace {
 void require_aligned(const void* p, const char* what, const LtCall& c) {
@@ -160,80 +169,131 @@ bool Matmul::try_run_impl_(const Gemm& g, bool must) {
 }
 
 bool Matmul::execute(const LtCall& c, bool must) {
-  auto& slot = cache_[c.key()];
-#if RATCHET_SIMT
-  (void)must;
-  if (!slot) slot = std::make_unique<Plan>();
-  cpu_lt_matmul(c);
-  return true;
-#else
-  const cublasLtHandle_t handle = static_cast<cublasLtHandle_t>(handle_);
-  if (!slot) {
-    auto p = std::make_unique<Plan>();
-    cublasCheck(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = c.opA_T ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t tb = c.opB_T ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    cublasLtEpilogue_t epi = lt_epilogue(c.epilogue, c.has_bias);
-    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    if (c.has_bias || c.epilogue == Epilogue::bgrad) {
-      int32_t bt = cuda_type(c.dtype);
-      cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
-                                                 sizeof bt));
-    }
-    if (c.epilogue == Epilogue::gelu_bias || c.epilogue == Epilogue::dgelu) {
-      int64_t ld = c.ldaux;
-      cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
-                                                 sizeof ld));
-    }
-    p->a = make_layout(c.dtype, c.rowsA, c.colsA, c.lda, c.batch, c.strideA);
-    p->b = make_layout(c.dtype, c.rowsB, c.colsB, c.ldb, c.batch, c.strideB);
-    p->c = make_layout(c.dtype, c.M, c.N, c.ldc, c.batch, c.strideC);
-    cublasLtMatmulPreference_t pref;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    uint64_t ws = workspace_bytes_;
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                     &ws, sizeof ws));
-    uint32_t align = 16;  // what run() checks
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align));
-    int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b, p->c, p->c, pref,
-                                                       1, &p->heur, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    p->has_algo = st == CUBLAS_STATUS_SUCCESS && found > 0;
-    slot = std::move(p);
-  }
-  Plan& p = *slot;
+  Plan& p = plan_for(c);
   if (!p.has_algo) {
     if (!must) return false;
     check_failed("cublas", "cublasLtMatmulAlgoGetHeuristic",
                  ("no cuBLASLt algorithm for " + c.describe()).c_str(), __func__, __FILE__,
                  __LINE__);
   }
-  // Per-call pointers on the cached descriptor (read when the call is enqueued).
+  const char* err = launch(c, p);
+  if (!err) {
+    p.ran = true;
+    return true;
+  }
+  if (must || p.ran)
+    check_failed("cublas", "cublasLtMatmul", (std::string(err) + "; " + c.describe()).c_str(),
+                 __func__, __FILE__, __LINE__);
+  // The first execution of an optional fused plan was rejected: treat it as
+  // "no algorithm" from now on (see matmul.h), and say so once per epilogue.
+  p.has_algo = false;
+  const unsigned bit = 1u << (int)c.epilogue;
+  if (!(noted_ & bit)) {
+    noted_ |= bit;
+    std::fprintf(stderr,
+                 "ratchet: note: cuBLASLt rejected the fused %s epilogue (%s; %s): using the "
+                 "unfused GEMM + kernel path for it\n",
+                 epilogue_name(c.epilogue), err, c.describe().c_str());
+  }
+  return false;
+}
+
+#if RATCHET_SIMT
+Matmul::Plan& Matmul::plan_for(const LtCall& c) {
+  auto& slot = cache_[c.key()];
+  if (!slot) slot = std::make_unique<Plan>();
+  return *slot;
+}
+
+const char* Matmul::launch(const LtCall& c, Plan&) {
+  if (rejected_ & (1u << (int)c.epilogue))
+    return "CUBLAS_STATUS_NOT_SUPPORTED (the stand-in was told to reject this epilogue)";
+  cpu_lt_matmul(c);
+  return nullptr;
+}
+#else
+namespace {
+// The epilogue's pointers on the descriptor. Set before the heuristic too:
+// cublasLt.h (cublasLtMatmulAlgoGetHeuristic) infers the alignment of
+// bias/aux pointers from the values on the descriptor; the key carries their
+// alignment class, so every call that reuses the plan has the same.
+void set_epilogue_pointers(cublasLtMatmulDesc_t op, const LtCall& c) {
   if (c.epilogue == Epilogue::bias || (c.epilogue == Epilogue::gelu_bias && c.has_bias)) {
     const void* b = c.bias;
-    cublasCheck(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
   }
   if (c.epilogue == Epilogue::bgrad) {
     void* b = c.dbias;
-    cublasCheck(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
   }
   if (c.epilogue == Epilogue::gelu_bias || c.epilogue == Epilogue::dgelu) {
     void* x = c.aux;
-    cublasCheck(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x,
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x,
                                                sizeof x));
   }
-  cublasCheck(cublasLtMatmul(handle, p.op, &c.alpha, c.A, p.a, c.B, p.b, &c.beta, c.C, p.c, c.C,
-                             p.c, &p.heur.algo, workspace_, workspace_bytes_,
-                             static_cast<cudaStream_t>(stream_)));
-  return true;
-#endif
 }
+}  // namespace
+
+Matmul::Plan& Matmul::plan_for(const LtCall& c) {
+  auto& slot = cache_[c.key()];
+  if (slot) return *slot;
+  const cublasLtHandle_t handle = static_cast<cublasLtHandle_t>(handle_);
+  auto p = std::make_unique<Plan>();
+  // FP32 storage: exact FP32 by default; TF32 tensor cores (10-bit mantissa
+  // inputs, FP32 accumulation) only when asked (set_tf32). BF16 storage runs
+  // on tensor cores with FP32 accumulation either way.
+  const cublasComputeType_t ct = dtype_ == DType::f32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                              : CUBLAS_COMPUTE_32F;
+  cublasCheck(cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F));
+  cublasOperation_t ta = c.opA_T ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t tb = c.opB_T ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  cublasLtEpilogue_t epi = lt_epilogue(c.epilogue, c.has_bias);
+  cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+  if (c.has_bias || c.epilogue == Epilogue::bgrad) {
+    int32_t bt = cuda_type(c.dtype);
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                               sizeof bt));
+  }
+  if (c.epilogue == Epilogue::gelu_bias || c.epilogue == Epilogue::dgelu) {
+    int64_t ld = c.ldaux;
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                               sizeof ld));
+  }
+  set_epilogue_pointers(p->op, c);  // real pointers: the heuristic reads their alignment
+  p->a = make_layout(c.dtype, c.rowsA, c.colsA, c.lda, c.batch, c.strideA);
+  p->b = make_layout(c.dtype, c.rowsB, c.colsB, c.ldb, c.batch, c.strideB);
+  p->c = make_layout(c.dtype, c.M, c.N, c.ldc, c.batch, c.strideC);
+  cublasLtMatmulPreference_t pref;
+  cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+  uint64_t ws = workspace_bytes_;
+  cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &ws, sizeof ws));
+  uint32_t align = 16;  // what run() checks
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align));
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b, p->c, p->c, pref,
+                                                     1, &p->heur, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  p->has_algo = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  slot = std::move(p);
+  return *slot;
+}
+
+const char* Matmul::launch(const LtCall& c, Plan& p) {
+  // Per-call pointers on the cached descriptor (read when the call is enqueued).
+  set_epilogue_pointers(p.op, c);
+  const cublasStatus_t st =
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.op, &c.alpha, c.A, p.a, c.B, p.b,
+                     &c.beta, c.C, p.c, c.C, p.c, &p.heur.algo, workspace_, workspace_bytes_,
+                     static_cast<cudaStream_t>(stream_));
+  return st == CUBLAS_STATUS_SUCCESS ? nullptr : cublasLtGetStatusString(st);
+}
+#endif
 
 }  // namespace ratchet::cuda

@@ -25,6 +25,16 @@
 // B over K, per column of D). LtCall below is that column-major description; the executor (real
 // cuBLASLt, or cpu_lt_matmul) only ever sees an LtCall.
 //
+// Optional fused epilogues (try_run): when cuBLASLt has no algorithm for one,
+// OR when cublasLtMatmul rejects the plan the first time it runs (a heuristic
+// result is not a promise that the launch succeeds), the call returns false,
+// the plan is marked "no algorithm" for the rest of the run, a one-time note
+// goes to stderr, and the caller takes its unfused path (forward GELU, DGELU,
+// BGRADB: cuda_backend.cpp). A plan that has run once and fails later is a
+// real error (check_failed). llm.c ships with GELU fusion off by default for
+// the same reason. Under simt, reject_epilogue() makes the stand-in reject an
+// epilogue at execution, which is how the fallbacks are tested.
+//
 // Requirements: every pointer 16-byte aligned (and batch strides a multiple of
 // 16 bytes), aux's leading dimension a multiple of 8 elements (cuBLASLt's rule
 // for EPILOGUE_AUX_LD); violating ones fail naming the operand. When cuBLASLt has no
@@ -96,11 +106,20 @@ struct LtCall {
   void* dbias = nullptr;       // (N): BGRADB sums op(B) over K
 
   // The cache key: everything but the pointers and alpha/beta values (beta's
-  // zero-ness matters to nothing in cuBLASLt's descriptors).
+  // zero-ness matters to nothing in cuBLASLt's descriptors), plus the
+  // alignment class of the epilogue pointers: cublasLt.h says the heuristic
+  // infers their alignment from the pointer values it is given, and a plan is
+  // reused for every later call with the same key, so a plan chosen for
+  // 256-byte aligned bias/aux/dbias must not run on a 16-byte aligned one.
+  // (A, B, C, D: the alignment preferences state 16, what run() checks.)
   auto key() const {
     return std::make_tuple(opA_T, opB_T, M, N, K, lda, ldb, ldc, strideA, strideB, strideC,
-                           batch, (int)epilogue, has_bias, ldaux, (int)dtype);
+                           batch, (int)epilogue, has_bias, ldaux, (int)dtype,
+                           epilogue_alignment());
   }
+  // The largest power of two <= 256 dividing every epilogue pointer this call
+  // uses (bias, aux, dbias); 256 when it uses none.
+  int epilogue_alignment() const;
   std::string describe() const;  // "M=.. N=.. K=.. A(..) B(..) D(..) epilogue .. dtype .."
 };
 
@@ -128,6 +147,16 @@ class Matmul {
   // algorithm (e.g. an epilogue it lacks for these types); the caller falls back.
   bool try_run(const Gemm& g);
 
+  // Tests: every later execution of epilogue e fails as a cublasLtMatmul
+  // rejection would (stand-in only; the real cuBLASLt decides for itself).
+  void reject_epilogue(Epilogue e) { rejected_ |= 1u << (int)e; }
+
+  // FP32 storage only: GEMMs on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32)
+  // instead of exact FP32. Off by default (FP32 storage is the exact mode);
+  // clears the plan cache. No effect under simt or with BF16 storage.
+  void set_tf32(bool on);
+  bool tf32() const { return tf32_; }
+
   DType dtype() const { return dtype_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
   size_t cached_plans() const;  // distinct shapes seen (tests)
@@ -140,6 +169,12 @@ class Matmul {
  private:
   bool try_run_impl_(const Gemm& g, bool must);
   bool execute(const LtCall& c, bool must);
+  Plan& plan_for(const LtCall& c);  // cached, or made (descriptors + heuristic)
+  // Enqueues c on plan p; nullptr on success, else what the library said.
+  const char* launch(const LtCall& c, Plan& p);
+  bool tf32_ = false;
+  unsigned rejected_ = 0;  // reject_epilogue() bits (stand-in)
+  unsigned noted_ = 0;     // epilogues whose fallback was announced
   DType dtype_;
   void* stream_ = nullptr;
   void* handle_ = nullptr;     // cublasLtHandle_t

@@ -1,0 +1,118 @@
+// `ratchet-stub-nccl train ...`: ratchet-simt (the cuda backend on the CPU)
+// with a stand-in for the NCCL communicator, stubbed at the Communicator
+// interface, so that the trainer's device-communicator paths run under mpirun
+// without a GPU. The stub forwards every collective to the MPI communicator
+// (gradients are host memory under simt) and models the one NCCL behaviour
+// the tests are about: ncclCommDestroy waits for the communicator to be
+// quiescent, i.e. for EVERY rank to reach it (nccl.h, ncclCommFinalize), while
+// ncclCommAbort returns at once. Destroy is modelled with files in
+// $RATCHET_STUB_NCCL_DIR: each rank writes destroy-<rank> and waits (up to
+// 60 s, then says so) until all ranks have; abort writes nothing.
+// Prints "stub nccl: ..." lines the tests look for.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "dist/communicator.h"
+
+namespace {
+
+using namespace ratchet;
+
+class StubNccl final : public Communicator {
+ public:
+  explicit StubNccl(Communicator& host) : host_(host) {
+    const char* d = std::getenv("RATCHET_STUB_NCCL_DIR");
+    dir_ = d ? d : ".";
+    std::fprintf(stderr, "stub nccl: up on rank %d of %d\n", rank(), world());
+  }
+  ~StubNccl() override {
+    if (aborted_) return;
+    std::fprintf(stderr, "stub nccl: rank %d ran %ld grouped all-reduce sets\n", rank(), groups_);
+    std::ofstream(dir_ + "/destroy-" + std::to_string(rank())) << "1";
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      int arrived = 0;
+      for (int r = 0; r < world(); r++)
+        if (access((dir_ + "/destroy-" + std::to_string(r)).c_str(), F_OK) == 0) arrived++;
+      if (arrived == world()) return;
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) {
+        std::fprintf(stderr, "stub nccl: ncclCommDestroy on rank %d still waiting after 60 s\n",
+                     rank());
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  std::string name() const override { return "stub-nccl"; }
+  int rank() const override { return host_.rank(); }
+  int world() const override { return host_.world(); }
+  int local_rank() const override { return host_.local_rank(); }
+  int local_world() const override { return host_.local_world(); }
+  void all_reduce(void* b, size_t n, DType t, ReduceOp op) override {
+    host_.all_reduce(b, n, t, op);
+  }
+  void reduce_scatter(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
+    host_.reduce_scatter(s, r, n, t, op);
+  }
+  void all_gather(const void* s, void* r, size_t n, DType t) override {
+    host_.all_gather(s, r, n, t);
+  }
+  void broadcast(void* b, size_t bytes, int root) override { host_.broadcast(b, bytes, root); }
+  void barrier() override { host_.barrier(); }
+  bool agree(bool flag) override { return host_.agree(flag); }
+  void group_start() override { groups_++; }
+  void abort_collectives() override {
+    if (aborted_) return;
+    aborted_ = true;
+    std::fprintf(stderr, "stub nccl: ncclCommAbort on rank %d\n", rank());
+    std::fflush(stderr);
+  }
+  [[noreturn]] void abort_job(int code) override {
+    abort_collectives();
+    host_.abort_job(code);
+    std::_Exit(code);  // not reached
+  }
+
+ private:
+  Communicator& host_;
+  std::string dir_;
+  bool aborted_ = false;
+  long groups_ = 0;
+};
+
+std::unique_ptr<Communicator> make_stub(Communicator& host) {
+  return std::make_unique<StubNccl>(host);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ratchet::register_cuda_backend();  // "simt"
+  ratchet::DeviceCommunicatorMaker m;
+  m.make = make_stub;
+  m.host_buffers = true;  // gradients of the simt backend go through it
+  ratchet::register_device_communicator(m);
+  if (argc < 2 || std::string(argv[1]) != "train") {
+    std::fprintf(stderr, "usage: ratchet-stub-nccl train [ratchet train options]\n");
+    return ratchet::kExitUsage;
+  }
+  try {
+    return ratchet::cmd_train(argc - 1, argv + 1);
+  } catch (const ratchet::Error& e) {
+    std::fprintf(stderr, "ratchet train: error: %s\n", e.what());
+    return ratchet::kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ratchet train: error: %s\n", e.what());
+    return ratchet::kExitFailure;
+  }
+}

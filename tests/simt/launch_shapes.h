@@ -1,0 +1,67 @@
+// Every non-attention launcher of one training step, dry-run (kernels/
+// common.cuh: checked and recorded, not run) at a given shape; and the
+// largest shapes the tests and the ptxas launch check use
+// (tests/simt/test_launch_limits.cpp, simt_launch_table).
+#pragma once
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/adamw.cuh"
+#include "kernels/bias_grad.cuh"
+#include "kernels/cast.cuh"
+#include "kernels/classifier.cuh"
+#include "kernels/encoder.cuh"
+#include "kernels/gelu.cuh"
+#include "kernels/global_norm.cuh"
+#include "kernels/layernorm.cuh"
+
+namespace ratchet::testing::launch {
+
+using namespace ratchet::kernels;
+
+// A fake, 256-byte aligned, never dereferenced "device" pointer (dry runs).
+template <class T>
+inline T* fake() {
+  return reinterpret_cast<T*>(uintptr_t(1) << 40);
+}
+
+struct Shape {
+  const char* name;
+  int B, T, C, Vp;
+  size_t params;
+};
+
+// Every non-attention launcher of one training step at shape s, dry-run.
+template <class T>
+inline std::vector<LaunchRecord> dry_run_step(const Shape& s) {
+  LaunchDryRun dry;
+  const int BT = s.B * s.T, C = s.C;
+  T* p = fake<T>();
+  float* f = fake<float>();
+  int* ids = fake<int>();
+  encoder_forward<T>(p, ids, p, p, s.B, s.T, C, nullptr);
+  encoder_backward<T>(p, p, f, p, ids, s.B, s.T, C, nullptr);
+  layernorm_forward<T>(p, f, f, p, p, p, BT, C, nullptr);
+  residual_layernorm_forward<T>(p, p + 1024, f, f, p, p, p, p, BT, C, nullptr);
+  layernorm_backward<T>(p, p, p, f, p, p, p, f, f, BT, C, nullptr);
+  residual_forward<T>(p, p, p, (size_t)BT * C, nullptr);
+  gelu_forward<T>(p, p, (size_t)BT * 4 * C, nullptr);
+  gelu_backward<T>(p, p, p, (size_t)BT * 4 * C, nullptr);
+  bias_grad<T>(p, f, p, BT, 4 * C, nullptr);
+  fused_classifier<T>(p, f, ids, BT, s.Vp - 47, s.Vp, 1.0f / BT, nullptr);
+  AdamWHyper h;
+  adamw_update<T>(p, std::is_same<T, float>::value ? nullptr : f, p, f, f, s.params, h, 1,
+                  nullptr);
+  global_norm_squared<T>(fake<double>(), f, p, s.params, nullptr);
+  cast<float, T>(f, p, s.params, nullptr);
+  return dry.launches;
+}
+
+// The largest shapes: d48 (C 1600, 1.56e9 parameters) at B=64, T=1024 (what
+// an H200 holds with recompute blocks); d12 at B=512, T=1024 (B*T = 2^19
+// rows, the MLP's B*T*4C = 1.6e9 elements, B*T*Vp = 2.6e10).
+inline const Shape kShapes[] = {{"d48 B64 T1024", 64, 1024, 1600, 50304, 1557611200},
+                         {"d12 B512 T1024", 512, 1024, 768, 50304, 124475904}};
+
+}  // namespace ratchet::testing::launch
