@@ -119,6 +119,10 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("storage", po::value(&o.storage)->default_value(o.storage),
      "cuda/simt storage of parameters, gradients, activations: bf16 (FP32 master weights) or "
      "f32 (the cpu backend is always f32)")
+    ("attention", po::value(&o.attention)->default_value(o.attention),
+     "cuda/simt attention: flash (FlashAttention-2 kernels, keeps (B,NH,T) statistics), cudnn "
+     "(cuDNN fused attention: not built yet), or materialized (keeps the (B,NH,T,T) "
+     "probabilities); the cpu backend always runs its blocked flash-style attention")
     ("zero", po::value(&o.zero)->default_value(o.zero),
      "data parallel: 0 = all-reduce gradients; 1 = ZeRO-1, each rank keeps and updates 1/N of "
      "the AdamW state (reduce-scatter, all-gather)")

@@ -197,20 +197,27 @@ TEST(CudaBackendSimtMemory, Bf16ReservedScratchNeverGrows) {
 // workspace_bytes is the max of the ops' own needs at the model's shapes.
 TEST(CudaBackendSimtMemory, WorkspaceIsTheLargestOpScratch) {
   using B16 = ratchet::cuda::CudaBackend<ratchet::kernels::bf16>;
-  B16 be;
+  B16 be(ratchet::AttentionImpl::materialized);
   ratchet::Backend::OpShapes s;
   s.B = 4;
   s.T = 64;
   s.C = 96;
   s.NH = 3;
   s.Vp = 384;
-  // Here attention's backward (7 permuted copies and datt) is the largest.
-  const size_t att = B16::attention_backward_scratch(4, 64, 96, 3);
+  // Here materialized attention's backward (7 permuted copies and datt) is the largest.
+  const size_t att =
+      B16::attention_backward_scratch(ratchet::AttentionImpl::materialized, 4, 64, 96, 3);
   EXPECT_EQ(att, 7 * (size_t)4 * 64 * 96 * 2 + (size_t)4 * 3 * 64 * 64 * 2);
   EXPECT_EQ(be.workspace_bytes(s), att);
   EXPECT_GE(be.workspace_bytes(s), B16::matmul_backward_scratch(256, 384, true));
   EXPECT_GE(be.workspace_bytes(s), B16::layernorm_backward_scratch(256, 96));
   EXPECT_EQ(be.workspace_bytes(ratchet::Backend::OpShapes{}), 0u);
+  // Flash attention needs only D (B,NH,T) FP32 in backward: the matmuls' scratch dominates.
+  B16 flash;
+  EXPECT_EQ(B16::attention_backward_scratch(ratchet::AttentionImpl::flash, 4, 64, 96, 3),
+            (size_t)4 * 3 * 64 * 4);
+  EXPECT_EQ(B16::attention_forward_scratch(ratchet::AttentionImpl::flash, 4, 64, 96), 0u);
+  EXPECT_LT(flash.workspace_bytes(s), be.workspace_bytes(s));
 }
 
 // ---- the arena -----------------------------------------------------------------------------

@@ -9,8 +9,10 @@
 //   matmul_backward_gelu  the same, with dinp's GEMM through the DGELU epilogue
 //                    (dinp = (dout @ w) * gelu'(pre_gelu)); the gelu_backward kernel
 //                    after a plain GEMM if cuBLASLt lacks it
-//   attention        q,k,v = permute(qkv); att = softmax(q k^T) (batched over B*NH);
-//                    y = att v; out = unpermute(y); backward mirrors it (kernels/attention.cuh)
+//   attention        flash (default): kernels/flash_attention.cuh straight on qkv (B,T,3C);
+//                    materialized: q,k,v = permute(qkv); att = softmax(q k^T) (batched over
+//                    B*NH); y = att v; out = unpermute(y); backward mirrors it
+//                    (kernels/attention.cuh)
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include "kernels/cast.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/encoder.cuh"
+#include "kernels/flash_attention.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
@@ -46,6 +49,13 @@ void check_seq_len(int T, int HS, size_t sb) {
     fail("sequence length ", T, " (head size ", HS, "): the cuda backend needs 16-byte aligned "
          "attention matrices (cuBLASLt batch strides); use a --seq-len that is a multiple of 8, "
          "e.g. ", (T + 7) / 8 * 8);
+}
+
+void check_flash_head_size(int HS) {
+  if (!kernels::flash_attention_supports(HS))
+    fail("head size ", HS, " (channels / heads): the flash attention kernels support head sizes "
+         "16, 32, 64 and 128; choose --channels and --heads accordingly, or use --attention "
+         "materialized");
 }
 
 template <class T>
@@ -76,7 +86,12 @@ const T* P(cdptr p) {
 }  // namespace
 
 template <class T>
-CudaBackend<T>::CudaBackend() : mm_(dtype_of<T>(), nullptr) {
+CudaBackend<T>::CudaBackend(AttentionImpl attention)
+    : attention_(attention), mm_(dtype_of<T>(), nullptr) {
+  if (attention_ == AttentionImpl::cudnn)
+    fail("--attention cudnn: cuDNN's fused attention is not built into this ratchet yet (it "
+         "needs the cuDNN graph API and a GPU); use --attention flash (the default) or "
+         "materialized");
   // Everything held from construction on is overhead: the FP64 norm result
   // (one cudaMalloc, 256 bytes as allocated) and the matmul wrapper's cuBLASLt
   // workspace, which it allocates in its constructor (0 under simt).
@@ -241,13 +256,16 @@ size_t CudaBackend<T>::matmul_backward_scratch(int N, int OC, bool has_dbias) {
 }
 
 template <class T>
-size_t CudaBackend<T>::attention_forward_scratch(int B, int T_, int C) {
+size_t CudaBackend<T>::attention_forward_scratch(AttentionImpl a, int B, int T_, int C) {
+  if (a != AttentionImpl::materialized) return 0;  // flash reads qkv in place
   // q, k, v, y: (B,NH,T,HS) each, at 256-byte aligned offsets.
   return 4 * round_up((size_t)B * T_ * C * sizeof(T), kAllocAlign);
 }
 
 template <class T>
-size_t CudaBackend<T>::attention_backward_scratch(int B, int T_, int C, int NH) {
+size_t CudaBackend<T>::attention_backward_scratch(AttentionImpl a, int B, int T_, int C, int NH) {
+  if (a != AttentionImpl::materialized)
+    return kernels::flash_attention_backward_scratch_bytes(B, T_, NH);  // D (B,NH,T) FP32
   // q, k, v, dq, dk, dv, dy: (B,NH,T,HS) each; datt (B,NH,T,T).
   return 7 * round_up((size_t)B * T_ * C * sizeof(T), kAllocAlign) +
          round_up((size_t)B * NH * T_ * T_ * sizeof(T), kAllocAlign);
@@ -265,8 +283,8 @@ size_t CudaBackend<T>::workspace_bytes(const OpShapes& s) const {
   size_t w = sum_squares_scratch();
   w = std::max(w, encoder_backward_scratch(s.B, s.T));
   w = std::max(w, layernorm_backward_scratch(BT, C));
-  w = std::max(w, attention_forward_scratch(s.B, s.T, C));
-  if (s.NH > 0) w = std::max(w, attention_backward_scratch(s.B, s.T, C, s.NH));
+  w = std::max(w, attention_forward_scratch(attention_, s.B, s.T, C));
+  if (s.NH > 0) w = std::max(w, attention_backward_scratch(attention_, s.B, s.T, C, s.NH));
   // matmul_backward (and _gelu) at the model's output widths: qkv 3C, attproj C,
   // fc 4C, fcproj C (the DGELU one), and the lm head Vp. The model's lm head has
   // no bias, but a bias is assumed for every width: an upper bound that costs
@@ -514,13 +532,20 @@ Gemm head_gemm(bool ta, bool tb, int m, int n, int k, const void* A, int lda, lo
 }  // namespace
 
 template <class T>
-void CudaBackend<T>::attention_forward(dptr out, dptr att, cdptr qkv, int B, int T_, int C,
+void CudaBackend<T>::attention_forward(dptr out, void* saved, cdptr qkv, int B, int T_, int C,
                                        int NH) {
   RATCHET_ASSERT(NH > 0 && C % NH == 0);
-  check_seq_len(T_, C / NH, sizeof(T));
   const int HS = C / NH, BH = B * NH;
+  if (attention_ == AttentionImpl::flash) {
+    check_flash_head_size(HS);
+    kernels::flash_attention_forward<T>(P<T>(out), static_cast<float*>(saved), P<T>(qkv), B, T_,
+                                        NH, HS, stream_);
+    return;
+  }
+  dptr att = saved;  // (B,NH,T,T)
+  check_seq_len(T_, HS, sizeof(T));
   const size_t n = (size_t)B * T_ * C, nb = round_up(n * sizeof(T), kAllocAlign);
-  char* s = static_cast<char*>(scratch(attention_forward_scratch(B, T_, C)));
+  char* s = static_cast<char*>(scratch(attention_forward_scratch(attention_, B, T_, C)));
   T *q = (T*)s, *k = (T*)(s + nb), *v = (T*)(s + 2 * nb), *y = (T*)(s + 3 * nb);
   const float scale = 1.0f / std::sqrt((float)HS);
   const long long sh = (long long)T_ * HS, st = (long long)T_ * T_;
@@ -534,13 +559,22 @@ void CudaBackend<T>::attention_forward(dptr out, dptr att, cdptr qkv, int B, int
 }
 
 template <class T>
-void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr att, int B,
-                                        int T_, int C, int NH) {
+void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr out,
+                                        const void* saved, int B, int T_, int C, int NH) {
   RATCHET_ASSERT(NH > 0 && C % NH == 0);
-  check_seq_len(T_, C / NH, sizeof(T));
   const int HS = C / NH, BH = B * NH;
+  if (attention_ == AttentionImpl::flash) {
+    check_flash_head_size(HS);
+    float* D = static_cast<float*>(scratch(attention_backward_scratch(attention_, B, T_, C, NH)));
+    kernels::flash_attention_backward<T>(P<T>(dqkv), D, P<T>(dout), P<T>(qkv), P<T>(out),
+                                         static_cast<const float*>(saved), B, T_, NH, HS,
+                                         stream_);
+    return;
+  }
+  cdptr att = saved;  // (B,NH,T,T)
+  check_seq_len(T_, HS, sizeof(T));
   const size_t n = (size_t)B * T_ * C, nb = round_up(n * sizeof(T), kAllocAlign);
-  char* s = static_cast<char*>(scratch(attention_backward_scratch(B, T_, C, NH)));
+  char* s = static_cast<char*>(scratch(attention_backward_scratch(attention_, B, T_, C, NH)));
   T *q = (T*)s, *k = (T*)(s + nb), *v = (T*)(s + 2 * nb), *dq = (T*)(s + 3 * nb),
     *dk = (T*)(s + 4 * nb), *dv = (T*)(s + 5 * nb), *dy = (T*)(s + 6 * nb),
     *datt = (T*)(s + 7 * nb);
@@ -677,17 +711,17 @@ template class CudaBackend<bf16>;
 }  // namespace ratchet::cuda
 
 namespace ratchet {
-std::unique_ptr<Backend> make_cuda_backend(const std::string& storage) {
+std::unique_ptr<Backend> make_cuda_backend(const std::string& storage, AttentionImpl attention) {
   if (storage == "f32" || storage == "fp32")
-    return std::make_unique<cuda::CudaBackend<float>>();
+    return std::make_unique<cuda::CudaBackend<float>>(attention);
   if (storage == "bf16" || storage.empty())
-    return std::make_unique<cuda::CudaBackend<kernels::bf16>>();
+    return std::make_unique<cuda::CudaBackend<kernels::bf16>>(attention);
   fail("unknown storage type '", storage, "' for the cuda backend: use bf16 or f32");
 }
 
 namespace {
 std::unique_ptr<Backend> make_from_options(const BackendOptions& o) {
-  return make_cuda_backend(o.storage);
+  return make_cuda_backend(o.storage, o.attention);
 }
 bool probe(std::string* why) { return cuda::device_available(why); }
 }  // namespace
