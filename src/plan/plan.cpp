@@ -132,7 +132,7 @@ std::vector<Recompute> listed_policies(const Recompute& chosen) {
 }
 
 MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t sb, int world,
-                           const Recompute& chosen) {
+                           const Recompute& chosen, AttentionImpl att) {
   const size_t P = ParamLayout(cfg).total;
   const size_t shard = (P + world - 1) / world;
   MemoryPlan m;
@@ -144,17 +144,41 @@ MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t sb, int wo
   m.master_zero1 = fp32 ? 0 : align64(shard * sizeof(float));
   m.adam_zero1 = 2 * align64(shard * sizeof(float));
   for (const Recompute& p : standard_recompute_policies())
-    m.activations[p.kind] = GPT::activation_bytes(cfg, B, T, sb, p);
+    m.activations[p.kind] = GPT::activation_bytes(cfg, B, T, sb, p, att);
   m.chosen = chosen;
-  m.activations_chosen = GPT::activation_bytes(cfg, B, T, sb, chosen);
+  m.activations_chosen = GPT::activation_bytes(cfg, B, T, sb, chosen, att);
   if (!fp32) {
     auto a256 = [](size_t x) { return (x + 255) / 256 * 256; };
     const size_t BT = (size_t)B * T;
-    m.workspace = 7 * a256(BT * cfg.channels * sb) +
-                  a256((size_t)B * cfg.num_heads * T * T * sb) + (32u << 20);
+    m.workspace = att == AttentionImpl::materialized
+                      ? 7 * a256(BT * cfg.channels * sb) +
+                            a256((size_t)B * cfg.num_heads * T * T * sb) + (32u << 20)
+                      : a256((size_t)B * cfg.num_heads * T * sizeof(float)) + (32u << 20);
   }
   return m;
 }
+
+namespace {
+AttentionMemory attention_memory(const GPTConfig& cfg, int B, int T, size_t sb, int world,
+                                 const Recompute& policy, AttentionImpl att, double device_bytes) {
+  AttentionMemory a;
+  a.impl = att;
+  a.activations = memory_per_rank(cfg, B, T, sb, world, policy, att).activations_chosen;
+  auto fits = [&](long t) {
+    GPTConfig c = cfg;
+    c.max_seq_len = std::max<long>(c.max_seq_len, t);  // wpe grows with T
+    return (double)memory_per_rank(c, B, (int)t, sb, world, policy, att).total_chosen(false) <=
+           device_bytes;
+  };
+  long lo = 0, hi = 1L << 22;  // fits(lo) (or lo = 0); memory grows with T
+  while (lo < hi) {
+    const long mid = (lo + hi + 1) / 2;
+    if (fits(mid)) lo = mid; else hi = mid - 1;
+  }
+  a.longest_T = lo;
+  return a;
+}
+}  // namespace
 
 Plan make_plan(const PlanInputs& in_) {
   Plan p;
@@ -238,6 +262,9 @@ Plan make_plan(const PlanInputs& in_) {
   if (in.device_memory_gb >= 0) p.device_memory_bytes = in.device_memory_gb * 1e9;
   else if (p.device->memory_gb > 0) p.device_memory_bytes = p.device->memory_gb * 1e9;
   else p.device_memory_bytes = host_memory_bytes();
+  for (AttentionImpl a : {AttentionImpl::flash, AttentionImpl::cudnn, AttentionImpl::materialized})
+    p.attention.push_back(attention_memory(cfg, in.B, in.T, sb, in.world, in.recompute, a,
+                                           p.device_memory_bytes));
 
   // ---- time ----------------------------------------------------------------
   p.compute_s = fpt * p.tokens_per_step / in.world / eff_flops_per_s;
@@ -424,6 +451,16 @@ std::string plan_table(const Plan& p) {
                   gib(acts).c_str(), gib(t0).c_str(), gib(t1).c_str(),
                   extra > 0 ? fmt("+%.0f%%", extra * 100).c_str() : "0",
                   fits, chosen ? "   <- used below" : "");
+    o << buf;
+  }
+  o << "  activations by attention (" << in.recompute.name() << ", B=" << in.B << ", T=" << in.T
+    << "; the cpu backend runs flash):\n";
+  o << "    attention      activations   longest T that fits " << fmt("%.0f", p.device_memory_bytes / 1e9)
+    << " GB\n";
+  for (const AttentionMemory& a : p.attention) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "    %-14s %11s   %s\n", attention_name(a.impl),
+                  gib(a.activations).c_str(), commas(a.longest_T).c_str());
     o << buf;
   }
   o << "\n";

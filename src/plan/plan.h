@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/attention_impl.h"
 #include "model/config.h"
 #include "model/recompute.h"
 
@@ -106,8 +107,22 @@ struct MemoryPlan {
 // The policies a plan lists: the standard four, then the chosen one when it
 // is not among them (blocks:k with k > 1).
 std::vector<Recompute> listed_policies(const Recompute& chosen);
+// att: what attention keeps per layer (backend/attention_impl.h); the GPU
+// workspace is materialized attention's backward scratch or, for flash and
+// cudnn, their (B,NH,T) FP32 scratch (the GEMMs' bias-gradient scratch can
+// exceed that; `ratchet train` sizes its arena from the backend's figure).
 MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t storage_bytes, int world,
-                           const Recompute& chosen = Recompute());
+                           const Recompute& chosen = Recompute(),
+                           AttentionImpl att = AttentionImpl::flash);
+
+// Per attention implementation, at the plan's B and recompute policy: the
+// activations at the plan's T, and the longest T whose whole step (no ZeRO)
+// fits the device memory (0: not even T = 1; max_seq_len grows with T).
+struct AttentionMemory {
+  AttentionImpl impl = AttentionImpl::flash;
+  size_t activations = 0;
+  long longest_T = 0;
+};
 
 // ---- the whole plan ------------------------------------------------------------
 struct PlanInputs {
@@ -155,6 +170,7 @@ struct Plan {
   // memory
   MemoryPlan mem;
   double device_memory_bytes = 0;
+  std::vector<AttentionMemory> attention;  // flash, cudnn, materialized
   // time
   double compute_s = 0, allreduce_s = 0, step_s = 0, dp_efficiency = 1;
   double grad_bytes = 0;

@@ -49,6 +49,25 @@ TEST(CudaBackendSimt, Bf16StorageMatchesCpuBackend) {
   expect_within(compare_with_cpu(*be), kBF16);
 }
 
+// The materialized attention (cuBLAS GEMMs around a (B,NH,T,T) softmax) stays
+// selectable and matches the CPU backend within the same limits.
+TEST(CudaBackendSimt, MaterializedAttentionMatchesCpuBackend) {
+  auto f32 = ratchet::make_cuda_backend("f32", ratchet::AttentionImpl::materialized);
+  expect_within(compare_with_cpu(*f32), kF32);
+  auto b16 = ratchet::make_cuda_backend("bf16", ratchet::AttentionImpl::materialized);
+  expect_within(compare_with_cpu(*b16), kBF16);
+}
+
+// --attention cudnn is refused with what to do (not built here).
+TEST(CudaBackendSimt, CudnnAttentionIsAClearError) {
+  try {
+    ratchet::make_cuda_backend("bf16", ratchet::AttentionImpl::cudnn);
+    ADD_FAILURE() << "cudnn was accepted";
+  } catch (const ratchet::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--attention flash"), std::string::npos) << e.what();
+  }
+}
+
 // In an arena: the same results (the arena only changes where memory comes
 // from), and the MLP's backward went through the DGELU epilogue.
 TEST(CudaBackendSimt, Fp32StorageInAnArenaMatchesCpuBackend) {
@@ -337,11 +356,11 @@ TEST(CudaBackendSimtNvtx, EveryModelOpOpensOneRangeAndClosesIt) {
   const long ops = be.ranges_opened(), gemms = be.matmul().ranges_opened();
   EXPECT_GT(ops, 0);
   EXPECT_EQ(be.range_depth(), 0);
-  // Forward per layer: qkv, attproj, fc, fcproj + attention's 2; the lm head.
-  // Backward: 2 per matmul, attention's 4; the lm head's 2. (Under simt every
-  // epilogue exists, so no GEMM is retried.)
+  // Forward per layer: qkv, attproj, fc, fcproj (flash attention has no
+  // GEMM); the lm head. Backward: 2 per matmul; the lm head's 2. (Under simt
+  // every epilogue exists, so no GEMM is retried.)
   const long L = cfg.num_layers;
-  EXPECT_EQ(gemms, 6 * L + 1 + 12 * L + 2);
+  EXPECT_EQ(gemms, 4 * L + 1 + 8 * L + 2);
   model.set_profiling(true);
   model.forward_backward(t.data(), t.data() + 1, B, T, 1.0f);
   long calls = 0;
@@ -372,13 +391,21 @@ TEST(CudaBackendSimtNvtx, GemmRangeNamesEpilogueAndShape) {
   for (void* p : {dout, w, pre, dinp, dw}) be.release(p);
 }
 
-// A sequence length whose attention matrices cuBLASLt cannot stride over
-// (T·T·2 bytes not a multiple of 16 in BF16) is a clear error naming the fix,
-// not a failed check deep in the matmul wrapper; the sampler pads to a
-// multiple of 8, so generation works from a 1-token prompt.
+// Materialized attention: a sequence length whose attention matrices cuBLASLt
+// cannot stride over (T·T·2 bytes not a multiple of 16 in BF16) is a clear
+// error naming the fix, not a failed check deep in the matmul wrapper; the
+// sampler pads to a multiple of 8, so generation works from a 1-token prompt.
+// Flash attention takes any T.
 TEST(CudaBackendSimt, UnalignedSequenceLengthIsAClearError) {
   using namespace ratchet;
-  auto be = make_cuda_backend("bf16");
+  {
+    auto flash = make_cuda_backend("bf16");
+    GPT model(backend_test_config(), *flash);
+    model.init_random(1);
+    std::vector<int32_t> t(2 * 7 + 1, 1);
+    EXPECT_NO_THROW(model.forward(t.data(), t.data() + 1, 2, 7));
+  }
+  auto be = make_cuda_backend("bf16", AttentionImpl::materialized);
   const GPTConfig cfg = backend_test_config();
   GPT model(cfg, *be);
   model.init_random(1);
@@ -446,16 +473,17 @@ TEST(CudaBackendSimt, Bf16ResumeRestoresFp32MasterWeightsExactly) {
       << "the resumed model's step differs from the uninterrupted one";
 }
 
-// `ratchet plan`'s GPU workspace estimate (attention backward's scratch +
-// the 32 MiB cuBLASLt workspace) is the backend's own figure wherever attention
-// dominates the op scratch (T large against the vocabulary's bias-gradient
-// scratch): here it is exact.
+// `ratchet plan`'s GPU workspace estimate for materialized attention
+// (attention backward's scratch + the 32 MiB cuBLASLt workspace) is the
+// backend's own figure wherever attention dominates the op scratch (T large
+// against the vocabulary's bias-gradient scratch): here it is exact.
 TEST(CudaBackendSimtMemory, PlanWorkspaceIsTheBackendsFigure) {
   using namespace ratchet;
-  auto be = make_cuda_backend("bf16");
+  auto be = make_cuda_backend("bf16", AttentionImpl::materialized);
   const GPTConfig cfg = ratchet::testing::tiny_config(2, 4, 64, 257, 128);
   for (auto [B, T] : {std::pair{2, 128}, std::pair{4, 64}}) {
-    const plan::MemoryPlan m = plan::memory_per_rank(cfg, B, T, 2, 1);
+    const plan::MemoryPlan m =
+        plan::memory_per_rank(cfg, B, T, 2, 1, Recompute(), AttentionImpl::materialized);
     EXPECT_EQ(m.workspace - (32u << 20), be->workspace_bytes(op_shapes(cfg, B, T)))
         << "B " << B << " T " << T;
   }
