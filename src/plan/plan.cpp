@@ -163,7 +163,9 @@ AttentionMemory attention_memory(const GPTConfig& cfg, int B, int T, size_t sb, 
                                  const Recompute& policy, AttentionImpl att, double device_bytes) {
   AttentionMemory a;
   a.impl = att;
-  a.activations = memory_per_rank(cfg, B, T, sb, world, policy, att).activations_chosen;
+  const MemoryPlan m = memory_per_rank(cfg, B, T, sb, world, policy, att);
+  a.activations = m.activations_chosen;
+  a.total = m.total_chosen(false);
   auto fits = [&](long t) {
     GPTConfig c = cfg;
     c.max_seq_len = std::max<long>(c.max_seq_len, t);  // wpe grows with T
@@ -455,12 +457,12 @@ std::string plan_table(const Plan& p) {
   }
   o << "  activations by attention (" << in.recompute.name() << ", B=" << in.B << ", T=" << in.T
     << "; the cpu backend runs flash):\n";
-  o << "    attention      activations   longest T that fits " << fmt("%.0f", p.device_memory_bytes / 1e9)
-    << " GB\n";
+  o << "    attention      activations    total   longest T that fits "
+    << fmt("%.0f", p.device_memory_bytes / 1e9) << " GB\n";
   for (const AttentionMemory& a : p.attention) {
     char buf[200];
-    std::snprintf(buf, sizeof buf, "    %-14s %11s   %s\n", attention_name(a.impl),
-                  gib(a.activations).c_str(), commas(a.longest_T).c_str());
+    std::snprintf(buf, sizeof buf, "    %-14s %11s %8s   %s\n", attention_name(a.impl),
+                  gib(a.activations).c_str(), gib(a.total).c_str(), commas(a.longest_T).c_str());
     o << buf;
   }
   o << "\n";
@@ -573,6 +575,14 @@ std::string plan_json(const Plan& p) {
   j.open("total_zero1_bytes");
   for (const Recompute& r : listed_policies(in.recompute))
     j.num(r.name(), (double)p.mem.total_of(r, true));
+  j.close();
+  j.open("attention");  // per implementation, at the chosen policy
+  for (const AttentionMemory& a : p.attention)
+    j.open(attention_name(a.impl))
+        .num("activations_bytes", (double)a.activations)
+        .num("total_bytes", (double)a.total)
+        .num("longest_T", (double)a.longest_T)
+        .close();
   j.close();
   j.close();
   j.open("time")

@@ -121,6 +121,7 @@ MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t storage_by
 struct AttentionMemory {
   AttentionImpl impl = AttentionImpl::flash;
   size_t activations = 0;
+  size_t total = 0;  // the whole step, no ZeRO (its workspace depends on attention too)
   long longest_T = 0;
 };
 

@@ -231,3 +231,37 @@ TEST(Plan, BadInputsNameTheFlag) {
 }
 
 }  // namespace
+
+// Per attention implementation: materialized keeps (B,NH,T,T) BF16 per layer
+// where flash and cudnn keep lse (B,NH,T) FP32 (64-byte rounded buffers), and
+// the longest T that fits is the largest whose whole step fits the device.
+TEST(Plan, AttentionMemoryPerImplementationAndLongestT) {
+  PlanInputs in;
+  in.cfg = d12();
+  in.B = 8;
+  in.T = 1024;
+  in.device = "h100";
+  in.steps = 1;
+  const Plan p = make_plan(in);
+  ASSERT_EQ(p.attention.size(), 3u);
+  const auto& flash = p.attention[0];
+  const auto& cudnn = p.attention[1];
+  const auto& mat = p.attention[2];
+  EXPECT_EQ(flash.impl, AttentionImpl::flash);
+  EXPECT_EQ(mat.impl, AttentionImpl::materialized);
+  auto r64 = [](size_t x) { return (x + 63) / 64 * 64; };
+  const size_t B = 8, NH = 12, T = 1024, L = 12;
+  EXPECT_EQ(mat.activations - flash.activations, L * (r64(B * NH * T * T * 2) - r64(B * NH * T * 4)));
+  EXPECT_EQ(flash.activations, cudnn.activations);
+  EXPECT_EQ(flash.activations, p.mem.activations_chosen);  // the table above is flash's
+  EXPECT_GT(flash.longest_T, mat.longest_T);
+  for (const auto& a : {flash, mat}) {
+    GPTConfig c = in.cfg;
+    auto total = [&](long t) {
+      c.max_seq_len = std::max<int>(1024, (int)t);
+      return (double)memory_per_rank(c, 8, (int)t, 2, 1, Recompute(), a.impl).total_chosen(false);
+    };
+    EXPECT_LE(total(a.longest_T), p.device_memory_bytes) << attention_name(a.impl);
+    EXPECT_GT(total(a.longest_T + 1), p.device_memory_bytes) << attention_name(a.impl);
+  }
+}
