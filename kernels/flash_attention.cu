@@ -208,7 +208,9 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
 
 // ==== launchers ==================================================================================
 
-bool flash_attention_supports(int HS) { return HS == 16 || HS == 32 || HS == 64 || HS == 128; }
+bool flash_attention_supports(int HS) {
+  return HS == 8 || HS == 16 || HS == 32 || HS == 64 || HS == 128;
+}
 
 size_t flash_attention_backward_scratch_bytes(int B, int Tn, int NH) {
   return (size_t)B * NH * Tn * sizeof(float);
@@ -217,7 +219,7 @@ size_t flash_attention_backward_scratch_bytes(int B, int Tn, int NH) {
 namespace {
 void require_flash_shape(int B, int Tn, int NH, int HS) {
   RATCHET_REQUIRE(B > 0 && Tn > 0 && NH > 0, "flash attention: B, T, NH must be positive");
-  RATCHET_REQUIRE(flash_attention_supports(HS), "flash attention: head size must be 16, 32, 64 or 128");
+  RATCHET_REQUIRE(flash_attention_supports(HS), "flash attention: head size must be 8, 16, 32, 64 or 128");
 }
 
 template <class T, int HS, bool kBarrier>
@@ -249,6 +251,7 @@ void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, in
   RATCHET_NVTX_RANGE("flash_attention_forward");
   require_flash_shape(B, Tn, NH, HS);
   switch (HS) {
+    case 8: return forward_hs<T, 8, true>(out, lse, qkv, B, Tn, NH, stream);
     case 16: return forward_hs<T, 16, true>(out, lse, qkv, B, Tn, NH, stream);
     case 32: return forward_hs<T, 32, true>(out, lse, qkv, B, Tn, NH, stream);
     case 64: return forward_hs<T, 64, true>(out, lse, qkv, B, Tn, NH, stream);
@@ -267,6 +270,7 @@ void flash_attention_backward(T* dqkv, float* D, const T* dout, const T* qkv, co
                  stream, D, dout, out, Tn, NH, HS, total);
   RATCHET_CHECK_LAUNCH();
   switch (HS) {
+    case 8: return backward_hs<T, 8>(dqkv, D, dout, qkv, lse, B, Tn, NH, stream);
     case 16: return backward_hs<T, 16>(dqkv, D, dout, qkv, lse, B, Tn, NH, stream);
     case 32: return backward_hs<T, 32>(dqkv, D, dout, qkv, lse, B, Tn, NH, stream);
     case 64: return backward_hs<T, 64>(dqkv, D, dout, qkv, lse, B, Tn, NH, stream);

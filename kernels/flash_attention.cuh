@@ -3,7 +3,7 @@
 //
 // Shapes (read and written in place, no permutes): qkv (B,T,3C) = q | k | v on
 // the last axis, head h at columns [h*HS, (h+1)*HS) of each third; out, dout
-// (B,T,C); lse, D (B,NH,T) FP32. HS = C/NH in {16, 32, 64, 128} (the cuda
+// (B,T,C); lse, D (B,NH,T) FP32. HS = C/NH in {8, 16, 32, 64, 128} (the cuda
 // backend refuses others with a message); any T >= 1. Storage T = float or bf16; every product,
 // sum, max, exp and log is FP32 (inputs converted on load into FP32 shared
 // tiles), outputs rounded once to T at the store.
@@ -40,7 +40,7 @@
 
 namespace ratchet::kernels {
 
-// Whether HS is one the flash kernels are built for (16, 32, 64, 128).
+// Whether HS is one the flash kernels are built for (8, 16, 32, 64, 128).
 bool flash_attention_supports(int HS);
 
 // out (B,T,C), lse (B,NH,T) from qkv (B,T,3C).                     (overwritten)

@@ -54,7 +54,7 @@ void check_seq_len(int T, int HS, size_t sb) {
 void check_flash_head_size(int HS) {
   if (!kernels::flash_attention_supports(HS))
     fail("head size ", HS, " (channels / heads): the flash attention kernels support head sizes "
-         "16, 32, 64 and 128; choose --channels and --heads accordingly, or use --attention "
+         "8, 16, 32, 64 and 128; choose --channels and --heads accordingly, or use --attention "
          "materialized");
 }
 
