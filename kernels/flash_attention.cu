@@ -24,10 +24,27 @@ __device__ __forceinline__ void load_tile(float (*dst)[HS], const T* src, size_t
   }
 }
 
+// Where a tile kernel's thread is: its row in the block's tile and its part
+// of the columns, the (b, h) of the block, the tile's first row, the widths.
+template <int HS>
+struct HeadTile {
+  int row, part, bh, b, h, r0;
+  size_t C, C3;
+  float scale;
+  __device__ HeadTile(int NH)
+      : row(threadIdx.x / 4), part(threadIdx.x % 4), bh(blockIdx.y), b(bh / NH), h(bh % NH),
+        r0(blockIdx.x * Tile<HS>::rows), C((size_t)NH * HS), C3(3 * C),
+        scale(1.0f / sqrtf((float)HS)) {}
+  // Rows of head h in a (B,T,ld) tensor: q (ld 3C; k at +C, v at +2C), out, dout (ld C).
+  template <class T>
+  __device__ const T* head(const T* x, int Tn, size_t ld) const {
+    return x + (size_t)b * Tn * ld + (size_t)h * HS;
+  }
+};
+
 template <int HS>
 __device__ __forceinline__ float dot_row(const float* a, const float* b) {
   float s = 0.0f;
-#pragma unroll 16
   for (int d = 0; d < HS; d++) s += a[d] * b[d];
   return s;
 }
@@ -44,12 +61,11 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   __shared__ float Ks[R][HS];  // (Bc,HS) the current key tile
   __shared__ float Vs[R][HS];  // (Bc,HS) the current value tile
   __shared__ float S[R][R];    // (Br,Bc) scores of the tile
-  const int row = threadIdx.x / 4, part = threadIdx.x % 4;
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-  const size_t C = (size_t)NH * HS, C3 = 3 * C;
-  const int i0 = blockIdx.x * R, i = i0 + row;
-  const float scale = 1.0f / sqrtf((float)HS);
-  const T* q = qkv + (size_t)b * Tn * C3 + (size_t)h * HS;
+  const HeadTile<HS> t(NH);
+  const int row = t.row, part = t.part, bh = t.bh, i0 = t.r0, i = i0 + row;
+  const size_t C = t.C, C3 = t.C3;
+  const float scale = t.scale;
+  const T* q = t.head(qkv, Tn, C3);
   load_tile<T, R, HS>(Qs, q, C3, i0, Tn);
   float o[CPT];
   for (int d = 0; d < CPT; d++) o[d] = 0.0f;
@@ -81,7 +97,7 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   }
   if (i >= Tn) return;
   const float inv = 1.0f / l;
-  T* dst = out + ((size_t)b * Tn + i) * C + (size_t)h * HS + part * CPT;
+  T* dst = out + ((size_t)t.b * Tn + i) * C + (size_t)t.h * HS + part * CPT;
   for (int d = 0; d < CPT; d++) dst[d] = from_f32<T>(o[d] * inv);
   if (part == 0) lse[(size_t)bh * Tn + i] = m + logf(l);
 }
@@ -111,13 +127,12 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   __shared__ float Qs[R][HS], dOs[R][HS];  // (Br,HS) the current query tile
   __shared__ float Ps[R][R], dSs[R][R];    // (Br,Bc) p and ds of the tile
   __shared__ float Ls[R], Ds[R];           // (Br) lse and D of the query tile
-  const int c = threadIdx.x / 4, part = threadIdx.x % 4;  // c: this thread's key row
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-  const size_t C = (size_t)NH * HS, C3 = 3 * C;
-  const int j0 = blockIdx.x * R, j = j0 + c;
-  const float scale = 1.0f / sqrtf((float)HS);
-  const T* q = qkv + (size_t)b * Tn * C3 + (size_t)h * HS;
-  const T* dO = dout + (size_t)b * Tn * C + (size_t)h * HS;
+  const HeadTile<HS> t(NH);
+  const int c = t.row, part = t.part, bh = t.bh, j0 = t.r0, j = j0 + c;  // c: the key row
+  const size_t C = t.C, C3 = t.C3;
+  const float scale = t.scale;
+  const T* q = t.head(qkv, Tn, C3);
+  const T* dO = t.head(dout, Tn, C);
   load_tile<T, R, HS>(Ks, q + C, C3, j0, Tn);
   load_tile<T, R, HS>(Vs, q + 2 * C, C3, j0, Tn);
   float dk[CPT], dv[CPT];
@@ -152,7 +167,7 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
     }
   }
   if (j >= Tn) return;
-  T* dst = dqkv + ((size_t)b * Tn + j) * C3 + (size_t)h * HS + part * CPT;
+  T* dst = dqkv + ((size_t)t.b * Tn + j) * C3 + (size_t)t.h * HS + part * CPT;
   for (int d = 0; d < CPT; d++) {
     dst[C + d] = from_f32<T>(dk[d]);
     dst[2 * C + d] = from_f32<T>(dv[d]);
@@ -168,14 +183,13 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   __shared__ float Qs[R][HS], dOs[R][HS];  // (Br,HS) this block's queries
   __shared__ float Ks[R][HS], Vs[R][HS];   // (Bc,HS) the current key tile
   __shared__ float dSs[R][R];              // (Br,Bc)
-  const int row = threadIdx.x / 4, part = threadIdx.x % 4;
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-  const size_t C = (size_t)NH * HS, C3 = 3 * C;
-  const int i0 = blockIdx.x * R, i = i0 + row;
-  const float scale = 1.0f / sqrtf((float)HS);
-  const T* q = qkv + (size_t)b * Tn * C3 + (size_t)h * HS;
+  const HeadTile<HS> t(NH);
+  const int row = t.row, part = t.part, bh = t.bh, i0 = t.r0, i = i0 + row;
+  const size_t C = t.C, C3 = t.C3;
+  const float scale = t.scale;
+  const T* q = t.head(qkv, Tn, C3);
   load_tile<T, R, HS>(Qs, q, C3, i0, Tn);
-  load_tile<T, R, HS>(dOs, dout + (size_t)b * Tn * C + (size_t)h * HS, C, i0, Tn);
+  load_tile<T, R, HS>(dOs, t.head(dout, Tn, C), C, i0, Tn);
   const float L = i < Tn ? lse[(size_t)bh * Tn + i] : 0.0f;
   const float Di = i < Tn ? D[(size_t)bh * Tn + i] : 0.0f;
   float dq[CPT];
@@ -202,7 +216,7 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
     }
   }
   if (i >= Tn) return;
-  T* dst = dqkv + ((size_t)b * Tn + i) * C3 + (size_t)h * HS + part * CPT;
+  T* dst = dqkv + ((size_t)t.b * Tn + i) * C3 + (size_t)t.h * HS + part * CPT;
   for (int d = 0; d < CPT; d++) dst[d] = from_f32<T>(dq[d]);
 }
 
