@@ -233,7 +233,8 @@ size_t flash_attention_backward_scratch_bytes(int B, int Tn, int NH) {
 namespace {
 void require_flash_shape(int B, int Tn, int NH, int HS) {
   RATCHET_REQUIRE(B > 0 && Tn > 0 && NH > 0, "flash attention: B, T, NH must be positive");
-  RATCHET_REQUIRE(flash_attention_supports(HS), "flash attention: head size must be 8, 16, 32, 64 or 128");
+  RATCHET_REQUIRE(flash_attention_supports(HS),
+                  "flash attention: head size must be 8, 16, 32, 64 or 128");
 }
 
 template <class T, int HS, bool kBarrier>

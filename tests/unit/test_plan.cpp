@@ -251,7 +251,8 @@ TEST(Plan, AttentionMemoryPerImplementationAndLongestT) {
   EXPECT_EQ(mat.impl, AttentionImpl::materialized);
   auto r64 = [](size_t x) { return (x + 63) / 64 * 64; };
   const size_t B = 8, NH = 12, T = 1024, L = 12;
-  EXPECT_EQ(mat.activations - flash.activations, L * (r64(B * NH * T * T * 2) - r64(B * NH * T * 4)));
+  EXPECT_EQ(mat.activations - flash.activations,
+            L * (r64(B * NH * T * T * 2) - r64(B * NH * T * 4)));
   EXPECT_EQ(flash.activations, cudnn.activations);
   EXPECT_EQ(flash.activations, p.mem.activations_chosen);  // the table above is flash's
   EXPECT_GT(flash.longest_T, mat.longest_T);
