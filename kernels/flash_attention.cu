@@ -226,10 +226,6 @@ bool flash_attention_supports(int HS) {
   return HS == 8 || HS == 16 || HS == 32 || HS == 64 || HS == 128;
 }
 
-size_t flash_attention_backward_scratch_bytes(int B, int Tn, int NH) {
-  return (size_t)B * NH * Tn * sizeof(float);
-}
-
 namespace {
 void require_flash_shape(int B, int Tn, int NH, int HS) {
   RATCHET_REQUIRE(B > 0 && Tn > 0 && NH > 0, "flash attention: B, T, NH must be positive");

@@ -37,6 +37,7 @@
 // bench/kernels on a GPU (not here).
 #pragma once
 #include "common.cuh"
+#include "scratch_bytes.h"
 
 namespace ratchet::kernels {
 
@@ -52,8 +53,7 @@ template <class T>
 void flash_attention_backward(T* dqkv, float* D, const T* dout, const T* qkv, const T* out,
                               const float* lse, int B, int Tn, int NH, int HS,
                               cudaStream_t stream);
-// Bytes of the backward's scratch (D).
-size_t flash_attention_backward_scratch_bytes(int B, int Tn, int NH);
+// Its scratch (D): kernels/scratch_bytes.h.
 
 #if RATCHET_SIMT
 // Test only: the forward with the barrier after the K/V tile load removed

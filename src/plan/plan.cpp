@@ -8,15 +8,16 @@
 #include <cstdio>
 #include <sstream>
 
+#include "ckpt/young_daly.h"
 #include "core/error.h"
+#include "core/json.h"
+#include "dist/zero.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
 
 namespace ratchet::plan {
 
 namespace {
-
-size_t align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 // Physical memory of this host (bytes), for the cpu device.
 double host_memory_bytes() {
@@ -81,8 +82,6 @@ double ring_allreduce_seconds(double bytes, int n, double bytes_per_s) {
   return 2.0 * (n - 1) / n * bytes / bytes_per_s;
 }
 
-double young_daly_seconds(double save_s, double mtbf_s) { return std::sqrt(2.0 * save_s * mtbf_s); }
-
 CostEstimate on_demand_cost(double work_hours, int world, double price, double interval_s,
                             double save_s) {
   CostEstimate c;
@@ -107,69 +106,27 @@ CostEstimate spot_cost(double work_hours, int world, double price, double spot_f
   return c;
 }
 
-size_t MemoryPlan::total(Recompute::Kind p, bool zero1) const {
-  return params + grads + (zero1 ? master_zero1 + adam_zero1 : master + adam) + activations[p] +
-         workspace;
-}
-
-size_t MemoryPlan::total_chosen(bool zero1) const {
-  return params + grads + (zero1 ? master_zero1 + adam_zero1 : master + adam) +
-         activations_chosen + workspace;
-}
-
-size_t MemoryPlan::activations_of(const Recompute& r) const {
-  return r == chosen ? activations_chosen : activations[r.kind];
-}
-
-size_t MemoryPlan::total_of(const Recompute& r, bool zero1) const {
-  return r == chosen ? total_chosen(zero1) : total(r.kind, zero1);
-}
-
-std::vector<Recompute> listed_policies(const Recompute& chosen) {
-  std::vector<Recompute> v = standard_recompute_policies();
-  if (std::find(v.begin(), v.end(), chosen) == v.end()) v.push_back(chosen);
-  return v;
-}
-
-MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t sb, int world,
-                           const Recompute& chosen, AttentionImpl att) {
-  const size_t P = ParamLayout(cfg).total;
-  const size_t shard = (P + world - 1) / world;
-  MemoryPlan m;
-  m.params = align64(P * sb);
-  m.grads = align64(P * sb);
-  const bool fp32 = sb == sizeof(float);  // params are their own master copy
-  m.master = fp32 ? 0 : align64(P * sizeof(float));
-  m.adam = 2 * align64(P * sizeof(float));
-  m.master_zero1 = fp32 ? 0 : align64(shard * sizeof(float));
-  m.adam_zero1 = 2 * align64(shard * sizeof(float));
-  for (const Recompute& p : standard_recompute_policies())
-    m.activations[p.kind] = GPT::activation_bytes(cfg, B, T, sb, p, att);
-  m.chosen = chosen;
-  m.activations_chosen = GPT::activation_bytes(cfg, B, T, sb, chosen, att);
-  if (!fp32) {
-    auto a256 = [](size_t x) { return (x + 255) / 256 * 256; };
-    const size_t BT = (size_t)B * T;
-    m.workspace = att == AttentionImpl::materialized
-                      ? 7 * a256(BT * cfg.channels * sb) +
-                            a256((size_t)B * cfg.num_heads * T * T * sb) + (32u << 20)
-                      : a256((size_t)B * cfg.num_heads * T * sizeof(float)) + (32u << 20);
-  }
-  return m;
+BackendMemoryModel backend_memory_model(const Device& d) {
+  return d.storage_bytes == sizeof(float) ? cpu_memory_model()
+                                          : cuda_memory_model(d.storage_bytes,
+                                                              kCublasLtWorkspaceBytes);
 }
 
 namespace {
-AttentionMemory attention_memory(const GPTConfig& cfg, int B, int T, size_t sb, int world,
-                                 const Recompute& policy, AttentionImpl att, double device_bytes) {
+// One attention implementation's row of the plan (see AttentionMemory).
+AttentionMemory attention_memory(const GPTConfig& cfg, int B, int T, BackendMemoryModel be,
+                                 int world, const Recompute& policy, AttentionImpl att,
+                                 double device_bytes) {
+  be.attention = att;
   AttentionMemory a;
   a.impl = att;
-  const MemoryPlan m = memory_per_rank(cfg, B, T, sb, world, policy, att);
-  a.activations = m.activations_chosen;
-  a.total = m.total_chosen(false);
+  const MemoryPlan m = memory_per_rank(cfg, B, T, be, world, policy);
+  a.activations = m.activations_of(policy);
+  a.total = m.total_of(policy, false);
   auto fits = [&](long t) {
     GPTConfig c = cfg;
     c.max_seq_len = std::max<long>(c.max_seq_len, t);  // wpe grows with T
-    return (double)memory_per_rank(c, B, (int)t, sb, world, policy, att).total_chosen(false) <=
+    return (double)memory_per_rank(c, B, (int)t, be, world, policy).total_of(policy, false) <=
            device_bytes;
   };
   long lo = 0, hi = 1L << 22;  // fits(lo) (or lo = 0); memory grows with T
@@ -179,6 +136,70 @@ AttentionMemory attention_memory(const GPTConfig& cfg, int B, int T, size_t sb, 
   }
   a.longest_T = lo;
   return a;
+}
+
+size_t index_of(const std::vector<Recompute>& v, const Recompute& r) {
+  const auto it = std::find(v.begin(), v.end(), r);
+  RATCHET_ASSERT(it != v.end());
+  return (size_t)(it - v.begin());
+}
+}  // namespace
+
+size_t MemoryPlan::activations_of(const Recompute& r) const {
+  return plain[index_of(policies, r)].activations;
+}
+
+size_t MemoryPlan::total_of(const Recompute& r, bool z1) const {
+  return (z1 ? zero1 : plain)[index_of(policies, r)].total();
+}
+
+std::vector<Recompute> listed_policies(const Recompute& chosen) {
+  std::vector<Recompute> v = standard_recompute_policies();
+  if (std::find(v.begin(), v.end(), chosen) == v.end()) v.push_back(chosen);
+  return v;
+}
+
+MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, const BackendMemoryModel& be,
+                           int world, const Recompute& chosen) {
+  const size_t P = ParamLayout(cfg).total;
+  // Rank 0 holds the largest ZeRO-1 shard (dist/zero.h).
+  const ShardRange own = shard_range(P, world, 0);
+  const size_t zero1_buffers = DataParallel::buffer_bytes(be, P, world, 1);
+  MemoryPlan m;
+  m.policies = listed_policies(chosen);
+  for (const Recompute& r : m.policies) {
+    m.plain.push_back(step_memory(cfg, B, T, r, be, P, 0));
+    m.zero1.push_back(step_memory(cfg, B, T, r, be, own.hi - own.lo, zero1_buffers));
+  }
+  const StepMemory& s = m.plain.front();
+  m.params = s.params;
+  m.grads = s.grads;
+  m.master = s.master;
+  m.adam = s.moments;
+  m.adam_zero1 = m.zero1.front().moments;
+  m.dp_buffers_zero1 = zero1_buffers;
+  m.workspace = s.workspace;
+  m.overhead = s.overhead;
+  return m;
+}
+
+namespace {
+// Sizes are counted in 64-bit bytes (size_t): a model or batch whose bytes do
+// not fit is out of range, said before any count wraps around. The counts
+// here are in floating point, so they cannot overflow themselves.
+void check_sizes_in_range(const GPTConfig& c, int B, int T) {
+  const double C = c.channels, L = c.num_layers, V = c.padded_vocab, NH = c.num_heads;
+  const double params = V * C + (double)c.max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+  // Everything a step holds is below ~40 bytes per parameter (FP32 params,
+  // grads, master, m, v) plus the activations (< 40 values per token, layer
+  // and channel, the attention matrix, the logits), at 4 bytes.
+  const double acts = (double)B * T * (L * (40 * C + 2 * NH * T) + 2 * V) * 4;
+  const double limit = 9.2e18;  // 2^63 bytes
+  if (params * 40 > limit || acts > limit)
+    fail("the model (--layers ", c.num_layers, ", --channels ", c.channels, ") has ",
+         params, " parameters, and a step at B=", B, " T=", T, " ", acts,
+         " bytes of activations: out of range (byte counts must fit in 64 bits); choose a "
+         "smaller model or batch");
 }
 }  // namespace
 
@@ -225,6 +246,7 @@ Plan make_plan(const PlanInputs& in_) {
     }
   }
   const GPTConfig& cfg = in.cfg;
+  check_sizes_in_range(cfg, in.B, in.T);
   p.n_params = (double)ParamLayout(cfg).total;
   if (!p.has_budget) {
     p.optimal.params = p.n_params;
@@ -260,13 +282,14 @@ Plan make_plan(const PlanInputs& in_) {
 
   // ---- memory --------------------------------------------------------------
   const size_t sb = p.device->storage_bytes;
-  p.mem = memory_per_rank(cfg, in.B, in.T, sb, in.world, in.recompute);
+  p.mem = memory_per_rank(cfg, in.B, in.T, backend_memory_model(*p.device), in.world,
+                          in.recompute);
   if (in.device_memory_gb >= 0) p.device_memory_bytes = in.device_memory_gb * 1e9;
   else if (p.device->memory_gb > 0) p.device_memory_bytes = p.device->memory_gb * 1e9;
   else p.device_memory_bytes = host_memory_bytes();
   for (AttentionImpl a : {AttentionImpl::flash, AttentionImpl::cudnn, AttentionImpl::materialized})
-    p.attention.push_back(attention_memory(cfg, in.B, in.T, sb, in.world, in.recompute, a,
-                                           p.device_memory_bytes));
+    p.attention.push_back(attention_memory(cfg, in.B, in.T, backend_memory_model(*p.device),
+                                           in.world, in.recompute, a, p.device_memory_bytes));
 
   // ---- time ----------------------------------------------------------------
   p.compute_s = fpt * p.tokens_per_step / in.world / eff_flops_per_s;
@@ -283,7 +306,7 @@ Plan make_plan(const PlanInputs& in_) {
   if (in.ckpt_interval_minutes > 0) {
     p.interval_s = in.ckpt_interval_minutes * 60;
   } else if (in.preemptions_per_hour > 0) {
-    p.interval_s = young_daly_seconds(p.save_s, 3600.0 / in.preemptions_per_hour);
+    p.interval_s = young_daly_interval_seconds(p.save_s, 3600.0 / in.preemptions_per_hour);
     p.interval_from_young_daly = true;
   }
   p.on_demand = on_demand_cost(p.work_hours, in.world, in.price, p.interval_s, p.save_s);
@@ -340,50 +363,6 @@ std::string money(double v) { return v >= 100 ? "$" + commas(v) : fmt("$%.2f", v
 
 const char* dtype(size_t sb) { return sb == 2 ? "bf16" : "fp32"; }
 
-// Minimal JSON writer: nested objects of numbers, strings and booleans.
-class Json {
- public:
-  Json& open(const std::string& key = "") {
-    sep();
-    if (!key.empty()) os_ << '"' << key << "\": ";
-    os_ << '{';
-    first_ = true;
-    return *this;
-  }
-  Json& close() {
-    os_ << '}';
-    first_ = false;
-    return *this;
-  }
-  Json& num(const std::string& key, double v) {
-    sep();
-    os_ << '"' << key << "\": ";
-    if (!std::isfinite(v)) os_ << "null";
-    else if (v == std::floor(v) && std::fabs(v) < 9e15) os_ << fmt("%.0f", v);
-    else os_ << fmt("%.10g", v);
-    return *this;
-  }
-  Json& str(const std::string& key, const std::string& v) {
-    sep();
-    os_ << '"' << key << "\": \"" << v << '"';  // values here never need escaping
-    return *this;
-  }
-  Json& boolean(const std::string& key, bool v) {
-    sep();
-    os_ << '"' << key << "\": " << (v ? "true" : "false");
-    return *this;
-  }
-  std::string text() const { return os_.str(); }
-
- private:
-  void sep() {
-    if (!first_) os_ << ", ";
-    first_ = false;
-  }
-  std::ostringstream os_;
-  bool first_ = true;
-};
-
 }  // namespace
 
 std::string plan_table(const Plan& p) {
@@ -434,9 +413,11 @@ std::string plan_table(const Plan& p) {
   };
   row(std::string("parameters (") + dtype(sb) + ")", p.mem.params, p.mem.params);
   row(std::string("gradients (") + dtype(sb) + ")", p.mem.grads, p.mem.grads);
-  if (p.mem.master) row("master weights (fp32)", p.mem.master, p.mem.master_zero1);
+  if (p.mem.master) row("master weights (fp32)", p.mem.master, p.mem.master);
   row("AdamW m, v (fp32)", p.mem.adam, p.mem.adam_zero1);
-  if (p.mem.workspace) row("op workspace (attention, GEMM)", p.mem.workspace, p.mem.workspace);
+  row("ZeRO-1 staging buffers", 0, p.mem.dp_buffers_zero1);
+  if (p.mem.workspace) row("op scratch (attention, ...)", p.mem.workspace, p.mem.workspace);
+  if (p.mem.overhead) row("backend (cuBLASLt workspace)", p.mem.overhead, p.mem.overhead);
   o << "  activations by recompute policy (B=" << in.B << ", T=" << in.T << "):\n";
   o << "    policy      activations   total   total ZeRO-1   extra FLOPs   fits "
     << fmt("%.0f", p.device_memory_bytes / 1e9) << " GB\n";
@@ -517,106 +498,83 @@ std::string plan_table(const Plan& p) {
 
 std::string plan_json(const Plan& p) {
   const PlanInputs& in = p.in;
-  Json j;
-  j.open();
-  j.open("model")
-      .str("name", in.model_name)
-      .boolean("from_budget", !in.model_given)
-      .num("layers", in.cfg.num_layers)
-      .num("heads", in.cfg.num_heads)
-      .num("channels", in.cfg.channels)
-      .num("vocab_size", in.cfg.vocab_size)
-      .num("padded_vocab", in.cfg.padded_vocab)
-      .num("max_seq_len", in.cfg.max_seq_len)
-      .num("params", p.n_params)
-      .close();
-  j.open("device")
-      .str("name", p.device->name)
-      .num("world_size", in.world)
-      .num("peak_tflops", in.peak_tflops)
-      .num("mfu", in.mfu)
-      .num("storage_bytes", (double)p.device->storage_bytes)
-      .num("memory_bytes", p.device_memory_bytes)
-      .num("price_per_device_hour", in.price)
-      .close();
-  j.open("compute");
-  if (p.has_budget) j.num("budget_flops", p.budget_flops);
-  j.num("optimal_params", p.optimal.params)
-      .num("optimal_tokens", p.optimal.tokens)
-      .num("optimal_flops", p.optimal.flops)
-      .str("suggested_preset", p.suggested_preset)
-      .num("batch_size", in.B)
-      .num("seq_len", in.T)
-      .num("grad_accum", p.accum)
-      .num("tokens_per_step", (double)p.tokens_per_step)
-      .num("steps", (double)p.steps)
-      .num("tokens", p.tokens)
-      .num("tokens_per_param", p.tokens_per_param)
-      .num("flops_per_token", p.flops_per_token)
-      .num("recompute_flops_per_token", p.recompute_flops_per_token)
-      .num("total_flops", p.total_flops)
-      .close();
-  j.open("memory")
-      .num("params_bytes", (double)p.mem.params)
-      .num("grads_bytes", (double)p.mem.grads)
-      .num("master_bytes", (double)p.mem.master)
-      .num("adam_bytes", (double)p.mem.adam)
-      .num("master_zero1_bytes", (double)p.mem.master_zero1)
-      .num("adam_zero1_bytes", (double)p.mem.adam_zero1)
-      .num("workspace_bytes", (double)p.mem.workspace);
-  j.open("activations_bytes");
-  for (const Recompute& r : listed_policies(in.recompute))
-    j.num(r.name(), (double)p.mem.activations_of(r));
-  j.close();
-  j.open("total_bytes");
-  for (const Recompute& r : listed_policies(in.recompute))
-    j.num(r.name(), (double)p.mem.total_of(r, false));
-  j.close();
-  j.open("total_zero1_bytes");
-  for (const Recompute& r : listed_policies(in.recompute))
-    j.num(r.name(), (double)p.mem.total_of(r, true));
-  j.close();
-  j.open("attention");  // per implementation, at the chosen policy
-  for (const AttentionMemory& a : p.attention)
-    j.open(attention_name(a.impl))
-        .num("activations_bytes", (double)a.activations)
-        .num("total_bytes", (double)a.total)
-        .num("longest_T", (double)a.longest_T)
-        .close();
-  j.close();
-  j.close();
-  j.open("time")
-      .str("recompute", in.recompute.name())
-      .num("compute_s", p.compute_s)
-      .num("grad_bytes", p.grad_bytes)
-      .num("link_gbps", in.link_gbps)
-      .num("allreduce_s", p.allreduce_s)
-      .num("step_s", p.step_s)
-      .num("dp_efficiency", p.dp_efficiency)
-      .num("work_hours", p.work_hours)
-      .close();
-  j.open("checkpoint")
-      .num("bytes", p.ckpt_bytes)
-      .num("save_s", p.save_s)
-      .num("restart_s", p.restart_s)
-      .num("interval_s", p.interval_s)
-      .boolean("young_daly", p.interval_from_young_daly)
-      .close();
-  auto cost = [&](const char* key, const CostEstimate& c, double price, double rate) {
-    j.open(key)
-        .num("price_per_device_hour", price)
-        .num("preemptions_per_hour", rate)
-        .num("wall_factor", c.wall_factor)
-        .num("wall_hours", c.wall_hours)
-        .num("device_hours", c.device_hours)
-        .num("preemptions", c.preemptions)
-        .num("cost", c.cost)
-        .close();
+  OrderedJson j;
+  j["model"] = {{"name", in.model_name},
+                {"from_budget", !in.model_given},
+                {"layers", in.cfg.num_layers},
+                {"heads", in.cfg.num_heads},
+                {"channels", in.cfg.channels},
+                {"vocab_size", in.cfg.vocab_size},
+                {"padded_vocab", in.cfg.padded_vocab},
+                {"max_seq_len", in.cfg.max_seq_len},
+                {"params", json_number(p.n_params)}};
+  j["device"] = {{"name", p.device->name},
+                 {"world_size", in.world},
+                 {"peak_tflops", json_number(in.peak_tflops)},
+                 {"mfu", json_number(in.mfu)},
+                 {"storage_bytes", p.device->storage_bytes},
+                 {"memory_bytes", json_number(p.device_memory_bytes)},
+                 {"price_per_device_hour", json_number(in.price)}};
+  OrderedJson& compute = j["compute"];
+  if (p.has_budget) compute["budget_flops"] = json_number(p.budget_flops);
+  compute["optimal_params"] = json_number(p.optimal.params);
+  compute["optimal_tokens"] = json_number(p.optimal.tokens);
+  compute["optimal_flops"] = json_number(p.optimal.flops);
+  compute["suggested_preset"] = p.suggested_preset;
+  compute["batch_size"] = in.B;
+  compute["seq_len"] = in.T;
+  compute["grad_accum"] = p.accum;
+  compute["tokens_per_step"] = p.tokens_per_step;
+  compute["steps"] = p.steps;
+  compute["tokens"] = json_number(p.tokens);
+  compute["tokens_per_param"] = json_number(p.tokens_per_param);
+  compute["flops_per_token"] = json_number(p.flops_per_token);
+  compute["recompute_flops_per_token"] = json_number(p.recompute_flops_per_token);
+  compute["total_flops"] = json_number(p.total_flops);
+  OrderedJson& memory = j["memory"];
+  memory["params_bytes"] = p.mem.params;
+  memory["grads_bytes"] = p.mem.grads;
+  memory["master_bytes"] = p.mem.master;
+  memory["adam_bytes"] = p.mem.adam;
+  memory["master_zero1_bytes"] = p.mem.master;
+  memory["adam_zero1_bytes"] = p.mem.adam_zero1;
+  memory["dp_buffers_zero1_bytes"] = p.mem.dp_buffers_zero1;
+  memory["workspace_bytes"] = p.mem.workspace;
+  memory["overhead_bytes"] = p.mem.overhead;
+  for (const Recompute& r : listed_policies(in.recompute)) {
+    memory["activations_bytes"][r.name()] = p.mem.activations_of(r);
+    memory["total_bytes"][r.name()] = p.mem.total_of(r, false);
+    memory["total_zero1_bytes"][r.name()] = p.mem.total_of(r, true);
+  }
+  for (const AttentionMemory& a : p.attention)  // per implementation, at the chosen policy
+    memory["attention"][attention_name(a.impl)] = {{"activations_bytes", a.activations},
+                                                   {"total_bytes", a.total},
+                                                   {"longest_T", a.longest_T}};
+  j["time"] = {{"recompute", in.recompute.name()},
+               {"compute_s", json_number(p.compute_s)},
+               {"grad_bytes", json_number(p.grad_bytes)},
+               {"link_gbps", json_number(in.link_gbps)},
+               {"allreduce_s", json_number(p.allreduce_s)},
+               {"step_s", json_number(p.step_s)},
+               {"dp_efficiency", json_number(p.dp_efficiency)},
+               {"work_hours", json_number(p.work_hours)}};
+  j["checkpoint"] = {{"bytes", json_number(p.ckpt_bytes)},
+                     {"save_s", json_number(p.save_s)},
+                     {"restart_s", json_number(p.restart_s)},
+                     {"interval_s", json_number(p.interval_s)},
+                     {"young_daly", p.interval_from_young_daly}};
+  auto cost = [](const CostEstimate& c, double price, double rate) {
+    return OrderedJson{{"price_per_device_hour", json_number(price)},
+                       {"preemptions_per_hour", json_number(rate)},
+                       {"wall_factor", json_number(c.wall_factor)},
+                       {"wall_hours", json_number(c.wall_hours)},
+                       {"device_hours", json_number(c.device_hours)},
+                       {"preemptions", json_number(c.preemptions)},
+                       {"cost", json_number(c.cost)}};
   };
-  cost("on_demand", p.on_demand, in.price, 0.0);
-  cost("spot", p.spot, in.price * in.spot_fraction, in.preemptions_per_hour);
-  j.close();
-  return j.text() + "\n";
+  j["on_demand"] = cost(p.on_demand, in.price, 0.0);
+  j["spot"] = cost(p.spot, in.price * in.spot_fraction, in.preemptions_per_hour);
+  return json_line(j) + "\n";
 }
 
 }  // namespace ratchet::plan
