@@ -179,7 +179,9 @@ TEST(Plan, MemoryPerRankWithAndWithoutZero1) {
   // parameter allocation). ZeRO-1 over 5: ceil(P/5) = 24,895,181 elements ->
   // 99,580,724 bytes, rounded up to 256: 99,580,928. Overhead: sum_squares'
   // FP64 result (256 as allocated) + the 32 MiB cuBLASLt workspace.
-  MemoryPlan g = memory_per_rank(c, 4, 64, cuda_memory_model(2, kCublasLtWorkspaceBytes), 5);
+  // Materialized attention here (the flash default: below).
+  MemoryPlan g = memory_per_rank(
+      c, 4, 64, cuda_memory_model(2, kCublasLtWorkspaceBytes, AttentionImpl::materialized), 5);
   EXPECT_EQ(g.params, 2 * P);
   EXPECT_EQ(g.master, 4 * P);
   EXPECT_EQ(g.adam_zero1, 2u * 99580928);
@@ -191,8 +193,14 @@ TEST(Plan, MemoryPerRankWithAndWithoutZero1) {
   EXPECT_EQ(g.workspace, 3145728u);
   EXPECT_EQ(g.total_of(none, false), 2 * P + 2 * P + 4 * P + 8 * P +
                                          cuda_memory_model(2, 0).alloc_size(
-                                             GPT::activation_bytes(c, 4, 64, 2)) +
+                                             GPT::activation_bytes(
+                                                 c, 4, 64, 2, Recompute(),
+                                                 AttentionImpl::materialized)) +
                                          3145728u + 256u + (32u << 20));
+  // Flash attention: backward's scratch is D (B,NH,T) FP32 = 12,288 bytes, so the
+  // lm head's bias-gradient partials (1,609,728) are the largest op scratch.
+  MemoryPlan f = memory_per_rank(c, 4, 64, cuda_memory_model(2, kCublasLtWorkspaceBytes), 5);
+  EXPECT_EQ(f.workspace, 1609728u);
 }
 
 // The savings model/recompute.h states, by hand for d12 at B=4, T=64, FP32
