@@ -4,6 +4,7 @@
 // file. The token stream is kept exactly, so a round trip is byte-identical.
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "data/shard_reader.h"
 #include "data_tools/shard_writer.h"
 #include "data/tokenizer.h"
+#include "model/llmc_checkpoint.h"
 #include "version.h"
 
 namespace ratchet {
@@ -82,6 +84,17 @@ Examples:
                 in.c_str(), tokens.size(), out.c_str(), offsets.size(), tokenizer.c_str());
     return kExitOk;
   }
+  // Say what a file is when it is neither kind (ShardFile would only say
+  // "not an HDF5 file").
+  const std::string model = llmc_model_file_kind(in);
+  if (!model.empty())
+    fail("INPUT ", in, " is ", model, ", not tokens: convert turns llm.c token files "
+         "(magic ", kLlmcMagic, ") into HDF5 shards and back. Use a model file with `ratchet train "
+         "--init-from`");
+  if (std::filesystem::is_directory(in))
+    fail("INPUT ", in, " is a directory", std::filesystem::exists(in + "/state.h5")
+         ? " (a ratchet checkpoint: `ratchet ckpt export` writes its weights as an llm.c model file)"
+         : "", ": convert takes one llm.c token file or one HDF5 shard");
   ShardFile shard(in);  // errors name the file (not HDF5, not a shard, corrupt)
   if (shard.meta().vocab_size > 65536)
     fail("shard ", in, " has vocab_size ", shard.meta().vocab_size,

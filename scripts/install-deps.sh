@@ -44,6 +44,9 @@ pkgs=(
   libboost-program-options-dev libboost-context-dev
   # tests
   libgtest-dev googletest
+  # fuzzing (tests/fuzz, label fuzz): clang, and libclang-rt-dev for the
+  # libFuzzer, ASan and UBSan runtimes that -fsanitize=fuzzer links
+  clang libclang-rt-dev
   # MPI (before slurm: slurmd must see libpmix at start, so the Slurm
   # packages below go in a second apt-get install, after this list)
   openmpi-bin libopenmpi-dev

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -353,7 +354,11 @@ CheckpointMeta read_checkpoint_meta(const std::string& dir) {
   if (m.optimizer_shards < 0) fail(ctx, " has an invalid optimizer_shards ", m.optimizer_shards);
   m.identity = from_ini(get_str(f, "run_identity", ctx));
   m.settings = from_ini(get_str(f, "run_settings", ctx));
-  for (const auto& [k, v] : from_ini(get_str(f, "counters", ctx))) m.counters[k] = std::stod(v);
+  for (const auto& [k, v] : from_ini(get_str(f, "counters", ctx))) {
+    char* end = nullptr;
+    m.counters[k] = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0') fail(ctx, ": counter ", k, " = '", v, "' is not a number");
+  }
   return m;
 }
 

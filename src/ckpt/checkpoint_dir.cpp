@@ -149,7 +149,11 @@ SaveStats CheckpointDir::commit_save(const std::string& tmp, const Checkpoint& c
   if (std::rename((dir_ + "/latest.tmp").c_str(), (dir_ + "/latest").c_str()) != 0)
     fail("cannot update ", dir_, "/latest: ", std::strerror(errno));
   fsync_dir(dir_);
-  prune(keep);
+  verified_[final_path] = to_ini(ck.meta.identity);
+  invalid_.erase(final_path);
+  // Relative to this checkpoint: nothing newer and no other run's is touched.
+  const PruneResult pr = prune(keep, ck.meta.step);
+  for (const auto& f : pr.failed) RLOG("retention: warning: could not remove %s\n", f.c_str());
   SaveStats s;
   s.path = final_path;
   s.bytes = directory_bytes(final_path);
@@ -157,59 +161,80 @@ SaveStats CheckpointDir::commit_save(const std::string& tmp, const Checkpoint& c
   return s;
 }
 
+std::string CheckpointDir::check_entry(const CheckpointEntry& e, Checkpoint* out) const {
+  if (!e.committed) return "no COMMITTED marker (a save that did not finish)";
+  std::error_code ec;
+  if (!fs::exists(e.path + "/manifest.json", ec))
+    return "no manifest.json (written before the commit marker: the directory was altered)";
+  try {
+    Checkpoint ck = read_checkpoint(e.path);
+    if (ck.meta.step != e.step)
+      return "its name says step " + std::to_string(e.step) + " but it holds step " +
+             std::to_string(ck.meta.step) +
+             " (renamed or copied over?): rename it to " + entry_name(ck.meta.step) +
+             " or remove it";
+    verified_[e.path] = to_ini(ck.meta.identity);
+    if (out) *out = std::move(ck);
+  } catch (const std::exception& x) {  // Error, or a library's own on damaged input
+    return x.what();
+  }
+  return "";
+}
+
 std::optional<Checkpoint> CheckpointDir::load_newest_valid(
     const std::function<void(const std::string&)>& warn) const {
   auto entries = list();
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-    if (!it->committed) {
-      warn("skipping " + it->path + ": no COMMITTED marker (a save that did not finish)");
-      continue;
-    }
-    try {
-      return read_checkpoint(it->path);
-    } catch (const Error& e) {
-      warn("skipping " + it->path + ": " + e.what());
-    }
+    Checkpoint ck;
+    const std::string why = check_entry(*it, &ck);
+    if (why.empty()) return ck;
+    warn("skipping " + it->path + ": " + why);
   }
   return std::nullopt;
 }
 
-std::vector<std::string> CheckpointDir::prune(const RetentionPolicy& keep) const {
-  std::vector<std::string> removed;
+PruneResult CheckpointDir::prune(const RetentionPolicy& keep, int64_t anchor_step) const {
+  PruneResult r;
+  auto remove = [&](const std::string& path) {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    if (!ec && fs::exists(path, ec)) ec = std::make_error_code(std::errc::directory_not_empty);
+    if (ec)
+      r.failed.push_back(path + ": " + ec.message());
+    else
+      r.removed.push_back(path);
+    verified_.erase(path);
+  };
   std::error_code ec;
-  // Leftovers of interrupted saves by processes that no longer run.
+  // Leftovers of interrupted saves by other processes: the run lock
+  // (run_lock.h) keeps a live writer out while this runs.
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     const std::string n = e.path().filename().string();
     if (n.rfind(".tmp-", 0) == 0 || n.find(".old-") != std::string::npos) {
       const std::string pid = n.substr(n.rfind('-') + 1);
-      if (pid == std::to_string(getpid())) continue;
-      fs::remove_all(e.path(), ec);
-      removed.push_back(e.path().string());
+      if (pid != std::to_string(getpid())) remove(e.path().string());
     }
   }
-  auto entries = list();
-  std::vector<CheckpointEntry> committed;
-  for (const auto& c : entries)
-    if (c.committed) committed.push_back(c);
-  const int n = (int)committed.size();
-  for (int i = 0; i < n; i++) {
-    const auto& c = committed[i];
-    const bool recent = i >= n - std::max(1, keep.keep_last);
-    const bool every = keep.keep_every > 0 && c.step % keep.keep_every == 0;
-    const bool best = c.step == keep.best_step;
-    if (recent || every || best) continue;
-    fs::remove_all(c.path, ec);
-    removed.push_back(c.path);
-  }
-  // Uncommitted step_* directories older than the newest committed one are
-  // debris of failed saves; a newer uncommitted one is kept for inspection.
-  const int64_t newest = n ? committed.back().step : -1;
-  for (const auto& c : entries)
-    if (!c.committed && c.step < newest) {
-      fs::remove_all(c.path, ec);
-      removed.push_back(c.path);
+  std::vector<RetentionCandidate> candidates;
+  for (const auto& e : list()) {
+    RetentionCandidate c;
+    c.path = e.path;
+    c.step = e.step;
+    c.committed = e.committed;
+    if (e.committed) {
+      if (!verified_.count(e.path) && !invalid_.count(e.path)) {
+        const std::string why = check_entry(e);
+        if (!why.empty()) invalid_[e.path] = why;
+      }
+      if (invalid_.count(e.path)) r.kept_invalid.push_back(e.path + ": " + invalid_[e.path]);
+      auto it = verified_.find(e.path);
+      c.valid = it != verified_.end();
+      if (c.valid) c.identity = it->second;
     }
-  return removed;
+    candidates.push_back(c);
+  }
+  for (const auto& v : retention_victims(candidates, keep, anchor_step)) remove(v);
+  return r;
 }
 
 }  // namespace ratchet

@@ -6,18 +6,21 @@
 //   2. write the COMMITTED marker, fsync it and the temp directory
 //   3. rename the temp directory to CKPT_DIR/step_N, fsync CKPT_DIR
 //   4. write CKPT_DIR/latest.tmp, fsync, rename over CKPT_DIR/latest
-//   5. only now prune older checkpoints by the retention policy
-// Loading scans step_* directories newest first, skips any without
-// COMMITTED, verifies checksums, and reports (but never deletes) one that
-// fails, falling back to the previous one.
+//   5. only now prune older checkpoints by the retention policy (retention.h)
+// Loading scans step_* directories newest first, skips any that is not valid
+// (no COMMITTED marker or manifest, a bad checksum, a name that disagrees with
+// the step inside), reports (but never deletes) it, and falls back to the
+// previous one.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/retention.h"
 
 namespace ratchet {
 
@@ -28,10 +31,10 @@ struct CheckpointEntry {
   bool committed = false;
 };
 
-struct RetentionPolicy {
-  int keep_last = 3;    // the newest N committed checkpoints
-  int keep_every = 0;   // also every checkpoint whose step is a multiple of M (0: none)
-  int64_t best_step = -1;  // and the one at the best validation loss
+struct PruneResult {
+  std::vector<std::string> removed;
+  std::vector<std::string> failed;        // "PATH: why" for each one that could not be removed
+  std::vector<std::string> kept_invalid;  // "PATH: why": committed but invalid, never deleted
 };
 
 struct SaveStats {
@@ -61,19 +64,28 @@ class CheckpointDir {
   SaveStats commit_save(const std::string& staging, const Checkpoint& ck,
                         const RetentionPolicy& keep);
   void abort_save(const std::string& staging);
-  // The newest committed checkpoint that reads and verifies; each one skipped
-  // on the way is described through `warn`. nullopt when none is usable.
+  // The newest valid checkpoint; each one skipped on the way is described
+  // through `warn`. nullopt when none is usable.
   std::optional<Checkpoint> load_newest_valid(
       const std::function<void(const std::string&)>& warn) const;
-  // Deletes committed checkpoints outside the policy (never the newest
-  // committed one) and leftovers of interrupted saves. Returns what it removed.
-  std::vector<std::string> prune(const RetentionPolicy& keep) const;
+  // Reads and verifies one entry: committed, manifest present, checksums,
+  // and the step inside equal to the one in its name. Returns "" and fills
+  // `out` (when given) if valid, else why not.
+  std::string check_entry(const CheckpointEntry& e, Checkpoint* out = nullptr) const;
+  // Deletes what retention.h allows relative to `anchor_step` (-1: the newest
+  // valid checkpoint) and leftovers of interrupted saves. Never throws for a
+  // directory it cannot remove: that is reported in the result.
+  PruneResult prune(const RetentionPolicy& keep, int64_t anchor_step = -1) const;
 
   static std::string entry_name(int64_t step);
 
  private:
   std::string dir_;
   double save_t0_ = 0;  // when begin_save() ran, for SaveStats::seconds
+  // Checkpoints this process wrote or fully verified: path -> run identity
+  // (INI), so retention reads each older checkpoint at most once.
+  mutable std::map<std::string, std::string> verified_;
+  mutable std::map<std::string, std::string> invalid_;  // path -> why, read once too
 };
 
 // Total bytes of the files in a directory (not recursive).

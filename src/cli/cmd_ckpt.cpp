@@ -1,6 +1,7 @@
 // `ratchet ckpt list|inspect|verify|prune|export`: look after a checkpoint
 // directory without starting a run.
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/run_lock.h"
 #include "cli/commands.h"
 #include "cli/options_util.h"
 #include "core/error.h"
@@ -28,11 +30,16 @@ actions:
   list DIR                      every checkpoint in DIR: step, state, size, latest/best marks
   inspect CKPT                  a checkpoint's metadata: step, model, optimizer, data cursor,
                                 run settings, counters
-  verify CKPT|DIR               read every tensor and check its checksum; exit 1 on a bad one
+  verify CKPT|DIR               read every tensor and check its checksum, the manifest, that
+                                the name agrees with the step inside, and that `latest` points
+                                at a valid checkpoint; exit 1 on any problem
   prune DIR [--keep-last N] [--keep-every M]
-                                delete checkpoints outside the policy (never the newest
-                                committed one, never the best)
-  export CKPT --output FILE     write the parameters as an llm.c GPT-2 fp32 checkpoint
+                                delete valid checkpoints of the newest valid one's run outside
+                                the policy (never that one, never the best, never an invalid
+                                one or another run's); takes DIR's lock (refused while a
+                                trainer writes there); exit 1 if something could not be removed
+  export CKPT --output FILE [--overwrite]
+                                write the parameters as an llm.c GPT-2 fp32 checkpoint
 
 examples:
   ratchet ckpt list ckpt/
@@ -99,27 +106,73 @@ int do_inspect(const std::string& path) {
   return kExitOk;
 }
 
-int do_verify(const std::string& path) {
-  std::vector<std::string> targets;
-  if (fs::exists(path + "/state.h5")) {
-    targets.push_back(path);
+// A step_* directory as CheckpointDir lists it (also one given by path).
+CheckpointEntry entry_for(const std::string& path) {
+  CheckpointEntry e;
+  e.path = path;
+  e.name = fs::path(path).lexically_normal().filename().string();
+  if (e.name.empty()) e.name = fs::path(path).lexically_normal().parent_path().filename().string();
+  e.committed = fs::exists(path + "/COMMITTED");
+  if (e.name.rfind("step_", 0) == 0) {
+    try {
+      e.step = std::stoll(e.name.substr(5));
+    } catch (const std::exception&) {
+      e.step = -1;
+    }
   } else {
-    for (const auto& e : CheckpointDir(path, false).list()) targets.push_back(e.path);
+    e.step = -1;  // not named by step: nothing to compare
+  }
+  return e;
+}
+
+int do_verify(const std::string& path) {
+  std::vector<CheckpointEntry> targets;
+  std::string dir = path;
+  const bool single = fs::exists(path + "/state.h5") || fs::exists(path + "/COMMITTED");
+  if (single) {
+    targets.push_back(entry_for(path));
+  } else {
+    targets = CheckpointDir(path, false).list();
     if (targets.empty()) fail("no checkpoints in ", path);
   }
+  CheckpointDir cd(single ? fs::path(path).lexically_normal().parent_path().string() : dir, false);
   int bad = 0;
+  std::vector<std::string> valid;
   for (const auto& t : targets) {
-    if (!fs::exists(t + "/COMMITTED")) {
-      std::printf("INCOMPLETE %s: no COMMITTED marker (a save that did not finish)\n", t.c_str());
-      bad++;
-      continue;
+    Checkpoint ck;
+    CheckpointEntry e = t;
+    std::string why;
+    if (e.step < 0) {  // a directory not named step_N: check all but the name
+      why = !e.committed ? "no COMMITTED marker (a save that did not finish)" : "";
+      if (why.empty()) {
+        try {
+          e.step = read_checkpoint_meta(e.path).step;
+        } catch (const Error& x) {
+          why = x.what();
+        }
+      }
     }
-    try {
-      Checkpoint ck = read_checkpoint(t);
-      std::printf("ok         %s (step %lld, %zu parameters, checksums match)\n", t.c_str(),
+    if (why.empty()) why = cd.check_entry(e, &ck);
+    if (why.empty()) {
+      std::printf("ok         %s (step %lld, %zu parameters, checksums match)\n", t.path.c_str(),
                   (long long)ck.meta.step, ck.params.size());
-    } catch (const Error& e) {
-      std::printf("BAD        %s: %s\n", t.c_str(), e.what());
+      valid.push_back(e.name);
+    } else {
+      std::printf("%-10s %s: %s\n", e.committed ? "BAD" : "INCOMPLETE", t.path.c_str(),
+                  why.c_str());
+      bad++;
+    }
+  }
+  // `latest` must name a valid checkpoint (a resume trusts the scan, but
+  // people and scripts read `latest`).
+  if (!single && fs::exists(dir + "/latest")) {
+    const std::string latest = latest_name(dir);
+    if (!fs::is_directory(dir + "/" + latest)) {
+      std::printf("DANGLING   %s/latest -> '%s': no such checkpoint\n", dir.c_str(), latest.c_str());
+      bad++;
+    } else if (std::find(valid.begin(), valid.end(), latest) == valid.end()) {
+      std::printf("BAD        %s/latest -> %s, which is not valid (see above)\n", dir.c_str(),
+                  latest.c_str());
       bad++;
     }
   }
@@ -127,24 +180,34 @@ int do_verify(const std::string& path) {
 }
 
 int do_prune(const std::string& dir, int keep_last, int keep_every) {
+  if (keep_last < 1)
+    fail("--keep-last must be at least 1 (got ", keep_last, "): the newest valid checkpoint is "
+         "always kept");
+  if (keep_every < 0) fail("--keep-every must be >= 0 (got ", keep_every, ")");
   CheckpointDir cd(dir, false);
+  RunLock lock(dir, "ckpt prune", "checkpoint directory");  // never under a running trainer
   RetentionPolicy keep;
   keep.keep_last = keep_last;
   keep.keep_every = keep_every;
   auto entries = cd.list();
   for (auto it = entries.rbegin(); it != entries.rend(); ++it)
-    if (it->committed) {
+    if (cd.check_entry(*it).empty()) {
       keep.best_step = read_checkpoint_meta(it->path).best_step;
       break;
     }
-  auto removed = cd.prune(keep);
-  for (const auto& r : removed) std::printf("removed %s\n", r.c_str());
-  std::printf("%zu removed\n", removed.size());
-  return kExitOk;
+  const PruneResult r = cd.prune(keep);
+  for (const auto& p : r.removed) std::printf("removed %s\n", p.c_str());
+  for (const auto& p : r.kept_invalid) std::printf("kept (invalid, not counted) %s\n", p.c_str());
+  for (const auto& p : r.failed) std::printf("FAILED to remove %s\n", p.c_str());
+  std::printf("%zu removed%s\n", r.removed.size(),
+              r.failed.empty() ? "" : (", " + std::to_string(r.failed.size()) + " could not be removed").c_str());
+  return r.failed.empty() ? kExitOk : kExitFailure;
 }
 
-int do_export(const std::string& path, const std::string& out) {
+int do_export(const std::string& path, const std::string& out, bool overwrite) {
   if (out.empty()) fail("ckpt export needs --output FILE");
+  if (fs::exists(out) && !overwrite)
+    fail("--output ", out, " already exists: pass --overwrite to replace it, or choose another name");
   Checkpoint ck = read_checkpoint(path);
   save_llmc_checkpoint(out, ck.meta.model, ck.params);
   std::printf("wrote %s (llm.c GPT-2 fp32, step %lld)\n", out.c_str(), (long long)ck.meta.step);
@@ -156,9 +219,11 @@ int do_export(const std::string& path, const std::string& out) {
 int cmd_ckpt(int argc, char** argv) {
   std::string action, target, output;
   int keep_last = 3, keep_every = 0;
+  bool overwrite = false;
   po::options_description desc("ratchet ckpt options");
   desc.add_options()("help,h", "print this help")(
       "output,o", po::value(&output), "export: the llm.c file to write")(
+      "overwrite", po::bool_switch(&overwrite), "export: replace an existing --output file")(
       "keep-last", po::value(&keep_last)->default_value(keep_last), "prune: newest N kept")(
       "keep-every", po::value(&keep_every)->default_value(keep_every),
       "prune: also keep multiples of this step")(
@@ -178,7 +243,7 @@ int cmd_ckpt(int argc, char** argv) {
   if (action == "inspect") return do_inspect(target);
   if (action == "verify") return do_verify(target);
   if (action == "prune") return do_prune(target, keep_last, keep_every);
-  if (action == "export") return do_export(target, output);
+  if (action == "export") return do_export(target, output, overwrite);
   fail("unknown ckpt action '", action, "': use list, inspect, verify, prune or export");
 }
 

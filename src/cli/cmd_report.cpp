@@ -12,6 +12,7 @@
 #include "cli/options_util.h"
 #include "core/error.h"
 #include "report/report.h"
+#include "report/spend_by_tag.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -30,6 +31,9 @@ const char* kExamples = R"(examples:
 
   # summary only (no gnuplot needed)
   ratchet report runs/d6 --no-plot
+
+  # spend per tag over a directory of runs (e.g. a sweep's trials)
+  ratchet report runs/ --by-tag
 
 Reads RUN_DIR/train.jsonl (or the only *.jsonl there) and, if present, RUN_DIR/ledger.json.
 A requeued run's replayed steps count once (the last record of each step wins).
@@ -54,7 +58,7 @@ std::string ledger_value(const OrderedJson& v) {
 
 int cmd_report(int argc, char** argv) {
   std::string run_dir, log_path, out_dir, gnuplot = "gnuplot";
-  bool json = false, no_plot = false;
+  bool json = false, no_plot = false, by_tag = false;
   po::options_description desc("ratchet report options");
   desc.add_options()
     ("help,h", "print this help")
@@ -64,7 +68,9 @@ int cmd_report(int argc, char** argv) {
     ("out-dir", po::value(&out_dir), "where report.png and report.svg go (default: RUN_DIR)")
     ("no-plot", po::bool_switch(&no_plot), "print the summary only")
     ("gnuplot", po::value(&gnuplot)->default_value(gnuplot), "the gnuplot executable")
-    ("json", po::bool_switch(&json), "print the summary as one JSON object");
+    ("json", po::bool_switch(&json), "print the summary as one JSON object")
+    ("by-tag", po::bool_switch(&by_tag), "RUN_DIR is a directory of runs: sum the spend of every "
+     "ledger.json below it per tag (train --tag, sweep, trial, Slurm job and account)");
   po::positional_options_description pos;
   pos.add("run-dir", 1);
   po::variables_map vm;
@@ -82,6 +88,10 @@ int cmd_report(int argc, char** argv) {
     if (log_path.empty()) fail("give the run directory: ratchet report RUN_DIR");
     run_dir = fs::path(log_path).parent_path().string();
     if (run_dir.empty()) run_dir = ".";
+  }
+  if (by_tag) {
+    std::cout << report::format_spend_by_tag(report::spend_by_tag(run_dir));
+    return kExitOk;
   }
   if (log_path.empty()) log_path = report::find_run_log(run_dir);
   if (out_dir.empty()) out_dir = run_dir;

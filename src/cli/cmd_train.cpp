@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <fstream>
 #include <iostream>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "cli/commands.h"
@@ -79,6 +80,10 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("total-batch-tokens", po::value(&o.total_batch_tokens),
      "tokens per optimizer step, a multiple of B*T (default B*T: no accumulation)")
     ("steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps");
+  data.add_options()
+    ("schedule-steps", po::value(&o.schedule_steps),
+     "the LR schedule spans this many steps (default --steps); a run stopped earlier and "
+     "resumed with a larger --steps equals one trained straight (sweeps' promotions)");
 
   po::options_description optim("optimizer");
   optim.add_options()
@@ -180,7 +185,10 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "stop after this many evaluations without a val loss improvement (0: off); the best "
      "checkpoint is kept")
     ("early-stop-min-delta", po::value(&o.early_stop_min_delta),
-     "an improvement must be larger than this");
+     "an improvement must be larger than this")
+    ("tag", po::value(&o.tags)->composing(),
+     "key=value label written into the ledger for cost attribution (repeatable; "
+     "`ratchet report DIR` sums spend per tag over a directory of runs)");
 
   po::options_description all("ratchet train options");
   all.add_options()
@@ -190,7 +198,28 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
   return all;
 }
 
+// --tag key=value checked, plus the Slurm job and account when inside a job.
+void add_ledger_tags(TrainOptions& o) {
+  for (const std::string& t : o.tags) {
+    const auto eq = t.find('=');
+    if (eq == std::string::npos || eq == 0)
+      fail("--tag '", t, "' must be key=value (e.g. --tag project=llm)");
+  }
+  for (const auto& [key, var] : {std::pair<const char*, const char*>{"slurm_job_id", "SLURM_JOB_ID"},
+                                 {"slurm_account", "SLURM_JOB_ACCOUNT"}})
+    if (const char* v = std::getenv(var); v && *v) o.tags.push_back(std::string(key) + "=" + v);
+}
+
 }  // namespace
+
+std::vector<std::string> train_option_names() {
+  TrainOptions o;
+  std::string a, b, c, d;
+  std::vector<std::string> names;
+  const po::options_description desc = make_options(o, a, b, c, d);
+  for (const auto& opt : desc.options()) names.push_back(opt->long_name());
+  return names;
+}
 
 int cmd_train(int argc, char** argv) {
   TrainOptions o;
@@ -225,6 +254,10 @@ int cmd_train(int argc, char** argv) {
          "--ckpt-every-minutes M for fixed intervals)");
   o.ckpt_every_auto = ckpt_every == "auto";
   o.shuffle = !vm["no-shuffle"].as<bool>();
+  if (o.schedule_steps < 0 || (o.schedule_steps > 0 && o.schedule_steps < o.steps))
+    fail("--schedule-steps ", o.schedule_steps, " must be at least --steps ", o.steps,
+         " (or 0: the schedule spans --steps)");
+  add_ledger_tags(o);
   {
     const std::string ov = vm["overlap-comm"].as<std::string>();
     if (ov != "on" && ov != "off") fail("--overlap-comm must be on or off (got '", ov, "')");

@@ -2,6 +2,8 @@
 // data_tools/commands.h). Each takes the arguments after its
 // name (argv[0] is the subcommand name) and returns the process exit code.
 #pragma once
+#include <string>
+#include <vector>
 #include "core/exit_code.h"
 
 namespace ratchet {
@@ -10,5 +12,9 @@ int cmd_train(int argc, char** argv);
 int cmd_ckpt(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_report(int argc, char** argv);
+int cmd_sweep(int argc, char** argv);
+
+// The long option names `ratchet train` accepts (a sweep's hyperparameters must be one).
+std::vector<std::string> train_option_names();
 
 }  // namespace ratchet

@@ -32,6 +32,7 @@ const Subcommand kCommands[] = {
     {"ckpt", ratchet::cmd_ckpt, "list, inspect, verify, prune or export checkpoints"},
     {"plan", ratchet::cmd_plan, "before a run: compute-optimal size, memory, step time, cost"},
     {"report", ratchet::cmd_report, "after a run: summary of the log and ledger, loss plots"},
+    {"sweep", ratchet::cmd_sweep, "budgeted hyperparameter sweeps (ASHA) of preemptible trials"},
 };
 
 void usage(FILE* out) {

@@ -58,6 +58,7 @@ class TokenDataset {
   const std::string& flag() const { return flag_; }
   size_t num_shards() const { return shards_.size(); }
   const std::string& shard_path(size_t i) const { return shards_[i].path; }
+  uint64_t shard_num_tokens(size_t i) const { return shards_[i].size; }
   // Largest id in any shard (from max_token attributes or a scan; shards too
   // big to scan without the attribute count as vocab_size - 1).
   uint32_t max_token() const { return max_token_; }

@@ -22,6 +22,17 @@ struct FileCloser {
 };
 }  // namespace
 
+std::string llmc_model_file_kind(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return "";
+  FileCloser closer{f};
+  int32_t h[2] = {0, 0};
+  if (std::fread(h, sizeof h, 1, f) != 1 || h[0] != kLlmcModelMagic) return "";
+  return "an llm.c GPT-2 model file (magic " + std::to_string(kLlmcModelMagic) + ", version " +
+         std::to_string(h[1]) +
+         (h[1] == kLlmcVersionFp32 ? ", fp32)" : h[1] == kLlmcVersionBf16 ? ", bf16)" : ")");
+}
+
 std::vector<float> load_llmc_checkpoint(const std::string& path, GPTConfig* cfg) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) fail("cannot open checkpoint ", path, ": ", std::strerror(errno));
@@ -30,8 +41,8 @@ std::vector<float> load_llmc_checkpoint(const std::string& path, GPTConfig* cfg)
   if (std::fread(h, sizeof h, 1, f) != 1)
     fail("checkpoint ", path, " is shorter than the 1024-byte llm.c header: not an llm.c "
          "GPT-2 checkpoint, or truncated");
-  if (h[0] != kLlmcMagic)
-    fail("checkpoint ", path, " has magic ", h[0], ", expected ", kLlmcMagic,
+  if (h[0] != kLlmcModelMagic)
+    fail("checkpoint ", path, " has magic ", h[0], ", expected ", kLlmcModelMagic,
          " (llm.c GPT-2 model file): wrong file?");
   if (h[1] != kLlmcVersionFp32 && h[1] != kLlmcVersionBf16)
     fail("checkpoint ", path, " has version ", h[1], "; supported: 3 (fp32) and 5 (bf16). "
@@ -50,8 +61,20 @@ std::vector<float> load_llmc_checkpoint(const std::string& path, GPTConfig* cfg)
   }
   if (c.padded_vocab != h[7] || c.padded_vocab < c.vocab_size)
     fail("checkpoint ", path, " has padded_vocab_size ", h[7], " < vocab_size ", h[3]);
-  ParamLayout lay(c);
   const size_t elem = h[1] == kLlmcVersionFp32 ? 4 : 2;
+  // The header's sizes can announce more bytes than size_t counts (a damaged
+  // or hostile file): compare in floating point before any exact arithmetic.
+  {
+    const long double Vp = c.padded_vocab, C = c.channels, L = c.num_layers, T = c.max_seq_len;
+    const long double count = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+    std::error_code ec;
+    const auto bytes = std::filesystem::file_size(path, ec);
+    if (!ec && 1024 + count * elem > (long double)bytes + 0.5L)
+      fail("checkpoint ", path, " has a header (", c.describe(), ", version ", h[1], ") that needs ",
+           (double)(1024 + count * elem), " bytes but the file has ", bytes,
+           ": truncated, corrupted, or not an llm.c GPT-2 checkpoint");
+  }
+  ParamLayout lay(c);
   const auto expect = 1024 + lay.total * elem;
   std::error_code ec;
   const auto actual = std::filesystem::file_size(path, ec);
@@ -80,7 +103,7 @@ void save_llmc_checkpoint(const std::string& path, const GPTConfig& cfg,
   ParamLayout lay(cfg);
   RATCHET_ASSERT(params.size() == lay.total);
   int32_t h[256] = {0};
-  h[0] = kLlmcMagic;
+  h[0] = kLlmcModelMagic;
   h[1] = kLlmcVersionFp32;
   h[2] = cfg.max_seq_len;
   h[3] = cfg.vocab_size;

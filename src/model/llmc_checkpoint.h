@@ -14,9 +14,13 @@
 
 namespace ratchet {
 
-constexpr int kLlmcMagic = 20240326;
+constexpr int kLlmcModelMagic = 20240326;
 constexpr int kLlmcVersionFp32 = 3;
 constexpr int kLlmcVersionBf16 = 5;
+
+// "llm.c GPT-2 model file (version 3, fp32)" when `path` starts with the
+// model magic, else "" (for messages about a file given in the wrong place).
+std::string llmc_model_file_kind(const std::string& path);
 
 // Reads and validates a checkpoint; returns its config and FP32 parameters.
 // Throws Error naming the file for a wrong magic, version or size.

@@ -70,9 +70,15 @@ RunLog read_run_log(const std::string& path) {
     try {
       o = parse_log_line(line);
     } catch (const std::exception& e) {
-      // A killed run may leave a torn last line; anything else is an error.
-      if (f.peek() == EOF) break;
-      fail("training log ", path, " line ", lineno, " is not a JSON object: ", e.what());
+      // A killed run (or a full disk) may leave a torn last line: skipped with
+      // a warning. One in the middle means the log was damaged: an error.
+      if (f.peek() == EOF) {
+        std::fprintf(stderr, "warning: training log %s: skipping its torn last line %zu (%s)\n",
+                     path.c_str(), lineno, e.what());
+        break;
+      }
+      fail("training log ", path, " line ", lineno, " is not a JSON object: ", e.what(),
+           " (a torn line in the middle of the log: repair or remove that line)");
     }
     log.lines++;
     const nlohmann::json* step = number(o, "step");

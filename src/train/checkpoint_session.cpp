@@ -8,6 +8,7 @@
 #include "ckpt/young_daly.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/shard_identity.h"
 
 namespace ratchet {
 
@@ -69,7 +70,11 @@ bool CheckpointSession::resume(const TrainState& s) {
   }
   // Refuse a checkpoint of another run, with a readable diff.
   std::string diff;
+  const bool old_ckpt = !has_shard_content_identity(ck->meta.identity, "train");
+  if (old_ckpt)
+    RLOG("resume: the checkpoint predates shard content checks: shard contents not compared\n");
   for (const auto& [k, v] : s.identity) {
+    if (old_ckpt && k.rfind("train_shard", 0) == 0) continue;
     auto it = ck->meta.identity.find(k);
     const std::string have = it == ck->meta.identity.end() ? "(unset)" : it->second;
     if (have != v) diff += "\n  " + k + ": checkpoint has '" + have + "', this run has '" + v + "'";

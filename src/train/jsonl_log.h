@@ -1,7 +1,12 @@
-// A JSON-lines metrics log: one object per line, flushed after each, so a
-// killed run keeps every line it wrote.
+// A JSON-lines metrics log: one object per line, each written with one
+// write(2), so a killed run keeps every line it wrote.
+//
+// A full disk or an I/O error never stops the run (the checkpoint is what
+// matters): the first failed write is reported once on stderr, a partly
+// written line is cut back so the file holds only whole lines, and later
+// lines are still tried. Opening for append cuts a torn last line left by an
+// earlier process (with a warning), so resumed lines never follow one.
 #pragma once
-#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,13 +22,17 @@ class JsonlLog {
   ~JsonlLog();
   JsonlLog(const JsonlLog&) = delete;
   JsonlLog& operator=(const JsonlLog&) = delete;
-  bool enabled() const { return f_ != nullptr; }
+  bool enabled() const { return fd_ >= 0; }
   // Writes {"k1":v1,...} on one line; values are numbers (integral ones as
   // integers, non-finite ones as null).
   void write(const std::vector<std::pair<std::string, double>>& fields);
 
  private:
-  FILE* f_ = nullptr;
+  void write_line(const std::string& line);
+
+  std::string path_;
+  int fd_ = -1;
+  bool warned_ = false;
 };
 
 }  // namespace ratchet

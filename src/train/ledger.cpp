@@ -47,6 +47,13 @@ Ledger Ledger::from_map(const std::map<std::string, double>& m) {
   return l;
 }
 
+void Ledger::set_tags(const std::vector<std::string>& key_values) {
+  for (const auto& kv : key_values) {
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) tags[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+}
+
 bool Ledger::write_json(const std::string& path) const {
   OrderedJson j;
   for (const auto& f : kFields) j[f.name] = json_number(this->*f.member);
@@ -54,10 +61,11 @@ bool Ledger::write_json(const std::string& path) const {
   j["wall_hours"] = json_number(wall_hours());
   j["device_hours"] = json_number(device_hours());
   j["data_stall_percent"] = json_number(data_stall_percent());
+  for (const auto& [k, v] : tags) j["tag." + k] = v;
   const std::string tmp = path + ".tmp";
   std::ofstream out(tmp, std::ios::trunc);
   if (!out) return false;
-  out << j.dump(2) << "\n";
+  out << j.dump(2, ' ', false, OrderedJson::error_handler_t::replace) << "\n";  // a tag never makes it throw
   out.close();
   return out && std::rename(tmp.c_str(), path.c_str()) == 0;
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ratchet {
 
@@ -33,6 +34,11 @@ struct Ledger {
                                  // 1 done, 2 failed (exit 1: a failed save, a non-finite
                                  // loss; not a preemption), 75 stopped to requeue,
                                  // 76 budget reached
+  // Labels for cost attribution ("sweep", "trial", --tag key=value, Slurm job and
+  // account): written as "tag.KEY": "VALUE" strings, not kept in checkpoints
+  // (each attempt's command line supplies them).
+  std::map<std::string, std::string> tags;
+  void set_tags(const std::vector<std::string>& key_values);  // "key=value" each
 
   double wall_hours() const { return wall_seconds / 3600; }
   double device_hours() const { return device_seconds / 3600; }

@@ -161,7 +161,7 @@ CheckedOptions check_train_options(const TrainOptions& given, int world) {
   c.sched.kind = LRSchedule::parse(o.lr_schedule);
   c.sched.lr = o.lr;
   c.sched.warmup = o.warmup_steps;
-  c.sched.total_steps = o.steps;
+  c.sched.total_steps = o.schedule_steps > 0 ? o.schedule_steps : o.steps;  // sweeps: R
   c.sched.final_fraction = o.final_lr_fraction;
   return c;
 }

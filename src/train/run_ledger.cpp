@@ -45,6 +45,7 @@ double RunLedger::merge_after_resume(const std::map<std::string, double>& ckpt_c
   l.state = kLedgerRunning;
   l.price_per_device_hour = l_.price_per_device_hour;  // today's price applies from now
   l.devices = l_.devices;
+  l.tags = l_.tags;  // labels come from this attempt's command line
   l_ = l;
   return lost;
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ratchet {
 
@@ -26,6 +27,8 @@ struct TrainOptions {
   std::string recompute = "none";  // none | gelu | gelu+ln | blocks | blocks:k (model/recompute.h)
   long total_batch_tokens = 0;  // 0: B*T (no accumulation)
   int steps = 100;
+  int schedule_steps = 0;       // the LR schedule spans this many steps (0: --steps); sweeps
+                                // stop a trial at a rung while its cosine decays over R
 
   // optimizer
   float lr = 3e-4f;
@@ -81,6 +84,7 @@ struct TrainOptions {
   double max_tokens = 0;
   int early_stop_patience = 0;  // evaluations without improvement; 0 = off
   double early_stop_min_delta = 0;
+  std::vector<std::string> tags;  // "key=value" labels written into the ledger (sweep, trial, ...)
 };
 
 }  // namespace ratchet

@@ -22,12 +22,14 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "ckpt/run_lock.h"
 #include "core/error.h"
 #include "core/exit_code.h"
 #include "core/fault.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "data/loader.h"
+#include "data/shard_identity.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
@@ -111,6 +113,7 @@ class Trainer {
         comm_(comm),
         ledger_(ledger_path(o_, comm.rank()), o_.price_per_device_hour, comm.world()) {
     if (comm.rank() == 0) check_output_paths(o_);  // rank 0 writes them
+    ledger_->set_tags(o_.tags);  // --tag key=value, sweep and trial ids, Slurm job and account
   }
   int run();  // the exit code
 
@@ -132,12 +135,14 @@ class Trainer {
   void check_host_memory() const;
   bool rank0() const { return comm_.rank() == 0; }
 
+  std::vector<std::unique_ptr<RunLock>> run_locks_;  // declared first: released last
   CheckedOptions c_;
   const TrainOptions& o_;  // c_.o
   Communicator& comm_;
   int B_ = 0, T_ = 0, accum_ = 1;
   long total_ = 0;
   std::unique_ptr<TokenDataset> train_ds_, val_ds_;
+  std::map<std::string, std::string> shard_identity_;  // data/shard_identity.h, in identity()
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<Tokenizer> tok_;
   GPTConfig cfg_;
@@ -195,12 +200,14 @@ GPTConfig Trainer::resolve_config(std::vector<float>* init) const {
 
 // What must match for a resume to continue the same run.
 std::map<std::string, std::string> Trainer::identity() const {
-  return {{"model", cfg_.describe()},
-          {"train_data", o_.train_data},
-          {"seq_len", std::to_string(T_)},
-          {"total_batch_tokens", std::to_string(total_)},
-          {"seed", std::to_string(o_.seed)},
-          {"shuffle", o_.shuffle ? "true" : "false"}};
+  auto id = shard_identity_;  // each shard's content, not just the pattern
+  id.insert({{"model", cfg_.describe()},
+             {"train_data", o_.train_data},
+             {"seq_len", std::to_string(T_)},
+             {"total_batch_tokens", std::to_string(total_)},
+             {"seed", std::to_string(o_.seed)},
+             {"shuffle", o_.shuffle ? "true" : "false"}});
+  return id;
 }
 
 // What may change across a resume (logged when it does).
@@ -243,12 +250,30 @@ int Trainer::choose_batch_size() const {
 }
 
 void Trainer::setup() {
+  // One writer per run directory (ckpt/run_lock.h), before any work: rank 0
+  // locks, all agree.
+  std::string lock_err;
+  if (rank0()) {
+    try {
+      run_locks_ = lock_run_dirs(o_.run_dir, o_.ckpt_dir);
+    } catch (const Error& e) {
+      lock_err = e.what();
+    }
+  }
+  if (comm_.agree(!lock_err.empty()))
+    fail(lock_err.empty() ? "rank 0 could not lock the run directory" : lock_err);
   B_ = c_.B;  // 0 (auto) is chosen below, once the model is known
   T_ = c_.T;
   accum_ = c_.accum;
   total_ = c_.total;
   train_ds_ = std::make_unique<TokenDataset>(o_.train_data, "--train-data");
   if (!o_.val_data.empty()) val_ds_ = std::make_unique<TokenDataset>(o_.val_data, "--val-data");
+  // The shards' content identity, for checkpoints: rank 0 reads them once.
+  std::string shard_ini;
+  if (rank0() && (!o_.ckpt_dir.empty() || (o_.resume != "auto" && o_.resume != "never")))
+    shard_ini = to_ini(shard_content_identity(*train_ds_, "train"));
+  comm_.broadcast_string(&shard_ini, 0);
+  shard_identity_ = from_ini(shard_ini);
   std::vector<float> init;
   cfg_ = resolve_config(&init);
   if (T_ > cfg_.max_seq_len)

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The sweep benchmark (issue 16): KJV byte shards, a small model of d4's
+# depth (4 layers, 4 heads, 64 channels: d4's 256 would take an hour here) on
+# the CPU, 27 configurations (3 learning rates x 3 warmup lengths x 3 weight
+# decays) as a grid, run twice over the same 27: --scheduler none (every
+# trial to R) and --scheduler asha (eta 3, r = R/9). Prints the device-hours
+# each spent and the best validation loss each found, from `ratchet sweep
+# report`'s sweep.json. Target: ASHA's best within 1% of the grid's best for
+# at most 35% of its device-hours.
+#
+#   bench/sweep/grid_vs_asha.sh [BUILD_DIR] [WORK_DIR] [R]
+#
+# R (default 81 steps) and the model below keep the whole run to minutes on
+# 2 cores; two trials run at once, one thread each (--parallel 2). A trial's
+# device-hours are its wall time (start-up, evaluations and saves included).
+set -euo pipefail
+build=$(realpath "${1:-build}")
+work=${2:-$(mktemp -d)}
+R=${3:-81}
+ratchet="$build/ratchet"
+mkdir -p "$work"
+work=$(realpath "$work")
+if [ ! -f "$work/data/val_000000.h5" ]; then
+  bible -f "Gen1:1-Rev22:21" >"$work/kjv.txt"
+  "$ratchet" shard --tokenizer byte --input "$work/kjv.txt" --output-dir "$work/data" \
+    --val-fraction 0.02 --no-progress >/dev/null
+fi
+cat >"$work/base.ini" <<INI
+# d4's depth (4 layers, 4 heads) at 64 channels and a short context
+model = custom
+layers = 4
+heads = 4
+channels = 64
+max-seq-len = 64
+seq-len = 64
+batch-size = 8
+steps = $R
+eval-batches = 8
+price-per-device-hour = 1
+train-data = $work/data/train_*.h5
+val-data = $work/data/val_*.h5
+INI
+cat >"$work/space.ini" <<INI
+lr = choice(1e-3, 3e-3, 1e-2)
+warmup-steps = choice(0, 10, 30)
+weight-decay = choice(0, 0.1, 0.3)
+INI
+for sched in none asha; do
+  dir="$work/$sched"
+  [ -f "$dir/journal.jsonl" ] ||
+    "$ratchet" sweep init "$dir" --space "$work/space.ini" --base "$work/base.ini" --grid --tag bench=$sched
+  start=$(date +%s)
+  "$ratchet" sweep run "$dir" --scheduler "$sched" --eta 3 --min-steps $((R / 9)) --parallel 2 --threads-per-trial 1 --quiet
+  echo "$sched: wall $(( $(date +%s) - start )) s"
+  "$ratchet" sweep report "$dir" >/dev/null
+done
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+n = json.load(open(f"{w}/none/sweep.json")); a = json.load(open(f"{w}/asha/sweep.json"))
+print(f"{'scheduler':10} {'device-hours':>13} {'best val loss':>14}  best config")
+for name, j in (("none", n), ("asha", a)):
+    print(f"{name:10} {j['device_hours']:13.5f} {j['best_val_loss']:14.4f}  {j['best_trial']['config']}")
+frac = a["device_hours"] / n["device_hours"]
+gap = a["best_val_loss"] / n["best_val_loss"] - 1
+print(f"asha/none device-hours: {100*frac:.1f}%  best-loss gap: {100*gap:+.2f}%  "
+      f"target (gap <= 1% at <= 35%): {'met' if frac <= 0.35 and gap <= 0.01 else 'NOT met'}")
+PY

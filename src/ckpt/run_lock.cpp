@@ -1,0 +1,203 @@
+#include "ckpt/run_lock.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+
+#include "ckpt/checkpoint.h"  // from_ini
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ratchet {
+
+namespace {
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+int64_t unix_now() { return (int64_t)std::time(nullptr); }
+
+std::string read_all(int fd) {
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  off_t off = 0;
+  while ((n = pread(fd, buf, sizeof buf, off)) > 0 && text.size() < (1 << 16)) {
+    text.append(buf, (size_t)n);
+    off += n;
+  }
+  return text;
+}
+
+// The holder's text on one line, for messages.
+std::string describe(const std::map<std::string, std::string>& h) {
+  auto get = [&](const char* k) {
+    auto it = h.find(k);
+    return it == h.end() ? std::string("?") : it->second;
+  };
+  return "pid " + get("pid") + " on host " + get("host") + " (Slurm job " + get("slurm_job_id") +
+         ", " + get("purpose") + ", started " + get("started") + ")";
+}
+
+int64_t heartbeat_of(const std::map<std::string, std::string>& h) {
+  auto it = h.find("heartbeat");
+  if (it == h.end()) return 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(it->second.c_str(), &end, 10);
+  return end && *end == '\0' ? (int64_t)v : 0;
+}
+
+bool pid_alive(const std::string& pid_text) {
+  char* end = nullptr;
+  const long pid = std::strtol(pid_text.c_str(), &end, 10);
+  if (!end || *end != '\0' || pid <= 0) return false;
+  return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+}  // namespace
+
+double RunLock::stale_seconds() {
+  const char* s = std::getenv("RATCHET_LOCK_STALE_SECONDS");
+  if (s && *s) {
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    if (end && *end == '\0' && v > 0) return v;
+  }
+  return 60;
+}
+
+RunLock::RunLock(const std::string& dir, const std::string& purpose, const std::string& flag)
+    : path_(dir + "/" + kFileName), purpose_(purpose) {
+  fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0 && errno == EROFS) {
+    // Nothing can write a read-only file system, so no one else is writing:
+    // go on (a prune then reports what it could not remove).
+    RLOG("warning: %s is on a read-only file system: not locked\n", dir.c_str());
+    return;
+  }
+  if (fd_ < 0)
+    fail("cannot create the lock file ", path_, ": ", std::strerror(errno), ". ", flag,
+         " must be a directory you can write");
+  const std::string fix = "wait for it to finish or stop it, or use another " + flag;
+  bool locked = false;
+  const bool try_flock = !std::getenv("RATCHET_LOCK_NO_FLOCK");
+  if (try_flock && flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+    locked = true;
+  } else if (try_flock && errno == EWOULDBLOCK) {
+    const auto holder = from_ini(read_all(fd_));
+    close(fd_);
+    fd_ = -1;
+    fail(flag, " ", dir, " is in use by ", describe(holder), ": one process writes a run "
+         "directory at a time; ", fix);
+  }
+  if (!locked)
+    RLOG("warning: %s: the file system cannot lock (%s): checking the lock file's holder "
+         "instead; two processes started at the same instant would not be caught\n",
+         path_.c_str(), try_flock ? std::strerror(errno) : "RATCHET_LOCK_NO_FLOCK");
+
+  const std::string me_host = host_name();
+  auto holder = from_ini(read_all(fd_));
+  if (!holder.empty() && !(holder["host"] == me_host && holder["pid"] == std::to_string(getpid()))) {
+    const double stale = stale_seconds();
+    if (holder["host"] == me_host) {
+      // Same host: with a working flock a live holder would still hold it.
+      if (!locked && pid_alive(holder["pid"])) {
+        close(fd_);
+        fd_ = -1;
+        fail(flag, " ", dir, " is in use by ", describe(holder), ": ", fix);
+      }
+      RLOG("lock: taking over %s from %s: that process is gone\n", path_.c_str(),
+           describe(holder).c_str());
+    } else {
+      // Another host: trust only its heartbeat. Watch a fresh one until it
+      // moves (alive: refuse) or grows stale (dead: take over).
+      const int64_t hb = heartbeat_of(holder);
+      if (unix_now() - hb < stale)
+        RLOG("lock: %s is held by %s, heartbeat %llds ago; waiting up to %.0f s for it to "
+             "go stale\n",
+             path_.c_str(), describe(holder).c_str(), (long long)(unix_now() - hb), stale);
+      // Bounded by our own clock too: a heartbeat from the future (clock skew)
+      // that never moves is as dead as an old one.
+      const int64_t deadline = unix_now() + (int64_t)std::ceil(stale);
+      while (unix_now() - hb < stale && unix_now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        auto now_holder = from_ini(read_all(fd_));
+        if (now_holder.empty()) break;  // released meanwhile
+        if (heartbeat_of(now_holder) != hb) {
+          close(fd_);
+          fd_ = -1;
+          fail(flag, " ", dir, " is in use by ", describe(now_holder),
+               " (its heartbeat is moving): ", fix);
+        }
+      }
+      if (!from_ini(read_all(fd_)).empty())
+        RLOG("lock: taking over %s from %s: no heartbeat for %.0f s or more (stale after %.0f s, "
+             "RATCHET_LOCK_STALE_SECONDS)\n",
+             path_.c_str(), describe(holder).c_str(), (double)(unix_now() - hb), stale);
+    }
+  }
+
+  char started[64];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  const char* job = std::getenv("SLURM_JOB_ID");
+  text_prefix_ = "host = " + me_host + "\npid = " + std::to_string(getpid()) +
+                 "\nslurm_job_id = " + (job && *job ? job : "-") + "\nstarted = " + started +
+                 "\npurpose = " + purpose_ + "\n";
+  write_holder();
+  heartbeat_ = std::thread([this] { heartbeat_loop(); });
+}
+
+void RunLock::write_holder() {
+  const std::string text = text_prefix_ + "heartbeat = " + std::to_string(unix_now()) + "\n";
+  // Same length or longer each time (the heartbeat only grows), then trim.
+  if (pwrite(fd_, text.data(), text.size(), 0) == (ssize_t)text.size())
+    (void)ftruncate(fd_, (off_t)text.size());
+}
+
+void RunLock::heartbeat_loop() {
+  const auto every = std::chrono::duration<double>(stale_seconds() / 4);
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!cv_.wait_for(lk, every, [this] { return stop_; })) write_holder();
+}
+
+RunLock::~RunLock() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (fd_ >= 0) {
+    (void)ftruncate(fd_, 0);  // empty: free, nobody to take over from
+    close(fd_);               // releases the flock
+  }
+}
+
+std::vector<std::unique_ptr<RunLock>> lock_run_dirs(const std::string& run_dir,
+                                                     const std::string& ckpt_dir) {
+  std::vector<std::unique_ptr<RunLock>> locks;
+  for (const auto& [dir, flag] : {std::pair{run_dir, "--run-dir"}, std::pair{ckpt_dir, "--ckpt-dir"}}) {
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+    if (ec) fail(flag, " ", dir, " cannot be created: ", ec.message());
+  }
+  if (!run_dir.empty()) locks.push_back(std::make_unique<RunLock>(run_dir, "train", "--run-dir"));
+  if (!ckpt_dir.empty()) locks.push_back(std::make_unique<RunLock>(ckpt_dir, "train", "--ckpt-dir"));
+  return locks;
+}
+
+}  // namespace ratchet

@@ -1,0 +1,286 @@
+// `ratchet sweep init|run|status|report`: budgeted hyperparameter sweeps whose
+// trials are preemptible `ratchet train` runs (src/sweep/).
+#include <boost/program_options.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/options_util.h"
+#include "core/error.h"
+#include "report/report.h"
+#include "sweep/controller.h"
+#include "sweep/journal.h"
+#include "sweep/space.h"
+#include "sweep/state.h"
+#include "sweep/sweep_report.h"
+#include "version.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace ratchet {
+
+namespace {
+
+const char* kUsage = R"(usage: ratchet sweep <init|run|status|report> DIR [options]
+
+A hyperparameter sweep whose trials are `ratchet train` runs: ASHA (or SHA,
+Hyperband, none) promotes the best trials rung by rung by resuming their own
+checkpoints, under a budget of device-hours, cost, wall time or trials.
+
+examples:
+  # space.ini: one hyperparameter per line, any `ratchet train` option
+  #   lr = loguniform(1e-4, 3e-3)
+  #   warmup-steps = choice(0, 50, 200)
+  #   weight-decay = uniform(0, 0.2)
+  #   model = choice(d4, d6)
+  # base.ini: the options every trial shares (train-data, val-data, steps = R, ...)
+  ratchet sweep init runs/sw1 --space space.ini --base base.ini --trials 27
+  ratchet sweep init runs/grid --space grid.ini --base base.ini --grid
+  ratchet sweep run runs/sw1 --scheduler asha --eta 3 --parallel 2 --max-device-hours 4
+  ratchet sweep status runs/sw1
+  ratchet sweep report runs/sw1        # sweep.md, sweep.json, sweep.png, sweep.svg
+  sbatch slurm/sweep.sbatch runs/sw1   # the controller as a (preemptible) batch job
+
+`ratchet sweep <command> --help` lists each command's options.
+)";
+
+std::string read_text(const std::string& path, const char* flag) {
+  std::ifstream in(path);
+  if (!in) fail(flag, " ", path, ": cannot read the file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const char* kind_name(sweep::Param::Kind k) {
+  switch (k) {
+    case sweep::Param::kLogUniform: return "loguniform";
+    case sweep::Param::kUniform: return "uniform";
+    case sweep::Param::kInt: return "int";
+    case sweep::Param::kChoice: return "choice";
+  }
+  return "?";
+}
+
+int sweep_init(int argc, char** argv) {
+  std::string dir, space_path, base_path;
+  int trials = 0;
+  bool grid = false, grid_in_order = false;
+  uint64_t seed = 1;
+  std::vector<std::string> tags;
+  po::options_description desc("ratchet sweep init options");
+  desc.add_options()
+    ("help,h", "print this help")
+    ("dir", po::value(&dir), "the sweep directory (first positional argument; must be new or empty)")
+    ("space", po::value(&space_path), "search space: one 'option = distribution(...)' per line")
+    ("base", po::value(&base_path), "INI of `ratchet train` options shared by every trial "
+     "(needs val-data; its steps is the default --max-steps)")
+    ("trials", po::value(&trials), "sample this many configurations (seeded)")
+    ("grid", po::bool_switch(&grid), "every combination of the choice(...) values instead, in "
+     "a seeded random order (ASHA judges trials in the order they report)")
+    ("grid-in-order", po::bool_switch(&grid_in_order), "--grid in file order (first parameter slowest)")
+    ("seed", po::value(&seed)->default_value(seed), "sampling seed")
+    ("tag", po::value(&tags)->composing(), "key=value label on every trial's ledger (repeatable)");
+  po::positional_options_description pos;
+  pos.add("dir", 1);
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, vm, "sweep init", &pos, true)) return kExitUsage;
+  if (vm.count("help")) {
+    std::cout << "usage: ratchet sweep init DIR --space space.ini --base base.ini (--trials N | --grid)\n\n"
+              << desc << "\n" << kUsage;
+    return kExitOk;
+  }
+  if (dir.empty()) fail("give the sweep directory: ratchet sweep init DIR --space ... --base ...");
+  if (space_path.empty()) fail("--space is required (e.g. a line 'lr = loguniform(1e-4, 3e-3)')");
+  if (base_path.empty()) fail("--base is required: the `ratchet train` INI every trial shares");
+  if (grid == (trials > 0)) fail("give either --trials N (N >= 1) or --grid");
+  for (const auto& t : tags)
+    if (t.find('=') == std::string::npos || t[0] == '=') fail("--tag '", t, "' must be key=value");
+  if (fs::exists(dir + "/journal.jsonl"))
+    fail(dir, " is already a sweep: run it with `ratchet sweep run ", dir, "`, or pick a new directory");
+  const sweep::Space space =
+      sweep::parse_space(read_text(space_path, "--space"), space_path, train_option_names(),
+                         {"run-dir", "ckpt-dir", "log-jsonl", "steps", "schedule-steps", "resume",
+                          "config", "tag", "help", "threads"});
+  const int base_steps = sweep::check_base(base_path);
+  auto configs = grid ? sweep::grid_configs(space) : sweep::sample_configs(space, trials, seed);
+  if (grid && !grid_in_order) std::shuffle(configs.begin(), configs.end(), std::mt19937_64(seed));
+
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("cannot create ", dir, ": ", ec.message());
+  fs::copy_file(base_path, dir + "/base.ini", fs::copy_options::overwrite_existing, ec);
+  if (ec) fail("cannot copy ", base_path, " into ", dir, ": ", ec.message());
+  fs::copy_file(space_path, dir + "/space.ini", fs::copy_options::overwrite_existing, ec);
+  const std::string abs = fs::absolute(dir).lexically_normal().string();
+  std::random_device rd;
+  char id[64];
+  std::snprintf(id, sizeof id, "%s-%06x", fs::path(abs).filename().c_str(), rd() & 0xffffff);
+  nlohmann::json params = nlohmann::json::array();
+  for (const auto& p : space.params) {
+    nlohmann::json j = {{"name", p.name}, {"kind", kind_name(p.kind)}, {"text", p.text}};
+    if (p.kind == sweep::Param::kChoice) j["choices"] = p.choices;
+    params.push_back(j);
+  }
+  sweep::Journal journal(dir + "/journal.jsonl");
+  journal.append({{"event", "init"}, {"format", sweep::kJournalFormat},
+                  {"version", sweep::kJournalVersion}, {"sweep_id", id}, {"base_steps", base_steps},
+                  {"space_params", params}, {"sampling", grid ? (grid_in_order ? "grid in order" : "grid, shuffled") : "random"},
+                  {"seed", seed}, {"tags", tags}});
+  for (size_t i = 0; i < configs.size(); i++)
+    journal.append({{"event", "created"}, {"trial", (int)i}, {"config", configs[i]}});
+  std::cout << "sweep " << id << " in " << dir << ": " << configs.size() << " trial(s) over "
+            << space.params.size() << " hyperparameter(s); next: ratchet sweep run " << dir << "\n";
+  return kExitOk;
+}
+
+int sweep_run(int argc, char** argv) {
+  std::string dir, trainer;
+  sweep::RunOptions o;
+  po::options_description desc("ratchet sweep run options");
+  desc.add_options()
+    ("help,h", "print this help")
+    ("dir", po::value(&dir), "the sweep directory (first positional argument)")
+    ("config", po::value<std::string>(), "INI file of these options")
+    ("scheduler", po::value(&o.scheduler)->default_value(o.scheduler), "asha | sha | hyperband | none")
+    ("max-steps", po::value(&o.max_steps), "R: steps of the last rung (default: the base's steps)")
+    ("min-steps", po::value(&o.min_steps), "r: steps of the first rung (default R/eta^2)")
+    ("eta", po::value(&o.eta)->default_value(o.eta), "reduction factor: the top 1/eta go on")
+    ("executor", po::value(&o.executor)->default_value(o.executor),
+     "local (processes here) | srun (job steps in this allocation) | sbatch (a job per segment)")
+    ("parallel", po::value(&o.parallel)->default_value(o.parallel), "segments running at once")
+    ("threads-per-trial", po::value(&o.threads), "CPU threads per trial (default: cores / --parallel)")
+    ("gpus", po::value(&o.gpus), "local: device ids to hand out, one per running trial "
+     "(CUDA_VISIBLE_DEVICES), e.g. 0,1,2,3")
+    ("sbatch-template", po::value(&o.sbatch_template),
+     "sbatch: the trial batch script (default: slurm/sweep-trial.sbatch next to this ratchet's source, or $RATCHET_SLURM_DIR)")
+    ("sbatch-args", po::value(&o.sbatch_args), "sbatch: extra flags, e.g. '--partition=gpu --time=2:00:00'")
+    ("max-cost", po::value(&o.max_cost), "budget: money over all trials")
+    ("max-device-hours", po::value(&o.max_device_hours), "budget: device-hours over all trials")
+    ("max-wall-time", po::value(&o.max_wall_time), "budget: since the first `sweep run` (seconds or [D-]HH:MM:SS)")
+    ("max-trials", po::value(&o.max_trials), "start at most this many trials")
+    ("max-trial-device-hours", po::value(&o.max_trial_device_hours), "budget of each trial")
+    ("max-requeues", po::value(&o.max_requeues)->default_value(o.max_requeues),
+     "a segment stopped early (exit 75, killed) more often than this in a row fails its trial")
+    ("trainer", po::value(&trainer), "the trainer command (default: this ratchet's `train`; for tests "
+     "and wrappers, split on spaces)")
+    ("poll-seconds", po::value(&o.poll_seconds), "how often to look at running segments (default 0.2 s; 2 s for sbatch)")
+    ("quiet,q", po::bool_switch(&o.quiet), "no progress lines");
+  po::positional_options_description pos;
+  pos.add("dir", 1);
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, vm, "sweep run", &pos, false)) return kExitUsage;
+  if (vm.count("help")) {
+    std::cout << "usage: ratchet sweep run DIR [options]\n\nRuns (or resumes) the sweep's controller "
+                 "until every trial has finished or a budget is reached.\nExit codes: 0 done, 76 "
+                 "ended by a budget, 2 bad input. A second controller on DIR is refused.\n\n"
+              << desc << "\n" << kUsage;
+    return kExitOk;
+  }
+  if (vm.count("config")) parse_config_file(vm["config"].as<std::string>(), desc, vm, "sweep run");
+  po::notify(vm);
+  if (dir.empty()) fail("give the sweep directory: ratchet sweep run DIR");
+  dir = fs::absolute(dir).lexically_normal().string();
+  if (!trainer.empty()) {
+    std::stringstream ss(trainer);
+    for (std::string w; ss >> w;) o.trainer.push_back(w);
+  }
+  if (o.executor == "sbatch" && o.sbatch_template.empty()) {
+    const char* d = std::getenv("RATCHET_SLURM_DIR");
+    o.sbatch_template = (d ? std::string(d) : std::string(RATCHET_SOURCE_DIR) + "/slurm") + "/sweep-trial.sbatch";
+  }
+  return sweep::run_sweep(dir, o);
+}
+
+int sweep_status(int argc, char** argv) {
+  std::string dir;
+  bool json = false;
+  po::options_description desc("ratchet sweep status options");
+  desc.add_options()("help,h", "print this help")("dir", po::value(&dir), "the sweep directory")
+    ("json", po::bool_switch(&json), "print sweep.json's content instead of the table");
+  po::positional_options_description pos;
+  pos.add("dir", 1);
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, vm, "sweep status", &pos, true)) return kExitUsage;
+  if (vm.count("help")) {
+    std::cout << "usage: ratchet sweep status DIR\n\n" << desc << "\n" << kUsage;
+    return kExitOk;
+  }
+  if (dir.empty()) fail("give the sweep directory: ratchet sweep status DIR");
+  dir = fs::absolute(dir).lexically_normal().string();
+  const sweep::SweepState s = sweep::load_state(dir);
+  if (json) std::cout << sweep::summary_json(s).dump(2) << "\n";
+  else std::cout << sweep::status_table(s);
+  return kExitOk;
+}
+
+int sweep_report(int argc, char** argv) {
+  std::string dir, gnuplot = "gnuplot";
+  bool no_plot = false;
+  po::options_description desc("ratchet sweep report options");
+  desc.add_options()("help,h", "print this help")("dir", po::value(&dir), "the sweep directory")
+    ("no-plot", po::bool_switch(&no_plot), "write sweep.md and sweep.json only")
+    ("gnuplot", po::value(&gnuplot)->default_value(gnuplot), "the gnuplot executable");
+  po::positional_options_description pos;
+  pos.add("dir", 1);
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, vm, "sweep report", &pos, true)) return kExitUsage;
+  if (vm.count("help")) {
+    std::cout << "usage: ratchet sweep report DIR\n\nWrites DIR/sweep.md, DIR/sweep.json and "
+                 "DIR/sweep.png + .svg (val loss vs spend per trial, best so far vs spend, each "
+                 "hyperparameter vs loss).\n\n" << desc << "\n" << kUsage;
+    return kExitOk;
+  }
+  if (dir.empty()) fail("give the sweep directory: ratchet sweep report DIR");
+  dir = fs::absolute(dir).lexically_normal().string();
+  const sweep::SweepState s = sweep::load_state(dir);
+  const nlohmann::json j = sweep::summary_json(s);
+  {
+    std::ofstream out(dir + "/sweep.json.tmp");
+    out << j.dump(2) << "\n";
+  }
+  fs::rename(dir + "/sweep.json.tmp", dir + "/sweep.json");
+  {
+    std::ofstream out(dir + "/sweep.md");
+    out << sweep::summary_markdown(s, j);
+  }
+  if (!no_plot && !s.results.empty()) {
+    const std::string exe = report::find_gnuplot(gnuplot);
+    report::run_gnuplot(exe, sweep::plot_script(s, dir + "/sweep.png", dir + "/sweep.svg"));
+  }
+  std::cout << sweep::status_table(s);
+  const double all = j["all_to_max_steps_device_hours_estimate"].get<double>();
+  const double spent = j["device_hours"].get<double>();
+  if (all > 0)
+    std::printf("saved against every trial to %d steps: about %.6f of %.6f device-hours (%.0f%%)\n",
+                s.rungs().empty() ? 0 : s.rungs().back(), all - spent, all, 100 * (1 - spent / all));
+  if (j.contains("continue_command"))
+    std::cout << "continue the best trial: " << j["continue_command"].get<std::string>() << "\n";
+  std::cout << "wrote " << dir << "/sweep.md, " << dir << "/sweep.json"
+            << (no_plot || s.results.empty() ? "" : ", sweep.png, sweep.svg") << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_sweep(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::cout << kUsage;
+    return argc < 2 ? kExitUsage : kExitOk;
+  }
+  const std::string sub = argv[1];
+  if (sub == "init") return sweep_init(argc - 1, argv + 1);
+  if (sub == "run") return sweep_run(argc - 1, argv + 1);
+  if (sub == "status") return sweep_status(argc - 1, argv + 1);
+  if (sub == "report") return sweep_report(argc - 1, argv + 1);
+  fail("unknown sweep command '", sub, "': use init, run, status or report");
+}
+
+}  // namespace ratchet

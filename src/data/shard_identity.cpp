@@ -1,0 +1,41 @@
+#include "data/shard_identity.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+namespace ratchet {
+
+std::map<std::string, std::string> shard_content_identity(const TokenDataset& ds,
+                                                          const std::string& prefix) {
+  std::map<std::string, std::string> out;
+  out[prefix + "_shards"] = std::to_string(ds.num_shards());
+  std::vector<int32_t> buf(1 << 20);  // (1M) tokens per read
+  uint64_t start = 0;                  // the shard's first position in the stream
+  for (size_t i = 0; i < ds.num_shards(); i++) {
+    const uint64_t n = ds.shard_num_tokens(i);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (uint64_t done = 0; done < n;) {
+      const size_t k = (size_t)std::min<uint64_t>(buf.size(), n - done);
+      ds.read(start + done, k, buf.data());
+      crc = crc32(crc, (const Bytef*)buf.data(), (uInt)(k * sizeof(int32_t)));
+      done += k;
+    }
+    start += n;
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%08lx", (unsigned long)crc);
+    out[prefix + "_shard_" + std::to_string(i)] =
+        ds.shard_path(i) + " tokens=" + std::to_string(n) + " crc32=" + hex;
+  }
+  return out;
+}
+
+bool has_shard_content_identity(const std::map<std::string, std::string>& identity,
+                                const std::string& prefix) {
+  return identity.count(prefix + "_shards") > 0;
+}
+
+}  // namespace ratchet

@@ -1,0 +1,26 @@
+// `ratchet report DIR --by-tag`: spend summed per ledger tag over a directory
+// of runs. Every ledger.json below DIR counts once; its "tag.KEY": "VALUE"
+// labels (train --tag, sweep and trial ids, Slurm job and account) each get
+// the run's device-hours and cost.
+#pragma once
+#include <map>
+#include <string>
+
+namespace ratchet::report {
+
+struct TagSpend {
+  int runs = 0;
+  double device_hours = 0, cost = 0;
+};
+
+struct SpendByTag {
+  int runs = 0;                               // ledgers found
+  double device_hours = 0, cost = 0;          // over all of them
+  std::map<std::string, TagSpend> by_tag;     // "key=value" -> spend
+};
+
+// Error naming DIR if it holds no ledger.json.
+SpendByTag spend_by_tag(const std::string& dir);
+std::string format_spend_by_tag(const SpendByTag& s);
+
+}  // namespace ratchet::report

@@ -1,0 +1,46 @@
+#include "sweep/budget.h"
+
+#include <cstdio>
+
+namespace ratchet::sweep {
+
+Ledger trial_ledger(const Trial& t) {
+  auto l = Ledger::read_json(t.dir + "/ledger.json");
+  return l ? *l : Ledger{};
+}
+
+Spent spent_so_far(const SweepState& s) {
+  Spent sp;
+  for (const auto& t : s.trials) {
+    const Ledger l = trial_ledger(t);
+    sp.device_hours += l.device_hours();
+    sp.cost += l.cost;
+  }
+  return sp;
+}
+
+std::string budget_reached(const Budget& b, const Spent& s, double elapsed_seconds) {
+  char why[256] = "";
+  if (b.max_device_hours > 0 && s.device_hours >= b.max_device_hours)
+    std::snprintf(why, sizeof why, "--max-device-hours %g reached (%.6g spent)", b.max_device_hours,
+                  s.device_hours);
+  else if (b.max_cost > 0 && s.cost >= b.max_cost)
+    std::snprintf(why, sizeof why, "--max-cost %g reached (%.6g spent)", b.max_cost, s.cost);
+  else if (b.max_wall_seconds > 0 && elapsed_seconds >= b.max_wall_seconds)
+    std::snprintf(why, sizeof why, "--max-wall-time %s reached", b.max_wall_text.c_str());
+  return why;
+}
+
+std::string segment_refused(const Budget& b, const Spent& s, double est_device_hours) {
+  if (!(b.max_device_hours > 0 && est_device_hours > 0 &&
+        s.device_hours + est_device_hours > b.max_device_hours))
+    return "";
+  char why[256];
+  std::snprintf(why, sizeof why,
+                "--max-device-hours %g: the next segment (about %.4g device-hours) would exceed "
+                "what is left (%.4g)",
+                b.max_device_hours, est_device_hours, b.max_device_hours - s.device_hours);
+  return why;
+}
+
+}  // namespace ratchet::sweep

@@ -1,0 +1,496 @@
+#include "sweep/controller.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <filesystem>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "report/report.h"
+#include "sweep/budget.h"
+#include "sweep/executor.h"
+#include "sweep/journal.h"
+#include "train/ledger.h"
+#include "train/time_limit.h"
+
+namespace ratchet::sweep {
+
+namespace {
+
+// USR1, TERM or INT: the controller stops at once (its state is in the
+// journal) and exits 75, leaving its segments running: a rerun adopts them.
+volatile sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "ratchet";
+  return std::string(buf, n);
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+// The val loss logged at exactly `step` (the trainer's final evaluation), NaN if none.
+double val_loss_at(const std::string& trial_dir, int step) {
+  try {
+    const report::RunLog log = report::read_run_log(trial_dir + "/train.jsonl");
+    for (const auto& e : log.evals)
+      if ((int)std::llround(e.step) == step) return e.val_loss;
+  } catch (const std::exception&) {
+  }
+  return NAN;
+}
+
+class Controller {
+ public:
+  Controller(std::string dir, const RunOptions& o) : dir_(std::move(dir)), o_(o) {}
+  int run();
+
+ private:
+  void settle_settings();
+  void poll_running();
+  void on_exit(Trial& t, SegmentStatus st);
+  bool check_budgets();
+  void launch(Trial& t, int rung, const char* why);
+  Segment segment_of(const Trial& t) const;   // to launch: the full command
+  Segment segment_ref(const Trial& t) const;  // to poll or stop: names only
+  double dev_seconds_per_step() const;
+  void say(const char* fmt, ...) const;
+  void append(nlohmann::json ev) {
+    journal_->append(ev);
+    state_ = replay(dir_, Journal::read(dir_ + "/journal.jsonl"));  // one source of truth
+  }
+  int running() const {
+    int n = 0;
+    for (const auto& t : state_.trials) n += t.status == TrialState::kRunning && !t.relaunch;
+    return n;
+  }
+
+  std::string dir_;
+  RunOptions o_;
+  SweepState state_;
+  std::unique_ptr<Journal> journal_;
+  std::unique_ptr<Executor> exec_;
+  std::unique_ptr<Scheduler> sched_;
+  Budget budget_;
+  std::map<int, int> slot_of_;  // trial -> local device slot
+};
+
+void Controller::say(const char* fmt, ...) const {
+  if (o_.quiet) return;
+  va_list ap;
+  va_start(ap, fmt);
+  std::printf("sweep: ");
+  std::vprintf(fmt, ap);
+  va_end(ap);
+  std::fflush(stdout);
+}
+
+// The first run fixes scheduler and rungs; a restart must not change them.
+void Controller::settle_settings() {
+  const int base_steps = state_.init.value("base_steps", 0);
+  const int R = o_.max_steps > 0 ? o_.max_steps : base_steps;
+  if (R <= 0) fail("--max-steps is not given and the base config has no 'steps'");
+  const double eta = o_.eta;
+  if (!(eta > 1)) fail("--eta ", eta, " must be greater than 1 (3 keeps the top third)");
+  const int r = o_.min_steps > 0 ? o_.min_steps : std::max(1, (int)std::llround(R / (eta * eta)));
+  const Policy p = parse_policy(o_.scheduler);
+  const std::vector<int> rungs = make_rungs(r, R, eta);
+  if (!state_.settings.is_null()) {
+    const auto& st = state_.settings;
+    std::string diff;
+    if (st.at("scheduler") != policy_name(p))
+      diff += " --scheduler " + st.at("scheduler").get<std::string>() + " (now " + policy_name(p) + ")";
+    if (st.at("rungs").get<std::vector<int>>() != rungs)
+      diff += " rungs " + st.at("rungs").dump() + " (now " + nlohmann::json(rungs).dump() + ")";
+    if (st.at("eta").get<double>() != eta) diff += " --eta " + st.at("eta").dump();
+    if (!diff.empty())
+      fail("sweep ", dir_, " was started with", diff,
+           ": rerun with the same --scheduler/--eta/--min-steps/--max-steps (budgets may change)");
+  }
+  append({{"event", "run"}, {"scheduler", policy_name(p)}, {"eta", eta}, {"rungs", rungs},
+          {"executor", o_.executor}, {"parallel", o_.parallel}, {"pid", (long)::getpid()}});
+  sched_ = std::make_unique<Scheduler>(p, rungs, eta);
+}
+
+Segment Controller::segment_ref(const Trial& t) const {
+  Segment s;
+  s.trial_dir = t.dir;
+  s.name = t.segment_name();
+  s.job_name = "ratchet-sweep-" + state_.init.value("sweep_id", std::string("x")) + "-" +
+               trial_dir_name(t.id) + "-" + s.name;
+  return s;
+}
+
+Segment Controller::segment_of(const Trial& t) const {
+  Segment s = segment_ref(t);
+  const int steps = sched_->rungs()[t.rung];
+  const int R = sched_->rungs().back();
+  s.argv = o_.trainer;
+  for (const auto& a : trial_command(state_, t, steps, R)) s.argv.push_back(a);
+  int threads = o_.threads;
+  if (threads <= 0) threads = std::max(1, (int)std::thread::hardware_concurrency() / std::max(1, o_.parallel));
+  s.threads = threads;
+  s.argv.push_back("--threads");
+  s.argv.push_back(std::to_string(threads));
+  // Budgets: what the trial may still spend, so that it stops itself (exit 76)
+  // at a step boundary with a checkpoint when the sweep's money runs out.
+  const Ledger l = trial_ledger(t);
+  double cap = 0;
+  if (o_.max_trial_device_hours > 0) cap = o_.max_trial_device_hours;
+  const Spent spent = spent_so_far(state_);
+  if (o_.max_device_hours > 0) {
+    const double sweep_cap = l.device_hours() + std::max(0.0, o_.max_device_hours - spent.device_hours);
+    cap = cap > 0 ? std::min(cap, sweep_cap) : sweep_cap;
+  }
+  if (cap > 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", cap);
+    s.argv.push_back("--max-device-hours");
+    s.argv.push_back(buf);
+  }
+  if (o_.max_cost > 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", l.cost + std::max(0.0, o_.max_cost - spent.cost));
+    s.argv.push_back("--max-cost");
+    s.argv.push_back(buf);
+  }
+  if (!o_.gpus.empty()) {
+    std::vector<std::string> ids;
+    std::stringstream ss(o_.gpus);
+    for (std::string id; std::getline(ss, id, ',');) ids.push_back(trim(id));
+    auto it = slot_of_.find(t.id);
+    if (it != slot_of_.end() && it->second < (int)ids.size())
+      s.env["CUDA_VISIBLE_DEVICES"] = ids[it->second];
+  }
+  return s;
+}
+
+// Mean device-seconds per optimizer step over every trial so far (0: unknown).
+double Controller::dev_seconds_per_step() const {
+  double secs = 0, steps = 0;
+  for (const auto& t : state_.trials) {
+    const Ledger l = trial_ledger(t);
+    secs += l.device_seconds;
+    steps += l.max_step;
+  }
+  return steps > 0 ? secs / steps : 0;
+}
+
+void Controller::launch(Trial& t0, int rung, const char* why) {
+  const int id = t0.id;
+  Trial t = t0;
+  const bool again = t.relaunch;
+  if (!again) {
+    t.rung = rung;
+    t.attempt = 0;
+  }
+  if (!o_.gpus.empty() && !slot_of_.count(id)) {
+    std::vector<bool> used(64, false);
+    for (const auto& [tid, slot] : slot_of_)
+      if (state_.trials[tid].status == TrialState::kRunning && slot < 64) used[slot] = true;
+    int slot = 0;
+    while (slot < 63 && used[slot]) slot++;
+    slot_of_[id] = slot;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(t.dir, ec);
+  if (ec) fail("cannot create ", t.dir, ": ", ec.message());
+  const Segment seg = segment_of(t);
+  const std::string handle = exec_->launch(seg);
+  append({{"event", "launched"}, {"trial", id}, {"rung", t.rung}, {"steps", sched_->rungs()[t.rung]},
+          {"attempt", t.attempt}, {"handle", handle}, {"segment", seg.name}});
+  say("trial %d -> %d steps (%s; %s %s)\n", id, sched_->rungs()[t.rung], why,
+      exec_->name().c_str(), handle.c_str());
+}
+
+void Controller::on_exit(Trial& t0, SegmentStatus st) {
+  const Trial t = t0;  // append() rebuilds state_
+  const int steps = sched_->rungs()[t.rung];
+  const Ledger l = trial_ledger(t);
+  const nlohmann::json spend = {{"device_hours", l.device_hours()}, {"cost", l.cost}};
+  if (st.state == SegmentStatus::kExited && st.exit_code == 0) {
+    const double vl = val_loss_at(t.dir, steps);
+    if (!std::isfinite(vl)) {
+      nlohmann::json e = {{"event", "failed"}, {"trial", t.id}, {"rung", t.rung}, {"exit", 0},
+                          {"reason", "no finite validation loss at step " + std::to_string(steps) +
+                                         " (is val-data set?); log tail:\n" +
+                                         file_tail(t.dir + "/train.log", 8)}};
+      e.update(spend);
+      append(e);
+      say("trial %d failed: no finite val loss at step %d\n", t.id, steps);
+      return;
+    }
+    nlohmann::json e = {{"event", "result"}, {"trial", t.id}, {"rung", t.rung}, {"steps", steps},
+                        {"val_loss", vl}};
+    e.update(spend);
+    append(e);
+    say("trial %d: val loss %.4f at %d steps (%.4g device-hours)\n", t.id, vl, steps, l.device_hours());
+    if (t.rung < sched_->top())
+      append({{"event", "paused"}, {"trial", t.id}, {"rung", t.rung}});
+    return;
+  }
+  // Stopped early: 75 (saved, requeue me), killed by a signal (> 128, e.g. the
+  // allocation ended), or gone without a code. Its checkpoint resumes it.
+  const bool early = st.state == SegmentStatus::kLost || st.exit_code == 75 || st.exit_code > 128;
+  if (st.state == SegmentStatus::kExited && st.exit_code == 76) {
+    nlohmann::json e = {{"event", "stopped"}, {"trial", t.id}, {"rung", t.rung},
+                        {"reason", state_.budget_reached ? "sweep budget reached"
+                                                         : "trial budget reached (exit 76)"}};
+    e.update(spend);
+    append(e);
+    say("trial %d stopped by a budget at step %.0f (checkpoint kept)\n", t.id, l.max_step);
+    return;
+  }
+  if (early) {
+    if (state_.budget_reached) {
+      nlohmann::json e = {{"event", "stopped"}, {"trial", t.id}, {"rung", t.rung},
+                          {"reason", "sweep budget reached"}};
+      e.update(spend);
+      append(e);
+      return;
+    }
+    if (t.requeues >= o_.max_requeues) {
+      nlohmann::json e = {{"event", "failed"}, {"trial", t.id}, {"rung", t.rung},
+                          {"exit", st.exit_code},
+                          {"reason", "stopped early " + std::to_string(t.requeues + 1) +
+                                         " times in a row (--max-requeues " +
+                                         std::to_string(o_.max_requeues) + "); log tail:\n" +
+                                         file_tail(t.dir + "/train.log", 8)}};
+      e.update(spend);
+      append(e);
+      say("trial %d failed: kept stopping early\n", t.id);
+      return;
+    }
+    append({{"event", "requeued"}, {"trial", t.id}, {"rung", t.rung}, {"attempt", t.attempt + 1},
+            {"exit", st.exit_code}});
+    say("trial %d stopped early (%s): resuming it\n", t.id,
+        st.state == SegmentStatus::kLost ? "killed" : "exit 75");
+    return;
+  }
+  nlohmann::json e = {{"event", "failed"}, {"trial", t.id}, {"rung", t.rung}, {"exit", st.exit_code},
+                      {"reason", "exit " + std::to_string(st.exit_code) + "; log tail:\n" +
+                                     file_tail(t.dir + "/train.log", 8)}};
+  e.update(spend);
+  append(e);
+  say("trial %d failed (exit %d); the sweep goes on\n", t.id, st.exit_code);
+}
+
+void Controller::poll_running() {
+  for (size_t i = 0; i < state_.trials.size(); i++) {
+    Trial& t = state_.trials[i];
+    if (t.status != TrialState::kRunning || t.relaunch) continue;
+    const SegmentStatus st = exec_->poll(segment_ref(t), t.handle);
+    if (st.state != SegmentStatus::kRunning) on_exit(t, st);
+  }
+}
+
+// True when a sweep budget is reached (journaled once; running trials are asked to stop).
+bool Controller::check_budgets() {
+  if (state_.budget_reached) return true;
+  const std::string why = budget_reached(budget_, spent_so_far(state_), unix_now() - state_.first_run_time);
+  if (why.empty()) return false;
+  append({{"event", "budget"}, {"reason", why}});
+  say("%s: stopping the running trials at their next step (they save)\n", why.c_str());
+  for (auto& t : state_.trials)
+    if (t.status == TrialState::kRunning && !t.relaunch) exec_->stop(segment_ref(t), t.handle);
+  return true;
+}
+
+int Controller::run() {
+  state_ = load_state(dir_);  // Error if DIR is not a sweep, before creating anything in it
+  ControllerLock lock(dir_);
+  state_ = load_state(dir_);
+  if (o_.parallel < 1) fail("--parallel ", o_.parallel, " must be at least 1");
+  if (o_.max_requeues < 0) fail("--max-requeues must be >= 0");
+  for (double v : {o_.max_cost, o_.max_device_hours, o_.max_trial_device_hours})
+    if (v < 0) fail("budgets must be >= 0");
+  budget_.max_device_hours = o_.max_device_hours;
+  budget_.max_cost = o_.max_cost;
+  budget_.max_wall_text = o_.max_wall_time;
+  if (!o_.max_wall_time.empty()) {
+    budget_.max_wall_seconds = parse_slurm_duration(o_.max_wall_time);
+    if (budget_.max_wall_seconds <= 0)
+      fail("--max-wall-time '", o_.max_wall_time, "' is not a duration: seconds or [D-]HH:MM:SS");
+  }
+  if (state_.done && !state_.budget_reached) {
+    say("sweep %s already ended (%s); see `ratchet sweep status`\n", dir_.c_str(),
+        state_.done_reason.c_str());
+    return 0;
+  }
+  exec_ = make_executor(o_.executor, o_.sbatch_template, o_.sbatch_args);
+  if (o_.trainer.empty()) o_.trainer = {self_exe(), "train"};
+  journal_ = std::make_unique<Journal>(dir_ + "/journal.jsonl");
+  const bool restarted = !state_.settings.is_null();
+  // A budget already spent is bad input (unless trials are still running: a
+  // restarted controller winds them up). Raising it continues the sweep.
+  bool in_flight = false;
+  for (const auto& t : state_.trials) in_flight |= t.status == TrialState::kRunning;
+  if (!in_flight) {
+    const Spent sp = spent_so_far(state_);
+    if (o_.max_device_hours > 0 && sp.device_hours >= o_.max_device_hours)
+      fail("--max-device-hours ", o_.max_device_hours, " is already spent (", sp.device_hours,
+           " device-hours so far): raise it to continue the sweep");
+    if (o_.max_cost > 0 && sp.cost >= o_.max_cost)
+      fail("--max-cost ", o_.max_cost, " is already spent (", sp.cost, " so far): raise it to continue");
+    if (budget_.max_wall_seconds > 0 && restarted &&
+        unix_now() - state_.first_run_time >= budget_.max_wall_seconds)
+      fail("--max-wall-time ", o_.max_wall_time, " has already passed since the sweep's first run: "
+           "raise it to continue");
+  }
+  settle_settings();
+  say("%s %s: %zu trials, %s, rungs (steps) %s, executor %s x %d\n",
+      restarted ? "resuming" : "starting", dir_.c_str(), state_.trials.size(),
+      state_.settings.at("scheduler").get<std::string>().c_str(),
+      state_.settings.at("rungs").dump().c_str(), exec_->name().c_str(), o_.parallel);
+  const double poll = o_.poll_seconds > 0 ? o_.poll_seconds : exec_->poll_seconds();
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  for (int sig : {SIGUSR1, SIGTERM, SIGINT}) ::sigaction(sig, &sa, nullptr);
+
+  for (;;) {
+    if (g_stop_signal) {
+      say("got signal %d: the controller stops (exit 75); %d segment(s) keep running and are "
+          "adopted when `ratchet sweep run %s` runs again\n", (int)g_stop_signal, running(),
+          dir_.c_str());
+      return 75;
+    }
+    poll_running();
+    const bool stop = check_budgets();
+    bool idle = true;
+    while (!stop && running() < o_.parallel) {
+      // A segment that stopped early runs again first (resuming its checkpoint).
+      Trial* again = nullptr;
+      for (auto& t : state_.trials)
+        if (t.relaunch) {
+          again = &t;
+          break;
+        }
+      if (again) {
+        launch(*again, again->rung, "resumed after an early stop");
+        idle = false;
+        continue;
+      }
+      const bool may_start = o_.max_trials <= 0 || state_.started() < o_.max_trials;
+      const Decision d = sched_->next(scheduler_view(state_), may_start);
+      if (d.kind != Decision::kStart && d.kind != Decision::kPromote) break;
+      Trial& t = state_.trials[d.trial];
+      const int from = d.kind == Decision::kPromote ? sched_->rungs()[t.rung] : 0;
+      const double est_h = dev_seconds_per_step() * (sched_->rungs()[d.rung] - from) / 3600;
+      const std::string refused = segment_refused(budget_, spent_so_far(state_), est_h);
+      if (!refused.empty()) {
+        const std::string why = refused + " (trial " + std::to_string(d.trial) + " to " +
+                                std::to_string(sched_->rungs()[d.rung]) + " steps)";
+        append({{"event", "budget"}, {"reason", why}});
+        say("%s\n", why.c_str());
+        break;
+      }
+      if (o_.max_trial_device_hours > 0 && est_h > 0 &&
+          trial_ledger(t).device_hours() + est_h > o_.max_trial_device_hours) {
+        append({{"event", "stopped"}, {"trial", t.id}, {"rung", t.rung},
+                {"reason", "--max-trial-device-hours would be exceeded by the next rung"}});
+        idle = false;
+        continue;
+      }
+      if (d.kind == Decision::kPromote)
+        append({{"event", "promoted"}, {"trial", d.trial}, {"from_rung", t.rung}, {"to_rung", d.rung}});
+      launch(state_.trials[d.trial], d.rung, d.kind == Decision::kPromote ? "promoted" : "new");
+      idle = false;
+    }
+    if (running() == 0 && idle) {
+      bool pending_relaunch = false;
+      for (const auto& t : state_.trials) pending_relaunch |= t.relaunch;
+      const bool may_start = o_.max_trials <= 0 || state_.started() < o_.max_trials;
+      const Decision d = sched_->next(scheduler_view(state_), may_start);
+      if (state_.budget_reached || (!pending_relaunch && d.kind == Decision::kDone)) break;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(poll));
+  }
+  double loss = 0;
+  int rung = -1;
+  const int best = best_trial(state_, &loss, &rung);
+  nlohmann::json e = {{"event", "done"},
+                      {"reason", state_.budget_reached ? state_.budget_reason : "every trial finished"}};
+  if (best >= 0) {
+    e["best_trial"] = best;
+    e["best_val_loss"] = loss;
+  }
+  append(e);
+  if (best >= 0)
+    say("done: best trial %d, val loss %.4f at %d steps (%s)\n", best, loss, sched_->rungs()[rung],
+        describe(state_.trials[best].config).c_str());
+  else
+    say("done: no trial reported a result\n");
+  return state_.budget_reached ? 76 : 0;
+}
+
+}  // namespace
+
+std::vector<std::string> trial_command(const SweepState& s, const Trial& t, int steps, int max_steps) {
+  std::vector<std::string> a;
+  a.insert(a.end(), {"--config", s.dir + "/base.ini", "--run-dir", t.dir, "--steps",
+                     std::to_string(steps), "--schedule-steps", std::to_string(max_steps), "--quiet",
+                     "--tag", "sweep=" + s.init.value("sweep_id", std::string()), "--tag",
+                     "trial=" + std::to_string(t.id)});
+  for (const auto& tag : s.init.value("tags", std::vector<std::string>{}))
+    a.insert(a.end(), {"--tag", tag});
+  for (const auto& [k, v] : t.config) a.insert(a.end(), {"--" + k, v});
+  return a;
+}
+
+int check_base(const std::string& base_ini) {
+  std::ifstream in(base_ini);
+  if (!in) fail("--base ", base_ini, " cannot be read");
+  std::string line;
+  int steps = 0;
+  bool val = false;
+  int n = 0;
+  while (std::getline(in, line)) {
+    n++;
+    line = trim(line.substr(0, line.find_first_of("#;")));
+    const auto eq = line.find('=');
+    if (line.empty() || line[0] == '[' || eq == std::string::npos) continue;
+    const std::string k = trim(line.substr(0, eq)), v = trim(line.substr(eq + 1));
+    for (const char* r : {"run-dir", "ckpt-dir", "log-jsonl", "schedule-steps", "resume", "config"})
+      if (k == r)
+        fail("--base ", base_ini, " line ", n, ": '", k, "' is set by the sweep for each trial; "
+             "remove it");
+    if (k == "val-data") val = !v.empty();
+    if (k == "steps") {
+      try {
+        steps = std::stoi(v);
+      } catch (const std::exception&) {
+        fail("--base ", base_ini, " line ", n, ": steps '", v, "' is not a number");
+      }
+    }
+  }
+  if (!val)
+    fail("--base ", base_ini, " has no val-data: trials are compared by their validation loss");
+  return steps;
+}
+
+int run_sweep(const std::string& dir, const RunOptions& o) {
+  Controller c(dir, o);
+  return c.run();
+}
+
+}  // namespace ratchet::sweep

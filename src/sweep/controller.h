@@ -1,0 +1,48 @@
+// `ratchet sweep run`: the controller. It launches `ratchet train` segments
+// through an Executor, reads their logs and ledgers, asks the Scheduler what
+// to run next and writes every decision to the journal before acting on it,
+// so that a killed controller, restarted, neither loses nor repeats a trial
+// and adopts the segments still running. It never links the training loop.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "sweep/state.h"
+
+namespace ratchet::sweep {
+
+struct RunOptions {
+  std::string scheduler = "asha";
+  int max_steps = 0;        // R (0: the base's steps)
+  int min_steps = 0;        // r (0: R / eta^2)
+  double eta = 3;
+  std::string executor = "local";
+  int parallel = 1;         // segments at once
+  int threads = 0;          // CPU threads per trial (0: the node's cores / parallel)
+  std::string gpus;         // local: comma-separated device ids handed out one per slot
+  std::string sbatch_template, sbatch_args;
+  // budgets over the whole sweep (0/empty: none)
+  double max_cost = 0, max_device_hours = 0;
+  std::string max_wall_time;
+  int max_trials = 0;
+  double max_trial_device_hours = 0;
+  int max_requeues = 3;     // per segment, then the trial is failed
+  std::vector<std::string> trainer;  // the trainer command (default: this ratchet + "train")
+  double poll_seconds = 0;  // 0: the executor's
+  bool quiet = false;
+};
+
+// Runs the sweep in DIR to its end (or its budget). Returns the exit code:
+// 0 done, 76 ended by a budget, 75 stopped by a signal (USR1, TERM, INT:
+// rerun to continue; slurm/sweep.sbatch requeues). Error on bad input.
+int run_sweep(const std::string& dir, const RunOptions& o);
+
+// What the trial's trainer is told beyond the base config and its
+// hyperparameters (exposed for tests and `sweep report`'s continue command).
+std::vector<std::string> trial_command(const SweepState& s, const Trial& t, int steps, int max_steps);
+
+// Reads a base INI's "steps" (0 if absent) and checks it has val-data and no
+// option the sweep sets itself. Error naming the file and key.
+int check_base(const std::string& base_ini);
+
+}  // namespace ratchet::sweep

@@ -1,0 +1,59 @@
+// Where trial segments run: `ratchet train` processes on this node (local),
+// job steps in the controller's own allocation (srun), or one batch job per
+// segment (sbatch, from slurm/sweep-trial.sbatch).
+//
+// Every executor leaves the same marker files next to the trial's run
+// directory, so that a restarted controller can tell a segment that never
+// started from one that is still running or has ended while it was away:
+//   TRIAL/seg-NAME.pid   the wrapper shell's pid (local, srun)
+//   TRIAL/seg-NAME.job   the Slurm job id (sbatch)
+//   TRIAL/seg-NAME.exit  the trainer's exit code, written (renamed) when it ends
+// The trainer's output is appended to TRIAL/train.log.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ratchet::sweep {
+
+struct Segment {
+  std::string trial_dir;           // the trial's --run-dir
+  std::string name;                // "r1-a0": rung index and attempt
+  std::vector<std::string> argv;   // the trainer's command line
+  std::map<std::string, std::string> env;  // extra environment (CUDA_VISIBLE_DEVICES, ...)
+  int threads = 1;                 // CPU threads (OMP_NUM_THREADS, srun -c)
+  std::string job_name;            // Slurm job/step name
+  std::string base() const { return trial_dir + "/seg-" + name; }
+};
+
+struct SegmentStatus {
+  enum State { kRunning, kExited, kLost };  // kLost: gone without an exit code (killed)
+  State state = kRunning;
+  int exit_code = -1;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual std::string name() const = 0;
+  // Starts the segment, or adopts it when its markers show that a previous
+  // controller already started it; returns the handle (pid or job id).
+  virtual std::string launch(const Segment& s) = 0;
+  virtual SegmentStatus poll(const Segment& s, const std::string& handle) = 0;
+  // Asks the segment to save and exit (the trainer's stop signal, USR1).
+  virtual void stop(const Segment& s, const std::string& handle) = 0;
+  virtual double poll_seconds() const { return 0.2; }
+};
+
+// kind: local | srun | sbatch. sbatch_template: the batch script for sbatch;
+// sbatch_args: extra sbatch flags (split on spaces).
+std::unique_ptr<Executor> make_executor(const std::string& kind, const std::string& sbatch_template,
+                                        const std::string& sbatch_args);
+
+// Shell-quotes one word ('...') unless it needs none.
+std::string shell_quote(const std::string& s);
+// The last `lines` lines of a file ("" if unreadable).
+std::string file_tail(const std::string& path, int lines);
+
+}  // namespace ratchet::sweep

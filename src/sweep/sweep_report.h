@@ -1,0 +1,30 @@
+// What a sweep found and spent: the `sweep status` table, and `sweep report`'s
+// sweep.md, sweep.json and plots (gnuplot: val loss against cumulative spend
+// for every trial, best-so-far against spend, each hyperparameter against loss).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "sweep/state.h"
+
+namespace ratchet::sweep {
+
+// Spend read live from each trial's ledger.json (running trials included).
+struct Spend {
+  double device_hours = 0, cost = 0;
+  // Estimate of running every created trial straight to R, from the measured
+  // device-seconds per step (each trial's own, or the sweep's mean for trials
+  // that never ran); 0 when nothing was measured.
+  double all_to_R_device_hours = 0;
+};
+Spend sweep_spend(const SweepState& s);
+
+std::string status_table(const SweepState& s);
+// sweep.json's content (top-level keys: best_val_loss, best_trial, device_hours,
+// cost, trials, continue_command, ...).
+nlohmann::json summary_json(const SweepState& s);
+// The gnuplot script writing png and svg.
+std::string plot_script(const SweepState& s, const std::string& png, const std::string& svg);
+std::string summary_markdown(const SweepState& s, const nlohmann::json& j);
+
+}  // namespace ratchet::sweep

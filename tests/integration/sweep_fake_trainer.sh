@@ -1,0 +1,49 @@
+#!/bin/bash
+# Stands in for `ratchet train` in the sweep tests (ratchet sweep run --trainer
+# "bash THIS"): no training, a synthetic learning curve instead, so that the
+# controller's decisions can be checked quickly and exactly.
+#   val loss at S steps = 1 + (ln lr - ln 0.003)^2 + 10/S
+#   spend: one device-second per step (ledger.json, summed over invocations)
+# Every invocation appends its --steps to RUN_DIR/invocations.
+# Environment: FAKE_FAIL_LR=x exits 1 when --lr is x; FAKE_NAN_LR=x logs a
+# non-finite val loss; FAKE_PREEMPT_LR=x exits 75 (after half the steps) on the
+# first invocation for that trial; FAKE_SLEEP=s sleeps before finishing.
+set -u
+run="" steps=0 lr=0.001
+while [ $# -gt 0 ]; do
+  case $1 in
+    --run-dir) run=$2; shift ;;
+    --steps) steps=$2; shift ;;
+    --lr) lr=$2; shift ;;
+  esac
+  shift
+done
+[ -n "$run" ] || { echo "fake trainer: no --run-dir" >&2; exit 2; }
+# Shell builtins only, but for one awk: the kill-point test runs this ~100 times.
+[ -d "$run" ] || mkdir -p "$run"
+echo "$steps" >>"$run/invocations"
+mapfile -t inv <"$run/invocations"
+n=${#inv[@]}
+prev=0 spent=0
+[ -f "$run/steps" ] && prev=$(<"$run/steps")
+[ -f "$run/spent" ] && spent=$(<"$run/spent")
+[ "${FAKE_FAIL_LR:-}" = "$lr" ] && { echo "fake trainer: planted failure"; exit 1; }
+[ -n "${FAKE_SLEEP:-}" ] && sleep "$FAKE_SLEEP"
+code=0
+if [ "${FAKE_PREEMPT_LR:-}" = "$lr" ] && [ "$n" -eq 1 ]; then
+  steps=$(( (prev + steps) / 2 ))
+  code=75
+fi
+spent=$((spent + steps - prev))
+echo "$spent" >"$run/spent"
+echo "$steps" >"$run/steps"
+echo "{\"wall_seconds\": $spent, \"device_seconds\": $spent, \"cost\": $spent, \"max_step\": $steps,
+ \"state\": $code, \"price_per_device_hour\": 3600}" >"$run/ledger.json.tmp"
+mv "$run/ledger.json.tmp" "$run/ledger.json"
+[ $code -eq 0 ] || exit $code
+if [ "${FAKE_NAN_LR:-}" = "$lr" ]; then
+  echo "{\"step\": $steps, \"val_loss\": NaN}" >>"$run/train.jsonl"
+else
+  awk -v lr="$lr" -v s="$steps" 'BEGIN{d = log(lr) - log(0.003); printf "{\"step\": %d, \"val_loss\": %.6f}\n", s, 1 + d*d + 10/s}' >>"$run/train.jsonl"
+fi
+exit 0

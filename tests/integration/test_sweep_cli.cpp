@@ -1,0 +1,379 @@
+// `ratchet sweep` through the real binary. Most cases use a fake trainer
+// (sweep_fake_trainer.sh: a synthetic learning curve, one device-second per
+// step) so that decisions, spend and restarts can be checked exactly and
+// fast; the end-to-end case trains real tiny models on King James shards.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "testing/test_util.h"
+
+using namespace ratchet::testing;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const std::string kFake = std::string("bash ") + RATCHET_TESTS_DIR + "/integration/sweep_fake_trainer.sh";
+
+// Nine learning rates; the fake curve is best at 0.003.
+const char* kSpace9 = "lr = choice(1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 3e-2)\n";
+
+std::vector<json> journal(const std::string& dir) {
+  std::vector<json> out;
+  std::ifstream in(dir + "/journal.jsonl");
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  return out;
+}
+
+// "trial:rung:loss" of every result, in order.
+std::vector<std::string> results(const std::string& dir) {
+  std::vector<std::string> r;
+  for (const auto& e : journal(dir))
+    if (e["event"] == "result")
+      r.push_back(std::to_string(e["trial"].get<int>()) + ":" + std::to_string(e["rung"].get<int>()) +
+                  ":" + std::to_string(e["val_loss"].get<double>()));
+  return r;
+}
+
+std::string invocations(const std::string& dir, int trial) {
+  char name[32];
+  std::snprintf(name, sizeof name, "/trials/t%04d/invocations", trial);
+  return fs::exists(dir + name) ? read_file(dir + name) : "";
+}
+
+// A sweep directory over the fake trainer: base steps 9 (R), space kSpace9.
+void init_fake(const TempDir& d, const std::string& dir, const std::string& space = kSpace9,
+               const std::string& extra = "--grid --grid-in-order") {
+  write_file(d / "base.ini", "val-data = unused\nsteps = 9\n");
+  write_file(d / "space.ini", space);
+  auto r = run_ratchet("sweep init " + dir + " --space " + (d / "space.ini") + " --base " +
+                       (d / "base.ini") + " " + extra);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+
+std::string fake_run(const std::string& dir, const std::string& flags = "") {
+  return "sweep run " + dir + " --trainer '" + kFake + "' --poll-seconds 0.01 --quiet " + flags;
+}
+
+TEST(SweepCli, AshaOnTheFakeCurve) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir);
+  auto r = run_ratchet(fake_run(dir, "--scheduler asha --eta 3"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // rungs 1, 3, 9 (r = R/eta^2); grid order = lr order, so losses at rung 0
+  // fall until lr 3e-3 (trial 5) and rise after it.
+  const auto runs = journal(dir);
+  json settings;
+  for (const auto& e : runs)
+    if (e["event"] == "run") settings = e;
+  EXPECT_EQ(settings["rungs"], json({1, 3, 9}));
+  // Every trial ran rung 0 once; the best (trial 5) went through every rung,
+  // each segment resuming (steps 1, 3, 9: no step run twice).
+  EXPECT_EQ(invocations(dir, 5), "1\n3\n9\n");
+  int segments = 0;
+  for (int t = 0; t < 9; t++) {
+    const std::string inv = invocations(dir, t);
+    EXPECT_EQ(inv.substr(0, 2), "1\n") << "trial " << t;
+    segments += (int)std::count(inv.begin(), inv.end(), '\n');
+  }
+  EXPECT_EQ((int)results(dir).size(), segments);
+  // Promotions are fewer than a full grid: 9 + at most 3 + at most 1... plus late ones.
+  EXPECT_LT(segments, 9 * 3);
+  auto st = run_ratchet("sweep status " + dir + " --json");
+  ASSERT_EQ(st.exit_code, 0) << st.output;
+  const json j = json::parse(st.output);
+  EXPECT_EQ(j["best_trial"]["id"], 5);
+  EXPECT_NEAR(j["best_val_loss"].get<double>(), 1 + 10.0 / 9, 1e-6);  // the curve's value
+  // Spend: one device-second per step trained, summed over trials.
+  double steps = 0;
+  for (int t = 0; t < 9; t++) {
+    std::stringstream ss(invocations(dir, t));
+    double last = 0;
+    for (double s; ss >> s;) last = s;
+    steps += last;
+  }
+  EXPECT_NEAR(j["device_hours"].get<double>() * 3600, steps, 1e-6);
+  // none: every trial straight to R in one segment.
+  const std::string dir2 = d / "none";
+  init_fake(d, dir2);
+  r = run_ratchet(fake_run(dir2, "--scheduler none"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int t = 0; t < 9; t++) EXPECT_EQ(invocations(dir2, t), "9\n");
+  // sha: all 9 at rung 0, then the top 3, then the top 1.
+  const std::string dir3 = d / "sha";
+  init_fake(d, dir3);
+  r = run_ratchet(fake_run(dir3, "--scheduler sha"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(results(dir3).size(), 9u + 3u + 1u);
+  EXPECT_EQ(invocations(dir3, 5), "1\n3\n9\n");
+}
+
+// The controller SIGKILLed right after each journal record it writes, then
+// restarted: the same rung results in the same order, the same spend, and no
+// segment run twice.
+TEST(SweepCli, ControllerKilledAtEveryJournalPoint) {
+  TempDir d;
+  // Four trials, eta 2, rungs 1, 2, 4: every kind of record, about 25 points.
+  const std::string space = "lr = choice(1e-3, 3e-3, 1e-2, 2e-3)\n";
+  const std::string flags = "--eta 2 --max-steps 4";
+  const std::string ref = d / "ref";
+  init_fake(d, ref, space);
+  ASSERT_EQ(run_ratchet(fake_run(ref, flags)).exit_code, 0);
+  const auto want = results(ref);
+  const size_t init_lines = 1 + 4;  // init + created
+  const size_t points = journal(ref).size() - init_lines;
+  ASSERT_GT(points, 15u);
+  std::vector<std::string> want_inv;
+  for (int t = 0; t < 4; t++) want_inv.push_back(invocations(ref, t));
+  EXPECT_EQ(want_inv[1], "1\n2\n4\n");  // lr 3e-3 wins, resuming rung by rung
+  for (size_t k = 1; k <= points; k++) {
+    const std::string dir = d / ("k" + std::to_string(k));
+    init_fake(d, dir, space);
+    auto r = run_shell("RATCHET_FAULT='sweep-journal*" + std::to_string(k) + "' " RATCHET_EXE " " +
+                       fake_run(dir, flags));
+    ASSERT_NE(r.exit_code, 0) << "kill point " << k << " not reached: " << r.output;
+    // Segments the killed controller left running finish on their own, or are adopted.
+    r = run_ratchet(fake_run(dir, flags));
+    ASSERT_EQ(r.exit_code, 0) << "kill point " << k << ": " << r.output;
+    EXPECT_EQ(results(dir), want) << "kill point " << k;
+    for (int t = 0; t < 4; t++)
+      EXPECT_EQ(invocations(dir, t), want_inv[t]) << "kill point " << k << ", trial " << t;
+  }
+}
+
+TEST(SweepCli, FailedNonFiniteAndPreemptedTrials) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir);
+  // lr 1e-4 fails (exit 1), 2e-4 logs NaN, 3e-3 (the best) is preempted once mid-rung.
+  auto r = run_shell("FAKE_FAIL_LR=1e-4 FAKE_NAN_LR=2e-4 FAKE_PREEMPT_LR=3e-3 " RATCHET_EXE " " +
+                     fake_run(dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::map<int, std::string> failed;
+  int requeued = 0;
+  for (const auto& e : journal(dir)) {
+    if (e["event"] == "failed") failed[e["trial"]] = e["reason"];
+    if (e["event"] == "requeued") requeued++;
+  }
+  ASSERT_EQ(failed.size(), 2u);
+  EXPECT_NE(failed[0].find("exit 1"), std::string::npos) << failed[0];
+  EXPECT_NE(failed[0].find("planted failure"), std::string::npos) << failed[0];  // the log tail
+  EXPECT_NE(failed[1].find("no finite validation loss"), std::string::npos) << failed[1];
+  EXPECT_EQ(requeued, 1);
+  // The preempted segment resumed (stopped at step 0 of 1, then ran 1), and the
+  // trial still leads: with two trials failed, 7 results at rung 0 promote 2
+  // and 2 at rung 1 promote none (floor(2/3)), so nobody reaches rung 2.
+  EXPECT_EQ(invocations(dir, 5), "1\n1\n3\n");
+  auto st = run_ratchet("sweep status " + dir + " --json");
+  EXPECT_EQ(json::parse(st.output)["best_trial"]["id"], 5);
+  auto table = run_ratchet("sweep status " + dir);
+  EXPECT_NE(table.output.find("failed"), std::string::npos) << table.output;
+
+  // A trial that keeps stopping early is failed after --max-requeues, not retried forever.
+  const std::string dir2 = d / "always";
+  init_fake(d, dir2, "lr = choice(3e-3)\n");
+  write_file(d / "exit75.sh", "echo stopping early; exit 75\n");
+  r = run_ratchet("sweep run " + dir2 + " --trainer 'bash " + (d / "exit75.sh") +
+                  "' --poll-seconds 0.01 --quiet --max-requeues 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  int req = 0, fails = 0;
+  for (const auto& e : journal(dir2)) {
+    req += e["event"] == "requeued";
+    fails += e["event"] == "failed";
+  }
+  EXPECT_EQ(req, 2);
+  EXPECT_EQ(fails, 1);
+}
+
+TEST(SweepCli, BudgetStopsTheSweepAndCanBeRaised) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir);
+  // 12 device-seconds: the controller starts no segment it cannot pay for.
+  const double budget_s = 12;
+  const std::string budget = "--max-device-hours " + std::to_string(budget_s / 3600);
+  auto r = run_ratchet(fake_run(dir, budget));
+  ASSERT_EQ(r.exit_code, 76) << r.output;
+  auto st = run_ratchet("sweep status " + dir + " --json");
+  const json j = json::parse(st.output);
+  EXPECT_LE(j["device_hours"].get<double>() * 3600, budget_s + 1e-6);
+  EXPECT_GE(j["device_hours"].get<double>() * 3600, budget_s - 3);  // it used most of it
+  EXPECT_TRUE(j["budget_reached"].get<bool>());
+  EXPECT_GE(j["best_trial"]["id"].get<int>(), 0);  // ended with its best trial
+  // A budget below what was spent: bad input naming the flag.
+  r = run_ratchet(fake_run(dir, "--max-device-hours " + std::to_string(5.0 / 3600)));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--max-device-hours"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("already spent"), std::string::npos) << r.output;
+  // Raised: the sweep continues to its end.
+  r = run_ratchet(fake_run(dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(invocations(dir, 5).substr(invocations(dir, 5).size() - 2), "9\n");
+}
+
+TEST(SweepCli, SecondControllerIsRefused) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir, "lr = choice(3e-3)\n");
+  auto bg = run_shell("(FAKE_SLEEP=3 " RATCHET_EXE " " + fake_run(dir) + " > " + (d / "bg.log") +
+                      " 2>&1 &) ; sleep 1; " RATCHET_EXE " " + fake_run(dir));
+  EXPECT_EQ(bg.exit_code, 2) << bg.output;
+  EXPECT_NE(bg.output.find("already run by another controller (host "), std::string::npos) << bg.output;
+  EXPECT_NE(bg.output.find("pid "), std::string::npos) << bg.output;
+  run_shell("sleep 4");
+}
+
+TEST(SweepCli, BadInputIsNamed) {
+  TempDir d;
+  write_file(d / "base.ini", "val-data = x\nsteps = 9\n");
+  auto init = [&](const std::string& space, const std::string& extra = "--grid") {
+    write_file(d / "s.ini", space);
+    fs::remove_all(d / "x");
+    return run_ratchet("sweep init " + (d / "x") + " --space " + (d / "s.ini") + " --base " +
+                       (d / "base.ini") + " " + extra);
+  };
+  struct Case {
+    std::string space, extra, want;
+  } cases[] = {
+      {"learning-rate = choice(1, 2)\n", "--grid", "'learning-rate' is not a `ratchet train` option"},
+      {"# nothing\n", "--grid", "defines no hyperparameter"},
+      {"lr = loguniform(0, 1)\n", "--trials 3", "loguniform needs positive bounds"},
+      {"lr = uniform(1e-3, 1e-2)\n", "--grid", "is not a choice(...)"},
+      {"lr = normal(1, 2)\n", "--trials 2", "unknown distribution 'normal'"},
+      {"steps = choice(1, 2)\n", "--grid", "'steps' is set by the sweep"},
+      {"lr = choice(1e-3)\n", "", "give either --trials N"},
+  };
+  for (const auto& c : cases) {
+    auto r = init(c.space, c.extra);
+    EXPECT_EQ(r.exit_code, 2) << c.space << r.output;
+    EXPECT_NE(r.output.find(c.want), std::string::npos) << c.space << r.output;
+  }
+  // base without val-data
+  write_file(d / "nobase.ini", "steps = 9\n");
+  write_file(d / "s.ini", "lr = choice(1e-3)\n");
+  auto r = run_ratchet("sweep init " + (d / "y") + " --space " + (d / "s.ini") + " --base " +
+                       (d / "nobase.ini") + " --grid");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("has no val-data"), std::string::npos) << r.output;
+  // run: eta <= 1, r > R, unknown scheduler, a directory of another version
+  const std::string dir = d / "sw";
+  init_fake(d, dir);
+  for (const auto& [flags, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--eta 1", "--eta 1 must be greater than 1"},
+           {"--min-steps 20", "--min-steps 20 is larger than --max-steps 9"},
+           {"--scheduler pbt", "--scheduler 'pbt' is not known"},
+           {"--executor ssh", "--executor 'ssh' is not known"}}) {
+    r = run_ratchet(fake_run(dir, flags));
+    EXPECT_EQ(r.exit_code, 2) << flags << r.output;
+    EXPECT_NE(r.output.find(want), std::string::npos) << flags << r.output;
+  }
+  r = run_ratchet("sweep run " + (d / "nowhere"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("not found: is this a sweep directory?"), std::string::npos) << r.output;
+  std::string j = read_file(dir + "/journal.jsonl");
+  j.replace(j.find("\"version\":1"), 11, "\"version\":99");
+  write_file(dir + "/journal.jsonl", j);
+  r = run_ratchet("sweep status " + dir);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("journal version 99"), std::string::npos) << r.output;
+}
+
+// Real tiny models on King James shards: rung results from the trainer's own
+// evaluations, ledgers labelled with sweep and trial, the report's files, and
+// `ratchet report` over the trial directories summing spend per tag.
+TEST(SweepCli, EndToEndWithTheRealTrainer) {
+  TempDir d;
+  ASSERT_EQ(shard_bible(d, "Gen1:1-Gen5:32"), "");
+  write_file(d / "base.ini",
+             "model = custom\nlayers = 2\nheads = 2\nchannels = 32\nmax-seq-len = 32\n"
+             "seq-len = 16\nbatch-size = 2\neval-batches = 2\nsteps = 9\n"
+             "price-per-device-hour = 2\n"
+             "train-data = " + (d / "data/train_*.h5") + "\nval-data = " + (d / "data/val_*.h5") + "\n");
+  write_file(d / "space.ini", "lr = choice(1e-4, 1e-3, 1e-2)\nwarmup-steps = choice(0, 2, 4)\n");
+  const std::string dir = d / "sw";
+  auto r = run_ratchet("sweep init " + dir + " --space " + (d / "space.ini") + " --base " +
+                       (d / "base.ini") + " --grid --tag project=bible");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet("sweep run " + dir + " --parallel 2 --eta 3 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet("sweep report " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json j = json::parse(read_file(dir + "/sweep.json"));
+  for (const char* k : {"best_val_loss", "best_trial", "device_hours", "cost", "trials", "continue_command"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["trials"].size(), 9u);
+  EXPECT_GT(j["device_hours"].get<double>(), 0);
+  EXPECT_NEAR(j["cost"].get<double>(), 2 * j["device_hours"].get<double>(), 1e-9);
+  EXPECT_LT(j["best_val_loss"].get<double>(), 5.5);  // below ln(257): it learned something
+  EXPECT_EQ(j["best_trial"]["steps"], 9);
+  EXPECT_TRUE(fs::exists(dir + "/sweep.png") && fs::file_size(dir + "/sweep.png") > 0);
+  EXPECT_TRUE(fs::exists(dir + "/sweep.svg") && fs::file_size(dir + "/sweep.svg") > 0);
+  EXPECT_TRUE(fs::exists(dir + "/sweep.md"));
+  const int best = j["best_trial"]["id"];
+  char name[32];
+  std::snprintf(name, sizeof name, "/trials/t%04d", best);
+  const json ledger = json::parse(read_file(dir + name + "/ledger.json"));
+  EXPECT_EQ(ledger["tag.trial"], std::to_string(best));
+  EXPECT_EQ(ledger["tag.project"], "bible");
+  EXPECT_EQ(ledger["tag.sweep"], j["sweep_id"]);
+  // The rung losses are the trainer's own evaluations at the rung's step.
+  bool found = false;
+  std::ifstream log(dir + name + "/train.jsonl");
+  for (std::string line; std::getline(log, line);) {
+    const json e = json::parse(line);
+    if (e.contains("val_loss") && e["step"] == 9)
+      found = std::abs(e["val_loss"].get<double>() - j["best_val_loss"].get<double>()) < 1e-6;
+  }
+  EXPECT_TRUE(found) << "no val_loss at step 9 equal to the rung result";
+  // spend per tag over the directory of runs
+  r = run_ratchet("report " + dir + "/trials --by-tag");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("project=bible"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("sweep=" + j["sweep_id"].get<std::string>()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("trial=" + std::to_string(best)), std::string::npos) << r.output;
+}
+
+// Promotion = resume with a larger --steps under --schedule-steps R: the
+// weights equal, byte for byte, those of a run trained straight to R.
+TEST(SweepCli, PromotionByResumeIsBitIdentical) {
+  TempDir d;
+  ASSERT_EQ(shard_bible(d, "Gen1:1-Gen3:24"), "");
+  const std::string common =
+      "train --model custom --layers 2 --heads 2 --channels 32 --max-seq-len 32 --seq-len 16 "
+      "--batch-size 2 --threads 1 --quiet --lr 3e-3 --warmup-steps 2 --eval-batches 2 "
+      "--train-data '" + (d / "data/train_*.h5") + "' --val-data '" + (d / "data/val_*.h5") + "'";
+  auto r = run_ratchet(common + " --steps 12 --run-dir " + (d / "straight") + " --export " +
+                       (d / "straight.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (int s : {2, 6}) {
+    r = run_ratchet(common + " --steps " + std::to_string(s) + " --schedule-steps 12 --run-dir " +
+                    (d / "rungs"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  r = run_ratchet(common + " --steps 12 --schedule-steps 12 --run-dir " + (d / "rungs") +
+                  " --export " + (d / "rungs.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resume: continuing from step 6"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(d / "straight.bin"), read_file(d / "rungs.bin"));
+  // Without --schedule-steps the cosine of a 6-step run ends early: not the same.
+  r = run_ratchet(common + " --steps 6 --run-dir " + (d / "naive"));
+  ASSERT_EQ(r.exit_code, 0);
+  r = run_ratchet(common + " --steps 12 --run-dir " + (d / "naive") + " --export " + (d / "naive.bin"));
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_NE(read_file(d / "straight.bin"), read_file(d / "naive.bin"));
+  // --schedule-steps below --steps is refused.
+  r = run_ratchet(common + " --steps 6 --schedule-steps 4 --run-dir " + (d / "bad"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--schedule-steps 4 must be at least --steps 6"), std::string::npos) << r.output;
+}
+
+}  // namespace
