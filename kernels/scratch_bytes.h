@@ -40,4 +40,9 @@ inline size_t bias_grad_scratch_bytes(int N, int OC) {
 // global_norm_squared: one FP64 partial per block.
 inline size_t global_norm_scratch_bytes() { return kGlobalNormBlocks * sizeof(double); }
 
+// flash_attention_backward: D (B,NH,T) FP32, rowsum(dout * out).
+inline size_t flash_attention_backward_scratch_bytes(int B, int Tn, int NH) {
+  return (size_t)B * NH * Tn * sizeof(float);
+}
+
 }  // namespace ratchet::kernels

@@ -21,6 +21,7 @@
 #include "core/json.h"
 #include "kernels/adamw.cuh"
 #include "kernels/attention.cuh"
+#include "kernels/flash_attention.cuh"
 #include "kernels/bias_grad.cuh"
 #include "kernels/cast.cuh"
 #include "kernels/classifier.cuh"
@@ -235,6 +236,21 @@ struct Bench {
     run("attention_softmax_backward", 2.0 * natt * s,
         [&] { attention_softmax_backward(pre, att, att, BH, Tn, scale, st); },
         [&] { return finite(pre, natt); });
+    // flash attention (kernels/flash_attention.cuh), the default attention of the
+    // cuda backend. Compute-bound (forward 2·T²·HS·BH FLOPs, backward 7·T²·HS·BH):
+    // the figure is the bytes it must move (qkv read, out written, lse; backward
+    // also dout, out read and dqkv written), so GB/s is a floor on its speed.
+    if (flash_attention_supports(HS)) {
+      float* lse = alloc<float>((size_t)BH * Tn, false);
+      float* dsc = alloc<float>((size_t)BH * Tn, false);
+      T* dqkv = alloc<T>(3 * NC);
+      run("flash_attention_forward", 4.0 * NC * s + 4.0 * BH * Tn,
+          [&] { flash_attention_forward(y, lse, qkv, B, Tn, NH, HS, st); },
+          [&] { return finite(y, NC); });
+      run("flash_attention_backward", 8.0 * NC * s + 8.0 * BH * Tn,
+          [&] { flash_attention_backward(dqkv, dsc, z, qkv, y, lse, B, Tn, NH, HS, st); },
+          [&] { return finite(dqkv, 3 * NC); });
+    }
     // fused classifier: reads logits twice, writes the gradient: 3 N Vp s
     T* logits = alloc<T>((size_t)N * Vp);
     float* losses = alloc<float>(N, false);

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/attention_impl.h"
 #include "backend/memory_model.h"
 
 namespace ratchet {
@@ -89,13 +90,19 @@ class Backend {
   // Causal multi-head self-attention.
   // qkv (B,T,3C) holds q | k | v along the last axis, head h at [h*hs, (h+1)*hs).
   // out (B,T,C) = concat_h softmax(q k^T / sqrt(hs), causal) v
-  // att (B,NH,T,T) receives the softmax probabilities (kept for backward;
-  // entries above the diagonal are 0).
-  virtual void attention_forward(dptr out, dptr att, cdptr qkv, int B, int T, int C,
+  // saved: what forward keeps for backward, attention_saved_bytes() of it, laid
+  // out as the backend's attention_impl() says (see AttentionImpl):
+  //   flash, cudnn   lse (B,NH,T) FP32: log sum_{j<=i} exp(q_i.k_j / sqrt(hs))
+  //   materialized   att (B,NH,T,T) storage dtype: the probabilities (0 above
+  //                  the diagonal)
+  virtual void attention_forward(dptr out, void* saved, cdptr qkv, int B, int T, int C,
                                  int NH) = 0;
-  // dqkv (B,T,3C) overwritten from dout (B,T,C), qkv, att.
-  virtual void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr att, int B, int T,
-                                  int C, int NH) = 0;
+  // dqkv (B,T,3C) overwritten from dout (B,T,C), qkv, and forward's out and saved.
+  virtual void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr out, const void* saved,
+                                  int B, int T, int C, int NH) = 0;
+  // Which attention the ops above run (`--attention`; the cpu backend: flash,
+  // its blocked online-softmax attention): part of the memory model.
+  AttentionImpl attention_impl() const { return memory_model().attention; }
 
   // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
   virtual void gelu_forward(dptr out, cdptr inp, size_t n) = 0;
@@ -201,6 +208,7 @@ struct BackendOptions {
   int threads = 0;             // cpu: threads (<= 0: all cores)
   std::string storage = "bf16";  // cuda/simt: bf16 | f32
   bool tf32 = false;             // cuda, f32 storage: TF32 tensor-core GEMMs
+  AttentionImpl attention = AttentionImpl::flash;  // cuda/simt: --attention
 };
 using BackendMaker = std::unique_ptr<Backend> (*)(const BackendOptions&);
 // available(why): whether the device can run now; on false *why says why.

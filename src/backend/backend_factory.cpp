@@ -27,15 +27,26 @@ void register_backend(const std::string& device, BackendMaker make, BackendProbe
   registry()[device] = Entry{make, available};
 }
 
+namespace {
+// The cpu backend has one attention (blocked, the flash scheme).
+std::unique_ptr<Backend> cpu_backend(const BackendOptions& o) {
+  if (o.attention != AttentionImpl::flash)
+    fail("--attention ", attention_name(o.attention), ": the cpu backend has one attention, "
+         "blocked with an online softmax (flash); use --attention flash, or --device cuda/simt "
+         "for ", attention_name(o.attention));
+  return make_cpu_backend(o.threads);
+}
+}  // namespace
+
 std::unique_ptr<Backend> make_backend(const BackendOptions& o, std::string* note) {
   const auto& r = registry();
-  if (o.device == "cpu") return make_cpu_backend(o.threads);
+  if (o.device == "cpu") return cpu_backend(o);
   if (o.device == "auto") {
     auto it = r.find("cuda");
     std::string why = "this ratchet was built without the CUDA backend";
     if (it != r.end() && it->second.available(&why)) return it->second.make(o);
     if (note) *note = "device auto: no usable CUDA device (" + why + "); using the CPU backend";
-    return make_cpu_backend(o.threads);
+    return cpu_backend(o);
   }
   if (o.device == "cuda") {
     auto it = r.find("cuda");
@@ -59,6 +70,13 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o, std::string* note
     return it->second.make(o);
   }
   fail("--device '", o.device, "' is not one of cpu, cuda, auto, simt");
+}
+
+AttentionImpl parse_attention(const std::string& name) {
+  for (AttentionImpl a :
+       {AttentionImpl::flash, AttentionImpl::cudnn, AttentionImpl::materialized})
+    if (name == attention_name(a)) return a;
+  fail("--attention '", name, "' is not one of flash, cudnn, materialized");
 }
 
 }  // namespace ratchet

@@ -15,19 +15,23 @@ size_t BackendMemoryModel::alloc_size(size_t bytes) const {
 }
 
 size_t BackendMemoryModel::workspace_bytes(const OpShapes& s) const {
-  return workspace == Workspace::kCudaOps ? cuda_scratch::max_over_ops(s, storage_bytes) : 0;
+  return workspace == Workspace::kCudaOps ? cuda_scratch::max_over_ops(s, storage_bytes, attention)
+                                          : 0;
 }
 
 bool BackendMemoryModel::operator==(const BackendMemoryModel& o) const {
   return storage_bytes == o.storage_bytes && alloc_align == o.alloc_align &&
          extra_bytes_per_param == o.extra_bytes_per_param &&
-         overhead_bytes == o.overhead_bytes && workspace == o.workspace;
+         overhead_bytes == o.overhead_bytes && workspace == o.workspace &&
+         attention == o.attention;
 }
 
 BackendMemoryModel cpu_memory_model() { return BackendMemoryModel{}; }
 
-BackendMemoryModel cuda_memory_model(size_t storage_bytes, size_t gemm_workspace_bytes) {
+BackendMemoryModel cuda_memory_model(size_t storage_bytes, size_t gemm_workspace_bytes,
+                                     AttentionImpl attention) {
   BackendMemoryModel m;
+  m.attention = attention;
   m.storage_bytes = storage_bytes;
   m.alloc_align = kCudaAllocAlign;
   // BF16 storage: the backend keeps an FP32 master copy of the parameters.
@@ -51,12 +55,15 @@ size_t matmul_backward(int N, int OC, bool has_dbias, size_t sb) {
   return std::max(round_up((size_t)OC * sb, 16), kernels::bias_grad_scratch_bytes(N, OC));
 }
 
-size_t attention_forward(int B, int T, int C, size_t sb) {
+size_t attention_forward(AttentionImpl a, int B, int T, int C, size_t sb) {
+  if (a != AttentionImpl::materialized) return 0;  // flash reads qkv in place
   // q, k, v, y: (B,NH,T,HS) each, at 256-byte aligned offsets.
   return 4 * round_up((size_t)B * T * C * sb, kCudaAllocAlign);
 }
 
-size_t attention_backward(int B, int T, int C, int NH, size_t sb) {
+size_t attention_backward(AttentionImpl a, int B, int T, int C, int NH, size_t sb) {
+  if (a != AttentionImpl::materialized)
+    return kernels::flash_attention_backward_scratch_bytes(B, T, NH);  // D (B,NH,T) FP32
   // q, k, v, dq, dk, dv, dy: (B,NH,T,HS) each; datt (B,NH,T,T).
   return 7 * round_up((size_t)B * T * C * sb, kCudaAllocAlign) +
          round_up((size_t)B * NH * T * T * sb, kCudaAllocAlign);
@@ -64,14 +71,14 @@ size_t attention_backward(int B, int T, int C, int NH, size_t sb) {
 
 size_t sum_squares() { return kernels::global_norm_scratch_bytes(); }
 
-size_t max_over_ops(const OpShapes& s, size_t sb) {
+size_t max_over_ops(const OpShapes& s, size_t sb, AttentionImpl a) {
   if (s.B <= 0 || s.T <= 0 || s.C <= 0) return 0;
   const int BT = s.B * s.T, C = s.C;
   size_t w = sum_squares();
   w = std::max(w, encoder_backward(s.B, s.T));
   w = std::max(w, layernorm_backward(BT, C));
-  w = std::max(w, attention_forward(s.B, s.T, C, sb));
-  if (s.NH > 0) w = std::max(w, attention_backward(s.B, s.T, C, s.NH, sb));
+  w = std::max(w, attention_forward(a, s.B, s.T, C, sb));
+  if (s.NH > 0) w = std::max(w, attention_backward(a, s.B, s.T, C, s.NH, sb));
   // matmul_backward (and _gelu) at the model's output widths: qkv 3C, attproj C,
   // fc 4C, fcproj C (the DGELU one), and the lm head Vp. The model's lm head has
   // no bias, but a bias is assumed for every width: an upper bound that costs

@@ -9,6 +9,8 @@
 #pragma once
 #include <cstddef>
 
+#include "backend/attention_impl.h"
+
 namespace ratchet {
 
 // Shapes of one micro-batch of a GPT, for the scratch its ops need.
@@ -23,6 +25,8 @@ struct BackendMemoryModel {
   size_t extra_bytes_per_param = 0;  // FP32 master copy of BF16 parameters: 4
   size_t overhead_bytes = 0;         // held from construction (reductions, GEMM workspace)
   Workspace workspace = Workspace::kNone;
+  // What attention keeps per layer (activations) and its scratch (workspace).
+  AttentionImpl attention = AttentionImpl::flash;
 
   // Bytes one alloc(bytes) really takes.
   size_t alloc_size(size_t bytes) const;
@@ -41,7 +45,8 @@ constexpr size_t kCudaAllocAlign = 256;
 constexpr size_t kCublasLtWorkspaceBytes = 32u << 20;
 // The cuda backend with storage_bytes 2 (bf16) or 4 (f32); gemm_workspace is
 // kCublasLtWorkspaceBytes on a GPU, 0 under simt.
-BackendMemoryModel cuda_memory_model(size_t storage_bytes, size_t gemm_workspace_bytes);
+BackendMemoryModel cuda_memory_model(size_t storage_bytes, size_t gemm_workspace_bytes,
+                                     AttentionImpl attention = AttentionImpl::flash);
 
 // The cuda backend's op scratch, one function per op: each op asks for its
 // own figure, and workspace_bytes (kCudaOps) is their maximum over a GPT's shapes.
@@ -51,10 +56,12 @@ size_t layernorm_backward(int N, int C);
 // The bias gradient's: the BGRADB epilogue's temporary (OC), or, when
 // cuBLASLt lacks that epilogue, the bias_grad kernel's partial sums.
 size_t matmul_backward(int N, int OC, bool has_dbias, size_t storage_bytes);
-size_t attention_forward(int B, int T, int C, size_t storage_bytes);
-size_t attention_backward(int B, int T, int C, int NH, size_t storage_bytes);
+// Flash: none forward (qkv read in place), D (B,NH,T) FP32 backward;
+// materialized: the permuted copies and the (B,NH,T,T) probabilities' gradient.
+size_t attention_forward(AttentionImpl a, int B, int T, int C, size_t storage_bytes);
+size_t attention_backward(AttentionImpl a, int B, int T, int C, int NH, size_t storage_bytes);
 size_t sum_squares();
-size_t max_over_ops(const OpShapes& s, size_t storage_bytes);
+size_t max_over_ops(const OpShapes& s, size_t storage_bytes, AttentionImpl a);
 }  // namespace cuda_scratch
 
 }  // namespace ratchet

@@ -16,7 +16,8 @@ struct GPT::Acts {
   int* targets;        // (B,T)
   dptr encoded;        // (BT,C)    residual stream entering layer 0
   std::vector<dptr> ln1, qkv, atty, att, r2, ln2, fch, fch_gelu, r3;
-  //                   ln1 (BT,C) qkv (BT,3C) atty (BT,C) att (B,NH,T,T)
+  //                   ln1 (BT,C) qkv (BT,3C) atty (BT,C) att: what attention
+  //                   keeps for backward (lse (B,NH,T) f32, or (B,NH,T,T))
   //                   r2 (BT,C) ln2 (BT,C) fch, fch_gelu (BT,4C) r3 (BT,C)
   std::vector<float*> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // (BT) f32
   dptr lnf;            // (BT,C)
@@ -105,7 +106,7 @@ void GPT::get_grads(float* host) const { be_.download_f32(host, grads_, layout_.
 void GPT::zero_grad() { be_.zero(grads_, layout_.total * be_.storage_bytes()); }
 
 GPT::Acts GPT::acts_for(int B, int T) const {
-  return layout_acts(cfg_, B, T, be_.storage_bytes(), recompute_, acts_);
+  return layout_acts(cfg_, B, T, be_.storage_bytes(), recompute_, be_.attention_impl(), acts_);
 }
 
 void GPT::set_recompute(const Recompute& p) {
@@ -121,8 +122,8 @@ size_t GPT::param_bytes(const GPTConfig& cfg, size_t storage_bytes) {
 }
 
 size_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, size_t storage_bytes,
-                             const Recompute& p) {
-  return layout_acts(cfg, B, T, storage_bytes, p, nullptr).bytes;
+                             const Recompute& p, AttentionImpl att) {
+  return layout_acts(cfg, B, T, storage_bytes, p, att, nullptr).bytes;
 }
 
 // The one definition of the activation layout: used to place buffers (base
@@ -131,7 +132,7 @@ size_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, size_t storage_
 // model/recompute.h): their contents are only valid for the layer that last
 // wrote them, and backward rewrites them before use.
 GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const Recompute& p,
-                           void* acts) {
+                           AttentionImpl att, void* acts) {
   const size_t BT = (size_t)B * T, C = cfg.channels, NH = cfg.num_heads,
                Vp = cfg.padded_vocab, L = cfg.num_layers;
   Acts a;
@@ -164,7 +165,7 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
     k.ln1_rstd = f32(BT);
     k.qkv = st(BT * 3 * C);
     k.atty = st(BT * C);
-    k.att = st((size_t)B * NH * T * T);
+    k.att = take(attention_saved_bytes(att, B, NH, T, sb));
     k.r2 = st(BT * C);
     k.ln2 = ln_own ? st(BT * C) : ln_shared;
     k.ln2_mean = f32(BT);
@@ -413,7 +414,7 @@ void GPT::run_backward(const Acts& a, int B, int T) {
     }
     {
       OpScope s(*this, "attention_bwd", attn_flops, 0);
-      be_.attention_backward(a.dqkv, a.dbtc, a.qkv[l], a.att[l], B, T, C, NH);
+      be_.attention_backward(a.dqkv, a.dbtc, a.qkv[l], a.atty[l], a.att[l], B, T, C, NH);
     }
     if (rp.shares_ln() && !rp.recomputes_block(l)) {
       OpScope s(*this, "layernorm_recompute", 0, 2.0 * BT * C * sb);

@@ -79,13 +79,15 @@ class GPT {
 
   // Exact bytes of backend memory this model allocates (what alloc() is asked
   // for): parameters and gradients (storage dtype), and activations for one
-  // micro-batch of (B, T) under recompute policy p, including backward scratch
-  // and 64-byte alignment (one allocation). The optimizer's FP32 moments
+  // micro-batch of (B, T) under recompute policy p, with what attention
+  // implementation `att` keeps per layer (attention_saved_bytes), including
+  // backward scratch and 64-byte alignment (one allocation). The optimizer's FP32 moments
   // (2·P·4 bytes) are AdamW's, not counted here; the whole step's memory is
   // model/memory.h.
   static size_t param_bytes(const GPTConfig& cfg, size_t storage_bytes);
   static size_t activation_bytes(const GPTConfig& cfg, int B, int T, size_t storage_bytes,
-                                 const Recompute& p = Recompute());
+                                 const Recompute& p = Recompute(),
+                                 AttentionImpl att = AttentionImpl::flash);
 
   // Called from forward_backward() as gradients become final for this
   // micro-batch: with l = L-1 down to 0 right after layer l's backward (its
@@ -105,7 +107,7 @@ class GPT {
   void ensure_acts(int B, int T);
   Acts acts_for(int B, int T) const;
   static Acts layout_acts(const GPTConfig& cfg, int B, int T, size_t storage_bytes,
-                          const Recompute& p, void* base);
+                          const Recompute& p, AttentionImpl att, void* base);
   void run_forward(const Acts& a, int B, int T, bool has_targets, float dloss);
   // Layer l's forward from its input residual x; with `to_gelu` it stops after
   // fch_gelu (what backward needs; r3 is kept), else it also writes r3[l].

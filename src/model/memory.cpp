@@ -14,7 +14,7 @@ StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   StepMemory m;
   m.params = be.alloc_size(P * sb);
   m.grads = be.alloc_size(P * sb);
-  m.activations = be.alloc_size(GPT::activation_bytes(cfg, B, T, sb, policy));
+  m.activations = be.alloc_size(GPT::activation_bytes(cfg, B, T, sb, policy, be.attention));
   const size_t ws = be.workspace_bytes(op_shapes(cfg, B, T));
   m.workspace = ws ? be.alloc_size(ws) : 0;
   m.moments = 2 * be.alloc_size(std::max<size_t>(1, moment_elems) * sizeof(float));

@@ -5,7 +5,9 @@
 //
 // Per layer, a step with no recompute keeps (BT = B·T, storage dtype unless
 // marked f32; every buffer starts on a 64-byte boundary, see GPT::layout_acts):
-//   ln1 (BT,C) ln1_mean/rstd (BT f32) qkv (BT,3C) atty (BT,C) att (B,NH,T,T)
+//   ln1 (BT,C) ln1_mean/rstd (BT f32) qkv (BT,3C) atty (BT,C)
+//   att (what attention keeps: lse (B,NH,T) f32, or (B,NH,T,T) materialized;
+//   backend/attention_impl.h)
 //   r2 (BT,C)  ln2 (BT,C) ln2_mean/rstd (BT f32) fch (BT,4C) fch_gelu (BT,4C)
 //   r3 (BT,C)  (the block's output = the next block's input residual)
 // plus, once: inputs, targets, encoded (BT,C), lnf (BT,C) + stats, logits

@@ -114,6 +114,31 @@ BackendMemoryModel backend_memory_model(const Device& d) {
 }
 
 namespace {
+// One attention implementation's row of the plan (see AttentionMemory).
+AttentionMemory attention_memory(const GPTConfig& cfg, int B, int T, BackendMemoryModel be,
+                                 int world, const Recompute& policy, AttentionImpl att,
+                                 double device_bytes) {
+  be.attention = att;
+  AttentionMemory a;
+  a.impl = att;
+  const MemoryPlan m = memory_per_rank(cfg, B, T, be, world, policy);
+  a.activations = m.activations_of(policy);
+  a.total = m.total_of(policy, false);
+  auto fits = [&](long t) {
+    GPTConfig c = cfg;
+    c.max_seq_len = std::max<long>(c.max_seq_len, t);  // wpe grows with T
+    return (double)memory_per_rank(c, B, (int)t, be, world, policy).total_of(policy, false) <=
+           device_bytes;
+  };
+  long lo = 0, hi = 1L << 22;  // fits(lo) (or lo = 0); memory grows with T
+  while (lo < hi) {
+    const long mid = (lo + hi + 1) / 2;
+    if (fits(mid)) lo = mid; else hi = mid - 1;
+  }
+  a.longest_T = lo;
+  return a;
+}
+
 size_t index_of(const std::vector<Recompute>& v, const Recompute& r) {
   const auto it = std::find(v.begin(), v.end(), r);
   RATCHET_ASSERT(it != v.end());
@@ -265,6 +290,9 @@ Plan make_plan(const PlanInputs& in_) {
   else p.device_memory_bytes = host_memory_bytes();
   if (sb == 2)  // a GPU (the cuda backend's BF16 storage)
     p.device_reserve_bytes = (double)device_memory_reserve((size_t)p.device_memory_bytes);
+  for (AttentionImpl a : {AttentionImpl::flash, AttentionImpl::cudnn, AttentionImpl::materialized})
+    p.attention.push_back(attention_memory(cfg, in.B, in.T, backend_memory_model(*p.device),
+                                           in.world, in.recompute, a, p.device_memory_bytes));
 
   // ---- time ----------------------------------------------------------------
   p.compute_s = fpt * p.tokens_per_step / in.world / eff_flops_per_s;
@@ -414,6 +442,16 @@ std::string plan_table(const Plan& p) {
                   fits, chosen ? "   <- used below" : "");
     o << buf;
   }
+  o << "  activations by attention (" << in.recompute.name() << ", B=" << in.B << ", T=" << in.T
+    << "; the cpu backend runs flash):\n";
+  o << "    attention      activations    total   longest T that fits "
+    << fmt("%.0f", p.device_memory_bytes / 1e9) << " GB\n";
+  for (const AttentionMemory& a : p.attention) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "    %-14s %11s %8s   %s\n", attention_name(a.impl),
+                  gib(a.activations).c_str(), gib(a.total).c_str(), commas(a.longest_T).c_str());
+    o << buf;
+  }
   o << "\n";
 
   o << "time per step\n";
@@ -515,6 +553,10 @@ std::string plan_json(const Plan& p) {
     memory["total_bytes"][r.name()] = p.mem.total_of(r, false);
     memory["total_zero1_bytes"][r.name()] = p.mem.total_of(r, true);
   }
+  for (const AttentionMemory& a : p.attention)  // per implementation, at the chosen policy
+    memory["attention"][attention_name(a.impl)] = {{"activations_bytes", a.activations},
+                                                   {"total_bytes", a.total},
+                                                   {"longest_T", a.longest_T}};
   j["time"] = {{"recompute", in.recompute.name()},
                {"compute_s", json_number(p.compute_s)},
                {"grad_bytes", json_number(p.grad_bytes)},

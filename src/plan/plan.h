@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/attention_impl.h"
 #include "backend/memory_model.h"
 #include "model/config.h"
 #include "model/memory.h"
@@ -108,8 +109,19 @@ struct MemoryPlan {
 // The policies a plan lists: the standard four, then the chosen one when it
 // is not among them (blocks:k with k > 1).
 std::vector<Recompute> listed_policies(const Recompute& chosen);
+// The memory model's attention (be.attention) decides what each layer keeps.
 MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, const BackendMemoryModel& be,
                            int world, const Recompute& chosen = Recompute());
+
+// Per attention implementation, at the plan's B and recompute policy: the
+// activations at the plan's T, and the longest T whose whole step (no ZeRO)
+// fits the device memory (0: not even T = 1; max_seq_len grows with T).
+struct AttentionMemory {
+  AttentionImpl impl = AttentionImpl::flash;
+  size_t activations = 0;
+  size_t total = 0;  // the whole step, no ZeRO (its workspace depends on attention too)
+  long longest_T = 0;
+};
 
 // ---- the whole plan ------------------------------------------------------------
 struct PlanInputs {
@@ -160,6 +172,7 @@ struct Plan {
   // GPUs: device_memory_reserve(memory) (model/memory.h), what `ratchet
   // train` keeps out of its arena; "fits" compares with memory - reserve. 0 on cpu.
   double device_reserve_bytes = 0;
+  std::vector<AttentionMemory> attention;  // flash, cudnn, materialized
   // time
   double compute_s = 0, allreduce_s = 0, step_s = 0, dp_efficiency = 1;
   double grad_bytes = 0;

@@ -304,6 +304,7 @@ void Trainer::setup() {
     bo.threads = threads_;
     bo.storage = o_.storage;
     bo.tf32 = o_.tf32;
+    bo.attention = parse_attention(o_.attention);
     // One GPU per rank: the local rank's device is made current before the
     // backend allocates on it (dist/communicator.h).
     if (comm_.world() > 1 && (o_.device == "cuda" || o_.device == "auto"))

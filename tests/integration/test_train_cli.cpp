@@ -204,4 +204,14 @@ TEST_F(TrainCli, BadNumbersAreRefused) {
   expect_usage_error(run_ratchet("train " + data_flags() + " --model d0"), "d0");
 }
 
+// --attention: an unknown name, and an implementation the cpu backend does not have.
+TEST_F(TrainCli, BadAttentionIsRefused) {
+  expect_usage_error(run_ratchet("train " + small_model() + " " + data_flags() +
+                                 " --device cpu --attention fast --steps 1"),
+                     "--attention 'fast' is not one of flash, cudnn, materialized");
+  expect_usage_error(run_ratchet("train " + small_model() + " " + data_flags() +
+                                 " --device cpu --attention materialized --steps 1"),
+                     "the cpu backend has one attention");
+}
+
 }  // namespace

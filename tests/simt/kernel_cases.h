@@ -34,6 +34,7 @@
 #include "kernels/classifier.cuh"
 #include "core/rng.h"
 #include "kernels/encoder.cuh"
+#include "kernels/flash_attention.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
@@ -375,27 +376,40 @@ struct Runner {
         }
     return Cm;
   }
+  // The materialized path (permutes, softmax kernels around GEMMs); the CPU
+  // backend's blocked attention gives out and lse, from which the reference
+  // probabilities are att[i,j] = exp(scale q_i.k_j - lse_i), j <= i.
   void attention_forward(int B, int Tn, int NH, int HS) {
     int C = NH * HS, BH = B * NH;
     size_t nqkv = (size_t)B * Tn * 3 * C, nh = (size_t)BH * Tn * HS, natt = (size_t)BH * Tn * Tn;
     auto qkv = q(randn(rng, nqkv));
     float* r_out = cpu.f32(std::vector<float>((size_t)B * Tn * C));
-    float* r_att = cpu.f32(std::vector<float>(natt));
-    cpu.be->attention_forward(r_out, r_att, cpu.f32(qkv), B, Tn, C, NH);
+    float* r_lse = cpu.f32(std::vector<float>((size_t)BH * Tn));
+    cpu.be->attention_forward(r_out, r_lse, cpu.f32(qkv), B, Tn, C, NH);
 
     T* kq = mem.template alloc<T>(nh);
     T* kk = mem.template alloc<T>(nh);
     T* kv = mem.template alloc<T>(nh);
     kernels::attention_permute(kq, kk, kv, dev(qkv), B, Tn, NH, HS, nullptr);
     auto hq = get(kq, nh), hk = get(kk, nh), hv = get(kv, nh);
-    T* k_pre = dev(bgemm(hq, hk, BH, Tn, Tn, HS, false, true));
+    auto pre = bgemm(hq, hk, BH, Tn, Tn, HS, false, true);
+    T* k_pre = dev(pre);
     T* k_att = mem.template alloc<T>(natt);
-    kernels::attention_softmax_forward(k_att, k_pre, BH, Tn, 1.0f / std::sqrt((float)HS), nullptr);
+    const float scale = 1.0f / std::sqrt((float)HS);
+    kernels::attention_softmax_forward(k_att, k_pre, BH, Tn, scale, nullptr);
     auto att = get(k_att, natt);
+    auto lse = cpu.get(r_lse, (size_t)BH * Tn);
+    std::vector<float> r_att(natt, 0.0f);
+    for (int bh = 0; bh < BH; bh++)
+      for (int i = 0; i < Tn; i++)
+        for (int j = 0; j <= i; j++) {
+          const size_t e = ((size_t)bh * Tn + i) * Tn + j;
+          r_att[e] = std::exp(scale * q(std::vector<float>{pre[e]})[0] - lse[(size_t)bh * Tn + i]);
+        }
     T* k_y = dev(bgemm(att, hv, BH, Tn, HS, Tn, false, false));
     T* k_out = mem.template alloc<T>((size_t)B * Tn * C);
     kernels::attention_unpermute(k_out, k_y, B, Tn, NH, HS, nullptr);
-    rep.compare("att", att, cpu.get(r_att, natt), lim(kBf16Attn));
+    rep.compare("att", att, r_att, lim(kBf16Attn));
     rep.compare("out", get(k_out, (size_t)B * Tn * C), cpu.get(r_out, (size_t)B * Tn * C),
                 lim(kBf16Attn));
   }
@@ -405,11 +419,22 @@ struct Runner {
     auto qkv = q(randn(rng, nqkv)), dout = q(randn(rng, (size_t)B * Tn * C));
     float* r_qkv = cpu.f32(qkv);
     float* r_out = cpu.f32(std::vector<float>((size_t)B * Tn * C));
-    float* r_att = cpu.f32(std::vector<float>(natt));
-    cpu.be->attention_forward(r_out, r_att, r_qkv, B, Tn, C, NH);
-    auto att = q(cpu.get(r_att, natt));  // the kernel path keeps att in T
+    float* r_lse = cpu.f32(std::vector<float>((size_t)BH * Tn));
+    cpu.be->attention_forward(r_out, r_lse, r_qkv, B, Tn, C, NH);
     float* r_dqkv = cpu.f32(std::vector<float>(nqkv));
-    cpu.be->attention_backward(r_dqkv, cpu.f32(dout), r_qkv, cpu.f32(att), B, Tn, C, NH);
+    cpu.be->attention_backward(r_dqkv, cpu.f32(dout), r_qkv, r_out, r_lse, B, Tn, C, NH);
+    // The kernel path keeps att in T: the materialized forward's probabilities.
+    T* k_att = mem.template alloc<T>(natt);
+    {
+      T* kq0 = mem.template alloc<T>(nh);
+      T* kk0 = mem.template alloc<T>(nh);
+      T* kv0 = mem.template alloc<T>(nh);
+      kernels::attention_permute(kq0, kk0, kv0, dev(qkv), B, Tn, NH, HS, nullptr);
+      T* k_pre = dev(bgemm(get(kq0, nh), get(kk0, nh), BH, Tn, Tn, HS, false, true));
+      kernels::attention_softmax_forward(k_att, k_pre, BH, Tn, 1.0f / std::sqrt((float)HS),
+                                         nullptr);
+    }
+    auto att = get(k_att, natt);
 
     T* kq = mem.template alloc<T>(nh);
     T* kk = mem.template alloc<T>(nh);
@@ -430,6 +455,43 @@ struct Runner {
     T* k_dqkv = mem.template alloc<T>(nqkv);
     kernels::attention_permute_backward(k_dqkv, dev(dq), dev(dk), dev(dv), B, Tn, NH, HS,
                                         nullptr);
+    rep.compare("dqkv", get(k_dqkv, nqkv), cpu.get(r_dqkv, nqkv), lim(kBf16Attn));
+  }
+
+  // ---- flash attention (kernels/flash_attention.cuh) against the CPU backend's
+  // blocked attention: out and lse forward; dqkv backward from the same dout,
+  // out (quantised to T, as the kernel keeps it) and lse. lse is FP32 from the
+  // same quantised inputs in both: the FP32 limit in both modes.
+  void flash_forward(int B, int Tn, int NH, int HS) {
+    const int C = NH * HS;
+    const size_t nqkv = (size_t)B * Tn * 3 * C, nout = (size_t)B * Tn * C, nl = (size_t)B * NH * Tn;
+    auto qkv = q(randn(rng, nqkv));
+    float* r_out = cpu.f32(std::vector<float>(nout));
+    float* r_lse = cpu.f32(std::vector<float>(nl));
+    cpu.be->attention_forward(r_out, r_lse, cpu.f32(qkv), B, Tn, C, NH);
+    T* k_out = mem.template alloc<T>(nout);
+    float* k_lse = mem.template alloc<float>(nl);
+    kernels::flash_attention_forward(k_out, k_lse, dev(qkv), B, Tn, NH, HS, nullptr);
+    rep.compare("out", get(k_out, nout), cpu.get(r_out, nout), lim(kBf16Attn));
+    rep.compare("lse", get_raw(k_lse, nl), cpu.get(r_lse, nl), kF32);
+  }
+  void flash_backward(int B, int Tn, int NH, int HS) {
+    const int C = NH * HS;
+    const size_t nqkv = (size_t)B * Tn * 3 * C, nout = (size_t)B * Tn * C, nl = (size_t)B * NH * Tn;
+    auto qkv = q(randn(rng, nqkv)), dout = q(randn(rng, nout));
+    float* r_qkv = cpu.f32(qkv);
+    float* r_out = cpu.f32(std::vector<float>(nout));
+    float* r_lse = cpu.f32(std::vector<float>(nl));
+    cpu.be->attention_forward(r_out, r_lse, r_qkv, B, Tn, C, NH);
+    auto out = q(cpu.get(r_out, nout));
+    auto lse = cpu.get(r_lse, nl);
+    float* r_dqkv = cpu.f32(std::vector<float>(nqkv, NAN));
+    cpu.be->attention_backward(r_dqkv, cpu.f32(dout), r_qkv, cpu.f32(out), cpu.f32(lse), B, Tn,
+                               C, NH);
+    T* k_dqkv = dev(std::vector<float>(nqkv, NAN));  // every element must be written
+    float* k_D = mem.template alloc<float>(nl);
+    kernels::flash_attention_backward(k_dqkv, k_D, dev(dout), dev(qkv), dev(out), dev_raw(lse), B,
+                                      Tn, NH, HS, nullptr);
     rep.compare("dqkv", get(k_dqkv, nqkv), cpu.get(r_dqkv, nqkv), lim(kBf16Attn));
   }
 
@@ -525,6 +587,8 @@ struct Runner {
     else if (c.op == "gelu_backward") gelu_backward(s[0]);
     else if (c.op == "attention_forward") attention_forward(s[0], s[1], s[2], s[3]);
     else if (c.op == "attention_backward") attention_backward(s[0], s[1], s[2], s[3]);
+    else if (c.op == "flash_forward") flash_forward(s[0], s[1], s[2], s[3]);
+    else if (c.op == "flash_backward") flash_backward(s[0], s[1], s[2], s[3]);
     else if (c.op == "classifier") classifier(s[0], s[1], s[2], true);
     else if (c.op == "classifier_loss_only") classifier(s[0], s[1], s[2], false);
     else if (c.op == "adamw") adamw(s[0], s[1]);
@@ -551,6 +615,12 @@ inline std::vector<Case> all_cases() {
       {"gelu_backward", {{1}, {7}, {1000}, {4096}, {4099}}},
       {"attention_forward", {{1, 1, 1, 4}, {2, 7, 3, 5}, {2, 33, 2, 16}, {2, 128, 4, 16}}},
       {"attention_backward", {{1, 1, 1, 4}, {2, 7, 3, 5}, {2, 33, 2, 16}, {2, 128, 4, 16}}},
+      // (B, T, NH, HS): T = 1, 7, 65, 129, 1000 across the 32-row (16 at HS 128) tiles;
+      // T = 1000 with one head keeps simt (a fiber per thread) at seconds.
+      {"flash_forward", {{1, 1, 1, 64}, {2, 7, 3, 64}, {1, 65, 2, 128}, {2, 129, 1, 64},
+                         {1, 1000, 1, 64}, {1, 1000, 1, 128}, {2, 33, 2, 32}, {1, 17, 3, 16}, {2, 9, 2, 8}}},
+      {"flash_backward", {{1, 1, 1, 64}, {2, 7, 3, 64}, {1, 65, 2, 128}, {2, 129, 1, 64},
+                          {1, 1000, 1, 64}, {1, 1000, 1, 128}, {2, 33, 2, 32}, {1, 17, 3, 16}, {2, 9, 2, 8}}},
       {"classifier", {{1, 1, 1}, {3, 5, 8}, {7, 100, 128}, {16, 1000, 1024}, {2, 4099, 4224}, {4, 50257, 50304}}},
       {"classifier_loss_only", {{3, 5, 8}, {5, 1000, 1024}}},
       {"adamw", {{1, 1}, {7, 1}, {1000, 3}, {5001, 10}}},

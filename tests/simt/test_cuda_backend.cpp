@@ -50,6 +50,25 @@ TEST(CudaBackendSimt, Bf16StorageMatchesCpuBackend) {
   expect_within(compare_with_cpu(*be), kBF16);
 }
 
+// The materialized attention (cuBLAS GEMMs around a (B,NH,T,T) softmax) stays
+// selectable and matches the CPU backend within the same limits.
+TEST(CudaBackendSimt, MaterializedAttentionMatchesCpuBackend) {
+  auto f32 = ratchet::make_cuda_backend("f32", ratchet::AttentionImpl::materialized);
+  expect_within(compare_with_cpu(*f32), kF32);
+  auto b16 = ratchet::make_cuda_backend("bf16", ratchet::AttentionImpl::materialized);
+  expect_within(compare_with_cpu(*b16), kBF16);
+}
+
+// --attention cudnn is refused with what to do (not built here).
+TEST(CudaBackendSimt, CudnnAttentionIsAClearError) {
+  try {
+    ratchet::make_cuda_backend("bf16", ratchet::AttentionImpl::cudnn);
+    ADD_FAILURE() << "cudnn was accepted";
+  } catch (const ratchet::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--attention flash"), std::string::npos) << e.what();
+  }
+}
+
 // In an arena: the same results (the arena only changes where memory comes
 // from), and the MLP's backward went through the DGELU epilogue.
 TEST(CudaBackendSimt, Fp32StorageInAnArenaMatchesCpuBackend) {
@@ -234,20 +253,27 @@ TEST(CudaBackendSimtMemory, Bf16ReservedScratchNeverGrows) {
 // workspace_bytes is the max of the ops' own needs at the model's shapes.
 TEST(CudaBackendSimtMemory, WorkspaceIsTheLargestOpScratch) {
   using B16 = ratchet::cuda::CudaBackend<ratchet::kernels::bf16>;
-  B16 be;
+  B16 be(ratchet::AttentionImpl::materialized);
   ratchet::Backend::OpShapes s;
   s.B = 4;
   s.T = 64;
   s.C = 96;
   s.NH = 3;
   s.Vp = 384;
-  // Here attention's backward (7 permuted copies and datt) is the largest.
-  const size_t att = B16::attention_backward_scratch(4, 64, 96, 3);
+  // Here materialized attention's backward (7 permuted copies and datt) is the largest.
+  const size_t att =
+      B16::attention_backward_scratch(ratchet::AttentionImpl::materialized, 4, 64, 96, 3);
   EXPECT_EQ(att, 7 * (size_t)4 * 64 * 96 * 2 + (size_t)4 * 3 * 64 * 64 * 2);
   EXPECT_EQ(be.workspace_bytes(s), att);
   EXPECT_GE(be.workspace_bytes(s), B16::matmul_backward_scratch(256, 384, true));
   EXPECT_GE(be.workspace_bytes(s), B16::layernorm_backward_scratch(256, 96));
   EXPECT_EQ(be.workspace_bytes(ratchet::Backend::OpShapes{}), 0u);
+  // Flash attention needs only D (B,NH,T) FP32 in backward: the matmuls' scratch dominates.
+  B16 flash;
+  EXPECT_EQ(B16::attention_backward_scratch(ratchet::AttentionImpl::flash, 4, 64, 96, 3),
+            (size_t)4 * 3 * 64 * 4);
+  EXPECT_EQ(B16::attention_forward_scratch(ratchet::AttentionImpl::flash, 4, 64, 96), 0u);
+  EXPECT_LT(flash.workspace_bytes(s), be.workspace_bytes(s));
 }
 
 // ---- the arena -----------------------------------------------------------------------------
@@ -367,11 +393,11 @@ TEST(CudaBackendSimtNvtx, EveryModelOpOpensOneRangeAndClosesIt) {
   const long ops = be.ranges_opened(), gemms = be.matmul().ranges_opened();
   EXPECT_GT(ops, 0);
   EXPECT_EQ(be.range_depth(), 0);
-  // Forward per layer: qkv, attproj, fc, fcproj + attention's 2; the lm head.
-  // Backward: 2 per matmul, attention's 4; the lm head's 2. (Under simt every
-  // epilogue exists, so no GEMM is retried.)
+  // Forward per layer: qkv, attproj, fc, fcproj (flash attention has no
+  // GEMM); the lm head. Backward: 2 per matmul; the lm head's 2. (Under simt
+  // every epilogue exists, so no GEMM is retried.)
   const long L = cfg.num_layers;
-  EXPECT_EQ(gemms, 6 * L + 1 + 12 * L + 2);
+  EXPECT_EQ(gemms, 4 * L + 1 + 8 * L + 2);
   model.set_profiling(true);
   model.forward_backward(t.data(), t.data() + 1, B, T, 1.0f);
   long calls = 0;
@@ -402,14 +428,22 @@ TEST(CudaBackendSimtNvtx, GemmRangeNamesEpilogueAndShape) {
   for (void* p : {dout, w, pre, dinp, dw}) be.release(p);
 }
 
-// A sequence length whose attention matrices cuBLASLt cannot stride over
-// (T·T·2 bytes not a multiple of 16 in BF16) is a clear error naming the fix,
-// not a failed check deep in the matmul wrapper; the sampler pads to a
-// multiple of 8, so generation works from a 1-token prompt. The check and its
-// message agree: T = 4 (strides fine, 8-byte rows) is refused too.
+// Materialized attention: a sequence length whose attention matrices cuBLASLt
+// cannot stride over (T·T·2 bytes not a multiple of 16 in BF16) is a clear
+// error naming the fix, not a failed check deep in the matmul wrapper; the
+// sampler pads to a multiple of 8, so generation works from a 1-token prompt.
+// The check and its message agree: T = 4 (strides fine, 8-byte rows) is
+// refused too. Flash attention takes any T.
 TEST(CudaBackendSimt, UnalignedSequenceLengthIsAClearError) {
   using namespace ratchet;
-  auto be = make_cuda_backend("bf16");
+  {
+    auto flash = make_cuda_backend("bf16");
+    GPT model(backend_test_config(), *flash);
+    model.init_random(1);
+    std::vector<int32_t> t(2 * 7 + 1, 1);
+    EXPECT_NO_THROW(model.forward(t.data(), t.data() + 1, 2, 7));
+  }
+  auto be = make_cuda_backend("bf16", AttentionImpl::materialized);
   const GPTConfig cfg = backend_test_config();
   GPT model(cfg, *be);
   model.init_random(1);
@@ -490,6 +524,10 @@ TEST(CudaBackendSimtMemory, PlanIsTheAllocation) {
                                                   2, 16, parse_recompute("blocks:2"), false);
   ratchet::testing::expect_plan_is_the_allocation([] { return make_cuda_backend("f32"); }, cfg,
                                                   2, 16, parse_recompute("gelu+ln"), false);
+  // Materialized attention keeps (B,NH,T,T) per layer and more scratch: still exact.
+  ratchet::testing::expect_plan_is_the_allocation(
+      [] { return make_cuda_backend("bf16", AttentionImpl::materialized); }, cfg, 2, 16,
+      Recompute(), false);
 }
 
 // The description plan uses for a100/h100/h200 is the cuda backend's: the same

@@ -107,4 +107,39 @@ TEST(SimtKernelsDeterminism, SameBitsForAnyThreadOrderAndOsThreadCount) {
   EXPECT_TRUE(a == c);
 }
 
+// Flash attention with the barrier between loading a K/V tile and reading it
+// removed (the planted bug, kernels/flash_attention.cu): threads read key rows
+// other threads have not loaded yet, so simt's shuffled fiber order gives
+// wrong outputs, for every seed. The intact kernel on the same input is the
+// reference (it matches the CPU backend in MatchesCpuBackend). Also: the
+// flash kernels give the same bits for any thread order (no atomics).
+TEST(SimtFlashAttention, PlantedMissingBarrierIsCaught) {
+  ratchet::Rng rng(15);
+  const int B = 1, T = 65, NH = 2, HS = 64, C = NH * HS;
+  auto qkv = randn(rng, (size_t)B * T * 3 * C);
+  std::vector<float> good((size_t)B * T * C), lse((size_t)B * NH * T);
+  ratchet::kernels::flash_attention_forward(good.data(), lse.data(), qkv.data(), B, T, NH, HS,
+                                            nullptr);
+  RATCHET_CHECK_LAUNCH();
+  for (uint64_t seed : {1, 2, 3}) {
+    simt::set_seed(seed);
+    std::vector<float> out((size_t)B * T * C), lse2((size_t)B * NH * T);
+    ratchet::kernels::flash_attention_forward(out.data(), lse2.data(), qkv.data(), B, T, NH, HS,
+                                              nullptr);
+    RATCHET_CHECK_LAUNCH();
+    EXPECT_TRUE(bits(out.data(), out.size()) == bits(good.data(), good.size()))
+        << "seed " << seed << ": the intact kernel must not depend on thread order";
+    ratchet::kernels::flash_attention_forward_missing_barrier(out.data(), lse2.data(), qkv.data(),
+                                                              B, T, NH, HS);
+    RATCHET_CHECK_LAUNCH();
+    double num = 0, den = 0;
+    for (size_t i = 0; i < out.size(); i++) {
+      num += (out[i] - good[i]) * (double)(out[i] - good[i]);
+      den += (double)good[i] * good[i];
+    }
+    EXPECT_GT(num / den, 1e-3) << "seed " << seed << ": the missing barrier went unnoticed";
+  }
+  simt::set_seed(1);
+}
+
 }  // namespace

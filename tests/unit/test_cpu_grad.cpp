@@ -315,11 +315,12 @@ void attention_grad_case(Backend& be, int B, int T, int C, int NH, size_t k) {
                " NH=" + std::to_string(NH));
   Rng rng(15 + B + T + C + NH);
   auto qkv = randn(rng, (size_t)B * T * 3 * C), R = randn(rng, (size_t)B * T * C);
-  Buf d_qkv(be, qkv), d_R(be, R), d_out(be, (size_t)B * T * C), d_att(be, (size_t)B * NH * T * T),
+  Buf d_qkv(be, qkv), d_R(be, R), d_out(be, (size_t)B * T * C), d_lse(be, (size_t)B * NH * T),
       d_dqkv(be, qkv.size());
   d_dqkv.fill(kNaN);  // fully overwritten
-  be.attention_forward(d_out.get(), d_att.get(), d_qkv.get(), B, T, C, NH);
-  be.attention_backward(d_dqkv.get(), d_R.get(), d_qkv.get(), d_att.get(), B, T, C, NH);
+  be.attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+  be.attention_backward(d_dqkv.get(), d_R.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, C,
+                        NH);
   auto x = to_double(qkv);
   auto loss = [&] { return dot(attention_d(x, B, T, C, NH), R); };
   auto got = d_dqkv.host();
@@ -333,6 +334,7 @@ TEST_F(CpuGrad, Attention) {
   attention_grad_case(b(), 2, 5, 12, 3, 1000);  // every element
   attention_grad_case(b(), 1, 1, 8, 2, 1000);   // T = 1: dq = dk = 0, dv = dout
   attention_grad_case(b(), 2, 33, 64, 4, 80);
+  attention_grad_case(b(), 1, 131, 32, 2, 60);  // across the 128-row backward tiles
 }
 
 // ---- gelu ---------------------------------------------------------------------------

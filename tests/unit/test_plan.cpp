@@ -179,7 +179,9 @@ TEST(Plan, MemoryPerRankWithAndWithoutZero1) {
   // parameter allocation). ZeRO-1 over 5: ceil(P/5) = 24,895,181 elements ->
   // 99,580,724 bytes, rounded up to 256: 99,580,928. Overhead: sum_squares'
   // FP64 result (256 as allocated) + the 32 MiB cuBLASLt workspace.
-  MemoryPlan g = memory_per_rank(c, 4, 64, cuda_memory_model(2, kCublasLtWorkspaceBytes), 5);
+  // Materialized attention here (the flash default: below).
+  MemoryPlan g = memory_per_rank(
+      c, 4, 64, cuda_memory_model(2, kCublasLtWorkspaceBytes, AttentionImpl::materialized), 5);
   EXPECT_EQ(g.params, 2 * P);
   EXPECT_EQ(g.master, 4 * P);
   EXPECT_EQ(g.adam_zero1, 2u * 99580928);
@@ -191,8 +193,14 @@ TEST(Plan, MemoryPerRankWithAndWithoutZero1) {
   EXPECT_EQ(g.workspace, 3145728u);
   EXPECT_EQ(g.total_of(none, false), 2 * P + 2 * P + 4 * P + 8 * P +
                                          cuda_memory_model(2, 0).alloc_size(
-                                             GPT::activation_bytes(c, 4, 64, 2)) +
+                                             GPT::activation_bytes(
+                                                 c, 4, 64, 2, Recompute(),
+                                                 AttentionImpl::materialized)) +
                                          3145728u + 256u + (32u << 20));
+  // Flash attention: backward's scratch is D (B,NH,T) FP32 = 12,288 bytes, so the
+  // lm head's bias-gradient partials (1,609,728) are the largest op scratch.
+  MemoryPlan f = memory_per_rank(c, 4, 64, cuda_memory_model(2, kCublasLtWorkspaceBytes), 5);
+  EXPECT_EQ(f.workspace, 1609728u);
 }
 
 // The savings model/recompute.h states, by hand for d12 at B=4, T=64, FP32
@@ -269,3 +277,40 @@ TEST(Plan, BadInputsNameTheFlag) {
 }
 
 }  // namespace
+
+// Per attention implementation: materialized keeps (B,NH,T,T) BF16 per layer
+// where flash and cudnn keep lse (B,NH,T) FP32 (64-byte rounded buffers), and
+// the longest T that fits is the largest whose whole step fits the device.
+TEST(Plan, AttentionMemoryPerImplementationAndLongestT) {
+  PlanInputs in;
+  in.cfg = d12();
+  in.B = 8;
+  in.T = 1024;
+  in.device = "h100";
+  in.steps = 1;
+  const Plan p = make_plan(in);
+  ASSERT_EQ(p.attention.size(), 3u);
+  const auto& flash = p.attention[0];
+  const auto& cudnn = p.attention[1];
+  const auto& mat = p.attention[2];
+  EXPECT_EQ(flash.impl, AttentionImpl::flash);
+  EXPECT_EQ(mat.impl, AttentionImpl::materialized);
+  auto r64 = [](size_t x) { return (x + 63) / 64 * 64; };
+  const size_t B = 8, NH = 12, T = 1024, L = 12;
+  EXPECT_EQ(mat.activations - flash.activations,
+            L * (r64(B * NH * T * T * 2) - r64(B * NH * T * 4)));
+  EXPECT_EQ(flash.activations, cudnn.activations);
+  EXPECT_EQ(flash.activations, p.mem.activations_of(Recompute()));  // the table above: flash
+  EXPECT_GT(flash.longest_T, mat.longest_T);
+  for (const auto& a : {flash, mat}) {
+    GPTConfig c = in.cfg;
+    auto total = [&](long t) {
+      c.max_seq_len = std::max<int>(1024, (int)t);
+      BackendMemoryModel be = backend_memory_model(find_device("h100"));
+      be.attention = a.impl;
+      return (double)memory_per_rank(c, 8, (int)t, be, 1).total_of(Recompute(), false);
+    };
+    EXPECT_LE(total(a.longest_T), p.device_memory_bytes) << attention_name(a.impl);
+    EXPECT_GT(total(a.longest_T + 1), p.device_memory_bytes) << attention_name(a.impl);
+  }
+}

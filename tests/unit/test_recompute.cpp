@@ -39,21 +39,27 @@ TEST(Recompute, NamesParseAndRoundTrip) {
 // Policy x shape: the bytes saved are the formulas of recompute.h, with every
 // buffer size computed here independently (odd shapes: 64-byte rounding).
 TEST(Recompute, SavesTheStatedActivationBytes) {
+  for (AttentionImpl att : {AttentionImpl::flash, AttentionImpl::materialized}) {
   for (size_t sb : {4, 2}) {
     for (int L : {1, 2, 3, 5}) {
       for (auto [B, T] : {std::pair{3, 17}, std::pair{2, 16}}) {
+        SCOPED_TRACE(attention_name(att));
         const GPTConfig c = tiny_config(L, 3, 36, 201, 32);
         const size_t BT = (size_t)B * T, C = 36, NH = 3;
-        const size_t none = GPT::activation_bytes(c, B, T, sb);
+        const size_t none = GPT::activation_bytes(c, B, T, sb, Recompute(), att);
+        // what attention keeps: lse (B,NH,T) FP32, or the (B,NH,T,T) probabilities
+        const size_t kept = att == AttentionImpl::materialized ? S((size_t)B * NH * T * T, sb)
+                                                               : F((size_t)B * NH * T);
         // the block working set W: every per-layer buffer but r3
         const size_t W = 2 * S(BT * C, sb) + 4 * F(BT) + S(BT * 3 * C, sb) + S(BT * C, sb) +
-                         S((size_t)B * NH * T * T, sb) + S(BT * C, sb) + 2 * S(BT * 4 * C, sb);
+                         kept + S(BT * C, sb) + 2 * S(BT * 4 * C, sb);
         // adding a layer adds exactly W + r3
         const GPTConfig c1 = tiny_config(L + 1, 3, 36, 201, 32);
-        EXPECT_EQ(GPT::activation_bytes(c1, B, T, sb) - none, W + S(BT * C, sb));
+        EXPECT_EQ(GPT::activation_bytes(c1, B, T, sb, Recompute(), att) - none,
+                  W + S(BT * C, sb));
 
         auto acts = [&](const char* p) {
-          return GPT::activation_bytes(c, B, T, sb, parse_recompute(p));
+          return GPT::activation_bytes(c, B, T, sb, parse_recompute(p), att);
         };
         EXPECT_EQ(none - acts("gelu"), (L - 1) * S(BT * 4 * C, sb)) << "L " << L;
         EXPECT_EQ(none - acts("gelu+ln"),
@@ -65,6 +71,7 @@ TEST(Recompute, SavesTheStatedActivationBytes) {
         }
       }
     }
+  }
   }
 }
 

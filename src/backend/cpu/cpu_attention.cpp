@@ -1,24 +1,39 @@
-// Causal multi-head self-attention, one (b, h) pair per work item.
+// Causal multi-head self-attention, blocked with an online softmax (the
+// FlashAttention-2 scheme on the CPU): no (T,T) matrix is ever formed, forward
+// keeps only the per-row log-sum-exp for backward.
 //
 // Layout: qkv (B,T,3C) = q | k | v on the last axis, head h at columns
 // [h*hs, (h+1)*hs) of each third; hs = C/NH, scale = 1/sqrt(hs). Per (b,h) the
-// q, k, v heads are (T,hs) matrices read in place with leading dimension 3C,
-// and the output head is a (T,hs) block of out (B,T,C) with leading dim C.
+// q, k, v heads are (T,hs) matrices read in place with leading dimension 3C;
+// the output head is a (T,hs) block of out (B,T,C) with leading dim C.
 //
-// forward (out, att overwritten):
-//   S   (T,T) = scale * q @ k^T                  sgemm N,T straight into att
-//   att (T,T) = softmax over j <= i of S[i,j], 0 for j > i   (rows sum to 1)
-//   out (T,hs) = att @ v                         sgemm N,N, ldb 3C, ldc C
-// backward (dqkv fully overwritten; every column belongs to one head):
-//   datt (T,T) = dout @ v^T                      (per-thread scratch)
-//   dv   = att^T @ dout
-//   dS   = att * (datt - rowsum(att * datt)) * scale     (0 above the diagonal)
-//   dq   = dS @ k ;  dk = dS^T @ q
-// The (b,h) loop is OpenMP-parallel (static); each sgemm inside runs on its
-// calling thread (OpenBLAS is single-threaded, see cpu_backend.cpp).
+// forward, per query tile Qi (rows i0..i0+nr, nr <= kFwdQ), over key tiles Kj,
+// Vj (kFwdK columns, only those at or left of the diagonal):
+//   S  (nr,nc) = scale * Qi @ Kj^T                      sgemm into scratch
+//   m' = max(m, rowmax S)  (causal entries only); P = exp(S - m'), 0 if j > i
+//   l  = l * exp(m - m') + rowsum P
+//   Oi = Oi * exp(m - m') + P @ Vj                      sgemm, beta 1, in out
+// then Oi /= l and lse (B,NH,T) = m + log l. kFwdK is a multiple of kFwdQ, so
+// every query row sees at least one causal key in its first key tile.
+// backward (dqkv fully overwritten; every column belongs to one head), per
+// key tile Kj, Vj (kBwd), over query tiles Qi at or below the diagonal:
+//   D  (T)   = rowsum(dO * O)                          (once per head)
+//   P  (nr,nc) = exp(scale * Qi @ Kj^T - lse_i), 0 if j > i   (recomputed)
+//   dVj += P^T @ dOi ;  dP = dOi @ Vj^T ;  dS = P * (dP - D_i) * scale
+//   dQi += dS @ Kj  ;  dKj += dS^T @ Qi                 (sgemm, beta 0 first)
+// Memory: per thread kFwdQ·kFwdK (+2·kFwdQ) floats forward and 2·kBwd² + T
+// backward, against B·NH·T² for the materialized probabilities. FLOPs as the
+// materialized form: 4·T²·hs per head forward (half of it above the diagonal
+// skipped, tile by tile), 10·T²·hs backward (P is recomputed).
+// Work items: (b,h,query tile) forward, (b,h) backward (dQ of a head collects
+// every key tile), spread over the OpenMP threads; each sgemm runs on its
+// calling thread (OpenBLAS single-threaded, see cpu_backend.cpp). Every item
+// is computed by the same calls in the same order whatever thread runs it, so
+// results are bit-identical for any thread count.
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -27,84 +42,152 @@
 
 namespace ratchet {
 
-void CpuBackend::attention_forward(dptr out_, dptr att_, cdptr qkv_, int B, int T, int C, int NH) {
+namespace {
+constexpr int kFwdQ = 64;   // query rows per forward tile
+constexpr int kFwdK = 256;  // key columns per forward tile (a multiple of kFwdQ)
+constexpr int kBwd = 128;   // query rows and key columns per backward tile
+static_assert(kFwdK % kFwdQ == 0, "forward key tile must be a multiple of the query tile");
+
+// S (nr,nc) -> P in place: exp(S - m_row) for columns j0 + c <= i0 + r, 0 beyond
+// (with ld = leading dimension of S). Returns nothing; the caller owns m.
+inline void causal_exp_row(float* row, int valid, int nc, float m) {
+#pragma omp simd
+  for (int c = 0; c < valid; c++) row[c] = cpu::exp_f(row[c] - m);
+  for (int c = valid; c < nc; c++) row[c] = 0.0f;
+}
+}  // namespace
+
+void CpuBackend::attention_forward(dptr out_, void* lse_, cdptr qkv_, int B, int T, int C,
+                                   int NH) {
   float* out = static_cast<float*>(out_);
-  float* att = static_cast<float*>(att_);
+  float* lse = static_cast<float*>(lse_);  // (B,NH,T)
   const float* qkv = static_cast<const float*>(qkv_);
   RATCHET_ASSERT(NH > 0 && C % NH == 0);
   blas_single_thread();
-  const int hs = C / NH, C3 = 3 * C;
+  const int hs = C / NH, C3 = 3 * C, nq = (T + kFwdQ - 1) / kFwdQ;
   const float scale = 1.0f / std::sqrt((float)hs);
-#pragma omp parallel for num_threads(threads_) schedule(static)
-  for (int bh = 0; bh < B * NH; bh++) {
+  float* scr = scratch((size_t)kFwdQ * kFwdK + 2 * kFwdQ);
+  const size_t stride = scratch_stride();
+#pragma omp parallel for num_threads(threads_) schedule(static, 1)
+  for (long item = 0; item < (long)B * NH * nq; item++) {
+    const int bh = (int)(item / nq), qi = (int)(item % nq);
     const int b = bh / NH, h = bh % NH;
-    const float* q = qkv + (size_t)b * T * C3 + h * hs;
-    const float* k = q + C;
-    const float* v = q + 2 * C;
-    float* a = att + (size_t)bh * T * T;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
-    for (int i = 0; i < T; i++) {
-      float* row = a + (size_t)i * T;
-      float mx = row[0];
-      for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-      float sum = 0.0f;
+    const int i0 = qi * kFwdQ, nr = std::min(kFwdQ, T - i0);
+    const float* q = qkv + ((size_t)b * T + i0) * C3 + h * hs;  // (nr,hs), ld 3C
+    const float* k = qkv + (size_t)b * T * C3 + C + h * hs;     // (T,hs), ld 3C
+    const float* v = k + C;
+    float* o = out + ((size_t)b * T + i0) * C + h * hs;  // (nr,hs), ld C
+    float* s = scr + stride * omp_get_thread_num();      // (kFwdQ, kFwdK)
+    float* m = s + (size_t)kFwdQ * kFwdK;                // (kFwdQ) running max
+    float* l = m + kFwdQ;                                // (kFwdQ) running sum
+    for (int j0 = 0; j0 < i0 + nr; j0 += kFwdK) {
+      const int nc = std::min(kFwdK, i0 + nr - j0);
+      const bool first = j0 == 0;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hs, scale, q, C3,
+                  k + (size_t)j0 * C3, C3, 0.0f, s, nc);
+      for (int r = 0; r < nr; r++) {
+        float* row = s + (size_t)r * nc;
+        const int valid = std::min(nc, i0 + r - j0 + 1);  // >= 1 (kFwdK % kFwdQ == 0)
+        float mx = first ? row[0] : m[r];
+        for (int c = 0; c < valid; c++) mx = row[c] > mx ? row[c] : mx;
+        causal_exp_row(row, valid, nc, mx);
+        float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-      for (int j = 0; j <= i; j++) {
-        float e = cpu::exp_f(row[j] - mx);
-        row[j] = e;
-        sum += e;
-      }
-      const float inv = 1.0f / sum;
+        for (int c = 0; c < valid; c++) sum += row[c];
+        if (first) {
+          l[r] = sum;
+        } else {
+          const float alpha = std::exp(m[r] - mx);  // <= 1: the old terms shrink
+          l[r] = l[r] * alpha + sum;
+          float* orow = o + (size_t)r * C;
 #pragma omp simd
-      for (int j = 0; j <= i; j++) row[j] *= inv;
-      for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+          for (int d = 0; d < hs; d++) orow[d] *= alpha;
+        }
+        m[r] = mx;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nc, 1.0f, s, nc,
+                  v + (size_t)j0 * C3, C3, first ? 0.0f : 1.0f, o, C);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
-                out + (size_t)b * T * C + h * hs, C);
+    float* lrow = lse + (size_t)bh * T + i0;
+    for (int r = 0; r < nr; r++) {
+      const float inv = 1.0f / l[r];
+      float* orow = o + (size_t)r * C;
+#pragma omp simd
+      for (int d = 0; d < hs; d++) orow[d] *= inv;
+      lrow[r] = m[r] + std::log(l[r]);
+    }
   }
 }
 
-void CpuBackend::attention_backward(dptr dqkv_, cdptr dout_, cdptr qkv_, cdptr att_, int B, int T,
-                                    int C, int NH) {
+void CpuBackend::attention_backward(dptr dqkv_, cdptr dout_, cdptr qkv_, cdptr out_,
+                                    const void* lse_, int B, int T, int C, int NH) {
   float* dqkv = static_cast<float*>(dqkv_);
   const float* dout = static_cast<const float*>(dout_);
   const float* qkv = static_cast<const float*>(qkv_);
-  const float* att = static_cast<const float*>(att_);
+  const float* out = static_cast<const float*>(out_);
+  const float* lse = static_cast<const float*>(lse_);
   RATCHET_ASSERT(NH > 0 && C % NH == 0);
   blas_single_thread();
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt((float)hs);
-  float* scr = scratch((size_t)T * T);
+  float* scr = scratch(2 * (size_t)kBwd * kBwd + T);
   const size_t stride = scratch_stride();
-#pragma omp parallel for num_threads(threads_) schedule(static)
+#pragma omp parallel for num_threads(threads_) schedule(static, 1)
   for (int bh = 0; bh < B * NH; bh++) {
     const int b = bh / NH, h = bh % NH;
     const size_t qoff = (size_t)b * T * C3 + h * hs;
-    const float* q = qkv + qoff;
+    const float* q = qkv + qoff;  // (T,hs) each, ld 3C
     const float* k = q + C;
     const float* v = q + 2 * C;
     float* dq = dqkv + qoff;
     float* dk = dq + C;
     float* dv = dq + 2 * C;
-    const float* a = att + (size_t)bh * T * T;
-    const float* d = dout + (size_t)b * T * C + h * hs;
-    float* ds = scr + stride * omp_get_thread_num();  // (T,T): datt, then dS in place
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, C3, 0.0f, ds, T);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 0.0f, dv, C3);
+    const float* o = out + (size_t)b * T * C + h * hs;   // (T,hs), ld C
+    const float* d = dout + (size_t)b * T * C + h * hs;  // (T,hs), ld C
+    const float* L = lse + (size_t)bh * T;               // (T)
+    float* p = scr + stride * omp_get_thread_num();      // (kBwd,kBwd) P
+    float* dp = p + (size_t)kBwd * kBwd;                 // (kBwd,kBwd) dP, then dS
+    float* D = dp + (size_t)kBwd * kBwd;                 // (T)
     for (int i = 0; i < T; i++) {
-      const float* ar = a + (size_t)i * T;
-      float* r = ds + (size_t)i * T;
-      float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-      for (int j = 0; j <= i; j++) dot += ar[j] * r[j];
-#pragma omp simd
-      for (int j = 0; j <= i; j++) r[j] = ar[j] * (r[j] - dot) * scale;
-      for (int j = i + 1; j < T; j++) r[j] = 0.0f;
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int c = 0; c < hs; c++) acc += d[(size_t)i * C + c] * o[(size_t)i * C + c];
+      D[i] = acc;
+      float* dqr = dq + (size_t)i * C3;
+      for (int c = 0; c < hs; c++) dqr[c] = 0.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, k, C3, 0.0f, dq,
-                C3);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, q, C3, 0.0f, dk,
-                C3);
+    for (int j0 = 0; j0 < T; j0 += kBwd) {
+      const int nc = std::min(kBwd, T - j0);
+      const float* kj = k + (size_t)j0 * C3;
+      const float* vj = v + (size_t)j0 * C3;
+      float* dkj = dk + (size_t)j0 * C3;
+      float* dvj = dv + (size_t)j0 * C3;
+      for (int i0 = j0; i0 < T; i0 += kBwd) {  // square tiles: i0 = j0 is the diagonal one
+        const int nr = std::min(kBwd, T - i0);
+        const float beta = i0 == j0 ? 0.0f : 1.0f;  // dK_j, dV_j: first tile overwrites
+        const float* qi = q + (size_t)i0 * C3;
+        const float* di = d + (size_t)i0 * C;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hs, scale, qi, C3, kj, C3,
+                    0.0f, p, nc);
+        for (int r = 0; r < nr; r++)
+          causal_exp_row(p + (size_t)r * nc, std::min(nc, i0 + r - j0 + 1), nc, L[i0 + r]);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, hs, nr, 1.0f, p, nc, di, C, beta,
+                    dvj, C3);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hs, 1.0f, di, C, vj, C3, 0.0f,
+                    dp, nc);
+        for (int r = 0; r < nr; r++) {
+          const float* pr = p + (size_t)r * nc;
+          float* g = dp + (size_t)r * nc;
+          const float Di = D[i0 + r];
+#pragma omp simd
+          for (int c = 0; c < nc; c++) g[c] = pr[c] * (g[c] - Di) * scale;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nc, 1.0f, dp, nc, kj, C3,
+                    1.0f, dq + (size_t)i0 * C3, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, hs, nr, 1.0f, dp, nc, qi, C3, beta,
+                    dkj, C3);
+      }
+    }
   }
 }
 

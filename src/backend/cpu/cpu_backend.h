@@ -8,7 +8,7 @@
 //   cpu_encoder.cpp     token + position embedding, forward and backward
 //   cpu_layernorm.cpp   layernorm, forward and backward
 //   cpu_matmul.cpp      affine layers (bias, GELU epilogue), forward and backward
-//   cpu_attention.cpp   causal multi-head self-attention, forward and backward
+//   cpu_attention.cpp   causal multi-head self-attention, blocked (online softmax)
 //   cpu_elementwise.cpp GELU (forward, backward) and the residual add
 //   cpu_classifier.cpp  fused softmax + cross-entropy (+ its gradient)
 //   cpu_optim.cpp       AdamW and the sum of squares (gradient norm)
@@ -60,9 +60,9 @@ class CpuBackend : public Backend {
                       int OC) override;
   void matmul_backward(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w, int N, int C,
                        int OC) override;
-  void attention_forward(dptr out, dptr att, cdptr qkv, int B, int T, int C, int NH) override;
-  void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr att, int B, int T, int C,
-                          int NH) override;
+  void attention_forward(dptr out, void* lse, cdptr qkv, int B, int T, int C, int NH) override;
+  void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr out, const void* lse, int B,
+                          int T, int C, int NH) override;
   void gelu_forward(dptr out, cdptr inp, size_t n) override;
   void gelu_backward(dptr dinp, cdptr inp, cdptr dout, size_t n) override;
   void residual_forward(dptr out, cdptr a, cdptr b, size_t n) override;

@@ -9,8 +9,10 @@
 //   matmul_backward_gelu  the same, with dinp's GEMM through the DGELU epilogue
 //                    (dinp = (dout @ w) * gelu'(pre_gelu)); the gelu_backward kernel
 //                    after a plain GEMM if cuBLASLt lacks it
-//   attention        q,k,v = permute(qkv); att = softmax(q k^T) (batched over B*NH);
-//                    y = att v; out = unpermute(y); backward mirrors it (kernels/attention.cuh)
+//   attention        flash (default): kernels/flash_attention.cuh straight on qkv (B,T,3C);
+//                    materialized: q,k,v = permute(qkv); att = softmax(q k^T) (batched over
+//                    B*NH); y = att v; out = unpermute(y); backward mirrors it
+//                    (kernels/attention.cuh)
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include "kernels/cast.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/encoder.cuh"
+#include "kernels/flash_attention.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
@@ -51,6 +54,13 @@ void check_seq_len(int T, int HS, size_t sb) {
     fail("sequence length ", T, " (head size ", HS, "): the cuda backend needs 16-byte aligned "
          "attention matrices (cuBLASLt batch strides); use a --seq-len that is a multiple of 8, "
          "e.g. ", (T + 7) / 8 * 8);
+}
+
+void check_flash_head_size(int HS) {
+  if (!kernels::flash_attention_supports(HS))
+    fail("head size ", HS, " (channels / heads): the flash attention kernels support head sizes "
+         "8, 16, 32, 64 and 128; choose --channels and --heads accordingly, or use --attention "
+         "materialized");
 }
 
 template <class T>
@@ -81,14 +91,19 @@ const T* P(cdptr p) {
 }  // namespace
 
 template <class T>
-CudaBackend<T>::CudaBackend() : mm_(dtype_of<T>(), nullptr) {
+CudaBackend<T>::CudaBackend(AttentionImpl attention)
+    : attention_(attention), mm_(dtype_of<T>(), nullptr) {
+  if (attention_ == AttentionImpl::cudnn)
+    fail("--attention cudnn: cuDNN's fused attention is not built into this ratchet yet (it "
+         "needs the cuDNN graph API and a GPU); use --attention flash (the default) or "
+         "materialized");
   // Everything held from construction on is overhead: the FP64 norm result
   // (one cudaMalloc, 256 bytes as allocated) and the matmul wrapper's cuBLASLt
   // workspace, which it allocates in its constructor (0 under simt).
 #if !RATCHET_SIMT
   set_device_probe(current_cuda_device);  // check_failed() names the device
 #endif
-  model_ = cuda_memory_model(sizeof(T), mm_.workspace_bytes());
+  model_ = cuda_memory_model(sizeof(T), mm_.workspace_bytes(), attention_);
   norm_out_ = static_cast<double*>(device_malloc(sizeof(double)));
   bytes_in_use_ = peak_bytes_ = overhead_bytes();
 }
@@ -241,13 +256,13 @@ size_t CudaBackend<T>::matmul_backward_scratch(int N, int OC, bool has_dbias) {
 }
 
 template <class T>
-size_t CudaBackend<T>::attention_forward_scratch(int B, int T_, int C) {
-  return cuda_scratch::attention_forward(B, T_, C, sizeof(T));
+size_t CudaBackend<T>::attention_forward_scratch(AttentionImpl a, int B, int T_, int C) {
+  return cuda_scratch::attention_forward(a, B, T_, C, sizeof(T));
 }
 
 template <class T>
-size_t CudaBackend<T>::attention_backward_scratch(int B, int T_, int C, int NH) {
-  return cuda_scratch::attention_backward(B, T_, C, NH, sizeof(T));
+size_t CudaBackend<T>::attention_backward_scratch(AttentionImpl a, int B, int T_, int C, int NH) {
+  return cuda_scratch::attention_backward(a, B, T_, C, NH, sizeof(T));
 }
 
 template <class T>
@@ -509,13 +524,20 @@ Gemm head_gemm(bool ta, bool tb, int m, int n, int k, const void* A, int lda, lo
 }  // namespace
 
 template <class T>
-void CudaBackend<T>::attention_forward(dptr out, dptr att, cdptr qkv, int B, int T_, int C,
+void CudaBackend<T>::attention_forward(dptr out, void* saved, cdptr qkv, int B, int T_, int C,
                                        int NH) {
   RATCHET_ASSERT(NH > 0 && C % NH == 0);
-  check_seq_len(T_, C / NH, sizeof(T));
   const int HS = C / NH, BH = B * NH;
+  if (attention_ == AttentionImpl::flash) {
+    check_flash_head_size(HS);
+    kernels::flash_attention_forward<T>(P<T>(out), static_cast<float*>(saved), P<T>(qkv), B, T_,
+                                        NH, HS, stream_);
+    return;
+  }
+  dptr att = saved;  // (B,NH,T,T)
+  check_seq_len(T_, HS, sizeof(T));
   const size_t n = (size_t)B * T_ * C, nb = round_up(n * sizeof(T), kAllocAlign);
-  char* s = static_cast<char*>(scratch(attention_forward_scratch(B, T_, C)));
+  char* s = static_cast<char*>(scratch(attention_forward_scratch(attention_, B, T_, C)));
   T *q = (T*)s, *k = (T*)(s + nb), *v = (T*)(s + 2 * nb), *y = (T*)(s + 3 * nb);
   const float scale = 1.0f / std::sqrt((float)HS);
   const long long sh = (long long)T_ * HS, st = (long long)T_ * T_;
@@ -529,13 +551,22 @@ void CudaBackend<T>::attention_forward(dptr out, dptr att, cdptr qkv, int B, int
 }
 
 template <class T>
-void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr att, int B,
-                                        int T_, int C, int NH) {
+void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr out,
+                                        const void* saved, int B, int T_, int C, int NH) {
   RATCHET_ASSERT(NH > 0 && C % NH == 0);
-  check_seq_len(T_, C / NH, sizeof(T));
   const int HS = C / NH, BH = B * NH;
+  if (attention_ == AttentionImpl::flash) {
+    check_flash_head_size(HS);
+    float* D = static_cast<float*>(scratch(attention_backward_scratch(attention_, B, T_, C, NH)));
+    kernels::flash_attention_backward<T>(P<T>(dqkv), D, P<T>(dout), P<T>(qkv), P<T>(out),
+                                         static_cast<const float*>(saved), B, T_, NH, HS,
+                                         stream_);
+    return;
+  }
+  cdptr att = saved;  // (B,NH,T,T)
+  check_seq_len(T_, HS, sizeof(T));
   const size_t n = (size_t)B * T_ * C, nb = round_up(n * sizeof(T), kAllocAlign);
-  char* s = static_cast<char*>(scratch(attention_backward_scratch(B, T_, C, NH)));
+  char* s = static_cast<char*>(scratch(attention_backward_scratch(attention_, B, T_, C, NH)));
   T *q = (T*)s, *k = (T*)(s + nb), *v = (T*)(s + 2 * nb), *dq = (T*)(s + 3 * nb),
     *dk = (T*)(s + 4 * nb), *dv = (T*)(s + 5 * nb), *dy = (T*)(s + 6 * nb),
     *datt = (T*)(s + 7 * nb);
@@ -672,21 +703,21 @@ template class CudaBackend<bf16>;
 }  // namespace ratchet::cuda
 
 namespace ratchet {
-std::unique_ptr<Backend> make_cuda_backend(const std::string& storage) {
+std::unique_ptr<Backend> make_cuda_backend(const std::string& storage, AttentionImpl attention) {
   if (storage == "f32" || storage == "fp32")
-    return std::make_unique<cuda::CudaBackend<float>>();
+    return std::make_unique<cuda::CudaBackend<float>>(attention);
   if (storage == "bf16" || storage.empty())
-    return std::make_unique<cuda::CudaBackend<kernels::bf16>>();
+    return std::make_unique<cuda::CudaBackend<kernels::bf16>>(attention);
   fail("unknown storage type '", storage, "' for the cuda backend: use bf16 or f32");
 }
 
 namespace {
 std::unique_ptr<Backend> make_from_options(const BackendOptions& o) {
-  if (!o.tf32) return make_cuda_backend(o.storage);
+  if (!o.tf32) return make_cuda_backend(o.storage, o.attention);
   if (o.storage != "f32" && o.storage != "fp32")
     fail("--tf32 applies to --storage f32 (got --storage ", o.storage,
          "): BF16 storage already runs its GEMMs on tensor cores");
-  auto be = std::make_unique<cuda::CudaBackend<float>>();
+  auto be = std::make_unique<cuda::CudaBackend<float>>(o.attention);
   be->matmul().set_tf32(true);
   return be;
 }

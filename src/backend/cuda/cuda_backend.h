@@ -15,6 +15,10 @@
 // such an allocation also sets the master copy, and download_f32() from it
 // returns the master copy, so that checkpoints save and restore FP32 weights.
 //
+// Attention (--attention): flash keeps lse (B,NH,T) per layer and runs
+// kernels/flash_attention.cuh (no permutes, scratch D (B,NH,T) in backward);
+// materialized keeps att (B,NH,T,T) and runs the cuBLAS path below.
+//
 // Scratch: attention's permuted q/k/v and their gradients, the backward
 // kernels' reduction scratch, the bias gradient of the GEMM epilogue, live in
 // one scratch buffer (scratch_bytes()). Each op's need is one static function
@@ -56,7 +60,9 @@ namespace ratchet::cuda {
 template <class T>
 class CudaBackend final : public Backend {
  public:
-  CudaBackend();
+  // attention: --attention (flash: kernels/flash_attention.cuh; materialized:
+  // cuBLAS GEMMs around a (B,NH,T,T) softmax; cudnn: refused, not built yet).
+  explicit CudaBackend(AttentionImpl attention = AttentionImpl::flash);
   ~CudaBackend() override;
 
   std::string name() const override;
@@ -95,9 +101,10 @@ class CudaBackend final : public Backend {
                        int C, int OC) override;
   void matmul_backward_gelu(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w,
                             cdptr pre_gelu, int N, int C, int OC) override;
-  void attention_forward(dptr out, dptr att, cdptr qkv, int B, int T_, int C, int NH) override;
-  void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr att, int B, int T_, int C,
-                          int NH) override;
+  void attention_forward(dptr out, void* saved, cdptr qkv, int B, int T_, int C,
+                         int NH) override;
+  void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr out, const void* saved, int B,
+                          int T_, int C, int NH) override;
   void gelu_forward(dptr out, cdptr inp, size_t n) override;
   void gelu_backward(dptr dinp, cdptr inp, cdptr dout, size_t n) override;
   void residual_forward(dptr out, cdptr a, cdptr b, size_t n) override;
@@ -133,8 +140,8 @@ class CudaBackend final : public Backend {
   // The bias gradient's: the BGRADB epilogue's temporary (OC), or, when
   // cuBLASLt lacks that epilogue, the bias_grad kernel's partial sums.
   static size_t matmul_backward_scratch(int N, int OC, bool has_dbias);
-  static size_t attention_forward_scratch(int B, int T_, int C);
-  static size_t attention_backward_scratch(int B, int T_, int C, int NH);
+  static size_t attention_forward_scratch(AttentionImpl a, int B, int T_, int C);
+  static size_t attention_backward_scratch(AttentionImpl a, int B, int T_, int C, int NH);
   static size_t sum_squares_scratch();
 
  private:
@@ -159,6 +166,7 @@ class CudaBackend final : public Backend {
   float* master_for(const void* params, size_t n);  // FP32 master of params[0, n)
 
   cudaStream_t stream_ = nullptr;
+  AttentionImpl attention_;
   Matmul mm_;
   std::map<char*, size_t> allocs_;     // base -> bytes as allocated
   std::map<char*, float*> masters_;    // allocation base -> its FP32 master copy
@@ -178,5 +186,6 @@ class CudaBackend final : public Backend {
 
 namespace ratchet {
 // storage: "bf16" (default training configuration) or "f32".
-std::unique_ptr<Backend> make_cuda_backend(const std::string& storage);
+std::unique_ptr<Backend> make_cuda_backend(const std::string& storage,
+                                           AttentionImpl attention = AttentionImpl::flash);
 }  // namespace ratchet
