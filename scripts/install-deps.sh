@@ -28,6 +28,7 @@ demo_pkgs=(
   build-essential cmake pkg-config libopenblas-dev libopenblas0-pthread
   libhdf5-dev zlib1g-dev libboost-program-options-dev bible-kjv
   nlohmann-json3-dev libssl-dev
+  gnuplot-nox  # `ratchet report` plots
 )
 
 pkgs=(
