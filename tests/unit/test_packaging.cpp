@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -15,6 +14,7 @@
 #include "testing/test_util.h"
 
 namespace fs = std::filesystem;
+using namespace ratchet::testing;
 
 namespace {
 
@@ -85,11 +85,11 @@ TEST(Packaging, EasyconfigPassesOnlyDeclaredCmakeOptions) {
 // The checker itself: a syntax error and an undeclared option are caught.
 TEST(Packaging, CheckerCatchesBadRecipes) {
   TempDir dir;
-  std::ofstream(dir / "bad.py") << "def cmake_args(self):\n  return [self.define(\"X\", 1)\n";
+  write_file(dir / "bad.py", "def cmake_args(self):\n  return [self.define(\"X\", 1)\n");
   RunResult r = run_shell("python3 " + std::string(RATCHET_TESTS_DIR) +
                           "/data/packaging_cmake_options.py " + (dir / "bad.py"));
   EXPECT_NE(r.exit_code, 0) << r.output;
-  std::ofstream(dir / "new.eb") << "configopts = '-DRATCHET_NO_SUCH_OPTION=ON -DRATCHET_MPI=ON'\n";
+  write_file(dir / "new.eb", "configopts = '-DRATCHET_NO_SUCH_OPTION=ON -DRATCHET_MPI=ON'\n");
   const std::set<std::string> passed = passed_options(dir / "new.eb");
   EXPECT_EQ(passed, (std::set<std::string>{"RATCHET_MPI", "RATCHET_NO_SUCH_OPTION"}));
   EXPECT_FALSE(declared_cmake_options().count("RATCHET_NO_SUCH_OPTION"));
