@@ -63,11 +63,11 @@ if [ "$rc" -ne 75 ]; then
   echo "demo: the preempted run exited $rc, not 75 (saved, requeue me); see $run/preempted-1.out" >&2
   exit 1
 fi
-grep -E "^(stopping at|checkpoint \(stop signal\)|exiting with code)" "$run/preempted-1.out" | sed 's/^/   /'
+grep -E "^(stopping at|checkpoint \(stop signal\)|exiting with code)" "$run/preempted-1.out" | sed 's/^/   /' || true
 echo "   Rerunning the same command:"
 "$ratchet" "${short[@]}" --run-dir "$run/preempted" --export "$run/preempted.bin" \
   >"$run/preempted-2.out"
-grep -E "^resume: continuing" "$run/preempted-2.out" | sed 's/^/   /'
+grep -E "^resume: continuing" "$run/preempted-2.out" | sed 's/^/   /' || true
 tail -n 1 "$run/preempted-2.out" | sed 's/^/   /'
 if cmp "$run/whole.bin" "$run/preempted.bin"; then
   echo "== preemption: cmp $run/whole.bin $run/preempted.bin: bit-identical weights" \
