@@ -7,6 +7,11 @@
 #
 #   sudo scripts/clean-debian-check.sh [ROOTFS_DIR]    (default /var/tmp/ratchet-clean-debian)
 #   RATCHET_CLEAN_CHECK_STEPS=demo sudo scripts/clean-debian-check.sh   (only the demo)
+#   RATCHET_CLEAN_CHECK_REUSE=1 ...   keep an existing ROOTFS_DIR (packages already
+#                                     installed there stay): for a rerun, not a clean check
+# Behind a TLS-intercepting proxy, the caller's NODE_EXTRA_CA_CERTS (a CA file)
+# is copied into the root file system and set there, so npm can fetch GPT-2's
+# vocabulary as it does outside.
 #
 # The mirror is the first `deb.debian.org`-style URI in apt's configured
 # sources (or $RATCHET_DEBIAN_MIRROR). ROOTFS_DIR is deleted and made anew.
@@ -65,11 +70,17 @@ if grep -q " $rootfs/" /proc/mounts; then
   echo "clean-debian-check.sh: mounts remain under $rootfs; unmount them first" >&2
   exit 1
 fi
-rm -rf "$rootfs" "$logs"
-mkdir -p "$logs"
 start=$(date +%s)
-echo "== debootstrap bookworm (log: $logs/debootstrap.log)"
-debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$logs/debootstrap.log" 2>&1
+if [ "${RATCHET_CLEAN_CHECK_REUSE:-0}" = 1 ] && [ -f "$rootfs/etc/debian_version" ]; then
+  echo "== reusing $rootfs (RATCHET_CLEAN_CHECK_REUSE=1: not a clean check)"
+  rm -rf "$rootfs/root/ratchet"
+  mkdir -p "$logs"
+else
+  rm -rf "$rootfs" "$logs"
+  mkdir -p "$logs"
+  echo "== debootstrap bookworm (log: $logs/debootstrap.log)"
+  debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$logs/debootstrap.log" 2>&1
+fi
 # What a fresh Debian 12 machine also has: the updates and security suites,
 # a resolver, sudo-less root. Daemons installed by packages (munge) must not
 # start inside the chroot's package scripts; the tests start their own.
@@ -80,6 +91,12 @@ deb $mirror bookworm-updates main
 deb $security bookworm-security main
 EOF
 cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
+extra_env=()
+if [ -n "${NODE_EXTRA_CA_CERTS:-}" ] && [ -f "$NODE_EXTRA_CA_CERTS" ]; then
+  mkdir -p "$rootfs/etc/ssl"
+  cp "$NODE_EXTRA_CA_CERTS" "$rootfs/etc/ssl/extra-ca.crt"
+  extra_env=(NODE_EXTRA_CA_CERTS=/etc/ssl/extra-ca.crt)
+fi
 printf '#!/bin/sh\nexit 101\n' >"$rootfs/usr/sbin/policy-rc.d"
 chmod 755 "$rootfs/usr/sbin/policy-rc.d"
 bind proc /proc -t proc
@@ -98,7 +115,7 @@ for cmd in ${RATCHET_CLEAN_CHECK_STEPS:-demo test}; do
   t0=$(date +%s)
   echo "== chroot: scripts/$cmd.sh (log: $logs/$cmd.log)"
   if chroot "$rootfs" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-       LANG=C.UTF-8 TERM=dumb /bin/bash -c "cd /root/ratchet && scripts/$cmd.sh" >"$logs/$cmd.log" 2>&1; then
+       LANG=C.UTF-8 TERM=dumb ${extra_env[@]+"${extra_env[@]}"} /bin/bash -c "cd /root/ratchet && scripts/$cmd.sh" >"$logs/$cmd.log" 2>&1; then
     echo "== scripts/$cmd.sh: OK in $(($(date +%s) - t0)) s"
   else
     rc=$?
