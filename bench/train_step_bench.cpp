@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "model/gpt.h"
@@ -73,11 +74,13 @@ int main(int argc, char** argv) {
   getrusage(RUSAGE_SELF, &ru);
   const double rss_mb = ru.ru_maxrss / 1024.0;
   if (json) {
-    std::printf("{\"impl\": \"ratchet\", \"model\": \"%s\", \"params\": %zu, \"B\": %d, \"T\": %d, "
-                "\"threads\": %d, \"step_ms\": %.2f, \"tokens_per_s\": %.1f, \"gflops\": %.2f, "
-                "\"peak_rss_mb\": %.1f, \"loss\": %.4f}\n",
-                model.c_str(), m.num_params(), B, T, threads, ms, tokens / (ms / 1e3), gflops,
-                rss_mb, loss);
+    const OrderedJson j = {{"impl", "ratchet"},       {"model", model},
+                           {"params", m.num_params()}, {"B", B},
+                           {"T", T},                   {"threads", threads},
+                           {"step_ms", ms},            {"tokens_per_s", tokens / (ms / 1e3)},
+                           {"gflops", gflops},         {"peak_rss_mb", rss_mb},
+                           {"loss", loss}};
+    std::printf("%s\n", json_line(j).c_str());
   } else {
     std::printf("%-6s %10s %4s %5s %10s %10s %9s %10s\n", "model", "params", "B", "T", "ms/step",
                 "tok/s", "GFLOP/s", "peak RSS");

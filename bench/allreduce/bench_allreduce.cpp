@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "dist/communicator.h"
 
@@ -143,9 +144,16 @@ int main(int argc, char** argv) {
     comm->all_reduce(&t, 1, DType::F64, ReduceOp::Max);
     const double algbw = (double)whole * 4 / t / 1e9;
     if (json)
-      RLOG("{\"op\": \"%s\", \"ranks\": %d, \"bytes\": %zu, \"count\": %zu, \"iters\": %d, "
-           "\"time_us\": %.3f, \"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f, \"wrong\": %ld}\n",
-           op.c_str(), W, whole * 4, count, n, t * 1e6, algbw, algbw * bus, wrong);
+      RLOG("%s\n", json_line({{"op", op},
+                               {"ranks", W},
+                               {"bytes", whole * 4},
+                               {"count", count},
+                               {"iters", n},
+                               {"time_us", t * 1e6},
+                               {"algbw_gbs", algbw},
+                               {"busbw_gbs", algbw * bus},
+                               {"wrong", wrong}})
+                        .c_str());
     else
       RLOG("%12s %12zu %8d %11.2f %12.3f %12.3f %7ld\n", human(whole * 4).c_str(), count, n,
            t * 1e6, algbw, algbw * bus, wrong);

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -87,8 +88,9 @@ int main(int argc, char** argv) {
   const double g1 = measure(1, seconds);
   const double gn = measure(nt, seconds);
   if (json) {
-    std::printf("{\"impl\": \"fma_peak\", \"threads\": %d, \"gflops_1\": %.2f, \"gflops_all\": %.2f}\n",
-                nt, g1, gn);
+    const nlohmann::ordered_json j = {
+        {"impl", "fma_peak"}, {"threads", nt}, {"gflops_1", g1}, {"gflops_all", gn}};
+    std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("FP32 FMA peak (AVX2, %d accumulators)\n", kAcc);
     std::printf("  1 thread   : %8.1f GFLOP/s\n", g1);

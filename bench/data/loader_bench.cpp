@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "data/loader.h"
 #include "data/token_dataset.h"
 
@@ -68,9 +69,14 @@ int main(int argc, char** argv) {
         }
         const double wps = batches * B / el;
         if (json)
-          std::printf("{\"bench\": \"loader\", \"shuffle\": %s, \"prefetch\": %d, \"B\": %d, "
-                      "\"T\": %d, \"windows_per_s\": %.1f, \"tokens_per_s\": %.0f}\n",
-                      shuffle ? "true" : "false", prefetch, B, T, wps, wps * T);
+          std::printf("%s\n", json_line({{"bench", "loader"},
+                                          {"shuffle", shuffle},
+                                          {"prefetch", prefetch},
+                                          {"B", B},
+                                          {"T", T},
+                                          {"windows_per_s", wps},
+                                          {"tokens_per_s", wps * T}})
+                                   .c_str());
         else
           std::printf("  %-10s prefetch %d: %10.0f windows/s  %8.1fM tokens/s  (waited %.2f s "
                       "of %.2f s)\n",

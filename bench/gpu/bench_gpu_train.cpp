@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "core/json.h"
 #include "core/rng.h"
 #include "model/config.h"
 #include "model/gpt.h"
@@ -117,12 +118,17 @@ int main(int argc, char** argv) {
       const double mfu = peak > 0 ? train_flops_per_token(cfg, t) * tok_s / (peak * 1e12) : 0;
       const double peak_mem = (double)be.peak_bytes_in_use();
       if (json)
-        std::printf("{\"model\": \"%s\", \"recompute\": \"%s\", \"B\": %d, \"T\": %d, "
-                    "\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"mfu\": %.4f, "
-                    "\"peak_mem_bytes\": %.0f, \"accounted_bytes\": %.0f, "
-                    "\"activation_bytes\": %.0f}\n",
-                    name.c_str(), policy.name().c_str(), b, t, dt * 1e3, tok_s, mfu, peak_mem,
-                    (double)acct.total(), (double)acct.activations);
+        std::printf("%s\n", json_line({{"model", name},
+                                        {"recompute", policy.name()},
+                                        {"B", b},
+                                        {"T", t},
+                                        {"step_ms", dt * 1e3},
+                                        {"tokens_per_s", tok_s},
+                                        {"mfu", mfu},
+                                        {"peak_mem_bytes", json_number(peak_mem)},
+                                        {"accounted_bytes", acct.total()},
+                                        {"activation_bytes", acct.activations}})
+                                 .c_str());
       else
         std::printf("%-4s recompute %-8s B=%d T=%d  %8.1f ms/step  %10.0f tok/s  MFU %5.1f%%  "
                     "peak mem %.2f GiB (accounting %.2f GiB, activations %.2f GiB)\n",

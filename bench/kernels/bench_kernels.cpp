@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "kernels/adamw.cuh"
 #include "kernels/attention.cuh"
 #include "kernels/bias_grad.cuh"
@@ -116,9 +117,12 @@ struct Bench {
   void report(const char* name, double bytes, double ms, bool ok) {
     if (!ok) failures++;
     if (o.json) {
-      std::printf("%s{\"kernel\":\"%s\",\"bytes\":%.0f,\"ms\":%.5f,\"GBps\":%.1f,\"valid\":%s}",
-                  first_json ? "[\n" : ",\n", name, bytes, ms,
-                  ms > 0 ? bytes / ms / 1e6 : 0.0, ok ? "true" : "false");
+      const ratchet::OrderedJson j = {{"kernel", name},
+                             {"bytes", ratchet::json_number(bytes)},
+                             {"ms", ms},
+                             {"GBps", ms > 0 ? bytes / ms / 1e6 : 0.0},
+                             {"valid", ok}};
+      std::printf("%s%s", first_json ? "[\n" : ",\n", ratchet::json_line(j).c_str());
       first_json = false;
     } else if (kTimed) {
       std::printf("%-32s %10.1f MB %10.4f ms %8.1f GB/s %s\n", name, bytes / 1e6, ms,

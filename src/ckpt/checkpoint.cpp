@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/fault.h"
 #include "data/h5_util.h"
 #include "model/param_layout.h"
@@ -197,20 +198,22 @@ void write_checkpoint_files(const std::string& dir, const Checkpoint& ck) {
     char created[64];
     std::time_t now = std::time(nullptr);
     std::strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    mf << "{\n  \"format\": \"ratchet-checkpoint\",\n  \"format_version\": "
-       << (shards > 0 ? 2 : 1) << ",\n  \"step\": " << ck.meta.step << ",\n  \"created\": \""
-       << created << "\",\n  \"num_params\": " << P << ",\n  \"files\": [{\"name\": \""
-       << kStateFile << "\", \"datasets\": {";
-    for (int i = 0; i < ntensors; i++)
-      mf << (i ? ", " : "") << "\"" << kTensorNames[i] << "\": {\"crc32\": " << crcs[i] << "}";
-    mf << "}}";
+    OrderedJson m;
+    m["format"] = "ratchet-checkpoint";
+    m["format_version"] = shards > 0 ? 2 : 1;
+    m["step"] = ck.meta.step;
+    m["created"] = created;
+    m["num_params"] = P;
+    OrderedJson state = {{"name", kStateFile}, {"datasets", OrderedJson::object()}};
+    for (int i = 0; i < ntensors; i++) state["datasets"][kTensorNames[i]] = {{"crc32", crcs[i]}};
+    m["files"] = OrderedJson::array({state});
     // Shard files carry their own crc32 attributes (each rank wrote its own).
     for (int r = 0; r < shards; r++)
-      mf << ",\n    {\"name\": \"" << optimizer_shard_name(r) << "\", \"shard\": " << r
-         << ", \"datasets\": [\"adam_m\", \"adam_v\"]}";
-    mf << "]";
-    if (shards > 0) mf << ",\n  \"optimizer_shards\": " << shards;
-    mf << "\n}\n";
+      m["files"].push_back({{"name", optimizer_shard_name(r)},
+                            {"shard", r},
+                            {"datasets", OrderedJson::array({"adam_m", "adam_v"})}});
+    if (shards > 0) m["optimizer_shards"] = shards;
+    mf << m.dump(2) << "\n";
     mf.flush();
     if (!mf) fail("cannot write ", mpath, " (disk full?)");
   }

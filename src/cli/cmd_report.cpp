@@ -43,37 +43,11 @@ std::string num(double v, const char* f = "%.4g") {
   return buf;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if ((unsigned char)c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
-std::string json_value(const report::JsonValue& v) {
-  switch (v.kind) {
-    case report::JsonValue::kNumber: return v.text;
-    case report::JsonValue::kString: return "\"" + json_escape(v.text) + "\"";
-    case report::JsonValue::kBool: return v.number ? "true" : "false";
-    case report::JsonValue::kNull: return "null";
-    case report::JsonValue::kOther: return v.text;
-  }
-  return "null";
-}
-
-// For the table: strings bare, numbers to 6 significant digits.
-std::string ledger_value(const report::JsonValue& v) {
-  if (v.kind == report::JsonValue::kString) return v.text;
-  if (v.kind == report::JsonValue::kNumber) return num(v.number, "%.6g");
-  return json_value(v);
+// For the table: strings bare, numbers to 6 significant digits, the rest as JSON.
+std::string ledger_value(const OrderedJson& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number()) return num(v.get<double>(), "%.6g");
+  return v.dump();
 }
 
 }  // namespace
@@ -114,19 +88,9 @@ int cmd_report(int argc, char** argv) {
 
   const report::RunLog log = report::read_run_log(log_path);
   const report::Summary s = report::summarize(log);
-  report::FlatObject ledger;
   const std::string ledger_path = (fs::path(run_dir) / "ledger.json").string();
   const bool has_ledger = fs::exists(ledger_path);
-  if (has_ledger) {
-    std::ifstream f(ledger_path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    try {
-      ledger = report::parse_flat_object(ss.str());
-    } catch (const std::exception& e) {
-      fail("ledger ", ledger_path, " is not a JSON object: ", e.what());
-    }
-  }
+  const OrderedJson ledger = has_ledger ? report::read_ledger(ledger_path) : OrderedJson();
 
   std::string png, svg;
   if (!no_plot) {
@@ -146,34 +110,33 @@ int cmd_report(int argc, char** argv) {
   }
 
   if (json) {
-    std::ostringstream o;
-    o << "{\"log\": \"" << json_escape(log.path) << "\", \"log_lines\": " << log.lines
-      << ", \"steps\": " << s.steps << ", \"first_step\": " << num(s.first_step, "%.0f")
-      << ", \"last_step\": " << num(s.last_step, "%.0f")
-      << ", \"replayed_steps\": " << log.replayed_steps
-      << ", \"first_loss\": " << num(s.first_loss, "%.9g")
-      << ", \"final_loss\": " << num(s.final_loss, "%.9g")
-      << ", \"final_loss_mean10\": " << num(s.final_loss_mean, "%.9g")
-      << ", \"evals\": " << s.evals;
-    if (s.evals)
-      o << ", \"final_val_loss\": " << num(s.final_val, "%.9g")
-        << ", \"final_val_step\": " << num(s.final_val_step, "%.0f")
-        << ", \"best_val_loss\": " << num(s.best_val, "%.9g")
-        << ", \"best_val_step\": " << num(s.best_val_step, "%.0f");
-    o << ", \"mean_tokens_per_s\": " << num(s.mean_tokens_per_s, "%.9g")
-      << ", \"mean_gflops\": " << num(s.mean_gflops, "%.9g")
-      << ", \"mean_step_ms\": " << num(s.mean_step_ms, "%.9g")
-      << ", \"train_seconds\": " << num(s.train_seconds, "%.9g");
-    if (has_ledger) {
-      o << ", \"ledger\": {";
-      for (size_t i = 0; i < ledger.size(); i++)
-        o << (i ? ", " : "") << "\"" << json_escape(ledger[i].first)
-          << "\": " << json_value(ledger[i].second);
-      o << "}";
+    OrderedJson o;
+    o["log"] = log.path;
+    o["log_lines"] = log.lines;
+    o["steps"] = s.steps;
+    o["first_step"] = json_number(s.first_step);
+    o["last_step"] = json_number(s.last_step);
+    o["replayed_steps"] = log.replayed_steps;
+    o["first_loss"] = json_number(s.first_loss);
+    o["final_loss"] = json_number(s.final_loss);
+    o["final_loss_mean10"] = json_number(s.final_loss_mean);
+    o["evals"] = s.evals;
+    if (s.evals) {
+      o["final_val_loss"] = json_number(s.final_val);
+      o["final_val_step"] = json_number(s.final_val_step);
+      o["best_val_loss"] = json_number(s.best_val);
+      o["best_val_step"] = json_number(s.best_val_step);
     }
-    if (!no_plot) o << ", \"png\": \"" << json_escape(png) << "\", \"svg\": \"" << json_escape(svg) << "\"";
-    o << "}\n";
-    std::cout << o.str();
+    o["mean_tokens_per_s"] = json_number(s.mean_tokens_per_s);
+    o["mean_gflops"] = json_number(s.mean_gflops);
+    o["mean_step_ms"] = json_number(s.mean_step_ms);
+    o["train_seconds"] = json_number(s.train_seconds);
+    if (has_ledger) o["ledger"] = ledger;
+    if (!no_plot) {
+      o["png"] = png;
+      o["svg"] = svg;
+    }
+    std::cout << json_line(o) << "\n";
     return kExitOk;
   }
 
@@ -204,7 +167,7 @@ int cmd_report(int argc, char** argv) {
       << num(s.train_seconds, "%.1f") << " s in steps\n";
   if (has_ledger) {
     o << "ledger:      " << ledger_path << "\n";
-    for (const auto& [k, v] : ledger) {
+    for (const auto& [k, v] : ledger.items()) {
       char buf[256];
       std::snprintf(buf, sizeof buf, "  %-26s %s\n", k.c_str(), ledger_value(v).c_str());
       o << buf;

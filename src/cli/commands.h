@@ -1,4 +1,5 @@
-// Subcommands of the `ratchet` executable. Each takes the arguments after its
+// Subcommands of the `ratchet` executable (the data tools' own are in
+// data_tools/commands.h). Each takes the arguments after its
 // name (argv[0] is the subcommand name) and returns the process exit code.
 #pragma once
 
@@ -14,10 +15,6 @@ enum ExitCode {
 };
 
 int cmd_train(int argc, char** argv);
-int cmd_shard(int argc, char** argv);
-int cmd_inspect(int argc, char** argv);
-int cmd_verify(int argc, char** argv);
-int cmd_convert(int argc, char** argv);
 int cmd_ckpt(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_report(int argc, char** argv);

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "data_tools/commands.h"
 #include "version.h"
 #ifdef RATCHET_REGISTER_NCCL
 #include "dist/nccl_communicator.h"

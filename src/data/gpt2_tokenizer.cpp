@@ -8,9 +8,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "data/byte_tokenizer.h"
 #include "data/gpt2_pretokenize.h"
-#include "data/json_lite.h"
 
 namespace ratchet {
 namespace {
@@ -71,18 +71,22 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json, const std::string&
   const std::string text = read_whole(encoder_json, "GPT-2 vocabulary (--vocab)");
   std::unordered_map<std::string, uint32_t> id_of;  // raw bytes -> id
   std::vector<std::pair<std::string, int64_t>> entries;
+  nlohmann::json vocab;
   try {
-    json::Parser p(text);
-    if (p.peek_kind() != '{') throw json::ParseError{"the file is not a JSON object", p.offset()};
-    p.for_each_member([&](const std::string& key, json::Parser& q) {
-      if (q.peek_kind() != '0')
-        throw json::ParseError{"the value of \"" + key + "\" is not an integer", q.offset()};
-      entries.emplace_back(key, q.read_int());
-    });
-    p.expect_end();
-  } catch (const json::ParseError& e) {
-    fail("GPT-2 vocabulary (--vocab) ", encoder_json, " is malformed at byte ", e.offset, ": ",
-         e.what, "; pass GPT-2's encoder.json");
+    vocab = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("GPT-2 vocabulary (--vocab) ", encoder_json, " is malformed at byte ", e.byte, " (",
+         e.what(), "); pass GPT-2's encoder.json");
+  }
+  if (!vocab.is_object())
+    fail("GPT-2 vocabulary (--vocab) ", encoder_json, " is not a JSON object of token -> id; "
+         "pass GPT-2's encoder.json");
+  entries.reserve(vocab.size());
+  for (const auto& [key, id] : vocab.items()) {
+    if (!id.is_number_integer())
+      fail("GPT-2 vocabulary (--vocab) ", encoder_json, " is malformed: the value of \"", key,
+           "\" is not an integer; pass GPT-2's encoder.json");
+    entries.emplace_back(key, id.get<int64_t>());
   }
   if (entries.empty())
     fail("GPT-2 vocabulary (--vocab) ", encoder_json, " is empty; pass GPT-2's encoder.json");

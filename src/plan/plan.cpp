@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
 
@@ -311,50 +312,6 @@ std::string money(double v) { return v >= 100 ? "$" + commas(v) : fmt("$%.2f", v
 
 const char* dtype(size_t sb) { return sb == 2 ? "bf16" : "fp32"; }
 
-// Minimal JSON writer: nested objects of numbers, strings and booleans.
-class Json {
- public:
-  Json& open(const std::string& key = "") {
-    sep();
-    if (!key.empty()) os_ << '"' << key << "\": ";
-    os_ << '{';
-    first_ = true;
-    return *this;
-  }
-  Json& close() {
-    os_ << '}';
-    first_ = false;
-    return *this;
-  }
-  Json& num(const std::string& key, double v) {
-    sep();
-    os_ << '"' << key << "\": ";
-    if (!std::isfinite(v)) os_ << "null";
-    else if (v == std::floor(v) && std::fabs(v) < 9e15) os_ << fmt("%.0f", v);
-    else os_ << fmt("%.10g", v);
-    return *this;
-  }
-  Json& str(const std::string& key, const std::string& v) {
-    sep();
-    os_ << '"' << key << "\": \"" << v << '"';  // values here never need escaping
-    return *this;
-  }
-  Json& boolean(const std::string& key, bool v) {
-    sep();
-    os_ << '"' << key << "\": " << (v ? "true" : "false");
-    return *this;
-  }
-  std::string text() const { return os_.str(); }
-
- private:
-  void sep() {
-    if (!first_) os_ << ", ";
-    first_ = false;
-  }
-  std::ostringstream os_;
-  bool first_ = true;
-};
-
 }  // namespace
 
 std::string plan_table(const Plan& p) {
@@ -478,98 +435,77 @@ std::string plan_table(const Plan& p) {
 
 std::string plan_json(const Plan& p) {
   const PlanInputs& in = p.in;
-  Json j;
-  j.open();
-  j.open("model")
-      .str("name", in.model_name)
-      .boolean("from_budget", !in.model_given)
-      .num("layers", in.cfg.num_layers)
-      .num("heads", in.cfg.num_heads)
-      .num("channels", in.cfg.channels)
-      .num("vocab_size", in.cfg.vocab_size)
-      .num("padded_vocab", in.cfg.padded_vocab)
-      .num("max_seq_len", in.cfg.max_seq_len)
-      .num("params", p.n_params)
-      .close();
-  j.open("device")
-      .str("name", p.device->name)
-      .num("world_size", in.world)
-      .num("peak_tflops", in.peak_tflops)
-      .num("mfu", in.mfu)
-      .num("storage_bytes", (double)p.device->storage_bytes)
-      .num("memory_bytes", p.device_memory_bytes)
-      .num("price_per_device_hour", in.price)
-      .close();
-  j.open("compute");
-  if (p.has_budget) j.num("budget_flops", p.budget_flops);
-  j.num("optimal_params", p.optimal.params)
-      .num("optimal_tokens", p.optimal.tokens)
-      .num("optimal_flops", p.optimal.flops)
-      .str("suggested_preset", p.suggested_preset)
-      .num("batch_size", in.B)
-      .num("seq_len", in.T)
-      .num("grad_accum", p.accum)
-      .num("tokens_per_step", (double)p.tokens_per_step)
-      .num("steps", (double)p.steps)
-      .num("tokens", p.tokens)
-      .num("tokens_per_param", p.tokens_per_param)
-      .num("flops_per_token", p.flops_per_token)
-      .num("recompute_flops_per_token", p.recompute_flops_per_token)
-      .num("total_flops", p.total_flops)
-      .close();
-  j.open("memory")
-      .num("params_bytes", (double)p.mem.params)
-      .num("grads_bytes", (double)p.mem.grads)
-      .num("master_bytes", (double)p.mem.master)
-      .num("adam_bytes", (double)p.mem.adam)
-      .num("master_zero1_bytes", (double)p.mem.master_zero1)
-      .num("adam_zero1_bytes", (double)p.mem.adam_zero1)
-      .num("workspace_bytes", (double)p.mem.workspace);
-  j.open("activations_bytes");
-  for (const Recompute& r : listed_policies(in.recompute))
-    j.num(r.name(), (double)p.mem.activations_of(r));
-  j.close();
-  j.open("total_bytes");
-  for (const Recompute& r : listed_policies(in.recompute))
-    j.num(r.name(), (double)p.mem.total_of(r, false));
-  j.close();
-  j.open("total_zero1_bytes");
-  for (const Recompute& r : listed_policies(in.recompute))
-    j.num(r.name(), (double)p.mem.total_of(r, true));
-  j.close();
-  j.close();
-  j.open("time")
-      .str("recompute", in.recompute.name())
-      .num("compute_s", p.compute_s)
-      .num("grad_bytes", p.grad_bytes)
-      .num("link_gbps", in.link_gbps)
-      .num("allreduce_s", p.allreduce_s)
-      .num("step_s", p.step_s)
-      .num("dp_efficiency", p.dp_efficiency)
-      .num("work_hours", p.work_hours)
-      .close();
-  j.open("checkpoint")
-      .num("bytes", p.ckpt_bytes)
-      .num("save_s", p.save_s)
-      .num("restart_s", p.restart_s)
-      .num("interval_s", p.interval_s)
-      .boolean("young_daly", p.interval_from_young_daly)
-      .close();
-  auto cost = [&](const char* key, const CostEstimate& c, double price, double rate) {
-    j.open(key)
-        .num("price_per_device_hour", price)
-        .num("preemptions_per_hour", rate)
-        .num("wall_factor", c.wall_factor)
-        .num("wall_hours", c.wall_hours)
-        .num("device_hours", c.device_hours)
-        .num("preemptions", c.preemptions)
-        .num("cost", c.cost)
-        .close();
+  OrderedJson j;
+  j["model"] = {{"name", in.model_name},
+                {"from_budget", !in.model_given},
+                {"layers", in.cfg.num_layers},
+                {"heads", in.cfg.num_heads},
+                {"channels", in.cfg.channels},
+                {"vocab_size", in.cfg.vocab_size},
+                {"padded_vocab", in.cfg.padded_vocab},
+                {"max_seq_len", in.cfg.max_seq_len},
+                {"params", json_number(p.n_params)}};
+  j["device"] = {{"name", p.device->name},
+                 {"world_size", in.world},
+                 {"peak_tflops", json_number(in.peak_tflops)},
+                 {"mfu", json_number(in.mfu)},
+                 {"storage_bytes", p.device->storage_bytes},
+                 {"memory_bytes", json_number(p.device_memory_bytes)},
+                 {"price_per_device_hour", json_number(in.price)}};
+  OrderedJson& compute = j["compute"];
+  if (p.has_budget) compute["budget_flops"] = json_number(p.budget_flops);
+  compute["optimal_params"] = json_number(p.optimal.params);
+  compute["optimal_tokens"] = json_number(p.optimal.tokens);
+  compute["optimal_flops"] = json_number(p.optimal.flops);
+  compute["suggested_preset"] = p.suggested_preset;
+  compute["batch_size"] = in.B;
+  compute["seq_len"] = in.T;
+  compute["grad_accum"] = p.accum;
+  compute["tokens_per_step"] = p.tokens_per_step;
+  compute["steps"] = p.steps;
+  compute["tokens"] = json_number(p.tokens);
+  compute["tokens_per_param"] = json_number(p.tokens_per_param);
+  compute["flops_per_token"] = json_number(p.flops_per_token);
+  compute["recompute_flops_per_token"] = json_number(p.recompute_flops_per_token);
+  compute["total_flops"] = json_number(p.total_flops);
+  OrderedJson& memory = j["memory"];
+  memory["params_bytes"] = p.mem.params;
+  memory["grads_bytes"] = p.mem.grads;
+  memory["master_bytes"] = p.mem.master;
+  memory["adam_bytes"] = p.mem.adam;
+  memory["master_zero1_bytes"] = p.mem.master_zero1;
+  memory["adam_zero1_bytes"] = p.mem.adam_zero1;
+  memory["workspace_bytes"] = p.mem.workspace;
+  for (const Recompute& r : listed_policies(in.recompute)) {
+    memory["activations_bytes"][r.name()] = p.mem.activations_of(r);
+    memory["total_bytes"][r.name()] = p.mem.total_of(r, false);
+    memory["total_zero1_bytes"][r.name()] = p.mem.total_of(r, true);
+  }
+  j["time"] = {{"recompute", in.recompute.name()},
+               {"compute_s", json_number(p.compute_s)},
+               {"grad_bytes", json_number(p.grad_bytes)},
+               {"link_gbps", json_number(in.link_gbps)},
+               {"allreduce_s", json_number(p.allreduce_s)},
+               {"step_s", json_number(p.step_s)},
+               {"dp_efficiency", json_number(p.dp_efficiency)},
+               {"work_hours", json_number(p.work_hours)}};
+  j["checkpoint"] = {{"bytes", json_number(p.ckpt_bytes)},
+                     {"save_s", json_number(p.save_s)},
+                     {"restart_s", json_number(p.restart_s)},
+                     {"interval_s", json_number(p.interval_s)},
+                     {"young_daly", p.interval_from_young_daly}};
+  auto cost = [](const CostEstimate& c, double price, double rate) {
+    return OrderedJson{{"price_per_device_hour", json_number(price)},
+                       {"preemptions_per_hour", json_number(rate)},
+                       {"wall_factor", json_number(c.wall_factor)},
+                       {"wall_hours", json_number(c.wall_hours)},
+                       {"device_hours", json_number(c.device_hours)},
+                       {"preemptions", json_number(c.preemptions)},
+                       {"cost", json_number(c.cost)}};
   };
-  cost("on_demand", p.on_demand, in.price, 0.0);
-  cost("spot", p.spot, in.price * in.spot_fraction, in.preemptions_per_hour);
-  j.close();
-  return j.text() + "\n";
+  j["on_demand"] = cost(p.on_demand, in.price, 0.0);
+  j["spot"] = cost(p.spot, in.price * in.spot_fraction, in.preemptions_per_hour);
+  return json_line(j) + "\n";
 }
 
 }  // namespace ratchet::plan

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include "core/error.h"
 
@@ -38,6 +39,21 @@ std::string find_run_log(const std::string& run_dir) {
   fail("several .jsonl files in ", run_dir, " and no train.jsonl: pass one with --log:", list);
 }
 
+nlohmann::json parse_log_line(std::string_view line) {
+  nlohmann::json o = nlohmann::json::parse(line);
+  if (!o.is_object())
+    throw std::runtime_error(std::string("a JSON ") + o.type_name() + ", not an object");
+  return o;
+}
+
+namespace {
+// The number under `key`, or nullptr when absent or not a number.
+const nlohmann::json* number(const nlohmann::json& o, const char* key) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_number() ? &*it : nullptr;
+}
+}  // namespace
+
 RunLog read_run_log(const std::string& path) {
   std::ifstream f(path);
   if (!f) fail("training log ", path, " cannot be opened");
@@ -50,28 +66,29 @@ RunLog read_run_log(const std::string& path) {
   while (std::getline(f, line)) {
     lineno++;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    FlatObject o;
+    nlohmann::json o;
     try {
-      o = parse_flat_object(line);
+      o = parse_log_line(line);
     } catch (const std::exception& e) {
       // A killed run may leave a torn last line; anything else is an error.
       if (f.peek() == EOF) break;
       fail("training log ", path, " line ", lineno, " is not a JSON object: ", e.what());
     }
     log.lines++;
-    const double* step = find_number(o, "step");
+    const nlohmann::json* step = number(o, "step");
     if (!step) continue;
-    if (const double* vl = find_number(o, "val_loss")) {
-      evals[*step] = EvalRecord{*step, *vl};
+    const double at = step->get<double>();
+    if (const nlohmann::json* vl = number(o, "val_loss")) {
+      evals[at] = EvalRecord{at, vl->get<double>()};
       continue;
     }
-    const double* loss = find_number(o, "loss");
+    const nlohmann::json* loss = number(o, "loss");
     if (!loss) continue;
     StepRecord r;
-    r.step = *step;
-    r.loss = *loss;
+    r.step = at;
+    r.loss = loss->get<double>();
     auto get = [&](const char* k, double& out) {
-      if (const double* v = find_number(o, k)) out = *v;
+      if (const nlohmann::json* v = number(o, k)) out = v->get<double>();
     };
     get("lr", r.lr);
     get("grad_norm", r.grad_norm);
@@ -89,6 +106,21 @@ RunLog read_run_log(const std::string& path) {
     fail("training log ", path, " has no step or evaluation records (expected lines like "
          "{\"step\": 1, \"loss\": ...})");
   return log;
+}
+
+OrderedJson read_ledger(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) fail("ledger ", path, " cannot be opened");
+  OrderedJson ledger;
+  try {
+    ledger = OrderedJson::parse(f);
+  } catch (const std::exception& e) {
+    fail("ledger ", path, " is not a JSON object: ", e.what());
+  }
+  if (!ledger.is_object())
+    fail("ledger ", path, " is not a JSON object but a ", ledger.type_name(),
+         " (the trainer writes RUN_DIR/ledger.json)");
+  return ledger;
 }
 
 Summary summarize(const RunLog& log) {

@@ -15,9 +15,10 @@
 // above, tokens/s against step below.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "report/flat_json.h"
+#include "core/json.h"
 
 namespace ratchet::report {
 
@@ -38,6 +39,13 @@ struct RunLog {
 // Throws Error naming the file (and line) if it is missing, empty, or holds
 // a line that is not a JSON object.
 RunLog read_run_log(const std::string& path);
+// One line of the log as a JSON object; throws (nlohmann::json::exception or
+// std::runtime_error, with what was wrong) when it is not one.
+nlohmann::json parse_log_line(std::string_view line);
+
+// RUN_DIR/ledger.json, members in file order; Error naming the file when it
+// cannot be read or is not one JSON object.
+OrderedJson read_ledger(const std::string& path);
 
 // The log file of a run directory: RUN_DIR/train.jsonl, else the only *.jsonl
 // in RUN_DIR. Throws Error saying what was found otherwise.

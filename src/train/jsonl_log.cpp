@@ -1,10 +1,10 @@
 #include "train/jsonl_log.h"
 
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace ratchet {
 
@@ -19,18 +19,10 @@ JsonlLog::~JsonlLog() {
 
 void JsonlLog::write(const std::vector<std::pair<std::string, double>>& fields) {
   if (!f_) return;
-  std::fputc('{', f_);
-  for (size_t i = 0; i < fields.size(); i++) {
-    const double v = fields[i].second;
-    std::fprintf(f_, "%s\"%s\": ", i ? ", " : "", fields[i].first.c_str());
-    if (!std::isfinite(v))
-      std::fputs("null", f_);
-    else if (v == std::floor(v) && std::fabs(v) < 1e15)
-      std::fprintf(f_, "%.0f", v);
-    else
-      std::fprintf(f_, "%.9g", v);
-  }
-  std::fputs("}\n", f_);
+  OrderedJson line = OrderedJson::object();
+  for (const auto& [key, value] : fields) line[key] = json_number(value);
+  const std::string text = line.dump() + "\n";
+  std::fwrite(text.data(), 1, text.size(), f_);
   std::fflush(f_);
 }
 

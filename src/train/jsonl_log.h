@@ -18,7 +18,8 @@ class JsonlLog {
   JsonlLog(const JsonlLog&) = delete;
   JsonlLog& operator=(const JsonlLog&) = delete;
   bool enabled() const { return f_ != nullptr; }
-  // Writes {"k1": v1, ...}; values are numbers (non-finite ones as null).
+  // Writes {"k1":v1,...} on one line; values are numbers (integral ones as
+  // integers, non-finite ones as null).
   void write(const std::vector<std::pair<std::string, double>>& fields);
 
  private:

@@ -2,7 +2,8 @@
 
 #include <cstdio>
 #include <fstream>
-#include <sstream>
+
+#include "core/json.h"
 
 namespace ratchet {
 
@@ -47,40 +48,31 @@ Ledger Ledger::from_map(const std::map<std::string, double>& m) {
 }
 
 bool Ledger::write_json(const std::string& path) const {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) return false;
-  std::fprintf(f, "{");
-  bool first = true;
-  for (const auto& fl : kFields) {
-    std::fprintf(f, "%s\n  \"%s\": %.17g", first ? "" : ",", fl.name, this->*fl.member);
-    first = false;
-  }
+  OrderedJson j;
+  for (const auto& f : kFields) j[f.name] = json_number(this->*f.member);
   // Derived figures, for people and `ratchet report` (ignored when read back).
-  std::fprintf(f, ",\n  \"wall_hours\": %.9g,\n  \"device_hours\": %.9g,\n"
-               "  \"data_stall_percent\": %.4g\n}\n",
-               wall_hours(), device_hours(), data_stall_percent());
-  bool ok = std::fflush(f) == 0;
-  ok = (std::fclose(f) == 0) && ok;
-  return ok && std::rename(tmp.c_str(), path.c_str()) == 0;
+  j["wall_hours"] = json_number(wall_hours());
+  j["device_hours"] = json_number(device_hours());
+  j["data_stall_percent"] = json_number(data_stall_percent());
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  if (!out) return false;
+  out << j.dump(2) << "\n";
+  out.close();
+  return out && std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
 std::optional<Ledger> Ledger::read_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string s = ss.str();
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;  // torn or foreign: the checkpoint's ledger stands
   Ledger l;
   for (const auto& f : kFields) {
-    const std::string key = std::string("\"") + f.name + "\":";
-    auto p = s.find(key);
-    if (p == std::string::npos) continue;
-    try {
-      l.*f.member = std::stod(s.substr(p + key.size()));
-    } catch (...) {
-      return std::nullopt;
-    }
+    auto it = j.find(f.name);
+    if (it == j.end()) continue;
+    if (!it->is_number()) return std::nullopt;
+    l.*f.member = it->get<double>();
   }
   return l;
 }

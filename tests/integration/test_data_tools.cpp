@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "data/h5_util.h"
-#include "data/llmc_tokens.h"
+#include "data_tools/llmc_tokens.h"
 #include "data/shard_reader.h"
-#include "data/shard_writer.h"
+#include "data_tools/shard_writer.h"
 #include "data/token_dataset.h"
 #include "testing/test_util.h"
 

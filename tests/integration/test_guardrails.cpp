@@ -38,10 +38,9 @@ class Guardrails : public ::testing::Test {
            " --run-dir " + run_dir;
   }
   static double ledger(const std::string& run_dir, const std::string& key) {
-    const std::string s = read_file(run_dir + "/ledger.json");
-    auto p = s.find("\"" + key + "\": ");
-    EXPECT_NE(p, std::string::npos) << key << " missing in " << s;
-    return p == std::string::npos ? NAN : std::stod(s.substr(p + key.size() + 4));
+    const nlohmann::json j = read_json_file(run_dir + "/ledger.json");
+    EXPECT_TRUE(j.contains(key) && j[key].is_number()) << key << " missing in " << j.dump();
+    return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
   }
   static TempDir* dir_;
 };

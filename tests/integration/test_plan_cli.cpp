@@ -12,20 +12,23 @@ using namespace ratchet::testing;
 
 namespace {
 
-// The number after "key": inside the object "section": {...} of a JSON text.
+// The number under `key` in the object `section` of plan's JSON (at the top
+// level or inside one of its objects, e.g. "memory" / "activations_bytes").
 double json_number(const std::string& json, const std::string& section, const std::string& key) {
-  size_t p = json.find("\"" + section + "\": {");
-  if (p == std::string::npos) return NAN;
-  p = json.find("\"" + key + "\": ", p);
-  if (p == std::string::npos) return NAN;
-  return std::stod(json.substr(p + key.size() + 4));
+  const nlohmann::json j = nlohmann::json::parse(json);
+  const nlohmann::json* sec = j.contains(section) ? &j[section] : nullptr;
+  for (const auto& [name, v] : j.items())
+    if (!sec && v.is_object() && v.contains(section)) sec = &v[section];
+  if (!sec || !sec->contains(key) || !(*sec)[key].is_number()) return NAN;
+  return (*sec)[key].get<double>();
 }
 
-std::string json_string(const std::string& json, const std::string& key) {
-  size_t p = json.find("\"" + key + "\": \"");
-  if (p == std::string::npos) return "";
-  p += key.size() + 5;
-  return json.substr(p, json.find('"', p) - p);
+// The string `key` in the object `section` of plan's JSON.
+std::string json_string(const std::string& json, const std::string& section,
+                        const std::string& key) {
+  const nlohmann::json j = nlohmann::json::parse(json);
+  if (!j.contains(section) || !j[section].contains(key) || !j[section][key].is_string()) return "";
+  return j[section][key].get<std::string>();
 }
 
 void expect_usage_error(const RunResult& r, const std::string& needle) {
@@ -118,14 +121,15 @@ TEST(PlanCli, BudgetPicksAModel) {
   EXPECT_NEAR(json_number(r.output, "compute", "budget_flops"), 500 / 1.8 * 3600 * 312e12 * 0.4,
               1e10);
   EXPECT_NEAR(json_number(r.output, "compute", "optimal_params"), 1.0198e9, 1e6);
-  EXPECT_NE(r.output.find("\"from_budget\": true"), std::string::npos);
-  EXPECT_EQ(json_string(r.output, "name"), json_string(r.output, "suggested_preset"));
+  EXPECT_EQ(nlohmann::json::parse(r.output)["model"]["from_budget"], true);
+  EXPECT_EQ(json_string(r.output, "model", "name"),
+            json_string(r.output, "compute", "suggested_preset"));
   EXPECT_LE(json_number(r.output, "compute", "total_flops"),
             json_number(r.output, "compute", "budget_flops"));
   // with --model the budget only sets the tokens
   r = run_ratchet("plan --model d6 --budget-flops 1e18 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(json_string(r.output, "name"), "d6");
+  EXPECT_EQ(json_string(r.output, "model", "name"), "d6");
 }
 
 TEST(PlanCli, ReadsATrainingRunsIniFile) {

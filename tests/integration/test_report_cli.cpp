@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "report/flat_json.h"
 #include "testing/test_util.h"
 
 using namespace ratchet::testing;
@@ -198,13 +197,14 @@ TEST_F(ReportCli, RealRunGivesSummaryPngAndSvg) {
   // --json: one object with the same figures
   r = run_ratchet("report " + run + " --json --no-plot");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto o = ratchet::report::parse_flat_object(r.output);
-  ASSERT_NE(ratchet::report::find_number(o, "steps"), nullptr) << r.output;
-  EXPECT_EQ(*ratchet::report::find_number(o, "steps"), 12);
-  EXPECT_EQ(*ratchet::report::find_number(o, "evals"), 4);
-  EXPECT_GT(*ratchet::report::find_number(o, "mean_tokens_per_s"), 0);
-  EXPECT_LT(*ratchet::report::find_number(o, "best_val_loss"), 5.6);  // below ln(257)
-  EXPECT_NE(r.output.find("\"ledger\": {"), std::string::npos) << r.output;
+  const nlohmann::json o = nlohmann::json::parse(r.output);
+  ASSERT_TRUE(o.contains("steps")) << r.output;
+  EXPECT_EQ(o["steps"], 12);
+  EXPECT_EQ(o["evals"], 4);
+  EXPECT_GT(o["mean_tokens_per_s"].get<double>(), 0);
+  EXPECT_LT(o["best_val_loss"].get<double>(), 5.6);  // below ln(257)
+  ASSERT_TRUE(o["ledger"].is_object()) << r.output;
+  EXPECT_EQ(o["ledger"]["max_step"], 12);
 }
 
 // A log as a requeued run leaves it: steps 41-60 logged twice (the run was
@@ -238,13 +238,16 @@ TEST(ReportSynthetic, ReplayedStepsTornLineAndLedger) {
 
   r = run_ratchet("report " + d.path + " --json --no-plot");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto o = ratchet::report::parse_flat_object(r.output);
-  using ratchet::report::find_number;
-  EXPECT_EQ(*find_number(o, "replayed_steps"), 20);
+  const ratchet::OrderedJson o = ratchet::OrderedJson::parse(r.output);
+  EXPECT_EQ(o["replayed_steps"], 20);
   // steps 2..40 at 1000 tokens/s, 41..120 (the replays win) at 4000: time-weighted,
   // (39 + 80) · 2048 tokens over 39 · 2.048 + 80 · 0.512 s = 243712 / 120.832 s
-  EXPECT_NEAR(*find_number(o, "mean_tokens_per_s"), 243712 / 120.832, 0.01);
-  EXPECT_NE(r.output.find("\"ledger\": {\"wall_hours\": 0.25"), std::string::npos) << r.output;
+  EXPECT_NEAR(o["mean_tokens_per_s"].get<double>(), 243712 / 120.832, 0.01);
+  // The ledger as it was, members in file order.
+  ASSERT_TRUE(o["ledger"].is_object()) << r.output;
+  EXPECT_EQ(o["ledger"].begin().key(), "wall_hours") << r.output;
+  EXPECT_EQ(o["ledger"]["wall_hours"], 0.25);
+  EXPECT_EQ(o["ledger"]["device"], "h100");
 }
 
 TEST(ReportSynthetic, LogWithoutValidation) {

@@ -14,7 +14,7 @@
 #include "data/gpt2_tokenizer.h"
 #include "data/shard_format.h"
 #include "data/shard_reader.h"
-#include "data/sha256.h"
+#include "data_tools/checksum.h"
 #include "data/token_dataset.h"
 #include "testing/test_util.h"
 
@@ -200,12 +200,23 @@ TEST(ShardCliSources, DedupRemovesPlantedDuplicatesAndReports) {
   EXPECT_NE(r.output.find("5 documents in, 1 exact and 1 near"), std::string::npos) << r.output;
   EXPECT_EQ(byte_docs(stream_of(dir / "o/train_*.h5")),
             (std::vector<std::string>{"unique one\n", base + "\n", "other\n"}));
-  std::string rep = read_file(dir / "o/dedup_report.jsonl");
-  EXPECT_NE(rep.find("\"removed\": \"" + (dir / "d.txt") + ":5\", \"reason\": \"exact\", \"kept\": \"" +
-                     (dir / "d.txt") + ":1\""),
-            std::string::npos)
-      << rep;
-  EXPECT_NE(rep.find("\"reason\": \"near\""), std::string::npos) << rep;
+  const std::vector<nlohmann::json> rep = read_jsonl(dir / "o/dedup_report.jsonl");
+  ASSERT_EQ(rep.size(), 2u);
+  EXPECT_EQ(rep[0], (nlohmann::json{{"removed", dir / "d.txt:5"}, {"reason", "exact"},
+                                    {"kept", dir / "d.txt:1"}}));
+  EXPECT_EQ(rep[1]["reason"], "near");
+  EXPECT_GE(rep[1]["jaccard"].get<double>(), 0.8);
+
+  // File names are JSON strings, escaped: a quote, a backslash and UTF-8.
+  const std::string odd = dir / "q\"b\\s \u00e9.txt";
+  write_file(odd, "same\n%\nsame\n");
+  r = run_ratchet("shard --input '" + odd + "' --separator % --dedup exact --output-dir " +
+                  (dir / "o2") + " --val-fraction 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<nlohmann::json> rep2 = read_jsonl(dir / "o2/dedup_report.jsonl");
+  ASSERT_EQ(rep2.size(), 1u);
+  EXPECT_EQ(rep2[0]["removed"], odd + ":3");
+  EXPECT_EQ(rep2[0]["kept"], odd + ":1");
   ShardFile f(dir / "o/train_000000.h5");
   EXPECT_EQ(f.string_attr(shard_format::kAttrDedup).value_or(""), "exact+near");
   EXPECT_EQ(f.int_attr(shard_format::kAttrDedupIn).value_or(0), 5);
@@ -261,6 +272,15 @@ TEST(ShardCliSources, BadInputsNameTheFile) {
   expect_error(run_ratchet("shard --input " + (dir / "l.jsonl") + " --jsonl-field text" + out +
                            " --overwrite"),
                {dir / "l.jsonl:1", "not valid JSONL"});
+  // Strict JSON: a lone surrogate escape or invalid UTF-8 inside a string.
+  write_file(dir / "s.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"a \\ud800 b\"}\n");
+  expect_error(run_ratchet("shard --input " + (dir / "s.jsonl") + " --jsonl-field text" + out +
+                           " --overwrite"),
+               {dir / "s.jsonl:2", "not valid JSONL", "surrogate"});
+  write_file(dir / "u.jsonl", "{\"text\": \"a \xff b\"}\n");
+  expect_error(run_ratchet("shard --input " + (dir / "u.jsonl") + " --jsonl-field text" + out +
+                           " --overwrite"),
+               {dir / "u.jsonl:1", "not valid JSONL", "UTF-8"});
   expect_error(run_ratchet("shard --input " + (dir / "e.txt") + " --separator '(' " + out +
                            " --overwrite"),
                {"--separator", "regular expression"});

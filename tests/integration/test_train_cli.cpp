@@ -37,18 +37,6 @@ class TrainCli : public ::testing::Test {
 };
 TempDir* TrainCli::dir_ = nullptr;
 
-// Values of `key` in the JSONL lines that have it.
-std::vector<double> jsonl_values(const std::string& path, const std::string& key) {
-  std::vector<double> out;
-  std::istringstream in(read_file(path));
-  std::string line, pat = "\"" + key + "\": ";
-  while (std::getline(in, line)) {
-    auto p = line.find(pat);
-    if (p != std::string::npos) out.push_back(std::stod(line.substr(p + pat.size())));
-  }
-  return out;
-}
-
 void expect_usage_error(const RunResult& r, const std::string& needle) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find(needle), std::string::npos) << "message lacks '" << needle << "':\n"

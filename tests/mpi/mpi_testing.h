@@ -38,14 +38,7 @@ inline std::vector<float> read_export(const std::string& path) {
 
 // The training losses of a --log-jsonl file, in order (evaluation lines skipped).
 inline std::vector<double> read_losses(const std::string& path) {
-  std::vector<double> out;
-  std::istringstream in(read_file(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto k = line.find("\"loss\": ");
-    if (k != std::string::npos) out.push_back(std::stod(line.substr(k + 8)));
-  }
-  return out;
+  return jsonl_values(path, "loss");
 }
 
 }  // namespace ratchet::testing

@@ -84,4 +84,25 @@ double nmse(const float* a, const float* ref, size_t n) {
   return den > 0 ? num / den : num;
 }
 
+nlohmann::json read_json_file(const std::string& path) {
+  return nlohmann::json::parse(read_file(path));
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(read_file(path));
+  std::string line;
+  while (std::getline(in, line))
+    if (line.find_first_not_of(" \t\r") != std::string::npos)
+      out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::vector<double> jsonl_values(const std::string& path, const std::string& key) {
+  std::vector<double> out;
+  for (const nlohmann::json& o : read_jsonl(path))
+    if (o.contains(key) && o[key].is_number()) out.push_back(o[key].get<double>());
+  return out;
+}
+
 }  // namespace ratchet::testing

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
+
 namespace ratchet::testing {
 
 // A fresh directory under $TMPDIR (or /tmp), removed when the object dies.
@@ -31,6 +33,14 @@ void write_file(const std::string& path, const std::string& text);
 // (10% validation). Returns "" on success, else what failed.
 std::string shard_bible(const TempDir& dir, const std::string& passage);
 std::string read_file(const std::string& path);
+
+// JSON files as ratchet writes them, read with nlohmann-json (a test fails
+// with the parse error when they are not JSON): one document, or one object
+// per non-blank line.
+nlohmann::json read_json_file(const std::string& path);
+std::vector<nlohmann::json> read_jsonl(const std::string& path);
+// The numbers under `key` in the JSONL lines that have it, in order.
+std::vector<double> jsonl_values(const std::string& path, const std::string& key);
 
 // Wall-clock seconds (steady clock).
 double now_seconds();

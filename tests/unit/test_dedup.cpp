@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "data/dedup.h"
+#include "data_tools/dedup.h"
 
 using namespace ratchet;
 
@@ -87,6 +87,8 @@ TEST(Dedup, FindsPlantedExactAndNearDuplicatesAndKeepsTheRest) {
   DedupResult r2 = deduplicate(views, o);
   EXPECT_EQ(r1.removed, r2.removed);
   ASSERT_EQ(r1.removals.size(), r2.removals.size());
+  o.threads = 5;  // more OpenMP threads than cores
+  EXPECT_EQ(deduplicate(views, o).removed, r1.removed);
 
   EXPECT_EQ(r1.exact_removed, 10u);
   EXPECT_EQ(r1.near_removed, 10u);

@@ -20,7 +20,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/gpt2_pretokenize.h"
-#include "data/json_lite.h"
+#include "core/json.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/tokenizer.h"
 #include "testing/test_util.h"
@@ -36,9 +36,7 @@ const std::string kDir = default_gpt2_dir();
 // Token ids of each string by the JavaScript reference encoder.
 std::vector<std::vector<uint32_t>> js_encode(const std::vector<std::string>& texts) {
   TempDir dir;
-  std::string in = "[";
-  for (size_t i = 0; i < texts.size(); i++) in += (i ? ",\n" : "") + json::quote(texts[i]);
-  write_file(dir / "in.json", in + "]");
+  write_file(dir / "in.json", nlohmann::json(texts).dump());
   RunResult r = run_shell("node " + std::string(RATCHET_TESTS_DIR) + "/data/gpt2_reference.js " +
                           kDir + " " + (dir / "in.json") + " > " + (dir / "out.txt"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -77,7 +75,7 @@ void expect_same_as_js(const std::vector<std::string>& texts) {
       std::ostringstream g, w;
       for (auto v : got) g << v << ' ';
       for (auto v : want[i]) w << v << ' ';
-      ADD_FAILURE() << "text " << i << ": " << json::quote(texts[i]) << "\n  ours: " << g.str()
+      ADD_FAILURE() << "text " << i << ": " << nlohmann::json(texts[i]).dump() << "\n  ours: " << g.str()
                     << "\n  js:   " << w.str();
     }
   }

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "data/loader.h"
-#include "data/shard_writer.h"
+#include "data_tools/shard_writer.h"
 #include "data/token_dataset.h"
 #include "testing/test_util.h"
 

@@ -15,7 +15,7 @@
 #include "data/h5_util.h"
 #include "data/loader.h"
 #include "data/shard_reader.h"
-#include "data/shard_writer.h"
+#include "data_tools/shard_writer.h"
 #include "data/token_dataset.h"
 #include "testing/test_util.h"
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
 #include "plan/plan.h"
@@ -27,6 +28,25 @@ TEST(Plan, Gpt2SmallHas124475904Parameters) {
   EXPECT_EQ(p.n_params, 124475904.0);
   EXPECT_EQ(nearest_preset(124475904.0, 50257, 1024), "d12");
   EXPECT_EQ(nearest_preset(1.05 * 124475904.0, 50257, 1024), "d12");
+}
+
+// plan --json escapes its strings: a name with a quote, a backslash, a
+// control character and non-ASCII text reads back unchanged, and the figures
+// keep their types (integers stay integers, booleans booleans).
+TEST(Plan, JsonEscapesStringsAndRoundTrips) {
+  PlanInputs in;
+  in.cfg = d12();
+  in.steps = 10;
+  in.model_name = "my \"d12\" \\ run\t\u00e9\u6f22 \U0001F600";
+  const Plan p = make_plan(in);
+  const nlohmann::json j = nlohmann::json::parse(plan_json(p));
+  EXPECT_EQ(j["model"]["name"], in.model_name);
+  EXPECT_TRUE(j["model"]["params"].is_number_integer());
+  EXPECT_EQ(j["model"]["params"], 124475904);
+  EXPECT_TRUE(j["model"]["from_budget"].is_boolean());
+  EXPECT_EQ(j["compute"]["steps"], 10);
+  EXPECT_TRUE(j["memory"]["activations_bytes"].contains("none"));
+  EXPECT_TRUE(j["time"]["step_s"].is_number_float());
 }
 
 TEST(Plan, ComputeOptimalIsSixNDWithTwentyTokensPerParameter) {

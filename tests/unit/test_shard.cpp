@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
 #include "data/shard_reader.h"
-#include "data/shard_writer.h"
+#include "data_tools/shard_writer.h"
 #include "data/token_dataset.h"
 #include "testing/test_util.h"
 

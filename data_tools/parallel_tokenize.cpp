@@ -1,9 +1,8 @@
-#include "data/parallel_tokenize.h"
+#include "data_tools/parallel_tokenize.h"
 
 #include <algorithm>
-#include <atomic>
+#include <cstddef>
 #include <exception>
-#include <thread>
 
 namespace ratchet {
 namespace {
@@ -62,25 +61,33 @@ void tokenize_parallel(const Tokenizer& tok, const std::vector<const std::string
   }
   first_task[docs.size()] = tasks.size();
   std::vector<std::vector<uint32_t>> results(tasks.size());
-  std::atomic<size_t> next{0};
+  // Dynamic scheduling: piece costs differ (a short document next to a 256 KiB
+  // piece); each task writes only results[i], so the order does not matter.
+  // An exception cannot leave an OpenMP region: the first one is kept and
+  // rethrown after it, the other tasks then skip their work.
   std::exception_ptr error;
-  std::atomic<bool> failed{false};
-  auto work = [&] {
+  bool failed = false;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(std::max(1, threads))
+  for (std::ptrdiff_t i = 0; i < (std::ptrdiff_t)tasks.size(); i++) {
+    bool skip;
+#pragma omp atomic read
+    skip = failed;
+    if (skip) continue;
     try {
-      for (size_t i; !failed && (i = next.fetch_add(1)) < tasks.size();) {
-        const Task& k = tasks[i];
-        const std::string& t = *docs[k.doc];
-        results[i] = (k.begin == 0 && k.end == t.size()) ? tok.encode(t)
-                                                         : tok.encode(t.substr(k.begin, k.end - k.begin));
-      }
+      const Task& k = tasks[(size_t)i];
+      const std::string& t = *docs[k.doc];
+      results[(size_t)i] = (k.begin == 0 && k.end == t.size())
+                               ? tok.encode(t)
+                               : tok.encode(t.substr(k.begin, k.end - k.begin));
     } catch (...) {
-      if (!failed.exchange(true)) error = std::current_exception();
+#pragma omp critical(ratchet_tokenize_error)
+      if (!failed) {
+        error = std::current_exception();
+#pragma omp atomic write
+        failed = true;
+      }
     }
-  };
-  std::vector<std::thread> pool;
-  for (int i = 1; i < std::max(1, threads) && (size_t)i < tasks.size(); i++) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
+  }
   if (error) std::rethrow_exception(error);
   out.assign(docs.size(), {});
   for (size_t d = 0; d < docs.size(); d++) {

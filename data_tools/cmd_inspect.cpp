@@ -11,8 +11,9 @@
 
 #include "cli/commands.h"
 #include "cli/options_util.h"
+#include "data_tools/commands.h"
 #include "core/error.h"
-#include "data/progress.h"
+#include "data_tools/progress.h"
 #include "data/shard_reader.h"
 #include "data/tokenizer.h"
 

@@ -5,8 +5,10 @@
 // ("data/a.jsonl:17") for error messages and the dedup report.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <regex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ratchet {
@@ -55,6 +57,13 @@ struct TextCorpus {
 // that does not compile, and no document at all.
 TextCorpus read_text_corpus(const std::vector<std::string>& inputs,
                             const TextSourceOptions& options);
+
+// The text of one JSONL record: the string member `field` of the JSON object
+// on `line`, or nullopt when the object has no such member. Throws Error
+// naming `where` ("file:line") when the line is not one JSON object or the
+// member is not a string.
+std::optional<std::string> jsonl_text_field(std::string_view line, const std::string& field,
+                                            const std::string& where);
 
 // True when `s` is valid UTF-8.
 bool is_valid_utf8(const std::string& s);

@@ -1,4 +1,4 @@
-#include "data/shard_verify.h"
+#include "data_tools/shard_verify.h"
 
 #include <algorithm>
 

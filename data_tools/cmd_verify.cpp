@@ -1,4 +1,4 @@
-// `ratchet verify SHARDS...`: deep checks of token shards (data/shard_verify.h).
+// `ratchet verify SHARDS...`: deep checks of token shards (data_tools/shard_verify.h).
 // Prints "ok <path> ..." or "FAILED <path>: <problem>" per shard; exits 0 when
 // all pass, 1 when any fails, 2 on bad arguments.
 #include <boost/program_options.hpp>
@@ -9,9 +9,10 @@
 
 #include "cli/commands.h"
 #include "cli/options_util.h"
+#include "data_tools/commands.h"
 #include "core/error.h"
 #include "data/shard_reader.h"
-#include "data/shard_verify.h"
+#include "data_tools/shard_verify.h"
 
 namespace ratchet {
 namespace po = boost::program_options;

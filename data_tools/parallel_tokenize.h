@@ -21,7 +21,7 @@ inline constexpr size_t kTokenizePieceBytes = size_t(1) << 18;
 // `piece_bytes`; none when the tokenizer is not known to allow cutting.
 std::vector<size_t> safe_cuts(const Tokenizer& tok, const std::string& text, size_t piece_bytes);
 
-// out[i] = tok.encode(*docs[i]), computed by `threads` threads.
+// out[i] = tok.encode(*docs[i]), computed by `threads` OpenMP threads.
 void tokenize_parallel(const Tokenizer& tok, const std::vector<const std::string*>& docs,
                        int threads, std::vector<std::vector<uint32_t>>& out,
                        size_t piece_bytes = kTokenizePieceBytes);

@@ -1,4 +1,4 @@
-#include "data/shard_writer.h"
+#include "data_tools/shard_writer.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,9 +1,8 @@
-#include "data/dedup.h"
+#include "data_tools/dedup.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <thread>
+#include <cstddef>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -56,16 +55,12 @@ std::vector<uint32_t> minhash(std::string_view norm, int num_perm, int ngram) {
   return sig;
 }
 
+// fn(i) for i in [0, n) on `threads` OpenMP threads; each i writes only its
+// own slot, so the result does not depend on the thread count.
 template <typename Fn>
 void parallel_for(size_t n, int threads, Fn fn) {
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
-  };
-  std::vector<std::thread> ts;
-  for (int t = 1; t < std::max(1, threads); t++) ts.emplace_back(work);
-  work();
-  for (auto& t : ts) t.join();
+#pragma omp parallel for schedule(dynamic, 16) num_threads(std::max(1, threads))
+  for (std::ptrdiff_t i = 0; i < (std::ptrdiff_t)n; i++) fn((size_t)i);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "data/text_source.h"
+#include "data_tools/text_source.h"
 
 #include <glob.h>
 #include <sys/stat.h>
@@ -14,9 +14,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "data/gpt2_pretokenize.h"
-#include "data/json_lite.h"
-#include "data/sha256.h"
+#include "data_tools/checksum.h"
 
 namespace ratchet {
 namespace fs = std::filesystem;
@@ -126,6 +126,26 @@ std::string TextCorpus::where(const TextDocument& d) const {
   return d.line ? n + ":" + std::to_string(d.line) : n;
 }
 
+std::optional<std::string> jsonl_text_field(std::string_view line, const std::string& field,
+                                            const std::string& where) {
+  nlohmann::json record;
+  try {
+    record = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("--input ", where, " is not valid JSONL (", e.what(),
+         "): each line must be one JSON object");
+  }
+  if (!record.is_object())
+    fail("--input ", where, " is not valid JSONL (a ", record.type_name(),
+         ", not an object): each line must be one JSON object");
+  auto it = record.find(field);
+  if (it == record.end()) return std::nullopt;
+  if (!it->is_string())
+    fail("--input ", where, ": field \"", field, "\" is not a string but a ", it->type_name(),
+         ": pass the --jsonl-field that holds the text");
+  return it->get<std::string>();
+}
+
 TextCorpus read_text_corpus(const std::vector<std::string>& inputs,
                             const TextSourceOptions& o) {
   const std::string flag = "--input";
@@ -168,13 +188,8 @@ TextCorpus read_text_corpus(const std::vector<std::string>& inputs,
         pos = nl + 1;
         line_no++;
         if (blank(std::string(line), 0, line.size())) continue;
-        std::optional<std::string> value;
-        try {
-          value = json::string_field(line, o.jsonl_field);
-        } catch (const json::ParseError& e) {
-          fail(flag, " ", name, ":", line_no, " is not valid JSONL (", e.what, " at column ",
-               e.offset + 1, "): each line must be one JSON object");
-        }
+        std::optional<std::string> value =
+            jsonl_text_field(line, o.jsonl_field, name + ":" + std::to_string(line_no));
         if (!value)
           fail(flag, " ", name, ":", line_no, " has no field \"", o.jsonl_field,
                "\": pass the --jsonl-field that holds the text");

@@ -1,4 +1,4 @@
-#include "data/progress.h"
+#include "data_tools/progress.h"
 
 #include <unistd.h>
 

