@@ -8,7 +8,7 @@
 namespace ratchet::kernels {
 
 namespace {
-constexpr int kRowsPerChunk = 32;
+constexpr int kRowsPerChunk = kBiasGradRowsPerChunk;  // scratch_bytes.h
 }
 
 // ==== kernels ====================================================================================
@@ -33,10 +33,6 @@ __global__ void bias_grad_final_kernel(T* dbias, const float* partial, int chunk
 }
 
 // ==== launchers ==================================================================================
-
-size_t bias_grad_scratch_bytes(int N, int OC) {
-  return (size_t)ceil_div(N, kRowsPerChunk) * OC * sizeof(float);
-}
 
 template <class T>
 void bias_grad(T* dbias, void* scratch, const T* dout, int N, int OC, cudaStream_t stream) {

@@ -1,10 +1,11 @@
 // Bias gradient: column sums of (N, OC), deterministic.
 #pragma once
 #include "common.cuh"
+#include "scratch_bytes.h"
 
 namespace ratchet::kernels {
 
-size_t bias_grad_scratch_bytes(int N, int OC);
+// Its scratch: kernels/scratch_bytes.h.
 
 // dbias (OC) += sum over n of dout (N,OC)                          (accumulated)
 template <class T>

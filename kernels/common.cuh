@@ -22,6 +22,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
+
+#include "core/cuda_check.h"
 #define RATCHET_SIMT 0
 #elif defined(RATCHET_KERNELS_CUDA)
 // A host-compiled file that calls the nvcc-built launchers (the cuda backend,
@@ -29,6 +31,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include "core/cuda_check.h"
 #define RATCHET_SIMT 0
 #define RATCHET_HOST_ONLY 1
 #else
@@ -41,15 +45,9 @@ namespace ratchet::kernels {
 using bf16 = __nv_bfloat16;
 
 // ---- checks -------------------------------------------------------------------------
-// cudaCheck(call): prints the statement, cudaGetErrorString, function, file:line; aborts.
+// cudaCheck(call) (core/cuda_check.h, included above): prints the statement,
+// cudaGetErrorString, function, file:line, rank, host, device; aborts.
 #if !RATCHET_SIMT
-#define cudaCheck(call)                                                                   \
-  do {                                                                                    \
-    cudaError_t err_ = (call);                                                            \
-    if (err_ != cudaSuccess)                                                              \
-      ::ratchet::check_failed("cuda", #call, cudaGetErrorString(err_), __func__, __FILE__, \
-                              __LINE__);                                                  \
-  } while (0)
 // After a launch: the launch itself (bad configuration) failed?
 #define RATCHET_CHECK_LAUNCH() cudaCheck(cudaGetLastError())
 #else

@@ -10,14 +10,6 @@
 
 namespace ratchet::kernels {
 
-namespace {
-size_t next_pow2(size_t n) {
-  size_t p = 1;
-  while (p < n) p <<= 1;
-  return p;
-}
-}  // namespace
-
 // ==== kernels ====================================================================================
 
 template <class T>
@@ -96,10 +88,6 @@ void encoder_forward(T* out, const int* inp, const T* wte, const T* wpe, int B, 
   RATCHET_LAUNCH((encoder_forward_kernel<T>), grid, block, 0, stream, out, inp, wte, wpe, Tn, C,
                  total);
   RATCHET_CHECK_LAUNCH();
-}
-
-size_t encoder_backward_scratch_bytes(int B, int Tn) {
-  return next_pow2((size_t)B * Tn) * sizeof(unsigned long long);
 }
 
 template <class T>

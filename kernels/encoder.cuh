@@ -1,6 +1,7 @@
 // Token + position embedding, forward and backward (deterministic).
 #pragma once
 #include "common.cuh"
+#include "scratch_bytes.h"
 
 namespace ratchet::kernels {
 
@@ -9,8 +10,7 @@ template <class T>
 void encoder_forward(T* out, const int* inp, const T* wte, const T* wpe, int B, int Tn, int C,
                      cudaStream_t stream);
 
-// Bytes of scratch encoder_backward needs (sort keys for B*T tokens).
-size_t encoder_backward_scratch_bytes(int B, int Tn);
+// Its scratch: kernels/scratch_bytes.h.
 
 // dwte (Vp,C) += dout summed over the positions holding each token;
 // dwpe (maxT,C) rows < T += dout summed over b.                     (accumulated)

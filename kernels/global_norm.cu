@@ -9,7 +9,7 @@
 namespace ratchet::kernels {
 
 namespace {
-constexpr int kBlocks = 256;
+constexpr int kBlocks = kGlobalNormBlocks;  // scratch_bytes.h
 constexpr int kThreads = 512;
 }
 
@@ -35,8 +35,6 @@ __global__ void norm_final_kernel(double* out, const double* partial) {
 }
 
 // ==== launchers ==================================================================================
-
-size_t global_norm_scratch_bytes() { return kBlocks * sizeof(double); }
 
 template <class T>
 void global_norm_squared(double* out, void* scratch, const T* x, size_t n, cudaStream_t stream) {

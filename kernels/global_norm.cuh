@@ -1,10 +1,11 @@
 // Deterministic sum of squares (the global gradient norm is its square root).
 #pragma once
 #include "common.cuh"
+#include "scratch_bytes.h"
 
 namespace ratchet::kernels {
 
-size_t global_norm_scratch_bytes();
+// Its scratch: kernels/scratch_bytes.h.
 
 // out[0] (FP64) = sum_i x[i]^2 over n elements                     (overwritten)
 // Same bits for the same input on any device: the partition of the sum is fixed.

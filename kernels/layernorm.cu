@@ -13,7 +13,7 @@
 namespace ratchet::kernels {
 
 namespace {
-constexpr int kRowsPerChunk = 32;
+constexpr int kRowsPerChunk = kLayernormRowsPerChunk;  // scratch_bytes.h
 constexpr int kWarpsPerBlock = 4;
 }  // namespace
 
@@ -183,10 +183,6 @@ void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t str
     RATCHET_LAUNCH((residual_forward_kernel<T>), grid, block, 0, stream, out, a, b, n);
   }
   RATCHET_CHECK_LAUNCH();
-}
-
-size_t layernorm_backward_scratch_bytes(int N, int C) {
-  return 2 * (size_t)ceil_div(N, kRowsPerChunk) * C * sizeof(float);
 }
 
 template <class T>

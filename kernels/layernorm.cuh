@@ -1,6 +1,7 @@
 // LayerNorm forward/backward, the fused residual-add + LayerNorm, the residual add.
 #pragma once
 #include "common.cuh"
+#include "scratch_bytes.h"
 
 namespace ratchet::kernels {
 
@@ -21,8 +22,7 @@ void residual_layernorm_forward(T* residual, T* out, float* mean, float* rstd, c
 template <class T>
 void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t stream);
 
-// Bytes of scratch layernorm_backward needs.
-size_t layernorm_backward_scratch_bytes(int N, int C);
+// Its scratch: kernels/scratch_bytes.h.
 
 // dinp (N,C) +=, dw (C) +=, db (C) += (all accumulated). Deterministic.
 template <class T>

@@ -22,6 +22,8 @@
 #include <memory>
 #include <string>
 
+#include "backend/memory_model.h"
+
 namespace ratchet {
 
 using dptr = void*;
@@ -42,7 +44,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   // Bytes of one element in storage dtype (4 for FP32, 2 for BF16).
-  virtual size_t storage_bytes() const = 0;
+  size_t storage_bytes() const { return memory_model().storage_bytes; }
 
   // ---- memory -------------------------------------------------------------
   virtual void* alloc(size_t bytes) = 0;  // zero-filled
@@ -149,21 +151,21 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
 
   // ---- memory plan (exact accounting; see model/memory.h) ----------------------
-  // Shapes of one micro-batch of a GPT, for the scratch its ops need.
-  struct OpShapes {
-    int B = 0, T = 0, C = 0, NH = 0, Vp = 0;
-  };
+  using OpShapes = ratchet::OpShapes;
+  // How this backend allocates (backend/memory_model.h): the one description
+  // that alloc() follows and that model/memory.h and `ratchet plan` compute with.
+  virtual const BackendMemoryModel& memory_model() const = 0;
   // Bytes of scratch the backend's ops need at most for these shapes (attention
   // permutes, reduction scratch, epilogue outputs); 0 if the ops need none.
-  virtual size_t workspace_bytes(const OpShapes&) const { return 0; }
+  size_t workspace_bytes(const OpShapes& s) const { return memory_model().workspace_bytes(s); }
   // Sizes the scratch once (the model calls it with workspace_bytes() when it
   // sizes its activations), so that no op grows it later.
   virtual void reserve_workspace(size_t /*bytes*/) {}
   // Bytes one alloc(bytes) really takes (after rounding); what bytes_in_use adds.
-  virtual size_t alloc_size(size_t bytes) const { return bytes; }
+  size_t alloc_size(size_t bytes) const { return memory_model().alloc_size(bytes); }
   // Bytes the backend holds for itself from construction (reduction results,
   // GEMM workspace), counted in bytes_in_use.
-  virtual size_t overhead_bytes() const { return 0; }
+  size_t overhead_bytes() const { return memory_model().overhead_bytes; }
   // From now on every alloc() comes out of one block of `bytes` (the arena,
   // sized by the memory accounting); exceeding it is an Error naming the
   // request. 0 or unsupported: allocate as before. The highest bytes_in_use
@@ -180,7 +182,7 @@ class Backend {
   virtual size_t free_memory_bytes() const { return 0; }
   // Extra bytes per parameter the backend allocates by itself (e.g. 4 for the
   // cuda backend's FP32 master weights with BF16 storage), for memory plans.
-  virtual size_t extra_bytes_per_param() const { return 0; }
+  size_t extra_bytes_per_param() const { return memory_model().extra_bytes_per_param; }
   // Dense peak of the device in the storage precision, TFLOP/s (MFU); 0: unknown.
   virtual double peak_tflops() const { return 0.0; }
 };

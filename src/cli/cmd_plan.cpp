@@ -2,6 +2,7 @@
 // (or, with --json, one JSON object). The arithmetic and its assumptions are
 // documented in plan/plan.h; the recompute policies in model/recompute.h.
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 
@@ -114,6 +115,49 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
   return all;
 }
 
+// Every number given must mean what it says: plan used to replace a
+// negative --mfu or --save-seconds by its default and pass NaN through.
+void check_plan_values(const po::variables_map& vm, const plan::PlanInputs& in, const Flags& f) {
+  const double inf = INFINITY;
+  auto given = [&](const char* flag) { return vm.count(flag) && !vm[flag].defaulted(); };
+  // flag, value, lowest, highest, whether the lowest itself is allowed, what it must be
+  struct Range {
+    const char* flag;
+    double v, lo, hi;
+    bool lo_ok;
+    const char* what;
+  };
+  const Range ranges[] = {
+      {"mfu", in.mfu, 0, 1, false, "in (0, 1]"},
+      {"peak-tflops", in.peak_tflops, 0, inf, false, "positive"},
+      {"device-memory-gb", in.device_memory_gb, 0, inf, false, "positive"},
+      {"price-per-device-hour", in.price, 0, inf, true, ">= 0"},
+      {"link-gbps", in.link_gbps, 0, inf, false, "positive"},
+      {"spot-price-fraction", in.spot_fraction, 0, 1, false, "in (0, 1]"},
+      {"preemptions-per-hour", in.preemptions_per_hour, 0, inf, true, ">= 0"},
+      {"ckpt-interval-minutes", in.ckpt_interval_minutes, 0, inf, false, "positive"},
+      {"save-seconds", in.save_seconds, 0, inf, false, "positive"},
+      {"restart-seconds", in.restart_seconds, 0, inf, true, ">= 0"},
+      {"tokens", in.tokens, 0, 1e30, false, "positive"},
+      {"budget-flops", in.budget_flops, 0, inf, false, "positive"},
+      {"budget-device-hours", in.budget_device_hours, 0, inf, false, "positive"},
+      {"budget-money", in.budget_money, 0, inf, false, "positive"},
+  };
+  for (const Range& r : ranges) {
+    if (!given(r.flag)) continue;
+    const bool ok = std::isfinite(r.v) && (r.lo_ok ? r.v >= r.lo : r.v > r.lo) && r.v <= r.hi;
+    if (!ok) fail("--", r.flag, " must be a number ", r.what, " (got ", r.v, ")");
+  }
+  const std::pair<const char*, long> counts[] = {
+      {"steps", in.steps},      {"world-size", in.world}, {"batch-size", in.B},
+      {"seq-len", in.T},        {"layers", f.layers},     {"heads", f.heads},
+      {"channels", f.channels}, {"vocab-size", f.vocab_size}, {"max-seq-len", f.max_seq_len}};
+  for (const auto& [flag, v] : counts)
+    if (given(flag) && v < 1) fail("--", flag, " must be at least 1 (got ", v, ")");
+  if (given("total-batch-tokens") && in.total_batch_tokens < 1)
+    fail("--total-batch-tokens must be positive (got ", in.total_batch_tokens, ")");
+}
+
 }  // namespace
 
 int cmd_plan(int argc, char** argv) {
@@ -132,6 +176,7 @@ int cmd_plan(int argc, char** argv) {
   }
   if (vm.count("config")) {
     const std::string path = vm["config"].as<std::string>();
+    check_config_path(path);
     std::ifstream file(path);
     if (!file) fail("--config ", path, ": cannot open the file");
     try {
@@ -141,6 +186,7 @@ int cmd_plan(int argc, char** argv) {
     }
   }
   po::notify(vm);
+  check_plan_values(vm, in, f);
 
   // Budgets without --model choose the model.
   in.model_given = vm["model"].defaulted() == false || vm.count("layers") ||
@@ -168,10 +214,6 @@ int cmd_plan(int argc, char** argv) {
   in.model_name = f.layers || f.heads || f.channels ? "custom" : f.model;
   in.device = f.device;
   in.recompute = parse_recompute(f.recompute);
-  if (vm.count("tokens") && in.tokens <= 0) fail("--tokens must be positive");
-  for (const char* b : {"budget-flops", "budget-device-hours", "budget-money"})
-    if (vm.count(b) && vm[b].as<double>() <= 0) fail("--", b, " must be positive");
-  if (vm.count("steps") && in.steps <= 0) fail("--steps must be positive");
 
   const plan::Plan p = plan::make_plan(in);
   std::cout << (f.json ? plan::plan_json(p) : plan::plan_table(p));

@@ -201,6 +201,9 @@ int cmd_train(int argc, char** argv) {
   }
   if (vm.count("config")) parse_config_file(vm["config"].as<std::string>(), desc, vm, "train");
   po::notify(vm);
+  if (vm.count("total-batch-tokens") && o.total_batch_tokens <= 0)
+    fail("--total-batch-tokens must be positive (got ", o.total_batch_tokens,
+         "); leave it out for one micro-batch per step");
   o.lr_schedule = schedule;
   if (batch == "auto") {
     o.batch_size = 0;
@@ -223,7 +226,7 @@ int cmd_train(int argc, char** argv) {
     if (ov != "on" && ov != "off") fail("--overlap-comm must be on or off (got '", ov, "')");
     o.overlap_comm = ov == "on";
   }
-  return run_training(o).exit_code;
+  return run_training(o);
 }
 
 }  // namespace ratchet

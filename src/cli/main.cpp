@@ -7,7 +7,9 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/fault.h"
 #include "data_tools/commands.h"
+#include "train/stop_signals.h"
 #include "version.h"
 #ifdef RATCHET_REGISTER_NCCL
 #include "dist/nccl_communicator.h"
@@ -49,6 +51,13 @@ void usage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `ratchet train`: the stop signals only set a flag from the first line on
+  // (a Slurm preemption in the first milliseconds must still save and requeue,
+  // not kill); --preempt-signal is added once the flags are read.
+  if (argc >= 2 && !std::strcmp(argv[1], "train")) {
+    ratchet::install_stop_signals("USR1");
+    ratchet::fault_point("start");
+  }
 #if defined(RATCHET_REGISTER_CUDA_BACKEND) || defined(RATCHET_REGISTER_SIMT_BACKEND)
   ratchet::register_cuda_backend();  // --device cuda (or simt)
 #endif

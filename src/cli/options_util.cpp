@@ -1,6 +1,7 @@
 #include "cli/options_util.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
@@ -26,8 +27,15 @@ bool parse_options(int argc, char** argv, const po::options_description& desc,
   }
 }
 
+void check_config_path(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    fail("--config ", path, " is a directory: give the INI file");
+}
+
 void parse_config_file(const std::string& path, const po::options_description& desc,
                        po::variables_map& vm, const char* cmd) {
+  check_config_path(path);
   std::ifstream f(path);
   if (!f) fail("--config ", path, ": cannot open the file");
   try {

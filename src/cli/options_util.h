@@ -19,4 +19,7 @@ void parse_config_file(const std::string& path,
                        const boost::program_options::options_description& desc,
                        boost::program_options::variables_map& vm, const char* cmd);
 
+// --config PATH must name a file (an ifstream on a directory "opens" and reads nothing).
+void check_config_path(const std::string& path);
+
 }  // namespace ratchet

@@ -208,7 +208,7 @@ std::unique_ptr<Communicator> make_communicator() {
 #ifdef RATCHET_HAVE_MPI
     c = make_mpi_communicator(li);
 #else
-    set_log_rank(li.rank);
+    set_log_rank(li.rank, li.world);
     fail("launched as rank ", li.rank, " of ", li.world, " (", li.source,
          ") but this ratchet was built without MPI: install an MPI (libopenmpi-dev) and "
          "rebuild, or run one process");
@@ -216,7 +216,7 @@ std::unique_ptr<Communicator> make_communicator() {
   } else {
     c = make_single_communicator();
   }
-  set_log_rank(c->rank());
+  set_log_rank(c->rank(), c->world());
   return c;
 }
 

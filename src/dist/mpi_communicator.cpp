@@ -15,20 +15,22 @@
 
 namespace ratchet {
 
-void mpi_check_failed(int err, const char* stmt, const char* func, const char* file, int line) {
+std::string mpi_error_text(int err) {
   char msg[MPI_MAX_ERROR_STRING] = "?";
   int len = 0;
   MPI_Error_string(err, msg, &len);
-  char host[256] = "?";
-  gethostname(host, sizeof host - 1);
-  std::fprintf(stderr, "[ratchet mpi error] %s\n  in %s at %s:%d (rank %d, host %s)\n  %s\n", msg,
-               func, file, line, log_rank(), host, stmt);
-  std::fflush(stderr);
-  int inited = 0;
-  MPI_Initialized(&inited);
-  if (inited) MPI_Abort(MPI_COMM_WORLD, 1);
-  std::abort();
+  return msg;
 }
+
+namespace {
+// check_failed()'s fatal hook: a failing rank takes the whole job down.
+void abort_mpi_job() {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+}
+}  // namespace
 
 // ---- bfloat16: a 2-byte datatype and user-defined reductions -------------------------
 // Created when the communicator initialises MPI (MPI_DATATYPE_NULL before).
@@ -168,16 +170,16 @@ class MpiCommunicator final : public Communicator {
     if (!inited) {
       int provided = 0;
       // The loader's prefetch thread never calls MPI: FUNNELED is enough.
-      int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
-      if (rc != MPI_SUCCESS) mpi_check_failed(rc, "MPI_Init_thread", __func__, __FILE__, __LINE__);
+      mpiCheck(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
       owns_mpi_ = true;
     }
+    set_fatal_hook(abort_mpi_job);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     mpiCheck(MPI_Comm_dup(MPI_COMM_WORLD, &comm_));
     mpiCheck(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     mpiCheck(MPI_Comm_rank(comm_, &rank_));
     mpiCheck(MPI_Comm_size(comm_, &world_));
-    set_log_rank(rank_);
+    set_log_rank(rank_, world_);
     if (li.world > 1 && (li.rank != rank_ || li.world != world_)) {
       std::fprintf(stderr,
                    "ratchet: error: the launcher variables (%s) say rank %d of %d but MPI says "

@@ -11,15 +11,16 @@
 #include <mpi.h>
 
 #include <memory>
+#include <string>
+
+#include "core/error.h"
 
 #include "dist/communicator.h"
 
 namespace ratchet {
 
-// Prints the statement, function, file:line, rank, host and MPI's error
-// string, then MPI_Abort()s the whole job.
-[[noreturn]] void mpi_check_failed(int err, const char* stmt, const char* func, const char* file,
-                                   int line);
+// MPI's text for an error code (mpiCheck's detail).
+std::string mpi_error_text(int err);
 
 // Initialises MPI (MPI_THREAD_FUNNELED) if needed; finalises it when destroyed.
 std::unique_ptr<Communicator> make_mpi_communicator(const LaunchInfo& launch);
@@ -28,9 +29,6 @@ MPI_Datatype mpi_dtype(DType t);
 
 }  // namespace ratchet
 
-#define mpiCheck(stmt)                                                                \
-  do {                                                                                \
-    int mpi_check_err_ = (stmt);                                                      \
-    if (mpi_check_err_ != MPI_SUCCESS)                                                \
-      ::ratchet::mpi_check_failed(mpi_check_err_, #stmt, __func__, __FILE__, __LINE__); \
-  } while (0)
+// core/error.h's family: reports MPI's text, then (the communicator's fatal
+// hook) MPI_Abort()s the whole job.
+#define mpiCheck(stmt) RATCHET_CHECK_STATUS("mpi", stmt, MPI_SUCCESS, ::ratchet::mpi_error_text)

@@ -12,34 +12,11 @@
 
 namespace ratchet {
 
-namespace {
-
-[[noreturn]] void report_and_abort(const char* lib, const char* detail, const char* stmt,
-                                   const char* func, const char* file, int line) {
-  char host[256] = "?";
-  gethostname(host, sizeof host - 1);
-  int dev = -1;
-  cudaGetDevice(&dev);
-  std::fprintf(stderr,
-               "[ratchet %s error] %s\n  in %s at %s:%d (rank %d, host %s, device %d)\n  %s\n",
-               lib, detail, func, file, line, log_rank(), host, dev, stmt);
-  std::fflush(stderr);
-  std::abort();  // a dead rank ends an mpirun/srun job (--kill-on-bad-exit)
-}
-
-}  // namespace
-
-void nccl_check_failed(ncclResult_t r, ncclComm_t comm, const char* stmt, const char* func,
-                       const char* file, int line) {
+std::string NcclErrorText::operator()(ncclResult_t r) const {
   std::string detail = ncclGetErrorString(r);
   const char* last = ncclGetLastError(comm);
   if (last && *last) detail += std::string(": ") + last;
-  report_and_abort("nccl", detail.c_str(), stmt, func, file, line);
-}
-
-void cuda_check_failed(cudaError_t e, const char* stmt, const char* func, const char* file,
-                       int line) {
-  report_and_abort("cuda", cudaGetErrorString(e), stmt, func, file, line);
+  return detail;
 }
 
 ncclDataType_t nccl_dtype(DType t) {
@@ -88,6 +65,7 @@ void nccl_select_device(int local_rank) {
     return;
   }
   cudaCheck(cudaSetDevice(local_rank % n));
+  set_device_probe(current_cuda_device);
 }
 
 namespace {

@@ -17,19 +17,23 @@
 // live on the host.
 #pragma once
 #ifdef RATCHET_HAVE_NCCL
-#include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <memory>
+#include <string>
+
+#include "core/cuda_check.h"
 
 #include "dist/communicator.h"
 
 namespace ratchet {
 
-[[noreturn]] void nccl_check_failed(ncclResult_t r, ncclComm_t comm, const char* stmt,
-                                    const char* func, const char* file, int line);
-[[noreturn]] void cuda_check_failed(cudaError_t e, const char* stmt, const char* func,
-                                    const char* file, int line);
+// NCCL's text for a result, with ncclGetLastError's detail for `comm` (which
+// may be null before a communicator exists): ncclCheck's detail.
+struct NcclErrorText {
+  ncclComm_t comm = nullptr;
+  std::string operator()(ncclResult_t r) const;
+};
 
 // Rank 0 creates the unique id; the host communicator broadcasts it.
 ncclUniqueId nccl_bootstrap_id(Communicator& host);
@@ -50,18 +54,9 @@ ncclRedOp_t nccl_op(ReduceOp op);
 
 }  // namespace ratchet
 
-// ncclGetLastError needs a communicator (may be null before one exists).
-#define ncclCheckComm(stmt, comm)                                                        \
-  do {                                                                                   \
-    ncclResult_t nccl_check_r_ = (stmt);                                                 \
-    if (nccl_check_r_ != ncclSuccess)                                                    \
-      ::ratchet::nccl_check_failed(nccl_check_r_, comm, #stmt, __func__, __FILE__, __LINE__); \
-  } while (0)
+// core/error.h's family. ncclGetLastError needs a communicator (may be null
+// before one exists).
+#define ncclCheckComm(stmt, comm) \
+  RATCHET_CHECK_STATUS("nccl", stmt, ncclSuccess, ::ratchet::NcclErrorText{comm})
 #define ncclCheck(stmt) ncclCheckComm(stmt, nullptr)
-#define cudaCheck(stmt)                                                                    \
-  do {                                                                                     \
-    cudaError_t cuda_check_e_ = (stmt);                                                    \
-    if (cuda_check_e_ != cudaSuccess)                                                      \
-      ::ratchet::cuda_check_failed(cuda_check_e_, #stmt, __func__, __FILE__, __LINE__);    \
-  } while (0)
 #endif  // RATCHET_HAVE_NCCL

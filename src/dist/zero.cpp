@@ -30,10 +30,10 @@ std::vector<size_t> stage1_elems(size_t P, int W) {
 }
 }  // namespace
 
-size_t DataParallel::buffer_bytes(const Backend& be, size_t P, int W, int stage) {
+size_t DataParallel::buffer_bytes(const BackendMemoryModel& be, size_t P, int W, int stage) {
   if (stage != 1) return 0;
   size_t b = 0;
-  for (size_t n : stage1_elems(P, W)) b += be.alloc_size(n * be.storage_bytes());
+  for (size_t n : stage1_elems(P, W)) b += be.alloc_size(n * be.storage_bytes);
   return b;
 }
 

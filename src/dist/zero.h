@@ -112,7 +112,10 @@ class DataParallel {
 
   // Bytes this object allocates from `be` for P parameters on W ranks at this
   // stage (as Backend::alloc_size rounds them); AdamW's moments not included.
-  static size_t buffer_bytes(const Backend& be, size_t P, int W, int stage);
+  static size_t buffer_bytes(const BackendMemoryModel& be, size_t P, int W, int stage);
+  static size_t buffer_bytes(const Backend& be, size_t P, int W, int stage) {
+    return buffer_bytes(be.memory_model(), P, W, stage);
+  }
 
  private:
   struct HookState;

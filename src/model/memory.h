@@ -3,15 +3,17 @@
 // the cuda backend's arena (Backend::use_arena), and that tests compare with
 // the backend's own count (bytes_in_use / peak_bytes_in_use) byte for byte.
 //
-// Every figure is what Backend::alloc() is asked for, rounded as the backend
-// rounds it (Backend::alloc_size):
+// It needs no backend, only its description (backend/memory_model.h:
+// Backend::memory_model() for a live one; `ratchet plan` builds one for a
+// device it cannot create). Every figure is what Backend::alloc() is asked
+// for, rounded as the backend rounds it (BackendMemoryModel::alloc_size):
 //   params, grads   P elements each, storage dtype          (GPT)
 //   activations     GPT::activation_bytes(B, T, policy)      (GPT, one alloc)
-//   workspace       Backend::workspace_bytes(op_shapes)      (the ops' scratch)
+//   workspace       workspace_bytes(op_shapes)               (the ops' scratch)
 //   moments         AdamW m and v, FP32, n elements each (n = P, or the ZeRO-1
 //                   shard), at least 1 element each          (AdamW)
 //   master          FP32 master copy of the parameter allocation when the
-//                   storage is not FP32 (Backend::extra_bytes_per_param)
+//                   storage is not FP32 (extra_bytes_per_param)
 //   dp_buffers      data-parallel staging buffers (DataParallel::buffer_bytes)
 // plus overhead: what the backend holds from construction (reduction results,
 // GEMM workspace), outside the arena.
@@ -19,6 +21,7 @@
 #include <cstddef>
 
 #include "backend/backend.h"
+#include "backend/memory_model.h"
 #include "model/config.h"
 #include "model/recompute.h"
 
@@ -37,6 +40,12 @@ struct StepMemory {
 
 // moment_elems: the length of the optimizer's m and v (P, or a ZeRO-1 shard).
 StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
-                       const Backend& be, size_t moment_elems, size_t dp_buffer_bytes);
+                       const BackendMemoryModel& be, size_t moment_elems,
+                       size_t dp_buffer_bytes);
+// The same for a live backend (its own description).
+inline StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
+                              const Backend& be, size_t moment_elems, size_t dp_buffer_bytes) {
+  return step_memory(cfg, B, T, policy, be.memory_model(), moment_elems, dp_buffer_bytes);
+}
 
 }  // namespace ratchet

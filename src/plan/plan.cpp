@@ -8,16 +8,16 @@
 #include <cstdio>
 #include <sstream>
 
+#include "ckpt/young_daly.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "dist/zero.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
 
 namespace ratchet::plan {
 
 namespace {
-
-size_t align64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 // Physical memory of this host (bytes), for the cpu device.
 double host_memory_bytes() {
@@ -82,8 +82,6 @@ double ring_allreduce_seconds(double bytes, int n, double bytes_per_s) {
   return 2.0 * (n - 1) / n * bytes / bytes_per_s;
 }
 
-double young_daly_seconds(double save_s, double mtbf_s) { return std::sqrt(2.0 * save_s * mtbf_s); }
-
 CostEstimate on_demand_cost(double work_hours, int world, double price, double interval_s,
                             double save_s) {
   CostEstimate c;
@@ -108,22 +106,26 @@ CostEstimate spot_cost(double work_hours, int world, double price, double spot_f
   return c;
 }
 
-size_t MemoryPlan::total(Recompute::Kind p, bool zero1) const {
-  return params + grads + (zero1 ? master_zero1 + adam_zero1 : master + adam) + activations[p] +
-         workspace;
+BackendMemoryModel backend_memory_model(const Device& d) {
+  return d.storage_bytes == sizeof(float) ? cpu_memory_model()
+                                          : cuda_memory_model(d.storage_bytes,
+                                                              kCublasLtWorkspaceBytes);
 }
 
-size_t MemoryPlan::total_chosen(bool zero1) const {
-  return params + grads + (zero1 ? master_zero1 + adam_zero1 : master + adam) +
-         activations_chosen + workspace;
+namespace {
+size_t index_of(const std::vector<Recompute>& v, const Recompute& r) {
+  const auto it = std::find(v.begin(), v.end(), r);
+  RATCHET_ASSERT(it != v.end());
+  return (size_t)(it - v.begin());
 }
+}  // namespace
 
 size_t MemoryPlan::activations_of(const Recompute& r) const {
-  return r == chosen ? activations_chosen : activations[r.kind];
+  return plain[index_of(policies, r)].activations;
 }
 
-size_t MemoryPlan::total_of(const Recompute& r, bool zero1) const {
-  return r == chosen ? total_chosen(zero1) : total(r.kind, zero1);
+size_t MemoryPlan::total_of(const Recompute& r, bool z1) const {
+  return (z1 ? zero1 : plain)[index_of(policies, r)].total();
 }
 
 std::vector<Recompute> listed_policies(const Recompute& chosen) {
@@ -132,30 +134,49 @@ std::vector<Recompute> listed_policies(const Recompute& chosen) {
   return v;
 }
 
-MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t sb, int world,
-                           const Recompute& chosen) {
+MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, const BackendMemoryModel& be,
+                           int world, const Recompute& chosen) {
   const size_t P = ParamLayout(cfg).total;
-  const size_t shard = (P + world - 1) / world;
+  // Rank 0 holds the largest ZeRO-1 shard (dist/zero.h).
+  const ShardRange own = shard_range(P, world, 0);
+  const size_t zero1_buffers = DataParallel::buffer_bytes(be, P, world, 1);
   MemoryPlan m;
-  m.params = align64(P * sb);
-  m.grads = align64(P * sb);
-  const bool fp32 = sb == sizeof(float);  // params are their own master copy
-  m.master = fp32 ? 0 : align64(P * sizeof(float));
-  m.adam = 2 * align64(P * sizeof(float));
-  m.master_zero1 = fp32 ? 0 : align64(shard * sizeof(float));
-  m.adam_zero1 = 2 * align64(shard * sizeof(float));
-  for (const Recompute& p : standard_recompute_policies())
-    m.activations[p.kind] = GPT::activation_bytes(cfg, B, T, sb, p);
-  m.chosen = chosen;
-  m.activations_chosen = GPT::activation_bytes(cfg, B, T, sb, chosen);
-  if (!fp32) {
-    auto a256 = [](size_t x) { return (x + 255) / 256 * 256; };
-    const size_t BT = (size_t)B * T;
-    m.workspace = 7 * a256(BT * cfg.channels * sb) +
-                  a256((size_t)B * cfg.num_heads * T * T * sb) + (32u << 20);
+  m.policies = listed_policies(chosen);
+  for (const Recompute& r : m.policies) {
+    m.plain.push_back(step_memory(cfg, B, T, r, be, P, 0));
+    m.zero1.push_back(step_memory(cfg, B, T, r, be, own.hi - own.lo, zero1_buffers));
   }
+  const StepMemory& s = m.plain.front();
+  m.params = s.params;
+  m.grads = s.grads;
+  m.master = s.master;
+  m.adam = s.moments;
+  m.adam_zero1 = m.zero1.front().moments;
+  m.dp_buffers_zero1 = zero1_buffers;
+  m.workspace = s.workspace;
+  m.overhead = s.overhead;
   return m;
 }
+
+namespace {
+// Sizes are counted in 64-bit bytes (size_t): a model or batch whose bytes do
+// not fit is out of range, said before any count wraps around. The counts
+// here are in floating point, so they cannot overflow themselves.
+void check_sizes_in_range(const GPTConfig& c, int B, int T) {
+  const double C = c.channels, L = c.num_layers, V = c.padded_vocab, NH = c.num_heads;
+  const double params = V * C + (double)c.max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+  // Everything a step holds is below ~40 bytes per parameter (FP32 params,
+  // grads, master, m, v) plus the activations (< 40 values per token, layer
+  // and channel, the attention matrix, the logits), at 4 bytes.
+  const double acts = (double)B * T * (L * (40 * C + 2 * NH * T) + 2 * V) * 4;
+  const double limit = 9.2e18;  // 2^63 bytes
+  if (params * 40 > limit || acts > limit)
+    fail("the model (--layers ", c.num_layers, ", --channels ", c.channels, ") has ",
+         params, " parameters, and a step at B=", B, " T=", T, " ", acts,
+         " bytes of activations: out of range (byte counts must fit in 64 bits); choose a "
+         "smaller model or batch");
+}
+}  // namespace
 
 Plan make_plan(const PlanInputs& in_) {
   Plan p;
@@ -200,6 +221,7 @@ Plan make_plan(const PlanInputs& in_) {
     }
   }
   const GPTConfig& cfg = in.cfg;
+  check_sizes_in_range(cfg, in.B, in.T);
   p.n_params = (double)ParamLayout(cfg).total;
   if (!p.has_budget) {
     p.optimal.params = p.n_params;
@@ -235,7 +257,8 @@ Plan make_plan(const PlanInputs& in_) {
 
   // ---- memory --------------------------------------------------------------
   const size_t sb = p.device->storage_bytes;
-  p.mem = memory_per_rank(cfg, in.B, in.T, sb, in.world, in.recompute);
+  p.mem = memory_per_rank(cfg, in.B, in.T, backend_memory_model(*p.device), in.world,
+                          in.recompute);
   if (in.device_memory_gb >= 0) p.device_memory_bytes = in.device_memory_gb * 1e9;
   else if (p.device->memory_gb > 0) p.device_memory_bytes = p.device->memory_gb * 1e9;
   else p.device_memory_bytes = host_memory_bytes();
@@ -255,7 +278,7 @@ Plan make_plan(const PlanInputs& in_) {
   if (in.ckpt_interval_minutes > 0) {
     p.interval_s = in.ckpt_interval_minutes * 60;
   } else if (in.preemptions_per_hour > 0) {
-    p.interval_s = young_daly_seconds(p.save_s, 3600.0 / in.preemptions_per_hour);
+    p.interval_s = young_daly_interval_seconds(p.save_s, 3600.0 / in.preemptions_per_hour);
     p.interval_from_young_daly = true;
   }
   p.on_demand = on_demand_cost(p.work_hours, in.world, in.price, p.interval_s, p.save_s);
@@ -362,9 +385,11 @@ std::string plan_table(const Plan& p) {
   };
   row(std::string("parameters (") + dtype(sb) + ")", p.mem.params, p.mem.params);
   row(std::string("gradients (") + dtype(sb) + ")", p.mem.grads, p.mem.grads);
-  if (p.mem.master) row("master weights (fp32)", p.mem.master, p.mem.master_zero1);
+  if (p.mem.master) row("master weights (fp32)", p.mem.master, p.mem.master);
   row("AdamW m, v (fp32)", p.mem.adam, p.mem.adam_zero1);
-  if (p.mem.workspace) row("op workspace (attention, GEMM)", p.mem.workspace, p.mem.workspace);
+  row("ZeRO-1 staging buffers", 0, p.mem.dp_buffers_zero1);
+  if (p.mem.workspace) row("op scratch (attention, ...)", p.mem.workspace, p.mem.workspace);
+  if (p.mem.overhead) row("backend (cuBLASLt workspace)", p.mem.overhead, p.mem.overhead);
   o << "  activations by recompute policy (B=" << in.B << ", T=" << in.T << "):\n";
   o << "    policy      activations   total   total ZeRO-1   extra FLOPs   fits "
     << fmt("%.0f", p.device_memory_bytes / 1e9) << " GB\n";
@@ -473,9 +498,11 @@ std::string plan_json(const Plan& p) {
   memory["grads_bytes"] = p.mem.grads;
   memory["master_bytes"] = p.mem.master;
   memory["adam_bytes"] = p.mem.adam;
-  memory["master_zero1_bytes"] = p.mem.master_zero1;
+  memory["master_zero1_bytes"] = p.mem.master;
   memory["adam_zero1_bytes"] = p.mem.adam_zero1;
+  memory["dp_buffers_zero1_bytes"] = p.mem.dp_buffers_zero1;
   memory["workspace_bytes"] = p.mem.workspace;
+  memory["overhead_bytes"] = p.mem.overhead;
   for (const Recompute& r : listed_policies(in.recompute)) {
     memory["activations_bytes"][r.name()] = p.mem.activations_of(r);
     memory["total_bytes"][r.name()] = p.mem.total_of(r, false);

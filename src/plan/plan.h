@@ -5,14 +5,18 @@
 //                         2022): N = sqrt(C/120), D = 20·N. N counts every
 //                         parameter of the flat buffer (padded wte included).
 //   training FLOPs        train_flops_per_token(cfg, T) · tokens (+ recompute)
-//   memory per rank       params and grads in the storage dtype (FP32 on cpu,
-//                         BF16 on GPUs), FP32 master weights on GPUs, AdamW m
-//                         and v (FP32), activations per recompute policy, and on
-//                         GPUs the cuda backend's op workspace (MemoryPlan::workspace).
-//                         ZeRO-1 shards master weights, m and v: ceil(P/world)
-//                         elements each per rank. Every buffer is rounded up to
-//                         64 bytes, as the backends allocate them, so the cpu
-//                         figure for "none" is exactly what CpuBackend allocates.
+//   memory per rank       model/memory.h's step_memory with the backend's
+//                         description (backend/memory_model.h: the cpu backend,
+//                         or the cuda backend with its cuBLASLt workspace for
+//                         a100/h100/h200): params and grads in the storage dtype,
+//                         FP32 master weights (BF16 storage), AdamW m and v,
+//                         activations per recompute policy, the op scratch and
+//                         what the backend holds from construction, each rounded
+//                         as the backend allocates it: what `ratchet train`
+//                         allocates, byte for byte. ZeRO-1 shards m and v
+//                         (ceil(P/world) elements per rank) and adds its staging
+//                         buffers; the master copy stays whole (the cuda backend
+//                         keeps one for the parameter allocation).
 //   step time             compute = FLOPs per rank / (peak · MFU);
 //                         gradient all-reduce (ring) = 2(n-1)/n · grad bytes /
 //                         link bandwidth; no overlap of the two is assumed,
@@ -33,7 +37,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/memory_model.h"
 #include "model/config.h"
+#include "model/memory.h"
 #include "model/recompute.h"
 
 namespace ratchet::plan {
@@ -51,6 +57,8 @@ struct Device {
 };
 // cpu, a100, h100, h200. Throws Error naming --device for an unknown name.
 const Device& find_device(const std::string& name);
+// The backend `ratchet train` runs on it: cpu, or cuda with cuBLASLt.
+BackendMemoryModel backend_memory_model(const Device& d);
 const std::vector<Device>& devices();
 
 // ---- the formulas ------------------------------------------------------------
@@ -64,8 +72,6 @@ constexpr double kTokensPerParam = 20.0;
 std::string nearest_preset(double n_params, int vocab_size, int max_seq_len);
 // Ring all-reduce of `bytes` over n ranks at bytes_per_s per link.
 double ring_allreduce_seconds(double bytes, int n, double bytes_per_s);
-// Young/Daly optimal checkpoint interval (seconds).
-double young_daly_seconds(double save_s, double mtbf_s);
 
 struct CostEstimate {
   double wall_factor = 1;      // billed wall time / pure work time
@@ -83,31 +89,27 @@ CostEstimate spot_cost(double work_hours, int world, double price, double spot_f
                        double restart_s);
 
 // ---- memory --------------------------------------------------------------------
+// step_memory (model/memory.h) for each listed policy, on one rank, without and
+// with ZeRO-1. The pieces that do not depend on the policy are copied out for
+// the table and the JSON.
 struct MemoryPlan {
-  size_t params = 0, grads = 0;    // storage dtype
-  size_t master = 0;               // FP32 master weights (0 on cpu: params are FP32)
-  size_t adam = 0;                 // m + v, FP32
-  size_t master_zero1 = 0, adam_zero1 = 0;  // ZeRO-1 shards per rank
-  size_t activations[4] = {};      // standard_recompute_policies(), indexed by Recompute::kind
-  size_t activations_chosen = 0;   // for PlanInputs::recompute (blocks:k included)
-  // GPUs (BF16 storage): the cuda backend's op scratch at this (B, T), whose
-  // largest user is attention backward (q, k, v, dq, dk, dv, dy and datt, each
-  // rounded to 256 bytes), plus the 32 MiB cuBLASLt workspace. 0 on cpu.
-  // `ratchet train` sizes its arena from the backend's exact figure.
-  size_t workspace = 0;
-  Recompute chosen;                // the policy activations_chosen is for
-  size_t total(Recompute::Kind p, bool zero1) const;
-  size_t total_chosen(bool zero1) const;
-  // Activations and total for any policy memory_per_rank() computed: a
-  // standard one, or the chosen one.
+  std::vector<Recompute> policies;          // listed_policies(chosen)
+  std::vector<StepMemory> plain, zero1;     // one per policy
+  size_t params = 0, grads = 0;             // storage dtype
+  size_t master = 0;                        // FP32 master weights (0 on cpu)
+  size_t adam = 0, adam_zero1 = 0;          // m + v, FP32
+  size_t dp_buffers_zero1 = 0;              // ZeRO-1's staging buffers
+  size_t workspace = 0;                     // the ops' scratch at this (B, T); 0 on cpu
+  size_t overhead = 0;                      // held from construction (cuBLASLt workspace)
+  // Activations and total (everything the backend holds) for a listed policy.
   size_t activations_of(const Recompute& r) const;
   size_t total_of(const Recompute& r, bool zero1) const;
 };
 // The policies a plan lists: the standard four, then the chosen one when it
 // is not among them (blocks:k with k > 1).
 std::vector<Recompute> listed_policies(const Recompute& chosen);
-MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, size_t storage_bytes, int world,
-                           const Recompute& chosen = Recompute());
+MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, const BackendMemoryModel& be,
+                           int world, const Recompute& chosen = Recompute());
 
 // ---- the whole plan ------------------------------------------------------------
 struct PlanInputs {

@@ -30,7 +30,9 @@ struct Ledger {
   double step_seconds = 0;       // time inside training steps (the useful part)
   double max_step = 0;           // furthest step any attempt completed
   double state = 0;              // how the last attempt ended: 0 running (or killed),
-                                 // 1 done, 75 stopped to requeue, 76 budget reached
+                                 // 1 done, 2 failed (exit 1: a failed save, a non-finite
+                                 // loss; not a preemption), 75 stopped to requeue,
+                                 // 76 budget reached
 
   double wall_hours() const { return wall_seconds / 3600; }
   double device_hours() const { return device_seconds / 3600; }

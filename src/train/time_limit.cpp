@@ -82,4 +82,15 @@ bool TimeLimit::should_stop(double step_seconds, double save_seconds) const {
   return seconds_left() < step_seconds + save_seconds + margin_;
 }
 
+std::string fmt_duration(double s) {
+  char buf[32];
+  if (s < 60)
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s < 3600)
+    std::snprintf(buf, sizeof buf, "%dm%02ds", (int)s / 60, (int)s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+  return buf;
+}
+
 }  // namespace ratchet

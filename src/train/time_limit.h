@@ -24,6 +24,9 @@ class TimeLimit {
   std::string source_;
 };
 
+// "45s", "12m05s", "3h20m": a duration for log lines.
+std::string fmt_duration(double seconds);
+
 // Parses Slurm's time formats: "MM:SS", "HH:MM:SS", "D-HH:MM:SS", "D-HH",
 // plain seconds. Returns a negative value for UNLIMITED / NOT_SET / bad input.
 double parse_slurm_duration(const std::string& s);

@@ -189,7 +189,8 @@ TEST_F(Resume, DiskFullDuringASaveKeepsThePreviousCheckpoint) {
                 " --ckpt-every-steps 6\"");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("checkpoint save at step 6 failed"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("previous checkpoint is intact"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("previous checkpoint (step_00000004) is intact"), std::string::npos)
+      << r.output;
   r = run_ratchet("ckpt verify " + (d / "ck"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(read_file(d / "ck/latest"), "step_00000004\n");

@@ -8,6 +8,7 @@
 
 #include "model/memory.h"
 #include "plan/plan.h"
+#include "testing/plan_vs_allocation.h"
 #include "testing/tiny_model.h"
 #include "test_cuda_backend_cases.h"
 
@@ -439,19 +440,28 @@ TEST(CudaBackendSimt, Bf16ResumeRestoresFp32MasterWeightsExactly) {
       << "the resumed model's step differs from the uninterrupted one";
 }
 
-// `ratchet plan`'s GPU workspace estimate (attention backward's scratch +
-// the 32 MiB cuBLASLt workspace) is the backend's own figure wherever attention
-// dominates the op scratch (T large against the vocabulary's bias-gradient
-// scratch): here it is exact.
-TEST(CudaBackendSimtMemory, PlanWorkspaceIsTheBackendsFigure) {
+// `ratchet plan`'s memory for the cuda backend is what it allocates under simt,
+// byte for byte (tests/testing/plan_vs_allocation.h, with and without ZeRO-1),
+// in both storage types; one policy each (simt is slow; the cpu test covers
+// every policy, and the tests above hold step_memory for every policy here).
+TEST(CudaBackendSimtMemory, PlanIsTheAllocation) {
   using namespace ratchet;
-  auto be = make_cuda_backend("bf16");
-  const GPTConfig cfg = ratchet::testing::tiny_config(2, 4, 64, 257, 128);
-  for (auto [B, T] : {std::pair{2, 128}, std::pair{4, 64}}) {
-    const plan::MemoryPlan m = plan::memory_per_rank(cfg, B, T, 2, 1);
-    EXPECT_EQ(m.workspace - (32u << 20), be->workspace_bytes(op_shapes(cfg, B, T)))
-        << "B " << B << " T " << T;
-  }
+  const auto cfg = ratchet::testing::tiny_config(2, 4, 64, 257, 64);
+  ratchet::testing::expect_plan_is_the_allocation([] { return make_cuda_backend("bf16"); }, cfg,
+                                                  2, 16, parse_recompute("blocks:2"), false);
+  ratchet::testing::expect_plan_is_the_allocation([] { return make_cuda_backend("f32"); }, cfg,
+                                                  2, 16, parse_recompute("gelu+ln"), false);
+}
+
+// The description plan uses for a100/h100/h200 is the cuda backend's: the same
+// as this simt build's but for the cuBLASLt workspace, which only a GPU has.
+TEST(CudaBackendSimtMemory, PlanDescribesTheCudaBackend) {
+  using namespace ratchet;
+  BackendMemoryModel simt = make_cuda_backend("bf16")->memory_model();
+  EXPECT_EQ(simt.overhead_bytes, 256u);  // sum_squares' FP64 result, as allocated
+  simt.overhead_bytes += kCublasLtWorkspaceBytes;
+  for (const char* gpu : {"a100", "h100", "h200"})
+    EXPECT_TRUE(plan::backend_memory_model(plan::find_device(gpu)) == simt) << gpu;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "ckpt/young_daly.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "model/gpt.h"
@@ -108,7 +109,7 @@ TEST(Plan, RingAllReduceMoves2NMinus1OverNOfTheBytes) {
 
 TEST(Plan, YoungDalyInterval) {
   // save 60 s, MTBF 2 h: sqrt(2 · 60 · 7200) = sqrt(864000) = 929.5160 s
-  EXPECT_NEAR(young_daly_seconds(60, 7200), 929.516003, 1e-5);
+  EXPECT_NEAR(young_daly_interval_seconds(60, 7200), 929.516003, 1e-5);
   PlanInputs in;
   in.cfg = d12();
   in.steps = 1;
@@ -156,55 +157,72 @@ TEST(Plan, SpotVersusOnDemandCost) {
 TEST(Plan, MemoryPerRankWithAndWithoutZero1) {
   const GPTConfig c = d12();
   const size_t P = 124475904;
+  const Recompute none;
   // cpu (FP32): params and grads 4P each = GPT::param_bytes; no master copy;
-  // m and v 4P each. d12 at B=4, T=64.
-  MemoryPlan m = memory_per_rank(c, 4, 64, 4, 4);
+  // m and v 4P each. d12 at B=4, T=64 (4P is a multiple of 64: no rounding).
+  MemoryPlan m = memory_per_rank(c, 4, 64, cpu_memory_model(), 4);
+  const size_t acts = GPT::activation_bytes(c, 4, 64, 4);
   EXPECT_EQ(m.params + m.grads, GPT::param_bytes(c, 4));
   EXPECT_EQ(m.params, 4 * P);
   EXPECT_EQ(m.master, 0u);
   EXPECT_EQ(m.adam, 8 * P);
-  // ZeRO-1 over 4: shard of 31,118,976 elements -> m and v 2 · 124,475,904 bytes
+  EXPECT_EQ(m.workspace + m.overhead, 0u);
+  // ZeRO-1 over 4: shard of 31,118,976 elements -> m and v 2 · 124,475,904
+  // bytes; staging: the padded buffer 4P bytes plus one shard 124,475,904.
   EXPECT_EQ(m.adam_zero1, 2u * 124475904);
-  EXPECT_EQ(m.activations[0], GPT::activation_bytes(c, 4, 64, 4));
-  EXPECT_EQ(m.total(Recompute::kNone, false), 16 * P + GPT::activation_bytes(c, 4, 64, 4));
-  EXPECT_EQ(m.total(Recompute::kNone, true), 8 * P + 2u * 124475904 +
-                                                 GPT::activation_bytes(c, 4, 64, 4));
-  // GPU (BF16): params, grads 2P each; FP32 master 4P; ZeRO-1 over 3 pads the
-  // shard: ceil(124475904/3) = 41,491,968 elements exactly (divisible), over 5:
-  // ceil = 24,895,181 -> 99,580,724 bytes, rounded up to 64: 99,580,736.
-  MemoryPlan g = memory_per_rank(c, 4, 64, 2, 5);
+  EXPECT_EQ(m.dp_buffers_zero1, 4 * P + 124475904u);
+  EXPECT_EQ(m.activations_of(none), acts);
+  EXPECT_EQ(m.total_of(none, false), 16 * P + acts);
+  EXPECT_EQ(m.total_of(none, true), 8 * P + 2u * 124475904 + 4 * P + 124475904u + acts);
+  // GPU (BF16, the cuda backend): params, grads 2P each (multiples of 256);
+  // FP32 master 4P, whole under ZeRO-1 too (the backend keeps it for the
+  // parameter allocation). ZeRO-1 over 5: ceil(P/5) = 24,895,181 elements ->
+  // 99,580,724 bytes, rounded up to 256: 99,580,928. Overhead: sum_squares'
+  // FP64 result (256 as allocated) + the 32 MiB cuBLASLt workspace.
+  MemoryPlan g = memory_per_rank(c, 4, 64, cuda_memory_model(2, kCublasLtWorkspaceBytes), 5);
   EXPECT_EQ(g.params, 2 * P);
   EXPECT_EQ(g.master, 4 * P);
-  EXPECT_EQ(g.master_zero1, 99580736u);
-  EXPECT_EQ(g.adam_zero1, 2u * 99580736);
+  EXPECT_EQ(g.adam_zero1, 2u * 99580928);
+  EXPECT_EQ(g.overhead, 256u + (32u << 20));
+  // The op scratch at B=4, T=64, C=768, NH=12 is attention backward's: 7 (B,T,C)
+  // bf16 buffers (393,216 bytes each) + datt (B,NH,T,T) 393,216 = 3,145,728,
+  // more than the lm head's bias-gradient partials (8 chunks x 50,304 x 4 =
+  // 1,609,728) or attention forward's 4 x 393,216.
+  EXPECT_EQ(g.workspace, 3145728u);
+  EXPECT_EQ(g.total_of(none, false), 2 * P + 2 * P + 4 * P + 8 * P +
+                                         cuda_memory_model(2, 0).alloc_size(
+                                             GPT::activation_bytes(c, 4, 64, 2)) +
+                                         3145728u + 256u + (32u << 20));
 }
 
 // The savings model/recompute.h states, by hand for d12 at B=4, T=64, FP32
 // (BT = 256, C = 768, L = 12; every size here is a multiple of 64 bytes).
 TEST(Plan, RecomputePoliciesDropWhatTheySay) {
   const GPTConfig c = d12();
-  Recompute gelu, geluln, blocks;
+  Recompute none, gelu, geluln, blocks;
   gelu.kind = Recompute::kGelu;
   geluln.kind = Recompute::kGeluLn;
   blocks.kind = Recompute::kBlocks;
-  MemoryPlan m = memory_per_rank(c, 4, 64, 4, 1);
-  EXPECT_EQ(m.activations[Recompute::kNone], GPT::activation_bytes(c, 4, 64, 4));
+  MemoryPlan m = memory_per_rank(c, 4, 64, cpu_memory_model(), 1);
+  EXPECT_EQ(m.activations_of(none), GPT::activation_bytes(c, 4, 64, 4));
   // gelu: (L-1) · B·T·4C floats = 11 · 256 · 3072 · 4 = 34,603,008 bytes
-  EXPECT_EQ(m.activations[Recompute::kNone] - m.activations[Recompute::kGelu], 34603008u);
+  EXPECT_EQ(m.activations_of(none) - m.activations_of(gelu), 34603008u);
   // gelu+ln: also (2L-1) · B·T·C floats = 23 · 256 · 768 · 4 = 18,087,936 more
-  EXPECT_EQ(m.activations[Recompute::kGelu] - m.activations[Recompute::kGeluLn], 18087936u);
-  EXPECT_LT(m.activations[Recompute::kBlocks], m.activations[Recompute::kGeluLn]);
-  EXPECT_EQ(m.activations[Recompute::kGelu], GPT::activation_bytes(c, 4, 64, 4, gelu));
+  EXPECT_EQ(m.activations_of(gelu) - m.activations_of(geluln), 18087936u);
+  EXPECT_LT(m.activations_of(blocks), m.activations_of(geluln));
+  EXPECT_EQ(m.activations_of(gelu), GPT::activation_bytes(c, 4, 64, 4, gelu));
   EXPECT_GT(recompute_flops_per_token(c, 64, blocks), 0.0);
   EXPECT_EQ(recompute_flops_per_token(c, 64, geluln), 0.0);
   // blocks:4 recomputes layers 0, 4, 8: a quarter of blocks' extra FLOPs
   EXPECT_DOUBLE_EQ(recompute_flops_per_token(c, 64, parse_recompute("blocks:4")),
                    recompute_flops_per_token(c, 64, blocks) / 4);
   // the chosen policy's row
-  MemoryPlan k = memory_per_rank(c, 4, 64, 4, 1, parse_recompute("blocks:4"));
-  EXPECT_EQ(k.activations_chosen, GPT::activation_bytes(c, 4, 64, 4, parse_recompute("blocks:4")));
-  EXPECT_EQ(k.total_chosen(false), k.total(Recompute::kNone, false) -
-                                       k.activations[Recompute::kNone] + k.activations_chosen);
+  const Recompute b4 = parse_recompute("blocks:4");
+  MemoryPlan k = memory_per_rank(c, 4, 64, cpu_memory_model(), 1, b4);
+  EXPECT_EQ(k.policies.size(), 5u);
+  EXPECT_EQ(k.activations_of(b4), GPT::activation_bytes(c, 4, 64, 4, b4));
+  EXPECT_EQ(k.total_of(b4, false),
+            k.total_of(none, false) - k.activations_of(none) + k.activations_of(b4));
 }
 
 TEST(Plan, StepsFromTokensOrDefaultTwentyPerParameter) {

@@ -46,10 +46,6 @@ void CpuBackend::blas_single_thread() {
 
 CpuBackend::~CpuBackend() { std::free(scratch_); }
 
-size_t CpuBackend::alloc_size(size_t bytes) const {
-  return std::max<size_t>(64, (bytes + 63) / 64 * 64);
-}
-
 void* CpuBackend::alloc(size_t bytes) {
   const size_t rounded = alloc_size(bytes);
   void* p = std::aligned_alloc(64, rounded);

@@ -35,13 +35,12 @@ class CpuBackend : public Backend {
   CpuBackend& operator=(const CpuBackend&) = delete;
 
   std::string name() const override { return "cpu"; }
-  size_t storage_bytes() const override { return sizeof(float); }
+  const BackendMemoryModel& memory_model() const override { return model_; }
   int threads() const { return threads_; }
 
   void* alloc(size_t bytes) override;
   void release(void* p) override;
   size_t bytes_in_use() const override { return bytes_in_use_; }
-  size_t alloc_size(size_t bytes) const override;  // 64-byte multiples, at least 64
   void zero(void* p, size_t bytes) override;
   void upload_f32(dptr dst, const float* src, size_t n) override;
   void download_f32(float* dst, cdptr src, size_t n) override;
@@ -92,6 +91,7 @@ class CpuBackend : public Backend {
   int threads_;
   float* scratch_ = nullptr;
   size_t scratch_stride_ = 0;  // floats per thread in scratch_
+  const BackendMemoryModel model_ = cpu_memory_model();  // 64-byte blocks, FP32
   std::unordered_map<void*, size_t> alloc_sizes_;  // live alloc() blocks -> bytes
   size_t bytes_in_use_ = 0;                          // sum of alloc_sizes_
 };

@@ -52,7 +52,7 @@ template <class T>
 constexpr DType dtype_of() {
   return std::is_same<T, float>::value ? DType::f32 : DType::bf16;
 }
-constexpr size_t kAllocAlign = 256;  // cudaMalloc's alignment; also our accounting unit
+constexpr size_t kAllocAlign = kCudaAllocAlign;  // backend/memory_model.h
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 // A 32-bit mix (murmur3 finaliser) for the stochastic-rounding seeds.
@@ -80,9 +80,12 @@ CudaBackend<T>::CudaBackend() : mm_(dtype_of<T>(), nullptr) {
   // Everything held from construction on is overhead: the FP64 norm result
   // (one cudaMalloc, 256 bytes as allocated) and the matmul wrapper's cuBLASLt
   // workspace, which it allocates in its constructor (0 under simt).
+#if !RATCHET_SIMT
+  set_device_probe(current_cuda_device);  // check_failed() names the device
+#endif
+  model_ = cuda_memory_model(sizeof(T), mm_.workspace_bytes());
   norm_out_ = static_cast<double*>(device_malloc(sizeof(double)));
-  overhead_bytes_ = alloc_size(sizeof(double)) + mm_.workspace_bytes();
-  bytes_in_use_ = peak_bytes_ = overhead_bytes_;
+  bytes_in_use_ = peak_bytes_ = overhead_bytes();
 }
 
 template <class T>
@@ -108,11 +111,6 @@ double CudaBackend<T>::peak_tflops() const {
 }
 
 // ---- memory -------------------------------------------------------------------------------
-
-template <class T>
-size_t CudaBackend<T>::alloc_size(size_t bytes) const {
-  return round_up(std::max<size_t>(bytes, 1), kAllocAlign);
-}
 
 template <class T>
 size_t CudaBackend<T>::master_bytes(size_t alloc_bytes) {
@@ -224,57 +222,32 @@ void CudaBackend<T>::reserve_workspace(size_t bytes) {
 
 template <class T>
 size_t CudaBackend<T>::encoder_backward_scratch(int B, int T_) {
-  return kernels::encoder_backward_scratch_bytes(B, T_);
+  return cuda_scratch::encoder_backward(B, T_);
 }
 
 template <class T>
 size_t CudaBackend<T>::layernorm_backward_scratch(int N, int C) {
-  return kernels::layernorm_backward_scratch_bytes(N, C);
+  return cuda_scratch::layernorm_backward(N, C);
 }
 
 template <class T>
 size_t CudaBackend<T>::matmul_backward_scratch(int N, int OC, bool has_dbias) {
-  if (!has_dbias) return 0;
-  // The epilogue's temporary (its output is overwritten, not accumulated), 16-byte
-  // aligned for cuBLASLt; the bias_grad fallback runs after it is dead, so the max.
-  return std::max(round_up((size_t)OC * sizeof(T), 16), kernels::bias_grad_scratch_bytes(N, OC));
+  return cuda_scratch::matmul_backward(N, OC, has_dbias, sizeof(T));
 }
 
 template <class T>
 size_t CudaBackend<T>::attention_forward_scratch(int B, int T_, int C) {
-  // q, k, v, y: (B,NH,T,HS) each, at 256-byte aligned offsets.
-  return 4 * round_up((size_t)B * T_ * C * sizeof(T), kAllocAlign);
+  return cuda_scratch::attention_forward(B, T_, C, sizeof(T));
 }
 
 template <class T>
 size_t CudaBackend<T>::attention_backward_scratch(int B, int T_, int C, int NH) {
-  // q, k, v, dq, dk, dv, dy: (B,NH,T,HS) each; datt (B,NH,T,T).
-  return 7 * round_up((size_t)B * T_ * C * sizeof(T), kAllocAlign) +
-         round_up((size_t)B * NH * T_ * T_ * sizeof(T), kAllocAlign);
+  return cuda_scratch::attention_backward(B, T_, C, NH, sizeof(T));
 }
 
 template <class T>
 size_t CudaBackend<T>::sum_squares_scratch() {
-  return kernels::global_norm_scratch_bytes();
-}
-
-template <class T>
-size_t CudaBackend<T>::workspace_bytes(const OpShapes& s) const {
-  if (s.B <= 0 || s.T <= 0 || s.C <= 0) return 0;
-  const int BT = s.B * s.T, C = s.C;
-  size_t w = sum_squares_scratch();
-  w = std::max(w, encoder_backward_scratch(s.B, s.T));
-  w = std::max(w, layernorm_backward_scratch(BT, C));
-  w = std::max(w, attention_forward_scratch(s.B, s.T, C));
-  if (s.NH > 0) w = std::max(w, attention_backward_scratch(s.B, s.T, C, s.NH));
-  // matmul_backward (and _gelu) at the model's output widths: qkv 3C, attproj C,
-  // fc 4C, fcproj C (the DGELU one), and the lm head Vp. The model's lm head has
-  // no bias, but a bias is assumed for every width: an upper bound that costs
-  // at most (B*T/rows per chunk)*Vp*4 bytes and keeps the reservation valid for
-  // any caller of these shapes.
-  for (int oc : {C, 3 * C, 4 * C, s.Vp})
-    if (oc > 0) w = std::max(w, matmul_backward_scratch(BT, oc, true));
-  return w;
+  return cuda_scratch::sum_squares();
 }
 
 template <class T>

@@ -60,15 +60,13 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   std::string name() const override;
-  size_t storage_bytes() const override { return sizeof(T); }
+  // cuda_memory_model(sizeof(T), the matmul wrapper's cuBLASLt workspace).
+  const BackendMemoryModel& memory_model() const override { return model_; }
 
   void* alloc(size_t bytes) override;
   void release(void* p) override;
   size_t bytes_in_use() const override { return bytes_in_use_; }
   size_t peak_bytes_in_use() const override { return peak_bytes_; }
-  size_t alloc_size(size_t bytes) const override;
-  size_t overhead_bytes() const override { return overhead_bytes_; }
-  size_t workspace_bytes(const OpShapes& s) const override;
   void reserve_workspace(size_t bytes) override;
   void use_arena(size_t bytes) override;
   size_t arena_bytes() const { return arena_.size(); }  // 0: no arena
@@ -110,7 +108,6 @@ class CudaBackend final : public Backend {
              const AdamWArgs& a) override;
 
   size_t free_memory_bytes() const override { return device_info().free_bytes; }
-  size_t extra_bytes_per_param() const override { return sizeof(T) == 2 ? sizeof(float) : 0; }
   double peak_tflops() const override;
 
   void range_push(const char* name) override;
@@ -127,6 +124,7 @@ class CudaBackend final : public Backend {
   bool last_dgelu_by_epilogue() const { return last_dgelu_epilogue_; }
 
   // ---- op scratch (bytes each op asks scratch() for; workspace_bytes is their max) --------
+  // The figures are backend/memory_model.h's cuda_scratch functions.
   static size_t encoder_backward_scratch(int B, int T_);
   static size_t layernorm_backward_scratch(int N, int C);
   // The bias gradient's: the BGRADB epilogue's temporary (OC), or, when
@@ -161,7 +159,8 @@ class CudaBackend final : public Backend {
   Matmul mm_;
   std::map<char*, size_t> allocs_;     // base -> bytes as allocated
   std::map<char*, float*> masters_;    // allocation base -> its FP32 master copy
-  size_t bytes_in_use_ = 0, peak_bytes_ = 0, overhead_bytes_ = 0;
+  BackendMemoryModel model_;
+  size_t bytes_in_use_ = 0, peak_bytes_ = 0;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   double* norm_out_ = nullptr;  // device FP64 result of sum_squares

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cuda/device.h"
+#include "backend/memory_model.h"
 #include "core/error.h"
 
 #if !RATCHET_SIMT
@@ -18,17 +19,13 @@
 namespace ratchet::cuda {
 
 #if !RATCHET_SIMT
-#define cublasCheck(call)                                                                 \
-  do {                                                                                    \
-    cublasStatus_t st_ = (call);                                                          \
-    if (st_ != CUBLAS_STATUS_SUCCESS)                                                     \
-      ::ratchet::check_failed("cublas", #call, cublasLtGetStatusString(st_), __func__,      \
-                              __FILE__, __LINE__);                                        \
-  } while (0)
+// core/error.h's family.
+#define cublasCheck(call) \
+  RATCHET_CHECK_STATUS("cublas", call, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString)
 
 namespace {
-// 32 MiB: what llm.c gives cuBLASLt on Hopper; plenty for Ampere.
-constexpr size_t kWorkspaceBytes = 32u << 20;
+// backend/memory_model.h: the figure `ratchet plan` counts too.
+constexpr size_t kWorkspaceBytes = kCublasLtWorkspaceBytes;
 
 cudaDataType_t cuda_type(DType t) { return t == DType::f32 ? CUDA_R_32F : CUDA_R_16BF; }
 

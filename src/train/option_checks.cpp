@@ -1,0 +1,169 @@
+#include "train/option_checks.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "core/error.h"
+#include "train/time_limit.h"
+
+namespace ratchet {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The nearest existing ancestor of `path` (itself if it exists).
+fs::path existing_ancestor(fs::path p) {
+  std::error_code ec;
+  p = fs::absolute(p, ec);
+  while (!p.empty() && !fs::exists(p, ec)) {
+    if (p == p.parent_path()) break;
+    p = p.parent_path();
+  }
+  return p;
+}
+
+// A file `path` can be written: not a directory, in an existing writable directory.
+void check_file_output(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) fail(flag, " ", path, " is a directory: give a file name");
+  fs::path dir = fs::absolute(fs::path(path), ec).parent_path();
+  if (!fs::is_directory(dir, ec))
+    fail(flag, " ", path, ": the directory ", dir.string(),
+         " does not exist: create it first, or choose another path");
+  if (access(dir.c_str(), W_OK) != 0)
+    fail(flag, " ", path, ": cannot write in ", dir.string(), ": ", std::strerror(errno));
+}
+
+// A directory `path` exists or can be created (its nearest existing ancestor
+// is a writable directory).
+void check_dir_output(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  const fs::path a = existing_ancestor(path);
+  std::error_code ec;
+  if (!fs::is_directory(a, ec))
+    fail(flag, " ", path, " cannot be created: ", a.string(), " is not a directory");
+  if (access(a.c_str(), W_OK) != 0)
+    fail(flag, " ", path, " cannot be created: ", a.string(), ": ", std::strerror(errno));
+}
+
+// A number the flag must hold: finite and inside [lo, hi] (or [lo, hi) when hi_open).
+void check_range(const char* flag, double v, double lo, double hi, bool hi_open,
+                 const char* what) {
+  if (std::isfinite(v) && v >= lo && (hi_open ? v < hi : v <= hi)) return;
+  fail(flag, " must be ", what, " (got ", v, ")");
+}
+
+}  // namespace
+
+void check_output_paths(const TrainOptions& o) {
+  check_file_output("--export", o.export_path);
+  check_file_output("--log-jsonl", o.log_jsonl);
+  check_dir_output("--ckpt-dir", o.ckpt_dir);
+}
+
+TrainOptions with_run_dir_defaults(TrainOptions o) {
+  if (o.run_dir.empty()) return o;
+  check_dir_output("--run-dir", o.run_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(o.run_dir, ec);
+  if (ec) fail("--run-dir ", o.run_dir, " cannot be created: ", ec.message());
+  if (o.ckpt_dir.empty()) o.ckpt_dir = o.run_dir + "/ckpt";
+  if (o.log_jsonl.empty()) o.log_jsonl = o.run_dir + "/train.jsonl";
+  return o;
+}
+
+CheckedOptions check_train_options(const TrainOptions& given, int world) {
+  CheckedOptions c;
+  c.o = with_run_dir_defaults(given);
+  const TrainOptions& o = c.o;
+  if (o.batch_size < 0) fail("--batch-size must be at least 1, or auto (got ", o.batch_size, ")");
+  if (o.batch_size == 0 && o.total_batch_tokens <= 0)
+    fail("--batch-size auto needs --total-batch-tokens: the micro-batch is chosen to fit memory "
+         "and accumulation keeps the total");
+  if (o.seq_len < 1) fail("--seq-len must be at least 1 (got ", o.seq_len, ")");
+  if (o.steps < 1) fail("--steps must be at least 1 (got ", o.steps, ")");
+  if (o.train_data.empty()) fail("--train-data is required (a glob of HDF5 token shards)");
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) fail("--lr must be a positive number (got ", o.lr, ")");
+  // Optimizer and sampling values outside their meaning train "fine" and
+  // exit 0 (or diverge later): refused here, naming the flag.
+  const double inf = INFINITY;
+  check_range("--final-lr-fraction", o.final_lr_fraction, 0, 1, false,
+              "in [0, 1]: the final learning rate as a fraction of --lr");
+  check_range("--beta1", o.beta1, 0, 1, true, "in [0, 1)");
+  check_range("--beta2", o.beta2, 0, 1, true, "in [0, 1)");
+  if (!(o.adam_eps > 0) || !std::isfinite(o.adam_eps))
+    fail("--adam-eps must be positive (got ", o.adam_eps, ")");
+  check_range("--weight-decay", o.weight_decay, 0, inf, false, "a number >= 0");
+  check_range("--grad-clip", o.grad_clip, 0, inf, false, "a number >= 0 (0: no clipping)");
+  check_range("--temperature", o.temperature, 0, inf, false, "a number >= 0 (0: greedy)");
+  if (o.total_batch_tokens < 0)
+    fail("--total-batch-tokens must be positive (got ", o.total_batch_tokens, ")");
+  check_range("--early-stop-min-delta", o.early_stop_min_delta, 0, inf, false, "a number >= 0");
+  check_range("--stop-margin", o.stop_margin, 0, inf, false, "a number of seconds >= 0");
+  check_range("--memory-budget-mb", o.memory_budget_mb, 0, inf, false, "a number >= 0");
+  if (o.warmup_steps < 0) fail("--warmup-steps must be >= 0");
+  if (o.eval_batches < 1) fail("--eval-batches must be at least 1");
+  if (o.ckpt_every_steps < 0 || o.ckpt_every_minutes < 0)
+    fail("--ckpt-every-steps and --ckpt-every-minutes must be >= 0");
+  if (o.keep_last < 1) fail("--keep-last must be at least 1 (the newest checkpoint is always kept)");
+  if ((o.ckpt_every_steps > 0 || o.ckpt_every_minutes > 0) && o.ckpt_dir.empty())
+    fail("--ckpt-every-steps/--ckpt-every-minutes need --ckpt-dir");
+  c.recompute = parse_recompute(o.recompute);
+  c.B = o.batch_size;  // 0 (auto) is resolved once the model is known
+  c.T = o.seq_len;
+  const int B = c.B, T = c.T;
+  c.total = o.total_batch_tokens > 0 ? o.total_batch_tokens : (long)B * T;
+  const long total = c.total;
+  if (B == 0 && total % T != 0)
+    fail("--total-batch-tokens ", total, " is not a multiple of --seq-len ", T);
+  // Data parallel: each optimizer step takes accum micro-batches of B rows on
+  // each of W ranks, so the global batch must be a multiple of B·T·W.
+  const long W = world;
+  if (B > 0 && total % ((long)B * T * W) != 0)
+    fail("--total-batch-tokens ", total, " is not a multiple of --batch-size x --seq-len",
+         W > 1 ? " x ranks" : "", " = ", B, " x ", T, W > 1 ? " x " + std::to_string(W) : "",
+         " = ", (long)B * T * W, ": use a multiple, e.g. ",
+         (total / ((long)B * T * W) + 1) * B * T * W);
+  if (B == 0 && total % ((long)T * W) != 0)
+    fail("--total-batch-tokens ", total, " is not a multiple of --seq-len x ranks = ", T, " x ",
+         W);
+  c.accum = B > 0 ? (int)(total / ((long)B * T * W)) : 1;
+  // The ops index a micro-batch's tokens with int.
+  if ((long)B * T > INT_MAX)
+    fail("--batch-size ", B, " x --seq-len ", T, " = ", (long)B * T,
+         " tokens per micro-batch: at most ", INT_MAX, "; lower --batch-size");
+  if (o.zero != 0 && o.zero != 1) fail("--zero must be 0 or 1 (got ", o.zero, ")");
+  const std::pair<const char*, double> budgets[] = {{"--max-device-hours", o.max_device_hours},
+                                                    {"--max-cost", o.max_cost},
+                                                    {"--max-tokens", o.max_tokens},
+                                                    {"--price-per-device-hour",
+                                                     o.price_per_device_hour}};
+  for (const auto& [flag, v] : budgets) check_range(flag, v, 0, inf, false, "a number >= 0 (0: none)");
+  if (!o.max_wall_time.empty()) {
+    c.max_wall_seconds = parse_slurm_duration(o.max_wall_time);
+    if (c.max_wall_seconds <= 0)
+      fail("--max-wall-time '", o.max_wall_time, "' is not a duration: seconds or [D-]HH:MM:SS");
+  }
+  if (o.early_stop_patience < 0) fail("--early-stop-patience must be >= 0");
+  if (o.early_stop_patience > 0 && (o.val_data.empty() || o.eval_every <= 0))
+    fail("--early-stop-patience needs --val-data and --eval-every");
+  if (o.ckpt_every_auto && o.ckpt_dir.empty()) fail("--ckpt-every auto needs --ckpt-dir");
+  if (o.ckpt_every_auto && !(o.expected_preemptions_per_hour > 0))
+    fail("--expected-preemptions-per-hour must be positive for --ckpt-every auto");
+  c.sched.kind = LRSchedule::parse(o.lr_schedule);
+  c.sched.lr = o.lr;
+  c.sched.warmup = o.warmup_steps;
+  c.sched.total_steps = o.steps;
+  c.sched.final_fraction = o.final_lr_fraction;
+  return c;
+}
+
+}  // namespace ratchet

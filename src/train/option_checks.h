@@ -1,0 +1,35 @@
+// `ratchet train`'s options, checked before any data is read or memory
+// allocated: a bad value is an Error naming the flag. What the checks derive
+// (batch geometry, LR schedule, recompute policy, wall-time budget) comes
+// back with the options, so that nothing downstream derives it again.
+#pragma once
+#include "model/recompute.h"
+#include "optim/lr_schedule.h"
+#include "train/train_options.h"
+
+namespace ratchet {
+
+struct CheckedOptions {
+  TrainOptions o;          // with --run-dir's defaults filled in
+  int B = 0;               // micro-batch rows; 0: --batch-size auto, chosen with the model
+  int T = 0;               // sequence length
+  long total = 0;          // tokens per optimizer step over all ranks
+  int accum = 1;           // micro-batches per step per rank (for B > 0)
+  Recompute recompute;     // --recompute
+  LRSchedule sched;        // --lr, --warmup-steps, --lr-schedule, --final-lr-fraction
+  double max_wall_seconds = 0;  // --max-wall-time (0: none)
+};
+
+// `world`: the data-parallel ranks (the global batch must divide among them).
+CheckedOptions check_train_options(const TrainOptions& o, int world);
+
+// --run-dir: creates it and points --ckpt-dir and --log-jsonl into it unless given.
+TrainOptions with_run_dir_defaults(TrainOptions o);
+
+// Every output the run will write (--export, --log-jsonl, --ckpt-dir;
+// --run-dir is created by with_run_dir_defaults) can be created: checked
+// before the first step, so that a typo does not cost a whole run. Error
+// naming the flag, the path and why. Rank 0's outputs: call on rank 0.
+void check_output_paths(const TrainOptions& o);
+
+}  // namespace ratchet
