@@ -100,7 +100,8 @@ fi
 printf '#!/bin/sh\nexit 101\n' >"$rootfs/usr/sbin/policy-rc.d"
 chmod 755 "$rootfs/usr/sbin/policy-rc.d"
 bind proc /proc -t proc
-bind sysfs /sys -t sysfs
+# rbind: with the cgroup file system under /sys/fs/cgroup, which slurmd needs
+bind /sys /sys --rbind
 bind /dev /dev --rbind
 bind devpts /dev/pts -t devpts
 bind tmpfs /run -t tmpfs
