@@ -59,6 +59,8 @@ bind() {  # bind <what> <where inside rootfs> [mount args...]
   mkdir -p "$where"
   mount "$@" "$what" "$where"
   mounted+=("$where")
+  # a recursive bind must not pass its unmount back to the host's /dev or /sys
+  case " $* " in *" --rbind "*) mount --make-rslave "$where" ;; esac
 }
 
 # A previous run killed before its cleanup may have left /dev or /proc bound
