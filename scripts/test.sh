@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh Debian 12 machine: installs dependencies,
 # builds everything (CUDA parts too when the toolkit is present), and runs
-# every CTest test. Exits non-zero when any test fails.
+# every CTest test. Exits non-zero when any test fails, and also when a label
+# that this build must cover (build/required_test_labels.txt: mpi, slurm, and
+# simt when CUDA's headers are present) holds no tests at all.
 #   scripts/test.sh                  everything
 #   scripts/test.sh -L unit          only some labels (ctest arguments)
 # The whole suite (no arguments) then runs the sanitizer builds
@@ -12,9 +14,34 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -eq 0 ]; then scripts/install-deps.sh; else sudo scripts/install-deps.sh; fi
 RATCHET_BUILD_DIR=build scripts/build.sh
-(cd build && ctest --output-on-failure --timeout 900 -j 2 "$@")
+cd build
+
+# Coverage that must not vanish quietly: count the tests per required label.
+required=$(sed -n 's/^required: //p' required_test_labels.txt)
+not_required=$(sed -n 's/^not-required: //p' required_test_labels.txt)
+empty=()
+for label in $required; do
+  n=$(ctest -N -L "^${label}\$" | sed -n 's/^Total Tests: //p')
+  echo "test.sh: label $label: ${n:-0} tests"
+  [ "${n:-0}" -gt 0 ] || empty+=("$label")
+done
+if [ -n "$not_required" ]; then
+  echo "test.sh: NOT TESTED on this machine: $not_required" >&2
+fi
+if [ ${#empty[@]} -gt 0 ]; then
+  echo "test.sh: label(s) ${empty[*]} hold no tests: the build lost that coverage (see the" \
+       "configure warnings above; scripts/install-deps.sh installs what they need)" >&2
+  exit 1
+fi
+
+rc=0
+ctest --output-on-failure --timeout 900 -j 2 "$@" || rc=$?
+cd ..
 sanitizers=${RATCHET_SANITIZERS-asan tsan}
 if [ $# -eq 0 ] && [ -n "$sanitizers" ]; then
   # shellcheck disable=SC2086
-  scripts/sanitize.sh $sanitizers
+  scripts/sanitize.sh $sanitizers || rc=$?
 fi
+# said again at the end, where it is read
+[ -z "$not_required" ] || echo "test.sh: NOT TESTED on this machine: $not_required" >&2
+exit $rc

@@ -1,0 +1,50 @@
+// Compares ratchet's pinned code-point classes (src/data/unicode_classes.inc,
+// as the C++ char_class() returns them) with node's regex engine, on the code
+// points that both the pinned Unicode version and node's own assign: a code
+// point one of them does not know yet is class 0 there by definition, so it
+// says nothing about the table.
+//
+//   node unicode_classes_vs_node.js CLASSES DerivedGeneralCategory.txt
+// CLASSES: 0x110000 bytes, byte cp = char_class(cp) (0 other, 1 \p{L}, 2 \p{N}, 3 \s).
+// Prints one summary line; exits 1 and lists mismatches when any.
+'use strict';
+const fs = require('fs');
+const [classesPath, ucdPath] = process.argv.slice(2);
+const ours = fs.readFileSync(classesPath);
+if (ours.length !== 0x110000) throw new Error(`${classesPath}: ${ours.length} bytes, want 0x110000`);
+
+const pinned = new Uint8Array(0x110000);  // 1 = assigned in the pinned UCD
+const ucd = fs.readFileSync(ucdPath, 'utf8').split('\n');
+const version = (/DerivedGeneralCategory-([\d.]+)\.txt/.exec(ucd[0]) || [])[1];
+for (const raw of ucd) {
+  const line = raw.split('#')[0].trim();
+  if (!line) continue;
+  const [cps, gc] = line.split(';').map(s => s.trim());
+  if (gc === 'Cn') continue;
+  const [a, b] = cps.split('..').map(h => parseInt(h, 16));
+  pinned.fill(1, a, (b === undefined ? a : b) + 1);
+}
+
+const L = /^\p{L}$/u, N = /^\p{N}$/u, S = /^\s$/u, Cn = /^\p{Cn}$/u;
+let compared = 0, onlyPinned = 0, onlyNode = 0;
+const bad = [];
+for (let cp = 0; cp < 0x110000; cp++) {
+  if (cp >= 0xD800 && cp <= 0xDFFF) continue;  // surrogates: not valid UTF-8
+  const s = String.fromCodePoint(cp);
+  const nodeAssigned = !Cn.test(s);
+  if (!pinned[cp] || !nodeAssigned) {
+    if (pinned[cp]) onlyPinned++;
+    else if (nodeAssigned) onlyNode++;
+    continue;
+  }
+  compared++;
+  const theirs = L.test(s) ? 1 : N.test(s) ? 2 : S.test(s) ? 3 : 0;
+  if (theirs !== ours[cp]) bad.push(`U+${cp.toString(16).toUpperCase()}: ours ${ours[cp]}, node ${theirs}`);
+}
+console.log(`pinned Unicode ${version} vs node ${process.version} (Unicode ${process.versions.unicode}): ` +
+            `${compared} code points compared, ${bad.length} differ; ` +
+            `${onlyNode} assigned only in node's, ${onlyPinned} only in the pinned version`);
+if (bad.length) {
+  console.log(bad.slice(0, 40).join('\n'));
+  process.exit(1);
+}
