@@ -24,7 +24,7 @@ set -euo pipefail
 
 exe=build/ratchet
 work=""
-steps=2000 kills=50 mpi_kills=12 zero_kills=12
+steps=2000 kills=50 mpi_kills=12 zero_kills=12 strict_kills=1
 scenarios=single,mpi,zero
 seed=$(( $(date +%s) % 32768 ))
 while [ $# -gt 0 ]; do
@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
     --exe) exe=$2; shift ;;
     --work) work=$2; shift ;;
     --full) steps=2000 kills=50 mpi_kills=12 zero_kills=12 ;;
-    --quick) steps=200 kills=8 mpi_kills=4 zero_kills=4 ;;
+    --quick) steps=200 kills=8 mpi_kills=4 zero_kills=4 strict_kills=0 ;;
     --steps) steps=$2; shift ;;
     --kills) kills=$2; shift ;;
     --mpi-kills) mpi_kills=$2; shift ;;
@@ -143,10 +143,23 @@ run_scenario() {
       # 1/(kills left + 1) of the remaining steps per attempt.
       local left; left=$(( $(tail -n 1 "$dir/progress" 2>/dev/null || echo 0) ))
       local span=$(( 2 * (steps - left) / (want_kills - landed + 1) ))
-      if [ $((RANDOM % 4)) -eq 0 ]; then when="$(rand_upto 1)s"
-      else when="step$(( left + 1 + RANDOM % (span > 1 ? span : 1) ))"; fi
+      # A delay lands inside the attempt: at most 1 s, and at most what the
+      # uninterrupted run took for the steps still left (start-up and the
+      # resume come on top), so a fast run (--quick) cannot end first.
+      local reach; reach=$(awk -v r="$ref_s" -v n="$steps" -v l="$left" \
+        'BEGIN { x = r * (n - l) / n; printf "%.3f", (x < 1 ? x : 1) }')
+      # A step target stays `margin` steps before the end, where the log
+      # poll below can still catch it (MPI forwards output late); past that,
+      # the kill lands in the next save (every 10 steps) instead.
+      local margin=$(( steps / 10 > 10 ? steps / 10 : 10 ))
+      local target=$(( left + 1 + RANDOM % (span > 1 ? span : 1) ))
+      [ "$target" -le $((steps - margin)) ] || kind=save-KILL
+      if [ $((RANDOM % 4)) -eq 0 ]; then when="$(rand_upto "$reach")s"
+      else when="step$target"; fi
       case $kind in
-        save-KILL) fault="${points[RANDOM % 3]}*$((1 + RANDOM % 3))"; when=- ;;
+        save-KILL)  # the Nth save from here, N within the saves left (every 10 steps)
+          local saves=$(( (steps - left) / 10 )); saves=$(( saves < 1 ? 1 : (saves > 3 ? 3 : saves) ))
+          fault="${points[RANDOM % 3]}*$((1 + RANDOM % saves))"; when=- ;;
         save-TERM) fault="TERM@${points[RANDOM % 3]}"; when=- ;;  # at the first save it reaches
       esac
     fi
@@ -205,6 +218,12 @@ run_scenario() {
       137) ;;                                       # SIGKILL (ours or a fault point)
       *) if [ "$world" != 0 ] && grep -q "exited on signal 9\|killed by signal 9\|signal 9 (Killed)" "$log"; then
            :                                        # mpirun ending the job after a rank's SIGKILL
+         elif { [ "$kind" = USR1 ] || [ "$kind" = TERM ]; } && { [ "$rc" -eq 138 ] || [ "$rc" -eq 143 ]; } &&
+              ! grep -q '^device\|^step *[0-9]*/\|^resume\|^ratchet\|^model' "$log"; then
+           # The signal came while the process was still being loaded, before
+           # main() could install its handlers: the default action ends it.
+           # Nothing was written; slurm/requeue-lib.sh requeues such a step.
+           echo "chaos: $name: attempt $attempt died of SIG$kind while starting up (before main)"
          else
            bad "$name: attempt $attempt ended with rc $rc ($kind, fault '${fault}'): $log"
            tail -n 5 "$log" | sed 's/^/    /'
@@ -294,7 +313,13 @@ for what, good in checks:
 sys.exit(0 if ok else 1)
 EOF
   echo "chaos: $name: $landed kill(s) landed over $attempt attempt(s), $(awk -v a="$t_start" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }') s in all"
-  [ "$landed" -ge "$want_kills" ] || bad "$name: only $landed of $want_kills kills landed (the run ended first)"
+  # --quick runs 200 steps in about a second: a kill aimed at a moment may
+  # miss (the attempt ended first), so there a shortfall is reported, not
+  # fatal (what landed was still checked above); --full insists.
+  if [ "$landed" -lt "$want_kills" ]; then
+    if [ "$strict_kills" = 1 ]; then bad "$name: only $landed of $want_kills kills landed (the run ended first)"
+    else echo "chaos: $name: note: $landed of $want_kills kills landed (the run ended first)"; fi
+  fi
 }
 
 t_all=$(now)

@@ -135,6 +135,19 @@ ratchet_run_step() {
     break
   done
   _ratchet_step_pid=""
+  # A stop signal we forwarded that killed the step outright: it arrived while
+  # the trainer was still being loaded, before main() installs its handlers
+  # (the default action of USR1/TERM ends a process). Nothing was written
+  # since the last checkpoint, so this is a requeue like exit 75.
+  if [ -n "$_ratchet_stop_requested" ] && [ "$rc" -gt 128 ]; then
+    local sig; sig=$(kill -l $((rc - 128)) 2>/dev/null || true)
+    case ${sig#SIG} in
+      "${RATCHET_STOP_SIGNAL#SIG}" | TERM)
+        ratchet_log "step died of SIG${sig#SIG} before it could catch it (still starting up):" \
+          "treating it as exit $RATCHET_EXIT_REQUEUE"
+        rc=$RATCHET_EXIT_REQUEUE ;;
+    esac
+  fi
   # shellcheck disable=SC2034  # read by the templates
   RATCHET_STEP_RC=$rc
   ratchet_log "step exited with $rc"

@@ -67,6 +67,35 @@ bool pid_alive(const std::string& pid_text) {
   return kill((pid_t)pid, 0) == 0 || errno == EPERM;
 }
 
+// The lock is held (flock busy). When the holder is a maintenance command
+// (purpose other than "train", e.g. "ckpt prune"), or has not written its
+// text yet (it took the flock an instant ago), wait for the flock up to the
+// staleness; true once we hold it. false: a trainer holds it, or the wait
+// ran out (the caller then refuses naming the holder).
+bool wait_for_maintenance(int fd, const std::string& path) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(RunLock::stale_seconds());
+  bool said = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto holder = from_ini(read_all(fd));
+    const auto it = holder.find("purpose");
+    if (it != holder.end() && it->second == "train") {
+      errno = EWOULDBLOCK;
+      return false;
+    }
+    if (!said && it != holder.end()) {
+      RLOG("lock: %s is held by %s; waiting for it to finish\n", path.c_str(),
+           describe(holder).c_str());
+      said = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return true;
+    if (errno != EWOULDBLOCK) return false;
+  }
+  errno = EWOULDBLOCK;
+  return false;
+}
+
 }  // namespace
 
 double RunLock::stale_seconds() {
@@ -95,6 +124,12 @@ RunLock::RunLock(const std::string& dir, const std::string& purpose, const std::
   bool locked = false;
   const bool try_flock = !std::getenv("RATCHET_LOCK_NO_FLOCK");
   if (try_flock && flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+    locked = true;
+  } else if (try_flock && errno == EWOULDBLOCK && purpose_ == "train" &&
+             wait_for_maintenance(fd_, path_)) {
+    // A `ckpt prune` (short, and never a writer of training state) held it:
+    // a trainer that a scheduler restarts at that moment waits instead of
+    // failing its requeued job.
     locked = true;
   } else if (try_flock && errno == EWOULDBLOCK) {
     const auto holder = from_ini(read_all(fd_));

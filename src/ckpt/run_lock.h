@@ -7,7 +7,10 @@
 //   started = 2026-11-23T18:20:00Z                purpose = train
 //   heartbeat = 1763921999   (Unix seconds, rewritten every stale/4 seconds)
 // A clean exit empties the file. A second process finds the flock taken and
-// is refused (Error, exit 2) with the holder's text.
+// is refused (Error, exit 2) with the holder's text, except a trainer that
+// finds `ckpt prune` (or any non-"train" holder) there: it waits for the
+// flock up to the staleness, since a prune is short and a requeued job
+// should not fail because an operator pruned at that instant.
 //
 // A lock left behind by a holder that died (SIGKILL, a lost node) is taken
 // over with a message:

@@ -1,0 +1,87 @@
+// The run lock (ckpt/run_lock.h) between a trainer and `ckpt prune`, in one
+// process: flock(2) locks belong to open file descriptions, so two RunLocks
+// on one directory conflict here exactly as two processes would.
+#include "ckpt/run_lock.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "core/error.h"
+
+namespace {
+
+std::string fresh_dir(const char* name) {
+  const auto d = std::filesystem::temp_directory_path() /
+                 (std::string("ratchet_run_lock_") + name + "_" + std::to_string(getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d.string();
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+// A trainer restarted (e.g. requeued by Slurm) while an operator's prune
+// holds the directory waits for the prune instead of failing the job.
+TEST(RunLock, TrainerWaitsForAPruneToFinish) {
+  const std::string dir = fresh_dir("wait");
+  auto prune = std::make_unique<ratchet::RunLock>(dir, "ckpt prune", "DIR");
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    prune.reset();
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<ratchet::RunLock> train;
+  EXPECT_NO_THROW(train = std::make_unique<ratchet::RunLock>(dir, "train", "--ckpt-dir"));
+  release.join();
+  EXPECT_GE(seconds_since(t0), 0.3);  // it did wait for the prune's release
+  std::filesystem::remove_all(dir);
+}
+
+// A second trainer is refused at once, naming the holder.
+TEST(RunLock, SecondTrainerIsRefusedAtOnce) {
+  const std::string dir = fresh_dir("second");
+  ratchet::RunLock first(dir, "train", "--ckpt-dir");
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    ratchet::RunLock second(dir, "train", "--ckpt-dir");
+    ADD_FAILURE() << "a second trainer took the lock";
+  } catch (const ratchet::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is in use by pid " + std::to_string(getpid())),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(seconds_since(t0), 5.0);  // refused, not waited on (staleness is 60 s)
+  std::filesystem::remove_all(dir);
+}
+
+// A prune that holds on past the staleness: the trainer gives up and is
+// refused naming it, rather than waiting forever.
+TEST(RunLock, TrainerWaitForAPruneIsBounded) {
+  const std::string dir = fresh_dir("bounded");
+  setenv("RATCHET_LOCK_STALE_SECONDS", "0.5", 1);
+  ratchet::RunLock prune(dir, "ckpt prune", "DIR");
+  try {
+    ratchet::RunLock train(dir, "train", "--ckpt-dir");
+    ADD_FAILURE() << "the trainer took a lock a prune still holds";
+  } catch (const ratchet::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ckpt prune"), std::string::npos) << e.what();
+  }
+  unsetenv("RATCHET_LOCK_STALE_SECONDS");
+  std::filesystem::remove_all(dir);
+}
+
+// A prune never waits for a trainer: it is refused at once.
+TEST(RunLock, PruneIsRefusedWhileATrainerHoldsTheDirectory) {
+  const std::string dir = fresh_dir("prune");
+  ratchet::RunLock train(dir, "train", "--ckpt-dir");
+  EXPECT_THROW(ratchet::RunLock(dir, "ckpt prune", "DIR"), ratchet::Error);
+  std::filesystem::remove_all(dir);
+}
