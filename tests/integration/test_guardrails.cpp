@@ -13,6 +13,7 @@
 #include "model/recompute.h"
 #include "backend/backend.h"
 #include "model/param_layout.h"
+#include "testing/bible_shards_suite.h"
 #include "testing/test_util.h"
 #include "testing/tiny_model.h"
 
@@ -21,14 +22,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class Guardrails : public ::testing::Test {
+class Guardrails : public BibleShardsSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    const std::string err = shard_bible(*dir_, "Gen1:1-Gen5:32");
-    ASSERT_EQ(err, "");
-  }
-  static void TearDownTestSuite() { delete dir_; }
   // 64 tokens per step (B=2, T=16, 2 micro-batches).
   static std::string cmd(const std::string& run_dir, int steps) {
     return "train --model custom --layers 2 --heads 2 --channels 32 --max-seq-len 32 "
@@ -42,9 +37,7 @@ class Guardrails : public ::testing::Test {
     EXPECT_TRUE(j.contains(key) && j[key].is_number()) << key << " missing in " << j.dump();
     return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
   }
-  static TempDir* dir_;
 };
-TempDir* Guardrails::dir_ = nullptr;
 
 TEST_F(Guardrails, LedgerSumsAcrossAStopAndAKill) {
   TempDir d;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "testing/bible_shards_suite.h"
 #include "testing/test_util.h"
 
 using namespace ratchet::testing;
@@ -14,14 +15,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class Resume : public ::testing::Test {
+class Resume : public BibleShardsSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    const std::string err = shard_bible(*dir_, "Gen1:1-Gen5:32");
-    ASSERT_EQ(err, "");
-  }
-  static void TearDownTestSuite() { delete dir_; }
 
   // A tiny shuffled run with eval and accumulation, so every piece of state
   // (weights, moments, step, LR position, data cursor, best loss) matters.
@@ -45,9 +40,7 @@ class Resume : public ::testing::Test {
     }
     return bytes;
   }
-  static TempDir* dir_;
 };
-TempDir* Resume::dir_ = nullptr;
 
 TEST_F(Resume, PreemptionSignalSavesExits75AndResumesBitIdentically) {
   TempDir d;

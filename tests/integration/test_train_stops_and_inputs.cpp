@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/bible_shards_suite.h"
 #include "testing/test_util.h"
 
 using namespace ratchet::testing;
@@ -21,14 +22,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class TrainStops : public ::testing::Test {
+class TrainStops : public BibleShardsSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    const std::string err = shard_bible(*dir_, "Gen1:1-Gen5:32");
-    ASSERT_EQ(err, "");
-  }
-  static void TearDownTestSuite() { delete dir_; }
   // 64 tokens per step (B=2, T=16, 2 micro-batches); a step takes milliseconds.
   static std::string cmd(int steps, const std::string& batch = "--batch-size 2 "
                                                                "--total-batch-tokens 64") {
@@ -42,9 +37,7 @@ class TrainStops : public ::testing::Test {
     EXPECT_TRUE(j.contains(key) && j[key].is_number()) << key << " missing in " << j.dump();
     return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN;
   }
-  static TempDir* dir_;
 };
-TempDir* TrainStops::dir_ = nullptr;
 
 bool has(const RunResult& r, const std::string& needle) {
   return r.output.find(needle) != std::string::npos;

@@ -39,6 +39,7 @@
 #include <string>
 
 #include "mpi_testing.h"
+#include "testing/bible_shards_suite.h"
 #include "testing/test_util.h"
 
 using namespace ratchet::testing;
@@ -49,14 +50,8 @@ namespace {
 constexpr double kLossTol = 1e-5;
 constexpr double kParamTol = 1e-5;
 
-class MpiTrain : public ::testing::Test {
+class MpiTrain : public BibleShardsSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    const std::string err = shard_bible(*dir_, "Gen1:1-Gen5:32");
-    ASSERT_EQ(err, "");
-  }
-  static void TearDownTestSuite() { delete dir_; }
 
   // B rows per rank, `total` tokens per step (T = 16), shuffled, with eval.
   static std::string train_args(int B, int total, const std::string& out_dir, int steps = 8) {
@@ -85,9 +80,7 @@ class MpiTrain : public ::testing::Test {
     std::printf("[ %s ] max relative loss difference %.2e, max parameter difference %.2e\n",
                 what.c_str(), worst, md);
   }
-  static TempDir* dir_;
 };
-TempDir* MpiTrain::dir_ = nullptr;
 
 TEST_F(MpiTrain, OneRankUnderMpirunIsBitIdenticalToAPlainRun) {
   TempDir a, b;
