@@ -55,13 +55,19 @@ size_t matmul_backward(int N, int OC, bool has_dbias, size_t sb) {
   return std::max(round_up((size_t)OC * sb, 16), kernels::bias_grad_scratch_bytes(N, OC));
 }
 
+size_t cudnn_dq_accumulator(int B, int T, int C) {
+  return round_up((size_t)B * T * C * sizeof(float), kCudaAllocAlign);
+}
+
 size_t attention_forward(AttentionImpl a, int B, int T, int C, size_t sb) {
+  if (a == AttentionImpl::cudnn) return kCudnnAttentionWorkspaceBytes;
   if (a != AttentionImpl::materialized) return 0;  // flash reads qkv in place
   // q, k, v, y: (B,NH,T,HS) each, at 256-byte aligned offsets.
   return 4 * round_up((size_t)B * T * C * sb, kCudaAllocAlign);
 }
 
 size_t attention_backward(AttentionImpl a, int B, int T, int C, int NH, size_t sb) {
+  if (a == AttentionImpl::cudnn) return cudnn_dq_accumulator(B, T, C) + kCudnnAttentionWorkspaceBytes;
   if (a != AttentionImpl::materialized)
     return kernels::flash_attention_backward_scratch_bytes(B, T, NH);  // D (B,NH,T) FP32
   // q, k, v, dq, dk, dv, dy: (B,NH,T,HS) each; datt (B,NH,T,T).

@@ -43,6 +43,13 @@ constexpr size_t kCudaAllocAlign = 256;
 // What the cuBLASLt wrapper allocates for its GEMMs (llm.c's choice for
 // Hopper; plenty for Ampere). 0 under simt, whose GEMMs run on the CPU.
 constexpr size_t kCublasLtWorkspaceBytes = 32u << 20;
+// What --attention cudnn lets cuDNN's engine use as workspace, per call: the
+// memory accounting reserves this much (a device is needed to ask cuDNN, and
+// `ratchet plan` has none), and backend/cuda/cudnn_attention.cpp picks the
+// first heuristic engine whose plan fits it. 32 MiB, like the cuBLASLt
+// workspace: cuDNN's flash-attention engines need little once dQ's FP32
+// accumulator is given to them explicitly (counted apart below).
+constexpr size_t kCudnnAttentionWorkspaceBytes = 32u << 20;
 // The cuda backend with storage_bytes 2 (bf16) or 4 (f32); gemm_workspace is
 // kCublasLtWorkspaceBytes on a GPU, 0 under simt.
 BackendMemoryModel cuda_memory_model(size_t storage_bytes, size_t gemm_workspace_bytes,
@@ -57,9 +64,12 @@ size_t layernorm_backward(int N, int C);
 // cuBLASLt lacks that epilogue, the bias_grad kernel's partial sums.
 size_t matmul_backward(int N, int OC, bool has_dbias, size_t storage_bytes);
 // Flash: none forward (qkv read in place), D (B,NH,T) FP32 backward;
-// materialized: the permuted copies and the (B,NH,T,T) probabilities' gradient.
+// materialized: the permuted copies and the (B,NH,T,T) probabilities' gradient;
+// cudnn: the engine workspace forward, and dQ's FP32 accumulator before it backward.
 size_t attention_forward(AttentionImpl a, int B, int T, int C, size_t storage_bytes);
 size_t attention_backward(AttentionImpl a, int B, int T, int C, int NH, size_t storage_bytes);
+// cuDNN's dQ accumulator (B,NH,T,HS) FP32 (NH*HS = C), rounded to kCudaAllocAlign.
+size_t cudnn_dq_accumulator(int B, int T, int C);
 size_t sum_squares();
 size_t max_over_ops(const OpShapes& s, size_t storage_bytes, AttentionImpl a);
 }  // namespace cuda_scratch

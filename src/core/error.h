@@ -16,6 +16,7 @@
 // value and error-string function, and ends in check_failed(), the one reporter:
 //   cudaCheck     core/cuda_check.h   (kernels, the cuda backend, NCCL's device calls)
 //   cublasCheck   backend/cuda/matmul.cpp
+//   cudnnCheck    backend/cuda/cudnn_attention.cpp
 //   ncclCheck     dist/nccl_communicator.h
 //   mpiCheck      dist/mpi_communicator.h
 //   RATCHET_ASSERT, RATCHET_REQUIRE (kernels/common.cuh): invariants

@@ -13,6 +13,7 @@
 //                    materialized: q,k,v = permute(qkv); att = softmax(q k^T) (batched over
 //                    B*NH); y = att v; out = unpermute(y); backward mirrors it
 //                    (kernels/attention.cuh)
+//                    cudnn: cuDNN's fused attention on strided views of qkv (cudnn_attention.h)
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
@@ -34,6 +35,9 @@
 
 #if !RATCHET_SIMT
 #include <nvtx3/nvToolsExt.h>
+#endif
+#if RATCHET_CUDNN && !RATCHET_SIMT
+#include "backend/cuda/cudnn_attention.h"
 #endif
 
 namespace ratchet::cuda {
@@ -93,16 +97,29 @@ const T* P(cdptr p) {
 template <class T>
 CudaBackend<T>::CudaBackend(AttentionImpl attention)
     : attention_(attention), mm_(dtype_of<T>(), nullptr) {
-  if (attention_ == AttentionImpl::cudnn)
-    fail("--attention cudnn: cuDNN's fused attention is not built into this ratchet yet (it "
-         "needs the cuDNN graph API and a GPU); use --attention flash (the default) or "
-         "materialized");
   // Everything held from construction on is overhead: the FP64 norm result
   // (one cudaMalloc, 256 bytes as allocated) and the matmul wrapper's cuBLASLt
   // workspace, which it allocates in its constructor (0 under simt).
 #if !RATCHET_SIMT
   set_device_probe(current_cuda_device);  // check_failed() names the device
 #endif
+  if (attention_ == AttentionImpl::cudnn) {
+#if RATCHET_SIMT
+    fail("--attention cudnn: the simt build runs the CUDA kernels on the CPU and cannot run "
+         "cuDNN, whose fused attention needs a GPU (cuDNN is not linked into ratchet-simt); "
+         "use --attention flash or materialized with --device simt, and --attention cudnn "
+         "with --device cuda on a GPU");
+#elif !RATCHET_CUDNN
+    fail("--attention cudnn: this ratchet was built without cuDNN (cudnn_graph.h and libcudnn "
+         "were not found next to the CUDA toolkit at configure time, or -DRATCHET_CUDNN=OFF); "
+         "install cuDNN 9 and rebuild, or use --attention flash");
+#else
+    if (sizeof(T) != 2)
+      fail("--attention cudnn runs cuDNN's BF16 fused attention: use --storage bf16 (the "
+           "default), or --attention flash with --storage f32");
+    cudnn_ = std::make_shared<CudnnAttention>(stream_);
+#endif
+  }
   model_ = cuda_memory_model(sizeof(T), mm_.workspace_bytes(), attention_);
   norm_out_ = static_cast<double*>(device_malloc(sizeof(double)));
   bytes_in_use_ = peak_bytes_ = overhead_bytes();
@@ -528,6 +545,14 @@ void CudaBackend<T>::attention_forward(dptr out, void* saved, cdptr qkv, int B, 
                                        int NH) {
   RATCHET_ASSERT(NH > 0 && C % NH == 0);
   const int HS = C / NH, BH = B * NH;
+#if RATCHET_CUDNN && !RATCHET_SIMT
+  if (attention_ == AttentionImpl::cudnn) {
+    // KV = NH until backend.h passes the KV head count (GQA): SdpaShape takes it.
+    cudnn_->forward(out, static_cast<float*>(saved), qkv, SdpaShape{B, T_, NH, NH, HS},
+                    scratch(attention_forward_scratch(attention_, B, T_, C)));
+    return;
+  }
+#endif
   if (attention_ == AttentionImpl::flash) {
     check_flash_head_size(HS);
     kernels::flash_attention_forward<T>(P<T>(out), static_cast<float*>(saved), P<T>(qkv), B, T_,
@@ -555,6 +580,14 @@ void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr 
                                         const void* saved, int B, int T_, int C, int NH) {
   RATCHET_ASSERT(NH > 0 && C % NH == 0);
   const int HS = C / NH, BH = B * NH;
+#if RATCHET_CUDNN && !RATCHET_SIMT
+  if (attention_ == AttentionImpl::cudnn) {
+    cudnn_->backward(dqkv, dout, qkv, out, static_cast<const float*>(saved),
+                     SdpaShape{B, T_, NH, NH, HS},
+                     scratch(attention_backward_scratch(attention_, B, T_, C, NH)));
+    return;
+  }
+#endif
   if (attention_ == AttentionImpl::flash) {
     check_flash_head_size(HS);
     float* D = static_cast<float*>(scratch(attention_backward_scratch(attention_, B, T_, C, NH)));

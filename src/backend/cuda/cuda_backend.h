@@ -17,7 +17,9 @@
 //
 // Attention (--attention): flash keeps lse (B,NH,T) per layer and runs
 // kernels/flash_attention.cuh (no permutes, scratch D (B,NH,T) in backward);
-// materialized keeps att (B,NH,T,T) and runs the cuBLAS path below.
+// cudnn keeps cuDNN's softmax stats (B,NH,T) FP32 (the same lse) and runs
+// cudnn_attention.h (scratch: the engine workspace, and dQ's FP32 accumulator
+// in backward); materialized keeps att (B,NH,T,T) and runs the cuBLAS path below.
 //
 // Scratch: attention's permuted q/k/v and their gradients, the backward
 // kernels' reduction scratch, the bias gradient of the GEMM epilogue, live in
@@ -57,11 +59,15 @@
 
 namespace ratchet::cuda {
 
+class CudnnAttention;  // cudnn_attention.h (nvcc build with cuDNN only)
+
 template <class T>
 class CudaBackend final : public Backend {
  public:
   // attention: --attention (flash: kernels/flash_attention.cuh; materialized:
-  // cuBLAS GEMMs around a (B,NH,T,T) softmax; cudnn: refused, not built yet).
+  // cuBLAS GEMMs around a (B,NH,T,T) softmax; cudnn: cuDNN's fused attention,
+  // cudnn_attention.h, BF16 storage on a GPU only: refused with a message under
+  // simt, in a build without cuDNN, with FP32 storage, or without a device).
   explicit CudaBackend(AttentionImpl attention = AttentionImpl::flash);
   ~CudaBackend() override;
 
@@ -167,6 +173,9 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr;
   AttentionImpl attention_;
+  // --attention cudnn (RATCHET_CUDNN builds; shared_ptr: its deleter is bound where the type is
+  // complete, so the simt build never needs CudnnAttention's definition)
+  std::shared_ptr<CudnnAttention> cudnn_;
   Matmul mm_;
   std::map<char*, size_t> allocs_;     // base -> bytes as allocated
   std::map<char*, float*> masters_;    // allocation base -> its FP32 master copy

@@ -1,0 +1,534 @@
+// cuDNN fused attention through the backend graph API. See cudnn_attention.h.
+//
+// The graphs are the fused flash-attention patterns of cuDNN's graph API
+// ("Supported Graph Patterns": fused flash attention fprop / bprop; cuDNN 9
+// developer guide), written op by op exactly as cudnn-frontend lowers its
+// sdpa / sdpa_backward nodes for cuDNN 9.0-9.20 (node/
+// scaled_dot_product_flash_attention.h and node/softmax.h; there is no
+// frontend here, so this file is that lowering in C):
+//
+//   forward:  S = Q @ K^T (FP32) ; S *= scale ; S = causal ? S : lowest
+//             m = max_j S ; E = exp(S - m) ; l = sum_j E ; stats = m + log l
+//             P = E / l (BF16) ; O = P @ V
+//   backward: D = sum_d(dO * O) * 1 ; S as above ; P = exp(S - stats)
+//             dV = P^T @ dO ; dP = dO @ V^T ; dS = (dP * 1 - D) * P * scale
+//             dK = dS^T @ Q ; dQacc (FP32, F16x16 reordered, zeroed) = dS @ K
+//             dQ = identity(dQacc)
+// The "* 1" nodes are the frontend's dropout-free placeholders, kept so that
+// the graph is the one cuDNN's pattern matcher is known to accept. GQA (KV <
+// NH): dK and dV go through a virtual (B,NH,T,HS) tensor and a sum over each
+// group's heads, as the frontend does; Q @ K^T broadcasts K's heads.
+//
+// Contracts relied on, from cudnn_graph.h and the cuDNN 9 API reference:
+//  - every descriptor is created, its attributes set, then finalized; an
+//    operation graph, engine heuristics, execution plan and variant pack are
+//    descriptors too (cudnnBackendCreateDescriptor / SetAttribute / Finalize);
+//  - tensors are 4-D with explicit strides; the last (head) dimension must be
+//    contiguous (stride 1), so strided views into qkv are legal inputs;
+//  - virtual tensors (IS_VIRTUAL) live only inside the fused kernel; by-value
+//    tensors (IS_BY_VALUE) are host scalars passed through the variant pack;
+//  - CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE is the device memory the plan
+//    needs in CUDNN_ATTR_VARIANT_PACK_WORKSPACE;
+//  - a non-virtual FP32 dQ accumulator with F16x16 reordering selects the
+//    bprop engine that accumulates dQ there instead of a (B,NH,T,T) dP
+//    workspace; it must be zero before each execution (the frontend memsets it);
+//  - cudnnBackendExecute runs on the stream set by cudnnSetStream.
+#include "backend/cuda/cudnn_attention.h"
+
+#include <cuda_runtime.h>
+#include <cudnn_graph.h>
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/memory_model.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
+
+namespace ratchet::cuda {
+
+namespace {
+
+// cuDNN's message for the last failing call (cudnnGetLastErrorString), which
+// says which attribute or operand it rejected.
+std::string last_cudnn_error() {
+  char msg[512] = {0};
+  cudnnGetLastErrorString(msg, sizeof msg);
+  return msg[0] ? std::string(msg) : std::string("no detail");
+}
+
+std::string cudnn_describe(cudnnStatus_t st) {
+  return std::string(cudnnGetErrorString(st)) + " (" + last_cudnn_error() + ")";
+}
+
+}  // namespace
+
+// The cuDNN member of core/error.h's check family: statement, cuDNN's status
+// string and last error message, function, file:line, rank, host and device, then abort.
+#define cudnnCheck(call) RATCHET_CHECK_STATUS("cudnn", call, CUDNN_STATUS_SUCCESS, cudnn_describe)
+
+namespace {
+
+// One backend descriptor, destroyed with its owner.
+class Desc {
+ public:
+  explicit Desc(cudnnBackendDescriptorType_t type) {
+    cudnnCheck(cudnnBackendCreateDescriptor(type, &d_));
+  }
+  ~Desc() {
+    if (d_) cudnnBackendDestroyDescriptor(d_);
+  }
+  Desc(Desc&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  Desc& operator=(Desc&&) = delete;
+
+  cudnnBackendDescriptor_t get() const { return d_; }
+  template <class V>
+  Desc& set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t n,
+            const V* values) {
+    cudnnCheck(cudnnBackendSetAttribute(d_, name, type, n, values));
+    return *this;
+  }
+  cudnnStatus_t finalize() { return cudnnBackendFinalize(d_); }
+
+ private:
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+using Dims = std::array<int64_t, 4>;
+using TensorD = cudnnBackendDescriptor_t;
+
+// Unique ids of the tensors the variant pack binds (virtual ones count up from kFirstVirtual).
+enum Uid : int64_t {
+  kQ = 1, kK, kV, kO, kStats, kScale, kLowest, kOne, kdO, kdQ, kdK, kdV, kdQAcc,
+  kFirstVirtual = 100
+};
+
+// Builds one operation graph: tensors and operations in creation order.
+class GraphBuilder {
+ public:
+  // A tensor: 4-D dims and strides (elements); non-virtual ones are 16-byte
+  // aligned device buffers (or host scalars when by_value).
+  TensorD tensor(int64_t uid, cudnnDataType_t dt, Dims dim, Dims stride, bool is_virtual,
+                 bool by_value = false,
+                 cudnnBackendTensorReordering_t reorder = CUDNN_TENSOR_REORDERING_NONE) {
+    Desc d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    const int64_t align = 16;
+    d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt)
+        .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim.data())
+        .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, stride.data())
+        .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)
+        .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align)
+        .set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
+    if (by_value) d.set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
+    if (reorder != CUDNN_TENSOR_REORDERING_NONE)
+      d.set(CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &reorder);
+    cudnnCheck(d.finalize());
+    return keep(std::move(d));
+  }
+  TensorD virt(cudnnDataType_t dt, Dims dim, Dims stride) {
+    return tensor(next_virtual_++, dt, dim, stride, true);
+  }
+  // A host FP32 scalar bound by value (scale, lowest, one).
+  TensorD scalar(int64_t uid) {
+    return tensor(uid, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true);
+  }
+
+  // y = mode(x [, b [, t]]); math in `prec`; axis for GEN_INDEX.
+  void pointwise(cudnnPointwiseMode_t mode, TensorD x, TensorD b, TensorD t, TensorD y,
+                 cudnnDataType_t prec = CUDNN_DATA_FLOAT, int64_t axis = -1) {
+    Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+        .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
+    if (axis >= 0) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+    cudnnCheck(pw.finalize());
+    Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    cudnnBackendDescriptor_t pwd = pw.get();
+    op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pwd)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x)
+        .set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    if (b) op.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
+    if (t) op.set(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t);
+    cudnnCheck(op.finalize());
+    keep(std::move(pw));
+    ops_.push_back(keep(std::move(op)));
+  }
+  // c = a @ b over the last two dimensions, batched (and head-broadcast) over the first two.
+  void matmul(TensorD a, TensorD b, TensorD c) {
+    Desc mm(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+    cudnnCheck(mm.finalize());
+    Desc op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    cudnnBackendDescriptor_t mmd = mm.get();
+    op.set(CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a)
+        .set(CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b)
+        .set(CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c)
+        .set(CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mmd);
+    cudnnCheck(op.finalize());
+    keep(std::move(mm));
+    ops_.push_back(keep(std::move(op)));
+  }
+  // y = reduce(x) over the dimensions where y has extent 1 (or fewer heads: GQA's group sum).
+  void reduction(cudnnReduceTensorOp_t mode, TensorD x, TensorD y) {
+    Desc red(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    red.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode)
+        .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+    cudnnCheck(red.finalize());
+    Desc op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    cudnnBackendDescriptor_t rd = red.get();
+    op.set(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x)
+        .set(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y)
+        .set(CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd);
+    cudnnCheck(op.finalize());
+    keep(std::move(red));
+    ops_.push_back(keep(std::move(op)));
+  }
+  // y = x seen with y's dims and strides (the transposes of P, dS and K).
+  void reshape(TensorD x, TensorD y) {
+    Desc op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    op.set(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x)
+        .set(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+    cudnnCheck(op.finalize());
+    ops_.push_back(keep(std::move(op)));
+  }
+
+  // scores = causal ? scores : lowest (row index >= column index keeps a score).
+  TensorD causal_mask(TensorD scores, TensorD lowest, Dims dim, Dims stride) {
+    TensorD row = virt(CUDNN_DATA_INT32, dim, stride), col = virt(CUDNN_DATA_INT32, dim, stride);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, row, CUDNN_DATA_INT32, 2);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, col, CUDNN_DATA_INT32, 3);
+    TensorD keep_mask = virt(CUDNN_DATA_BOOLEAN, dim, stride);
+    pointwise(CUDNN_POINTWISE_CMP_GE, row, col, nullptr, keep_mask, CUDNN_DATA_BOOLEAN);
+    TensorD masked = virt(CUDNN_DATA_FLOAT, dim, stride);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, lowest, keep_mask, masked);
+    return masked;
+  }
+
+  const std::vector<cudnnBackendDescriptor_t>& ops() const { return ops_; }
+
+ private:
+  cudnnBackendDescriptor_t keep(Desc&& d) {
+    descs_.push_back(std::move(d));
+    return descs_.back().get();
+  }
+  std::vector<Desc> descs_;  // every descriptor the graph refers to (vector of moved handles)
+  std::vector<cudnnBackendDescriptor_t> ops_;
+  int64_t next_virtual_ = kFirstVirtual;
+};
+
+// The strided views into qkv (B,T,R), R = (NH+2KV)*HS, and into (B,T,NH*HS) buffers.
+struct Views {
+  int64_t B, T, NH, KV, HS, R, C;
+  explicit Views(const SdpaShape& s)
+      : B(s.B), T(s.T), NH(s.NH), KV(s.KV), HS(s.HS), R((int64_t)(s.NH + 2 * s.KV) * s.HS),
+        C((int64_t)s.NH * s.HS) {}
+  Dims q_dim() const { return {B, NH, T, HS}; }
+  Dims q_stride() const { return {T * R, HS, R, 1}; }
+  Dims kv_dim() const { return {B, KV, T, HS}; }
+  Dims kv_stride() const { return {T * R, HS, R, 1}; }
+  Dims kvT_dim() const { return {B, KV, HS, T}; }     // K^T, V^T: the same memory, swapped
+  Dims kvT_stride() const { return {T * R, HS, 1, R}; }
+  Dims o_dim() const { return {B, NH, T, HS}; }
+  Dims o_stride() const { return {T * C, HS, C, 1}; }
+  Dims stats_dim() const { return {B, NH, T, 1}; }
+  Dims stats_stride() const { return {NH * T, T, 1, 1}; }
+  Dims s_dim() const { return {B, NH, T, T}; }
+  Dims s_stride() const { return {NH * T * T, T * T, T, 1}; }
+  Dims sT_stride() const { return {NH * T * T, T * T, 1, T}; }  // (B,NH,Tk,Tq) view of S
+  Dims full_dim() const { return {B, NH, T, HS}; }              // packed per-query-head (dK, dV of GQA)
+  Dims full_stride() const { return {NH * T * HS, T * HS, HS, 1}; }
+};
+
+}  // namespace
+
+struct CudnnAttention::Plan {
+  std::unique_ptr<Desc> plan;  // finalized
+  std::vector<int64_t> uids;  // the variant pack's order
+  int64_t workspace = 0;
+};
+
+const char* cudnn_attention_unsupported(const SdpaShape& s) {
+  if (s.HS % 8 != 0 || s.HS > 128)
+    return "cuDNN's fused attention needs a head size that is a multiple of 8, at most 128";
+  if (s.KV <= 0 || s.NH % s.KV != 0)
+    return "cuDNN's fused attention needs the KV head count to divide the query head count";
+  return "";
+}
+
+CudnnAttention::CudnnAttention(cudaStream_t stream) : stream_(stream) {
+  if (cudnnGetVersion() < 90000)
+    fail("--attention cudnn: the cuDNN library loaded is version ", cudnnGetVersion(),
+         "; its fused attention graphs need cuDNN 9 or newer. Install cuDNN 9, or use "
+         "--attention flash");
+  cudnnHandle_t h = nullptr;
+  const cudnnStatus_t st = cudnnCreate(&h);
+  if (st != CUDNN_STATUS_SUCCESS)
+    fail("--attention cudnn: cuDNN could not start (cudnnCreate: ", cudnnGetErrorString(st),
+         "; ", last_cudnn_error(), "). cuDNN's fused attention runs only on a CUDA GPU "
+         "(sm_80 or newer); use --attention flash where there is none");
+  handle_ = h;
+  cudnnCheck(cudnnSetStream(h, stream));
+}
+
+CudnnAttention::~CudnnAttention() {
+  plans_.clear();  // plans before the handle they were built with
+  if (handle_) cudnnDestroy(static_cast<cudnnHandle_t>(handle_));
+}
+
+namespace {
+
+// Forward graph; returns the variant pack's uids.
+std::vector<int64_t> build_forward(GraphBuilder& g, const Views& v) {
+  const auto bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
+  TensorD q = g.tensor(kQ, bf16, v.q_dim(), v.q_stride(), false);
+  TensorD kT = g.tensor(kK, bf16, v.kvT_dim(), v.kvT_stride(), false);
+  TensorD val = g.tensor(kV, bf16, v.kv_dim(), v.kv_stride(), false);
+  TensorD o = g.tensor(kO, bf16, v.o_dim(), v.o_stride(), false);
+  TensorD stats = g.tensor(kStats, f32, v.stats_dim(), v.stats_stride(), false);
+  TensorD scale = g.scalar(kScale), lowest = g.scalar(kLowest);
+
+  TensorD s = g.virt(f32, v.s_dim(), v.s_stride());
+  g.matmul(q, kT, s);
+  TensorD ss = g.virt(f32, v.s_dim(), v.s_stride());
+  g.pointwise(CUDNN_POINTWISE_MUL, s, scale, nullptr, ss);
+  TensorD sm = g.causal_mask(ss, lowest, v.s_dim(), v.s_stride());
+  // softmax with stats (the frontend's composite softmax)
+  TensorD mx = g.virt(f32, v.stats_dim(), v.stats_stride());
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, sm, mx);
+  TensorD sub = g.virt(f32, v.s_dim(), v.s_stride());
+  g.pointwise(CUDNN_POINTWISE_SUB, sm, mx, nullptr, sub);
+  TensorD e = g.virt(f32, v.s_dim(), v.s_stride());
+  g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, nullptr, e);
+  TensorD sum = g.virt(f32, v.stats_dim(), v.stats_stride());
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum);
+  TensorD lg = g.virt(f32, v.stats_dim(), v.stats_stride());
+  g.pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, nullptr, lg);
+  g.pointwise(CUDNN_POINTWISE_ADD, mx, lg, nullptr, stats);
+  // P in the I/O type: the engine takes bmm2's A operand in Q's type.
+  TensorD p = g.virt(bf16, v.s_dim(), v.s_stride());
+  g.pointwise(CUDNN_POINTWISE_DIV, e, sum, nullptr, p);
+  g.matmul(p, val, o);
+  return {kQ, kK, kV, kO, kStats, kScale, kLowest};
+}
+
+std::vector<int64_t> build_backward(GraphBuilder& g, const Views& v) {
+  const auto bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
+  const bool gqa = v.KV != v.NH;
+  TensorD q = g.tensor(kQ, bf16, v.q_dim(), v.q_stride(), false);
+  TensorD kT = g.tensor(kK, bf16, v.kvT_dim(), v.kvT_stride(), false);
+  TensorD vT = g.tensor(kV, bf16, v.kvT_dim(), v.kvT_stride(), false);
+  TensorD o = g.tensor(kO, bf16, v.o_dim(), v.o_stride(), false);
+  TensorD dO = g.tensor(kdO, bf16, v.o_dim(), v.o_stride(), false);
+  TensorD stats = g.tensor(kStats, f32, v.stats_dim(), v.stats_stride(), false);
+  TensorD dQ = g.tensor(kdQ, bf16, v.q_dim(), v.q_stride(), false);
+  TensorD dK = g.tensor(kdK, bf16, v.kv_dim(), v.kv_stride(), false);
+  TensorD dV = g.tensor(kdV, bf16, v.kv_dim(), v.kv_stride(), false);
+  TensorD dQacc = g.tensor(kdQAcc, f32, v.full_dim(), v.full_stride(), false, false,
+                           CUDNN_TENSOR_REORDERING_F16x16);
+  TensorD scale = g.scalar(kScale), lowest = g.scalar(kLowest), one = g.scalar(kOne);
+
+  // D = rowsum(dO * O) * 1
+  const Dims bthd_stride = {v.T * v.NH * v.HS, v.HS, v.NH * v.HS, 1};
+  TensorD dOO = g.virt(f32, v.o_dim(), bthd_stride);
+  g.pointwise(CUDNN_POINTWISE_MUL, dO, o, nullptr, dOO);
+  TensorD dsum = g.virt(f32, v.stats_dim(), v.stats_stride());
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, dOO, dsum);
+  TensorD D = g.virt(f32, v.stats_dim(), v.stats_stride());
+  g.pointwise(CUDNN_POINTWISE_MUL, dsum, one, nullptr, D);
+
+  // P = exp(mask(Q K^T * scale) - stats)
+  TensorD s = g.virt(f32, v.s_dim(), v.s_stride());
+  g.matmul(q, kT, s);
+  TensorD ss = g.virt(f32, v.s_dim(), v.s_stride());
+  g.pointwise(CUDNN_POINTWISE_MUL, s, scale, nullptr, ss);
+  TensorD sm = g.causal_mask(ss, lowest, v.s_dim(), v.s_stride());
+  TensorD sub = g.virt(f32, v.s_dim(), v.s_stride());
+  g.pointwise(CUDNN_POINTWISE_SUB, sm, stats, nullptr, sub);
+  TensorD p = g.virt(f32, v.s_dim(), v.s_stride());
+  g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, nullptr, p);
+
+  // dV = P^T dO (summed over a group's query heads under GQA)
+  TensorD pT = g.virt(bf16, v.s_dim(), v.sT_stride());
+  g.reshape(p, pT);
+  if (!gqa) {
+    g.matmul(pT, dO, dV);
+  } else {
+    TensorD dVfull = g.virt(bf16, v.full_dim(), v.full_stride());
+    g.matmul(pT, dO, dVfull);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dVfull, dV);
+  }
+
+  // dS = (dO V^T * 1 - D) * P * scale
+  TensorD dP = g.virt(f32, v.s_dim(), v.s_stride());
+  g.matmul(dO, vT, dP);
+  TensorD dP1 = g.virt(f32, v.s_dim(), v.s_stride());
+  g.pointwise(CUDNN_POINTWISE_MUL, dP, one, nullptr, dP1);
+  TensorD dPD = g.virt(f32, v.s_dim(), v.s_stride());
+  g.pointwise(CUDNN_POINTWISE_SUB, dP1, D, nullptr, dPD);
+  TensorD dSu = g.virt(f32, v.s_dim(), v.s_stride());
+  g.pointwise(CUDNN_POINTWISE_MUL, dPD, p, nullptr, dSu);
+  TensorD dS = g.virt(f32, v.s_dim(), v.s_stride());
+  g.pointwise(CUDNN_POINTWISE_MUL, dSu, scale, nullptr, dS);
+
+  // dK = dS^T Q (summed over a group under GQA)
+  TensorD dST = g.virt(bf16, v.s_dim(), v.sT_stride());
+  g.reshape(dS, dST);
+  if (!gqa) {
+    g.matmul(dST, q, dK);
+  } else {
+    TensorD dKfull = g.virt(bf16, v.full_dim(), v.full_stride());
+    g.matmul(dST, q, dKfull);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dKfull, dK);
+  }
+
+  // dQ = dS K, accumulated in FP32, then cast into dqkv
+  TensorD k = g.virt(bf16, v.kv_dim(), v.kv_stride());
+  g.reshape(kT, k);
+  g.matmul(dS, k, dQacc);
+  g.pointwise(CUDNN_POINTWISE_IDENTITY, dQacc, nullptr, nullptr, dQ);
+  return {kQ, kK, kV, kO, kdO, kStats, kdQ, kdK, kdV, kdQAcc, kScale, kLowest, kOne};
+}
+
+std::string shape_text(const SdpaShape& s) {
+  return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " heads=" +
+         std::to_string(s.NH) + " kv heads=" + std::to_string(s.KV) + " head size=" +
+         std::to_string(s.HS);
+}
+
+}  // namespace
+
+int cudnn_attention_graph_ops(const SdpaShape& s, bool backward) {
+  const char* why = cudnn_attention_unsupported(s);
+  if (*why) fail("--attention cudnn: ", why, " (", shape_text(s), ")");
+  GraphBuilder g;
+  const Views v(s);
+  if (backward)
+    build_backward(g, v);
+  else
+    build_forward(g, v);
+  return (int)g.ops().size();
+}
+
+const CudnnAttention::Plan& CudnnAttention::plan(bool backward, const SdpaShape& s) {
+  const auto key = std::make_tuple(backward, s.B, s.T, s.NH, s.KV, s.HS);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+
+  const char* why = cudnn_attention_unsupported(s);
+  if (*why) fail("--attention cudnn: ", why, " (", shape_text(s), "); use --attention flash");
+
+  cudnnHandle_t h = static_cast<cudnnHandle_t>(handle_);
+  GraphBuilder g;
+  const Views v(s);
+  auto out = std::make_unique<Plan>();
+  out->uids = backward ? build_backward(g, v) : build_forward(g, v);
+
+  Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
+      .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+           (int64_t)g.ops().size(), g.ops().data());
+  const char* pass = backward ? "backward" : "forward";
+  if (graph.finalize() != CUDNN_STATUS_SUCCESS)
+    fail("--attention cudnn: cuDNN rejected the fused attention ", pass, " graph for ",
+         shape_text(s), " (", last_cudnn_error(), "); use --attention flash");
+
+  // Engine configurations, best first (heuristic mode A).
+  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  cudnnBackendDescriptor_t gd = graph.get();
+  const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &gd)
+      .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  cudnnCheck(heur.finalize());
+  int64_t count = 0;
+  cudnnCheck(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                      CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
+  std::vector<Desc> cfgs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; i++) {
+    cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    raw.push_back(cfgs.back().get());
+  }
+  int64_t got = 0;
+  if (count > 0)
+    cudnnCheck(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()));
+  int64_t smallest = -1;
+  for (int64_t i = 0; i < got; i++) {
+    Desc p(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
+        .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw[i]);
+    if (p.finalize() != CUDNN_STATUS_SUCCESS) continue;  // this engine cannot run it here
+    int64_t ws = 0, n = 0;
+    cudnnCheck(cudnnBackendGetAttribute(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                        CUDNN_TYPE_INT64, 1, &n, &ws));
+    if (smallest < 0 || ws < smallest) smallest = ws;
+    if ((size_t)ws > kCudnnAttentionWorkspaceBytes) continue;  // more than the accounting holds
+    out->plan = std::make_unique<Desc>(std::move(p));
+    out->workspace = ws;
+    return *(plans_[key] = std::move(out));
+  }
+  if (smallest >= 0)
+    fail("--attention cudnn: every cuDNN engine for the ", pass, " pass (", shape_text(s),
+         ") needs more workspace than the ", kCudnnAttentionWorkspaceBytes >> 20,
+         " MiB the memory accounting reserves (the least needs ", smallest, " bytes); use "
+         "--attention flash, or report this with the message so that the reservation grows");
+  fail("--attention cudnn: cuDNN has no fused attention engine for the ", pass, " pass on this "
+       "GPU for ", shape_text(s), " (", got, " candidates, none finalized: ", last_cudnn_error(),
+       "); cuDNN's fused attention needs sm_80 or newer. Use --attention flash");
+}
+
+namespace {
+void execute(cudnnHandle_t h, const CudnnAttention::Plan& p, const std::vector<void*>& ptrs,
+             void* workspace) {
+  Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, (int64_t)p.uids.size(),
+           p.uids.data())
+      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, (int64_t)ptrs.size(),
+           ptrs.data())
+      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  cudnnCheck(pack.finalize());
+  cudnnCheck(cudnnBackendExecute(h, p.plan->get(), pack.get()));
+}
+}  // namespace
+
+void CudnnAttention::forward(void* out, float* stats, const void* qkv, const SdpaShape& s,
+                             void* scratch) {
+  const Plan& p = plan(false, s);
+  using bf = kernels::bf16;
+  bf* base = const_cast<bf*>(static_cast<const bf*>(qkv));
+  float scale = 1.0f / std::sqrt((float)s.HS), lowest = std::numeric_limits<float>::lowest();
+  // The order of build_forward's uids: Q, K, V, O, stats, scale, lowest.
+  const std::vector<void*> ptrs = {base, base + (size_t)s.NH * s.HS,
+                                   base + (size_t)(s.NH + s.KV) * s.HS, out, stats, &scale,
+                                   &lowest};
+  execute(static_cast<cudnnHandle_t>(handle_), p, ptrs, scratch);
+}
+
+void CudnnAttention::backward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                              const float* stats, const SdpaShape& s, void* scratch) {
+  const Plan& p = plan(true, s);
+  using bf = kernels::bf16;
+  bf* base = const_cast<bf*>(static_cast<const bf*>(qkv));
+  bf* dbase = static_cast<bf*>(dqkv);
+  const size_t k_off = (size_t)s.NH * s.HS, v_off = (size_t)(s.NH + s.KV) * s.HS;
+  // scratch: dQ's FP32 accumulator (B,NH,T,HS), zeroed, then the engine workspace.
+  const size_t acc = cuda_scratch::cudnn_dq_accumulator(s.B, s.T, s.NH * s.HS);
+  char* sc = static_cast<char*>(scratch);
+  cudaCheck(cudaMemsetAsync(sc, 0, acc, stream_));
+  float scale = 1.0f / std::sqrt((float)s.HS), lowest = std::numeric_limits<float>::lowest(),
+        one = 1.0f;
+  // build_backward's order: Q, K, V, O, dO, stats, dQ, dK, dV, dQacc, scale, lowest, one.
+  const std::vector<void*> ptrs = {base, base + k_off, base + v_off,
+                                   const_cast<void*>(out), const_cast<void*>(dout),
+                                   const_cast<float*>(stats), dbase, dbase + k_off,
+                                   dbase + v_off, sc, &scale, &lowest, &one};
+  execute(static_cast<cudnnHandle_t>(handle_), p, ptrs, sc + acc);
+}
+
+}  // namespace ratchet::cuda

@@ -1,0 +1,122 @@
+// --attention cudnn: cuDNN's fused attention (src/backend/cuda/cudnn_attention.h).
+//
+// On a device (label gpu; skipped without one): cudnn, flash and the CPU
+// backend's attention on the same BF16-rounded inputs, NMSE per output,
+// forward and backward; and the whole model. What runs without a device (the
+// graph descriptors) is test_cudnn_graph.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "skip_without_device.h"
+#include "test_cuda_backend_cases.h"
+#include "testing/backend_buffers.h"
+#include "testing/test_util.h"
+
+namespace {
+
+using ratchet::AttentionImpl;
+using ratchet::Backend;
+
+// ---- on a device --------------------------------------------------------------------------
+
+struct AttnResult {
+  std::vector<float> out, lse, dqkv;
+};
+
+// One attention forward + backward on `be` from the same host inputs.
+AttnResult run_attention(Backend& be, const std::vector<float>& qkv, const std::vector<float>& dout,
+                         int B, int T, int NH, int HS) {
+  const int C = NH * HS;
+  const size_t sb = be.memory_model().storage_bytes, nq = (size_t)B * T * 3 * C,
+               no = (size_t)B * T * C, nl = (size_t)B * NH * T;
+  void* d_qkv = be.alloc(nq * sb);
+  void* d_out = be.alloc(no * sb);
+  void* d_dout = be.alloc(no * sb);
+  void* d_dqkv = be.alloc(nq * sb);
+  void* d_lse = be.alloc(nl * sizeof(float));
+  be.upload_f32(d_qkv, qkv.data(), nq);
+  be.upload_f32(d_dout, dout.data(), no);
+  be.attention_forward(d_out, d_lse, d_qkv, B, T, C, NH);
+  be.attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+  AttnResult r;
+  r.out.resize(no);
+  r.dqkv.resize(nq);
+  r.lse.resize(nl);
+  be.download_f32(r.out.data(), d_out, no);
+  be.download_f32(r.dqkv.data(), d_dqkv, nq);
+  be.download_bytes(r.lse.data(), d_lse, nl * sizeof(float));
+  be.synchronize();
+  for (void* p : {d_qkv, d_out, d_dout, d_dqkv, d_lse}) be.release(p);
+  return r;
+}
+
+std::vector<float> bf16_rounded(std::vector<float> v) {
+  for (auto& x : v) x = __bfloat162float(__float2bfloat16(x));
+  return v;
+}
+
+struct Shape {
+  int B, T, NH, HS;
+};
+
+// cudnn and flash (both BF16 on the device) against the CPU backend (FP32)
+// on the same BF16-representable inputs. Limits: BF16 storage of out and dqkv
+// (relative rounding 2^-9, NMSE ~1e-5) plus cuDNN's BF16 probabilities inside
+// the backward GEMMs (P and dS are cast to BF16 before P^T dO, dS^T Q): NMSE
+// 1e-4 forward and 1e-3 backward; lse is FP32 throughout, to 1e-3 absolute
+// (its inputs q.k are rounded the same on every side; FP32 sums of T terms).
+TEST(CudnnAttentionGpu, MatchesFlashAndCpuBackend) {
+  SKIP_WITHOUT_DEVICE();
+  auto cpu = ratchet::make_cpu_backend(1);
+  auto flash = ratchet::make_cuda_backend("bf16", AttentionImpl::flash);
+  auto cudnn = ratchet::make_cuda_backend("bf16", AttentionImpl::cudnn);
+  for (Shape sh : {Shape{2, 1, 2, 64}, Shape{2, 7, 2, 64}, Shape{2, 65, 4, 64},
+                   Shape{1, 129, 2, 128}, Shape{2, 1000, 2, 64}, Shape{4, 1024, 12, 64}}) {
+    SCOPED_TRACE("B=" + std::to_string(sh.B) + " T=" + std::to_string(sh.T) +
+                 " NH=" + std::to_string(sh.NH) + " HS=" + std::to_string(sh.HS));
+    ratchet::Rng rng(11 + sh.T);
+    const size_t nq = (size_t)sh.B * sh.T * 3 * sh.NH * sh.HS, no = nq / 3;
+    auto qkv = bf16_rounded(ratchet::testing::randn(rng, nq));
+    auto dout = bf16_rounded(ratchet::testing::randn(rng, no));
+    const AttnResult ref = run_attention(*cpu, qkv, dout, sh.B, sh.T, sh.NH, sh.HS);
+    const AttnResult fl = run_attention(*flash, qkv, dout, sh.B, sh.T, sh.NH, sh.HS);
+    const AttnResult cd = run_attention(*cudnn, qkv, dout, sh.B, sh.T, sh.NH, sh.HS);
+    using ratchet::testing::nmse;
+    EXPECT_LT(nmse(cd.out.data(), ref.out.data(), no), 1e-4);
+    EXPECT_LT(nmse(cd.dqkv.data(), ref.dqkv.data(), nq), 1e-3);
+    EXPECT_LT(ratchet::testing::max_abs_diff(cd.lse.data(), ref.lse.data(), ref.lse.size()), 1e-3);
+    // cudnn against flash: two BF16 implementations, each within the limits above.
+    EXPECT_LT(nmse(cd.out.data(), fl.out.data(), no), 2e-4);
+    EXPECT_LT(nmse(cd.dqkv.data(), fl.dqkv.data(), nq), 2e-3);
+    for (float x : cd.dqkv) ASSERT_TRUE(std::isfinite(x));
+  }
+}
+
+// The whole model (logits, loss, every gradient, 5 AdamW steps) with cuDNN's
+// attention, against the cpu backend: the BF16 limits every backend meets.
+TEST(CudnnAttentionGpu, ModelMatchesCpuBackend) {
+  SKIP_WITHOUT_DEVICE();
+  using namespace ratchet::testing::bcases;
+  auto be = ratchet::make_cuda_backend("bf16", AttentionImpl::cudnn);
+  expect_within(compare_with_cpu(*be), Tolerances{3e-2, 1e-2, 5e-2, 2.1, 0.2});
+}
+
+// FP32 storage has no cuDNN path: refused, naming --storage.
+TEST(CudnnAttentionGpu, Fp32StorageIsRefused) {
+  SKIP_WITHOUT_DEVICE();
+  try {
+    ratchet::make_cuda_backend("f32", AttentionImpl::cudnn);
+    ADD_FAILURE() << "f32 accepted";
+  } catch (const ratchet::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--storage bf16"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

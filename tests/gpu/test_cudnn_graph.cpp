@@ -1,0 +1,49 @@
+// --attention cudnn without a GPU (label unit; built when cuDNN is): every
+// tensor and operation descriptor of the forward and backward graphs is
+// finalized by the real cuDNN library, which validates their types, modes and
+// inputs on the host; unsupported shapes are refused with a message. The
+// operation graph, heuristics and plans need a device: test_cudnn_attention.cpp.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "backend/cuda/cudnn_attention.h"
+#include "core/error.h"
+
+namespace {
+
+using ratchet::cuda::SdpaShape;
+
+// ---- without a device ---------------------------------------------------------------------
+
+// Forward: Q K^T, scale, 4 causal-mask ops, max, sub, exp, sum, log, stats
+// add, div, P V. Backward MHA: 3 (rowsum(dO*O)) + 8 (P) + 2 (dV) + 5 (dS)
+// + 2 (dK) + 3 (dQ); GQA adds a head-group sum to dK and to dV.
+TEST(CudnnGraph, DescriptorsFinalizeInCudnn) {
+  for (SdpaShape s : {SdpaShape{2, 7, 4, 4, 64}, SdpaShape{8, 1024, 12, 12, 64},
+                      SdpaShape{1, 129, 2, 2, 128}, SdpaShape{2, 65, 8, 2, 64}}) {
+    SCOPED_TRACE("T=" + std::to_string(s.T) + " NH=" + std::to_string(s.NH) +
+                 " KV=" + std::to_string(s.KV) + " HS=" + std::to_string(s.HS));
+    EXPECT_EQ(ratchet::cuda::cudnn_attention_graph_ops(s, false), 14);
+    EXPECT_EQ(ratchet::cuda::cudnn_attention_graph_ops(s, true), s.KV == s.NH ? 23 : 25);
+  }
+}
+
+TEST(CudnnGraph, UnsupportedShapesAreRefusedWithAMessage) {
+  struct Bad {
+    SdpaShape s;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{{2, 8, 4, 4, 36}, "multiple of 8"}, Bad{{2, 8, 2, 2, 256}, "at most 128"},
+                       Bad{{2, 8, 6, 4, 64}, "divide"}}) {
+    try {
+      ratchet::cuda::cudnn_attention_graph_ops(b.s, false);
+      ADD_FAILURE() << "head size " << b.s.HS << " / kv " << b.s.KV << " accepted";
+    } catch (const ratchet::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(b.says), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--attention cudnn"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
