@@ -8,7 +8,9 @@
 #   3. compute-sanitizer memcheck, racecheck, initcheck, synccheck over the GPU
 #      kernel tests
 #   4. bench/gpu: tokens/s, MFU, peak memory against the accounting, for each
-#      recompute policy (d12, B=8, T=1024)
+#      recompute policy (d12, B=8, T=1024); bench/kernels/attention.sh: flash vs
+#      cuDNN vs materialized attention, forward + backward (ms, TFLOP/s), each
+#      checked against the CPU backend first
 #   5. trains d12 for --steps (300) steps on the King James Bible on the GPU
 #      (BF16) and on the CPU backend (FP32), same seed and data, and compares
 #      the loss curves (tolerance below)
@@ -41,7 +43,7 @@ while [ $# -gt 0 ]; do
     --report) report=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --quick) quick=1; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -168,6 +170,16 @@ if run "$work/bench.log" "$bench" --models d12 --batch 8 --seq 1024 --steps 10 -
   { echo; echo '```'; cat "$work/bench.log"; echo '```'; } >> "$work/bench-block.md"
 else
   line "bench/gpu d12 B=8 T=1024" FAIL "see $work/bench.log"
+fi
+
+attn=$work/attention.log
+run "$attn" bench/kernels/attention.sh --build-dir "$build" --T 1024,4096
+rc=$?
+if [ $rc -eq 0 ]; then
+  line "bench/kernels attention" PASS "$(grep -E '^cudnn +1024' "$attn" | tr -s ' ' | cut -c1-100)"
+  { echo; echo '```'; cat "$attn"; echo '```'; } >> "$work/bench-block.md"
+else
+  line "bench/kernels attention" FAIL "exit $rc (an implementation was wrong or failed): $attn"
 fi
 
 # ---- 5. d12 loss curve: GPU (BF16) vs CPU (FP32) ----------------------------------------

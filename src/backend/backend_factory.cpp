@@ -55,7 +55,12 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o, std::string* note
            "found at configure time, or configured with -DRATCHET_DEVICE_SIMT=ON): rebuild with "
            "the toolkit (CUDAToolkit_ROOT), or run on the CPU with --device cpu");
     std::string why;
-    if (!it->second.available(&why))
+    const bool usable = it->second.available(&why);
+    if (!usable && o.attention == AttentionImpl::cudnn)
+      fail("--attention cudnn: cuDNN's fused attention runs on a GPU, and there is no usable "
+           "CUDA device (", why, "; ", visible_devices(), "). Use --attention flash (the "
+           "default; also --device simt or cpu), or run on a GPU node");
+    if (!usable)
       fail("--device cuda: no usable CUDA device (", why, "; ", visible_devices(),
            "). Run on the CPU with --device cpu (or --device auto), or make a GPU visible: "
            "check nvidia-smi, the driver, and CUDA_VISIBLE_DEVICES");

@@ -129,7 +129,7 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "FP32 accumulation) instead of exact FP32; off by default")
     ("attention", po::value(&o.attention)->default_value(o.attention),
      "cuda/simt attention: flash (FlashAttention-2 kernels, keeps (B,NH,T) statistics), cudnn "
-     "(cuDNN fused attention: not built yet), or materialized (keeps the (B,NH,T,T) "
+     "(cuDNN's fused attention, BF16, --device cuda on a GPU only), or materialized (keeps the (B,NH,T,T) "
      "probabilities); the cpu backend always runs its blocked flash-style attention")
     ("zero", po::value(&o.zero)->default_value(o.zero),
      "data parallel: 0 = all-reduce gradients; 1 = ZeRO-1, each rank keeps and updates 1/N of "

@@ -214,4 +214,16 @@ TEST_F(TrainCli, BadAttentionIsRefused) {
                      "the cpu backend has one attention");
 }
 
+// --attention cudnn needs a GPU: without one (this machine), the message says
+// so and what to use instead (the simt build's refusal: tests/simt).
+TEST_F(TrainCli, CudnnAttentionWithoutAGpuIsAClearError) {
+  const auto r = run_ratchet("train " + small_model() + " " + data_flags() +
+                             " --steps 1 --device cuda --attention cudnn");
+  if (r.exit_code == 0) GTEST_SKIP() << "a GPU trained with cuDNN here";
+  if (r.output.find("built without the CUDA backend") != std::string::npos)
+    GTEST_SKIP() << "no CUDA backend in this build";
+  expect_usage_error(r, "cuDNN's fused attention runs on a GPU");
+  expect_usage_error(r, "--attention flash");
+}
+
 }  // namespace

@@ -19,10 +19,22 @@ back-to-back kernels on one stream without CUDA graphs). --ideal sets them to
 1, 1, 0: the pure roofline. MFU = the model FLOPs of the step (6 * matmul
 parameters + 12 * L * C * T per token: src/model/gpt.cpp) / (time * peak).
 
---attention materialized (what the backend runs today: the (T,T) scores
-written, soft-maxed and read back per layer) or flash (a fused kernel: q, k,
-v, o and dO, dq, dk, dv only; causal, so half the T x T blocks; backward
-recomputes the scores; e_attn 0.55 of the peak, an FA2/cuDNN-level figure).
+--attention picks the implementation of `ratchet train --attention`:
+  materialized  the (T,T) scores written, soft-maxed and read back per layer
+                (cuBLASLt batched GEMMs + kernels);
+  flash         kernels/flash_attention.cuh: fused (q, k, v, o, lse in; dq,
+                dk, dv out; causal, so half the T x T blocks; backward
+                recomputes the scores), but plain FP32 FMA code on the CUDA
+                cores, not tensor cores: timed against the FP32 (non-tensor)
+                peak (A100 19.5, H100 SXM 67 TFLOP/s) at E_FLASH_SIMT = 0.5, an
+                assumption (no GPU measurement yet: bench/kernels/attention.sh
+                replaces it);
+  cudnn         cuDNN's fused SDPA on tensor cores (src/backend/cuda/
+                cudnn_attention.h), at the efficiencies cuDNN is published to
+                reach at d12's attention shape (head dim 64, causal, T = 1k),
+                per device and pass (E_CUDNN below, with sources); backward
+                also streams its FP32 dQ accumulator.
+--attention all prints every implementation's step and MFU side by side.
 
   roofline.py [--models d12,d24,d48] [--B 16] [--T 1024] [--accum 1] [--attention ...]
               [--ideal] [--markdown] [--check]
@@ -37,8 +49,20 @@ DEVICES = {  # name: (dense BF16 TFLOP/s, HBM TB/s, e_gemm)
     "A100": (312.0, 2.039, 0.85),
     "H100": (989.0, 3.35, 0.75),
 }
+FP32_PEAK = {"A100": 19.5, "H100": 67.0}  # non-tensor FP32 TFLOP/s (NVIDIA data sheets)
 E_MEM = 0.85
-E_ATTN = 0.55
+E_FLASH_SIMT = 0.5  # assumed: our FP32 FMA flash kernels, of the FP32 peak
+# cuDNN SDPA, BF16, head dim 64, causal FLOPs counted half (the convention of
+# the FlashAttention papers, and of this file), as a fraction of the BF16 peak:
+#  H100 forward 0.29: 288 TFLOP/s at T = 1k, causal (FlashAttention-3 paper,
+#    Shah et al. 2024, arXiv:2407.08608, Fig. 5, "cuDNN" bars, H100 SXM5);
+#  H100 backward 0.27: 348 TFLOP/s at T = 1k non-causal (same paper, Fig. 6),
+#    scaled by forward's causal / non-causal ratio at T = 1k (288 / 373);
+#  A100 0.50 both: no published cuDNN figure at this shape; the low end of the
+#    50-73% of A100 peak FlashAttention-2 reports (Dao 2023, arXiv:2307.08691),
+#    which cuDNN's SDPA is at least on par with.
+E_CUDNN = {"A100": (0.50, 0.50), "H100": (288.0 / 989.0, 348.0 / 989.0 * 288.0 / 373.0)}
+ATTENTIONS = ("materialized", "flash", "cudnn")
 T_LAUNCH = 2e-6
 SB = 2  # BF16 storage
 
@@ -47,9 +71,18 @@ PRESETS = {"d12": (12, 12, 768), "d24": (24, 16, 1024), "d36": (36, 20, 1280),
 
 
 class Op:
-    def __init__(self, name, flops, bytes_, launches=1, kind="kernel", per_layer=True):
+    def __init__(self, name, flops, bytes_, launches=1, kind="kernel", per_layer=True, eff=None):
         self.name, self.flops, self.bytes, self.launches = name, flops, bytes_, launches
         self.kind, self.per_layer = kind, per_layer
+        # kind "attn" (a fused causal attention): {device: (peak TFLOP/s, efficiency)}
+        self.eff = eff
+
+
+def attn_eff(attention, backward):
+    """{device: (peak TFLOP/s, efficiency)} of a fused attention pass."""
+    if attention == "flash":
+        return {d: (FP32_PEAK[d], E_FLASH_SIMT) for d in DEVICES}
+    return {d: (DEVICES[d][0], E_CUDNN[d][backward]) for d in DEVICES}
 
 
 def step_ops(L, NH, C, B, T, V=50257, attention="materialized"):
@@ -80,8 +113,8 @@ def step_ops(L, NH, C, B, T, V=50257, attention="materialized"):
         g("attn att.V (batched)", T, C // NH * BH, T, (T2 + 2 * NC) * SB)
         kern("attention_unpermute", 2 * NC * SB)
     else:
-        ops.append(Op("flash attention fwd", 4.0 * N * T * C, (3 * NC + NC + 8 * BH * T) * SB,
-                      1, "attn"))
+        ops.append(Op(f"{attention} attention fwd", 4.0 * N * T * C,
+                      (3 * NC + NC + 8 * BH * T) * SB, 1, "attn", eff=attn_eff(attention, 0)))
     g("matmul attproj (+bias)", N, C, C, (2 * NC + C * C + C) * SB)
     kern("residual_forward", 3 * NC * SB)
     kern("layernorm_forward ln2", ln_fwd)
@@ -113,8 +146,12 @@ def step_ops(L, NH, C, B, T, V=50257, attention="materialized"):
         g("attn dk = datt^T.q", T, C // NH * BH, T, (T2 + 2 * NC) * SB)
         kern("attention_permute_backward", 6 * NC * SB)
     else:
-        ops.append(Op("flash attention bwd", 8.0 * N * T * C,
-                      (3 * NC + 2 * NC + 3 * NC + 8 * BH * T) * SB, 1, "attn"))
+        # q, k, v, o, dO in, dq, dk, dv out, lse; cuDNN also zeroes, accumulates
+        # and reads its FP32 dQ accumulator (B,NH,T,HS).
+        dq_acc = 3 * NC * 4 if attention == "cudnn" else 0
+        ops.append(Op(f"{attention} attention bwd", 8.0 * N * T * C,
+                      (3 * NC + 2 * NC + 3 * NC + 8 * BH * T) * SB + dq_acc, 1, "attn",
+                      eff=attn_eff(attention, 1)))
     g("qkv dinp", N, C, 3 * C, (3 * NC + 3 * C * C + NC) * SB)
     g("qkv dW (BGRADB)", 3 * C, C, N, (3 * NC + NC + 6 * C * C + 3 * C) * SB)
     kern("layernorm_backward ln1", ln_bwd, 3)
@@ -148,7 +185,8 @@ def op_time(op, dev, ideal):
     eg = 1.0 if ideal else e_gemm
     em = 1.0 if ideal else E_MEM
     if op.kind == "attn":
-        eg = 1.0 if ideal else E_ATTN
+        apeak, e = op.eff[dev]
+        peak, eg = apeak, (1.0 if ideal else e)
         executed = op.flops / 2  # causal: half the blocks
     else:
         executed = op.flops
@@ -265,32 +303,35 @@ def main():
     ap.add_argument("--T", type=int, default=1024)
     ap.add_argument("--accum", type=int, default=1,
                     help="micro-batches per optimizer step (the optimizer rows run once)")
-    ap.add_argument("--attention", default="materialized", choices=["materialized", "flash"])
+    ap.add_argument("--attention", default="all", choices=list(ATTENTIONS) + ["all"])
     ap.add_argument("--ideal", action="store_true")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--check", action="store_true")
     a = ap.parse_args()
-    all_res = [analyse(m, a.B, a.T, a.attention, a.ideal, a.accum) for m in a.models.split(",")]
+    attns = ATTENTIONS if a.attention == "all" else (a.attention,)
+    all_res = [analyse(m, a.B, a.T, at, a.ideal, a.accum)
+               for m in a.models.split(",") for at in attns]
     if a.check:
         bad = check(all_res)
         for b in bad:
             print("MISMATCH: " + b, file=sys.stderr)
         if bad:
             sys.exit(1)
-        print(f"roofline: {len(all_res)} model(s) consistent with the 6N + 12LCT count")
+        print(f"roofline: {len(all_res)} model/attention case(s) consistent with the "
+              "6N + 12LCT count")
         return
     for res in all_res:
         if a.markdown:
             print_markdown(res)
         else:
-            print(f"{res['model']} B={a.B} T={a.T} {a.attention}: " + ", ".join(
-                f"{d} {res['time'][d] * 1e3:.2f} ms/step, MFU {res['mfu'][d] * 100:.1f}%"
+            print(f"{res['model']} B={a.B} T={a.T} {res['attention']:>12}: " + ", ".join(
+                f"{d} {res['time'][d] * 1e3:7.2f} ms/step, MFU {res['mfu'][d] * 100:4.1f}%"
                 for d in DEVICES))
     for res in all_res:
         if res["model"] != "d12" or a.markdown:
             continue
         budget, excess = loss_to_target(res, "H100", 0.60)
-        print(f"\nd12 on H100 ({a.attention} attention): predicted MFU "
+        print(f"\nd12 on H100 ({res['attention']} attention): predicted MFU "
               f"{res['mfu']['H100'] * 100:.1f}% (55% target: "
               f"{'met' if res['mfu']['H100'] >= 0.55 else 'NOT met'}); a 60% step is "
               f"{budget * 1e3:.2f} ms, predicted {res['time']['H100'] * 1e3:.2f} ms. Time beyond "
