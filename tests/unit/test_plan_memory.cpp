@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
+#include "backend/memory_model.h"
 #include "model/gpt.h"
 #include "testing/plan_vs_allocation.h"
 
@@ -37,6 +38,27 @@ TEST_P(PlanMemory, CpuBackendAllocatesExactlyThePlannedBytes) {
 TEST(PlanMemoryModel, CpuDeviceIsTheCpuBackend) {
   EXPECT_TRUE(plan::backend_memory_model(plan::find_device("cpu")) ==
               make_cpu_backend(1)->memory_model());
+}
+
+// --attention cudnn's scratch (no device can allocate it here, so the figure
+// itself is checked): the engine workspace cap forward; dQ's FP32
+// accumulator (B,NH,T,HS) plus the cap backward; and the op workspace is the
+// flash one's or the cuDNN backward's, whichever is larger (the other ops are
+// the same).
+TEST(PlanMemoryModel, CudnnAttentionScratchIsAccounted) {
+  const size_t cap = kCudnnAttentionWorkspaceBytes;
+  EXPECT_EQ(cuda_scratch::attention_forward(AttentionImpl::cudnn, 8, 1024, 768, 2), cap);
+  const size_t acc = (size_t)8 * 1024 * 768 * 4;  // a multiple of 256 already
+  EXPECT_EQ(cuda_scratch::attention_backward(AttentionImpl::cudnn, 8, 1024, 768, 12, 2),
+            acc + cap);
+  EXPECT_EQ(cuda_scratch::attention_backward(AttentionImpl::cudnn, 1, 7, 24, 3, 2),
+            768 + cap);  // 7*24*4 = 672 bytes, rounded up to a multiple of 256
+  for (int T : {1024, 4096}) {
+    const OpShapes s{8, T, 768, 12, 50304};
+    const size_t flash = cuda_memory_model(2, 0, AttentionImpl::flash).workspace_bytes(s);
+    const size_t cudnn = cuda_memory_model(2, 0, AttentionImpl::cudnn).workspace_bytes(s);
+    EXPECT_EQ(cudnn, std::max(flash, (size_t)8 * T * 768 * 4 + cap)) << "T=" << T;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
