@@ -4,7 +4,7 @@
 // GEMMs around a (B,NH,T,T) softmax). Each runs through the cuda backend's
 // attention_forward/attention_backward in BF16, exactly as training calls it.
 //
-//   bench_attention [--B 8] [--NH 12] [--HS 64] [--T 512,1024,2048,4096]
+//   bench_attention [--B 8] [--NH 12] [--KV NH] [--HS 64] [--T 512,1024,2048,4096]
 //                   [--impl flash,cudnn,materialized] [--iters 20] [--warmup 3] [--json]
 //
 // Per shape and implementation:
@@ -43,7 +43,7 @@ using ratchet::AttentionImpl;
 using ratchet::Backend;
 
 struct Opts {
-  int B = 8, NH = 12, HS = 64, iters = 20, warmup = 3;
+  int B = 8, NH = 12, KV = 0, HS = 64, iters = 20, warmup = 3;  // KV 0: NH (no GQA)
   std::vector<int> T = {512, 1024, 2048, 4096};
   std::vector<AttentionImpl> impls = {AttentionImpl::flash, AttentionImpl::cudnn,
                                       AttentionImpl::materialized};
@@ -52,7 +52,7 @@ struct Opts {
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
-               "bench_attention: %s\nusage: bench_attention [--B 8] [--NH 12] [--HS 64] "
+               "bench_attention: %s\nusage: bench_attention [--B 8] [--NH 12] [--KV NH] [--HS 64] "
                "[--T 512,1024,2048,4096] [--impl flash,cudnn,materialized] [--iters 20] "
                "[--warmup 3] [--json]\n",
                why.c_str());
@@ -91,6 +91,7 @@ Opts parse(int argc, char** argv) {
     const char* v = argv[++i];
     if (a == "--B") o.B = positive(a, v);
     else if (a == "--NH") o.NH = positive(a, v);
+    else if (a == "--KV") o.KV = positive(a, v);
     else if (a == "--HS") o.HS = positive(a, v);
     else if (a == "--iters") o.iters = positive(a, v);
     else if (a == "--warmup") o.warmup = positive(a, v);
@@ -109,20 +110,23 @@ Opts parse(int argc, char** argv) {
     }
   }
   if (o.T.empty() || o.impls.empty()) usage("--T and --impl need at least one value");
+  if (!o.KV) o.KV = o.NH;
+  if (o.NH % o.KV)
+    usage("--KV " + std::to_string(o.KV) + " must divide --NH " + std::to_string(o.NH));
   return o;
 }
 
 // Device buffers of one attention call, in a backend's memory.
 struct Buffers {
   Backend& be;
-  int B, T, NH, HS;
+  int B, T, NH, KV, HS;
   size_t nq, no, nl;
   void *qkv, *out, *dout, *dqkv, *saved;
-  Buffers(Backend& b, int B_, int T_, int NH_, int HS_)
-      : be(b), B(B_), T(T_), NH(NH_), HS(HS_) {
+  Buffers(Backend& b, int B_, int T_, int NH_, int KV_, int HS_)
+      : be(b), B(B_), T(T_), NH(NH_), KV(KV_), HS(HS_) {
     const size_t sb = be.memory_model().storage_bytes;
-    nq = (size_t)B * T * 3 * NH * HS;
-    no = nq / 3;
+    nq = (size_t)B * T * (NH + 2 * KV) * HS;  // q | k | v heads
+    no = (size_t)B * T * NH * HS;
     nl = (size_t)B * NH * T;
     qkv = be.alloc(nq * sb);
     out = be.alloc(no * sb);
@@ -133,8 +137,8 @@ struct Buffers {
   ~Buffers() {
     for (void* p : {qkv, out, dout, dqkv, saved}) be.release(p);
   }
-  void forward() { be.attention_forward(out, saved, qkv, B, T, NH * HS, NH); }
-  void backward() { be.attention_backward(dqkv, dout, qkv, out, saved, B, T, NH * HS, NH); }
+  void forward() { be.attention_forward(out, saved, qkv, B, T, NH * HS, NH, KV); }
+  void backward() { be.attention_backward(dqkv, dout, qkv, out, saved, B, T, NH * HS, NH, KV); }
 };
 
 std::vector<float> bf16_values(ratchet::Rng& rng, size_t n) {
@@ -154,9 +158,9 @@ double nmse(const std::vector<float>& a, const std::vector<float>& ref) {
 }
 
 // Correctness at B=1: out and dqkv against the cpu backend. "" when within limits.
-std::string check(Backend& be, Backend& cpu, int T, int NH, int HS) {
+std::string check(Backend& be, Backend& cpu, int T, int NH, int KV, int HS) {
   ratchet::Rng rng(1234 + T);
-  Buffers d(be, 1, T, NH, HS), c(cpu, 1, T, NH, HS);
+  Buffers d(be, 1, T, NH, KV, HS), c(cpu, 1, T, NH, KV, HS);
   const auto qkv = bf16_values(rng, d.nq), dout = bf16_values(rng, d.no);
   for (Buffers* b : {&d, &c}) {
     b->be.upload_f32(b->qkv, qkv.data(), b->nq);
@@ -189,9 +193,9 @@ int main(int argc, char** argv) {
   auto cpu = ratchet::make_cpu_backend(0);
   const std::string dev = ratchet::cuda::device_info().name;
   if (!o.json)
-    std::printf("%s, BF16, causal, B=%d NH=%d HS=%d, %d timed iterations after %d warm-up\n"
+    std::printf("%s, BF16, causal, B=%d NH=%d KV=%d HS=%d, %d timed iterations after %d warm-up\n"
                 "%-13s %6s %10s %10s %12s %12s  %s\n",
-                dev.c_str(), o.B, o.NH, o.HS, o.iters, o.warmup, "impl", "T", "fwd ms",
+                dev.c_str(), o.B, o.NH, o.KV, o.HS, o.iters, o.warmup, "impl", "T", "fwd ms",
                 "bwd ms", "fwd TFLOP/s", "bwd TFLOP/s", "check");
   int rc = 0;
   for (int T : o.T) {
@@ -202,12 +206,12 @@ int main(int argc, char** argv) {
       double fwd_ms = 0, bwd_ms = 0;
       try {
         auto be = ratchet::make_cuda_backend("bf16", impl);
-        err = check(*be, *cpu, T, o.NH, o.HS);
+        err = check(*be, *cpu, T, o.NH, o.KV, o.HS);
         if (!err.empty()) {
           status = "WRONG: " + err;
           rc = 1;
         } else {
-          Buffers b(*be, o.B, T, o.NH, o.HS);
+          Buffers b(*be, o.B, T, o.NH, o.KV, o.HS);
           ratchet::Rng rng(7);
           const auto qkv = bf16_values(rng, b.nq), dout = bf16_values(rng, b.no);
           be->upload_f32(b.qkv, qkv.data(), b.nq);
@@ -246,7 +250,7 @@ int main(int argc, char** argv) {
       const double ft = fwd_ms > 0 ? fwd_flop / (fwd_ms * 1e9) : 0,
                    bt = bwd_ms > 0 ? bwd_flop / (bwd_ms * 1e9) : 0;
       if (o.json) {
-        nlohmann::json j = {{"device", dev}, {"impl", name}, {"B", o.B}, {"NH", o.NH},
+        nlohmann::json j = {{"device", dev}, {"impl", name}, {"B", o.B}, {"NH", o.NH}, {"KV", o.KV},
                             {"HS", o.HS}, {"T", T}, {"fwd_ms", fwd_ms}, {"bwd_ms", bwd_ms},
                             {"fwd_tflops", ft}, {"bwd_tflops", bt}, {"status", status}};
         std::printf("%s\n", j.dump().c_str());

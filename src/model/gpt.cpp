@@ -1,5 +1,6 @@
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -92,8 +93,8 @@ void GPT::init_random(uint64_t seed) {
       for (size_t j = 0; j < n; j++) p[j] = 1.0f;
     } else if (ParamLayout::decayed(i)) {
       float sd = (i == P_ATTPROJW || i == P_FCPROJW) ? std_proj : 0.02f;
-      // wte: only the V real rows; padded rows stay zero.
-      if (i == P_WTE) n = (size_t)cfg_.vocab_size * cfg_.channels;
+      // wte, lmhead: only the V real rows; padded rows stay zero.
+      if (i == P_WTE || i == P_LMHEAD) n = std::min(n, (size_t)cfg_.vocab_size * cfg_.channels);
       for (size_t j = 0; j < n; j++) p[j] = sd * rng.normal();
     }  // biases stay zero
   }
@@ -303,7 +304,7 @@ void GPT::forward_block(const Acts& a, int l, int B, int T, bool to_gelu) {
   }
   {
     OpScope s(*this, "attention_fwd", attn_flops, 0);
-    be_.attention_forward(a.atty[l], a.att[l], a.qkv[l], B, T, C, NH);
+    be_.attention_forward(a.atty[l], a.att[l], a.qkv[l], B, T, C, NH, NH);
   }
   {
     OpScope s(*this, "matmul_fwd", mm * C * C, 0);
@@ -414,7 +415,7 @@ void GPT::run_backward(const Acts& a, int B, int T) {
     }
     {
       OpScope s(*this, "attention_bwd", attn_flops, 0);
-      be_.attention_backward(a.dqkv, a.dbtc, a.qkv[l], a.atty[l], a.att[l], B, T, C, NH);
+      be_.attention_backward(a.dqkv, a.dbtc, a.qkv[l], a.atty[l], a.att[l], B, T, C, NH, NH);
     }
     if (rp.shares_ln() && !rp.recomputes_block(l)) {
       OpScope s(*this, "layernorm_recompute", 0, 2.0 * BT * C * sb);

@@ -32,9 +32,9 @@ struct AttnResult {
 
 // One attention forward + backward on `be` from the same host inputs.
 AttnResult run_attention(Backend& be, const std::vector<float>& qkv, const std::vector<float>& dout,
-                         int B, int T, int NH, int HS) {
+                         int B, int T, int NH, int KV, int HS) {
   const int C = NH * HS;
-  const size_t sb = be.memory_model().storage_bytes, nq = (size_t)B * T * 3 * C,
+  const size_t sb = be.memory_model().storage_bytes, nq = (size_t)B * T * (NH + 2 * KV) * HS,
                no = (size_t)B * T * C, nl = (size_t)B * NH * T;
   void* d_qkv = be.alloc(nq * sb);
   void* d_out = be.alloc(no * sb);
@@ -43,8 +43,8 @@ AttnResult run_attention(Backend& be, const std::vector<float>& qkv, const std::
   void* d_lse = be.alloc(nl * sizeof(float));
   be.upload_f32(d_qkv, qkv.data(), nq);
   be.upload_f32(d_dout, dout.data(), no);
-  be.attention_forward(d_out, d_lse, d_qkv, B, T, C, NH);
-  be.attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+  be.attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, KV);
+  be.attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, KV);
   AttnResult r;
   r.out.resize(no);
   r.dqkv.resize(nq);
@@ -63,7 +63,7 @@ std::vector<float> bf16_rounded(std::vector<float> v) {
 }
 
 struct Shape {
-  int B, T, NH, HS;
+  int B, T, NH, KV, HS;
 };
 
 // cudnn and flash (both BF16 on the device) against the CPU backend (FP32)
@@ -77,17 +77,21 @@ TEST(CudnnAttentionGpu, MatchesFlashAndCpuBackend) {
   auto cpu = ratchet::make_cpu_backend(1);
   auto flash = ratchet::make_cuda_backend("bf16", AttentionImpl::flash);
   auto cudnn = ratchet::make_cuda_backend("bf16", AttentionImpl::cudnn);
-  for (Shape sh : {Shape{2, 1, 2, 64}, Shape{2, 7, 2, 64}, Shape{2, 65, 4, 64},
-                   Shape{1, 129, 2, 128}, Shape{2, 1000, 2, 64}, Shape{4, 1024, 12, 64}}) {
-    SCOPED_TRACE("B=" + std::to_string(sh.B) + " T=" + std::to_string(sh.T) +
-                 " NH=" + std::to_string(sh.NH) + " HS=" + std::to_string(sh.HS));
+  // KV < NH: grouped-query (dk, dv summed over each group's query heads).
+  for (Shape sh : {Shape{2, 1, 2, 2, 64}, Shape{2, 7, 2, 2, 64}, Shape{2, 65, 4, 4, 64},
+                   Shape{1, 129, 2, 2, 128}, Shape{2, 1000, 2, 2, 64}, Shape{4, 1024, 12, 12, 64},
+                   Shape{2, 65, 4, 2, 64}, Shape{1, 129, 8, 1, 128}}) {
+    SCOPED_TRACE("B=" + std::to_string(sh.B) + " T=" + std::to_string(sh.T) + " NH=" +
+                 std::to_string(sh.NH) + " KV=" + std::to_string(sh.KV) +
+                 " HS=" + std::to_string(sh.HS));
     ratchet::Rng rng(11 + sh.T);
-    const size_t nq = (size_t)sh.B * sh.T * 3 * sh.NH * sh.HS, no = nq / 3;
+    const size_t nq = (size_t)sh.B * sh.T * (sh.NH + 2 * sh.KV) * sh.HS,
+                 no = (size_t)sh.B * sh.T * sh.NH * sh.HS;
     auto qkv = bf16_rounded(ratchet::testing::randn(rng, nq));
     auto dout = bf16_rounded(ratchet::testing::randn(rng, no));
-    const AttnResult ref = run_attention(*cpu, qkv, dout, sh.B, sh.T, sh.NH, sh.HS);
-    const AttnResult fl = run_attention(*flash, qkv, dout, sh.B, sh.T, sh.NH, sh.HS);
-    const AttnResult cd = run_attention(*cudnn, qkv, dout, sh.B, sh.T, sh.NH, sh.HS);
+    const AttnResult ref = run_attention(*cpu, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS);
+    const AttnResult fl = run_attention(*flash, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS);
+    const AttnResult cd = run_attention(*cudnn, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS);
     using ratchet::testing::nmse;
     EXPECT_LT(nmse(cd.out.data(), ref.out.data(), no), 1e-4);
     EXPECT_LT(nmse(cd.dqkv.data(), ref.dqkv.data(), nq), 1e-3);
