@@ -39,6 +39,8 @@
 #include <cudnn_graph.h>
 
 #include <array>
+#include <initializer_list>
+#include <utility>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -145,33 +147,23 @@ class GraphBuilder {
     pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
         .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &prec);
     if (axis >= 0) pw.set(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
-    cudnnCheck(pw.finalize());
-    Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
-    cudnnBackendDescriptor_t pwd = pw.get();
-    op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pwd)
-        .set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x)
-        .set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-    if (b) op.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
-    if (t) op.set(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t);
-    cudnnCheck(op.finalize());
-    keep(std::move(pw));
-    ops_.push_back(keep(std::move(op)));
+    add_op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+           {{CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, finalized(std::move(pw))},
+            {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
+            {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b},
+            {CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t},
+            {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y}});
   }
   // c = a @ b over the last two dimensions, batched (and head-broadcast) over the first two.
   void matmul(TensorD a, TensorD b, TensorD c) {
     Desc mm(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
     const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
     mm.set(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
-    cudnnCheck(mm.finalize());
-    Desc op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    cudnnBackendDescriptor_t mmd = mm.get();
-    op.set(CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a)
-        .set(CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b)
-        .set(CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c)
-        .set(CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mmd);
-    cudnnCheck(op.finalize());
-    keep(std::move(mm));
-    ops_.push_back(keep(std::move(op)));
+    add_op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
+           {{CUDNN_ATTR_OPERATION_MATMUL_ADESC, a},
+            {CUDNN_ATTR_OPERATION_MATMUL_BDESC, b},
+            {CUDNN_ATTR_OPERATION_MATMUL_CDESC, c},
+            {CUDNN_ATTR_OPERATION_MATMUL_DESC, finalized(std::move(mm))}});
   }
   // y = reduce(x) over the dimensions where y has extent 1 (or fewer heads: GQA's group sum).
   void reduction(cudnnReduceTensorOp_t mode, TensorD x, TensorD y) {
@@ -179,23 +171,22 @@ class GraphBuilder {
     const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
     red.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode)
         .set(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
-    cudnnCheck(red.finalize());
-    Desc op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-    cudnnBackendDescriptor_t rd = red.get();
-    op.set(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x)
-        .set(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y)
-        .set(CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &rd);
-    cudnnCheck(op.finalize());
-    keep(std::move(red));
-    ops_.push_back(keep(std::move(op)));
+    add_op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+           {{CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x},
+            {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y},
+            {CUDNN_ATTR_OPERATION_REDUCTION_DESC, finalized(std::move(red))}});
   }
   // y = x seen with y's dims and strides (the transposes of P, dS and K).
   void reshape(TensorD x, TensorD y) {
-    Desc op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-    op.set(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x)
-        .set(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-    cudnnCheck(op.finalize());
-    ops_.push_back(keep(std::move(op)));
+    add_op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR,
+           {{CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x}, {CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y}});
+  }
+
+  // A new FP32 virtual tensor y = mode(x [, b]) of the given shape.
+  TensorD apply(cudnnPointwiseMode_t mode, TensorD x, TensorD b, Dims dim, Dims stride) {
+    TensorD y = virt(CUDNN_DATA_FLOAT, dim, stride);
+    pointwise(mode, x, b, nullptr, y);
+    return y;
   }
 
   // scores = causal ? scores : lowest (row index >= column index keeps a score).
@@ -213,6 +204,21 @@ class GraphBuilder {
   const std::vector<cudnnBackendDescriptor_t>& ops() const { return ops_; }
 
  private:
+  // An operation of `type` whose attributes are the given descriptors (null
+  // ones, optional inputs, left unset); finalized and appended to the graph.
+  void add_op(cudnnBackendDescriptorType_t type,
+              std::initializer_list<std::pair<cudnnBackendAttributeName_t, TensorD>> attrs) {
+    Desc op(type);
+    for (auto [name, d] : attrs)
+      if (d) op.set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &d);
+    cudnnCheck(op.finalize());
+    ops_.push_back(keep(std::move(op)));
+  }
+  // An operation's configuration (pointwise mode, matmul or reduction type), finalized and kept.
+  cudnnBackendDescriptor_t finalized(Desc&& d) {
+    cudnnCheck(d.finalize());
+    return keep(std::move(d));
+  }
   cudnnBackendDescriptor_t keep(Desc&& d) {
     descs_.push_back(std::move(d));
     return descs_.back().get();
@@ -283,35 +289,53 @@ CudnnAttention::~CudnnAttention() {
 
 namespace {
 
+// S = causal_mask(Q K^T * scale), FP32 (B,NH,T,T): the prologue both graphs share.
+TensorD masked_scores(GraphBuilder& g, const Views& v, TensorD q, TensorD kT, TensorD scale,
+                      TensorD lowest) {
+  TensorD s = g.virt(CUDNN_DATA_FLOAT, v.s_dim(), v.s_stride());
+  g.matmul(q, kT, s);
+  TensorD ss = g.apply(CUDNN_POINTWISE_MUL, s, scale, v.s_dim(), v.s_stride());
+  return g.causal_mask(ss, lowest, v.s_dim(), v.s_stride());
+}
+
+// out (B,KV,T,HS) = X^T @ rhs for X (B,NH,T,T) (P for dV, dS for dK): X is
+// seen transposed in the I/O type (the engine's bmm operand), and under GQA
+// the (B,NH,T,HS) product is summed over each group's query heads.
+void kv_gradient(GraphBuilder& g, const Views& v, TensorD x, TensorD rhs, TensorD out) {
+  TensorD xT = g.virt(CUDNN_DATA_BFLOAT16, v.s_dim(), v.sT_stride());
+  g.reshape(x, xT);
+  if (v.KV == v.NH) {
+    g.matmul(xT, rhs, out);
+    return;
+  }
+  TensorD full = g.virt(CUDNN_DATA_BFLOAT16, v.full_dim(), v.full_stride());
+  g.matmul(xT, rhs, full);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, out);
+}
+
 // Forward graph; returns the variant pack's uids.
 std::vector<int64_t> build_forward(GraphBuilder& g, const Views& v) {
   const auto bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
+  const Dims sd = v.s_dim(), ss = v.s_stride(), rd = v.stats_dim(), rs = v.stats_stride();
   TensorD q = g.tensor(kQ, bf16, v.q_dim(), v.q_stride(), false);
   TensorD kT = g.tensor(kK, bf16, v.kvT_dim(), v.kvT_stride(), false);
   TensorD val = g.tensor(kV, bf16, v.kv_dim(), v.kv_stride(), false);
   TensorD o = g.tensor(kO, bf16, v.o_dim(), v.o_stride(), false);
-  TensorD stats = g.tensor(kStats, f32, v.stats_dim(), v.stats_stride(), false);
+  TensorD stats = g.tensor(kStats, f32, rd, rs, false);
   TensorD scale = g.scalar(kScale), lowest = g.scalar(kLowest);
 
-  TensorD s = g.virt(f32, v.s_dim(), v.s_stride());
-  g.matmul(q, kT, s);
-  TensorD ss = g.virt(f32, v.s_dim(), v.s_stride());
-  g.pointwise(CUDNN_POINTWISE_MUL, s, scale, nullptr, ss);
-  TensorD sm = g.causal_mask(ss, lowest, v.s_dim(), v.s_stride());
+  TensorD sm = masked_scores(g, v, q, kT, scale, lowest);
   // softmax with stats (the frontend's composite softmax)
-  TensorD mx = g.virt(f32, v.stats_dim(), v.stats_stride());
+  TensorD mx = g.virt(f32, rd, rs);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, sm, mx);
-  TensorD sub = g.virt(f32, v.s_dim(), v.s_stride());
-  g.pointwise(CUDNN_POINTWISE_SUB, sm, mx, nullptr, sub);
-  TensorD e = g.virt(f32, v.s_dim(), v.s_stride());
-  g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, nullptr, e);
-  TensorD sum = g.virt(f32, v.stats_dim(), v.stats_stride());
+  TensorD e = g.apply(CUDNN_POINTWISE_EXP, g.apply(CUDNN_POINTWISE_SUB, sm, mx, sd, ss), nullptr,
+                      sd, ss);
+  TensorD sum = g.virt(f32, rd, rs);
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum);
-  TensorD lg = g.virt(f32, v.stats_dim(), v.stats_stride());
-  g.pointwise(CUDNN_POINTWISE_LOG, sum, nullptr, nullptr, lg);
+  TensorD lg = g.apply(CUDNN_POINTWISE_LOG, sum, nullptr, rd, rs);
   g.pointwise(CUDNN_POINTWISE_ADD, mx, lg, nullptr, stats);
   // P in the I/O type: the engine takes bmm2's A operand in Q's type.
-  TensorD p = g.virt(bf16, v.s_dim(), v.s_stride());
+  TensorD p = g.virt(bf16, sd, ss);
   g.pointwise(CUDNN_POINTWISE_DIV, e, sum, nullptr, p);
   g.matmul(p, val, o);
   return {kQ, kK, kV, kO, kStats, kScale, kLowest};
@@ -319,13 +343,13 @@ std::vector<int64_t> build_forward(GraphBuilder& g, const Views& v) {
 
 std::vector<int64_t> build_backward(GraphBuilder& g, const Views& v) {
   const auto bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
-  const bool gqa = v.KV != v.NH;
+  const Dims sd = v.s_dim(), ss = v.s_stride(), rd = v.stats_dim(), rs = v.stats_stride();
   TensorD q = g.tensor(kQ, bf16, v.q_dim(), v.q_stride(), false);
   TensorD kT = g.tensor(kK, bf16, v.kvT_dim(), v.kvT_stride(), false);
   TensorD vT = g.tensor(kV, bf16, v.kvT_dim(), v.kvT_stride(), false);
   TensorD o = g.tensor(kO, bf16, v.o_dim(), v.o_stride(), false);
   TensorD dO = g.tensor(kdO, bf16, v.o_dim(), v.o_stride(), false);
-  TensorD stats = g.tensor(kStats, f32, v.stats_dim(), v.stats_stride(), false);
+  TensorD stats = g.tensor(kStats, f32, rd, rs, false);
   TensorD dQ = g.tensor(kdQ, bf16, v.q_dim(), v.q_stride(), false);
   TensorD dK = g.tensor(kdK, bf16, v.kv_dim(), v.kv_stride(), false);
   TensorD dV = g.tensor(kdV, bf16, v.kv_dim(), v.kv_stride(), false);
@@ -334,58 +358,26 @@ std::vector<int64_t> build_backward(GraphBuilder& g, const Views& v) {
   TensorD scale = g.scalar(kScale), lowest = g.scalar(kLowest), one = g.scalar(kOne);
 
   // D = rowsum(dO * O) * 1
-  const Dims bthd_stride = {v.T * v.NH * v.HS, v.HS, v.NH * v.HS, 1};
-  TensorD dOO = g.virt(f32, v.o_dim(), bthd_stride);
-  g.pointwise(CUDNN_POINTWISE_MUL, dO, o, nullptr, dOO);
-  TensorD dsum = g.virt(f32, v.stats_dim(), v.stats_stride());
+  TensorD dOO = g.apply(CUDNN_POINTWISE_MUL, dO, o, v.o_dim(),
+                        {v.T * v.NH * v.HS, v.HS, v.NH * v.HS, 1});
+  TensorD dsum = g.virt(f32, rd, rs);
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, dOO, dsum);
-  TensorD D = g.virt(f32, v.stats_dim(), v.stats_stride());
-  g.pointwise(CUDNN_POINTWISE_MUL, dsum, one, nullptr, D);
+  TensorD D = g.apply(CUDNN_POINTWISE_MUL, dsum, one, rd, rs);
 
-  // P = exp(mask(Q K^T * scale) - stats)
-  TensorD s = g.virt(f32, v.s_dim(), v.s_stride());
-  g.matmul(q, kT, s);
-  TensorD ss = g.virt(f32, v.s_dim(), v.s_stride());
-  g.pointwise(CUDNN_POINTWISE_MUL, s, scale, nullptr, ss);
-  TensorD sm = g.causal_mask(ss, lowest, v.s_dim(), v.s_stride());
-  TensorD sub = g.virt(f32, v.s_dim(), v.s_stride());
-  g.pointwise(CUDNN_POINTWISE_SUB, sm, stats, nullptr, sub);
-  TensorD p = g.virt(f32, v.s_dim(), v.s_stride());
-  g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, nullptr, p);
+  // P = exp(S - stats); dV = P^T dO
+  TensorD sm = masked_scores(g, v, q, kT, scale, lowest);
+  TensorD p = g.apply(CUDNN_POINTWISE_EXP, g.apply(CUDNN_POINTWISE_SUB, sm, stats, sd, ss),
+                      nullptr, sd, ss);
+  kv_gradient(g, v, p, dO, dV);
 
-  // dV = P^T dO (summed over a group's query heads under GQA)
-  TensorD pT = g.virt(bf16, v.s_dim(), v.sT_stride());
-  g.reshape(p, pT);
-  if (!gqa) {
-    g.matmul(pT, dO, dV);
-  } else {
-    TensorD dVfull = g.virt(bf16, v.full_dim(), v.full_stride());
-    g.matmul(pT, dO, dVfull);
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dVfull, dV);
-  }
-
-  // dS = (dO V^T * 1 - D) * P * scale
-  TensorD dP = g.virt(f32, v.s_dim(), v.s_stride());
+  // dS = (dO V^T * 1 - D) * P * scale; dK = dS^T Q
+  TensorD dP = g.virt(f32, sd, ss);
   g.matmul(dO, vT, dP);
-  TensorD dP1 = g.virt(f32, v.s_dim(), v.s_stride());
-  g.pointwise(CUDNN_POINTWISE_MUL, dP, one, nullptr, dP1);
-  TensorD dPD = g.virt(f32, v.s_dim(), v.s_stride());
-  g.pointwise(CUDNN_POINTWISE_SUB, dP1, D, nullptr, dPD);
-  TensorD dSu = g.virt(f32, v.s_dim(), v.s_stride());
-  g.pointwise(CUDNN_POINTWISE_MUL, dPD, p, nullptr, dSu);
-  TensorD dS = g.virt(f32, v.s_dim(), v.s_stride());
-  g.pointwise(CUDNN_POINTWISE_MUL, dSu, scale, nullptr, dS);
-
-  // dK = dS^T Q (summed over a group under GQA)
-  TensorD dST = g.virt(bf16, v.s_dim(), v.sT_stride());
-  g.reshape(dS, dST);
-  if (!gqa) {
-    g.matmul(dST, q, dK);
-  } else {
-    TensorD dKfull = g.virt(bf16, v.full_dim(), v.full_stride());
-    g.matmul(dST, q, dKfull);
-    g.reduction(CUDNN_REDUCE_TENSOR_ADD, dKfull, dK);
-  }
+  TensorD dP1 = g.apply(CUDNN_POINTWISE_MUL, dP, one, sd, ss);
+  TensorD dSu = g.apply(CUDNN_POINTWISE_MUL, g.apply(CUDNN_POINTWISE_SUB, dP1, D, sd, ss), p, sd,
+                        ss);
+  TensorD dS = g.apply(CUDNN_POINTWISE_MUL, dSu, scale, sd, ss);
+  kv_gradient(g, v, dS, q, dK);
 
   // dQ = dS K, accumulated in FP32, then cast into dqkv
   TensorD k = g.virt(bf16, v.kv_dim(), v.kv_stride());
