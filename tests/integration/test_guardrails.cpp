@@ -119,6 +119,51 @@ TEST_F(Guardrails, AnAttemptKilledBeforeItResumesIsStillAPreemption) {
   EXPECT_EQ(ledger(run, "tokens"), 8 * 64);
 }
 
+// An attempt killed while it sets up (opening data, allocating: minutes on a
+// large corpus) is a preemption like any other, also the run's very first.
+TEST_F(Guardrails, AttemptsKilledDuringSetupArePreemptions) {
+  TempDir d;
+  const std::string run = d / "run";
+  const std::string c = cmd(run, 8) + " --ckpt-every-steps 4";
+  auto r = run_shell("RATCHET_FAULT=setup-model " RATCHET_EXE " " + c);  // the first attempt
+  ASSERT_EQ(r.exit_code, 137) << r.output;
+  r = run_shell("RATCHET_FAULT=USR1@step-3 " RATCHET_EXE " " + c);
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  for (int k = 0; k < 2; k++) {
+    r = run_shell("RATCHET_FAULT=setup-model " RATCHET_EXE " " + c);
+    ASSERT_EQ(r.exit_code, 137) << r.output;
+  }
+  r = run_ratchet(c);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(ledger(run, "preemptions"), 4);  // the first kill, the stop, two kills in setup
+  EXPECT_EQ(ledger(run, "resumes"), 1);
+  EXPECT_EQ(ledger(run, "tokens"), 8 * 64);
+}
+
+// An attempt that fails while it sets up, on bad input or on an error, is not
+// a preemption, and never replaces the spend that ledger.json holds.
+TEST_F(Guardrails, AnAttemptThatFailsInSetupKeepsTheLedger) {
+  TempDir d;
+  const std::string run = d / "run";
+  const std::string c = cmd(run, 8) + " --ckpt-every-steps 4";
+  auto r = run_shell("RATCHET_FAULT=USR1@step-3 " RATCHET_EXE " " + c);
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  r = run_shell("RATCHET_TEST_FAIL=0@setup " RATCHET_EXE " " + c);  // bad input: exit 2
+  ASSERT_EQ(r.exit_code, 2) << r.output;
+  r = run_shell("RATCHET_TEST_FAIL=0@setup-model " RATCHET_EXE " " + c);  // an error: exit 1
+  ASSERT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(ledger(run, "tokens"), 3 * 64);  // attempt 1's spend, not a fresh ledger's 0
+  EXPECT_EQ(ledger(run, "state"), 2);        // failed
+  r = run_ratchet(c);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(ledger(run, "preemptions"), 1);  // only the stop
+  EXPECT_EQ(ledger(run, "tokens"), 8 * 64);
+  // A finished run stays finished when a later attempt on it fails on bad input.
+  r = run_shell("RATCHET_TEST_FAIL=0@setup " RATCHET_EXE " " + c);
+  ASSERT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(ledger(run, "state"), 1);  // done
+}
+
 // Found by the chaos run: an attempt killed before the first checkpoint had
 // its spend dropped by the next attempt, which started the ledger over.
 TEST_F(Guardrails, AnAttemptKilledBeforeTheFirstCheckpointKeepsItsSpend) {
