@@ -253,7 +253,14 @@ struct Views {
 
 }  // namespace
 
+// Everything a plan was built from stays alive as long as the plan: the tensor
+// and operation descriptors, the operation graph, the heuristics and their
+// engine configurations (the plan refers to its configuration, which refers
+// to the graph; cudnn-frontend keeps them the same way).
 struct CudnnAttention::Plan {
+  GraphBuilder ops;
+  std::unique_ptr<Desc> graph, heur;
+  std::vector<Desc> cfgs;
   std::unique_ptr<Desc> plan;  // finalized
   std::vector<int64_t> uids;  // the variant pack's order
   int64_t workspace = 0;
@@ -416,12 +423,13 @@ const CudnnAttention::Plan& CudnnAttention::plan(bool backward, const SdpaShape&
   if (*why) fail("--attention cudnn: ", why, " (", shape_text(s), "); use --attention flash");
 
   cudnnHandle_t h = static_cast<cudnnHandle_t>(handle_);
-  GraphBuilder g;
-  const Views v(s);
   auto out = std::make_unique<Plan>();
+  GraphBuilder& g = out->ops;
+  const Views v(s);
   out->uids = backward ? build_backward(g, v) : build_forward(g, v);
 
-  Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  out->graph = std::make_unique<Desc>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  Desc& graph = *out->graph;
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
       .set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
            (int64_t)g.ops().size(), g.ops().data());
@@ -431,7 +439,8 @@ const CudnnAttention::Plan& CudnnAttention::plan(bool backward, const SdpaShape&
          shape_text(s), " (", last_cudnn_error(), "); use --attention flash");
 
   // Engine configurations, best first (heuristic mode A).
-  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  out->heur = std::make_unique<Desc>(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  Desc& heur = *out->heur;
   cudnnBackendDescriptor_t gd = graph.get();
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
   heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &gd)
@@ -440,7 +449,7 @@ const CudnnAttention::Plan& CudnnAttention::plan(bool backward, const SdpaShape&
   int64_t count = 0;
   cudnnCheck(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
-  std::vector<Desc> cfgs;
+  std::vector<Desc>& cfgs = out->cfgs;
   std::vector<cudnnBackendDescriptor_t> raw;
   for (int64_t i = 0; i < count; i++) {
     cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
