@@ -172,6 +172,15 @@ else
   line "bench/gpu d12 B=8 T=1024" FAIL "see $work/bench.log"
 fi
 
+# cuDNN's attention in the whole step: tokens/s, MFU (the roofline says 56% on
+# H100 at B=16), and its arena == accounting.
+if run "$work/bench-cudnn.log" "$bench" --models d12 --batch 8 --seq 1024 --steps 10 --warmup 3 \
+     --recompute none --attention cudnn; then
+  line "bench/gpu d12 --attention cudnn" PASS "$(grep -m1 'tok/s' "$work/bench-cudnn.log" | tr -s ' ' | cut -c1-120)"
+  { echo; echo '```'; cat "$work/bench-cudnn.log"; echo '```'; } >> "$work/bench-block.md"
+else
+  line "bench/gpu d12 --attention cudnn" FAIL "see $work/bench-cudnn.log"
+fi
 attn=$work/attention.log
 run "$attn" bench/kernels/attention.sh --build-dir "$build" --T 1024,4096
 rc=$?

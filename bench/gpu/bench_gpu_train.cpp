@@ -7,8 +7,10 @@
 // model/memory.h) next to that accounting.
 //
 //   bench_gpu_train [--models d12,d24,d48] [--recompute none,gelu,gelu+ln,blocks]
-//                   [--batch 8] [--seq 1024] [--steps 10] [--warmup 3]
-//                   [--peak-tflops X] [--json]
+//                   [--attention flash|cudnn|materialized] [--batch 8] [--seq 1024]
+//                   [--steps 10] [--warmup 3] [--peak-tflops X] [--json]
+// --attention is `ratchet train`'s (default flash); with cudnn the arena holds
+// cuDNN's accounted workspace, so peak == accounting checks it too.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +32,7 @@ using namespace ratchet;
 
 int main(int argc, char** argv) {
   std::string models = "d12,d24,d48", policies = "none,gelu,gelu+ln,blocks";
+  AttentionImpl attention = AttentionImpl::flash;
   int B = 8, T = 1024, steps = 10, warmup = 3;
   double peak = 0;
   bool json = false;
@@ -44,6 +47,14 @@ int main(int argc, char** argv) {
     };
     if (a == "--models") models = next();
     else if (a == "--recompute") policies = next();
+    else if (a == "--attention") {
+      try {
+        attention = parse_attention(next());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_gpu_train: %s\n", e.what());
+        return 2;
+      }
+    }
     else if (a == "--batch") B = std::stoi(next());
     else if (a == "--seq") T = std::stoi(next());
     else if (a == "--steps") steps = std::stoi(next());
@@ -53,7 +64,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s [--models d12,d24,d48|tiny] [--recompute none,gelu,gelu+ln,blocks] "
-                   "[--batch B] [--seq T] [--steps N] [--warmup N] [--peak-tflops X] [--json]\n",
+                   "[--attention flash|cudnn|materialized] [--batch B] [--seq T] [--steps N] [--warmup N] "
+                   "[--peak-tflops X] [--json]\n",
                    argv[0]);
       return a == "--help" ? 0 : 2;
     }
@@ -70,6 +82,12 @@ int main(int argc, char** argv) {
                 dev.total_bytes / 1073741824.0,
                 peak > 0 ? (std::to_string((int)peak) + " TFLOP/s").c_str()
                          : "unknown (pass --peak-tflops for MFU)");
+  try {  // --attention cudnn under simt, or in a build without cuDNN: say so, exit 2
+    cuda::CudaBackend<kernels::bf16> probe(attention);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench_gpu_train: %s\n", e.what());
+    return 2;
+  }
   std::stringstream ms(models);
   std::string name;
   while (std::getline(ms, name, ',')) {
@@ -93,7 +111,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench_gpu_train: %s\n", e.what());
         return 2;
       }
-      cuda::CudaBackend<kernels::bf16> be;
+      cuda::CudaBackend<kernels::bf16> be(attention);
       const StepMemory acct = step_memory(cfg, b, t, policy, be, ParamLayout(cfg).total, 0);
       be.use_arena(acct.arena());
       GPT model(cfg, be);
@@ -120,6 +138,7 @@ int main(int argc, char** argv) {
       if (json)
         std::printf("%s\n", json_line({{"model", name},
                                         {"recompute", policy.name()},
+                                        {"attention", attention_name(attention)},
                                         {"B", b},
                                         {"T", t},
                                         {"step_ms", dt * 1e3},
@@ -130,9 +149,10 @@ int main(int argc, char** argv) {
                                         {"activation_bytes", acct.activations}})
                                  .c_str());
       else
-        std::printf("%-4s recompute %-8s B=%d T=%d  %8.1f ms/step  %10.0f tok/s  MFU %5.1f%%  "
+        std::printf("%-4s recompute %-8s %s B=%d T=%d  %8.1f ms/step  %10.0f tok/s  MFU %5.1f%%  "
                     "peak mem %.2f GiB (accounting %.2f GiB, activations %.2f GiB)\n",
-                    name.c_str(), policy.name().c_str(), b, t, dt * 1e3, tok_s, mfu * 100,
+                    name.c_str(), policy.name().c_str(), attention_name(attention), b, t,
+                    dt * 1e3, tok_s, mfu * 100,
                     peak_mem / 1073741824.0, acct.total() / 1073741824.0,
                     acct.activations / 1073741824.0);
       if (be.peak_bytes_in_use() != acct.total()) {
