@@ -75,6 +75,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_gpu_train: no usable CUDA device (%s)\n", why.c_str());
     return 1;
   }
+  try {  // --attention cudnn under simt, or in a build without cuDNN: say so, exit 2
+    cuda::CudaBackend<kernels::bf16> probe(attention);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench_gpu_train: %s\n", e.what());
+    return 2;
+  }
   const cuda::DeviceInfo dev = cuda::device_info();
   if (peak <= 0) peak = cuda::bf16_peak_tflops(dev.name);
   if (!json)
@@ -82,12 +88,6 @@ int main(int argc, char** argv) {
                 dev.total_bytes / 1073741824.0,
                 peak > 0 ? (std::to_string((int)peak) + " TFLOP/s").c_str()
                          : "unknown (pass --peak-tflops for MFU)");
-  try {  // --attention cudnn under simt, or in a build without cuDNN: say so, exit 2
-    cuda::CudaBackend<kernels::bf16> probe(attention);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "bench_gpu_train: %s\n", e.what());
-    return 2;
-  }
   std::stringstream ms(models);
   std::string name;
   while (std::getline(ms, name, ',')) {
