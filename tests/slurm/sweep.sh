@@ -8,8 +8,10 @@
 #   sweep.sh array       --executor sbatch: the first three segments start as
 #                        one job array; the best trial's task is preempted and
 #                        requeued alone; the controller is SIGKILLed while the
-#                        tasks run and restarted: it adopts them (J_I), none
-#                        runs twice; same results as local
+#                        tasks run, its launch records and job-id markers
+#                        removed (as if killed right after sbatch), and
+#                        restarted: it finds the array by name and adopts its
+#                        tasks (J_I), none runs twice; same results as local
 #   sweep.sh srun        the controller as a job (slurm/sweep.sbatch -n 2,
 #                        --executor srun --parallel 2), sent USR1 mid-sweep:
 #                        it exits 75, the job is requeued, the rerun adopts
@@ -73,10 +75,18 @@ case $name in
     done
     kill -9 $ctl
     wait $ctl 2>/dev/null || true
+    # As if it had died between sbatch and its records: the launches unjournaled,
+    # the job-id markers unwritten. The rerun must find the array by its job
+    # name (the segments' .array markers name it) and submit nothing again.
+    array_job=$(sed -n 's/.*"handle":"\([0-9]*\)_0".*/\1/p' "$dir/journal.jsonl" | head -n1)
+    [ -n "$array_job" ] || fail "no array task handle in the journal"
+    grep -v '"event":"launched"' "$dir/journal.jsonl" >journal.tmp && mv journal.tmp "$dir/journal.jsonl"
+    rm -f "$dir"/trials/t000[012]/seg-r0-a0.job "$dir"/arrays/*.list.job
     timeout 240 "${run[@]}" >>controller.log 2>&1 || { cat controller.log; fail "restarted sbatch sweep failed"; }
+    [ "$(ls "$dir"/arrays/*.list | wc -l)" = 1 ] || fail "a second array was submitted: $(ls "$dir/arrays")"
     # One array: trials 0..2 at rung 0 are tasks 0..2 of the same job.
     j0=$(cat "$dir/trials/t0000/seg-r0-a0.job")
-    [[ $j0 =~ ^[0-9]+_0$ ]] || fail "trial 0's segment is not array task 0: '$j0'"
+    [ "$j0" = "${array_job}_0" ] || fail "trial 0's segment is '$j0', not task 0 of the first array $array_job"
     for t in 1 2; do
       [ "$(cat "$dir/trials/t000$t/seg-r0-a0.job")" = "${j0%_0}_$t" ] || fail "trial $t not in array ${j0%_0}"
     done
