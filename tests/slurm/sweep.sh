@@ -61,7 +61,7 @@ case $name in
     grep -q '"event":"requeued"' "$dir/journal.jsonl" && fail "the controller requeued; Slurm should have"
     ;;
   array)
-    export RATCHET_SLURM_LIB=$SLURM_DIR/requeue-lib.sh RATCHET_MODULES= FAKE_PREEMPT_LR=3e-3 FAKE_SLEEP=2
+    export RATCHET_SLURM_LIB=$SLURM_DIR/requeue-lib.sh RATCHET_MODULES='' FAKE_PREEMPT_LR=3e-3 FAKE_SLEEP=2
     run=("$RATCHET" sweep run "$dir" --executor sbatch --parallel 3
       --sbatch-template "$SLURM_DIR/sweep-trial.sbatch" --sbatch-args "-t 5"
       --trainer "bash $SWEEP_FAKE" --poll-seconds 0.5)
@@ -83,7 +83,8 @@ case $name in
     grep -v '"event":"launched"' "$dir/journal.jsonl" >journal.tmp && mv journal.tmp "$dir/journal.jsonl"
     rm -f "$dir"/trials/t000[012]/seg-r0-a0.job "$dir"/arrays/*.list.job
     timeout 240 "${run[@]}" >>controller.log 2>&1 || { cat controller.log; fail "restarted sbatch sweep failed"; }
-    [ "$(ls "$dir"/arrays/*.list | wc -l)" = 1 ] || fail "a second array was submitted: $(ls "$dir/arrays")"
+    lists=("$dir"/arrays/*.list)
+    [ ${#lists[@]} = 1 ] || fail "a second array was submitted: ${lists[*]}"
     # One array: trials 0..2 at rung 0 are tasks 0..2 of the same job.
     j0=$(cat "$dir/trials/t0000/seg-r0-a0.job")
     [ "$j0" = "${array_job}_0" ] || fail "trial 0's segment is '$j0', not task 0 of the first array $array_job"
