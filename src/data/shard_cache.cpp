@@ -79,11 +79,15 @@ void ShardCache::store(const std::string& kind, const std::vector<std::string>& 
     for (std::string line; std::getline(in, line);) {
       std::string fields = line.substr(0, line.rfind('\t'));  // without the value
       std::string paths;
+      bool gone = false;  // entries of deleted files go (temporary datasets)
       std::stringstream ss(fields);
       std::string f;
       for (int i = 0; std::getline(ss, f, '\t'); i++)
-        if (i == 0 || i % 2 == 0) paths += (i ? "\t" : "") + f;  // KIND, then every path
-      if (paths != same) keep.push_back(line);
+        if (i == 0 || i % 2 == 0) {
+          paths += (i ? "\t" : "") + f;  // KIND, then every path
+          if (i > 0 && ::access(f.c_str(), F_OK) != 0) gone = true;
+        }
+      if (paths != same && !gone) keep.push_back(line);
     }
   }
   if (keep.size() >= kMaxEntries) keep.erase(keep.begin(), keep.end() - (kMaxEntries - 1));

@@ -13,7 +13,8 @@
 // else $HOME/.cache/ratchet/...; RATCHET_CACHE_DIR set but empty turns it off.
 // One line per fact, tab-separated: KIND, then per file its
 // "dev ino size mtime_ns ctime_ns" and absolute path, then the VALUE.
-// Rewritten whole (temp file + rename); a cache that cannot be read or written
+// Rewritten whole (temp file + rename), without the entries of files that no
+// longer exist; a cache that cannot be read or written
 // is ignored (the fact is computed), never an error.
 #pragma once
 #include <optional>

@@ -41,6 +41,16 @@ TEST(ShardCache, HitOnlyWhileEveryFileIsTheSame) {
   EXPECT_EQ(cache.lookup("crc", {b}).value_or(""), "0000beef");
   EXPECT_EQ(cache.lookup("both", {a, b}).value_or(""), "2.5");
   EXPECT_EQ(read_file(d / "cache/shard-cache.tsv").find("1234abcd"), std::string::npos);
+  // Entries of files deleted since go at the next store.
+  write_file(d / "gone.h5", "x");
+  write_file(d / "kept.h5", "y");
+  wait_until_settled();
+  cache.store("crc", {d / "gone.h5"}, "00000001");
+  ASSERT_TRUE(cache.lookup("crc", {d / "gone.h5"}));
+  std::remove((d / "gone.h5").c_str());
+  cache.store("crc", {d / "kept.h5"}, "00000002");
+  EXPECT_EQ(read_file(d / "cache/shard-cache.tsv").find("gone.h5"), std::string::npos);
+  EXPECT_EQ(cache.lookup("crc", {a}).value_or(""), "5678abcd");
   EXPECT_FALSE(cache.lookup("both", {b, a}));     // another list
   EXPECT_FALSE(cache.lookup("other", {a}));       // another kind
   EXPECT_FALSE(cache.lookup("crc", {d / "c"}));   // no such file
