@@ -29,6 +29,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "data/loader.h"
+#include "data/shard_cache.h"
 #include "data/shard_identity.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
@@ -58,7 +59,18 @@ std::string num(double v) {
 
 // Entropy (nats/token) of the training tokens' unigram distribution: the loss
 // of the best model that ignores context, printed so a run can be judged.
+// Reads every training token: kept in the shard cache (data/shard_cache.h)
+// so that a run's later starts (sweep segments, requeues) skip the read.
 double unigram_entropy(const TokenDataset& ds, int vocab) {
+  const ShardCache cache;
+  const std::string kind = "unigram-entropy vocab=" + std::to_string(vocab);
+  std::vector<std::string> files;
+  for (size_t i = 0; i < ds.num_shards(); i++) files.push_back(ds.shard_path(i));
+  if (const auto v = cache.lookup(kind, files)) {
+    char* end = nullptr;
+    const double h = std::strtod(v->c_str(), &end);
+    if (end && *end == '\0' && std::isfinite(h)) return h;
+  }
   std::vector<uint64_t> counts(vocab, 0);
   std::vector<int32_t> buf(1 << 20);
   for (uint64_t pos = 0; pos < ds.num_tokens(); pos += buf.size()) {
@@ -69,6 +81,9 @@ double unigram_entropy(const TokenDataset& ds, int vocab) {
   double h = 0, total = (double)ds.num_tokens();
   for (uint64_t c : counts)
     if (c) h -= c / total * std::log(c / total);
+  char v[32];
+  std::snprintf(v, sizeof v, "%.17g", h);
+  cache.store(kind, files, v);
   return h;
 }
 
@@ -188,23 +203,18 @@ GPTConfig Trainer::resolve_config(std::vector<float>* init) const {
     *init = load_llmc_checkpoint(o_.init_from, &c);
     return c;
   }
-  const int vocab = o_.vocab_size > 0 ? o_.vocab_size : train_ds_->vocab_size();
-  if (o_.model == "custom") {
-    if (o_.layers <= 0 || o_.heads <= 0 || o_.channels <= 0)
-      fail("--model custom needs --layers, --heads and --channels");
-    c.num_layers = o_.layers;
-    c.num_heads = o_.heads;
-    c.channels = o_.channels;
-    c.vocab_size = vocab;
-    c.max_seq_len = o_.max_seq_len;
-  } else {
-    c = preset_config(o_.model, vocab, o_.max_seq_len);
-    if (o_.layers > 0) c.num_layers = o_.layers;
-    if (o_.heads > 0) c.num_heads = o_.heads;
-    if (o_.channels > 0) c.channels = o_.channels;
-  }
-  c.padded_vocab = 0;
-  c.finalize();
+  ModelFlags f;
+  f.model = o_.model;
+  f.arch = o_.arch;
+  f.layers = o_.layers, f.heads = o_.heads, f.channels = o_.channels;
+  f.kv_heads = o_.kv_heads, f.ffn_hidden = o_.ffn_hidden, f.untied = o_.untied;
+  f.rope_theta = o_.rope_theta, f.norm_eps = o_.norm_eps;
+  f.vocab_size = o_.vocab_size > 0 ? o_.vocab_size : train_ds_->vocab_size();
+  f.max_seq_len = o_.max_seq_len;
+  c = config_from_flags(f);
+  if (c.llama() && !o_.export_path.empty())
+    fail("--export writes llm.c's GPT-2 .bin format, which cannot hold a llama model (",
+         c.describe(), "): drop --export, or export Hugging Face safetensors instead");
   return c;
 }
 
