@@ -4,9 +4,10 @@
 #
 #   bench/cpu/compare.sh BUILD_DIR [CONFIG ...]
 #
-# CONFIG is MODEL:B:T[:STEPS[:WARMUP]], default:
-#   d12:4:64:5:2  d6:4:64:5:2  d12:4:256:3:1  d12:4:1024:2:1
-# (about 5-6 minutes on 2 Zen cores, most of it PyTorch at T=1024).
+# CONFIG is MODEL:B:T[:STEPS[:WARMUP]], MODEL dN (GPT-2) or lN (Llama: the
+# arch column; PyTorch side in pytorch_llama.py), default:
+#   d12:4:64:5:2  d6:4:64:5:2  d12:4:256:3:1  d12:4:1024:2:1  l12:4:256:3:1
+# (about 7-8 minutes on 2 Zen cores, most of it PyTorch at T=1024).
 # Each implementation runs in its own process, one after the other, with all
 # cores; peak RSS is that process's ru_maxrss (cross-checked by /usr/bin/time
 # when present). % of peak is against the all-thread FMA probe; ratio is
@@ -16,7 +17,7 @@
 # file, default BUILD_DIR/bench_cpu_compare.jsonl).
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == -h || "$1" == --help ]]; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   exit $([[ $# -lt 1 ]] && echo 2 || echo 0)
 fi
 BUILD=$(cd "$1" && pwd); shift
@@ -24,7 +25,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 PYTHON=${PYTHON:-/usr/bin/python3}
 OUT=${OUT:-$BUILD/bench_cpu_compare.jsonl}
 CONFIGS=("$@")
-[[ ${#CONFIGS[@]} -gt 0 ]] || CONFIGS=(d12:4:64:5:2 d6:4:64:5:2 d12:4:256:3:1 d12:4:1024:2:1)
+[[ ${#CONFIGS[@]} -gt 0 ]] || CONFIGS=(d12:4:64:5:2 d6:4:64:5:2 d12:4:256:3:1 d12:4:1024:2:1 l12:4:256:3:1)
 
 find_bin() {  # first existing path among the arguments
   for p in "$@"; do [[ -x "$p" ]] && { echo "$p"; return; }; done
@@ -65,8 +66,14 @@ run() {  # run IMPL CMD...: one JSON line, plus time_maxrss_mb and other_cpu_pct
     other=$(awk -v j="$((j1 - j0))" -v hz="$HZ" -v own="$(awk -v u="$ut" -v s="$st" 'BEGIN{print u + s}')" \
       -v w="$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b - a}')" -v n="$(nproc)" \
       'BEGIN{o = (j / hz - own) / (w * n) * 100; printf "%.1f", o < 0 ? 0 : o}')
+    # cpu_s: the process's user + system CPU seconds over the whole run
+    # (warm-up, timed steps and start-up), next to its wall seconds: on a
+    # shared machine CPU time is the steadier of the two.
+    local wall
+    wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b - a}')
     line=$(echo "$line" | jq -c --argjson kb "$kb" --argjson other "$other" \
-      '. + {time_maxrss_mb: (($kb / 1024) * 10 | round / 10), other_cpu_pct: $other}')
+      --argjson cpu "$(awk -v u="$ut" -v s="$st" 'BEGIN{printf "%.2f", u + s}')" --argjson wall "$wall" \
+      '. + {time_maxrss_mb: (($kb / 1024) * 10 | round / 10), other_cpu_pct: $other, cpu_s: $cpu, wall_s: $wall}')
   else
     line=$("$@" | tail -n 1)
   fi
@@ -85,18 +92,20 @@ echo "# JSON lines: $OUT" >&2
 echo
 # Table (plain awk over the JSON lines via jq).
 jq -r 'if .impl == "fma_peak" then "PEAK \(.gflops_all) \(.gflops_1) \(.threads)"
-       else "ROW \(.model) \(.B) \(.T) \(.impl) \(.step_ms) \(.tokens_per_s) \(.gflops) \(.peak_rss_mb) \(.time_maxrss_mb // "-") \(.other_cpu_pct // "-")" end' "$OUT" |
+       else "ROW \(.model) \(.B) \(.T) \(.impl) \(.step_ms) \(.tokens_per_s) \(.gflops) \(.peak_rss_mb) \(.time_maxrss_mb // "-") \(.other_cpu_pct // "-") \(.cpu_s // "-") \(.wall_s // "-")" end' "$OUT" |
 awk '
   $1 == "PEAK" { peak = $2; printf "FP32 FMA peak: %.1f GFLOP/s (%d threads), %.1f GFLOP/s (1 thread)\n\n", $2, $4, $3
-                 printf "%-16s %-8s %10s %10s %9s %8s %8s %10s %10s %7s\n", "config", "impl", "ms/step", "tokens/s", "GFLOP/s", "% peak", "ratio", "RSS MB", "time -v MB", "other%"
+                 printf "%-6s %-16s %-8s %10s %10s %9s %8s %8s %10s %10s %7s %7s %7s\n", "arch", "config", "impl", "ms/step", "tokens/s", "GFLOP/s", "% peak", "ratio", "RSS MB", "time -v MB", "other%", "CPU s", "wall s"
                  next }
   $1 == "ROW" {
     cfg = sprintf("%s B=%s T=%s", $2, $3, $4)
     if ($5 == "ratchet") rms[cfg] = $6
     ratio = "-"
     if ($5 == "pytorch" && (cfg in rms)) ratio = sprintf("%.2fx", $6 / rms[cfg])
-    printf "%-16s %-8s %10.1f %10.1f %9.1f %7.1f%% %8s %10.1f %10s %7s\n", cfg, $5, $6, $7, $8, 100 * $8 / peak, ratio, $9, $10, $11
+    arch = substr($2, 1, 1) == "l" ? "llama" : "gpt2"
+    printf "%-6s %-16s %-8s %10.1f %10.1f %9.1f %7.1f%% %8s %10.1f %10s %7s %7s %7s\n", arch, cfg, $5, $6, $7, $8, 100 * $8 / peak, ratio, $9, $10, $11, $12, $13
   }'
 echo
 echo "other% = CPU used by other processes during the run, % of all cores (interference; should be ~0)."
+echo "CPU s / wall s = the whole process (start-up, warm-up and timed steps): user+system CPU seconds and wall seconds."
 echo "ratio = PyTorch ms/step / ratchet ms/step (target >= 2.00x); % peak vs. the all-thread FMA probe (target >= 55% for ratchet)."
