@@ -300,6 +300,9 @@ void Trainer::setup() {
   shard_identity_ = from_ini(shard_ini);
   std::vector<float> init;
   cfg_ = resolve_config(&init);
+  if (!o_.export_hf.empty() && cfg_.arch != Arch::llama)
+    fail("--export-hf writes Llama models (--arch llama); this run's model is GPT-2: use --export "
+         "for llm.c's format");
   if (T_ > cfg_.max_seq_len)
     fail("--seq-len ", T_, " exceeds the model's max_seq_len ", cfg_.max_seq_len,
          ": lower --seq-len or raise --max-seq-len");

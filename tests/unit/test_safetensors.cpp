@@ -12,12 +12,14 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "interop/safetensors.h"
+#include "testing/expect_error.h"
 #include "testing/test_util.h"
 
 namespace ratchet {
 namespace {
 using testing::read_file;
 using testing::run_shell;
+using testing::expect_error;
 using testing::TempDir;
 using testing::write_file;
 
@@ -49,19 +51,6 @@ void write_raw(const std::string& path, const std::string& header, size_t data_b
   write_file(path, s);
 }
 
-// Runs `fn`, expects an Error whose message contains every one of `parts`.
-template <typename Fn>
-void expect_error(Fn fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected one mentioning " << parts.front();
-  } catch (const Error& e) {
-    for (const auto& p : parts) {
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
-          << "message '" << e.what() << "' lacks '" << p << "'";
-    }
-  }
-}
 
 TEST(Safetensors, ConversionsRoundToNearestEven) {
   EXPECT_EQ(f32_to_bf16(1.0f / 3), 0x3EAB);              // 0x3EAAAAAB rounds up
