@@ -1,5 +1,6 @@
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -92,8 +93,8 @@ void GPT::init_random(uint64_t seed) {
       for (size_t j = 0; j < n; j++) p[j] = 1.0f;
     } else if (ParamLayout::decayed(i)) {
       float sd = (i == P_ATTPROJW || i == P_FCPROJW) ? std_proj : 0.02f;
-      // wte: only the V real rows; padded rows stay zero.
-      if (i == P_WTE) n = (size_t)cfg_.vocab_size * cfg_.channels;
+      // wte, lmhead: only the V real rows; padded rows stay zero.
+      if (i == P_WTE || i == P_LMHEAD) n = std::min(n, (size_t)cfg_.vocab_size * cfg_.channels);
       for (size_t j = 0; j < n; j++) p[j] = sd * rng.normal();
     }  // biases stay zero
   }
