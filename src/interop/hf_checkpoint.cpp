@@ -211,7 +211,7 @@ std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg) {
     fail(config_path, " is not valid JSON (", e.what(), ")");
   }
   const GPTConfig c = hf_config_from_json(j, config_path);
-  StDtype want_dtype;
+  StDtype want_dtype = StDtype::F32;
   const bool check_dtype = torch_dtype(j, &want_dtype);
 
   const SafetensorsCheckpoint ck(path);

@@ -221,9 +221,10 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
   std::map<std::string, std::string> weight_map;  // tensor -> shard file name
   std::string index;
   if (fs::is_directory(path, ec)) {
-    index = (fs::path(path) / "model.safetensors.index.json").string();
+    const std::string index_path = (fs::path(path) / "model.safetensors.index.json").string();
     const std::string single = (fs::path(path) / "model.safetensors").string();
-    if (fs::exists(index, ec)) {
+    if (fs::exists(index_path, ec)) {
+      index = index_path;
       std::ifstream in(index);
       nlohmann::json j;
       try {

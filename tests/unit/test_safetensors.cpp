@@ -168,6 +168,12 @@ TEST(Safetensors, ShardedCheckpointBothWays) {
   file->read_f32(*t, got.data());
   EXPECT_EQ(got, c);
 
+  // A directory with one model.safetensors (no index) opens too.
+  std::filesystem::create_directory(d / "single");
+  write_safetensors_checkpoint(d / "single", ts, StDtype::BF16, {}, 1u << 20);
+  EXPECT_FALSE(std::filesystem::exists(d / "single/model.safetensors.index.json"));
+  EXPECT_EQ(SafetensorsCheckpoint(d / "single").names().size(), 3u);
+
   // Python's sharded Llama (BF16, several shards) opens here with every tensor.
   r = run_shell(kPy + " make-llama " + (d / "py") +
                 " --layers 2 --channels 32 --heads 4 --kv-heads 2 --hidden 64 --vocab 50"
