@@ -153,7 +153,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   nlohmann::json h;
   try {
     h = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for 1e999
     fail(path, ": the header is not valid JSON (", e.what(), ")");
   }
   if (!h.is_object()) fail(path, ": the header is not a JSON object");
