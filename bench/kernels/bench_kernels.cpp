@@ -220,7 +220,7 @@ struct Bench {
     T* k = alloc<T>(NC);
     T* v = alloc<T>(NC);
     run("attention_permute", 6.0 * NC * s,
-        [&] { attention_permute(q, k, v, qkv, B, Tn, NH, HS, st); },
+        [&] { attention_permute(q, k, v, qkv, B, Tn, NH, NH, HS, st); },
         [&] { return finite(v, NC); });
     run("attention_unpermute", 2.0 * NC * s,
         [&] { attention_unpermute(y, q, B, Tn, NH, HS, st); }, [&] { return finite(y, NC); });
@@ -245,10 +245,10 @@ struct Bench {
       float* dsc = alloc<float>((size_t)BH * Tn, false);
       T* dqkv = alloc<T>(3 * NC);
       run("flash_attention_forward", 4.0 * NC * s + 4.0 * BH * Tn,
-          [&] { flash_attention_forward(y, lse, qkv, B, Tn, NH, HS, st); },
+          [&] { flash_attention_forward(y, lse, qkv, B, Tn, NH, NH, HS, st); },
           [&] { return finite(y, NC); });
       run("flash_attention_backward", 8.0 * NC * s + 8.0 * BH * Tn,
-          [&] { flash_attention_backward(dqkv, dsc, z, qkv, y, lse, B, Tn, NH, HS, st); },
+          [&] { flash_attention_backward(dqkv, dsc, z, qkv, y, lse, B, Tn, NH, NH, HS, st); },
           [&] { return finite(dqkv, 3 * NC); });
     }
     // fused classifier: reads logits twice, writes the gradient: 3 N Vp s
