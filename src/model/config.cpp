@@ -98,7 +98,7 @@ static GPTConfig llama_preset(const std::string& name, int vocab_size) {
   int kv = std::max(1, depth / 2);
   while (depth % kv != 0) kv--;  // the largest divisor of N that is <= N/2
   c.num_kv_heads = kv;
-  c.ffn_hidden = (8 * c.channels / 3 + 32) / 64 * 64;  // 8/3·C to the nearest multiple of 64
+  c.ffn_hidden = llama_default_ffn(c.channels);
   c.vocab_size = vocab_size;
   return c;
 }
@@ -128,6 +128,45 @@ GPTConfig preset_config(const std::string& name, int vocab_size, int max_seq_len
   c.vocab_size = vocab_size;
   c.padded_vocab = pad_vocab(vocab_size);
   c.max_seq_len = max_seq_len;
+  c.finalize();
+  return c;
+}
+
+int llama_default_ffn(int channels) {
+  return std::max(64, (8 * channels / 3 + 32) / 64 * 64);
+}
+
+GPTConfig config_from_flags(const ModelFlags& f) {
+  GPTConfig c;
+  if (f.model == "custom") {
+    if (f.layers <= 0 || f.heads <= 0 || f.channels <= 0)
+      fail("--model custom needs --layers, --heads and --channels");
+    c.arch = f.arch.empty() ? Arch::gpt2 : parse_arch(f.arch, "--arch");
+    c.num_layers = f.layers;
+    c.num_heads = f.heads;
+    c.channels = f.channels;
+    c.vocab_size = f.vocab_size;
+    c.max_seq_len = f.max_seq_len;
+    if (c.llama()) c.ffn_hidden = llama_default_ffn(c.channels);
+  } else {
+    c = preset_config(f.model, f.vocab_size, f.max_seq_len);
+    if (!f.arch.empty() && parse_arch(f.arch, "--arch") != c.arch)
+      fail("--arch ", f.arch, " does not match --model ", f.model, " (a ", arch_name(c.arch),
+           " preset): use a ", f.arch == "llama" ? "lN, smollm-135m or llama3.2-1b" : "dN",
+           " preset, or --model custom --arch ", f.arch);
+    if (f.layers > 0) c.num_layers = f.layers;
+    if (f.heads > 0) c.num_heads = f.heads;
+    if (f.channels > 0) {
+      c.channels = f.channels;
+      if (c.llama()) c.ffn_hidden = llama_default_ffn(c.channels);
+    }
+  }
+  if (f.kv_heads > 0) c.num_kv_heads = f.kv_heads;
+  if (f.ffn_hidden > 0) c.ffn_hidden = f.ffn_hidden;
+  if (f.untied) c.tied_embeddings = false;
+  if (f.rope_theta > 0) c.rope_theta = f.rope_theta;
+  if (f.norm_eps > 0) c.norm_eps = f.norm_eps;
+  c.padded_vocab = 0;
   c.finalize();
   return c;
 }

@@ -63,6 +63,22 @@ inline int pad_vocab(int v) { return (v + 127) / 128 * 128; }
 // exceed the data's). Throws Error on an unknown name.
 GPTConfig preset_config(const std::string& name, int vocab_size, int max_seq_len);
 
+// The model flags `ratchet train` and `ratchet plan` share (0 / "" = unset).
+struct ModelFlags {
+  std::string model;         // preset name, or "custom"
+  std::string arch;          // "" (the preset's; gpt2 for custom), "gpt2", "llama"
+  int layers = 0, heads = 0, channels = 0;
+  int kv_heads = 0, ffn_hidden = 0;  // llama only
+  bool untied = false;               // llama only: a separate lm_head
+  float rope_theta = 0, norm_eps = 0;  // llama only; 0: the preset's
+  int vocab_size = 0, max_seq_len = 0;
+};
+// The finalized config the flags describe; throws Error naming the flag.
+GPTConfig config_from_flags(const ModelFlags& f);
+// Llama's SwiGLU hidden size for C channels when none is given: 8/3·C to the
+// nearest multiple of 64 (at least 64).
+int llama_default_ffn(int channels);
+
 // The first field (by its checkpoint name, e.g. "num_kv_heads") in which a
 // and b differ, or "" when they describe the same model.
 std::string first_config_difference(const GPTConfig& a, const GPTConfig& b);
