@@ -15,9 +15,10 @@ from ratchet's code: u64 little-endian header length, JSON header {name:
       "values"}}} with values decoded to Python floats (exact for all three dtypes).
   safetensors_io.py make-llama DIR --layers L --channels C --heads NH
       --kv-heads KV --hidden H --vocab V [--untied] [--dtype F32|BF16]
-      [--shard-bytes N] [--seed S]
+      [--shard-bytes N] [--seed S] [--std-milli M]
       A Hugging Face Llama checkpoint with random weights: config.json, and
-      model.safetensors or shards + model.safetensors.index.json.
+      model.safetensors or shards + model.safetensors.index.json. Matrices
+      are N(0, M/1000) (default 20: 0.02), gains 1 +- 0.1.
 """
 import json
 import math
@@ -114,11 +115,11 @@ def read_any(path):
     return {"metadata": meta, "files": [os.path.basename(p) for p in files], "tensors": tensors}
 
 
-def make_llama(d, L, C, NH, KV, H, V, untied, dtype, shard_bytes, seed):
+def make_llama(d, L, C, NH, KV, H, V, untied, dtype, shard_bytes, seed, std):
     hs = C // NH
     rng = random.Random(seed)
 
-    def mat(r, c, scale=0.02):
+    def mat(r, c, scale=std):
         return [rng.gauss(0.0, scale) for _ in range(r * c)]
 
     def gain(c):
@@ -187,7 +188,8 @@ def main(argv):
         json.dump(read_any(argv[1]), sys.stdout)
     elif len(argv) >= 2 and argv[0] == "make-llama":
         opts = {"--layers": 2, "--channels": 64, "--heads": 4, "--kv-heads": 2, "--hidden": 128,
-                "--vocab": 300, "--dtype": "F32", "--shard-bytes": 1 << 40, "--seed": 1}
+                "--vocab": 300, "--dtype": "F32", "--shard-bytes": 1 << 40, "--seed": 1,
+                "--std-milli": 20}
         untied, i = False, 2
         while i < len(argv):
             if argv[i] == "--untied":
@@ -197,7 +199,7 @@ def main(argv):
             i += 2
         make_llama(argv[1], opts["--layers"], opts["--channels"], opts["--heads"], opts["--kv-heads"],
                    opts["--hidden"], opts["--vocab"], untied, opts["--dtype"], opts["--shard-bytes"],
-                   opts["--seed"])
+                   opts["--seed"], opts["--std-milli"] / 1000.0)
     else:
         sys.exit(__doc__)
 

@@ -106,6 +106,42 @@ TEST_F(HfInterop, RoundTripIsBitExactInF32) {
   EXPECT_EQ(differing(py_read(d / "hf"), py_read(d / "out")), 0u);
 }
 
+// The meaning of the names: ratchet's first-step loss on a Python-written HF
+// checkpoint equals the loss that transformers' Llama math gives from the HF
+// tensors (tests/data/hf_llama_loss.py, float64 torch) on the same windows.
+TEST_F(HfInterop, LossMatchesTransformersMathFromHfNames) {
+  TempDir d;
+  // Weights N(0, 0.25): attention far from uniform, so every block's meaning shows in the loss.
+  make_llama(d / "hf", "--vocab 300 --dtype F32 --untied --seed 4 --std-milli 250");
+  // A token stream of our own (llm.c token file -> `ratchet convert`), so
+  // both sides see exactly the same windows.
+  std::vector<uint16_t> tokens(400);
+  uint32_t s = 12345;
+  for (auto& t : tokens) t = (uint16_t)((s = s * 1664525u + 1013904223u) >> 16) % 257;
+  int32_t header[256] = {20240520, 1, (int32_t)tokens.size()};
+  std::string bin((const char*)header, sizeof header);
+  bin.append((const char*)tokens.data(), tokens.size() * 2);
+  write_file(d / "tokens.bin", bin);
+  write_file(d / "tokens.json", nlohmann::json(tokens).dump());
+  fs::create_directory(d / "data");
+  auto r = run_ratchet("convert " + (d / "tokens.bin") + " " + (d / "data/train_000000.h5") +
+                       " --tokenizer byte --vocab-size 257 --eot 256");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet("train --init-from " + (d / "hf") + " --train-data '" + (d / "data/train_*.h5") +
+                  "' --no-shuffle --batch-size 2 --seq-len 16 --steps 1 --threads 1 --quiet --log-jsonl " +
+                  (d / "log.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto loss = jsonl_values(d / "log.jsonl", "loss");
+  ASSERT_EQ(loss.size(), 1u);
+  r = run_shell("/usr/bin/python3 " + std::string(RATCHET_TESTS_DIR) + "/data/hf_llama_loss.py " + (d / "hf") +
+                " " + (d / "tokens.json") + " 2 16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // FP32 against float64 over 32 tokens of a 2-layer model: measured 2e-8
+  // apart; a wrong block (k/v or gate/up swapped, RoPE left out) measured
+  // 0.28-0.61 apart. 1e-5 leaves FP32 room and catches any of those.
+  EXPECT_NEAR(loss[0], std::stod(r.output), 1e-5) << r.output;
+}
+
 TEST_F(HfInterop, BudgetStopWritesTheExport) {
   TempDir d;
   make_llama(d / "hf", "--vocab 257 --dtype BF16");
