@@ -108,17 +108,27 @@ TEST_F(LlamaTrain, WhatLlamaCannotDoYetIsRefusedUpFront) {
 // counts; GQA and SwiGLU change parameters and FLOPs/token; untying adds V·C
 // parameters but no FLOPs (wte becomes a lookup, lm_head takes its place).
 TEST(LlamaPlan, ParameterCountsAndFlops) {
-  auto r = run_ratchet("plan --model smollm-135m --seq-len 2048 --json");
+  auto r = run_ratchet("plan --model smollm-135m --max-seq-len 2048 --seq-len 2048 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("\"params\": 134515008"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("\"arch\": \"llama\""), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("\"kv_heads\": 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"params\":134515008"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"arch\":\"llama\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"kv_heads\":3"), std::string::npos) << r.output;
   r = run_ratchet("plan --model llama3.2-1b --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("\"params\": 1235814400"), std::string::npos) << r.output;
-  r = run_ratchet("plan --model l12 --untied --vocab-size 257");
+  EXPECT_NE(r.output.find("\"params\":1235814400"), std::string::npos) << r.output;
+  // l12 at V = 257 (Vp 384), C 768, 6 KV heads of 64, H 2048, by hand: per
+  // layer q, o 768² each, k, v 384·768 each, gate/up/down 768·2048 each, two
+  // gains 768: 6,489,600; x12 + wte 384·768 + final gain 768 = 78,170,880.
+  // FLOPs/token at T 64: 6·78,170,880 + 12·12·768·64 = 476,103,168.
+  r = run_ratchet("plan --model l12 --vocab-size 257 --seq-len 64 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("untied"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"params\":78170880"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"flops_per_token\":476103168"), std::string::npos) << r.output;
+  r = run_ratchet("plan --model l12 --untied --vocab-size 257 --seq-len 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"params\":78465792"), std::string::npos) << r.output;  // + 384·768
+  EXPECT_NE(r.output.find("\"flops_per_token\":476103168"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"tied_embeddings\":false"), std::string::npos) << r.output;
   r = run_ratchet("plan --arch llama --budget-flops 1e18");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("model:   l"), std::string::npos) << r.output;

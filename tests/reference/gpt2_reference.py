@@ -182,11 +182,8 @@ def read_output(path):
                 loss=parts[1][0], grads=parts[2], losses=parts[3], params=parts[4])
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--checkpoint")
-    ap.add_argument("--batch")
-    ap.add_argument("--out")
+def add_run_args(ap):
+    """The AdamW run's options (shared with llama_reference.py)."""
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--beta1", type=float, default=0.9)
@@ -195,6 +192,14 @@ def main(argv=None):
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--grad-clip", type=float, default=1.0)
     ap.add_argument("--self-test", action="store_true")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--checkpoint")
+    ap.add_argument("--batch")
+    ap.add_argument("--out")
+    add_run_args(ap)
     a = ap.parse_args(argv)
     if a.self_test:
         return self_test()

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpt2_reference as g2  # noqa: E402  (read_batch, run (AdamW), write/read_output)
+import gpt2_reference as g2  # noqa: E402  (read_batch, run (AdamW), args, write/read_output)
 
 DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead"}
 
@@ -147,14 +147,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for k in ("--config", "--params", "--batch", "--out"):
         ap.add_argument(k)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--beta1", type=float, default=0.9)
-    ap.add_argument("--beta2", type=float, default=0.95)
-    ap.add_argument("--eps", type=float, default=1e-8)
-    ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--grad-clip", type=float, default=1.0)
-    ap.add_argument("--self-test", action="store_true")
+    g2.add_run_args(ap)
     a = ap.parse_args(argv)
     if a.self_test:
         return self_test()
