@@ -31,7 +31,7 @@ __device__ __forceinline__ void load_tile(float (*dst)[HS], const T* src, size_t
 template <int HS>
 struct HeadTile {
   int row, part, bh, b, h, r0;
-  size_t C, W;
+  int C, W;  // small: ints keep the tile kernels' register use as before GQA
   float scale;
   __device__ HeadTile(int NH, int KV, int heads_per_y)
       : row(threadIdx.x / 4), part(threadIdx.x % 4), bh(blockIdx.y), b(bh / heads_per_y),
@@ -45,7 +45,7 @@ struct HeadTile {
   // Key head g's rows in qkv (ld W); its value head is KV*HS further.
   template <class T>
   __device__ const T* key(const T* qkv, int Tn, int g) const {
-    return qkv + (size_t)b * Tn * W + C + (size_t)g * HS;
+    return qkv + (size_t)b * Tn * W + C + g * HS;
   }
 };
 
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   __shared__ float S[R][R];    // (Br,Bc) scores of the tile
   const HeadTile<HS> t(NH, KV, NH);
   const int row = t.row, part = t.part, bh = t.bh, i0 = t.r0, i = i0 + row;
-  const size_t C = t.C, W = t.W, VO = (size_t)KV * HS;  // VO: value head after its key head
+  const int C = t.C, W = t.W, VO = KV * HS;  // VO: value head after its key head
   const float scale = t.scale;
   const T* q = t.head(qkv, Tn, W, t.h);
   const T* k = t.key(qkv, Tn, t.h / (NH / KV));
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   __shared__ float Ls[R], Ds[R];           // (Br) lse and D of the query tile
   const HeadTile<HS> t(NH, KV, KV);
   const int c = t.row, part = t.part, g = t.h, j0 = t.r0, j = j0 + c;  // c: the key row
-  const size_t C = t.C, W = t.W, VO = (size_t)KV * HS;
+  const int C = t.C, W = t.W, VO = KV * HS;
   const float scale = t.scale;
   const int group = NH / KV;
   const T* k = t.key(qkv, Tn, g);
@@ -147,37 +147,39 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   load_tile<T, R, HS>(Vs, k + VO, W, j0, Tn);
   float dk[CPT], dv[CPT];
   for (int d = 0; d < CPT; d++) dk[d] = dv[d] = 0.0f;
-  for (int h = g * group; h < (g + 1) * group; h++) {
+  // One flat loop over (query head of the group, query tile at or below the
+  // diagonal): fewer live values than two nested loops (no spills on sm_80).
+  const int tiles = ceil_div(Tn - j0, R);
+  for (int it = 0; it < group * tiles; it++) {
+    const int h = g * group + it / tiles, i0 = j0 + (it % tiles) * R;  // Br == Bc
     const T* q = t.head(qkv, Tn, W, h);
     const T* dO = t.head(dout, Tn, C, h);
     const size_t bh = (size_t)t.b * NH + h;  // lse, D (B,NH,T)
-    for (int i0 = j0; i0 < Tn; i0 += R) {  // Br == Bc: the diagonal tile first
-      __syncthreads();  // the previous tile's Qs, dOs, Ps, dSs are read
-      load_tile<T, R, HS>(Qs, q, W, i0, Tn);
-      load_tile<T, R, HS>(dOs, dO, C, i0, Tn);
-      for (int r = threadIdx.x; r < R; r += blockDim.x) {
-        const bool in = i0 + r < Tn;
-        Ls[r] = in ? lse[bh * Tn + i0 + r] : 0.0f;
-        Ds[r] = in ? D[bh * Tn + i0 + r] : 0.0f;
+    __syncthreads();  // the previous tile's Qs, dOs, Ps, dSs are read
+    load_tile<T, R, HS>(Qs, q, W, i0, Tn);
+    load_tile<T, R, HS>(dOs, dO, C, i0, Tn);
+    for (int r = threadIdx.x; r < R; r += blockDim.x) {
+      const bool in = i0 + r < Tn;
+      Ls[r] = in ? lse[bh * Tn + i0 + r] : 0.0f;
+      Ds[r] = in ? D[bh * Tn + i0 + r] : 0.0f;
+    }
+    __syncthreads();
+    for (int r = part; r < R; r += 4) {
+      const int i = i0 + r;
+      float p = 0.0f, ds = 0.0f;
+      if (i < Tn && j <= i) {
+        p = expf(scale * dot_row<HS>(Qs[r], Ks[c]) - Ls[r]);
+        ds = p * (dot_row<HS>(dOs[r], Vs[c]) - Ds[r]) * scale;
       }
-      __syncthreads();
-      for (int r = part; r < R; r += 4) {
-        const int i = i0 + r;
-        float p = 0.0f, ds = 0.0f;
-        if (i < Tn && j <= i) {
-          p = expf(scale * dot_row<HS>(Qs[r], Ks[c]) - Ls[r]);
-          ds = p * (dot_row<HS>(dOs[r], Vs[c]) - Ds[r]) * scale;
-        }
-        Ps[r][c] = p;
-        dSs[r][c] = ds;
-      }
-      __syncthreads();
-      for (int r = 0; r < R; r++) {
-        const float p = Ps[r][c], ds = dSs[r][c];
-        for (int d = 0; d < CPT; d++) {
-          dv[d] += p * dOs[r][part * CPT + d];
-          dk[d] += ds * Qs[r][part * CPT + d];
-        }
+      Ps[r][c] = p;
+      dSs[r][c] = ds;
+    }
+    __syncthreads();
+    for (int r = 0; r < R; r++) {
+      const float p = Ps[r][c], ds = dSs[r][c];
+      for (int d = 0; d < CPT; d++) {
+        dv[d] += p * dOs[r][part * CPT + d];
+        dk[d] += ds * Qs[r][part * CPT + d];
       }
     }
   }
@@ -200,7 +202,7 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   __shared__ float dSs[R][R];              // (Br,Bc)
   const HeadTile<HS> t(NH, KV, NH);
   const int row = t.row, part = t.part, bh = t.bh, i0 = t.r0, i = i0 + row;
-  const size_t C = t.C, W = t.W, VO = (size_t)KV * HS;
+  const int C = t.C, W = t.W, VO = KV * HS;
   const float scale = t.scale;
   const T* q = t.head(qkv, Tn, W, t.h);
   const T* k = t.key(qkv, Tn, t.h / (NH / KV));

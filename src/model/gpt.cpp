@@ -269,7 +269,7 @@ void GPT::forward_block(const Acts& a, int l, int B, int T, bool to_gelu) {
   }
   {
     OpScope s(*this, "attention_fwd", attn_flops, 0);
-    be_.attention_forward(a.atty[l], a.att[l], a.qkv[l], B, T, C, NH, NH);
+    be_.attention_forward(a.atty[l], a.att[l], a.qkv[l], B, T, C, NH, cfg_.kv_heads());
   }
   {
     OpScope s(*this, "matmul_fwd", mm * C * C, 0);
@@ -397,7 +397,8 @@ void GPT::run_backward(const Acts& a, int B, int T) {
     }
     {
       OpScope s(*this, "attention_bwd", attn_flops, 0);
-      be_.attention_backward(a.dqkv, a.dbtc, a.qkv[l], a.atty[l], a.att[l], B, T, C, NH, NH);
+      be_.attention_backward(a.dqkv, a.dbtc, a.qkv[l], a.atty[l], a.att[l], B, T, C, NH,
+                             cfg_.kv_heads());
     }
     if (rp.shares_ln() && !rp.recomputes_block(l)) {
       OpScope s(*this, "layernorm_recompute", 0, 2.0 * BT * C * sb);

@@ -33,6 +33,7 @@
 #include "kernels/cast.cuh"
 #include "kernels/classifier.cuh"
 #include "core/rng.h"
+#include "testing/rope_cos_sin.h"
 #include "kernels/encoder.cuh"
 #include "kernels/flash_attention.cuh"
 #include "kernels/gelu.cuh"
@@ -565,14 +566,8 @@ struct Runner {
   }
   // (B, T, NH, KV, hs); the table holds maxT = T + 3 positions (T < maxT is allowed).
   void rope(int B, int Tn, int NH, int KV, int hs, bool backward) {
-    const int maxT = Tn + 3, half = hs / 2;
-    std::vector<float> cs(2 * (size_t)maxT * half);
-    for (int t = 0; t < maxT; t++)
-      for (int i = 0; i < half; i++) {
-        const double ang = t * std::pow(10000.0, -2.0 * i / hs);
-        cs[(size_t)t * half + i] = (float)std::cos(ang);
-        cs[((size_t)maxT + t) * half + i] = (float)std::sin(ang);
-      }
+    const int maxT = Tn + 3;
+    const std::vector<float> cs = rope_table(NH, hs, maxT);
     const size_t n = (size_t)B * Tn * (NH + 2 * KV) * hs;
     auto x = q(randn(rng, n));
     float* r_x = cpu.f32(x);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "test_cuda_backend_cases.h"
+#include "testing/rope_cos_sin.h"
 
 namespace {
 
@@ -85,15 +86,9 @@ struct Checker {
 void attention_chain(Backend& dut, int KV) {
   SCOPED_TRACE("KV=" + std::to_string(KV));
   auto cpu = ratchet::make_cpu_backend(1);
-  const int B = 2, T = 16, NH = 4, hs = 16, C = NH * hs, maxT = 20, half = hs / 2;
+  const int B = 2, T = 16, NH = 4, hs = 16, C = NH * hs, maxT = 20;
   const size_t nqkv = (size_t)B * T * (NH + 2 * KV) * hs, nout = (size_t)B * T * C;
-  std::vector<float> cs(2 * (size_t)maxT * half);
-  for (int t = 0; t < maxT; t++)
-    for (int i = 0; i < half; i++) {
-      const double ang = t * std::pow(10000.0, -2.0 * i / hs);
-      cs[(size_t)t * half + i] = (float)std::cos(ang);
-      cs[((size_t)maxT + t) * half + i] = (float)std::sin(ang);
-    }
+  const std::vector<float> cs = ratchet::testing::rope_table(NH, hs, maxT);
   const auto qkv = stored(dut, random_floats(nqkv, 1.0f, 11 + KV));
   const auto dout = stored(dut, random_floats(nout, 1.0f, 12 + KV));
   const size_t saved_n =

@@ -25,6 +25,7 @@
 #include "backend/backend.h"
 #include "core/rng.h"
 #include "testing/backend_buffers.h"
+#include "testing/rope_cos_sin.h"
 
 namespace ratchet {
 namespace {
@@ -464,19 +465,6 @@ TEST_F(CpuGrad, Rmsnorm) {
   rmsnorm_grad_case(b(), 37, 200, 60);   // several channel blocks, odd rows
 }
 
-// Host table as the model builds it: (maxT, hs/2) cos then (maxT, hs/2) sin.
-std::vector<float> rope_table(int maxT, int hs, double theta) {
-  const int half = hs / 2;
-  std::vector<float> t(2 * (size_t)maxT * half);
-  for (int p = 0; p < maxT; p++)
-    for (int i = 0; i < half; i++) {
-      const double ang = p * std::pow(theta, -2.0 * i / hs);
-      t[(size_t)p * half + i] = (float)std::cos(ang);
-      t[((size_t)maxT + p) * half + i] = (float)std::sin(ang);
-    }
-  return t;
-}
-
 void rope_grad_case(Backend& be, int B, int T, int NH, int KV, int hs, int maxT, size_t k) {
   SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" +
                std::to_string(NH) + " KV=" + std::to_string(KV) + " hs=" + std::to_string(hs));
@@ -484,7 +472,7 @@ void rope_grad_case(Backend& be, int B, int T, int NH, int KV, int hs, int maxT,
   Rng rng(21 + B + T + NH + KV + hs);
   const size_t n = (size_t)B * T * (NH + 2 * KV) * hs;
   auto x = randn(rng, n), R = randn(rng, n);
-  Buf d_x(be, x), d_R(be, R), d_cs(be, rope_table(maxT, hs, theta));
+  Buf d_x(be, x), d_R(be, R), d_cs(be, testing::rope_table(NH, hs, maxT, (float)theta));
   be.rope_forward(d_x.get(), d_cs.get(), B, T, NH, KV, hs, maxT);
   auto xx = to_double(x);
   // Forward: two products and a sum per element, with the table's cos/sin
