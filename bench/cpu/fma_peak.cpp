@@ -69,25 +69,11 @@ __attribute__((noinline, target("avx512f"))) double fma_loop_avx512(double secon
   return fma_rounds<__m512, fma512, set512, 16>(seconds, sink);
 }
 
+inline __m256 fma256(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+inline __m256 set256(float x) { return _mm256_set1_ps(x); }
+
 __attribute__((noinline)) double fma_loop(double seconds, float* sink) {
-  __m256 acc[kAcc];
-  for (int i = 0; i < kAcc; i++) acc[i] = _mm256_set1_ps(0.001f * (float)i);
-  const __m256 a = _mm256_set1_ps(0.9999999f), b = _mm256_set1_ps(1e-7f);
-  double flops = 0;
-  const double t_end = now_s() + seconds;
-  do {
-    for (long r = 0; r < kInner; r++) {
-#pragma GCC unroll 12
-      for (int i = 0; i < kAcc; i++) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-    }
-    flops += (double)kInner * kAcc * 16.0;
-  } while (now_s() < t_end);
-  __m256 s = acc[0];
-  for (int i = 1; i < kAcc; i++) s = _mm256_add_ps(s, acc[i]);
-  float out[8];
-  _mm256_storeu_ps(out, s);
-  *sink += out[0];
-  return flops;
+  return fma_rounds<__m256, fma256, set256, 8>(seconds, sink);
 }
 
 double measure(int threads, double seconds, bool avx512) {

@@ -25,15 +25,6 @@ class CoretypeEnv : public ::testing::Test {
   bool had_ = false;
   std::string old_;
 };
-
-bool cpu_has_avx512() {
-#if defined(__x86_64__)
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-#else
-  return false;
-#endif
-}
 }  // namespace
 
 TEST_F(CoretypeEnv, NoWarningWhenOpenBlasChoosesItself) {
@@ -47,7 +38,7 @@ TEST_F(CoretypeEnv, WarnsWhenForcedToAvx2OnAvx512) {
   const std::string core = cpu::blas_core_name();  // chosen when the library loaded
   const bool avx2_core = core == "Haswell" || core == "Zen" || core == "Sandybridge";
   const std::string w = cpu::blas_core_warning();
-  if (avx2_core && cpu_has_avx512()) {
+  if (avx2_core && cpu::cpu_has_avx512()) {
     EXPECT_NE(w.find("OPENBLAS_CORETYPE=Haswell"), std::string::npos) << w;
     EXPECT_NE(w.find("unset OPENBLAS_CORETYPE"), std::string::npos) << w;
   } else {

@@ -18,7 +18,6 @@ extern "C" char* openblas_get_corename(void);
 
 namespace ratchet::cpu {
 
-namespace {
 bool cpu_has_avx512() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
@@ -28,7 +27,6 @@ bool cpu_has_avx512() {
   return false;
 #endif
 }
-}  // namespace
 
 std::string blas_core_name() {
   const char* n = openblas_get_corename();
