@@ -5,7 +5,10 @@
 //   ckpt-before-commit  everything is written, the commit marker is not
 //   ckpt-before-latest  committed and renamed, `latest` not yet updated
 //   step-N              just after optimizer step N completes
-//   attempt-start       `train` has counted the last attempt in the ledger, before resuming
+//   attempt-start       `train` holds the run lock and has counted the last attempt in
+//                       the ledger, before it opens the data (setup)
+//   setup-model         setup has opened the data and the backend, before the model
+//   resume              setup is done, before the checkpoint is looked for
 // An item "point*N" fires only the N-th time the point is reached
 // (e.g. "ckpt-mid-write*2": the second save dies). An item "SIG@point" (e.g. "USR1@step-5", "TERM@ckpt-mid-write") raises that
 // signal instead of killing: the process's own handlers then run, as when a

@@ -54,6 +54,7 @@ double RunLedger::merge_after_resume(const std::map<std::string, double>& ckpt_c
   l.devices = l_.devices;
   l.tags = l_.tags;  // labels come from this attempt's command line
   l_ = l;
+  authoritative_ = true;
   record_time_and_write((int)ckpt_step);
   return lost;
 }
@@ -61,9 +62,17 @@ double RunLedger::merge_after_resume(const std::map<std::string, double>& ckpt_c
 double RunLedger::start_attempt() {
   if (path_.empty()) return -1;
   std::optional<Ledger> l = Ledger::read_json(path_);
-  if (!l) return -1;
+  if (!l) {
+    // The run's first attempt: say it is running, so that if it is killed
+    // before its first step (while setting up) the next attempt counts it.
+    Ledger fresh = l_;
+    fresh.state = kLedgerRunning;
+    started_json_ = fresh.write_json(path_);
+    return -1;
+  }
   const bool early = l->state == kLedgerRunning || l->state == kExitRequeue;
   if (early) l->preemptions += 1;
+  before_state_ = early ? kLedgerFailed : l->state;
   l->state = kLedgerRunning;
   if (!l->write_json(path_)) return -1;  // the resume counts it as before
   started_json_ = true;
@@ -80,7 +89,28 @@ bool RunLedger::keep_unsaved_attempts() {
   l->price_per_device_hour = l_.price_per_device_hour;
   l->devices = l_.devices;
   l_ = *l;
+  authoritative_ = true;
   return true;
+}
+
+void RunLedger::mark_failed(int step) {
+  if (authoritative_) {
+    if (l_.state != kLedgerRunning) return;  // it stopped (75, 76) or ended first
+    l_.state = kLedgerFailed;
+    record_time_and_write(step);
+    return;
+  }
+  if (!started_json_) return;  // this attempt never touched ledger.json
+  std::optional<Ledger> l = Ledger::read_json(path_);
+  if (!l || l->state != kLedgerRunning) return;
+  // A run that had finished (or stopped on its budget) keeps saying so when a
+  // later attempt on it fails on bad input; an earlier early end is counted
+  // already, so this attempt's failure is what the next one must see.
+  l->state = before_state_;
+  if (!l->write_json(path_) && !write_warned_) {
+    RLOG("warning: cannot write %s\n", path_.c_str());
+    write_warned_ = true;
+  }
 }
 
 }  // namespace ratchet

@@ -47,6 +47,14 @@ class RunLedger {
   // ended early: its spend is this run's too; every step it trained is lost.
   // Returns whether it was kept.
   bool keep_unsaved_attempts();
+  // From now on this ledger (resumed, merged or new) is the run's: every
+  // write replaces ledger.json with it. Before that, ledger.json holds the
+  // earlier attempts' spend, which a fresh in-memory ledger must not replace.
+  void take_over() { authoritative_ = true; }
+  // The attempt failed (bad input or an error; not a preemption): records
+  // "failed" so that the next attempt does not count a preemption. Before
+  // take_over() only the state in ledger.json changes (its spend is kept).
+  void mark_failed(int step);
 
  private:
   Ledger l_;
@@ -55,6 +63,8 @@ class RunLedger {
   bool write_warned_ = false;
   bool started_json_ = false;      // start_attempt() rewrote ledger.json (state: running)
   bool counted_at_start_ = false;  // ... and counted the last attempt's preemption
+  double before_state_ = kLedgerFailed;  // what mark_failed() writes before take_over()
+  bool authoritative_ = false;     // take_over() or a merge: l_ is the run's ledger
 };
 
 }  // namespace ratchet

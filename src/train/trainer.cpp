@@ -277,6 +277,12 @@ void Trainer::setup() {
   }
   if (comm_.agree(!lock_err.empty()))
     fail(lock_err.empty() ? "rank 0 could not lock the run directory" : lock_err);
+  // Count the last attempt's early end before anything else can kill this one
+  // (setup can take minutes on a large corpus: shard checksums, allocation),
+  // and say that this one is running, so a kill during setup counts too.
+  const double preemption = ledger_.start_attempt();
+  if (preemption >= 0) RLOG("ledger: the previous attempt ended early (preemption %.0f)\n", preemption);
+  fault_point("attempt-start");
   B_ = c_.B;  // 0 (auto) is chosen below, once the model is known
   T_ = c_.T;
   accum_ = c_.accum;
@@ -366,6 +372,8 @@ void Trainer::setup() {
   install_stop_signals(o_.preempt_signal);
 
   test_failure_point(comm_.rank(), "setup");
+  fault_point("setup-model");
+  test_failure_point(comm_.rank(), "setup-model");
   model_ = std::make_unique<GPT>(cfg_, *be_);
   if (!init.empty())
     model_->set_params(init.data());
@@ -476,13 +484,9 @@ void Trainer::after_eval(float vl) {
 int Trainer::run() {
   try {
     return train();
-  } catch (const Error&) {
-    throw;  // bad input: nothing ran
   } catch (const std::exception&) {
-    if (ledger_->state == kLedgerRunning) {
-      ledger_->state = kLedgerFailed;
-      ledger_.record_time_and_write(step_);
-    }
+    // Bad input or a failure, never a preemption; the spend so far is kept.
+    ledger_.mark_failed(step_);
     throw;
   }
 }
@@ -499,10 +503,7 @@ void Trainer::export_weights() {
 
 int Trainer::train() {
   setup();
-  // Count the last attempt's early end before anything else can kill this one.
-  const double preemption = ledger_.start_attempt();
-  if (preemption >= 0) RLOG("ledger: the previous attempt ended early (preemption %.0f)\n", preemption);
-  fault_point("attempt-start");
+  fault_point("resume");
   TrainState st = state();
   const bool resumed = ckpt_->resume(st);
   // No checkpoint yet, but earlier attempts of this run ended early: their
@@ -511,6 +512,7 @@ int Trainer::train() {
   if (!resumed && o_.resume != "never" && ledger_.keep_unsaved_attempts())
     RLOG("ledger: no checkpoint yet; the earlier attempts' spend is kept (%.0f tokens)\n",
          ledger_->tokens);
+  ledger_.take_over();
   if (!o_.log_jsonl.empty() && rank0()) jlog_ = std::make_unique<JsonlLog>(o_.log_jsonl, resumed);
   else jlog_ = std::make_unique<JsonlLog>();
 

@@ -32,6 +32,14 @@ class Guardrails : public BibleShardsSuite {
            (*dir_ / "data/val_*.h5") + "' --eval-batches 2 --steps " + std::to_string(steps) +
            " --run-dir " + run_dir;
   }
+  // One attempt of a run: `env` (RATCHET_FAULT=..., RATCHET_TEST_FAIL=... or
+  // "") before the trainer; true when it exits with `rc` (else says why).
+  static bool attempt(const std::string& env, const std::string& c, int rc) {
+    auto r = run_shell(env + " " RATCHET_EXE " " + c);
+    if (r.exit_code == rc) return true;
+    ADD_FAILURE() << env << ": exit " << r.exit_code << ", expected " << rc << "\n" << r.output;
+    return false;
+  }
   static double ledger(const std::string& run_dir, const std::string& key) {
     const nlohmann::json j = read_json_file(run_dir + "/ledger.json");
     EXPECT_TRUE(j.contains(key) && j[key].is_number()) << key << " missing in " << j.dump();
@@ -83,14 +91,12 @@ TEST_F(Guardrails, StepsLostAreCountedOnceWhenAResumeStopsShortOfAnEarlierAttemp
   const std::string run = d / "run";
   const std::string c = cmd(run, 12) + " --ckpt-every-steps 4";
   // attempt 1: checkpoint at 4, killed after step 7
-  auto r = run_shell("RATCHET_FAULT=step-7 " RATCHET_EXE " " + c);
-  ASSERT_EQ(r.exit_code, 137) << r.output;
+  ASSERT_TRUE(attempt("RATCHET_FAULT=step-7", c, 137));
   // attempt 2: resumes at 4 (steps 5..7 lost), stopped after step 5 (saves 5)
-  r = run_shell("RATCHET_FAULT=USR1@step-5 " RATCHET_EXE " " + c);
-  ASSERT_EQ(r.exit_code, 75) << r.output;
+  ASSERT_TRUE(attempt("RATCHET_FAULT=USR1@step-5", c, 75));
   EXPECT_EQ(ledger(run, "steps_lost"), 3);
   // attempt 3: resumes at 5, nothing lost, finishes
-  r = run_ratchet(c);
+  auto r = run_ratchet(c);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("0 step(s) since the checkpoint are recomputed"), std::string::npos)
       << r.output;
@@ -106,9 +112,8 @@ TEST_F(Guardrails, AnAttemptKilledBeforeItResumesIsStillAPreemption) {
   TempDir d;
   const std::string run = d / "run";
   const std::string c = cmd(run, 8) + " --ckpt-every-steps 4";
-  auto r = run_shell("RATCHET_FAULT=USR1@step-3 " RATCHET_EXE " " + c);
-  ASSERT_EQ(r.exit_code, 75) << r.output;
-  r = run_shell("RATCHET_FAULT=attempt-start " RATCHET_EXE " " + c);
+  ASSERT_TRUE(attempt("RATCHET_FAULT=USR1@step-3", c, 75));
+  auto r = run_shell("RATCHET_FAULT=attempt-start " RATCHET_EXE " " + c);
   ASSERT_EQ(r.exit_code, 137) << r.output;
   EXPECT_NE(r.output.find("the previous attempt ended early (preemption 1)"), std::string::npos)
       << r.output;
@@ -119,15 +124,50 @@ TEST_F(Guardrails, AnAttemptKilledBeforeItResumesIsStillAPreemption) {
   EXPECT_EQ(ledger(run, "tokens"), 8 * 64);
 }
 
+// An attempt killed while it sets up (opening data, allocating: minutes on a
+// large corpus) is a preemption like any other, also the run's very first.
+TEST_F(Guardrails, AttemptsKilledDuringSetupArePreemptions) {
+  TempDir d;
+  const std::string run = d / "run";
+  const std::string c = cmd(run, 8) + " --ckpt-every-steps 4";
+  ASSERT_TRUE(attempt("RATCHET_FAULT=setup-model", c, 137));  // the first attempt
+  ASSERT_TRUE(attempt("RATCHET_FAULT=USR1@step-3", c, 75));
+  for (int k = 0; k < 2; k++) ASSERT_TRUE(attempt("RATCHET_FAULT=setup-model", c, 137));
+  auto r = run_ratchet(c);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(ledger(run, "preemptions"), 4);  // the first kill, the stop, two kills in setup
+  EXPECT_EQ(ledger(run, "resumes"), 1);
+  EXPECT_EQ(ledger(run, "tokens"), 8 * 64);
+}
+
+// An attempt that fails while it sets up, on bad input or on an error, is not
+// a preemption, and never replaces the spend that ledger.json holds.
+TEST_F(Guardrails, AnAttemptThatFailsInSetupKeepsTheLedger) {
+  TempDir d;
+  const std::string run = d / "run";
+  const std::string c = cmd(run, 8) + " --ckpt-every-steps 4";
+  ASSERT_TRUE(attempt("RATCHET_FAULT=USR1@step-3", c, 75));
+  ASSERT_TRUE(attempt("RATCHET_TEST_FAIL=0@setup", c, 2));  // bad input: exit 2
+  ASSERT_TRUE(attempt("RATCHET_TEST_FAIL=0@setup-model", c, 1));  // an error: exit 1
+  EXPECT_EQ(ledger(run, "tokens"), 3 * 64);  // attempt 1's spend, not a fresh ledger's 0
+  EXPECT_EQ(ledger(run, "state"), 2);        // failed
+  auto r = run_ratchet(c);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(ledger(run, "preemptions"), 1);  // only the stop
+  EXPECT_EQ(ledger(run, "tokens"), 8 * 64);
+  // A finished run stays finished when a later attempt on it fails on bad input.
+  ASSERT_TRUE(attempt("RATCHET_TEST_FAIL=0@setup", c, 2));
+  EXPECT_EQ(ledger(run, "state"), 1);  // done
+}
+
 // Found by the chaos run: an attempt killed before the first checkpoint had
 // its spend dropped by the next attempt, which started the ledger over.
 TEST_F(Guardrails, AnAttemptKilledBeforeTheFirstCheckpointKeepsItsSpend) {
   TempDir d;
   const std::string run = d / "run";
   const std::string c = cmd(run, 8) + " --ckpt-every-steps 6";
-  auto r = run_shell("RATCHET_FAULT=step-3 " RATCHET_EXE " " + c);
-  ASSERT_EQ(r.exit_code, 137) << r.output;
-  r = run_ratchet(c);
+  ASSERT_TRUE(attempt("RATCHET_FAULT=step-3", c, 137));
+  auto r = run_ratchet(c);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(ledger(run, "preemptions"), 1);
   EXPECT_EQ(ledger(run, "resumes"), 0);

@@ -6,6 +6,9 @@
 #   FAKE_REQUEUE_TIMES=N   exit 75 ("checkpoint saved, requeue me") on runs 1..N, 0 after
 #   FAKE_WAIT_SIGNAL=1     on run 1, wait up to 100 s for USR1 or TERM, then
 #                          exit 75 (the real trainer saves first); 0 on later runs
+#   FAKE_DIE_ON_SIGNAL=1   on run 1, wait up to 100 s without handlers, so USR1 or
+#                          TERM kills it (a trainer still loading, before main()
+#                          installs its handlers); 0 on later runs
 set -u
 ckpt=""
 while [ $# -gt 0 ]; do
@@ -37,6 +40,13 @@ if [ "${FAKE_WAIT_SIGNAL:-0}" = 1 ] && [ "$n" -eq 1 ]; then
   [ -n "$got" ] || { say "no signal came"; exit 1; }
   say "got SIG$got: checkpoint saved, exit 75"
   exit 75
+fi
+if [ "${FAKE_DIE_ON_SIGNAL:-0}" = 1 ] && [ "$n" -eq 1 ]; then
+  trap - USR1 TERM
+  echo ready >"$ckpt/ready.$rank"
+  for ((i = 0; i < 1000; i++)); do sleep 0.1; done
+  say "no signal came"
+  exit 1
 fi
 if [ "$n" -le "${FAKE_REQUEUE_TIMES:-0}" ]; then
   say "exit 75 (requeue me)"

@@ -10,6 +10,9 @@
 #                          the trainer exits 75, requeue, COMPLETED
 #   requeue.sh term-batch  no --signal line; `scancel --signal=TERM --batch` (a
 #                          cluster that sends only TERM): forwarded, requeued
+#   requeue.sh usr1-early  the forwarded USR1 kills a trainer that has no handlers
+#                          yet (still loading): the shell treats it as exit 75 and
+#                          requeues; nothing is lost (no step ran since the checkpoint)
 #   requeue.sh time-limit  no --signal line, --time=1: Slurm's own TERM at the
 #                          time limit is forwarded, requeued (60-90 s)
 #   requeue.sh scancel     plain `scancel`: the trainer saves, no requeue
@@ -87,6 +90,18 @@ case $name in
     expect_job "$id" COMPLETED 1 0:0
     expect_log "got SIG$sig: sending SIGUSR1 to the step"
     expect_log "fake-trainer rank 0 run 1: got SIGUSR1: checkpoint saved, exit 75"
+    expect_log "fake-trainer rank 0 run 2: done"
+    ;;
+  usr1-early)
+    id=$(submit "$SLURM_DIR/train.sbatch" FAKE_DIE_ON_SIGNAL=1)
+    wait_file "$ckpt/ready.0" 30
+    log "scancel --signal=USR1 --batch $id"
+    timeout 30 scancel --signal=USR1 --batch "$id"
+    wait_job "$id" 60 >/dev/null
+    expect_job "$id" COMPLETED 1 0:0
+    expect_log "got SIGUSR1: sending SIGUSR1 to the step"
+    expect_log "step died of SIGUSR1 before it could catch it \(still starting up\): treating it as exit 75"
+    expect_log "requeued \(restart 1 of at most 10\)"
     expect_log "fake-trainer rank 0 run 2: done"
     ;;
   time-limit)
