@@ -1,7 +1,7 @@
 // Training-step benchmark on the CPU backend: forward + backward + AdamW on
 // random tokens, for a model preset at a given B and T.
 //
-//   bench_train_step --model d12 -B 4 -T 64 [--steps 5] [--warmup 2] [--threads 0] [--json]
+//   bench_train_step --model d12|l12|... -B 4 -T 64 [--steps 5] [--warmup 2] [--threads 0] [--json]
 //                    [--profile]
 //
 // Warm-up steps first (page faults, OpenBLAS buffers), then the timed steps.
@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/blas_kernels.h"
+#include "core/error.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/rng.h"
@@ -33,12 +34,13 @@ namespace po = boost::program_options;
 using namespace ratchet;
 
 int main(int argc, char** argv) {
-  std::string model = "d12";
+  std::string model = "d12", arch;
   int B = 4, T = 64, steps = 5, warmup = 2, threads = 0;
   bool json = false, profile = false;
   po::options_description desc("bench_train_step: CPU training-step benchmark");
   desc.add_options()("help,h", "help")("model", po::value(&model)->default_value(model),
-                                       "preset dN (vocab 50257, GPT-2 BPE)")(
+                                       "preset dN (GPT-2), lN (Llama), smollm-135m, llama3.2-1b (vocab 50257 for dN/lN)")(
+      "arch", po::value(&arch), "gpt2 | llama (default: the preset's)")(
       "batch-size,B", po::value(&B)->default_value(B), "micro-batch")(
       "seq-len,T", po::value(&T)->default_value(T), "sequence length")(
       "steps", po::value(&steps)->default_value(steps), "timed steps")(
@@ -58,7 +60,18 @@ int main(int argc, char** argv) {
     std::cout << desc;
     return 0;
   }
-  GPTConfig cfg = preset_config(model, 50257, std::max(1024, T));
+  ModelFlags f;
+  f.model = model;
+  f.arch = arch;
+  f.vocab_size = 50257;
+  f.max_seq_len = std::max(1024, T);
+  GPTConfig cfg;
+  try {
+    cfg = config_from_flags(f);
+  } catch (const Error& e) {
+    std::cerr << "bench_train_step: " << e.what() << "\n";
+    return 2;
+  }
   auto be = make_cpu_backend(threads);
   if (!cpu::blas_core_warning().empty())
     std::fprintf(stderr, "bench_train_step: warning: %s\n", cpu::blas_core_warning().c_str());

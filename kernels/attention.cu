@@ -1,5 +1,9 @@
 // Attention around cuBLAS: causal multi-head self-attention is
-//   q, k, v = permute(qkv)                  (B,T,3,NH,HS) -> 3 x (B,NH,T,HS)
+//   q, k, v = permute(qkv)                  (B,T,W) -> 3 x (B,NH,T,HS)
+//     qkv's row W = (NH+2KV)*HS holds NH q heads, KV k heads, KV v heads
+//     (grouped-query; KV == NH is (B,T,3,NH,HS)); query head h's k and v are
+//     KV head h / (NH/KV), copied out once per query head, so the GEMMs and
+//     softmax below are plain multi-head attention over NH heads.
 //   preatt  = q k^T                         cuBLAS, (B*NH, T, T)
 //   att     = causal_softmax(preatt / sqrt(HS))
 //   y       = att v                         cuBLAS, (B*NH, T, HS)
@@ -7,7 +11,8 @@
 // and backward
 //   dy = unpermute_backward(dout); datt = dy v^T; dv = att^T dy        (cuBLAS)
 //   dpreatt = softmax_backward(datt, att); dq = dpreatt k; dk = dpreatt^T q (cuBLAS)
-//   dqkv = permute_backward(dq, dk, dv)
+//   dqkv = permute_backward(dq, dk, dv): dk, dv of KV head g = the sum, in head
+//     order and in FP32, of dk, dv over the NH/KV query heads of its group
 // Softmax (row t of a (T,T) matrix, columns s <= t only):
 //   att[t,s] = exp(scale*p[t,s] - M) / sum_{s'<=t} exp(scale*p[t,s'] - M),  M = max
 //   dpreatt[t,s] = scale * att[t,s] * (datt[t,s] - sum_{s'<=t} att[t,s'] datt[t,s'])
@@ -25,7 +30,7 @@ constexpr int kWarpsPerBlock = 4;
 
 // One thread per element of q (B,NH,T,HS).
 template <class T>
-__global__ void permute_kernel(T* q, T* k, T* v, const T* qkv, int Tn, int NH, int HS,
+__global__ void permute_kernel(T* q, T* k, T* v, const T* qkv, int Tn, int NH, int KV, int HS,
                                size_t total) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= total) return;
@@ -35,16 +40,18 @@ __global__ void permute_kernel(T* q, T* k, T* v, const T* qkv, int Tn, int NH, i
   r /= Tn;
   int h = (int)(r % NH);
   size_t b = r / NH;
-  size_t C = (size_t)NH * HS;
-  size_t src = (b * Tn + t) * 3 * C + (size_t)h * HS + d;
-  q[i] = qkv[src];
-  k[i] = qkv[src + C];
-  v[i] = qkv[src + 2 * C];
+  size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * KV) * HS;
+  size_t row = (b * Tn + t) * W, kv = C + (size_t)(h / (NH / KV)) * HS + d;
+  q[i] = qkv[row + (size_t)h * HS + d];
+  k[i] = qkv[row + kv];
+  v[i] = qkv[row + kv + (size_t)KV * HS];
 }
 
+// One thread per element of dq (B,NH,T,HS); the threads of heads h < KV also
+// write KV head h's dk, dv: the sum over the query heads of its group.
 template <class T>
 __global__ void permute_backward_kernel(T* dqkv, const T* dq, const T* dk, const T* dv, int Tn,
-                                        int NH, int HS, size_t total) {
+                                        int NH, int KV, int HS, size_t total) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= total) return;
   int d = (int)(i % HS);
@@ -53,11 +60,20 @@ __global__ void permute_backward_kernel(T* dqkv, const T* dq, const T* dk, const
   r /= Tn;
   int h = (int)(r % NH);
   size_t b = r / NH;
-  size_t C = (size_t)NH * HS;
-  size_t dst = (b * Tn + t) * 3 * C + (size_t)h * HS + d;
-  dqkv[dst] = dq[i];
-  dqkv[dst + C] = dk[i];
-  dqkv[dst + 2 * C] = dv[i];
+  size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * KV) * HS;
+  size_t row = (b * Tn + t) * W;
+  dqkv[row + (size_t)h * HS + d] = dq[i];
+  if (h >= KV) return;
+  const int group = NH / KV;
+  const size_t stride = (size_t)Tn * HS;  // between heads in (B,NH,T,HS)
+  const size_t first = (((b * NH) + (size_t)h * group) * Tn + t) * HS + d;  // head h*group
+  float sk = 0.0f, sv = 0.0f;
+  for (int e = 0; e < group; e++) {
+    sk += to_f32(dk[first + e * stride]);
+    sv += to_f32(dv[first + e * stride]);
+  }
+  dqkv[row + C + (size_t)h * HS + d] = from_f32<T>(sk);
+  dqkv[row + C + (size_t)(KV + h) * HS + d] = from_f32<T>(sv);
 }
 
 // forward: out[b,t,h,d] = y[b,h,t,d]; backward the reverse. One thread per element of y.
@@ -122,24 +138,26 @@ void require_shape(int B, int Tn, int NH, int HS) {
 }  // namespace
 
 template <class T>
-void attention_permute(T* q, T* k, T* v, const T* qkv, int B, int Tn, int NH, int HS,
+void attention_permute(T* q, T* k, T* v, const T* qkv, int B, int Tn, int NH, int KV, int HS,
                        cudaStream_t stream) {
   RATCHET_NVTX_RANGE("attention_permute");
   require_shape(B, Tn, NH, HS);
+  RATCHET_REQUIRE(KV > 0 && NH % KV == 0, "attention: KV heads must divide NH");
   size_t total = (size_t)B * NH * Tn * HS;
   RATCHET_LAUNCH((permute_kernel<T>), (unsigned)ceil_div<size_t>(total, 256), 256, 0, stream, q,
-                 k, v, qkv, Tn, NH, HS, total);
+                 k, v, qkv, Tn, NH, KV, HS, total);
   RATCHET_CHECK_LAUNCH();
 }
 
 template <class T>
 void attention_permute_backward(T* dqkv, const T* dq, const T* dk, const T* dv, int B, int Tn,
-                                int NH, int HS, cudaStream_t stream) {
+                                int NH, int KV, int HS, cudaStream_t stream) {
   RATCHET_NVTX_RANGE("attention_permute_backward");
   require_shape(B, Tn, NH, HS);
+  RATCHET_REQUIRE(KV > 0 && NH % KV == 0, "attention: KV heads must divide NH");
   size_t total = (size_t)B * NH * Tn * HS;
   RATCHET_LAUNCH((permute_backward_kernel<T>), (unsigned)ceil_div<size_t>(total, 256), 256, 0,
-                 stream, dqkv, dq, dk, dv, Tn, NH, HS, total);
+                 stream, dqkv, dq, dk, dv, Tn, NH, KV, HS, total);
   RATCHET_CHECK_LAUNCH();
 }
 
@@ -187,9 +205,10 @@ void attention_softmax_backward(T* dpreatt, const T* datt, const T* att, int BH,
 }
 
 #define RATCHET_INSTANTIATE(T)                                                                 \
-  template void attention_permute<T>(T*, T*, T*, const T*, int, int, int, int, cudaStream_t);  \
+  template void attention_permute<T>(T*, T*, T*, const T*, int, int, int, int, int,           \
+                                     cudaStream_t);                                            \
   template void attention_permute_backward<T>(T*, const T*, const T*, const T*, int, int, int, \
-                                              int, cudaStream_t);                              \
+                                              int, int, cudaStream_t);                         \
   template void attention_unpermute<T>(T*, const T*, int, int, int, int, cudaStream_t);        \
   template void attention_unpermute_backward<T>(T*, const T*, int, int, int, int,              \
                                                 cudaStream_t);                                 \

@@ -5,14 +5,16 @@
 
 namespace ratchet::kernels {
 
-// qkv (B,T,3,NH,HS) -> q, k, v each (B,NH,T,HS)                  (overwritten)
+// qkv (B,T,(NH+2KV)*HS) -> q, k, v each (B,NH,T,HS): query head h's k, v are
+// KV head h / (NH/KV) (grouped-query; KV == NH: qkv is (B,T,3,NH,HS)).  (overwritten)
 template <class T>
-void attention_permute(T* q, T* k, T* v, const T* qkv, int B, int Tn, int NH, int HS,
+void attention_permute(T* q, T* k, T* v, const T* qkv, int B, int Tn, int NH, int KV, int HS,
                        cudaStream_t stream);
-// dq, dk, dv (B,NH,T,HS) -> dqkv (B,T,3,NH,HS)                   (overwritten)
+// dq, dk, dv (B,NH,T,HS) -> dqkv (B,T,(NH+2KV)*HS), dk and dv of a KV head
+// summed (FP32, head order) over its group's query heads.        (overwritten)
 template <class T>
 void attention_permute_backward(T* dqkv, const T* dq, const T* dk, const T* dv, int B, int Tn,
-                                int NH, int HS, cudaStream_t stream);
+                                int NH, int KV, int HS, cudaStream_t stream);
 // y (B,NH,T,HS) -> out (B,T,NH,HS) = (B,T,C)                     (overwritten)
 template <class T>
 void attention_unpermute(T* out, const T* y, int B, int Tn, int NH, int HS, cudaStream_t stream);

@@ -25,20 +25,27 @@ __device__ __forceinline__ void load_tile(float (*dst)[HS], const T* src, size_t
 }
 
 // Where a tile kernel's thread is: its row in the block's tile and its part
-// of the columns, the (b, h) of the block, the tile's first row, the widths.
+// of the columns, the (b, h) of the block (h: a query head, or a KV head in
+// the dk/dv kernel, whose blockIdx.y runs over B*KV), the tile's first row,
+// the widths: C = NH*HS, W = (NH+2KV)*HS the row of qkv.
 template <int HS>
 struct HeadTile {
   int row, part, bh, b, h, r0;
-  size_t C, C3;
+  int C, W;  // small: ints keep the tile kernels' register use as before GQA
   float scale;
-  __device__ HeadTile(int NH)
-      : row(threadIdx.x / 4), part(threadIdx.x % 4), bh(blockIdx.y), b(bh / NH), h(bh % NH),
-        r0(blockIdx.x * Tile<HS>::rows), C((size_t)NH * HS), C3(3 * C),
-        scale(1.0f / sqrtf((float)HS)) {}
-  // Rows of head h in a (B,T,ld) tensor: q (ld 3C; k at +C, v at +2C), out, dout (ld C).
+  __device__ HeadTile(int NH, int KV, int heads_per_y)
+      : row(threadIdx.x / 4), part(threadIdx.x % 4), bh(blockIdx.y), b(bh / heads_per_y),
+        h(bh % heads_per_y), r0(blockIdx.x * Tile<HS>::rows), C((size_t)NH * HS),
+        W((size_t)(NH + 2 * KV) * HS), scale(1.0f / sqrtf((float)HS)) {}
+  // Rows of head h in a (B,T,ld) tensor: q (ld W), out, dout (ld C).
   template <class T>
-  __device__ const T* head(const T* x, int Tn, size_t ld) const {
-    return x + (size_t)b * Tn * ld + (size_t)h * HS;
+  __device__ const T* head(const T* x, int Tn, size_t ld, int hh) const {
+    return x + (size_t)b * Tn * ld + (size_t)hh * HS;
+  }
+  // Key head g's rows in qkv (ld W); its value head is KV*HS further.
+  template <class T>
+  __device__ const T* key(const T* qkv, int Tn, int g) const {
+    return qkv + (size_t)b * Tn * W + C + g * HS;
   }
 };
 
@@ -55,26 +62,27 @@ __device__ __forceinline__ float dot_row(const float* a, const float* b) {
 // a K/V tile and reading it (test only: the planted bug).
 template <class T, int HS, bool kBarrier = true>
 __global__ void __launch_bounds__(Tile<HS>::threads)
-    flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int NH) {
+    flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int NH, int KV) {
   constexpr int R = Tile<HS>::rows, CPT = Tile<HS>::cols;
   __shared__ float Qs[R][HS];  // (Br,HS) this block's queries
   __shared__ float Ks[R][HS];  // (Bc,HS) the current key tile
   __shared__ float Vs[R][HS];  // (Bc,HS) the current value tile
   __shared__ float S[R][R];    // (Br,Bc) scores of the tile
-  const HeadTile<HS> t(NH);
+  const HeadTile<HS> t(NH, KV, NH);
   const int row = t.row, part = t.part, bh = t.bh, i0 = t.r0, i = i0 + row;
-  const size_t C = t.C, C3 = t.C3;
+  const int C = t.C, W = t.W, VO = KV * HS;  // VO: value head after its key head
   const float scale = t.scale;
-  const T* q = t.head(qkv, Tn, C3);
-  load_tile<T, R, HS>(Qs, q, C3, i0, Tn);
+  const T* q = t.head(qkv, Tn, W, t.h);
+  const T* k = t.key(qkv, Tn, t.h / (NH / KV));
+  load_tile<T, R, HS>(Qs, q, W, i0, Tn);
   float o[CPT];
   for (int d = 0; d < CPT; d++) o[d] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   const int last = min(i0 + R, Tn) - 1;  // the tile's last query row
   for (int j0 = 0; j0 <= last; j0 += R) {
     __syncthreads();  // the previous tile's Ks, Vs, S are read (and Qs is loaded)
-    load_tile<T, R, HS>(Ks, q + C, C3, j0, Tn);
-    load_tile<T, R, HS>(Vs, q + 2 * C, C3, j0, Tn);
+    load_tile<T, R, HS>(Ks, k, W, j0, Tn);
+    load_tile<T, R, HS>(Vs, k + VO, W, j0, Tn);
     if (kBarrier) __syncthreads();
     for (int c = part; c < R; c += 4) {
       const int j = j0 + c;
@@ -117,34 +125,43 @@ __global__ void flash_backward_dot_kernel(float* D, const T* dout, const T* out,
   D[idx] = s;
 }
 
-// dk, dv of one key tile, over the query tiles at and below it. grid (ceil(T/Bc), B*NH).
+// dk, dv of one key tile of KV head g, over the query tiles at and below it,
+// for each of the NH/KV query heads of its group in order (the group's sum
+// stays in registers: one writer, fixed order). grid (ceil(T/Bc), B*KV).
 template <class T, int HS>
 __global__ void __launch_bounds__(Tile<HS>::threads)
     flash_backward_dkdv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                               const float* D, int Tn, int NH) {
+                               const float* D, int Tn, int NH, int KV) {
   constexpr int R = Tile<HS>::rows, CPT = Tile<HS>::cols;
   __shared__ float Ks[R][HS], Vs[R][HS];   // (Bc,HS) this block's keys, values
   __shared__ float Qs[R][HS], dOs[R][HS];  // (Br,HS) the current query tile
   __shared__ float Ps[R][R], dSs[R][R];    // (Br,Bc) p and ds of the tile
   __shared__ float Ls[R], Ds[R];           // (Br) lse and D of the query tile
-  const HeadTile<HS> t(NH);
-  const int c = t.row, part = t.part, bh = t.bh, j0 = t.r0, j = j0 + c;  // c: the key row
-  const size_t C = t.C, C3 = t.C3;
+  const HeadTile<HS> t(NH, KV, KV);
+  const int c = t.row, part = t.part, g = t.h, j0 = t.r0, j = j0 + c;  // c: the key row
+  const int C = t.C, W = t.W, VO = KV * HS;
   const float scale = t.scale;
-  const T* q = t.head(qkv, Tn, C3);
-  const T* dO = t.head(dout, Tn, C);
-  load_tile<T, R, HS>(Ks, q + C, C3, j0, Tn);
-  load_tile<T, R, HS>(Vs, q + 2 * C, C3, j0, Tn);
+  const int group = NH / KV;
+  const T* k = t.key(qkv, Tn, g);
+  load_tile<T, R, HS>(Ks, k, W, j0, Tn);
+  load_tile<T, R, HS>(Vs, k + VO, W, j0, Tn);
   float dk[CPT], dv[CPT];
   for (int d = 0; d < CPT; d++) dk[d] = dv[d] = 0.0f;
-  for (int i0 = j0; i0 < Tn; i0 += R) {  // Br == Bc: the diagonal tile first
+  // One flat loop over (query head of the group, query tile at or below the
+  // diagonal): fewer live values than two nested loops (no spills on sm_80).
+  const int tiles = ceil_div(Tn - j0, R);
+  for (int it = 0; it < group * tiles; it++) {
+    const int h = g * group + it / tiles, i0 = j0 + (it % tiles) * R;  // Br == Bc
+    const T* q = t.head(qkv, Tn, W, h);
+    const T* dO = t.head(dout, Tn, C, h);
+    const size_t bh = (size_t)t.b * NH + h;  // lse, D (B,NH,T)
     __syncthreads();  // the previous tile's Qs, dOs, Ps, dSs are read
-    load_tile<T, R, HS>(Qs, q, C3, i0, Tn);
+    load_tile<T, R, HS>(Qs, q, W, i0, Tn);
     load_tile<T, R, HS>(dOs, dO, C, i0, Tn);
     for (int r = threadIdx.x; r < R; r += blockDim.x) {
       const bool in = i0 + r < Tn;
-      Ls[r] = in ? lse[(size_t)bh * Tn + i0 + r] : 0.0f;
-      Ds[r] = in ? D[(size_t)bh * Tn + i0 + r] : 0.0f;
+      Ls[r] = in ? lse[bh * Tn + i0 + r] : 0.0f;
+      Ds[r] = in ? D[bh * Tn + i0 + r] : 0.0f;
     }
     __syncthreads();
     for (int r = part; r < R; r += 4) {
@@ -167,10 +184,10 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
     }
   }
   if (j >= Tn) return;
-  T* dst = dqkv + ((size_t)t.b * Tn + j) * C3 + (size_t)t.h * HS + part * CPT;
+  T* dst = dqkv + ((size_t)t.b * Tn + j) * W + C + (size_t)g * HS + part * CPT;
   for (int d = 0; d < CPT; d++) {
-    dst[C + d] = from_f32<T>(dk[d]);
-    dst[2 * C + d] = from_f32<T>(dv[d]);
+    dst[d] = from_f32<T>(dk[d]);
+    dst[VO + d] = from_f32<T>(dv[d]);
   }
 }
 
@@ -178,18 +195,19 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
 template <class T, int HS>
 __global__ void __launch_bounds__(Tile<HS>::threads)
     flash_backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                             const float* D, int Tn, int NH) {
+                             const float* D, int Tn, int NH, int KV) {
   constexpr int R = Tile<HS>::rows, CPT = Tile<HS>::cols;
   __shared__ float Qs[R][HS], dOs[R][HS];  // (Br,HS) this block's queries
   __shared__ float Ks[R][HS], Vs[R][HS];   // (Bc,HS) the current key tile
   __shared__ float dSs[R][R];              // (Br,Bc)
-  const HeadTile<HS> t(NH);
+  const HeadTile<HS> t(NH, KV, NH);
   const int row = t.row, part = t.part, bh = t.bh, i0 = t.r0, i = i0 + row;
-  const size_t C = t.C, C3 = t.C3;
+  const int C = t.C, W = t.W, VO = KV * HS;
   const float scale = t.scale;
-  const T* q = t.head(qkv, Tn, C3);
-  load_tile<T, R, HS>(Qs, q, C3, i0, Tn);
-  load_tile<T, R, HS>(dOs, t.head(dout, Tn, C), C, i0, Tn);
+  const T* q = t.head(qkv, Tn, W, t.h);
+  const T* k = t.key(qkv, Tn, t.h / (NH / KV));
+  load_tile<T, R, HS>(Qs, q, W, i0, Tn);
+  load_tile<T, R, HS>(dOs, t.head(dout, Tn, C, t.h), C, i0, Tn);
   const float L = i < Tn ? lse[(size_t)bh * Tn + i] : 0.0f;
   const float Di = i < Tn ? D[(size_t)bh * Tn + i] : 0.0f;
   float dq[CPT];
@@ -197,8 +215,8 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   const int last = min(i0 + R, Tn) - 1;
   for (int j0 = 0; j0 <= last; j0 += R) {
     __syncthreads();  // the previous Ks, Vs, dSs are read (and Qs, dOs loaded)
-    load_tile<T, R, HS>(Ks, q + C, C3, j0, Tn);
-    load_tile<T, R, HS>(Vs, q + 2 * C, C3, j0, Tn);
+    load_tile<T, R, HS>(Ks, k, W, j0, Tn);
+    load_tile<T, R, HS>(Vs, k + VO, W, j0, Tn);
     __syncthreads();
     for (int c = part; c < R; c += 4) {
       const int j = j0 + c;
@@ -216,7 +234,7 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
     }
   }
   if (i >= Tn) return;
-  T* dst = dqkv + ((size_t)t.b * Tn + i) * C3 + (size_t)t.h * HS + part * CPT;
+  T* dst = dqkv + ((size_t)t.b * Tn + i) * W + (size_t)t.h * HS + part * CPT;
   for (int d = 0; d < CPT; d++) dst[d] = from_f32<T>(dq[d]);
 }
 
@@ -227,82 +245,85 @@ bool flash_attention_supports(int HS) {
 }
 
 namespace {
-void require_flash_shape(int B, int Tn, int NH, int HS) {
+void require_flash_shape(int B, int Tn, int NH, int KV, int HS) {
   RATCHET_REQUIRE(B > 0 && Tn > 0 && NH > 0, "flash attention: B, T, NH must be positive");
+  RATCHET_REQUIRE(KV > 0 && NH % KV == 0, "flash attention: KV heads must divide NH");
   RATCHET_REQUIRE(flash_attention_supports(HS),
                   "flash attention: head size must be 8, 16, 32, 64 or 128");
 }
 
 template <class T, int HS, bool kBarrier>
-void forward_hs(T* out, float* lse, const T* qkv, int B, int Tn, int NH, cudaStream_t stream) {
+void forward_hs(T* out, float* lse, const T* qkv, int B, int Tn, int NH, int KV,
+                cudaStream_t stream) {
   constexpr int R = Tile<HS>::rows;
   const dim3 grid((unsigned)ceil_div(Tn, R), (unsigned)(B * NH));
   RATCHET_LAUNCH((flash_forward_kernel<T, HS, kBarrier>), grid, Tile<HS>::threads, 0, stream, out,
-                 lse, qkv, Tn, NH);
+                 lse, qkv, Tn, NH, KV);
   RATCHET_CHECK_LAUNCH();
 }
 
 template <class T, int HS>
 void backward_hs(T* dqkv, const float* D, const T* dout, const T* qkv, const float* lse, int B,
-                 int Tn, int NH, cudaStream_t stream) {
+                 int Tn, int NH, int KV, cudaStream_t stream) {
   constexpr int R = Tile<HS>::rows;
-  const dim3 grid((unsigned)ceil_div(Tn, R), (unsigned)(B * NH));
-  RATCHET_LAUNCH((flash_backward_dkdv_kernel<T, HS>), grid, Tile<HS>::threads, 0, stream, dqkv,
-                 dout, qkv, lse, D, Tn, NH);
+  const dim3 grid_kv((unsigned)ceil_div(Tn, R), (unsigned)(B * KV));
+  RATCHET_LAUNCH((flash_backward_dkdv_kernel<T, HS>), grid_kv, Tile<HS>::threads, 0, stream, dqkv,
+                 dout, qkv, lse, D, Tn, NH, KV);
   RATCHET_CHECK_LAUNCH();
+  const dim3 grid((unsigned)ceil_div(Tn, R), (unsigned)(B * NH));
   RATCHET_LAUNCH((flash_backward_dq_kernel<T, HS>), grid, Tile<HS>::threads, 0, stream, dqkv,
-                 dout, qkv, lse, D, Tn, NH);
+                 dout, qkv, lse, D, Tn, NH, KV);
   RATCHET_CHECK_LAUNCH();
 }
 }  // namespace
 
 template <class T>
-void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int NH, int HS,
-                             cudaStream_t stream) {
+void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int NH, int KV,
+                             int HS, cudaStream_t stream) {
   RATCHET_NVTX_RANGE("flash_attention_forward");
-  require_flash_shape(B, Tn, NH, HS);
+  require_flash_shape(B, Tn, NH, KV, HS);
   switch (HS) {
-    case 8: return forward_hs<T, 8, true>(out, lse, qkv, B, Tn, NH, stream);
-    case 16: return forward_hs<T, 16, true>(out, lse, qkv, B, Tn, NH, stream);
-    case 32: return forward_hs<T, 32, true>(out, lse, qkv, B, Tn, NH, stream);
-    case 64: return forward_hs<T, 64, true>(out, lse, qkv, B, Tn, NH, stream);
-    default: return forward_hs<T, 128, true>(out, lse, qkv, B, Tn, NH, stream);
+    case 8: return forward_hs<T, 8, true>(out, lse, qkv, B, Tn, NH, KV, stream);
+    case 16: return forward_hs<T, 16, true>(out, lse, qkv, B, Tn, NH, KV, stream);
+    case 32: return forward_hs<T, 32, true>(out, lse, qkv, B, Tn, NH, KV, stream);
+    case 64: return forward_hs<T, 64, true>(out, lse, qkv, B, Tn, NH, KV, stream);
+    default: return forward_hs<T, 128, true>(out, lse, qkv, B, Tn, NH, KV, stream);
   }
 }
 
 template <class T>
 void flash_attention_backward(T* dqkv, float* D, const T* dout, const T* qkv, const T* out,
-                              const float* lse, int B, int Tn, int NH, int HS,
+                              const float* lse, int B, int Tn, int NH, int KV, int HS,
                               cudaStream_t stream) {
   RATCHET_NVTX_RANGE("flash_attention_backward");
-  require_flash_shape(B, Tn, NH, HS);
+  require_flash_shape(B, Tn, NH, KV, HS);
   const size_t total = (size_t)B * NH * Tn;
   RATCHET_LAUNCH((flash_backward_dot_kernel<T>), (unsigned)ceil_div<size_t>(total, 256), 256, 0,
                  stream, D, dout, out, Tn, NH, HS, total);
   RATCHET_CHECK_LAUNCH();
   switch (HS) {
-    case 8: return backward_hs<T, 8>(dqkv, D, dout, qkv, lse, B, Tn, NH, stream);
-    case 16: return backward_hs<T, 16>(dqkv, D, dout, qkv, lse, B, Tn, NH, stream);
-    case 32: return backward_hs<T, 32>(dqkv, D, dout, qkv, lse, B, Tn, NH, stream);
-    case 64: return backward_hs<T, 64>(dqkv, D, dout, qkv, lse, B, Tn, NH, stream);
-    default: return backward_hs<T, 128>(dqkv, D, dout, qkv, lse, B, Tn, NH, stream);
+    case 8: return backward_hs<T, 8>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, stream);
+    case 16: return backward_hs<T, 16>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, stream);
+    case 32: return backward_hs<T, 32>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, stream);
+    case 64: return backward_hs<T, 64>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, stream);
+    default: return backward_hs<T, 128>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, stream);
   }
 }
 
 #if RATCHET_SIMT
 void flash_attention_forward_missing_barrier(float* out, float* lse, const float* qkv, int B,
                                              int Tn, int NH, int HS) {
-  require_flash_shape(B, Tn, NH, HS);
+  require_flash_shape(B, Tn, NH, NH, HS);
   RATCHET_REQUIRE(HS == 64, "the planted-bug forward is built for head size 64 only");
-  forward_hs<float, 64, false>(out, lse, qkv, B, Tn, NH, nullptr);
+  forward_hs<float, 64, false>(out, lse, qkv, B, Tn, NH, NH, nullptr);
 }
 #endif
 
 #define RATCHET_INSTANTIATE(T)                                                                   \
-  template void flash_attention_forward<T>(T*, float*, const T*, int, int, int, int,             \
+  template void flash_attention_forward<T>(T*, float*, const T*, int, int, int, int, int,        \
                                            cudaStream_t);                                        \
   template void flash_attention_backward<T>(T*, float*, const T*, const T*, const T*,            \
-                                            const float*, int, int, int, int, cudaStream_t);
+                                            const float*, int, int, int, int, int, cudaStream_t);
 RATCHET_INSTANTIATE(float)
 RATCHET_INSTANTIATE(bf16)
 #undef RATCHET_INSTANTIATE

@@ -1,9 +1,10 @@
 // Causal flash attention, forward and backward, in the FlashAttention-2 scheme
 // (Dao 2023): the (T,T) score matrix is never stored.
 //
-// Shapes (read and written in place, no permutes): qkv (B,T,3C) = q | k | v on
-// the last axis, head h at columns [h*HS, (h+1)*HS) of each third; out, dout
-// (B,T,C); lse, D (B,NH,T) FP32. HS = C/NH in {8, 16, 32, 64, 128} (the cuda
+// Shapes (read and written in place, no permutes): qkv (B,T,W), W = (NH+2KV)*HS,
+// = NH q heads | KV k heads | KV v heads on the last axis (grouped-query
+// attention: query head h reads KV head g = h / (NH/KV); KV == NH is the GPT-2
+// layout (B,T,3C)); out, dout (B,T,C), C = NH*HS; lse, D (B,NH,T) FP32. HS = C/NH in {8, 16, 32, 64, 128} (the cuda
 // backend refuses others with a message); any T >= 1. Storage T = float or bf16; every product,
 // sum, max, exp and log is FP32 (inputs converted on load into FP32 shared
 // tiles), outputs rounded once to T at the store.
@@ -18,7 +19,8 @@
 //   backward: D_i = dout_i.out_i;  p_ij = exp(s_ij - lse_i) recomputed per tile;
 //            dv_j = sum_i p_ij dout_i ;  ds_ij = p_ij (dout_i.v_j - D_i) scale
 //            dk_j = sum_i ds_ij q_i   ;  dq_i = sum_j ds_ij k_j
-//     One kernel per key tile accumulates dk, dv over the query tiles below it;
+//     One kernel per key tile of a KV head accumulates dk, dv over the query
+//     tiles below it, for each query head of the KV head's group in turn;
 //     a second kernel per query tile accumulates dq over the key tiles (p and
 //     ds recomputed again). No atomics: each output element has one writer and
 //     a fixed summation order, so results are deterministic.
@@ -44,14 +46,14 @@ namespace ratchet::kernels {
 // Whether HS is one the flash kernels are built for (8, 16, 32, 64, 128).
 bool flash_attention_supports(int HS);
 
-// out (B,T,C), lse (B,NH,T) from qkv (B,T,3C).                     (overwritten)
+// out (B,T,C), lse (B,NH,T) from qkv (B,T,(NH+2KV)*HS).           (overwritten)
 template <class T>
-void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int NH, int HS,
-                             cudaStream_t stream);
-// dqkv (B,T,3C) from dout (B,T,C), qkv, out, lse; D (B,NH,T) FP32 scratch.
+void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int NH, int KV,
+                             int HS, cudaStream_t stream);
+// dqkv (B,T,(NH+2KV)*HS) from dout (B,T,C), qkv, out, lse; D (B,NH,T) FP32 scratch.
 template <class T>
 void flash_attention_backward(T* dqkv, float* D, const T* dout, const T* qkv, const T* out,
-                              const float* lse, int B, int Tn, int NH, int HS,
+                              const float* lse, int B, int Tn, int NH, int KV, int HS,
                               cudaStream_t stream);
 // Its scratch (D): kernels/scratch_bytes.h.
 

@@ -9,6 +9,8 @@ namespace ratchet::kernels {
 
 // layernorm_backward and bias_grad sum columns over fixed chunks of rows.
 constexpr int kLayernormRowsPerChunk = 32;
+// rmsnorm_backward sums dw over fixed chunks of rows, as layernorm.
+constexpr int kRmsnormRowsPerChunk = 32;
 constexpr int kBiasGradRowsPerChunk = 32;
 // global_norm_squared's fixed grid (the partition of the sum never changes).
 constexpr int kGlobalNormBlocks = 256;
@@ -30,6 +32,11 @@ inline size_t encoder_backward_scratch_bytes(int B, int Tn) {
 // layernorm_backward: partial dw and db per chunk of rows, (2, chunks, C) FP32.
 inline size_t layernorm_backward_scratch_bytes(int N, int C) {
   return 2 * ceil_div_size(N, kLayernormRowsPerChunk) * C * sizeof(float);
+}
+
+// rmsnorm_backward: partial dw per chunk of rows, (chunks, C) FP32.
+inline size_t rmsnorm_backward_scratch_bytes(int N, int C) {
+  return ceil_div_size(N, kRmsnormRowsPerChunk) * C * sizeof(float);
 }
 
 // bias_grad: partial sums per chunk of rows, (chunks, OC) FP32.

@@ -3,7 +3,8 @@
 // thread), which a machine shared with other jobs disturbs far less than the
 // wall clock. A tool for tuning tiles, not a test.
 //
-//   bench_attention [-B 1] [-T 1024] [-C 768] [--heads 12] [--reps 3] [--threads 1]
+//   bench_attention [-B 1] [-T 1024] [-C 768] [--heads 12] [--kv-heads heads] [--reps 3]
+//                   [--threads 1]
 //
 // GFLOP/s count the causal half only (what a blocked kernel must do):
 // forward 2·T²·hs per head (Q·Kᵀ and P·V), backward 5·T²·hs (P recomputed,
@@ -30,7 +31,7 @@ double cpu_s() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int B = 1, T = 1024, C = 768, NH = 12, reps = 3, threads = 1;
+  int B = 1, T = 1024, C = 768, NH = 12, KV = 0, reps = 3, threads = 1;  // KV 0: NH
   for (int i = 1; i + 1 < argc; i += 2) {
     const char* a = argv[i];
     const int v = std::atoi(argv[i + 1]);
@@ -38,21 +39,26 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(a, "-T")) T = v;
     else if (!std::strcmp(a, "-C")) C = v;
     else if (!std::strcmp(a, "--heads")) NH = v;
+    else if (!std::strcmp(a, "--kv-heads")) KV = v;
     else if (!std::strcmp(a, "--reps")) reps = v;
     else if (!std::strcmp(a, "--threads")) threads = v;
     else {
       std::fprintf(stderr, "usage: bench_attention [-B n] [-T n] [-C n] [--heads n] [--reps n] "
-                           "[--threads n]\n");
+                           "[--kv-heads n] [--threads n]\n");
       return 2;
     }
   }
-  if (argc % 2 == 0 || B <= 0 || T <= 0 || NH <= 0 || C % NH != 0 || reps <= 0) {
-    std::fprintf(stderr, "bench_attention: need positive -B -T --heads --reps and C %% heads == 0\n");
+  if (KV == 0) KV = NH;
+  if (argc % 2 == 0 || B <= 0 || T <= 0 || NH <= 0 || C % NH != 0 || reps <= 0 || KV <= 0 ||
+      NH % KV != 0) {
+    std::fprintf(stderr, "bench_attention: need positive -B -T --heads --kv-heads --reps, "
+                         "C %% heads == 0 and heads %% kv-heads == 0\n");
     return 2;
   }
   auto be = make_cpu_backend(threads);
   const size_t BT = (size_t)B * T;
-  std::vector<float> h_qkv(BT * 3 * C), h_d(BT * C);
+  const size_t W = (size_t)(NH + 2 * KV) * (C / NH);  // qkv row: q, k, v heads
+  std::vector<float> h_qkv(BT * W), h_d(BT * C);
   Rng rng(3);
   for (auto& x : h_qkv) x = (float)rng.uniform() - 0.5f;
   for (auto& x : h_d) x = (float)rng.uniform() - 0.5f;
@@ -66,15 +72,15 @@ int main(int argc, char** argv) {
   double fwd = 1e30, bwd = 1e30;
   for (int r = 0; r < reps + 1; r++) {  // the first run is warm-up
     double t0 = cpu_s();
-    be->attention_forward(out, lse, qkv, B, T, C, NH);
+    be->attention_forward(out, lse, qkv, B, T, C, NH, KV);
     const double t1 = cpu_s();
-    be->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+    be->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH, KV);
     const double t2 = cpu_s();
     if (r > 0) fwd = std::min(fwd, t1 - t0), bwd = std::min(bwd, t2 - t1);
   }
   const double hs = (double)C / NH, base = (double)B * NH * T * T * hs;
-  std::printf("B=%d T=%d C=%d NH=%d threads=%d  fwd %.1f ms %.1f GFLOP/s  bwd %.1f ms %.1f GFLOP/s "
+  std::printf("B=%d T=%d C=%d NH=%d KV=%d threads=%d  fwd %.1f ms %.1f GFLOP/s  bwd %.1f ms %.1f GFLOP/s "
               "(CPU time, causal FLOPs)\n",
-              B, T, C, NH, threads, fwd * 1e3, 2 * base / fwd / 1e9, bwd * 1e3, 5 * base / bwd / 1e9);
+              B, T, C, NH, KV, threads, fwd * 1e3, 2 * base / fwd / 1e9, bwd * 1e3, 5 * base / bwd / 1e9);
   return 0;
 }

@@ -29,6 +29,9 @@
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/rope.cuh"
+#include "kernels/swiglu.cuh"
 
 using namespace ratchet::kernels;
 
@@ -214,13 +217,41 @@ struct Bench {
     T* dbias = alloc<T>(4 * C);
     run("bias_grad", 4.0 * NC * s, [&] { bias_grad(dbias, bg_scratch, h4, N, 4 * C, st); },
         [&] { return true; });
+    // Llama (issue 17). rmsnorm_forward: reads inp, writes out: 2 N C s;
+    // residual_rmsnorm_forward: reads a, b, writes residual, out: 4 N C s;
+    // rmsnorm_backward: dinp pass reads dout, inp, dinp, writes dinp; dw pass
+    // reads dout, inp again: 6 N C s.
+    run("rmsnorm_forward", 2.0 * NC * s, [&] { rmsnorm_forward(y, rstd, x, w, N, C, 1e-5f, st); },
+        [&] { return finite(y, NC) && finite(rstd, N); });
+    run("residual_rmsnorm_forward", 4.0 * NC * s,
+        [&] { residual_rmsnorm_forward(z, y, rstd, x, x, w, N, C, 1e-5f, st); },
+        [&] { return finite(y, NC) && finite(z, NC); });
+    void* rms_scratch = alloc<unsigned char>(rmsnorm_backward_scratch_bytes(N, C), false);
+    run("rmsnorm_backward", 6.0 * NC * s,
+        [&] { rmsnorm_backward(z, w, rms_scratch, x, y, w, rstd, N, C, st); },
+        [&] { return true; });  // accumulates into z repeatedly: validated by the tests
+    // SwiGLU at H = 2C over h4 as (N, 2H): forward reads 2H, writes H: 6 N C s;
+    // backward reads 2H and H, writes 2H: 10 N C s.
+    run("swiglu_forward", 6.0 * NC * s, [&] { swiglu_forward(g4, h4, N, 2 * C, st); },
+        [&] { return finite(g4, 2 * NC); });
+    run("swiglu_backward", 10.0 * NC * s, [&] { swiglu_backward(g4, h4, h4, N, 2 * C, st); },
+        [&] { return finite(g4, 4 * NC); });
     // attention permute: reads qkv, writes q,k,v: 6 N C s; unpermute 2 N C s
     T* qkv = alloc<T>(3 * NC);
+    // RoPE in place on q and k of qkv (KV = NH): reads and writes 2 N C: 4 N C s
+    // (the (T, HS/2) cos/sin table stays in cache).
+    float* cos_sin = alloc<float>((size_t)Tn * HS, false);
+    run("rope_forward", 4.0 * NC * s,
+        [&] { rope_forward(qkv, cos_sin, B, Tn, NH, NH, HS, Tn, st); },
+        [&] { return finite(qkv, 3 * NC); });
+    run("rope_backward", 4.0 * NC * s,
+        [&] { rope_backward(qkv, cos_sin, B, Tn, NH, NH, HS, Tn, st); },
+        [&] { return finite(qkv, 3 * NC); });
     T* q = alloc<T>(NC);
     T* k = alloc<T>(NC);
     T* v = alloc<T>(NC);
     run("attention_permute", 6.0 * NC * s,
-        [&] { attention_permute(q, k, v, qkv, B, Tn, NH, HS, st); },
+        [&] { attention_permute(q, k, v, qkv, B, Tn, NH, NH, HS, st); },
         [&] { return finite(v, NC); });
     run("attention_unpermute", 2.0 * NC * s,
         [&] { attention_unpermute(y, q, B, Tn, NH, HS, st); }, [&] { return finite(y, NC); });
@@ -245,10 +276,10 @@ struct Bench {
       float* dsc = alloc<float>((size_t)BH * Tn, false);
       T* dqkv = alloc<T>(3 * NC);
       run("flash_attention_forward", 4.0 * NC * s + 4.0 * BH * Tn,
-          [&] { flash_attention_forward(y, lse, qkv, B, Tn, NH, HS, st); },
+          [&] { flash_attention_forward(y, lse, qkv, B, Tn, NH, NH, HS, st); },
           [&] { return finite(y, NC); });
       run("flash_attention_backward", 8.0 * NC * s + 8.0 * BH * Tn,
-          [&] { flash_attention_backward(dqkv, dsc, z, qkv, y, lse, B, Tn, NH, HS, st); },
+          [&] { flash_attention_backward(dqkv, dsc, z, qkv, y, lse, B, Tn, NH, NH, HS, st); },
           [&] { return finite(dqkv, 3 * NC); });
     }
     // fused classifier: reads logits twice, writes the gradient: 3 N Vp s

@@ -1,4 +1,4 @@
-// The Backend: memory and the ops a GPT needs, forward and backward.
+// The Backend: memory and the ops a GPT-2 or Llama model needs, forward and backward.
 //
 // Pointers passed to ops live in the backend's memory space (host memory for
 // cpu, device memory for cuda) and are obtained from alloc(). Two storage
@@ -12,9 +12,10 @@
 // Accumulation convention (llm.c's CUDA trainer):
 //   - parameter gradients (dw, db, dwte, dwpe) are ACCUMULATED (+=), so that
 //     micro-batches add up; the model zeroes them once per optimizer step.
-//   - matmul_backward and attention_backward and gelu_backward OVERWRITE their
-//     input gradient; layernorm_backward ACCUMULATES into dinp (the residual
-//     stream gradient collects contributions from both branches).
+//   - matmul_backward, attention_backward, gelu_backward and swiglu_backward
+//     OVERWRITE their input gradient; layernorm_backward and rmsnorm_backward
+//     ACCUMULATE into dinp (the residual stream gradient collects contributions
+//     from both branches); rope_backward works in place.
 // Every op is deterministic: same inputs and thread count, same bits.
 #pragma once
 #include <cstddef>
@@ -87,19 +88,24 @@ class Backend {
   virtual void matmul_backward(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w,
                                int N, int C, int OC) = 0;
 
-  // Causal multi-head self-attention.
-  // qkv (B,T,3C) holds q | k | v along the last axis, head h at [h*hs, (h+1)*hs).
-  // out (B,T,C) = concat_h softmax(q k^T / sqrt(hs), causal) v
+  // Causal multi-head self-attention, grouped-query: NH query heads share KV
+  // key/value heads (KV divides NH; KV == NH is multi-head, KV == 1 multi-query).
+  // hs = C/NH. qkv (B,T,(NH+2KV)*hs) holds q | k | v along the last axis: query
+  // head h at [h*hs, (h+1)*hs), key head g at C + g*hs, value head g at
+  // C + KV*hs + g*hs; query head h reads KV head h / (NH/KV). KV == NH is the
+  // GPT-2 layout (B,T,3C) exactly.
+  // out (B,T,C) = concat_h softmax(q_h k_g^T / sqrt(hs), causal) v_g
   // saved: what forward keeps for backward, attention_saved_bytes() of it, laid
   // out as the backend's attention_impl() says (see AttentionImpl):
   //   flash, cudnn   lse (B,NH,T) FP32: log sum_{j<=i} exp(q_i.k_j / sqrt(hs))
   //   materialized   att (B,NH,T,T) storage dtype: the probabilities (0 above
   //                  the diagonal)
-  virtual void attention_forward(dptr out, void* saved, cdptr qkv, int B, int T, int C,
-                                 int NH) = 0;
-  // dqkv (B,T,3C) overwritten from dout (B,T,C), qkv, and forward's out and saved.
+  virtual void attention_forward(dptr out, void* saved, cdptr qkv, int B, int T, int C, int NH,
+                                 int KV) = 0;
+  // dqkv (B,T,(NH+2KV)*hs) overwritten from dout (B,T,C), qkv, and forward's
+  // out and saved; dk, dv of a KV head sum over the NH/KV query heads of its group.
   virtual void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr out, const void* saved,
-                                  int B, int T, int C, int NH) = 0;
+                                  int B, int T, int C, int NH, int KV) = 0;
   // Which attention the ops above run (`--attention`; the cpu backend: flash,
   // its blocked online-softmax attention): part of the memory model.
   AttentionImpl attention_impl() const { return memory_model().attention; }
@@ -111,6 +117,40 @@ class Backend {
 
   // out = a + b (n elements; out may alias a or b)
   virtual void residual_forward(dptr out, cdptr a, cdptr b, size_t n) = 0;
+
+  // ---- Llama ops (RMSNorm, RoPE, SwiGLU) ---------------------------------------
+  // RMSNorm: rstd (N) FP32 = 1/sqrt(mean_c(inp^2) + eps); out (N,C) = inp * rstd * w
+  virtual void rmsnorm_forward(dptr out, float* rstd, cdptr inp, cdptr w, int N, int C,
+                               float eps) = 0;
+  // dinp (N,C) +=, dw (C) +=   (accumulates, like layernorm_backward)
+  virtual void rmsnorm_backward(dptr dinp, dptr dw, cdptr dout, cdptr inp, cdptr w,
+                                const float* rstd, int N, int C) = 0;
+  // Fused residual add + RMSNorm (one kernel on cuda): resid (N,C) = a + b, then
+  // out, rstd = rmsnorm(resid). resid may alias a or b.
+  virtual void residual_rmsnorm_forward(dptr resid, dptr out, float* rstd, cdptr a, cdptr b,
+                                        cdptr w, int N, int C, float eps) {
+    residual_forward(resid, a, b, (size_t)N * C);
+    rmsnorm_forward(out, rstd, resid, w, N, C, eps);
+  }
+  // RoPE in place on the q and k heads of qkv (B,T,(NH+2KV)*hs); v untouched.
+  // Hugging Face transformers' convention (rotate_half): for a head vector x at
+  // position t and i < hs/2,
+  //   x'[i]      = x[i] cos(t·f_i) - x[i+hs/2] sin(t·f_i)
+  //   x'[i+hs/2] = x[i+hs/2] cos(t·f_i) + x[i] sin(t·f_i)
+  // cos_sin: FP32 in backend memory, (maxT, hs/2) cos values then (maxT, hs/2)
+  // sin values, built on the host by the model. hs even, T <= maxT.
+  virtual void rope_forward(dptr qkv, const float* cos_sin, int B, int T, int NH, int KV, int hs,
+                            int maxT) = 0;
+  // In place on dqkv: the inverse rotation (the gradient through an orthogonal
+  // map is its transpose: sin -> -sin); the v part untouched.
+  virtual void rope_backward(dptr dqkv, const float* cos_sin, int B, int T, int NH, int KV,
+                             int hs, int maxT) = 0;
+  // SwiGLU: inp (N,2H) rows gate | up; out (N,H) = silu(gate) * up,
+  // silu(x) = x / (1 + exp(-x))
+  virtual void swiglu_forward(dptr out, cdptr inp, int N, int H) = 0;
+  // dinp (N,2H) overwritten from dout (N,H) and inp:
+  //   dgate = dout * up * sig(g) (1 + g (1 - sig(g))),  dup = dout * silu(g)
+  virtual void swiglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) = 0;
 
   // Fused softmax + cross-entropy over the first V of Vp columns.
   // logits (BT,Vp); targets (BT); losses (BT) = -log softmax(logits)[target].

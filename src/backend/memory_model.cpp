@@ -48,6 +48,8 @@ size_t encoder_backward(int B, int T) { return kernels::encoder_backward_scratch
 
 size_t layernorm_backward(int N, int C) { return kernels::layernorm_backward_scratch_bytes(N, C); }
 
+size_t rmsnorm_backward(int N, int C) { return kernels::rmsnorm_backward_scratch_bytes(N, C); }
+
 size_t matmul_backward(int N, int OC, bool has_dbias, size_t sb) {
   if (!has_dbias) return 0;
   // The epilogue's temporary (its output is overwritten, not accumulated), 16-byte
@@ -77,14 +79,16 @@ size_t max_over_ops(const OpShapes& s, size_t sb, AttentionImpl a) {
   size_t w = sum_squares();
   w = std::max(w, encoder_backward(s.B, s.T));
   w = std::max(w, layernorm_backward(BT, C));
+  w = std::max(w, rmsnorm_backward(BT, C));
   w = std::max(w, attention_forward(a, s.B, s.T, C, sb));
   if (s.NH > 0) w = std::max(w, attention_backward(a, s.B, s.T, C, s.NH, sb));
-  // matmul_backward (and _gelu) at the model's output widths: qkv 3C, attproj C,
-  // fc 4C, fcproj C (the DGELU one), and the lm head Vp. The model's lm head has
-  // no bias, but a bias is assumed for every width: an upper bound that costs
-  // at most (B*T/rows per chunk)*Vp*4 bytes and keeps the reservation valid for
-  // any caller of these shapes.
-  for (int oc : {C, 3 * C, 4 * C, s.Vp})
+  // matmul_backward (and _gelu) at the model's output widths: qkv 3C (Llama:
+  // (NH+2KV)*hs, at most 3C), attproj C, fc 4C (Llama: 2H), fcproj C (the DGELU
+  // one), and the lm head Vp. The model's lm head (and Llama's every matmul)
+  // has no bias, but a bias is assumed for every width: an upper bound that
+  // costs at most (B*T/rows per chunk)*Vp*4 bytes and keeps the reservation
+  // valid for any caller of these shapes.
+  for (int oc : {C, 3 * C, 4 * C, 2 * s.H, s.Vp})
     if (oc > 0) w = std::max(w, matmul_backward(BT, oc, true, sb));
   return w;
 }

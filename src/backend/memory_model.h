@@ -13,9 +13,12 @@
 
 namespace ratchet {
 
-// Shapes of one micro-batch of a GPT, for the scratch its ops need.
+// Shapes of one micro-batch of a GPT-2 or Llama model, for the scratch its ops need.
+// KV: key/value heads (grouped-query attention; 0: NH). H: the Llama SwiGLU
+// hidden size (the fc layer is 2H wide; 0: a GPT-2 MLP, 4C).
 struct OpShapes {
   int B = 0, T = 0, C = 0, NH = 0, Vp = 0;
+  int KV = 0, H = 0;
 };
 
 struct BackendMemoryModel {
@@ -53,11 +56,14 @@ BackendMemoryModel cuda_memory_model(size_t storage_bytes, size_t gemm_workspace
 namespace cuda_scratch {
 size_t encoder_backward(int B, int T);
 size_t layernorm_backward(int N, int C);
+size_t rmsnorm_backward(int N, int C);
 // The bias gradient's: the BGRADB epilogue's temporary (OC), or, when
 // cuBLASLt lacks that epilogue, the bias_grad kernel's partial sums.
 size_t matmul_backward(int N, int OC, bool has_dbias, size_t storage_bytes);
 // Flash: none forward (qkv read in place), D (B,NH,T) FP32 backward;
 // materialized: the permuted copies and the (B,NH,T,T) probabilities' gradient.
+// Grouped-query attention needs the same: the materialized path copies k, v
+// out per query head (B,NH,T,HS), and flash reads them in place.
 size_t attention_forward(AttentionImpl a, int B, int T, int C, size_t storage_bytes);
 size_t attention_backward(AttentionImpl a, int B, int T, int C, int NH, size_t storage_bytes);
 size_t sum_squares();

@@ -97,6 +97,40 @@ std::string get_str(hid_t o, const char* n, const std::string& c) {
   return required(h5_string_attr(o, n, c, ""), n, c);
 }
 
+// The model fields beyond GPT-2's six (issue 17). Written always; read when
+// present: a checkpoint without `arch` predates them and is a GPT-2.
+void put_model_extras(hid_t f, const GPTConfig& c, const std::string& ctx) {
+  put_str(f, "arch", arch_name(c.arch), ctx);
+  put_i64(f, "num_kv_heads", c.kv_heads(), ctx);
+  put_i64(f, "ffn_hidden", c.ffn(), ctx);
+  put_i64(f, "tied_embeddings", c.tied_embeddings ? 1 : 0, ctx);
+  put_f64(f, "norm_eps", c.norm_eps, ctx);
+  put_f64(f, "rope_theta", c.rope_theta, ctx);
+  put_f64(f, "rope_factor", c.rope_factor, ctx);
+  put_f64(f, "rope_low_freq_factor", c.rope_low_freq_factor, ctx);
+  put_f64(f, "rope_high_freq_factor", c.rope_high_freq_factor, ctx);
+  put_i64(f, "rope_original_max_pos", c.rope_original_max_pos, ctx);
+}
+void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
+  auto arch = h5_string_attr(f, "arch", ctx, "");
+  if (!arch) return;  // an older (GPT-2) checkpoint
+  try {
+    c->arch = parse_arch(*arch, "attribute arch");
+  } catch (const Error& e) {
+    fail(ctx, ": ", e.what());
+  }
+  c->num_kv_heads = (int)get_i64(f, "num_kv_heads", ctx);
+  c->ffn_hidden = (int)get_i64(f, "ffn_hidden", ctx);
+  c->tied_embeddings = get_i64(f, "tied_embeddings", ctx) != 0;
+  // float -> double -> float is exact, so a resumed config compares equal.
+  c->norm_eps = (float)get_f64(f, "norm_eps", ctx);
+  c->rope_theta = (float)get_f64(f, "rope_theta", ctx);
+  c->rope_factor = (float)get_f64(f, "rope_factor", ctx);
+  c->rope_low_freq_factor = (float)get_f64(f, "rope_low_freq_factor", ctx);
+  c->rope_high_freq_factor = (float)get_f64(f, "rope_high_freq_factor", ctx);
+  c->rope_original_max_pos = (int)get_i64(f, "rope_original_max_pos", ctx);
+}
+
 }  // namespace
 
 std::string to_ini(const std::map<std::string, std::string>& m) {
@@ -186,6 +220,7 @@ void write_checkpoint_files(const std::string& dir, const Checkpoint& ck) {
     put_i64(f, "vocab_size", m.model.vocab_size, ctx);
     put_i64(f, "padded_vocab", m.model.padded_vocab, ctx);
     put_i64(f, "max_seq_len", m.model.max_seq_len, ctx);
+    put_model_extras(f, m.model, ctx);
     put_str(f, "run_identity", to_ini(m.identity), ctx);
     put_str(f, "run_settings", to_ini(m.settings), ctx);
     put_str(f, "counters", counters_to_ini(m.counters), ctx);
@@ -344,6 +379,7 @@ CheckpointMeta read_checkpoint_meta(const std::string& dir) {
   m.model.vocab_size = (int)get_i64(f, "vocab_size", ctx);
   m.model.padded_vocab = (int)get_i64(f, "padded_vocab", ctx);
   m.model.max_seq_len = (int)get_i64(f, "max_seq_len", ctx);
+  get_model_extras(f, &m.model, ctx);
   try {
     m.model.finalize();
   } catch (const Error& e) {

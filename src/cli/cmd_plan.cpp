@@ -39,8 +39,10 @@ spot cost to first order in the preemption rate (Young/Daly interval).
 )";
 
 struct Flags {
-  std::string model = "d12", device = "cpu", recompute = "none", config_path;
+  std::string model = "d12", device = "cpu", recompute = "none", config_path, arch;
   int layers = 0, heads = 0, channels = 0, vocab_size = 50257, max_seq_len = 1024;
+  int kv_heads = 0, ffn_hidden = 0;
+  bool untied = false;
   bool json = false;
 };
 
@@ -48,8 +50,13 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
   po::options_description model("model and batch (as in `ratchet train`)");
   model.add_options()
     ("model", po::value(&f.model)->default_value(f.model),
-     "preset dN (N layers, N heads, 64N channels) or 'custom' with --layers/--heads/--channels;"
-     " with a budget and no --model: the preset nearest the compute-optimal size")
+     "preset dN (GPT-2: N layers, N heads, 64N channels), lN (Llama), smollm-135m, "
+     "llama3.2-1b, or 'custom' with --layers/--heads/--channels; with a budget and no --model: "
+     "the preset nearest the compute-optimal size (of --arch)")
+    ("arch", po::value(&f.arch), "gpt2 | llama (default: the preset's; gpt2 for custom)")
+    ("kv-heads", po::value(&f.kv_heads), "llama: KV heads, dividing --heads (1 = MQA)")
+    ("ffn-hidden", po::value(&f.ffn_hidden), "llama: SwiGLU hidden size")
+    ("untied", po::bool_switch(&f.untied), "llama: a separate lm_head (untied embeddings)")
     ("layers", po::value(&f.layers), "number of transformer blocks (overrides the preset)")
     ("heads", po::value(&f.heads), "attention heads (overrides the preset)")
     ("channels", po::value(&f.channels), "embedding width (overrides the preset)")
@@ -193,25 +200,17 @@ int cmd_plan(int argc, char** argv) {
                    vm.count("heads") || vm.count("channels") ||
                    !(vm.count("budget-flops") || vm.count("budget-device-hours") ||
                      vm.count("budget-money"));
-  if (f.model == "custom") {
-    if (!f.layers || !f.heads || !f.channels)
-      fail("--model custom needs --layers, --heads and --channels");
-    in.cfg = GPTConfig();
-    in.cfg.num_layers = f.layers;
-    in.cfg.num_heads = f.heads;
-    in.cfg.channels = f.channels;
-    in.cfg.vocab_size = f.vocab_size;
-    in.cfg.max_seq_len = f.max_seq_len;
-    in.cfg.padded_vocab = 0;
-    in.cfg.finalize();
-  } else {
-    in.cfg = preset_config(f.model, f.vocab_size, f.max_seq_len);
-    if (f.layers) in.cfg.num_layers = f.layers;
-    if (f.heads) in.cfg.num_heads = f.heads;
-    if (f.channels) in.cfg.channels = f.channels;
-    in.cfg.finalize();
-  }
-  in.model_name = f.layers || f.heads || f.channels ? "custom" : f.model;
+  ModelFlags mf;
+  // A budget without --model picks among --arch's presets (plan::nearest_preset).
+  mf.model = !in.model_given && f.arch == "llama" ? "l12" : f.model;
+  mf.arch = f.arch;
+  mf.layers = f.layers, mf.heads = f.heads, mf.channels = f.channels;
+  mf.kv_heads = f.kv_heads, mf.ffn_hidden = f.ffn_hidden, mf.untied = f.untied;
+  mf.vocab_size = f.vocab_size, mf.max_seq_len = f.max_seq_len;
+  in.cfg = config_from_flags(mf);
+  in.model_name = f.layers || f.heads || f.channels || f.kv_heads || f.ffn_hidden || f.untied
+                      ? "custom"
+                      : mf.model;
   in.device = f.device;
   in.recompute = parse_recompute(f.recompute);
 

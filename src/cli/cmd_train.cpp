@@ -51,8 +51,17 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
   po::options_description model("model");
   model.add_options()
     ("model", po::value(&o.model)->default_value(o.model),
-     "preset dN (N layers, N heads, 64N channels: d6, d12 = GPT-2 124M, d24, d36, d48) or "
-     "'custom' with --layers/--heads/--channels")
+     "preset: GPT-2 dN (N layers, N heads, 64N channels: d6, d12 = GPT-2 124M, d24, d36, d48); "
+     "Llama lN (64N channels, N heads, N/2 KV heads, SwiGLU 8/3 C), smollm-135m, llama3.2-1b; "
+     "or 'custom' with --layers/--heads/--channels (and --arch)")
+    ("arch", po::value(&o.arch),
+     "gpt2 | llama (default: the preset's; gpt2 for custom). llama: RMSNorm, RoPE, SwiGLU, "
+     "grouped-query attention, no biases")
+    ("kv-heads", po::value(&o.kv_heads), "llama: KV heads, dividing --heads (1 = MQA)")
+    ("ffn-hidden", po::value(&o.ffn_hidden), "llama: SwiGLU hidden size")
+    ("untied", po::bool_switch(&o.untied), "llama: a separate lm_head (untied embeddings)")
+    ("rope-theta", po::value(&o.rope_theta), "llama: RoPE base theta")
+    ("norm-eps", po::value(&o.norm_eps), "llama: RMSNorm epsilon")
     ("layers", po::value(&o.layers), "number of transformer blocks (overrides the preset)")
     ("heads", po::value(&o.heads), "attention heads (overrides the preset)")
     ("channels", po::value(&o.channels), "embedding width (overrides the preset)")
@@ -231,7 +240,7 @@ int cmd_train(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, vm, "train")) return kExitUsage;
   if (vm.count("help")) {
-    std::cout << "usage: ratchet train [options]\n\nTrains a GPT-2 model on HDF5 token shards."
+    std::cout << "usage: ratchet train [options]\n\nTrains a GPT-2 or Llama-shaped model on HDF5 token shards."
               << "\n\n" << desc << "\n" << kExamples;
     return kExitOk;
   }

@@ -93,7 +93,7 @@ bool DataParallel::overlap_with(GPT& model, int micro_batches) {
 }
 
 // Called by the model's backward: layer l's twelve tensors are final (l >= 0),
-// or wte, wpe, lnfw, lnfb (l = -1, the last call of a backward pass).
+// or wte, wpe, lnfw, lnfb, lmhead (l = -1, the last call of a backward pass).
 void DataParallel::grad_ready(int layer) {
   if (pass_ == micro_batches_ - 1) {
     const size_t sb = be_.storage_bytes();
@@ -111,13 +111,14 @@ void DataParallel::grad_ready(int layer) {
       }
       gcomm_.group_end();
     } else {
-      // wte and wpe are adjacent (the start of the buffer), and so are lnfw, lnfb (its end).
+      // wte and wpe are adjacent (the start of the buffer), and so are lnfw,
+      // lnfb and lmhead (its end; lmhead has size 0 unless a llama is untied).
       RATCHET_ASSERT(layout_.offsets[P_WPE] == layout_.offsets[P_WTE] + layout_.sizes[P_WTE]);
-      RATCHET_ASSERT(layout_.offsets[P_LNFB] == layout_.offsets[P_LNFW] + layout_.sizes[P_LNFW]);
+      RATCHET_ASSERT(layout_.offsets[P_LMHEAD] + layout_.sizes[P_LMHEAD] == layout_.total);
       gcomm_.all_reduce_async(g + layout_.offsets[P_WTE] * sb,
                               layout_.sizes[P_WTE] + layout_.sizes[P_WPE], t, ReduceOp::Sum);
       gcomm_.all_reduce_async(g + layout_.offsets[P_LNFW] * sb,
-                              layout_.sizes[P_LNFW] + layout_.sizes[P_LNFB], t, ReduceOp::Sum);
+                              layout_.total - layout_.offsets[P_LNFW], t, ReduceOp::Sum);
     }
     launched_++;
     gcomm_.progress();

@@ -1,10 +1,19 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/error.h"
 
 namespace ratchet {
+
+const char* arch_name(Arch a) { return a == Arch::llama ? "llama" : "gpt2"; }
+
+Arch parse_arch(const std::string& s, const char* what) {
+  if (s == "gpt2") return Arch::gpt2;
+  if (s == "llama") return Arch::llama;
+  fail(what, " '", s, "' is not an architecture: use gpt2 or llama");
+}
 
 void GPTConfig::finalize() {
   if (num_layers < 1) fail("--layers must be at least 1 (got ", num_layers, ")");
@@ -14,30 +23,99 @@ void GPTConfig::finalize() {
   if (vocab_size < 2) fail("--vocab-size must be at least 2 (got ", vocab_size, ")");
   if (max_seq_len < 1) fail("--max-seq-len must be at least 1 (got ", max_seq_len, ")");
   if (padded_vocab < vocab_size) padded_vocab = pad_vocab(vocab_size);
+  if (num_kv_heads < 0 || num_heads % kv_heads() != 0)
+    fail("--kv-heads ", num_kv_heads, " must divide --heads ", num_heads,
+         " (1 is multi-query attention, --heads is full multi-head)");
+  if (ffn_hidden < 0) fail("--ffn-hidden must be positive (got ", ffn_hidden, ")");
+  if (arch == Arch::gpt2) {
+    // GPT-2 has none of the llama options; refuse them rather than ignore them.
+    if (kv_heads() != num_heads)
+      fail("--kv-heads ", num_kv_heads, " needs --arch llama (GPT-2 has one KV head per head)");
+    if (ffn() != 4 * channels)
+      fail("--ffn-hidden ", ffn_hidden, " needs --arch llama (GPT-2's MLP is 4 x channels)");
+    if (!tied_embeddings) fail("untied embeddings need --arch llama (GPT-2 ties wte and lm_head)");
+    return;
+  }
+  if (head_size() % 2 != 0)
+    fail("--channels / --heads = ", head_size(), " must be even for RoPE (it rotates pairs)");
+  if (!(norm_eps > 0)) fail("--norm-eps must be positive (got ", norm_eps, ")");
+  if (!(rope_theta > 1)) fail("--rope-theta must be greater than 1 (got ", rope_theta, ")");
+  if (rope_factor != 0) {
+    if (!(rope_factor >= 1))
+      fail("rope scaling factor must be >= 1, or 0 for none (got ", rope_factor, ")");
+    if (!(rope_low_freq_factor > 0) || !(rope_high_freq_factor > rope_low_freq_factor))
+      fail("rope scaling needs 0 < low_freq_factor < high_freq_factor (got ",
+           rope_low_freq_factor, ", ", rope_high_freq_factor, ")");
+    if (rope_original_max_pos < 1)
+      fail("rope scaling original_max_position_embeddings must be positive (got ",
+           rope_original_max_pos, ")");
+  }
 }
 
 std::string GPTConfig::describe() const {
   std::ostringstream os;
+  if (arch == Arch::llama) os << "llama ";
   os << "L=" << num_layers << " H=" << num_heads << " C=" << channels << " V=" << vocab_size
      << " Vp=" << padded_vocab << " maxT=" << max_seq_len;
+  if (arch == Arch::llama) {
+    os << " KV=" << kv_heads() << " ffn=" << ffn() << " theta=" << rope_theta
+       << (tied_embeddings ? " tied" : " untied");
+    if (rope_factor != 0) os << " rope_scaling=llama3(" << rope_factor << ")";
+  }
   return os.str();
 }
 
-GPTConfig preset_config(const std::string& name, int vocab_size, int max_seq_len) {
-  int depth = 0;
-  if (name.size() >= 2 && name[0] == 'd') {
-    try {
-      size_t pos = 0;
-      depth = std::stoi(name.substr(1), &pos);
-      if (pos != name.size() - 1) depth = 0;
-    } catch (...) {
-      depth = 0;
-    }
+// "d12" -> 12, "l6" -> 6 for prefix 'd'/'l'; 0 if `name` is not that form.
+static int depth_of(const std::string& name, char prefix) {
+  if (name.size() < 2 || name[0] != prefix) return 0;
+  try {
+    size_t pos = 0;
+    int depth = std::stoi(name.substr(1), &pos);
+    return pos == name.size() - 1 ? depth : 0;
+  } catch (...) {
+    return 0;
   }
-  if (depth < 1 || depth > 96)
-    fail("--model '", name, "' is not a preset: use dN with N layers, e.g. d6, d12 (GPT-2 124M), "
-         "d24, d36, d48, or give --layers/--heads/--channels");
+}
+
+static GPTConfig llama_preset(const std::string& name, int vocab_size) {
   GPTConfig c;
+  c.arch = Arch::llama;
+  if (name == "smollm-135m") {  // HuggingFaceTB/SmolLM-135M config.json
+    c.num_layers = 30, c.channels = 576, c.num_heads = 9, c.num_kv_heads = 3;
+    c.ffn_hidden = 1536, c.vocab_size = 49152, c.rope_theta = 10000.f;
+    return c;
+  }
+  if (name == "llama3.2-1b") {  // meta-llama/Llama-3.2-1B config.json
+    c.num_layers = 16, c.channels = 2048, c.num_heads = 32, c.num_kv_heads = 8;
+    c.ffn_hidden = 8192, c.vocab_size = 128256, c.rope_theta = 500000.f;
+    c.rope_factor = 32.f, c.rope_low_freq_factor = 1.f, c.rope_high_freq_factor = 4.f;
+    c.rope_original_max_pos = 8192;
+    return c;
+  }
+  const int depth = depth_of(name, 'l');
+  if (depth < 1 || depth > 96) return GPTConfig{};  // arch gpt2: not a llama preset
+  c.num_layers = depth, c.num_heads = depth, c.channels = 64 * depth;
+  int kv = std::max(1, depth / 2);
+  while (depth % kv != 0) kv--;  // the largest divisor of N that is <= N/2
+  c.num_kv_heads = kv;
+  c.ffn_hidden = llama_default_ffn(c.channels);
+  c.vocab_size = vocab_size;
+  return c;
+}
+
+GPTConfig preset_config(const std::string& name, int vocab_size, int max_seq_len) {
+  GPTConfig c = llama_preset(name, vocab_size);
+  if (c.arch == Arch::llama) {
+    c.padded_vocab = pad_vocab(c.vocab_size);
+    c.max_seq_len = max_seq_len;
+    c.finalize();
+    return c;
+  }
+  const int depth = depth_of(name, 'd');
+  if (depth < 1 || depth > 96)
+    fail("--model '", name, "' is not a preset: use dN (GPT-2) with N layers, e.g. d6, d12 "
+         "(GPT-2 124M), d24, d36, d48; lN (Llama-shaped), e.g. l2, l6; smollm-135m, "
+         "llama3.2-1b; or give --layers/--heads/--channels");
   c.num_layers = depth;
   c.num_heads = depth;
   c.channels = 64 * depth;
@@ -52,6 +130,69 @@ GPTConfig preset_config(const std::string& name, int vocab_size, int max_seq_len
   c.max_seq_len = max_seq_len;
   c.finalize();
   return c;
+}
+
+int llama_default_ffn(int channels) {
+  return std::max(64, (8 * channels / 3 + 32) / 64 * 64);
+}
+
+GPTConfig config_from_flags(const ModelFlags& f) {
+  GPTConfig c;
+  if (f.model == "custom") {
+    if (f.layers <= 0 || f.heads <= 0 || f.channels <= 0)
+      fail("--model custom needs --layers, --heads and --channels");
+    c.arch = f.arch.empty() ? Arch::gpt2 : parse_arch(f.arch, "--arch");
+    c.num_layers = f.layers;
+    c.num_heads = f.heads;
+    c.channels = f.channels;
+    c.vocab_size = f.vocab_size;
+    c.max_seq_len = f.max_seq_len;
+    if (c.llama()) c.ffn_hidden = llama_default_ffn(c.channels);
+  } else {
+    c = preset_config(f.model, f.vocab_size, f.max_seq_len);
+    if (!f.arch.empty() && parse_arch(f.arch, "--arch") != c.arch)
+      fail("--arch ", f.arch, " does not match --model ", f.model, " (a ", arch_name(c.arch),
+           " preset): use a ", f.arch == "llama" ? "lN, smollm-135m or llama3.2-1b" : "dN",
+           " preset, or --model custom --arch ", f.arch);
+    if (f.layers > 0) c.num_layers = f.layers;
+    if (f.heads > 0) c.num_heads = f.heads;
+    if (f.channels > 0) {
+      c.channels = f.channels;
+      if (c.llama()) c.ffn_hidden = llama_default_ffn(c.channels);
+    }
+  }
+  if (f.kv_heads > 0) c.num_kv_heads = f.kv_heads;
+  if (f.ffn_hidden > 0) c.ffn_hidden = f.ffn_hidden;
+  if (f.untied) c.tied_embeddings = false;
+  if (f.rope_theta > 0) c.rope_theta = f.rope_theta;
+  if (f.norm_eps > 0) c.norm_eps = f.norm_eps;
+  c.padded_vocab = 0;
+  c.finalize();
+  return c;
+}
+
+std::string first_config_difference(const GPTConfig& a, const GPTConfig& b) {
+  if (a.arch != b.arch) return "arch";
+  if (a.num_layers != b.num_layers) return "num_layers";
+  if (a.num_heads != b.num_heads) return "num_heads";
+  if (a.channels != b.channels) return "channels";
+  if (a.kv_heads() != b.kv_heads()) return "num_kv_heads";
+  if (a.ffn() != b.ffn()) return "ffn_hidden";
+  if (a.vocab_size != b.vocab_size) return "vocab_size";
+  if (a.padded_vocab != b.padded_vocab) return "padded_vocab";
+  if (a.max_seq_len != b.max_seq_len) return "max_seq_len";
+  if (a.tied_embeddings != b.tied_embeddings) return "tied_embeddings";
+  if (a.arch == Arch::llama) {  // GPT-2 does not use these
+    if (a.norm_eps != b.norm_eps) return "norm_eps";
+    if (a.rope_theta != b.rope_theta) return "rope_theta";
+    if (a.rope_factor != b.rope_factor) return "rope_factor";
+    if (a.rope_factor != 0) {
+      if (a.rope_low_freq_factor != b.rope_low_freq_factor) return "rope_low_freq_factor";
+      if (a.rope_high_freq_factor != b.rope_high_freq_factor) return "rope_high_freq_factor";
+      if (a.rope_original_max_pos != b.rope_original_max_pos) return "rope_original_max_pos";
+    }
+  }
+  return "";
 }
 
 }  // namespace ratchet

@@ -1,63 +1,16 @@
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "model/gpt_internals.h"
+#include "model/rope_table.h"
 
 namespace ratchet {
-
-// Activation layout for one micro-batch of (B, T). Shapes use BT = B*T.
-// Storage-dtype tensors unless marked f32.
-struct GPT::Acts {
-  int* inputs;         // (B,T) token ids
-  int* targets;        // (B,T)
-  dptr encoded;        // (BT,C)    residual stream entering layer 0
-  std::vector<dptr> ln1, qkv, atty, att, r2, ln2, fch, fch_gelu, r3;
-  //                   ln1 (BT,C) qkv (BT,3C) atty (BT,C) att: what attention
-  //                   keeps for backward (lse (B,NH,T) f32, or (B,NH,T,T))
-  //                   r2 (BT,C) ln2 (BT,C) fch, fch_gelu (BT,4C) r3 (BT,C)
-  std::vector<float*> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // (BT) f32
-  dptr lnf;            // (BT,C)
-  float* lnf_mean;     // (BT) f32
-  float* lnf_rstd;     // (BT) f32
-  dptr logits;         // (BT,Vp)   gradient in place during backward
-  float* losses;       // (BT) f32
-  // backward scratch
-  dptr dresidual;      // (BT,C)    gradient of the residual stream
-  dptr dbtc;           // (BT,C)    dln / datty scratch
-  dptr dqkv;           // (BT,3C)
-  dptr dfch;           // (BT,4C)
-  size_t bytes;        // total (for allocation)
-};
-
-// Times an op when profiling is on (synchronizing the backend so the time is
-// the op's own); free when off.
-class OpScope {
- public:
-  OpScope(GPT& m, const char* name, double flops, double bytes)
-      : m_(m), name_(name), flops_(flops), bytes_(bytes) {
-    m_.be_.range_push(name);  // NVTX range on the cuda backend
-    if (m_.profiling_) t0_ = now_s();
-  }
-  ~OpScope() {
-    m_.be_.range_pop();
-    if (!m_.profiling_) return;
-    m_.be_.synchronize();
-    OpStat& s = m_.prof_[name_];
-    s.calls++;
-    s.seconds += now_s() - t0_;
-    s.flops += flops_;
-    s.bytes += bytes_;
-  }
-
- private:
-  GPT& m_;
-  const char* name_;
-  double flops_, bytes_, t0_ = 0;
-};
 
 GPT::GPT(const GPTConfig& cfg, Backend& be) : cfg_(cfg), be_(be), layout_(cfg) {
   params_ = be_.alloc(layout_.total * be_.storage_bytes());
@@ -92,8 +45,8 @@ void GPT::init_random(uint64_t seed) {
       for (size_t j = 0; j < n; j++) p[j] = 1.0f;
     } else if (ParamLayout::decayed(i)) {
       float sd = (i == P_ATTPROJW || i == P_FCPROJW) ? std_proj : 0.02f;
-      // wte: only the V real rows; padded rows stay zero.
-      if (i == P_WTE) n = (size_t)cfg_.vocab_size * cfg_.channels;
+      // wte, lmhead: only the V real rows; padded rows stay zero.
+      if (i == P_WTE || i == P_LMHEAD) n = std::min(n, (size_t)cfg_.vocab_size * cfg_.channels);
       for (size_t j = 0; j < n; j++) p[j] = sd * rng.normal();
     }  // biases stay zero
   }
@@ -134,8 +87,10 @@ size_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, size_t storage_
 GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const Recompute& p,
                            AttentionImpl att, void* acts) {
   const size_t BT = (size_t)B * T, C = cfg.channels, NH = cfg.num_heads,
-               Vp = cfg.padded_vocab, L = cfg.num_layers;
-  Acts a;
+               Vp = cfg.padded_vocab, L = cfg.num_layers, QKV = cfg.qkv_channels();
+  const bool llama = cfg.llama();
+  const size_t F = llama ? 2 * (size_t)cfg.ffn() : 4 * C, A = llama ? cfg.ffn() : 4 * C;
+  Acts a{};
   char* base = (char*)acts;
   size_t off = 0;
   // Each buffer starts 64-byte aligned (vector loads, cuBLASLt's 16-byte rule).
@@ -146,11 +101,14 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
   };
   auto st = [&](size_t elems) { return take(elems * sb); };
   auto f32 = [&](size_t elems) { return (float*)take(elems * sizeof(float)); };
+  // First, so that it stays where ensure_acts() uploaded it for any (B, T).
+  if (llama) a.rope = f32((size_t)cfg.max_seq_len * cfg.head_size());  // (2, maxT, hs/2)
   a.inputs = (int*)take(BT * sizeof(int));
   a.targets = (int*)take(BT * sizeof(int));
+  if (llama) a.zero_pos = st((size_t)T * C);
   a.encoded = st(BT * C);
   // Shared buffers of the policy (taken only when the policy uses them).
-  dptr gelu_shared = p.shares_gelu() ? st(BT * 4 * C) : nullptr;  // (BT,4C)
+  dptr gelu_shared = p.shares_gelu() ? st(BT * A) : nullptr;  // (BT,A)
   dptr ln_shared = p.shares_ln() ? st(BT * C) : nullptr;          // (BT,C)
   // One block's working set (every per-layer buffer but r3), laid out in the
   // order of the per-layer buffers below; blocks:k layers all point here.
@@ -161,17 +119,17 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
   auto take_block = [&](bool gelu_own, bool ln_own) {
     Block k;
     k.ln1 = ln_own ? st(BT * C) : ln_shared;
-    k.ln1_mean = f32(BT);
+    k.ln1_mean = llama ? nullptr : f32(BT);
     k.ln1_rstd = f32(BT);
-    k.qkv = st(BT * 3 * C);
+    k.qkv = st(BT * QKV);
     k.atty = st(BT * C);
     k.att = take(attention_saved_bytes(att, B, NH, T, sb));
     k.r2 = st(BT * C);
     k.ln2 = ln_own ? st(BT * C) : ln_shared;
-    k.ln2_mean = f32(BT);
+    k.ln2_mean = llama ? nullptr : f32(BT);
     k.ln2_rstd = f32(BT);
-    k.fch = st(BT * 4 * C);
-    k.fch_gelu = gelu_own ? st(BT * 4 * C) : gelu_shared;
+    k.fch = st(BT * F);
+    k.fch_gelu = gelu_own ? st(BT * A) : gelu_shared;
     return k;
   };
   Block shared_block{};
@@ -194,14 +152,15 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
     a.r3.push_back(st(BT * C));  // kept by every policy
   }
   a.lnf = st(BT * C);
-  a.lnf_mean = f32(BT);
+  a.lnf_mean = llama ? nullptr : f32(BT);
   a.lnf_rstd = f32(BT);
   a.logits = st(BT * Vp);
   a.losses = f32(BT);
   a.dresidual = st(BT * C);
   a.dbtc = st(BT * C);
-  a.dqkv = st(BT * 3 * C);
-  a.dfch = st(BT * 4 * C);
+  a.dqkv = st(BT * QKV);
+  a.dfch = st(BT * F);
+  if (llama) a.dact = st(BT * A);
   a.bytes = off;
   return a;
 }
@@ -215,6 +174,10 @@ void GPT::ensure_acts(int B, int T) {
   if (acts_) be_.release(acts_);
   acts_ = be_.alloc(need);
   acts_bytes_ = need;
+  if (cfg_.llama()) {  // the RoPE table lives in the activations (counted there)
+    const std::vector<float> tab = rope_cos_sin(cfg_, cfg_.max_seq_len);
+    be_.upload_bytes(acts_for(B, T).rope, tab.data(), tab.size() * sizeof(float));
+  }
   // The backend's op scratch, sized once for these shapes (exact accounting).
   be_.reserve_workspace(be_.workspace_bytes(op_shapes(cfg_, B, T)));
 }
@@ -225,6 +188,8 @@ Backend::OpShapes op_shapes(const GPTConfig& cfg, int B, int T) {
   s.T = T;
   s.C = cfg.channels;
   s.NH = cfg.num_heads;
+  s.KV = cfg.kv_heads();
+  s.H = cfg.llama() ? cfg.ffn() : 0;  // 0: a GPT-2 MLP
   s.Vp = cfg.padded_vocab;
   return s;
 }
@@ -287,6 +252,7 @@ void GPT::get_logits_row(int t, float* host_V) const {
 }
 
 void GPT::forward_block(const Acts& a, int l, int B, int T, bool to_gelu) {
+  if (cfg_.llama()) return forward_block_llama(a, l, B, T, to_gelu);
   const int C = cfg_.channels, NH = cfg_.num_heads, BT = B * T;
   const double sb = be_.storage_bytes(), mm = 2.0 * BT;  // matmul FLOPs = 2·BT·in·out
   const double attn_flops = 4.0 * B * T * (double)T * C;  // q·k and att·v
@@ -303,7 +269,7 @@ void GPT::forward_block(const Acts& a, int l, int B, int T, bool to_gelu) {
   }
   {
     OpScope s(*this, "attention_fwd", attn_flops, 0);
-    be_.attention_forward(a.atty[l], a.att[l], a.qkv[l], B, T, C, NH);
+    be_.attention_forward(a.atty[l], a.att[l], a.qkv[l], B, T, C, NH, cfg_.kv_heads());
   }
   {
     OpScope s(*this, "matmul_fwd", mm * C * C, 0);
@@ -340,19 +306,25 @@ void GPT::run_forward(const Acts& a, int B, int T, bool has_targets, float dloss
   const int C = cfg_.channels, L = cfg_.num_layers, Vp = cfg_.padded_vocab,
             V = cfg_.vocab_size, BT = B * T;
   const double sb = be_.storage_bytes(), mm = 2.0 * BT;
+  const bool llama = cfg_.llama();
+  // Llama has no position table: the encoder adds a zero one (and its
+  // backward scratch, so re-zeroed here).
+  if (llama) be_.zero(a.zero_pos, (size_t)T * C * be_.storage_bytes());
   {
     OpScope s(*this, "encoder_fwd", 0, 3.0 * BT * C * sb);
-    be_.encoder_forward(a.encoded, a.inputs, param(P_WTE), param(P_WPE), B, T, C);
+    be_.encoder_forward(a.encoded, a.inputs, param(P_WTE), llama ? a.zero_pos : param(P_WPE),
+                        B, T, C);
   }
   for (int l = 0; l < L; l++) forward_block(a, l, B, T, false);
-  {
+  if (!llama) {  // llama's final norm is fused into the last block's residual add
     OpScope s(*this, "layernorm_fwd", 0, 2.0 * BT * C * sb);
     be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.r3[L - 1], param(P_LNFW),
                           param(P_LNFB), BT, C);
   }
   {
     OpScope s(*this, "matmul_lmhead_fwd", mm * C * Vp, 0);
-    be_.matmul_forward(a.logits, nullptr, a.lnf, param(P_WTE), nullptr, BT, C, Vp);
+    be_.matmul_forward(a.logits, nullptr, a.lnf, param(layout_.classifier()), nullptr, BT, C,
+                       Vp);
   }
   if (has_targets) {
     OpScope s(*this, "classifier", 0, 2.0 * BT * Vp * sb);
@@ -365,18 +337,29 @@ void GPT::run_backward(const Acts& a, int B, int T) {
             BT = B * T;
   const double sb = be_.storage_bytes(), mm = 4.0 * BT;  // dinp and dw: 2 matmuls
   const double attn_flops = 8.0 * B * T * (double)T * C;
+  const int cls = layout_.classifier();  // wte (tied) or lmhead
   {
     OpScope s(*this, "matmul_lmhead_bwd", mm * C * Vp, 0);
-    be_.matmul_backward(a.dbtc, grad(P_WTE), nullptr, a.logits, a.lnf, param(P_WTE), BT, C, Vp);
+    be_.matmul_backward(a.dbtc, grad(cls), nullptr, a.logits, a.lnf, param(cls), BT, C, Vp);
   }
   be_.zero(a.dresidual, (size_t)BT * C * be_.storage_bytes());
-  {
+  const bool llama = cfg_.llama();
+  if (llama) {
+    OpScope s(*this, "rmsnorm_bwd", 0, 4.0 * BT * C * sb);
+    be_.rmsnorm_backward(a.dresidual, grad(P_LNFW), a.dbtc, a.r3[L - 1], param(P_LNFW),
+                         a.lnf_rstd, BT, C);
+  } else {
     OpScope s(*this, "layernorm_bwd", 0, 4.0 * BT * C * sb);
     be_.layernorm_backward(a.dresidual, grad(P_LNFW), grad(P_LNFB), a.dbtc, a.r3[L - 1],
                            param(P_LNFW), a.lnf_mean, a.lnf_rstd, BT, C);
   }
   const Recompute& rp = recompute_;
   for (int l = L - 1; l >= 0; l--) {
+    if (llama) {
+      backward_block_llama(a, l, B, T);
+      if (grad_ready_) grad_ready_(l);
+      continue;
+    }
     cdptr x = l == 0 ? a.encoded : a.r3[l - 1];
     // Refill what the policy did not keep (same ops, same inputs: same bits).
     if (rp.recomputes_block(l)) {
@@ -414,7 +397,8 @@ void GPT::run_backward(const Acts& a, int B, int T) {
     }
     {
       OpScope s(*this, "attention_bwd", attn_flops, 0);
-      be_.attention_backward(a.dqkv, a.dbtc, a.qkv[l], a.atty[l], a.att[l], B, T, C, NH);
+      be_.attention_backward(a.dqkv, a.dbtc, a.qkv[l], a.atty[l], a.att[l], B, T, C, NH,
+                             cfg_.kv_heads());
     }
     if (rp.shares_ln() && !rp.recomputes_block(l)) {
       OpScope s(*this, "layernorm_recompute", 0, 2.0 * BT * C * sb);
@@ -436,7 +420,8 @@ void GPT::run_backward(const Acts& a, int B, int T) {
   }
   {
     OpScope s(*this, "encoder_bwd", 0, 3.0 * BT * C * sb);
-    be_.encoder_backward(grad(P_WTE), grad(P_WPE), a.dresidual, a.inputs, B, T, C);
+    be_.encoder_backward(grad(P_WTE), llama ? a.zero_pos : grad(P_WPE), a.dresidual, a.inputs,
+                         B, T, C);
   }
   if (grad_ready_) grad_ready_(-1);
 }
@@ -444,6 +429,7 @@ void GPT::run_backward(const Acts& a, int B, int T) {
 double train_flops_per_token(const GPTConfig& cfg, int T) {
   ParamLayout lay(cfg);
   double n_matmul = (double)lay.total - (double)lay.sizes[P_WPE];
+  if (lay.classifier() == P_LMHEAD) n_matmul -= (double)lay.sizes[P_WTE];  // lookup only
   return 6.0 * n_matmul + 12.0 * cfg.num_layers * (double)cfg.channels * T;
 }
 

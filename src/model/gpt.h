@@ -12,7 +12,15 @@
 //   ln2 = LN(r2); fch = ln2 fcw^T + fcb; fch_gelu = gelu(fch)
 //   r3  = r2 + fch_gelu fcprojw^T + fcprojb           (x of layer l+1)
 // logits = LN_f(x_L) wte^T (tied); loss = mean over (b,t) of cross-entropy
-// over the V real columns. Which activations are kept for backward and which
+// over the V real columns.
+// Llama (cfg.arch == Arch::llama; model/llama_block.cpp), per layer l:
+//   ln1 = RMSNorm(x) (layer 0; later layers get it fused into the previous
+//   layer's last residual add); qkv = ln1 qkvw^T (B,T,(NH+2KV)hs); rope(q, k)
+//   in place; atty = attention(qkv; NH, KV) (GQA)
+//   r2  = x + atty attprojw^T; ln2 = RMSNorm(r2)          (fused add + norm)
+//   fch = ln2 fcw^T (BT,2H) gate|up; fch_gelu = swiglu(fch) (BT,H)
+//   r3  = r2 + fch_gelu fcprojw^T; the next ln1 (or lnf) = RMSNorm(r3)
+// logits = lnf (lmhead or wte)^T. No biases, no position table (RoPE). Which activations are kept for backward and which
 // are recomputed is the recompute policy (model/recompute.h); gradients are
 // the same under every policy.
 #pragma once
@@ -113,6 +121,10 @@ class GPT {
   // fch_gelu (what backward needs; r3 is kept), else it also writes r3[l].
   void forward_block(const Acts& a, int l, int B, int T, bool to_gelu);
   void run_backward(const Acts& a, int B, int T);
+  // The llama blocks (model/llama_block.cpp): forward_block's and
+  // run_backward's per-layer part for Arch::llama.
+  void forward_block_llama(const Acts& a, int l, int B, int T, bool to_act);
+  void backward_block_llama(const Acts& a, int l, int B, int T);
   float mean_loss(const Acts& a, int BT) const;
   cdptr param(int i, int layer = 0) const;
   dptr grad(int i, int layer = 0);
@@ -136,7 +148,9 @@ class GPT {
 Backend::OpShapes op_shapes(const GPTConfig& cfg, int B, int T);
 
 // Training FLOPs per token (forward + backward): 6 per parameter used in a
-// matmul (all but wpe), plus attention's 12·L·C·T (PaLM appendix B).
+// matmul (all but wpe, and but wte when a llama's lm_head is untied: then wte
+// is only a lookup), plus attention's 12·L·C·T (PaLM appendix B; GQA does
+// not change it: every query head still attends over T keys).
 double train_flops_per_token(const GPTConfig& cfg, int T);
 
 }  // namespace ratchet

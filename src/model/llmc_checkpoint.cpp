@@ -100,6 +100,10 @@ std::vector<float> load_llmc_checkpoint(const std::string& path, GPTConfig* cfg)
 
 void save_llmc_checkpoint(const std::string& path, const GPTConfig& cfg,
                           const std::vector<float>& params) {
+  if (cfg.llama())
+    fail("cannot write ", path, ": the llm.c .bin format holds GPT-2 models only and this model "
+         "is a llama (", cfg.describe(), "); export it as Hugging Face safetensors instead "
+         "(--export-hf DIR, or ratchet ckpt export --format hf)");
   ParamLayout lay(cfg);
   RATCHET_ASSERT(params.size() == lay.total);
   int32_t h[256] = {0};

@@ -4,9 +4,16 @@ namespace ratchet {
 
 ParamLayout::ParamLayout(const GPTConfig& c) {
   const size_t Vp = c.padded_vocab, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
-  sizes = {Vp * C,     maxT * C,  L * C,         L * C, L * 3 * C * C, L * 3 * C,
-           L * C * C,  L * C,     L * C,         L * C, L * 4 * C * C, L * 4 * C,
-           L * C * 4 * C, L * C,  C,             C};
+  if (c.arch == Arch::llama) {
+    const size_t hs = c.head_size(), NH = c.num_heads, KV = c.kv_heads(), H = c.ffn();
+    sizes = {Vp * C,  0, L * C, 0, L * (NH + 2 * KV) * hs * C, 0, L * C * NH * hs, 0,
+             L * C,   0, L * 2 * H * C, 0, L * C * H, 0, C, 0,
+             c.tied_embeddings ? 0 : Vp * C};
+  } else {
+    sizes = {Vp * C,     maxT * C,  L * C,         L * C, L * 3 * C * C, L * 3 * C,
+             L * C * C,  L * C,     L * C,         L * C, L * 4 * C * C, L * 4 * C,
+             L * C * 4 * C, L * C,  C,             C,     0};
+  }
   size_t off = 0;
   for (int i = 0; i < kNumParamTensors; i++) {
     offsets[i] = off;
@@ -18,13 +25,13 @@ ParamLayout::ParamLayout(const GPTConfig& c) {
 const char* ParamLayout::name(int i) {
   static const char* names[kNumParamTensors] = {
       "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-      "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+      "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lmhead"};
   return names[i];
 }
 
 bool ParamLayout::decayed(int i) {
   return i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW ||
-         i == P_FCPROJW;
+         i == P_FCPROJW || i == P_LMHEAD;
 }
 
 }  // namespace ratchet

@@ -19,9 +19,23 @@
 //  13  fcprojb    (L, C)         no
 //  14  lnfw       (C)            no
 //  15  lnfb       (C)            no
+//  16  lmhead     size 0         yes  (GPT-2 ties it to wte)
 // Matrices are [out][in], row-major. Padded rows Vp > V of wte stay zero.
 // Weight decay applies to the 2-D matrices (embeddings and linear weights),
 // as in nanoGPT/llm.c.
+//
+// Llama (cfg.arch == Arch::llama; hs = C/NH, KV = kv_heads(), H = ffn()) uses
+// the same slots; those it has no use for get size 0:
+//   0 wte (Vp, C)                 1 wpe size 0       2 ln1w (L, C) RMSNorm gain
+//   3 ln1b size 0                 4 qkvw (L, (NH+2KV)*hs, C): rows q | k | v
+//   5 qkvb size 0                 6 attprojw (L, C, NH*hs) o_proj
+//   7 attprojb size 0             8 ln2w (L, C)      9 ln2b size 0
+//  10 fcw (L, 2H, C): rows gate_proj | up_proj    11 fcb size 0
+//  12 fcprojw (L, C, H) down_proj                13 fcprojb size 0
+//  14 lnfw (C)                   15 lnfb size 0
+//  16 lmhead (Vp, C) if untied, else size 0 (padded rows zero)
+// [out][in] row-major is Hugging Face's nn.Linear layout: HF tensors copy in
+// as row blocks.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -31,11 +45,11 @@
 
 namespace ratchet {
 
-constexpr int kNumParamTensors = 16;
+constexpr int kNumParamTensors = 17;
 
 enum ParamIndex {
   P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
-  P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB
+  P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, P_LMHEAD
 };
 
 struct ParamLayout {
@@ -46,6 +60,8 @@ struct ParamLayout {
   explicit ParamLayout(const GPTConfig& c);
   static const char* name(int i);
   static bool decayed(int i);  // true for the 2-D matrices
+  // The tensor the logits are computed with: lmhead when untied, else wte.
+  int classifier() const { return sizes[P_LMHEAD] > 0 ? P_LMHEAD : P_WTE; }
   // Per-layer stride of a layered tensor (elements of one layer's slice).
   size_t per_layer(int i, int num_layers) const { return sizes[i] / num_layers; }
 };

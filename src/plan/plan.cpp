@@ -64,15 +64,16 @@ ComputeOptimal compute_optimal(double flops) {
   return o;
 }
 
-std::string nearest_preset(double n_params, int vocab_size, int max_seq_len) {
+std::string nearest_preset(double n_params, int vocab_size, int max_seq_len, Arch arch) {
   std::string best;
   double best_d = INFINITY;
+  const char* prefix = arch == Arch::llama ? "l" : "d";  // the arch's depth presets
   for (int d = 1; d <= 96; d++) {
-    GPTConfig c = preset_config("d" + std::to_string(d), vocab_size, max_seq_len);
+    GPTConfig c = preset_config(prefix + std::to_string(d), vocab_size, max_seq_len);
     double dist = std::fabs(std::log((double)ParamLayout(c).total) - std::log(n_params));
     if (dist < best_d) {
       best_d = dist;
-      best = "d" + std::to_string(d);
+      best = prefix + std::to_string(d);
     }
   }
   return best;
@@ -189,12 +190,19 @@ namespace {
 // not fit is out of range, said before any count wraps around. The counts
 // here are in floating point, so they cannot overflow themselves.
 void check_sizes_in_range(const GPTConfig& c, int B, int T) {
-  const double C = c.channels, L = c.num_layers, V = c.padded_vocab, NH = c.num_heads;
-  const double params = V * C + (double)c.max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+  const double C = c.channels, L = c.num_layers, V = c.padded_vocab, NH = c.num_heads,
+               KVC = (double)c.kv_heads() * c.head_size(), H = c.ffn();
+  // GPT-2: wte, wpe, 12C² + 13C per layer; llama: wte (+ lm_head), q, o (C²
+  // each), k, v (C·KV·hs each), gate, up, down (C·H each).
+  const double params =
+      c.llama()
+          ? V * C * (c.tied_embeddings ? 1 : 2) +
+                L * (2 * C * C + 2 * C * KVC + 3 * C * H + 2 * C) + C
+          : V * C + (double)c.max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
   // Everything a step holds is below ~40 bytes per parameter (FP32 params,
   // grads, master, m, v) plus the activations (< 40 values per token, layer
   // and channel, the attention matrix, the logits), at 4 bytes.
-  const double acts = (double)B * T * (L * (40 * C + 2 * NH * T) + 2 * V) * 4;
+  const double acts = (double)B * T * (L * (40 * C + 4 * H + 2 * NH * T) + 2 * V) * 4;
   const double limit = 9.2e18;  // 2^63 bytes
   if (params * 40 > limit || acts > limit)
     fail("the model (--layers ", c.num_layers, ", --channels ", c.channels, ") has ",
@@ -240,7 +248,7 @@ Plan make_plan(const PlanInputs& in_) {
   if (p.has_budget) {
     p.optimal = compute_optimal(p.budget_flops);
     p.suggested_preset =
-        nearest_preset(p.optimal.params, in.cfg.vocab_size, in.cfg.max_seq_len);
+        nearest_preset(p.optimal.params, in.cfg.vocab_size, in.cfg.max_seq_len, in.cfg.arch);
     if (!in.model_given) {
       in.cfg = preset_config(p.suggested_preset, in.cfg.vocab_size, in.cfg.max_seq_len);
       in.model_name = p.suggested_preset;
@@ -253,7 +261,7 @@ Plan make_plan(const PlanInputs& in_) {
     p.optimal.params = p.n_params;
     p.optimal.tokens = kTokensPerParam * p.n_params;
     p.optimal.flops = 6.0 * p.optimal.params * p.optimal.tokens;
-    p.suggested_preset = nearest_preset(p.n_params, cfg.vocab_size, cfg.max_seq_len);
+    p.suggested_preset = nearest_preset(p.n_params, cfg.vocab_size, cfg.max_seq_len, cfg.arch);
   }
 
   // ---- batch and steps -----------------------------------------------------
@@ -507,8 +515,12 @@ std::string plan_json(const Plan& p) {
   OrderedJson j;
   j["model"] = {{"name", in.model_name},
                 {"from_budget", !in.model_given},
+                {"arch", arch_name(in.cfg.arch)},
                 {"layers", in.cfg.num_layers},
                 {"heads", in.cfg.num_heads},
+                {"kv_heads", in.cfg.kv_heads()},
+                {"ffn_hidden", in.cfg.ffn()},
+                {"tied_embeddings", in.cfg.tied_embeddings},
                 {"channels", in.cfg.channels},
                 {"vocab_size", in.cfg.vocab_size},
                 {"padded_vocab", in.cfg.padded_vocab},

@@ -68,9 +68,10 @@ struct ComputeOptimal {
 };
 ComputeOptimal compute_optimal(double flops);  // N = sqrt(C/120), D = 20N
 constexpr double kTokensPerParam = 20.0;
-// The dN preset (N = 1..96) whose parameter count is nearest n_params (in
+// The dN (gpt2) or lN (llama) preset (N = 1..96) whose parameter count is nearest n_params (in
 // log scale), for this vocab and max sequence length.
-std::string nearest_preset(double n_params, int vocab_size, int max_seq_len);
+std::string nearest_preset(double n_params, int vocab_size, int max_seq_len,
+                           Arch arch = Arch::gpt2);
 // Ring all-reduce of `bytes` over n ranks at bytes_per_s per link.
 double ring_allreduce_seconds(double bytes, int n, double bytes_per_s);
 

@@ -68,6 +68,15 @@ bool CheckpointSession::resume(const TrainState& s) {
   } else {
     return false;
   }
+  // Refuse a checkpoint of another model first, naming the field (arch,
+  // num_kv_heads, rope_theta, ...): its parameters would not fit this one.
+  const std::string field = first_config_difference(ck->meta.model, s.model.config());
+  if (!field.empty())
+    fail("the checkpoint at step ", ck->meta.step, " in ",
+         o_.ckpt_dir.empty() ? o_.resume : o_.ckpt_dir, " is of another model: ", field,
+         " differs (checkpoint: ", ck->meta.model.describe(), "; this run: ",
+         s.model.config().describe(),
+         ")\nUse the original model flags, another --ckpt-dir, or --resume never to start over");
   // Refuse a checkpoint of another run, with a readable diff.
   std::string diff;
   const bool old_ckpt = !has_shard_content_identity(ck->meta.identity, "train");

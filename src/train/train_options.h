@@ -9,8 +9,12 @@ namespace ratchet {
 
 struct TrainOptions {
   // model
-  std::string model = "d6";     // preset dN, or "custom" with the explicit shape below
+  std::string model = "d6";     // preset dN / lN / smollm-135m / llama3.2-1b, or "custom"
+  std::string arch;             // "" (the preset's; gpt2 for custom) | gpt2 | llama
   int layers = 0, heads = 0, channels = 0;  // 0: from the preset
+  int kv_heads = 0, ffn_hidden = 0;  // llama: 0 from the preset
+  bool untied = false;               // llama: a separate lm_head
+  float rope_theta = 0, norm_eps = 0;  // llama: 0 from the preset
   int vocab_size = 0;           // 0: from the training shards' vocab_size
   int max_seq_len = 1024;
   std::string init_from;        // llm.c GPT-2 checkpoint; overrides the shape flags

@@ -204,23 +204,18 @@ GPTConfig Trainer::resolve_config(std::vector<float>* init) const {
     *init = load_llmc_checkpoint(o_.init_from, &c);
     return c;
   }
-  const int vocab = o_.vocab_size > 0 ? o_.vocab_size : train_ds_->vocab_size();
-  if (o_.model == "custom") {
-    if (o_.layers <= 0 || o_.heads <= 0 || o_.channels <= 0)
-      fail("--model custom needs --layers, --heads and --channels");
-    c.num_layers = o_.layers;
-    c.num_heads = o_.heads;
-    c.channels = o_.channels;
-    c.vocab_size = vocab;
-    c.max_seq_len = o_.max_seq_len;
-  } else {
-    c = preset_config(o_.model, vocab, o_.max_seq_len);
-    if (o_.layers > 0) c.num_layers = o_.layers;
-    if (o_.heads > 0) c.num_heads = o_.heads;
-    if (o_.channels > 0) c.channels = o_.channels;
-  }
-  c.padded_vocab = 0;
-  c.finalize();
+  ModelFlags f;
+  f.model = o_.model;
+  f.arch = o_.arch;
+  f.layers = o_.layers, f.heads = o_.heads, f.channels = o_.channels;
+  f.kv_heads = o_.kv_heads, f.ffn_hidden = o_.ffn_hidden, f.untied = o_.untied;
+  f.rope_theta = o_.rope_theta, f.norm_eps = o_.norm_eps;
+  f.vocab_size = o_.vocab_size > 0 ? o_.vocab_size : train_ds_->vocab_size();
+  f.max_seq_len = o_.max_seq_len;
+  c = config_from_flags(f);
+  if (c.llama() && !o_.export_path.empty())
+    fail("--export writes llm.c's GPT-2 .bin format, which cannot hold a llama model (",
+         c.describe(), "): drop --export, or export Hugging Face safetensors instead");
   return c;
 }
 

@@ -117,9 +117,9 @@ def forward(flat, cfg, inputs, targets):
     return logits, loss
 
 
-def loss_and_grad(flat, cfg, inputs, targets):
+def loss_and_grad(flat, cfg, inputs, targets, fwd=None):
     flat = flat.detach().clone().requires_grad_(True)
-    logits, loss = forward(flat, cfg, inputs, targets)
+    logits, loss = (fwd or forward)(flat, cfg, inputs, targets)
     loss.backward()
     return logits.detach(), loss.item(), flat.grad.detach()
 
@@ -129,21 +129,24 @@ def weight_decay_mask(cfg, wd):
                                  dtype=torch.float64) for name, s in param_shapes(cfg)])
 
 
-def run(cfg, flat, inputs, targets, a):
-    """Initial logits/loss/grads, then `a.steps` AdamW steps. Returns the output dict."""
+def run(cfg, flat, inputs, targets, a, fwd=None, wd=None):
+    """Initial logits/loss/grads, then `a.steps` AdamW steps. Returns the output dict.
+    fwd (default: GPT-2's forward) and wd (the per-element weight decay) let
+    llama_reference.py reuse the optimizer loop with its own model."""
     V = cfg["V"]
     if inputs.min() < 0 or inputs.max() >= V or targets.min() < 0 or targets.max() >= V:
         sys.exit(f"batch tokens must lie in [0, {V})")
     if inputs.shape[1] > cfg["maxT"]:
         sys.exit(f"T={inputs.shape[1]} exceeds max_seq_len={cfg['maxT']}")
-    logits0, loss0, grads0 = loss_and_grad(flat, cfg, inputs, targets)
-    wd = weight_decay_mask(cfg, a.weight_decay)
+    logits0, loss0, grads0 = loss_and_grad(flat, cfg, inputs, targets, fwd)
+    if wd is None:
+        wd = weight_decay_mask(cfg, a.weight_decay)
     p = flat.clone()
     m, v = torch.zeros_like(p), torch.zeros_like(p)
     losses, g = [], grads0
     for t in range(1, a.steps + 1):
         if t > 1:  # loss/grad at the current params (step 1 reuses the initial ones)
-            _, loss, g = loss_and_grad(p, cfg, inputs, targets)
+            _, loss, g = loss_and_grad(p, cfg, inputs, targets, fwd)
         else:
             loss = loss0
         losses.append(loss)
@@ -179,11 +182,8 @@ def read_output(path):
                 loss=parts[1][0], grads=parts[2], losses=parts[3], params=parts[4])
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--checkpoint")
-    ap.add_argument("--batch")
-    ap.add_argument("--out")
+def add_run_args(ap):
+    """The AdamW run's options (shared with llama_reference.py)."""
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--beta1", type=float, default=0.9)
@@ -192,6 +192,14 @@ def main(argv=None):
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--grad-clip", type=float, default=1.0)
     ap.add_argument("--self-test", action="store_true")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--checkpoint")
+    ap.add_argument("--batch")
+    ap.add_argument("--out")
+    add_run_args(ap)
     a = ap.parse_args(argv)
     if a.self_test:
         return self_test()

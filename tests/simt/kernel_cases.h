@@ -33,11 +33,15 @@
 #include "kernels/cast.cuh"
 #include "kernels/classifier.cuh"
 #include "core/rng.h"
+#include "testing/rope_cos_sin.h"
 #include "kernels/encoder.cuh"
 #include "kernels/flash_attention.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/rope.cuh"
+#include "kernels/swiglu.cuh"
 
 namespace ratchet::testing::kcases {
 
@@ -174,6 +178,9 @@ constexpr double kBf16Attn = 5e-5;
 constexpr double kBf16Cls = 2e-5;
 // BF16 AdamW params: stochastic rounding moves each value by up to 1 ulp (2^-8).
 constexpr double kBf16Sr = 1e-4;
+
+// RMSNorm epsilon in the cases (Llama's 1e-5).
+constexpr float kRmsEps = 1e-5f;
 
 inline double limit_for(DType d, double bf16_limit) { return d == DType::f32 ? kF32 : bf16_limit; }
 
@@ -379,18 +386,20 @@ struct Runner {
   // The materialized path (permutes, softmax kernels around GEMMs); the CPU
   // backend's blocked attention gives out and lse, from which the reference
   // probabilities are att[i,j] = exp(scale q_i.k_j - lse_i), j <= i.
-  void attention_forward(int B, int Tn, int NH, int HS) {
+  // KV: key/value heads (grouped-query; KV == NH is multi-head); qkv (B,T,(NH+2KV)*HS).
+  void attention_forward(int B, int Tn, int NH, int HS, int KV) {
     int C = NH * HS, BH = B * NH;
-    size_t nqkv = (size_t)B * Tn * 3 * C, nh = (size_t)BH * Tn * HS, natt = (size_t)BH * Tn * Tn;
+    size_t nqkv = (size_t)B * Tn * (NH + 2 * KV) * HS, nh = (size_t)BH * Tn * HS,
+           natt = (size_t)BH * Tn * Tn;
     auto qkv = q(randn(rng, nqkv));
     float* r_out = cpu.f32(std::vector<float>((size_t)B * Tn * C));
     float* r_lse = cpu.f32(std::vector<float>((size_t)BH * Tn));
-    cpu.be->attention_forward(r_out, r_lse, cpu.f32(qkv), B, Tn, C, NH);
+    cpu.be->attention_forward(r_out, r_lse, cpu.f32(qkv), B, Tn, C, NH, KV);
 
     T* kq = mem.template alloc<T>(nh);
     T* kk = mem.template alloc<T>(nh);
     T* kv = mem.template alloc<T>(nh);
-    kernels::attention_permute(kq, kk, kv, dev(qkv), B, Tn, NH, HS, nullptr);
+    kernels::attention_permute(kq, kk, kv, dev(qkv), B, Tn, NH, KV, HS, nullptr);
     auto hq = get(kq, nh), hk = get(kk, nh), hv = get(kv, nh);
     auto pre = bgemm(hq, hk, BH, Tn, Tn, HS, false, true);
     T* k_pre = dev(pre);
@@ -413,23 +422,24 @@ struct Runner {
     rep.compare("out", get(k_out, (size_t)B * Tn * C), cpu.get(r_out, (size_t)B * Tn * C),
                 lim(kBf16Attn));
   }
-  void attention_backward(int B, int Tn, int NH, int HS) {
+  void attention_backward(int B, int Tn, int NH, int HS, int KV) {
     int C = NH * HS, BH = B * NH;
-    size_t nqkv = (size_t)B * Tn * 3 * C, nh = (size_t)BH * Tn * HS, natt = (size_t)BH * Tn * Tn;
+    size_t nqkv = (size_t)B * Tn * (NH + 2 * KV) * HS, nh = (size_t)BH * Tn * HS,
+           natt = (size_t)BH * Tn * Tn;
     auto qkv = q(randn(rng, nqkv)), dout = q(randn(rng, (size_t)B * Tn * C));
     float* r_qkv = cpu.f32(qkv);
     float* r_out = cpu.f32(std::vector<float>((size_t)B * Tn * C));
     float* r_lse = cpu.f32(std::vector<float>((size_t)BH * Tn));
-    cpu.be->attention_forward(r_out, r_lse, r_qkv, B, Tn, C, NH);
+    cpu.be->attention_forward(r_out, r_lse, r_qkv, B, Tn, C, NH, KV);
     float* r_dqkv = cpu.f32(std::vector<float>(nqkv));
-    cpu.be->attention_backward(r_dqkv, cpu.f32(dout), r_qkv, r_out, r_lse, B, Tn, C, NH);
+    cpu.be->attention_backward(r_dqkv, cpu.f32(dout), r_qkv, r_out, r_lse, B, Tn, C, NH, KV);
     // The kernel path keeps att in T: the materialized forward's probabilities.
     T* k_att = mem.template alloc<T>(natt);
     {
       T* kq0 = mem.template alloc<T>(nh);
       T* kk0 = mem.template alloc<T>(nh);
       T* kv0 = mem.template alloc<T>(nh);
-      kernels::attention_permute(kq0, kk0, kv0, dev(qkv), B, Tn, NH, HS, nullptr);
+      kernels::attention_permute(kq0, kk0, kv0, dev(qkv), B, Tn, NH, KV, HS, nullptr);
       T* k_pre = dev(bgemm(get(kq0, nh), get(kk0, nh), BH, Tn, Tn, HS, false, true));
       kernels::attention_softmax_forward(k_att, k_pre, BH, Tn, 1.0f / std::sqrt((float)HS),
                                          nullptr);
@@ -439,7 +449,7 @@ struct Runner {
     T* kq = mem.template alloc<T>(nh);
     T* kk = mem.template alloc<T>(nh);
     T* kv = mem.template alloc<T>(nh);
-    kernels::attention_permute(kq, kk, kv, dev(qkv), B, Tn, NH, HS, nullptr);
+    kernels::attention_permute(kq, kk, kv, dev(qkv), B, Tn, NH, KV, HS, nullptr);
     auto hq = get(kq, nh), hk = get(kk, nh), hv = get(kv, nh);
     T* k_dy = mem.template alloc<T>(nh);
     kernels::attention_unpermute_backward(k_dy, dev(dout), B, Tn, NH, HS, nullptr);
@@ -452,8 +462,8 @@ struct Runner {
     auto dpre = get(k_datt, natt);
     auto dq = q(bgemm(dpre, hk, BH, Tn, HS, Tn, false, false));   // dpre k
     auto dk = q(bgemm(dpre, hq, BH, Tn, HS, Tn, true, false));    // dpre^T q
-    T* k_dqkv = mem.template alloc<T>(nqkv);
-    kernels::attention_permute_backward(k_dqkv, dev(dq), dev(dk), dev(dv), B, Tn, NH, HS,
+    T* k_dqkv = dev(std::vector<float>(nqkv, NAN));  // every element must be written
+    kernels::attention_permute_backward(k_dqkv, dev(dq), dev(dk), dev(dv), B, Tn, NH, KV, HS,
                                         nullptr);
     rep.compare("dqkv", get(k_dqkv, nqkv), cpu.get(r_dqkv, nqkv), lim(kBf16Attn));
   }
@@ -462,37 +472,131 @@ struct Runner {
   // blocked attention: out and lse forward; dqkv backward from the same dout,
   // out (quantised to T, as the kernel keeps it) and lse. lse is FP32 from the
   // same quantised inputs in both: the FP32 limit in both modes.
-  void flash_forward(int B, int Tn, int NH, int HS) {
+  void flash_forward(int B, int Tn, int NH, int HS, int KV) {
     const int C = NH * HS;
-    const size_t nqkv = (size_t)B * Tn * 3 * C, nout = (size_t)B * Tn * C, nl = (size_t)B * NH * Tn;
+    const size_t nqkv = (size_t)B * Tn * (NH + 2 * KV) * HS, nout = (size_t)B * Tn * C,
+                 nl = (size_t)B * NH * Tn;
     auto qkv = q(randn(rng, nqkv));
     float* r_out = cpu.f32(std::vector<float>(nout));
     float* r_lse = cpu.f32(std::vector<float>(nl));
-    cpu.be->attention_forward(r_out, r_lse, cpu.f32(qkv), B, Tn, C, NH);
+    cpu.be->attention_forward(r_out, r_lse, cpu.f32(qkv), B, Tn, C, NH, KV);
     T* k_out = mem.template alloc<T>(nout);
     float* k_lse = mem.template alloc<float>(nl);
-    kernels::flash_attention_forward(k_out, k_lse, dev(qkv), B, Tn, NH, HS, nullptr);
+    kernels::flash_attention_forward(k_out, k_lse, dev(qkv), B, Tn, NH, KV, HS, nullptr);
     rep.compare("out", get(k_out, nout), cpu.get(r_out, nout), lim(kBf16Attn));
     rep.compare("lse", get_raw(k_lse, nl), cpu.get(r_lse, nl), kF32);
   }
-  void flash_backward(int B, int Tn, int NH, int HS) {
+  void flash_backward(int B, int Tn, int NH, int HS, int KV) {
     const int C = NH * HS;
-    const size_t nqkv = (size_t)B * Tn * 3 * C, nout = (size_t)B * Tn * C, nl = (size_t)B * NH * Tn;
+    const size_t nqkv = (size_t)B * Tn * (NH + 2 * KV) * HS, nout = (size_t)B * Tn * C,
+                 nl = (size_t)B * NH * Tn;
     auto qkv = q(randn(rng, nqkv)), dout = q(randn(rng, nout));
     float* r_qkv = cpu.f32(qkv);
     float* r_out = cpu.f32(std::vector<float>(nout));
     float* r_lse = cpu.f32(std::vector<float>(nl));
-    cpu.be->attention_forward(r_out, r_lse, r_qkv, B, Tn, C, NH);
+    cpu.be->attention_forward(r_out, r_lse, r_qkv, B, Tn, C, NH, KV);
     auto out = q(cpu.get(r_out, nout));
     auto lse = cpu.get(r_lse, nl);
     float* r_dqkv = cpu.f32(std::vector<float>(nqkv, NAN));
     cpu.be->attention_backward(r_dqkv, cpu.f32(dout), r_qkv, cpu.f32(out), cpu.f32(lse), B, Tn,
-                               C, NH);
+                               C, NH, KV);
     T* k_dqkv = dev(std::vector<float>(nqkv, NAN));  // every element must be written
     float* k_D = mem.template alloc<float>(nl);
     kernels::flash_attention_backward(k_dqkv, k_D, dev(dout), dev(qkv), dev(out), dev_raw(lse), B,
-                                      Tn, NH, HS, nullptr);
+                                      Tn, NH, KV, HS, nullptr);
     rep.compare("dqkv", get(k_dqkv, nqkv), cpu.get(r_dqkv, nqkv), lim(kBf16Attn));
+  }
+
+  // ---- Llama: RMSNorm (and fused with the residual add), RoPE, SwiGLU ----
+  void rmsnorm_forward(int N, int C) {
+    auto inp = q(randn(rng, (size_t)N * C, 2.0f)), w = q(randn(rng, C));
+    float* r_out = cpu.f32(std::vector<float>((size_t)N * C));
+    float* r_rstd = cpu.f32(std::vector<float>(N));
+    cpu.be->rmsnorm_forward(r_out, r_rstd, cpu.f32(inp), cpu.f32(w), N, C, kRmsEps);
+    T* k_out = mem.template alloc<T>((size_t)N * C);
+    float* k_rstd = mem.template alloc<float>(N);
+    kernels::rmsnorm_forward(k_out, k_rstd, dev(inp), dev(w), N, C, kRmsEps, nullptr);
+    rep.compare("out", get(k_out, (size_t)N * C), cpu.get(r_out, (size_t)N * C), lim(kBf16));
+    rep.compare("rstd", get_raw(k_rstd, N), cpu.get(r_rstd, N), kF32);
+  }
+  void residual_rmsnorm_forward(int N, int C) {
+    size_t n = (size_t)N * C;
+    auto a = q(randn(rng, n)), b = q(randn(rng, n)), w = q(randn(rng, C));
+    float* r_res = cpu.f32(std::vector<float>(n));
+    float* r_out = cpu.f32(std::vector<float>(n));
+    float* r_rstd = cpu.f32(std::vector<float>(N));
+    cpu.be->residual_forward(r_res, cpu.f32(a), cpu.f32(b), n);
+    // The kernel normalises the residual as stored (in T): so does the reference.
+    auto res_q = q(cpu.get(r_res, n));
+    cpu.be->rmsnorm_forward(r_out, r_rstd, cpu.f32(res_q), cpu.f32(w), N, C, kRmsEps);
+    T* k_res = mem.template alloc<T>(n);
+    T* k_out = mem.template alloc<T>(n);
+    float* k_rstd = mem.template alloc<float>(N);
+    kernels::residual_rmsnorm_forward(k_res, k_out, k_rstd, dev(a), dev(b), dev(w), N, C, kRmsEps,
+                                      nullptr);
+    rep.compare("residual", get(k_res, n), cpu.get(r_res, n), lim(kBf16));
+    rep.compare("out", get(k_out, n), cpu.get(r_out, n), lim(kBf16));
+    rep.compare("rstd", get_raw(k_rstd, N), cpu.get(r_rstd, N), kF32);
+    // In place (residual over a), as the model runs it: the same values.
+    T* k_a = dev(a);
+    kernels::residual_rmsnorm_forward(k_a, k_out, k_rstd, k_a, dev(b), dev(w), N, C, kRmsEps,
+                                      nullptr);
+    rep.compare("residual (in place)", get(k_a, n), get(k_res, n), 0.0);
+  }
+  void rmsnorm_backward(int N, int C) {
+    size_t n = (size_t)N * C;
+    auto inp = q(randn(rng, n, 2.0f)), w = q(randn(rng, C)), dout = q(randn(rng, n));
+    auto dinp = q(randn(rng, n)), dw = q(randn(rng, C));
+    // rstd from the reference forward (FP32 in both worlds).
+    float* r_inp = cpu.f32(inp);
+    float* r_w = cpu.f32(w);
+    float* r_rstd = cpu.f32(std::vector<float>(N));
+    cpu.be->rmsnorm_forward(cpu.f32(std::vector<float>(n)), r_rstd, r_inp, r_w, N, C, kRmsEps);
+    auto rstd = cpu.get(r_rstd, N);
+    float* r_dinp = cpu.f32(dinp);
+    float* r_dw = cpu.f32(dw);
+    cpu.be->rmsnorm_backward(r_dinp, r_dw, cpu.f32(dout), r_inp, r_w, r_rstd, N, C);
+    T* k_dinp = dev(dinp);
+    T* k_dw = dev(dw);
+    void* scratch = mem.template alloc<unsigned char>(kernels::rmsnorm_backward_scratch_bytes(N, C));
+    kernels::rmsnorm_backward(k_dinp, k_dw, scratch, dev(dout), dev(inp), dev(w), dev_raw(rstd), N,
+                              C, nullptr);
+    rep.compare("dinp", get(k_dinp, n), cpu.get(r_dinp, n), lim(kBf16Acc));
+    rep.compare("dw", get(k_dw, C), cpu.get(r_dw, C), lim(kBf16Acc));
+  }
+  // (B, T, NH, KV, hs); the table holds maxT = T + 3 positions (T < maxT is allowed).
+  void rope(int B, int Tn, int NH, int KV, int hs, bool backward) {
+    const int maxT = Tn + 3;
+    const std::vector<float> cs = rope_table(NH, hs, maxT);
+    const size_t n = (size_t)B * Tn * (NH + 2 * KV) * hs;
+    auto x = q(randn(rng, n));
+    float* r_x = cpu.f32(x);
+    T* k_x = dev(x);
+    if (backward) {
+      cpu.be->rope_backward(r_x, cpu.f32(cs), B, Tn, NH, KV, hs, maxT);
+      kernels::rope_backward(k_x, dev_raw(cs), B, Tn, NH, KV, hs, maxT, nullptr);
+    } else {
+      cpu.be->rope_forward(r_x, cpu.f32(cs), B, Tn, NH, KV, hs, maxT);
+      kernels::rope_forward(k_x, dev_raw(cs), B, Tn, NH, KV, hs, maxT, nullptr);
+    }
+    rep.compare(backward ? "dqkv" : "qkv", get(k_x, n), cpu.get(r_x, n), lim(kBf16));
+  }
+  void swiglu_forward(int N, int H) {
+    auto inp = q(randn(rng, (size_t)N * 2 * H, 3.0f));
+    float* r_out = cpu.f32(std::vector<float>((size_t)N * H));
+    cpu.be->swiglu_forward(r_out, cpu.f32(inp), N, H);
+    T* k_out = mem.template alloc<T>((size_t)N * H);
+    kernels::swiglu_forward(k_out, dev(inp), N, H, nullptr);
+    rep.compare("out", get(k_out, (size_t)N * H), cpu.get(r_out, (size_t)N * H), lim(kBf16));
+  }
+  void swiglu_backward(int N, int H) {
+    auto inp = q(randn(rng, (size_t)N * 2 * H, 3.0f)), dout = q(randn(rng, (size_t)N * H));
+    float* r_dinp = cpu.f32(std::vector<float>((size_t)N * 2 * H));
+    cpu.be->swiglu_backward(r_dinp, cpu.f32(inp), cpu.f32(dout), N, H);
+    T* k_dinp = dev(std::vector<float>((size_t)N * 2 * H, NAN));  // every element must be written
+    kernels::swiglu_backward(k_dinp, dev(inp), dev(dout), N, H, nullptr);
+    rep.compare("dinp", get(k_dinp, (size_t)N * 2 * H), cpu.get(r_dinp, (size_t)N * 2 * H),
+                lim(kBf16));
   }
 
   // ---- classifier ----
@@ -574,6 +678,9 @@ struct Runner {
     rep.compare("bf16->f32 (exact)", back, ref_b, 0.0);
   }
 
+  // Attention shapes are (B, T, NH, HS[, KV]); without KV, multi-head (KV = NH).
+  static int kv_heads(const std::vector<int>& s) { return s.size() > 4 ? s[4] : s[2]; }
+
   void run(const Case& c) {
     const auto& s = c.shape;
     if (c.op == "encoder_forward") encoder_forward(s[0], s[1], s[2], s[3]);
@@ -585,10 +692,17 @@ struct Runner {
     else if (c.op == "bias_grad") bias_grad(s[0], s[1]);
     else if (c.op == "gelu_forward") gelu_forward(s[0]);
     else if (c.op == "gelu_backward") gelu_backward(s[0]);
-    else if (c.op == "attention_forward") attention_forward(s[0], s[1], s[2], s[3]);
-    else if (c.op == "attention_backward") attention_backward(s[0], s[1], s[2], s[3]);
-    else if (c.op == "flash_forward") flash_forward(s[0], s[1], s[2], s[3]);
-    else if (c.op == "flash_backward") flash_backward(s[0], s[1], s[2], s[3]);
+    else if (c.op == "attention_forward") attention_forward(s[0], s[1], s[2], s[3], kv_heads(s));
+    else if (c.op == "attention_backward") attention_backward(s[0], s[1], s[2], s[3], kv_heads(s));
+    else if (c.op == "flash_forward") flash_forward(s[0], s[1], s[2], s[3], kv_heads(s));
+    else if (c.op == "flash_backward") flash_backward(s[0], s[1], s[2], s[3], kv_heads(s));
+    else if (c.op == "rmsnorm_forward") rmsnorm_forward(s[0], s[1]);
+    else if (c.op == "residual_rmsnorm_forward") residual_rmsnorm_forward(s[0], s[1]);
+    else if (c.op == "rmsnorm_backward") rmsnorm_backward(s[0], s[1]);
+    else if (c.op == "rope_forward") rope(s[0], s[1], s[2], s[3], s[4], false);
+    else if (c.op == "rope_backward") rope(s[0], s[1], s[2], s[3], s[4], true);
+    else if (c.op == "swiglu_forward") swiglu_forward(s[0], s[1]);
+    else if (c.op == "swiglu_backward") swiglu_backward(s[0], s[1]);
     else if (c.op == "classifier") classifier(s[0], s[1], s[2], true);
     else if (c.op == "classifier_loss_only") classifier(s[0], s[1], s[2], false);
     else if (c.op == "adamw") adamw(s[0], s[1]);
@@ -613,14 +727,28 @@ inline std::vector<Case> all_cases() {
       {"bias_grad", {{1, 1}, {5, 7}, {33, 100}, {100, 300}}},
       {"gelu_forward", {{1}, {7}, {1000}, {4096}, {4099}}},
       {"gelu_backward", {{1}, {7}, {1000}, {4096}, {4099}}},
-      {"attention_forward", {{1, 1, 1, 4}, {2, 7, 3, 5}, {2, 33, 2, 16}, {2, 128, 4, 16}}},
-      {"attention_backward", {{1, 1, 1, 4}, {2, 7, 3, 5}, {2, 33, 2, 16}, {2, 128, 4, 16}}},
+      // (B, T, NH, HS[, KV]): grouped-query with KV = 1 (MQA), NH/2, NH (the default).
+      {"attention_forward", {{1, 1, 1, 4}, {2, 7, 3, 5}, {2, 33, 2, 16}, {2, 128, 4, 16},
+                             {2, 7, 4, 8, 1}, {2, 33, 4, 16, 2}, {1, 9, 6, 4, 3}}},
+      {"attention_backward", {{1, 1, 1, 4}, {2, 7, 3, 5}, {2, 33, 2, 16}, {2, 128, 4, 16},
+                              {2, 7, 4, 8, 1}, {2, 33, 4, 16, 2}, {1, 9, 6, 4, 3}}},
       // (B, T, NH, HS): T = 1, 7, 65, 129, 1000 across the 32-row (16 at HS 128) tiles;
       // T = 1000 with one head keeps simt (a fiber per thread) at seconds.
+      // GQA: KV = 1 (MQA) and NH/2 across several tiles, small so simt stays fast.
       {"flash_forward", {{1, 1, 1, 64}, {2, 7, 3, 64}, {1, 65, 2, 128}, {2, 129, 1, 64},
-                         {1, 1000, 1, 64}, {1, 1000, 1, 128}, {2, 33, 2, 32}, {1, 17, 3, 16}, {2, 9, 2, 8}}},
+                         {1, 1000, 1, 64}, {1, 1000, 1, 128}, {2, 33, 2, 32}, {1, 17, 3, 16}, {2, 9, 2, 8},
+                         {2, 33, 4, 16, 1}, {1, 70, 4, 32, 2}, {1, 40, 6, 64, 3}}},
       {"flash_backward", {{1, 1, 1, 64}, {2, 7, 3, 64}, {1, 65, 2, 128}, {2, 129, 1, 64},
-                          {1, 1000, 1, 64}, {1, 1000, 1, 128}, {2, 33, 2, 32}, {1, 17, 3, 16}, {2, 9, 2, 8}}},
+                          {1, 1000, 1, 64}, {1, 1000, 1, 128}, {2, 33, 2, 32}, {1, 17, 3, 16}, {2, 9, 2, 8},
+                          {2, 33, 4, 16, 1}, {1, 70, 4, 32, 2}, {1, 40, 6, 64, 3}}},
+      {"rmsnorm_forward", {{1, 1}, {3, 7}, {17, 96}, {64, 257}, {8, 768}}},
+      {"residual_rmsnorm_forward", {{1, 3}, {5, 33}, {19, 100}, {32, 576}}},
+      {"rmsnorm_backward", {{1, 2}, {3, 7}, {17, 96}, {70, 257}, {256, 576}}},
+      // (B, T, NH, KV, hs): MQA, KV = NH/2, KV = NH; hs/2 odd (6) and 64.
+      {"rope_forward", {{1, 1, 1, 1, 2}, {2, 7, 4, 1, 6}, {2, 33, 4, 2, 16}, {1, 17, 3, 3, 64}}},
+      {"rope_backward", {{1, 1, 1, 1, 2}, {2, 7, 4, 1, 6}, {2, 33, 4, 2, 16}, {1, 17, 3, 3, 64}}},
+      {"swiglu_forward", {{1, 1}, {3, 7}, {17, 96}, {33, 1536}}},
+      {"swiglu_backward", {{1, 1}, {3, 7}, {17, 96}, {33, 1536}}},
       {"classifier", {{1, 1, 1}, {3, 5, 8}, {7, 100, 128}, {16, 1000, 1024}, {2, 4099, 4224}, {4, 50257, 50304}}},
       {"classifier_loss_only", {{3, 5, 8}, {5, 1000, 1024}}},
       {"adamw", {{1, 1}, {7, 1}, {1000, 3}, {5001, 10}}},

@@ -15,6 +15,9 @@
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/rope.cuh"
+#include "kernels/swiglu.cuh"
 
 namespace ratchet::testing::launch {
 
@@ -49,6 +52,15 @@ inline std::vector<LaunchRecord> dry_run_step(const Shape& s) {
   gelu_forward<T>(p, p, (size_t)BT * 4 * C, nullptr);
   gelu_backward<T>(p, p, p, (size_t)BT * 4 * C, nullptr);
   bias_grad<T>(p, f, p, BT, 4 * C, nullptr);
+  // Llama ops at the same width: head size 64 (KV = NH, the most rotated
+  // pairs), SwiGLU hidden 4C (wider than any preset's 8/3 C).
+  rmsnorm_forward<T>(p, f, p, p, BT, C, 1e-5f, nullptr);
+  residual_rmsnorm_forward<T>(p, p + 1024, f, p, p, p, BT, C, 1e-5f, nullptr);
+  rmsnorm_backward<T>(p, p, f, p, p, p, f, BT, C, nullptr);
+  rope_forward<T>(p, f, s.B, s.T, C / 64, C / 64, 64, s.T, nullptr);
+  rope_backward<T>(p, f, s.B, s.T, C / 64, C / 64, 64, s.T, nullptr);
+  swiglu_forward<T>(p, p, BT, 4 * C, nullptr);
+  swiglu_backward<T>(p, p, p, BT, 4 * C, nullptr);
   fused_classifier<T>(p, f, ids, BT, s.Vp - 47, s.Vp, 1.0f / BT, nullptr);
   AdamWHyper h;
   adamw_update<T>(p, std::is_same<T, float>::value ? nullptr : f, p, f, f, s.params, h, 1,

@@ -276,6 +276,28 @@ TEST(CudaBackendSimtMemory, WorkspaceIsTheLargestOpScratch) {
   EXPECT_LT(flash.workspace_bytes(s), be.workspace_bytes(s));
 }
 
+// Llama shapes: the SwiGLU fc layer (2H wide) and rmsnorm_backward's partial
+// sums are in the max; KV changes nothing (flash reads k, v in place, the
+// materialized path copies them out per query head, as for KV = NH).
+TEST(CudaBackendSimtMemory, WorkspaceCoversTheLlamaOps) {
+  using B16 = ratchet::cuda::CudaBackend<ratchet::kernels::bf16>;
+  B16 flash;
+  ratchet::Backend::OpShapes s;
+  s.B = 4;
+  s.T = 64;
+  s.C = 96;
+  s.NH = 3;
+  s.Vp = 128;
+  const size_t gpt2 = flash.workspace_bytes(s);
+  s.KV = 1;
+  EXPECT_EQ(flash.workspace_bytes(s), gpt2) << "KV needs no scratch of its own";
+  s.H = 400;  // 2H = 800 > 4C = 384 and > Vp
+  EXPECT_EQ(flash.workspace_bytes(s), B16::matmul_backward_scratch(256, 800, true));
+  EXPECT_GT(flash.workspace_bytes(s), gpt2);
+  EXPECT_GE(flash.workspace_bytes(s), B16::rmsnorm_backward_scratch(256, 96));
+  EXPECT_EQ(B16::rmsnorm_backward_scratch(256, 96), (size_t)(256 / 32) * 96 * 4);
+}
+
 // ---- the arena -----------------------------------------------------------------------------
 
 TEST(CudaBackendArena, FirstFitReuseAndCoalescing) {

@@ -118,13 +118,13 @@ TEST(SimtFlashAttention, PlantedMissingBarrierIsCaught) {
   const int B = 1, T = 65, NH = 2, HS = 64, C = NH * HS;
   auto qkv = randn(rng, (size_t)B * T * 3 * C);
   std::vector<float> good((size_t)B * T * C), lse((size_t)B * NH * T);
-  ratchet::kernels::flash_attention_forward(good.data(), lse.data(), qkv.data(), B, T, NH, HS,
+  ratchet::kernels::flash_attention_forward(good.data(), lse.data(), qkv.data(), B, T, NH, NH, HS,
                                             nullptr);
   RATCHET_CHECK_LAUNCH();
   for (uint64_t seed : {1, 2, 3}) {
     simt::set_seed(seed);
     std::vector<float> out((size_t)B * T * C), lse2((size_t)B * NH * T);
-    ratchet::kernels::flash_attention_forward(out.data(), lse2.data(), qkv.data(), B, T, NH, HS,
+    ratchet::kernels::flash_attention_forward(out.data(), lse2.data(), qkv.data(), B, T, NH, NH, HS,
                                               nullptr);
     RATCHET_CHECK_LAUNCH();
     EXPECT_TRUE(bits(out.data(), out.size()) == bits(good.data(), good.size()))

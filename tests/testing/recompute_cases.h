@@ -1,6 +1,8 @@
 // One training step of a GPT under a recompute policy, for comparing policies
 // on any backend: two micro-batches accumulated, then one AdamW update.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -56,6 +58,19 @@ inline std::string first_bit_difference(const std::vector<float>& a, const std::
 // recomputed layers) — use with at least 3 layers.
 inline std::vector<std::string> policies_to_test() {
   return {"gelu", "gelu+ln", "blocks", "blocks:2"};
+}
+
+// Every policy gives bitwise the losses, gradients and updated parameters of
+// keeping everything, with less activation memory.
+inline void expect_every_policy_bitwise_equal(Backend& be, const GPTConfig& cfg, int B, int T) {
+  const PolicyStep ref = run_policy_step(be, cfg, Recompute(), B, T);
+  for (const std::string& name : policies_to_test()) {
+    const PolicyStep got = run_policy_step(be, cfg, parse_recompute(name), B, T);
+    EXPECT_EQ(first_bit_difference(got.losses, ref.losses), "") << name << " losses";
+    EXPECT_EQ(first_bit_difference(got.grads, ref.grads), "") << name << " gradients";
+    EXPECT_EQ(first_bit_difference(got.params, ref.params), "") << name << " params";
+    EXPECT_LT(got.activation_bytes, ref.activation_bytes) << name;
+  }
 }
 
 }  // namespace ratchet::testing

@@ -23,6 +23,31 @@ inline GPTConfig tiny_config(int layers = 2, int heads = 2, int channels = 16, i
   return c;
 }
 
+// A small Llama shape with every feature on: GQA (4 heads sharing 2 KV
+// heads), SwiGLU with a hidden size that is not 4C, RoPE with Llama 3.1
+// scaling (original_max_pos small enough that all three frequency bands
+// occur at hs = 8), and untied embeddings unless `tied`.
+inline GPTConfig tiny_llama_config(bool tied = false, int layers = 2, int heads = 4, int kv = 2,
+                                   int channels = 32, int ffn = 40, int vocab = 37,
+                                   int max_seq_len = 16) {
+  GPTConfig c;
+  c.arch = Arch::llama;
+  c.num_layers = layers;
+  c.num_heads = heads;
+  c.num_kv_heads = kv;
+  c.channels = channels;
+  c.ffn_hidden = ffn;
+  c.vocab_size = vocab;
+  c.padded_vocab = 0;
+  c.max_seq_len = max_seq_len;
+  c.tied_embeddings = tied;
+  c.rope_theta = 500.f;
+  c.rope_factor = 8.f;
+  c.rope_original_max_pos = 64;
+  c.finalize();
+  return c;
+}
+
 inline std::vector<int32_t> random_tokens(size_t n, int vocab, uint64_t seed) {
   Rng rng(seed);
   std::vector<int32_t> t(n);

@@ -25,6 +25,7 @@
 #include "backend/backend.h"
 #include "core/rng.h"
 #include "testing/backend_buffers.h"
+#include "testing/rope_cos_sin.h"
 
 namespace ratchet {
 namespace {
@@ -166,17 +167,21 @@ std::vector<double> layernorm_d(const std::vector<double>& x, const std::vector<
   return out;
 }
 
-std::vector<double> attention_d(const std::vector<double>& qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH;
+// Causal grouped-query attention: qkv (B,T,(NH+2KV)*hs), query head h reads
+// KV head h / (NH/KV); out (B,T,C), C = NH*hs.
+std::vector<double> attention_d(const std::vector<double>& qkv, int B, int T, int C, int NH,
+                                int KV) {
+  const int hs = C / NH, W = (NH + 2 * KV) * hs;
   const double scale = 1.0 / std::sqrt((double)hs);
   std::vector<double> out((size_t)B * T * C, 0.0), s(T);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int i = 0; i < T; i++) {
-        const double* q = &qkv[((size_t)b * T + i) * 3 * C + h * hs];
+        const int g = h / (NH / KV);
+        const double* q = &qkv[((size_t)b * T + i) * W + h * hs];
         double mx = -1e300;
         for (int j = 0; j <= i; j++) {
-          const double* k = &qkv[((size_t)b * T + j) * 3 * C + C + h * hs];
+          const double* k = &qkv[((size_t)b * T + j) * W + C + g * hs];
           double d = 0;
           for (int e = 0; e < hs; e++) d += q[e] * k[e];
           s[j] = d * scale;
@@ -186,11 +191,68 @@ std::vector<double> attention_d(const std::vector<double>& qkv, int B, int T, in
         for (int j = 0; j <= i; j++) sum += (s[j] = std::exp(s[j] - mx));
         double* o = &out[((size_t)b * T + i) * C + h * hs];
         for (int j = 0; j <= i; j++) {
-          const double* v = &qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * hs];
+          const double* v = &qkv[((size_t)b * T + j) * W + C + (KV + g) * hs];
           for (int e = 0; e < hs; e++) o[e] += s[j] / sum * v[e];
         }
       }
   return out;
+}
+
+// RMSNorm: out = x / sqrt(mean(x^2) + eps) * w, per row.
+std::vector<double> rmsnorm_d(const std::vector<double>& x, const std::vector<double>& w, int N,
+                              int C, double eps) {
+  std::vector<double> out((size_t)N * C);
+  for (int n = 0; n < N; n++) {
+    const double* r = &x[(size_t)n * C];
+    double ss = 0;
+    for (int c = 0; c < C; c++) ss += r[c] * r[c];
+    const double s = 1.0 / std::sqrt(ss / C + eps);
+    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = r[c] * s * w[c];
+  }
+  return out;
+}
+
+// RoPE written from Hugging Face's apply_rotary_pos_emb: q*cos + rotate_half(q)*sin
+// with rotate_half(x) = cat(-x2, x1) and cos, sin repeated over both halves;
+// the angles are recomputed here in double from theta, not from the table.
+std::vector<double> rope_d(const std::vector<double>& qkv, int B, int T, int NH, int KV, int hs,
+                           double theta) {
+  std::vector<double> out = qkv;
+  const int half = hs / 2, W = (NH + 2 * KV) * hs;
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++)
+      for (int h = 0; h < NH + KV; h++) {  // q heads then k heads
+        const size_t o = ((size_t)b * T + t) * W + (size_t)h * hs;
+        for (int e = 0; e < hs; e++) {
+          const int i = e % half;
+          const double ang = t * std::pow(theta, -2.0 * i / hs);
+          const double rot = e < half ? -qkv[o + e + half] : qkv[o + e - half];
+          out[o + e] = qkv[o + e] * std::cos(ang) + rot * std::sin(ang);
+        }
+      }
+  return out;
+}
+
+// SwiGLU: inp (N,2H) = gate | up, out (N,H) = gate sigmoid(gate) up.
+std::vector<double> swiglu_d(const std::vector<double>& x, int N, int H) {
+  std::vector<double> out((size_t)N * H);
+  for (int n = 0; n < N; n++)
+    for (int i = 0; i < H; i++) {
+      const double g = x[(size_t)n * 2 * H + i], u = x[(size_t)n * 2 * H + H + i];
+      out[(size_t)n * H + i] = g / (1.0 + std::exp(-g)) * u;
+    }
+  return out;
+}
+
+// |got - ref| <= atol + rtol |ref| everywhere (forward outputs against the double forwards).
+void expect_near_all(const std::vector<float>& got, const std::vector<double>& ref, double atol,
+                     double rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); i++)
+    if (!(std::fabs(got[i] - ref[i]) <= atol + rtol * std::fabs(ref[i])) && ++bad <= 5)
+      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << ref[i];
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements off";
 }
 
 class CpuGrad : public ::testing::Test {
@@ -310,19 +372,23 @@ TEST_F(CpuGrad, MatmulGelu) {
 
 // ---- attention -------------------------------------------------------------------------
 
-void attention_grad_case(Backend& be, int B, int T, int C, int NH, size_t k) {
+void attention_grad_case(Backend& be, int B, int T, int C, int NH, int KV, size_t k) {
   SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
-               " NH=" + std::to_string(NH));
-  Rng rng(15 + B + T + C + NH);
-  auto qkv = randn(rng, (size_t)B * T * 3 * C), R = randn(rng, (size_t)B * T * C);
+               " NH=" + std::to_string(NH) + " KV=" + std::to_string(KV));
+  Rng rng(15 + B + T + C + NH + KV);
+  const size_t W = (size_t)(NH + 2 * KV) * (C / NH);
+  auto qkv = randn(rng, (size_t)B * T * W), R = randn(rng, (size_t)B * T * C);
   Buf d_qkv(be, qkv), d_R(be, R), d_out(be, (size_t)B * T * C), d_lse(be, (size_t)B * NH * T),
       d_dqkv(be, qkv.size());
   d_dqkv.fill(kNaN);  // fully overwritten
-  be.attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+  be.attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH, KV);
   be.attention_backward(d_dqkv.get(), d_R.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, C,
-                        NH);
+                        NH, KV);
   auto x = to_double(qkv);
-  auto loss = [&] { return dot(attention_d(x, B, T, C, NH), R); };
+  // Forward: softmax-weighted sums of O(1) values over <= T terms, each a few
+  // FP32 roundings: 1e-5 absolute is ~30x above that, a wrong head is O(1) off.
+  expect_near_all(d_out.host(), attention_d(x, B, T, C, NH, KV), 1e-5, 1e-5, "out");
+  auto loss = [&] { return dot(attention_d(x, B, T, C, NH, KV), R); };
   auto got = d_dqkv.host();
   size_t nan = 0;
   for (float g : got) nan += std::isnan(g);
@@ -331,10 +397,127 @@ void attention_grad_case(Backend& be, int B, int T, int C, int NH, size_t k) {
 }
 
 TEST_F(CpuGrad, Attention) {
-  attention_grad_case(b(), 2, 5, 12, 3, 1000);  // every element
-  attention_grad_case(b(), 1, 1, 8, 2, 1000);   // T = 1: dq = dk = 0, dv = dout
-  attention_grad_case(b(), 2, 33, 64, 4, 80);
-  attention_grad_case(b(), 1, 131, 32, 2, 60);  // across the 128-row backward tiles
+  attention_grad_case(b(), 2, 5, 12, 3, 3, 1000);  // every element
+  attention_grad_case(b(), 1, 1, 8, 2, 2, 1000);   // T = 1: dq = dk = 0, dv = dout
+  attention_grad_case(b(), 2, 33, 64, 4, 4, 80);
+  attention_grad_case(b(), 1, 131, 32, 2, 2, 60);  // across the 128-row backward tiles
+}
+
+// Grouped-query: dk, dv of a KV head sum over the query heads of its group.
+TEST_F(CpuGrad, AttentionGrouped) {
+  attention_grad_case(b(), 2, 5, 12, 6, 1, 1000);  // MQA, every element
+  attention_grad_case(b(), 2, 7, 24, 6, 3, 1000);  // KV = NH/2, every element
+  attention_grad_case(b(), 2, 6, 16, 4, 2, 1000);
+  attention_grad_case(b(), 1, 131, 32, 4, 2, 80);  // across the backward tiles
+}
+
+// ---- Llama ops ---------------------------------------------------------------------------
+
+void rmsnorm_grad_case(Backend& be, int N, int C, size_t k) {
+  SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C));
+  const float eps = 1e-5f;
+  Rng rng(20 + N + C);
+  auto x = randn(rng, (size_t)N * C, 1.5f, 0.3f), w = randn(rng, C, 0.5f, 1.0f),
+       R = randn(rng, (size_t)N * C);
+  auto dx0 = randn(rng, (size_t)N * C), dw0 = randn(rng, C);
+  Buf d_x(be, x), d_w(be, w), d_R(be, R), d_out(be, (size_t)N * C), d_rstd(be, N),
+      d_dx(be, dx0), d_dw(be, dw0);
+  d_out.fill(kNaN);
+  be.rmsnorm_forward(d_out.get(), d_rstd.get(), d_x.get(), d_w.get(), N, C, eps);
+  be.rmsnorm_backward(d_dx.get(), d_dw.get(), d_R.get(), d_x.get(), d_w.get(), d_rstd.get(), N,
+                      C);
+  auto xx = to_double(x), xw = to_double(w);
+  // Forward: a sum of C squares and three products, each rounded: 1e-5 relative
+  // is ~10x above the FP32 error at C = 200.
+  const auto want = rmsnorm_d(xx, xw, N, C, eps);
+  expect_near_all(d_out.host(), want, 1e-6, 1e-5, "out");
+  auto rstd = d_rstd.host();
+  for (int n = 0; n < N; n++) {
+    double ss = 0;
+    for (int c = 0; c < C; c++) ss += xx[(size_t)n * C + c] * xx[(size_t)n * C + c];
+    EXPECT_NEAR(rstd[n], 1.0 / std::sqrt(ss / C + eps), 1e-5 / std::sqrt(ss / C + eps)) << n;
+  }
+  auto loss = [&] { return dot(rmsnorm_d(xx, xw, N, C, eps), R); };
+  check_grad("dinp (accumulated)", d_dx.host(), dx0, xx, loss, rng, k);
+  check_grad("dw (accumulated)", d_dw.host(), dw0, xw, loss, rng, k);
+
+  // The fused residual add: resid = a + b, then the same norm, bit for bit
+  // (the same per-row code after the add; a + b is exact in the test's
+  // reference only to one rounding, so compare with the unfused ops).
+  auto a = randn(rng, (size_t)N * C), bb = randn(rng, (size_t)N * C);
+  Buf d_a(be, a), d_b(be, bb), d_res(be, (size_t)N * C), d_out2(be, (size_t)N * C),
+      d_rstd2(be, N), d_res_ref(be, (size_t)N * C);
+  be.residual_rmsnorm_forward(d_res.get(), d_out2.get(), d_rstd2.get(), d_a.get(), d_b.get(),
+                              d_w.get(), N, C, eps);
+  be.residual_forward(d_res_ref.get(), d_a.get(), d_b.get(), (size_t)N * C);
+  be.rmsnorm_forward(d_out.get(), d_rstd.get(), d_res_ref.get(), d_w.get(), N, C, eps);
+  EXPECT_EQ(d_res.host(), d_res_ref.host()) << "fused: resid";
+  EXPECT_EQ(d_out2.host(), d_out.host()) << "fused: out";
+  EXPECT_EQ(d_rstd2.host(), d_rstd.host()) << "fused: rstd";
+  // In place: resid aliases a (the model writes the residual stream over itself).
+  be.residual_rmsnorm_forward(d_a.get(), d_out2.get(), d_rstd2.get(), d_a.get(), d_b.get(),
+                              d_w.get(), N, C, eps);
+  EXPECT_EQ(d_a.host(), d_res_ref.host()) << "fused in place: resid";
+}
+
+TEST_F(CpuGrad, Rmsnorm) {
+  rmsnorm_grad_case(b(), 10, 12, 1000);  // every element
+  rmsnorm_grad_case(b(), 37, 200, 60);   // several channel blocks, odd rows
+}
+
+void rope_grad_case(Backend& be, int B, int T, int NH, int KV, int hs, int maxT, size_t k) {
+  SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " NH=" +
+               std::to_string(NH) + " KV=" + std::to_string(KV) + " hs=" + std::to_string(hs));
+  const double theta = 10000.0;
+  Rng rng(21 + B + T + NH + KV + hs);
+  const size_t n = (size_t)B * T * (NH + 2 * KV) * hs;
+  auto x = randn(rng, n), R = randn(rng, n);
+  Buf d_x(be, x), d_R(be, R), d_cs(be, testing::rope_table(NH, hs, maxT, (float)theta));
+  be.rope_forward(d_x.get(), d_cs.get(), B, T, NH, KV, hs, maxT);
+  auto xx = to_double(x);
+  // Forward: two products and a sum per element, with the table's cos/sin
+  // rounded to FP32 (angles up to ~T rad): 1e-6 + 1e-6 relative is ~5x above.
+  const auto want = rope_d(xx, B, T, NH, KV, hs, theta);
+  const auto got = d_x.host();
+  expect_near_all(got, want, 1e-6, 1e-6, "rope out");
+  for (size_t i = 0; i < n; i++) {  // v heads untouched, bit for bit
+    const size_t col = i % ((size_t)(NH + 2 * KV) * hs);
+    if (col >= (size_t)(NH + KV) * hs) {
+      ASSERT_EQ(got[i], x[i]) << "v changed at " << i;
+    }
+  }
+  be.rope_backward(d_R.get(), d_cs.get(), B, T, NH, KV, hs, maxT);
+  auto loss = [&] { return dot(rope_d(xx, B, T, NH, KV, hs, theta), R); };
+  check_grad("dqkv (in place)", d_R.host(), {}, xx, loss, rng, k);
+}
+
+TEST_F(CpuGrad, Rope) {
+  rope_grad_case(b(), 2, 5, 3, 1, 8, 7, 1000);    // every element, MQA, T < maxT
+  rope_grad_case(b(), 1, 9, 4, 2, 6, 9, 1000);    // hs/2 odd
+  rope_grad_case(b(), 2, 33, 4, 4, 16, 40, 200);  // KV = NH
+}
+
+TEST_F(CpuGrad, Swiglu) {
+  for (auto [N, H] : {std::pair{5, 7}, std::pair{33, 300}}) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " H=" + std::to_string(H));
+    Rng rng(22 + N + H);
+    auto x = randn(rng, (size_t)N * 2 * H, 3.0f), R = randn(rng, (size_t)N * H);
+    x[0] = 0.0f;
+    x[1] = -30.0f;  // silu ~ 0, derivative ~ 0
+    x[2] = 40.0f;   // silu ~ x
+    x[3] = -1.2784645f;  // silu' ~ 0 (the minimum of silu)
+    Buf d_x(b(), x), d_R(b(), R), d_out(b(), (size_t)N * H), d_dx(b(), x.size());
+    d_out.fill(kNaN);
+    d_dx.fill(kNaN);
+    be->swiglu_forward(d_out.get(), d_x.get(), N, H);
+    be->swiglu_backward(d_dx.get(), d_x.get(), d_R.get(), N, H);
+    auto xx = to_double(x);
+    // Forward: exp_f is ~1 ulp, then a division and two products: 1e-6
+    // relative is ~10x above that.
+    expect_near_all(d_out.host(), swiglu_d(xx, N, H), 1e-7, 1e-6, "out");
+    auto loss = [&] { return dot(swiglu_d(xx, N, H), R); };
+    check_grad("dinp", d_dx.host(), {}, xx, loss, rng, 1000);
+  }
 }
 
 // ---- gelu ---------------------------------------------------------------------------

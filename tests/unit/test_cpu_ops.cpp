@@ -329,7 +329,7 @@ void attention_case(Backend& be, int B, int T, int C, int NH, float qk_scale) {
   auto qkv = randn(rng, (size_t)B * T * 3 * C, qk_scale);
   Buf d_qkv(be, qkv.size()), d_out(be, (size_t)B * T * C), d_lse(be, (size_t)B * NH * T);
   d_qkv.set(qkv);
-  be.attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+  be.attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH, NH);
   std::vector<double> out, lse;
   attention_ref(qkv, B, T, C, NH, out, lse);
   // lse: the max (exact in FP32 up to the score's own error, ~ eps32 * sqrt(hs)
@@ -547,9 +547,9 @@ TEST_F(CpuOps, Deterministic) {
   });
   expect_deterministic("attention", [&] {
     Buf out(b(), N * C), lse(b(), B * NH * T), dqkv(b(), N * 3 * C);
-    be->attention_forward(out.get(), lse.get(), d_qkv.get(), B, T, C, NH);
+    be->attention_forward(out.get(), lse.get(), d_qkv.get(), B, T, C, NH, NH);
     be->attention_backward(dqkv.get(), d_d3.get(), d_qkv.get(), out.get(), lse.get(), B, T, C,
-                           NH);
+                           NH, NH);
     return std::vector<std::vector<float>>{out.get_host(), lse.get_host(), dqkv.get_host()};
   });
   expect_deterministic("gelu", [&] {
@@ -614,6 +614,51 @@ TEST_F(CpuOps, ThreadCountIndependent) {
   };
   auto r1 = run(*be1), r2 = run(b());
   for (size_t i = 0; i < r1.size(); i++) EXPECT_TRUE(same_bits(r1[i], r2[i])) << "output #" << i;
+}
+
+// The Llama ops (RMSNorm, its fusion with the residual add, RoPE, SwiGLU,
+// grouped-query attention) give the same bits run to run and on 1 and 2 threads.
+TEST_F(CpuOps, LlamaOpsDeterministicAnyThreads) {
+  auto be1 = make_cpu_backend(1);
+  const int B = 2, T = 70, NH = 6, KV = 2, hs = 16, C = NH * hs, W = (NH + 2 * KV) * hs, H = 80;
+  const int N = B * T, maxT = 80;
+  Rng rng(10);
+  const auto x = randn(rng, N * C), y = randn(rng, N * C), w = randn(rng, C, 0.5f, 1.0f);
+  const auto qkv = randn(rng, N * W), dout = randn(rng, N * C), fc = randn(rng, N * 2 * H, 2.0f);
+  const auto cs = randn(rng, 2 * maxT * hs / 2);  // any table: determinism only
+  auto run = [&](Backend& be) {
+    Buf d_x(be, N * C), d_y(be, N * C), d_w(be, C), out(be, N * C), rstd(be, N), dx(be, N * C),
+        dw(be, C), res(be, N * C), out2(be, N * C), rstd2(be, N), d_qkv(be, N * W),
+        d_cs(be, cs.size()), d_dout(be, N * C), att(be, N * C), lse(be, B * NH * T),
+        dqkv(be, N * W), d_fc(be, N * 2 * H), sw(be, N * H), dfc(be, N * 2 * H);
+    d_x.set(x);
+    d_y.set(y);
+    d_w.set(w);
+    d_qkv.set(qkv);
+    d_cs.set(cs);
+    d_dout.set(dout);
+    d_fc.set(fc);
+    be.rmsnorm_forward(out.get(), rstd.get(), d_x.get(), d_w.get(), N, C, 1e-5f);
+    be.rmsnorm_backward(dx.get(), dw.get(), d_y.get(), d_x.get(), d_w.get(), rstd.get(), N, C);
+    be.residual_rmsnorm_forward(res.get(), out2.get(), rstd2.get(), d_x.get(), d_y.get(),
+                                d_w.get(), N, C, 1e-5f);
+    be.rope_forward(d_qkv.get(), d_cs.get(), B, T, NH, KV, hs, maxT);
+    be.attention_forward(att.get(), lse.get(), d_qkv.get(), B, T, C, NH, KV);
+    be.attention_backward(dqkv.get(), d_dout.get(), d_qkv.get(), att.get(), lse.get(), B, T, C,
+                          NH, KV);
+    be.rope_backward(dqkv.get(), d_cs.get(), B, T, NH, KV, hs, maxT);
+    be.swiglu_forward(sw.get(), d_fc.get(), N, H);
+    be.swiglu_backward(dfc.get(), d_fc.get(), sw.get(), N, H);
+    return std::vector<std::vector<float>>{
+        out.get_host(), rstd.get_host(),  dx.get_host(),  dw.get_host(),   res.get_host(),
+        out2.get_host(), rstd2.get_host(), att.get_host(), lse.get_host(), dqkv.get_host(),
+        sw.get_host(),  dfc.get_host()};
+  };
+  auto r1 = run(*be1), r2 = run(b()), r3 = run(b());
+  for (size_t i = 0; i < r1.size(); i++) {
+    EXPECT_TRUE(same_bits(r2[i], r3[i])) << "run to run, output #" << i;
+    EXPECT_TRUE(same_bits(r1[i], r2[i])) << "1 vs 2 threads, output #" << i;
+  }
 }
 
 }  // namespace

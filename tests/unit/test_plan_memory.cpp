@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "model/gpt.h"
 #include "testing/plan_vs_allocation.h"
+#include "testing/tiny_model.h"
 
 using namespace ratchet;
 
@@ -47,5 +48,17 @@ INSTANTIATE_TEST_SUITE_P(
                           Shape{3, 4, 32, 100, 16, 2, 16}),
         // blocks:2 is listed after the standard four: every policy is checked.
         ::testing::Values("blocks:2")));
+
+// Llama: GQA, SwiGLU (odd hidden size), RoPE table, tied and untied lm_head.
+class PlanMemoryLlama : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PlanMemoryLlama, CpuBackendAllocatesExactlyThePlannedBytes) {
+  const GPTConfig cfg = ratchet::testing::tiny_llama_config(/*tied=*/GetParam(), 3, 4, 2, 40,
+                                                            52, 201, 32);
+  ratchet::testing::expect_plan_is_the_allocation([] { return make_cpu_backend(2); }, cfg, 3,
+                                                  17, parse_recompute("blocks:2"));
+}
+
+INSTANTIATE_TEST_SUITE_P(TiedAndUntied, PlanMemoryLlama, ::testing::Bool());
 
 }  // namespace

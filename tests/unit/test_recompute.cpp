@@ -78,15 +78,7 @@ TEST(Recompute, SavesTheStatedActivationBytes) {
 // The gradients do not depend on the policy: bitwise, with FP32 storage.
 TEST(Recompute, CpuGradientsAreBitwiseTheSameUnderEveryPolicy) {
   auto be = make_cpu_backend(2);
-  const GPTConfig cfg = tiny_config(3, 2, 16, 37, 16);
-  const PolicyStep ref = run_policy_step(*be, cfg, Recompute(), 3, 16);
-  for (const std::string& name : policies_to_test()) {
-    const PolicyStep got = run_policy_step(*be, cfg, parse_recompute(name), 3, 16);
-    EXPECT_EQ(first_bit_difference(got.losses, ref.losses), "") << name << " losses";
-    EXPECT_EQ(first_bit_difference(got.grads, ref.grads), "") << name << " gradients";
-    EXPECT_EQ(first_bit_difference(got.params, ref.params), "") << name << " params";
-    EXPECT_LT(got.activation_bytes, ref.activation_bytes) << name;
-  }
+  expect_every_policy_bitwise_equal(*be, tiny_config(3, 2, 16, 37, 16), 3, 16);
 }
 
 // Switching the policy of a live model re-lays out its activations.

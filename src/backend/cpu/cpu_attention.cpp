@@ -1,11 +1,13 @@
-// Causal multi-head self-attention, blocked with an online softmax (the
+// Causal grouped-query self-attention, blocked with an online softmax (the
 // FlashAttention-2 scheme on the CPU): no (T,T) matrix is ever formed, forward
 // keeps only the per-row log-sum-exp for backward.
 //
-// Layout: qkv (B,T,3C) = q | k | v on the last axis, head h at columns
-// [h*hs, (h+1)*hs) of each third; hs = C/NH, scale = 1/sqrt(hs). Per (b,h) the
-// q, k, v heads are (T,hs) matrices read in place with leading dimension 3C;
+// Layout: qkv (B,T,W), W = (NH+2KV)*hs, hs = C/NH, scale = 1/sqrt(hs): NH q
+// heads (columns [h*hs, (h+1)*hs)), then KV k heads (from C), then KV v heads
+// (from C + KV*hs). Query head h uses KV head g = h / (NH/KV). Per (b,h) the
+// q, k, v heads are (T,hs) matrices read in place with leading dimension W;
 // the output head is a (T,hs) block of out (B,T,C) with leading dim C.
+// KV == NH is multi-head attention on the GPT-2 layout (W = 3C).
 //
 // forward, per query tile Qi (rows i0..i0+nr, nr <= kFwdQ), over key tiles Kj,
 // Vj (kFwdK columns, only those at or left of the diagonal):
@@ -25,8 +27,11 @@
 // backward, against B·NH·T² for the materialized probabilities. FLOPs as the
 // materialized form: 4·T²·hs per head forward (half of it above the diagonal
 // skipped, tile by tile), 10·T²·hs backward (P is recomputed).
-// Work items: (b,h,query tile) forward, (b,h) backward (dQ of a head collects
-// every key tile), spread over the OpenMP threads; each sgemm runs on its
+// GQA backward: dK, dV of KV head g sum over its NH/KV query heads, so the
+// heads of a group run in order in one work item (the first writes dK, dV with
+// beta 0 on each key tile's first query tile, the others add).
+// Work items: (b,h,query tile) forward, (b,g) backward (dQ of a head collects
+// every key tile, dK/dV of a group every head), spread over the OpenMP threads; each sgemm runs on its
 // calling thread (OpenBLAS single-threaded, see cpu_backend.cpp). Every item
 // is computed by the same calls in the same order whatever thread runs it, so
 // results are bit-identical for any thread count.
@@ -60,13 +65,14 @@ inline void causal_exp_row(float* row, int valid, int nc, float m) {
 }  // namespace
 
 void CpuBackend::attention_forward(dptr out_, void* lse_, cdptr qkv_, int B, int T, int C,
-                                   int NH) {
+                                   int NH, int KV) {
   float* out = static_cast<float*>(out_);
   float* lse = static_cast<float*>(lse_);  // (B,NH,T)
   const float* qkv = static_cast<const float*>(qkv_);
-  RATCHET_ASSERT(NH > 0 && C % NH == 0);
+  RATCHET_ASSERT(NH > 0 && C % NH == 0 && KV > 0 && NH % KV == 0);
   blas_single_thread();
-  const int hs = C / NH, C3 = 3 * C, nq = (T + kFwdQ - 1) / kFwdQ;
+  const int hs = C / NH, W = (NH + 2 * KV) * hs, nq = (T + kFwdQ - 1) / kFwdQ;
+  const int group = NH / KV;  // query heads per KV head
   const float scale = 1.0f / std::sqrt((float)hs);
   float* scr = scratch((size_t)kFwdQ * kFwdK + 2 * kFwdQ);
   const size_t stride = scratch_stride();
@@ -75,9 +81,10 @@ void CpuBackend::attention_forward(dptr out_, void* lse_, cdptr qkv_, int B, int
     const int bh = (int)(item / nq), qi = (int)(item % nq);
     const int b = bh / NH, h = bh % NH;
     const int i0 = qi * kFwdQ, nr = std::min(kFwdQ, T - i0);
-    const float* q = qkv + ((size_t)b * T + i0) * C3 + h * hs;  // (nr,hs), ld 3C
-    const float* k = qkv + (size_t)b * T * C3 + C + h * hs;     // (T,hs), ld 3C
-    const float* v = k + C;
+    const float* q = qkv + ((size_t)b * T + i0) * W + h * hs;  // (nr,hs), ld W
+    const int g = h / group;
+    const float* k = qkv + (size_t)b * T * W + C + g * hs;     // (T,hs), ld W
+    const float* v = k + (size_t)KV * hs;
     float* o = out + ((size_t)b * T + i0) * C + h * hs;  // (nr,hs), ld C
     float* s = scr + stride * omp_get_thread_num();      // (kFwdQ, kFwdK)
     float* m = s + (size_t)kFwdQ * kFwdK;                // (kFwdQ) running max
@@ -85,8 +92,8 @@ void CpuBackend::attention_forward(dptr out_, void* lse_, cdptr qkv_, int B, int
     for (int j0 = 0; j0 < i0 + nr; j0 += kFwdK) {
       const int nc = std::min(kFwdK, i0 + nr - j0);
       const bool first = j0 == 0;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hs, scale, q, C3,
-                  k + (size_t)j0 * C3, C3, 0.0f, s, nc);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hs, scale, q, W,
+                  k + (size_t)j0 * W, W, 0.0f, s, nc);
       for (int r = 0; r < nr; r++) {
         float* row = s + (size_t)r * nc;
         const int valid = std::min(nc, i0 + r - j0 + 1);  // >= 1 (kFwdK % kFwdQ == 0)
@@ -112,7 +119,7 @@ void CpuBackend::attention_forward(dptr out_, void* lse_, cdptr qkv_, int B, int
         m[r] = mx;
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nc, 1.0f, s, nc,
-                  v + (size_t)j0 * C3, C3, first ? 0.0f : 1.0f, o, C);
+                  v + (size_t)j0 * W, W, first ? 0.0f : 1.0f, o, C);
     }
     float* lrow = lse + (size_t)bh * T + i0;
     for (int r = 0; r < nr; r++) {
@@ -126,72 +133,77 @@ void CpuBackend::attention_forward(dptr out_, void* lse_, cdptr qkv_, int B, int
 }
 
 void CpuBackend::attention_backward(dptr dqkv_, cdptr dout_, cdptr qkv_, cdptr out_,
-                                    const void* lse_, int B, int T, int C, int NH) {
+                                    const void* lse_, int B, int T, int C, int NH, int KV) {
   float* dqkv = static_cast<float*>(dqkv_);
   const float* dout = static_cast<const float*>(dout_);
   const float* qkv = static_cast<const float*>(qkv_);
   const float* out = static_cast<const float*>(out_);
   const float* lse = static_cast<const float*>(lse_);
-  RATCHET_ASSERT(NH > 0 && C % NH == 0);
+  RATCHET_ASSERT(NH > 0 && C % NH == 0 && KV > 0 && NH % KV == 0);
   blas_single_thread();
-  const int hs = C / NH, C3 = 3 * C;
+  const int hs = C / NH, W = (NH + 2 * KV) * hs, group = NH / KV;
   const float scale = 1.0f / std::sqrt((float)hs);
   float* scr = scratch(2 * (size_t)kBwd * kBwd + T);
   const size_t stride = scratch_stride();
 #pragma omp parallel for num_threads(threads_) schedule(static, 1)
-  for (int bh = 0; bh < B * NH; bh++) {
-    const int b = bh / NH, h = bh % NH;
-    const size_t qoff = (size_t)b * T * C3 + h * hs;
-    const float* q = qkv + qoff;  // (T,hs) each, ld 3C
-    const float* k = q + C;
-    const float* v = q + 2 * C;
-    float* dq = dqkv + qoff;
-    float* dk = dq + C;
-    float* dv = dq + 2 * C;
-    const float* o = out + (size_t)b * T * C + h * hs;   // (T,hs), ld C
-    const float* d = dout + (size_t)b * T * C + h * hs;  // (T,hs), ld C
-    const float* L = lse + (size_t)bh * T;               // (T)
-    float* p = scr + stride * omp_get_thread_num();      // (kBwd,kBwd) P
-    float* dp = p + (size_t)kBwd * kBwd;                 // (kBwd,kBwd) dP, then dS
-    float* D = dp + (size_t)kBwd * kBwd;                 // (T)
-    for (int i = 0; i < T; i++) {
-      float acc = 0.0f;
+  for (int bg = 0; bg < B * KV; bg++) {
+    const int b = bg / KV, g = bg % KV;
+    const size_t koff = (size_t)b * T * W + C + g * hs;
+    const float* k = qkv + koff;  // (T,hs) each, ld W
+    const float* v = k + (size_t)KV * hs;
+    float* dk = dqkv + koff;
+    float* dv = dk + (size_t)KV * hs;
+    float* p = scr + stride * omp_get_thread_num();  // (kBwd,kBwd) P
+    float* dp = p + (size_t)kBwd * kBwd;             // (kBwd,kBwd) dP, then dS
+    float* D = dp + (size_t)kBwd * kBwd;             // (T)
+    for (int h = g * group; h < (g + 1) * group; h++) {
+      const bool first_head = h == g * group;
+      const size_t qoff = (size_t)b * T * W + h * hs;
+      const float* q = qkv + qoff;  // (T,hs), ld W
+      float* dq = dqkv + qoff;
+      const float* o = out + (size_t)b * T * C + h * hs;   // (T,hs), ld C
+      const float* d = dout + (size_t)b * T * C + h * hs;  // (T,hs), ld C
+      const float* L = lse + ((size_t)b * NH + h) * T;     // (T)
+      for (int i = 0; i < T; i++) {
+        float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-      for (int c = 0; c < hs; c++) acc += d[(size_t)i * C + c] * o[(size_t)i * C + c];
-      D[i] = acc;
-      float* dqr = dq + (size_t)i * C3;
-      for (int c = 0; c < hs; c++) dqr[c] = 0.0f;
-    }
-    for (int j0 = 0; j0 < T; j0 += kBwd) {
-      const int nc = std::min(kBwd, T - j0);
-      const float* kj = k + (size_t)j0 * C3;
-      const float* vj = v + (size_t)j0 * C3;
-      float* dkj = dk + (size_t)j0 * C3;
-      float* dvj = dv + (size_t)j0 * C3;
-      for (int i0 = j0; i0 < T; i0 += kBwd) {  // square tiles: i0 = j0 is the diagonal one
-        const int nr = std::min(kBwd, T - i0);
-        const float beta = i0 == j0 ? 0.0f : 1.0f;  // dK_j, dV_j: first tile overwrites
-        const float* qi = q + (size_t)i0 * C3;
-        const float* di = d + (size_t)i0 * C;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hs, scale, qi, C3, kj, C3,
-                    0.0f, p, nc);
-        for (int r = 0; r < nr; r++)
-          causal_exp_row(p + (size_t)r * nc, std::min(nc, i0 + r - j0 + 1), nc, L[i0 + r]);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, hs, nr, 1.0f, p, nc, di, C, beta,
-                    dvj, C3);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hs, 1.0f, di, C, vj, C3, 0.0f,
-                    dp, nc);
-        for (int r = 0; r < nr; r++) {
-          const float* pr = p + (size_t)r * nc;
-          float* g = dp + (size_t)r * nc;
-          const float Di = D[i0 + r];
+        for (int c = 0; c < hs; c++) acc += d[(size_t)i * C + c] * o[(size_t)i * C + c];
+        D[i] = acc;
+        float* dqr = dq + (size_t)i * W;
+        for (int c = 0; c < hs; c++) dqr[c] = 0.0f;
+      }
+      for (int j0 = 0; j0 < T; j0 += kBwd) {
+        const int nc = std::min(kBwd, T - j0);
+        const float* kj = k + (size_t)j0 * W;
+        const float* vj = v + (size_t)j0 * W;
+        float* dkj = dk + (size_t)j0 * W;
+        float* dvj = dv + (size_t)j0 * W;
+        for (int i0 = j0; i0 < T; i0 += kBwd) {  // square tiles: i0 = j0 is the diagonal one
+          const int nr = std::min(kBwd, T - i0);
+          // dK_j, dV_j: the group's first head overwrites on its first tile
+          const float beta = first_head && i0 == j0 ? 0.0f : 1.0f;
+          const float* qi = q + (size_t)i0 * W;
+          const float* di = d + (size_t)i0 * C;
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hs, scale, qi, W, kj, W,
+                      0.0f, p, nc);
+          for (int r = 0; r < nr; r++)
+            causal_exp_row(p + (size_t)r * nc, std::min(nc, i0 + r - j0 + 1), nc, L[i0 + r]);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, hs, nr, 1.0f, p, nc, di, C,
+                      beta, dvj, W);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hs, 1.0f, di, C, vj, W,
+                      0.0f, dp, nc);
+          for (int r = 0; r < nr; r++) {
+            const float* pr = p + (size_t)r * nc;
+            float* gr = dp + (size_t)r * nc;
+            const float Di = D[i0 + r];
 #pragma omp simd
-          for (int c = 0; c < nc; c++) g[c] = pr[c] * (g[c] - Di) * scale;
+            for (int c = 0; c < nc; c++) gr[c] = pr[c] * (gr[c] - Di) * scale;
+          }
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nc, 1.0f, dp, nc, kj, W,
+                      1.0f, dq + (size_t)i0 * W, W);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, hs, nr, 1.0f, dp, nc, qi, W,
+                      beta, dkj, W);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nc, 1.0f, dp, nc, kj, C3,
-                    1.0f, dq + (size_t)i0 * C3, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, hs, nr, 1.0f, dp, nc, qi, C3, beta,
-                    dkj, C3);
       }
     }
   }

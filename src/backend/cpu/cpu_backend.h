@@ -7,9 +7,11 @@
 //   cpu_backend.cpp     construction, threads, memory, scratch, the sgemm helper
 //   cpu_encoder.cpp     token + position embedding, forward and backward
 //   cpu_layernorm.cpp   layernorm, forward and backward
+//   cpu_rmsnorm.cpp     RMSNorm (and fused with the residual add), forward and backward
+//   cpu_rope.cpp        rotary position embedding on q and k, forward and backward
 //   cpu_matmul.cpp      affine layers (bias, GELU epilogue), forward and backward
-//   cpu_attention.cpp   causal multi-head self-attention, blocked (online softmax)
-//   cpu_elementwise.cpp GELU (forward, backward) and the residual add
+//   cpu_attention.cpp   causal grouped-query self-attention, blocked (online softmax)
+//   cpu_elementwise.cpp GELU, SwiGLU (forward, backward) and the residual add
 //   cpu_classifier.cpp  fused softmax + cross-entropy (+ its gradient)
 //   cpu_optim.cpp       AdamW and the sum of squares (gradient norm)
 //   cpu_math.h          vectorisable exp and GELU shared by the above
@@ -60,9 +62,22 @@ class CpuBackend : public Backend {
                       int OC) override;
   void matmul_backward(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w, int N, int C,
                        int OC) override;
-  void attention_forward(dptr out, void* lse, cdptr qkv, int B, int T, int C, int NH) override;
+  void attention_forward(dptr out, void* lse, cdptr qkv, int B, int T, int C, int NH,
+                         int KV) override;
   void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr out, const void* lse, int B,
-                          int T, int C, int NH) override;
+                          int T, int C, int NH, int KV) override;
+  void rmsnorm_forward(dptr out, float* rstd, cdptr inp, cdptr w, int N, int C,
+                       float eps) override;
+  void rmsnorm_backward(dptr dinp, dptr dw, cdptr dout, cdptr inp, cdptr w, const float* rstd,
+                        int N, int C) override;
+  void residual_rmsnorm_forward(dptr resid, dptr out, float* rstd, cdptr a, cdptr b, cdptr w,
+                                int N, int C, float eps) override;
+  void rope_forward(dptr qkv, const float* cos_sin, int B, int T, int NH, int KV, int hs,
+                    int maxT) override;
+  void rope_backward(dptr dqkv, const float* cos_sin, int B, int T, int NH, int KV, int hs,
+                     int maxT) override;
+  void swiglu_forward(dptr out, cdptr inp, int N, int H) override;
+  void swiglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) override;
   void gelu_forward(dptr out, cdptr inp, size_t n) override;
   void gelu_backward(dptr dinp, cdptr inp, cdptr dout, size_t n) override;
   void residual_forward(dptr out, cdptr a, cdptr b, size_t n) override;

@@ -3,6 +3,9 @@
 //   gelu_forward:  out  = gelu(inp) = 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))
 //   gelu_backward: dinp = gelu'(inp) * dout          (overwritten; may alias dout)
 //   residual:      out  = a + b                      (out may alias a or b)
+//   swiglu_forward:  inp (N,2H) rows gate g | up u;  out (N,H) = silu(g) * u
+//   swiglu_backward: dinp (N,2H) overwritten, with s = sigmoid(g):
+//                    dg = dout * u * s (1 + g (1 - s)),  du = dout * g * s
 // GELU is evaluated in the cancellation-free sigmoid form of cpu_math.h.
 // Small arrays run on the calling thread (the result is the same either way).
 #include "backend/cpu/cpu_backend.h"
@@ -38,6 +41,39 @@ void CpuBackend::residual_forward(dptr out_, cdptr a_, cdptr b_, size_t n) {
   const long len = (long)n;
 #pragma omp parallel for simd num_threads(threads_) schedule(static) if (len >= kParallelMin)
   for (long i = 0; i < len; i++) out[i] = a[i] + b[i];
+}
+
+void CpuBackend::swiglu_forward(dptr out_, cdptr inp_, int N, int H) {
+  float* out = static_cast<float*>(out_);
+  const float* inp = static_cast<const float*>(inp_);
+#pragma omp parallel for num_threads(threads_) schedule(static) if ((long)N * H >= kParallelMin)
+  for (int n = 0; n < N; n++) {
+    const float* g = inp + (size_t)n * 2 * H;  // (H) gate, then (H) up
+    const float* u = g + H;
+    float* o = out + (size_t)n * H;
+#pragma omp simd
+    for (int i = 0; i < H; i++) o[i] = g[i] * cpu::sigmoid_f(g[i]) * u[i];
+  }
+}
+
+void CpuBackend::swiglu_backward(dptr dinp_, cdptr inp_, cdptr dout_, int N, int H) {
+  float* dinp = static_cast<float*>(dinp_);
+  const float* inp = static_cast<const float*>(inp_);
+  const float* dout = static_cast<const float*>(dout_);
+#pragma omp parallel for num_threads(threads_) schedule(static) if ((long)N * H >= kParallelMin)
+  for (int n = 0; n < N; n++) {
+    const float* g = inp + (size_t)n * 2 * H;
+    const float* u = g + H;
+    const float* d = dout + (size_t)n * H;
+    float* dg = dinp + (size_t)n * 2 * H;
+    float* du = dg + H;
+#pragma omp simd
+    for (int i = 0; i < H; i++) {
+      const float s = cpu::sigmoid_f(g[i]);
+      dg[i] = d[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+      du[i] = d[i] * g[i] * s;
+    }
+  }
 }
 
 }  // namespace ratchet

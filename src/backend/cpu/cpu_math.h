@@ -10,6 +10,8 @@
 //     gelu(x)  = 0.5 x (1 + tanh u) = x s
 //     gelu'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u'
 //              = s + 2 x s (1 - s) u',   u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+//   sigmoid_f(x) = 1 / (1 + e^{-x}) (SiLU: silu(x) = x sigmoid(x),
+//              silu'(x) = sigmoid(x) (1 + x (1 - sigmoid(x))))
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -55,5 +57,7 @@ inline float gelu_grad_f(float x) {
   float du = kGeluS * (1.0f + 3.0f * kGeluC * x * x);
   return s + 2.0f * x * s * (1.0f - s) * du;
 }
+
+inline float sigmoid_f(float x) { return 1.0f / (1.0f + exp_f(-x)); }
 
 }  // namespace ratchet::cpu

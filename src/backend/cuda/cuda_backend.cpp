@@ -31,6 +31,9 @@
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
+#include "kernels/rmsnorm.cuh"
+#include "kernels/rope.cuh"
+#include "kernels/swiglu.cuh"
 
 #if !RATCHET_SIMT
 #include <nvtx3/nvToolsExt.h>
@@ -248,6 +251,11 @@ size_t CudaBackend<T>::encoder_backward_scratch(int B, int T_) {
 template <class T>
 size_t CudaBackend<T>::layernorm_backward_scratch(int N, int C) {
   return cuda_scratch::layernorm_backward(N, C);
+}
+
+template <class T>
+size_t CudaBackend<T>::rmsnorm_backward_scratch(int N, int C) {
+  return cuda_scratch::rmsnorm_backward(N, C);
 }
 
 template <class T>
@@ -525,13 +533,13 @@ Gemm head_gemm(bool ta, bool tb, int m, int n, int k, const void* A, int lda, lo
 
 template <class T>
 void CudaBackend<T>::attention_forward(dptr out, void* saved, cdptr qkv, int B, int T_, int C,
-                                       int NH) {
-  RATCHET_ASSERT(NH > 0 && C % NH == 0);
+                                       int NH, int KV) {
+  RATCHET_ASSERT(NH > 0 && C % NH == 0 && KV > 0 && NH % KV == 0);
   const int HS = C / NH, BH = B * NH;
   if (attention_ == AttentionImpl::flash) {
     check_flash_head_size(HS);
     kernels::flash_attention_forward<T>(P<T>(out), static_cast<float*>(saved), P<T>(qkv), B, T_,
-                                        NH, HS, stream_);
+                                        NH, KV, HS, stream_);
     return;
   }
   dptr att = saved;  // (B,NH,T,T)
@@ -541,7 +549,7 @@ void CudaBackend<T>::attention_forward(dptr out, void* saved, cdptr qkv, int B, 
   T *q = (T*)s, *k = (T*)(s + nb), *v = (T*)(s + 2 * nb), *y = (T*)(s + 3 * nb);
   const float scale = 1.0f / std::sqrt((float)HS);
   const long long sh = (long long)T_ * HS, st = (long long)T_ * T_;
-  kernels::attention_permute<T>(q, k, v, P<T>(qkv), B, T_, NH, HS, stream_);
+  kernels::attention_permute<T>(q, k, v, P<T>(qkv), B, T_, NH, KV, HS, stream_);
   // preatt (T,T) = q (T,HS) @ k^T, straight into att; softmax in place
   mm_.run(head_gemm(false, true, T_, T_, HS, q, HS, sh, k, HS, sh, att, T_, st, BH));
   kernels::attention_softmax_forward<T>(P<T>(att), P<T>(att), BH, T_, scale, stream_);
@@ -552,14 +560,15 @@ void CudaBackend<T>::attention_forward(dptr out, void* saved, cdptr qkv, int B, 
 
 template <class T>
 void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr out,
-                                        const void* saved, int B, int T_, int C, int NH) {
-  RATCHET_ASSERT(NH > 0 && C % NH == 0);
+                                        const void* saved, int B, int T_, int C, int NH,
+                                        int KV) {
+  RATCHET_ASSERT(NH > 0 && C % NH == 0 && KV > 0 && NH % KV == 0);
   const int HS = C / NH, BH = B * NH;
   if (attention_ == AttentionImpl::flash) {
     check_flash_head_size(HS);
     float* D = static_cast<float*>(scratch(attention_backward_scratch(attention_, B, T_, C, NH)));
     kernels::flash_attention_backward<T>(P<T>(dqkv), D, P<T>(dout), P<T>(qkv), P<T>(out),
-                                         static_cast<const float*>(saved), B, T_, NH, HS,
+                                         static_cast<const float*>(saved), B, T_, NH, KV, HS,
                                          stream_);
     return;
   }
@@ -572,7 +581,7 @@ void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr 
     *datt = (T*)(s + 7 * nb);
   const float scale = 1.0f / std::sqrt((float)HS);
   const long long sh = (long long)T_ * HS, st = (long long)T_ * T_;
-  kernels::attention_permute<T>(q, k, v, P<T>(qkv), B, T_, NH, HS, stream_);
+  kernels::attention_permute<T>(q, k, v, P<T>(qkv), B, T_, NH, KV, HS, stream_);
   kernels::attention_unpermute_backward<T>(dy, P<T>(dout), B, T_, NH, HS, stream_);
   // datt (T,T) = dy (T,HS) @ v^T ; dv (T,HS) = att^T @ dy
   mm_.run(head_gemm(false, true, T_, T_, HS, dy, HS, sh, v, HS, sh, datt, T_, st, BH));
@@ -581,7 +590,50 @@ void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr 
   // dq = dpreatt @ k ; dk = dpreatt^T @ q
   mm_.run(head_gemm(false, false, T_, HS, T_, datt, T_, st, k, HS, sh, dq, HS, sh, BH));
   mm_.run(head_gemm(true, false, T_, HS, T_, datt, T_, st, q, HS, sh, dk, HS, sh, BH));
-  kernels::attention_permute_backward<T>(P<T>(dqkv), dq, dk, dv, B, T_, NH, HS, stream_);
+  kernels::attention_permute_backward<T>(P<T>(dqkv), dq, dk, dv, B, T_, NH, KV, HS, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::rmsnorm_forward(dptr out, float* rstd, cdptr inp, cdptr w, int N, int C,
+                                     float eps) {
+  kernels::rmsnorm_forward<T>(P<T>(out), rstd, P<T>(inp), P<T>(w), N, C, eps, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::rmsnorm_backward(dptr dinp, dptr dw, cdptr dout, cdptr inp, cdptr w,
+                                      const float* rstd, int N, int C) {
+  void* s = scratch(rmsnorm_backward_scratch(N, C));
+  kernels::rmsnorm_backward<T>(P<T>(dinp), P<T>(dw), s, P<T>(dout), P<T>(inp), P<T>(w), rstd, N,
+                               C, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::residual_rmsnorm_forward(dptr resid, dptr out, float* rstd, cdptr a, cdptr b,
+                                              cdptr w, int N, int C, float eps) {
+  kernels::residual_rmsnorm_forward<T>(P<T>(resid), P<T>(out), rstd, P<T>(a), P<T>(b), P<T>(w), N,
+                                       C, eps, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::rope_forward(dptr qkv, const float* cos_sin, int B, int T_, int NH, int KV,
+                                  int hs, int maxT) {
+  kernels::rope_forward<T>(P<T>(qkv), cos_sin, B, T_, NH, KV, hs, maxT, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::rope_backward(dptr dqkv, const float* cos_sin, int B, int T_, int NH, int KV,
+                                   int hs, int maxT) {
+  kernels::rope_backward<T>(P<T>(dqkv), cos_sin, B, T_, NH, KV, hs, maxT, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::swiglu_forward(dptr out, cdptr inp, int N, int H) {
+  kernels::swiglu_forward<T>(P<T>(out), P<T>(inp), N, H, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::swiglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) {
+  kernels::swiglu_backward<T>(P<T>(dinp), P<T>(inp), P<T>(dout), N, H, stream_);
 }
 
 template <class T>

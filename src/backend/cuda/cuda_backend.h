@@ -101,10 +101,22 @@ class CudaBackend final : public Backend {
                        int C, int OC) override;
   void matmul_backward_gelu(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w,
                             cdptr pre_gelu, int N, int C, int OC) override;
-  void attention_forward(dptr out, void* saved, cdptr qkv, int B, int T_, int C,
-                         int NH) override;
+  void attention_forward(dptr out, void* saved, cdptr qkv, int B, int T_, int C, int NH,
+                         int KV) override;
   void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr out, const void* saved, int B,
-                          int T_, int C, int NH) override;
+                          int T_, int C, int NH, int KV) override;
+  void rmsnorm_forward(dptr out, float* rstd, cdptr inp, cdptr w, int N, int C,
+                       float eps) override;
+  void rmsnorm_backward(dptr dinp, dptr dw, cdptr dout, cdptr inp, cdptr w, const float* rstd,
+                        int N, int C) override;
+  void residual_rmsnorm_forward(dptr resid, dptr out, float* rstd, cdptr a, cdptr b, cdptr w,
+                                int N, int C, float eps) override;
+  void rope_forward(dptr qkv, const float* cos_sin, int B, int T_, int NH, int KV, int hs,
+                    int maxT) override;
+  void rope_backward(dptr dqkv, const float* cos_sin, int B, int T_, int NH, int KV, int hs,
+                     int maxT) override;
+  void swiglu_forward(dptr out, cdptr inp, int N, int H) override;
+  void swiglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) override;
   void gelu_forward(dptr out, cdptr inp, size_t n) override;
   void gelu_backward(dptr dinp, cdptr inp, cdptr dout, size_t n) override;
   void residual_forward(dptr out, cdptr a, cdptr b, size_t n) override;
@@ -137,6 +149,7 @@ class CudaBackend final : public Backend {
   // The figures are backend/memory_model.h's cuda_scratch functions.
   static size_t encoder_backward_scratch(int B, int T_);
   static size_t layernorm_backward_scratch(int N, int C);
+  static size_t rmsnorm_backward_scratch(int N, int C);
   // The bias gradient's: the BGRADB epilogue's temporary (OC), or, when
   // cuBLASLt lacks that epilogue, the bias_grad kernel's partial sums.
   static size_t matmul_backward_scratch(int N, int OC, bool has_dbias);

@@ -1,0 +1,137 @@
+// `ratchet train --arch llama` and `ratchet plan` for llama shapes through the
+// real binary: it learns, a preempted run resumes bit-identically, a resume
+// with another shape is refused naming the field, --batch-size auto sizes it,
+// and what llama cannot do yet (llm.c's .bin format) is refused up front.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ckpt/checkpoint.h"
+#include "testing/bible_shards_suite.h"
+#include "testing/test_util.h"
+
+using namespace ratchet;
+using namespace ratchet::testing;
+
+namespace {
+
+class LlamaTrain : public BibleShardsSuite {
+ protected:
+  // A tiny llama with every feature on: GQA (4 heads, 2 KV heads), SwiGLU,
+  // RoPE, untied lm_head; shuffled, with eval and gradient accumulation.
+  static std::string train_cmd(const std::string& ckpt, int steps = 10) {
+    return "train --model custom --arch llama --layers 2 --heads 4 --kv-heads 2 --channels 32 "
+           "--ffn-hidden 48 --untied --max-seq-len 32 --seq-len 16 --batch-size 2 "
+           "--total-batch-tokens 64 --threads 1 --train-data '" + (*dir_ / "data/train_*.h5") +
+           "' --val-data '" + (*dir_ / "data/val_*.h5") + "' --eval-every 5 --eval-batches 2 "
+           "--warmup-steps 3 --steps " + std::to_string(steps) + " --lr 3e-3 --quiet "
+           "--ckpt-dir " + ckpt;
+  }
+  static std::vector<float> final_params(const std::string& ckpt, int step) {
+    char name[32];
+    std::snprintf(name, sizeof name, "/step_%08d", step);
+    return read_checkpoint(ckpt + name).params;
+  }
+};
+
+TEST_F(LlamaTrain, LearnsAndResumesBitIdenticallyAfterPreemption) {
+  TempDir ref, run;
+  auto r = run_ratchet(train_cmd(ref / "ck"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model: llama L=2 H=4 C=32"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("KV=2 ffn=48"), std::string::npos) << r.output;
+  const std::vector<float> want = final_params(ref / "ck", 10);
+  const Checkpoint ck = read_checkpoint(ref / "ck/step_00000010");
+  EXPECT_EQ(ck.meta.model.arch, Arch::llama);
+  EXPECT_EQ(ck.meta.model.kv_heads(), 2);
+  EXPECT_FALSE(ck.meta.model.tied_embeddings);
+
+  r = run_shell("RATCHET_FAULT=USR1@step-6 " RATCHET_EXE " " + train_cmd(run / "ck"));
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  r = run_ratchet(train_cmd(run / "ck"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 6"), std::string::npos) << r.output;
+  const std::vector<float> got = final_params(run / "ck", 10);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+      << "resumed llama weights differ";
+}
+
+TEST_F(LlamaTrain, AResumeWithAnotherShapeIsRefusedNamingTheField) {
+  TempDir d;
+  auto r = run_ratchet(train_cmd(d / "ck", 2));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string cmd = train_cmd(d / "ck", 4);
+  cmd.replace(cmd.find("--kv-heads 2"), 12, "--kv-heads 1");
+  r = run_ratchet(cmd);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is of another model: num_kv_heads differs"), std::string::npos)
+      << r.output;
+  cmd = train_cmd(d / "ck", 4);
+  cmd.replace(cmd.find("--arch llama"), 12, "--arch gpt2  ");
+  cmd.replace(cmd.find("--kv-heads 2"), 12, "");
+  cmd.replace(cmd.find("--ffn-hidden 48 --untied"), 24, "");
+  r = run_ratchet(cmd);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("arch differs"), std::string::npos) << r.output;
+}
+
+TEST_F(LlamaTrain, BatchSizeAutoAndPresets) {
+  TempDir d;
+  auto r = run_ratchet("train --model l2 --max-seq-len 16 --seq-len 16 --batch-size auto "
+                       "--total-batch-tokens 256 --memory-budget-mb 40 --threads 1 "
+                       "--train-data '" + (*dir_ / "data/train_*.h5") + "' --steps 1 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("batch-size auto: B="), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("model: llama L=2 H=2 C=128"), std::string::npos) << r.output;
+}
+
+TEST_F(LlamaTrain, WhatLlamaCannotDoYetIsRefusedUpFront) {
+  TempDir d;
+  auto r = run_ratchet(train_cmd(d / "ck", 2) + " --export " + (d / "out.bin"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot hold a llama model"), std::string::npos) << r.output;
+  r = run_ratchet("train --model d2 --arch llama --train-data '" + (*dir_ / "data/train_*.h5") +
+                  "'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--arch llama does not match --model d2"), std::string::npos)
+      << r.output;
+  r = run_ratchet("train --model custom --layers 2 --heads 4 --channels 32 --kv-heads 2 "
+                  "--train-data '" + (*dir_ / "data/train_*.h5") + "'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("needs --arch llama"), std::string::npos) << r.output;
+}
+
+// `ratchet plan` counts llama shapes: the presets' published parameter
+// counts; GQA and SwiGLU change parameters and FLOPs/token; untying adds V·C
+// parameters but no FLOPs (wte becomes a lookup, lm_head takes its place).
+TEST(LlamaPlan, ParameterCountsAndFlops) {
+  auto r = run_ratchet("plan --model smollm-135m --max-seq-len 2048 --seq-len 2048 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"params\":134515008"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"arch\":\"llama\""), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"kv_heads\":3"), std::string::npos) << r.output;
+  r = run_ratchet("plan --model llama3.2-1b --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"params\":1235814400"), std::string::npos) << r.output;
+  // l12 at V = 257 (Vp 384), C 768, 6 KV heads of 64, H 2048, by hand: per
+  // layer q, o 768² each, k, v 384·768 each, gate/up/down 768·2048 each, two
+  // gains 768: 6,489,600; x12 + wte 384·768 + final gain 768 = 78,170,880.
+  // FLOPs/token at T 64: 6·78,170,880 + 12·12·768·64 = 476,103,168.
+  r = run_ratchet("plan --model l12 --vocab-size 257 --seq-len 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"params\":78170880"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"flops_per_token\":476103168"), std::string::npos) << r.output;
+  r = run_ratchet("plan --model l12 --untied --vocab-size 257 --seq-len 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"params\":78465792"), std::string::npos) << r.output;  // + 384·768
+  EXPECT_NE(r.output.find("\"flops_per_token\":476103168"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"tied_embeddings\":false"), std::string::npos) << r.output;
+  r = run_ratchet("plan --arch llama --budget-flops 1e18");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("model:   l"), std::string::npos) << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,49 @@
+// The output file of the float64 PyTorch references (tests/reference/
+// gpt2_reference.py, llama_reference.py; format in tests/reference/README.md)
+// and the error measure the reference tests compare with.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace ratchet::testing {
+
+struct Reference {
+  int B, T, Vp, P, steps;
+  std::vector<double> logits, grads, losses, final_params;
+  double loss;
+};
+
+inline Reference read_reference(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  int32_t h[6];
+  f.read((char*)h, sizeof h);
+  EXPECT_EQ(h[0], 20241122) << "bad reference output " << path;
+  Reference r{h[1], h[2], h[3], h[4], h[5], {}, {}, {}, {}, 0};
+  auto rd = [&](std::vector<double>& v, size_t n) {
+    v.resize(n);
+    f.read((char*)v.data(), n * 8);
+  };
+  rd(r.logits, (size_t)r.B * r.T * r.Vp);
+  f.read((char*)&r.loss, 8);
+  rd(r.grads, r.P);
+  rd(r.losses, r.steps);
+  rd(r.final_params, r.P);
+  EXPECT_TRUE(f.good()) << "reference output " << path << " is short";
+  return r;
+}
+
+// NMSE of a float tensor against a double reference.
+inline double nmse_d(const float* a, const double* ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+}  // namespace ratchet::testing
