@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/blas_kernels.h"
 #include "ckpt/run_lock.h"
 #include "core/error.h"
 #include "core/exit_code.h"
@@ -29,6 +30,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "data/loader.h"
+#include "data/shard_cache.h"
 #include "data/shard_identity.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
@@ -59,7 +61,18 @@ std::string num(double v) {
 
 // Entropy (nats/token) of the training tokens' unigram distribution: the loss
 // of the best model that ignores context, printed so a run can be judged.
+// Reads every training token: kept in the shard cache (data/shard_cache.h)
+// so that a run's later starts (sweep segments, requeues) skip the read.
 double unigram_entropy(const TokenDataset& ds, int vocab) {
+  const ShardCache cache;
+  const std::string kind = "unigram-entropy vocab=" + std::to_string(vocab);
+  std::vector<std::string> files;
+  for (size_t i = 0; i < ds.num_shards(); i++) files.push_back(ds.shard_path(i));
+  if (const auto v = cache.lookup(kind, files)) {
+    char* end = nullptr;
+    const double h = std::strtod(v->c_str(), &end);
+    if (end && *end == '\0' && std::isfinite(h)) return h;
+  }
   std::vector<uint64_t> counts(vocab, 0);
   std::vector<int32_t> buf(1 << 20);
   for (uint64_t pos = 0; pos < ds.num_tokens(); pos += buf.size()) {
@@ -70,6 +83,9 @@ double unigram_entropy(const TokenDataset& ds, int vocab) {
   double h = 0, total = (double)ds.num_tokens();
   for (uint64_t c : counts)
     if (c) h -= c / total * std::log(c / total);
+  char v[32];
+  std::snprintf(v, sizeof v, "%.17g", h);
+  cache.store(kind, files, v);
   return h;
 }
 
@@ -326,6 +342,8 @@ void Trainer::setup() {
     std::string note;
     be_ = make_backend(bo, &note);
     if (!note.empty()) RLOG("%s\n", note.c_str());
+    if (be_->name() == "cpu" && !cpu::blas_core_warning().empty())
+      RLOG("warning: %s\n", cpu::blas_core_warning().c_str());
     // Gradients in real device memory go through NCCL (before the arena takes
     // the free memory); host memory (cpu, simt) through comm_ (MPI).
     if (comm_.world() > 1 && wants_device_communicator(be_->name()))
