@@ -49,18 +49,33 @@ for sched in none asha; do
   dir="$work/$sched"
   [ -f "$dir/journal.jsonl" ] ||
     "$ratchet" sweep init "$dir" --space "$work/space.ini" --base "$work/base.ini" --grid --tag bench=$sched
-  start=$(date +%s)
-  "$ratchet" sweep run "$dir" --scheduler "$sched" --eta 3 --min-steps $((R / 9)) --parallel 2 --threads-per-trial 1 --quiet
-  echo "$sched: wall $(( $(date +%s) - start )) s"
+  # CPU time of the controller and its trainers (the machine may be shared:
+  # the ledgers' device-hours are wall time), and the load around the run.
+  echo "$sched: load before $(cut -d' ' -f1-3 /proc/loadavg)"
+  /usr/bin/time -f "$sched: wall %e s, CPU %U s user + %S s system (controller and trainers)" \
+    "$ratchet" sweep run "$dir" --scheduler "$sched" --eta 3 --min-steps $((R / 9)) --parallel 2 --threads-per-trial 1 --quiet
+  echo "$sched: load after $(cut -d' ' -f1-3 /proc/loadavg)"
   "$ratchet" sweep report "$dir" >/dev/null
 done
 python3 - "$work" <<'PY'
-import json, sys
+import glob, json, sys
 w = sys.argv[1]
 n = json.load(open(f"{w}/none/sweep.json")); a = json.load(open(f"{w}/asha/sweep.json"))
 print(f"{'scheduler':10} {'device-hours':>13} {'best val loss':>14}  best config")
 for name, j in (("none", n), ("asha", a)):
     print(f"{name:10} {j['device_hours']:13.5f} {j['best_val_loss']:14.4f}  {j['best_trial']['config']}")
+# Where the device-seconds went, from the trials' ledgers: training steps,
+# checkpoint saves and loads, data waits, and the rest (start-up inside the
+# ledger's clock, shard checks, evaluations).
+print(f"{'scheduler':10} {'segments':>8} {'steps':>6} {'total s':>8} {'step s':>7} {'save s':>7} {'load s':>7} {'other s':>8} {'other/seg':>9}")
+for name in ("none", "asha"):
+    segs = sum(1 for l in open(f"{w}/{name}/journal.jsonl") if '"event":"launched"' in l)
+    tot = {k: 0.0 for k in ("device_seconds", "step_seconds", "ckpt_save_seconds", "ckpt_load_seconds", "data_wait_seconds", "max_step")}
+    for t in glob.glob(f"{w}/{name}/trials/*/ledger.json"):
+        led = json.load(open(t))
+        for k in tot: tot[k] += led.get(k, 0)
+    other = tot["device_seconds"] - tot["step_seconds"] - tot["ckpt_save_seconds"] - tot["ckpt_load_seconds"] - tot["data_wait_seconds"]
+    print(f"{name:10} {segs:8d} {tot['max_step']:6.0f} {tot['device_seconds']:8.1f} {tot['step_seconds']:7.1f} {tot['ckpt_save_seconds']:7.1f} {tot['ckpt_load_seconds']:7.1f} {other:8.1f} {other/segs:9.3f}")
 frac = a["device_hours"] / n["device_hours"]
 gap = a["best_val_loss"] / n["best_val_loss"] - 1
 print(f"asha/none device-hours: {100*frac:.1f}%  best-loss gap: {100*gap:+.2f}%  "

@@ -154,7 +154,7 @@ int sweep_run(int argc, char** argv) {
     ("min-steps", po::value(&o.min_steps), "r: steps of the first rung (default R/eta^2)")
     ("eta", po::value(&o.eta)->default_value(o.eta), "reduction factor: the top 1/eta go on")
     ("executor", po::value(&o.executor)->default_value(o.executor),
-     "local (processes here) | srun (job steps in this allocation) | sbatch (a job per segment)")
+     "local (processes here) | srun (job steps in this allocation) | sbatch (batch jobs, job arrays)")
     ("parallel", po::value(&o.parallel)->default_value(o.parallel), "segments running at once")
     ("threads-per-trial", po::value(&o.threads), "CPU threads per trial (default: cores / --parallel)")
     ("gpus", po::value(&o.gpus), "local: device ids to hand out, one per running trial "
@@ -162,6 +162,9 @@ int sweep_run(int argc, char** argv) {
     ("sbatch-template", po::value(&o.sbatch_template),
      "sbatch: the trial batch script (default: slurm/sweep-trial.sbatch next to this ratchet's source, or $RATCHET_SLURM_DIR)")
     ("sbatch-args", po::value(&o.sbatch_args), "sbatch: extra flags, e.g. '--partition=gpu --time=2:00:00'")
+    ("sbatch-array-max", po::value(&o.sbatch_array_max)->default_value(o.sbatch_array_max),
+     "sbatch: segments that start together go in one job array of at most this many tasks "
+     "(1: one job per segment)")
     ("max-cost", po::value(&o.max_cost), "budget: money over all trials")
     ("max-device-hours", po::value(&o.max_device_hours), "budget: device-hours over all trials")
     ("max-wall-time", po::value(&o.max_wall_time), "budget: since the first `sweep run` (seconds or [D-]HH:MM:SS)")

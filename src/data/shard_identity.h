@@ -3,7 +3,8 @@
 // same path is refused, naming the shard.
 //
 // Per shard: its path, num_tokens, and a CRC-32 of its token ids (as int32,
-// in stream order; computed once per process start by rank 0). The tokens,
+// in stream order; computed once per process start by rank 0, or taken from
+// the per-user cache of data/shard_cache.h while the file is unchanged). The tokens,
 // not the file bytes: re-sharding the same text writes new HDF5 timestamps
 // but the same data, and must not be refused. The shards' tokenizer and
 // vocab are already part of the identity through the model. Keys:

@@ -70,7 +70,11 @@ class Controller {
   void poll_running();
   void on_exit(Trial& t, SegmentStatus st);
   bool check_budgets();
-  void launch(Trial& t, int rung, const char* why);
+  void resume_budget_stopped();
+  void plan(int trial, int rung, const std::string& why);
+  bool planned(int trial) const;
+  std::vector<TrialState> view() const;  // the scheduler's view, planned segments running
+  void launch_planned();
   Segment segment_of(const Trial& t) const;   // to launch: the full command
   Segment segment_ref(const Trial& t) const;  // to poll or stop: names only
   double dev_seconds_per_step() const;
@@ -79,11 +83,25 @@ class Controller {
     journal_->append(ev);
     state_ = replay(dir_, Journal::read(dir_ + "/journal.jsonl"));  // one source of truth
   }
+  // Segments running or planned in this round.
   int running() const {
-    int n = 0;
+    int n = (int)planned_.size();
     for (const auto& t : state_.trials) n += t.status == TrialState::kRunning && !t.relaunch;
     return n;
   }
+  int started() const {  // trials that left kPending, planned ones included
+    int n = state_.started();
+    for (const auto& p : planned_) n += state_.trials[p.trial].status == TrialState::kPending;
+    return n;
+  }
+
+  // A segment decided this round; all of a round's are launched together, so
+  // that the sbatch executor submits them as one job array.
+  struct Planned {
+    int trial, rung;
+    std::string why;
+  };
+  std::vector<Planned> planned_;
 
   std::string dir_;
   RunOptions o_;
@@ -196,31 +214,86 @@ double Controller::dev_seconds_per_step() const {
   return steps > 0 ? secs / steps : 0;
 }
 
-void Controller::launch(Trial& t0, int rung, const char* why) {
-  const int id = t0.id;
-  Trial t = t0;
-  const bool again = t.relaunch;
-  if (!again) {
-    t.rung = rung;
-    t.attempt = 0;
+bool Controller::planned(int trial) const {
+  for (const auto& p : planned_)
+    if (p.trial == trial) return true;
+  return false;
+}
+
+std::vector<TrialState> Controller::view() const {
+  std::vector<TrialState> v = scheduler_view(state_);
+  for (const auto& p : planned_) {
+    v[p.trial].status = TrialState::kRunning;
+    v[p.trial].rung = p.rung;
   }
-  if (!o_.gpus.empty() && !slot_of_.count(id)) {
+  return v;
+}
+
+void Controller::plan(int trial, int rung, const std::string& why) {
+  if (!o_.gpus.empty()) {
+    // A device slot no running or planned trial holds (a trial keeps its own
+    // while it is free).
     std::vector<bool> used(64, false);
     for (const auto& [tid, slot] : slot_of_)
-      if (state_.trials[tid].status == TrialState::kRunning && slot < 64) used[slot] = true;
-    int slot = 0;
-    while (slot < 63 && used[slot]) slot++;
-    slot_of_[id] = slot;
+      if (tid != trial && slot < 64 &&
+          ((state_.trials[tid].status == TrialState::kRunning && !state_.trials[tid].relaunch) ||
+           planned(tid)))
+        used[slot] = true;
+    auto it = slot_of_.find(trial);
+    if (it == slot_of_.end() || it->second >= 64 || used[it->second]) {
+      int slot = 0;
+      while (slot < 63 && used[slot]) slot++;
+      slot_of_[trial] = slot;
+    }
   }
-  std::error_code ec;
-  std::filesystem::create_directories(t.dir, ec);
-  if (ec) fail("cannot create ", t.dir, ": ", ec.message());
-  const Segment seg = segment_of(t);
-  const std::string handle = exec_->launch(seg);
-  append({{"event", "launched"}, {"trial", id}, {"rung", t.rung}, {"steps", sched_->rungs()[t.rung]},
-          {"attempt", t.attempt}, {"handle", handle}, {"segment", seg.name}});
-  say("trial %d -> %d steps (%s; %s %s)\n", id, sched_->rungs()[t.rung], why,
-      exec_->name().c_str(), handle.c_str());
+  planned_.push_back({trial, rung, why});
+}
+
+// Starts every planned segment (one executor call: the sbatch executor makes
+// one job array of them), then journals each launch.
+void Controller::launch_planned() {
+  if (planned_.empty()) return;
+  std::vector<Segment> segs;
+  std::vector<Trial> ts;
+  for (const auto& p : planned_) {
+    Trial t = state_.trials[p.trial];
+    if (!t.relaunch) {
+      t.rung = p.rung;
+      t.attempt = 0;
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(t.dir, ec);
+    if (ec) fail("cannot create ", t.dir, ": ", ec.message());
+    segs.push_back(segment_of(t));
+    ts.push_back(t);
+  }
+  const std::vector<std::string> handles = exec_->launch_batch(segs);
+  const std::vector<Planned> done = std::move(planned_);
+  planned_.clear();
+  for (size_t i = 0; i < ts.size(); i++) {
+    const Trial& t = ts[i];
+    append({{"event", "launched"}, {"trial", t.id}, {"rung", t.rung}, {"steps", sched_->rungs()[t.rung]},
+            {"attempt", t.attempt}, {"handle", handles[i]}, {"segment", segs[i].name}});
+    say("trial %d -> %d steps (%s; %s %s)\n", t.id, sched_->rungs()[t.rung], done[i].why.c_str(),
+        exec_->name().c_str(), handles[i].c_str());
+  }
+}
+
+// Trials a budget stopped with a checkpoint continue their segment when this
+// run's budgets leave room (e.g. `--max-device-hours` raised): they resume
+// from that checkpoint before anything new starts, as if never stopped.
+void Controller::resume_budget_stopped() {
+  if (!budget_reached(budget_, spent_so_far(state_), unix_now() - state_.first_run_time).empty()) return;
+  std::vector<Trial> stopped;
+  for (const auto& t : state_.trials)
+    if (t.status == TrialState::kStopped && t.budget_stop &&
+        (o_.max_trial_device_hours <= 0 || trial_ledger(t).device_hours() < o_.max_trial_device_hours))
+      stopped.push_back(t);
+  for (const auto& t : stopped) {
+    append({{"event", "resumed"}, {"trial", t.id}, {"rung", t.rung}, {"attempt", t.attempt + 1}});
+    say("trial %d: stopped by a budget before; resuming its checkpoint to %d steps\n", t.id,
+        sched_->rungs()[t.rung]);
+  }
 }
 
 void Controller::on_exit(Trial& t0, SegmentStatus st) {
@@ -253,7 +326,7 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
   // allocation ended), or gone without a code. Its checkpoint resumes it.
   const bool early = st.state == SegmentStatus::kLost || st.exit_code == 75 || st.exit_code > 128;
   if (st.state == SegmentStatus::kExited && st.exit_code == 76) {
-    nlohmann::json e = {{"event", "stopped"}, {"trial", t.id}, {"rung", t.rung},
+    nlohmann::json e = {{"event", "stopped"}, {"trial", t.id}, {"rung", t.rung}, {"budget", true},
                         {"reason", state_.budget_reached ? "sweep budget reached"
                                                          : "trial budget reached (exit 76)"}};
     e.update(spend);
@@ -263,7 +336,7 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
   }
   if (early) {
     if (state_.budget_reached) {
-      nlohmann::json e = {{"event", "stopped"}, {"trial", t.id}, {"rung", t.rung},
+      nlohmann::json e = {{"event", "stopped"}, {"trial", t.id}, {"rung", t.rung}, {"budget", true},
                           {"reason", "sweep budget reached"}};
       e.update(spend);
       append(e);
@@ -337,7 +410,9 @@ int Controller::run() {
         state_.done_reason.c_str());
     return 0;
   }
-  exec_ = make_executor(o_.executor, o_.sbatch_template, o_.sbatch_args);
+  if (o_.sbatch_array_max < 1) fail("--sbatch-array-max ", o_.sbatch_array_max, " must be at least 1");
+  exec_ = make_executor(o_.executor, o_.sbatch_template, o_.sbatch_args, o_.sbatch_array_max,
+                        dir_ + "/arrays");
   if (o_.trainer.empty()) o_.trainer = {self_exe(), "train"};
   journal_ = std::make_unique<Journal>(dir_ + "/journal.jsonl");
   const bool restarted = !state_.settings.is_null();
@@ -358,6 +433,7 @@ int Controller::run() {
            "raise it to continue");
   }
   settle_settings();
+  resume_budget_stopped();
   say("%s %s: %zu trials, %s, rungs (steps) %s, executor %s x %d\n",
       restarted ? "resuming" : "starting", dir_.c_str(), state_.trials.size(),
       state_.settings.at("scheduler").get<std::string>().c_str(),
@@ -379,19 +455,19 @@ int Controller::run() {
     bool idle = true;
     while (!stop && running() < o_.parallel) {
       // A segment that stopped early runs again first (resuming its checkpoint).
-      Trial* again = nullptr;
-      for (auto& t : state_.trials)
-        if (t.relaunch) {
+      const Trial* again = nullptr;
+      for (const auto& t : state_.trials)
+        if (t.relaunch && !planned(t.id)) {
           again = &t;
           break;
         }
       if (again) {
-        launch(*again, again->rung, "resumed after an early stop");
+        plan(again->id, again->rung, "resumed after an early stop");
         idle = false;
         continue;
       }
-      const bool may_start = o_.max_trials <= 0 || state_.started() < o_.max_trials;
-      const Decision d = sched_->next(scheduler_view(state_), may_start);
+      const bool may_start = o_.max_trials <= 0 || started() < o_.max_trials;
+      const Decision d = sched_->next(view(), may_start);
       if (d.kind != Decision::kStart && d.kind != Decision::kPromote) break;
       Trial& t = state_.trials[d.trial];
       const int from = d.kind == Decision::kPromote ? sched_->rungs()[t.rung] : 0;
@@ -413,9 +489,10 @@ int Controller::run() {
       }
       if (d.kind == Decision::kPromote)
         append({{"event", "promoted"}, {"trial", d.trial}, {"from_rung", t.rung}, {"to_rung", d.rung}});
-      launch(state_.trials[d.trial], d.rung, d.kind == Decision::kPromote ? "promoted" : "new");
+      plan(d.trial, d.rung, d.kind == Decision::kPromote ? "promoted" : "new");
       idle = false;
     }
+    launch_planned();
     if (running() == 0 && idle) {
       bool pending_relaunch = false;
       for (const auto& t : state_.trials) pending_relaunch |= t.relaunch;

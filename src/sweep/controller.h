@@ -21,6 +21,7 @@ struct RunOptions {
   int threads = 0;          // CPU threads per trial (0: the node's cores / parallel)
   std::string gpus;         // local: comma-separated device ids handed out one per slot
   std::string sbatch_template, sbatch_args;
+  int sbatch_array_max = 100;  // segments per job array (1: one job per segment)
   // budgets over the whole sweep (0/empty: none)
   double max_cost = 0, max_device_hours = 0;
   std::string max_wall_time;

@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -143,56 +145,69 @@ std::string capture(const std::string& cmd, int* rc) {
   return out;
 }
 
-// One batch job per segment. The template runs TRIAL/seg-NAME.sh, requeues
-// itself on exit 75 (slurm/requeue-lib.sh) and writes seg-NAME.exit at the end.
+void write_word(const std::string& path, const std::string& text) {
+  std::ofstream out(path + ".tmp");
+  out << text << "\n";
+  out.close();
+  if (!out) throw std::runtime_error("cannot write " + path + ".tmp");
+  std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
+std::string chomp(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// One batch job per segment, or one job array for several segments that start
+// at once. The template runs TRIAL/seg-NAME.sh (an array task finds its
+// segment on line SLURM_ARRAY_TASK_ID+1 of the list in RATCHET_SWEEP_ARRAY),
+// requeues itself on exit 75 (slurm/requeue-lib.sh; an array task alone) and
+// writes seg-NAME.exit at the end. Handles are job ids, J_I for array tasks.
 class SbatchExecutor : public Executor {
  public:
-  SbatchExecutor(std::string tmpl, std::string args) : tmpl_(std::move(tmpl)), args_(std::move(args)) {
+  SbatchExecutor(std::string tmpl, std::string args, int array_max, std::string array_dir)
+      : tmpl_(std::move(tmpl)), args_(std::move(args)), array_max_(std::max(1, array_max)),
+        array_dir_(std::move(array_dir)) {
     if (tmpl_.empty() || !exists(tmpl_))
       fail("--sbatch-template '", tmpl_, "' not found: give the trial template "
            "(slurm/sweep-trial.sbatch, next to requeue-lib.sh)");
+    if (array_max > 1 && array_dir_.empty()) fail("job arrays need a directory for their lists");
   }
   std::string name() const override { return "sbatch"; }
   double poll_seconds() const override { return 2.0; }
 
   std::string launch(const Segment& s) override {
-    const std::string job_file = s.base() + ".job";
-    if (exists(job_file)) return read_word(job_file);
-    // A controller killed between sbatch and writing the job file: find the job by name.
-    int rc = 0;
-    std::string found = capture("squeue -h -o %i -n " + shell_quote(s.job_name) + " 2>/dev/null", &rc);
-    while (!found.empty() && (found.back() == '\n' || found.back() == ' ')) found.pop_back();
-    if (rc == 0 && !found.empty() && found.find('\n') == std::string::npos) {
-      write_word(job_file, found);
-      return found;
+    const std::string h = adopted(s);
+    return h.empty() ? submit_one(s) : h;
+  }
+
+  std::vector<std::string> launch_batch(const std::vector<Segment>& segs) override {
+    std::vector<std::string> h(segs.size());
+    std::vector<size_t> fresh;
+    for (size_t i = 0; i < segs.size(); i++)
+      if ((h[i] = adopted(segs[i])).empty()) fresh.push_back(i);
+    for (size_t a = 0; a < fresh.size(); a += array_max_) {
+      const std::vector<size_t> chunk(fresh.begin() + a,
+                                      fresh.begin() + std::min(fresh.size(), a + array_max_));
+      if (chunk.size() == 1) {
+        h[chunk[0]] = submit_one(segs[chunk[0]]);
+        continue;
+      }
+      const std::vector<std::string> ids = submit_array(segs, chunk);
+      for (size_t k = 0; k < chunk.size(); k++) h[chunk[k]] = ids[k];
     }
-    std::string script = "#!/bin/bash\n";
-    for (const auto& [k, v] : s.env) script += "export " + k + "=" + shell_quote(v) + "\n";
-    script += "exec";
-    for (const auto& a : s.argv) script += " " + shell_quote(a);
-    script += "\n";
-    write_word(s.base() + ".sh", script);
-    const std::string cmd = "sbatch --parsable --job-name=" + shell_quote(s.job_name) +
-                            " --cpus-per-task=" + std::to_string(s.threads) + " --output=" +
-                            shell_quote(s.trial_dir + "/slurm-%j.out") + " --export=ALL," +
-                            "RATCHET_SWEEP_SEGMENT=" + s.base() + " " + args_ + " " +
-                            shell_quote(tmpl_) + " 2>&1";
-    std::string out = capture(cmd, &rc);
-    while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-    const std::string id = out.substr(0, out.find(';'));
-    if (rc != 0 || id.empty() || id.find_first_not_of("0123456789") != std::string::npos)
-      throw std::runtime_error("sbatch failed (exit " + std::to_string(rc) + "): " + out);
-    write_word(job_file, id);
-    return id;
+    return h;
   }
 
   SegmentStatus poll(const Segment& s, const std::string& handle) override {
     if (exists(s.base() + ".exit")) return ended(s);
     int rc = 0;
-    const std::string st = capture("squeue -h -o %T -j " + shell_quote(handle) + " 2>/dev/null", &rc);
+    const std::string st = capture("squeue -h -o %T -j " + shell_quote(handle) + " 2>&1", &rc);
     if (rc == 0 && st.find_first_not_of(" \n") != std::string::npos)
       return {SegmentStatus::kRunning, -1};  // pending, running, requeued, completing
-    if (rc != 0) return {SegmentStatus::kRunning, -1};  // squeue unavailable: ask again later
+    // Forgotten by Slurm (MinJobAge passed): it has ended.
+    if (rc != 0 && st.find("Invalid job id") == std::string::npos)
+      return {SegmentStatus::kRunning, -1};  // squeue unavailable: ask again later
     return ended(s);
   }
 
@@ -202,19 +217,114 @@ class SbatchExecutor : public Executor {
   }
 
  private:
-  static void write_word(const std::string& path, const std::string& text) {
-    std::ofstream out(path + ".tmp");
-    out << text << "\n";
-    out.close();
-    std::rename((path + ".tmp").c_str(), path.c_str());
+  // The job (array job id for an array) named `name` in squeue, "" if none or several.
+  static std::string find_job(const std::string& name) {
+    int rc = 0;
+    std::stringstream out(capture("squeue -h -r -o %F -n " + shell_quote(name) + " 2>/dev/null", &rc));
+    std::string id, w;
+    while (out >> w) {
+      if (!id.empty() && w != id) return "";
+      id = w;
+    }
+    return rc == 0 ? id : "";
   }
+
+  // The handle of a segment a previous controller submitted (its markers or,
+  // when it was killed between sbatch and writing them, its job name), else "".
+  static std::string adopted(const Segment& s) {
+    const std::string job_file = s.base() + ".job";
+    if (exists(job_file)) return read_word(job_file);
+    std::ifstream arr(s.base() + ".array");
+    std::string list, index, array_name;
+    if (arr >> list >> index >> array_name) {
+      std::string j = read_word(list + ".job");
+      if (j.empty()) j = find_job(array_name);
+      if (!j.empty()) {
+        write_word(job_file, j + "_" + index);
+        return j + "_" + index;
+      }
+    }
+    const std::string found = find_job(s.job_name);
+    if (found.empty()) return "";
+    write_word(job_file, found);
+    return found;
+  }
+
+  static void write_script(const Segment& s) {
+    std::string script = "#!/bin/bash\n";
+    for (const auto& [k, v] : s.env) script += "export " + k + "=" + shell_quote(v) + "\n";
+    script += "exec";
+    for (const auto& a : s.argv) script += " " + shell_quote(a);
+    write_word(s.base() + ".sh", script);
+  }
+
+  // sbatch; returns the job id. `extra`: flags before the template.
+  std::string sbatch(const std::string& job_name, int threads, const std::string& output,
+                     const std::string& extra) const {
+    const std::string cmd = "sbatch --parsable --job-name=" + shell_quote(job_name) +
+                            " --cpus-per-task=" + std::to_string(threads) + " --output=" +
+                            shell_quote(output) + " " + extra + " " + args_ + " " + shell_quote(tmpl_) +
+                            " 2>&1";
+    int rc = 0;
+    const std::string out = chomp(capture(cmd, &rc));
+    const std::string id = out.substr(0, out.find(';'));
+    if (rc != 0 || id.empty() || id.find_first_not_of("0123456789") != std::string::npos)
+      throw std::runtime_error("sbatch failed (exit " + std::to_string(rc) + "): " + out);
+    return id;
+  }
+
+  std::string submit_one(const Segment& s) const {
+    write_script(s);
+    const std::string id = sbatch(s.job_name, s.threads, s.trial_dir + "/slurm-%j.out",
+                                  "--export=ALL,RATCHET_SWEEP_SEGMENT=" + shell_quote(s.base()));
+    write_word(s.base() + ".job", id);
+    return id;
+  }
+
+  // One job array, task k running segs[chunk[k]]. The list and each segment's
+  // .array marker are written (atomically) before sbatch, the job ids after.
+  std::vector<std::string> submit_array(const std::vector<Segment>& segs,
+                                        const std::vector<size_t>& chunk) const {
+    std::error_code ec;
+    std::filesystem::create_directories(array_dir_, ec);
+    if (ec) throw std::runtime_error("cannot create " + array_dir_ + ": " + ec.message());
+    const Segment& first = segs[chunk[0]];
+    const std::string list = array_dir_ + "/" + first.job_name + ".list";
+    const std::string array_name = first.job_name + "-array";
+    std::string lines;
+    int threads = 1;
+    for (size_t k = 0; k < chunk.size(); k++) {
+      const Segment& s = segs[chunk[k]];
+      write_script(s);
+      lines += s.base() + (k + 1 < chunk.size() ? "\n" : "");
+      threads = std::max(threads, s.threads);
+    }
+    write_word(list, lines);
+    for (size_t k = 0; k < chunk.size(); k++)
+      write_word(segs[chunk[k]].base() + ".array", list + " " + std::to_string(k) + " " + array_name);
+    const std::string j =
+        sbatch(array_name, threads, array_dir_ + "/" + array_name + "-%A_%a.out",
+               "--array=0-" + std::to_string(chunk.size() - 1) +
+                   " --export=ALL,RATCHET_SWEEP_ARRAY=" + shell_quote(list));
+    write_word(list + ".job", j);
+    std::vector<std::string> ids;
+    for (size_t k = 0; k < chunk.size(); k++) {
+      ids.push_back(j + "_" + std::to_string(k));
+      write_word(segs[chunk[k]].base() + ".job", ids.back());
+    }
+    return ids;
+  }
+
   std::string tmpl_, args_;
+  size_t array_max_;
+  std::string array_dir_;
 };
 
 }  // namespace
 
 std::unique_ptr<Executor> make_executor(const std::string& kind, const std::string& sbatch_template,
-                                        const std::string& sbatch_args) {
+                                        const std::string& sbatch_args, int array_max,
+                                        const std::string& array_dir) {
   if (kind == "local") return std::make_unique<ProcessExecutor>(false);
   if (kind == "srun") {
     if (!std::getenv("SLURM_JOB_ID"))
@@ -222,7 +332,8 @@ std::unique_ptr<Executor> make_executor(const std::string& kind, const std::stri
            "controller in a Slurm job (slurm/sweep.sbatch or salloc), or use --executor local");
     return std::make_unique<ProcessExecutor>(true);
   }
-  if (kind == "sbatch") return std::make_unique<SbatchExecutor>(sbatch_template, sbatch_args);
+  if (kind == "sbatch")
+    return std::make_unique<SbatchExecutor>(sbatch_template, sbatch_args, array_max, array_dir);
   fail("--executor '", kind, "' is not known: use local, srun or sbatch");
 }
 

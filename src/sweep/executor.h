@@ -6,7 +6,9 @@
 // directory, so that a restarted controller can tell a segment that never
 // started from one that is still running or has ended while it was away:
 //   TRIAL/seg-NAME.pid   the wrapper shell's pid (local, srun)
-//   TRIAL/seg-NAME.job   the Slurm job id (sbatch)
+//   TRIAL/seg-NAME.job   the Slurm job id (sbatch; J_I for task I of array job J)
+//   TRIAL/seg-NAME.array "LIST INDEX JOBNAME": the segment is task INDEX of the
+//                        array job submitted for LIST (written before sbatch)
 //   TRIAL/seg-NAME.exit  the trainer's exit code, written (renamed) when it ends
 // The trainer's output is appended to TRIAL/train.log.
 #pragma once
@@ -40,6 +42,13 @@ class Executor {
   // Starts the segment, or adopts it when its markers show that a previous
   // controller already started it; returns the handle (pid or job id).
   virtual std::string launch(const Segment& s) = 0;
+  // Starts several segments at once (sbatch: one job array); the handles in
+  // order. By default one launch() each.
+  virtual std::vector<std::string> launch_batch(const std::vector<Segment>& segs) {
+    std::vector<std::string> h;
+    for (const auto& s : segs) h.push_back(launch(s));
+    return h;
+  }
   virtual SegmentStatus poll(const Segment& s, const std::string& handle) = 0;
   // Asks the segment to save and exit (the trainer's stop signal, USR1).
   virtual void stop(const Segment& s, const std::string& handle) = 0;
@@ -47,9 +56,12 @@ class Executor {
 };
 
 // kind: local | srun | sbatch. sbatch_template: the batch script for sbatch;
-// sbatch_args: extra sbatch flags (split on spaces).
+// sbatch_args: extra sbatch flags (split on spaces); array_max: at most this
+// many segments per job array (1: one job per segment); array_dir: where the
+// arrays' segment lists go (the sweep's DIR/arrays).
 std::unique_ptr<Executor> make_executor(const std::string& kind, const std::string& sbatch_template,
-                                        const std::string& sbatch_args);
+                                        const std::string& sbatch_args, int array_max = 1,
+                                        const std::string& array_dir = "");
 
 // Shell-quotes one word ('...') unless it needs none.
 std::string shell_quote(const std::string& s);

@@ -10,6 +10,7 @@
 //   launched  a trial segment started (trial, rung, steps, attempt, handle)
 //   result    a segment ended with the rung's val loss and the trial's spend
 //   promoted / paused / requeued / failed / stopped   decisions and outcomes
+//   resumed   a budget-stopped trial continues (a later run with a raised budget)
 //   done      the sweep ended (reason, best trial)
 #pragma once
 #include <nlohmann/json.hpp>

@@ -87,8 +87,21 @@ SweepState replay(const std::string& dir, const std::vector<nlohmann::json>& eve
       t.status = ev == "failed" ? TrialState::kFailed : TrialState::kStopped;
       t.relaunch = false;
       t.note = e.value("reason", "");
+      // Journals before the "budget" field said so in the reason only.
+      t.budget_stop = ev == "stopped" && (e.value("budget", false) || t.note == "sweep budget reached" ||
+                                          t.note == "trial budget reached (exit 76)");
       if (e.contains("device_hours")) t.device_hours = e.at("device_hours").get<double>();
       if (e.contains("cost")) t.cost = e.at("cost").get<double>();
+    } else if (ev == "resumed") {
+      // A budget-stopped trial continues its segment from its checkpoint.
+      Trial& t = trial(e);
+      t.status = TrialState::kRunning;
+      t.rung = e.at("rung").get<int>();
+      t.attempt = e.at("attempt").get<int>();
+      t.requeues = 0;
+      t.relaunch = true;
+      t.budget_stop = false;
+      t.note.clear();
     } else if (ev == "budget") {
       s.budget_reached = true;
       s.budget_reason = e.value("reason", "");

@@ -23,6 +23,7 @@ struct Trial {
   double device_hours = 0, cost = 0;  // as of the last recorded result
   double steps = 0;            // steps trained as of the last result
   std::string note;            // why it failed or stopped
+  bool budget_stop = false;    // stopped by a budget with a checkpoint: a raised budget resumes it
   std::string dir;             // DIR/trials/tNNNN
   std::string segment_name() const { return "r" + std::to_string(rung) + "-a" + std::to_string(attempt); }
 };

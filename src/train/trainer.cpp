@@ -29,6 +29,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "data/loader.h"
+#include "data/shard_cache.h"
 #include "data/shard_identity.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
@@ -58,7 +59,18 @@ std::string num(double v) {
 
 // Entropy (nats/token) of the training tokens' unigram distribution: the loss
 // of the best model that ignores context, printed so a run can be judged.
+// Reads every training token: kept in the shard cache (data/shard_cache.h)
+// so that a run's later starts (sweep segments, requeues) skip the read.
 double unigram_entropy(const TokenDataset& ds, int vocab) {
+  const ShardCache cache;
+  const std::string kind = "unigram-entropy vocab=" + std::to_string(vocab);
+  std::vector<std::string> files;
+  for (size_t i = 0; i < ds.num_shards(); i++) files.push_back(ds.shard_path(i));
+  if (const auto v = cache.lookup(kind, files)) {
+    char* end = nullptr;
+    const double h = std::strtod(v->c_str(), &end);
+    if (end && *end == '\0' && std::isfinite(h)) return h;
+  }
   std::vector<uint64_t> counts(vocab, 0);
   std::vector<int32_t> buf(1 << 20);
   for (uint64_t pos = 0; pos < ds.num_tokens(); pos += buf.size()) {
@@ -69,6 +81,9 @@ double unigram_entropy(const TokenDataset& ds, int vocab) {
   double h = 0, total = (double)ds.num_tokens();
   for (uint64_t c : counts)
     if (c) h -= c / total * std::log(c / total);
+  char v[32];
+  std::snprintf(v, sizeof v, "%.17g", h);
+  cache.store(kind, files, v);
   return h;
 }
 

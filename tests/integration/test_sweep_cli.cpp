@@ -342,6 +342,60 @@ TEST(SweepCli, EndToEndWithTheRealTrainer) {
   EXPECT_NE(r.output.find("trial=" + std::to_string(best)), std::string::npos) << r.output;
 }
 
+// A sweep stopped by its budget mid-segment (the trainer saves and exits 76)
+// and rerun with the budget raised continues the stopped trial from its
+// checkpoint: no step is trained twice, and with one trial at a time the
+// decisions and losses equal those of a sweep that never had the budget.
+TEST(SweepCli, BudgetStoppedTrialResumesWhenRaised) {
+  TempDir d;
+  ASSERT_EQ(shard_bible(d, "Gen1:1-Gen3:24"), "");
+  write_file(d / "base.ini",
+             "model = custom\nlayers = 2\nheads = 2\nchannels = 32\nmax-seq-len = 32\n"
+             "seq-len = 16\nbatch-size = 2\neval-batches = 2\nsteps = 12\n"
+             "train-data = " + (d / "data/train_*.h5") + "\nval-data = " + (d / "data/val_*.h5") + "\n");
+  write_file(d / "space.ini", "lr = choice(1e-3, 1e-2)\nwarmup-steps = choice(0, 4)\n");
+  const std::string flags = " --parallel 1 --threads-per-trial 1 --eta 2 --min-steps 3 --quiet";
+  for (const char* name : {"straight", "raised"}) {
+    auto r = run_ratchet("sweep init " + (d / name) + " --space " + (d / "space.ini") + " --base " +
+                         (d / "base.ini") + " --grid --grid-in-order");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  auto r = run_ratchet("sweep run " + (d / "straight") + flags);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // A budget far below one step's cost: the first trial (nothing measured yet,
+  // so it starts) stops itself at its first step boundary.
+  r = run_ratchet("sweep run " + (d / "raised") + flags + " --max-device-hours 1e-9");
+  ASSERT_EQ(r.exit_code, 76) << r.output;
+  bool stopped = false;
+  for (const auto& e : journal(d / "raised"))
+    stopped |= e["event"] == "stopped" && e["trial"] == 0 && e.value("budget", false);
+  ASSERT_TRUE(stopped) << read_file(d / "raised/journal.jsonl");
+  const json before = json::parse(read_file(d / "raised/trials/t0000/ledger.json"));
+  ASSERT_EQ(before["state"], 76);
+  ASSERT_LT(before["max_step"].get<double>(), 3);  // mid-segment: rung 0 is 3 steps
+  // Raised (here: no budget at all): trial 0 resumes its checkpoint first.
+  r = run_ratchet("sweep run " + (d / "raised") + flags);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(results(d / "raised"), results(d / "straight"));
+  std::vector<std::string> seq;  // launches, in order: the same decisions
+  for (const char* name : {"straight", "raised"}) {
+    std::string s;
+    for (const auto& e : journal(d / name))
+      if (e["event"] == "launched") s += std::to_string(e["trial"].get<int>()) + "@" + std::to_string(e["rung"].get<int>()) + " ";
+    seq.push_back(s);
+  }
+  // "raised" launches trial 0's rung 0 twice (stopped, then resumed): drop the first.
+  EXPECT_EQ(seq[1].substr(seq[1].find(' ') + 1), seq[0]);
+  const json after = json::parse(read_file(d / "raised/trials/t0000/ledger.json"));
+  EXPECT_EQ(after["steps_lost"], 0);  // no recomputed steps
+  EXPECT_GE(after["resumes"].get<double>(), 1);
+  EXPECT_NE(read_file(d / "raised/trials/t0000/train.log").find("resume: continuing from step"),
+            std::string::npos);
+  bool resumed = false;
+  for (const auto& e : journal(d / "raised")) resumed |= e["event"] == "resumed" && e["trial"] == 0;
+  EXPECT_TRUE(resumed);
+}
+
 // Promotion = resume with a larger --steps under --schedule-steps R: the
 // weights equal, byte for byte, those of a run trained straight to R.
 TEST(SweepCli, PromotionByResumeIsBitIdentical) {
