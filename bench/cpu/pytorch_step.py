@@ -144,9 +144,10 @@ def main():
     y = torch.randint(0, VOCAB, (B, T), generator=g)
 
     timed = 0.0
+    cpu = 0.0  # process CPU time (all threads): steadier than wall time on a shared machine
     loss = None
     for s in range(a.warmup + a.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         loss = m(x, y)
         loss.backward()
@@ -155,6 +156,7 @@ def main():
         loss_v = loss.item()
         if s >= a.warmup:
             timed += time.perf_counter() - t0
+            cpu += time.process_time() - c0
 
     ms = timed / a.steps * 1e3
     tokens = B * T
@@ -163,6 +165,7 @@ def main():
     if a.json:
         print(json.dumps({"impl": "pytorch", "model": a.model, "params": nparams, "B": B, "T": T,
                           "threads": threads, "step_ms": round(ms, 2),
+                          "cpu_ms": round(cpu / a.steps * 1e3, 2),
                           "tokens_per_s": round(tokens / (ms / 1e3), 1), "gflops": round(gflops, 2),
                           "peak_rss_mb": round(rss_mb, 1), "loss": round(loss_v, 4),
                           "torch": torch.__version__}))

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/blas_kernels.h"
 #include "ckpt/run_lock.h"
 #include "core/error.h"
 #include "core/exit_code.h"
@@ -328,6 +329,8 @@ void Trainer::setup() {
     std::string note;
     be_ = make_backend(bo, &note);
     if (!note.empty()) RLOG("%s\n", note.c_str());
+    if (be_->name() == "cpu" && !cpu::blas_core_warning().empty())
+      RLOG("warning: %s\n", cpu::blas_core_warning().c_str());
     // Gradients in real device memory go through NCCL (before the arena takes
     // the free memory); host memory (cpu, simt) through comm_ (MPI).
     if (comm_.world() > 1 && wants_device_communicator(be_->name()))
