@@ -2,11 +2,16 @@
 // random tokens, for a model preset at a given B and T.
 //
 //   bench_train_step --model d12|l12|... -B 4 -T 64 [--steps 5] [--warmup 2] [--threads 0] [--json]
+//                    [--profile]
 //
 // Warm-up steps first (page faults, OpenBLAS buffers), then the timed steps.
 // FLOPs per step = 6·(params used in matmuls)·tokens + 12·L·C·T·tokens
 // (train_flops_per_token); GFLOP/s is that over the mean step time. Peak RSS
-// is the process's high-water mark (getrusage) at the end.
+// is the process's high-water mark (getrusage) at the end. cpu_ms is the
+// process's user+sys CPU time per timed step (all threads): on a machine shared
+// with other jobs it moves far less than step_ms, so before/after comparisons
+// under load use it. --profile prints the per-op table of `train --profile`
+// (each op synchronized and timed) over the timed steps.
 #include <sys/resource.h>
 
 #include <boost/program_options.hpp>
@@ -16,12 +21,14 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/blas_kernels.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
+#include "train/profile_report.h"
 
 namespace po = boost::program_options;
 using namespace ratchet;
@@ -29,7 +36,7 @@ using namespace ratchet;
 int main(int argc, char** argv) {
   std::string model = "d12", arch;
   int B = 4, T = 64, steps = 5, warmup = 2, threads = 0;
-  bool json = false;
+  bool json = false, profile = false;
   po::options_description desc("bench_train_step: CPU training-step benchmark");
   desc.add_options()("help,h", "help")("model", po::value(&model)->default_value(model),
                                        "preset dN (GPT-2), lN (Llama), smollm-135m, llama3.2-1b (vocab 50257 for dN/lN)")(
@@ -39,7 +46,8 @@ int main(int argc, char** argv) {
       "steps", po::value(&steps)->default_value(steps), "timed steps")(
       "warmup", po::value(&warmup)->default_value(warmup), "untimed steps first")(
       "threads", po::value(&threads)->default_value(threads), "threads (0: all cores)")(
-      "json", po::bool_switch(&json), "one JSON object instead of the table");
+      "json", po::bool_switch(&json), "one JSON object instead of the table")(
+      "profile", po::bool_switch(&profile), "per-op time table over the timed steps (stderr)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -65,6 +73,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto be = make_cpu_backend(threads);
+  if (!cpu::blas_core_warning().empty())
+    std::fprintf(stderr, "bench_train_step: warning: %s\n", cpu::blas_core_warning().c_str());
   GPT m(cfg, *be);
   m.init_random(1);
   AdamW opt(*be, m.layout(), AdamWConfig{});
@@ -72,15 +82,22 @@ int main(int argc, char** argv) {
   std::vector<int32_t> x((size_t)B * T), y((size_t)B * T);
   for (auto& t : x) t = (int32_t)rng.below(cfg.vocab_size);
   for (auto& t : y) t = (int32_t)rng.below(cfg.vocab_size);
-  double timed = 0;
+  double timed = 0, cpu = 0;
   float loss = 0;
+  auto cpu_s = [] {  // user + sys of every thread of this process
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  };
   for (int s = 0; s < warmup + steps; s++) {
-    const double t0 = now_s();
+    if (s == warmup) m.set_profiling(profile);
+    const double t0 = now_s(), c0 = cpu_s();
     m.zero_grad();
     loss = m.forward_backward(x.data(), y.data(), B, T, 1.0f);
     opt.step(m.params(), m.grads(), 1e-4f);
-    if (s >= warmup) timed += now_s() - t0;
+    if (s >= warmup) timed += now_s() - t0, cpu += cpu_s() - c0;
   }
+  if (profile) print_profile(m.profile(), timed);
   const double ms = timed / steps * 1e3, tokens = (double)B * T;
   const double gflops = train_flops_per_token(cfg, T) * tokens / (ms / 1e3) / 1e9;
   struct rusage ru;
@@ -90,9 +107,10 @@ int main(int argc, char** argv) {
     const OrderedJson j = {{"impl", "ratchet"},       {"model", model},
                            {"params", m.num_params()}, {"B", B},
                            {"T", T},                   {"threads", threads},
-                           {"step_ms", ms},            {"tokens_per_s", tokens / (ms / 1e3)},
+                           {"step_ms", ms},            {"cpu_ms", cpu / steps * 1e3},
+                           {"tokens_per_s", tokens / (ms / 1e3)},
                            {"gflops", gflops},         {"peak_rss_mb", rss_mb},
-                           {"loss", loss}};
+                           {"loss", loss},             {"blas_core", cpu::blas_core_name()}};
     std::printf("%s\n", json_line(j).c_str());
   } else {
     std::printf("%-6s %10s %4s %5s %10s %10s %9s %10s\n", "model", "params", "B", "T", "ms/step",

@@ -17,6 +17,10 @@ clip_grad_norm_(1.0), AdamW(fused=False, foreach=False default for CPU; lr 1e-4,
 betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on 2-D matrices, 0 on biases and
 LayerNorm), matching ratchet's AdamWConfig defaults.
 
+--model lN runs the Llama of bench/cpu/pytorch_llama.py instead (RMSNorm,
+RoPE, SwiGLU, grouped-query attention, no biases, tied embeddings), same
+step and optimizer; its FLOPs are 6*params + 12*L*C*T per token (no wpe).
+
 FLOPs per step use ratchet's train_flops_per_token: 6*(params except wpe) +
 12*L*C*T per token (params counted with the padded wte). Peak RSS is the
 process's ru_maxrss. The JSON fields match bench_train_step --json.
@@ -31,6 +35,8 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from pytorch_llama import Llama, llama_shape
 
 VOCAB = 50257
 PADDED_VOCAB = (VOCAB + 127) // 128 * 128  # 50304, as ratchet
@@ -120,8 +126,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="0: all cores")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    if not a.model.startswith("d") or not a.model[1:].isdigit():
-        ap.error("model must be dN")
+    if a.model[:1] not in ("d", "l") or not a.model[1:].isdigit():
+        ap.error("model must be dN (GPT-2) or lN (Llama)")
     n = int(a.model[1:])
     L, NH, C = n, n, 64 * n
     B, T = a.batch_size, a.seq_len
@@ -130,23 +136,30 @@ def main():
     torch.set_num_threads(threads)
     torch.manual_seed(1)
 
-    m = GPT(L, NH, C, max_T)
+    if a.model.startswith("l"):
+        L, NH, KV, C, H = llama_shape(n)
+        m = Llama(L, NH, KV, C, H, VOCAB, PADDED_VOCAB, max_T)
+        wpe_params = 0
+    else:
+        m = GPT(L, NH, C, max_T)
+        wpe_params = max_T * C
     decay = [p for p in m.parameters() if p.dim() == 2]
     no_decay = [p for p in m.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
         lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
     nparams = sum(p.numel() for p in m.parameters())  # tied wte counted once
-    flops_per_token = 6.0 * (nparams - max_T * C) + 12.0 * L * C * T
+    flops_per_token = 6.0 * (nparams - wpe_params) + 12.0 * L * C * T
 
     g = torch.Generator().manual_seed(7)
     x = torch.randint(0, VOCAB, (B, T), generator=g)
     y = torch.randint(0, VOCAB, (B, T), generator=g)
 
     timed = 0.0
+    cpu = 0.0  # process CPU time (all threads): steadier than wall time on a shared machine
     loss = None
     for s in range(a.warmup + a.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         loss = m(x, y)
         loss.backward()
@@ -155,6 +168,7 @@ def main():
         loss_v = loss.item()
         if s >= a.warmup:
             timed += time.perf_counter() - t0
+            cpu += time.process_time() - c0
 
     ms = timed / a.steps * 1e3
     tokens = B * T
@@ -163,6 +177,7 @@ def main():
     if a.json:
         print(json.dumps({"impl": "pytorch", "model": a.model, "params": nparams, "B": B, "T": T,
                           "threads": threads, "step_ms": round(ms, 2),
+                          "cpu_ms": round(cpu / a.steps * 1e3, 2),
                           "tokens_per_s": round(tokens / (ms / 1e3), 1), "gflops": round(gflops, 2),
                           "peak_rss_mb": round(rss_mb, 1), "loss": round(loss_v, 4),
                           "torch": torch.__version__}))

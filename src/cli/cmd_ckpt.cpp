@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/options_util.h"
 #include "core/error.h"
+#include "interop/hf_checkpoint.h"
 #include "model/llmc_checkpoint.h"
 #include "model/param_layout.h"
 
@@ -40,12 +41,16 @@ actions:
                                 trainer writes there); exit 1 if something could not be removed
   export CKPT --output FILE [--overwrite]
                                 write the parameters as an llm.c GPT-2 fp32 checkpoint
+  export CKPT --format hf --output DIR [--dtype f32|bf16] [--overwrite]
+                                write a Llama model as a Hugging Face checkpoint
+                                (config.json + model.safetensors) for transformers
 
 examples:
   ratchet ckpt list ckpt/
   ratchet ckpt verify ckpt/step_00001000
   ratchet ckpt prune ckpt/ --keep-last 2 --keep-every 5000
   ratchet ckpt export ckpt/step_00001000 --output gpt2_d12.bin
+  ratchet ckpt export ckpt/step_00001000 --format hf --dtype bf16 --output llama_l6/
 )";
 
 std::string latest_name(const std::string& dir) {
@@ -204,7 +209,19 @@ int do_prune(const std::string& dir, int keep_last, int keep_every) {
   return r.failed.empty() ? kExitOk : kExitFailure;
 }
 
-int do_export(const std::string& path, const std::string& out, bool overwrite) {
+int do_export(const std::string& path, const std::string& out, bool overwrite, const std::string& format,
+              const std::string& dtype) {
+  if (format != "llmc" && format != "hf") fail("--format must be llmc or hf (got '", format, "')");
+  if (format == "hf") {
+    if (out.empty()) fail("ckpt export --format hf needs --output DIR");
+    const StDtype dt = parse_export_dtype("--dtype", dtype);
+    check_hf_export_dir("--output", out, overwrite);
+    Checkpoint ck = read_checkpoint(path);
+    save_hf_checkpoint(out, ck.meta.model, ck.params, dt, overwrite);
+    std::printf("wrote %s (Hugging Face Llama, config.json + safetensors %s, step %lld)\n", out.c_str(),
+                st_dtype_name(dt), (long long)ck.meta.step);
+    return kExitOk;
+  }
   if (out.empty()) fail("ckpt export needs --output FILE");
   if (fs::exists(out) && !overwrite)
     fail("--output ", out, " already exists: pass --overwrite to replace it, or choose another name");
@@ -217,13 +234,16 @@ int do_export(const std::string& path, const std::string& out, bool overwrite) {
 }  // namespace
 
 int cmd_ckpt(int argc, char** argv) {
-  std::string action, target, output;
+  std::string action, target, output, format = "llmc", dtype = "f32";
   int keep_last = 3, keep_every = 0;
   bool overwrite = false;
   po::options_description desc("ratchet ckpt options");
   desc.add_options()("help,h", "print this help")(
-      "output,o", po::value(&output), "export: the llm.c file to write")(
-      "overwrite", po::bool_switch(&overwrite), "export: replace an existing --output file")(
+      "output,o", po::value(&output), "export: the llm.c file (or, --format hf, directory) to write")(
+      "format", po::value(&format)->default_value(format),
+      "export: llmc (llm.c GPT-2 .bin) or hf (Hugging Face Llama: config.json + safetensors)")(
+      "dtype", po::value(&dtype)->default_value(dtype), "export --format hf: f32 (exact) or bf16")(
+      "overwrite", po::bool_switch(&overwrite), "export: replace an existing --output file or export")(
       "keep-last", po::value(&keep_last)->default_value(keep_last), "prune: newest N kept")(
       "keep-every", po::value(&keep_every)->default_value(keep_every),
       "prune: also keep multiples of this step")(
@@ -243,7 +263,7 @@ int cmd_ckpt(int argc, char** argv) {
   if (action == "inspect") return do_inspect(target);
   if (action == "verify") return do_verify(target);
   if (action == "prune") return do_prune(target, keep_last, keep_every);
-  if (action == "export") return do_export(target, output, overwrite);
+  if (action == "export") return do_export(target, output, overwrite, format, dtype);
   fail("unknown ckpt action '", action, "': use list, inspect, verify, prune or export");
 }
 

@@ -26,6 +26,10 @@ const char* kExamples = R"(examples:
   ratchet train --init-from gpt2_124M.bin --train-data 'fineweb/train_*.h5' \
       --batch-size 4 --seq-len 64 --total-batch-tokens 2048 --steps 1000
 
+  # fine-tune a Hugging Face Llama (SmolLM-135M's directory), export it back for transformers
+  ratchet train --init-from SmolLM-135M/ --train-data 'data/train_*.h5' --seq-len 256 \
+      --steps 200 --lr 1e-4 --export-hf smollm-tuned/ --export-dtype bf16
+
   # the same settings from an INI file (keys are the long option names)
   ratchet train --config run.ini --steps 50      # command line wins over the file
 
@@ -69,7 +73,9 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("max-seq-len", po::value(&o.max_seq_len)->default_value(o.max_seq_len),
      "positional embedding rows (maximum --seq-len)")
     ("init-from", po::value(&o.init_from),
-     "start from an llm.c GPT-2 checkpoint (its shape wins over the flags above)")
+     "start from a checkpoint, whose shape wins over the flags above: an llm.c GPT-2 .bin, or a "
+     "Hugging Face Llama directory (config.json + model.safetensors or shards with "
+     "model.safetensors.index.json) or FILE.safetensors with config.json beside it")
     ("seed", po::value(&o.seed)->default_value(o.seed), "random init and data order seed");
 
   po::options_description data("data and batch");
@@ -148,6 +154,12 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "the layers below runs; off = one all-reduce after the backward")
     ("log-jsonl", po::value(&o.log_jsonl), "write one JSON object per step/evaluation here")
     ("export", po::value(&o.export_path), "write an llm.c fp32 GPT-2 checkpoint at the end")
+    ("export-hf", po::value(&o.export_hf),
+     "write a Hugging Face Llama checkpoint (config.json + model.safetensors) into this directory "
+     "at the end (and on a budget or early stop)")
+    ("export-dtype", po::value(&o.export_dtype)->default_value(o.export_dtype),
+     "--export-hf tensors: f32 (exact) or bf16 (half the size)")
+    ("overwrite", po::bool_switch(&o.overwrite), "--export-hf may replace an earlier export's files")
     ("profile", po::bool_switch(&o.profile), "print a per-op time table at the end")
     ("quiet,q", po::bool_switch(&o.quiet), "no per-step lines");
 

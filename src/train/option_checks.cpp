@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "interop/hf_checkpoint.h"
 #include "train/time_limit.h"
 
 namespace ratchet {
@@ -65,6 +66,9 @@ void check_range(const char* flag, double v, double lo, double hi, bool hi_open,
 
 void check_output_paths(const TrainOptions& o) {
   check_file_output("--export", o.export_path);
+  check_hf_export_dir("--export-hf", o.export_hf, o.overwrite);
+  check_dir_output("--export-hf", o.export_hf);
+  if (!o.export_hf.empty()) parse_export_dtype("--export-dtype", o.export_dtype);
   check_file_output("--log-jsonl", o.log_jsonl);
   check_dir_output("--ckpt-dir", o.ckpt_dir);
 }

@@ -17,7 +17,8 @@ struct TrainOptions {
   float rope_theta = 0, norm_eps = 0;  // llama: 0 from the preset
   int vocab_size = 0;           // 0: from the training shards' vocab_size
   int max_seq_len = 1024;
-  std::string init_from;        // llm.c GPT-2 checkpoint; overrides the shape flags
+  std::string init_from;        // llm.c GPT-2 .bin, or a Hugging Face Llama directory or
+                                // .safetensors file; overrides the shape flags
   uint64_t seed = 1337;
 
   // data
@@ -64,6 +65,9 @@ struct TrainOptions {
   bool overlap_comm = true;     // stage 0: all-reduce each layer's gradients during backward
   std::string log_jsonl;
   std::string export_path;      // llm.c fp32 checkpoint written at the end
+  std::string export_hf;        // Hugging Face directory (config.json + safetensors) written at the end
+  std::string export_dtype = "f32";  // --export-hf tensors: f32 | bf16
+  bool overwrite = false;       // --export-hf may replace an earlier export's files
   bool profile = false;         // per-op table after the run
   bool quiet = false;           // no per-step lines (summary only)
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/blas_kernels.h"
 #include "ckpt/run_lock.h"
 #include "core/error.h"
 #include "core/exit_code.h"
@@ -36,6 +37,7 @@
 #include "dist/communicator.h"
 #include "dist/zero.h"
 #include "model/gpt.h"
+#include "interop/hf_checkpoint.h"
 #include "model/llmc_checkpoint.h"
 #include "model/memory.h"
 #include "train/checkpoint_session.h"
@@ -200,7 +202,16 @@ StepMemory Trainer::memory_for(const GPTConfig& cfg, int B) const {
 GPTConfig Trainer::resolve_config(std::vector<float>* init) const {
   GPTConfig c;
   if (!o_.init_from.empty()) {
-    *init = load_llmc_checkpoint(o_.init_from, &c);
+    if (!is_hf_checkpoint_path(o_.init_from)) {
+      *init = load_llmc_checkpoint(o_.init_from, &c);
+      return c;
+    }
+    *init = load_hf_checkpoint(o_.init_from, &c);
+    // A larger vocab than the shards' is fine (ids stay below it); a smaller one is not.
+    if (c.vocab_size < train_ds_->vocab_size())
+      fail("--init-from ", o_.init_from, " has vocab_size ", c.vocab_size, " but the training shards (",
+           o_.train_data, ") have vocab ", train_ds_->vocab_size(), ": the model cannot embed their "
+           "tokens; re-shard with the model's tokenizer");
     return c;
   }
   ModelFlags f;
@@ -306,6 +317,9 @@ void Trainer::setup() {
   shard_identity_ = from_ini(shard_ini);
   std::vector<float> init;
   cfg_ = resolve_config(&init);
+  if (!o_.export_hf.empty() && cfg_.arch != Arch::llama)
+    fail("--export-hf writes Llama models (--arch llama); this run's model is GPT-2: use --export "
+         "for llm.c's format");
   if (T_ > cfg_.max_seq_len)
     fail("--seq-len ", T_, " exceeds the model's max_seq_len ", cfg_.max_seq_len,
          ": lower --seq-len or raise --max-seq-len");
@@ -328,6 +342,8 @@ void Trainer::setup() {
     std::string note;
     be_ = make_backend(bo, &note);
     if (!note.empty()) RLOG("%s\n", note.c_str());
+    if (be_->name() == "cpu" && !cpu::blas_core_warning().empty())
+      RLOG("warning: %s\n", cpu::blas_core_warning().c_str());
     // Gradients in real device memory go through NCCL (before the arena takes
     // the free memory); host memory (cpu, simt) through comm_ (MPI).
     if (comm_.world() > 1 && wants_device_communicator(be_->name()))
@@ -499,13 +515,20 @@ int Trainer::run() {
 }
 
 void Trainer::export_weights() {
-  if (o_.export_path.empty()) return;
+  if (o_.export_path.empty() && o_.export_hf.empty()) return;
   dp_->sync_master(model_->params());  // collective
   if (!rank0()) return;
   std::vector<float> params(model_->num_params());
   model_->get_params(params.data());
-  save_llmc_checkpoint(o_.export_path, cfg_, params);
-  RLOG("exported llm.c checkpoint: %s\n", o_.export_path.c_str());
+  if (!o_.export_path.empty()) {
+    save_llmc_checkpoint(o_.export_path, cfg_, params);
+    RLOG("exported llm.c checkpoint: %s\n", o_.export_path.c_str());
+  }
+  if (!o_.export_hf.empty()) {
+    save_hf_checkpoint(o_.export_hf, cfg_, params, parse_export_dtype("--export-dtype", o_.export_dtype),
+                       o_.overwrite);
+    RLOG("exported Hugging Face checkpoint: %s\n", o_.export_hf.c_str());
+  }
 }
 
 int Trainer::train() {
@@ -636,7 +659,8 @@ int Trainer::train() {
         RLOG("exiting with code %d: stopped at step %d but no checkpoint could be saved (no "
              "--ckpt-dir or --run-dir): a rerun starts over. Pass --ckpt-dir (or --run-dir) to "
              "make stops resumable%s\n",
-             code, step_, o_.export_path.empty() ? "" : "; the weights so far are in --export");
+             code, step_,
+             o_.export_path.empty() && o_.export_hf.empty() ? "" : "; the weights so far are in --export/--export-hf");
       return code;
     }
     // Clocks differ between ranks: they agree on saving (a collective).

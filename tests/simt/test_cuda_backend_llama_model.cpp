@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "model/gpt.h"
+#include "testing/plan_vs_allocation.h"
 #include "testing/recompute_cases.h"
 #include "testing/tiny_model.h"
 
@@ -71,6 +72,21 @@ TEST(CudaBackendLlamaModel, Fp32StepMatchesTheCpuBackend) {
 TEST(CudaBackendLlamaModel, Fp32RecomputeIsBitwiseUnderEveryPolicy) {
   auto be = make_cuda_backend("f32");
   expect_every_policy_bitwise_equal(*be, tiny_llama_config(/*tied=*/true, 3), 2, 16);
+}
+
+// `ratchet plan`'s memory for a llama on the cuda backend is what it
+// allocates (RoPE table, GQA qkv, SwiGLU buffers, the ops' scratch), byte for
+// byte, with and without ZeRO-1; one policy per storage type (simt is slow;
+// the cpu test covers every policy).
+TEST(CudaBackendLlamaModel, PlanIsTheAllocation) {
+  const GPTConfig cfg = tiny_llama_config(/*tied=*/false, 2, 4, 2, 64, 96, 257, 32);
+  expect_plan_is_the_allocation([] { return make_cuda_backend("bf16"); }, cfg, 2, 16,
+                                parse_recompute("blocks:2"), false);
+  expect_plan_is_the_allocation([] { return make_cuda_backend("f32"); }, cfg, 2, 16,
+                                parse_recompute("gelu+ln"), false);
+  expect_plan_is_the_allocation(
+      [] { return make_cuda_backend("bf16", AttentionImpl::materialized); }, cfg, 2, 16,
+      Recompute(), false);
 }
 
 }  // namespace

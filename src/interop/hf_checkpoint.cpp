@@ -1,0 +1,303 @@
+#include "interop/hf_checkpoint.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+#include "interop/atomic_write.h"
+#include "model/param_layout.h"
+
+namespace ratchet {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string lower(std::string s) {
+  for (auto& ch : s) ch = (char)std::tolower((unsigned char)ch);
+  return s;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+// config.json's torch_dtype as a safetensors dtype; false when absent or other.
+bool torch_dtype(const nlohmann::json& j, StDtype* d) {
+  if (!j.contains("torch_dtype") || !j["torch_dtype"].is_string()) return false;
+  const std::string s = j["torch_dtype"].get<std::string>();
+  if (s == "float32") *d = StDtype::F32;
+  else if (s == "bfloat16") *d = StDtype::BF16;
+  else if (s == "float16") *d = StDtype::F16;
+  else return false;
+  return true;
+}
+
+// A file of an earlier export in dir (config.json, safetensors, the index).
+bool is_export_file(const fs::path& p) {
+  const std::string n = p.filename().string();
+  return n == "config.json" || n == "model.safetensors.index.json" ||
+         (n.rfind("model", 0) == 0 && p.extension() == ".safetensors");
+}
+
+}  // namespace
+
+std::vector<HfTensor> hf_tensor_map(const GPTConfig& c) {
+  RATCHET_ASSERT(c.arch == Arch::llama);
+  const ParamLayout lay(c);
+  const int64_t C = c.channels, L = c.num_layers, NH = c.num_heads, KV = c.kv_heads(),
+                hs = c.head_size(), H = c.ffn(), V = c.vocab_size;
+  const int64_t qkv_rows = (NH + 2 * KV) * hs;
+  // The layout must be the contract's (model/param_layout.h) for the blocks below to be right.
+  RATCHET_ASSERT(lay.sizes[P_QKVW] == (size_t)(L * qkv_rows * C));
+  RATCHET_ASSERT(lay.sizes[P_FCW] == (size_t)(L * 2 * H * C));
+  RATCHET_ASSERT(lay.sizes[P_FCPROJW] == (size_t)(L * C * H));
+  RATCHET_ASSERT(lay.sizes[P_LMHEAD] == (c.tied_embeddings ? 0 : (size_t)(c.padded_vocab * C)));
+
+  std::vector<HfTensor> m;
+  m.push_back({"model.embed_tokens.weight", {V, C}, lay.offsets[P_WTE]});
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const size_t qkv = lay.offsets[P_QKVW] + l * qkv_rows * C;
+    const size_t fc = lay.offsets[P_FCW] + l * 2 * H * C;
+    m.push_back({p + "input_layernorm.weight", {C}, lay.offsets[P_LN1W] + l * C});
+    m.push_back({p + "self_attn.q_proj.weight", {NH * hs, C}, qkv});
+    m.push_back({p + "self_attn.k_proj.weight", {KV * hs, C}, qkv + NH * hs * C});
+    m.push_back({p + "self_attn.v_proj.weight", {KV * hs, C}, qkv + (NH + KV) * hs * C});
+    m.push_back({p + "self_attn.o_proj.weight", {C, NH * hs}, lay.offsets[P_ATTPROJW] + l * C * NH * hs});
+    m.push_back({p + "post_attention_layernorm.weight", {C}, lay.offsets[P_LN2W] + l * C});
+    m.push_back({p + "mlp.gate_proj.weight", {H, C}, fc});
+    m.push_back({p + "mlp.up_proj.weight", {H, C}, fc + H * C});
+    m.push_back({p + "mlp.down_proj.weight", {C, H}, lay.offsets[P_FCPROJW] + l * C * H});
+  }
+  m.push_back({"model.norm.weight", {C}, lay.offsets[P_LNFW]});
+  if (!c.tied_embeddings) m.push_back({"lm_head.weight", {V, C}, lay.offsets[P_LMHEAD]});
+  return m;
+}
+
+// ---- config.json ------------------------------------------------------------------
+
+GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) {
+  if (!j.is_object()) fail(path, " is not a JSON object");
+  auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+  auto integer = [&](const char* k, int fallback, bool required) {
+    if (!has(k)) {
+      if (required) fail(path, " has no \"", k, "\": not a Hugging Face Llama config.json");
+      return fallback;
+    }
+    if (!j[k].is_number_integer() || j[k].get<int64_t>() <= 0 || j[k].get<int64_t>() > INT32_MAX)
+      fail(path, ": \"", k, "\" must be a positive integer (got ", j[k].dump(), ")");
+    return j[k].get<int>();
+  };
+  auto number = [&](const nlohmann::json& o, const char* k, double fallback) {
+    if (!o.contains(k) || o[k].is_null()) return fallback;
+    if (!o[k].is_number() || !(o[k].get<double>() > 0))
+      fail(path, ": \"", k, "\" must be a positive number (got ", o[k].dump(), ")");
+    return o[k].get<double>();
+  };
+  auto must_be = [&](const char* k, const nlohmann::json& want, const char* why) {
+    if (has(k) && j[k] != want)
+      fail(path, ": \"", k, "\" is ", j[k].dump(), " but ratchet's Llama needs ", want.dump(), " (", why, ")");
+  };
+  if (!has("model_type") || j["model_type"] != "llama")
+    fail(path, ": model_type is ", has("model_type") ? j["model_type"].dump() : "missing",
+         ", ratchet imports \"llama\" checkpoints (LlamaForCausalLM)");
+  must_be("hidden_act", "silu", "SwiGLU MLP");
+  must_be("attention_bias", false, "no biases");
+  must_be("mlp_bias", false, "no biases");
+
+  GPTConfig c;
+  c.arch = Arch::llama;
+  c.channels = integer("hidden_size", 0, true);
+  c.ffn_hidden = integer("intermediate_size", 0, true);
+  c.num_layers = integer("num_hidden_layers", 0, true);
+  c.num_heads = integer("num_attention_heads", 0, true);
+  c.num_kv_heads = integer("num_key_value_heads", c.num_heads, false);
+  c.vocab_size = integer("vocab_size", 0, true);
+  c.max_seq_len = integer("max_position_embeddings", 2048, false);  // HF LlamaConfig's default
+  if (c.channels % c.num_heads != 0)
+    fail(path, ": hidden_size ", c.channels, " is not a multiple of num_attention_heads ", c.num_heads);
+  if (has("head_dim") && j["head_dim"] != c.channels / c.num_heads)
+    fail(path, ": head_dim ", j["head_dim"].dump(), " != hidden_size / num_attention_heads = ",
+         c.channels / c.num_heads, ": ratchet needs head_dim = hidden_size / num_attention_heads");
+  c.norm_eps = (float)number(j, "rms_norm_eps", 1e-6);  // HF LlamaConfig's default
+  c.rope_theta = (float)number(j, "rope_theta", 10000.0);
+  if (has("tie_word_embeddings") && !j["tie_word_embeddings"].is_boolean())
+    fail(path, ": \"tie_word_embeddings\" must be true or false");
+  c.tied_embeddings = has("tie_word_embeddings") ? j["tie_word_embeddings"].get<bool>() : false;
+  if (has("rope_scaling")) {
+    const auto& r = j["rope_scaling"];
+    const std::string type = r.is_object() && r.contains("rope_type") ? r["rope_type"].dump()
+                             : r.is_object() && r.contains("type")    ? r["type"].dump() : "?";
+    if (type == "\"default\"") {
+      // no scaling
+    } else if (type != "\"llama3\"") {
+      fail(path, ": rope_scaling type ", type, " is not supported (ratchet has Llama 3.1's \"llama3\" "
+           "scaling or none)");
+    } else {
+      c.rope_factor = (float)number(r, "factor", 0);
+      if (c.rope_factor == 0) fail(path, ": rope_scaling has no \"factor\"");
+      c.rope_low_freq_factor = (float)number(r, "low_freq_factor", 1.0);
+      c.rope_high_freq_factor = (float)number(r, "high_freq_factor", 4.0);
+      if (r.contains("original_max_position_embeddings")) {
+        const auto& o = r["original_max_position_embeddings"];
+        if (!o.is_number_integer() || o.get<int64_t>() <= 0)
+          fail(path, ": rope_scaling original_max_position_embeddings must be a positive integer");
+        c.rope_original_max_pos = o.get<int>();
+      }
+    }
+  }
+  c.padded_vocab = 0;
+  try {
+    c.finalize();
+  } catch (const Error& e) {
+    fail(path, ": ", e.what());
+  }
+  return c;
+}
+
+OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
+  OrderedJson j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["hidden_size"] = c.channels;
+  j["intermediate_size"] = c.ffn();
+  j["num_hidden_layers"] = c.num_layers;
+  j["num_attention_heads"] = c.num_heads;
+  j["num_key_value_heads"] = c.kv_heads();
+  j["head_dim"] = c.head_size();
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_seq_len;
+  j["rms_norm_eps"] = c.norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  if (c.rope_factor > 0)
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", c.rope_factor},
+                         {"low_freq_factor", c.rope_low_freq_factor},
+                         {"high_freq_factor", c.rope_high_freq_factor},
+                         {"original_max_position_embeddings", c.rope_original_max_pos}};
+  else
+    j["rope_scaling"] = nullptr;
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["torch_dtype"] = dtype == StDtype::BF16 ? "bfloat16" : "float32";
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  return j;
+}
+
+// ---- import -----------------------------------------------------------------------
+
+bool is_hf_checkpoint_path(const std::string& path) {
+  std::error_code ec;
+  return fs::is_directory(path, ec) || fs::path(path).extension() == ".safetensors";
+}
+
+std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg) {
+  std::error_code ec;
+  const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
+  const std::string config_path = (dir / "config.json").string();
+  if (!fs::is_regular_file(config_path, ec))
+    fail("--init-from ", path, ": no config.json in ", dir.empty() ? "." : dir.string(),
+         ": a Hugging Face checkpoint needs its config.json next to the safetensors file(s)");
+  nlohmann::json j;
+  try {
+    std::ifstream in(config_path);
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(config_path, " is not valid JSON (", e.what(), ")");
+  }
+  const GPTConfig c = hf_config_from_json(j, config_path);
+  StDtype want_dtype = StDtype::F32;
+  const bool check_dtype = torch_dtype(j, &want_dtype);
+
+  const SafetensorsCheckpoint ck(path);
+  const auto map = hf_tensor_map(c);
+  std::set<std::string> expected;
+  for (const auto& t : map) expected.insert(t.name);
+  for (const auto& name : ck.names()) {
+    if (expected.count(name)) continue;
+    // Older exports keep RoPE's inverse frequencies as a buffer; they follow from rope_theta.
+    const std::string inv_freq = "rotary_emb.inv_freq";
+    if (name.size() >= inv_freq.size() &&
+        name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0)
+      continue;
+    const SafetensorsFile* f = nullptr;
+    ck.find(name, &f);
+    if (name == "lm_head.weight" && c.tied_embeddings)
+      fail(f->path(), " has tensor 'lm_head.weight' but ", config_path, " says tie_word_embeddings "
+           "true: set it to false to import the separate head, or drop the tensor");
+    fail(f->path(), " has tensor '", name, "' that a Llama with ", config_path,
+         "'s shape does not have (", c.num_layers, " layers", c.tied_embeddings ? ", tied" : ", untied",
+         " embeddings): wrong config.json, or not a Llama checkpoint");
+  }
+  std::vector<float> params(ParamLayout(c).total, 0.0f);  // padded vocab rows stay zero
+  for (const auto& t : map) {
+    const SafetensorsFile* f = nullptr;
+    const StTensor* st = ck.find(t.name, &f);
+    if (!st)
+      fail(path, " has no tensor '", t.name, "' that ", config_path, " implies",
+           t.name == "lm_head.weight" ? " (tie_word_embeddings is false)" : "",
+           ": the checkpoint is incomplete or config.json belongs to another model");
+    if (st->shape != t.shape)
+      fail(f->path(), ": tensor '", t.name, "' has shape ", shape_str(st->shape), " but ", config_path,
+           " implies ", shape_str(t.shape));
+    if (check_dtype && st->dtype != want_dtype)
+      fail(f->path(), ": tensor '", t.name, "' is ", st_dtype_name(st->dtype), " but ", config_path,
+           " says torch_dtype ", j["torch_dtype"].dump());
+    f->read_f32(*st, params.data() + t.offset);
+  }
+  *cfg = c;
+  return params;
+}
+
+// ---- export -----------------------------------------------------------------------
+
+void check_hf_export_dir(const char* flag, const std::string& dir, bool overwrite) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    fail(flag, " ", dir, " exists and is not a directory: give a directory for the Hugging Face export");
+  if (fs::is_directory(dir, ec) && !overwrite)
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (is_export_file(e.path()))
+        fail(flag, " ", dir, " already holds ", e.path().filename().string(),
+             " of an earlier export: pass --overwrite to replace it, or choose another directory");
+}
+
+void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const std::vector<float>& params,
+                        StDtype dtype, bool overwrite, uint64_t max_shard_bytes) {
+  if (cfg.arch != Arch::llama)
+    fail("the Hugging Face export writes Llama models (--arch llama); this model is GPT-2: use "
+         "--export / ckpt export --format llmc for llm.c's format");
+  RATCHET_ASSERT(params.size() == ParamLayout(cfg).total);
+  check_hf_export_dir("export directory", dir, overwrite);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("cannot create the export directory ", dir, ": ", ec.message());
+
+  std::vector<StWrite> ts;
+  for (const auto& t : hf_tensor_map(cfg)) ts.push_back({t.name, t.shape, params.data() + t.offset});
+  // transformers refuses safetensors without metadata format "pt".
+  const auto written = write_safetensors_checkpoint(dir, ts, dtype, {{"format", "pt"}}, max_shard_bytes);
+  // Shards or an index of an earlier, differently split export would mislead readers.
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n != "config.json" && is_export_file(e.path()) &&
+        std::find(written.begin(), written.end(), n) == written.end())
+      fs::remove(e.path(), ec);
+  }
+  write_text_atomically((fs::path(dir) / "config.json").string(), hf_config_to_json(cfg, dtype).dump(2) + "\n");
+}
+
+StDtype parse_export_dtype(const char* flag, const std::string& s) {
+  const std::string l = lower(s);
+  if (l == "f32" || l == "float32") return StDtype::F32;
+  if (l == "bf16" || l == "bfloat16") return StDtype::BF16;
+  fail(flag, " must be f32 or bf16 (got '", s, "')");
+}
+
+}  // namespace ratchet

@@ -1,0 +1,66 @@
+// Hugging Face Llama checkpoints in and out: config.json <-> GPTConfig
+// (Arch::llama), HF tensor names <-> the flat parameter buffer
+// (model/param_layout.h), safetensors files (interop/safetensors.h).
+//
+// Names, for layer N (every one is a contiguous block of the flat buffer):
+//   model.embed_tokens.weight                      (V, C)      wte rows [0, V)
+//   model.layers.N.input_layernorm.weight          (C)         ln1w[N]
+//   model.layers.N.self_attn.{q,k,v}_proj.weight   (NH*hs | KV*hs | KV*hs, C)  qkvw[N] row blocks
+//   model.layers.N.self_attn.o_proj.weight         (C, NH*hs)  attprojw[N]
+//   model.layers.N.post_attention_layernorm.weight (C)         ln2w[N]
+//   model.layers.N.mlp.{gate,up}_proj.weight       (H, C)      fcw[N] row blocks
+//   model.layers.N.mlp.down_proj.weight            (C, H)      fcprojw[N]
+//   model.norm.weight                              (C)         lnfw
+//   lm_head.weight                                 (V, C)      lmhead (untied only)
+// RoPE uses HF's rotate_half convention here too, so q/k need no permutation.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "interop/safetensors.h"
+#include "model/config.h"
+
+namespace ratchet {
+
+// One HF tensor: its name, shape, and where it lives in the flat buffer.
+struct HfTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t offset = 0;  // elements into the flat parameter buffer; prod(shape) elements
+};
+
+// Every tensor of a llama config, in HF's order (embedding, layers, norm, head).
+std::vector<HfTensor> hf_tensor_map(const GPTConfig& c);
+
+// config.json -> GPTConfig (finalized). Throws Error naming `path` and the field.
+GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path);
+// GPTConfig -> config.json, with torch_dtype for `dtype`.
+OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype);
+
+// True for a path --init-from should read as Hugging Face: a directory or a
+// file ending in .safetensors.
+bool is_hf_checkpoint_path(const std::string& path);
+
+// Reads config.json (in the directory, or beside FILE.safetensors) and the
+// safetensors file(s); returns the FP32 flat parameters (BF16/F16 widened).
+// Errors name the file and tensor: a missing or extra tensor, a shape or
+// dtype that does not match config.json, and every safetensors error.
+std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg);
+
+// Before a run: DIR can take an export (creatable; no earlier export's files
+// unless `overwrite`). Error naming `flag` and DIR.
+void check_hf_export_dir(const char* flag, const std::string& dir, bool overwrite);
+
+// Writes config.json and model.safetensors (or shards of at most
+// max_shard_bytes + index) into dir, atomically per file; dtype F32 or BF16.
+// Files of an earlier export are replaced only with `overwrite`; stale shards
+// of an earlier export are then removed.
+void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const std::vector<float>& params,
+                        StDtype dtype, bool overwrite, uint64_t max_shard_bytes = 5'000'000'000ull);
+
+// "f32" | "bf16" (any case) -> dtype; Error naming `flag` otherwise.
+StDtype parse_export_dtype(const char* flag, const std::string& s);
+
+}  // namespace ratchet
