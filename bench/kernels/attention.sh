@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Flash vs cuDNN (vs materialized) causal attention, forward + backward, on a GPU:
-#   bench/kernels/attention.sh [--build-dir DIR] [bench_attention options...]
+#   bench/kernels/attention.sh [--build-dir DIR] [bench_attention_gpu options...]
 # e.g. bench/kernels/attention.sh --T 1024,4096 --json > attention.jsonl
-# Runs DIR/bench/kernels/bench_attention (default DIR: build): per T and
+# Runs DIR/bench/kernels/bench_attention_gpu (default DIR: build): per T and
 # implementation a correctness pass against the cpu backend, warm-up, then ms
-# and TFLOP/s per forward and backward (see bench_attention.cpp for the FLOP
+# and TFLOP/s per forward and backward (see bench_attention_gpu.cpp for the FLOP
 # convention). Defaults: d12's attention (B=8, 12 heads of 64), T = 512..4096.
 #
-# Exit codes: bench_attention's (0 measured, 1 an implementation was wrong,
+# Exit codes: bench_attention_gpu's (0 measured, 1 an implementation was wrong,
 # 2 bad usage), and 69 when there is no GPU (EX_UNAVAILABLE, as
 # scripts/gpu-check.sh): nothing measured.
 #   attention.sh --expect-no-gpu BINARY   (CTest, machines without a GPU)
@@ -30,9 +30,9 @@ fi
 
 build=build
 if [ "${1:-}" = --build-dir ]; then build=$2; shift 2; fi
-bin=$build/bench/kernels/bench_attention
+bin=$build/bench/kernels/bench_attention_gpu
 if [ ! -x "$bin" ]; then
-  echo "attention.sh: $bin not found: build it (cmake --build $build --target bench_attention;" \
+  echo "attention.sh: $bin not found: build it (cmake --build $build --target bench_attention_gpu;" \
        "needs the CUDA toolkit, and cuDNN for the cudnn rows)" >&2
   exit 2
 fi

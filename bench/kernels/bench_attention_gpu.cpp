@@ -4,7 +4,7 @@
 // GEMMs around a (B,NH,T,T) softmax). Each runs through the cuda backend's
 // attention_forward/attention_backward in BF16, exactly as training calls it.
 //
-//   bench_attention [--B 8] [--NH 12] [--KV NH] [--HS 64] [--T 512,1024,2048,4096]
+//   bench_attention_gpu [--B 8] [--NH 12] [--KV NH] [--HS 64] [--T 512,1024,2048,4096]
 //                   [--impl flash,cudnn,materialized] [--iters 20] [--warmup 3] [--json]
 //
 // Per shape and implementation:
@@ -52,7 +52,8 @@ struct Opts {
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
-               "bench_attention: %s\nusage: bench_attention [--B 8] [--NH 12] [--KV NH] [--HS 64] "
+               "bench_attention_gpu: %s\nusage: bench_attention_gpu [--B 8] [--NH 12] [--KV NH] "
+               "[--HS 64] "
                "[--T 512,1024,2048,4096] [--impl flash,cudnn,materialized] [--iters 20] "
                "[--warmup 3] [--json]\n",
                why.c_str());
@@ -186,7 +187,7 @@ int main(int argc, char** argv) {
   const Opts o = parse(argc, argv);
   std::string why;
   if (!ratchet::cuda::device_available(&why)) {
-    std::fprintf(stderr, "bench_attention: no GPU (%s); nothing measured. Run it on a GPU node "
+    std::fprintf(stderr, "bench_attention_gpu: no GPU (%s); nothing measured. Run it on a GPU node "
                  "(scripts/gpu-check.sh does). Exit 69.\n", why.c_str());
     return 69;
   }
