@@ -22,23 +22,6 @@ using namespace ratchet::testing;
 
 namespace {
 
-// Weights larger than the init (std 0.1, norm gains 1 ± 0.1) so every gradient
-// is far from zero; padded vocab rows zero.
-std::vector<float> test_params(const GPTConfig& c) {
-  ParamLayout lay(c);
-  std::vector<float> p(lay.total);
-  Rng rng(42);
-  for (int i = 0; i < kNumParamTensors; i++)
-    for (size_t j = 0; j < lay.sizes[i]; j++) {
-      float n = 0.1f * rng.normal();
-      p[lay.offsets[i] + j] = (i == P_LN1W || i == P_LN2W || i == P_LNFW) ? 1 + n : n;
-    }
-  for (int i : {P_WTE, P_LMHEAD})
-    for (size_t j = (size_t)c.vocab_size * c.channels; j < lay.sizes[i]; j++)
-      p[lay.offsets[i] + j] = 0;
-  return p;
-}
-
 void write_inputs(const TempDir& d, const GPTConfig& c, const std::vector<float>& p,
                   const std::vector<int32_t>& x, const std::vector<int32_t>& y, int B, int T) {
   std::ofstream cj(d / "config.json");
@@ -63,7 +46,7 @@ void check_against_pytorch(const GPTConfig& c) {
   TempDir d;
   const int B = 3, T = 11, steps = 10;
   const float lr = 1e-3f;
-  const auto p0 = test_params(c);
+  const auto p0 = reference_params(c);
   const auto x = random_tokens(B * T, c.vocab_size, 5), y = random_tokens(B * T, c.vocab_size, 6);
   write_inputs(d, c, p0, x, y, B, T);
   auto run = run_shell("/usr/bin/python3 " RATCHET_TESTS_DIR "/reference/llama_reference.py"

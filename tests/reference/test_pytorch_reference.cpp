@@ -26,20 +26,6 @@ class PyTorchReference : public ::testing::Test {
  protected:
   // L=2, NH=4, C=32, V=61 (Vp=128), B=3, T=11: odd sizes, padded vocab, >1 head.
   GPTConfig cfg() { return tiny_config(2, 4, 32, 61, 16); }
-  // Weights larger than GPT-2's init (std 0.1, LayerNorm gains 1 ± 0.1, non-zero
-  // biases), so every gradient is far from zero and every path is exercised.
-  std::vector<float> params(const GPTConfig& c) {
-    ParamLayout lay(c);
-    std::vector<float> p(lay.total);
-    Rng rng(42);
-    for (int i = 0; i < kNumParamTensors; i++)
-      for (size_t j = 0; j < lay.sizes[i]; j++) {
-        float n = 0.1f * rng.normal();
-        p[lay.offsets[i] + j] = (i == P_LN1W || i == P_LN2W || i == P_LNFW) ? 1 + n : n;
-      }
-    for (size_t j = (size_t)c.vocab_size * c.channels; j < lay.sizes[P_WTE]; j++) p[j] = 0;
-    return p;
-  }
 };
 
 TEST_F(PyTorchReference, LogitsLossGradsAndTenAdamWSteps) {
@@ -47,7 +33,7 @@ TEST_F(PyTorchReference, LogitsLossGradsAndTenAdamWSteps) {
   const GPTConfig c = cfg();
   const int B = 3, T = 11, steps = 10;
   const float lr = 1e-3f, wd = 0.1f, clip = 1.0f;
-  auto p0 = params(c);
+  auto p0 = reference_params(c);
   save_llmc_checkpoint(d / "model.bin", c, p0);
   auto x = random_tokens(B * T, c.vocab_size, 5), y = random_tokens(B * T, c.vocab_size, 6);
   {

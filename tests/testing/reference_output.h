@@ -9,7 +9,30 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
+#include "model/config.h"
+#include "model/param_layout.h"
+
 namespace ratchet::testing {
+
+// The weights both references start from: larger than the init (std 0.1,
+// norm gains 1 ± 0.1, non-zero biases where the arch has them), so every
+// gradient is far from zero and every path is exercised; padded vocab rows
+// (wte, and lmhead when untied) zero.
+inline std::vector<float> reference_params(const GPTConfig& c) {
+  ParamLayout lay(c);
+  std::vector<float> p(lay.total);
+  Rng rng(42);
+  for (int i = 0; i < kNumParamTensors; i++)
+    for (size_t j = 0; j < lay.sizes[i]; j++) {
+      float n = 0.1f * rng.normal();
+      p[lay.offsets[i] + j] = (i == P_LN1W || i == P_LN2W || i == P_LNFW) ? 1 + n : n;
+    }
+  for (int i : {P_WTE, P_LMHEAD})
+    for (size_t j = (size_t)c.vocab_size * c.channels; j < lay.sizes[i]; j++)
+      p[lay.offsets[i] + j] = 0;
+  return p;
+}
 
 struct Reference {
   int B, T, Vp, P, steps;
