@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -20,6 +21,14 @@ void GPTConfig::finalize() {
   if (num_heads < 1) fail("--heads must be at least 1 (got ", num_heads, ")");
   if (channels < 1 || channels % num_heads != 0)
     fail("--channels ", channels, " must be a positive multiple of --heads ", num_heads);
+  // Row counts (4C, 2H, (NH+2KV)·hs) and the padded vocab are ints: bound the
+  // fields they come from (found by fuzzing checkpoint and llm.c headers).
+  constexpr int kMaxWidth = std::numeric_limits<int>::max() / 4;
+  if (channels > kMaxWidth) fail("--channels ", channels, " is out of range (at most ", kMaxWidth, ")");
+  if (ffn_hidden > kMaxWidth)
+    fail("--ffn-hidden ", ffn_hidden, " is out of range (at most ", kMaxWidth, ")");
+  if (vocab_size > kMaxWidth)
+    fail("--vocab-size ", vocab_size, " is out of range (at most ", kMaxWidth, ")");
   if (vocab_size < 2) fail("--vocab-size must be at least 2 (got ", vocab_size, ")");
   if (max_seq_len < 1) fail("--max-seq-len must be at least 1 (got ", max_seq_len, ")");
   if (padded_vocab < vocab_size) padded_vocab = pad_vocab(vocab_size);
