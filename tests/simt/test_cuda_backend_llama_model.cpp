@@ -74,6 +74,14 @@ TEST(CudaBackendLlamaModel, Fp32RecomputeIsBitwiseUnderEveryPolicy) {
   expect_every_policy_bitwise_equal(*be, tiny_llama_config(/*tied=*/true, 3), 2, 16);
 }
 
+// BF16 storage: a recompute must re-run the very ops of the first forward
+// (the fused residual + RMSNorm, not a separate add and norm that would round
+// differently), so gradients stay bitwise equal here too.
+TEST(CudaBackendLlamaModel, Bf16RecomputeIsBitwiseUnderEveryPolicy) {
+  auto be = make_cuda_backend("bf16");
+  expect_every_policy_bitwise_equal(*be, tiny_llama_config(/*tied=*/false, 3), 2, 16);
+}
+
 // `ratchet plan`'s memory for a llama on the cuda backend is what it
 // allocates (RoPE table, GQA qkv, SwiGLU buffers, the ops' scratch), byte for
 // byte, with and without ZeRO-1; one policy per storage type (simt is slow;
