@@ -69,4 +69,22 @@ inline double nmse_d(const float* a, const double* ref, size_t n) {
   return den > 0 ? num / den : num;
 }
 
+// Every parameter tensor's gradient g (flat, ParamLayout order) against the
+// reference's. NMSE 1e-9 is a relative RMS error of 3e-5: far above FP32
+// rounding through the network (~1e-6), far below a wrong term (~1e-2).
+// Padded vocab rows (wte, and lmhead when untied) are outside the softmax:
+// their gradient is exactly 0.
+inline void expect_grads_match(const std::vector<float>& g, const Reference& ref,
+                               const GPTConfig& c) {
+  const ParamLayout lay(c);
+  for (int i = 0; i < kNumParamTensors; i++) {
+    if (lay.sizes[i] == 0) continue;
+    const size_t o = lay.offsets[i], n = lay.sizes[i];
+    EXPECT_LT(nmse_d(g.data() + o, ref.grads.data() + o, n), 1e-9) << ParamLayout::name(i);
+  }
+  for (int i : {P_WTE, P_LMHEAD})
+    for (size_t j = (size_t)c.vocab_size * c.channels; j < lay.sizes[i]; j++)
+      ASSERT_EQ(g[lay.offsets[i] + j], 0.0f) << ParamLayout::name(i) << " padded row " << j;
+}
+
 }  // namespace ratchet::testing
