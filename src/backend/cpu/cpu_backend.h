@@ -50,42 +50,8 @@ class CpuBackend : public Backend {
   void download_bytes(void* dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
 
-  void encoder_forward(dptr out, const int* inp, cdptr wte, cdptr wpe, int B, int T,
-                       int C) override;
-  void encoder_backward(dptr dwte, dptr dwpe, cdptr dout, const int* inp, int B, int T,
-                        int C) override;
-  void layernorm_forward(dptr out, float* mean, float* rstd, cdptr inp, cdptr w, cdptr b, int N,
-                         int C) override;
-  void layernorm_backward(dptr dinp, dptr dw, dptr db, cdptr dout, cdptr inp, cdptr w,
-                          const float* mean, const float* rstd, int N, int C) override;
-  void matmul_forward(dptr out, dptr pre_gelu, cdptr inp, cdptr w, cdptr bias, int N, int C,
-                      int OC) override;
-  void matmul_backward(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w, int N, int C,
-                       int OC) override;
-  void attention_forward(dptr out, void* lse, cdptr qkv, int B, int T, int C, int NH,
-                         int KV) override;
-  void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr out, const void* lse, int B,
-                          int T, int C, int NH, int KV) override;
-  void rmsnorm_forward(dptr out, float* rstd, cdptr inp, cdptr w, int N, int C,
-                       float eps) override;
-  void rmsnorm_backward(dptr dinp, dptr dw, cdptr dout, cdptr inp, cdptr w, const float* rstd,
-                        int N, int C) override;
-  void residual_rmsnorm_forward(dptr resid, dptr out, float* rstd, cdptr a, cdptr b, cdptr w,
-                                int N, int C, float eps) override;
-  void rope_forward(dptr qkv, const float* cos_sin, int B, int T, int NH, int KV, int hs,
-                    int maxT) override;
-  void rope_backward(dptr dqkv, const float* cos_sin, int B, int T, int NH, int KV, int hs,
-                     int maxT) override;
-  void swiglu_forward(dptr out, cdptr inp, int N, int H) override;
-  void swiglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) override;
-  void gelu_forward(dptr out, cdptr inp, size_t n) override;
-  void gelu_backward(dptr dinp, cdptr inp, cdptr dout, size_t n) override;
-  void residual_forward(dptr out, cdptr a, cdptr b, size_t n) override;
-  void classifier(dptr logits, float* losses, const int* targets, int BT, int V, int Vp,
-                  float dloss) override;
-  double sum_squares(cdptr x, size_t n) override;
-  void adamw(dptr params, float* master, cdptr grads, float* m, float* v, size_t n,
-             const AdamWArgs& a) override;
+  // Backend's ops (backend.h), one op family per file as listed above.
+#include "backend/backend_ops.inc"
 
  private:
   // C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major, as cblas_sgemm;
