@@ -24,7 +24,20 @@ namespace ratchet::kernels {
 
 namespace {
 constexpr int kWarpsPerBlock = 4;
+
+// Coordinates of element i of a (B,NH,T,HS) tensor (d fastest).
+struct Bhtd {
+  size_t b;
+  int h, t, d;
+};
+__device__ __forceinline__ Bhtd bhtd_index(size_t i, int Tn, int NH, int HS) {
+  const int d = (int)(i % HS);
+  size_t r = i / HS;
+  const int t = (int)(r % Tn);
+  r /= Tn;
+  return {r / NH, (int)(r % NH), t, d};
 }
+}  // namespace
 
 // ==== kernels ====================================================================================
 
@@ -34,12 +47,7 @@ __global__ void permute_kernel(T* q, T* k, T* v, const T* qkv, int Tn, int NH, i
                                size_t total) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= total) return;
-  int d = (int)(i % HS);
-  size_t r = i / HS;
-  int t = (int)(r % Tn);
-  r /= Tn;
-  int h = (int)(r % NH);
-  size_t b = r / NH;
+  const auto [b, h, t, d] = bhtd_index(i, Tn, NH, HS);
   size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * KV) * HS;
   size_t row = (b * Tn + t) * W, kv = C + (size_t)(h / (NH / KV)) * HS + d;
   q[i] = qkv[row + (size_t)h * HS + d];
@@ -54,12 +62,7 @@ __global__ void permute_backward_kernel(T* dqkv, const T* dq, const T* dk, const
                                         int NH, int KV, int HS, size_t total) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= total) return;
-  int d = (int)(i % HS);
-  size_t r = i / HS;
-  int t = (int)(r % Tn);
-  r /= Tn;
-  int h = (int)(r % NH);
-  size_t b = r / NH;
+  const auto [b, h, t, d] = bhtd_index(i, Tn, NH, HS);
   size_t C = (size_t)NH * HS, W = (size_t)(NH + 2 * KV) * HS;
   size_t row = (b * Tn + t) * W;
   dqkv[row + (size_t)h * HS + d] = dq[i];
@@ -81,12 +84,7 @@ template <class T, bool backward>
 __global__ void unpermute_kernel(T* dst, const T* src, int Tn, int NH, int HS, size_t total) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= total) return;
-  int d = (int)(i % HS);
-  size_t r = i / HS;
-  int t = (int)(r % Tn);
-  r /= Tn;
-  int h = (int)(r % NH);
-  size_t b = r / NH;
+  const auto [b, h, t, d] = bhtd_index(i, Tn, NH, HS);
   size_t j = ((b * Tn + t) * NH + h) * HS + d;  // index in (B,T,NH,HS)
   if (backward)
     dst[i] = src[j];
