@@ -69,6 +69,17 @@ using bf16 = __nv_bfloat16;
                               __LINE__);                                               \
   } while (0)
 
+// ---- hashing (also for host-compiled callers: the cuda backend's rounding seeds) ----------
+// murmur3's 32-bit finaliser: every input bit affects every output bit.
+__host__ __device__ __forceinline__ uint32_t fmix32(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  h *= 0xC2B2AE35u;
+  h ^= h >> 16;
+  return h;
+}
+
 #if !defined(RATCHET_HOST_ONLY)
 // ---- NVTX range for a launcher's scope ---------------------------------------------------
 struct NvtxRange {
@@ -280,13 +291,7 @@ __device__ __forceinline__ T block_sum(T x, T* scratch) {
 // Hash of (index, seed): the random bits that decide rounding, identical on
 // device and in simt.
 __host__ __device__ __forceinline__ uint32_t hash_u32(uint32_t x, uint32_t seed) {
-  uint32_t h = x * 0x9E3779B1u ^ seed;
-  h ^= h >> 16;
-  h *= 0x85EBCA6Bu;
-  h ^= h >> 13;
-  h *= 0xC2B2AE35u;
-  h ^= h >> 16;
-  return h;
+  return fmix32(x * 0x9E3779B1u ^ seed);
 }
 // Rounds x to one of the two nearest bf16 values, up with probability equal to
 // the distance from the lower one (unbiased in expectation). NaN/Inf pass through.

@@ -77,16 +77,6 @@ constexpr DType dtype_of() {
 constexpr size_t kAllocAlign = kCudaAllocAlign;  // backend/memory_model.h
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-// A 32-bit mix (murmur3 finaliser) for the stochastic-rounding seeds.
-uint32_t mix32(uint32_t h) {
-  h ^= h >> 16;
-  h *= 0x85EBCA6Bu;
-  h ^= h >> 13;
-  h *= 0xC2B2AE35u;
-  h ^= h >> 16;
-  return h;
-}
-
 template <class T>
 T* P(dptr p) {
   return static_cast<T*>(p);
@@ -748,7 +738,8 @@ uint32_t CudaBackend<T>::rounding_seed(const void* params, int step) const {
   auto [base, bytes] = owner(params);
   RATCHET_ASSERT(base != nullptr);
   const uint32_t off = (uint32_t)((static_cast<const char*>(params) - base) / sizeof(T));
-  return mix32((uint32_t)step * 0x9E3779B1u ^ mix32(off + 0x5eed1234u));
+  // kernels/common.cuh's murmur3 finaliser, as the rounding's own hash uses.
+  return kernels::fmix32((uint32_t)step * 0x9E3779B1u ^ kernels::fmix32(off + 0x5eed1234u));
 }
 
 template <class T>
