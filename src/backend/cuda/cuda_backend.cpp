@@ -384,17 +384,8 @@ void CudaBackend<T>::layernorm_backward(dptr dinp, dptr dw, dptr db, cdptr dout,
 template <class T>
 void CudaBackend<T>::matmul_forward(dptr out, dptr pre_gelu, cdptr inp, cdptr w, cdptr bias,
                                     int N, int C, int OC) {
-  Gemm g;
-  g.transB = true;
-  g.m = N;
-  g.n = OC;
-  g.k = C;
-  g.A = inp;
-  g.lda = C;
-  g.B = w;
-  g.ldb = C;
-  g.C = out;
-  g.ldc = OC;
+  // out (N,OC) = inp (N,C) @ w (OC,C)^T
+  Gemm g = row_major_gemm(false, true, N, OC, C, inp, C, w, C, out, OC);
   if (pre_gelu) {
     last_gelu_epilogue_ = false;
     g.epilogue = Epilogue::gelu_bias;
@@ -443,16 +434,7 @@ template <class T>
 void CudaBackend<T>::matmul_backward_dinp(dptr dinp, cdptr dout, cdptr w, cdptr pre_gelu, int N,
                                           int C, int OC) {
   // dinp (N,C) = dout (N,OC) @ w (OC,C)   [* gelu'(pre_gelu (N,C)): DGELU epilogue]
-  Gemm gi;
-  gi.m = N;
-  gi.n = C;
-  gi.k = OC;
-  gi.A = dout;
-  gi.lda = OC;
-  gi.B = w;
-  gi.ldb = C;
-  gi.C = dinp;
-  gi.ldc = C;
+  Gemm gi = row_major_gemm(false, false, N, C, OC, dout, OC, w, C, dinp, C);
   if (!pre_gelu) {
     mm_.run(gi);
     return;
@@ -479,17 +461,7 @@ template <class T>
 void CudaBackend<T>::matmul_backward_dw(dptr dw, dptr dbias, cdptr dout, cdptr inp, int N, int C,
                                         int OC) {
   // dw (OC,C) += dout^T (OC,N) @ inp (N,C)
-  Gemm gw;
-  gw.transA = true;
-  gw.m = OC;
-  gw.n = C;
-  gw.k = N;
-  gw.A = dout;
-  gw.lda = OC;
-  gw.B = inp;
-  gw.ldb = C;
-  gw.C = dw;
-  gw.ldc = C;
+  Gemm gw = row_major_gemm(true, false, OC, C, N, dout, OC, inp, C, dw, C);
   gw.beta = 1.0f;
   last_dbias_epilogue_ = false;
   if (!dbias) {
@@ -518,20 +490,9 @@ namespace {
 // Batched (over B*NH) row-major GEMM on (T, *) head matrices.
 Gemm head_gemm(bool ta, bool tb, int m, int n, int k, const void* A, int lda, long long sA,
                const void* B, int ldb, long long sB, void* C, int ldc, long long sC, int batch) {
-  Gemm g;
-  g.transA = ta;
-  g.transB = tb;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.A = A;
-  g.lda = lda;
+  Gemm g = row_major_gemm(ta, tb, m, n, k, A, lda, B, ldb, C, ldc);
   g.strideA = sA;
-  g.B = B;
-  g.ldb = ldb;
   g.strideB = sB;
-  g.C = C;
-  g.ldc = ldc;
   g.strideC = sC;
   g.batch = batch;
   return g;

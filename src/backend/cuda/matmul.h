@@ -84,6 +84,25 @@ struct Gemm {
   void* dbias = nullptr;       // bgrad: (m) storage dtype, overwritten
 };
 
+// C (m,n) = op(A) (m,k) @ op(B) (k,n), row-major, arguments in cblas_sgemm's
+// order; alpha 1, beta 0, one matrix, no epilogue (set those fields after).
+inline Gemm row_major_gemm(bool transA, bool transB, int m, int n, int k, const void* A, int lda,
+                           const void* B, int ldb, void* C, int ldc) {
+  Gemm g;
+  g.transA = transA;
+  g.transB = transB;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.A = A;
+  g.lda = lda;
+  g.B = B;
+  g.ldb = ldb;
+  g.C = C;
+  g.ldc = ldc;
+  return g;
+}
+
 // The same GEMM in cuBLASLt's column-major terms.
 struct LtCall {
   bool opA_T = false, opB_T = false;  // op of the stored matrices
