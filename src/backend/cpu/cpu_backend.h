@@ -15,6 +15,7 @@
 //   cpu_classifier.cpp  fused softmax + cross-entropy (+ its gradient)
 //   cpu_optim.cpp       AdamW and the sum of squares (gradient norm)
 //   cpu_math.h          vectorisable exp and GELU shared by the above
+//   cpu_norm_grads.h    the weight/bias gradient loop of layernorm and RMSNorm
 //
 // Threads: every parallel region runs on at most `threads()` OpenMP threads
 // with schedule(static), and every reduction has a fixed order, so each op is

@@ -12,12 +12,13 @@
 //   dw   += sum_n dout * norm                                   (accumulated)
 //   db   += sum_n dout                                          (accumulated)
 // dinp is parallel over rows; dw/db are parallel over channel blocks, each
-// summing its rows in order (thread-count independent, no atomics).
+// summing its rows in order (cpu_norm_grads.h, shared with RMSNorm).
 // Row reductions are `omp simd` reductions: vectorised, in a fixed order.
 #include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_norm_grads.h"
 
 namespace ratchet {
 
@@ -83,27 +84,7 @@ void CpuBackend::layernorm_backward(dptr dinp_, dptr dw_, dptr db_, cdptr dout_,
     }
   }
 
-  constexpr int kBlock = 64;  // channels per work item
-  const int nblocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for num_threads(threads_) schedule(static)
-  for (int blk = 0; blk < nblocks; blk++) {
-    const int c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
-    float acc_w[kBlock] = {}, acc_b[kBlock] = {};
-    for (int n = 0; n < N; n++) {
-      const float* x = inp + (size_t)n * C;
-      const float* d = dout + (size_t)n * C;
-      const float m = mean[n], s = rstd[n];
-#pragma omp simd
-      for (int c = c0; c < c1; c++) {
-        acc_w[c - c0] += d[c] * ((x[c] - m) * s);
-        acc_b[c - c0] += d[c];
-      }
-    }
-    for (int c = c0; c < c1; c++) {
-      dw[c] += acc_w[c - c0];
-      db[c] += acc_b[c - c0];
-    }
-  }
+  cpu::norm_param_grads<true>(dw, db, dout, inp, mean, rstd, N, C, threads_);
 }
 
 }  // namespace ratchet

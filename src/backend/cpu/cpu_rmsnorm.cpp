@@ -10,11 +10,11 @@
 //   dinp += rstd * (g - norm * mean_c(g * norm))    (ACCUMULATED)
 //   dw   += sum_n dout * norm                         (accumulated)
 // dinp is parallel over rows; dw is parallel over channel blocks, each summing
-// its rows in order (thread-count independent, no atomics), as layernorm.
-#include <algorithm>
+// its rows in order (cpu_norm_grads.h, shared with layernorm).
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_norm_grads.h"
 
 namespace ratchet {
 
@@ -80,21 +80,7 @@ void CpuBackend::rmsnorm_backward(dptr dinp_, dptr dw_, cdptr dout_, cdptr inp_,
     for (int c = 0; c < C; c++) di[c] += s * (w[c] * d[c] - x[c] * s * gn_mean);
   }
 
-  constexpr int kBlock = 64;  // channels per work item
-  const int nblocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for num_threads(threads_) schedule(static)
-  for (int blk = 0; blk < nblocks; blk++) {
-    const int c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
-    float acc[kBlock] = {};
-    for (int n = 0; n < N; n++) {
-      const float* x = inp + (size_t)n * C;
-      const float* d = dout + (size_t)n * C;
-      const float s = rstd[n];
-#pragma omp simd
-      for (int c = c0; c < c1; c++) acc[c - c0] += d[c] * (x[c] * s);
-    }
-    for (int c = c0; c < c1; c++) dw[c] += acc[c - c0];
-  }
+  cpu::norm_param_grads<false>(dw, nullptr, dout, inp, nullptr, rstd, N, C, threads_);
 }
 
 }  // namespace ratchet
