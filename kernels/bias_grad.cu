@@ -1,8 +1,8 @@
 // Bias gradient of an affine layer:  dbias[o] += sum_n dout[n, o]
 //   dout (N, OC) row-major; dbias (OC) accumulated (+=), FP32 sums.
 // Two passes, deterministic: partial column sums over fixed chunks of
-// kRowsPerChunk rows into scratch (chunks, OC) (one thread per column, reads
-// coalesced across a row), then each column sums its chunks in order.
+// kRowsPerChunk rows into scratch (chunks, OC), then each column sums its
+// chunks in order (column_chunks, common.cuh).
 #include "bias_grad.cuh"
 
 namespace ratchet::kernels {
@@ -27,8 +27,7 @@ template <class T>
 __global__ void bias_grad_final_kernel(T* dbias, const float* partial, int chunks, int OC) {
   const int o = blockIdx.x * blockDim.x + threadIdx.x;
   if (o >= OC) return;
-  float acc = 0.0f;
-  for (int k = 0; k < chunks; k++) acc += partial[(size_t)k * OC + o];
+  const float acc = sum_chunks(partial, chunks, OC, o);
   dbias[o] = from_f32<T>(to_f32(dbias[o]) + acc);
 }
 
@@ -39,15 +38,14 @@ void bias_grad(T* dbias, void* scratch, const T* dout, int N, int OC, cudaStream
   RATCHET_NVTX_RANGE("bias_grad");
   RATCHET_REQUIRE(N > 0 && OC > 0, "bias_grad: N, OC must be positive");
   RATCHET_REQUIRE(scratch != nullptr, "bias_grad: needs bias_grad_scratch_bytes");
-  const int chunks = ceil_div(N, kRowsPerChunk);
-  RATCHET_REQUIRE(chunks <= 65535, "bias_grad: N too large for one grid column");
-  const int block = std::min(256, ceil_div(OC, 32) * 32);
+  const ColumnChunks g = column_chunks(N, OC, kRowsPerChunk);
+  RATCHET_REQUIRE(g.chunks <= 65535, "bias_grad: N too large for one grid column");
   auto* partial = static_cast<float*>(scratch);
-  dim3 grid((unsigned)ceil_div(OC, block), (unsigned)chunks);
-  RATCHET_LAUNCH((bias_grad_partial_kernel<T>), grid, block, 0, stream, partial, dout, N, OC);
+  RATCHET_LAUNCH((bias_grad_partial_kernel<T>), g.partial_grid, g.block, 0, stream, partial, dout,
+                 N, OC);
   RATCHET_CHECK_LAUNCH();
-  RATCHET_LAUNCH((bias_grad_final_kernel<T>), (unsigned)ceil_div(OC, block), block, 0, stream,
-                 dbias, partial, chunks, OC);
+  RATCHET_LAUNCH((bias_grad_final_kernel<T>), g.final_grid, g.block, 0, stream, dbias, partial,
+                 g.chunks, OC);
   RATCHET_CHECK_LAUNCH();
 }
 

@@ -287,6 +287,42 @@ __device__ __forceinline__ T block_sum(T x, T* scratch) {
   return warp_sum(x);
 }
 
+// ---- column sums in two deterministic passes ----------------------------------------------
+// bias_grad, layernorm_backward and rmsnorm_backward sum the columns of (N, C)
+// in two passes: partial sums over fixed chunks of rows into scratch
+// (chunks, C), one thread per column (reads coalesced across a row); then each
+// column adds its chunks in chunk order. The bits do not depend on the grid.
+struct ColumnChunks {
+  int chunks;           // ceil(N / rows_per_chunk): pass 1's grid.y
+  int block;            // threads per block, both passes
+  dim3 partial_grid;    // pass 1: (ceil(C / block), chunks)
+  unsigned final_grid;  // pass 2: ceil(C / block)
+};
+inline ColumnChunks column_chunks(int N, int C, int rows_per_chunk) {
+  ColumnChunks g;
+  g.chunks = ceil_div(N, rows_per_chunk);
+  g.block = std::min(256, ceil_div(C, 32) * 32);
+  g.final_grid = (unsigned)ceil_div(C, g.block);
+  g.partial_grid = dim3(g.final_grid, (unsigned)g.chunks);
+  return g;
+}
+// Pass 2 for column c: sum over k of partial[k, c], partial (chunks, C), in chunk order.
+// (layernorm's pass 2 sums dw and db in one loop itself: two independent chains.)
+__device__ __forceinline__ float sum_chunks(const float* partial, int chunks, int C, int c) {
+  float s = 0.0f;
+  for (int k = 0; k < chunks; k++) s += partial[(size_t)k * C + c];
+  return s;
+}
+
+// ---- rows, one warp each --------------------------------------------------------------------
+// The fused residual + norm kernels: r (C) = a + b stored in T, lanes striding
+// the row; each lane later reads back only the elements it wrote itself, so no
+// barrier is needed. r may alias a or b.
+template <class T>
+__device__ __forceinline__ void residual_add_row(T* r, const T* a, const T* b, int C) {
+  for (int c = threadIdx.x % 32; c < C; c += 32) r[c] = from_f32<T>(to_f32(a[c]) + to_f32(b[c]));
+}
+
 // ---- stochastic rounding FP32 -> BF16 ----------------------------------------------------
 // Hash of (index, seed): the random bits that decide rounding, identical on
 // device and in simt.

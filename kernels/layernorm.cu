@@ -55,11 +55,8 @@ __global__ void residual_layernorm_forward_kernel(T* residual, T* out, float* me
                                                   const T* bias, int N, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= N) return;
-  const int lane = threadIdx.x % 32;
   const size_t off = (size_t)row * C;
-  // Each lane reads back only the residual elements it wrote itself.
-  for (int c = lane; c < C; c += 32)
-    residual[off + c] = from_f32<T>(to_f32(a[off + c]) + to_f32(b[off + c]));
+  residual_add_row(residual + off, a + off, b + off, C);
   layernorm_row(out + off, mean, rstd, residual + off, w, bias, row, C);
 }
 
@@ -134,6 +131,7 @@ __global__ void layernorm_backward_final_kernel(T* dw, T* db, const float* parti
                                                 int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
+  // Both sums in one loop (two independent chains), not two sum_chunks passes.
   float sw = 0.0f, sb = 0.0f;
   for (int k = 0; k < chunks; k++) {
     sw += partial[(size_t)k * C + c];
@@ -195,16 +193,14 @@ void layernorm_backward(T* dinp, T* dw, T* db, void* scratch, const T* dout, con
   RATCHET_LAUNCH((layernorm_backward_dinp_kernel<T>), (unsigned)ceil_div(N, kWarpsPerBlock),
                  32 * kWarpsPerBlock, 0, stream, dinp, dout, inp, w, mean, rstd, N, C);
   RATCHET_CHECK_LAUNCH();
-  const int chunks = ceil_div(N, kRowsPerChunk);
-  RATCHET_REQUIRE(chunks <= 65535, "layernorm_backward: N too large for one grid column");
-  const int block = std::min(256, ceil_div(C, 32) * 32);
+  const ColumnChunks g = column_chunks(N, C, kRowsPerChunk);
+  RATCHET_REQUIRE(g.chunks <= 65535, "layernorm_backward: N too large for one grid column");
   auto* partial = static_cast<float*>(scratch);
-  dim3 grid((unsigned)ceil_div(C, block), (unsigned)chunks);
-  RATCHET_LAUNCH((layernorm_backward_partial_kernel<T>), grid, block, 0, stream, partial, dout,
-                 inp, mean, rstd, N, C);
+  RATCHET_LAUNCH((layernorm_backward_partial_kernel<T>), g.partial_grid, g.block, 0, stream,
+                 partial, dout, inp, mean, rstd, N, C);
   RATCHET_CHECK_LAUNCH();
-  RATCHET_LAUNCH((layernorm_backward_final_kernel<T>), (unsigned)ceil_div(C, block), block, 0,
-                 stream, dw, db, partial, chunks, C);
+  RATCHET_LAUNCH((layernorm_backward_final_kernel<T>), g.final_grid, g.block, 0, stream, dw, db,
+                 partial, g.chunks, C);
   RATCHET_CHECK_LAUNCH();
 }
 

@@ -47,11 +47,8 @@ __global__ void residual_rmsnorm_forward_kernel(T* residual, T* out, float* rstd
                                                 const T* b, const T* w, int N, int C, float eps) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= N) return;
-  const int lane = threadIdx.x % 32;
   const size_t off = (size_t)row * C;
-  // Each lane reads back only the residual elements it wrote itself.
-  for (int c = lane; c < C; c += 32)
-    residual[off + c] = from_f32<T>(to_f32(a[off + c]) + to_f32(b[off + c]));
+  residual_add_row(residual + off, a + off, b + off, C);
   rmsnorm_row(out + off, rstd, residual + off, w, row, C, eps);
 }
 
@@ -94,8 +91,7 @@ template <class T>
 __global__ void rmsnorm_backward_final_kernel(T* dw, const float* partial, int chunks, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  float sw = 0.0f;
-  for (int k = 0; k < chunks; k++) sw += partial[(size_t)k * C + c];
+  const float sw = sum_chunks(partial, chunks, C, c);
   dw[c] = from_f32<T>(to_f32(dw[c]) + sw);
 }
 
@@ -131,16 +127,14 @@ void rmsnorm_backward(T* dinp, T* dw, void* scratch, const T* dout, const T* inp
   RATCHET_LAUNCH((rmsnorm_backward_dinp_kernel<T>), (unsigned)ceil_div(N, kWarpsPerBlock),
                  32 * kWarpsPerBlock, 0, stream, dinp, dout, inp, w, rstd, N, C);
   RATCHET_CHECK_LAUNCH();
-  const int chunks = ceil_div(N, kRowsPerChunk);
-  RATCHET_REQUIRE(chunks <= 65535, "rmsnorm_backward: N too large for one grid column");
-  const int block = std::min(256, ceil_div(C, 32) * 32);
+  const ColumnChunks g = column_chunks(N, C, kRowsPerChunk);
+  RATCHET_REQUIRE(g.chunks <= 65535, "rmsnorm_backward: N too large for one grid column");
   auto* partial = static_cast<float*>(scratch);
-  dim3 grid((unsigned)ceil_div(C, block), (unsigned)chunks);
-  RATCHET_LAUNCH((rmsnorm_backward_partial_kernel<T>), grid, block, 0, stream, partial, dout, inp,
-                 rstd, N, C);
+  RATCHET_LAUNCH((rmsnorm_backward_partial_kernel<T>), g.partial_grid, g.block, 0, stream, partial,
+                 dout, inp, rstd, N, C);
   RATCHET_CHECK_LAUNCH();
-  RATCHET_LAUNCH((rmsnorm_backward_final_kernel<T>), (unsigned)ceil_div(C, block), block, 0,
-                 stream, dw, partial, chunks, C);
+  RATCHET_LAUNCH((rmsnorm_backward_final_kernel<T>), g.final_grid, g.block, 0, stream, dw, partial,
+                 g.chunks, C);
   RATCHET_CHECK_LAUNCH();
 }
 
