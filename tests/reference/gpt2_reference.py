@@ -67,13 +67,15 @@ def read_batch(path):
     return toks[:B * T].view(B, T), toks[B * T:].view(B, T)
 
 
-def unflatten(flat, cfg):
-    """Name -> view into the flat buffer (views keep autograd flowing to `flat`)."""
+def unflatten(flat, shapes):
+    """Name -> view into the flat buffer (views keep autograd flowing to `flat`).
+    shapes: (name, shape) in flat-buffer order (param_shapes of either model)."""
     out, off = {}, 0
-    for name, shape in param_shapes(cfg):
+    for name, shape in shapes:
         n = math.prod(shape)
         out[name] = flat[off:off + n].view(shape)
         off += n
+    assert off == flat.numel(), (off, flat.numel())
     return out
 
 
@@ -92,7 +94,7 @@ def gelu_tanh(x):
 def forward(flat, cfg, inputs, targets):
     """GPT-2 (pre-LN) forward. Returns logits (B,T,Vp) and mean cross-entropy over
     all B*T positions, with the softmax taken over the first V logit columns only."""
-    p = unflatten(flat, cfg)
+    p = unflatten(flat, param_shapes(cfg))
     B, T = inputs.shape
     C, NH, V = cfg["C"], cfg["NH"], cfg["V"]
     hs = C // NH

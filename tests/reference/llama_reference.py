@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import gpt2_reference as g2  # noqa: E402  (read_batch, run (AdamW), args, write/read_output)
+import gpt2_reference as g2  # noqa: E402  (read_batch, unflatten, run (AdamW), args, write/read_output)
 
 DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead"}
 
@@ -41,16 +41,6 @@ def param_shapes(cfg):
     if not cfg["tied"]:
         shapes.append(("lmhead", (Vp, C)))
     return shapes
-
-
-def unflatten(flat, cfg):
-    out, off = {}, 0
-    for name, shape in param_shapes(cfg):
-        n = math.prod(shape)
-        out[name] = flat[off:off + n].view(shape)
-        off += n
-    assert off == flat.numel(), (off, flat.numel())
-    return out
 
 
 def inv_freq(cfg):
@@ -86,7 +76,7 @@ def rope(x, cos, sin):
 
 
 def forward(flat, cfg, inputs, targets):
-    p = unflatten(flat, cfg)
+    p = g2.unflatten(flat, param_shapes(cfg))
     B, T = inputs.shape
     C, NH, KV, H, V, eps = cfg["C"], cfg["NH"], cfg["KV"], cfg["H"], cfg["V"], cfg["eps"]
     hs = C // NH
@@ -200,7 +190,7 @@ def self_test():
         off += size
     print(f"[ok] gradcheck: {len(param_shapes(cfg))} tensors, worst rel err {worst:.2e}")
     # GQA == MHA whose k, v heads repeat the groups' KV heads
-    p = unflatten(flat, cfg)
+    p = g2.unflatten(flat, param_shapes(cfg))
     hs = cfg["C"] // cfg["NH"]
     mha = dict(cfg, KV=cfg["NH"])
     qkv = p["qkvw"]                                   # (L, (NH+2KV)hs, C)
