@@ -6,15 +6,10 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/rng.h"  // mix64
 
 namespace ratchet {
 namespace {
-
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 // FNV-1a, then mixed: a stable 64-bit hash of bytes.
 uint64_t hash_bytes(std::string_view s) {

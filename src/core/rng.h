@@ -7,16 +7,21 @@
 
 namespace ratchet {
 
+// splitmix64's finalizer: a bijective 64-bit mix (every input bit affects
+// every output bit). Rng's output function; also a stable 64-bit hash step.
+inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 struct Rng {
   uint64_t state;
   explicit Rng(uint64_t seed = 0) : state(seed) {}
 
   // splitmix64: full-period, passes BigCrush, one word of state.
   uint64_t next_u64() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return mix64(state += 0x9E3779B97F4A7C15ull);
   }
   // Uniform in [0, 1) with 24 random bits (exactly representable as float).
   float uniform() { return (next_u64() >> 40) * (1.0f / 16777216.0f); }
