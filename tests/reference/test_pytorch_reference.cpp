@@ -5,15 +5,13 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <fstream>
 #include <vector>
 
 #include "backend/backend.h"
 #include "model/gpt.h"
 #include "model/llmc_checkpoint.h"
-#include "optim/adamw.h"
 #include "testing/reference_output.h"
+#include "testing/reference_run.h"
 #include "testing/test_util.h"
 #include "testing/tiny_model.h"
 
@@ -36,13 +34,7 @@ TEST_F(PyTorchReference, LogitsLossGradsAndTenAdamWSteps) {
   auto p0 = reference_params(c);
   save_llmc_checkpoint(d / "model.bin", c, p0);
   auto x = random_tokens(B * T, c.vocab_size, 5), y = random_tokens(B * T, c.vocab_size, 6);
-  {
-    std::ofstream f(d / "batch.bin", std::ios::binary);
-    int32_t bt[2] = {B, T};
-    f.write((const char*)bt, 8);
-    f.write((const char*)x.data(), x.size() * 4);
-    f.write((const char*)y.data(), y.size() * 4);
-  }
+  write_token_batch(d / "batch.bin", x, y, B, T);
   auto run = run_shell("/usr/bin/python3 " RATCHET_TESTS_DIR "/reference/gpt2_reference.py"
                        " --checkpoint " + (d / "model.bin") + " --batch " + (d / "batch.bin") +
                        " --out " + (d / "ref.bin") + " --steps 10 --lr 0.001 --weight-decay 0.1"
@@ -51,47 +43,21 @@ TEST_F(PyTorchReference, LogitsLossGradsAndTenAdamWSteps) {
                                  "scripts/install-deps.sh):\n" << run.output;
   Reference ref = read_reference(d / "ref.bin");
   ASSERT_EQ(ref.P, (int)ParamLayout(c).total);
+  ASSERT_EQ(ref.steps, steps);
 
   auto be = make_cpu_backend(2);
   GPT m(c, *be);
   m.set_params(p0.data());
 
-  // Forward. FP32 vs FP64 over sums of ~C=32 and 4C terms: relative error
-  // ~1e-6 of logits of size ~1, so 1e-5 absolute has a 10x margin.
-  float loss = m.forward(x.data(), y.data(), B, T);
-  std::vector<float> logits((size_t)B * T * c.padded_vocab);
-  m.get_logits(logits.data());
-  double worst = 0;
-  for (size_t i = 0; i < logits.size(); i++) worst = std::fmax(worst, std::fabs(logits[i] - ref.logits[i]));
-  EXPECT_LT(worst, 1e-5) << "logits";
-  // The loss is a mean of log-sum-exps of those logits: same order of error.
-  EXPECT_NEAR(loss, ref.loss, 1e-5);
+  // Forward: logits and loss (tolerances in reference_run.h).
+  expect_forward_matches(m, x, y, B, T, ref);
 
   // Backward: every tensor's gradient, and exact zeros on the padded wte rows.
-  m.zero_grad();
-  m.forward_backward(x.data(), y.data(), B, T, 1.0f);
-  std::vector<float> g(m.num_params());
-  m.get_grads(g.data());
-  expect_grads_match(g, ref, c);
-  const ParamLayout& lay = m.layout();
+  expect_backward_matches(m, x, y, B, T, ref);
 
   // Ten AdamW steps on the same batch, with weight decay and clipping active.
-  AdamWConfig ac;
-  ac.weight_decay = wd;
-  ac.grad_clip = clip;
-  AdamW opt(*be, lay, ac);
-  m.set_params(p0.data());
-  for (int s = 0; s < steps; s++) {
-    m.zero_grad();
-    float l = m.forward_backward(x.data(), y.data(), B, T, 1.0f);
-    // Each step moves parameters by ~lr; FP32 noise in tiny gradient entries can
-    // change Adam's normalized update for those entries, so the loss drifts by at
-    // most ~1e-5 over ten steps.
-    EXPECT_NEAR(l, ref.losses[s], 2e-5) << "loss before update " << s + 1;
-    opt.step(m.params(), m.grads(), lr);
-  }
-  std::vector<float> p(m.num_params());
-  m.get_params(p.data());
+  std::vector<float> p = adamw_steps_matching(m, *be, p0, x, y, B, T, lr, wd, clip, ref);
+  const ParamLayout& lay = m.layout();
   // The key bias (middle third of each layer's qkvb) has an exactly zero true
   // gradient: q·(k + b) shifts a whole softmax row by q·b, which the softmax
   // ignores. Both implementations feed rounding noise (|g| ~ 1e-17 in FP64,
@@ -106,12 +72,7 @@ TEST_F(PyTorchReference, LogitsLossGradsAndTenAdamWSteps) {
       EXPECT_LE(std::fabs(p[k] - ref.final_params[k]), steps * lr * 1.001) << "key bias " << j;
       p[k] = (float)ref.final_params[k];  // checked above; keep it out of the NMSE below
     }
-  for (int i = 0; i < kNumParamTensors; i++) {
-    const size_t o = lay.offsets[i], n = lay.sizes[i];
-    // Parameters are O(0.1-1) and moved by ~10·lr = 1e-2; FP32 state over ten
-    // steps keeps the relative error ~1e-6.
-    EXPECT_LT(nmse_d(p.data() + o, ref.final_params.data() + o, n), 1e-10) << ParamLayout::name(i);
-  }
+  expect_params_match(p, ref, lay);
   EXPECT_LT(ref.losses[steps - 1], ref.losses[0]) << "the reference itself did not learn";
 }
 
