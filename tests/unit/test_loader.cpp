@@ -13,25 +13,17 @@
 #include "data_tools/shard_writer.h"
 #include "data/token_dataset.h"
 #include "testing/test_util.h"
+#include "testing/token_stream.h"
 
 using namespace ratchet;
 using namespace ratchet::testing;
 
 namespace {
 
-// A stream whose token at position i is i (0..n-1), cut into two shards at
-// `split` so that reads cross a shard boundary.
-struct Stream {
-  TempDir dir;
-  std::unique_ptr<TokenDataset> data;
-  explicit Stream(uint32_t n, uint32_t split = 10) {
-    std::vector<uint32_t> a, b;
-    for (uint32_t i = 0; i < n; i++) (i < split ? a : b).push_back(i);
-    ShardMeta meta{"test", 1000, 999};
-    write_shard(dir / "train_000.h5", meta, a, {0});
-    if (!b.empty()) write_shard(dir / "train_001.h5", meta, b, {});
-    data = std::make_unique<TokenDataset>(dir / "train_*.h5", "--train-data");
-  }
+// A stream whose token at position i is i (0..n-1, n < 1000 here), cut into
+// two shards at `split` (token_stream.h).
+struct Stream : TokenStream {
+  explicit Stream(uint32_t n, uint32_t split = 10) : TokenStream(n, split) {}
 };
 
 struct Batch {

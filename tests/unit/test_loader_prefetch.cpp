@@ -18,23 +18,16 @@
 #include "data_tools/shard_writer.h"
 #include "data/token_dataset.h"
 #include "testing/test_util.h"
+#include "testing/token_stream.h"
 
 using namespace ratchet;
 using namespace ratchet::testing;
 
 namespace {
 
-struct Stream {
-  TempDir dir;
-  std::unique_ptr<TokenDataset> data;
-  explicit Stream(uint32_t n, uint32_t split = 37) {
-    std::vector<uint32_t> a, b;
-    for (uint32_t i = 0; i < n; i++) (i < split ? a : b).push_back(i % 1000);
-    ShardMeta meta{"test", 1000, 999};
-    write_shard(dir / "train_000.h5", meta, a, {0}, /*chunk_tokens=*/64);
-    if (!b.empty()) write_shard(dir / "train_001.h5", meta, b, {}, 64);
-    data = std::make_unique<TokenDataset>(dir / "train_*.h5", "--train-data");
-  }
+// token_stream.h's stream in 64-token chunks (many chunks per shard).
+struct Stream : TokenStream {
+  explicit Stream(uint32_t n, uint32_t split = 37) : TokenStream(n, split, /*chunk_tokens=*/64) {}
 };
 
 using Rows = std::vector<int32_t>;  // inputs then targets
