@@ -1,5 +1,7 @@
 // expect_error(fn, {"part", ...}): `fn` must throw ratchet::Error whose
 // message contains every part (a file name, a tensor, a flag, the fix).
+// error_of(fn): the message of the Error `fn` throws, for tests that check it
+// some other way ("" and a test failure if none).
 #pragma once
 #include <gtest/gtest.h>
 
@@ -21,6 +23,17 @@ void expect_error(Fn fn, const std::vector<std::string>& parts) {
           << "message '" << e.what() << "' lacks '" << p << "'";
     }
   }
+}
+
+template <typename Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no ratchet::Error thrown";
+  return "";
 }
 
 }  // namespace ratchet::testing

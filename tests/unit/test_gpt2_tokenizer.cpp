@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <functional>
 #include <thread>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +22,7 @@
 #include "core/json.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/tokenizer.h"
+#include "testing/expect_error.h"
 #include "testing/test_util.h"
 
 using namespace ratchet;
@@ -82,15 +82,6 @@ void expect_same_as_js(const std::vector<std::string>& texts) {
   EXPECT_EQ(bad, 0u) << "of " << texts.size() << " texts";
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no ratchet::Error thrown";
-  return "";
-}
 
 }  // namespace
 

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include "data/shard_reader.h"
 #include "data_tools/shard_writer.h"
 #include "data/token_dataset.h"
+#include "testing/expect_error.h"
 #include "testing/test_util.h"
 
 using namespace ratchet;
@@ -26,16 +26,6 @@ namespace {
 
 const ShardMeta kByte{"byte", 257, 256};
 
-// The message of the Error `fn` throws ("" and a test failure if none).
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no ratchet::Error thrown";
-  return "";
-}
 
 std::vector<uint32_t> iota_tokens(size_t n, uint32_t first = 0) {
   std::vector<uint32_t> t(n);
