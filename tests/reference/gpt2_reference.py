@@ -217,6 +217,31 @@ def main(argv=None):
     return 0
 
 
+def gradcheck(f, flat, grads, shapes, gen, real=None, padded=()):
+    """Central finite differences of the loss f (h = 1e-6, float64) at 4 random
+    entries of every tensor against the analytic gradient; asserts a relative
+    error below 1e-5 and returns the worst. real: tensor name -> how many of
+    its leading entries to sample from (the real, unpadded vocab rows); padded:
+    tensors whose last (padded) entry is checked too. Shared by both models'
+    self-tests."""
+    h, off, worst = 1e-6, 0, 0.0
+    for name, s in shapes:
+        size = math.prod(s)
+        idx = torch.randint(0, (real or {}).get(name, size), (4,), generator=gen).tolist()
+        if name in padded:
+            idx.append(size - 1)
+        for i in idx:
+            e = torch.zeros_like(flat)
+            e[off + i] = h
+            fd = (f(flat + e) - f(flat - e)) / (2 * h)
+            an = grads[off + i].item()
+            err = abs(fd - an) / max(1e-3, abs(fd), abs(an))
+            worst = max(worst, err)
+            assert err < 1e-5, f"{name}[{i}]: analytic {an:.10e} vs fd {fd:.10e}"
+        off += size
+    return worst
+
+
 def self_test():
     """Tiny random model: finite-difference gradient check, loss decrease, file round trip."""
     gen = torch.Generator().manual_seed(1234)
@@ -250,22 +275,10 @@ def self_test():
     print(f"[ok] output file: B={B} T={T} Vp={cfg['Vp']} num_params={n} steps=10")
     # (a) central finite differences, h=1e-6, on a few entries of every tensor
     f = lambda x: forward(x, cfg, inputs, targets)[1].item()
-    grads, h, off, worst = torch.from_numpy(o["grads"]), 1e-6, 0, 0.0
-    for name, s in param_shapes(cfg):
-        size = math.prod(s)
-        hi = cfg["V"] * cfg["C"] if name == "wte" else size  # real (unpadded) wte rows
-        idx = torch.randint(0, hi, (4,), generator=gen).tolist()
-        if name == "wte":
-            idx.append(size - 1)  # a padded row: its gradient must be exactly 0
-        for i in idx:
-            e = torch.zeros(n, dtype=torch.float64)
-            e[off + i] = h
-            fd = (f(flat + e) - f(flat - e)) / (2 * h)
-            an = grads[off + i].item()
-            err = abs(fd - an) / max(1e-3, abs(fd), abs(an))
-            worst = max(worst, err)
-            assert err < 1e-5, f"{name}[{i}]: analytic {an:.10e} vs fd {fd:.10e}"
-        off += size
+    grads = torch.from_numpy(o["grads"])
+    # sampled among the real (unpadded) wte rows, plus a padded one: its gradient must be 0
+    worst = gradcheck(f, flat, grads, param_shapes(cfg), gen,
+                      real={"wte": cfg["V"] * cfg["C"]}, padded=("wte",))
     V, C = cfg["V"], cfg["C"]
     assert torch.all(grads[V * C:cfg["Vp"] * C] == 0), "padded wte rows got gradient"
     print(f"[ok] gradcheck: {len(param_shapes(cfg))} tensors, worst rel err {worst:.2e}")
