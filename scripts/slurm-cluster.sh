@@ -125,6 +125,21 @@ need_tools() {
     die "missing ${missing[*]}: run scripts/install-deps.sh first (as root)"
 }
 
+# start_daemon PIDFILE NAME LOG [PREFIX...]: starts /usr/sbin/NAME (through
+# PREFIX, e.g. runuser, when given) unless the pid file names it alive; the
+# daemon detaches and writes PIDFILE itself. fd 9 (our lock) is not inherited.
+start_daemon() {
+  local pidfile=$1 name=$2 log=$3
+  shift 3
+  if alive "$pidfile" "$name"; then
+    say "$name already running"
+    return 0
+  fi
+  rm -f "$pidfile"
+  "$@" "/usr/sbin/$name" 9>&- || die "$name failed to start; see $log"
+  say "started $name"
+}
+
 start_munge() {
   install -d -m 0700 -o munge -g munge /etc/munge /var/lib/munge /var/log/munge
   install -d -m 0755 -o munge -g munge /run/munge
@@ -133,14 +148,7 @@ start_munge() {
   fi
   chown munge:munge "$munge_key"
   chmod 0400 "$munge_key"
-  if alive "$munge_pid" munged; then
-    say "munged already running"
-  else
-    rm -f "$munge_pid"
-    runuser -u munge -- /usr/sbin/munged 9>&- ||
-      die "munged failed to start; see $munge_log"
-    say "started munged"
-  fi
+  start_daemon "$munge_pid" munged "$munge_log" runuser -u munge --
   local i
   for ((i = 0; i < 50; i++)); do
     munge -n 2>/dev/null | unmunge >/dev/null 2>&1 && return 0
@@ -187,20 +195,8 @@ cmd_start() {
     stop_daemon "$ctld_pid" slurmctld
   fi
 
-  if alive "$ctld_pid" slurmctld; then
-    say "slurmctld already running"
-  else
-    rm -f "$ctld_pid"
-    /usr/sbin/slurmctld 9>&- || die "slurmctld failed to start; see $ctld_log"
-    say "started slurmctld"
-  fi
-  if alive "$slurmd_pid" slurmd; then
-    say "slurmd already running"
-  else
-    rm -f "$slurmd_pid"
-    /usr/sbin/slurmd 9>&- || die "slurmd failed to start; see $slurmd_log"
-    say "started slurmd"
-  fi
+  start_daemon "$ctld_pid" slurmctld "$ctld_log"
+  start_daemon "$slurmd_pid" slurmd "$slurmd_log"
   wait_idle
 }
 
