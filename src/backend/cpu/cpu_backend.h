@@ -41,17 +41,10 @@ class CpuBackend : public Backend {
   const BackendMemoryModel& memory_model() const override { return model_; }
   int threads() const { return threads_; }
 
-  void* alloc(size_t bytes) override;
-  void release(void* p) override;
   size_t bytes_in_use() const override { return bytes_in_use_; }
-  void zero(void* p, size_t bytes) override;
-  void upload_f32(dptr dst, const float* src, size_t n) override;
-  void download_f32(float* dst, cdptr src, size_t n) override;
-  void upload_bytes(void* dst, const void* src, size_t bytes) override;
-  void download_bytes(void* dst, const void* src, size_t bytes) override;
-  void copy(void* dst, const void* src, size_t bytes) override;
 
-  // Backend's ops (backend.h), one op family per file as listed above.
+  // Backend's memory functions (cpu_backend.cpp) and ops (backend.h), one op
+  // family per file as listed above.
 #include "backend/backend_ops.inc"
 
  private:

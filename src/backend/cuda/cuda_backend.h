@@ -75,25 +75,18 @@ class CudaBackend final : public Backend {
   // cuda_memory_model(sizeof(T), the matmul wrapper's cuBLASLt workspace).
   const BackendMemoryModel& memory_model() const override { return model_; }
 
-  void* alloc(size_t bytes) override;
-  void release(void* p) override;
   size_t bytes_in_use() const override { return bytes_in_use_; }
   size_t peak_bytes_in_use() const override { return peak_bytes_; }
   void reserve_workspace(size_t bytes) override;
   void use_arena(size_t bytes) override;
   size_t arena_bytes() const { return arena_.size(); }  // 0: no arena
   size_t scratch_bytes() const { return scratch_bytes_; }
-  void zero(void* p, size_t bytes) override;
-  void upload_f32(dptr dst, const float* src, size_t n) override;
-  void download_f32(float* dst, cdptr src, size_t n) override;
-  void upload_bytes(void* dst, const void* src, size_t bytes) override;
-  void download_bytes(void* dst, const void* src, size_t bytes) override;
-  void copy(void* dst, const void* src, size_t bytes) override;
   void keep_master_copy(void* p) override;
   void round_from_master(dptr params, size_t n, int step) override;
   void synchronize() override;
 
-  // Backend's ops (backend.h), and the fused GEMM + GELU backward (DGELU epilogue).
+  // Backend's memory functions and ops (backend.h), and the fused GEMM + GELU
+  // backward (DGELU epilogue).
 #include "backend/backend_ops.inc"
   void matmul_backward_gelu(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w,
                             cdptr pre_gelu, int N, int C, int OC) override;
