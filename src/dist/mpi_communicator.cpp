@@ -122,6 +122,13 @@ MPI_Op mpi_op(ReduceOp op, DType t) {
   return MPI_OP_NULL;
 }
 
+// p[i] /= w for n elements of type T (integers: truncated, as MPI's sum then /).
+template <class T>
+void divide_each(void* buf, size_t n, int w) {
+  T* p = static_cast<T*>(buf);
+  for (size_t i = 0; i < n; i++) p[i] /= w;
+}
+
 // Divides n elements by w in place (ReduceOp::Avg after a sum).
 void divide(void* buf, size_t n, DType t, int w) {
   switch (t) {
@@ -131,26 +138,10 @@ void divide(void* buf, size_t n, DType t, int w) {
       for (size_t i = 0; i < n; i++) p[i] *= s;
       break;
     }
-    case DType::F64: {
-      double* p = (double*)buf;
-      for (size_t i = 0; i < n; i++) p[i] /= w;
-      break;
-    }
-    case DType::I32: {
-      int32_t* p = (int32_t*)buf;
-      for (size_t i = 0; i < n; i++) p[i] /= w;
-      break;
-    }
-    case DType::I64: {
-      int64_t* p = (int64_t*)buf;
-      for (size_t i = 0; i < n; i++) p[i] /= w;
-      break;
-    }
-    case DType::U8: {
-      uint8_t* p = (uint8_t*)buf;
-      for (size_t i = 0; i < n; i++) p[i] /= w;
-      break;
-    }
+    case DType::F64: divide_each<double>(buf, n, w); break;
+    case DType::I32: divide_each<int32_t>(buf, n, w); break;
+    case DType::I64: divide_each<int64_t>(buf, n, w); break;
+    case DType::U8: divide_each<uint8_t>(buf, n, w); break;
     case DType::BF16: {
       uint16_t* p = (uint16_t*)buf;
       for (size_t i = 0; i < n; i++) p[i] = f32_to_bf16(bf16_to_f32(p[i]) / (float)w);
