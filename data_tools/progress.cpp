@@ -7,23 +7,21 @@
 
 namespace ratchet {
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+namespace {
+// x in steps of 1000 with the unit of its size: "950 B", "1.5 MB"; whole
+// numbers below the first step, one decimal above.
+std::string in_thousands(double x, const char* const (&units)[5], const char* sep) {
   int u = 0;
-  while (b >= 1000 && u < 4) b /= 1000, u++;
+  while (x >= 1000 && u < 4) x /= 1000, u++;
   char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f%s%s" : "%.1f%s%s", x, sep, units[u]);
   return buf;
 }
+}  // namespace
 
-std::string human_count(double n) {
-  const char* units[] = {"", "k", "M", "G", "T"};
-  int u = 0;
-  while (n >= 1000 && u < 4) n /= 1000, u++;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f%s" : "%.1f%s", n, units[u]);
-  return buf;
-}
+std::string human_bytes(double b) { return in_thousands(b, {"B", "KB", "MB", "GB", "TB"}, " "); }
+
+std::string human_count(double n) { return in_thousands(n, {"", "k", "M", "G", "T"}, ""); }
 
 std::string human_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
