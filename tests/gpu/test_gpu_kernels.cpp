@@ -92,9 +92,6 @@ TEST_P(GpuKernels, MatchesCpuBackend) {
   EXPECT_TRUE(r.ok) << r.text();
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, GpuKernels, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return case_name(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(Ops, GpuKernels, ::testing::ValuesIn(all_cases()), case_test_name);
 
 }  // namespace

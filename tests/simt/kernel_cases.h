@@ -64,6 +64,10 @@ inline std::string case_name(const Case& c) {
 }
 
 inline void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
+// The test name of a case in INSTANTIATE_TEST_SUITE_P (simt and GPU suites alike).
+inline std::string case_test_name(const ::testing::TestParamInfo<Case>& info) {
+  return case_name(info.param);
+}
 
 // ---- host conversion helpers -------------------------------------------------------------------
 template <class T>

@@ -43,10 +43,7 @@ TEST_P(SimtKernels, MatchesCpuBackend) {
   EXPECT_TRUE(r.ok) << r.text();
 }
 
-INSTANTIATE_TEST_SUITE_P(Ops, SimtKernels, ::testing::ValuesIn(all_cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           return case_name(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(Ops, SimtKernels, ::testing::ValuesIn(all_cases()), case_test_name);
 
 // The reductions promise the same bits whatever the thread order and however
 // blocks are spread over OS threads (no atomics, fixed summation order).
