@@ -25,6 +25,18 @@ fail() {
   exit 1
 }
 
+# A failed test leaves no job behind: a test that submits keeps the job id in
+# $id and installs `trap on_exit EXIT`; on a non-zero exit the job is
+# cancelled. A test that also needs other cleanup (on any exit) defines
+# extra_cleanup.
+id=""
+on_exit() {
+  local rc=$?
+  if [ $rc -ne 0 ] && [ -n "$id" ]; then timeout 15 scancel "$id" 2>/dev/null; fi
+  if declare -F extra_cleanup >/dev/null; then extra_cleanup; fi
+  exit $rc
+}
+
 # new_test_dir NAME: an empty scratch dir for one test; cd into it.
 new_test_dir() {
   TEST_DIR=$RATCHET_TEST_WORK/$1

@@ -22,14 +22,7 @@
 name=${1:?case}
 new_test_dir "requeue-$name"
 ckpt=$TEST_DIR/ckpt
-id=""
-# A failed test leaves no job behind.
-on_exit() {
-  local rc=$?
-  if [ $rc -ne 0 ] && [ -n "$id" ]; then timeout 15 scancel "$id" 2>/dev/null; fi
-  exit $rc
-}
-trap on_exit EXIT
+trap on_exit EXIT  # common.sh: a failed test cancels its job
 
 # submit SBATCH_FILE VAR=VALUE...: submits with the fake trainer; prints the job id.
 submit() {

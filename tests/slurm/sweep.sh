@@ -22,13 +22,9 @@ name=${1:?case}
 new_test_dir "sweep-$name"
 RATCHET=${RATCHET_BUILT_EXE:?run through ctest}
 SWEEP_FAKE=$RATCHET_SOURCE_DIR/tests/integration/sweep_fake_trainer.sh
-id=""
-on_exit() {
-  local rc=$?
-  if [ $rc -ne 0 ] && [ -n "$id" ]; then timeout 15 scancel "$id" 2>/dev/null; fi
-  # trial jobs of this test
+# common.sh's on_exit: a failed test cancels its job; always, its trial jobs.
+extra_cleanup() {
   timeout 15 scancel -n "$(squeue -h -o %j 2>/dev/null | grep "ratchet-sweep-sweep-$name" | sort -u | paste -sd,)" 2>/dev/null || true
-  exit $rc
 }
 trap on_exit EXIT
 

@@ -19,13 +19,7 @@ name=${1:?case}
 new_test_dir "train-$name"
 : "${RATCHET_BUILT_EXE:?run through ctest}"
 exe=$RATCHET_BUILT_EXE
-id=""
-on_exit() {
-  local rc=$?
-  if [ $rc -ne 0 ] && [ -n "$id" ]; then timeout 15 scancel "$id" 2>/dev/null; fi
-  exit $rc
-}
-trap on_exit EXIT
+trap on_exit EXIT  # common.sh: a failed test cancels its job
 
 # ---- data and config ----------------------------------------------------------
 bible -f 'Gen1:1-Gen11:32' >gen.txt
