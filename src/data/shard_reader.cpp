@@ -236,6 +236,15 @@ void ShardFile::read_tokens(uint64_t start, uint64_t count, int32_t* out) const 
   read_tokens_as(start, count, H5T_NATIVE_INT32, out);
 }
 
+std::pair<uint64_t, uint64_t> ShardFile::file_id() const {
+  void* handle = nullptr;  // the sec2 driver's: an int file descriptor
+  H5_CHECK(H5Fget_vfd_handle(file_.get(), H5P_DEFAULT, &handle), "cannot get the file of shard ", path_);
+  struct stat st {};
+  if (!handle || ::fstat(*static_cast<int*>(handle), &st) != 0)
+    fail("cannot stat the open shard ", path_, ": ", std::strerror(errno));
+  return {(uint64_t)st.st_dev, (uint64_t)st.st_ino};
+}
+
 uint64_t ShardFile::num_doc_offsets() const {
   if (H5_CHECK(H5Lexists(file_, sf::kDocOffsets, H5P_DEFAULT), "cannot read /doc_offsets from ",
                path_) <= 0)

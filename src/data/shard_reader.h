@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/h5_util.h"
@@ -29,6 +30,9 @@ class ShardFile {
   const ShardMeta& meta() const { return meta_; }
   uint64_t num_tokens() const { return num_tokens_; }  // length of /tokens
   int token_bytes() const { return token_bytes_; }     // 2 (uint16) or 4 (uint32) as stored
+  // The device and inode of the file this object reads (fstat of HDF5's
+  // descriptor): tells whether the path still names it after a rename.
+  std::pair<uint64_t, uint64_t> file_id() const;
 
   // Tokens [start, start+count) of /tokens, converted to the element type.
   void read_tokens(uint64_t start, uint64_t count, uint16_t* out) const;

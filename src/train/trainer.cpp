@@ -66,9 +66,8 @@ std::string num(double v) {
 double unigram_entropy(const TokenDataset& ds, int vocab) {
   const ShardCache cache;
   const std::string kind = "unigram-entropy vocab=" + std::to_string(vocab);
-  std::vector<std::string> files;
-  for (size_t i = 0; i < ds.num_shards(); i++) files.push_back(ds.shard_path(i));
-  if (const auto v = cache.lookup(kind, files)) {
+  const ShardCache::Snapshot snap = shard_snapshot(cache, ds);  // before reading (shard_cache.h)
+  if (const auto v = cache.lookup(kind, snap)) {
     char* end = nullptr;
     const double h = std::strtod(v->c_str(), &end);
     if (end && *end == '\0' && std::isfinite(h)) return h;
@@ -85,7 +84,7 @@ double unigram_entropy(const TokenDataset& ds, int vocab) {
     if (c) h -= c / total * std::log(c / total);
   char v[32];
   std::snprintf(v, sizeof v, "%.17g", h);
-  cache.store(kind, files, v);
+  cache.store(kind, snap, v);
   return h;
 }
 
