@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -249,6 +253,12 @@ std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg) {
       fail(f->path(), ": tensor '", t.name, "' is ", st_dtype_name(st->dtype), " but ", config_path,
            " says torch_dtype ", j["torch_dtype"].dump());
     f->read_f32(*st, params.data() + t.offset);
+    // A NaN or inf would train (or fail later, naming a step) from damaged weights.
+    const float* v = params.data() + t.offset;
+    for (int64_t i = 0; i < st->numel(); ++i)
+      if (!std::isfinite(v[i]))
+        fail(f->path(), ": tensor '", t.name, "' holds ", v[i], " at element ", i,
+             ": the checkpoint is damaged (or was saved after a diverged run); ratchet imports finite weights only");
   }
   *cfg = c;
   return params;
@@ -281,8 +291,18 @@ void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const std:
 
   std::vector<StWrite> ts;
   for (const auto& t : hf_tensor_map(cfg)) ts.push_back({t.name, t.shape, params.data() + t.offset});
-  // transformers refuses safetensors without metadata format "pt".
-  const auto written = write_safetensors_checkpoint(dir, ts, dtype, {{"format", "pt"}}, max_shard_bytes);
+  // config.json is written before the weights and renamed after them, so that
+  // a failure (a full disk) leaves an earlier export whole (safetensors.h).
+  const std::string config = (fs::path(dir) / "config.json").string();
+  write_text_atomically(config + ".partial", hf_config_to_json(cfg, dtype).dump(2) + "\n");
+  std::vector<std::string> written;
+  try {
+    // transformers refuses safetensors without metadata format "pt".
+    written = write_safetensors_checkpoint(dir, ts, dtype, {{"format", "pt"}}, max_shard_bytes);
+  } catch (...) {
+    std::remove((config + ".partial").c_str());
+    throw;
+  }
   // Shards or an index of an earlier, differently split export would mislead readers.
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
@@ -290,7 +310,8 @@ void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const std:
         std::find(written.begin(), written.end(), n) == written.end())
       fs::remove(e.path(), ec);
   }
-  write_text_atomically((fs::path(dir) / "config.json").string(), hf_config_to_json(cfg, dtype).dump(2) + "\n");
+  if (std::rename((config + ".partial").c_str(), config.c_str()) != 0)
+    fail("cannot rename ", config, ".partial to ", config, ": ", std::strerror(errno));
 }
 
 StDtype parse_export_dtype(const char* flag, const std::string& s) {

@@ -359,24 +359,41 @@ std::vector<std::string> write_safetensors_checkpoint(
     in_shard += b;
     total += b;
   }
+  // Every file is written under a ".partial" name first and renamed into place
+  // only when all of them are: a failure (a full disk) leaves an earlier export
+  // in dir whole, never its index with some of the new shards.
   std::vector<std::string> written;
-  if (shards.size() == 1) {
-    write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, dtype, metadata);
-    return {"model.safetensors"};
+  const auto partial = [&](const std::string& name) { return (fs::path(dir) / (name + ".partial")).string(); };
+  try {
+    if (shards.size() == 1) {
+      write_safetensors(partial("model.safetensors"), tensors, dtype, metadata);
+      written.push_back("model.safetensors");
+    } else {
+      OrderedJson weight_map = OrderedJson::object();
+      const int n = (int)shards.size();
+      for (int i = 0; i < n; ++i) {
+        char name[64];
+        std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", i + 1, n);
+        write_safetensors(partial(name), shards[i], dtype, metadata);
+        written.push_back(name);
+        for (const auto& t : shards[i]) weight_map[t.name] = name;
+      }
+      OrderedJson index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+      write_text_atomically(partial("model.safetensors.index.json"), index.dump(2) + "\n");
+      written.push_back("model.safetensors.index.json");  // renamed last: readers look for it first
+    }
+  } catch (...) {
+    for (const auto& w : written) std::remove(partial(w).c_str());
+    throw;
   }
-  OrderedJson weight_map = OrderedJson::object();
-  const int n = (int)shards.size();
-  for (int i = 0; i < n; ++i) {
-    char name[64];
-    std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", i + 1, n);
-    write_safetensors((fs::path(dir) / name).string(), shards[i], dtype, metadata);
-    for (const auto& t : shards[i]) weight_map[t.name] = name;
-    written.push_back(name);
+  for (size_t i = 0; i < written.size(); ++i) {
+    const std::string to = (fs::path(dir) / written[i]).string();
+    if (std::rename(partial(written[i]).c_str(), to.c_str()) != 0) {
+      const int err = errno;
+      for (size_t k = i; k < written.size(); ++k) std::remove(partial(written[k]).c_str());
+      fail("cannot rename ", partial(written[i]), " to ", to, ": ", std::strerror(err));
+    }
   }
-  OrderedJson index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  const std::string text = index.dump(2) + "\n";
-  write_text_atomically((fs::path(dir) / "model.safetensors.index.json").string(), text);
-  written.push_back("model.safetensors.index.json");
   return written;
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 
@@ -202,6 +203,25 @@ TEST(HfCheckpoint, ExportReadByPythonAndRoundTripsBitExact) {
   for (size_t i = 0; i < params.size(); ++i) ASSERT_EQ(bf[i], bf16_to_f32(f32_to_bf16(params[i]))) << i;
   expect_error([&] { check_hf_export_dir("--export-hf", d / "out", false); }, {"--export-hf", d / "out"});
   check_hf_export_dir("--export-hf", d / "out", true);
+}
+
+// A NaN or inf in a checkpoint is refused at import, naming the tensor and
+// element (before, it loaded and the run trained from damaged weights).
+TEST(HfCheckpoint, NonFiniteWeightsAreRefused) {
+  TempDir d;
+  make_llama(d / "src", "--untied --dtype F32 --seed 5");
+  GPTConfig c;
+  auto params = load_hf_checkpoint(d / "src", &c);
+  size_t at = 0;
+  for (const auto& t : hf_tensor_map(c))
+    if (t.name == "model.layers.1.mlp.up_proj.weight") at = t.offset + 7;
+  ASSERT_GT(at, 0u);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    params[at] = bad;
+    save_hf_checkpoint(d / "bad", c, params, StDtype::BF16, true);
+    expect_error([&] { load_hf_checkpoint(d / "bad", &c); },
+                 {"model.layers.1.mlp.up_proj.weight", "element 7", "finite"});
+  }
 }
 
 // Rewrites DIR/config.json with `key` set to `value`.
