@@ -203,9 +203,11 @@ GPTConfig Trainer::resolve_config(std::vector<float>* init) const {
   if (!o_.init_from.empty()) {
     if (!is_hf_checkpoint_path(o_.init_from)) {
       *init = load_llmc_checkpoint(o_.init_from, &c);
+      check_model_flags_match(o_, c);
       return c;
     }
     *init = load_hf_checkpoint(o_.init_from, &c);
+    check_model_flags_match(o_, c);
     // A larger vocab than the shards' is fine (ids stay below it); a smaller one is not.
     if (c.vocab_size < train_ds_->vocab_size())
       fail("--init-from ", o_.init_from, " has vocab_size ", c.vocab_size, " but the training shards (",
