@@ -117,6 +117,9 @@ RunLock::RunLock(const std::string& dir, const std::string& purpose, const std::
     RLOG("warning: %s is on a read-only file system: not locked\n", dir.c_str());
     return;
   }
+  if (fd_ < 0 && errno == EISDIR)
+    fail(path_, " is a directory, not ratchet's lock file (", flag, " ", dir,
+         "): remove it (rmdir) and rerun");
   if (fd_ < 0)
     fail("cannot create the lock file ", path_, ": ", std::strerror(errno), ". ", flag,
          " must be a directory you can write");

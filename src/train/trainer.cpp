@@ -521,14 +521,25 @@ void Trainer::export_weights() {
   if (!rank0()) return;
   std::vector<float> params(model_->num_params());
   model_->get_params(params.data());
-  if (!o_.export_path.empty()) {
-    save_llmc_checkpoint(o_.export_path, cfg_, params);
-    RLOG("exported llm.c checkpoint: %s\n", o_.export_path.c_str());
-  }
-  if (!o_.export_hf.empty()) {
-    save_hf_checkpoint(o_.export_hf, cfg_, params, parse_export_dtype("--export-dtype", o_.export_dtype),
-                       o_.overwrite);
-    RLOG("exported Hugging Face checkpoint: %s\n", o_.export_hf.c_str());
+  try {
+    if (!o_.export_path.empty()) {
+      save_llmc_checkpoint(o_.export_path, cfg_, params);
+      RLOG("exported llm.c checkpoint: %s\n", o_.export_path.c_str());
+    }
+    if (!o_.export_hf.empty()) {
+      save_hf_checkpoint(o_.export_hf, cfg_, params, parse_export_dtype("--export-dtype", o_.export_dtype),
+                         o_.overwrite);
+      RLOG("exported Hugging Face checkpoint: %s\n", o_.export_hf.c_str());
+    }
+  } catch (const Error& e) {
+    // Every path was checked before the first step, so this is the machine
+    // (a full disk), not the input: a failed run (exit 1), saying where the
+    // trained weights are.
+    throw std::runtime_error(
+        std::string("the export failed after training: ") + e.what() +
+        (ckpt_->active() ? "; the trained weights are in the last checkpoint in " + o_.ckpt_dir +
+                               ": free space and write them with `ratchet ckpt export`"
+                         : "; without --ckpt-dir or --run-dir they are not kept anywhere else"));
   }
 }
 

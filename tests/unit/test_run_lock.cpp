@@ -62,6 +62,21 @@ TEST(RunLock, SecondTrainerIsRefusedAtOnce) {
   std::filesystem::remove_all(dir);
 }
 
+// A directory where the lock file belongs is named as such (it was "must be a
+// directory you can write", about the run directory that is fine).
+TEST(RunLock, ALockFileThatIsADirectoryIsNamed) {
+  const std::string dir = fresh_dir("isdir");
+  std::filesystem::create_directory(dir + "/ratchet.lock");
+  try {
+    ratchet::RunLock lock(dir, "train", "--run-dir");
+    ADD_FAILURE() << "locked through a directory";
+  } catch (const ratchet::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/ratchet.lock is a directory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rmdir"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // A prune that holds on past the staleness: the trainer gives up and is
 // refused naming it, rather than waiting forever.
 TEST(RunLock, TrainerWaitForAPruneIsBounded) {
