@@ -41,11 +41,18 @@ bool torch_dtype(const nlohmann::json& j, StDtype* d) {
   return true;
 }
 
-// A file of an earlier export in dir (config.json, safetensors, the index).
+// A file of an earlier export in dir: config.json, the index, model.safetensors
+// or a shard model-NNNNN-of-NNNNN.safetensors. Exactly these names: an
+// overwrite removes stale ones, and must not take a user's
+// model.orig.safetensors or model-backup.safetensors with them.
 bool is_export_file(const fs::path& p) {
   const std::string n = p.filename().string();
-  return n == "config.json" || n == "model.safetensors.index.json" ||
-         (n.rfind("model", 0) == 0 && p.extension() == ".safetensors");
+  if (n == "config.json" || n == "model.safetensors.index.json" || n == "model.safetensors") return true;
+  const std::string shard = "model-00000-of-00000.safetensors";  // the shape of a shard's name
+  if (n.size() != shard.size()) return false;
+  for (size_t i = 0; i < n.size(); ++i)
+    if (shard[i] == '0' ? !std::isdigit((unsigned char)n[i]) : n[i] != shard[i]) return false;
+  return true;
 }
 
 }  // namespace

@@ -224,6 +224,30 @@ TEST(HfCheckpoint, NonFiniteWeightsAreRefused) {
   }
 }
 
+// An overwrite replaces the earlier export's files only: a user's other files
+// in the directory, model.orig.safetensors included, are left as they were
+// (before, every model*.safetensors was deleted as a stale shard).
+TEST(HfCheckpoint, OverwriteKeepsTheUsersOtherFiles) {
+  TempDir d;
+  make_llama(d / "src", "--untied --dtype F32 --seed 5");
+  GPTConfig c;
+  const auto params = load_hf_checkpoint(d / "src", &c);
+  save_hf_checkpoint(d / "out", c, params, StDtype::F32, false);
+  fs::copy_file(d / "out/model.safetensors", d / "out/model.orig.safetensors");
+  const std::string orig = testing::read_file(d / "out/model.orig.safetensors");
+  write_file(d / "out/model-backup.safetensors", "mine");
+  write_file(d / "out/tokenizer.json", "{}");
+  save_hf_checkpoint(d / "out", c, params, StDtype::BF16, true, 50000);  // sharded now
+  EXPECT_FALSE(fs::exists(d / "out/model.safetensors"));  // the earlier export's file: replaced
+  EXPECT_EQ(testing::read_file(d / "out/model.orig.safetensors"), orig);
+  EXPECT_EQ(testing::read_file(d / "out/model-backup.safetensors"), "mine");
+  EXPECT_EQ(testing::read_file(d / "out/tokenizer.json"), "{}");
+  save_hf_checkpoint(d / "out", c, params, StDtype::BF16, true);  // single file again: shards go
+  for (const auto& e : fs::directory_iterator(d / "out"))
+    EXPECT_EQ(e.path().filename().string().find("-of-"), std::string::npos) << e.path();
+  EXPECT_TRUE(fs::exists(d / "out/model.orig.safetensors"));
+}
+
 // Rewrites DIR/config.json with `key` set to `value`.
 void set_config(const std::string& dir, const std::string& key, const nlohmann::json& value) {
   auto j = read_json_file(dir + "/config.json");
