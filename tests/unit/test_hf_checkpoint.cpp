@@ -45,6 +45,12 @@ void make_llama(const std::string& dir, const std::string& extra) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
 }
 
+// Python's untied F32 Llama (seed 5) written to d/src and imported.
+std::vector<float> load_python_llama(const TempDir& d, GPTConfig* c) {
+  make_llama(d / "src", "--untied --dtype F32 --seed 5");
+  return load_hf_checkpoint(d / "src", c);
+}
+
 nlohmann::json py_read(const std::string& path, const TempDir& d) {
   const std::string out = d / "read.json";
   auto r = run_shell(kPy + " read " + path + " > " + out);
@@ -177,9 +183,8 @@ TEST(HfCheckpoint, ImportsPythonCheckpointsExactly) {
 
 TEST(HfCheckpoint, ExportReadByPythonAndRoundTripsBitExact) {
   TempDir d;
-  make_llama(d / "src", "--untied --dtype F32 --seed 5");
   GPTConfig c;
-  const auto params = load_hf_checkpoint(d / "src", &c);
+  const auto params = load_python_llama(d, &c);
   save_hf_checkpoint(d / "out", c, params, StDtype::F32, false);
   expect_tensors_equal(py_read(d / "out", d), c, params);
   auto cfg = read_json_file(d / "out/config.json");
@@ -209,9 +214,8 @@ TEST(HfCheckpoint, ExportReadByPythonAndRoundTripsBitExact) {
 // element (before, it loaded and the run trained from damaged weights).
 TEST(HfCheckpoint, NonFiniteWeightsAreRefused) {
   TempDir d;
-  make_llama(d / "src", "--untied --dtype F32 --seed 5");
   GPTConfig c;
-  auto params = load_hf_checkpoint(d / "src", &c);
+  auto params = load_python_llama(d, &c);
   size_t at = 0;
   for (const auto& t : hf_tensor_map(c))
     if (t.name == "model.layers.1.mlp.up_proj.weight") at = t.offset + 7;
@@ -229,9 +233,8 @@ TEST(HfCheckpoint, NonFiniteWeightsAreRefused) {
 // (before, every model*.safetensors was deleted as a stale shard).
 TEST(HfCheckpoint, OverwriteKeepsTheUsersOtherFiles) {
   TempDir d;
-  make_llama(d / "src", "--untied --dtype F32 --seed 5");
   GPTConfig c;
-  const auto params = load_hf_checkpoint(d / "src", &c);
+  const auto params = load_python_llama(d, &c);
   save_hf_checkpoint(d / "out", c, params, StDtype::F32, false);
   fs::copy_file(d / "out/model.safetensors", d / "out/model.orig.safetensors");
   const std::string orig = testing::read_file(d / "out/model.orig.safetensors");
