@@ -211,6 +211,14 @@ std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg) {
   std::error_code ec;
   const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
   const std::string config_path = (dir / "config.json").string();
+  // A ratchet checkpoint (a step directory with its commit marker, or a
+  // --ckpt-dir with `latest`) is not a Hugging Face one: say what to do.
+  if (!fs::is_regular_file(config_path, ec) &&
+      (fs::exists(dir / "COMMITTED", ec) || fs::exists(dir / "latest", ec)))
+    fail("--init-from ", path, " is a ratchet checkpoint, not a Hugging Face one: to continue that run pass --ckpt-dir ",
+         fs::exists(dir / "COMMITTED", ec) ? fs::absolute(dir / "..", ec).lexically_normal().string() : dir.string(),
+         "; to start a new run from its weights, `ratchet ckpt export ", path,
+         " --format hf --output DIR` (llama) or `--format llmc --output FILE.bin` (gpt2) and --init-from that");
   if (!fs::is_regular_file(config_path, ec))
     fail("--init-from ", path, ": no config.json in ", dir.empty() ? "." : dir.string(),
          ": a Hugging Face checkpoint needs its config.json next to the safetensors file(s)");

@@ -425,7 +425,18 @@ void Trainer::check_host_memory() const {
   if (be_->free_memory_bytes() > 0) return;  // a device: the arena check below
   const double available = host_available_bytes();
   const double need = (double)memory_for(cfg_, B_).total();
-  if (available > 0 && need > available)
+  if (available <= 0 || need <= available) return;
+  // Position tables (GPT-2's wpe, Llama's RoPE cos/sin) grow with max_seq_len,
+  // not with the batch: name it when it alone is what does not fit.
+  GPTConfig up_to_T = cfg_;
+  up_to_T.max_seq_len = T_;
+  if ((double)memory_for(up_to_T, B_).total() <= available)
+    fail(o_.init_from.empty() ? "--max-seq-len " : "the model's max_seq_len ", cfg_.max_seq_len,
+         o_.init_from.empty() ? "" : " (from --init-from " + o_.init_from + ")", " needs ", need / 1e9,
+         " GB for its position tables but this host has ", available / 1e9, " GB available: ",
+         o_.init_from.empty() ? "lower --max-seq-len (--seq-len is " + std::to_string(T_) + ")"
+                              : "the checkpoint's max_seq_len (max_position_embeddings) is implausible");
+  if (need > available)
     fail("--batch-size ", B_, " (recompute ", c_.recompute.name(), ") needs ", need / 1e9,
          " GB for a training step but this host has ", available / 1e9,
          " GB available: lower --batch-size or --seq-len, use --recompute blocks, or "

@@ -288,6 +288,11 @@ TEST(HfCheckpoint, ImportErrorsNameFileAndTensor) {
   fs::create_directory(d / "lone");
   fs::copy_file(st, d / "lone/x.safetensors");
   expect_error([&] { load_hf_checkpoint(d / "lone/x.safetensors", &c); }, {"no config.json", d / "lone"});
+  // A ratchet checkpoint directory is named as such, with what to do instead.
+  fs::create_directory(d / "step_00000005");
+  write_file(d / "step_00000005/COMMITTED", "");
+  expect_error([&] { load_hf_checkpoint(d / "step_00000005", &c); },
+               {"is a ratchet checkpoint, not a Hugging Face one", "--ckpt-dir", "ratchet ckpt export"});
 }
 
 }  // namespace
