@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +23,34 @@ constexpr size_t kMaxEntries = 4096;        // a bound on the file, far above an
 constexpr long long kSettleNs = 2000000000;  // files changed more recently are not cached
 
 long long ns(const timespec& t) { return (long long)t.tv_sec * 1000000000LL + t.tv_nsec; }
+
+// File systems whose st_ctime is the kernel's (or the server's) change time,
+// which no user can set. Others are not cached: sshfs and other FUSE file
+// systems, for one, report st_ctime = st_mtime, so a shard rewritten with
+// `cp -p` or `touch -r` would keep its signature and its old CRC would pass.
+bool ctime_is_trusted(const std::string& path) {
+  struct statfs fs {};
+  if (::statfs(path.c_str(), &fs) != 0) return false;
+  switch ((unsigned long)fs.f_type) {
+    case 0xEF53:      // ext2/3/4
+    case 0x58465342:  // xfs
+    case 0x9123683E:  // btrfs
+    case 0x01021994:  // tmpfs
+    case 0x858458F6:  // ramfs
+    case 0x794C7630:  // overlayfs
+    case 0x2FC12FC1:  // zfs
+    case 0xF2F52010:  // f2fs
+    case 0x73717368:  // squashfs
+    case 0x6969:      // nfs
+    case 0x0BD00BD0:  // lustre
+    case 0x47504653:  // gpfs
+    case 0x00C36400:  // ceph
+    case 0x19830326:  // beegfs
+      return true;
+    default:
+      return false;
+  }
+}
 
 // The cache file's lines; none when it is missing, not a regular file or too
 // large to be one of ours (kMaxEntries lines of a few hundred bytes).
@@ -81,7 +110,8 @@ ShardCache::Snapshot ShardCache::snapshot(const std::vector<std::string>& files)
     struct stat st {};
     std::error_code ec;
     const std::string abs = std::filesystem::absolute(f, ec).lexically_normal().string();
-    if (ec || abs.find_first_of("\t\n") != std::string::npos || ::stat(f.c_str(), &st) != 0) {
+    if (ec || abs.find_first_of("\t\n") != std::string::npos || ::stat(f.c_str(), &st) != 0 ||
+        !ctime_is_trusted(f)) {
       s.ids.clear();
       return s;
     }

@@ -7,7 +7,9 @@
 // (st_ctime cannot be set from user space: rewriting a shard in place, even
 // with its old mtime restored, or replacing it by rename misses the cache).
 // Files changed in the last two seconds are not cached: file times come from
-// a coarse clock and may not yet tell two versions apart.
+// a coarse clock and may not yet tell two versions apart. Nor are files on a
+// file system whose ctime may not be a real change time (FUSE, e.g. sshfs,
+// reports ctime = mtime): only known local and cluster file systems count.
 //
 // A value is stored under the files' state taken before it was computed
 // (snapshot()), and only when the files are still in that state after: a
@@ -46,8 +48,8 @@ class ShardCache {
   ShardCache();  // from the environment (above)
   explicit ShardCache(std::string file) : file_(std::move(file)) {}
 
-  // The files' state now; sig "" when the cache is off or a file is missing
-  // or has a tab or newline in its name.
+  // The files' state now; sig "" when the cache is off or a file is missing,
+  // is on an untrusted file system (above) or has a tab or newline in its name.
   Snapshot snapshot(const std::vector<std::string>& files) const;
   // The value stored for `kind` over the files in state `s`, if any.
   std::optional<std::string> lookup(const std::string& kind, const Snapshot& s) const;

@@ -198,6 +198,19 @@ TEST(ShardCache, ConcurrentStoresLoseNothing) {
   EXPECT_EQ(lines, kProcs * kRounds);
 }
 
+// Files on a file system whose ctime is not a trusted change time are not
+// cached: FUSE (sshfs reports ctime = mtime, so `cp -p` over a shard kept its
+// signature) in the field, procfs here; the test directory's own file system
+// (ext4 or tmpfs) is.
+TEST(ShardCache, UntrustedFileSystemsAreNotCached) {
+  TempDir d;
+  const ShardCache cache(d / "shard-cache.tsv");
+  write_file(d / "a.h5", "x");
+  EXPECT_FALSE(cache.snapshot({d / "a.h5"}).sig.empty());
+  EXPECT_TRUE(cache.snapshot({"/proc/version"}).sig.empty());
+  EXPECT_TRUE(cache.snapshot({d / "a.h5", "/proc/version"}).sig.empty());
+}
+
 // A cache file that is a directory, too large, or garbage is ignored (the
 // fact is computed) and replaced where it can be; never an error or a hang.
 TEST(ShardCache, ForeignCacheFilesAreIgnored) {
