@@ -222,13 +222,7 @@ std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg) {
   if (!fs::is_regular_file(config_path, ec))
     fail("--init-from ", path, ": no config.json in ", dir.empty() ? "." : dir.string(),
          ": a Hugging Face checkpoint needs its config.json next to the safetensors file(s)");
-  nlohmann::json j;
-  try {
-    std::ifstream in(config_path);
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(config_path, " is not valid JSON (", e.what(), ")");
-  }
+  const nlohmann::json j = read_checkpoint_json(config_path);
   const GPTConfig c = hf_config_from_json(j, config_path);
   StDtype want_dtype = StDtype::F32;
   const bool check_dtype = torch_dtype(j, &want_dtype);

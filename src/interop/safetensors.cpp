@@ -215,6 +215,20 @@ void SafetensorsFile::read_f32(const StTensor& t, float* out) const {
 
 // ---- checkpoints (single file or sharded) -------------------------------------
 
+nlohmann::json read_checkpoint_json(const std::string& path) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) fail("cannot read ", path, ": ", ec.message());
+  if (size > kMaxHeaderBytes)
+    fail(path, " is ", size, " bytes: more than 100 MB is not a checkpoint's JSON (damaged or foreign file)");
+  std::ifstream in(path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, " is not valid JSON (", e.what(), ")");
+  }
+}
+
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(path) {
   std::error_code ec;
   std::vector<std::string> shard_files;
@@ -225,13 +239,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
     const std::string single = (fs::path(path) / "model.safetensors").string();
     if (fs::exists(index_path, ec)) {
       index = index_path;
-      std::ifstream in(index);
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(in);
-      } catch (const nlohmann::json::exception& e) {
-        fail(index, " is not valid JSON (", e.what(), ")");
-      }
+      const nlohmann::json j = read_checkpoint_json(index);
       if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
         fail(index, " has no \"weight_map\" object");
       for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {

@@ -233,6 +233,17 @@ TEST(Safetensors, FailedOverwriteKeepsTheEarlierCheckpoint) {
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(d / "out"), {}), 3);
 }
 
+// A huge index (sparse here, so it costs no disk) is refused by its size before
+// parsing: it was read whole into memory.
+TEST(SafetensorsErrors, HugeIndexIsRefusedBySize) {
+  TempDir d;
+  std::filesystem::create_directory(d / "m");
+  write_file(d / "m/model.safetensors.index.json", "{\"weight_map\": {}}");
+  std::filesystem::resize_file(d / "m/model.safetensors.index.json", 200u << 20);
+  expect_error([&] { SafetensorsCheckpoint ck(d / "m"); },
+               {d / "m/model.safetensors.index.json", "209715200 bytes", "100 MB"});
+}
+
 // ---- every validation error names the file and, where there is one, the tensor.
 
 TEST(SafetensorsErrors, TooShortAndHeaderPastEnd) {
