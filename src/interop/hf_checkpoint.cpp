@@ -1,5 +1,9 @@
 #include "interop/hf_checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -54,6 +58,32 @@ bool is_export_file(const fs::path& p) {
     if (shard[i] == '0' ? !std::isdigit((unsigned char)n[i]) : n[i] != shard[i]) return false;
   return true;
 }
+
+// An exclusive flock on the directory itself (no lock file left among the
+// export's files), held while one export writes there.
+class ExportDirLock {
+ public:
+  explicit ExportDirLock(const std::string& dir) {
+    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd_ < 0) fail("cannot open the export directory ", dir, ": ", std::strerror(errno));
+    // Another export takes seconds; a holder stopped for longer is named.
+    for (int i = 0; ::flock(fd_, LOCK_EX | LOCK_NB) != 0; i++) {
+      if (errno != EWOULDBLOCK) return;  // cannot lock here (some network file systems): go on
+      if (i == 6000) {
+        ::close(fd_);
+        fail("the export directory ", dir, " has been locked by another export for 10 minutes: "
+             "wait for it, or export elsewhere");
+      }
+      ::usleep(100000);
+    }
+  }
+  ~ExportDirLock() { ::close(fd_); }
+  ExportDirLock(const ExportDirLock&) = delete;
+  ExportDirLock& operator=(const ExportDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace
 
@@ -297,6 +327,11 @@ void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const std:
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cannot create the export directory ", dir, ": ", ec.message());
+  // One export into a directory at a time (trials of a sweep sharing one
+  // --export-hf): interleaved renames would leave shards of two models under
+  // one index. Checked again under the lock: another may have exported since.
+  const ExportDirLock lock(dir);
+  check_hf_export_dir("export directory", dir, overwrite);
 
   std::vector<StWrite> ts;
   for (const auto& t : hf_tensor_map(cfg)) ts.push_back({t.name, t.shape, params.data() + t.offset});
@@ -312,13 +347,18 @@ void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const std:
     std::remove((config + ".partial").c_str());
     throw;
   }
-  // Shards or an index of an earlier, differently split export would mislead readers.
+  // Shards or an index of an earlier, differently split export would mislead
+  // readers; .partial files of an export that was killed are litter.
+  std::vector<fs::path> stale;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (n != "config.json" && is_export_file(e.path()) &&
-        std::find(written.begin(), written.end(), n) == written.end())
-      fs::remove(e.path(), ec);
+    const bool partial = e.path().extension() == ".partial" && n != "config.json.partial" &&
+                         is_export_file(e.path().stem());
+    if (partial || (n != "config.json" && is_export_file(e.path()) &&
+                    std::find(written.begin(), written.end(), n) == written.end()))
+      stale.push_back(e.path());
   }
+  for (const auto& p : stale) fs::remove(p, ec);
   if (std::rename((config + ".partial").c_str(), config.c_str()) != 0)
     fail("cannot rename ", config, ".partial to ", config, ": ", std::strerror(errno));
 }

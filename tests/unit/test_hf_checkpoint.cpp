@@ -4,9 +4,12 @@
 // export read back by its reader, and the errors naming file and tensor.
 // All comparisons are exact: F32 copies bits; BF16 values are widened exactly.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <limits>
+#include <set>
 #include <filesystem>
 #include <fstream>
 
@@ -249,6 +252,45 @@ TEST(HfCheckpoint, OverwriteKeepsTheUsersOtherFiles) {
   for (const auto& e : fs::directory_iterator(d / "out"))
     EXPECT_EQ(e.path().filename().string().find("-of-"), std::string::npos) << e.path();
   EXPECT_TRUE(fs::exists(d / "out/model.orig.safetensors"));
+}
+
+// Two exports into one directory at once (sweep trials sharing --export-hf,
+// with --overwrite): the directory ends up holding one whole model, never
+// shards of both under one index.
+TEST(HfCheckpoint, ConcurrentExportsLeaveOneWholeModel) {
+  TempDir d;
+  const GPTConfig c = small_llama(false);
+  std::vector<pid_t> kids;
+  for (float v : {1.0f, 2.0f}) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const std::vector<float> params(ParamLayout(c).total, v);
+      try {
+        for (int i = 0; i < 6; i++) save_hf_checkpoint(d / "out", c, params, StDtype::F32, true, 20000);
+      } catch (...) {
+        ::_exit(3);
+      }
+      ::_exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t k : kids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(k, &status, 0), k);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  GPTConfig got;
+  const auto params = load_hf_checkpoint(d / "out", &got);
+  std::set<float> values;
+  for (const auto& t : hf_tensor_map(got)) {
+    int64_t n = 1;
+    for (int64_t s : t.shape) n *= s;
+    values.insert(params.begin() + t.offset, params.begin() + t.offset + n);
+  }
+  EXPECT_EQ(values.size(), 1u) << "tensors of both exports under one index";
+  for (const auto& e : fs::directory_iterator(d / "out"))
+    EXPECT_NE(e.path().extension(), ".partial") << e.path();
 }
 
 // Rewrites DIR/config.json with `key` set to `value`.
