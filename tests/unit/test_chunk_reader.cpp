@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -134,22 +133,7 @@ TEST(ChunkReader, DamagedChunkIsAnErrorNamingIt) {
   TempDir dir;
   const std::string path = dir / "s.h5";
   write_shard(path, ShardMeta{"byte", 257, 256}, tokens_below(257, 4096, 4), {0}, 1024);
-  {
-    h5_init();
-    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t d = H5Dopen2(f, "tokens", H5P_DEFAULT);
-    hsize_t offset[1] = {2 * 1024};
-    unsigned mask = 0;
-    haddr_t addr = 0;
-    hsize_t size = 0;
-    ASSERT_GE(H5Dget_chunk_info_by_coord(d, offset, &mask, &addr, &size), 0);
-    H5Dclose(d);
-    H5Fclose(f);
-    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
-    io.seekp((std::streamoff)(addr + size / 2));
-    const std::string junk(16, '\xA5');
-    io.write(junk.data(), (std::streamsize)junk.size());
-  }
+  corrupt_token_chunk(path, 2 * 1024);
   ShardFile f(path);
   std::vector<uint32_t> buf(1024);
   EXPECT_NO_THROW(f.read_tokens(1024, 1024, buf.data()));  // chunk 1 is fine
