@@ -44,17 +44,23 @@ SimResult simulate_sweep(const Scheduler& s, const std::vector<std::vector<doubl
       run.push_back({now + (rungs[d.rung] - from) + overhead, seq++, d.trial, d.rung});
     }
     if (run.empty()) break;
-    const auto first = std::min_element(run.begin(), run.end(), [](const Running& a, const Running& b) {
-      return a.end != b.end ? a.end < b.end : a.seq < b.seq;
-    });
-    const Running done = *first;
-    run.erase(first);
-    now = done.end;
-    TrialState& x = t[done.trial];
-    if ((int)x.loss.size() <= done.rung) x.loss.resize(done.rung + 1, NAN);
-    x.loss[done.rung] = curves[order[done.trial]][done.rung];
-    x.status = done.rung == s.top() ? TrialState::kDone : TrialState::kPaused;
-    if (done.rung == s.top()) r.finished.push_back(order[done.trial]);
+    // The controller polls: segments that end together report before it decides.
+    now = std::min_element(run.begin(), run.end(), [](const Running& a, const Running& b) {
+            return a.end < b.end;
+          })->end;
+    std::sort(run.begin(), run.end(), [](const Running& a, const Running& b) { return a.seq < b.seq; });
+    for (auto it = run.begin(); it != run.end();) {
+      if (it->end > now) {
+        ++it;
+        continue;
+      }
+      TrialState& x = t[it->trial];
+      if ((int)x.loss.size() <= it->rung) x.loss.resize(it->rung + 1, NAN);
+      x.loss[it->rung] = curves[order[it->trial]][it->rung];
+      x.status = it->rung == s.top() ? TrialState::kDone : TrialState::kPaused;
+      if (it->rung == s.top()) r.finished.push_back(order[it->trial]);
+      it = run.erase(it);
+    }
   }
   int best_k = -1;
   r.best_loss = INFINITY;

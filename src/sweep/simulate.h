@@ -6,10 +6,11 @@
 // take hours to run for real.
 //
 // Timing model: a segment from rung j to rung k takes rungs[k] - rungs[j]
-// time units plus `overhead` (start-up, evaluation, save, in step units);
-// segments that end at the same time report in launch order. Decisions come
-// from the real Scheduler, exactly as the controller asks it: after each
-// result, while a worker is free.
+// time units plus `overhead` (start-up, evaluation, save, in step units).
+// Decisions come from the real Scheduler, asked as the controller asks it:
+// the controller polls, so segments that end at the same time all report
+// (in launch order) before it fills the free workers. Exact for --parallel 1;
+// with more workers real segments that end nearly together may report apart.
 #pragma once
 #include <vector>
 

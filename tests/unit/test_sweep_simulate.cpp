@@ -98,3 +98,14 @@ TEST(SweepSimulate, BadInputIsNamed) {
   EXPECT_THROW(simulate_sweep(s, nine_curves(), identity(9), 0), ratchet::Error);
   EXPECT_THROW(simulate_sweep(s, {{1.0, 2.0}}, identity(1), 1), ratchet::Error);
 }
+
+// Nine workers: all nine trials start at once and end together, so all nine
+// rung-0 results are in before the first decision (the controller polls), and
+// ASHA cuts like synchronous halving: 9 x 1 + 3 x 2 + 1 x 6 steps.
+TEST(SweepSimulate, SegmentsThatEndTogetherReportTogether) {
+  const Scheduler s(Policy::kAsha, make_rungs(1, 9, 3), 3);
+  const SimResult r = simulate_sweep(s, nine_curves(), identity(9), 9);
+  EXPECT_EQ(r.steps, 21);
+  EXPECT_EQ(r.promotions, 4);
+  EXPECT_EQ(r.finished, (std::vector<int>{7}));
+}
