@@ -9,6 +9,7 @@
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "cli/options_util.h"
@@ -59,6 +60,26 @@ std::string read_text(const std::string& path, const char* flag) {
   return ss.str();
 }
 
+std::string without_bom(std::string text) {
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+  return text;
+}
+
+// Whole or not at all (temporary file, renamed); Error naming the file.
+void write_text(const std::string& path, const std::string& text) {
+  {
+    std::ofstream out(path + ".tmp", std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) {
+      std::remove((path + ".tmp").c_str());
+      fail("cannot write ", path, " (disk full or read-only?)");
+    }
+  }
+  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0)
+    fail("cannot write ", path, ": ", std::strerror(errno));
+}
+
 const char* kind_name(sweep::Param::Kind k) {
   switch (k) {
     case sweep::Param::kLogUniform: return "loguniform";
@@ -101,6 +122,8 @@ int sweep_init(int argc, char** argv) {
   if (space_path.empty()) fail("--space is required (e.g. a line 'lr = loguniform(1e-4, 3e-3)')");
   if (base_path.empty()) fail("--base is required: the `ratchet train` INI every trial shares");
   if (grid == (trials > 0)) fail("give either --trials N (N >= 1) or --grid");
+  if (trials > sweep::kMaxTrials)
+    fail("--trials ", trials, " is more than the ", sweep::kMaxTrials, " trials a sweep holds");
   for (const auto& t : tags)
     if (t.find('=') == std::string::npos || t[0] == '=') fail("--tag '", t, "' must be key=value");
   if (fs::exists(dir + "/journal.jsonl"))
@@ -108,7 +131,7 @@ int sweep_init(int argc, char** argv) {
   const sweep::Space space =
       sweep::parse_space(read_text(space_path, "--space"), space_path, train_option_names(),
                          {"run-dir", "ckpt-dir", "log-jsonl", "steps", "schedule-steps", "resume",
-                          "config", "tag", "help", "threads"});
+                          "config", "tag", "help", "threads", "quiet", "max-device-hours", "max-cost"});
   const int base_steps = sweep::check_base(base_path);
   auto configs = grid ? sweep::grid_configs(space) : sweep::sample_configs(space, trials, seed);
   if (grid && !grid_in_order) std::shuffle(configs.begin(), configs.end(), std::mt19937_64(seed));
@@ -116,9 +139,21 @@ int sweep_init(int argc, char** argv) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cannot create ", dir, ": ", ec.message());
-  fs::copy_file(base_path, dir + "/base.ini", fs::copy_options::overwrite_existing, ec);
-  if (ec) fail("cannot copy ", base_path, " into ", dir, ": ", ec.message());
-  fs::copy_file(space_path, dir + "/space.ini", fs::copy_options::overwrite_existing, ec);
+  // DIR keeps the sweep's own copies; a different file of the same name there
+  // is the user's, and is not overwritten.
+  const std::string base_text = without_bom(read_text(base_path, "--base"));
+  const std::string space_text = without_bom(read_text(space_path, "--space"));
+  for (const auto& [name, text, flag, from] :
+       {std::tuple<std::string, std::string, std::string, std::string>{"base.ini", base_text, "--base", base_path},
+        {"space.ini", space_text, "--space", space_path}}) {
+    const std::string path = dir + "/" + name;
+    if (fs::exists(path) && without_bom(read_text(path, flag.c_str())) != text)
+      fail(path, " exists and differs from ", flag, " ", from, ": init a new (or empty) directory, "
+           "or remove it");
+  }
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"base.ini", base_text},
+                                   {"space.ini", space_text}})
+    write_text(dir + "/" + name, text);
   const std::string abs = fs::absolute(dir).lexically_normal().string();
   std::random_device rd;
   char id[64];
@@ -129,13 +164,15 @@ int sweep_init(int argc, char** argv) {
     if (p.kind == sweep::Param::kChoice) j["choices"] = p.choices;
     params.push_back(j);
   }
-  sweep::Journal journal(dir + "/journal.jsonl");
-  journal.append({{"event", "init"}, {"format", sweep::kJournalFormat},
-                  {"version", sweep::kJournalVersion}, {"sweep_id", id}, {"base_steps", base_steps},
-                  {"space_params", params}, {"sampling", grid ? (grid_in_order ? "grid in order" : "grid, shuffled") : "random"},
-                  {"seed", seed}, {"tags", tags}});
+  std::vector<nlohmann::json> records;
+  records.push_back({{"event", "init"}, {"format", sweep::kJournalFormat},
+                     {"version", sweep::kJournalVersion}, {"sweep_id", id}, {"base_steps", base_steps},
+                     {"space_params", params},
+                     {"sampling", grid ? (grid_in_order ? "grid in order" : "grid, shuffled") : "random"},
+                     {"seed", seed}, {"tags", tags}});
   for (size_t i = 0; i < configs.size(); i++)
-    journal.append({{"event", "created"}, {"trial", (int)i}, {"config", configs[i]}});
+    records.push_back({{"event", "created"}, {"trial", (int)i}, {"config", configs[i]}});
+  sweep::Journal::create(dir + "/journal.jsonl", std::move(records));
   std::cout << "sweep " << id << " in " << dir << ": " << configs.size() << " trial(s) over "
             << space.params.size() << " hyperparameter(s); next: ratchet sweep run " << dir << "\n";
   return kExitOk;
@@ -245,18 +282,21 @@ int sweep_report(int argc, char** argv) {
   dir = fs::absolute(dir).lexically_normal().string();
   const sweep::SweepState s = sweep::load_state(dir);
   const nlohmann::json j = sweep::summary_json(s);
-  {
-    std::ofstream out(dir + "/sweep.json.tmp");
-    out << j.dump(2) << "\n";
-  }
-  fs::rename(dir + "/sweep.json.tmp", dir + "/sweep.json");
-  {
-    std::ofstream out(dir + "/sweep.md");
-    out << sweep::summary_markdown(s, j);
-  }
+  // Each file whole or not at all: a full disk must not leave an empty
+  // sweep.json where the last good one was.
+  write_text(dir + "/sweep.json", j.dump(2) + "\n");
+  write_text(dir + "/sweep.md", sweep::summary_markdown(s, j));
   if (!no_plot && !s.results.empty()) {
     const std::string exe = report::find_gnuplot(gnuplot);
-    report::run_gnuplot(exe, sweep::plot_script(s, dir + "/sweep.png", dir + "/sweep.svg"));
+    const std::string png = dir + "/sweep.png", svg = dir + "/sweep.svg";
+    report::run_gnuplot(exe, sweep::plot_script(s, png + ".tmp", svg + ".tmp"));
+    for (const auto& f : {png, svg}) {
+      std::error_code ec;
+      if (fs::file_size(f + ".tmp", ec) == 0 || ec || std::rename((f + ".tmp").c_str(), f.c_str()) != 0) {
+        std::remove((f + ".tmp").c_str());
+        fail("gnuplot could not write ", f, " (disk full?); sweep.json and sweep.md are written");
+      }
+    }
   }
   std::cout << sweep::status_table(s);
   const double all = j["all_to_max_steps_device_hours_estimate"].get<double>();

@@ -89,6 +89,11 @@ class Controller {
     for (const auto& t : state_.trials) n += t.status == TrialState::kRunning && !t.relaunch;
     return n;
   }
+  int pending_trials() const {
+    int n = 0;
+    for (const auto& t : state_.trials) n += t.status == TrialState::kPending;
+    return n;
+  }
   int started() const {  // trials that left kPending, planned ones included
     int n = state_.started();
     for (const auto& p : planned_) n += state_.trials[p.trial].status == TrialState::kPending;
@@ -266,6 +271,18 @@ void Controller::launch_planned() {
     if (ec) fail("cannot create ", t.dir, ": ", ec.message());
     segs.push_back(segment_of(t));
     ts.push_back(t);
+    // The segment's command, written first: where the wrapper could not write
+    // its pid and exit code (a full disk) the segment would look killed, be
+    // requeued and fail its trial in a second. Better to stop the controller.
+    const std::string cmd_path = segs.back().base() + ".cmd";
+    std::string cmd;
+    for (const auto& a : segs.back().argv) cmd += shell_quote(a) + " ";
+    std::ofstream out(cmd_path, std::ios::trunc);
+    out << cmd << "\n";
+    out.close();
+    if (!out)
+      fail("cannot write ", cmd_path, " (disk full or read-only?): the controller stops before "
+           "launching trial ", t.id, "; free space and rerun `ratchet sweep run ", dir_, "`");
   }
   const std::vector<std::string> handles = exec_->launch_batch(segs);
   const std::vector<Planned> done = std::move(planned_);
@@ -395,8 +412,19 @@ int Controller::run() {
   state_ = load_state(dir_);
   if (o_.parallel < 1) fail("--parallel ", o_.parallel, " must be at least 1");
   if (o_.max_requeues < 0) fail("--max-requeues must be >= 0");
-  for (double v : {o_.max_cost, o_.max_device_hours, o_.max_trial_device_hours})
-    if (v < 0) fail("budgets must be >= 0");
+  // NaN compares false with everything: `v < 0` let "nan" through as "no budget".
+  for (const auto& [flag, v] : {std::pair<const char*, double>{"--max-cost", o_.max_cost},
+                                {"--max-device-hours", o_.max_device_hours},
+                                {"--max-trial-device-hours", o_.max_trial_device_hours}})
+    if (!(v >= 0)) fail(flag, " ", v, " is not a budget: give a number >= 0 (0: none)");
+  for (const auto& [flag, v] : {std::pair<const char*, int>{"--max-trials", o_.max_trials},
+                                {"--max-steps", o_.max_steps}, {"--min-steps", o_.min_steps},
+                                {"--threads-per-trial", o_.threads}})
+    if (v < 0) fail(flag, " ", v, " must be >= 0 (0: the default)");
+  if (!(std::isfinite(o_.eta) && o_.eta > 1))
+    fail("--eta ", o_.eta, " must be greater than 1 and finite (3 keeps the top third)");
+  if (!(o_.poll_seconds >= 0 && o_.poll_seconds <= 3600))
+    fail("--poll-seconds ", o_.poll_seconds, " must be between 0 (the executor's default) and 3600");
   budget_.max_device_hours = o_.max_device_hours;
   budget_.max_cost = o_.max_cost;
   budget_.max_wall_text = o_.max_wall_time;
@@ -502,6 +530,15 @@ int Controller::run() {
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(poll));
   }
+  // --max-trials left trials unstarted: a budget, so that the sweep ends with
+  // 76 and a rerun with a raised --max-trials continues it (not "finished").
+  if (!state_.budget_reached && o_.max_trials > 0 && pending_trials() > 0) {
+    const std::string why = "--max-trials " + std::to_string(o_.max_trials) + " reached (" +
+                            std::to_string(state_.started()) + " of " +
+                            std::to_string(state_.trials.size()) + " trials started)";
+    append({{"event", "budget"}, {"reason", why}});
+    say("%s\n", why.c_str());
+  }
   double loss = 0;
   int rung = -1;
   const int best = best_trial(state_, &loss, &rung);
@@ -543,6 +580,7 @@ int check_base(const std::string& base_ini) {
   int n = 0;
   while (std::getline(in, line)) {
     n++;
+    if (n == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 BOM
     line = trim(line.substr(0, line.find_first_of("#;")));
     const auto eq = line.find('=');
     if (line.empty() || line[0] == '[' || eq == std::string::npos) continue;
@@ -553,11 +591,15 @@ int check_base(const std::string& base_ini) {
              "remove it");
     if (k == "val-data") val = !v.empty();
     if (k == "steps") {
+      size_t pos = 0;
       try {
-        steps = std::stoi(v);
+        steps = std::stoi(v, &pos);
       } catch (const std::exception&) {
-        fail("--base ", base_ini, " line ", n, ": steps '", v, "' is not a number");
+        pos = 0;
       }
+      // "1e3" would read as 1 and "100abc" as 100: a silently wrong R
+      if (pos == 0 || pos != v.size() || steps < 1)
+        fail("--base ", base_ini, " line ", n, ": steps '", v, "' is not a positive integer");
     }
   }
   if (!val)

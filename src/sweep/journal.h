@@ -36,6 +36,11 @@ class Journal {
   // Every complete line. Error naming file and line if one is not JSON, or if
   // the first is not a ratchet-sweep init of this version.
   static std::vector<nlohmann::json> read(const std::string& path);
+  // A new journal with these records (seq and time added), all or nothing:
+  // written to a temporary file, fsynced, renamed into place, so that an
+  // `init` killed midway, or short of disk, leaves no sweep with some of its
+  // trials missing. Error naming the file if it cannot.
+  static void create(const std::string& path, std::vector<nlohmann::json> events);
 
  private:
   std::string path_;
