@@ -287,6 +287,142 @@ TEST(SweepCli, BadInputIsNamed) {
   EXPECT_NE(r.output.find("journal version 99"), std::string::npos) << r.output;
 }
 
+// Hostile input found by an audit: each was a crash, a hang, or a silently
+// wrong or smaller sweep before.
+TEST(SweepCli, HostileInitInputIsRefusedOrHandled) {
+  TempDir d;
+  write_file(d / "base.ini", "val-data = x\nsteps = 9\n");
+  write_file(d / "s.ini", "lr = choice(1e-3, 1e-2)\n");
+  const std::string init = "sweep init " + (d / "x") + " --space " + (d / "s.ini") + " --base ";
+  // 10^8 trials were sampled into memory (then 10^8 fsynced lines); refused at once.
+  auto r = run_ratchet(init + (d / "base.ini") + " --trials 100000000");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--trials 100000000 is more than the 100000"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(d / "x"));
+  // steps = 1e3 read as R = 1.
+  write_file(d / "b1.ini", "val-data = x\nsteps = 1e3\n");
+  r = run_ratchet(init + (d / "b1.ini") + " --grid");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("line 2: steps '1e3' is not a positive integer"), std::string::npos) << r.output;
+  // A UTF-8 BOM before val-data: accepted, and the sweep's copy has none (the
+  // trainer reads DIR/base.ini).
+  write_file(d / "bom.ini", "\xEF\xBB\xBFval-data = x\nsteps = 9\n");
+  r = run_ratchet(init + (d / "bom.ini") + " --grid");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_file(d / "x/base.ini"), "val-data = x\nsteps = 9\n");
+  // A directory holding the user's own, different base.ini: not overwritten.
+  fs::create_directories(d / "mine");
+  write_file(d / "mine/base.ini", "my notes\n");
+  r = run_ratchet("sweep init " + (d / "mine") + " --space " + (d / "s.ini") + " --base " +
+                  (d / "base.ini") + " --grid");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("mine/base.ini exists and differs from --base"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(d / "mine/base.ini"), "my notes\n");
+  // ... but its own base.ini given as --base is fine (copied onto itself).
+  write_file(d / "mine/base.ini", "val-data = x\nsteps = 9\n");
+  r = run_ratchet("sweep init " + (d / "mine") + " --space " + (d / "s.ini") + " --base " +
+                  (d / "mine/base.ini") + " --grid");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // Options the sweep passes to every trial cannot be searched (each trial got
+  // them twice and failed with exit 2).
+  for (const char* opt : {"max-device-hours", "max-cost", "quiet"}) {
+    write_file(d / "s2.ini", std::string(opt) + " = choice(1, 2)\n");
+    fs::remove_all(d / "y");
+    r = run_ratchet("sweep init " + (d / "y") + " --space " + (d / "s2.ini") + " --base " +
+                    (d / "base.ini") + " --grid");
+    EXPECT_EQ(r.exit_code, 2) << opt << r.output;
+    EXPECT_NE(r.output.find("is set by the sweep itself"), std::string::npos) << opt << r.output;
+  }
+  // init killed while it writes the journal: no sweep with some trials missing
+  // (it used to append line by line: a kill after 3 lines left a 2-trial sweep
+  // that a second init refused to replace). Now nothing, and init runs again.
+  write_file(d / "s9.ini", kSpace9);
+  r = run_shell("RATCHET_FAULT='sweep-journal-create' " RATCHET_EXE " sweep init " + (d / "k") +
+                " --space " + (d / "s9.ini") + " --base " + (d / "base.ini") + " --grid");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(d / "k/journal.jsonl"));
+  r = run_ratchet("sweep init " + (d / "k") + " --space " + (d / "s9.ini") + " --base " +
+                  (d / "base.ini") + " --grid");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(journal(d / "k").size(), 1u + 9u);
+}
+
+TEST(SweepCli, HostileRunFlagsAreNamed) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir);
+  // NaN budgets used to mean "no budget" (NaN >= x is false); negative counts "the default".
+  for (const auto& [flags, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--max-device-hours nan", "--max-device-hours nan is not a budget"},
+           {"--max-cost nan", "--max-cost nan is not a budget"},
+           {"--max-trial-device-hours nan", "--max-trial-device-hours nan is not a budget"},
+           {"--max-trials -1", "--max-trials -1 must be >= 0"},
+           {"--max-steps -5", "--max-steps -5 must be >= 0"},
+           {"--min-steps -1", "--min-steps -1 must be >= 0"},
+           {"--threads-per-trial -3", "--threads-per-trial -3 must be >= 0"},
+           {"--eta inf", "--eta inf must be greater than 1 and finite"}}) {
+    auto r = run_ratchet(fake_run(dir, flags));
+    EXPECT_EQ(r.exit_code, 2) << flags << r.output;
+    EXPECT_NE(r.output.find(want), std::string::npos) << flags << r.output;
+  }
+  EXPECT_EQ(results(dir).size(), 0u);  // nothing ran
+}
+
+// --max-trials is a budget: a sweep it cuts short ends with 76 and "budget
+// reached", and a rerun with it raised goes on (it used to end "every trial
+// finished", and a rerun did nothing).
+TEST(SweepCli, MaxTrialsIsABudgetThatCanBeRaised) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir);
+  auto r = run_ratchet(fake_run(dir, "--max-trials 2"));
+  ASSERT_EQ(r.exit_code, 76) << r.output;
+  json j = json::parse(run_ratchet("sweep status " + dir + " --json").output);
+  EXPECT_TRUE(j["budget_reached"].get<bool>());
+  EXPECT_NE(j["end_reason"].get<std::string>().find("--max-trials 2 reached (2 of 9 trials started)"),
+            std::string::npos) << j["end_reason"];
+  r = run_ratchet(fake_run(dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  j = json::parse(run_ratchet("sweep status " + dir + " --json").output);
+  for (const auto& t : j["trials"]) EXPECT_NE(t["state"], "pending") << t.dump();
+  EXPECT_EQ(j["best_trial"]["id"], 5);
+  EXPECT_EQ(j["end_reason"], "every trial finished");
+}
+
+// A full disk: `sweep report` used to replace the last good sweep.json with an
+// empty file and say "wrote"; a segment whose wrapper could not write its pid
+// and exit code looked killed, was requeued and failed its trial in a second.
+// (ulimit -f makes writes past 1 KiB fail with EFBIG, like ENOSPC.)
+TEST(SweepCli, AFullDiskLosesNoReportAndFailsNoTrial) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir);
+  ASSERT_EQ(run_ratchet(fake_run(dir)).exit_code, 0);
+  auto r = run_ratchet("sweep report " + dir + " --no-plot");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string good = read_file(dir + "/sweep.json");
+  ASSERT_GT(good.size(), 1024u);
+  r = run_shell("trap '' XFSZ; ulimit -f 1; " RATCHET_EXE " sweep report " + dir + " --no-plot");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot write " + dir + "/sweep.json"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(dir + "/sweep.json"), good);
+  EXPECT_FALSE(fs::exists(dir + "/sweep.json.tmp"));
+  // A segment that cannot be written stops the controller before the launch;
+  // nothing is failed, and the rerun completes.
+  const std::string dir2 = d / "sw2";
+  init_fake(d, dir2);
+  fs::create_directories(dir2 + "/trials/t0000/seg-r0-a0.cmd");  // a path no file can be written to
+  r = run_ratchet(fake_run(dir2));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("seg-r0-a0.cmd (disk full or read-only?): the controller stops before "
+                          "launching trial 0"), std::string::npos) << r.output;
+  fs::remove_all(dir2 + "/trials/t0000/seg-r0-a0.cmd");
+  r = run_ratchet(fake_run(dir2));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const auto& e : journal(dir2)) EXPECT_NE(e["event"], "failed") << e.dump();
+  EXPECT_EQ(results(dir2), results(dir));
+}
+
 // Real tiny models on King James shards: rung results from the trainer's own
 // evaluations, ledgers labelled with sweep and trial, the report's files, and
 // `ratchet report` over the trial directories summing spend per tag.
