@@ -220,7 +220,8 @@ int sweep_run(int argc, char** argv) {
   if (vm.count("help")) {
     std::cout << "usage: ratchet sweep run DIR [options]\n\nRuns (or resumes) the sweep's controller "
                  "until every trial has finished or a budget is reached.\nExit codes: 0 done, 76 "
-                 "ended by a budget, 2 bad input. A second controller on DIR is refused.\n\n"
+                 "ended by a budget, 75 stopped by a signal (rerun to continue), 1 every trial "
+                 "failed, 2 bad input. A second controller on DIR is refused.\n\n"
               << desc << "\n" << kUsage;
     return kExitOk;
   }

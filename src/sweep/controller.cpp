@@ -542,8 +542,15 @@ int Controller::run() {
   double loss = 0;
   int rung = -1;
   const int best = best_trial(state_, &loss, &rung);
-  nlohmann::json e = {{"event", "done"},
-                      {"reason", state_.budget_reached ? state_.budget_reason : "every trial finished"}};
+  int failed = 0;
+  for (const auto& t : state_.trials) failed += t.status == TrialState::kFailed;
+  // Not "finished" (and not exit 0) when nothing came back: a sweep whose every
+  // trial failed is an error a script must see.
+  const bool all_failed = best < 0 && failed > 0 && !state_.budget_reached;
+  std::string reason = state_.budget_reached ? state_.budget_reason : "every trial finished";
+  if (all_failed) reason = "every trial failed (" + std::to_string(failed) + "): no result";
+  else if (failed > 0 && !state_.budget_reached) reason += " (" + std::to_string(failed) + " failed)";
+  nlohmann::json e = {{"event", "done"}, {"reason", reason}};
   if (best >= 0) {
     e["best_trial"] = best;
     e["best_val_loss"] = loss;
@@ -554,6 +561,11 @@ int Controller::run() {
         describe(state_.trials[best].config).c_str());
   else
     say("done: no trial reported a result\n");
+  if (all_failed) {
+    std::fprintf(stderr, "ratchet sweep: every trial of %s failed (%d); their log tails: "
+                 "`ratchet sweep status %s`, DIR/trials/*/train.log\n", dir_.c_str(), failed, dir_.c_str());
+    return 1;
+  }
   return state_.budget_reached ? 76 : 0;
 }
 

@@ -35,7 +35,8 @@ struct RunOptions {
 
 // Runs the sweep in DIR to its end (or its budget). Returns the exit code:
 // 0 done, 76 ended by a budget, 75 stopped by a signal (USR1, TERM, INT:
-// rerun to continue; slurm/sweep.sbatch requeues). Error on bad input.
+// rerun to continue; slurm/sweep.sbatch requeues), 1 every trial failed.
+// Error on bad input.
 int run_sweep(const std::string& dir, const RunOptions& o);
 
 // What the trial's trainer is told beyond the base config and its

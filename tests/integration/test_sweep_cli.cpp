@@ -184,7 +184,14 @@ TEST(SweepCli, FailedNonFiniteAndPreemptedTrials) {
   write_file(d / "exit75.sh", "echo stopping early; exit 75\n");
   r = run_ratchet("sweep run " + dir2 + " --trainer 'bash " + (d / "exit75.sh") +
                   "' --poll-seconds 0.01 --quiet --max-requeues 2");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Its only trial failed: exit 1 naming where the log tails are, not 0 and
+  // "every trial finished".
+  ASSERT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("every trial of " + dir2 + " failed (1)"), std::string::npos) << r.output;
+  const json st2 = json::parse(run_ratchet("sweep status " + dir2 + " --json").output);
+  EXPECT_EQ(st2["end_reason"], "every trial failed (1): no result");
+  EXPECT_TRUE(st2["best_trial"].is_null());
+  ASSERT_EQ(run_ratchet("sweep report " + dir2).exit_code, 0);  // the report still works
   int req = 0, fails = 0;
   for (const auto& e : journal(dir2)) {
     req += e["event"] == "requeued";
