@@ -213,6 +213,7 @@ double Controller::dev_seconds_per_step() const {
   double secs = 0, steps = 0;
   for (const auto& t : state_.trials) {
     const Ledger l = trial_ledger(t);
+    if (l.max_step <= 0) continue;  // a spend from the journal alone has no steps to divide by
     secs += l.device_seconds;
     steps += l.max_step;
   }
@@ -460,6 +461,10 @@ int Controller::run() {
       fail("--max-wall-time ", o_.max_wall_time, " has already passed since the sweep's first run: "
            "raise it to continue");
   }
+  for (const auto& t : state_.trials)
+    if (t.status != TrialState::kPending && !std::filesystem::exists(t.dir))
+      say("warning: trial %d's directory %s is gone: its spend is taken from the journal, and its "
+          "next segment (if any) trains from step 0\n", t.id, t.dir.c_str());
   settle_settings();
   resume_budget_stopped();
   say("%s %s: %zu trials, %s, rungs (steps) %s, executor %s x %d\n",

@@ -430,6 +430,28 @@ TEST(SweepCli, AFullDiskLosesNoReportAndFailsNoTrial) {
   EXPECT_EQ(results(dir2), results(dir));
 }
 
+// A trial directory deleted by hand used to refund its spend to the sweep's
+// budget (the spend was read from ledger.json alone): the journal's record is
+// now a floor, and the controller says the directory is gone.
+TEST(SweepCli, ADeletedTrialDirectoryKeepsItsSpend) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir);
+  ASSERT_EQ(run_ratchet(fake_run(dir, "--max-trials 6")).exit_code, 76);
+  const double before = json::parse(run_ratchet("sweep status " + dir + " --json").output)["device_hours"];
+  ASSERT_EQ(invocations(dir, 5), "1\n3\n9\n");
+  fs::remove_all(dir + "/trials/t0005");
+  const json j = json::parse(run_ratchet("sweep status " + dir + " --json").output);
+  EXPECT_NEAR(j["device_hours"].get<double>(), before, 1e-12);
+  EXPECT_NEAR(j["trials"][5]["device_hours"].get<double>() * 3600, 9, 1e-9);
+  auto r = run_ratchet("sweep run " + dir + " --trainer '" + kFake + "' --poll-seconds 0.01");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: trial 5's directory " + dir + "/trials/t0005 is gone"), std::string::npos)
+      << r.output;
+  EXPECT_GE(json::parse(run_ratchet("sweep status " + dir + " --json").output)["device_hours"].get<double>(),
+            before);
+}
+
 // Real tiny models on King James shards: rung results from the trainer's own
 // evaluations, ledgers labelled with sweep and trial, the report's files, and
 // `ratchet report` over the trial directories summing spend per tag.

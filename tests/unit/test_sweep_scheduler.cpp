@@ -198,6 +198,12 @@ TEST(SweepBudget, CutOffs) {
   c.max_cost = 10;
   EXPECT_EQ(budget_reached(c, {50, 9.9}, 0), "");
   EXPECT_NE(budget_reached(c, {50, 10}, 0).find("--max-cost 10 reached"), std::string::npos);
+  // --max-cost refuses a segment too, at the price paid so far (8 for 2 device-hours: 4 each);
+  // it used to be checked only once spent, each trainer stopping mid-segment.
+  EXPECT_EQ(segment_refused(c, {2, 8}, 0.5), "");  // 8 + 2 = 10: exactly fits
+  const std::string why_cost = segment_refused(c, {2, 8}, 0.51);
+  EXPECT_NE(why_cost.find("--max-cost 10: the next segment (about 2.04) would exceed what is left (2)"),
+            std::string::npos) << why_cost;
   Budget w;
   w.max_wall_seconds = 60;
   w.max_wall_text = "00:01:00";
