@@ -207,6 +207,29 @@ TEST(SweepJournal, OtherVersionsAndNonSweepsAreRefused) {
   EXPECT_THROW(Journal::read(d / "missing.jsonl"), ratchet::Error);
 }
 
+// A record from a newer ratchet used to be skipped silently (a decision lost);
+// a record missing a field said only "key 'trial' not found".
+TEST(SweepJournal, UnknownAndMalformedRecordsAreNamed) {
+  const nlohmann::json init = {{"event", "init"}, {"format", kJournalFormat}, {"version", kJournalVersion}};
+  const nlohmann::json created = {{"event", "created"}, {"trial", 0}, {"config", {{"lr", "1"}}}};
+  auto error_of = [](const std::vector<nlohmann::json>& ev) -> std::string {
+    try {
+      replay("D", ev);
+    } catch (const ratchet::Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(error_of({init, created}), "no error");
+  EXPECT_NE(error_of({init, created, {{"event", "retried"}, {"trial", 0}}})
+                .find("D/journal.jsonl line 3 has event 'retried' this ratchet does not know"),
+            std::string::npos);
+  EXPECT_NE(error_of({init, created, {{"event", "result"}, {"rung", 0}}})
+                .find("D/journal.jsonl line 3 (result): "), std::string::npos);
+  EXPECT_NE(error_of({init, {{"event", "created"}, {"trial", 4}, {"config", {{"lr", "1"}}}}})
+                .find("creates trial 4 where trial 0 comes next"), std::string::npos);
+}
+
 TEST(SweepJournal, OneControllerPerDirectory) {
   TempDir d;
   ControllerLock a(d.path);
