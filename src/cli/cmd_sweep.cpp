@@ -124,8 +124,14 @@ int sweep_init(int argc, char** argv) {
   if (grid == (trials > 0)) fail("give either --trials N (N >= 1) or --grid");
   if (trials > sweep::kMaxTrials)
     fail("--trials ", trials, " is more than the ", sweep::kMaxTrials, " trials a sweep holds");
-  for (const auto& t : tags)
+  for (const auto& t : tags) {
     if (t.find('=') == std::string::npos || t[0] == '=') fail("--tag '", t, "' must be key=value");
+    // the sweep labels every trial with these itself; a user tag of the same
+    // key would replace them in every ledger (all trials "trial=5")
+    const std::string key = t.substr(0, t.find('='));
+    if (key == "sweep" || key == "trial")
+      fail("--tag '", t, "': '", key, "' is set by the sweep on every trial; use another key");
+  }
   if (fs::exists(dir + "/journal.jsonl"))
     fail(dir, " is already a sweep: run it with `ratchet sweep run ", dir, "`, or pick a new directory");
   const sweep::Space space =

@@ -238,7 +238,9 @@ std::string plot_script(const SweepState& s, const std::string& png, const std::
   }
   const int rows = 1 + (P + 1) / 2;
   auto panels = [&](std::ostringstream& o) {
-    o << "set multiplot layout " << rows << ",2\nset grid\nset key off\nset format x '%.3g'\n";
+    // device-hours are long numbers: slanted tics do not run into each other
+    o << "set multiplot layout " << rows << ",2\nset grid\nset key off\nset format x '%.3g'\n"
+         "set xtics rotate by -30\n";
     o << "set title 'val loss of every trial vs cumulative sweep spend'\nset xlabel 'device-hours'\n"
          "set ylabel 'val loss'\nplot $pertrial using 1:2 with linespoints pt 7 ps 0.6\n";
     o << "set title 'best val loss so far vs spend'\nplot $best using 1:2 with steps lw 2\n";
@@ -251,9 +253,9 @@ std::string plot_script(const SweepState& s, const std::string& png, const std::
         o << "set xtics (";
         for (size_t c = 0; c < choices.size(); c++)
           o << (c ? ", " : "") << "'" << choices[c] << "' " << c;
-        o << ")\nset xrange [-0.5:" << choices.size() - 0.5 << "]\n";
+        o << ") norotate\nset xrange [-0.5:" << choices.size() - 0.5 << "]\n";
       } else {
-        o << "set xtics autofreq\nset autoscale x\n";
+        o << "set xtics autofreq norotate\nset autoscale x\n";
       }
       o << "plot $hp" << i << " using 1:2:3 with points pt 7 ps 1 lc variable\n";
     }

@@ -330,6 +330,10 @@ TEST(SweepCli, HostileInitInputIsRefusedOrHandled) {
   r = run_ratchet("sweep init " + (d / "mine") + " --space " + (d / "s.ini") + " --base " +
                   (d / "mine/base.ini") + " --grid");
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  // --tag trial=... would have replaced the sweep's own label in every ledger.
+  r = run_ratchet(init + (d / "base.ini") + " --grid --tag trial=5");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("'trial' is set by the sweep on every trial"), std::string::npos) << r.output;
   // Options the sweep passes to every trial cannot be searched (each trial got
   // them twice and failed with exit 2).
   for (const char* opt : {"max-device-hours", "max-cost", "quiet"}) {
