@@ -1,5 +1,6 @@
 #include "sweep/executor.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/fault.h"
 
 namespace ratchet::sweep {
 
@@ -90,8 +92,17 @@ class ProcessExecutor : public Executor {
   std::string name() const override { return srun_ ? "srun" : "local"; }
 
   std::string launch(const Segment& s) override {
-    const std::string pid_file = s.base() + ".pid";
+    const std::string pid_file = s.base() + ".pid", marker = s.base() + ".launching";
     if (exists(pid_file)) return read_word(pid_file);  // started by a previous controller
+    if (exists(marker)) {
+      // A previous controller forked this segment and died before journaling
+      // it. Its child writes the pid file first thing after the fork; give it
+      // time (a loaded node) rather than start the segment a second time.
+      for (int i = 0; i < 50 && !exists(pid_file); i++) ::usleep(100 * 1000);
+      if (exists(pid_file)) return read_word(pid_file);
+    }
+    { std::ofstream(marker) << "\n"; }
+    const std::string pid_tmp = pid_file + ".child";
     std::vector<std::string> prefix;
     if (srun_)
       prefix = {"srun", "--exclusive", "--nodes=1", "--ntasks=1",
@@ -101,12 +112,19 @@ class ProcessExecutor : public Executor {
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
     if (pid == 0) {
+      // The pid file before anything else (plain system calls, no allocation): a
+      // controller killed right after fork() must find it when it restarts.
+      char buf[32];
+      const int n = std::snprintf(buf, sizeof buf, "%d\n", (int)::getpid());
+      const int fd = ::open(pid_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0 && ::write(fd, buf, n) == n && ::close(fd) == 0) ::rename(pid_tmp.c_str(), pid_file.c_str());
       ::setsid();  // its own process group: stop() signals the group; it outlives us
       for (const auto& [k, v] : s.env) ::setenv(k.c_str(), v.c_str(), 1);
       ::setenv("OMP_NUM_THREADS", std::to_string(s.threads).c_str(), 1);
       ::execl("/bin/sh", "sh", "-c", script.c_str(), (char*)nullptr);
       std::_Exit(127);
     }
+    fault_point("sweep-forked");  // tests: the controller dies before it journals the launch
     return std::to_string(pid);
   }
 

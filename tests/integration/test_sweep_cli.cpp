@@ -456,6 +456,29 @@ TEST(SweepCli, ADeletedTrialDirectoryKeepsItsSpend) {
             before);
 }
 
+// A controller killed between fork() and journaling the launch: its child may
+// not have written the segment's pid file yet when the restarted controller
+// looks (a loaded node), and the segment was started a second time. The
+// launch now leaves a marker first; a successor finding it waits for the pid
+// file. Here the "slow child" is played by hand: marker now, pid file after 1 s.
+TEST(SweepCli, ASegmentForkedByAKilledControllerIsNotStartedTwice) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir);
+  const std::string t0 = dir + "/trials/t0000";
+  fs::create_directories(t0);
+  write_file(t0 + "/seg-r0-a0.launching", "\n");
+  auto r = run_shell("( sleep 1; " + kFake + " --run-dir " + t0 + " --steps 1 --lr 1e-4 >> " + t0 +
+                     "/train.log 2>&1; echo 0 > " + t0 + "/seg-r0-a0.exit; echo 999999 > " + t0 +
+                     "/seg-r0-a0.pid ) & " RATCHET_EXE " " + fake_run(dir) + "; wait");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(invocations(dir, 0), "1\n");  // adopted, not run again
+  bool adopted = false;
+  for (const auto& e : journal(dir))
+    adopted |= e["event"] == "launched" && e["trial"] == 0 && e["handle"] == "999999";
+  EXPECT_TRUE(adopted);
+}
+
 // Real tiny models on King James shards: rung results from the trainer's own
 // evaluations, ledgers labelled with sweep and trial, the report's files, and
 // `ratchet report` over the trial directories summing spend per tag.
