@@ -424,6 +424,19 @@ int Controller::run() {
     if (v < 0) fail(flag, " ", v, " must be >= 0 (0: the default)");
   if (!(std::isfinite(o_.eta) && o_.eta > 1))
     fail("--eta ", o_.eta, " must be greater than 1 and finite (3 keeps the top third)");
+  if (!o_.gpus.empty()) {
+    // One device per running trial: a trial beyond the list got no
+    // CUDA_VISIBLE_DEVICES at all, i.e. every device, sharing device 0.
+    std::stringstream ss(o_.gpus);
+    int n = 0;
+    for (std::string id; std::getline(ss, id, ',');) {
+      if (trim(id).empty()) fail("--gpus '", o_.gpus, "' has an empty device id: e.g. --gpus 0,1,2,3");
+      n++;
+    }
+    if (o_.parallel > n)
+      fail("--parallel ", o_.parallel, " is more than the ", n, " device(s) of --gpus ", o_.gpus,
+           ": one trial per device (lower --parallel, or list more devices)");
+  }
   if (!(o_.poll_seconds >= 0 && o_.poll_seconds <= 3600))
     fail("--poll-seconds ", o_.poll_seconds, " must be between 0 (the executor's default) and 3600");
   budget_.max_device_hours = o_.max_device_hours;

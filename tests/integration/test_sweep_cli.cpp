@@ -371,7 +371,10 @@ TEST(SweepCli, HostileRunFlagsAreNamed) {
            {"--max-steps -5", "--max-steps -5 must be >= 0"},
            {"--min-steps -1", "--min-steps -1 must be >= 0"},
            {"--threads-per-trial -3", "--threads-per-trial -3 must be >= 0"},
-           {"--eta inf", "--eta inf must be greater than 1 and finite"}}) {
+           {"--eta inf", "--eta inf must be greater than 1 and finite"},
+           // trials past the device list ran with every device visible
+           {"--gpus 0,1 --parallel 3", "--parallel 3 is more than the 2 device(s) of --gpus 0,1"},
+           {"--gpus 0,,1", "--gpus '0,,1' has an empty device id"}}) {
     auto r = run_ratchet(fake_run(dir, flags));
     EXPECT_EQ(r.exit_code, 2) << flags << r.output;
     EXPECT_NE(r.output.find(want), std::string::npos) << flags << r.output;
