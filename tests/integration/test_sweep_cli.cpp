@@ -482,6 +482,27 @@ TEST(SweepCli, ASegmentForkedByAKilledControllerIsNotStartedTwice) {
   EXPECT_TRUE(adopted);
 }
 
+// A quote in the sweep directory or in a choice value broke the gnuplot
+// script (report failed after writing sweep.json): quoted now.
+TEST(SweepCli, ReportPlotsWithQuotesInPathsAndValues) {
+  TempDir d;
+  const std::string dir = d / "it's";
+  const std::string q = "'" + d.path + "/it'\\''s'";  // the directory, quoted for the shell
+  write_file(d / "base.ini", "val-data = unused\nsteps = 9\n");
+  write_file(d / "space.ini", "lr = choice(1e-3, 3e-3)\nmodel = choice(it's, d4)\n");
+  auto r = run_ratchet("sweep init " + q + " --space " + (d / "space.ini") + " --base " + (d / "base.ini") +
+                       " --grid");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet("sweep run " + q + " --trainer '" + kFake + "' --poll-seconds 0.01 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet("sweep report " + q);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f : {"/sweep.png", "/sweep.svg"})
+    EXPECT_TRUE(fs::exists(dir + f) && fs::file_size(dir + f) > 0) << f;
+  EXPECT_FALSE(fs::exists(dir + "/sweep.png.tmp"));
+  EXPECT_NE(read_file(dir + "/sweep.svg").find("it's"), std::string::npos);  // the tic label
+}
+
 // Real tiny models on King James shards: rung results from the trainer's own
 // evaluations, ledgers labelled with sweep and trial, the report's files, and
 // `ratchet report` over the trial directories summing spend per tag.
