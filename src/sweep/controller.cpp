@@ -474,6 +474,17 @@ int Controller::run() {
       fail("--max-wall-time ", o_.max_wall_time, " has already passed since the sweep's first run: "
            "raise it to continue");
   }
+  // Segments in flight carry the handles of the executor that started them (pids
+  // for local and srun, job ids for sbatch): another one would take a running
+  // segment for a lost one and start it a second time.
+  int in_flight_n = 0;
+  for (const auto& t : state_.trials) in_flight_n += t.status == TrialState::kRunning && !t.relaunch;
+  auto pid_based = [](const std::string& e) { return e == "local" || e == "srun"; };
+  if (in_flight_n > 0 && !state_.last_executor.empty() && state_.last_executor != o_.executor &&
+      !(pid_based(state_.last_executor) && pid_based(o_.executor)))
+    fail(in_flight_n, " segment(s) of ", dir_, " started by --executor ", state_.last_executor,
+         " are still in flight: rerun with --executor ", state_.last_executor,
+         " until they end (then switch)");
   for (const auto& t : state_.trials)
     if (t.status != TrialState::kPending && !std::filesystem::exists(t.dir))
       say("warning: trial %d's directory %s is gone: its spend is taken from the journal, and its "

@@ -62,6 +62,7 @@ void apply(SweepState& s, const std::string& dir, const nlohmann::json& e) {
       s.first_run_time = e.value("time", 0.0);
     }
     s.runs++;
+    s.last_executor = e.value("executor", std::string());
     // A controller started again (e.g. with a raised budget) reopens the sweep.
     s.budget_reached = false;
     s.done = false;

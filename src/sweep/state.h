@@ -40,6 +40,7 @@ struct SweepState {
   std::string done_reason;
   double first_run_time = 0;      // Unix seconds of the first run record
   int runs = 0;                   // controller starts
+  std::string last_executor;      // of the latest run record (its handles are that executor's)
   std::vector<int> rungs() const;
   int started() const;            // trials that left kPending
 };

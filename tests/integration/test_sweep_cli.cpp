@@ -503,6 +503,25 @@ TEST(SweepCli, ReportPlotsWithQuotesInPathsAndValues) {
   EXPECT_NE(read_file(dir + "/sweep.svg").find("it's"), std::string::npos);  // the tic label
 }
 
+// Restarted with another executor while a segment runs: sbatch would poll a
+// pid as a job id, find no such job, count the segment lost and start it again.
+TEST(SweepCli, AnotherExecutorIsRefusedWhileSegmentsAreInFlight) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir, "lr = choice(3e-3)\n");
+  // killed right after journaling the first launch; the segment sleeps 2 s
+  auto r = run_shell("FAKE_SLEEP=2 RATCHET_FAULT='sweep-journal*2' " RATCHET_EXE " " + fake_run(dir));
+  ASSERT_NE(r.exit_code, 0) << r.output;
+  r = run_ratchet(fake_run(dir, "--executor sbatch --sbatch-template " + (d / "base.ini")));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("1 segment(s) of " + dir + " started by --executor local are still in flight"),
+            std::string::npos) << r.output;
+  r = run_ratchet(fake_run(dir));  // the same executor adopts it
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(invocations(dir, 0), "1\n");  // run once (one trial: ASHA promotes none)
+  EXPECT_EQ(results(dir).size(), 1u);
+}
+
 // Real tiny models on King James shards: rung results from the trainer's own
 // evaluations, ledgers labelled with sweep and trial, the report's files, and
 // `ratchet report` over the trial directories summing spend per tag.
