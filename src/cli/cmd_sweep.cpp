@@ -53,6 +53,8 @@ examples:
 )";
 
 std::string read_text(const std::string& path, const char* flag) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) fail(flag, " ", path, " is a directory: give the INI file");
   std::ifstream in(path);
   if (!in) fail(flag, " ", path, ": cannot read the file");
   std::stringstream ss;
@@ -138,6 +140,7 @@ int sweep_init(int argc, char** argv) {
       sweep::parse_space(read_text(space_path, "--space"), space_path, train_option_names(),
                          {"run-dir", "ckpt-dir", "log-jsonl", "steps", "schedule-steps", "resume",
                           "config", "tag", "help", "threads", "quiet", "max-device-hours", "max-cost"});
+  read_text(base_path, "--base");  // a directory or unreadable file named as such
   const int base_steps = sweep::check_base(base_path);
   auto configs = grid ? sweep::grid_configs(space) : sweep::sample_configs(space, trials, seed);
   if (grid && !grid_in_order) std::shuffle(configs.begin(), configs.end(), std::mt19937_64(seed));

@@ -306,6 +306,12 @@ TEST(SweepCli, HostileInitInputIsRefusedOrHandled) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--trials 100000000 is more than the 100000"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(d / "x"));
+  // A directory given as the space or base read as an empty file ("defines no
+  // hyperparameter", "has no val-data").
+  fs::create_directories(d / "adir");
+  r = run_ratchet(init + (d / "adir") + " --grid");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--base " + (d / "adir") + " is a directory"), std::string::npos) << r.output;
   // steps = 1e3 read as R = 1.
   write_file(d / "b1.ini", "val-data = x\nsteps = 1e3\n");
   r = run_ratchet(init + (d / "b1.ini") + " --grid");
