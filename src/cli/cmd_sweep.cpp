@@ -148,6 +148,11 @@ int sweep_init(int argc, char** argv) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cannot create ", dir, ": ", ec.message());
+  // Two inits at once (or an init next to a run) on DIR: one at a time, and
+  // the second finds the first's journal.
+  const sweep::ControllerLock lock(dir);
+  if (fs::exists(dir + "/journal.jsonl"))
+    fail(dir, " is already a sweep: run it with `ratchet sweep run ", dir, "`, or pick a new directory");
   // DIR keeps the sweep's own copies; a different file of the same name there
   // is the user's, and is not overwritten.
   const std::string base_text = without_bom(read_text(base_path, "--base"));

@@ -71,7 +71,7 @@ void Journal::create(const std::string& path, std::vector<nlohmann::json> events
     ev["time"] = now;
     text += ev.dump() + "\n";
   }
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot create ", tmp, ": ", std::strerror(errno));
   size_t done = 0;
@@ -84,11 +84,14 @@ void Journal::create(const std::string& path, std::vector<nlohmann::json> events
   const int err = errno;
   const bool ok = done == text.size() && ::fsync(fd) == 0;
   ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(done == text.size() ? errno : err);
+  // link(), not rename(): it never replaces a journal that appeared meanwhile.
+  if (!ok || ::link(tmp.c_str(), path.c_str()) != 0) {
+    const int e = ok ? errno : err;
     ::unlink(tmp.c_str());
-    fail("cannot write the sweep journal ", path, ": ", why, " (disk full?); nothing was created");
+    if (ok && e == EEXIST) fail(path, " already exists: another `ratchet sweep init` made it first");
+    fail("cannot write the sweep journal ", path, ": ", std::strerror(e), " (disk full?); nothing was created");
   }
+  ::unlink(tmp.c_str());
 }
 
 std::vector<nlohmann::json> Journal::read(const std::string& path) {

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 
@@ -161,7 +163,16 @@ TEST(SweepJournal, CreateIsAllOrNothing) {
   const auto ev = Journal::read(path);
   ASSERT_EQ(ev.size(), 2u);
   EXPECT_EQ(ev[1]["seq"], 2);
-  EXPECT_FALSE(std::ifstream(path + ".tmp").good());
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(d.path), {}), 1);  // no temporary left
+  // never over an existing journal (two inits racing: the second is refused)
+  try {
+    Journal::create(path, {{{"event", "init"}}});
+    FAIL() << "replaced";
+  } catch (const ratchet::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already exists: another `ratchet sweep init` made it first"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(Journal::read(path).size(), 2u);
   EXPECT_THROW(Journal::create(d / "no/such/dir.jsonl", {{{"event", "init"}}}), ratchet::Error);
 }
 
