@@ -222,7 +222,8 @@ int sweep_run(int argc, char** argv) {
     ("max-trials", po::value(&o.max_trials), "start at most this many trials")
     ("max-trial-device-hours", po::value(&o.max_trial_device_hours), "budget of each trial")
     ("max-requeues", po::value(&o.max_requeues)->default_value(o.max_requeues),
-     "a segment stopped early (exit 75, killed) more often than this in a row fails its trial")
+     "a segment stopped early (exit 75, killed) more often than this in a row without getting "
+     "further fails its trial")
     ("trainer", po::value(&trainer), "the trainer command (default: this ratchet's `train`; for tests "
      "and wrappers, split on spaces)")
     ("poll-seconds", po::value(&o.poll_seconds), "how often to look at running segments (default 0.2 s; 2 s for sbatch)")

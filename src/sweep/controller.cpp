@@ -360,11 +360,13 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
       append(e);
       return;
     }
-    if (t.requeues >= o_.max_requeues) {
+    // Progress: further than this segment's last early stop (or its start).
+    const bool progress = l.max_step > (t.stop_step >= 0 ? t.stop_step : t.steps);
+    if (t.requeues >= o_.max_requeues && !progress) {
       nlohmann::json e = {{"event", "failed"}, {"trial", t.id}, {"rung", t.rung},
                           {"exit", st.exit_code},
                           {"reason", "stopped early " + std::to_string(t.requeues + 1) +
-                                         " times in a row (--max-requeues " +
+                                         " times in a row without progress (--max-requeues " +
                                          std::to_string(o_.max_requeues) + "); log tail:\n" +
                                          file_tail(t.dir + "/train.log", 8)}};
       e.update(spend);
@@ -373,7 +375,7 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
       return;
     }
     append({{"event", "requeued"}, {"trial", t.id}, {"rung", t.rung}, {"attempt", t.attempt + 1},
-            {"exit", st.exit_code}});
+            {"exit", st.exit_code}, {"max_step", l.max_step}, {"progress", progress}});
     say("trial %d stopped early (%s): resuming it\n", t.id,
         st.state == SegmentStatus::kLost ? "killed" : "exit 75");
     return;

@@ -76,7 +76,11 @@ void apply(SweepState& s, const std::string& dir, const nlohmann::json& e) {
   } else if (ev == "requeued") {
     Trial& t = trial(e);
     t.attempt = e.at("attempt").get<int>();
-    t.requeues++;
+    // A stop after progress (a further step than the last stop: preempted or
+    // time-limited, but moving) starts the count again; journals before the
+    // field counted every stop.
+    t.requeues = e.value("progress", false) ? 0 : t.requeues + 1;
+    t.stop_step = e.value("max_step", t.stop_step);
     t.relaunch = true;
   } else if (ev == "result") {
     Trial& t = trial(e);
@@ -85,6 +89,7 @@ void apply(SweepState& s, const std::string& dir, const nlohmann::json& e) {
     t.loss[k] = e.at("val_loss").get<double>();
     t.rung = k;
     t.requeues = 0;
+    t.stop_step = -1;
     t.attempt = 0;
     t.device_hours = e.value("device_hours", 0.0);
     t.cost = e.value("cost", 0.0);

@@ -528,6 +528,32 @@ TEST(SweepCli, AnotherExecutorIsRefusedWhileSegmentsAreInFlight) {
   EXPECT_EQ(results(dir).size(), 1u);
 }
 
+// A segment stopped early again and again but further each time (preempted,
+// or a base `time-limit` ending every attempt with a checkpoint) used to fail
+// its trial after --max-requeues stops; only stops without progress count now.
+TEST(SweepCli, AnEarlyStopThatProgressesIsNotAFailure) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir, "lr = choice(3e-3, 1e-2)\n");
+  // --scheduler none: 9 steps in one segment; lr 3e-3 stops at 4, 6, 7, 8, then ends.
+  auto r = run_shell("FAKE_PREEMPT_LR=3e-3 FAKE_PREEMPT_TIMES=4 " RATCHET_EXE " " +
+                     fake_run(dir, "--scheduler none --max-requeues 2"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(invocations(dir, 0), "9\n9\n9\n9\n9\n");
+  int requeued = 0;
+  for (const auto& e : journal(dir)) {
+    EXPECT_NE(e["event"], "failed") << e.dump();
+    if (e["event"] == "requeued") {
+      requeued++;
+      EXPECT_TRUE(e["progress"].get<bool>()) << e.dump();
+    }
+  }
+  EXPECT_EQ(requeued, 4);
+  const json j = json::parse(run_ratchet("sweep status " + dir + " --json").output);
+  EXPECT_EQ(j["best_trial"]["id"], 0);
+  EXPECT_NEAR(j["trials"][0]["device_hours"].get<double>() * 3600, 9, 1e-9);  // no step paid twice
+}
+
 // Real tiny models on King James shards: rung results from the trainer's own
 // evaluations, ledgers labelled with sweep and trial, the report's files, and
 // `ratchet report` over the trial directories summing spend per tag.
