@@ -278,7 +278,19 @@ TEST(SweepCli, BadInputIsNamed) {
            {"--eta 1", "--eta 1 must be greater than 1"},
            {"--min-steps 20", "--min-steps 20 is larger than --max-steps 9"},
            {"--scheduler pbt", "--scheduler 'pbt' is not known"},
-           {"--executor ssh", "--executor 'ssh' is not known"}}) {
+           {"--executor ssh", "--executor 'ssh' is not known"},
+           // NaN budgets used to mean "no budget" (NaN >= x is false); negative counts "the default".
+           {"--max-device-hours nan", "--max-device-hours nan is not a budget"},
+           {"--max-cost nan", "--max-cost nan is not a budget"},
+           {"--max-trial-device-hours nan", "--max-trial-device-hours nan is not a budget"},
+           {"--max-trials -1", "--max-trials -1 must be >= 0"},
+           {"--max-steps -5", "--max-steps -5 must be >= 0"},
+           {"--min-steps -1", "--min-steps -1 must be >= 0"},
+           {"--threads-per-trial -3", "--threads-per-trial -3 must be >= 0"},
+           {"--eta inf", "--eta inf must be greater than 1 and finite"},
+           // trials past the device list ran with every device visible
+           {"--gpus 0,1 --parallel 3", "--parallel 3 is more than the 2 device(s) of --gpus 0,1"},
+           {"--gpus 0,,1", "--gpus '0,,1' has an empty device id"}}) {
     r = run_ratchet(fake_run(dir, flags));
     EXPECT_EQ(r.exit_code, 2) << flags << r.output;
     EXPECT_NE(r.output.find(want), std::string::npos) << flags << r.output;
@@ -362,30 +374,6 @@ TEST(SweepCli, HostileInitInputIsRefusedOrHandled) {
                   (d / "base.ini") + " --grid");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(journal(d / "k").size(), 1u + 9u);
-}
-
-TEST(SweepCli, HostileRunFlagsAreNamed) {
-  TempDir d;
-  const std::string dir = d / "sw";
-  init_fake(d, dir);
-  // NaN budgets used to mean "no budget" (NaN >= x is false); negative counts "the default".
-  for (const auto& [flags, want] : std::vector<std::pair<std::string, std::string>>{
-           {"--max-device-hours nan", "--max-device-hours nan is not a budget"},
-           {"--max-cost nan", "--max-cost nan is not a budget"},
-           {"--max-trial-device-hours nan", "--max-trial-device-hours nan is not a budget"},
-           {"--max-trials -1", "--max-trials -1 must be >= 0"},
-           {"--max-steps -5", "--max-steps -5 must be >= 0"},
-           {"--min-steps -1", "--min-steps -1 must be >= 0"},
-           {"--threads-per-trial -3", "--threads-per-trial -3 must be >= 0"},
-           {"--eta inf", "--eta inf must be greater than 1 and finite"},
-           // trials past the device list ran with every device visible
-           {"--gpus 0,1 --parallel 3", "--parallel 3 is more than the 2 device(s) of --gpus 0,1"},
-           {"--gpus 0,,1", "--gpus '0,,1' has an empty device id"}}) {
-    auto r = run_ratchet(fake_run(dir, flags));
-    EXPECT_EQ(r.exit_code, 2) << flags << r.output;
-    EXPECT_NE(r.output.find(want), std::string::npos) << flags << r.output;
-  }
-  EXPECT_EQ(results(dir).size(), 0u);  // nothing ran
 }
 
 // --max-trials is a budget: a sweep it cuts short ends with 76 and "budget
