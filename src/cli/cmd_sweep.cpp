@@ -153,6 +153,12 @@ int sweep_init(int argc, char** argv) {
   const sweep::ControllerLock lock(dir);
   if (fs::exists(dir + "/journal.jsonl"))
     fail(dir, " is already a sweep: run it with `ratchet sweep run ", dir, "`, or pick a new directory");
+  // Trial directories of an earlier sweep (its journal deleted): the new
+  // trials would adopt their finished segments, losses and checkpoints as
+  // their own, whatever their configuration.
+  if (fs::exists(dir + "/trials") && !fs::is_empty(dir + "/trials", ec))
+    fail(dir, "/trials holds the trials of an earlier sweep: init a new directory, or remove ", dir,
+         "/trials");
   // DIR keeps the sweep's own copies; a different file of the same name there
   // is the user's, and is not overwritten.
   const std::string base_text = without_bom(read_text(base_path, "--base"));

@@ -362,6 +362,18 @@ TEST(SweepCli, HostileInitInputIsRefusedOrHandled) {
     EXPECT_EQ(r.exit_code, 2) << opt << r.output;
     EXPECT_NE(r.output.find("is set by the sweep itself"), std::string::npos) << opt << r.output;
   }
+  // A journal deleted by hand, then init again over the old trials: the new
+  // trials took the old ones' finished segments (their losses, other
+  // configurations) as their own, without running anything.
+  const std::string old_sweep = d / "again";
+  init_fake(d, old_sweep);
+  ASSERT_EQ(run_ratchet(fake_run(old_sweep)).exit_code, 0);
+  fs::remove(old_sweep + "/journal.jsonl");
+  r = run_ratchet("sweep init " + old_sweep + " --space " + (d / "s.ini") + " --base " + (d / "base.ini") +
+                  " --grid");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(old_sweep + "/trials holds the trials of an earlier sweep"), std::string::npos)
+      << r.output;
   // init killed while it writes the journal: no sweep with some trials missing
   // (it used to append line by line: a kill after 3 lines left a 2-trial sweep
   // that a second init refused to replace). Now nothing, and init runs again.
