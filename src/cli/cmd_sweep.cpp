@@ -222,11 +222,11 @@ int sweep_run(int argc, char** argv) {
     ("sbatch-array-max", po::value(&o.sbatch_array_max)->default_value(o.sbatch_array_max),
      "sbatch: segments that start together go in one job array of at most this many tasks "
      "(1: one job per segment)")
-    ("max-cost", po::value(&o.max_cost), "budget: money over all trials")
-    ("max-device-hours", po::value(&o.max_device_hours), "budget: device-hours over all trials")
+    ("max-cost", po::value(&o.max_cost), "budget: money over all trials (0: none)")
+    ("max-device-hours", po::value(&o.max_device_hours), "budget: device-hours over all trials (0: none)")
     ("max-wall-time", po::value(&o.max_wall_time), "budget: since the first `sweep run` (seconds or [D-]HH:MM:SS)")
-    ("max-trials", po::value(&o.max_trials), "start at most this many trials")
-    ("max-trial-device-hours", po::value(&o.max_trial_device_hours), "budget of each trial")
+    ("max-trials", po::value(&o.max_trials), "start at most this many trials (0: all)")
+    ("max-trial-device-hours", po::value(&o.max_trial_device_hours), "budget of each trial, device-hours (0: none)")
     ("max-requeues", po::value(&o.max_requeues)->default_value(o.max_requeues),
      "a segment stopped early (exit 75, killed) more often than this in a row without getting "
      "further fails its trial")
