@@ -322,13 +322,18 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
   if (st.state == SegmentStatus::kExited && st.exit_code == 0) {
     const double vl = val_loss_at(t.dir, steps);
     if (!std::isfinite(vl)) {
+      // Exit 0 short of the rung: the trainer ended it itself (early stopping
+      // in the base config), not a missing val-data.
+      const std::string why =
+          l.max_step > 0 && l.max_step < steps
+              ? "the trainer ended at step " + std::to_string((long)l.max_step) + " of " +
+                    std::to_string(steps) + " with exit 0 (early stopping in the base config?)"
+              : "no finite validation loss at step " + std::to_string(steps) + " (is val-data set?)";
       nlohmann::json e = {{"event", "failed"}, {"trial", t.id}, {"rung", t.rung}, {"exit", 0},
-                          {"reason", "no finite validation loss at step " + std::to_string(steps) +
-                                         " (is val-data set?); log tail:\n" +
-                                         file_tail(t.dir + "/train.log", 8)}};
+                          {"reason", why + "; log tail:\n" + file_tail(t.dir + "/train.log", 8)}};
       e.update(spend);
       append(e);
-      say("trial %d failed: no finite val loss at step %d\n", t.id, steps);
+      say("trial %d failed: %s\n", t.id, why.c_str());
       return;
     }
     nlohmann::json e = {{"event", "result"}, {"trial", t.id}, {"rung", t.rung}, {"steps", steps},

@@ -199,6 +199,21 @@ TEST(SweepCli, FailedNonFiniteAndPreemptedTrials) {
   }
   EXPECT_EQ(req, 2);
   EXPECT_EQ(fails, 1);
+
+  // A trainer that ends short of the rung with exit 0 (early stopping in the
+  // base) is named as such, not "is val-data set?".
+  const std::string dir3 = d / "early";
+  init_fake(d, dir3, "lr = choice(3e-3)\n");
+  write_file(d / "early.sh", "while [ $# -gt 0 ]; do [ \"$1\" = --run-dir ] && run=$2; shift; done\n"
+                             "echo '{\"device_seconds\": 1, \"max_step\": 1}' > \"$run/ledger.json\"\n"
+                             "echo 'early stop: no improvement in 1 evaluation(s)'\n");
+  r = run_ratchet("sweep run " + dir3 + " --trainer 'bash " + (d / "early.sh") +
+                  "' --poll-seconds 0.01 --quiet --scheduler none");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  std::string reason;
+  for (const auto& e : journal(dir3))
+    if (e["event"] == "failed") reason = e["reason"];
+  EXPECT_NE(reason.find("the trainer ended at step 1 of 9"), std::string::npos) << reason;
 }
 
 TEST(SweepCli, BudgetStopsTheSweepAndCanBeRaised) {
