@@ -454,6 +454,11 @@ int Controller::run() {
     if (budget_.max_wall_seconds <= 0)
       fail("--max-wall-time '", o_.max_wall_time, "' is not a duration: seconds or [D-]HH:MM:SS");
   }
+  const int cores = (int)std::thread::hardware_concurrency();
+  if (o_.executor == "local" && o_.threads > 0 && cores > 0 && (long)o_.threads * o_.parallel > cores)
+    say("warning: --parallel %d x --threads-per-trial %d = %ld threads on %d cores: the trials slow "
+        "each other down, and each pays for it in device-hours\n",
+        o_.parallel, o_.threads, (long)o_.threads * o_.parallel, cores);
   if (state_.done && !state_.budget_reached) {
     say("sweep %s already ended (%s); see `ratchet sweep status`\n", dir_.c_str(),
         state_.done_reason.c_str());

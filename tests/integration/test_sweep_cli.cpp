@@ -540,6 +540,10 @@ TEST(SweepCli, AnotherExecutorIsRefusedWhileSegmentsAreInFlight) {
   r = run_ratchet(fake_run(dir));  // the same executor adopts it
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(invocations(dir, 0), "1\n");  // run once (one trial: ASHA promotes none)
+  // (and oversubscribed threads are pointed out, not refused)
+  r = run_ratchet("sweep run " + dir + " --trainer '" + kFake + "' --threads-per-trial 100000 --parallel 2");
+  EXPECT_NE(r.output.find("warning: --parallel 2 x --threads-per-trial 100000 = 200000 threads on "),
+            std::string::npos) << r.output;
   EXPECT_EQ(results(dir).size(), 1u);
 }
 
