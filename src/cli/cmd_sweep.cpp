@@ -141,7 +141,7 @@ int sweep_init(int argc, char** argv) {
                          {"run-dir", "ckpt-dir", "log-jsonl", "steps", "schedule-steps", "resume",
                           "config", "tag", "help", "threads", "quiet", "max-device-hours", "max-cost"});
   read_text(base_path, "--base");  // a directory or unreadable file named as such
-  const int base_steps = sweep::check_base(base_path);
+  const int base_steps = sweep::check_base(base_path, train_option_names());
   auto configs = grid ? sweep::grid_configs(space) : sweep::sample_configs(space, trials, seed);
   if (grid && !grid_in_order) std::shuffle(configs.begin(), configs.end(), std::mt19937_64(seed));
 

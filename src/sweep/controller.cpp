@@ -624,7 +624,7 @@ std::vector<std::string> trial_command(const SweepState& s, const Trial& t, int 
   return a;
 }
 
-int check_base(const std::string& base_ini) {
+int check_base(const std::string& base_ini, const std::vector<std::string>& known) {
   std::ifstream in(base_ini);
   if (!in) fail("--base ", base_ini, " cannot be read");
   std::string line;
@@ -634,10 +634,18 @@ int check_base(const std::string& base_ini) {
   while (std::getline(in, line)) {
     n++;
     if (n == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 BOM
-    line = trim(line.substr(0, line.find_first_of("#;")));
+    const std::string raw = line;
+    line = trim(line.substr(0, line.find('#')));  // the trainer's INI reader: '#' comments only
     const auto eq = line.find('=');
-    if (line.empty() || line[0] == '[' || eq == std::string::npos) continue;
+    if (line.empty() || line[0] == '[' || line[0] == ';' || eq == std::string::npos) continue;
     const std::string k = trim(line.substr(0, eq)), v = trim(line.substr(eq + 1));
+    // Found here, not as the same exit 2 in every trial's log:
+    if (!known.empty() && std::find(known.begin(), known.end(), k) == known.end())
+      fail("--base ", base_ini, " line ", n, ": '", k, "' is not a `ratchet train` option (see "
+           "ratchet train --help)");
+    if (v.find(';') != std::string::npos)
+      fail("--base ", base_ini, " line ", n, ": '", v, "': ';' does not start a comment in a "
+           "`ratchet train` config (use '#')");
     for (const char* r : {"run-dir", "ckpt-dir", "log-jsonl", "schedule-steps", "resume", "config"})
       if (k == r)
         fail("--base ", base_ini, " line ", n, ": '", k, "' is set by the sweep for each trial; "

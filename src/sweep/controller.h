@@ -43,8 +43,9 @@ int run_sweep(const std::string& dir, const RunOptions& o);
 // hyperparameters (exposed for tests and `sweep report`'s continue command).
 std::vector<std::string> trial_command(const SweepState& s, const Trial& t, int steps, int max_steps);
 
-// Reads a base INI's "steps" (0 if absent) and checks it has val-data and no
-// option the sweep sets itself. Error naming the file and key.
-int check_base(const std::string& base_ini);
+// Reads a base INI's "steps" (0 if absent) and checks it has val-data, no
+// option the sweep sets itself, and (when `known` is given) only `ratchet
+// train` options. Error naming the file, line and key.
+int check_base(const std::string& base_ini, const std::vector<std::string>& known = {});
 
 }  // namespace ratchet::sweep

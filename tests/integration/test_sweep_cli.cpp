@@ -339,6 +339,15 @@ TEST(SweepCli, HostileInitInputIsRefusedOrHandled) {
   r = run_ratchet(init + (d / "adir") + " --grid");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--base " + (d / "adir") + " is a directory"), std::string::npos) << r.output;
+  // Keys the trainer would refuse made every trial fail with exit 2.
+  write_file(d / "b2.ini", "val-data = x\nlearning-rate = 0.1\n");
+  r = run_ratchet(init + (d / "b2.ini") + " --grid");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("line 2: 'learning-rate' is not a `ratchet train` option"), std::string::npos) << r.output;
+  write_file(d / "b3.ini", "val-data = x\nweight-decay = 0.1 ; note\n");
+  r = run_ratchet(init + (d / "b3.ini") + " --grid");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("line 2: '0.1 ; note': ';' does not start a comment"), std::string::npos) << r.output;
   // steps = 1e3 read as R = 1.
   write_file(d / "b1.ini", "val-data = x\nsteps = 1e3\n");
   r = run_ratchet(init + (d / "b1.ini") + " --grid");
