@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <algorithm>
 #include <deque>
 #include <filesystem>
@@ -94,11 +96,14 @@ class ProcessExecutor : public Executor {
   std::string launch(const Segment& s) override {
     const std::string pid_file = s.base() + ".pid", marker = s.base() + ".launching";
     if (exists(pid_file)) return read_word(pid_file);  // started by a previous controller
-    if (exists(marker)) {
+    struct stat st {};
+    if (::stat(marker.c_str(), &st) == 0) {
       // A previous controller forked this segment and died before journaling
       // it. Its child writes the pid file first thing after the fork; give it
-      // time (a loaded node) rather than start the segment a second time.
-      for (int i = 0; i < 50 && !exists(pid_file); i++) ::usleep(100 * 1000);
+      // until 5 s after the marker (a loaded node) rather than start the
+      // segment a second time. From the marker's time, not from now: a
+      // controller killed again and again within 5 s must still get on.
+      while (!exists(pid_file) && ::time(nullptr) < st.st_mtime + 5) ::usleep(100 * 1000);
       if (exists(pid_file)) return read_word(pid_file);
     }
     { std::ofstream(marker) << "\n"; }

@@ -4,6 +4,7 @@
 // fast; the end-to-end case trains real tiny models on King James shards.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -510,6 +511,19 @@ TEST(SweepCli, ASegmentForkedByAKilledControllerIsNotStartedTwice) {
   for (const auto& e : journal(dir))
     adopted |= e["event"] == "launched" && e["trial"] == 0 && e["handle"] == "999999";
   EXPECT_TRUE(adopted);
+  // The wait runs from the marker's time, not from each restart: a controller
+  // killed every second (a chaos run) waited 5 s anew each time and never got
+  // on. A marker older than 5 s without a pid file: launched at once (a
+  // liveness bound of 4 s for a one-trial sweep, not a speed target).
+  const std::string dir2 = d / "old";
+  init_fake(d, dir2, "lr = choice(3e-3)\n");
+  fs::create_directories(dir2 + "/trials/t0000");
+  write_file(dir2 + "/trials/t0000/seg-r0-a0.launching", "\n");
+  fs::last_write_time(dir2 + "/trials/t0000/seg-r0-a0.launching",
+                      fs::file_time_type::clock::now() - std::chrono::seconds(60));
+  r = run_shell("timeout 4 " RATCHET_EXE " " + fake_run(dir2));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(invocations(dir2, 0), "1\n");
 }
 
 // A quote in the sweep directory or in a choice value broke the gnuplot
