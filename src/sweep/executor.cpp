@@ -23,6 +23,17 @@
 
 namespace ratchet::sweep {
 
+bool MissingJobs::gone(const std::string& handle, bool listed, double now) {
+  if (listed) {
+    since_.erase(handle);
+    return false;
+  }
+  const auto it = since_.emplace(handle, now).first;
+  if (now - it->second < grace_) return false;
+  since_.erase(it);
+  return true;
+}
+
 std::string shell_quote(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                         "0123456789-_./=:,+@%") == std::string::npos)
@@ -176,6 +187,12 @@ void write_word(const std::string& path, const std::string& text) {
   std::rename((path + ".tmp").c_str(), path.c_str());
 }
 
+double wall_now() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 std::string chomp(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
@@ -226,11 +243,16 @@ class SbatchExecutor : public Executor {
     if (exists(s.base() + ".exit")) return ended(s);
     int rc = 0;
     const std::string st = capture("squeue -h -o %T -j " + shell_quote(handle) + " 2>&1", &rc);
-    if (rc == 0 && st.find_first_not_of(" \n") != std::string::npos)
-      return {SegmentStatus::kRunning, -1};  // pending, running, requeued, completing
-    // Forgotten by Slurm (MinJobAge passed): it has ended.
+    const bool listed = rc == 0 && st.find_first_not_of(" \n") != std::string::npos;
+    if (listed) {  // pending, running, requeued, completing
+      missing_.gone(handle, true, wall_now());
+      return {SegmentStatus::kRunning, -1};
+    }
     if (rc != 0 && st.find("Invalid job id") == std::string::npos)
       return {SegmentStatus::kRunning, -1};  // squeue unavailable: ask again later
+    // Unlisted (forgotten by Slurm after MinJobAge, or between a requeue's
+    // steps): ended once it stays so.
+    if (!missing_.gone(handle, false, wall_now())) return {SegmentStatus::kRunning, -1};
     return ended(s);
   }
 
@@ -341,6 +363,7 @@ class SbatchExecutor : public Executor {
   std::string tmpl_, args_;
   size_t array_max_;
   std::string array_dir_;
+  MissingJobs missing_{10.0};  // 5 polls at the default 2 s
 };
 
 }  // namespace
