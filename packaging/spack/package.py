@@ -28,6 +28,7 @@ class Ratchet(CMakePackage, CudaPackage):
     depends_on("boost@1.74: +context", when="+cuda")
     depends_on("hdf5@1.10: ~mpi")
     depends_on("zlib-api")
+    depends_on("libdeflate")  # shard chunks (src/data/chunk_reader.h)
     depends_on("openblas threads=pthreads")
     depends_on("nlohmann-json")
     depends_on("openssl")

@@ -117,6 +117,9 @@ RunLock::RunLock(const std::string& dir, const std::string& purpose, const std::
     RLOG("warning: %s is on a read-only file system: not locked\n", dir.c_str());
     return;
   }
+  if (fd_ < 0 && errno == EISDIR)
+    fail(path_, " is a directory, not ratchet's lock file (", flag, " ", dir,
+         "): remove it (rmdir) and rerun");
   if (fd_ < 0)
     fail("cannot create the lock file ", path_, ": ", std::strerror(errno), ". ", flag,
          " must be a directory you can write");
@@ -231,7 +234,12 @@ std::vector<std::unique_ptr<RunLock>> lock_run_dirs(const std::string& run_dir,
     if (ec) fail(flag, " ", dir, " cannot be created: ", ec.message());
   }
   if (!run_dir.empty()) locks.push_back(std::make_unique<RunLock>(run_dir, "train", "--run-dir"));
-  if (!ckpt_dir.empty()) locks.push_back(std::make_unique<RunLock>(ckpt_dir, "train", "--ckpt-dir"));
+  // The same directory under both flags (also spelled "DIR/." or through a
+  // link) is locked once: a second flock of our own would refuse this very
+  // process, naming its own pid.
+  std::error_code ec;
+  const bool same = !run_dir.empty() && !ckpt_dir.empty() && std::filesystem::equivalent(run_dir, ckpt_dir, ec);
+  if (!ckpt_dir.empty() && !same) locks.push_back(std::make_unique<RunLock>(ckpt_dir, "train", "--ckpt-dir"));
   return locks;
 }
 

@@ -158,7 +158,8 @@ void check_plan_values(const po::variables_map& vm, const plan::PlanInputs& in, 
   const std::pair<const char*, long> counts[] = {
       {"steps", in.steps},      {"world-size", in.world}, {"batch-size", in.B},
       {"seq-len", in.T},        {"layers", f.layers},     {"heads", f.heads},
-      {"channels", f.channels}, {"vocab-size", f.vocab_size}, {"max-seq-len", f.max_seq_len}};
+      {"channels", f.channels}, {"vocab-size", f.vocab_size}, {"max-seq-len", f.max_seq_len},
+      {"kv-heads", f.kv_heads}, {"ffn-hidden", f.ffn_hidden}};
   for (const auto& [flag, v] : counts)
     if (given(flag) && v < 1) fail("--", flag, " must be at least 1 (got ", v, ")");
   if (given("total-batch-tokens") && in.total_batch_tokens < 1)

@@ -2,6 +2,7 @@
 // -> run_training().
 #include <boost/program_options.hpp>
 #include <fstream>
+#include <cmath>
 #include <iostream>
 #include <cstdlib>
 #include <stdexcept>
@@ -73,7 +74,8 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("max-seq-len", po::value(&o.max_seq_len)->default_value(o.max_seq_len),
      "positional embedding rows (maximum --seq-len)")
     ("init-from", po::value(&o.init_from),
-     "start from a checkpoint, whose shape wins over the flags above: an llm.c GPT-2 .bin, or a "
+     "start from a checkpoint, which sets the model (a model flag above given with it must agree): "
+     "an llm.c GPT-2 .bin, or a "
      "Hugging Face Llama directory (config.json + model.safetensors or shards with "
      "model.safetensors.index.json) or FILE.safetensors with config.json beside it")
     ("seed", po::value(&o.seed)->default_value(o.seed), "random init and data order seed");
@@ -261,6 +263,18 @@ int cmd_train(int argc, char** argv) {
   if (vm.count("total-batch-tokens") && o.total_batch_tokens <= 0)
     fail("--total-batch-tokens must be positive (got ", o.total_batch_tokens,
          "); leave it out for one micro-batch per step");
+  // A model flag given as 0 (or below, or NaN) is refused: left to the model
+  // code it would silently mean "the preset's".
+  const std::pair<const char*, long> counts[] = {{"layers", o.layers},         {"heads", o.heads},
+                                                 {"channels", o.channels},     {"kv-heads", o.kv_heads},
+                                                 {"ffn-hidden", o.ffn_hidden}, {"vocab-size", o.vocab_size}};
+  for (const auto& [flag, v] : counts)
+    if (vm.count(flag) && v < 1) fail("--", flag, " must be at least 1 (got ", v, ")");
+  const std::pair<const char*, double> reals[] = {{"rope-theta", o.rope_theta}, {"norm-eps", o.norm_eps}};
+  for (const auto& [flag, v] : reals)
+    if (vm.count(flag) && !(std::isfinite(v) && v > 0))
+      fail("--", flag, " must be a positive finite number (got ", v, ")");
+  o.model_given = !vm["model"].defaulted();
   o.lr_schedule = schedule;
   if (batch == "auto") {
     o.batch_size = 0;

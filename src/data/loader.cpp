@@ -298,7 +298,14 @@ BatchView DataLoader::next_batch_view() {
   return BatchView{mem, mem + impl_->batch_elems};
 }
 
+void DataLoader::prefetch() {
+  if (impl_->opts.prefetch > 0 && !impl_->worker.joinable()) impl_->start_worker();
+}
+
 void DataLoader::reset() {
+  // Already at the first batch (nothing handed out since the last reset, or
+  // ever): batches prefetched from there are the ones wanted; keep them.
+  if (impl_->cursor == LoaderCursor{} && !impl_->held) return;
   impl_->stop_worker();
   impl_->cursor = LoaderCursor{};
 }

@@ -93,7 +93,12 @@ class DataLoader {
   void next_batch(int32_t* inputs, int32_t* targets);
   // The same batch without a copy (see BatchView), and advances.
   BatchView next_batch_view();
-  // Back to the first batch of epoch 0.
+  // Starts preparing batches from the cursor now (the first next_batch*()
+  // would otherwise), so that the first batch's read overlaps the caller's
+  // other start-up work. No-op without prefetch or when already running.
+  void prefetch();
+  // Back to the first batch of epoch 0 (batches already prefetched from
+  // there are kept).
   void reset();
 
   // The cursor of the next batch next_batch() returns (batches prefetched

@@ -14,12 +14,18 @@
 #include <map>
 #include <string>
 
+#include "data/shard_cache.h"
 #include "data/token_dataset.h"
 
 namespace ratchet {
 
 std::map<std::string, std::string> shard_content_identity(const TokenDataset& ds,
                                                           const std::string& prefix);
+
+// The state of ds's shard paths for `cache`, not cacheable (sig "") when a
+// path no longer names the file ds has open (replaced by rename since): a
+// value read through ds must not be stored under, or taken from, the new file.
+ShardCache::Snapshot shard_snapshot(const ShardCache& cache, const TokenDataset& ds);
 
 // True when `identity` (from a checkpoint) records shard contents under
 // `prefix`; checkpoints written before it existed do not.

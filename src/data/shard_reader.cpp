@@ -122,6 +122,8 @@ ShardFile::ShardFile(const std::string& path, size_t cache_bytes) : path_(path) 
     H5_CHECK(H5Pget_chunk(dcpl, 1, cdims), "cannot read /tokens from ", path);
     chunk_tokens_ = cdims[0];
   }
+  chunks_ = ChunkReader::open(tokens_, path_);
+  if (chunks_) chunks_->set_cache_bytes(cache_bytes);
 }
 
 void ShardFile::set_chunk_cache(size_t bytes) {
@@ -136,6 +138,10 @@ void ShardFile::set_chunk_cache(size_t bytes) {
   tokens_ = H5Handle(H5_CHECK(H5Dopen2(file_, sf::kTokens, dapl), "cannot read /tokens from ",
                               path_),
                      H5Dclose);
+  if (chunks_) {
+    chunks_->set_dataset(tokens_);
+    chunks_->set_cache_bytes(bytes);
+  }
 }
 
 std::optional<std::string> ShardFile::string_attr(const char* name) const {
@@ -212,9 +218,7 @@ std::vector<std::string> ShardFile::filters() const {
 }
 
 void ShardFile::read_tokens_as(uint64_t start, uint64_t count, hid_t mem_type, void* out) const {
-  if (start > num_tokens_ || count > num_tokens_ - start)
-    fail("cannot read tokens [", start, ", ", start + count, ") from ", path_, ": it has ",
-         num_tokens_);
+  check_range(start, count);
   if (count == 0) return;
   H5Handle fspace(H5_CHECK(H5Dget_space(tokens_), "cannot read /tokens from ", path_), H5Sclose);
   hsize_t off[1] = {start}, cnt[1] = {count};
@@ -230,10 +234,29 @@ void ShardFile::read_tokens(uint64_t start, uint64_t count, uint16_t* out) const
   read_tokens_as(start, count, H5T_NATIVE_UINT16, out);
 }
 void ShardFile::read_tokens(uint64_t start, uint64_t count, uint32_t* out) const {
-  read_tokens_as(start, count, H5T_NATIVE_UINT32, out);
+  if (!chunks_) return read_tokens_as(start, count, H5T_NATIVE_UINT32, out);
+  check_range(start, count);
+  chunks_->read(start, count, out);
 }
 void ShardFile::read_tokens(uint64_t start, uint64_t count, int32_t* out) const {
-  read_tokens_as(start, count, H5T_NATIVE_INT32, out);
+  if (!chunks_) return read_tokens_as(start, count, H5T_NATIVE_INT32, out);
+  check_range(start, count);
+  chunks_->read(start, count, out);
+}
+
+void ShardFile::check_range(uint64_t start, uint64_t count) const {
+  if (start > num_tokens_ || count > num_tokens_ - start)
+    fail("cannot read tokens [", start, ", ", start + count, ") from ", path_, ": it has ",
+         num_tokens_);
+}
+
+std::pair<uint64_t, uint64_t> ShardFile::file_id() const {
+  void* handle = nullptr;  // the sec2 driver's: an int file descriptor
+  H5_CHECK(H5Fget_vfd_handle(file_.get(), H5P_DEFAULT, &handle), "cannot get the file of shard ", path_);
+  struct stat st {};
+  if (!handle || ::fstat(*static_cast<int*>(handle), &st) != 0)
+    fail("cannot stat the open shard ", path_, ": ", std::strerror(errno));
+  return {(uint64_t)st.st_dev, (uint64_t)st.st_ino};
 }
 
 uint64_t ShardFile::num_doc_offsets() const {

@@ -4,10 +4,13 @@
 // that names the file and says what to do.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "data/chunk_reader.h"
 #include "data/h5_util.h"
 #include "data/shard_format.h"
 
@@ -22,13 +25,19 @@ class ShardFile {
  public:
   // `cache_bytes`: the HDF5 chunk cache of /tokens (0: HDF5's default, 1 MiB).
   // Reads stream through it: nothing is loaded whole, so shards of any size
-  // (over 4 Gi tokens too: every offset is 64-bit) open instantly.
+  // (over 4 Gi tokens too: every offset is 64-bit) open instantly. Shards as
+  // `ratchet shard` writes them are decoded by data/chunk_reader.h (libdeflate)
+  // with a cache of decoded chunks of the same size instead; the values read
+  // are the same.
   explicit ShardFile(const std::string& path, size_t cache_bytes = 0);
 
   const std::string& path() const { return path_; }
   const ShardMeta& meta() const { return meta_; }
   uint64_t num_tokens() const { return num_tokens_; }  // length of /tokens
   int token_bytes() const { return token_bytes_; }     // 2 (uint16) or 4 (uint32) as stored
+  // The device and inode of the file this object reads (fstat of HDF5's
+  // descriptor): tells whether the path still names it after a rename.
+  std::pair<uint64_t, uint64_t> file_id() const;
 
   // Tokens [start, start+count) of /tokens, converted to the element type.
   void read_tokens(uint64_t start, uint64_t count, uint16_t* out) const;
@@ -56,11 +65,16 @@ class ShardFile {
   // Storage: tokens per chunk (0 if /tokens is contiguous), bytes on disk of
   // /tokens, and the filters applied ("shuffle", "deflate", ...).
   uint64_t chunk_tokens() const { return chunk_tokens_; }
+  // Whether reads go through data/chunk_reader.h (else H5Dread), and how many
+  // chunks it decoded so far (cache misses).
+  bool decodes_chunks() const { return chunks_ != nullptr; }
+  uint64_t chunks_decoded() const { return chunks_ ? chunks_->chunks_decoded() : 0; }
   uint64_t stored_bytes() const;
   std::vector<std::string> filters() const;
 
  private:
   void read_tokens_as(uint64_t start, uint64_t count, hid_t mem_type, void* out) const;
+  void check_range(uint64_t start, uint64_t count) const;  // Error naming the file when out of range
 
   std::string path_;
   ShardMeta meta_;
@@ -68,6 +82,7 @@ class ShardFile {
   int token_bytes_ = 0;
   int64_t version_ = 0;
   H5Handle file_, tokens_;
+  std::unique_ptr<ChunkReader> chunks_;  // null: read through H5Dread
 };
 
 }  // namespace ratchet

@@ -130,6 +130,10 @@ void TokenDataset::check_vocab(int model_vocab) const {
   // Every id is < vocab_size (checked at open), so max_token_ < model_vocab now.
 }
 
+std::pair<uint64_t, uint64_t> TokenDataset::shard_file_id(size_t i) const {
+  return shards_[i].file->file_id();
+}
+
 std::string TokenDataset::describe() const {
   std::ostringstream os;
   os << flag_ << " '" << pattern_ << "' (" << shards_.size()

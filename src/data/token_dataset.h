@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/shard_format.h"
@@ -59,6 +60,8 @@ class TokenDataset {
   size_t num_shards() const { return shards_.size(); }
   const std::string& shard_path(size_t i) const { return shards_[i].path; }
   uint64_t shard_num_tokens(size_t i) const { return shards_[i].size; }
+  // Device and inode of the file shard i was opened from (ShardFile::file_id).
+  std::pair<uint64_t, uint64_t> shard_file_id(size_t i) const;
   // Largest id in any shard (from max_token attributes or a scan; shards too
   // big to scan without the attribute count as vocab_size - 1).
   uint32_t max_token() const { return max_token_; }

@@ -1,7 +1,15 @@
 #include "interop/hf_checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -37,12 +45,45 @@ bool torch_dtype(const nlohmann::json& j, StDtype* d) {
   return true;
 }
 
-// A file of an earlier export in dir (config.json, safetensors, the index).
+// A file of an earlier export in dir: config.json, the index, model.safetensors
+// or a shard model-NNNNN-of-NNNNN.safetensors. Exactly these names: an
+// overwrite removes stale ones, and must not take a user's
+// model.orig.safetensors or model-backup.safetensors with them.
 bool is_export_file(const fs::path& p) {
   const std::string n = p.filename().string();
-  return n == "config.json" || n == "model.safetensors.index.json" ||
-         (n.rfind("model", 0) == 0 && p.extension() == ".safetensors");
+  if (n == "config.json" || n == "model.safetensors.index.json" || n == "model.safetensors") return true;
+  const std::string shard = "model-00000-of-00000.safetensors";  // the shape of a shard's name
+  if (n.size() != shard.size()) return false;
+  for (size_t i = 0; i < n.size(); ++i)
+    if (shard[i] == '0' ? !std::isdigit((unsigned char)n[i]) : n[i] != shard[i]) return false;
+  return true;
 }
+
+// An exclusive flock on the directory itself (no lock file left among the
+// export's files), held while one export writes there.
+class ExportDirLock {
+ public:
+  explicit ExportDirLock(const std::string& dir) {
+    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd_ < 0) fail("cannot open the export directory ", dir, ": ", std::strerror(errno));
+    // Another export takes seconds; a holder stopped for longer is named.
+    for (int i = 0; ::flock(fd_, LOCK_EX | LOCK_NB) != 0; i++) {
+      if (errno != EWOULDBLOCK) return;  // cannot lock here (some network file systems): go on
+      if (i == 6000) {
+        ::close(fd_);
+        fail("the export directory ", dir, " has been locked by another export for 10 minutes: "
+             "wait for it, or export elsewhere");
+      }
+      ::usleep(100000);
+    }
+  }
+  ~ExportDirLock() { ::close(fd_); }
+  ExportDirLock(const ExportDirLock&) = delete;
+  ExportDirLock& operator=(const ExportDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace
 
@@ -200,16 +241,18 @@ std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg) {
   std::error_code ec;
   const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
   const std::string config_path = (dir / "config.json").string();
+  // A ratchet checkpoint (a step directory with its commit marker, or a
+  // --ckpt-dir with `latest`) is not a Hugging Face one: say what to do.
+  if (!fs::is_regular_file(config_path, ec) &&
+      (fs::exists(dir / "COMMITTED", ec) || fs::exists(dir / "latest", ec)))
+    fail("--init-from ", path, " is a ratchet checkpoint, not a Hugging Face one: to continue that run pass --ckpt-dir ",
+         fs::exists(dir / "COMMITTED", ec) ? fs::absolute(dir / "..", ec).lexically_normal().string() : dir.string(),
+         "; to start a new run from its weights, `ratchet ckpt export ", path,
+         " --format hf --output DIR` (llama) or `--format llmc --output FILE.bin` (gpt2) and --init-from that");
   if (!fs::is_regular_file(config_path, ec))
     fail("--init-from ", path, ": no config.json in ", dir.empty() ? "." : dir.string(),
          ": a Hugging Face checkpoint needs its config.json next to the safetensors file(s)");
-  nlohmann::json j;
-  try {
-    std::ifstream in(config_path);
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(config_path, " is not valid JSON (", e.what(), ")");
-  }
+  const nlohmann::json j = read_checkpoint_json(config_path);
   const GPTConfig c = hf_config_from_json(j, config_path);
   StDtype want_dtype = StDtype::F32;
   const bool check_dtype = torch_dtype(j, &want_dtype);
@@ -249,6 +292,12 @@ std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg) {
       fail(f->path(), ": tensor '", t.name, "' is ", st_dtype_name(st->dtype), " but ", config_path,
            " says torch_dtype ", j["torch_dtype"].dump());
     f->read_f32(*st, params.data() + t.offset);
+    // A NaN or inf would train (or fail later, naming a step) from damaged weights.
+    const float* v = params.data() + t.offset;
+    for (int64_t i = 0; i < st->numel(); ++i)
+      if (!std::isfinite(v[i]))
+        fail(f->path(), ": tensor '", t.name, "' holds ", v[i], " at element ", i,
+             ": the checkpoint is damaged (or was saved after a diverged run); ratchet imports finite weights only");
   }
   *cfg = c;
   return params;
@@ -278,19 +327,40 @@ void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const std:
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cannot create the export directory ", dir, ": ", ec.message());
+  // One export into a directory at a time (trials of a sweep sharing one
+  // --export-hf): interleaved renames would leave shards of two models under
+  // one index. Checked again under the lock: another may have exported since.
+  const ExportDirLock lock(dir);
+  check_hf_export_dir("export directory", dir, overwrite);
 
   std::vector<StWrite> ts;
   for (const auto& t : hf_tensor_map(cfg)) ts.push_back({t.name, t.shape, params.data() + t.offset});
-  // transformers refuses safetensors without metadata format "pt".
-  const auto written = write_safetensors_checkpoint(dir, ts, dtype, {{"format", "pt"}}, max_shard_bytes);
-  // Shards or an index of an earlier, differently split export would mislead readers.
+  // config.json is written before the weights and renamed after them, so that
+  // a failure (a full disk) leaves an earlier export whole (safetensors.h).
+  const std::string config = (fs::path(dir) / "config.json").string();
+  write_text_atomically(config + ".partial", hf_config_to_json(cfg, dtype).dump(2) + "\n");
+  std::vector<std::string> written;
+  try {
+    // transformers refuses safetensors without metadata format "pt".
+    written = write_safetensors_checkpoint(dir, ts, dtype, {{"format", "pt"}}, max_shard_bytes);
+  } catch (...) {
+    std::remove((config + ".partial").c_str());
+    throw;
+  }
+  // Shards or an index of an earlier, differently split export would mislead
+  // readers; .partial files of an export that was killed are litter.
+  std::vector<fs::path> stale;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (n != "config.json" && is_export_file(e.path()) &&
-        std::find(written.begin(), written.end(), n) == written.end())
-      fs::remove(e.path(), ec);
+    const bool partial = e.path().extension() == ".partial" && n != "config.json.partial" &&
+                         is_export_file(e.path().stem());
+    if (partial || (n != "config.json" && is_export_file(e.path()) &&
+                    std::find(written.begin(), written.end(), n) == written.end()))
+      stale.push_back(e.path());
   }
-  write_text_atomically((fs::path(dir) / "config.json").string(), hf_config_to_json(cfg, dtype).dump(2) + "\n");
+  for (const auto& p : stale) fs::remove(p, ec);
+  if (std::rename((config + ".partial").c_str(), config.c_str()) != 0)
+    fail("cannot rename ", config, ".partial to ", config, ": ", std::strerror(errno));
 }
 
 StDtype parse_export_dtype(const char* flag, const std::string& s) {

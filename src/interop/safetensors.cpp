@@ -215,6 +215,20 @@ void SafetensorsFile::read_f32(const StTensor& t, float* out) const {
 
 // ---- checkpoints (single file or sharded) -------------------------------------
 
+nlohmann::json read_checkpoint_json(const std::string& path) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) fail("cannot read ", path, ": ", ec.message());
+  if (size > kMaxHeaderBytes)
+    fail(path, " is ", size, " bytes: more than 100 MB is not a checkpoint's JSON (damaged or foreign file)");
+  std::ifstream in(path);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, " is not valid JSON (", e.what(), ")");
+  }
+}
+
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(path) {
   std::error_code ec;
   std::vector<std::string> shard_files;
@@ -225,13 +239,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
     const std::string single = (fs::path(path) / "model.safetensors").string();
     if (fs::exists(index_path, ec)) {
       index = index_path;
-      std::ifstream in(index);
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(in);
-      } catch (const nlohmann::json::exception& e) {
-        fail(index, " is not valid JSON (", e.what(), ")");
-      }
+      const nlohmann::json j = read_checkpoint_json(index);
       if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
         fail(index, " has no \"weight_map\" object");
       for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
@@ -359,24 +367,41 @@ std::vector<std::string> write_safetensors_checkpoint(
     in_shard += b;
     total += b;
   }
+  // Every file is written under a ".partial" name first and renamed into place
+  // only when all of them are: a failure (a full disk) leaves an earlier export
+  // in dir whole, never its index with some of the new shards.
   std::vector<std::string> written;
-  if (shards.size() == 1) {
-    write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, dtype, metadata);
-    return {"model.safetensors"};
+  const auto partial = [&](const std::string& name) { return (fs::path(dir) / (name + ".partial")).string(); };
+  try {
+    if (shards.size() == 1) {
+      write_safetensors(partial("model.safetensors"), tensors, dtype, metadata);
+      written.push_back("model.safetensors");
+    } else {
+      OrderedJson weight_map = OrderedJson::object();
+      const int n = (int)shards.size();
+      for (int i = 0; i < n; ++i) {
+        char name[64];
+        std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", i + 1, n);
+        write_safetensors(partial(name), shards[i], dtype, metadata);
+        written.push_back(name);
+        for (const auto& t : shards[i]) weight_map[t.name] = name;
+      }
+      OrderedJson index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+      write_text_atomically(partial("model.safetensors.index.json"), index.dump(2) + "\n");
+      written.push_back("model.safetensors.index.json");  // renamed last: readers look for it first
+    }
+  } catch (...) {
+    for (const auto& w : written) std::remove(partial(w).c_str());
+    throw;
   }
-  OrderedJson weight_map = OrderedJson::object();
-  const int n = (int)shards.size();
-  for (int i = 0; i < n; ++i) {
-    char name[64];
-    std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", i + 1, n);
-    write_safetensors((fs::path(dir) / name).string(), shards[i], dtype, metadata);
-    for (const auto& t : shards[i]) weight_map[t.name] = name;
-    written.push_back(name);
+  for (size_t i = 0; i < written.size(); ++i) {
+    const std::string to = (fs::path(dir) / written[i]).string();
+    if (std::rename(partial(written[i]).c_str(), to.c_str()) != 0) {
+      const int err = errno;
+      for (size_t k = i; k < written.size(); ++k) std::remove(partial(written[k]).c_str());
+      fail("cannot rename ", partial(written[i]), " to ", to, ": ", std::strerror(err));
+    }
   }
-  OrderedJson index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  const std::string text = index.dump(2) + "\n";
-  write_text_atomically((fs::path(dir) / "model.safetensors.index.json").string(), text);
-  written.push_back("model.safetensors.index.json");
   return written;
 }
 

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
+
 namespace ratchet {
 
 enum class StDtype { F32, BF16, F16 };
@@ -93,10 +95,17 @@ void write_safetensors(const std::string& path, const std::vector<StWrite>& tens
 // Writes `tensors` into directory `dir` (which must exist): one
 // model.safetensors when they fit in max_shard_bytes, else
 // model-0000i-of-0000n.safetensors shards plus model.safetensors.index.json.
-// Returns the file names written.
+// Every file is written as NAME.partial first and renamed into place only when
+// all are written (so an error such as a full disk leaves an earlier export in
+// dir as it was). Returns the file names written.
 std::vector<std::string> write_safetensors_checkpoint(
     const std::string& dir, const std::vector<StWrite>& tensors, StDtype dtype,
     const std::map<std::string, std::string>& metadata, uint64_t max_shard_bytes);
+
+// A JSON file of a checkpoint (the index, config.json), refused when larger
+// than a safetensors header may be (100 MB): a damaged or foreign file must
+// not be parsed into many GB of memory. Throws Error naming the file.
+nlohmann::json read_checkpoint_json(const std::string& path);
 
 // FP32 <-> 16-bit conversions (exposed for tests).
 float bf16_to_f32(uint16_t h);

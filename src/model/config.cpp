@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <sstream>
 
@@ -47,8 +48,10 @@ void GPTConfig::finalize() {
   }
   if (head_size() % 2 != 0)
     fail("--channels / --heads = ", head_size(), " must be even for RoPE (it rotates pairs)");
-  if (!(norm_eps > 0)) fail("--norm-eps must be positive (got ", norm_eps, ")");
-  if (!(rope_theta > 1)) fail("--rope-theta must be greater than 1 (got ", rope_theta, ")");
+  if (!(norm_eps > 0) || !std::isfinite(norm_eps))
+    fail("--norm-eps must be a positive finite number (got ", norm_eps, ")");
+  if (!(rope_theta > 1) || !std::isfinite(rope_theta))
+    fail("--rope-theta must be a finite number greater than 1 (got ", rope_theta, ")");
   if (rope_factor != 0) {
     if (!(rope_factor >= 1))
       fail("rope scaling factor must be >= 1, or 0 for none (got ", rope_factor, ")");
@@ -163,18 +166,23 @@ GPTConfig config_from_flags(const ModelFlags& f) {
       fail("--arch ", f.arch, " does not match --model ", f.model, " (a ", arch_name(c.arch),
            " preset): use a ", f.arch == "llama" ? "lN, smollm-135m or llama3.2-1b" : "dN",
            " preset, or --model custom --arch ", f.arch);
-    if (f.layers > 0) c.num_layers = f.layers;
-    if (f.heads > 0) c.num_heads = f.heads;
-    if (f.channels > 0) {
+    // Any value given (not 0) is taken, so that a negative or NaN one is refused
+    // by finalize() rather than silently replaced by the preset's.
+    if (f.layers != 0) c.num_layers = f.layers;
+    if (f.heads != 0) c.num_heads = f.heads;
+    if (f.channels != 0) {
       c.channels = f.channels;
       if (c.llama()) c.ffn_hidden = llama_default_ffn(c.channels);
     }
   }
-  if (f.kv_heads > 0) c.num_kv_heads = f.kv_heads;
-  if (f.ffn_hidden > 0) c.ffn_hidden = f.ffn_hidden;
+  if (f.kv_heads != 0) c.num_kv_heads = f.kv_heads;
+  if (f.ffn_hidden != 0) c.ffn_hidden = f.ffn_hidden;
   if (f.untied) c.tied_embeddings = false;
-  if (f.rope_theta > 0) c.rope_theta = f.rope_theta;
-  if (f.norm_eps > 0) c.norm_eps = f.norm_eps;
+  if (f.rope_theta != 0) c.rope_theta = f.rope_theta;
+  if (f.norm_eps != 0) c.norm_eps = f.norm_eps;
+  if (!c.llama() && (f.rope_theta != 0 || f.norm_eps != 0))
+    fail(f.rope_theta != 0 ? "--rope-theta" : "--norm-eps", " needs --arch llama (GPT-2 has learned positions and LayerNorm "
+         "with a fixed epsilon)");
   c.padded_vocab = 0;
   c.finalize();
   return c;

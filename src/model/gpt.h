@@ -75,6 +75,10 @@ class GPT {
   float forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
                          float loss_scale);
   void zero_grad();
+  // Allocates (and first-touches) the activations for micro-batches of (B, T)
+  // now rather than in the first forward: the trainer does it while the
+  // loader reads the first batch.
+  void reserve_activations(int B, int T) { ensure_acts(B, T); }
   // The recompute policy for the following steps (default none). Changing it
   // re-lays out (and reallocates) the activations.
   void set_recompute(const Recompute& p);

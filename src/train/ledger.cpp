@@ -67,7 +67,9 @@ bool Ledger::write_json(const std::string& path) const {
   if (!out) return false;
   out << j.dump(2, ' ', false, OrderedJson::error_handler_t::replace) << "\n";  // a tag never makes it throw
   out.close();
-  return out && std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (out && std::rename(tmp.c_str(), path.c_str()) == 0) return true;
+  std::remove(tmp.c_str());  // a full disk: no partial file left behind (ledger.json is as it was)
+  return false;
 }
 
 std::optional<Ledger> Ledger::read_json(const std::string& path) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <string>
 
 #include "core/error.h"
@@ -168,6 +169,37 @@ CheckedOptions check_train_options(const TrainOptions& given, int world) {
   c.sched.total_steps = o.schedule_steps > 0 ? o.schedule_steps : o.steps;  // sweeps: R
   c.sched.final_fraction = o.final_lr_fraction;
   return c;
+}
+
+void check_model_flags_match(const TrainOptions& o, const GPTConfig& c) {
+  const auto refuse = [&](const std::string& flag, const std::string& given, const std::string& has) {
+    fail(flag, given.empty() ? "" : " ", given, " disagrees with --init-from ", o.init_from, ", whose model has ", has,
+         ": the checkpoint sets the model; drop ", flag, " (or start from scratch without --init-from)");
+  };
+  const auto num = [](double v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  };
+  if (!o.arch.empty() && parse_arch(o.arch, "--arch") != c.arch) refuse("--arch", o.arch, arch_name(c.arch));
+  const std::pair<const char*, std::pair<int, int>> ints[] = {
+      {"--layers", {o.layers, c.num_layers}},       {"--heads", {o.heads, c.num_heads}},
+      {"--channels", {o.channels, c.channels}},     {"--kv-heads", {o.kv_heads, c.kv_heads()}},
+      {"--ffn-hidden", {o.ffn_hidden, c.ffn()}},    {"--vocab-size", {o.vocab_size, c.vocab_size}}};
+  for (const auto& [flag, v] : ints)
+    if (v.first != 0 && v.first != v.second) refuse(flag, std::to_string(v.first), std::to_string(v.second));
+  if (o.untied && c.tied_embeddings) refuse("--untied", "", "tied embeddings");
+  if (o.rope_theta != 0 && (!c.llama() || o.rope_theta != c.rope_theta))
+    refuse("--rope-theta", num(o.rope_theta), c.llama() ? "rope_theta " + num(c.rope_theta) : "no RoPE (GPT-2)");
+  if (o.norm_eps != 0 && (!c.llama() || o.norm_eps != c.norm_eps))
+    refuse("--norm-eps", num(o.norm_eps), c.llama() ? "norm_eps " + num(c.norm_eps) : "LayerNorm (GPT-2)");
+  if (o.model_given && o.model != "custom") {
+    ModelFlags f;
+    f.model = o.model;
+    f.vocab_size = c.vocab_size, f.max_seq_len = c.max_seq_len;
+    const std::string diff = first_config_difference(config_from_flags(f), c);
+    if (!diff.empty()) refuse("--model", o.model, "another shape (" + c.describe() + "; first difference: " + diff + ")");
+  }
 }
 
 }  // namespace ratchet

@@ -3,6 +3,7 @@
 // (batch geometry, LR schedule, recompute policy, wall-time budget) comes
 // back with the options, so that nothing downstream derives it again.
 #pragma once
+#include "model/config.h"
 #include "model/recompute.h"
 #include "optim/lr_schedule.h"
 #include "train/train_options.h"
@@ -31,5 +32,11 @@ TrainOptions with_run_dir_defaults(TrainOptions o);
 // before the first step, so that a typo does not cost a whole run. Error
 // naming the flag, the path and why. Rank 0's outputs: call on rank 0.
 void check_output_paths(const TrainOptions& o);
+
+// With --init-from the checkpoint sets the model: a model flag that is also
+// given must agree with it (Error naming the flag, both values and what to
+// do); before, a disagreeing flag (--rope-theta, --layers, --model ...) was
+// silently ignored.
+void check_model_flags_match(const TrainOptions& o, const GPTConfig& from_ckpt);
 
 }  // namespace ratchet

@@ -15,6 +15,7 @@ struct TrainOptions {
   int kv_heads = 0, ffn_hidden = 0;  // llama: 0 from the preset
   bool untied = false;               // llama: a separate lm_head
   float rope_theta = 0, norm_eps = 0;  // llama: 0 from the preset
+  bool model_given = false;  // --model given (not its default): checked against --init-from
   int vocab_size = 0;           // 0: from the training shards' vocab_size
   int max_seq_len = 1024;
   std::string init_from;        // llm.c GPT-2 .bin, or a Hugging Face Llama directory or

@@ -36,24 +36,6 @@ void expect_in(const RunResult& r, const std::vector<std::string>& needles) {
   for (const auto& n : needles) EXPECT_NE(r.output.find(n), std::string::npos) << n << "\n" << r.output;
 }
 
-// Overwrites `n` bytes in the middle of chunk `index` of /tokens.
-void corrupt_chunk(const std::string& path, hsize_t index) {
-  h5_init();
-  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  hid_t d = H5Dopen2(f, "tokens", H5P_DEFAULT);
-  hsize_t offset[1] = {index * 1024};  // the test's chunks hold 1024 tokens
-  unsigned mask = 0;
-  haddr_t addr = 0;
-  hsize_t size = 0;
-  ASSERT_GE(H5Dget_chunk_info_by_coord(d, offset, &mask, &addr, &size), 0);
-  H5Dclose(d);
-  H5Fclose(f);
-  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
-  io.seekp((std::streamoff)(addr + size / 2));
-  std::string junk(std::min<hsize_t>(16, size / 2), '\xA5');
-  io.write(junk.data(), (std::streamsize)junk.size());
-}
-
 }  // namespace
 
 TEST(DataTools, InspectSummarizesAndDecodes) {
@@ -132,7 +114,7 @@ TEST(DataTools, VerifyPassesGoodShardsAndNamesEachProblem) {
        {"num_documents = 4", "/doc_offsets holds 3"}},
       {"maxtok", [&](const std::string& p) { edit(p, [&](hid_t f) { set_int(f, "max_token", 7); }); },
        {"max_token = 7", "largest token is 255"}},
-      {"chunk", [&](const std::string& p) { corrupt_chunk(p, 2); }, {"chunk 2", "tokens [2048, 3072)", "unreadable"}},
+      {"chunk", [&](const std::string& p) { corrupt_token_chunk(p, 2 * 1024); }, {"chunk 2", "tokens [2048, 3072)", "unreadable"}},
       {"truncated", [&](const std::string& p) { fs::resize_file(p, fs::file_size(p) / 2); }, {}},
       {"nothdf5", [&](const std::string& p) { write_file(p, "plain text"); }, {"not an HDF5 file"}},
       {"version", [&](const std::string& p) { edit(p, [&](hid_t f) { set_int(f, "format_version", 9); }); },

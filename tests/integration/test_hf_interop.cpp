@@ -180,4 +180,24 @@ TEST_F(HfInterop, RefusalsComeBeforeTraining) {
   EXPECT_NE(r.output.find(d / "hf/model.safetensors"), std::string::npos) << r.output;
 }
 
+// An export that fails after training (here a file-size limit standing in for
+// a full disk; every path was fine before the first step) is a failed run,
+// exit 1, not bad input (exit 2 before), and says where the weights are. The
+// earlier export in the directory is left whole.
+TEST_F(HfInterop, AnExportFailingAfterTrainingIsAFailedRun) {
+  TempDir d;
+  make_llama(d / "hf", "--vocab 257 --dtype F32");
+  auto r = run_ratchet(train(d / "hf", "--steps 1 --export-hf " + (d / "out") + " --export-dtype bf16"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string before = read_file(d / "out/model.safetensors");
+  r = run_shell("trap '' XFSZ; ulimit -f 100; " + std::string(RATCHET_EXE) + " " +
+                train(d / "hf", "--steps 1 --export-hf " + (d / "out") + " --overwrite"));  // F32: 2x larger
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("the export failed after training"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not kept anywhere else"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(d / "out/model.safetensors"), before);
+  EXPECT_EQ(read_json_file(d / "out/config.json")["torch_dtype"], "bfloat16");
+  for (const auto& e : fs::directory_iterator(d / "out")) EXPECT_NE(e.path().extension(), ".partial") << e.path();
+}
+
 }  // namespace

@@ -1,7 +1,8 @@
 // `ratchet train --arch llama` and `ratchet plan` for llama shapes through the
 // real binary: it learns, a preempted run resumes bit-identically, a resume
 // with another shape is refused naming the field, --batch-size auto sizes it,
-// and what llama cannot do yet (llm.c's .bin format) is refused up front.
+// and what llama cannot do yet (llm.c's .bin format) is refused up front, as
+// are bad llama flag values and model flags that disagree with --init-from.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -102,6 +103,78 @@ TEST_F(LlamaTrain, WhatLlamaCannotDoYetIsRefusedUpFront) {
                   "--train-data '" + (*dir_ / "data/train_*.h5") + "'");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("needs --arch llama"), std::string::npos) << r.output;
+}
+
+// Llama flags given as 0, negative, NaN or inf were silently replaced by the
+// preset's (or, for inf, taken); --rope-theta/--norm-eps on GPT-2 were
+// ignored. Each is now refused naming the flag, in train and plan.
+TEST_F(LlamaTrain, BadLlamaFlagValuesAreRefusedNotReplaced) {
+  const std::string base = "train --model l2 --seq-len 16 --batch-size 2 --steps 1 --quiet --train-data '" +
+                           (*dir_ / "data/train_*.h5") + "' ";
+  const std::pair<const char*, const char*> cases[] = {
+      {"--rope-theta 0", "--rope-theta must be a positive finite number (got 0)"},
+      {"--rope-theta -5", "--rope-theta must be a positive finite number (got -5)"},
+      {"--rope-theta nan", "--rope-theta must be a positive finite number (got nan)"},
+      {"--rope-theta inf", "--rope-theta must be a positive finite number (got inf)"},
+      {"--norm-eps -1e-5", "--norm-eps must be a positive finite number"},
+      {"--kv-heads 0", "--kv-heads must be at least 1 (got 0)"},
+      {"--kv-heads -2", "--kv-heads must be at least 1 (got -2)"},
+      {"--ffn-hidden -64", "--ffn-hidden must be at least 1 (got -64)"},
+      {"--layers -1", "--layers must be at least 1 (got -1)"},
+      {"--vocab-size 0", "--vocab-size must be at least 1 (got 0)"},
+      {"--rope-theta 1", "--rope-theta must be a finite number greater than 1"},
+  };
+  for (const auto& [flag, want] : cases) {
+    auto r = run_ratchet(base + flag);
+    EXPECT_EQ(r.exit_code, 2) << flag << "\n" << r.output;
+    EXPECT_NE(r.output.find(want), std::string::npos) << flag << "\n" << r.output;
+  }
+  auto r = run_ratchet("train --model d2 --rope-theta 5000 --train-data '" + (*dir_ / "data/train_*.h5") + "'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--rope-theta needs --arch llama"), std::string::npos) << r.output;
+  r = run_ratchet("plan --model l2 --kv-heads 0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--kv-heads must be at least 1 (got 0)"), std::string::npos) << r.output;
+  // A huge --max-seq-len is named as what does not fit (it was blamed on --batch-size).
+  r = run_ratchet(base + "--max-seq-len 2000000000");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--max-seq-len 2000000000 needs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("lower --max-seq-len (--seq-len is 16)"), std::string::npos) << r.output;
+  r = run_ratchet(base + "--rope-theta 5e5 --norm-eps 1e-6");  // good values still train
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("theta=500000"), std::string::npos) << r.output;
+}
+
+// --init-from sets the model; a model flag that disagrees with it was
+// silently ignored (a user asking for --rope-theta 5e5 trained at 1e4).
+// It is refused naming the flag and the checkpoint's value; agreeing flags pass.
+TEST_F(LlamaTrain, InitFromRefusesModelFlagsThatDisagree) {
+  TempDir d;
+  const std::string data = " --seq-len 16 --batch-size 2 --steps 1 --quiet --train-data '" +
+                           (*dir_ / "data/train_*.h5") + "'";
+  auto r = run_ratchet("train --model l2" + data + " --export-hf " + (d / "hf"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet("train --model d2" + data + " --export " + (d / "g.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::pair<std::string, std::string> cases[] = {
+      {"--init-from " + (d / "hf") + " --rope-theta 500000", "--rope-theta 500000 disagrees with --init-from"},
+      {"--init-from " + (d / "hf") + " --layers 4", "--layers 4 disagrees"},
+      {"--init-from " + (d / "hf") + " --kv-heads 2", "--kv-heads 2 disagrees"},
+      {"--init-from " + (d / "hf") + " --model l4", "--model l4 disagrees"},
+      {"--init-from " + (d / "hf") + " --arch gpt2", "--arch gpt2 disagrees"},
+      {"--init-from " + (d / "hf") + " --untied", "--untied disagrees"},
+      {"--init-from " + (d / "g.bin") + " --model d4", "first difference: num_layers"},
+      {"--init-from " + (d / "g.bin") + " --rope-theta 5000", "no RoPE (GPT-2)"},
+  };
+  for (const auto& [flags, want] : cases) {
+    r = run_ratchet("train " + flags + data);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(want), std::string::npos) << flags << "\n" << r.output;
+  }
+  r = run_ratchet("train --init-from " + (d / "hf") + " --model l2 --rope-theta 10000" + data);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet("train --init-from " + (d / "g.bin") + " --model d2" + data);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 // `ratchet plan` counts llama shapes: the presets' published parameter

@@ -1,7 +1,10 @@
 #include "testing/test_util.h"
 
+#include <hdf5.h>
+
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "data/h5_util.h"
 
 namespace ratchet::testing {
 
@@ -46,6 +51,24 @@ RunResult run_ratchet(const std::string& args) {
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   f << text;
+}
+
+void corrupt_token_chunk(const std::string& path, unsigned long long first) {
+  ratchet::h5_init();
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, "tokens", H5P_DEFAULT);
+  hsize_t offset[1] = {first};
+  unsigned mask = 0;
+  haddr_t addr = 0;
+  hsize_t size = 0;
+  const herr_t found = H5Dget_chunk_info_by_coord(d, offset, &mask, &addr, &size);
+  H5Dclose(d);
+  H5Fclose(f);
+  if (found < 0 || size == 0) throw std::runtime_error("no stored chunk of /tokens in " + path);
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekp((std::streamoff)(addr + size / 2));
+  const std::string junk(std::min<hsize_t>(16, size / 2), '\xA5');
+  io.write(junk.data(), (std::streamsize)junk.size());
 }
 
 std::string read_file(const std::string& path) {

@@ -33,6 +33,9 @@ void write_file(const std::string& path, const std::string& text);
 // (10% validation). Returns "" on success, else what failed.
 std::string shard_bible(const TempDir& dir, const std::string& passage);
 std::string read_file(const std::string& path);
+// Overwrites 16 bytes in the middle of the stored (compressed) chunk of
+// /tokens that holds token `first`, as a damaged disk would.
+void corrupt_token_chunk(const std::string& path, unsigned long long first);
 
 // JSON files as ratchet writes them, read with nlohmann-json (a test fails
 // with the parse error when they are not JSON): one document, or one object

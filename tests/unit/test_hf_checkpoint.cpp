@@ -4,8 +4,12 @@
 // export read back by its reader, and the errors naming file and tensor.
 // All comparisons are exact: F32 copies bits; BF16 values are widened exactly.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <limits>
+#include <set>
 #include <filesystem>
 #include <fstream>
 
@@ -42,6 +46,12 @@ void make_llama(const std::string& dir, const std::string& extra) {
   auto r = run_shell(kPy + " make-llama " + dir +
                      " --layers 2 --channels 64 --heads 4 --kv-heads 2 --hidden 128 --vocab 300 " + extra);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+}
+
+// Python's untied F32 Llama (seed 5) written to d/src and imported.
+std::vector<float> load_python_llama(const TempDir& d, GPTConfig* c) {
+  make_llama(d / "src", "--untied --dtype F32 --seed 5");
+  return load_hf_checkpoint(d / "src", c);
 }
 
 nlohmann::json py_read(const std::string& path, const TempDir& d) {
@@ -176,9 +186,8 @@ TEST(HfCheckpoint, ImportsPythonCheckpointsExactly) {
 
 TEST(HfCheckpoint, ExportReadByPythonAndRoundTripsBitExact) {
   TempDir d;
-  make_llama(d / "src", "--untied --dtype F32 --seed 5");
   GPTConfig c;
-  const auto params = load_hf_checkpoint(d / "src", &c);
+  const auto params = load_python_llama(d, &c);
   save_hf_checkpoint(d / "out", c, params, StDtype::F32, false);
   expect_tensors_equal(py_read(d / "out", d), c, params);
   auto cfg = read_json_file(d / "out/config.json");
@@ -202,6 +211,86 @@ TEST(HfCheckpoint, ExportReadByPythonAndRoundTripsBitExact) {
   for (size_t i = 0; i < params.size(); ++i) ASSERT_EQ(bf[i], bf16_to_f32(f32_to_bf16(params[i]))) << i;
   expect_error([&] { check_hf_export_dir("--export-hf", d / "out", false); }, {"--export-hf", d / "out"});
   check_hf_export_dir("--export-hf", d / "out", true);
+}
+
+// A NaN or inf in a checkpoint is refused at import, naming the tensor and
+// element (before, it loaded and the run trained from damaged weights).
+TEST(HfCheckpoint, NonFiniteWeightsAreRefused) {
+  TempDir d;
+  GPTConfig c;
+  auto params = load_python_llama(d, &c);
+  size_t at = 0;
+  for (const auto& t : hf_tensor_map(c))
+    if (t.name == "model.layers.1.mlp.up_proj.weight") at = t.offset + 7;
+  ASSERT_GT(at, 0u);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    params[at] = bad;
+    save_hf_checkpoint(d / "bad", c, params, StDtype::BF16, true);
+    expect_error([&] { load_hf_checkpoint(d / "bad", &c); },
+                 {"model.layers.1.mlp.up_proj.weight", "element 7", "finite"});
+  }
+}
+
+// An overwrite replaces the earlier export's files only: a user's other files
+// in the directory, model.orig.safetensors included, are left as they were
+// (before, every model*.safetensors was deleted as a stale shard).
+TEST(HfCheckpoint, OverwriteKeepsTheUsersOtherFiles) {
+  TempDir d;
+  GPTConfig c;
+  const auto params = load_python_llama(d, &c);
+  save_hf_checkpoint(d / "out", c, params, StDtype::F32, false);
+  fs::copy_file(d / "out/model.safetensors", d / "out/model.orig.safetensors");
+  const std::string orig = testing::read_file(d / "out/model.orig.safetensors");
+  write_file(d / "out/model-backup.safetensors", "mine");
+  write_file(d / "out/tokenizer.json", "{}");
+  save_hf_checkpoint(d / "out", c, params, StDtype::BF16, true, 50000);  // sharded now
+  EXPECT_FALSE(fs::exists(d / "out/model.safetensors"));  // the earlier export's file: replaced
+  EXPECT_EQ(testing::read_file(d / "out/model.orig.safetensors"), orig);
+  EXPECT_EQ(testing::read_file(d / "out/model-backup.safetensors"), "mine");
+  EXPECT_EQ(testing::read_file(d / "out/tokenizer.json"), "{}");
+  save_hf_checkpoint(d / "out", c, params, StDtype::BF16, true);  // single file again: shards go
+  for (const auto& e : fs::directory_iterator(d / "out"))
+    EXPECT_EQ(e.path().filename().string().find("-of-"), std::string::npos) << e.path();
+  EXPECT_TRUE(fs::exists(d / "out/model.orig.safetensors"));
+}
+
+// Two exports into one directory at once (sweep trials sharing --export-hf,
+// with --overwrite): the directory ends up holding one whole model, never
+// shards of both under one index.
+TEST(HfCheckpoint, ConcurrentExportsLeaveOneWholeModel) {
+  TempDir d;
+  const GPTConfig c = small_llama(false);
+  std::vector<pid_t> kids;
+  for (float v : {1.0f, 2.0f}) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const std::vector<float> params(ParamLayout(c).total, v);
+      try {
+        for (int i = 0; i < 6; i++) save_hf_checkpoint(d / "out", c, params, StDtype::F32, true, 20000);
+      } catch (...) {
+        ::_exit(3);
+      }
+      ::_exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t k : kids) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(k, &status, 0), k);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  GPTConfig got;
+  const auto params = load_hf_checkpoint(d / "out", &got);
+  std::set<float> values;
+  for (const auto& t : hf_tensor_map(got)) {
+    int64_t n = 1;
+    for (int64_t s : t.shape) n *= s;
+    values.insert(params.begin() + t.offset, params.begin() + t.offset + n);
+  }
+  EXPECT_EQ(values.size(), 1u) << "tensors of both exports under one index";
+  for (const auto& e : fs::directory_iterator(d / "out"))
+    EXPECT_NE(e.path().extension(), ".partial") << e.path();
 }
 
 // Rewrites DIR/config.json with `key` set to `value`.
@@ -241,6 +330,11 @@ TEST(HfCheckpoint, ImportErrorsNameFileAndTensor) {
   fs::create_directory(d / "lone");
   fs::copy_file(st, d / "lone/x.safetensors");
   expect_error([&] { load_hf_checkpoint(d / "lone/x.safetensors", &c); }, {"no config.json", d / "lone"});
+  // A ratchet checkpoint directory is named as such, with what to do instead.
+  fs::create_directory(d / "step_00000005");
+  write_file(d / "step_00000005/COMMITTED", "");
+  expect_error([&] { load_hf_checkpoint(d / "step_00000005", &c); },
+               {"is a ratchet checkpoint, not a Hugging Face one", "--ckpt-dir", "ratchet ckpt export"});
 }
 
 }  // namespace

@@ -69,6 +69,31 @@ std::vector<Rows> run_world(const TokenDataset& d, int W, int B, int T, bool shu
 
 }  // namespace
 
+// prefetch() only starts the reading early: the batches, and what reset()
+// and set_cursor() do after it, are those of a loader without it.
+TEST(LoaderPrefetch, EarlyStartAndResetKeepTheBatches) {
+  Stream s(3000);
+  for (bool shuffle : {false, true}) {
+    DataLoader sync(*s.data, 3, 16, shuffle, 7, 0, 1, LoaderOptions{0, {}});
+    DataLoader pre(*s.data, 3, 16, shuffle, 7);
+    pre.prefetch();
+    pre.prefetch();  // already running: no-op
+    pre.reset();     // at the first batch already: the prefetched ones stay
+    std::vector<Rows> first;
+    for (int k = 0; k < 4; k++) {
+      first.push_back(next(sync));
+      ASSERT_EQ(next(pre), first.back()) << "shuffle=" << shuffle << " k=" << k;
+    }
+    pre.reset();  // batches were handed out: back to the first
+    pre.prefetch();
+    for (int k = 0; k < 4; k++) ASSERT_EQ(next(pre), first[k]) << "after reset, k=" << k;
+    const LoaderCursor at = sync.cursor();
+    pre.set_cursor(at);  // a resume after an early start
+    pre.prefetch();
+    ASSERT_EQ(next(pre), next(sync)) << "after set_cursor";
+  }
+}
+
 TEST(LoaderPrefetch, SameBatchesAsSynchronous) {
   Stream s(3000);
   for (bool shuffle : {false, true})

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "core/error.h"
 
@@ -59,6 +60,35 @@ TEST(RunLock, SecondTrainerIsRefusedAtOnce) {
         << e.what();
   }
   EXPECT_LT(seconds_since(t0), 5.0);  // refused, not waited on (staleness is 60 s)
+  std::filesystem::remove_all(dir);
+}
+
+// A directory where the lock file belongs is named as such (it was "must be a
+// directory you can write", about the run directory that is fine).
+TEST(RunLock, ALockFileThatIsADirectoryIsNamed) {
+  const std::string dir = fresh_dir("isdir");
+  std::filesystem::create_directory(dir + "/ratchet.lock");
+  try {
+    ratchet::RunLock lock(dir, "train", "--run-dir");
+    ADD_FAILURE() << "locked through a directory";
+  } catch (const ratchet::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/ratchet.lock is a directory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rmdir"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// --run-dir and --ckpt-dir naming one directory: locked once (before, the
+// second lock refused the process itself, "in use by pid <its own>"); another
+// trainer is still refused.
+TEST(RunLock, RunDirAndCkptDirTheSameAreLockedOnce) {
+  const std::string dir = fresh_dir("same");
+  std::vector<std::unique_ptr<ratchet::RunLock>> locks;
+  ASSERT_NO_THROW(locks = ratchet::lock_run_dirs(dir, dir + "/."));
+  EXPECT_EQ(locks.size(), 1u);
+  EXPECT_THROW(ratchet::lock_run_dirs(dir, ""), ratchet::Error);
+  locks.clear();
+  EXPECT_EQ(ratchet::lock_run_dirs(dir, dir + "/ckpt").size(), 2u);  // distinct: both
   std::filesystem::remove_all(dir);
 }
 

@@ -3,8 +3,12 @@
 // json), and every corrupt-file error. Values are chosen so that every
 // comparison is exact (F32 bits; BF16/F16 values with known roundings).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -182,6 +186,62 @@ TEST(Safetensors, ShardedCheckpointBothWays) {
   SafetensorsCheckpoint py(d / "py");
   EXPECT_EQ(py.names().size(), 1u + 2 * 9 + 1);
   EXPECT_NE(py.find("model.layers.1.mlp.down_proj.weight"), nullptr);
+}
+
+// An overwrite that fails part-way (here a file-size limit, as a full disk
+// would) leaves the earlier checkpoint whole: before, the new first shard was
+// already in place next to the old second shard and index (a mixed model that
+// loads without a word).
+TEST(Safetensors, FailedOverwriteKeepsTheEarlierCheckpoint) {
+  TempDir d;
+  std::vector<float> a(100, 1.0f), b(1000, 2.0f), a2(100, -1.0f), b2(1000, -2.0f);
+  std::filesystem::create_directory(d / "out");
+  const auto files = write_safetensors_checkpoint(d / "out", {{"a", {100}, a.data()}, {"b", {1000}, b.data()}},
+                                                  StDtype::F32, {}, 500);
+  ASSERT_EQ(files.size(), 3u);  // a (400 B), b (4000 B), the index
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // writes past the limit fail with EFBIG instead
+    const rlimit lim {2000, 2000};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    try {
+      write_safetensors_checkpoint(d / "out", {{"a", {100}, a2.data()}, {"b", {1000}, b2.data()}},
+                                   StDtype::F32, {}, 500);
+    } catch (const Error&) {
+      ::_exit(3);
+    } catch (...) {
+      ::_exit(4);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  ASSERT_EQ(WEXITSTATUS(status), 3) << "the limited write should have failed with an Error";
+  SafetensorsCheckpoint ck(d / "out");
+  for (const auto& [name, want] : {std::pair{"a", &a}, std::pair{"b", &b}}) {
+    const SafetensorsFile* f = nullptr;
+    const StTensor* t = ck.find(name, &f);
+    ASSERT_NE(t, nullptr) << name;
+    std::vector<float> got(want->size());
+    f->read_f32(*t, got.data());
+    EXPECT_EQ(got, *want) << name << ": the failed overwrite replaced part of the checkpoint";
+  }
+  for (auto& e : std::filesystem::directory_iterator(d / "out"))
+    EXPECT_NE(e.path().extension(), ".partial") << e.path();
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(d / "out"), {}), 3);
+}
+
+// A huge index (sparse here, so it costs no disk) is refused by its size before
+// parsing: it was read whole into memory.
+TEST(SafetensorsErrors, HugeIndexIsRefusedBySize) {
+  TempDir d;
+  std::filesystem::create_directory(d / "m");
+  write_file(d / "m/model.safetensors.index.json", "{\"weight_map\": {}}");
+  std::filesystem::resize_file(d / "m/model.safetensors.index.json", 200u << 20);
+  expect_error([&] { SafetensorsCheckpoint ck(d / "m"); },
+               {d / "m/model.safetensors.index.json", "209715200 bytes", "100 MB"});
 }
 
 // ---- every validation error names the file and, where there is one, the tensor.
