@@ -9,6 +9,7 @@
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "cli/options_util.h"
@@ -52,11 +53,33 @@ examples:
 )";
 
 std::string read_text(const std::string& path, const char* flag) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) fail(flag, " ", path, " is a directory: give the INI file");
   std::ifstream in(path);
   if (!in) fail(flag, " ", path, ": cannot read the file");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::string without_bom(std::string text) {
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+  return text;
+}
+
+// Whole or not at all (temporary file, renamed); Error naming the file.
+void write_text(const std::string& path, const std::string& text) {
+  {
+    std::ofstream out(path + ".tmp", std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) {
+      std::remove((path + ".tmp").c_str());
+      fail("cannot write ", path, " (disk full or read-only?)");
+    }
+  }
+  if (std::rename((path + ".tmp").c_str(), path.c_str()) != 0)
+    fail("cannot write ", path, ": ", std::strerror(errno));
 }
 
 const char* kind_name(sweep::Param::Kind k) {
@@ -101,24 +124,56 @@ int sweep_init(int argc, char** argv) {
   if (space_path.empty()) fail("--space is required (e.g. a line 'lr = loguniform(1e-4, 3e-3)')");
   if (base_path.empty()) fail("--base is required: the `ratchet train` INI every trial shares");
   if (grid == (trials > 0)) fail("give either --trials N (N >= 1) or --grid");
-  for (const auto& t : tags)
+  if (trials > sweep::kMaxTrials)
+    fail("--trials ", trials, " is more than the ", sweep::kMaxTrials, " trials a sweep holds");
+  for (const auto& t : tags) {
     if (t.find('=') == std::string::npos || t[0] == '=') fail("--tag '", t, "' must be key=value");
+    // the sweep labels every trial with these itself; a user tag of the same
+    // key would replace them in every ledger (all trials "trial=5")
+    const std::string key = t.substr(0, t.find('='));
+    if (key == "sweep" || key == "trial")
+      fail("--tag '", t, "': '", key, "' is set by the sweep on every trial; use another key");
+  }
   if (fs::exists(dir + "/journal.jsonl"))
     fail(dir, " is already a sweep: run it with `ratchet sweep run ", dir, "`, or pick a new directory");
   const sweep::Space space =
       sweep::parse_space(read_text(space_path, "--space"), space_path, train_option_names(),
                          {"run-dir", "ckpt-dir", "log-jsonl", "steps", "schedule-steps", "resume",
-                          "config", "tag", "help", "threads"});
-  const int base_steps = sweep::check_base(base_path);
+                          "config", "tag", "help", "threads", "quiet", "max-device-hours", "max-cost"});
+  read_text(base_path, "--base");  // a directory or unreadable file named as such
+  const int base_steps = sweep::check_base(base_path, train_option_names());
   auto configs = grid ? sweep::grid_configs(space) : sweep::sample_configs(space, trials, seed);
   if (grid && !grid_in_order) std::shuffle(configs.begin(), configs.end(), std::mt19937_64(seed));
 
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cannot create ", dir, ": ", ec.message());
-  fs::copy_file(base_path, dir + "/base.ini", fs::copy_options::overwrite_existing, ec);
-  if (ec) fail("cannot copy ", base_path, " into ", dir, ": ", ec.message());
-  fs::copy_file(space_path, dir + "/space.ini", fs::copy_options::overwrite_existing, ec);
+  // Two inits at once (or an init next to a run) on DIR: one at a time, and
+  // the second finds the first's journal.
+  const sweep::ControllerLock lock(dir);
+  if (fs::exists(dir + "/journal.jsonl"))
+    fail(dir, " is already a sweep: run it with `ratchet sweep run ", dir, "`, or pick a new directory");
+  // Trial directories of an earlier sweep (its journal deleted): the new
+  // trials would adopt their finished segments, losses and checkpoints as
+  // their own, whatever their configuration.
+  if (fs::exists(dir + "/trials") && !fs::is_empty(dir + "/trials", ec))
+    fail(dir, "/trials holds the trials of an earlier sweep: init a new directory, or remove ", dir,
+         "/trials");
+  // DIR keeps the sweep's own copies; a different file of the same name there
+  // is the user's, and is not overwritten.
+  const std::string base_text = without_bom(read_text(base_path, "--base"));
+  const std::string space_text = without_bom(read_text(space_path, "--space"));
+  for (const auto& [name, text, flag, from] :
+       {std::tuple<std::string, std::string, std::string, std::string>{"base.ini", base_text, "--base", base_path},
+        {"space.ini", space_text, "--space", space_path}}) {
+    const std::string path = dir + "/" + name;
+    if (fs::exists(path) && without_bom(read_text(path, flag.c_str())) != text)
+      fail(path, " exists and differs from ", flag, " ", from, ": init a new (or empty) directory, "
+           "or remove it");
+  }
+  for (const auto& [name, text] : {std::pair<std::string, std::string>{"base.ini", base_text},
+                                   {"space.ini", space_text}})
+    write_text(dir + "/" + name, text);
   const std::string abs = fs::absolute(dir).lexically_normal().string();
   std::random_device rd;
   char id[64];
@@ -129,13 +184,15 @@ int sweep_init(int argc, char** argv) {
     if (p.kind == sweep::Param::kChoice) j["choices"] = p.choices;
     params.push_back(j);
   }
-  sweep::Journal journal(dir + "/journal.jsonl");
-  journal.append({{"event", "init"}, {"format", sweep::kJournalFormat},
-                  {"version", sweep::kJournalVersion}, {"sweep_id", id}, {"base_steps", base_steps},
-                  {"space_params", params}, {"sampling", grid ? (grid_in_order ? "grid in order" : "grid, shuffled") : "random"},
-                  {"seed", seed}, {"tags", tags}});
+  std::vector<nlohmann::json> records;
+  records.push_back({{"event", "init"}, {"format", sweep::kJournalFormat},
+                     {"version", sweep::kJournalVersion}, {"sweep_id", id}, {"base_steps", base_steps},
+                     {"space_params", params},
+                     {"sampling", grid ? (grid_in_order ? "grid in order" : "grid, shuffled") : "random"},
+                     {"seed", seed}, {"tags", tags}});
   for (size_t i = 0; i < configs.size(); i++)
-    journal.append({{"event", "created"}, {"trial", (int)i}, {"config", configs[i]}});
+    records.push_back({{"event", "created"}, {"trial", (int)i}, {"config", configs[i]}});
+  sweep::Journal::create(dir + "/journal.jsonl", std::move(records));
   std::cout << "sweep " << id << " in " << dir << ": " << configs.size() << " trial(s) over "
             << space.params.size() << " hyperparameter(s); next: ratchet sweep run " << dir << "\n";
   return kExitOk;
@@ -165,13 +222,14 @@ int sweep_run(int argc, char** argv) {
     ("sbatch-array-max", po::value(&o.sbatch_array_max)->default_value(o.sbatch_array_max),
      "sbatch: segments that start together go in one job array of at most this many tasks "
      "(1: one job per segment)")
-    ("max-cost", po::value(&o.max_cost), "budget: money over all trials")
-    ("max-device-hours", po::value(&o.max_device_hours), "budget: device-hours over all trials")
+    ("max-cost", po::value(&o.max_cost), "budget: money over all trials (0: none)")
+    ("max-device-hours", po::value(&o.max_device_hours), "budget: device-hours over all trials (0: none)")
     ("max-wall-time", po::value(&o.max_wall_time), "budget: since the first `sweep run` (seconds or [D-]HH:MM:SS)")
-    ("max-trials", po::value(&o.max_trials), "start at most this many trials")
-    ("max-trial-device-hours", po::value(&o.max_trial_device_hours), "budget of each trial")
+    ("max-trials", po::value(&o.max_trials), "start at most this many trials (0: all)")
+    ("max-trial-device-hours", po::value(&o.max_trial_device_hours), "budget of each trial, device-hours (0: none)")
     ("max-requeues", po::value(&o.max_requeues)->default_value(o.max_requeues),
-     "a segment stopped early (exit 75, killed) more often than this in a row fails its trial")
+     "a segment stopped early (exit 75, killed) more often than this in a row without getting "
+     "further fails its trial")
     ("trainer", po::value(&trainer), "the trainer command (default: this ratchet's `train`; for tests "
      "and wrappers, split on spaces)")
     ("poll-seconds", po::value(&o.poll_seconds), "how often to look at running segments (default 0.2 s; 2 s for sbatch)")
@@ -183,7 +241,8 @@ int sweep_run(int argc, char** argv) {
   if (vm.count("help")) {
     std::cout << "usage: ratchet sweep run DIR [options]\n\nRuns (or resumes) the sweep's controller "
                  "until every trial has finished or a budget is reached.\nExit codes: 0 done, 76 "
-                 "ended by a budget, 2 bad input. A second controller on DIR is refused.\n\n"
+                 "ended by a budget, 75 stopped by a signal (rerun to continue), 1 every trial "
+                 "failed, 2 bad input. A second controller on DIR is refused.\n\n"
               << desc << "\n" << kUsage;
     return kExitOk;
   }
@@ -245,18 +304,21 @@ int sweep_report(int argc, char** argv) {
   dir = fs::absolute(dir).lexically_normal().string();
   const sweep::SweepState s = sweep::load_state(dir);
   const nlohmann::json j = sweep::summary_json(s);
-  {
-    std::ofstream out(dir + "/sweep.json.tmp");
-    out << j.dump(2) << "\n";
-  }
-  fs::rename(dir + "/sweep.json.tmp", dir + "/sweep.json");
-  {
-    std::ofstream out(dir + "/sweep.md");
-    out << sweep::summary_markdown(s, j);
-  }
+  // Each file whole or not at all: a full disk must not leave an empty
+  // sweep.json where the last good one was.
+  write_text(dir + "/sweep.json", j.dump(2) + "\n");
+  write_text(dir + "/sweep.md", sweep::summary_markdown(s, j));
   if (!no_plot && !s.results.empty()) {
     const std::string exe = report::find_gnuplot(gnuplot);
-    report::run_gnuplot(exe, sweep::plot_script(s, dir + "/sweep.png", dir + "/sweep.svg"));
+    const std::string png = dir + "/sweep.png", svg = dir + "/sweep.svg";
+    report::run_gnuplot(exe, sweep::plot_script(s, png + ".tmp", svg + ".tmp"));
+    for (const auto& f : {png, svg}) {
+      std::error_code ec;
+      if (fs::file_size(f + ".tmp", ec) == 0 || ec || std::rename((f + ".tmp").c_str(), f.c_str()) != 0) {
+        std::remove((f + ".tmp").c_str());
+        fail("gnuplot could not write ", f, " (disk full?); sweep.json and sweep.md are written");
+      }
+    }
   }
   std::cout << sweep::status_table(s);
   const double all = j["all_to_max_steps_device_hours_estimate"].get<double>();

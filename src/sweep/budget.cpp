@@ -1,12 +1,19 @@
 #include "sweep/budget.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace ratchet::sweep {
 
 Ledger trial_ledger(const Trial& t) {
   auto l = Ledger::read_json(t.dir + "/ledger.json");
-  return l ? *l : Ledger{};
+  Ledger out = l ? *l : Ledger{};
+  // The journal's last record of the trial's spend is a floor: a trial
+  // directory deleted by hand (or a ledger.json replaced) must not give its
+  // money back to the sweep's budget.
+  out.device_seconds = std::max(out.device_seconds, t.device_hours * 3600);
+  out.cost = std::max(out.cost, t.cost);
+  return out;
 }
 
 Spent spent_so_far(const SweepState& s) {
@@ -32,10 +39,18 @@ std::string budget_reached(const Budget& b, const Spent& s, double elapsed_secon
 }
 
 std::string segment_refused(const Budget& b, const Spent& s, double est_device_hours) {
+  char why[256];
+  // Cost at the price paid so far (cost per device-hour over every trial).
+  const double est_cost = s.device_hours > 0 ? est_device_hours * s.cost / s.device_hours : 0;
+  if (b.max_cost > 0 && est_cost > 0 && s.cost + est_cost > b.max_cost) {
+    std::snprintf(why, sizeof why,
+                  "--max-cost %g: the next segment (about %.4g) would exceed what is left (%.4g)",
+                  b.max_cost, est_cost, b.max_cost - s.cost);
+    return why;
+  }
   if (!(b.max_device_hours > 0 && est_device_hours > 0 &&
         s.device_hours + est_device_hours > b.max_device_hours))
     return "";
-  char why[256];
   std::snprintf(why, sizeof why,
                 "--max-device-hours %g: the next segment (about %.4g device-hours) would exceed "
                 "what is left (%.4g)",

@@ -19,13 +19,16 @@ struct Spent {
   double device_hours = 0, cost = 0;
 };
 
-Ledger trial_ledger(const Trial& t);  // empty when the trial has not run
+// The trial's ledger.json (empty when it has not run), its spend at least what
+// the journal last recorded for it.
+Ledger trial_ledger(const Trial& t);
 Spent spent_so_far(const SweepState& s);
 
 // "" while within every budget, else which one is reached, naming its flag.
 std::string budget_reached(const Budget& b, const Spent& s, double elapsed_seconds);
 // "" when a segment estimated at `est_device_hours` (0: not measured yet) fits
-// in what is left of --max-device-hours, else why it does not.
+// in what is left of --max-device-hours and --max-cost (at the price paid so
+// far), else why it does not.
 std::string segment_refused(const Budget& b, const Spent& s, double est_device_hours);
 
 }  // namespace ratchet::sweep

@@ -89,6 +89,11 @@ class Controller {
     for (const auto& t : state_.trials) n += t.status == TrialState::kRunning && !t.relaunch;
     return n;
   }
+  int pending_trials() const {
+    int n = 0;
+    for (const auto& t : state_.trials) n += t.status == TrialState::kPending;
+    return n;
+  }
   int started() const {  // trials that left kPending, planned ones included
     int n = state_.started();
     for (const auto& p : planned_) n += state_.trials[p.trial].status == TrialState::kPending;
@@ -208,6 +213,7 @@ double Controller::dev_seconds_per_step() const {
   double secs = 0, steps = 0;
   for (const auto& t : state_.trials) {
     const Ledger l = trial_ledger(t);
+    if (l.max_step <= 0) continue;  // a spend from the journal alone has no steps to divide by
     secs += l.device_seconds;
     steps += l.max_step;
   }
@@ -266,6 +272,18 @@ void Controller::launch_planned() {
     if (ec) fail("cannot create ", t.dir, ": ", ec.message());
     segs.push_back(segment_of(t));
     ts.push_back(t);
+    // The segment's command, written first: where the wrapper could not write
+    // its pid and exit code (a full disk) the segment would look killed, be
+    // requeued and fail its trial in a second. Better to stop the controller.
+    const std::string cmd_path = segs.back().base() + ".cmd";
+    std::string cmd;
+    for (const auto& a : segs.back().argv) cmd += shell_quote(a) + " ";
+    std::ofstream out(cmd_path, std::ios::trunc);
+    out << cmd << "\n";
+    out.close();
+    if (!out)
+      fail("cannot write ", cmd_path, " (disk full or read-only?): the controller stops before "
+           "launching trial ", t.id, "; free space and rerun `ratchet sweep run ", dir_, "`");
   }
   const std::vector<std::string> handles = exec_->launch_batch(segs);
   const std::vector<Planned> done = std::move(planned_);
@@ -304,13 +322,18 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
   if (st.state == SegmentStatus::kExited && st.exit_code == 0) {
     const double vl = val_loss_at(t.dir, steps);
     if (!std::isfinite(vl)) {
+      // Exit 0 short of the rung: the trainer ended it itself (early stopping
+      // in the base config), not a missing val-data.
+      const std::string why =
+          l.max_step > 0 && l.max_step < steps
+              ? "the trainer ended at step " + std::to_string((long)l.max_step) + " of " +
+                    std::to_string(steps) + " with exit 0 (early stopping in the base config?)"
+              : "no finite validation loss at step " + std::to_string(steps) + " (is val-data set?)";
       nlohmann::json e = {{"event", "failed"}, {"trial", t.id}, {"rung", t.rung}, {"exit", 0},
-                          {"reason", "no finite validation loss at step " + std::to_string(steps) +
-                                         " (is val-data set?); log tail:\n" +
-                                         file_tail(t.dir + "/train.log", 8)}};
+                          {"reason", why + "; log tail:\n" + file_tail(t.dir + "/train.log", 8)}};
       e.update(spend);
       append(e);
-      say("trial %d failed: no finite val loss at step %d\n", t.id, steps);
+      say("trial %d failed: %s\n", t.id, why.c_str());
       return;
     }
     nlohmann::json e = {{"event", "result"}, {"trial", t.id}, {"rung", t.rung}, {"steps", steps},
@@ -342,11 +365,13 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
       append(e);
       return;
     }
-    if (t.requeues >= o_.max_requeues) {
+    // Progress: further than this segment's last early stop (or its start).
+    const bool progress = l.max_step > (t.stop_step >= 0 ? t.stop_step : t.steps);
+    if (t.requeues >= o_.max_requeues && !progress) {
       nlohmann::json e = {{"event", "failed"}, {"trial", t.id}, {"rung", t.rung},
                           {"exit", st.exit_code},
                           {"reason", "stopped early " + std::to_string(t.requeues + 1) +
-                                         " times in a row (--max-requeues " +
+                                         " times in a row without progress (--max-requeues " +
                                          std::to_string(o_.max_requeues) + "); log tail:\n" +
                                          file_tail(t.dir + "/train.log", 8)}};
       e.update(spend);
@@ -355,7 +380,7 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
       return;
     }
     append({{"event", "requeued"}, {"trial", t.id}, {"rung", t.rung}, {"attempt", t.attempt + 1},
-            {"exit", st.exit_code}});
+            {"exit", st.exit_code}, {"max_step", l.max_step}, {"progress", progress}});
     say("trial %d stopped early (%s): resuming it\n", t.id,
         st.state == SegmentStatus::kLost ? "killed" : "exit 75");
     return;
@@ -395,8 +420,32 @@ int Controller::run() {
   state_ = load_state(dir_);
   if (o_.parallel < 1) fail("--parallel ", o_.parallel, " must be at least 1");
   if (o_.max_requeues < 0) fail("--max-requeues must be >= 0");
-  for (double v : {o_.max_cost, o_.max_device_hours, o_.max_trial_device_hours})
-    if (v < 0) fail("budgets must be >= 0");
+  // NaN compares false with everything: `v < 0` let "nan" through as "no budget".
+  for (const auto& [flag, v] : {std::pair<const char*, double>{"--max-cost", o_.max_cost},
+                                {"--max-device-hours", o_.max_device_hours},
+                                {"--max-trial-device-hours", o_.max_trial_device_hours}})
+    if (!(v >= 0)) fail(flag, " ", v, " is not a budget: give a number >= 0 (0: none)");
+  for (const auto& [flag, v] : {std::pair<const char*, int>{"--max-trials", o_.max_trials},
+                                {"--max-steps", o_.max_steps}, {"--min-steps", o_.min_steps},
+                                {"--threads-per-trial", o_.threads}})
+    if (v < 0) fail(flag, " ", v, " must be >= 0 (0: the default)");
+  if (!(std::isfinite(o_.eta) && o_.eta > 1))
+    fail("--eta ", o_.eta, " must be greater than 1 and finite (3 keeps the top third)");
+  if (!o_.gpus.empty()) {
+    // One device per running trial: a trial beyond the list got no
+    // CUDA_VISIBLE_DEVICES at all, i.e. every device, sharing device 0.
+    std::stringstream ss(o_.gpus);
+    int n = 0;
+    for (std::string id; std::getline(ss, id, ',');) {
+      if (trim(id).empty()) fail("--gpus '", o_.gpus, "' has an empty device id: e.g. --gpus 0,1,2,3");
+      n++;
+    }
+    if (o_.parallel > n)
+      fail("--parallel ", o_.parallel, " is more than the ", n, " device(s) of --gpus ", o_.gpus,
+           ": one trial per device (lower --parallel, or list more devices)");
+  }
+  if (!(o_.poll_seconds >= 0 && o_.poll_seconds <= 3600))
+    fail("--poll-seconds ", o_.poll_seconds, " must be between 0 (the executor's default) and 3600");
   budget_.max_device_hours = o_.max_device_hours;
   budget_.max_cost = o_.max_cost;
   budget_.max_wall_text = o_.max_wall_time;
@@ -405,6 +454,11 @@ int Controller::run() {
     if (budget_.max_wall_seconds <= 0)
       fail("--max-wall-time '", o_.max_wall_time, "' is not a duration: seconds or [D-]HH:MM:SS");
   }
+  const int cores = (int)std::thread::hardware_concurrency();
+  if (o_.executor == "local" && o_.threads > 0 && cores > 0 && (long)o_.threads * o_.parallel > cores)
+    say("warning: --parallel %d x --threads-per-trial %d = %ld threads on %d cores: the trials slow "
+        "each other down, and each pays for it in device-hours\n",
+        o_.parallel, o_.threads, (long)o_.threads * o_.parallel, cores);
   if (state_.done && !state_.budget_reached) {
     say("sweep %s already ended (%s); see `ratchet sweep status`\n", dir_.c_str(),
         state_.done_reason.c_str());
@@ -432,6 +486,21 @@ int Controller::run() {
       fail("--max-wall-time ", o_.max_wall_time, " has already passed since the sweep's first run: "
            "raise it to continue");
   }
+  // Segments in flight carry the handles of the executor that started them (pids
+  // for local and srun, job ids for sbatch): another one would take a running
+  // segment for a lost one and start it a second time.
+  int in_flight_n = 0;
+  for (const auto& t : state_.trials) in_flight_n += t.status == TrialState::kRunning && !t.relaunch;
+  auto pid_based = [](const std::string& e) { return e == "local" || e == "srun"; };
+  if (in_flight_n > 0 && !state_.last_executor.empty() && state_.last_executor != o_.executor &&
+      !(pid_based(state_.last_executor) && pid_based(o_.executor)))
+    fail(in_flight_n, " segment(s) of ", dir_, " started by --executor ", state_.last_executor,
+         " are still in flight: rerun with --executor ", state_.last_executor,
+         " until they end (then switch)");
+  for (const auto& t : state_.trials)
+    if (t.status != TrialState::kPending && !std::filesystem::exists(t.dir))
+      say("warning: trial %d's directory %s is gone: its spend is taken from the journal, and its "
+          "next segment (if any) trains from step 0\n", t.id, t.dir.c_str());
   settle_settings();
   resume_budget_stopped();
   say("%s %s: %zu trials, %s, rungs (steps) %s, executor %s x %d\n",
@@ -502,11 +571,27 @@ int Controller::run() {
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(poll));
   }
+  // --max-trials left trials unstarted: a budget, so that the sweep ends with
+  // 76 and a rerun with a raised --max-trials continues it (not "finished").
+  if (!state_.budget_reached && o_.max_trials > 0 && pending_trials() > 0) {
+    const std::string why = "--max-trials " + std::to_string(o_.max_trials) + " reached (" +
+                            std::to_string(state_.started()) + " of " +
+                            std::to_string(state_.trials.size()) + " trials started)";
+    append({{"event", "budget"}, {"reason", why}});
+    say("%s\n", why.c_str());
+  }
   double loss = 0;
   int rung = -1;
   const int best = best_trial(state_, &loss, &rung);
-  nlohmann::json e = {{"event", "done"},
-                      {"reason", state_.budget_reached ? state_.budget_reason : "every trial finished"}};
+  int failed = 0;
+  for (const auto& t : state_.trials) failed += t.status == TrialState::kFailed;
+  // Not "finished" (and not exit 0) when nothing came back: a sweep whose every
+  // trial failed is an error a script must see.
+  const bool all_failed = best < 0 && failed > 0 && !state_.budget_reached;
+  std::string reason = state_.budget_reached ? state_.budget_reason : "every trial finished";
+  if (all_failed) reason = "every trial failed (" + std::to_string(failed) + "): no result";
+  else if (failed > 0 && !state_.budget_reached) reason += " (" + std::to_string(failed) + " failed)";
+  nlohmann::json e = {{"event", "done"}, {"reason", reason}};
   if (best >= 0) {
     e["best_trial"] = best;
     e["best_val_loss"] = loss;
@@ -517,6 +602,11 @@ int Controller::run() {
         describe(state_.trials[best].config).c_str());
   else
     say("done: no trial reported a result\n");
+  if (all_failed) {
+    std::fprintf(stderr, "ratchet sweep: every trial of %s failed (%d); their log tails: "
+                 "`ratchet sweep status %s`, DIR/trials/*/train.log\n", dir_.c_str(), failed, dir_.c_str());
+    return 1;
+  }
   return state_.budget_reached ? 76 : 0;
 }
 
@@ -534,7 +624,7 @@ std::vector<std::string> trial_command(const SweepState& s, const Trial& t, int 
   return a;
 }
 
-int check_base(const std::string& base_ini) {
+int check_base(const std::string& base_ini, const std::vector<std::string>& known) {
   std::ifstream in(base_ini);
   if (!in) fail("--base ", base_ini, " cannot be read");
   std::string line;
@@ -543,21 +633,34 @@ int check_base(const std::string& base_ini) {
   int n = 0;
   while (std::getline(in, line)) {
     n++;
-    line = trim(line.substr(0, line.find_first_of("#;")));
+    if (n == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 BOM
+    const std::string raw = line;
+    line = trim(line.substr(0, line.find('#')));  // the trainer's INI reader: '#' comments only
     const auto eq = line.find('=');
-    if (line.empty() || line[0] == '[' || eq == std::string::npos) continue;
+    if (line.empty() || line[0] == '[' || line[0] == ';' || eq == std::string::npos) continue;
     const std::string k = trim(line.substr(0, eq)), v = trim(line.substr(eq + 1));
+    // Found here, not as the same exit 2 in every trial's log:
+    if (!known.empty() && std::find(known.begin(), known.end(), k) == known.end())
+      fail("--base ", base_ini, " line ", n, ": '", k, "' is not a `ratchet train` option (see "
+           "ratchet train --help)");
+    if (v.find(';') != std::string::npos)
+      fail("--base ", base_ini, " line ", n, ": '", v, "': ';' does not start a comment in a "
+           "`ratchet train` config (use '#')");
     for (const char* r : {"run-dir", "ckpt-dir", "log-jsonl", "schedule-steps", "resume", "config"})
       if (k == r)
         fail("--base ", base_ini, " line ", n, ": '", k, "' is set by the sweep for each trial; "
              "remove it");
     if (k == "val-data") val = !v.empty();
     if (k == "steps") {
+      size_t pos = 0;
       try {
-        steps = std::stoi(v);
+        steps = std::stoi(v, &pos);
       } catch (const std::exception&) {
-        fail("--base ", base_ini, " line ", n, ": steps '", v, "' is not a number");
+        pos = 0;
       }
+      // "1e3" would read as 1 and "100abc" as 100: a silently wrong R
+      if (pos == 0 || pos != v.size() || steps < 1)
+        fail("--base ", base_ini, " line ", n, ": steps '", v, "' is not a positive integer");
     }
   }
   if (!val)

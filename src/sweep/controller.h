@@ -35,15 +35,17 @@ struct RunOptions {
 
 // Runs the sweep in DIR to its end (or its budget). Returns the exit code:
 // 0 done, 76 ended by a budget, 75 stopped by a signal (USR1, TERM, INT:
-// rerun to continue; slurm/sweep.sbatch requeues). Error on bad input.
+// rerun to continue; slurm/sweep.sbatch requeues), 1 every trial failed.
+// Error on bad input.
 int run_sweep(const std::string& dir, const RunOptions& o);
 
 // What the trial's trainer is told beyond the base config and its
 // hyperparameters (exposed for tests and `sweep report`'s continue command).
 std::vector<std::string> trial_command(const SweepState& s, const Trial& t, int steps, int max_steps);
 
-// Reads a base INI's "steps" (0 if absent) and checks it has val-data and no
-// option the sweep sets itself. Error naming the file and key.
-int check_base(const std::string& base_ini);
+// Reads a base INI's "steps" (0 if absent) and checks it has val-data, no
+// option the sweep sets itself, and (when `known` is given) only `ratchet
+// train` options. Error naming the file, line and key.
+int check_base(const std::string& base_ini, const std::vector<std::string>& known = {});
 
 }  // namespace ratchet::sweep

@@ -1,6 +1,8 @@
 #include "sweep/executor.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <algorithm>
 #include <deque>
 #include <filesystem>
@@ -16,8 +19,20 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/fault.h"
 
 namespace ratchet::sweep {
+
+bool MissingJobs::gone(const std::string& handle, bool listed, double now) {
+  if (listed) {
+    since_.erase(handle);
+    return false;
+  }
+  const auto it = since_.emplace(handle, now).first;
+  if (now - it->second < grace_) return false;
+  since_.erase(it);
+  return true;
+}
 
 std::string shell_quote(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -90,8 +105,20 @@ class ProcessExecutor : public Executor {
   std::string name() const override { return srun_ ? "srun" : "local"; }
 
   std::string launch(const Segment& s) override {
-    const std::string pid_file = s.base() + ".pid";
+    const std::string pid_file = s.base() + ".pid", marker = s.base() + ".launching";
     if (exists(pid_file)) return read_word(pid_file);  // started by a previous controller
+    struct stat st {};
+    if (::stat(marker.c_str(), &st) == 0) {
+      // A previous controller forked this segment and died before journaling
+      // it. Its child writes the pid file first thing after the fork; give it
+      // until 5 s after the marker (a loaded node) rather than start the
+      // segment a second time. From the marker's time, not from now: a
+      // controller killed again and again within 5 s must still get on.
+      while (!exists(pid_file) && ::time(nullptr) < st.st_mtime + 5) ::usleep(100 * 1000);
+      if (exists(pid_file)) return read_word(pid_file);
+    }
+    { std::ofstream(marker) << "\n"; }
+    const std::string pid_tmp = pid_file + ".child";
     std::vector<std::string> prefix;
     if (srun_)
       prefix = {"srun", "--exclusive", "--nodes=1", "--ntasks=1",
@@ -101,12 +128,19 @@ class ProcessExecutor : public Executor {
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
     if (pid == 0) {
+      // The pid file before anything else (plain system calls, no allocation): a
+      // controller killed right after fork() must find it when it restarts.
+      char buf[32];
+      const int n = std::snprintf(buf, sizeof buf, "%d\n", (int)::getpid());
+      const int fd = ::open(pid_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0 && ::write(fd, buf, n) == n && ::close(fd) == 0) ::rename(pid_tmp.c_str(), pid_file.c_str());
       ::setsid();  // its own process group: stop() signals the group; it outlives us
       for (const auto& [k, v] : s.env) ::setenv(k.c_str(), v.c_str(), 1);
       ::setenv("OMP_NUM_THREADS", std::to_string(s.threads).c_str(), 1);
       ::execl("/bin/sh", "sh", "-c", script.c_str(), (char*)nullptr);
       std::_Exit(127);
     }
+    fault_point("sweep-forked");  // tests: the controller dies before it journals the launch
     return std::to_string(pid);
   }
 
@@ -151,6 +185,12 @@ void write_word(const std::string& path, const std::string& text) {
   out.close();
   if (!out) throw std::runtime_error("cannot write " + path + ".tmp");
   std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
+double wall_now() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 std::string chomp(std::string s) {
@@ -203,11 +243,16 @@ class SbatchExecutor : public Executor {
     if (exists(s.base() + ".exit")) return ended(s);
     int rc = 0;
     const std::string st = capture("squeue -h -o %T -j " + shell_quote(handle) + " 2>&1", &rc);
-    if (rc == 0 && st.find_first_not_of(" \n") != std::string::npos)
-      return {SegmentStatus::kRunning, -1};  // pending, running, requeued, completing
-    // Forgotten by Slurm (MinJobAge passed): it has ended.
+    const bool listed = rc == 0 && st.find_first_not_of(" \n") != std::string::npos;
+    if (listed) {  // pending, running, requeued, completing
+      missing_.gone(handle, true, wall_now());
+      return {SegmentStatus::kRunning, -1};
+    }
     if (rc != 0 && st.find("Invalid job id") == std::string::npos)
       return {SegmentStatus::kRunning, -1};  // squeue unavailable: ask again later
+    // Unlisted (forgotten by Slurm after MinJobAge, or between a requeue's
+    // steps): ended once it stays so.
+    if (!missing_.gone(handle, false, wall_now())) return {SegmentStatus::kRunning, -1};
     return ended(s);
   }
 
@@ -318,6 +363,7 @@ class SbatchExecutor : public Executor {
   std::string tmpl_, args_;
   size_t array_max_;
   std::string array_dir_;
+  MissingJobs missing_{10.0};  // 5 polls at the default 2 s
 };
 
 }  // namespace

@@ -63,6 +63,22 @@ std::unique_ptr<Executor> make_executor(const std::string& kind, const std::stri
                                         const std::string& sbatch_args, int array_max = 1,
                                         const std::string& array_dir = "");
 
+// A job that squeue no longer lists counts as gone only once it has stayed
+// unlisted for `grace_seconds`: a job Slurm is requeuing (exit 75) can drop
+// out of squeue for a moment, and taking it for lost started its segment a
+// second time (the slurm sweep tests caught it under load).
+class MissingJobs {
+ public:
+  explicit MissingJobs(double grace_seconds) : grace_(grace_seconds) {}
+  // True when `handle`, unlisted at time `now` (seconds), has been unlisted
+  // since at least `grace` before; `listed` clears its record.
+  bool gone(const std::string& handle, bool listed, double now);
+
+ private:
+  double grace_;
+  std::map<std::string, double> since_;
+};
+
 // Shell-quotes one word ('...') unless it needs none.
 std::string shell_quote(const std::string& s);
 // The last `lines` lines of a file ("" if unreadable).

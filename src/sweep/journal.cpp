@@ -52,11 +52,46 @@ void Journal::append(nlohmann::json ev) {
   ev["seq"] = ++seq_;
   ev["time"] = unix_now();
   const std::string line = ev.dump() + "\n";
+  errno = 0;
   const ssize_t n = ::write(fd_, line.data(), line.size());
   if (n != (ssize_t)line.size() || ::fsync(fd_) != 0)
     throw std::runtime_error("cannot append to the sweep journal " + path_ + ": " +
-                             std::strerror(errno));
+                             (n >= 0 && n < (ssize_t)line.size() ? std::string("short write (disk full?)")
+                                                                 : std::string(std::strerror(errno))) +
+                             "; free space and rerun `ratchet sweep run`: the journal is kept");
   fault_point("sweep-journal");
+}
+
+void Journal::create(const std::string& path, std::vector<nlohmann::json> events) {
+  std::string text;
+  long seq = 0;
+  const double now = unix_now();
+  for (auto& ev : events) {
+    ev["seq"] = ++seq;
+    ev["time"] = now;
+    text += ev.dump() + "\n";
+  }
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot create ", tmp, ": ", std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) break;
+    done += (size_t)n;
+    fault_point("sweep-journal-create");
+  }
+  const int err = errno;
+  const bool ok = done == text.size() && ::fsync(fd) == 0;
+  ::close(fd);
+  // link(), not rename(): it never replaces a journal that appeared meanwhile.
+  if (!ok || ::link(tmp.c_str(), path.c_str()) != 0) {
+    const int e = ok ? errno : err;
+    ::unlink(tmp.c_str());
+    if (ok && e == EEXIST) fail(path, " already exists: another `ratchet sweep init` made it first");
+    fail("cannot write the sweep journal ", path, ": ", std::strerror(e), " (disk full?); nothing was created");
+  }
+  ::unlink(tmp.c_str());
 }
 
 std::vector<nlohmann::json> Journal::read(const std::string& path) {

@@ -36,6 +36,12 @@ class Journal {
   // Every complete line. Error naming file and line if one is not JSON, or if
   // the first is not a ratchet-sweep init of this version.
   static std::vector<nlohmann::json> read(const std::string& path);
+  // A new journal with these records (seq and time added), all or nothing:
+  // written to a temporary file, fsynced, linked into place (never over an
+  // existing journal), so that an `init` killed midway, or short of disk,
+  // leaves no sweep with some of its trials missing. Error naming the file if
+  // it cannot, or if the journal exists already.
+  static void create(const std::string& path, std::vector<nlohmann::json> events);
 
  private:
   std::string path_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <sstream>
 
@@ -11,6 +12,9 @@
 namespace ratchet::sweep {
 
 namespace {
+
+constexpr const char* kUtf8Bom = "\xEF\xBB\xBF";
+constexpr double kMaxInt = 2147483647.0;
 
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r");
@@ -37,9 +41,25 @@ double to_number(const std::string& v, const std::string& where) {
   fail(where, ": '", v, "' is not a number");
 }
 
-std::string fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
+// A sampled real with 6 significant digits, more when the range is narrow
+// (uniform(1.0000001, 1.0000002) must not turn every value into "1"); the
+// string is what the trainer gets and the journal records.
+std::string fmt(double v, double lo, double hi) {
+  const double mag = std::max(std::fabs(lo), std::fabs(hi));
+  // one more digit per decade the range is narrower than its magnitude / 10
+  int p = hi > lo ? (int)std::clamp(5.0 + std::ceil(std::log10(std::max(10.0, mag / (hi - lo)))), 6.0, 17.0) : 6;
+  char buf[40];
+  for (; p <= 17; p++) {  // a single value (lo == hi): its shortest exact form
+    std::snprintf(buf, sizeof buf, "%.*g", p, v);
+    if (hi > lo || std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+// An integer as digits ("20000000", never "2e+07": the trainer parses ints).
+std::string fmt_int(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.0f", v);
   return buf;
 }
 
@@ -53,6 +73,7 @@ Space parse_space(const std::string& text, const std::string& source,
   int n = 0;
   while (std::getline(in, line)) {
     n++;
+    if (n == 1 && line.rfind(kUtf8Bom, 0) == 0) line.erase(0, 3);  // editors on Windows add one
     const std::string where = source + " line " + std::to_string(n);
     line = trim(line.substr(0, line.find_first_of("#;")));
     if (line.empty()) continue;
@@ -76,6 +97,7 @@ Space parse_space(const std::string& text, const std::string& source,
     const auto args = split_args(p.text.substr(open + 1, p.text.size() - open - 2));
     if (fn == "choice") {
       p.kind = Param::kChoice;
+      if (args.empty()) fail(where, ": choice() lists no value: give at least one, e.g. choice(d4, d6)");
       for (const auto& a : args)
         if (a.empty()) fail(where, ": choice(...) has an empty value");
       p.choices = args;
@@ -89,6 +111,8 @@ Space parse_space(const std::string& text, const std::string& source,
         fail(where, ": loguniform needs positive bounds");
       if (p.kind == Param::kInt && (p.lo != std::floor(p.lo) || p.hi != std::floor(p.hi)))
         fail(where, ": int(lo, hi) takes integers");
+      if (p.kind == Param::kInt && (std::fabs(p.lo) > kMaxInt || std::fabs(p.hi) > kMaxInt))
+        fail(where, ": int(", args[0], ", ", args[1], ") is beyond +-2^31 (a `ratchet train` int)");
     } else {
       fail(where, ": unknown distribution '", fn, "': use loguniform, uniform, int or choice");
     }
@@ -109,12 +133,15 @@ std::vector<Config> sample_configs(const Space& s, int n, uint64_t seed) {
       const double u = u01(rng);
       switch (p.kind) {
         case Param::kLogUniform:
-          c[p.name] = fmt(std::exp(std::log(p.lo) + u * (std::log(p.hi) - std::log(p.lo))));
+          c[p.name] = fmt(std::exp(std::log(p.lo) + u * (std::log(p.hi) - std::log(p.lo))), p.lo, p.hi);
           break;
-        case Param::kUniform: c[p.name] = fmt(p.lo + u * (p.hi - p.lo)); break;
+        // lo + u (hi - lo) overflows to inf for uniform(-1e308, 1e308)
+        case Param::kUniform:
+          c[p.name] = fmt(std::clamp(p.lo * (1 - u) + p.hi * u, p.lo, p.hi), p.lo, p.hi);
+          break;
         case Param::kInt: {
           const double span = p.hi - p.lo + 1;
-          c[p.name] = fmt(p.lo + std::min(span - 1, std::floor(u * span)));
+          c[p.name] = fmt_int(p.lo + std::min(span - 1, std::floor(u * span)));
           break;
         }
         case Param::kChoice:
@@ -132,6 +159,11 @@ std::vector<Config> grid_configs(const Space& s) {
     if (p.kind != Param::kChoice)
       fail("--grid: '", p.name, " = ", p.text, "' is not a choice(...): a grid needs every "
            "hyperparameter as a list of values (or use --trials N to sample)");
+  double combos = 1;  // counted before any is built: a 10^9 grid must not eat the memory first
+  for (const Param& p : s.params) combos *= (double)p.choices.size();
+  if (combos > kMaxTrials)
+    fail("--grid: the space has ", combos, " combinations, more than ", kMaxTrials,
+         " trials a sweep holds: fewer values, or sample with --trials N");
   std::vector<Config> out(1);
   for (const Param& p : s.params) {
     std::vector<Config> next;

@@ -29,6 +29,11 @@ struct Space {
 
 using Config = std::map<std::string, std::string>;  // name -> value
 
+// The most trials one sweep holds (each is a training run; the journal and
+// `status` list them all; the controller rereads the journal at every record,
+// about 0.2 s at 10000 trials). --trials and --grid beyond it are refused.
+constexpr int kMaxTrials = 10000;
+
 // Parses a space file's text. `source` names it in errors; `known` are the
 // option names a hyperparameter may be (empty: not checked); `reserved` are
 // options the sweep sets itself. Throws Error naming the line and what is wrong.

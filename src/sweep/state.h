@@ -17,7 +17,8 @@ struct Trial {
   int rung = -1;               // running: target rung index; else the highest reached (-1: none)
   std::vector<double> loss;    // per rung index (NaN: none)
   int attempt = 0;             // of the current segment (a requeue starts the next)
-  int requeues = 0;            // of the current segment
+  int requeues = 0;            // early stops in a row without progress, this segment
+  double stop_step = -1;       // ledger max_step at the segment's last early stop (-1: none)
   bool relaunch = false;       // the segment stopped early (75, or killed): run it again
   std::string handle;          // pid or Slurm job id of the running segment
   double device_hours = 0, cost = 0;  // as of the last recorded result
@@ -40,6 +41,7 @@ struct SweepState {
   std::string done_reason;
   double first_run_time = 0;      // Unix seconds of the first run record
   int runs = 0;                   // controller starts
+  std::string last_executor;      // of the latest run record (its handles are that executor's)
   std::vector<int> rungs() const;
   int started() const;            // trials that left kPending
 };

@@ -44,6 +44,14 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// A gnuplot single-quoted string: '' stands for one quote (a directory or a
+// choice value with a quote in it broke the script).
+std::string gq(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
 int max_steps(const SweepState& s) {
   const auto r = s.rungs();
   return r.empty() ? s.init.value("base_steps", 0) : r.back();
@@ -238,22 +246,24 @@ std::string plot_script(const SweepState& s, const std::string& png, const std::
   }
   const int rows = 1 + (P + 1) / 2;
   auto panels = [&](std::ostringstream& o) {
-    o << "set multiplot layout " << rows << ",2\nset grid\nset key off\nset format x '%.3g'\n";
+    // device-hours are long numbers: slanted tics do not run into each other
+    o << "set multiplot layout " << rows << ",2\nset grid\nset key off\nset format x '%.3g'\n"
+         "set xtics rotate by -30\n";
     o << "set title 'val loss of every trial vs cumulative sweep spend'\nset xlabel 'device-hours'\n"
          "set ylabel 'val loss'\nplot $pertrial using 1:2 with linespoints pt 7 ps 0.6\n";
     o << "set title 'best val loss so far vs spend'\nplot $best using 1:2 with steps lw 2\n";
     for (int i = 0; i < P; i++) {
       const std::string name = params[i].at("name").get<std::string>();
       const auto choices = params[i].value("choices", std::vector<std::string>{});
-      o << "set title '" << name << " vs val loss (colour: rung)'\nset xlabel '" << name << "'\n";
+      o << "set title " << gq(name + " vs val loss (colour: rung)") << "\nset xlabel " << gq(name) << "\n";
       o << (params[i].value("kind", std::string()) == "loguniform" ? "set logscale x\n" : "unset logscale x\n");
       if (!choices.empty()) {
         o << "set xtics (";
         for (size_t c = 0; c < choices.size(); c++)
-          o << (c ? ", " : "") << "'" << choices[c] << "' " << c;
-        o << ")\nset xrange [-0.5:" << choices.size() - 0.5 << "]\n";
+          o << (c ? ", " : "") << gq(choices[c]) << " " << c;
+        o << ") norotate\nset xrange [-0.5:" << choices.size() - 0.5 << "]\n";
       } else {
-        o << "set xtics autofreq\nset autoscale x\n";
+        o << "set xtics autofreq norotate\nset autoscale x\n";
       }
       o << "plot $hp" << i << " using 1:2:3 with points pt 7 ps 1 lc variable\n";
     }
@@ -261,8 +271,8 @@ std::string plot_script(const SweepState& s, const std::string& png, const std::
   };
   std::ostringstream body;
   panels(body);
-  g << "set terminal pngcairo size 1100," << 340 * rows << " noenhanced\nset output '" << png << "'\n" << body.str();
-  g << "set terminal svg size 1100," << 340 * rows << " noenhanced background rgb 'white'\nset output '" << svg << "'\n"
+  g << "set terminal pngcairo size 1100," << 340 * rows << " noenhanced\nset output " << gq(png) << "\n" << body.str();
+  g << "set terminal svg size 1100," << 340 * rows << " noenhanced background rgb 'white'\nset output " << gq(svg) << "\n"
     << "unset logscale x\nset xtics autofreq\nset autoscale x\n" << body.str() << "set output\n";
   return g.str();
 }

@@ -7,7 +7,8 @@
 # Every invocation appends its --steps to RUN_DIR/invocations.
 # Environment: FAKE_FAIL_LR=x exits 1 when --lr is x; FAKE_NAN_LR=x logs a
 # non-finite val loss; FAKE_PREEMPT_LR=x exits 75 (after half the steps) on the
-# first invocation for that trial; FAKE_SLEEP=s sleeps before finishing.
+# first invocation for that trial (the first FAKE_PREEMPT_TIMES=n ones);
+# FAKE_SLEEP=s sleeps before finishing.
 set -u
 run="" steps=0 lr=0.001
 while [ $# -gt 0 ]; do
@@ -30,7 +31,7 @@ prev=0 spent=0
 [ "${FAKE_FAIL_LR:-}" = "$lr" ] && { echo "fake trainer: planted failure"; exit 1; }
 [ -n "${FAKE_SLEEP:-}" ] && sleep "$FAKE_SLEEP"
 code=0
-if [ "${FAKE_PREEMPT_LR:-}" = "$lr" ] && [ "$n" -eq 1 ]; then
+if [ "${FAKE_PREEMPT_LR:-}" = "$lr" ] && [ "$n" -le "${FAKE_PREEMPT_TIMES:-1}" ]; then
   steps=$(( (prev + steps) / 2 ))
   code=75
 fi

@@ -4,6 +4,7 @@
 // fast; the end-to-end case trains real tiny models on King James shards.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -184,7 +185,14 @@ TEST(SweepCli, FailedNonFiniteAndPreemptedTrials) {
   write_file(d / "exit75.sh", "echo stopping early; exit 75\n");
   r = run_ratchet("sweep run " + dir2 + " --trainer 'bash " + (d / "exit75.sh") +
                   "' --poll-seconds 0.01 --quiet --max-requeues 2");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // Its only trial failed: exit 1 naming where the log tails are, not 0 and
+  // "every trial finished".
+  ASSERT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("every trial of " + dir2 + " failed (1)"), std::string::npos) << r.output;
+  const json st2 = json::parse(run_ratchet("sweep status " + dir2 + " --json").output);
+  EXPECT_EQ(st2["end_reason"], "every trial failed (1): no result");
+  EXPECT_TRUE(st2["best_trial"].is_null());
+  ASSERT_EQ(run_ratchet("sweep report " + dir2).exit_code, 0);  // the report still works
   int req = 0, fails = 0;
   for (const auto& e : journal(dir2)) {
     req += e["event"] == "requeued";
@@ -192,6 +200,21 @@ TEST(SweepCli, FailedNonFiniteAndPreemptedTrials) {
   }
   EXPECT_EQ(req, 2);
   EXPECT_EQ(fails, 1);
+
+  // A trainer that ends short of the rung with exit 0 (early stopping in the
+  // base) is named as such, not "is val-data set?".
+  const std::string dir3 = d / "early";
+  init_fake(d, dir3, "lr = choice(3e-3)\n");
+  write_file(d / "early.sh", "while [ $# -gt 0 ]; do [ \"$1\" = --run-dir ] && run=$2; shift; done\n"
+                             "echo '{\"device_seconds\": 1, \"max_step\": 1}' > \"$run/ledger.json\"\n"
+                             "echo 'early stop: no improvement in 1 evaluation(s)'\n");
+  r = run_ratchet("sweep run " + dir3 + " --trainer 'bash " + (d / "early.sh") +
+                  "' --poll-seconds 0.01 --quiet --scheduler none");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  std::string reason;
+  for (const auto& e : journal(dir3))
+    if (e["event"] == "failed") reason = e["reason"];
+  EXPECT_NE(reason.find("the trainer ended at step 1 of 9"), std::string::npos) << reason;
 }
 
 TEST(SweepCli, BudgetStopsTheSweepAndCanBeRaised) {
@@ -271,7 +294,19 @@ TEST(SweepCli, BadInputIsNamed) {
            {"--eta 1", "--eta 1 must be greater than 1"},
            {"--min-steps 20", "--min-steps 20 is larger than --max-steps 9"},
            {"--scheduler pbt", "--scheduler 'pbt' is not known"},
-           {"--executor ssh", "--executor 'ssh' is not known"}}) {
+           {"--executor ssh", "--executor 'ssh' is not known"},
+           // NaN budgets used to mean "no budget" (NaN >= x is false); negative counts "the default".
+           {"--max-device-hours nan", "--max-device-hours nan is not a budget"},
+           {"--max-cost nan", "--max-cost nan is not a budget"},
+           {"--max-trial-device-hours nan", "--max-trial-device-hours nan is not a budget"},
+           {"--max-trials -1", "--max-trials -1 must be >= 0"},
+           {"--max-steps -5", "--max-steps -5 must be >= 0"},
+           {"--min-steps -1", "--min-steps -1 must be >= 0"},
+           {"--threads-per-trial -3", "--threads-per-trial -3 must be >= 0"},
+           {"--eta inf", "--eta inf must be greater than 1 and finite"},
+           // trials past the device list ran with every device visible
+           {"--gpus 0,1 --parallel 3", "--parallel 3 is more than the 2 device(s) of --gpus 0,1"},
+           {"--gpus 0,,1", "--gpus '0,,1' has an empty device id"}}) {
     r = run_ratchet(fake_run(dir, flags));
     EXPECT_EQ(r.exit_code, 2) << flags << r.output;
     EXPECT_NE(r.output.find(want), std::string::npos) << flags << r.output;
@@ -285,6 +320,280 @@ TEST(SweepCli, BadInputIsNamed) {
   r = run_ratchet("sweep status " + dir);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("journal version 99"), std::string::npos) << r.output;
+}
+
+// Hostile input found by an audit: each was a crash, a hang, or a silently
+// wrong or smaller sweep before.
+TEST(SweepCli, HostileInitInputIsRefusedOrHandled) {
+  TempDir d;
+  write_file(d / "base.ini", "val-data = x\nsteps = 9\n");
+  write_file(d / "s.ini", "lr = choice(1e-3, 1e-2)\n");
+  const std::string init = "sweep init " + (d / "x") + " --space " + (d / "s.ini") + " --base ";
+  // 10^8 trials were sampled into memory (then 10^8 fsynced lines); refused at once.
+  auto r = run_ratchet(init + (d / "base.ini") + " --trials 100000000");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--trials 100000000 is more than the 10000 "), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(d / "x"));
+  // A directory given as the space or base read as an empty file ("defines no
+  // hyperparameter", "has no val-data").
+  fs::create_directories(d / "adir");
+  r = run_ratchet(init + (d / "adir") + " --grid");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--base " + (d / "adir") + " is a directory"), std::string::npos) << r.output;
+  // Keys the trainer would refuse made every trial fail with exit 2.
+  write_file(d / "b2.ini", "val-data = x\nlearning-rate = 0.1\n");
+  r = run_ratchet(init + (d / "b2.ini") + " --grid");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("line 2: 'learning-rate' is not a `ratchet train` option"), std::string::npos) << r.output;
+  write_file(d / "b3.ini", "val-data = x\nweight-decay = 0.1 ; note\n");
+  r = run_ratchet(init + (d / "b3.ini") + " --grid");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("line 2: '0.1 ; note': ';' does not start a comment"), std::string::npos) << r.output;
+  // steps = 1e3 read as R = 1.
+  write_file(d / "b1.ini", "val-data = x\nsteps = 1e3\n");
+  r = run_ratchet(init + (d / "b1.ini") + " --grid");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("line 2: steps '1e3' is not a positive integer"), std::string::npos) << r.output;
+  // A UTF-8 BOM before val-data: accepted, and the sweep's copy has none (the
+  // trainer reads DIR/base.ini).
+  write_file(d / "bom.ini", "\xEF\xBB\xBFval-data = x\nsteps = 9\n");
+  r = run_ratchet(init + (d / "bom.ini") + " --grid");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_file(d / "x/base.ini"), "val-data = x\nsteps = 9\n");
+  // A directory holding the user's own, different base.ini: not overwritten.
+  fs::create_directories(d / "mine");
+  write_file(d / "mine/base.ini", "my notes\n");
+  r = run_ratchet("sweep init " + (d / "mine") + " --space " + (d / "s.ini") + " --base " +
+                  (d / "base.ini") + " --grid");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("mine/base.ini exists and differs from --base"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(d / "mine/base.ini"), "my notes\n");
+  // ... but its own base.ini given as --base is fine (copied onto itself).
+  write_file(d / "mine/base.ini", "val-data = x\nsteps = 9\n");
+  r = run_ratchet("sweep init " + (d / "mine") + " --space " + (d / "s.ini") + " --base " +
+                  (d / "mine/base.ini") + " --grid");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // --tag trial=... would have replaced the sweep's own label in every ledger.
+  r = run_ratchet(init + (d / "base.ini") + " --grid --tag trial=5");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("'trial' is set by the sweep on every trial"), std::string::npos) << r.output;
+  // Options the sweep passes to every trial cannot be searched (each trial got
+  // them twice and failed with exit 2).
+  for (const char* opt : {"max-device-hours", "max-cost", "quiet"}) {
+    write_file(d / "s2.ini", std::string(opt) + " = choice(1, 2)\n");
+    fs::remove_all(d / "y");
+    r = run_ratchet("sweep init " + (d / "y") + " --space " + (d / "s2.ini") + " --base " +
+                    (d / "base.ini") + " --grid");
+    EXPECT_EQ(r.exit_code, 2) << opt << r.output;
+    EXPECT_NE(r.output.find("is set by the sweep itself"), std::string::npos) << opt << r.output;
+  }
+  // A journal deleted by hand, then init again over the old trials: the new
+  // trials took the old ones' finished segments (their losses, other
+  // configurations) as their own, without running anything.
+  const std::string old_sweep = d / "again";
+  init_fake(d, old_sweep);
+  ASSERT_EQ(run_ratchet(fake_run(old_sweep)).exit_code, 0);
+  fs::remove(old_sweep + "/journal.jsonl");
+  r = run_ratchet("sweep init " + old_sweep + " --space " + (d / "s.ini") + " --base " + (d / "base.ini") +
+                  " --grid");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(old_sweep + "/trials holds the trials of an earlier sweep"), std::string::npos)
+      << r.output;
+  // init killed while it writes the journal: no sweep with some trials missing
+  // (it used to append line by line: a kill after 3 lines left a 2-trial sweep
+  // that a second init refused to replace). Now nothing, and init runs again.
+  write_file(d / "s9.ini", kSpace9);
+  r = run_shell("RATCHET_FAULT='sweep-journal-create' " RATCHET_EXE " sweep init " + (d / "k") +
+                " --space " + (d / "s9.ini") + " --base " + (d / "base.ini") + " --grid");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(d / "k/journal.jsonl"));
+  r = run_ratchet("sweep init " + (d / "k") + " --space " + (d / "s9.ini") + " --base " +
+                  (d / "base.ini") + " --grid");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(journal(d / "k").size(), 1u + 9u);
+}
+
+// --max-trials is a budget: a sweep it cuts short ends with 76 and "budget
+// reached", and a rerun with it raised goes on (it used to end "every trial
+// finished", and a rerun did nothing).
+TEST(SweepCli, MaxTrialsIsABudgetThatCanBeRaised) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir);
+  auto r = run_ratchet(fake_run(dir, "--max-trials 2"));
+  ASSERT_EQ(r.exit_code, 76) << r.output;
+  json j = json::parse(run_ratchet("sweep status " + dir + " --json").output);
+  EXPECT_TRUE(j["budget_reached"].get<bool>());
+  EXPECT_NE(j["end_reason"].get<std::string>().find("--max-trials 2 reached (2 of 9 trials started)"),
+            std::string::npos) << j["end_reason"];
+  r = run_ratchet(fake_run(dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  j = json::parse(run_ratchet("sweep status " + dir + " --json").output);
+  for (const auto& t : j["trials"]) EXPECT_NE(t["state"], "pending") << t.dump();
+  EXPECT_EQ(j["best_trial"]["id"], 5);
+  EXPECT_EQ(j["end_reason"], "every trial finished");
+}
+
+// A full disk: `sweep report` used to replace the last good sweep.json with an
+// empty file and say "wrote"; a segment whose wrapper could not write its pid
+// and exit code looked killed, was requeued and failed its trial in a second.
+// (ulimit -f makes writes past 1 KiB fail with EFBIG, like ENOSPC.)
+TEST(SweepCli, AFullDiskLosesNoReportAndFailsNoTrial) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir);
+  ASSERT_EQ(run_ratchet(fake_run(dir)).exit_code, 0);
+  auto r = run_ratchet("sweep report " + dir + " --no-plot");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string good = read_file(dir + "/sweep.json");
+  ASSERT_GT(good.size(), 1024u);
+  r = run_shell("trap '' XFSZ; ulimit -f 1; " RATCHET_EXE " sweep report " + dir + " --no-plot");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot write " + dir + "/sweep.json"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(dir + "/sweep.json"), good);
+  EXPECT_FALSE(fs::exists(dir + "/sweep.json.tmp"));
+  // A segment that cannot be written stops the controller before the launch;
+  // nothing is failed, and the rerun completes.
+  const std::string dir2 = d / "sw2";
+  init_fake(d, dir2);
+  fs::create_directories(dir2 + "/trials/t0000/seg-r0-a0.cmd");  // a path no file can be written to
+  r = run_ratchet(fake_run(dir2));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("seg-r0-a0.cmd (disk full or read-only?): the controller stops before "
+                          "launching trial 0"), std::string::npos) << r.output;
+  fs::remove_all(dir2 + "/trials/t0000/seg-r0-a0.cmd");
+  r = run_ratchet(fake_run(dir2));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const auto& e : journal(dir2)) EXPECT_NE(e["event"], "failed") << e.dump();
+  EXPECT_EQ(results(dir2), results(dir));
+}
+
+// A trial directory deleted by hand used to refund its spend to the sweep's
+// budget (the spend was read from ledger.json alone): the journal's record is
+// now a floor, and the controller says the directory is gone.
+TEST(SweepCli, ADeletedTrialDirectoryKeepsItsSpend) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir);
+  ASSERT_EQ(run_ratchet(fake_run(dir, "--max-trials 6")).exit_code, 76);
+  const double before = json::parse(run_ratchet("sweep status " + dir + " --json").output)["device_hours"];
+  ASSERT_EQ(invocations(dir, 5), "1\n3\n9\n");
+  fs::remove_all(dir + "/trials/t0005");
+  const json j = json::parse(run_ratchet("sweep status " + dir + " --json").output);
+  EXPECT_NEAR(j["device_hours"].get<double>(), before, 1e-12);
+  EXPECT_NEAR(j["trials"][5]["device_hours"].get<double>() * 3600, 9, 1e-9);
+  auto r = run_ratchet("sweep run " + dir + " --trainer '" + kFake + "' --poll-seconds 0.01");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: trial 5's directory " + dir + "/trials/t0005 is gone"), std::string::npos)
+      << r.output;
+  EXPECT_GE(json::parse(run_ratchet("sweep status " + dir + " --json").output)["device_hours"].get<double>(),
+            before);
+}
+
+// A controller killed between fork() and journaling the launch: its child may
+// not have written the segment's pid file yet when the restarted controller
+// looks (a loaded node), and the segment was started a second time. The
+// launch now leaves a marker first; a successor finding it waits for the pid
+// file. Here the "slow child" is played by hand: marker now, pid file after 1 s.
+TEST(SweepCli, ASegmentForkedByAKilledControllerIsNotStartedTwice) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir);
+  const std::string t0 = dir + "/trials/t0000";
+  fs::create_directories(t0);
+  write_file(t0 + "/seg-r0-a0.launching", "\n");
+  auto r = run_shell("( sleep 1; " + kFake + " --run-dir " + t0 + " --steps 1 --lr 1e-4 >> " + t0 +
+                     "/train.log 2>&1; echo 0 > " + t0 + "/seg-r0-a0.exit; echo 999999 > " + t0 +
+                     "/seg-r0-a0.pid ) & " RATCHET_EXE " " + fake_run(dir) + "; wait");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(invocations(dir, 0), "1\n");  // adopted, not run again
+  bool adopted = false;
+  for (const auto& e : journal(dir))
+    adopted |= e["event"] == "launched" && e["trial"] == 0 && e["handle"] == "999999";
+  EXPECT_TRUE(adopted);
+  // The wait runs from the marker's time, not from each restart: a controller
+  // killed every second (a chaos run) waited 5 s anew each time and never got
+  // on. A marker older than 5 s without a pid file: launched at once (a
+  // liveness bound of 4 s for a one-trial sweep, not a speed target).
+  const std::string dir2 = d / "old";
+  init_fake(d, dir2, "lr = choice(3e-3)\n");
+  fs::create_directories(dir2 + "/trials/t0000");
+  write_file(dir2 + "/trials/t0000/seg-r0-a0.launching", "\n");
+  fs::last_write_time(dir2 + "/trials/t0000/seg-r0-a0.launching",
+                      fs::file_time_type::clock::now() - std::chrono::seconds(60));
+  r = run_shell("timeout 4 " RATCHET_EXE " " + fake_run(dir2));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(invocations(dir2, 0), "1\n");
+}
+
+// A quote in the sweep directory or in a choice value broke the gnuplot
+// script (report failed after writing sweep.json): quoted now.
+TEST(SweepCli, ReportPlotsWithQuotesInPathsAndValues) {
+  TempDir d;
+  const std::string dir = d / "it's";
+  const std::string q = "'" + d.path + "/it'\\''s'";  // the directory, quoted for the shell
+  write_file(d / "base.ini", "val-data = unused\nsteps = 9\n");
+  write_file(d / "space.ini", "lr = choice(1e-3, 3e-3)\nmodel = choice(it's, d4)\n");
+  auto r = run_ratchet("sweep init " + q + " --space " + (d / "space.ini") + " --base " + (d / "base.ini") +
+                       " --grid");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet("sweep run " + q + " --trainer '" + kFake + "' --poll-seconds 0.01 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet("sweep report " + q);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* f : {"/sweep.png", "/sweep.svg"})
+    EXPECT_TRUE(fs::exists(dir + f) && fs::file_size(dir + f) > 0) << f;
+  EXPECT_FALSE(fs::exists(dir + "/sweep.png.tmp"));
+  EXPECT_NE(read_file(dir + "/sweep.svg").find("it's"), std::string::npos);  // the tic label
+}
+
+// Restarted with another executor while a segment runs: sbatch would poll a
+// pid as a job id, find no such job, count the segment lost and start it again.
+TEST(SweepCli, AnotherExecutorIsRefusedWhileSegmentsAreInFlight) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir, "lr = choice(3e-3)\n");
+  // killed right after journaling the first launch; the segment sleeps 2 s
+  auto r = run_shell("FAKE_SLEEP=2 RATCHET_FAULT='sweep-journal*2' " RATCHET_EXE " " + fake_run(dir));
+  ASSERT_NE(r.exit_code, 0) << r.output;
+  r = run_ratchet(fake_run(dir, "--executor sbatch --sbatch-template " + (d / "base.ini")));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("1 segment(s) of " + dir + " started by --executor local are still in flight"),
+            std::string::npos) << r.output;
+  r = run_ratchet(fake_run(dir));  // the same executor adopts it
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(invocations(dir, 0), "1\n");  // run once (one trial: ASHA promotes none)
+  // (and oversubscribed threads are pointed out, not refused)
+  r = run_ratchet("sweep run " + dir + " --trainer '" + kFake + "' --threads-per-trial 100000 --parallel 2");
+  EXPECT_NE(r.output.find("warning: --parallel 2 x --threads-per-trial 100000 = 200000 threads on "),
+            std::string::npos) << r.output;
+  EXPECT_EQ(results(dir).size(), 1u);
+}
+
+// A segment stopped early again and again but further each time (preempted,
+// or a base `time-limit` ending every attempt with a checkpoint) used to fail
+// its trial after --max-requeues stops; only stops without progress count now.
+TEST(SweepCli, AnEarlyStopThatProgressesIsNotAFailure) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir, "lr = choice(3e-3, 1e-2)\n");
+  // --scheduler none: 9 steps in one segment; lr 3e-3 stops at 4, 6, 7, 8, then ends.
+  auto r = run_shell("FAKE_PREEMPT_LR=3e-3 FAKE_PREEMPT_TIMES=4 " RATCHET_EXE " " +
+                     fake_run(dir, "--scheduler none --max-requeues 2"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(invocations(dir, 0), "9\n9\n9\n9\n9\n");
+  int requeued = 0;
+  for (const auto& e : journal(dir)) {
+    EXPECT_NE(e["event"], "failed") << e.dump();
+    if (e["event"] == "requeued") {
+      requeued++;
+      EXPECT_TRUE(e["progress"].get<bool>()) << e.dump();
+    }
+  }
+  EXPECT_EQ(requeued, 4);
+  const json j = json::parse(run_ratchet("sweep status " + dir + " --json").output);
+  EXPECT_EQ(j["best_trial"]["id"], 0);
+  EXPECT_NEAR(j["trials"][0]["device_hours"].get<double>() * 3600, 9, 1e-9);  // no step paid twice
 }
 
 // Real tiny models on King James shards: rung results from the trainer's own

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "sweep/budget.h"
+#include "sweep/executor.h"
 #include "sweep/scheduler.h"
 
 using namespace ratchet::sweep;
@@ -198,11 +199,30 @@ TEST(SweepBudget, CutOffs) {
   c.max_cost = 10;
   EXPECT_EQ(budget_reached(c, {50, 9.9}, 0), "");
   EXPECT_NE(budget_reached(c, {50, 10}, 0).find("--max-cost 10 reached"), std::string::npos);
+  // --max-cost refuses a segment too, at the price paid so far (8 for 2 device-hours: 4 each);
+  // it used to be checked only once spent, each trainer stopping mid-segment.
+  EXPECT_EQ(segment_refused(c, {2, 8}, 0.5), "");  // 8 + 2 = 10: exactly fits
+  const std::string why_cost = segment_refused(c, {2, 8}, 0.51);
+  EXPECT_NE(why_cost.find("--max-cost 10: the next segment (about 2.04) would exceed what is left (2)"),
+            std::string::npos) << why_cost;
   Budget w;
   w.max_wall_seconds = 60;
   w.max_wall_text = "00:01:00";
   EXPECT_EQ(budget_reached(w, {}, 59), "");
   EXPECT_NE(budget_reached(w, {}, 60).find("--max-wall-time 00:01:00 reached"), std::string::npos);
+}
+
+// A job unlisted by squeue for a moment (Slurm requeuing it) is not gone;
+// only one that stays unlisted for the grace period is.
+TEST(SweepMissingJobs, GoneOnlyAfterTheGracePeriod) {
+  MissingJobs m(10);
+  EXPECT_FALSE(m.gone("451", false, 100));  // first seen missing
+  EXPECT_FALSE(m.gone("451", false, 109.9));
+  EXPECT_FALSE(m.gone("451", true, 110));   // back (PENDING after the requeue): cleared
+  EXPECT_FALSE(m.gone("451", false, 111));  // missing again: the clock restarts
+  EXPECT_FALSE(m.gone("451", false, 120));
+  EXPECT_TRUE(m.gone("451", false, 121));   // unlisted for 10 s: ended (or forgotten)
+  EXPECT_FALSE(m.gone("452_3", false, 121)); // each handle on its own
 }
 
 TEST(SweepPolicy, Names) {
