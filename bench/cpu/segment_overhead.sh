@@ -21,24 +21,8 @@ fi
 work=$(mkdir -p "$1" && cd "$1" && pwd); n=$2; shift 2
 bins=("$@")
 export OMP_NUM_THREADS=1
-if [ ! -f "$work/data/val_000000.h5" ]; then
-  bible -f "Gen1:1-Rev22:21" >"$work/kjv.txt"
-  "${bins[0]}" shard --tokenizer byte --input "$work/kjv.txt" --output-dir "$work/data" \
-    --val-fraction 0.02 --no-progress >/dev/null
-fi
-cat >"$work/base.ini" <<INI
-model = custom
-layers = 4
-heads = 4
-channels = 64
-max-seq-len = 64
-seq-len = 64
-batch-size = 8
-eval-batches = 8
-price-per-device-hour = 1
-train-data = $work/data/train_*.h5
-val-data = $work/data/val_*.h5
-INI
+. "$(dirname "$0")/../sweep/kjv_tiny.sh"
+kjv_tiny_setup "$work" "${bins[0]}"
 out="$work/runs.jsonl"
 : >"$out"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"

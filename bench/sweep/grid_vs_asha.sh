@@ -32,26 +32,9 @@ ratchet="$build/ratchet"
 orders="$build/bench/sweep/bench_sweep_orders"
 mkdir -p "$work"
 work=$(realpath "$work")
-if [ ! -f "$work/data/val_000000.h5" ]; then
-  bible -f "Gen1:1-Rev22:21" >"$work/kjv.txt"
-  "$ratchet" shard --tokenizer byte --input "$work/kjv.txt" --output-dir "$work/data" \
-    --val-fraction 0.02 --no-progress >/dev/null
-fi
-cat >"$work/base.ini" <<INI
-# d4's depth (4 layers, 4 heads) at 64 channels and a short context
-model = custom
-layers = 4
-heads = 4
-channels = 64
-max-seq-len = 64
-seq-len = 64
-batch-size = 8
-steps = $R
-eval-batches = 8
-price-per-device-hour = 1
-train-data = $work/data/train_*.h5
-val-data = $work/data/val_*.h5
-INI
+. "$(dirname "$0")/kjv_tiny.sh"
+kjv_tiny_setup "$work" "$ratchet"
+echo "steps = $R" >>"$work/base.ini"
 cat >"$work/space.ini" <<INI
 lr = choice(1e-3, 3e-3, 1e-2)
 warmup-steps = choice(0, 10, 30)
