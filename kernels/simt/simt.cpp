@@ -3,6 +3,8 @@
 // See simt.h for the model.
 #include "simt.h"
 
+#include "device_guard.h"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -583,6 +585,7 @@ cudaError_t launch_erased(const char* name, dim3 grid, dim3 block, size_t dyn_sm
   }
   Launch L{name, grid, block, dyn_smem, body, arg};
   std::lock_guard<std::mutex> launch_lock(pool().launch_mu);
+  DeviceAccess device_memory;  // the kernel may touch it (device_guard.h)
   std::atomic<uint64_t> next{0};
   std::atomic<bool> failed{false};
   auto run = [&] {

@@ -7,28 +7,36 @@
 #include <sstream>
 
 #include "core/error.h"
+#if RATCHET_SIMT
+#include "kernels/simt/device_guard.h"
+#endif
 
 namespace ratchet::cuda {
 
 #if RATCHET_SIMT
 
+// Host memory from simt's allocator: with RATCHET_SIMT_GUARD=1 it is
+// unreadable outside kernels and these copies (kernels/simt/device_guard.h).
 void* device_malloc(size_t bytes) {
-  size_t rounded = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
-  void* p = std::aligned_alloc(256, rounded);
+  void* p = simt::device_alloc(bytes);
   if (!p) fail("simt device: out of host memory allocating ", bytes, " bytes");
   return p;
 }
-void device_free(void* p) { std::free(p); }
+void device_free(void* p) { simt::device_free(p); }
 void memcpy_h2d(void* dst, const void* src, size_t bytes, cudaStream_t) {
+  simt::DeviceAccess device;
   if (bytes) std::memcpy(dst, src, bytes);
 }
 void memcpy_d2h(void* dst, const void* src, size_t bytes, cudaStream_t) {
+  simt::DeviceAccess device;
   if (bytes) std::memcpy(dst, src, bytes);
 }
 void memcpy_d2d(void* dst, const void* src, size_t bytes, cudaStream_t) {
+  simt::DeviceAccess device;
   if (bytes) std::memmove(dst, src, bytes);
 }
 void memset_device(void* p, int value, size_t bytes, cudaStream_t) {
+  simt::DeviceAccess device;
   if (bytes) std::memset(p, value, bytes);
 }
 void stream_synchronize(cudaStream_t) {}

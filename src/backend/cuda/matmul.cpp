@@ -14,6 +14,8 @@
 #if !RATCHET_SIMT
 #include <cublasLt.h>
 #include <nvtx3/nvToolsExt.h>
+#else
+#include "kernels/simt/device_guard.h"
 #endif
 
 namespace ratchet::cuda {
@@ -208,6 +210,7 @@ Matmul::Plan& Matmul::plan_for(const LtCall& c) {
 const char* Matmul::launch(const LtCall& c, Plan&) {
   if (rejected_ & (1u << (int)c.epilogue))
     return "CUBLAS_STATUS_NOT_SUPPORTED (the stand-in was told to reject this epilogue)";
+  simt::DeviceAccess device;  // the stand-in runs "on the device" (kernels/simt/device_guard.h)
   cpu_lt_matmul(c);
   return nullptr;
 }
