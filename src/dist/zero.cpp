@@ -154,7 +154,7 @@ float DataParallel::step(dptr params, dptr grads, float lr) {
   char* pad = static_cast<char*>(pad_);
   be_.copy(pad, grads, P_ * sb);
   if (S * W > P_) be_.zero(pad + P_ * sb, (S * W - P_) * sb);  // padding adds nothing
-  gcomm_.reduce_scatter(pad, gshard_, S, t, ReduceOp::Sum);
+  reduce_scatter(pad, gshard_, S);
   const double ssq = n ? be_.sum_squares(gshard_, n) : 0.0;
   const double norm = std::sqrt(comm_.all_reduce_sum(ssq));
   opt_->step_shard(params, gshard_, lr, norm);
@@ -170,8 +170,29 @@ void DataParallel::gather_params(dptr params) {
   char* own = pad + (size_t)comm_.rank() * S * sb;
   be_.copy(own, static_cast<const char*>(params) + range_.lo * sb, n * sb);
   if (S > n) be_.zero(own + n * sb, (S - n) * sb);
-  gcomm_.all_gather(own, pad, S, dtype());
+  all_gather(own, pad, S);
   be_.copy(params, pad, P_ * sb);
+}
+
+// One rank: the collectives are copies, done by the backend. The communicator
+// of a single process (dist/communicator.cpp) works on HOST memory: its
+// memmove of the cuda backend's device pointers was the segfault of
+// `mpirun -np 1 ratchet train --device cuda --zero 1` (issue 24), since the
+// trainer makes a device communicator only for more than one rank.
+void DataParallel::reduce_scatter(const void* send, void* recv, size_t n) {
+  if (comm_.world() == 1) {
+    if (send != recv) be_.copy(recv, send, n * be_.storage_bytes());
+    return;
+  }
+  gcomm_.reduce_scatter(send, recv, n, dtype(), ReduceOp::Sum);
+}
+
+void DataParallel::all_gather(const void* send, void* recv, size_t n) {
+  if (comm_.world() == 1) {
+    if (send != recv) be_.copy(recv, send, n * be_.storage_bytes());
+    return;
+  }
+  gcomm_.all_gather(send, recv, n, dtype());
 }
 
 void DataParallel::restore_params(dptr params) {

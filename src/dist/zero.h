@@ -13,6 +13,9 @@
 // memory space: MPI for host memory (the cpu backend, and simt, whose "device"
 // memory is host memory), NCCL for real device memory (the trainer passes it
 // as grad_comm). Host scalars (the squared norm) always go through `comm`.
+// One rank (W = 1, e.g. `mpirun -np 1`): the trainer makes no device
+// communicator, and comm is the single-process one, which works on host
+// memory: the collectives are then Backend::copy calls, never comm's.
 //
 // stage 0 (plain data parallel):
 //   all_reduce(grads, P, sum) -> every rank runs the same AdamW on everything.
@@ -121,6 +124,11 @@ class DataParallel {
   struct HookState;
   void grad_ready(int layer);
   void gather_params(dptr params);  // stage 1: all-gather the shards into params
+  // Sum-reduce-scatter / all-gather of storage-dtype elements in backend
+  // memory: gcomm_, or Backend::copy on one rank (never the host memmove of
+  // the single-process communicator on device pointers).
+  void reduce_scatter(const void* send, void* recv, size_t n);
+  void all_gather(const void* send, void* recv, size_t n);
   DType dtype() const;
 
   Communicator& comm_;   // host: scalars

@@ -9,6 +9,10 @@
 // $RATCHET_STUB_NCCL_DIR: each rank writes destroy-<rank> and waits (up to
 // 60 s, then says so) until all ranks have; abort writes nothing.
 // Prints "stub nccl: ..." lines the tests look for.
+// Under simt's device-memory guard (RATCHET_SIMT_GUARD=1) the stub stands in
+// for NCCL's kernels: its collectives open device access (DeviceAccess) around
+// the MPI calls, and everything else (the host communicator on host scalars,
+// host code on device pointers) stays guarded, as on a GPU.
 #include <unistd.h>
 
 #include <chrono>
@@ -23,6 +27,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "kernels/simt/device_guard.h"
 
 namespace {
 
@@ -59,15 +64,21 @@ class StubNccl final : public Communicator {
   int local_rank() const override { return host_.local_rank(); }
   int local_world() const override { return host_.local_world(); }
   void all_reduce(void* b, size_t n, DType t, ReduceOp op) override {
+    simt::DeviceAccess device;
     host_.all_reduce(b, n, t, op);
   }
   void reduce_scatter(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
+    simt::DeviceAccess device;
     host_.reduce_scatter(s, r, n, t, op);
   }
   void all_gather(const void* s, void* r, size_t n, DType t) override {
+    simt::DeviceAccess device;
     host_.all_gather(s, r, n, t);
   }
-  void broadcast(void* b, size_t bytes, int root) override { host_.broadcast(b, bytes, root); }
+  void broadcast(void* b, size_t bytes, int root) override {
+    simt::DeviceAccess device;
+    host_.broadcast(b, bytes, root);
+  }
   void barrier() override { host_.barrier(); }
   bool agree(bool flag) override { return host_.agree(flag); }
   void group_start() override { groups_++; }

@@ -367,6 +367,25 @@ TEST_F(MpiTrainSimt, OverlapOnEqualsOffBitwise) {
     EXPECT_TRUE(d.bitwise) << storage << ": loss " << d.loss << " params " << d.param;
   }
 }
+// Issue 24's crash, as the GPU node ran it: `mpirun -np 1` with --zero 1. Under
+// simt's device-memory guard (RATCHET_SIMT_GUARD=1: a host access to device
+// memory faults, as on a GPU) ZeRO-1 on one rank trains and equals --zero 0 bit
+// for bit. Before the fix the single-process communicator's memmove of the
+// gradient shards died here of SIGSEGV.
+TEST_F(MpiTrainSimt, GuardedZero1OnOneRankUnderMpirunEqualsZero0) {
+  TempDir plain, zero;
+  const std::string guard = "RATCHET_SIMT_GUARD=1";
+  auto r = run_shell(mpirun_prefix(1, guard) + RATCHET_SIMT_EXE + " " + simt_args(2, 64, plain.path));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_shell(mpirun_prefix(1, guard) + RATCHET_SIMT_EXE + " " + simt_args(2, 64, zero.path) +
+                " --zero 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("data parallel: 1 rank(s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ZeRO-1: optimizer state sharded"), std::string::npos) << r.output;
+  const Diff d = diff(plain.path, zero.path);
+  EXPECT_TRUE(d.bitwise) << "loss " << d.loss << " params " << d.param;
+}
+
 #ifdef RATCHET_STUB_NCCL_EXE
 // The device-communicator (NCCL) paths of the trainer, with NCCL stubbed at
 // the Communicator interface (tests/mpi/stub_device_comm_main.cpp): its
@@ -411,6 +430,37 @@ TEST_F(MpiTrainStubNccl, AFailingRankAbortsNcclAndEndsTheJobPromptly) {
   // Reaching step 3 takes 10-25 s of simt on 2 shared cores; without the
   // abort the stub's destroy alone would add 60 s (and print "still waiting").
   EXPECT_LT(took, 55.0) << r.output;
+}
+// Two ranks under the device-memory guard, gradients through the stand-in
+// NCCL (which alone may touch device memory, as NCCL's kernels do): ZeRO-1
+// equals the all-reduce bit for bit (BF16, see the top), and its sharded
+// checkpoint, stopped at step 4, resumes on ONE rank (another world size;
+// the guard on) and finishes.
+TEST_F(MpiTrainStubNccl, GuardedZero1EqualsAllReduceAndResumesOnOneRank) {
+  TempDir plain, zero, run;
+  const std::string env = "RATCHET_SIMT_GUARD=1 RATCHET_STUB_NCCL_DIR=";
+  auto r = runN(2, simt_args(2, 64, plain.path), env + plain.path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("data parallel: 2 rank(s) (stub-nccl"), std::string::npos) << r.output;
+  r = runN(2, simt_args(2, 64, zero.path) + " --zero 1", env + zero.path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ZeRO-1"), std::string::npos) << r.output;
+  const Diff d = diff(plain.path, zero.path);
+  EXPECT_TRUE(d.bitwise) << "loss " << d.loss << " params " << d.param;
+
+  const std::string ck = run / "ck";
+  r = runN(2, simt_args(2, 64, run.path) + " --zero 1 --ckpt-dir " + ck,
+           env + run.path + " RATCHET_FAULT=USR1@step-4");
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_TRUE(fs::exists(ck + "/step_00000004/optim_shard_00001.h5"));
+  // One rank, 2 micro-batches of 2 rows: the same 4 rows per step.
+  r = run_shell(mpirun_prefix(1, "RATCHET_SIMT_GUARD=1") + RATCHET_SIMT_EXE + " " +
+                simt_args(2, 64, run.path) + " --zero 1 --ckpt-dir " + ck);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("optimizer state in 2 shard(s), now sharded over 1 rank(s)"),
+            std::string::npos) << r.output;
+  const Diff c = diff(zero.path, run.path);
+  EXPECT_LE(c.loss, kBf16LossTol);
 }
 #endif  // RATCHET_STUB_NCCL_EXE
 

@@ -115,6 +115,45 @@ TEST_F(CudaBackendTrain, DeviceSimtBf16ResumeIsBitIdentical) {
   }
 }
 
+// ZeRO-1 on one process through the cuda backend's host code, under simt's
+// device-memory guard (kernels/simt/device_guard.h: host access to device
+// memory faults, as on a GPU). Issue 24: `mpirun -np 1 ratchet train --device
+// cuda --zero 1` segfaulted on the host: with one rank the gradients' reduce-
+// scatter went to the single-process communicator, whose memmove touched
+// device pointers; simt could not see it until the guard. ZeRO-1 on one rank
+// must equal --zero 0 bit for bit (the same sums, norm and AdamW), in both
+// storages, and a sharded checkpoint saved and resumed under the guard must
+// continue bit for bit.
+TEST_F(CudaBackendTrain, DeviceSimtZero1UnderTheDeviceGuardEqualsZero0) {
+  if (!std::ifstream(simt_exe()).good()) GTEST_SKIP() << simt_exe() << " was not built";
+  TempDir d;
+  const std::string guard = "RATCHET_SIMT_GUARD=1 ";
+  for (const char* storage : {"bf16", "f32"}) {
+    const std::string base = guard + simt_exe() + " train " + flags(6) +
+                             " --device simt --quiet --storage " + storage;
+    const std::string z0 = d / (std::string("z0-") + storage + ".bin"),
+                      z1 = d / (std::string("z1-") + storage + ".bin");
+    auto r = run_shell(base + " --export " + z0);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = run_shell(base + " --zero 1 --export " + z1);
+    ASSERT_EQ(r.exit_code, 0) << storage << " --zero 1 under the guard:\n" << r.output;
+    EXPECT_NE(r.output.find("ZeRO-1: optimizer state sharded"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("simt device guard"), std::string::npos) << r.output;
+    EXPECT_TRUE(read_file(z0) == read_file(z1)) << storage << ": --zero 1 differs from --zero 0";
+  }
+  // Stopped at step 3 (SIGUSR1: sharded optimizer state saved), resumed: the
+  // straight --zero 1 run's weights, byte for byte.
+  const std::string base = guard + simt_exe() + " train " + flags(6) + " --device simt --quiet";
+  const std::string ck = d / "ck";
+  auto first = run_shell("RATCHET_FAULT=USR1@step-3 " + base + " --zero 1 --ckpt-dir " + ck);
+  ASSERT_EQ(first.exit_code, 75) << first.output;
+  auto second = run_shell(base + " --zero 1 --ckpt-dir " + ck + " --export " + (d / "res.bin"));
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("continuing from step 3"), std::string::npos) << second.output;
+  EXPECT_TRUE(read_file(d / "res.bin") == read_file(d / "z1-bf16.bin"))
+      << "the resumed --zero 1 run differs from the straight one";
+}
+
 // --batch-size auto on a device: the largest micro-batch whose exact step
 // memory (model/memory.h, with the backend's own workspace and rounding)
 // fits the budget; the run then trains inside an arena of exactly that size.
