@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.h"
 #include "backend/backend.h"
 #include "backend/cpu/blas_kernels.h"
 #include "core/error.h"
@@ -33,7 +34,7 @@
 namespace po = boost::program_options;
 using namespace ratchet;
 
-int main(int argc, char** argv) {
+static int run_main(int argc, char** argv) {
   std::string model = "d12", arch;
   int B = 4, T = 64, steps = 5, warmup = 2, threads = 0;
   bool json = false, profile = false;
@@ -119,4 +120,9 @@ int main(int argc, char** argv) {
                 m.num_params() / 1e6, B, T, ms, tokens / (ms / 1e3), gflops, rss_mb);
   }
   return 0;
+}
+
+// Uncaught exceptions become exit 2 (bad input) or 1 (bench/bench_main.h).
+int main(int argc, char** argv) {
+  return ratchet::bench::bench_main("bench_train_step", [&] { return run_main(argc, argv); });
 }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_main.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -50,7 +51,7 @@ std::string human(size_t b) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_main(int argc, char** argv) {
   std::string min_s = "1K", max_s = "256M", op = "all_reduce";
   double factor = 2;
   int iters = 0, warmup = 5;
@@ -160,4 +161,9 @@ int main(int argc, char** argv) {
   }
   if (!json) RLOG("# out of bounds values: %ld %s\n", total_wrong, total_wrong ? "FAILED" : "OK");
   return total_wrong ? 1 : 0;
+}
+
+// Uncaught exceptions become exit 2 (bad input) or 1 (bench/bench_main.h).
+int main(int argc, char** argv) {
+  return ratchet::bench::bench_main("bench_allreduce", [&] { return run_main(argc, argv); });
 }

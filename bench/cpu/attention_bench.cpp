@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../bench_main.h"
 #include "backend/backend.h"
 #include "core/rng.h"
 
@@ -30,7 +31,7 @@ double cpu_s() {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_main(int argc, char** argv) {
   int B = 1, T = 1024, C = 768, NH = 12, KV = 0, reps = 3, threads = 1;  // KV 0: NH
   for (int i = 1; i + 1 < argc; i += 2) {
     const char* a = argv[i];
@@ -83,4 +84,9 @@ int main(int argc, char** argv) {
               "(CPU time, causal FLOPs)\n",
               B, T, C, NH, KV, threads, fwd * 1e3, 2 * base / fwd / 1e9, bwd * 1e3, 5 * base / bwd / 1e9);
   return 0;
+}
+
+// Uncaught exceptions become exit 2 (bad input) or 1 (bench/bench_main.h).
+int main(int argc, char** argv) {
+  return ratchet::bench::bench_main("bench_attention", [&] { return run_main(argc, argv); });
 }

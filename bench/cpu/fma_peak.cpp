@@ -106,8 +106,16 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--json")) {
       json = true;
     } else if (!std::strcmp(argv[i], "--seconds") && i + 1 < argc) {
-      seconds = std::atof(argv[++i]);
+      char* end = nullptr;
+      seconds = std::strtod(argv[++i], &end);
+      if (*end || !(seconds > 0)) {  // exit 2 with the message, as every benchmark
+        std::fprintf(stderr, "bench_fma_peak: error: --seconds '%s' is not a positive number\n",
+                     argv[i]);
+        return 2;
+      }
     } else {
+      if (std::strcmp(argv[i], "--help") && std::strcmp(argv[i], "-h"))
+        std::fprintf(stderr, "bench_fma_peak: error: unknown option '%s'\n", argv[i]);
       std::fprintf(stderr, "usage: bench_fma_peak [--seconds S] [--json]\n");
       return std::strcmp(argv[i], "--help") && std::strcmp(argv[i], "-h") ? 2 : 0;
     }

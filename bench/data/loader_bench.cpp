@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_main.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "data/loader.h"
@@ -21,7 +22,7 @@
 
 using namespace ratchet;
 
-int main(int argc, char** argv) {
+static int run_main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: bench_loader SHARDS [--B 8] [--T 1024] [--seconds 3] [--json]\n");
     return 2;
@@ -31,10 +32,17 @@ int main(int argc, char** argv) {
   double seconds = 3;
   bool json = false;
   for (int i = 2; i < argc; i++) {
-    if (!std::strcmp(argv[i], "--B") && i + 1 < argc) B = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--T") && i + 1 < argc) T = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = std::atof(argv[++i]);
-    else if (!std::strcmp(argv[i], "--json")) json = true;
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) ratchet::fail(a, " needs a value");
+      return argv[++i];
+    };
+    if (a == "--B") B = (int)ratchet::bench::parse_int_flag(a, next(), 1, 1 << 20);
+    else if (a == "--T") T = (int)ratchet::bench::parse_int_flag(a, next(), 1, 1 << 24);
+    else if (a == "--seconds") seconds = ratchet::bench::parse_double_flag(a, next());
+    else if (a == "--json") json = true;
+    else ratchet::fail("unknown option '", a, "' (usage: bench_loader SHARDS [--B 8] [--T 1024] "
+                       "[--seconds 3] [--json])");
   }
   try {
     TokenDataset data(pattern, "shards");
@@ -88,4 +96,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   return 0;
+}
+
+// Uncaught exceptions become exit 2 (bad input) or 1 (bench/bench_main.h).
+int main(int argc, char** argv) {
+  return ratchet::bench::bench_main("bench_loader", [&] { return run_main(argc, argv); });
 }

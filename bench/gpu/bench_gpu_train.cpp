@@ -8,9 +8,15 @@
 //
 //   bench_gpu_train [--models d12,d24,d48] [--recompute none,gelu,gelu+ln,blocks]
 //                   [--attention flash|cudnn|materialized] [--batch 8] [--seq 1024]
-//                   [--steps 10] [--warmup 3] [--peak-tflops X] [--json]
+//                   [--max-seq-len N] [--steps 10] [--warmup 3] [--peak-tflops X] [--json]
 // --attention is `ratchet train`'s (default flash); with cudnn the arena holds
 // cuDNN's accounted workspace, so peak == accounting checks it too.
+// --max-seq-len: the presets' position table (GPT-2's wpe), 1024 by default or
+// --seq when that is longer (long context: --seq 8192 builds a model of 8192
+// positions); --seq above --max-seq-len is bad input.
+// Exit codes (bench/bench_main.h): 0, 1 a check failed (peak != accounting),
+// 2 bad input (checked before the device is looked for), 69 no usable device.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_main.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/json.h"
 #include "core/rng.h"
@@ -30,57 +37,77 @@
 
 using namespace ratchet;
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
+  using bench::parse_int_flag;
   std::string models = "d12,d24,d48", policies = "none,gelu,gelu+ln,blocks";
   AttentionImpl attention = AttentionImpl::flash;
-  int B = 8, T = 1024, steps = 10, warmup = 3;
+  int B = 8, T = 1024, steps = 10, warmup = 3, max_seq = 0;
   double peak = 0;
   bool json = false;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
+      if (i + 1 >= argc) fail(a, " needs a value");
       return argv[++i];
     };
     if (a == "--models") models = next();
     else if (a == "--recompute") policies = next();
-    else if (a == "--attention") {
-      try {
-        attention = parse_attention(next());
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_gpu_train: %s\n", e.what());
-        return 2;
-      }
-    }
-    else if (a == "--batch") B = std::stoi(next());
-    else if (a == "--seq") T = std::stoi(next());
-    else if (a == "--steps") steps = std::stoi(next());
-    else if (a == "--warmup") warmup = std::stoi(next());
-    else if (a == "--peak-tflops") peak = std::stod(next());
+    else if (a == "--attention") attention = parse_attention(next());
+    else if (a == "--batch") B = (int)parse_int_flag(a, next(), 1, 1 << 20);
+    else if (a == "--seq") T = (int)parse_int_flag(a, next(), 1, 1 << 24);
+    else if (a == "--max-seq-len") max_seq = (int)parse_int_flag(a, next(), 1, 1 << 24);
+    else if (a == "--steps") steps = (int)parse_int_flag(a, next(), 1, 1 << 30);
+    else if (a == "--warmup") warmup = (int)parse_int_flag(a, next(), 0, 1 << 30);
+    else if (a == "--peak-tflops") peak = bench::parse_double_flag(a, next());
     else if (a == "--json") json = true;
     else {
       std::fprintf(stderr,
                    "usage: %s [--models d12,d24,d48|tiny] [--recompute none,gelu,gelu+ln,blocks] "
-                   "[--attention flash|cudnn|materialized] [--batch B] [--seq T] [--steps N] [--warmup N] "
-                   "[--peak-tflops X] [--json]\n",
+                   "[--attention flash|cudnn|materialized] [--batch B] [--seq T] [--max-seq-len N] "
+                   "[--steps N] [--warmup N] [--peak-tflops X] [--json]\n",
                    argv[0]);
-      return a == "--help" ? 0 : 2;
+      if (a == "--help") return 0;
+      fail("unknown option '", a, "'");
+    }
+  }
+  // Every flag is checked before the device is looked for: bad input is exit 2
+  // on any machine.
+  if (max_seq == 0) max_seq = std::max(1024, T);
+  if (T > max_seq)
+    fail("--seq ", T, " is longer than --max-seq-len ", max_seq,
+         ": raise --max-seq-len (the model's position table) to at least ", T);
+  std::vector<Recompute> policy_list;
+  {
+    std::stringstream ps(policies);
+    std::string pname;
+    while (std::getline(ps, pname, ',')) policy_list.push_back(parse_recompute(pname));
+  }
+  std::vector<std::pair<std::string, GPTConfig>> configs;
+  {
+    std::stringstream ms(models);
+    std::string name;
+    while (std::getline(ms, name, ',')) {
+      GPTConfig cfg;
+      if (name == "tiny") {  // smoke shape for the simt build
+        cfg.num_layers = 2, cfg.num_heads = 2, cfg.channels = 64, cfg.vocab_size = 256;
+        cfg.max_seq_len = 32, cfg.padded_vocab = 0;
+        cfg.finalize();
+      } else {
+        cfg = preset_config(name, 50257, max_seq);
+      }
+      configs.emplace_back(name, cfg);
     }
   }
   std::string why;
   if (!cuda::device_available(&why)) {
-    std::fprintf(stderr, "bench_gpu_train: no usable CUDA device (%s)\n", why.c_str());
-    return 1;
+    std::fprintf(stderr, "bench_gpu_train: no usable CUDA device (%s): run it on a GPU node\n",
+                 why.c_str());
+    return bench::kExitNoDevice;
   }
-  try {  // --attention cudnn under simt, or in a build without cuDNN: say so, exit 2
-    cuda::CudaBackend<kernels::bf16> probe(attention);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "bench_gpu_train: %s\n", e.what());
-    return 2;
-  }
+  // --attention cudnn under simt, or in a build without cuDNN: an Error, exit 2.
+  { cuda::CudaBackend<kernels::bf16> probe(attention); }
   const cuda::DeviceInfo dev = cuda::device_info();
   if (peak <= 0) peak = cuda::bf16_peak_tflops(dev.name);
   if (!json)
@@ -88,29 +115,10 @@ int main(int argc, char** argv) {
                 dev.total_bytes / 1073741824.0,
                 peak > 0 ? (std::to_string((int)peak) + " TFLOP/s").c_str()
                          : "unknown (pass --peak-tflops for MFU)");
-  std::stringstream ms(models);
-  std::string name;
-  while (std::getline(ms, name, ',')) {
-    GPTConfig cfg;
+  for (const auto& [name, cfg] : configs) {
     int b = B, t = T;
-    if (name == "tiny") {  // smoke shape for the simt build
-      cfg.num_layers = 2, cfg.num_heads = 2, cfg.channels = 64, cfg.vocab_size = 256;
-      cfg.max_seq_len = 32, cfg.padded_vocab = 0;
-      cfg.finalize();
-      b = 2, t = 32;
-    } else {
-      cfg = preset_config(name, 50257, 1024);
-    }
-    std::stringstream ps(policies);
-    std::string pname;
-    while (std::getline(ps, pname, ',')) {
-      Recompute policy;
-      try {
-        policy = parse_recompute(pname);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_gpu_train: %s\n", e.what());
-        return 2;
-      }
+    if (name == "tiny") b = 2, t = 32;
+    for (const Recompute& policy : policy_list) {
       cuda::CudaBackend<kernels::bf16> be(attention);
       const StepMemory acct = step_memory(cfg, b, t, policy, be, ParamLayout(cfg).total, 0);
       be.use_arena(acct.arena());
@@ -165,4 +173,10 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return bench::bench_main("bench_gpu_train", [&] { return run(argc, argv); });
 }

@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_main.h"
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device.h"
@@ -183,7 +184,7 @@ std::string check(Backend& be, Backend& cpu, int T, int NH, int KV, int HS) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_main(int argc, char** argv) {
   const Opts o = parse(argc, argv);
   std::string why;
   if (!ratchet::cuda::device_available(&why)) {
@@ -263,4 +264,9 @@ int main(int argc, char** argv) {
     }
   }
   return rc;
+}
+
+// Uncaught exceptions become exit 2 (bad input) or 1 (bench/bench_main.h).
+int main(int argc, char** argv) {
+  return ratchet::bench::bench_main("bench_attention_gpu", [&] { return run_main(argc, argv); });
 }

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_main.h"
 #include "core/json.h"
 #include "kernels/adamw.cuh"
 #include "kernels/attention.cuh"
@@ -317,18 +318,15 @@ struct Bench {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_main(int argc, char** argv) {
   Bench bench;
   Opts& o = bench.o;
   if (!kTimed) o = Opts{2, 64, 64, 4, 1000, 1, true, false};  // simt: small, validate only
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto next = [&]() -> int {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "bench_kernels: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return std::atoi(argv[++i]);
+      if (i + 1 >= argc) ratchet::fail(a, " needs a value");
+      return (int)ratchet::bench::parse_int_flag(a, argv[++i], 1, 1 << 30);
     };
     if (a == "--B") o.B = next();
     else if (a == "--T") o.T = next();
@@ -360,7 +358,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_kernels: --C %d is not a multiple of --NH %d\n", o.C, o.NH);
     return 2;
   }
-  if (!device_ok()) return 0;  // nothing to measure here; not an error
+  // Flags first (exit 2), then the device: none is exit 69, as every GPU benchmark.
+  if (!device_ok()) return ratchet::bench::kExitNoDevice;
   if (!o.json)
     std::printf("# B=%d T=%d C=%d NH=%d V=%d dtype=%s iters=%d\n", o.B, o.T, o.C, o.NH, o.V,
                 o.bf16 ? "bf16" : "f32", o.iters);
@@ -368,4 +367,9 @@ int main(int argc, char** argv) {
   else bench.all<float>();
   if (o.json) std::printf("\n]\n");
   return bench.failures ? 1 : 0;
+}
+
+// Uncaught exceptions become exit 2 (bad input) or 1 (bench/bench_main.h).
+int main(int argc, char** argv) {
+  return ratchet::bench::bench_main("bench_kernels", [&] { return run_main(argc, argv); });
 }

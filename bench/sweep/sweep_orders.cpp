@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_main.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "sweep/simulate.h"
@@ -89,7 +90,7 @@ double percentile(std::vector<double> v, double p) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run_main(int argc, char** argv) {
   std::string curves_path, policy;
   int orders, parallel;
   uint64_t seed;
@@ -167,4 +168,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_sweep_orders: %s\n", e.what());
     return 2;
   }
+}
+
+// Uncaught exceptions become exit 2 (bad input) or 1 (bench/bench_main.h).
+int main(int argc, char** argv) {
+  return ratchet::bench::bench_main("bench_sweep_orders", [&] { return run_main(argc, argv); });
 }
