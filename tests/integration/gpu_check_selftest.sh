@@ -5,7 +5,8 @@
 #    on a node without a GPU: exit 69, nothing run; a DIR that is not a
 #    bundle is bad usage (2).
 # 2. --selftest-cpu: the training checks (same run twice, SIGUSR1 + resume,
-#    mpirun -np 1 --zero 1 == --zero 0, a Llama trains) for real on the CPU
+#    mpirun -np 1 --zero 1 == --zero 0, a 2-rank ZeRO-1 checkpoint resumed on
+#    1 rank, a Llama trains) for real on the CPU
 #    backend with tiny models, through the --prebuilt program lookup: all PASS.
 # 3. The same with GPU_CHECK_PERTURB (another seed in each check's second
 #    run): each comparison FAILs and the exit code is 1, so a PASS means the
@@ -44,6 +45,7 @@ for c in "same run twice" "SIGUSR1 + resume" "llama trains"; do
 done
 if command -v mpirun >/dev/null; then
   check "'mpirun -np 1 --zero 1' PASS" 'grep -q "| mpirun -np 1 --zero 1 | PASS |" "$tmp/r1.md"'
+  check "'ZeRO-1 resume 2 -> 1 rank' PASS" 'grep -q "| ZeRO-1 resume 2 -> 1 rank | PASS |" "$tmp/r1.md"'
 fi
 check "transformers: PASS or NOT-RUN, never silent" 'grep -qE "\| export-hf in transformers \| (PASS|NOT-RUN) \|" "$tmp/r1.md"'
 
