@@ -8,11 +8,12 @@ namespace ratchet::sweep {
 Ledger trial_ledger(const Trial& t) {
   auto l = Ledger::read_json(t.dir + "/ledger.json");
   Ledger out = l ? *l : Ledger{};
-  // The journal's last record of the trial's spend is a floor: a trial
-  // directory deleted by hand (or a ledger.json replaced) must not give its
-  // money back to the sweep's budget.
-  out.device_seconds = std::max(out.device_seconds, t.device_hours * 3600);
-  out.cost = std::max(out.cost, t.cost);
+  // What earlier, vanished directories of the trial spent (journal record
+  // "carried") comes on top of the new directory's ledger; the journal's last
+  // record of the trial's spend is a floor: a trial directory deleted by hand
+  // (or a ledger.json replaced) must not give its money back to the budget.
+  out.device_seconds = std::max(out.device_seconds + t.carried_device_hours * 3600, t.device_hours * 3600);
+  out.cost = std::max(out.cost + t.carried_cost, t.cost);
   return out;
 }
 

@@ -61,22 +61,51 @@ int max_steps(const SweepState& s) {
 
 Spend sweep_spend(const SweepState& s) {
   Spend sp;
-  double secs = 0, steps = 0;
-  int unmeasured = 0;
   const double R = max_steps(s);
+  // Per measured trial: device-seconds per step inside steps, and outside
+  // steps per segment (segments: its first attempt and every resume).
+  double step_sum = 0, fixed_sum = 0, linear_sum = 0;
+  int measured = 0, linear = 0, unmeasured = 0;
   for (const auto& t : s.trials) {
     const Ledger l = trial_ledger(t);
     sp.device_hours += l.device_hours();
     sp.cost += l.cost;
-    if (l.max_step > 0) {
-      secs += l.device_seconds;
-      steps += l.max_step;
-      sp.all_to_R_device_hours += l.device_seconds / l.max_step * R / 3600;
-    } else {
+    const double steps = l.max_step + l.steps_lost;  // recomputed steps took step time too
+    if (l.max_step <= 0 || steps <= 0) {
       unmeasured++;
+      continue;
+    }
+    if (l.step_seconds > 0 && l.wall_seconds > 0) {
+      const double devices = l.device_seconds / l.wall_seconds;
+      const double step_s = l.step_seconds * devices / steps;
+      const double fixed_s = std::max(0.0, l.device_seconds - l.step_seconds * devices) / (l.resumes + 1);
+      step_sum += step_s;
+      fixed_sum += fixed_s;
+      measured++;
+      sp.all_to_R_device_hours += (R * step_s + fixed_s) / 3600;
+    } else {
+      // a ledger without step times (an older trainer): its spend per step
+      const double per_step = l.device_seconds / steps;
+      linear_sum += per_step;
+      linear++;
+      sp.all_to_R_device_hours += R * per_step / 3600;
     }
   }
-  if (steps > 0) sp.all_to_R_device_hours += unmeasured * secs / steps * R / 3600;
+  if (measured > 0) {
+    sp.all_to_R_device_hours += unmeasured * (R * step_sum / measured + fixed_sum / measured) / 3600;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "every trial straight to %.0f steps in one segment: %.0f x its steady-state step "
+                  "time (mean %.4g device-s) + one segment's fixed cost (start-up, evaluation, saves; "
+                  "mean %.4g device-s), measured from %d trial ledger(s)%s",
+                  R, R, step_sum / measured, fixed_sum / measured, measured,
+                  linear ? " (older ledgers without step times: their spend per step)" : "");
+    sp.method = buf;
+  } else if (linear > 0) {
+    sp.all_to_R_device_hours += unmeasured * R * linear_sum / linear / 3600;
+    sp.method = "every trial's spend per step scaled to " + std::to_string((long)R) +
+                " steps (its ledgers have no step times: fixed costs are scaled too, an overestimate)";
+  }
   return sp;
 }
 
@@ -132,6 +161,14 @@ nlohmann::json summary_json(const SweepState& s) {
   j["cost"] = sp.cost;
   j["all_to_max_steps_device_hours_estimate"] = sp.all_to_R_device_hours;
   j["saved_device_hours_estimate"] = sp.all_to_R_device_hours - sp.device_hours;
+  j["saved_estimate_method"] = sp.method;
+  // Against every trial to R only when the sweep ran its course: a sweep cut
+  // short by a budget (or still running) saved nothing it can claim.
+  int open = 0;
+  for (const auto& t : s.trials)
+    open += t.status == TrialState::kPending || t.status == TrialState::kRunning ||
+            t.status == TrialState::kStopped || t.relaunch;
+  j["saved_comparable"] = s.done && !s.budget_reached && open == 0;
   j["done"] = s.done;
   j["end_reason"] = s.done_reason;
   j["budget_reached"] = s.budget_reached;
@@ -176,10 +213,15 @@ std::string summary_markdown(const SweepState& s, const nlohmann::json& j) {
   o << "- trials: " << s.trials.size() << "; spend " << fmt("%.6f", j["device_hours"].get<double>())
     << " device-hours, cost " << fmt("%.4f", j["cost"].get<double>()) << "\n";
   const double all = j["all_to_max_steps_device_hours_estimate"].get<double>();
-  if (all > 0)
+  if (all > 0 && j["saved_comparable"].get<bool>())
     o << "- every trial to the last rung would have cost about " << fmt("%.6f", all)
-      << " device-hours (from the measured step times): saved " << fmt("%.6f", all - j["device_hours"].get<double>())
-      << " (" << fmt("%.0f", 100 * (1 - j["device_hours"].get<double>() / all)) << "%)\n";
+      << " device-hours: saved " << fmt("%.6f", all - j["device_hours"].get<double>())
+      << " (" << fmt("%.0f", 100 * (1 - j["device_hours"].get<double>() / all)) << "%). Estimated as "
+      << j["saved_estimate_method"].get<std::string>() << "\n";
+  else if (all > 0)
+    o << "- no saving is claimed: the sweep " << (s.budget_reached ? "was stopped by a budget (" + s.budget_reason + ")"
+                                                                    : std::string("has not ended"))
+      << ", so it is not comparable with every trial run to the last rung\n";
   if (!j["best_trial"].is_null()) {
     o << "- best: trial " << j["best_trial"]["id"] << ", val loss "
       << fmt("%.4f", j["best_val_loss"].get<double>()) << " at " << j["best_trial"]["steps"]
