@@ -154,7 +154,7 @@ class Controller {
   void launch_planned();
   Segment segment_of(const Trial& t) const;   // to launch: the full command
   Segment segment_ref(const Trial& t) const;  // to poll or stop: names only
-  double dev_seconds_per_step() const;
+  double segment_estimate_hours(int steps) const;
   void record_failure(const Trial& t, nlohmann::json e, int exit_code);
   std::string environment_fault(const Trial& t, const std::string& tail) const;
   void carry_lost_spend(Trial t);  // a copy: append() rebuilds state_
@@ -294,16 +294,12 @@ Segment Controller::segment_of(const Trial& t) const {
   return s;
 }
 
-// Mean device-seconds per optimizer step over every trial so far (0: unknown).
-double Controller::dev_seconds_per_step() const {
-  double secs = 0, steps = 0;
-  for (const auto& t : state_.trials) {
-    const Ledger l = trial_ledger(t);
-    if (l.max_step <= 0) continue;  // a spend from the journal alone has no steps to divide by
-    secs += l.device_seconds;
-    steps += l.max_step;
-  }
-  return steps > 0 ? secs / steps : 0;
+// Device-hours a segment of `steps` steps is expected to cost (0: nothing
+// measured yet), from the trials' ledgers (fit_cost_model: fixed cost per
+// segment + cost per step). Scaling whole spends per step made a short first
+// rung look several times too dear.
+double Controller::segment_estimate_hours(int steps) const {
+  return fit_cost_model(state_).segment_hours(steps);
 }
 
 bool Controller::planned(int trial) const {
@@ -446,7 +442,7 @@ void Controller::resume_budget_stopped() {
       // Stopped before a segment --max-trial-device-hours could not pay for:
       // it goes on once the cap leaves room for it.
       const int from = t.rung >= 0 ? sched_->rungs()[t.rung] : 0;
-      const double est = dev_seconds_per_step() * (sched_->rungs()[t.promote_to] - from) / 3600;
+      const double est = segment_estimate_hours(sched_->rungs()[t.promote_to] - from);
       if (cap <= 0 || spent + est <= cap) stopped.push_back(t);
     } else if (cap <= 0 || spent < cap) {
       stopped.push_back(t);
@@ -774,7 +770,7 @@ int Controller::run() {
       if (d.kind != Decision::kStart && d.kind != Decision::kPromote) break;
       Trial& t = state_.trials[d.trial];
       const int from = d.kind == Decision::kPromote ? sched_->rungs()[t.rung] : 0;
-      const double est_h = dev_seconds_per_step() * (sched_->rungs()[d.rung] - from) / 3600;
+      const double est_h = segment_estimate_hours(sched_->rungs()[d.rung] - from);
       const std::string refused = segment_refused(budget_, spent_so_far(state_), est_h);
       if (!refused.empty()) {
         const std::string why = refused + " (trial " + std::to_string(d.trial) + " to " +

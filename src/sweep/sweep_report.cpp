@@ -62,50 +62,26 @@ int max_steps(const SweepState& s) {
 Spend sweep_spend(const SweepState& s) {
   Spend sp;
   const double R = max_steps(s);
-  // Per measured trial: device-seconds per step inside steps, and outside
-  // steps per segment (segments: its first attempt and every resume).
-  double step_sum = 0, fixed_sum = 0, linear_sum = 0;
-  int measured = 0, linear = 0, unmeasured = 0;
+  const CostModel m = fit_cost_model(s);
   for (const auto& t : s.trials) {
     const Ledger l = trial_ledger(t);
     sp.device_hours += l.device_hours();
     sp.cost += l.cost;
-    const double steps = l.max_step + l.steps_lost;  // recomputed steps took step time too
-    if (l.max_step <= 0 || steps <= 0) {
-      unmeasured++;
-      continue;
+    if (m.trials == 0) continue;
+    // Each trial at its own speed (configurations differ: model size, batch):
+    // the model's cost for R steps in one segment, times how far the trial's
+    // own spend was from the model's for what it ran.
+    const auto own = Ledger::read_json(t.dir + "/ledger.json");
+    double ratio = 1;
+    if (own && own->max_step > 0) {
+      const double modelled = m.fixed_s * (own->resumes + 1) + m.step_s * (own->max_step + own->steps_lost);
+      if (modelled > 0) ratio = own->device_seconds / modelled;
     }
-    if (l.step_seconds > 0 && l.wall_seconds > 0) {
-      const double devices = l.device_seconds / l.wall_seconds;
-      const double step_s = l.step_seconds * devices / steps;
-      const double fixed_s = std::max(0.0, l.device_seconds - l.step_seconds * devices) / (l.resumes + 1);
-      step_sum += step_s;
-      fixed_sum += fixed_s;
-      measured++;
-      sp.all_to_R_device_hours += (R * step_s + fixed_s) / 3600;
-    } else {
-      // a ledger without step times (an older trainer): its spend per step
-      const double per_step = l.device_seconds / steps;
-      linear_sum += per_step;
-      linear++;
-      sp.all_to_R_device_hours += R * per_step / 3600;
-    }
+    sp.all_to_R_device_hours += ratio * m.segment_hours(R);
   }
-  if (measured > 0) {
-    sp.all_to_R_device_hours += unmeasured * (R * step_sum / measured + fixed_sum / measured) / 3600;
-    char buf[320];
-    std::snprintf(buf, sizeof buf,
-                  "every trial straight to %.0f steps in one segment: %.0f x its steady-state step "
-                  "time (mean %.4g device-s) + one segment's fixed cost (start-up, evaluation, saves; "
-                  "mean %.4g device-s), measured from %d trial ledger(s)%s",
-                  R, R, step_sum / measured, fixed_sum / measured, measured,
-                  linear ? " (older ledgers without step times: their spend per step)" : "");
-    sp.method = buf;
-  } else if (linear > 0) {
-    sp.all_to_R_device_hours += unmeasured * R * linear_sum / linear / 3600;
-    sp.method = "every trial's spend per step scaled to " + std::to_string((long)R) +
-                " steps (its ledgers have no step times: fixed costs are scaled too, an overestimate)";
-  }
+  if (m.trials > 0)
+    sp.method = "every trial straight to " + std::to_string((long)R) + " steps in one segment at " +
+                m.describe() + ", each trial scaled by its own measured speed";
   return sp;
 }
 

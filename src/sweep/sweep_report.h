@@ -12,13 +12,13 @@ namespace ratchet::sweep {
 // Spend read live from each trial's ledger.json (running trials included).
 struct Spend {
   double device_hours = 0, cost = 0;
-  // Estimate of running every created trial straight to R in one segment:
-  // R times the trial's steady-state device-seconds per step (time inside
-  // training steps, from its ledger) plus one segment's fixed cost (start-up,
-  // evaluation, saves: its device-seconds outside steps per segment), the
-  // sweep's means for trials that never ran; 0 when nothing was measured.
-  // (Scaling each trial's whole spend by R / steps counted the fixed costs of
-  // every short segment R / steps times: about twice the real grid's cost.)
+  // Estimate of running every created trial straight to R in one segment,
+  // from the cost model fitted to the trials' ledgers (budget.h:
+  // fit_cost_model: a fixed cost per segment + a steady-state cost per step),
+  // each trial at its own measured speed; trials that never ran at the
+  // model's; 0 when nothing was measured. (Scaling each trial's whole spend
+  // by R / steps counted the fixed costs of every short segment R / steps
+  // times: about twice the real grid's cost.)
   double all_to_R_device_hours = 0;
   std::string method;  // how it was estimated, for the report
 };

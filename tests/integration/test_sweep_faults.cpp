@@ -366,7 +366,7 @@ TEST(SweepFaults, TheSavedEstimateUsesStepTimeAndFixedCosts) {
   const json j = json::parse(read_file(asha + "/sweep.json"));
   EXPECT_NEAR(j["all_to_max_steps_device_hours_estimate"].get<double>() * 3600, actual, 1e-6);
   EXPECT_TRUE(j["saved_comparable"].get<bool>());
-  EXPECT_NE(r.output.find("steady-state step time"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("device-s per segment (start-up, final evaluation and save), fitted to 9 trial"), std::string::npos) << r.output;
 }
 
 // `sweep run --help` is the subcommand's help alone.
