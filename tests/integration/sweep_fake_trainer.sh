@@ -17,6 +17,11 @@ set -u
 trap '' USR1
 if [ -n "${RATCHET_SWEEP_EXIT_FILE:-}" ]; then
   trap 'c=$?; echo $c > "$RATCHET_SWEEP_EXIT_FILE.trainer.tmp" && mv "$RATCHET_SWEEP_EXIT_FILE.trainer.tmp" "$RATCHET_SWEEP_EXIT_FILE"' EXIT
+  # With an EXIT trap bash runs it on TERM/INT/HUP too, with the last
+  # command's status (0): a killed trainer must not publish a success.
+  trap 'exit 143' TERM
+  trap 'exit 130' INT
+  trap 'exit 129' HUP
 fi
 run="" steps=0 lr=0.001
 while [ $# -gt 0 ]; do
