@@ -272,7 +272,9 @@ int sweep_run(int argc, char** argv) {
     std::cout << "usage: ratchet sweep run DIR [options]\n\nRuns (or resumes) the sweep's controller "
                  "until every trial has finished or a budget is reached.\nExit codes: 0 done, 76 "
                  "ended by a budget, 75 stopped by a signal (rerun to continue), 1 every trial "
-                 "failed, 2 bad input. A second controller on DIR is refused.\n\n"
+                 "failed or stopped on a fault every trial shares (a full disk, missing data, the "
+                 "same failure again and again: no trial is failed for it; rerun once it is "
+                 "fixed), 2 bad input. A second controller on DIR is refused.\n\n"
               << desc;
     return kExitOk;
   }
