@@ -92,6 +92,21 @@ const char* kind_name(sweep::Param::Kind k) {
   return "?";
 }
 
+// Whether a base INI sets `key` (check_base has read it already).
+bool base_sets(const std::string& base_ini, const std::string& key) {
+  std::ifstream in(base_ini);
+  for (std::string line; std::getline(in, line);) {
+    line = line.substr(0, line.find('#'));
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string k = line.substr(0, eq);
+    k.erase(0, k.find_first_not_of(" \t\r\xEF\xBB\xBF"));
+    k.erase(k.find_last_not_of(" \t\r") + 1);
+    if (k == key) return true;
+  }
+  return false;
+}
+
 int sweep_init(int argc, char** argv) {
   std::string dir, space_path, base_path;
   int trials = 0;
@@ -117,7 +132,7 @@ int sweep_init(int argc, char** argv) {
   if (!parse_options(argc, argv, desc, vm, "sweep init", &pos, true)) return kExitUsage;
   if (vm.count("help")) {
     std::cout << "usage: ratchet sweep init DIR --space space.ini --base base.ini (--trials N | --grid)\n\n"
-              << desc << "\n" << kUsage;
+              << desc;
     return kExitOk;
   }
   if (dir.empty()) fail("give the sweep directory: ratchet sweep init DIR --space ... --base ...");
@@ -141,7 +156,18 @@ int sweep_init(int argc, char** argv) {
                          {"run-dir", "ckpt-dir", "log-jsonl", "steps", "schedule-steps", "resume",
                           "config", "tag", "help", "threads", "quiet", "max-device-hours", "max-cost"});
   read_text(base_path, "--base");  // a directory or unreadable file named as such
-  const int base_steps = sweep::check_base(base_path, train_option_names());
+  const int base_steps = sweep::check_base(base_path, train_option_names(), true);
+  check_train_config(base_path, "--base " + base_path);
+  // A searched preset under the base's own shape: the shape flags win in the
+  // trainer, so every trial trained the same model while the report credited
+  // the preset.
+  for (const auto& p : space.params)
+    if (p.name == "model")
+      for (const std::string shape : {"layers", "heads", "channels"})
+        if (base_sets(base_path, shape))
+          fail("--space ", space_path, " searches 'model' while --base ", base_path, " sets '", shape,
+               "', which overrides every preset's: each trial would train the same shape; remove ",
+               shape, " from the base (or search ", shape, " instead of model)");
   auto configs = grid ? sweep::grid_configs(space) : sweep::sample_configs(space, trials, seed);
   if (grid && !grid_in_order) std::shuffle(configs.begin(), configs.end(), std::mt19937_64(seed));
 
@@ -230,6 +256,10 @@ int sweep_run(int argc, char** argv) {
     ("max-requeues", po::value(&o.max_requeues)->default_value(o.max_requeues),
      "a segment stopped early (exit 75, killed) more often than this in a row without getting "
      "further fails its trial")
+    ("shared-fault-trials", po::value(&o.shared_fault_trials)->default_value(o.shared_fault_trials),
+     "this many trials in a row failing with the same exit code and message stop the controller "
+     "(exit 1) without failing them: a fault they share; rerun once it is fixed (0: never; a full "
+     "disk or missing data always stops it)")
     ("trainer", po::value(&trainer), "the trainer command (default: this ratchet's `train`; for tests "
      "and wrappers, split on spaces)")
     ("poll-seconds", po::value(&o.poll_seconds), "how often to look at running segments (default 0.2 s; 2 s for sbatch)")
@@ -242,14 +272,22 @@ int sweep_run(int argc, char** argv) {
     std::cout << "usage: ratchet sweep run DIR [options]\n\nRuns (or resumes) the sweep's controller "
                  "until every trial has finished or a budget is reached.\nExit codes: 0 done, 76 "
                  "ended by a budget, 75 stopped by a signal (rerun to continue), 1 every trial "
-                 "failed, 2 bad input. A second controller on DIR is refused.\n\n"
-              << desc << "\n" << kUsage;
+                 "failed or stopped on a fault every trial shares (a full disk, missing data, the "
+                 "same failure again and again: no trial is failed for it; rerun once it is "
+                 "fixed), 2 bad input. A second controller on DIR is refused.\n\n"
+              << desc;
     return kExitOk;
   }
   if (vm.count("config")) parse_config_file(vm["config"].as<std::string>(), desc, vm, "sweep run");
   po::notify(vm);
   if (dir.empty()) fail("give the sweep directory: ratchet sweep run DIR");
   dir = fs::absolute(dir).lexically_normal().string();
+  // The base as the trainers will read it (a sweep initialized by an older
+  // ratchet may hold a key twice: every trial failed with exit 2).
+  if (fs::exists(dir + "/journal.jsonl") && fs::exists(dir + "/base.ini")) {
+    sweep::check_base(dir + "/base.ini", train_option_names());
+    check_train_config(dir + "/base.ini", dir + "/base.ini");
+  }
   if (!trainer.empty()) {
     std::stringstream ss(trainer);
     for (std::string w; ss >> w;) o.trainer.push_back(w);
@@ -272,7 +310,7 @@ int sweep_status(int argc, char** argv) {
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, vm, "sweep status", &pos, true)) return kExitUsage;
   if (vm.count("help")) {
-    std::cout << "usage: ratchet sweep status DIR\n\n" << desc << "\n" << kUsage;
+    std::cout << "usage: ratchet sweep status DIR\n\n" << desc;
     return kExitOk;
   }
   if (dir.empty()) fail("give the sweep directory: ratchet sweep status DIR");
@@ -297,7 +335,7 @@ int sweep_report(int argc, char** argv) {
   if (vm.count("help")) {
     std::cout << "usage: ratchet sweep report DIR\n\nWrites DIR/sweep.md, DIR/sweep.json and "
                  "DIR/sweep.png + .svg (val loss vs spend per trial, best so far vs spend, each "
-                 "hyperparameter vs loss).\n\n" << desc << "\n" << kUsage;
+                 "hyperparameter vs loss).\n\n" << desc;
     return kExitOk;
   }
   if (dir.empty()) fail("give the sweep directory: ratchet sweep report DIR");
@@ -323,9 +361,15 @@ int sweep_report(int argc, char** argv) {
   std::cout << sweep::status_table(s);
   const double all = j["all_to_max_steps_device_hours_estimate"].get<double>();
   const double spent = j["device_hours"].get<double>();
-  if (all > 0)
-    std::printf("saved against every trial to %d steps: about %.6f of %.6f device-hours (%.0f%%)\n",
-                s.rungs().empty() ? 0 : s.rungs().back(), all - spent, all, 100 * (1 - spent / all));
+  if (all > 0 && j["saved_comparable"].get<bool>())
+    std::printf("saved against every trial to %d steps: about %.6f of %.6f device-hours (%.0f%%; "
+                "estimated as %s)\n",
+                s.rungs().empty() ? 0 : s.rungs().back(), all - spent, all, 100 * (1 - spent / all),
+                j["saved_estimate_method"].get<std::string>().c_str());
+  else if (all > 0)
+    std::printf("no saving claimed: the sweep %s\n",
+                s.budget_reached ? ("was stopped by a budget (" + s.budget_reason + ")").c_str()
+                                 : "has not ended");
   if (j.contains("continue_command"))
     std::cout << "continue the best trial: " << j["continue_command"].get<std::string>() << "\n";
   std::cout << "wrote " << dir << "/sweep.md, " << dir << "/sweep.json"

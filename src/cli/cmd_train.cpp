@@ -2,6 +2,7 @@
 // -> run_training().
 #include <boost/program_options.hpp>
 #include <fstream>
+#include <sstream>
 #include <cmath>
 #include <iostream>
 #include <cstdlib>
@@ -245,6 +246,25 @@ std::vector<std::string> train_option_names() {
   const po::options_description desc = make_options(o, a, b, c, d);
   for (const auto& opt : desc.options()) names.push_back(opt->long_name());
   return names;
+}
+
+void check_train_config(const std::string& path, const std::string& what) {
+  TrainOptions o;
+  std::string a, b, c, d;
+  const po::options_description desc = make_options(o, a, b, c, d);
+  std::ifstream f(path);
+  if (!f) fail(what, ": cannot open the file");
+  std::stringstream text;
+  text << f.rdbuf();
+  std::string t = text.str();
+  if (t.rfind("\xEF\xBB\xBF", 0) == 0) t.erase(0, 3);  // a UTF-8 BOM: `sweep init`'s copy has none
+  std::istringstream in(t);
+  po::variables_map vm;
+  try {
+    po::store(po::parse_config_file(in, desc), vm);
+  } catch (const po::error& e) {
+    fail(what, ": `ratchet train --config` refuses it: ", e.what());
+  }
 }
 
 int cmd_train(int argc, char** argv) {

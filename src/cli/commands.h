@@ -16,5 +16,10 @@ int cmd_sweep(int argc, char** argv);
 
 // The long option names `ratchet train` accepts (a sweep's hyperparameters must be one).
 std::vector<std::string> train_option_names();
+// Reads an INI file with `ratchet train`'s own option parser (types, names,
+// repeats), as `ratchet train --config PATH` would; Error naming `what`
+// (e.g. "--base base.ini") and the trainer's complaint. A UTF-8 BOM is skipped
+// (the sweep's copy of a base has none).
+void check_train_config(const std::string& path, const std::string& what);
 
 }  // namespace ratchet

@@ -1,5 +1,6 @@
 // `ratchet`: one executable, git-style subcommands.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -49,6 +50,20 @@ void usage(FILE* out) {
                "'data/val_*.h5' --steps 200\n");
 }
 
+// A sweep trial (RATCHET_SWEEP_EXIT_FILE, set by the sweep controller) writes
+// its own exit code there, whole (by rename), so that a controller restarted
+// while it ran finds how it ended (it is not the trainer's parent then).
+void publish_exit_code(int code) {
+  const char* path = std::getenv("RATCHET_SWEEP_EXIT_FILE");
+  if (!path || !*path) return;
+  const std::string tmp = std::string(path) + ".trainer.tmp";
+  if (FILE* f = std::fopen(tmp.c_str(), "w")) {
+    const bool ok = std::fprintf(f, "%d\n", code) > 0;
+    if (std::fclose(f) == 0 && ok) std::rename(tmp.c_str(), path);
+    else std::remove(tmp.c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,15 +90,18 @@ int main(int argc, char** argv) {
   }
   for (const auto& c : kCommands) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
+    int code;
     try {
-      return c.fn(argc - 1, argv + 1);
+      code = c.fn(argc - 1, argv + 1);
     } catch (const ratchet::Error& e) {
       std::fprintf(stderr, "ratchet %s: error: %s\n", c.name, e.what());
-      return ratchet::kExitUsage;
+      code = ratchet::kExitUsage;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "ratchet %s: error: %s\n", c.name, e.what());
-      return ratchet::kExitFailure;
+      code = ratchet::kExitFailure;
     }
+    publish_exit_code(code);
+    return code;
   }
   std::fprintf(stderr, "ratchet: unknown command '%s'\n\n", argv[1]);
   usage(stderr);

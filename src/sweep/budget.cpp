@@ -8,12 +8,61 @@ namespace ratchet::sweep {
 Ledger trial_ledger(const Trial& t) {
   auto l = Ledger::read_json(t.dir + "/ledger.json");
   Ledger out = l ? *l : Ledger{};
-  // The journal's last record of the trial's spend is a floor: a trial
-  // directory deleted by hand (or a ledger.json replaced) must not give its
-  // money back to the sweep's budget.
-  out.device_seconds = std::max(out.device_seconds, t.device_hours * 3600);
-  out.cost = std::max(out.cost, t.cost);
+  // What earlier, vanished directories of the trial spent (journal record
+  // "carried") comes on top of the new directory's ledger; the journal's last
+  // record of the trial's spend is a floor: a trial directory deleted by hand
+  // (or a ledger.json replaced) must not give its money back to the budget.
+  out.device_seconds = std::max(out.device_seconds + t.carried_device_hours * 3600, t.device_hours * 3600);
+  out.cost = std::max(out.cost + t.carried_cost, t.cost);
   return out;
+}
+
+CostModel fit_cost_model(const SweepState& s) {
+  // Normal equations of y = a x1 + b x2 (x1 segments, x2 steps, y device-seconds).
+  double s11 = 0, s12 = 0, s22 = 0, s1y = 0, s2y = 0, steps_all = 0, secs_all = 0;
+  CostModel m;
+  for (const auto& t : s.trials) {
+    const auto l = Ledger::read_json(t.dir + "/ledger.json");  // this directory's own spend
+    if (!l || l->max_step <= 0) continue;
+    const double x1 = l->resumes + 1, x2 = l->max_step + l->steps_lost, y = l->device_seconds;
+    s11 += x1 * x1;
+    s12 += x1 * x2;
+    s22 += x2 * x2;
+    s1y += x1 * y;
+    s2y += x2 * y;
+    steps_all += x2;
+    secs_all += y;
+    m.trials++;
+  }
+  if (m.trials == 0) return m;
+  const double det = s11 * s22 - s12 * s12;
+  if (det > 1e-9 * s11 * s22) {
+    const double a = (s1y * s22 - s2y * s12) / det, b = (s2y * s11 - s1y * s12) / det;
+    if (a >= 0 && b > 0) {
+      m.fixed_s = a;
+      m.step_s = b;
+      m.fitted = true;
+      return m;
+    }
+  }
+  m.step_s = secs_all / steps_all;
+  return m;
+}
+
+std::string CostModel::describe() const {
+  char buf[320];
+  if (fitted)
+    std::snprintf(buf, sizeof buf,
+                  "%.4g device-s per step (steady state: steps, periodic evaluations and saves) + "
+                  "%.4g device-s per segment (start-up, final evaluation and save), fitted to %d "
+                  "trial ledger(s)",
+                  step_s, fixed_s, trials);
+  else
+    std::snprintf(buf, sizeof buf,
+                  "%.4g device-s per step, the trials' whole spend per step (%d ledger(s); per-segment "
+                  "costs not separable yet, so they are scaled with the steps)",
+                  step_s, trials);
+  return buf;
 }
 
 Spent spent_so_far(const SweepState& s) {

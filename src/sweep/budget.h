@@ -24,6 +24,23 @@ struct Spent {
 Ledger trial_ledger(const Trial& t);
 Spent spent_so_far(const SweepState& s);
 
+// What a segment costs, measured from the trials' own ledgers: device-seconds
+// = fixed_s + step_s x steps. Fitted by least squares over the trials (each
+// trial's spend against its segments and steps trained), which separates the
+// per-segment costs (start-up, the final evaluation and save, loading) from
+// what grows with the steps (steps, periodic evaluations and saves, data
+// waits); while the trials do not tell them apart (every trial one segment,
+// or the same steps per segment), fixed_s is 0 and step_s their whole spend
+// per step. trials = 0: nothing measured.
+struct CostModel {
+  double fixed_s = 0, step_s = 0;
+  int trials = 0;
+  bool fitted = false;  // fixed and per-step parts told apart
+  double segment_hours(double steps) const { return trials ? (fixed_s + step_s * steps) / 3600 : 0; }
+  std::string describe() const;
+};
+CostModel fit_cost_model(const SweepState& s);
+
 // "" while within every budget, else which one is reached, naming its flag.
 std::string budget_reached(const Budget& b, const Spent& s, double elapsed_seconds);
 // "" when a segment estimated at `est_device_hours` (0: not measured yet) fits

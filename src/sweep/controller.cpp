@@ -1,9 +1,12 @@
 #include "sweep/controller.h"
 
+#include <glob.h>
 #include <signal.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdarg>
 #include <filesystem>
 #include <chrono>
@@ -12,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -60,6 +64,79 @@ double val_loss_at(const std::string& trial_dir, int step) {
   return NAN;
 }
 
+bool contains_ci(const std::string& text, const std::string& what) {
+  return std::search(text.begin(), text.end(), what.begin(), what.end(), [](char a, char b) {
+           return std::tolower((unsigned char)a) == std::tolower((unsigned char)b);
+         }) != text.end();
+}
+
+// A base INI's key = value lines (the checks of check_base passed).
+std::map<std::string, std::string> base_values(const std::string& base_ini) {
+  std::map<std::string, std::string> kv;
+  std::ifstream in(base_ini);
+  for (std::string line; std::getline(in, line);) {
+    line = trim(line.substr(0, line.find('#')));
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) kv[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+  }
+  return kv;
+}
+
+std::string cwd() {
+  char buf[4096];
+  return ::getcwd(buf, sizeof buf) ? buf : ".";
+}
+
+// "" when every input the base names is there (a shard glob matching at
+// least one file, an --init-from path), else which is not, as the trainers
+// will see it: from the controller's working directory.
+std::string missing_base_path(const std::string& base_ini) {
+  const auto kv = base_values(base_ini);
+  for (const char* key : {"train-data", "val-data", "init-from"}) {
+    const auto it = kv.find(key);
+    if (it == kv.end() || it->second.empty()) continue;
+    const std::string& v = it->second;
+    bool found = false;
+    if (std::string(key) == "init-from") {
+      found = ::access(v.c_str(), F_OK) == 0;
+    } else {
+      glob_t g{};
+      found = ::glob(v.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0;
+      ::globfree(&g);
+    }
+    if (!found)
+      return std::string(key) + " '" + v + "' of " + base_ini + " matches no file" +
+             (v[0] == '/' ? "" : " (a relative path: the trainers resolve it from the working "
+                                 "directory of `sweep run`, " + cwd() + ")");
+  }
+  return "";
+}
+
+// Bytes free to us on the file system holding `path` (-1: unknown).
+double free_bytes(const std::string& path) {
+  struct statvfs v {};
+  if (::statvfs(path.c_str(), &v) != 0) return -1;
+  return (double)v.f_bavail * v.f_frsize;
+}
+
+constexpr double kFullDiskBytes = 1 << 20;  // below this a trainer cannot write a ledger and a checkpoint
+
+// A failure's exit code and error line with the trial's own names taken out:
+// equal for trials that failed the same way.
+std::string failure_signature(const Trial& t, int exit_code, const std::string& tail) {
+  std::stringstream ss(tail);
+  std::string line, err, last;
+  while (std::getline(ss, line)) {
+    if (trim(line).empty()) continue;
+    last = line;
+    if (contains_ci(line, "error")) err = line;
+  }
+  std::string sig = err.empty() ? last : err;
+  for (const std::string& own : {t.dir, trial_dir_name(t.id)})
+    for (size_t at; !own.empty() && (at = sig.find(own)) != std::string::npos;) sig.replace(at, own.size(), "TRIAL");
+  return "exit " + std::to_string(exit_code) + ": " + trim(sig);
+}
+
 class Controller {
  public:
   Controller(std::string dir, const RunOptions& o) : dir_(std::move(dir)), o_(o) {}
@@ -77,7 +154,11 @@ class Controller {
   void launch_planned();
   Segment segment_of(const Trial& t) const;   // to launch: the full command
   Segment segment_ref(const Trial& t) const;  // to poll or stop: names only
-  double dev_seconds_per_step() const;
+  double segment_estimate_hours(int steps) const;
+  void record_failure(const Trial& t, nlohmann::json e, int exit_code);
+  std::string environment_fault(const Trial& t, const std::string& tail) const;
+  void carry_lost_spend(Trial t);  // a copy: append() rebuilds state_
+  bool adopt_finished(const Trial& t);
   void say(const char* fmt, ...) const;
   void append(nlohmann::json ev) {
     journal_->append(ev);
@@ -116,6 +197,11 @@ class Controller {
   std::unique_ptr<Scheduler> sched_;
   Budget budget_;
   std::map<int, int> slot_of_;  // trial -> local device slot
+  std::set<int> waiting_;       // trials waiting for a live trainer's run lock (said once)
+  // Failures of this run with the same signature, in a row (no result between).
+  std::string streak_sig_;
+  std::vector<int> streak_;
+  std::string shared_fault_;    // set: the controller stops (exit 1), the trials are kept
 };
 
 void Controller::say(const char* fmt, ...) const {
@@ -208,16 +294,12 @@ Segment Controller::segment_of(const Trial& t) const {
   return s;
 }
 
-// Mean device-seconds per optimizer step over every trial so far (0: unknown).
-double Controller::dev_seconds_per_step() const {
-  double secs = 0, steps = 0;
-  for (const auto& t : state_.trials) {
-    const Ledger l = trial_ledger(t);
-    if (l.max_step <= 0) continue;  // a spend from the journal alone has no steps to divide by
-    secs += l.device_seconds;
-    steps += l.max_step;
-  }
-  return steps > 0 ? secs / steps : 0;
+// Device-hours a segment of `steps` steps is expected to cost (0: nothing
+// measured yet), from the trials' ledgers (fit_cost_model: fixed cost per
+// segment + cost per step). Scaling whole spends per step made a short first
+// rung look several times too dear.
+double Controller::segment_estimate_hours(int steps) const {
+  return fit_cost_model(state_).segment_hours(steps);
 }
 
 bool Controller::planned(int trial) const {
@@ -258,10 +340,30 @@ void Controller::plan(int trial, int rung, const std::string& why) {
 // Starts every planned segment (one executor call: the sbatch executor makes
 // one job array of them), then journals each launch.
 void Controller::launch_planned() {
+  // A trial whose run directory a live trainer still holds (one a previous
+  // controller or a user started, a trainer whose parent was killed) gets no
+  // second trainer: it waits, holding its slot, and then resumes from what
+  // that one left, or takes its result when it finished the rung.
+  std::vector<Planned> go;
+  for (const auto& p : planned_) {
+    const Trial& t = state_.trials[p.trial];
+    std::string holder;
+    if (run_dir_locked(t.dir, &holder)) {
+      if (waiting_.insert(t.id).second)
+        say("trial %d: %s/ratchet.lock is held by a live trainer (%s): waiting for it to end "
+            "(no second trainer is started there)\n", t.id, t.dir.c_str(), holder.c_str());
+      continue;
+    }
+    waiting_.erase(t.id);
+    if (t.relaunch && adopt_finished(t)) continue;
+    go.push_back(p);
+  }
+  planned_ = go;
   if (planned_.empty()) return;
   std::vector<Segment> segs;
   std::vector<Trial> ts;
   for (const auto& p : planned_) {
+    carry_lost_spend(state_.trials[p.trial]);
     Trial t = state_.trials[p.trial];
     if (!t.relaunch) {
       t.rung = p.rung;
@@ -297,20 +399,61 @@ void Controller::launch_planned() {
   }
 }
 
+// A segment to run again whose trainer already reached the rung (it finished
+// while no controller watched it, or after its pid was lost): its result is
+// taken as it is, not trained again.
+bool Controller::adopt_finished(const Trial& t) {
+  const int steps = sched_->rungs()[t.rung];
+  const auto l = Ledger::read_json(t.dir + "/ledger.json");
+  if (!l || l->max_step < steps || !std::isfinite(val_loss_at(t.dir, steps))) return false;
+  say("trial %d: its trainer finished %d steps on its own: taking its result\n", t.id, steps);
+  Trial x = t;
+  on_exit(x, {SegmentStatus::kExited, 0});
+  return true;
+}
+
+// A trial directory that disappeared (deleted by hand, a scratch file system
+// purged) took its ledger with it: the spend the journal recorded for it is
+// journaled as carried, so that the trial's total (and the sweep's) keeps it
+// when the directory's new ledger starts again from 0.
+void Controller::carry_lost_spend(Trial t) {
+  if (t.status == TrialState::kPending || std::filesystem::exists(t.dir + "/ledger.json")) return;
+  const double h = std::max(0.0, t.device_hours - t.carried_device_hours);
+  const double c = std::max(0.0, t.cost - t.carried_cost);
+  if (h <= 0 && c <= 0) return;
+  append({{"event", "carried"}, {"trial", t.id}, {"device_hours", h}, {"cost", c},
+          {"reason", "trial directory (or its ledger.json) gone"}});
+  say("warning: trial %d's directory %s is gone (or has no ledger.json): the %.6g device-hours "
+      "(cost %.4g) it had spent stay on the trial (journal record 'carried'), and its next "
+      "segment (if any) trains from step 0\n", t.id, t.dir.c_str(), h, c);
+}
+
 // Trials a budget stopped with a checkpoint continue their segment when this
 // run's budgets leave room (e.g. `--max-device-hours` raised): they resume
 // from that checkpoint before anything new starts, as if never stopped.
 void Controller::resume_budget_stopped() {
   if (!budget_reached(budget_, spent_so_far(state_), unix_now() - state_.first_run_time).empty()) return;
   std::vector<Trial> stopped;
-  for (const auto& t : state_.trials)
-    if (t.status == TrialState::kStopped && t.budget_stop &&
-        (o_.max_trial_device_hours <= 0 || trial_ledger(t).device_hours() < o_.max_trial_device_hours))
+  const double cap = o_.max_trial_device_hours;
+  for (const auto& t : state_.trials) {
+    if (t.status != TrialState::kStopped || !t.budget_stop) continue;
+    const double spent = trial_ledger(t).device_hours();
+    if (t.promote_to >= 0) {
+      // Stopped before a segment --max-trial-device-hours could not pay for:
+      // it goes on once the cap leaves room for it.
+      const int from = t.rung >= 0 ? sched_->rungs()[t.rung] : 0;
+      const double est = segment_estimate_hours(sched_->rungs()[t.promote_to] - from);
+      if (cap <= 0 || spent + est <= cap) stopped.push_back(t);
+    } else if (cap <= 0 || spent < cap) {
       stopped.push_back(t);
+    }
+  }
   for (const auto& t : stopped) {
-    append({{"event", "resumed"}, {"trial", t.id}, {"rung", t.rung}, {"attempt", t.attempt + 1}});
+    const int rung = t.promote_to >= 0 ? t.promote_to : t.rung;
+    append({{"event", "resumed"}, {"trial", t.id}, {"rung", rung},
+            {"attempt", t.promote_to >= 0 ? 0 : t.attempt + 1}});
     say("trial %d: stopped by a budget before; resuming its checkpoint to %d steps\n", t.id,
-        sched_->rungs()[t.rung]);
+        sched_->rungs()[rung]);
   }
 }
 
@@ -336,6 +479,8 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
       say("trial %d failed: %s\n", t.id, why.c_str());
       return;
     }
+    streak_.clear();
+    streak_sig_.clear();
     nlohmann::json e = {{"event", "result"}, {"trial", t.id}, {"rung", t.rung}, {"steps", steps},
                         {"val_loss", vl}};
     e.update(spend);
@@ -385,12 +530,72 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
         st.state == SegmentStatus::kLost ? "killed" : "exit 75");
     return;
   }
+  const std::string tail = file_tail(t.dir + "/train.log", 8);
+  // Exit 2 naming the run directory as in use: another trainer of this trial
+  // is alive (its parent killed, say). Not a failure: the segment waits for
+  // that one, then resumes from (or takes) what it left.
+  if (st.exit_code == 2 && (run_dir_locked(t.dir) || tail.find("is in use by") != std::string::npos)) {
+    append({{"event", "requeued"}, {"trial", t.id}, {"rung", t.rung}, {"attempt", t.attempt + 1},
+            {"exit", 2}, {"max_step", l.max_step}, {"lock_busy", true}});
+    say("trial %d: its run directory is in use by another live trainer (exit 2): waiting for it, "
+        "then resuming (not a failure)\n", t.id);
+    return;
+  }
   nlohmann::json e = {{"event", "failed"}, {"trial", t.id}, {"rung", t.rung}, {"exit", st.exit_code},
-                      {"reason", "exit " + std::to_string(st.exit_code) + "; log tail:\n" +
-                                     file_tail(t.dir + "/train.log", 8)}};
+                      {"reason", "exit " + std::to_string(st.exit_code) + "; log tail:\n" + tail}};
   e.update(spend);
-  append(e);
-  say("trial %d failed (exit %d); the sweep goes on\n", t.id, st.exit_code);
+  record_failure(t, e, st.exit_code);
+}
+
+// A cause outside the trial that makes every trial fail ("" if none seen):
+// a full disk, or an input of the base gone.
+std::string Controller::environment_fault(const Trial& t, const std::string& tail) const {
+  for (const char* full : {"No space left on device", "Disk quota exceeded", "disk full"})
+    if (contains_ci(tail, full)) {
+      std::stringstream ss(tail);
+      std::string line, hit;
+      while (std::getline(ss, line))
+        if (contains_ci(line, full)) hit = trim(line);
+      return "a full disk: trial " + std::to_string(t.id) + "'s trainer says '" + hit + "'";
+    }
+  const double free = free_bytes(std::filesystem::exists(t.dir) ? t.dir : dir_);
+  if (free >= 0 && free < kFullDiskBytes)
+    return "a full disk: the file system of " + t.dir + " has " + std::to_string((long)free) + " bytes free";
+  return missing_base_path(dir_ + "/base.ini");
+}
+
+// Journals a trial's failure, unless it is a fault every trial shares: then
+// the trial (and the earlier ones of a run of identical failures) are
+// requeued, not failed, and the controller stops so that no more are burned.
+void Controller::record_failure(const Trial& t, nlohmann::json e, int exit_code) {
+  const std::string tail = file_tail(t.dir + "/train.log", 8);
+  std::string fault = environment_fault(t, tail);
+  std::vector<int> keep = {t.id};
+  if (fault.empty() && o_.shared_fault_trials > 0) {
+    const std::string sig = failure_signature(t, exit_code, tail);
+    if (sig != streak_sig_) {
+      streak_sig_ = sig;
+      streak_.clear();
+    }
+    if (std::find(streak_.begin(), streak_.end(), t.id) == streak_.end()) streak_.push_back(t.id);
+    if ((int)streak_.size() >= o_.shared_fault_trials) {
+      fault = std::to_string(streak_.size()) + " trials in a row failed the same way (" + sig + ")";
+      keep = streak_;
+    }
+  }
+  if (fault.empty()) {
+    append(e);
+    say("trial %d failed (exit %d); the sweep goes on\n", t.id, exit_code);
+    return;
+  }
+  for (int id : keep) {
+    const Trial x = state_.trials[id];
+    append({{"event", "requeued"}, {"trial", id}, {"rung", x.rung}, {"attempt", x.attempt + 1},
+            {"exit", exit_code}, {"shared_fault", true}, {"reason", fault}});
+  }
+  streak_.clear();
+  streak_sig_.clear();
+  shared_fault_ = fault;
 }
 
 void Controller::poll_running() {
@@ -399,6 +604,7 @@ void Controller::poll_running() {
     if (t.status != TrialState::kRunning || t.relaunch) continue;
     const SegmentStatus st = exec_->poll(segment_ref(t), t.handle);
     if (st.state != SegmentStatus::kRunning) on_exit(t, st);
+    if (!shared_fault_.empty()) return;
   }
 }
 
@@ -420,11 +626,13 @@ int Controller::run() {
   state_ = load_state(dir_);
   if (o_.parallel < 1) fail("--parallel ", o_.parallel, " must be at least 1");
   if (o_.max_requeues < 0) fail("--max-requeues must be >= 0");
+  if (o_.shared_fault_trials < 0) fail("--shared-fault-trials must be >= 0 (0: never stop on repeated failures)");
   // NaN compares false with everything: `v < 0` let "nan" through as "no budget".
   for (const auto& [flag, v] : {std::pair<const char*, double>{"--max-cost", o_.max_cost},
                                 {"--max-device-hours", o_.max_device_hours},
                                 {"--max-trial-device-hours", o_.max_trial_device_hours}})
-    if (!(v >= 0)) fail(flag, " ", v, " is not a budget: give a number >= 0 (0: none)");
+    if (!(v >= 0 && std::isfinite(v)))  // the trainers refuse inf: every trial failed
+      fail(flag, " ", v, " is not a budget: give a finite number >= 0 (0: none)");
   for (const auto& [flag, v] : {std::pair<const char*, int>{"--max-trials", o_.max_trials},
                                 {"--max-steps", o_.max_steps}, {"--min-steps", o_.min_steps},
                                 {"--threads-per-trial", o_.threads}})
@@ -462,8 +670,19 @@ int Controller::run() {
   if (state_.done && !state_.budget_reached) {
     say("sweep %s already ended (%s); see `ratchet sweep status`\n", dir_.c_str(),
         state_.done_reason.c_str());
+    // Not 0 for a sweep that has no result (every trial failed).
+    if (best_trial(state_) < 0) {
+      std::fprintf(stderr, "ratchet sweep: %s ended without a result (%s)\n", dir_.c_str(),
+                   state_.done_reason.c_str());
+      return 1;
+    }
     return 0;
   }
+  // Inputs every trial needs, as the trainers will resolve them: one missing
+  // failed every trial within seconds.
+  if (const std::string missing = missing_base_path(dir_ + "/base.ini"); !missing.empty())
+    fail(missing, ": no trial is started; fix it (absolute paths in ", dir_,
+         "/base.ini are safest) and rerun");
   if (o_.sbatch_array_max < 1) fail("--sbatch-array-max ", o_.sbatch_array_max, " must be at least 1");
   exec_ = make_executor(o_.executor, o_.sbatch_template, o_.sbatch_args, o_.sbatch_array_max,
                         dir_ + "/arrays");
@@ -497,11 +716,8 @@ int Controller::run() {
     fail(in_flight_n, " segment(s) of ", dir_, " started by --executor ", state_.last_executor,
          " are still in flight: rerun with --executor ", state_.last_executor,
          " until they end (then switch)");
-  for (const auto& t : state_.trials)
-    if (t.status != TrialState::kPending && !std::filesystem::exists(t.dir))
-      say("warning: trial %d's directory %s is gone: its spend is taken from the journal, and its "
-          "next segment (if any) trains from step 0\n", t.id, t.dir.c_str());
   settle_settings();
+  for (size_t i = 0; i < state_.trials.size(); i++) carry_lost_spend(state_.trials[i]);
   resume_budget_stopped();
   say("%s %s: %zu trials, %s, rungs (steps) %s, executor %s x %d\n",
       restarted ? "resuming" : "starting", dir_.c_str(), state_.trials.size(),
@@ -520,6 +736,20 @@ int Controller::run() {
       return 75;
     }
     poll_running();
+    if (!shared_fault_.empty()) {
+      int kept = 0;
+      for (const auto& t : state_.trials) kept += t.relaunch;
+      std::fprintf(stderr,
+                   "ratchet sweep: stopped on a fault every trial shares: %s.\nNo trial is failed "
+                   "for it (%d to run again); fix it and rerun `ratchet sweep run %s` to continue "
+                   "(%d segment(s) still running are adopted then)%s\n",
+                   shared_fault_.c_str(), kept, dir_.c_str(), running(),
+                   shared_fault_.find("in a row") != std::string::npos
+                       ? "; if these trials' own settings are the cause, rerun with "
+                         "--shared-fault-trials 0"
+                       : "");
+      return 1;
+    }
     const bool stop = check_budgets();
     bool idle = true;
     while (!stop && running() < o_.parallel) {
@@ -540,7 +770,7 @@ int Controller::run() {
       if (d.kind != Decision::kStart && d.kind != Decision::kPromote) break;
       Trial& t = state_.trials[d.trial];
       const int from = d.kind == Decision::kPromote ? sched_->rungs()[t.rung] : 0;
-      const double est_h = dev_seconds_per_step() * (sched_->rungs()[d.rung] - from) / 3600;
+      const double est_h = segment_estimate_hours(sched_->rungs()[d.rung] - from);
       const std::string refused = segment_refused(budget_, spent_so_far(state_), est_h);
       if (!refused.empty()) {
         const std::string why = refused + " (trial " + std::to_string(d.trial) + " to " +
@@ -551,8 +781,17 @@ int Controller::run() {
       }
       if (o_.max_trial_device_hours > 0 && est_h > 0 &&
           trial_ledger(t).device_hours() + est_h > o_.max_trial_device_hours) {
-        append({{"event", "stopped"}, {"trial", t.id}, {"rung", t.rung},
-                {"reason", "--max-trial-device-hours would be exceeded by the next rung"}});
+        // A budget stop like the others: the sweep ends with 76, and a raised
+        // cap runs the segment (journal "resumed" to promote_to).
+        char why[256];
+        std::snprintf(why, sizeof why,
+                      "--max-trial-device-hours %g: its next segment (to %d steps, about %.4g "
+                      "device-hours) would exceed it (%.4g spent)",
+                      o_.max_trial_device_hours, sched_->rungs()[d.rung], est_h,
+                      trial_ledger(t).device_hours());
+        append({{"event", "stopped"}, {"trial", t.id}, {"rung", t.rung}, {"budget", true},
+                {"promote_to", d.rung}, {"reason", why}});
+        say("trial %d stopped: %s\n", t.id, why);
         idle = false;
         continue;
       }
@@ -577,6 +816,19 @@ int Controller::run() {
     const std::string why = "--max-trials " + std::to_string(o_.max_trials) + " reached (" +
                             std::to_string(state_.started()) + " of " +
                             std::to_string(state_.trials.size()) + " trials started)";
+    append({{"event", "budget"}, {"reason", why}});
+    say("%s\n", why.c_str());
+  }
+  // Trials a budget stopped (--max-trial-device-hours, or a trainer's own cap)
+  // make the end a budget's: 76, budget_reached, and a raised cap continues.
+  int budget_stopped = 0;
+  for (const auto& t : state_.trials) budget_stopped += t.status == TrialState::kStopped && t.budget_stop;
+  if (!state_.budget_reached && budget_stopped > 0) {
+    const std::string why =
+        std::to_string(budget_stopped) + " trial(s) stopped by " +
+        (o_.max_trial_device_hours > 0 ? "--max-trial-device-hours " + nlohmann::json(o_.max_trial_device_hours).dump()
+                                       : std::string("a budget")) +
+        ": raise it to continue them";
     append({{"event", "budget"}, {"reason", why}});
     say("%s\n", why.c_str());
   }
@@ -624,21 +876,40 @@ std::vector<std::string> trial_command(const SweepState& s, const Trial& t, int 
   return a;
 }
 
-int check_base(const std::string& base_ini, const std::vector<std::string>& known) {
+int check_base(const std::string& base_ini, const std::vector<std::string>& known,
+               bool refuse_relative) {
   std::ifstream in(base_ini);
   if (!in) fail("--base ", base_ini, " cannot be read");
   std::string line;
   int steps = 0;
   bool val = false;
   int n = 0;
+  std::map<std::string, int> seen;  // key -> line
   while (std::getline(in, line)) {
     n++;
     if (n == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 BOM
     const std::string raw = line;
     line = trim(line.substr(0, line.find('#')));  // the trainer's INI reader: '#' comments only
+    if (line.empty()) continue;
+    // The trainer's config reader refuses what follows (every trial failed
+    // with exit 2): found here, naming the line.
+    if (line[0] == '[')
+      fail("--base ", base_ini, " line ", n, ": '", line, "': sections are not read by `ratchet "
+           "train` (its keys would become '", line.substr(1, line.find(']') - 1), ".KEY'); remove it");
     const auto eq = line.find('=');
-    if (line.empty() || line[0] == '[' || line[0] == ';' || eq == std::string::npos) continue;
+    if (eq == std::string::npos)
+      fail("--base ", base_ini, " line ", n, ": '", line, "' is not 'key = value' (comments start "
+           "with '#')");
     const std::string k = trim(line.substr(0, eq)), v = trim(line.substr(eq + 1));
+    if (const auto [it, fresh] = seen.emplace(k, n); !fresh)
+      fail("--base ", base_ini, " line ", n, ": '", k, "' is set a second time (first on line ",
+           it->second, "): `ratchet train` refuses a key given twice; keep one");
+    if (refuse_relative && !v.empty() && v[0] != '/')
+      for (const char* p : {"train-data", "val-data", "init-from", "export", "export-hf"})
+        if (k == p)
+          fail("--base ", base_ini, " line ", n, ": ", k, " '", v, "' is a relative path: the "
+               "trainers would resolve it from wherever `sweep run` is started; give an absolute "
+               "path");
     // Found here, not as the same exit 2 in every trial's log:
     if (!known.empty() && std::find(known.begin(), known.end(), k) == known.end())
       fail("--base ", base_ini, " line ", n, ": '", k, "' is not a `ratchet train` option (see "

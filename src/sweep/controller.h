@@ -28,6 +28,10 @@ struct RunOptions {
   int max_trials = 0;
   double max_trial_device_hours = 0;
   int max_requeues = 3;     // per segment, then the trial is failed
+  // This many trials in a row failing with the same exit code and message
+  // (no result between) stop the controller as a fault they share, without
+  // failing them (0: never; a full disk or missing data always stops it).
+  int shared_fault_trials = 3;
   std::vector<std::string> trainer;  // the trainer command (default: this ratchet + "train")
   double poll_seconds = 0;  // 0: the executor's
   bool quiet = false;
@@ -35,7 +39,9 @@ struct RunOptions {
 
 // Runs the sweep in DIR to its end (or its budget). Returns the exit code:
 // 0 done, 76 ended by a budget, 75 stopped by a signal (USR1, TERM, INT:
-// rerun to continue; slurm/sweep.sbatch requeues), 1 every trial failed.
+// rerun to continue; slurm/sweep.sbatch requeues), 1 every trial failed, or
+// stopped on a fault every trial shares (a full disk, missing data, the same
+// failure again and again: its trials are not failed; rerun once it is fixed).
 // Error on bad input.
 int run_sweep(const std::string& dir, const RunOptions& o);
 
@@ -44,8 +50,12 @@ int run_sweep(const std::string& dir, const RunOptions& o);
 std::vector<std::string> trial_command(const SweepState& s, const Trial& t, int steps, int max_steps);
 
 // Reads a base INI's "steps" (0 if absent) and checks it has val-data, no
-// option the sweep sets itself, and (when `known` is given) only `ratchet
-// train` options. Error naming the file, line and key.
-int check_base(const std::string& base_ini, const std::vector<std::string>& known = {});
+// option the sweep sets itself, (when `known` is given) only `ratchet train`
+// options, each once, every line "key = value" as the trainer's config reader
+// wants, and (with `refuse_relative`) no relative input or output path (the
+// trainers resolve those from wherever `sweep run` is started). Error naming
+// the file, line and key.
+int check_base(const std::string& base_ini, const std::vector<std::string>& known = {},
+               bool refuse_relative = false);
 
 }  // namespace ratchet::sweep

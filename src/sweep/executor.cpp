@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -67,15 +68,33 @@ std::string read_word(const std::string& path) {
 
 bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
+// The process's start time (field 22 of /proc/PID/stat, clock ticks since
+// boot), 0 if unknown: a pid with another start time is another process that
+// reuses the number.
+unsigned long long pid_start_time(pid_t pid) {
+  std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
+  std::string s;
+  std::getline(st, s);
+  const auto rp = s.rfind(')');
+  if (rp == std::string::npos) return 0;
+  std::stringstream rest(s.substr(rp + 2));
+  std::string w;
+  for (int field = 3; rest >> w; field++)
+    if (field == 22) return std::strtoull(w.c_str(), nullptr, 10);
+  return 0;
+}
+
 // Alive and not a zombie (a killed controller's children are reaped by init,
-// but our own are zombies until waitpid).
-bool pid_alive(pid_t pid) {
+// but our own are zombies until waitpid), and, when `start` is known, the
+// very process that was started (not a later one with the same pid).
+bool pid_alive(pid_t pid, unsigned long long start = 0) {
   if (pid <= 0 || ::kill(pid, 0) != 0) return false;
   std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
   std::string s;
   std::getline(st, s);
   const auto rp = s.rfind(')');
-  return !(rp != std::string::npos && rp + 2 < s.size() && s[rp + 2] == 'Z');
+  if (rp != std::string::npos && rp + 2 < s.size() && s[rp + 2] == 'Z') return false;
+  return start == 0 || pid_start_time(pid) == start;
 }
 
 // What a segment's markers say once its process or job is gone.
@@ -85,20 +104,47 @@ SegmentStatus ended(const Segment& s) {
   return {SegmentStatus::kExited, std::atoi(code.c_str())};
 }
 
-// The wrapper: records its pid, runs the trainer with output appended to the
-// trial's log, then publishes the exit code by rename. It ignores USR1 so that
-// a stop sent to the process group reaches the trainer only.
-std::string wrapper_script(const Segment& s, const std::vector<std::string>& prefix) {
-  std::string cmd;
-  for (const auto& a : prefix) cmd += shell_quote(a) + " ";
-  for (const auto& a : s.argv) cmd += shell_quote(a) + " ";
-  const std::string b = shell_quote(s.base());
-  return "trap '' USR1; echo $$ > " + b + ".pid.tmp && mv " + b + ".pid.tmp " + b + ".pid; " +
-         cmd + ">> " + shell_quote(s.trial_dir + "/train.log") + " 2>&1; echo $? > " + b +
-         ".exit.tmp && mv " + b + ".exit.tmp " + b + ".exit";
+// Writes `text` to path by rename from a temporary file of our own (the
+// trainer may publish the same exit code at the same moment).
+void publish(const std::string& path, const std::string& text, const char* tmp_suffix) {
+  const std::string tmp = path + tmp_suffix;
+  std::ofstream out(tmp, std::ios::trunc);
+  out << text << "\n";
+  out.close();
+  if (out) std::rename(tmp.c_str(), path.c_str());
+  else std::remove(tmp.c_str());
 }
 
-// Local processes (and srun steps, which are local processes too).
+}  // namespace
+
+bool run_dir_locked(const std::string& run_dir, std::string* holder) {
+  const std::string path = run_dir + "/ratchet.lock";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  // A shared lock, dropped at once: refused while a trainer holds its
+  // exclusive one. (Only probed while no trainer of ours is starting there.)
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  if (!held) ::flock(fd, LOCK_UN);
+  ::close(fd);
+  if (held && holder) {
+    std::ifstream in(path);
+    std::string line, text;
+    while (std::getline(in, line))
+      if (line.rfind("host", 0) == 0 || line.rfind("pid", 0) == 0) text += (text.empty() ? "" : ", ") + line;
+    *holder = text;
+  }
+  return held;
+}
+
+namespace {
+
+// Local processes (and srun steps, which are local processes too). The
+// trainer (or srun) is this controller's own child, started by fork and exec
+// with no shell between them: the pid the controller prints, records and
+// signals is the trainer's, and a `kill` of it reaches the trainer. The
+// controller writes the exit code it reaps; the trainer also publishes its
+// own (RATCHET_SWEEP_EXIT_FILE), so that a segment ending while the
+// controller is away is not taken for a killed one.
 class ProcessExecutor : public Executor {
  public:
   explicit ProcessExecutor(bool srun) : srun_(srun) {}
@@ -119,48 +165,116 @@ class ProcessExecutor : public Executor {
     }
     { std::ofstream(marker) << "\n"; }
     const std::string pid_tmp = pid_file + ".child";
-    std::vector<std::string> prefix;
+    std::vector<std::string> argv;
     if (srun_)
-      prefix = {"srun", "--exclusive", "--nodes=1", "--ntasks=1",
-                "--cpus-per-task=" + std::to_string(s.threads), "--job-name=" + s.job_name,
-                "--kill-on-bad-exit=1"};
-    const std::string script = wrapper_script(s, prefix);
+      argv = {"srun", "--exclusive", "--nodes=1", "--ntasks=1",
+              "--cpus-per-task=" + std::to_string(s.threads), "--job-name=" + s.job_name,
+              "--kill-on-bad-exit=1"};
+    argv.insert(argv.end(), s.argv.begin(), s.argv.end());
+    if (argv.empty()) throw std::runtime_error("no trainer command for segment " + s.name);
+    // Everything the child needs, prepared before fork (no allocation after it).
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    std::vector<std::string> env_kv;
+    for (const auto& [k, v] : s.env) env_kv.push_back(k + "=" + v);
+    env_kv.push_back("OMP_NUM_THREADS=" + std::to_string(s.threads));
+    env_kv.push_back("RATCHET_SWEEP_EXIT_FILE=" + s.base() + ".exit");
+    const std::string log = s.trial_dir + "/train.log";
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
     if (pid == 0) {
-      // The pid file before anything else (plain system calls, no allocation): a
-      // controller killed right after fork() must find it when it restarts.
-      char buf[32];
-      const int n = std::snprintf(buf, sizeof buf, "%d\n", (int)::getpid());
+      // The pid file before anything else (plain system calls): a controller
+      // killed right after fork() must find it when it restarts. Our pid is
+      // the trainer's: exec keeps it. With it, the start time, so that a
+      // later process given the same pid is not taken for the trainer.
+      char buf[64];
+      unsigned long long start = 0;
+      {
+        char path[64], stat_buf[1024];
+        std::snprintf(path, sizeof path, "/proc/%d/stat", (int)::getpid());
+        const int sfd = ::open(path, O_RDONLY);
+        const ssize_t n = sfd >= 0 ? ::read(sfd, stat_buf, sizeof stat_buf - 1) : -1;
+        if (sfd >= 0) ::close(sfd);
+        if (n > 0) {
+          stat_buf[n] = 0;
+          const char* p = std::strrchr(stat_buf, ')');
+          for (int field = 2; p && *p && field < 22; p++)
+            if (*p == ' ') field++;
+          if (p) start = std::strtoull(p, nullptr, 10);
+        }
+      }
+      const int n = std::snprintf(buf, sizeof buf, "%d %llu\n", (int)::getpid(), start);
       const int fd = ::open(pid_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (fd >= 0 && ::write(fd, buf, n) == n && ::close(fd) == 0) ::rename(pid_tmp.c_str(), pid_file.c_str());
-      ::setsid();  // its own process group: stop() signals the group; it outlives us
-      for (const auto& [k, v] : s.env) ::setenv(k.c_str(), v.c_str(), 1);
-      ::setenv("OMP_NUM_THREADS", std::to_string(s.threads).c_str(), 1);
-      ::execl("/bin/sh", "sh", "-c", script.c_str(), (char*)nullptr);
+      ::setsid();  // its own session: a Ctrl-C of the controller does not reach it; it outlives us
+      const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (out < 0) std::_Exit(126);
+      ::dup2(out, 1);
+      ::dup2(out, 2);
+      if (out > 2) ::close(out);
+      const int null = ::open("/dev/null", O_RDONLY);
+      if (null >= 0) {
+        ::dup2(null, 0);
+        if (null > 0) ::close(null);
+      }
+      for (auto& kv : env_kv) ::putenv(kv.data());
+      // The controller's stop handlers are reset by exec; nothing is ignored or blocked.
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::execvp(cargv[0], cargv.data());
+      const char msg[] = "ratchet sweep: cannot start the trainer (exec failed)\n";
+      (void)!::write(2, msg, sizeof msg - 1);
       std::_Exit(127);
     }
+    children_[pid] = s.base();
     fault_point("sweep-forked");  // tests: the controller dies before it journals the launch
     return std::to_string(pid);
   }
 
   SegmentStatus poll(const Segment& s, const std::string& handle) override {
-    const pid_t pid = (pid_t)std::atol(handle.c_str());
-    int st = 0;
-    while (::waitpid(-1, &st, WNOHANG) > 0) {
-    }  // reap our own children (adopted ones belong to init)
+    reap();
     if (exists(s.base() + ".exit")) return ended(s);
-    if (pid_alive(pid)) return {SegmentStatus::kRunning, -1};
+    const pid_t pid = (pid_t)std::atol(handle.c_str());
+    // The start time from the pid file, when it is this handle's (older
+    // wrappers wrote the pid alone).
+    unsigned long long start = 0;
+    {
+      std::ifstream in(s.base() + ".pid");
+      long p = 0;
+      if (in >> p && p == pid) in >> start;
+    }
+    if (pid_alive(pid, start)) return {SegmentStatus::kRunning, -1};
+    reap();
     return ended(s);  // it may have written the code just now
   }
 
   void stop(const Segment&, const std::string& handle) override {
+    // The trainer alone (its stop signal); srun forwards USR1 to its task.
     const pid_t pid = (pid_t)std::atol(handle.c_str());
-    if (pid > 0) ::kill(-pid, SIGUSR1);
+    if (pid > 0) ::kill(pid, SIGUSR1);
   }
 
  private:
+  // Reaps our own children and writes the exit code of each that exited
+  // (one killed by a signal left none: it is lost, and resumes).
+  void reap() {
+    for (auto it = children_.begin(); it != children_.end();) {
+      int st = 0;
+      const pid_t r = ::waitpid(it->first, &st, WNOHANG);
+      if (r == 0) {
+        ++it;
+        continue;
+      }
+      if (r == it->first && WIFEXITED(st) && !exists(it->second + ".exit"))
+        publish(it->second + ".exit", std::to_string(WEXITSTATUS(st)), ".ctl.tmp");
+      it = children_.erase(it);
+    }
+  }
+
   bool srun_;
+  std::map<pid_t, std::string> children_;  // our children -> their segment's marker base
 };
 
 // Runs a command, returns its stdout; exit code in *rc.

@@ -5,11 +5,14 @@
 // Every executor leaves the same marker files next to the trial's run
 // directory, so that a restarted controller can tell a segment that never
 // started from one that is still running or has ended while it was away:
-//   TRIAL/seg-NAME.pid   the wrapper shell's pid (local, srun)
+//   TRIAL/seg-NAME.pid   "PID START": the trainer's (or srun's) pid and start time
+//                        (local, srun: the controller's own child, no shell between)
 //   TRIAL/seg-NAME.job   the Slurm job id (sbatch; J_I for task I of array job J)
 //   TRIAL/seg-NAME.array "LIST INDEX JOBNAME": the segment is task INDEX of the
 //                        array job submitted for LIST (written before sbatch)
-//   TRIAL/seg-NAME.exit  the trainer's exit code, written (renamed) when it ends
+//   TRIAL/seg-NAME.exit  the trainer's exit code, written (renamed) when it ends: by
+//                        the controller that reaps it, by the trainer itself
+//                        (RATCHET_SWEEP_EXIT_FILE) or by the batch script
 // The trainer's output is appended to TRIAL/train.log.
 #pragma once
 #include <map>
@@ -78,6 +81,10 @@ class MissingJobs {
   double grace_;
   std::map<std::string, double> since_;
 };
+
+// True when a live process holds RUN_DIR/ratchet.lock (a trainer writing
+// there); `holder` gets the lock file's host and pid lines.
+bool run_dir_locked(const std::string& run_dir, std::string* holder = nullptr);
 
 // Shell-quotes one word ('...') unless it needs none.
 std::string shell_quote(const std::string& s);

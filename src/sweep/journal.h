@@ -11,6 +11,7 @@
 //   result    a segment ended with the rung's val loss and the trial's spend
 //   promoted / paused / requeued / failed / stopped   decisions and outcomes
 //   resumed   a budget-stopped trial continues (a later run with a raised budget)
+//   carried   a trial directory disappeared: the spend it had is kept on the trial
 //   done      the sweep ended (reason, best trial)
 #pragma once
 #include <nlohmann/json.hpp>

@@ -33,7 +33,7 @@ namespace {
 
 const char* const kKnownEvents[] = {"init",   "created",  "run",     "launched", "requeued",
                                     "result", "failed",   "stopped", "resumed",  "budget",
-                                    "done",   "promoted", "paused"};
+                                    "done",   "promoted", "paused",   "carried"};
 
 // One journal record applied to the state.
 void apply(SweepState& s, const std::string& dir, const nlohmann::json& e) {
@@ -78,9 +78,15 @@ void apply(SweepState& s, const std::string& dir, const nlohmann::json& e) {
     t.attempt = e.at("attempt").get<int>();
     // A stop after progress (a further step than the last stop: preempted or
     // time-limited, but moving) starts the count again; journals before the
-    // field counted every stop.
-    t.requeues = e.value("progress", false) ? 0 : t.requeues + 1;
+    // field counted every stop. A segment that met a live trainer's run lock
+    // (lock_busy), or a failure the controller put down to a fault every
+    // trial shares (shared_fault: a full disk, missing data), is not the
+    // trial's doing: not counted, and a failed trial runs again.
+    if (!e.value("lock_busy", false) && !e.value("shared_fault", false))
+      t.requeues = e.value("progress", false) ? 0 : t.requeues + 1;
     t.stop_step = e.value("max_step", t.stop_step);
+    t.status = TrialState::kRunning;
+    t.note.clear();
     t.relaunch = true;
   } else if (ev == "result") {
     Trial& t = trial(e);
@@ -88,6 +94,7 @@ void apply(SweepState& s, const std::string& dir, const nlohmann::json& e) {
     if ((int)t.loss.size() <= k) t.loss.resize(k + 1, NAN);
     t.loss[k] = e.at("val_loss").get<double>();
     t.rung = k;
+    t.relaunch = false;  // a segment's result taken without relaunching it (it finished unwatched)
     t.requeues = 0;
     t.stop_step = -1;
     t.attempt = 0;
@@ -105,6 +112,7 @@ void apply(SweepState& s, const std::string& dir, const nlohmann::json& e) {
     // Journals before the "budget" field said so in the reason only.
     t.budget_stop = ev == "stopped" && (e.value("budget", false) || t.note == "sweep budget reached" ||
                                         t.note == "trial budget reached (exit 76)");
+    t.promote_to = e.value("promote_to", -1);
     if (e.contains("device_hours")) t.device_hours = e.at("device_hours").get<double>();
     if (e.contains("cost")) t.cost = e.at("cost").get<double>();
   } else if (ev == "resumed") {
@@ -116,7 +124,12 @@ void apply(SweepState& s, const std::string& dir, const nlohmann::json& e) {
     t.requeues = 0;
     t.relaunch = true;
     t.budget_stop = false;
+    t.promote_to = -1;
     t.note.clear();
+  } else if (ev == "carried") {
+    Trial& t = trial(e);
+    t.carried_device_hours += e.value("device_hours", 0.0);
+    t.carried_cost += e.value("cost", 0.0);
   } else if (ev == "budget") {
     s.budget_reached = true;
     s.budget_reason = e.value("reason", "");

@@ -25,6 +25,10 @@ struct Trial {
   double steps = 0;            // steps trained as of the last result
   std::string note;            // why it failed or stopped
   bool budget_stop = false;    // stopped by a budget with a checkpoint: a raised budget resumes it
+  int promote_to = -1;         // budget-stopped before a promotion: the rung it was to run
+  // Spend of trial directories that disappeared (journal record "carried"):
+  // added to whatever the directory's new ledger says.
+  double carried_device_hours = 0, carried_cost = 0;
   std::string dir;             // DIR/trials/tNNNN
   std::string segment_name() const { return "r" + std::to_string(rung) + "-a" + std::to_string(attempt); }
 };

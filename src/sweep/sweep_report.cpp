@@ -61,22 +61,27 @@ int max_steps(const SweepState& s) {
 
 Spend sweep_spend(const SweepState& s) {
   Spend sp;
-  double secs = 0, steps = 0;
-  int unmeasured = 0;
   const double R = max_steps(s);
+  const CostModel m = fit_cost_model(s);
   for (const auto& t : s.trials) {
     const Ledger l = trial_ledger(t);
     sp.device_hours += l.device_hours();
     sp.cost += l.cost;
-    if (l.max_step > 0) {
-      secs += l.device_seconds;
-      steps += l.max_step;
-      sp.all_to_R_device_hours += l.device_seconds / l.max_step * R / 3600;
-    } else {
-      unmeasured++;
+    if (m.trials == 0) continue;
+    // Each trial at its own speed (configurations differ: model size, batch):
+    // the model's cost for R steps in one segment, times how far the trial's
+    // own spend was from the model's for what it ran.
+    const auto own = Ledger::read_json(t.dir + "/ledger.json");
+    double ratio = 1;
+    if (own && own->max_step > 0) {
+      const double modelled = m.fixed_s * (own->resumes + 1) + m.step_s * (own->max_step + own->steps_lost);
+      if (modelled > 0) ratio = own->device_seconds / modelled;
     }
+    sp.all_to_R_device_hours += ratio * m.segment_hours(R);
   }
-  if (steps > 0) sp.all_to_R_device_hours += unmeasured * secs / steps * R / 3600;
+  if (m.trials > 0)
+    sp.method = "every trial straight to " + std::to_string((long)R) + " steps in one segment at " +
+                m.describe() + ", each trial scaled by its own measured speed";
   return sp;
 }
 
@@ -132,6 +137,14 @@ nlohmann::json summary_json(const SweepState& s) {
   j["cost"] = sp.cost;
   j["all_to_max_steps_device_hours_estimate"] = sp.all_to_R_device_hours;
   j["saved_device_hours_estimate"] = sp.all_to_R_device_hours - sp.device_hours;
+  j["saved_estimate_method"] = sp.method;
+  // Against every trial to R only when the sweep ran its course: a sweep cut
+  // short by a budget (or still running) saved nothing it can claim.
+  int open = 0;
+  for (const auto& t : s.trials)
+    open += t.status == TrialState::kPending || t.status == TrialState::kRunning ||
+            t.status == TrialState::kStopped || t.relaunch;
+  j["saved_comparable"] = s.done && !s.budget_reached && open == 0;
   j["done"] = s.done;
   j["end_reason"] = s.done_reason;
   j["budget_reached"] = s.budget_reached;
@@ -176,10 +189,15 @@ std::string summary_markdown(const SweepState& s, const nlohmann::json& j) {
   o << "- trials: " << s.trials.size() << "; spend " << fmt("%.6f", j["device_hours"].get<double>())
     << " device-hours, cost " << fmt("%.4f", j["cost"].get<double>()) << "\n";
   const double all = j["all_to_max_steps_device_hours_estimate"].get<double>();
-  if (all > 0)
+  if (all > 0 && j["saved_comparable"].get<bool>())
     o << "- every trial to the last rung would have cost about " << fmt("%.6f", all)
-      << " device-hours (from the measured step times): saved " << fmt("%.6f", all - j["device_hours"].get<double>())
-      << " (" << fmt("%.0f", 100 * (1 - j["device_hours"].get<double>() / all)) << "%)\n";
+      << " device-hours: saved " << fmt("%.6f", all - j["device_hours"].get<double>())
+      << " (" << fmt("%.0f", 100 * (1 - j["device_hours"].get<double>() / all)) << "%). Estimated as "
+      << j["saved_estimate_method"].get<std::string>() << "\n";
+  else if (all > 0)
+    o << "- no saving is claimed: the sweep " << (s.budget_reached ? "was stopped by a budget (" + s.budget_reason + ")"
+                                                                    : std::string("has not ended"))
+      << ", so it is not comparable with every trial run to the last rung\n";
   if (!j["best_trial"].is_null()) {
     o << "- best: trial " << j["best_trial"]["id"] << ", val loss "
       << fmt("%.4f", j["best_val_loss"].get<double>()) << " at " << j["best_trial"]["steps"]

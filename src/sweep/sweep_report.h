@@ -12,10 +12,15 @@ namespace ratchet::sweep {
 // Spend read live from each trial's ledger.json (running trials included).
 struct Spend {
   double device_hours = 0, cost = 0;
-  // Estimate of running every created trial straight to R, from the measured
-  // device-seconds per step (each trial's own, or the sweep's mean for trials
-  // that never ran); 0 when nothing was measured.
+  // Estimate of running every created trial straight to R in one segment,
+  // from the cost model fitted to the trials' ledgers (budget.h:
+  // fit_cost_model: a fixed cost per segment + a steady-state cost per step),
+  // each trial at its own measured speed; trials that never ran at the
+  // model's; 0 when nothing was measured. (Scaling each trial's whole spend
+  // by R / steps counted the fixed costs of every short segment R / steps
+  // times: about twice the real grid's cost.)
   double all_to_R_device_hours = 0;
+  std::string method;  // how it was estimated, for the report
 };
 Spend sweep_spend(const SweepState& s);
 

@@ -53,7 +53,8 @@ std::string invocations(const std::string& dir, int trial) {
 // A sweep directory over the fake trainer: base steps 9 (R), space kSpace9.
 void init_fake(const TempDir& d, const std::string& dir, const std::string& space = kSpace9,
                const std::string& extra = "--grid --grid-in-order") {
-  write_file(d / "base.ini", "val-data = unused\nsteps = 9\n");
+  write_file(d / "val.h5", "");  // the controller checks that the base's inputs exist
+  write_file(d / "base.ini", "val-data = " + (d / "val.h5") + "\nsteps = 9\n");
   write_file(d / "space.ini", space);
   auto r = run_ratchet("sweep init " + dir + " --space " + (d / "space.ini") + " --base " +
                        (d / "base.ini") + " " + extra);
@@ -257,7 +258,7 @@ TEST(SweepCli, SecondControllerIsRefused) {
 
 TEST(SweepCli, BadInputIsNamed) {
   TempDir d;
-  write_file(d / "base.ini", "val-data = x\nsteps = 9\n");
+  write_file(d / "base.ini", "val-data = /x\nsteps = 9\n");
   auto init = [&](const std::string& space, const std::string& extra = "--grid") {
     write_file(d / "s.ini", space);
     fs::remove_all(d / "x");
@@ -326,7 +327,7 @@ TEST(SweepCli, BadInputIsNamed) {
 // wrong or smaller sweep before.
 TEST(SweepCli, HostileInitInputIsRefusedOrHandled) {
   TempDir d;
-  write_file(d / "base.ini", "val-data = x\nsteps = 9\n");
+  write_file(d / "base.ini", "val-data = /x\nsteps = 9\n");
   write_file(d / "s.ini", "lr = choice(1e-3, 1e-2)\n");
   const std::string init = "sweep init " + (d / "x") + " --space " + (d / "s.ini") + " --base ";
   // 10^8 trials were sampled into memory (then 10^8 fsynced lines); refused at once.
@@ -341,25 +342,25 @@ TEST(SweepCli, HostileInitInputIsRefusedOrHandled) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--base " + (d / "adir") + " is a directory"), std::string::npos) << r.output;
   // Keys the trainer would refuse made every trial fail with exit 2.
-  write_file(d / "b2.ini", "val-data = x\nlearning-rate = 0.1\n");
+  write_file(d / "b2.ini", "val-data = /x\nlearning-rate = 0.1\n");
   r = run_ratchet(init + (d / "b2.ini") + " --grid");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("line 2: 'learning-rate' is not a `ratchet train` option"), std::string::npos) << r.output;
-  write_file(d / "b3.ini", "val-data = x\nweight-decay = 0.1 ; note\n");
+  write_file(d / "b3.ini", "val-data = /x\nweight-decay = 0.1 ; note\n");
   r = run_ratchet(init + (d / "b3.ini") + " --grid");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("line 2: '0.1 ; note': ';' does not start a comment"), std::string::npos) << r.output;
   // steps = 1e3 read as R = 1.
-  write_file(d / "b1.ini", "val-data = x\nsteps = 1e3\n");
+  write_file(d / "b1.ini", "val-data = /x\nsteps = 1e3\n");
   r = run_ratchet(init + (d / "b1.ini") + " --grid");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("line 2: steps '1e3' is not a positive integer"), std::string::npos) << r.output;
   // A UTF-8 BOM before val-data: accepted, and the sweep's copy has none (the
   // trainer reads DIR/base.ini).
-  write_file(d / "bom.ini", "\xEF\xBB\xBFval-data = x\nsteps = 9\n");
+  write_file(d / "bom.ini", "\xEF\xBB\xBFval-data = /x\nsteps = 9\n");
   r = run_ratchet(init + (d / "bom.ini") + " --grid");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(read_file(d / "x/base.ini"), "val-data = x\nsteps = 9\n");
+  EXPECT_EQ(read_file(d / "x/base.ini"), "val-data = /x\nsteps = 9\n");
   // A directory holding the user's own, different base.ini: not overwritten.
   fs::create_directories(d / "mine");
   write_file(d / "mine/base.ini", "my notes\n");
@@ -369,7 +370,7 @@ TEST(SweepCli, HostileInitInputIsRefusedOrHandled) {
   EXPECT_NE(r.output.find("mine/base.ini exists and differs from --base"), std::string::npos) << r.output;
   EXPECT_EQ(read_file(d / "mine/base.ini"), "my notes\n");
   // ... but its own base.ini given as --base is fine (copied onto itself).
-  write_file(d / "mine/base.ini", "val-data = x\nsteps = 9\n");
+  write_file(d / "mine/base.ini", "val-data = /x\nsteps = 9\n");
   r = run_ratchet("sweep init " + (d / "mine") + " --space " + (d / "s.ini") + " --base " +
                   (d / "mine/base.ini") + " --grid");
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -532,7 +533,8 @@ TEST(SweepCli, ReportPlotsWithQuotesInPathsAndValues) {
   TempDir d;
   const std::string dir = d / "it's";
   const std::string q = "'" + d.path + "/it'\\''s'";  // the directory, quoted for the shell
-  write_file(d / "base.ini", "val-data = unused\nsteps = 9\n");
+  write_file(d / "val.h5", "");
+  write_file(d / "base.ini", "val-data = " + (d / "val.h5") + "\nsteps = 9\n");
   write_file(d / "space.ini", "lr = choice(1e-3, 3e-3)\nmodel = choice(it's, d4)\n");
   auto r = run_ratchet("sweep init " + q + " --space " + (d / "space.ini") + " --base " + (d / "base.ini") +
                        " --grid");

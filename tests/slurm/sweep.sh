@@ -28,7 +28,8 @@ extra_cleanup() {
 }
 trap on_exit EXIT
 
-printf 'val-data = unused\nsteps = 9\n' >base.ini
+: >val.h5  # sweep run checks that the base's inputs exist (absolute paths: init refuses relative ones)
+printf 'val-data = %s/val.h5\nsteps = 9\n' "$PWD" >base.ini
 printf 'lr = choice(1e-3, 3e-3, 1e-2)\n' >space.ini
 results() { grep '"event":"result"' "$1/journal.jsonl" | sed 's/.*"rung":\([0-9]*\).*"trial":\([0-9]*\).*"val_loss":\([0-9.]*\).*/\2:\1:\3/' | sort; }
 
