@@ -44,6 +44,7 @@
 #include "train/jsonl_log.h"
 #include "train/option_checks.h"
 #include "train/profile_report.h"
+#include "train/reproducibility.h"
 #include "train/run_ledger.h"
 #include "train/sampler.h"
 #include "train/stop_policy.h"
@@ -244,7 +245,7 @@ std::map<std::string, std::string> Trainer::identity() const {
 
 // What may change across a resume (logged when it does).
 std::map<std::string, std::string> Trainer::settings() const {
-  return {{"lr", num(o_.lr)},
+  std::map<std::string, std::string> s = {{"lr", num(o_.lr)},
           {"warmup_steps", std::to_string(o_.warmup_steps)},
           {"lr_schedule", o_.lr_schedule},
           {"final_lr_fraction", num(o_.final_lr_fraction)},
@@ -254,6 +255,9 @@ std::map<std::string, std::string> Trainer::settings() const {
           {"batch_size", std::to_string(B_)},
           {"eval_every", std::to_string(o_.eval_every)},
           {"val_data", o_.val_data}};
+  // Whether the run is bitwise reproducible (train/reproducibility.h).
+  for (auto& kv : reproducibility_settings(be_->attention_impl(), o_.deterministic)) s.insert(kv);
+  return s;
 }
 
 // --batch-size auto: the largest micro-batch B (a divisor of the global batch
@@ -335,7 +339,10 @@ void Trainer::setup() {
     bo.threads = threads_;
     bo.storage = o_.storage;
     bo.tf32 = o_.tf32;
-    bo.attention = parse_attention(o_.attention);
+    bo.attention_auto = o_.attention == "auto";
+    if (!bo.attention_auto) bo.attention = parse_attention(o_.attention);
+    bo.heads = AttentionHeads{cfg_.num_heads, cfg_.kv_heads(), cfg_.channels / cfg_.num_heads};
+    bo.deterministic = o_.deterministic;
     // One GPU per rank: the local rank's device is made current before the
     // backend allocates on it (dist/communicator.h).
     if (comm_.world() > 1 && (o_.device == "cuda" || o_.device == "auto"))
@@ -399,6 +406,15 @@ void Trainer::setup() {
   fault_point("setup-model");
   test_failure_point(comm_.rank(), "setup-model");
   model_ = std::make_unique<GPT>(cfg_, *be_);
+  // Which library paths the ops take (cuDNN engines and workspaces, BGRADB), once.
+  {
+    const std::string report = be_->setup_report(op_shapes(cfg_, B_, T_));
+    for (size_t at = 0; at < report.size();) {
+      const size_t nl = std::min(report.find('\n', at), report.size());
+      RLOG("%s\n", report.substr(at, nl - at).c_str());
+      at = nl + 1;
+    }
+  }
   // Random weights only once train() knows that no checkpoint replaces them
   // (6.5 ms of a short resumed segment's start-up at 0.23M parameters).
   if (!init.empty()) model_->set_params(init.data());
