@@ -156,7 +156,7 @@ TEST_F(TrainCli, AttentionAutoAndDeterministicFlags) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const size_t at = r.output.find("attention: flash (auto: the cpu backend has one attention");
   EXPECT_NE(at, std::string::npos) << r.output;
-  EXPECT_LT(at, r.output.find("step ")) << "said before the first step:\n" << r.output;
+  EXPECT_LT(at, r.output.find("model: ")) << "among the run's first lines:\n" << r.output;
   r = run_ratchet("train " + small_model() + " " + data_flags() +
                   " --device cpu --steps 1 --quiet --attention flash --deterministic off");
   ASSERT_EQ(r.exit_code, 0) << r.output;

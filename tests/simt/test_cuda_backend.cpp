@@ -459,9 +459,16 @@ TEST(CudaBackendSimtNvtx, GemmRangeNamesEpilogueAndShape) {
   EXPECT_EQ(be.range_depth(), 2);
   be.range_pop();
   be.range_pop();
+  // FP32 storage: GELU forward is the plain GEMM then the kernel (no epilogue).
   be.matmul_forward(dinp, pre, dout, w, nullptr, N, OC, C);
-  EXPECT_STREQ(be.matmul().last_range(), "matmul GELU_AUX_BIAS m=8 n=16 k=8");
+  EXPECT_STREQ(be.matmul().last_range(), "matmul DEFAULT m=8 n=16 k=8");
   for (void* p : {dout, w, pre, dinp, dw}) be.release(p);
+  cuda::CudaBackend<kernels::bf16> bf;  // BF16 keeps the GELU_AUX epilogue
+  void *x = bf.alloc(N * OC * 2), *wb = bf.alloc(OC * C * 2), *pb = bf.alloc(N * C * 2),
+       *ob = bf.alloc(N * C * 2);
+  bf.matmul_forward(ob, pb, x, wb, nullptr, N, OC, C);
+  EXPECT_STREQ(bf.matmul().last_range(), "matmul GELU_AUX_BIAS m=8 n=16 k=8");
+  for (void* p : {x, wb, pb, ob}) bf.release(p);
 }
 
 // Materialized attention: a sequence length whose attention matrices cuBLASLt
