@@ -118,7 +118,9 @@ AttentionChoice auto_attention(const Device& d, const GPTConfig& cfg) {
   AttentionDevice dev;
   if (d.storage_bytes == 2) {
     dev.kind = AttentionDevice::kCuda;
-    dev.name = d.description;
+    dev.name = d.description;  // "NVIDIA H100 SXM 80GB, BF16": the note says BF16 itself
+    const size_t comma = dev.name.find(", BF16");
+    if (comma != std::string::npos) dev.name.erase(comma);
     dev.cc_major = d.cc_major;
     dev.cc_minor = d.cc_minor;
     dev.cudnn_built = true;
