@@ -370,12 +370,21 @@ void Trainer::setup() {
     // the free memory measured here; the reserve covers what comes later.
     const StepMemory need = memory_for(cfg_, B_);
     const size_t reserve = device_memory_reserve(be_->free_memory_bytes());
-    if (need.arena() > usable_device_bytes())
+    if (need.arena() > usable_device_bytes()) {
+      // The cuDNN plans (engine, workspace) and the other library paths, on one line.
+      std::string paths = be_->setup_report(op_shapes(cfg_, B_, T_));
+      for (char& ch : paths)
+        if (ch == '\n') ch = ';';
       fail("the step needs ", need.arena() / 1e6, " MB of device memory (micro-batch ", B_,
-           ", recompute ", c_.recompute.name(), ") but ", be_->free_memory_bytes() / 1e6,
+           ", recompute ", c_.recompute.name(), "; params+grads ", (need.params + need.grads) / 1e6,
+           " MB, activations ", need.activations / 1e6, " MB, optimizer ",
+           (need.moments + need.master) / 1e6, " MB, op scratch ", need.workspace / 1e6,
+           " MB with attention ", attention_name(be_->attention_impl()),
+           paths.empty() ? "" : "; " + paths, ") but ", be_->free_memory_bytes() / 1e6,
            " MB are free, of which ", reserve / 1e6,
            " MB stay in reserve (CUDA modules, cuBLASLt, NCCL): lower --batch-size (or use "
            "auto), use --recompute blocks, or --zero 1 across ranks");
+    }
     be_->use_arena(need.arena());
     RLOG("device memory: %.1f MB arena (params+grads %.1f, activations %.1f, optimizer %.1f, "
          "workspace %.1f MB), %.1f MB kept in reserve\n",

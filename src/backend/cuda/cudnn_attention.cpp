@@ -476,8 +476,13 @@ const CudnnAttention::Plan& CudnnAttention::plan(bool backward, const SdpaShape&
   // sized after this, from the chosen plan's figure).
   size_t free_b = 0, total_b = 0;
   cudaCheck(cudaMemGetInfo(&free_b, &total_b));
-  std::string sizes;  // every candidate, for the message when none fits
   int skipped_nondet = 0, unfinalized = 0;
+  // When no engine fits the free memory: the one with the smallest workspace,
+  // so that the memory accounting (which sees its size) reports the step as
+  // too large, with the numbers, and --batch-size auto tries a smaller batch.
+  std::unique_ptr<Desc> smallest;
+  int64_t smallest_ws = -1, smallest_engine = -1;
+  bool smallest_nondet = false;
   for (int64_t i = 0; i < got; i++) {
     // The engine behind this configuration: its index and numerical notes.
     Desc eng(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
@@ -508,9 +513,15 @@ const CudnnAttention::Plan& CudnnAttention::plan(bool backward, const SdpaShape&
     int64_t ws = 0;
     cudnnCheck(cudnnBackendGetAttribute(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                         CUDNN_TYPE_INT64, 1, &n, &ws));
-    sizes += (sizes.empty() ? "" : ", ") + std::string("engine ") + std::to_string(index) + ": " +
-             std::to_string(ws) + " bytes";
-    if ((size_t)ws > free_b) continue;  // more than the device has free
+    if ((size_t)ws > free_b) {  // more than the device has free
+      if (smallest_ws < 0 || ws < smallest_ws) {
+        smallest = std::make_unique<Desc>(std::move(p));
+        smallest_ws = ws;
+        smallest_engine = index;
+        smallest_nondet = nondet;
+      }
+      continue;
+    }
     out->plan = std::make_unique<Desc>(std::move(p));
     out->workspace = ws;
     out->engine = index;
@@ -518,10 +529,15 @@ const CudnnAttention::Plan& CudnnAttention::plan(bool backward, const SdpaShape&
     out->what = std::string(pass) + " " + shape_text(s);
     return *(plans_[key] = std::move(out));
   }
-  if (!sizes.empty())
-    fail("--attention cudnn: every cuDNN engine for the ", pass, " pass (", shape_text(s),
-         ") needs more workspace than the ", free_b, " bytes free on the device (",
-         sizes, "); lower --batch-size or --seq-len, or use --attention flash");
+  if (smallest) {
+    out->plan = std::move(smallest);
+    out->workspace = smallest_ws;
+    out->engine = smallest_engine;
+    out->nondeterministic = smallest_nondet;
+    out->what = std::string(pass) + " " + shape_text(s) + " (more than the " +
+                std::to_string(free_b) + " bytes free)";
+    return *(plans_[key] = std::move(out));
+  }
   fail("--attention cudnn: cuDNN has no ", deterministic_ ? "deterministic " : "",
        "fused attention engine for the ", pass, " pass on this GPU for ", shape_text(s), " (",
        got, " candidates: ", skipped_nondet, " nondeterministic, ", unfinalized,

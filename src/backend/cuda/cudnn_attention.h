@@ -31,8 +31,10 @@
 // setup, before step 1) and cached. The engine is the first of cuDNN's
 // heuristic list (mode A) that finalizes, is deterministic when asked, and
 // whose workspace (CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE) fits the free
-// device memory; the accounting then reserves exactly that workspace, so the
-// arena stays exact. No engine fitting is an Error listing every candidate's size.
+// device memory (when none does, the one with the smallest workspace: the
+// memory accounting, which counts it, then refuses the step naming the
+// sizes, and --batch-size auto tries smaller batches); the accounting
+// reserves exactly that workspace, so the arena stays exact.
 #pragma once
 #include <cstddef>
 #include <map>
