@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/attention_choice.h"
 #include "backend/attention_impl.h"
 #include "backend/memory_model.h"
 
@@ -227,6 +228,11 @@ class Backend {
   // ---- device facts (optional) -------------------------------------------------
   // Free memory of the device, for --batch-size auto; 0: host memory (MemAvailable).
   virtual size_t free_memory_bytes() const { return 0; }
+  // Lines for the run's log, once at setup (after the memory accounting, before
+  // step 1): which library paths the ops take for these shapes (the cuda
+  // backend: cuDNN's attention engines and workspaces, BGRADB or the bias_grad
+  // kernel, the GELU path). "" when there is nothing to say.
+  virtual std::string setup_report(const OpShapes& /*s*/) { return ""; }
   // Extra bytes per parameter the backend allocates by itself (e.g. 4 for the
   // cuda backend's FP32 master weights with BF16 storage), for memory plans.
   size_t extra_bytes_per_param() const { return memory_model().extra_bytes_per_param; }
@@ -249,14 +255,21 @@ struct BackendOptions {
   std::string storage = "bf16";  // cuda/simt: bf16 | f32
   bool tf32 = false;             // cuda, f32 storage: TF32 tensor-core GEMMs
   AttentionImpl attention = AttentionImpl::flash;  // cuda/simt: --attention
+  bool attention_auto = false;  // --attention auto: make_backend chooses (attention_choice.h)
+  AttentionHeads heads;         // the model's, for that choice (HS 0: not checked)
+  bool deterministic = true;    // --deterministic (cudnn's backward)
 };
 using BackendMaker = std::unique_ptr<Backend> (*)(const BackendOptions&);
 // available(why): whether the device can run now; on false *why says why.
 using BackendProbe = bool (*)(std::string* why);
-void register_backend(const std::string& device, BackendMaker make, BackendProbe available);
+// The device the backend runs on, for --attention auto (called after available()).
+using BackendDescribe = AttentionDevice (*)();
+void register_backend(const std::string& device, BackendMaker make, BackendProbe available,
+                      BackendDescribe describe = nullptr);
 // Throws Error with what to do when the device is unknown, not built in, or
-// has no usable hardware. *note (if given) receives a line for the log when
-// "auto" fell back to cpu.
+// has no usable hardware. *note (if given) receives lines for the log: when
+// "auto" fell back to cpu, which attention was picked and why, and a
+// "warning: " line when an explicit --attention costs speed for nothing.
 std::unique_ptr<Backend> make_backend(const BackendOptions& o, std::string* note = nullptr);
 // Registers the cuda backend linked into this executable: "cuda" (nvcc build)
 // or "simt" (simt build). Defined in src/backend/cuda; called by main() when

@@ -11,6 +11,7 @@ namespace {
 struct Entry {
   BackendMaker make;
   BackendProbe available;
+  BackendDescribe describe;
 };
 std::map<std::string, Entry>& registry() {
   static std::map<std::string, Entry> r;
@@ -23,13 +24,42 @@ std::string visible_devices() {
 }
 }  // namespace
 
-void register_backend(const std::string& device, BackendMaker make, BackendProbe available) {
-  registry()[device] = Entry{make, available};
+void register_backend(const std::string& device, BackendMaker make, BackendProbe available,
+                      BackendDescribe describe) {
+  registry()[device] = Entry{make, available, describe};
 }
 
 namespace {
+void add_line(std::string* note, const std::string& line) {
+  if (!note || line.empty()) return;
+  if (!note->empty()) *note += "\n";
+  *note += line;
+}
+
+// --attention auto resolved for this device (attention_choice.h); the note
+// says what was picked and why.
+BackendOptions resolve_attention(BackendOptions o, const AttentionDevice& d, std::string* note) {
+  const size_t sb = o.storage == "f32" || o.storage == "fp32" || d.kind == AttentionDevice::kCpu
+                        ? 4 : 2;
+  const AttentionChoice c =
+      choose_attention(o.attention_auto ? "auto" : attention_name(o.attention), d, sb, o.heads);
+  o.attention = c.impl;
+  o.attention_auto = false;
+  add_line(note, c.note);
+  if (!c.warning.empty()) add_line(note, "warning: " + c.warning);
+  return o;
+}
+
+AttentionDevice describe(const Entry& e, AttentionDevice::Kind kind) {
+  if (e.describe) return e.describe();
+  AttentionDevice d;
+  d.kind = kind;
+  return d;
+}
+
 // The cpu backend has one attention (blocked, the flash scheme).
-std::unique_ptr<Backend> cpu_backend(const BackendOptions& o) {
+std::unique_ptr<Backend> cpu_backend(BackendOptions o, std::string* note) {
+  o = resolve_attention(o, AttentionDevice{}, note);
   if (o.attention != AttentionImpl::flash)
     fail("--attention ", attention_name(o.attention), ": the cpu backend has one attention, "
          "blocked with an online softmax (flash); use --attention flash, or --device cuda/simt "
@@ -40,13 +70,16 @@ std::unique_ptr<Backend> cpu_backend(const BackendOptions& o) {
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& o, std::string* note) {
   const auto& r = registry();
-  if (o.device == "cpu") return cpu_backend(o);
+  if (note) note->clear();
+  if (o.device == "cpu") return cpu_backend(o, note);
   if (o.device == "auto") {
     auto it = r.find("cuda");
     std::string why = "this ratchet was built without the CUDA backend";
-    if (it != r.end() && it->second.available(&why)) return it->second.make(o);
-    if (note) *note = "device auto: no usable CUDA device (" + why + "); using the CPU backend";
-    return cpu_backend(o);
+    if (it != r.end() && it->second.available(&why))
+      return it->second.make(resolve_attention(o, describe(it->second, AttentionDevice::kCuda),
+                                               note));
+    add_line(note, "device auto: no usable CUDA device (" + why + "); using the CPU backend");
+    return cpu_backend(o, note);
   }
   if (o.device == "cuda") {
     auto it = r.find("cuda");
@@ -56,15 +89,16 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o, std::string* note
            "the toolkit (CUDAToolkit_ROOT), or run on the CPU with --device cpu");
     std::string why;
     const bool usable = it->second.available(&why);
-    if (!usable && o.attention == AttentionImpl::cudnn)
+    if (!usable && !o.attention_auto && o.attention == AttentionImpl::cudnn)
       fail("--attention cudnn: cuDNN's fused attention runs on a GPU, and there is no usable "
-           "CUDA device (", why, "; ", visible_devices(), "). Use --attention flash (the "
-           "default; also --device simt or cpu), or run on a GPU node");
+           "CUDA device (", why, "; ", visible_devices(), "). Use --attention flash (also "
+           "--device simt or cpu), or run on a GPU node");
     if (!usable)
       fail("--device cuda: no usable CUDA device (", why, "; ", visible_devices(),
            "). Run on the CPU with --device cpu (or --device auto), or make a GPU visible: "
            "check nvidia-smi, the driver, and CUDA_VISIBLE_DEVICES");
-    return it->second.make(o);
+    return it->second.make(resolve_attention(o, describe(it->second, AttentionDevice::kCuda),
+                                             note));
   }
   if (o.device == "simt") {
     auto it = r.find("simt");
@@ -72,7 +106,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& o, std::string* note
       fail("--device simt: this executable does not include the simt-run CUDA backend: run "
            "`ratchet-simt` (built next to `ratchet` when the kernels are), configure with "
            "-DRATCHET_DEVICE_SIMT=ON, or use --device cpu");
-    return it->second.make(o);
+    return it->second.make(resolve_attention(o, describe(it->second, AttentionDevice::kSimt),
+                                             note));
   }
   fail("--device '", o.device, "' is not one of cpu, cuda, auto, simt");
 }

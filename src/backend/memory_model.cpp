@@ -15,23 +15,43 @@ size_t BackendMemoryModel::alloc_size(size_t bytes) const {
 }
 
 size_t BackendMemoryModel::workspace_bytes(const OpShapes& s) const {
-  return workspace == Workspace::kCudaOps ? cuda_scratch::max_over_ops(s, storage_bytes, attention)
-                                          : 0;
+  return workspace == Workspace::kCudaOps ? cuda_scratch::max_over_ops(s, *this) : 0;
+}
+
+size_t BackendMemoryModel::cudnn_workspace(const OpShapes& s, bool backward) const {
+  if (cudnn_source) return cudnn_source->workspace(s, backward);
+  const int KV = s.KV > 0 ? s.KV : s.NH;
+  return cuda_scratch::cudnn_workspace_formula(s.B, s.T, s.NH, KV, s.C / s.NH, backward,
+                                               deterministic);
+}
+
+size_t BackendMemoryModel::attention_forward_scratch(const OpShapes& s) const {
+  if (attention != AttentionImpl::cudnn)
+    return cuda_scratch::attention_forward(attention, s.B, s.T, s.C, storage_bytes);
+  return round_up(cudnn_workspace(s, false), kCudaAllocAlign);
+}
+
+size_t BackendMemoryModel::attention_backward_scratch(const OpShapes& s) const {
+  if (attention != AttentionImpl::cudnn)
+    return cuda_scratch::attention_backward(attention, s.B, s.T, s.C, s.NH, storage_bytes);
+  const size_t acc = deterministic ? 0 : cuda_scratch::cudnn_dq_accumulator(s.B, s.T, s.C);
+  return acc + round_up(cudnn_workspace(s, true), kCudaAllocAlign);
 }
 
 bool BackendMemoryModel::operator==(const BackendMemoryModel& o) const {
   return storage_bytes == o.storage_bytes && alloc_align == o.alloc_align &&
          extra_bytes_per_param == o.extra_bytes_per_param &&
          overhead_bytes == o.overhead_bytes && workspace == o.workspace &&
-         attention == o.attention;
+         attention == o.attention && deterministic == o.deterministic;
 }
 
 BackendMemoryModel cpu_memory_model() { return BackendMemoryModel{}; }
 
 BackendMemoryModel cuda_memory_model(size_t storage_bytes, size_t gemm_workspace_bytes,
-                                     AttentionImpl attention) {
+                                     AttentionImpl attention, bool deterministic) {
   BackendMemoryModel m;
   m.attention = attention;
+  m.deterministic = deterministic;
   m.storage_bytes = storage_bytes;
   m.alloc_align = kCudaAllocAlign;
   // BF16 storage: the backend keeps an FP32 master copy of the parameters.
@@ -61,16 +81,23 @@ size_t cudnn_dq_accumulator(int B, int T, int C) {
   return round_up((size_t)B * T * C * sizeof(float), kCudaAllocAlign);
 }
 
+size_t cudnn_workspace_formula(int B, int T, int NH, int KV, int HS, bool backward,
+                               bool deterministic) {
+  (void)KV;  // the figures depend on the query heads only (dK, dV of GQA are summed in-kernel)
+  if (!backward) return 0;
+  const size_t rows = (size_t)B * NH * T;  // one FP32 per query row: the dO.O row sums
+  if (!deterministic) return 4 * rows * (HS + 1);
+  return 2 * (size_t)B * NH * round_up(T, 64) * round_up(T, 128) + 4 * rows;
+}
+
 size_t attention_forward(AttentionImpl a, int B, int T, int C, size_t sb) {
-  if (a == AttentionImpl::cudnn) return kCudnnAttentionWorkspaceBytes;
   if (a != AttentionImpl::materialized) return 0;  // flash reads qkv in place
   // q, k, v, y: (B,NH,T,HS) each, at 256-byte aligned offsets.
   return 4 * round_up((size_t)B * T * C * sb, kCudaAllocAlign);
 }
 
 size_t attention_backward(AttentionImpl a, int B, int T, int C, int NH, size_t sb) {
-  if (a == AttentionImpl::cudnn) return cudnn_dq_accumulator(B, T, C) + kCudnnAttentionWorkspaceBytes;
-  if (a != AttentionImpl::materialized)
+  if (a == AttentionImpl::flash)
     return kernels::flash_attention_backward_scratch_bytes(B, T, NH);  // D (B,NH,T) FP32
   // q, k, v, dq, dk, dv, dy: (B,NH,T,HS) each; datt (B,NH,T,T).
   return 7 * round_up((size_t)B * T * C * sb, kCudaAllocAlign) +
@@ -79,23 +106,22 @@ size_t attention_backward(AttentionImpl a, int B, int T, int C, int NH, size_t s
 
 size_t sum_squares() { return kernels::global_norm_scratch_bytes(); }
 
-size_t max_over_ops(const OpShapes& s, size_t sb, AttentionImpl a) {
+size_t max_over_ops(const OpShapes& s, const BackendMemoryModel& m) {
   if (s.B <= 0 || s.T <= 0 || s.C <= 0) return 0;
   const int BT = s.B * s.T, C = s.C;
+  const size_t sb = m.storage_bytes;
   size_t w = sum_squares();
   w = std::max(w, encoder_backward(s.B, s.T));
   w = std::max(w, layernorm_backward(BT, C));
   w = std::max(w, rmsnorm_backward(BT, C));
-  w = std::max(w, attention_forward(a, s.B, s.T, C, sb));
-  if (s.NH > 0) w = std::max(w, attention_backward(a, s.B, s.T, C, s.NH, sb));
-  // matmul_backward (and _gelu) at the model's output widths: qkv 3C (Llama:
-  // (NH+2KV)*hs, at most 3C), attproj C, fc 4C (Llama: 2H), fcproj C (the DGELU
-  // one), and the lm head Vp. The model's lm head (and Llama's every matmul)
-  // has no bias, but a bias is assumed for every width: an upper bound that
-  // costs at most (B*T/rows per chunk)*Vp*4 bytes and keeps the reservation
-  // valid for any caller of these shapes.
-  for (int oc : {C, 3 * C, 4 * C, 2 * s.H, s.Vp})
-    if (oc > 0) w = std::max(w, matmul_backward(BT, oc, true, sb));
+  if (s.NH > 0 || m.attention != AttentionImpl::cudnn) w = std::max(w, m.attention_forward_scratch(s));
+  if (s.NH > 0) w = std::max(w, m.attention_backward_scratch(s));
+  // The bias gradients of matmul_backward (and _gelu), at the widths of the
+  // matmuls that have a bias: GPT-2's qkv 3C, attproj C, fc 4C, fcproj C (the
+  // DGELU one). The lm head has no bias, nor has any Llama matmul (H > 0), so
+  // they ask for no bias-gradient scratch and none is counted.
+  if (s.H <= 0)
+    for (int oc : {C, 3 * C, 4 * C}) w = std::max(w, matmul_backward(BT, oc, true, sb));
   return w;
 }
 

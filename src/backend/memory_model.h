@@ -21,6 +21,18 @@ struct OpShapes {
   int KV = 0, H = 0;
 };
 
+// The workspace cuDNN's fused attention engines need (--attention cudnn), as
+// the execution plans a backend built report it (CUDNN_ATTR_EXECUTION_PLAN_
+// WORKSPACE_SIZE). The real cuda backend provides one (its plans are built
+// when asked, at setup: the first memory accounting asks); without one (`ratchet
+// plan`, no device) the memory model uses cuda_scratch::cudnn_workspace_formula.
+class CudnnWorkspaceSource {
+ public:
+  virtual ~CudnnWorkspaceSource() = default;
+  // Bytes of the chosen engine's workspace for the model's shapes s.
+  virtual size_t workspace(const OpShapes& s, bool backward) const = 0;
+};
+
 struct BackendMemoryModel {
   enum class Workspace { kNone, kCudaOps };
   size_t storage_bytes = 4;          // one storage-dtype element: 4 FP32, 2 BF16
@@ -30,11 +42,27 @@ struct BackendMemoryModel {
   Workspace workspace = Workspace::kNone;
   // What attention keeps per layer (activations) and its scratch (workspace).
   AttentionImpl attention = AttentionImpl::flash;
+  // --deterministic (cudnn only; every other op is deterministic): on, cuDNN's
+  // deterministic backward (dQ written without an FP32 accumulator shared by
+  // the key blocks, no accumulator counted); off, the faster backward that
+  // accumulates dQ atomically in an FP32 (B,NH,T,HS) buffer it is given.
+  bool deterministic = true;
+  // cudnn: the engines' real workspace (a device's plans); null: the formula.
+  // Not part of ==: the description is the same, the source only measures it.
+  const CudnnWorkspaceSource* cudnn_source = nullptr;
 
   // Bytes one alloc(bytes) really takes.
   size_t alloc_size(size_t bytes) const;
   // Bytes of scratch the ops need at most for these shapes (0: none).
   size_t workspace_bytes(const OpShapes& s) const;
+  // The attention ops' scratch (backend/cuda: what attention_forward/backward
+  // ask for): cuda_scratch::attention_* for flash and materialized; for cudnn
+  // the engine workspace forward, and backward the dQ accumulator (only when
+  // not deterministic) then the engine workspace, each rounded to 256 bytes.
+  size_t attention_forward_scratch(const OpShapes& s) const;
+  size_t attention_backward_scratch(const OpShapes& s) const;
+  // cudnn: the engine workspace (the source's, else the formula's).
+  size_t cudnn_workspace(const OpShapes& s, bool backward) const;
   bool operator==(const BackendMemoryModel& o) const;
 };
 
@@ -46,17 +74,11 @@ constexpr size_t kCudaAllocAlign = 256;
 // What the cuBLASLt wrapper allocates for its GEMMs (llm.c's choice for
 // Hopper; plenty for Ampere). 0 under simt, whose GEMMs run on the CPU.
 constexpr size_t kCublasLtWorkspaceBytes = 32u << 20;
-// What --attention cudnn lets cuDNN's engine use as workspace, per call: the
-// memory accounting reserves this much (a device is needed to ask cuDNN, and
-// `ratchet plan` has none), and backend/cuda/cudnn_attention.cpp picks the
-// first heuristic engine whose plan fits it. 32 MiB, like the cuBLASLt
-// workspace: cuDNN's flash-attention engines need little once dQ's FP32
-// accumulator is given to them explicitly (counted apart below).
-constexpr size_t kCudnnAttentionWorkspaceBytes = 32u << 20;
 // The cuda backend with storage_bytes 2 (bf16) or 4 (f32); gemm_workspace is
 // kCublasLtWorkspaceBytes on a GPU, 0 under simt.
 BackendMemoryModel cuda_memory_model(size_t storage_bytes, size_t gemm_workspace_bytes,
-                                     AttentionImpl attention = AttentionImpl::flash);
+                                     AttentionImpl attention = AttentionImpl::flash,
+                                     bool deterministic = true);
 
 // The cuda backend's op scratch, one function per op: each op asks for its
 // own figure, and workspace_bytes (kCudaOps) is their maximum over a GPT's shapes.
@@ -68,17 +90,36 @@ size_t rmsnorm_backward(int N, int C);
 // cuBLASLt lacks that epilogue, the bias_grad kernel's partial sums.
 size_t matmul_backward(int N, int OC, bool has_dbias, size_t storage_bytes);
 // Flash: none forward (qkv read in place), D (B,NH,T) FP32 backward;
-// materialized: the permuted copies and the (B,NH,T,T) probabilities' gradient;
-// cudnn: the engine workspace forward, and dQ's FP32 accumulator before it backward.
+// materialized: the permuted copies and the (B,NH,T,T) probabilities' gradient.
 // Grouped-query attention needs the same: the materialized path copies k, v
-// out per query head (B,NH,T,HS), flash reads them in place, and cuDNN reads
-// the KV heads through strided views (its dQ accumulator has NH heads).
+// out per query head (B,NH,T,HS), flash reads them in place. (cudnn's depends
+// on the engine: BackendMemoryModel::attention_*_scratch.)
 size_t attention_forward(AttentionImpl a, int B, int T, int C, size_t storage_bytes);
 size_t attention_backward(AttentionImpl a, int B, int T, int C, int NH, size_t storage_bytes);
-// cuDNN's dQ accumulator (B,NH,T,HS) FP32 (NH*HS = C), rounded to kCudaAllocAlign.
+// cuDNN's dQ accumulator (B,NH,T,HS) FP32 (NH*HS = C), rounded to kCudaAllocAlign;
+// used only by the nondeterministic backward.
 size_t cudnn_dq_accumulator(int B, int T, int C);
+// The workspace a cuDNN fused-attention engine is predicted to need, without
+// a device (`ratchet plan`; the real backend asks its plans). Fitted to the
+// one recorded real size and cudnn-frontend's own workspace arithmetic; the
+// GPU test CudnnAttentionGpu.WorkspaceFormulaMatchesThePlans compares it with
+// real plans over several shapes:
+//   forward                      0 (the fprop engines keep nothing beyond the
+//                                stats output)
+//   backward, nondeterministic   4·B·NH·T·(HS+1): an FP32 (B,NH,T,HS) buffer
+//                                and an FP32 (B,NH,T) row sum. smollm-135m
+//                                (NH 9, HS 64) at B=16, T=1024 gives 38,338,560
+//                                bytes: issue 24 recorded "38.3 MB" for every
+//                                backward engine there.
+//   backward, deterministic      2·B·NH·ceil64(T)·ceil128(T) + 4·B·NH·T: the
+//                                (B,NH,T,T) BF16 dP workspace of the
+//                                deterministic lowering (cudnn-frontend sizes
+//                                it with the query length rounded to 64 and
+//                                the key length to 128 on Hopper), and the row sum.
+size_t cudnn_workspace_formula(int B, int T, int NH, int KV, int HS, bool backward,
+                               bool deterministic);
 size_t sum_squares();
-size_t max_over_ops(const OpShapes& s, size_t storage_bytes, AttentionImpl a);
+size_t max_over_ops(const OpShapes& s, const BackendMemoryModel& m);
 }  // namespace cuda_scratch
 
 }  // namespace ratchet

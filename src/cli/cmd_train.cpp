@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "backend/attention_choice.h"
 #include "cli/commands.h"
 #include "cli/options_util.h"
 #include "core/error.h"
@@ -146,9 +147,16 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "--storage f32 on a GPU: run the GEMMs on TF32 tensor cores (10-bit mantissa inputs, "
      "FP32 accumulation) instead of exact FP32; off by default")
     ("attention", po::value(&o.attention)->default_value(o.attention),
-     "cuda/simt attention: flash (FlashAttention-2 kernels, keeps (B,NH,T) statistics), cudnn "
-     "(cuDNN's fused attention, BF16, --device cuda on a GPU only), or materialized (keeps the (B,NH,T,T) "
-     "probabilities); the cpu backend always runs its blocked flash-style attention")
+     "auto (cudnn on an sm80+ GPU with BF16 storage and a head size cuDNN takes, else flash; "
+     "the run's first lines say which and why), flash (FlashAttention-2 kernels, keeps "
+     "(B,NH,T) statistics), cudnn (cuDNN's fused attention, BF16, --device cuda on a GPU "
+     "only), or materialized (keeps the (B,NH,T,T) probabilities); the cpu backend always "
+     "runs its blocked flash-style attention")
+    ("deterministic", po::value<std::string>()->default_value("on"),
+     "on: the same command gives the same weights, and a resume equals a straight run (cuDNN "
+     "attention takes its deterministic backward); off: cuDNN's faster backward that "
+     "accumulates dQ atomically (recorded in checkpoints; a resume then says it is not "
+     "bit-identical)")
     ("zero", po::value(&o.zero)->default_value(o.zero),
      "data parallel: 0 = all-reduce gradients; 1 = ZeRO-1, each rank keeps and updates 1/N of "
      "the AdamW state (reduce-scatter, all-gather)")
@@ -316,6 +324,14 @@ int cmd_train(int argc, char** argv) {
     fail("--schedule-steps ", o.schedule_steps, " must be at least --steps ", o.steps,
          " (or 0: the schedule spans --steps)");
   add_ledger_tags(o);
+  {
+    const std::string d = vm["deterministic"].as<std::string>();
+    if (d != "on" && d != "off")
+      fail("--deterministic must be on or off (got '", d, "'): on keeps runs bit-identical, off "
+           "lets cuDNN's attention backward accumulate dQ atomically (faster, not reproducible)");
+    o.deterministic = d == "on";
+    check_attention_request(o.attention);
+  }
   {
     const std::string ov = vm["overlap-comm"].as<std::string>();
     if (ov != "on" && ov != "off") fail("--overlap-comm must be on or off (got '", ov, "')");

@@ -39,9 +39,9 @@ double host_memory_bytes() {
 const std::vector<Device>& devices() {
   static const std::vector<Device> k = {
       {"cpu", "this CPU, FP32 backend", 0.2, 4, 0.5, 0.0, 0.10},
-      {"a100", "NVIDIA A100 SXM 80GB, BF16", 312.0, 2, 0.4, 80.0, 2.00},
-      {"h100", "NVIDIA H100 SXM 80GB, BF16", 989.0, 2, 0.4, 80.0, 3.00},
-      {"h200", "NVIDIA H200 SXM 141GB, BF16", 989.0, 2, 0.4, 141.0, 4.00},
+      {"a100", "NVIDIA A100 SXM 80GB, BF16", 312.0, 2, 0.4, 80.0, 2.00, 8, 0},
+      {"h100", "NVIDIA H100 SXM 80GB, BF16", 989.0, 2, 0.4, 80.0, 3.00, 9, 0},
+      {"h200", "NVIDIA H200 SXM 141GB, BF16", 989.0, 2, 0.4, 141.0, 4.00, 9, 0},
   };
   return k;
 }
@@ -112,6 +112,28 @@ BackendMemoryModel backend_memory_model(const Device& d) {
   return d.storage_bytes == sizeof(float) ? cpu_memory_model()
                                           : cuda_memory_model(d.storage_bytes,
                                                               kCublasLtWorkspaceBytes);
+}
+
+AttentionChoice auto_attention(const Device& d, const GPTConfig& cfg) {
+  AttentionDevice dev;
+  if (d.storage_bytes == 2) {
+    dev.kind = AttentionDevice::kCuda;
+    dev.name = d.description;  // "NVIDIA H100 SXM 80GB, BF16": the note says BF16 itself
+    const size_t comma = dev.name.find(", BF16");
+    if (comma != std::string::npos) dev.name.erase(comma);
+    dev.cc_major = d.cc_major;
+    dev.cc_minor = d.cc_minor;
+    dev.cudnn_built = true;
+  }
+  const int NH = cfg.num_heads > 0 ? cfg.num_heads : 1;
+  return choose_attention("auto", dev, d.storage_bytes,
+                          AttentionHeads{NH, cfg.kv_heads(), cfg.channels / NH});
+}
+
+BackendMemoryModel backend_memory_model(const Device& d, const GPTConfig& cfg) {
+  BackendMemoryModel m = backend_memory_model(d);
+  m.attention = auto_attention(d, cfg).impl;
+  return m;
 }
 
 namespace {
@@ -291,8 +313,9 @@ Plan make_plan(const PlanInputs& in_) {
 
   // ---- memory --------------------------------------------------------------
   const size_t sb = p.device->storage_bytes;
-  p.mem = memory_per_rank(cfg, in.B, in.T, backend_memory_model(*p.device), in.world,
+  p.mem = memory_per_rank(cfg, in.B, in.T, backend_memory_model(*p.device, cfg), in.world,
                           in.recompute);
+  p.attention_note = auto_attention(*p.device, cfg).note;
   if (in.device_memory_gb >= 0) p.device_memory_bytes = in.device_memory_gb * 1e9;
   else if (p.device->memory_gb > 0) p.device_memory_bytes = p.device->memory_gb * 1e9;
   else p.device_memory_bytes = host_memory_bytes();
@@ -416,6 +439,7 @@ std::string plan_table(const Plan& p) {
   o << "\n  total FLOPs        " << fmt("%.3g", p.total_flops) << "\n\n";
 
   o << "memory per rank (GiB)           no ZeRO   ZeRO-1 over " << in.world << "\n";
+  o << "  " << p.attention_note << "\n";
   auto row = [&](const std::string& name, double a, double b) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "  %-28s %8s %9s\n", name.c_str(), gib(a).c_str(),
@@ -560,6 +584,7 @@ std::string plan_json(const Plan& p) {
   memory["dp_buffers_zero1_bytes"] = p.mem.dp_buffers_zero1;
   memory["workspace_bytes"] = p.mem.workspace;
   memory["overhead_bytes"] = p.mem.overhead;
+  memory["attention_auto"] = attention_name(auto_attention(*p.device, in.cfg).impl);
   for (const Recompute& r : listed_policies(in.recompute)) {
     memory["activations_bytes"][r.name()] = p.mem.activations_of(r);
     memory["total_bytes"][r.name()] = p.mem.total_of(r, false);

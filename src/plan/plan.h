@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/attention_choice.h"
 #include "backend/attention_impl.h"
 #include "backend/memory_model.h"
 #include "model/config.h"
@@ -55,11 +56,18 @@ struct Device {
   double default_mfu;        // assumed model FLOPs utilisation
   double memory_gb;          // per device (GB = 1e9 bytes); 0: this host's RAM
   double price_per_hour;     // indicative on-demand USD per device-hour
+  int cc_major = 0, cc_minor = 0;  // GPUs: compute capability (--attention auto)
 };
 // cpu, a100, h100, h200. Throws Error naming --device for an unknown name.
 const Device& find_device(const std::string& name);
 // The backend `ratchet train` runs on it: cpu, or cuda with cuBLASLt.
 BackendMemoryModel backend_memory_model(const Device& d);
+// ...with the attention `ratchet train --attention auto` picks there for this
+// model (backend/attention_choice.h; a GPU build with cuDNN assumed), and
+// --deterministic on: the plan's memory follows the run's choice.
+BackendMemoryModel backend_memory_model(const Device& d, const GPTConfig& cfg);
+// That choice ("attention: cudnn (auto: ...)").
+AttentionChoice auto_attention(const Device& d, const GPTConfig& cfg);
 const std::vector<Device>& devices();
 
 // ---- the formulas ------------------------------------------------------------
@@ -174,6 +182,7 @@ struct Plan {
   // train` keeps out of its arena; "fits" compares with memory - reserve. 0 on cpu.
   double device_reserve_bytes = 0;
   std::vector<AttentionMemory> attention;  // flash, cudnn, materialized
+  std::string attention_note;  // what --attention auto picks on this device (the memory above)
   // time
   double compute_s = 0, allreduce_s = 0, step_s = 0, dp_efficiency = 1;
   double grad_bytes = 0;

@@ -1,5 +1,7 @@
 #include "train/checkpoint_session.h"
 
+#include "train/reproducibility.h"
+
 #include <algorithm>
 #include <functional>
 #include <optional>
@@ -97,6 +99,8 @@ bool CheckpointSession::resume(const TrainState& s) {
     if (it != ck->meta.settings.end() && it->second != v)
       RLOG("resume: %s changed from %s to %s\n", k.c_str(), it->second.c_str(), v.c_str());
   }
+  const std::string bitwise = resume_bit_identity_warning(ck->meta.settings, s.settings);
+  if (!bitwise.empty()) RLOG("resume: warning: %s\n", bitwise.c_str());
   if (!o_.init_from.empty()) RLOG("resume: --init-from ignored (resuming a checkpoint)\n");
   restore(s, *ck);
   const double lost = s.ledger.merge_after_resume(ck->meta.counters, ck->meta.step);

@@ -58,7 +58,8 @@ struct TrainOptions {
   double peak_tflops = 0;       // device peak for MFU; 0: the backend's table (cuda), none (cpu)
 
   std::string storage = "bf16";  // cuda/simt storage dtype: bf16 | f32 (cpu: always f32)
-  std::string attention = "flash";  // cuda/simt: flash | cudnn | materialized (cpu: flash)
+  std::string attention = "auto";  // auto | flash | cudnn | materialized (backend/attention_choice.h)
+  bool deterministic = true;  // --deterministic on|off: cuDNN attention's deterministic backward
 
   // data parallel (ranks from mpirun / srun; see dist/communicator.h)
   int zero = 0;                 // ZeRO stage: 0 = all-reduce gradients, 1 = shard AdamW state

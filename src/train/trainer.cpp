@@ -44,6 +44,7 @@
 #include "train/jsonl_log.h"
 #include "train/option_checks.h"
 #include "train/profile_report.h"
+#include "train/reproducibility.h"
 #include "train/run_ledger.h"
 #include "train/sampler.h"
 #include "train/stop_policy.h"
@@ -244,7 +245,7 @@ std::map<std::string, std::string> Trainer::identity() const {
 
 // What may change across a resume (logged when it does).
 std::map<std::string, std::string> Trainer::settings() const {
-  return {{"lr", num(o_.lr)},
+  std::map<std::string, std::string> s = {{"lr", num(o_.lr)},
           {"warmup_steps", std::to_string(o_.warmup_steps)},
           {"lr_schedule", o_.lr_schedule},
           {"final_lr_fraction", num(o_.final_lr_fraction)},
@@ -254,6 +255,9 @@ std::map<std::string, std::string> Trainer::settings() const {
           {"batch_size", std::to_string(B_)},
           {"eval_every", std::to_string(o_.eval_every)},
           {"val_data", o_.val_data}};
+  // Whether the run is bitwise reproducible (train/reproducibility.h).
+  for (auto& kv : reproducibility_settings(be_->attention_impl(), o_.deterministic)) s.insert(kv);
+  return s;
 }
 
 // --batch-size auto: the largest micro-batch B (a divisor of the global batch
@@ -335,7 +339,10 @@ void Trainer::setup() {
     bo.threads = threads_;
     bo.storage = o_.storage;
     bo.tf32 = o_.tf32;
-    bo.attention = parse_attention(o_.attention);
+    bo.attention_auto = o_.attention == "auto";
+    if (!bo.attention_auto) bo.attention = parse_attention(o_.attention);
+    bo.heads = AttentionHeads{cfg_.num_heads, cfg_.kv_heads(), cfg_.channels / cfg_.num_heads};
+    bo.deterministic = o_.deterministic;
     // One GPU per rank: the local rank's device is made current before the
     // backend allocates on it (dist/communicator.h).
     if (comm_.world() > 1 && (o_.device == "cuda" || o_.device == "auto"))
@@ -363,12 +370,21 @@ void Trainer::setup() {
     // the free memory measured here; the reserve covers what comes later.
     const StepMemory need = memory_for(cfg_, B_);
     const size_t reserve = device_memory_reserve(be_->free_memory_bytes());
-    if (need.arena() > usable_device_bytes())
+    if (need.arena() > usable_device_bytes()) {
+      // The cuDNN plans (engine, workspace) and the other library paths, on one line.
+      std::string paths = be_->setup_report(op_shapes(cfg_, B_, T_));
+      for (char& ch : paths)
+        if (ch == '\n') ch = ';';
       fail("the step needs ", need.arena() / 1e6, " MB of device memory (micro-batch ", B_,
-           ", recompute ", c_.recompute.name(), ") but ", be_->free_memory_bytes() / 1e6,
+           ", recompute ", c_.recompute.name(), "; params+grads ", (need.params + need.grads) / 1e6,
+           " MB, activations ", need.activations / 1e6, " MB, optimizer ",
+           (need.moments + need.master) / 1e6, " MB, op scratch ", need.workspace / 1e6,
+           " MB with attention ", attention_name(be_->attention_impl()),
+           paths.empty() ? "" : "; " + paths, ") but ", be_->free_memory_bytes() / 1e6,
            " MB are free, of which ", reserve / 1e6,
            " MB stay in reserve (CUDA modules, cuBLASLt, NCCL): lower --batch-size (or use "
            "auto), use --recompute blocks, or --zero 1 across ranks");
+    }
     be_->use_arena(need.arena());
     RLOG("device memory: %.1f MB arena (params+grads %.1f, activations %.1f, optimizer %.1f, "
          "workspace %.1f MB), %.1f MB kept in reserve\n",
@@ -399,6 +415,15 @@ void Trainer::setup() {
   fault_point("setup-model");
   test_failure_point(comm_.rank(), "setup-model");
   model_ = std::make_unique<GPT>(cfg_, *be_);
+  // Which library paths the ops take (cuDNN engines and workspaces, BGRADB), once.
+  {
+    const std::string report = be_->setup_report(op_shapes(cfg_, B_, T_));
+    for (size_t at = 0; at < report.size();) {
+      const size_t nl = std::min(report.find('\n', at), report.size());
+      RLOG("%s\n", report.substr(at, nl - at).c_str());
+      at = nl + 1;
+    }
+  }
   // Random weights only once train() knows that no checkpoint replaces them
   // (6.5 ms of a short resumed segment's start-up at 0.23M parameters).
   if (!init.empty()) model_->set_params(init.data());

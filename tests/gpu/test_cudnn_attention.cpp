@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,13 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "backend/memory_model.h"
+#include "model/memory.h"
+#include "model/param_layout.h"
+#include "model/recompute.h"
 #include "skip_without_device.h"
+#include "testing/recompute_cases.h"
+#include "testing/tiny_model.h"
 #include "test_cuda_backend_cases.h"
 #include "testing/backend_buffers.h"
 #include "testing/test_util.h"
@@ -110,6 +117,98 @@ TEST(CudnnAttentionGpu, ModelMatchesCpuBackend) {
   using namespace ratchet::testing::bcases;
   auto be = ratchet::make_cuda_backend("bf16", AttentionImpl::cudnn);
   expect_within(compare_with_cpu(*be), Tolerances{3e-2, 1e-2, 5e-2, 2.1, 0.2});
+}
+
+// --deterministic on (the default): the backward twice on the same inputs
+// gives the same bits (T = 1024, 12 heads: many key blocks per query block,
+// where the nondeterministic backward's atomic dQ accumulation reorders sums).
+// Off: the numbers are still right (the first test's limits), not compared bitwise.
+TEST(CudnnAttentionGpu, DeterministicBackwardIsBitwiseRunToRun) {
+  SKIP_WITHOUT_DEVICE();
+  const Shape sh{4, 1024, 12, 12, 64};
+  ratchet::Rng rng(3);
+  const size_t nq = (size_t)sh.B * sh.T * (sh.NH + 2 * sh.KV) * sh.HS,
+               no = (size_t)sh.B * sh.T * sh.NH * sh.HS;
+  auto qkv = bf16_rounded(ratchet::testing::randn(rng, nq));
+  auto dout = bf16_rounded(ratchet::testing::randn(rng, no));
+  auto det = ratchet::make_cuda_backend("bf16", AttentionImpl::cudnn, true);
+  const AttnResult a = run_attention(*det, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS);
+  const AttnResult b = run_attention(*det, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS);
+  EXPECT_EQ(ratchet::testing::first_bit_difference(a.dqkv, b.dqkv), "");
+  EXPECT_EQ(ratchet::testing::first_bit_difference(a.out, b.out), "");
+  auto fast = ratchet::make_cuda_backend("bf16", AttentionImpl::cudnn, false);
+  const AttnResult c = run_attention(*fast, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS);
+  EXPECT_LT(ratchet::testing::nmse(c.dqkv.data(), a.dqkv.data(), nq), 2e-3);
+  std::printf("%s", static_cast<ratchet::cuda::CudaBackend<ratchet::kernels::bf16>&>(*det)
+                        .setup_report(ratchet::OpShapes{}).c_str());
+}
+
+// The workspace `ratchet plan` predicts (cuda_scratch::cudnn_workspace_formula)
+// against what the chosen engines' plans report, forward and backward, both
+// modes, over several shapes; each pair is printed. Exact: the plan and the
+// arena are one figure (issue 24 recorded one size, 38,338,560 bytes ~ "38.3 MB"
+// for smollm-135m at B=16, T=1024, nondeterministic; the rest is unmeasured).
+TEST(CudnnAttentionGpu, WorkspaceFormulaMatchesThePlans) {
+  SKIP_WITHOUT_DEVICE();
+  for (bool det : {false, true}) {
+    auto be = ratchet::make_cuda_backend("bf16", AttentionImpl::cudnn, det);
+    const ratchet::BackendMemoryModel& m = be->memory_model();
+    ASSERT_NE(m.cudnn_source, nullptr);
+    for (Shape sh : {Shape{16, 1024, 9, 3, 64}, Shape{8, 1024, 12, 12, 64},
+                     Shape{4, 2048, 12, 12, 64}, Shape{2, 512, 16, 16, 128},
+                     Shape{2, 8192, 12, 12, 64}, Shape{3, 200, 4, 2, 64}}) {
+      const ratchet::OpShapes s{sh.B, sh.T, sh.NH * sh.HS, sh.NH, 0, sh.KV};
+      for (bool bwd : {false, true}) {
+        const size_t real = m.cudnn_workspace(s, bwd);
+        const size_t formula = ratchet::cuda_scratch::cudnn_workspace_formula(
+            sh.B, sh.T, sh.NH, sh.KV, sh.HS, bwd, det);
+        std::printf("%s %s B=%d T=%d NH=%d KV=%d HS=%d: plan %zu bytes, formula %zu\n",
+                    det ? "deterministic" : "nondeterministic", bwd ? "backward" : "forward",
+                    sh.B, sh.T, sh.NH, sh.KV, sh.HS, real, formula);
+        EXPECT_EQ(real, formula) << (det ? "deterministic " : "nondeterministic ")
+                                 << (bwd ? "backward" : "forward") << " B=" << sh.B
+                                 << " T=" << sh.T << " NH=" << sh.NH << " KV=" << sh.KV;
+      }
+    }
+  }
+}
+
+// A training step with cudnn attention fits an arena of exactly the accounted
+// size (engine workspaces from the plans; the dQ accumulator only when not
+// deterministic), and reaches exactly that peak.
+TEST(CudnnAttentionGpu, StepFitsTheExactArenaInBothModes) {
+  SKIP_WITHOUT_DEVICE();
+  using namespace ratchet;
+  const GPTConfig cfg = ratchet::testing::tiny_config(3, 2, 128, 97, 64);  // head size 64
+  for (bool det : {true, false}) {
+    auto be = make_cuda_backend("bf16", AttentionImpl::cudnn, det);
+    const StepMemory need =
+        step_memory(cfg, 2, 64, Recompute(), be->memory_model(), ParamLayout(cfg).total, 0);
+    be->use_arena(need.arena());
+    ratchet::testing::run_policy_step(*be, cfg, Recompute(), 2, 64);
+    EXPECT_EQ(be->peak_bytes_in_use(), need.total()) << (det ? "deterministic" : "fast");
+  }
+}
+
+// smollm-135m's attention at B=16, T=1024 (9 heads, 3 KV heads, head size 64):
+// refused before (38.3 MB of engine workspace against a fixed 32 MiB); runs in
+// both modes now.
+TEST(CudnnAttentionGpu, SmollmShapeRunsInBothModes) {
+  SKIP_WITHOUT_DEVICE();
+  const Shape sh{16, 1024, 9, 3, 64};
+  ratchet::Rng rng(5);
+  const size_t nq = (size_t)sh.B * sh.T * (sh.NH + 2 * sh.KV) * sh.HS,
+               no = (size_t)sh.B * sh.T * sh.NH * sh.HS;
+  auto qkv = bf16_rounded(ratchet::testing::randn(rng, nq));
+  auto dout = bf16_rounded(ratchet::testing::randn(rng, no));
+  auto flash = ratchet::make_cuda_backend("bf16", AttentionImpl::flash);
+  const AttnResult ref = run_attention(*flash, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS);
+  for (bool det : {true, false}) {
+    auto be = ratchet::make_cuda_backend("bf16", AttentionImpl::cudnn, det);
+    const AttnResult got = run_attention(*be, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS);
+    EXPECT_LT(ratchet::testing::nmse(got.dqkv.data(), ref.dqkv.data(), nq), 2e-3);
+    EXPECT_LT(ratchet::testing::nmse(got.out.data(), ref.out.data(), no), 2e-4);
+  }
 }
 
 // FP32 storage has no cuDNN path: refused, naming --storage.

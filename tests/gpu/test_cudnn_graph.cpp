@@ -18,14 +18,18 @@ using ratchet::cuda::SdpaShape;
 
 // Forward: Q K^T, scale, 4 causal-mask ops, max, sub, exp, sum, log, stats
 // add, div, P V. Backward MHA: 3 (rowsum(dO*O)) + 8 (P) + 2 (dV) + 5 (dS)
-// + 2 (dK) + 3 (dQ); GQA adds a head-group sum to dK and to dV.
+// + 2 (dK) + 3 (dQ: reshape K, dS K into the FP32 accumulator, identity into
+// dQ); the deterministic backward (the default) writes dS K straight into dQ:
+// one op less, and no accumulator tensor. GQA adds a head-group sum to dK and
+// to dV.
 TEST(CudnnGraph, DescriptorsFinalizeInCudnn) {
   for (SdpaShape s : {SdpaShape{2, 7, 4, 4, 64}, SdpaShape{8, 1024, 12, 12, 64},
                       SdpaShape{1, 129, 2, 2, 128}, SdpaShape{2, 65, 8, 2, 64}}) {
     SCOPED_TRACE("T=" + std::to_string(s.T) + " NH=" + std::to_string(s.NH) +
                  " KV=" + std::to_string(s.KV) + " HS=" + std::to_string(s.HS));
     EXPECT_EQ(ratchet::cuda::cudnn_attention_graph_ops(s, false), 14);
-    EXPECT_EQ(ratchet::cuda::cudnn_attention_graph_ops(s, true), s.KV == s.NH ? 23 : 25);
+    EXPECT_EQ(ratchet::cuda::cudnn_attention_graph_ops(s, true, false), s.KV == s.NH ? 23 : 25);
+    EXPECT_EQ(ratchet::cuda::cudnn_attention_graph_ops(s, true, true), s.KV == s.NH ? 22 : 24);
   }
 }
 

@@ -151,6 +151,33 @@ TEST_F(Resume, ADifferentRunIsRefusedWithADiffAndSafeChangesAreLogged) {
   EXPECT_NE(r.output.find("resume: steps changed from 4 to 6"), std::string::npos) << r.output;
 }
 
+// The checkpoint records the attention and --deterministic (and whether the
+// run was bitwise reproducible); a resume that changes --deterministic says
+// it will not be bit-identical. (The cpu backend's attention is always flash,
+// which has no nondeterministic path; the nondeterministic cases, cuDNN with
+// --deterministic off, are tests/unit/test_reproducibility.cpp.)
+TEST_F(Resume, DeterministicSettingIsRecordedAndAResumeThatChangesItWarns) {
+  TempDir d;
+  auto r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 4) + " --deterministic off");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet("ckpt inspect " + (d / "ck/step_00000004"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* line : {"attention            flash", "deterministic        off",
+                           "reproducible         bitwise"})
+    EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
+  r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 6));  // --deterministic on, the default
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resume: warning: this resume will not be bit-identical to an "
+                          "uninterrupted run (--deterministic changed from off to on since the "
+                          "checkpoint)"),
+            std::string::npos)
+      << r.output;
+  // The same setting again: no warning.
+  r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 8));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("bit-identical"), std::string::npos) << r.output;
+}
+
 TEST_F(Resume, NewerFormatVersionIsRefused) {
   TempDir d;
   auto r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 2));

@@ -147,6 +147,37 @@ TEST_F(TrainCli, HelpAndVersion) {
 
 // ---- bad input ----------------------------------------------------------------
 
+// --attention auto (the default) and --deterministic: the run's first lines say
+// which attention was picked and why; bad values exit 2 naming the flag, on
+// the command line and in an INI file.
+TEST_F(TrainCli, AttentionAutoAndDeterministicFlags) {
+  auto r = run_ratchet("train " + small_model() + " " + data_flags() +
+                       " --device cpu --steps 1 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t at = r.output.find("attention: flash (auto: the cpu backend has one attention");
+  EXPECT_NE(at, std::string::npos) << r.output;
+  EXPECT_LT(at, r.output.find("model: ")) << "among the run's first lines:\n" << r.output;
+  r = run_ratchet("train " + small_model() + " " + data_flags() +
+                  " --device cpu --steps 1 --quiet --attention flash --deterministic off");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("attention: flash (--attention flash)"), std::string::npos) << r.output;
+  expect_usage_error(run_ratchet("train " + small_model() + " " + data_flags() +
+                                 " --steps 1 --deterministic maybe"),
+                     "--deterministic must be on or off (got 'maybe')");
+  expect_usage_error(run_ratchet("train " + small_model() + " " + data_flags() +
+                                 " --steps 1 --attention fast"),
+                     "--attention 'fast' is not one of auto, flash, cudnn, materialized");
+  TempDir d;
+  write_file(d / "bad.ini", "deterministic = sometimes\n");
+  expect_usage_error(run_ratchet("train --config " + (d / "bad.ini") + " " + small_model() + " " +
+                                 data_flags() + " --steps 1"),
+                     "--deterministic must be on or off (got 'sometimes')");
+  write_file(d / "off.ini", "deterministic = off\nattention = auto\n");
+  r = run_ratchet("train --config " + (d / "off.ini") + " " + small_model() + " " + data_flags() +
+                  " --device cpu --steps 1 --quiet");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST_F(TrainCli, MissingShardsAreNamed) {
   expect_usage_error(run_ratchet("train --train-data '/nonexistent/train_*.h5' --steps 1"),
                      "/nonexistent/train_*.h5");
@@ -208,7 +239,7 @@ TEST_F(TrainCli, BadNumbersAreRefused) {
 TEST_F(TrainCli, BadAttentionIsRefused) {
   expect_usage_error(run_ratchet("train " + small_model() + " " + data_flags() +
                                  " --device cpu --attention fast --steps 1"),
-                     "--attention 'fast' is not one of flash, cudnn, materialized");
+                     "--attention 'fast' is not one of auto, flash, cudnn, materialized");
   expect_usage_error(run_ratchet("train " + small_model() + " " + data_flags() +
                                  " --device cpu --attention materialized --steps 1"),
                      "the cpu backend has one attention");

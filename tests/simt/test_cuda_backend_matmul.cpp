@@ -3,6 +3,7 @@
 // against a naive row-major GEMM, exactly (integer-valued inputs).
 #include <gtest/gtest.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "test_cuda_backend_matmul_cases.h"
 
 namespace {
@@ -121,11 +122,12 @@ TEST(CudaBackendMatmulRanges, OneNamedRangePerGemm) {
   EXPECT_STREQ(mm.last_range(), "matmul DEFAULT m=4 n=8 k=2 batch=2");
 }
 
-// The heuristic sees the real epilogue pointers, so the cache key carries
-// their alignment class: the same shape with a 256-byte and a 16-byte aligned
-// bias is two plans (cublasLt.h: the heuristic infers bias/aux alignment from
-// the pointer values; a plan for one must not be reused for the other).
-TEST(CudaBackendMatmulCache, EpiloguePointerAlignmentIsPartOfTheKey) {
+// The algorithm is pinned per (shape, epilogue), whatever the epilogue
+// pointers' alignment: the heuristic is asked with canonical 16-byte aligned
+// pointers, so the same shape with a 256-byte and a 16-byte aligned bias is
+// one plan (a recompute writing into another buffer runs the same algorithm
+// and gets the same bits; with the alignment class in the key it could not).
+TEST(CudaBackendMatmulCache, PlanDoesNotDependOnPointerAlignment) {
   using namespace ratchet::cuda;
   std::vector<float> a(64, 1.0f), bias(64, 0.5f);
   DevBuf A(a, DType::f32), B(a, DType::f32), C(a, DType::f32), Bias(bias, DType::f32);
@@ -133,17 +135,70 @@ TEST(CudaBackendMatmulCache, EpiloguePointerAlignmentIsPartOfTheKey) {
   Gemm g = gemm4(A.p, B.p, C.p);
   g.epilogue = Epilogue::bias;
   g.bias = Bias.p;  // device_malloc: 256-byte aligned
-  ASSERT_EQ(to_lt(g, DType::f32).epilogue_alignment(), 256);
   mm.run(g);
   mm.run(g);
   EXPECT_EQ(mm.cached_plans(), 1u);
   g.bias = static_cast<const char*>(Bias.p) + 16;  // 16-byte aligned only
-  EXPECT_EQ(to_lt(g, DType::f32).epilogue_alignment(), 16);
   mm.run(g);
-  EXPECT_EQ(mm.cached_plans(), 2u);
-  g.epilogue = Epilogue::none;  // no epilogue pointer: the widest class
-  g.bias = nullptr;
-  EXPECT_EQ(to_lt(g, DType::f32).epilogue_alignment(), 256);
+  EXPECT_EQ(mm.cached_plans(), 1u);
+  EXPECT_TRUE(mm.offers(g));  // asked by shape alone: the same plan
+  EXPECT_EQ(mm.cached_plans(), 1u);
+}
+
+// force_fallback: try_run declines the epilogue without asking cuBLASLt (the
+// caller's unfused path runs), in both builds; other epilogues are unaffected.
+TEST(CudaBackendMatmulFallback, ForcedFallbackDeclinesTheEpilogue) {
+  using namespace ratchet::cuda;
+  std::vector<float> a(64, 1.0f);
+  DevBuf A(a, DType::f32), B(a, DType::f32), C(a, DType::f32), D(a, DType::f32);
+  Matmul mm(DType::f32);
+  Gemm g = gemm4(A.p, B.p, C.p);
+  g.epilogue = Epilogue::bgrad;
+  g.transA = true;
+  g.dbias = D.p;
+  EXPECT_TRUE(mm.offers(g));
+  mm.force_fallback(Epilogue::bgrad);
+  EXPECT_FALSE(mm.offers(g));
+  EXPECT_FALSE(mm.try_run(g));
+  EXPECT_TRUE(mm.try_run(gemm4(A.p, B.p, C.p)));
+}
+
+// The backend's bias gradient both ways (the BGRADB epilogue, and the
+// bias_grad kernel when the fallback is forced), exact against the reference;
+// the GPU runs the same (CudaBackendGpu.BiasGradientEpilogueAndFallback).
+template <class S>
+void expect_bias_grad_both_paths() {
+  for (bool force : {false, true}) {
+    ratchet::cuda::CudaBackend<S> be;
+    bool by_epilogue = false;
+    EXPECT_EQ(bias_grad_case(be, force, &by_epilogue), "") << (force ? "fallback" : "epilogue");
+    EXPECT_EQ(by_epilogue, !force);  // the stand-in offers BGRADB
+  }
+}
+TEST(CudaBackendMatmulFallback, BiasGradientEpilogueAndFallbackFp32) {
+  expect_bias_grad_both_paths<float>();
+}
+TEST(CudaBackendMatmulFallback, BiasGradientEpilogueAndFallbackBf16) {
+  expect_bias_grad_both_paths<ratchet::kernels::bf16>();
+}
+
+// The setup report names the paths: the stand-in offers BGRADB for every bias
+// width; FP32 storage computes GELU with the kernel (bitwise recompute).
+TEST(CudaBackendMatmulFallback, SetupReportNamesTheBiasGradientPath) {
+  ratchet::OpShapes s{2, 16, 32, 2, 128};
+  ratchet::cuda::CudaBackend<float> f32;
+  std::string r = f32.setup_report(s);
+  EXPECT_NE(r.find("bias gradients: cuBLASLt's BGRADB epilogue (every bias width)"),
+            std::string::npos) << r;
+  EXPECT_NE(r.find("gelu: a bias GEMM, then kernels/gelu.cu (FP32 storage"), std::string::npos)
+      << r;
+  ratchet::cuda::CudaBackend<ratchet::kernels::bf16> bf;
+  bf.matmul().force_fallback(ratchet::cuda::Epilogue::bgrad);
+  r = bf.setup_report(s);
+  EXPECT_NE(r.find("bias gradients: the bias_grad kernel after the weight GEMM for 96x32, 32x32, "
+                   "128x32, 32x128 (cuBLASLt offers no BGRADB algorithm there)"),
+            std::string::npos) << r;
+  EXPECT_NE(r.find("gelu: cuBLASLt's GELU_AUX_BIAS epilogue"), std::string::npos) << r;
 }
 
 // An optional fused plan that cuBLASLt rejects when it first runs (here the

@@ -117,7 +117,13 @@ struct DevBuf {
 };
 
 // Runs one case; returns "" when everything matched, else what did not.
-inline std::string run_mm_case(const MmCase& c, float gelu_tol) {
+// bgrad_declined (if given): a BGRADB case that cuBLASLt declines (no
+// algorithm for this layout and type) then runs as the cuda backend runs it:
+// the plain GEMM, checked exactly, with *bgrad_declined set; the bias
+// gradient itself then comes from the bias_grad kernel, which
+// bias_grad_case() below checks through the backend. Without it a decline is
+// an error.
+inline std::string run_mm_case(const MmCase& c, float gelu_tol, bool* bgrad_declined = nullptr) {
   const int m = 7, n = 9, k = 5;
   Rng rng(11 + (int)c.epi * 7 + c.transA + 2 * c.transB);
   auto ints = [&](size_t count, int lo, int hi) {
@@ -171,7 +177,15 @@ inline std::string run_mm_case(const MmCase& c, float gelu_tol) {
   }
   if (c.epi == Epilogue::bgrad) g.dbias = ddb.p;
   cuda::Matmul mm(c.dtype);
-  if (!mm.try_run(g)) return "no cuBLASLt algorithm (try_run returned false)";
+  bool declined = false;
+  if (!mm.try_run(g)) {
+    if (c.epi != Epilogue::bgrad || !bgrad_declined)
+      return "no cuBLASLt algorithm (try_run returned false)";
+    declined = *bgrad_declined = true;
+    g.epilogue = Epilogue::none;
+    g.dbias = nullptr;
+    mm.run(g);
+  }
   cuda::stream_synchronize(nullptr);
 
   std::vector<float> C = dC.get(), aux = daux.get(), db = ddb.get();
@@ -216,7 +230,7 @@ inline std::string run_mm_case(const MmCase& c, float gelu_tol) {
         if (c.epi == Epilogue::gelu_bias && aux[ai] != want_aux && bad++ < 5)
           err << "aux[" << i << "][" << j << "] = " << aux[ai] << ", want " << want_aux << "\n";
       }
-  if (c.epi == Epilogue::bgrad)
+  if (c.epi == Epilogue::bgrad && !declined)
     for (int i = 0; i < m; i++) {
       float s = 0;
       for (int p = 0; p < k; p++) s += opA(0, i, p);
@@ -233,7 +247,70 @@ inline std::string run_mm_case(const MmCase& c, float gelu_tol) {
         if (!(got == was || (std::isnan(got) && std::isnan(was))) && bad++ < 10)
           err << "C padding [" << b << "][" << i << "][" << j << "] overwritten\n";
       }
-  if (mm.cached_plans() != 1) err << "expected one cached plan, got " << mm.cached_plans() << "\n";
+  if (mm.cached_plans() != (declined ? 2u : 1u))
+    err << "expected " << (declined ? 2 : 1) << " cached plan(s), got " << mm.cached_plans() << "\n";
+  if (bad) err << bad << " mismatches\n";
+  return err.str();
+}
+
+// The cuda backend's matmul_backward with a bias: dinp = dout @ w, dw +=
+// dout^T inp, dbias += column sums of dout, through cuBLASLt's BGRADB epilogue
+// when it offers one, or through the bias_grad kernel after a plain GEMM (the
+// fallback; force_fallback makes the backend take it whatever cuBLASLt
+// offers). Small integers (|x| <= 2; sums below 256): exact in BF16 and FP32,
+// so both paths are compared exactly with the reference. "" when all match;
+// *by_epilogue says which path ran.
+template <class Be>
+std::string bias_grad_case(Be& be, bool force_fallback, bool* by_epilogue) {
+  const int N = 64, C = 24, OC = 40;
+  if (force_fallback) be.matmul().force_fallback(Epilogue::bgrad);
+  Rng rng(5);
+  auto ints = [&](size_t count) {
+    std::vector<float> v(count);
+    for (auto& x : v) x = (float)(-2 + (int)rng.below(5));
+    return v;
+  };
+  const std::vector<float> dout = ints((size_t)N * OC), inp = ints((size_t)N * C),
+                           w = ints((size_t)OC * C), db0 = ints(OC);
+  const size_t sb = be.memory_model().storage_bytes;
+  void* d_dout = be.alloc(dout.size() * sb);
+  void* d_inp = be.alloc(inp.size() * sb);
+  void* d_w = be.alloc(w.size() * sb);
+  void* d_dinp = be.alloc((size_t)N * C * sb);
+  void* d_dw = be.alloc((size_t)OC * C * sb);  // zeroed by alloc
+  void* d_db = be.alloc(OC * sb);
+  be.upload_f32(d_dout, dout.data(), dout.size());
+  be.upload_f32(d_inp, inp.data(), inp.size());
+  be.upload_f32(d_w, w.data(), w.size());
+  be.upload_f32(d_db, db0.data(), db0.size());
+  be.reserve_workspace(Be::matmul_backward_scratch(N, OC, true));
+  be.matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
+  std::vector<float> dinp((size_t)N * C), dw((size_t)OC * C), db(OC);
+  be.download_f32(dinp.data(), d_dinp, dinp.size());
+  be.download_f32(dw.data(), d_dw, dw.size());
+  be.download_f32(db.data(), d_db, db.size());
+  be.synchronize();
+  *by_epilogue = be.last_dbias_by_epilogue();
+  for (void* p : {d_dout, d_inp, d_w, d_dinp, d_dw, d_db}) be.release(p);
+  std::ostringstream err;
+  int bad = 0;
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < C; j++) {
+      float v = 0;
+      for (int o = 0; o < OC; o++) v += dout[(size_t)i * OC + o] * w[(size_t)o * C + j];
+      if (dinp[(size_t)i * C + j] != v && bad++ < 5) err << "dinp[" << i << "][" << j << "]\n";
+    }
+  for (int o = 0; o < OC; o++) {
+    for (int j = 0; j < C; j++) {
+      float v = 0;
+      for (int i = 0; i < N; i++) v += dout[(size_t)i * OC + o] * inp[(size_t)i * C + j];
+      if (dw[(size_t)o * C + j] != v && bad++ < 5) err << "dw[" << o << "][" << j << "]\n";
+    }
+    float s = db0[o];
+    for (int i = 0; i < N; i++) s += dout[(size_t)i * OC + o];
+    if (db[o] != s && bad++ < 10) err << "dbias[" << o << "] = " << db[o] << ", want " << s << "\n";
+  }
+  if (force_fallback && *by_epilogue) err << "the forced fallback ran the epilogue\n";
   if (bad) err << bad << " mismatches\n";
   return err.str();
 }

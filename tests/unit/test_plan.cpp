@@ -188,8 +188,8 @@ TEST(Plan, MemoryPerRankWithAndWithoutZero1) {
   EXPECT_EQ(g.overhead, 256u + (32u << 20));
   // The op scratch at B=4, T=64, C=768, NH=12 is attention backward's: 7 (B,T,C)
   // bf16 buffers (393,216 bytes each) + datt (B,NH,T,T) 393,216 = 3,145,728,
-  // more than the lm head's bias-gradient partials (8 chunks x 50,304 x 4 =
-  // 1,609,728) or attention forward's 4 x 393,216.
+  // more than the fc layer's bias-gradient partials (8 chunks x 3072 x 4 =
+  // 98,304) or attention forward's 4 x 393,216.
   EXPECT_EQ(g.workspace, 3145728u);
   EXPECT_EQ(g.total_of(none, false), 2 * P + 2 * P + 4 * P + 8 * P +
                                          cuda_memory_model(2, 0).alloc_size(
@@ -198,9 +198,11 @@ TEST(Plan, MemoryPerRankWithAndWithoutZero1) {
                                                  AttentionImpl::materialized)) +
                                          3145728u + 256u + (32u << 20));
   // Flash attention: backward's scratch is D (B,NH,T) FP32 = 12,288 bytes, so the
-  // lm head's bias-gradient partials (1,609,728) are the largest op scratch.
+  // fc layer's bias-gradient partials (8 chunks x 3072 x 4 = 98,304) are the
+  // largest op scratch. The lm head has no bias and asks for none (counting it
+  // made this 8 x 50,304 x 4 = 1,609,728).
   MemoryPlan f = memory_per_rank(c, 4, 64, cuda_memory_model(2, kCublasLtWorkspaceBytes), 5);
-  EXPECT_EQ(f.workspace, 1609728u);
+  EXPECT_EQ(f.workspace, 98304u);
 }
 
 // The savings model/recompute.h states, by hand for d12 at B=4, T=64, FP32

@@ -36,16 +36,6 @@ std::string LtCall::describe() const {
   return os.str();
 }
 
-int LtCall::epilogue_alignment() const {
-  int a = 256;
-  for (const void* p : {bias, static_cast<const void*>(aux), static_cast<const void*>(dbias)}) {
-    if (!p) continue;
-    const uintptr_t v = reinterpret_cast<uintptr_t>(p);
-    while (a > 1 && v % a != 0) a /= 2;
-  }
-  return a;
-}
-
 LtCall to_lt(const Gemm& g, DType dtype) {
   LtCall c;
   c.dtype = dtype;

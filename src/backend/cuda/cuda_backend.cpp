@@ -70,6 +70,12 @@ void check_flash_head_size(int HS) {
          "materialized");
 }
 
+#if RATCHET_CUDNN && !RATCHET_SIMT
+constexpr bool kCudnnBuilt = true;
+#else
+constexpr bool kCudnnBuilt = false;
+#endif
+
 template <class T>
 constexpr DType dtype_of() {
   return std::is_same<T, float>::value ? DType::f32 : DType::bf16;
@@ -87,8 +93,25 @@ const T* P(cdptr p) {
 }
 }  // namespace
 
+#if RATCHET_CUDNN && !RATCHET_SIMT
+namespace {
+// The memory model's view of the cuDNN plans: asking builds them (at setup).
+class CudnnPlansWorkspace final : public CudnnWorkspaceSource {
+ public:
+  explicit CudnnPlansWorkspace(CudnnAttention* a) : a_(a) {}
+  size_t workspace(const OpShapes& s, bool backward) const override {
+    return a_->workspace(SdpaShape{s.B, s.T, s.NH, s.KV > 0 ? s.KV : s.NH, s.C / s.NH},
+                         backward);
+  }
+
+ private:
+  CudnnAttention* a_;
+};
+}  // namespace
+#endif
+
 template <class T>
-CudaBackend<T>::CudaBackend(AttentionImpl attention)
+CudaBackend<T>::CudaBackend(AttentionImpl attention, bool deterministic)
     : attention_(attention), mm_(dtype_of<T>(), nullptr) {
   // Everything held from construction on is overhead: the FP64 norm result
   // (one cudaMalloc, 256 bytes as allocated) and the matmul wrapper's cuBLASLt
@@ -110,10 +133,12 @@ CudaBackend<T>::CudaBackend(AttentionImpl attention)
     if (sizeof(T) != 2)
       fail("--attention cudnn runs cuDNN's BF16 fused attention: use --storage bf16 (the "
            "default), or --attention flash with --storage f32");
-    cudnn_ = std::make_shared<CudnnAttention>(stream_);
+    cudnn_ = std::make_shared<CudnnAttention>(stream_, deterministic);
+    cudnn_ws_ = std::make_shared<CudnnPlansWorkspace>(cudnn_.get());
 #endif
   }
-  model_ = cuda_memory_model(sizeof(T), mm_.workspace_bytes(), attention_);
+  model_ = cuda_memory_model(sizeof(T), mm_.workspace_bytes(), attention_, deterministic);
+  model_.cudnn_source = cudnn_ws_.get();
   norm_out_ = static_cast<double*>(device_malloc(sizeof(double)));
   bytes_in_use_ = peak_bytes_ = overhead_bytes();
 }
@@ -392,14 +417,17 @@ void CudaBackend<T>::matmul_forward(dptr out, dptr pre_gelu, cdptr inp, cdptr w,
     g.aux = pre_gelu;
     g.ldaux = OC;
     g.bias = bias;
-    if (mm_.try_run(g)) {
+    // FP32 storage never takes the epilogue: the recompute policies recompute
+    // GELU with kernels/gelu.cu, and cuBLASLt's GELU differs from it in the
+    // last bit on a GPU (CudaBackendGpuRecompute.Fp32BitwiseUnderEveryPolicy).
+    if (sizeof(T) == 2 && mm_.try_run(g)) {
       last_gelu_epilogue_ = true;
       return;
     }
-    // No GELU_AUX(_BIAS) plan (none found, or rejected at its first run):
+    // No GELU_AUX(_BIAS) plan (FP32, none found, or rejected at its first run):
     // the GEMM (+ bias) writes the pre-activation, then the GELU kernel on it
     // (in BF16 one more rounding than the epilogue: GELU of the rounded
-    // pre-activation; in FP32 the same values).
+    // pre-activation; in FP32 the values the recompute computes).
     g.epilogue = bias ? Epilogue::bias : Epilogue::none;
     g.aux = nullptr;
     g.ldaux = 0;
@@ -508,7 +536,7 @@ void CudaBackend<T>::attention_forward(dptr out, void* saved, cdptr qkv, int B, 
   if (attention_ == AttentionImpl::cudnn) {
     // GQA: cuDNN reads the KV heads through strided views (cudnn_attention.h).
     cudnn_->forward(out, static_cast<float*>(saved), qkv, SdpaShape{B, T_, NH, KV, HS},
-                    scratch(attention_forward_scratch(attention_, B, T_, C)));
+                    scratch(model_.attention_forward_scratch(OpShapes{B, T_, C, NH, 0, KV})));
     return;
   }
 #endif
@@ -544,7 +572,7 @@ void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr 
   if (attention_ == AttentionImpl::cudnn) {
     cudnn_->backward(dqkv, dout, qkv, out, static_cast<const float*>(saved),
                      SdpaShape{B, T_, NH, KV, HS},
-                     scratch(attention_backward_scratch(attention_, B, T_, C, NH)));
+                     scratch(model_.attention_backward_scratch(OpShapes{B, T_, C, NH, 0, KV})));
     return;
   }
 #endif
@@ -712,6 +740,54 @@ void CudaBackend<T>::round_from_master(dptr params, size_t n, int step) {
   }
 }
 
+// ---- setup report ------------------------------------------------------------------------
+
+template <class T>
+std::string CudaBackend<T>::setup_report(const OpShapes& s) {
+  std::string out;
+#if RATCHET_CUDNN && !RATCHET_SIMT
+  if (cudnn_) out += cudnn_->describe_plans();
+#endif
+  if (s.B <= 0 || s.T <= 0 || s.C <= 0) return out;
+  const int N = s.B * s.T, C = s.C;
+  // Shapes only: offers() asks the heuristic with canonical pointers.
+  const void* fake = reinterpret_cast<const void*>(uintptr_t{256});
+  const int A = s.H > 0 ? 2 * s.H : 4 * C;  // the MLP's hidden width
+  if (s.H <= 0) {  // GPT-2's GELU MLP (Llama's SwiGLU has no GEMM epilogue)
+    Gemm g = row_major_gemm(false, true, N, A, C, fake, C, fake, C, const_cast<void*>(fake), A);
+    g.epilogue = Epilogue::gelu_bias;
+    g.aux = const_cast<void*>(fake);
+    g.ldaux = A;
+    g.bias = fake;
+    if (sizeof(T) == 4)
+      out += "gelu: a bias GEMM, then kernels/gelu.cu (FP32 storage: what the recompute "
+             "policies recompute, bit for bit)\n";
+    else if (mm_.offers(g))
+      out += "gelu: cuBLASLt's GELU_AUX_BIAS epilogue\n";
+    else
+      out += "gelu: a bias GEMM, then kernels/gelu.cu (cuBLASLt offers no GELU_AUX_BIAS "
+             "algorithm here)\n";
+    // The bias gradients (dW GEMM + BGRADB) of qkv, attproj, fc, fcproj: (OC, input width).
+    std::string fused, kernel;
+    for (auto [oc, in] : {std::pair<int, int>{3 * C, C}, {C, C}, {A, C}, {C, A}}) {
+      Gemm gw = row_major_gemm(true, false, oc, in, N, fake, oc, fake, in,
+                               const_cast<void*>(fake), in);
+      gw.beta = 1.0f;
+      gw.epilogue = Epilogue::bgrad;
+      gw.dbias = const_cast<void*>(fake);
+      std::string& list = mm_.offers(gw) ? fused : kernel;
+      list += (list.empty() ? "" : ", ") + std::to_string(oc) + "x" + std::to_string(in);
+    }
+    if (kernel.empty())
+      out += "bias gradients: cuBLASLt's BGRADB epilogue (every bias width)\n";
+    else
+      out += "bias gradients: the bias_grad kernel after the weight GEMM for " + kernel +
+             " (cuBLASLt offers no BGRADB algorithm there)" +
+             (fused.empty() ? "" : "; the BGRADB epilogue for " + fused) + "\n";
+  }
+  return out;
+}
+
 // ---- profiler ranges ----------------------------------------------------------------------
 
 template <class T>
@@ -740,28 +816,41 @@ template class CudaBackend<bf16>;
 }  // namespace ratchet::cuda
 
 namespace ratchet {
-std::unique_ptr<Backend> make_cuda_backend(const std::string& storage, AttentionImpl attention) {
+std::unique_ptr<Backend> make_cuda_backend(const std::string& storage, AttentionImpl attention,
+                                           bool deterministic) {
   if (storage == "f32" || storage == "fp32")
-    return std::make_unique<cuda::CudaBackend<float>>(attention);
+    return std::make_unique<cuda::CudaBackend<float>>(attention, deterministic);
   if (storage == "bf16" || storage.empty())
-    return std::make_unique<cuda::CudaBackend<kernels::bf16>>(attention);
+    return std::make_unique<cuda::CudaBackend<kernels::bf16>>(attention, deterministic);
   fail("unknown storage type '", storage, "' for the cuda backend: use bf16 or f32");
 }
 
 namespace {
 std::unique_ptr<Backend> make_from_options(const BackendOptions& o) {
-  if (!o.tf32) return make_cuda_backend(o.storage, o.attention);
+  if (!o.tf32) return make_cuda_backend(o.storage, o.attention, o.deterministic);
   if (o.storage != "f32" && o.storage != "fp32")
     fail("--tf32 applies to --storage f32 (got --storage ", o.storage,
          "): BF16 storage already runs its GEMMs on tensor cores");
-  auto be = std::make_unique<cuda::CudaBackend<float>>(o.attention);
+  auto be = std::make_unique<cuda::CudaBackend<float>>(o.attention, o.deterministic);
   be->matmul().set_tf32(true);
   return be;
 }
 bool probe(std::string* why) { return cuda::device_available(why); }
+AttentionDevice describe() {
+  AttentionDevice d;
+  d.kind = RATCHET_SIMT ? AttentionDevice::kSimt : AttentionDevice::kCuda;
+  d.cudnn_built = cuda::kCudnnBuilt;
+  if (!RATCHET_SIMT) {
+    const cuda::DeviceInfo i = cuda::device_info();
+    d.name = i.name;
+    d.cc_major = i.cc_major;
+    d.cc_minor = i.cc_minor;
+  }
+  return d;
+}
 }  // namespace
 
 void register_cuda_backend() {
-  register_backend(RATCHET_SIMT ? "simt" : "cuda", make_from_options, probe);
+  register_backend(RATCHET_SIMT ? "simt" : "cuda", make_from_options, probe, describe);
 }
 }  // namespace ratchet

@@ -18,8 +18,15 @@
 // Attention (--attention): flash keeps lse (B,NH,T) per layer and runs
 // kernels/flash_attention.cuh (no permutes, scratch D (B,NH,T) in backward);
 // cudnn keeps cuDNN's softmax stats (B,NH,T) FP32 (the same lse) and runs
-// cudnn_attention.h (scratch: the engine workspace, and dQ's FP32 accumulator
-// in backward); materialized keeps att (B,NH,T,T) and runs the cuBLAS path below.
+// cudnn_attention.h (scratch: the engine workspace its plan reports, and with
+// --deterministic off dQ's FP32 accumulator in backward); materialized keeps
+// att (B,NH,T,T) and runs the cuBLAS path below.
+//
+// GELU forward (matmul_forward with pre_gelu): BF16 storage through cuBLASLt's
+// GELU_AUX(_BIAS) epilogue; FP32 storage as a bias GEMM into pre_gelu, then
+// kernels/gelu.cu: the recompute policies recompute GELU with that kernel, so
+// the recomputed values are the forward's bit for bit (cuBLASLt's epilogue
+// GELU differs from the kernel's in the last bit on a GPU).
 //
 // Scratch: attention's permuted q/k/v and their gradients, the backward
 // kernels' reduction scratch, the bias gradient of the GEMM epilogue, live in
@@ -68,7 +75,8 @@ class CudaBackend final : public Backend {
   // cuBLAS GEMMs around a (B,NH,T,T) softmax; cudnn: cuDNN's fused attention,
   // cudnn_attention.h, BF16 storage on a GPU only: refused with a message under
   // simt, in a build without cuDNN, with FP32 storage, or without a device).
-  explicit CudaBackend(AttentionImpl attention = AttentionImpl::flash);
+  // deterministic: --deterministic (cudnn's backward; every other op is deterministic).
+  explicit CudaBackend(AttentionImpl attention = AttentionImpl::flash, bool deterministic = true);
   ~CudaBackend() override;
 
   std::string name() const override;
@@ -92,6 +100,7 @@ class CudaBackend final : public Backend {
                             cdptr pre_gelu, int N, int C, int OC) override;
 
   size_t free_memory_bytes() const override { return device_info().free_bytes; }
+  std::string setup_report(const OpShapes& s) override;
   double peak_tflops() const override;
 
   void range_push(const char* name) override;
@@ -148,6 +157,7 @@ class CudaBackend final : public Backend {
   // --attention cudnn (RATCHET_CUDNN builds; shared_ptr: its deleter is bound where the type is
   // complete, so the simt build never needs CudnnAttention's definition)
   std::shared_ptr<CudnnAttention> cudnn_;
+  std::shared_ptr<CudnnWorkspaceSource> cudnn_ws_;  // cudnn_'s plans, for model_.cudnn_source
   Matmul mm_;
   std::map<char*, size_t> allocs_;     // base -> bytes as allocated
   std::map<char*, float*> masters_;    // allocation base -> its FP32 master copy
@@ -168,5 +178,6 @@ class CudaBackend final : public Backend {
 namespace ratchet {
 // storage: "bf16" (default training configuration) or "f32".
 std::unique_ptr<Backend> make_cuda_backend(const std::string& storage,
-                                           AttentionImpl attention = AttentionImpl::flash);
+                                           AttentionImpl attention = AttentionImpl::flash,
+                                           bool deterministic = true);
 }  // namespace ratchet

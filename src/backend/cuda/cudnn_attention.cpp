@@ -12,8 +12,10 @@
 //             P = E / l (BF16) ; O = P @ V
 //   backward: D = sum_d(dO * O) * 1 ; S as above ; P = exp(S - stats)
 //             dV = P^T @ dO ; dP = dO @ V^T ; dS = (dP * 1 - D) * P * scale
-//             dK = dS^T @ Q ; dQacc (FP32, F16x16 reordered, zeroed) = dS @ K
-//             dQ = identity(dQacc)
+//             dK = dS^T @ Q ; then, deterministic (the default):
+//               dQ = dS @ K                        (the frontend's dP-workspace graph)
+//             or not (--deterministic off):
+//               dQacc (FP32, F16x16 reordered, zeroed) = dS @ K ; dQ = identity(dQacc)
 // The "* 1" nodes are the frontend's dropout-free placeholders, kept so that
 // the graph is the one cuDNN's pattern matcher is known to accept. GQA (KV <
 // NH): dK and dV go through a virtual (B,NH,T,HS) tensor and a sum over each
@@ -30,8 +32,14 @@
 //  - CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE is the device memory the plan
 //    needs in CUDNN_ATTR_VARIANT_PACK_WORKSPACE;
 //  - a non-virtual FP32 dQ accumulator with F16x16 reordering selects the
-//    bprop engine that accumulates dQ there instead of a (B,NH,T,T) dP
-//    workspace; it must be zero before each execution (the frontend memsets it);
+//    bprop engine that accumulates dQ there (atomically: nondeterministic)
+//    instead of a (B,NH,T,T) dP workspace; it must be zero before each
+//    execution (the frontend memsets it). Without it (dQ the matmul's output)
+//    the engine keeps dP in its workspace and writes dQ once per row block:
+//    cudnn-frontend builds exactly that graph for set_deterministic_algorithm
+//    (use_dp_workspace in node/scaled_dot_product_flash_attention.h);
+//  - an engine's CUDNN_ATTR_ENGINE_NUMERICAL_NOTE lists
+//    CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC when its results may vary run to run;
 //  - cudnnBackendExecute runs on the stream set by cudnnSetStream.
 #include "backend/cuda/cudnn_attention.h"
 
@@ -46,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/attention_choice.h"
 #include "backend/memory_model.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -264,17 +273,17 @@ struct CudnnAttention::Plan {
   std::unique_ptr<Desc> plan;  // finalized
   std::vector<int64_t> uids;  // the variant pack's order
   int64_t workspace = 0;
+  int64_t engine = -1;        // CUDNN_ATTR_ENGINE_GLOBAL_INDEX of the chosen engine
+  bool nondeterministic = false;  // its numerical notes say so
+  std::string what;           // "backward B=.. T=.. ..." for describe_plans()
 };
 
 const char* cudnn_attention_unsupported(const SdpaShape& s) {
-  if (s.HS % 8 != 0 || s.HS > 128)
-    return "cuDNN's fused attention needs a head size that is a multiple of 8, at most 128";
-  if (s.KV <= 0 || s.NH % s.KV != 0)
-    return "cuDNN's fused attention needs the KV head count to divide the query head count";
-  return "";
+  return cudnn_heads_unsupported(AttentionHeads{s.NH, s.KV, s.HS});
 }
 
-CudnnAttention::CudnnAttention(cudaStream_t stream) : stream_(stream) {
+CudnnAttention::CudnnAttention(cudaStream_t stream, bool deterministic)
+    : stream_(stream), deterministic_(deterministic) {
   if (cudnnGetVersion() < 90000)
     fail("--attention cudnn: the cuDNN library loaded is version ", cudnnGetVersion(),
          "; its fused attention graphs need cuDNN 9 or newer. Install cuDNN 9, or use "
@@ -348,7 +357,7 @@ std::vector<int64_t> build_forward(GraphBuilder& g, const Views& v) {
   return {kQ, kK, kV, kO, kStats, kScale, kLowest};
 }
 
-std::vector<int64_t> build_backward(GraphBuilder& g, const Views& v) {
+std::vector<int64_t> build_backward(GraphBuilder& g, const Views& v, bool deterministic) {
   const auto bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
   const Dims sd = v.s_dim(), ss = v.s_stride(), rd = v.stats_dim(), rs = v.stats_stride();
   TensorD q = g.tensor(kQ, bf16, v.q_dim(), v.q_stride(), false);
@@ -360,8 +369,6 @@ std::vector<int64_t> build_backward(GraphBuilder& g, const Views& v) {
   TensorD dQ = g.tensor(kdQ, bf16, v.q_dim(), v.q_stride(), false);
   TensorD dK = g.tensor(kdK, bf16, v.kv_dim(), v.kv_stride(), false);
   TensorD dV = g.tensor(kdV, bf16, v.kv_dim(), v.kv_stride(), false);
-  TensorD dQacc = g.tensor(kdQAcc, f32, v.full_dim(), v.full_stride(), false, false,
-                           CUDNN_TENSOR_REORDERING_F16x16);
   TensorD scale = g.scalar(kScale), lowest = g.scalar(kLowest), one = g.scalar(kOne);
 
   // D = rowsum(dO * O) * 1
@@ -386,9 +393,15 @@ std::vector<int64_t> build_backward(GraphBuilder& g, const Views& v) {
   TensorD dS = g.apply(CUDNN_POINTWISE_MUL, dSu, scale, sd, ss);
   kv_gradient(g, v, dS, q, dK);
 
-  // dQ = dS K, accumulated in FP32, then cast into dqkv
+  // dQ = dS K: straight into dqkv (deterministic), or accumulated in FP32 then cast
   TensorD k = g.virt(bf16, v.kv_dim(), v.kv_stride());
   g.reshape(kT, k);
+  if (deterministic) {
+    g.matmul(dS, k, dQ);
+    return {kQ, kK, kV, kO, kdO, kStats, kdQ, kdK, kdV, kScale, kLowest, kOne};
+  }
+  TensorD dQacc = g.tensor(kdQAcc, f32, v.full_dim(), v.full_stride(), false, false,
+                           CUDNN_TENSOR_REORDERING_F16x16);
   g.matmul(dS, k, dQacc);
   g.pointwise(CUDNN_POINTWISE_IDENTITY, dQacc, nullptr, nullptr, dQ);
   return {kQ, kK, kV, kO, kdO, kStats, kdQ, kdK, kdV, kdQAcc, kScale, kLowest, kOne};
@@ -402,13 +415,13 @@ std::string shape_text(const SdpaShape& s) {
 
 }  // namespace
 
-int cudnn_attention_graph_ops(const SdpaShape& s, bool backward) {
+int cudnn_attention_graph_ops(const SdpaShape& s, bool backward, bool deterministic) {
   const char* why = cudnn_attention_unsupported(s);
   if (*why) fail("--attention cudnn: ", why, " (", shape_text(s), ")");
   GraphBuilder g;
   const Views v(s);
   if (backward)
-    build_backward(g, v);
+    build_backward(g, v, deterministic);
   else
     build_forward(g, v);
   return (int)g.ops().size();
@@ -426,7 +439,7 @@ const CudnnAttention::Plan& CudnnAttention::plan(bool backward, const SdpaShape&
   auto out = std::make_unique<Plan>();
   GraphBuilder& g = out->ops;
   const Views v(s);
-  out->uids = backward ? build_backward(g, v) : build_forward(g, v);
+  out->uids = backward ? build_backward(g, v, deterministic_) : build_forward(g, v);
 
   out->graph = std::make_unique<Desc>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   Desc& graph = *out->graph;
@@ -459,29 +472,92 @@ const CudnnAttention::Plan& CudnnAttention::plan(bool backward, const SdpaShape&
   if (count > 0)
     cudnnCheck(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()));
-  int64_t smallest = -1;
+  // The device memory the workspace may take: what is free now (the arena is
+  // sized after this, from the chosen plan's figure).
+  size_t free_b = 0, total_b = 0;
+  cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+  int skipped_nondet = 0, unfinalized = 0;
+  // When no engine fits the free memory: the one with the smallest workspace,
+  // so that the memory accounting (which sees its size) reports the step as
+  // too large, with the numbers, and --batch-size auto tries a smaller batch.
+  std::unique_ptr<Desc> smallest;
+  int64_t smallest_ws = -1, smallest_engine = -1;
+  bool smallest_nondet = false;
   for (int64_t i = 0; i < got; i++) {
+    // The engine behind this configuration: its index and numerical notes.
+    Desc eng(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    cudnnBackendDescriptor_t e = eng.get();
+    int64_t n = 0, index = -1;
+    cudnnCheck(cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_ENGINECFG_ENGINE,
+                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e));
+    cudnnCheck(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1,
+                                        &n, &index));
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    int64_t nnotes = 0;
+    cudnnCheck(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                        CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT,
+                                        &nnotes, notes));
+    bool nondet = false;
+    for (int64_t j = 0; j < nnotes; j++) nondet |= notes[j] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC;
+    if (nondet && deterministic_) {
+      skipped_nondet++;
+      continue;
+    }
     Desc p(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
         .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw[i]);
-    if (p.finalize() != CUDNN_STATUS_SUCCESS) continue;  // this engine cannot run it here
-    int64_t ws = 0, n = 0;
+    if (p.finalize() != CUDNN_STATUS_SUCCESS) {  // this engine cannot run it here
+      unfinalized++;
+      continue;
+    }
+    int64_t ws = 0;
     cudnnCheck(cudnnBackendGetAttribute(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                         CUDNN_TYPE_INT64, 1, &n, &ws));
-    if (smallest < 0 || ws < smallest) smallest = ws;
-    if ((size_t)ws > kCudnnAttentionWorkspaceBytes) continue;  // more than the accounting holds
+    if ((size_t)ws > free_b) {  // more than the device has free
+      if (smallest_ws < 0 || ws < smallest_ws) {
+        smallest = std::make_unique<Desc>(std::move(p));
+        smallest_ws = ws;
+        smallest_engine = index;
+        smallest_nondet = nondet;
+      }
+      continue;
+    }
     out->plan = std::make_unique<Desc>(std::move(p));
     out->workspace = ws;
+    out->engine = index;
+    out->nondeterministic = nondet;
+    out->what = std::string(pass) + " " + shape_text(s);
     return *(plans_[key] = std::move(out));
   }
-  if (smallest >= 0)
-    fail("--attention cudnn: every cuDNN engine for the ", pass, " pass (", shape_text(s),
-         ") needs more workspace than the ", kCudnnAttentionWorkspaceBytes >> 20,
-         " MiB the memory accounting reserves (the least needs ", smallest, " bytes); use "
-         "--attention flash, or report this with the message so that the reservation grows");
-  fail("--attention cudnn: cuDNN has no fused attention engine for the ", pass, " pass on this "
-       "GPU for ", shape_text(s), " (", got, " candidates, none finalized: ", last_cudnn_error(),
-       "); cuDNN's fused attention needs sm_80 or newer. Use --attention flash");
+  if (smallest) {
+    out->plan = std::move(smallest);
+    out->workspace = smallest_ws;
+    out->engine = smallest_engine;
+    out->nondeterministic = smallest_nondet;
+    out->what = std::string(pass) + " " + shape_text(s) + " (more than the " +
+                std::to_string(free_b) + " bytes free)";
+    return *(plans_[key] = std::move(out));
+  }
+  fail("--attention cudnn: cuDNN has no ", deterministic_ ? "deterministic " : "",
+       "fused attention engine for the ", pass, " pass on this GPU for ", shape_text(s), " (",
+       got, " candidates: ", skipped_nondet, " nondeterministic, ", unfinalized,
+       " not finalized: ", last_cudnn_error(), "); cuDNN's fused attention needs sm_80 or newer. ",
+       deterministic_ && skipped_nondet > 0 ? "--deterministic off allows the nondeterministic "
+                                              "ones; or use --attention flash"
+                                            : "Use --attention flash");
+}
+
+size_t CudnnAttention::workspace(const SdpaShape& s, bool backward) {
+  return (size_t)plan(backward, s).workspace;
+}
+
+std::string CudnnAttention::describe_plans() const {
+  std::string out;
+  for (const auto& [key, p] : plans_)
+    out += "cudnn attention: " + p->what + ": engine " + std::to_string(p->engine) + ", " +
+           std::to_string(p->workspace) + " bytes of workspace, " +
+           (p->nondeterministic ? "nondeterministic" : "deterministic") + "\n";
+  return out;
 }
 
 namespace {
@@ -518,17 +594,21 @@ void CudnnAttention::backward(void* dqkv, const void* dout, const void* qkv, con
   bf* base = const_cast<bf*>(static_cast<const bf*>(qkv));
   bf* dbase = static_cast<bf*>(dqkv);
   const size_t k_off = (size_t)s.NH * s.HS, v_off = (size_t)(s.NH + s.KV) * s.HS;
-  // scratch: dQ's FP32 accumulator (B,NH,T,HS), zeroed, then the engine workspace.
-  const size_t acc = cuda_scratch::cudnn_dq_accumulator(s.B, s.T, s.NH * s.HS);
-  char* sc = static_cast<char*>(scratch);
-  cudaCheck(cudaMemsetAsync(sc, 0, acc, stream_));
   float scale = 1.0f / std::sqrt((float)s.HS), lowest = std::numeric_limits<float>::lowest(),
         one = 1.0f;
-  // build_backward's order: Q, K, V, O, dO, stats, dQ, dK, dV, dQacc, scale, lowest, one.
-  const std::vector<void*> ptrs = {base, base + k_off, base + v_off,
-                                   const_cast<void*>(out), const_cast<void*>(dout),
-                                   const_cast<float*>(stats), dbase, dbase + k_off,
-                                   dbase + v_off, sc, &scale, &lowest, &one};
+  char* sc = static_cast<char*>(scratch);
+  // build_backward's order: Q, K, V, O, dO, stats, dQ, dK, dV, [dQacc,] scale, lowest, one.
+  std::vector<void*> ptrs = {base, base + k_off, base + v_off,
+                             const_cast<void*>(out), const_cast<void*>(dout),
+                             const_cast<float*>(stats), dbase, dbase + k_off, dbase + v_off};
+  size_t acc = 0;
+  if (!deterministic_) {
+    // scratch: dQ's FP32 accumulator (B,NH,T,HS), zeroed, then the engine workspace.
+    acc = cuda_scratch::cudnn_dq_accumulator(s.B, s.T, s.NH * s.HS);
+    cudaCheck(cudaMemsetAsync(sc, 0, acc, stream_));
+    ptrs.push_back(sc);
+  }
+  for (void* x : {(void*)&scale, (void*)&lowest, (void*)&one}) ptrs.push_back(x);
   execute(static_cast<cudnnHandle_t>(handle_), p, ptrs, sc + acc);
 }
 

@@ -17,15 +17,29 @@
 // axis; cuDNN sees strided (B,H,T,HS) views into it (no permute copies), and
 // the same views into dqkv for dq, dk, dv. out/dout (B,T,NH*HS).
 //
+// Determinism (--deterministic, on by default): on, the backward graph is
+// cudnn-frontend's deterministic lowering (sdpa_backward with
+// set_deterministic_algorithm(true): its "dP workspace" graph, dQ = dS @ K
+// written straight into dQ, no FP32 accumulator that the key blocks add into
+// atomically), and only engines without CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC
+// are taken (forward and backward). Off, the faster backward: dQ accumulated
+// in an FP32 (B,NH,T,HS) buffer it is given (zeroed before each call), and
+// any engine. The same command then gives different weights run to run.
+//
 // Plans: one forward and one backward plan per shape (B, T, NH, KV, HS),
-// built on first use and cached. The engine is the first of cuDNN's
-// heuristic list (mode A) that finalizes and whose workspace fits
-// kCudnnAttentionWorkspaceBytes (backend/memory_model.h), the figure the
-// memory accounting reserves, so the arena stays exact.
+// built when first asked (the memory accounting asks for workspace() at
+// setup, before step 1) and cached. The engine is the first of cuDNN's
+// heuristic list (mode A) that finalizes, is deterministic when asked, and
+// whose workspace (CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE) fits the free
+// device memory (when none does, the one with the smallest workspace: the
+// memory accounting, which counts it, then refuses the step naming the
+// sizes, and --batch-size auto tries smaller batches); the accounting
+// reserves exactly that workspace, so the arena stays exact.
 #pragma once
 #include <cstddef>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 
 #include "kernels/common.cuh"  // cudaStream_t
@@ -47,24 +61,31 @@ const char* cudnn_attention_unsupported(const SdpaShape& s);
 // a wrong type, mode or missing input fails there), and returns how many
 // operations the graph has. The operation graph itself, the heuristics and
 // the plan need a device. Tests and `bench_attention --check-graph` use it.
-int cudnn_attention_graph_ops(const SdpaShape& s, bool backward);
+int cudnn_attention_graph_ops(const SdpaShape& s, bool backward, bool deterministic = true);
 
 class CudnnAttention {
  public:
   // Creates the cuDNN handle on `stream`. Needs a device: without one, fails
   // (ratchet::Error) saying --attention cudnn needs a GPU.
-  explicit CudnnAttention(cudaStream_t stream);
+  // deterministic: see the top comment.
+  CudnnAttention(cudaStream_t stream, bool deterministic);
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
 
+  // The chosen engine's workspace for this shape (builds the plan if needed).
+  size_t workspace(const SdpaShape& s, bool backward);
+  // One line per plan built: pass, shape, engine index, workspace, determinism.
+  std::string describe_plans() const;
+  bool deterministic() const { return deterministic_; }
+
   // out (B,T,NH*HS) and stats (B,NH,T) FP32 from qkv (B,T,(NH+2KV)*HS), all BF16
-  // except stats. scratch: cuda_scratch::attention_forward(cudnn, ...) bytes
+  // except stats. scratch: BackendMemoryModel::attention_forward_scratch bytes
   // (backend/memory_model.h), 256-byte aligned: the engine workspace.
   void forward(void* out, float* stats, const void* qkv, const SdpaShape& s, void* scratch);
   // dqkv (B,T,(NH+2KV)*HS) overwritten from dout (B,T,NH*HS), qkv, forward's out
-  // and stats. scratch: cuda_scratch::attention_backward(cudnn, ...) bytes:
-  // dQ's FP32 accumulator (B,NH,T,HS), then the engine workspace.
+  // and stats. scratch: BackendMemoryModel::attention_backward_scratch bytes:
+  // when not deterministic dQ's FP32 accumulator (B,NH,T,HS), then the engine workspace.
   void backward(void* dqkv, const void* dout, const void* qkv, const void* out,
                 const float* stats, const SdpaShape& s, void* scratch);
 
@@ -74,6 +95,7 @@ class CudnnAttention {
   const Plan& plan(bool backward, const SdpaShape& s);
   void* handle_ = nullptr;  // cudnnHandle_t
   cudaStream_t stream_;
+  bool deterministic_;
   std::map<std::tuple<bool, int, int, int, int, int>, std::unique_ptr<Plan>> plans_;
 };
 

@@ -118,8 +118,15 @@ void require_aligned(const void* p, const char* what, const LtCall& c) {
 void Matmul::run(const Gemm& g) { try_run_impl_(g, true); }
 bool Matmul::try_run(const Gemm& g) { return try_run_impl_(g, false); }
 
+bool Matmul::offers(const Gemm& g) {
+  if (forced_ & (1u << (int)g.epilogue)) return false;
+  if (g.m <= 0 || g.n <= 0 || g.batch <= 0) return true;
+  return plan_for(to_lt(g, dtype_)).has_algo;
+}
+
 bool Matmul::try_run_impl_(const Gemm& g, bool must) {
   if (g.m <= 0 || g.n <= 0 || g.batch <= 0) return true;
+  if (!must && (forced_ & (1u << (int)g.epilogue))) return false;
   LtCall c = to_lt(g, dtype_);
   const size_t eb = dtype_bytes(dtype_);
   require_aligned(c.A, "A", c);
@@ -216,21 +223,24 @@ const char* Matmul::launch(const LtCall& c, Plan&) {
 }
 #else
 namespace {
-// The epilogue's pointers on the descriptor. Set before the heuristic too:
-// cublasLt.h (cublasLtMatmulAlgoGetHeuristic) infers the alignment of
-// bias/aux pointers from the values on the descriptor; the key carries their
-// alignment class, so every call that reuses the plan has the same.
-void set_epilogue_pointers(cublasLtMatmulDesc_t op, const LtCall& c) {
+// The epilogue's pointers on the descriptor, before each launch. For the
+// heuristic (canonical = true) a pointer aligned to exactly 16 bytes stands in
+// for every one: cublasLt.h (cublasLtMatmulAlgoGetHeuristic) infers the
+// alignment of bias/aux pointers from the values on the descriptor without
+// dereferencing them, so the algorithm it picks runs on any 16-byte aligned
+// buffer, and the plan does not depend on where this call's buffers happen to be.
+void set_epilogue_pointers(cublasLtMatmulDesc_t op, const LtCall& c, bool canonical = false) {
+  void* const k16 = reinterpret_cast<void*>(uintptr_t{0x10010});  // 16 | k16, 32 does not
   if (c.epilogue == Epilogue::bias || (c.epilogue == Epilogue::gelu_bias && c.has_bias)) {
-    const void* b = c.bias;
+    const void* b = canonical ? k16 : c.bias;
     cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
   }
   if (c.epilogue == Epilogue::bgrad) {
-    void* b = c.dbias;
+    void* b = canonical ? k16 : c.dbias;
     cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
   }
   if (c.epilogue == Epilogue::gelu_bias || c.epilogue == Epilogue::dgelu) {
-    void* x = c.aux;
+    void* x = canonical ? k16 : c.aux;
     cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x,
                                                sizeof x));
   }
@@ -264,7 +274,7 @@ Matmul::Plan& Matmul::plan_for(const LtCall& c) {
     cublasCheck(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
                                                sizeof ld));
   }
-  set_epilogue_pointers(p->op, c);  // real pointers: the heuristic reads their alignment
+  set_epilogue_pointers(p->op, c, /*canonical=*/true);  // the heuristic reads their alignment
   p->a = make_layout(c.dtype, c.rowsA, c.colsA, c.lda, c.batch, c.strideA);
   p->b = make_layout(c.dtype, c.rowsB, c.colsB, c.ldb, c.batch, c.strideB);
   p->c = make_layout(c.dtype, c.M, c.N, c.ldc, c.batch, c.strideC);

@@ -41,6 +41,14 @@
 // algorithm for a call, the error names m, n, k, the layouts and the epilogue.
 // Descriptors and the heuristic's algorithm are cached per LtCall shape.
 //
+// The algorithm is pinned per (shape, epilogue), whatever the buffers'
+// addresses: the heuristic infers the alignment of the bias/aux pointers from
+// their values (cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER), so it is asked
+// with canonical pointers aligned to exactly 16 bytes (what run() requires)
+// and its choice runs on any 16-byte aligned buffer. A recompute that writes
+// into another buffer (recompute policies) then runs the same algorithm and
+// gets the same bits; a key with the alignment class picked another one.
+//
 // Each GEMM runs inside an NVTX range named by its epilogue and row-major
 // shape ("matmul DGELU m=64 n=128 k=32"), so that a profile shows which GEMM
 // of an op took the time. The ranges are also counted (ranges_opened(),
@@ -125,20 +133,12 @@ struct LtCall {
   void* dbias = nullptr;       // (N): BGRADB sums op(B) over K
 
   // The cache key: everything but the pointers and alpha/beta values (beta's
-  // zero-ness matters to nothing in cuBLASLt's descriptors), plus the
-  // alignment class of the epilogue pointers: cublasLt.h says the heuristic
-  // infers their alignment from the pointer values it is given, and a plan is
-  // reused for every later call with the same key, so a plan chosen for
-  // 256-byte aligned bias/aux/dbias must not run on a 16-byte aligned one.
-  // (A, B, C, D: the alignment preferences state 16, what run() checks.)
+  // zero-ness matters to nothing in cuBLASLt's descriptors). No alignment:
+  // plans are chosen for 16-byte aligned pointers (see the top comment).
   auto key() const {
     return std::make_tuple(opA_T, opB_T, M, N, K, lda, ldb, ldc, strideA, strideB, strideC,
-                           batch, (int)epilogue, has_bias, ldaux, (int)dtype,
-                           epilogue_alignment());
+                           batch, (int)epilogue, has_bias, ldaux, (int)dtype);
   }
-  // The largest power of two <= 256 dividing every epilogue pointer this call
-  // uses (bias, aux, dbias); 256 when it uses none.
-  int epilogue_alignment() const;
   std::string describe() const;  // "M=.. N=.. K=.. A(..) B(..) D(..) epilogue .. dtype .."
 };
 
@@ -169,6 +169,14 @@ class Matmul {
   // Tests: every later execution of epilogue e fails as a cublasLtMatmul
   // rejection would (stand-in only; the real cuBLASLt decides for itself).
   void reject_epilogue(Epilogue e) { rejected_ |= 1u << (int)e; }
+  // Every later try_run with epilogue e returns false at once, in both builds
+  // (cuBLASLt is not asked): the caller takes its unfused path. Tests force the
+  // fallbacks on a GPU with it.
+  void force_fallback(Epilogue e) { forced_ |= 1u << (int)e; }
+  // Whether cuBLASLt offers an algorithm for g (its shape and epilogue; the
+  // pointers need not be set): asks the heuristic once, as run() would, and
+  // caches the answer. False for a forced fallback. For setup reports.
+  bool offers(const Gemm& g);
 
   // FP32 storage only: GEMMs on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32)
   // instead of exact FP32. Off by default (FP32 storage is the exact mode);
@@ -193,6 +201,7 @@ class Matmul {
   const char* launch(const LtCall& c, Plan& p);
   bool tf32_ = false;
   unsigned rejected_ = 0;  // reject_epilogue() bits (stand-in)
+  unsigned forced_ = 0;    // force_fallback() bits
   unsigned noted_ = 0;     // epilogues whose fallback was announced
   DType dtype_;
   void* stream_ = nullptr;

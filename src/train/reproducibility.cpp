@@ -1,0 +1,39 @@
+// See reproducibility.h.
+#include "train/reproducibility.h"
+
+namespace ratchet {
+
+std::map<std::string, std::string> reproducibility_settings(AttentionImpl attention,
+                                                            bool deterministic) {
+  const bool bitwise = deterministic || attention != AttentionImpl::cudnn;
+  return {{"attention", attention_name(attention)},
+          {"deterministic", deterministic ? "on" : "off"},
+          {"reproducible", bitwise ? "bitwise"
+                                   : "no (cuDNN attention with --deterministic off accumulates "
+                                     "dQ atomically)"}};
+}
+
+std::string resume_bit_identity_warning(const std::map<std::string, std::string>& saved,
+                                        const std::map<std::string, std::string>& now) {
+  auto get = [](const std::map<std::string, std::string>& m, const char* k) {
+    auto it = m.find(k);
+    return it == m.end() ? std::string() : it->second;
+  };
+  std::string why;
+  auto add = [&](const std::string& s) { why += (why.empty() ? "" : "; ") + s; };
+  const std::string was = get(saved, "reproducible"), is = get(now, "reproducible");
+  if (!was.empty() && was != "bitwise")
+    add("the checkpoint was written by a run that was not bitwise reproducible: " + was);
+  if (!is.empty() && is != "bitwise") add("this run is not bitwise reproducible: " + is);
+  for (const char* k : {"attention", "deterministic"}) {
+    const std::string a = get(saved, k), b = get(now, k);
+    if (!a.empty() && !b.empty() && a != b)
+      add(std::string("--") + k + " changed from " + a + " to " + b + " since the checkpoint");
+  }
+  if (why.empty()) return "";
+  return "this resume will not be bit-identical to an uninterrupted run (" + why +
+         "). For bit-identical resumes keep --deterministic on and the checkpoint's "
+         "--attention";
+}
+
+}  // namespace ratchet
