@@ -335,7 +335,7 @@ OpenedHf open_hf_checkpoint(const std::string& path) {
     const double implied = 9.0 * c.num_layers + 2 + (c.tied_embeddings ? 0 : 1);
     if (implied > 2.0 * held)
       fail(path, " holds ", held, " tensors but ", config_path, " (num_hidden_layers ", c.num_layers,
-           c.tied_embeddings ? ", tied" : ", untied", " embeddings) implies ", implied,
+           c.tied_embeddings ? ", tied" : ", untied", " embeddings) implies ", (long long)implied,
            ": the checkpoint is incomplete or config.json belongs to another model");
   }
   o.map = hf_tensor_map(c);

@@ -245,7 +245,10 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
   if (fs::is_directory(path, ec)) {
     const std::string index_path = (fs::path(path) / "model.safetensors.index.json").string();
     const std::string single = (fs::path(path) / "model.safetensors").string();
-    for (const std::string& f : {single, index_path}) check_not_dangling(f);
+    // The index is never read while model.safetensors is there (below), so
+    // only a link that would be read is refused as dangling.
+    check_not_dangling(single);
+    if (!fs::exists(single, ec)) check_not_dangling(index_path);
     // Both present: transformers' from_pretrained takes model.safetensors and
     // never reads the index (it checks for the single file first); ratchet
     // does the same, and says so, so the two tools load the same model.

@@ -266,9 +266,11 @@ Plan make_plan(const PlanInputs& in_) {
   p.flops_per_token = train_flops_per_token(cfg, in.T);
   p.recompute_flops_per_token = recompute_flops_per_token(cfg, in.T, in.recompute);
   const double fpt = p.flops_per_token + p.recompute_flops_per_token;
-  // Steps in floating point first: a count `ratchet train` cannot run (its
-  // --steps is an int) is refused naming where it came from, never cast (issue
-  // 25: a budget of 1e33 FLOPs printed "steps 1").
+  // Steps in floating point first: a count beyond what a long and a double
+  // hold exactly (2^53) is refused naming where it came from, never cast
+  // (issue 25: a budget of 1e33 FLOPs printed "steps 1"). Counts beyond one
+  // `ratchet train` run's --steps (an int) are planned, with a warning
+  // (cmd_plan.cpp).
   const double per_step_flops = p.flops_per_token * (double)p.tokens_per_step;
   double steps = 0;
   if (in.steps > 0) {
@@ -280,23 +282,20 @@ Plan make_plan(const PlanInputs& in_) {
   } else {  // the compute-optimal token count for this model
     steps = std::ceil(p.optimal.tokens / p.tokens_per_step);
   }
-  constexpr double kMaxSteps = 2147483647.0;  // INT_MAX: `ratchet train --steps`
+  constexpr double kMaxSteps = 9007199254740992.0;  // 2^53
   if (!(steps <= kMaxSteps)) {
     const std::string at = " at " + std::to_string(p.tokens_per_step) + " tokens per step";
-    if (in.steps > 0)
-      fail("--steps ", in.steps, " is more than `ratchet train` runs (at most ", (long)kMaxSteps, ")");
+    const std::string most = "more than plan counts exactly (at most 2^53 = 9.0e15 steps";
+    if (in.steps > 0) fail("--steps ", in.steps, " is ", most, ")");
     if (in.tokens > 0)
-      fail("--tokens ", in.tokens, " is ", steps, " steps", at, ": more than `ratchet train` runs (at most ",
-           (long)kMaxSteps, " steps, i.e. --tokens ", kMaxSteps * p.tokens_per_step,
-           "); raise --total-batch-tokens or lower --tokens");
+      fail("--tokens ", in.tokens, " is ", steps, " steps", at, ": ", most, ", i.e. --tokens ",
+           kMaxSteps * p.tokens_per_step, "); raise --total-batch-tokens or lower --tokens");
     if (p.has_budget)
-      fail(budget_flag, " ", budget_given, " buys ", steps, " steps of ", in.model_name, at,
-           ": more than `ratchet train` runs (at most ", (long)kMaxSteps, " steps, i.e. ", budget_flag,
-           " ", kMaxSteps * per_step_flops / flops_per_unit,
+      fail(budget_flag, " ", budget_given, " buys ", steps, " steps of ", in.model_name, at, ": ", most,
+           ", i.e. ", budget_flag, " ", kMaxSteps * per_step_flops / flops_per_unit,
            " here); raise --total-batch-tokens or lower the budget");
-    fail("the compute-optimal ", p.optimal.tokens, " tokens of this model are ", steps, " steps", at,
-         ": more than `ratchet train` runs (at most ", (long)kMaxSteps,
-         " steps); raise --total-batch-tokens or give --steps");
+    fail("the compute-optimal ", p.optimal.tokens, " tokens of this model are ", steps, " steps", at, ": ",
+         most, "); raise --total-batch-tokens or give --steps");
   }
   p.steps = (long)steps;
   p.tokens = (double)p.steps * p.tokens_per_step;

@@ -201,10 +201,15 @@ TEST_F(HostileSizes, PlanRefusesBudgetsItCannotRepresent) {
   EXPECT_TRUE(has(r, "--budget-flops 1e+33 is 1e+33 FLOPs: more than plan represents (at most 1e+30"))
       << r.output;
   EXPECT_FALSE(has(r, "steps              1\n")) << r.output;
-  r = run_ratchet("plan --budget-flops 1e29");  // representable FLOPs, but not as steps of d96
+  r = run_ratchet("plan --budget-flops 1e30");  // representable FLOPs, but not as steps of d96
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(has(r, "--budget-flops 1e+29 buys")) << r.output;
-  EXPECT_TRUE(has(r, "at most 2147483647 steps")) << r.output;
+  EXPECT_TRUE(has(r, "--budget-flops 1e+30 buys")) << r.output;
+  EXPECT_TRUE(has(r, "more than plan counts exactly (at most 2^53")) << r.output;
+  // Steps a long holds but one `ratchet train` run does not: planned, with a warning.
+  r = run_ratchet("plan --budget-flops 1e29");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "warning: 1483")) << r.output;
+  EXPECT_TRUE(has(r, "more than one `ratchet train` run takes")) << r.output;
   r = run_ratchet("plan --budget-money 1e300");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(has(r, "--budget-money 1e+300")) << r.output;
@@ -215,9 +220,9 @@ TEST_F(HostileSizes, PlanRefusesBudgetsItCannotRepresent) {
   r = run_ratchet("plan --model d12 --tokens 1e29");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(has(r, "--tokens 1e+29 is")) << r.output;
-  r = run_ratchet("plan --model d12 --steps 3000000000");
+  r = run_ratchet("plan --model d12 --steps 10000000000000000");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(has(r, "--steps 3000000000 is more than")) << r.output;
+  EXPECT_TRUE(has(r, "--steps 10000000000000000 is more than plan counts exactly")) << r.output;
   // Ordinary budgets still plan.
   r = run_ratchet("plan --budget-flops 1e19");
   EXPECT_EQ(r.exit_code, 0) << r.output;
