@@ -14,7 +14,8 @@
 // signal instead of killing: the process's own handlers then run, as when a
 // scheduler signals it at that moment. An item "NAN@step-N" (fault_flag) makes
 // the trainer put a NaN into the weights after step N, as a diverged update
-// would: the saves and exports that follow must refuse them.
+// would: the saves and exports that follow must refuse them; "NANGRAD@step-N"
+// puts a NaN into step N's gradients before the optimizer step.
 #pragma once
 #include <string>
 

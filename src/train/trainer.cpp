@@ -674,6 +674,12 @@ int Trainer::train() {
     const double t0 = now_s();
     const float loss = train_step(step_);
     const float lr = c_.sched.at(step_);
+    if (fault_flag("NANGRAD", "step-" + std::to_string(step_ + 1))) {  // tests: a NaN gradient
+      std::vector<float> g(model_->num_params());
+      model_->get_grads(g.data());
+      g[0] = NAN;
+      be_->upload_f32(model_->grads(), g.data(), g.size());
+    }
     const float norm = dp_->step(model_->params(), model_->grads(), lr);
     // A finite loss with a non-finite gradient norm has just updated the
     // weights with NaN or inf: the run ends here, naming the step, and

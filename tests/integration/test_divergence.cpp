@@ -104,6 +104,21 @@ TEST_F(Divergence, NonFiniteWeightsAreNeverSavedOrExported) {
   EXPECT_FALSE(fs::exists(d / "hf/config.json"));
 }
 
+TEST_F(Divergence, ANonFiniteGradientNormEndsTheRunNamingTheStep) {
+  // A NaN gradient with a finite loss (NANGRAD@step-2, core/fault.h): the
+  // update it makes is never saved; before, the run went on (and, on its
+  // last step, ended with exit 0 and a NaN checkpoint).
+  TempDir d;
+  const std::string ck = d / "ck";
+  auto r = run_shell("RATCHET_FAULT=NANGRAD@step-2 " RATCHET_EXE " " + cmd(2) +
+                     " --ckpt-every-steps 1 --ckpt-dir " + ck + " --export " + (d / "x.bin"));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(has(r, "the gradient norm is NaN at step 2")) << r.output;
+  EXPECT_FALSE(fs::exists(ck + "/step_00000002"));
+  EXPECT_TRUE(fs::exists(ck + "/step_00000001"));
+  EXPECT_FALSE(fs::exists(d / "x.bin"));
+}
+
 TEST_F(Divergence, VerifyAndResumeRefuseANonFiniteCheckpoint) {
   TempDir d;
   const std::string ck = d / "ck";
