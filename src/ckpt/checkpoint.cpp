@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <ctime>
 #include <fstream>
 #include <optional>
@@ -87,6 +88,13 @@ T required(std::optional<T> v, const char* name, const std::string& ctx) {
 int64_t get_i64(hid_t o, const char* n, const std::string& c) {
   return required(h5_int_attr(o, n, c, ""), n, c);
 }
+// An int attribute: a value beyond int would be cut short by a cast (2^32 + 1
+// layers read as 1), so it is refused by name instead.
+int get_int(hid_t o, const char* n, const std::string& c) {
+  const int64_t v = get_i64(o, n, c);
+  if (v < INT32_MIN || v > INT32_MAX) fail(c, ": attribute '", n, "' = ", v, " is out of range");
+  return (int)v;
+}
 uint64_t get_u64(hid_t o, const char* n, const std::string& c) {
   return required(h5_uint_attr(o, n, c, ""), n, c);
 }
@@ -119,8 +127,8 @@ void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
   } catch (const Error& e) {
     fail(ctx, ": ", e.what());
   }
-  c->num_kv_heads = (int)get_i64(f, "num_kv_heads", ctx);
-  c->ffn_hidden = (int)get_i64(f, "ffn_hidden", ctx);
+  c->num_kv_heads = get_int(f, "num_kv_heads", ctx);
+  c->ffn_hidden = get_int(f, "ffn_hidden", ctx);
   c->tied_embeddings = get_i64(f, "tied_embeddings", ctx) != 0;
   // float -> double -> float is exact, so a resumed config compares equal.
   c->norm_eps = (float)get_f64(f, "norm_eps", ctx);
@@ -128,7 +136,7 @@ void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
   c->rope_factor = (float)get_f64(f, "rope_factor", ctx);
   c->rope_low_freq_factor = (float)get_f64(f, "rope_low_freq_factor", ctx);
   c->rope_high_freq_factor = (float)get_f64(f, "rope_high_freq_factor", ctx);
-  c->rope_original_max_pos = (int)get_i64(f, "rope_original_max_pos", ctx);
+  c->rope_original_max_pos = get_int(f, "rope_original_max_pos", ctx);
 }
 
 }  // namespace
@@ -352,10 +360,34 @@ static void read_optimizer_shards(const std::string& dir, Checkpoint* ck) {
          " parameters");
 }
 
+// A path that holds no state.h5 is said for what it is, not with HDF5's
+// "unable to open file" (issue 25): a whole --ckpt-dir, or not a checkpoint.
+static void check_is_checkpoint(const std::string& dir, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return;
+  if (fs::exists(path, ec))
+    fail(path, " is not a regular file: ", dir, " is not a ratchet checkpoint");
+  if (fs::is_directory(dir, ec)) {
+    std::string newest;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("step_", 0) == 0 && fs::exists(e.path() / kStateFile, ec) && n > newest) newest = n;
+    }
+    if (!newest.empty() || fs::exists(fs::path(dir) / "latest", ec))
+      fail(dir, " is a checkpoint directory (--ckpt-dir), not one checkpoint: give one of its "
+           "step_NNNNNNNN directories", newest.empty() ? "" : " (the newest: " +
+           (fs::path(dir) / newest).string() + ")");
+  }
+  fail(dir, " is not a ratchet checkpoint: it holds no ", kStateFile,
+       " (a checkpoint is a step_NNNNNNNN directory of a --ckpt-dir)");
+}
+
 CheckpointMeta read_checkpoint_meta(const std::string& dir) {
   h5_init();
   const std::string path = dir + "/" + kStateFile;
   const std::string ctx = "checkpoint " + path;
+  check_is_checkpoint(dir, path);
   H5Handle fapl = h5_fapl_no_locking();
   H5Handle f(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open ", ctx),
              H5Fclose);
@@ -368,20 +400,20 @@ CheckpointMeta read_checkpoint_meta(const std::string& dir) {
   if (ver < 1) fail(ctx, " has an invalid format_version ", ver);
   CheckpointMeta m;
   m.step = get_i64(f, "step", ctx);
-  m.adam_t = (int)get_i64(f, "adam_t", ctx);
+  m.adam_t = get_int(f, "adam_t", ctx);
   m.cursor.epoch = get_u64(f, "loader_epoch", ctx);
   m.cursor.position = get_u64(f, "loader_position", ctx);
   m.best_val_loss = get_f64(f, "best_val_loss", ctx);
   m.best_step = get_i64(f, "best_step", ctx);
-  m.model.num_layers = (int)get_i64(f, "num_layers", ctx);
-  m.model.num_heads = (int)get_i64(f, "num_heads", ctx);
-  m.model.channels = (int)get_i64(f, "channels", ctx);
-  m.model.vocab_size = (int)get_i64(f, "vocab_size", ctx);
-  m.model.padded_vocab = (int)get_i64(f, "padded_vocab", ctx);
-  m.model.max_seq_len = (int)get_i64(f, "max_seq_len", ctx);
+  m.model.num_layers = get_int(f, "num_layers", ctx);
+  m.model.num_heads = get_int(f, "num_heads", ctx);
+  m.model.channels = get_int(f, "channels", ctx);
+  m.model.vocab_size = get_int(f, "vocab_size", ctx);
+  m.model.padded_vocab = get_int(f, "padded_vocab", ctx);
+  m.model.max_seq_len = get_int(f, "max_seq_len", ctx);
   get_model_extras(f, &m.model, ctx);
   try {
-    m.model.finalize();
+    m.model.finalize(kCheckpointNames);
   } catch (const Error& e) {
     fail(ctx, " has an invalid model shape: ", e.what());
   }
@@ -427,6 +459,20 @@ Checkpoint read_checkpoint(const std::string& dir) {
            "): the file is corrupted");
   }
   if (ck.meta.optimizer_shards > 0) read_optimizer_shards(dir, &ck);
+  // Checksums only say the bytes are as written: weights saved from a diverged
+  // run (before issue 25 they were) are refused too, naming the tensor, so
+  // that verify calls them BAD and a resume falls back to an earlier one.
+  std::string bad = first_non_finite(ParamLayout(ck.meta.model), ck.params);
+  for (int i = 1; i < 3 && bad.empty(); i++)
+    for (size_t k = 0; k < tensors[i]->size(); k++)
+      if (!std::isfinite((*tensors[i])[k])) {
+        bad = std::string("/") + kTensorNames[i] + " holds " + std::to_string((*tensors[i])[k]) +
+              " at element " + std::to_string(k);
+        break;
+      }
+  if (!bad.empty())
+    fail(ctx, ": ", bad, ": the weights are not finite (saved after the run diverged); not a "
+         "usable checkpoint");
   return ck;
 }
 

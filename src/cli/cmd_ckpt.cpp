@@ -130,6 +130,25 @@ CheckpointEntry entry_for(const std::string& path) {
   return e;
 }
 
+// Why the checkpoint of entry `t` is not valid ("" when it is): every check
+// `verify` makes, which `export` makes too (issue 25: export wrote a
+// misnamed step directory that verify calls BAD).
+std::string check_one(const CheckpointDir& cd, CheckpointEntry* e, Checkpoint* ck) {
+  std::string why;
+  if (e->step < 0) {  // a directory not named step_N: check all but the name
+    why = !e->committed ? "no COMMITTED marker (a save that did not finish)" : "";
+    if (why.empty()) {
+      try {
+        e->step = read_checkpoint_meta(e->path).step;
+      } catch (const Error& x) {
+        why = x.what();
+      }
+    }
+  }
+  if (why.empty()) why = cd.check_entry(*e, ck);
+  return why;
+}
+
 int do_verify(const std::string& path) {
   std::vector<CheckpointEntry> targets;
   std::string dir = path;
@@ -146,18 +165,7 @@ int do_verify(const std::string& path) {
   for (const auto& t : targets) {
     Checkpoint ck;
     CheckpointEntry e = t;
-    std::string why;
-    if (e.step < 0) {  // a directory not named step_N: check all but the name
-      why = !e.committed ? "no COMMITTED marker (a save that did not finish)" : "";
-      if (why.empty()) {
-        try {
-          e.step = read_checkpoint_meta(e.path).step;
-        } catch (const Error& x) {
-          why = x.what();
-        }
-      }
-    }
-    if (why.empty()) why = cd.check_entry(e, &ck);
+    const std::string why = check_one(cd, &e, &ck);
     if (why.empty()) {
       std::printf("ok         %s (step %lld, %zu parameters, checksums match)\n", t.path.c_str(),
                   (long long)ck.meta.step, ck.params.size());
@@ -209,6 +217,19 @@ int do_prune(const std::string& dir, int keep_last, int keep_every) {
   return r.failed.empty() ? kExitOk : kExitFailure;
 }
 
+// The checkpoint at `path`, if `verify` would call it ok; else an Error saying why.
+Checkpoint read_verified(const std::string& path) {
+  read_checkpoint_meta(path);  // a --ckpt-dir or a non-checkpoint, said as such
+  CheckpointEntry e = entry_for(path);
+  const CheckpointDir cd(fs::path(path).lexically_normal().parent_path().string(), false);
+  Checkpoint ck;
+  const std::string why = check_one(cd, &e, &ck);
+  if (!why.empty())
+    fail("ckpt export: ", path, " is not a valid checkpoint (`ratchet ckpt verify` calls it ",
+         e.committed ? "BAD" : "INCOMPLETE", "): ", why);
+  return ck;
+}
+
 int do_export(const std::string& path, const std::string& out, bool overwrite, const std::string& format,
               const std::string& dtype) {
   if (format != "llmc" && format != "hf") fail("--format must be llmc or hf (got '", format, "')");
@@ -216,7 +237,7 @@ int do_export(const std::string& path, const std::string& out, bool overwrite, c
     if (out.empty()) fail("ckpt export --format hf needs --output DIR");
     const StDtype dt = parse_export_dtype("--dtype", dtype);
     check_hf_export_dir("--output", out, overwrite);
-    Checkpoint ck = read_checkpoint(path);
+    Checkpoint ck = read_verified(path);
     save_hf_checkpoint(out, ck.meta.model, ck.params, dt, overwrite);
     std::printf("wrote %s (Hugging Face Llama, config.json + safetensors %s, step %lld)\n", out.c_str(),
                 st_dtype_name(dt), (long long)ck.meta.step);
@@ -225,7 +246,7 @@ int do_export(const std::string& path, const std::string& out, bool overwrite, c
   if (out.empty()) fail("ckpt export needs --output FILE");
   if (fs::exists(out) && !overwrite)
     fail("--output ", out, " already exists: pass --overwrite to replace it, or choose another name");
-  Checkpoint ck = read_checkpoint(path);
+  Checkpoint ck = read_verified(path);
   save_llmc_checkpoint(out, ck.meta.model, ck.params);
   std::printf("wrote %s (llm.c GPT-2 fp32, step %lld)\n", out.c_str(), (long long)ck.meta.step);
   return kExitOk;

@@ -2,6 +2,7 @@
 // (or, with --json, one JSON object). The arithmetic and its assumptions are
 // documented in plan/plan.h; the recompute policies in model/recompute.h.
 #include <boost/program_options.hpp>
+#include <climits>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -217,6 +218,11 @@ int cmd_plan(int argc, char** argv) {
 
   const plan::Plan p = plan::make_plan(in);
   std::cout << (f.json ? plan::plan_json(p) : plan::plan_table(p));
+  // Not silent (issue 25): a plan one `ratchet train` run cannot carry out as given.
+  if (p.steps > INT_MAX)
+    std::cerr << "warning: " << p.steps << " steps of " << p.tokens_per_step
+              << " tokens is more than one `ratchet train` run takes (--steps is at most " << INT_MAX
+              << "): raise --total-batch-tokens (or --batch-size, --world-size)\n";
   return kExitOk;
 }
 

@@ -303,6 +303,7 @@ int cmd_train(int argc, char** argv) {
     if (vm.count(flag) && !(std::isfinite(v) && v > 0))
       fail("--", flag, " must be a positive finite number (got ", v, ")");
   o.model_given = !vm["model"].defaulted();
+  o.max_seq_len_given = !vm["max-seq-len"].defaulted();
   o.lr_schedule = schedule;
   if (batch == "auto") {
     o.batch_size = 0;

@@ -42,4 +42,14 @@ void fault_point(const std::string& point) {
   }
 }
 
+bool fault_flag(const std::string& kind, const std::string& point) {
+  const char* env = std::getenv("RATCHET_FAULT");
+  if (!env || !*env) return false;
+  std::stringstream ss(env);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (item == kind + "@" + point) return true;
+  return false;
+}
+
 }  // namespace ratchet

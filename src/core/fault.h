@@ -12,7 +12,10 @@
 // An item "point*N" fires only the N-th time the point is reached
 // (e.g. "ckpt-mid-write*2": the second save dies). An item "SIG@point" (e.g. "USR1@step-5", "TERM@ckpt-mid-write") raises that
 // signal instead of killing: the process's own handlers then run, as when a
-// scheduler signals it at that moment.
+// scheduler signals it at that moment. An item "NAN@step-N" (fault_flag) makes
+// the trainer put a NaN into the weights after step N, as a diverged update
+// would: the saves and exports that follow must refuse them; "NANGRAD@step-N"
+// puts a NaN into step N's gradients before the optimizer step.
 #pragma once
 #include <string>
 
@@ -20,5 +23,7 @@ namespace ratchet {
 
 // SIGKILLs the process when `point` is listed in $RATCHET_FAULT.
 void fault_point(const std::string& point);
+// True when "KIND@point" is listed in $RATCHET_FAULT (e.g. fault_flag("NAN", "step-3")).
+bool fault_flag(const std::string& kind, const std::string& point);
 
 }  // namespace ratchet

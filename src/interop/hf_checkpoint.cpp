@@ -9,10 +9,13 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "interop/atomic_write.h"
@@ -32,6 +35,32 @@ std::string shape_str(const std::vector<int64_t>& s) {
   std::string r = "[";
   for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
   return r + "]";
+}
+
+// JSON integers come as signed or unsigned (nlohmann keeps the sign it
+// parsed): compared without converting one into the other.
+bool positive_integer(const nlohmann::json& v) {
+  if (!v.is_number_integer()) return false;
+  return v.is_number_unsigned() ? v.get<uint64_t>() > 0 : v.get<int64_t>() > 0;
+}
+// Also a whole number too large for 64 bits, which the parser keeps as a
+// double (1e20): too large, not "not an integer".
+bool above(const nlohmann::json& v, int64_t most) {
+  if (!v.is_number()) return false;
+  if (v.is_number_float()) return v.get<double>() > (double)most && std::floor(v.get<double>()) == v.get<double>();
+  return v.is_number_unsigned() ? v.get<uint64_t>() > (uint64_t)most : v.get<int64_t>() > most;
+}
+
+// The shortest decimal that reads back as `f` (as a float), as a double: 1e-05
+// for the float nearest 1e-5, where the float's exact double value would be
+// written as 9.999999747378752e-06 (what Python's float32 repr also avoids).
+double shortest_decimal(float f) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; digits++) {  // 9 significant digits always round-trip
+    std::snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
+    if (std::strtof(buf, nullptr) == f) break;
+  }
+  return std::strtod(buf, nullptr);
 }
 
 // config.json's torch_dtype as a safetensors dtype; false when absent or other.
@@ -125,14 +154,21 @@ std::vector<HfTensor> hf_tensor_map(const GPTConfig& c) {
 GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) {
   if (!j.is_object()) fail(path, " is not a JSON object");
   auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
-  auto integer = [&](const char* k, int fallback, bool required) {
+  // A size: a positive integer no larger than ratchet's bound for it
+  // (model/config.h), said as such (issue 25: 10^9 layers was "must be a
+  // positive integer", and a config within int range grew to 24 GB).
+  auto integer = [&](const char* k, int fallback, bool required, int64_t most) {
     if (!has(k)) {
       if (required) fail(path, " has no \"", k, "\": not a Hugging Face Llama config.json");
       return fallback;
     }
-    if (!j[k].is_number_integer() || j[k].get<int64_t>() <= 0 || j[k].get<int64_t>() > INT32_MAX)
-      fail(path, ": \"", k, "\" must be a positive integer (got ", j[k].dump(), ")");
-    return j[k].get<int>();
+    const auto& v = j[k];
+    if (above(v, most))
+      fail(path, ": \"", k, "\" is ", v.dump(), ", more than ratchet accepts (at most ", most,
+           "; larger than any model ratchet can hold)");
+    if (!positive_integer(v))
+      fail(path, ": \"", k, "\" must be a positive integer (got ", v.dump(), ")");
+    return v.get<int>();
   };
   auto number = [&](const nlohmann::json& o, const char* k, double fallback) {
     if (!o.contains(k) || o[k].is_null()) return fallback;
@@ -153,13 +189,13 @@ GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) 
 
   GPTConfig c;
   c.arch = Arch::llama;
-  c.channels = integer("hidden_size", 0, true);
-  c.ffn_hidden = integer("intermediate_size", 0, true);
-  c.num_layers = integer("num_hidden_layers", 0, true);
-  c.num_heads = integer("num_attention_heads", 0, true);
-  c.num_kv_heads = integer("num_key_value_heads", c.num_heads, false);
-  c.vocab_size = integer("vocab_size", 0, true);
-  c.max_seq_len = integer("max_position_embeddings", 2048, false);  // HF LlamaConfig's default
+  c.channels = integer("hidden_size", 0, true, kMaxChannels);
+  c.ffn_hidden = integer("intermediate_size", 0, true, kMaxFfnHidden);
+  c.num_layers = integer("num_hidden_layers", 0, true, kMaxLayers);
+  c.num_heads = integer("num_attention_heads", 0, true, kMaxHeads);
+  c.num_kv_heads = integer("num_key_value_heads", c.num_heads, false, kMaxHeads);
+  c.vocab_size = integer("vocab_size", 0, true, kMaxVocab);
+  c.max_seq_len = integer("max_position_embeddings", 2048, false, kMaxSeqLen);  // HF LlamaConfig's default
   if (c.channels % c.num_heads != 0)
     fail(path, ": hidden_size ", c.channels, " is not a multiple of num_attention_heads ", c.num_heads);
   if (has("head_dim") && j["head_dim"] != c.channels / c.num_heads)
@@ -186,15 +222,25 @@ GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) 
       c.rope_high_freq_factor = (float)number(r, "high_freq_factor", 4.0);
       if (r.contains("original_max_position_embeddings")) {
         const auto& o = r["original_max_position_embeddings"];
-        if (!o.is_number_integer() || o.get<int64_t>() <= 0)
+        if (above(o, kMaxSeqLen))
+          fail(path, ": rope_scaling original_max_position_embeddings is ", o.dump(),
+               ", more than ratchet accepts (at most ", kMaxSeqLen, ")");
+        if (!positive_integer(o))
           fail(path, ": rope_scaling original_max_position_embeddings must be a positive integer");
         c.rope_original_max_pos = o.get<int>();
       }
     }
   }
   c.padded_vocab = 0;
+  // Checks of the fields together (divisibility, the parameter count) name
+  // config.json's keys, not the flags.
+  static const ConfigFieldNames kHfNames = {
+      "\"num_hidden_layers\"", "\"num_attention_heads\"", "\"hidden_size\"",
+      "\"num_key_value_heads\"", "\"intermediate_size\"", "\"vocab_size\"",
+      "\"max_position_embeddings\"", "\"rms_norm_eps\"", "\"rope_theta\"",
+      "rope_scaling \"original_max_position_embeddings\""};
   try {
-    c.finalize();
+    c.finalize(kHfNames);
   } catch (const Error& e) {
     fail(path, ": ", e.what());
   }
@@ -213,12 +259,12 @@ OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
   j["head_dim"] = c.head_size();
   j["vocab_size"] = c.vocab_size;
   j["max_position_embeddings"] = c.max_seq_len;
-  j["rms_norm_eps"] = c.norm_eps;
-  j["rope_theta"] = c.rope_theta;
+  j["rms_norm_eps"] = shortest_decimal(c.norm_eps);
+  j["rope_theta"] = shortest_decimal(c.rope_theta);
   if (c.rope_factor > 0)
-    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", c.rope_factor},
-                         {"low_freq_factor", c.rope_low_freq_factor},
-                         {"high_freq_factor", c.rope_high_freq_factor},
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", shortest_decimal(c.rope_factor)},
+                         {"low_freq_factor", shortest_decimal(c.rope_low_freq_factor)},
+                         {"high_freq_factor", shortest_decimal(c.rope_high_freq_factor)},
                          {"original_max_position_embeddings", c.rope_original_max_pos}};
   else
     j["rope_scaling"] = nullptr;
@@ -237,7 +283,20 @@ bool is_hf_checkpoint_path(const std::string& path) {
   return fs::is_directory(path, ec) || fs::path(path).extension() == ".safetensors";
 }
 
-std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg) {
+namespace {
+// An HF checkpoint opened and checked against its config.json, every tensor
+// present with its shape and dtype, before any value is read: what
+// read_hf_checkpoint_config() stops at and load_hf_checkpoint() reads.
+struct OpenedHf {
+  std::string config_path;
+  nlohmann::json j;
+  GPTConfig c;
+  std::unique_ptr<SafetensorsCheckpoint> ck;
+  std::vector<HfTensor> map;
+};
+
+OpenedHf open_hf_checkpoint(const std::string& path) {
+  OpenedHf o;
   std::error_code ec;
   const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
   const std::string config_path = (dir / "config.json").string();
@@ -249,16 +308,38 @@ std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg) {
          fs::exists(dir / "COMMITTED", ec) ? fs::absolute(dir / "..", ec).lexically_normal().string() : dir.string(),
          "; to start a new run from its weights, `ratchet ckpt export ", path,
          " --format hf --output DIR` (llama) or `--format llmc --output FILE.bin` (gpt2) and --init-from that");
+  check_not_dangling(config_path);
   if (!fs::is_regular_file(config_path, ec))
     fail("--init-from ", path, ": no config.json in ", dir.empty() ? "." : dir.string(),
          ": a Hugging Face checkpoint needs its config.json next to the safetensors file(s)");
-  const nlohmann::json j = read_checkpoint_json(config_path);
-  const GPTConfig c = hf_config_from_json(j, config_path);
+  o.config_path = config_path;
+  o.j = read_checkpoint_json(config_path);
+  const nlohmann::json& j = o.j;
+  o.c = hf_config_from_json(j, config_path);
+  const GPTConfig& c = o.c;
   StDtype want_dtype = StDtype::F32;
   const bool check_dtype = torch_dtype(j, &want_dtype);
 
-  const SafetensorsCheckpoint ck(path);
-  const auto map = hf_tensor_map(c);
+  o.ck = std::make_unique<SafetensorsCheckpoint>(path);
+  const SafetensorsCheckpoint& ck = *o.ck;
+  // The files' tensors bound the model before its map of 9 tensors per layer
+  // is built: a config.json saying 10^6 layers over a few tensors is refused
+  // here, not after a gigabyte of names (issue 25). Within twice what the
+  // files hold, the map is built and names the first missing tensor.
+  {
+    const std::string inv_freq = "rotary_emb.inv_freq";
+    size_t held = 0;
+    for (const auto& name : ck.names())
+      held += !(name.size() >= inv_freq.size() &&
+                name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0);
+    const double implied = 9.0 * c.num_layers + 2 + (c.tied_embeddings ? 0 : 1);
+    if (implied > 2.0 * held)
+      fail(path, " holds ", held, " tensors but ", config_path, " (num_hidden_layers ", c.num_layers,
+           c.tied_embeddings ? ", tied" : ", untied", " embeddings) implies ", (long long)implied,
+           ": the checkpoint is incomplete or config.json belongs to another model");
+  }
+  o.map = hf_tensor_map(c);
+  const auto& map = o.map;
   std::set<std::string> expected;
   for (const auto& t : map) expected.insert(t.name);
   for (const auto& name : ck.names()) {
@@ -277,7 +358,6 @@ std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg) {
          "'s shape does not have (", c.num_layers, " layers", c.tied_embeddings ? ", tied" : ", untied",
          " embeddings): wrong config.json, or not a Llama checkpoint");
   }
-  std::vector<float> params(ParamLayout(c).total, 0.0f);  // padded vocab rows stay zero
   for (const auto& t : map) {
     const SafetensorsFile* f = nullptr;
     const StTensor* st = ck.find(t.name, &f);
@@ -291,6 +371,24 @@ std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg) {
     if (check_dtype && st->dtype != want_dtype)
       fail(f->path(), ": tensor '", t.name, "' is ", st_dtype_name(st->dtype), " but ", config_path,
            " says torch_dtype ", j["torch_dtype"].dump());
+  }
+  return o;
+}
+}  // namespace
+
+GPTConfig read_hf_checkpoint_config(const std::string& path, std::string* note) {
+  const OpenedHf o = open_hf_checkpoint(path);
+  if (note) *note = o.ck->note();
+  return o.c;
+}
+
+std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg) {
+  const OpenedHf o = open_hf_checkpoint(path);
+  const GPTConfig& c = o.c;
+  std::vector<float> params(ParamLayout(c).total, 0.0f);  // padded vocab rows stay zero
+  for (const auto& t : o.map) {
+    const SafetensorsFile* f = nullptr;
+    const StTensor* st = o.ck->find(t.name, &f);
     f->read_f32(*st, params.data() + t.offset);
     // A NaN or inf would train (or fail later, naming a step) from damaged weights.
     const float* v = params.data() + t.offset;
@@ -323,6 +421,10 @@ void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const std:
     fail("the Hugging Face export writes Llama models (--arch llama); this model is GPT-2: use "
          "--export / ckpt export --format llmc for llm.c's format");
   RATCHET_ASSERT(params.size() == ParamLayout(cfg).total);
+  // Diverged weights are not a model (issue 25): nothing is written.
+  if (const std::string bad = first_non_finite(ParamLayout(cfg), params); !bad.empty())
+    throw std::runtime_error("not writing the Hugging Face export " + dir + ": " + bad +
+                             ": the weights are not finite (the run diverged)");
   check_hf_export_dir("export directory", dir, overwrite);
   std::error_code ec;
   fs::create_directories(dir, ec);

@@ -43,10 +43,15 @@ OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype);
 // file ending in .safetensors.
 bool is_hf_checkpoint_path(const std::string& path);
 
+// Everything load_hf_checkpoint() checks but the values: config.json, and
+// every tensor present with its shape; nothing of the model's size allocated.
+// `note`: what to tell the user about the files chosen (SafetensorsCheckpoint::note).
+GPTConfig read_hf_checkpoint_config(const std::string& path, std::string* note = nullptr);
 // Reads config.json (in the directory, or beside FILE.safetensors) and the
 // safetensors file(s); returns the FP32 flat parameters (BF16/F16 widened).
 // Errors name the file and tensor: a missing or extra tensor, a shape or
-// dtype that does not match config.json, and every safetensors error.
+// dtype that does not match config.json, a NaN or inf value, and every
+// safetensors error.
 std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg);
 
 // Before a run: DIR can take an export (creatable; no earlier export's files

@@ -127,9 +127,17 @@ float f16_to_f32(uint16_t h) {
 
 // ---- reading ------------------------------------------------------------------
 
+void check_not_dangling(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_symlink(path, ec) && !fs::exists(path, ec))
+    fail(path, " is a dangling symbolic link (to ", fs::read_symlink(path, ec).string(),
+         ", which does not exist): restore its target or remove the link");
+}
+
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   if (!host_is_little_endian()) fail("safetensors needs a little-endian host");
   std::error_code ec;
+  check_not_dangling(path);
   if (!fs::is_regular_file(path, ec)) fail("safetensors file ", path, " does not exist or is not a file");
   const uint64_t size = fs::file_size(path, ec);
   if (ec) fail("cannot stat ", path, ": ", ec.message());
@@ -237,7 +245,17 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
   if (fs::is_directory(path, ec)) {
     const std::string index_path = (fs::path(path) / "model.safetensors.index.json").string();
     const std::string single = (fs::path(path) / "model.safetensors").string();
-    if (fs::exists(index_path, ec)) {
+    // The index is never read while model.safetensors is there (below), so
+    // only a link that would be read is refused as dangling.
+    check_not_dangling(single);
+    if (!fs::exists(single, ec)) check_not_dangling(index_path);
+    // Both present: transformers' from_pretrained takes model.safetensors and
+    // never reads the index (it checks for the single file first); ratchet
+    // does the same, and says so, so the two tools load the same model.
+    if (fs::exists(single, ec) && fs::exists(index_path, ec))
+      note_ = path + " holds both model.safetensors and model.safetensors.index.json: reading "
+              "model.safetensors, as transformers does (the index and its shards are ignored)";
+    if (fs::exists(index_path, ec) && !fs::exists(single, ec)) {
       index = index_path;
       const nlohmann::json j = read_checkpoint_json(index);
       if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
@@ -251,6 +269,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(pa
         if (std::find(shard_files.begin(), shard_files.end(), f) == shard_files.end())
           shard_files.push_back(f);
       }
+      for (const auto& f : shard_files) check_not_dangling((fs::path(path) / f).string());
       for (const auto& f : shard_files)
         if (!fs::is_regular_file(fs::path(path) / f, ec))
           fail(index, " names shard ", f, " but ", (fs::path(path) / f).string(),

@@ -60,6 +60,10 @@ class SafetensorsFile {
 
 // A checkpoint: one .safetensors file, or a directory holding either
 // model.safetensors.index.json and its shards or a single model.safetensors.
+// Throws Error when `path` is a symbolic link whose target does not exist,
+// saying where it points (not "missing": the file is there, its target is not).
+void check_not_dangling(const std::string& path);
+
 class SafetensorsCheckpoint {
  public:
   // Throws Error naming the index, a missing shard, a tensor the index and
@@ -67,13 +71,17 @@ class SafetensorsCheckpoint {
   explicit SafetensorsCheckpoint(const std::string& path);
 
   const std::string& path() const { return path_; }
+  // What a reader should be told about the choice of files ("" when there
+  // was none): a directory with both model.safetensors and an index is read
+  // as transformers reads it, from model.safetensors alone.
+  const std::string& note() const { return note_; }
   // Every tensor name, sorted.
   std::vector<std::string> names() const;
   // The tensor and the file that holds it; nullptr when absent.
   const StTensor* find(const std::string& name, const SafetensorsFile** file = nullptr) const;
 
  private:
-  std::string path_;
+  std::string path_, note_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, std::pair<const SafetensorsFile*, const StTensor*>> where_;
 };

@@ -17,41 +17,77 @@ Arch parse_arch(const std::string& s, const char* what) {
   fail(what, " '", s, "' is not an architecture: use gpt2 or llama");
 }
 
-void GPTConfig::finalize() {
-  if (num_layers < 1) fail("--layers must be at least 1 (got ", num_layers, ")");
-  if (num_heads < 1) fail("--heads must be at least 1 (got ", num_heads, ")");
+const ConfigFieldNames kFlagNames = {"--layers",     "--heads",      "--channels",
+                                     "--kv-heads",   "--ffn-hidden", "--vocab-size",
+                                     "--max-seq-len", "--norm-eps",  "--rope-theta",
+                                     "rope scaling original_max_position_embeddings"};
+const ConfigFieldNames kCheckpointNames = {
+    "num_layers", "num_heads",   "channels", "num_kv_heads", "ffn_hidden",
+    "vocab_size", "max_seq_len", "norm_eps", "rope_theta",   "rope_original_max_pos"};
+
+double GPTConfig::param_count() const {
+  const double C = channels, L = num_layers, V = std::max(padded_vocab, vocab_size),
+               KVC = (double)kv_heads() * (num_heads > 0 ? channels / num_heads : 0),
+               H = ffn_hidden > 0 ? ffn_hidden : 4.0 * channels;
+  // llama: wte (+ lm_head), q, o (C² each), k, v (C·KV·hs each), gate, up,
+  // down (C·H each), two norms; GPT-2: wte, wpe, 12C² + 13C per layer, lnf.
+  if (llama())
+    return V * C * (tied_embeddings ? 1 : 2) + L * (2 * C * C + 2 * C * KVC + 3 * C * H + 2 * C) + C;
+  return V * C + (double)max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+void GPTConfig::finalize(const ConfigFieldNames& n) {
+  // Each size against its bound first (config.h), so that nothing below, nor
+  // any caller, computes with a value no model has.
+  const std::pair<const char*, std::pair<int, int>> bounded[] = {
+      {n.layers, {num_layers, kMaxLayers}},   {n.heads, {num_heads, kMaxHeads}},
+      {n.channels, {channels, kMaxChannels}}, {n.ffn_hidden, {ffn_hidden, kMaxFfnHidden}},
+      {n.vocab_size, {vocab_size, kMaxVocab}}, {n.max_seq_len, {max_seq_len, kMaxSeqLen}},
+      {n.kv_heads, {num_kv_heads, kMaxHeads}}};
+  for (const auto& [name, v] : bounded)
+    if (v.first > v.second)
+      fail(name, " ", v.first, " is out of range (at most ", v.second,
+           "; larger than any model ratchet can hold)");
+  if (num_layers < 1) fail(n.layers, " must be at least 1 (got ", num_layers, ")");
+  if (num_heads < 1) fail(n.heads, " must be at least 1 (got ", num_heads, ")");
   if (channels < 1 || channels % num_heads != 0)
-    fail("--channels ", channels, " must be a positive multiple of --heads ", num_heads);
-  // Row counts (4C, 2H, (NH+2KV)·hs) and the padded vocab are ints: bound the
-  // fields they come from (found by fuzzing checkpoint and llm.c headers).
-  constexpr int kMaxWidth = std::numeric_limits<int>::max() / 4;
-  if (channels > kMaxWidth) fail("--channels ", channels, " is out of range (at most ", kMaxWidth, ")");
-  if (ffn_hidden > kMaxWidth)
-    fail("--ffn-hidden ", ffn_hidden, " is out of range (at most ", kMaxWidth, ")");
-  if (vocab_size > kMaxWidth)
-    fail("--vocab-size ", vocab_size, " is out of range (at most ", kMaxWidth, ")");
-  if (vocab_size < 2) fail("--vocab-size must be at least 2 (got ", vocab_size, ")");
-  if (max_seq_len < 1) fail("--max-seq-len must be at least 1 (got ", max_seq_len, ")");
+    fail(n.channels, " ", channels, " must be a positive multiple of ", n.heads, " ", num_heads);
+  if (vocab_size < 2) fail(n.vocab_size, " must be at least 2 (got ", vocab_size, ")");
+  if (max_seq_len < 1) fail(n.max_seq_len, " must be at least 1 (got ", max_seq_len, ")");
   if (padded_vocab < vocab_size) padded_vocab = pad_vocab(vocab_size);
+  if (padded_vocab > kMaxVocab)
+    fail("the padded vocab ", padded_vocab, " (", n.vocab_size, " rounded up) is out of range (at most ",
+         kMaxVocab, ")");
   if (num_kv_heads < 0 || num_heads % kv_heads() != 0)
-    fail("--kv-heads ", num_kv_heads, " must divide --heads ", num_heads,
-         " (1 is multi-query attention, --heads is full multi-head)");
-  if (ffn_hidden < 0) fail("--ffn-hidden must be positive (got ", ffn_hidden, ")");
+    fail(n.kv_heads, " ", num_kv_heads, " must divide ", n.heads, " ", num_heads,
+         " (1 is multi-query attention, ", n.heads, " is full multi-head)");
+  if (ffn_hidden < 0) fail(n.ffn_hidden, " must be positive (got ", ffn_hidden, ")");
+  if (rope_original_max_pos > kMaxSeqLen)
+    fail(n.rope_original_max_pos, " ", rope_original_max_pos, " is out of range (at most ",
+         kMaxSeqLen, ")");
+  // Every field may be in range and the product still not be a model (10^6
+  // layers of 10^6 channels): bounded here, in floating point, so that the
+  // exact counts (size_t) made from this config cannot overflow.
+  const double params = param_count();
+  if (params > kMaxParams)
+    fail("the model has ", params, " parameters (", n.layers, " ", num_layers, ", ", n.channels, " ",
+         channels, ", ", n.vocab_size, " ", vocab_size, "), more than ratchet holds (",
+         kMaxParams, " = 2^46): choose a smaller model");
   if (arch == Arch::gpt2) {
     // GPT-2 has none of the llama options; refuse them rather than ignore them.
     if (kv_heads() != num_heads)
-      fail("--kv-heads ", num_kv_heads, " needs --arch llama (GPT-2 has one KV head per head)");
+      fail(n.kv_heads, " ", num_kv_heads, " needs --arch llama (GPT-2 has one KV head per head)");
     if (ffn() != 4 * channels)
-      fail("--ffn-hidden ", ffn_hidden, " needs --arch llama (GPT-2's MLP is 4 x channels)");
+      fail(n.ffn_hidden, " ", ffn_hidden, " needs --arch llama (GPT-2's MLP is 4 x channels)");
     if (!tied_embeddings) fail("untied embeddings need --arch llama (GPT-2 ties wte and lm_head)");
     return;
   }
   if (head_size() % 2 != 0)
-    fail("--channels / --heads = ", head_size(), " must be even for RoPE (it rotates pairs)");
+    fail(n.channels, " / ", n.heads, " = ", head_size(), " must be even for RoPE (it rotates pairs)");
   if (!(norm_eps > 0) || !std::isfinite(norm_eps))
-    fail("--norm-eps must be a positive finite number (got ", norm_eps, ")");
+    fail(n.norm_eps, " must be a positive finite number (got ", norm_eps, ")");
   if (!(rope_theta > 1) || !std::isfinite(rope_theta))
-    fail("--rope-theta must be a finite number greater than 1 (got ", rope_theta, ")");
+    fail(n.rope_theta, " must be a finite number greater than 1 (got ", rope_theta, ")");
   if (rope_factor != 0) {
     if (!(rope_factor >= 1))
       fail("rope scaling factor must be >= 1, or 0 for none (got ", rope_factor, ")");
@@ -59,7 +95,7 @@ void GPTConfig::finalize() {
       fail("rope scaling needs 0 < low_freq_factor < high_freq_factor (got ",
            rope_low_freq_factor, ", ", rope_high_freq_factor, ")");
     if (rope_original_max_pos < 1)
-      fail("rope scaling original_max_position_embeddings must be positive (got ",
+      fail(n.rope_original_max_pos, " must be positive (got ",
            rope_original_max_pos, ")");
   }
 }

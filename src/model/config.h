@@ -23,6 +23,29 @@
 namespace ratchet {
 
 enum class Arch { gpt2, llama };
+
+// The largest sizes a config may have (issue 25: a config.json or a flag with
+// 10^9 layers grew until the OOM killer ended the run). Far above any
+// published model, small enough that every element and byte count of a step
+// fits 64 bits; finalize() refuses anything larger by name before anything
+// of that size is allocated.
+constexpr int kMaxLayers = 1 << 20;
+constexpr int kMaxHeads = 1 << 16;
+constexpr int kMaxChannels = 1 << 24;
+constexpr int kMaxFfnHidden = 1 << 26;  // 4 x kMaxChannels: GPT-2's 4C
+constexpr int kMaxVocab = 1 << 24;
+constexpr int kMaxSeqLen = 1 << 24;
+constexpr double kMaxParams = 70368744177664.0;  // 2^46 (7.0e13): 40 bytes each fit 2^52
+
+// What the fields are called where a config came from, for messages: the
+// flags (--layers), config.json's keys ("num_hidden_layers" in FILE), an
+// llm.c header's or a checkpoint's attributes.
+struct ConfigFieldNames {
+  const char *layers, *heads, *channels, *kv_heads, *ffn_hidden, *vocab_size, *max_seq_len,
+      *norm_eps, *rope_theta, *rope_original_max_pos;
+};
+extern const ConfigFieldNames kFlagNames;        // --layers, --heads, ...
+extern const ConfigFieldNames kCheckpointNames;  // num_layers, num_heads, ... (state.h5, llm.c header)
 const char* arch_name(Arch a);                 // "gpt2" | "llama"
 Arch parse_arch(const std::string& s, const char* what);  // throws Error naming `what`
 
@@ -49,9 +72,12 @@ struct GPTConfig {
   bool llama() const { return arch == Arch::llama; }
   // Rows of the fused qkv projection: (NH + 2·KV)·hs (3C for GPT-2).
   int qkv_channels() const { return (num_heads + 2 * kv_heads()) * head_size(); }
-  // Fills padded_vocab from vocab_size and checks the shape; throws Error
-  // naming the offending field.
-  void finalize();
+  // Fills padded_vocab from vocab_size and checks the shape (bounds
+  // included); throws Error naming the offending field as `names` calls it.
+  void finalize(const ConfigFieldNames& names = kFlagNames);
+  // Parameters of this shape, in floating point (no overflow for any field
+  // values): what finalize() bounds before any exact count is made.
+  double param_count() const;
   std::string describe() const;
 };
 

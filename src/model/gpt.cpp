@@ -76,7 +76,7 @@ size_t GPT::param_bytes(const GPTConfig& cfg, size_t storage_bytes) {
 
 size_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, size_t storage_bytes,
                              const Recompute& p, AttentionImpl att) {
-  return layout_acts(cfg, B, T, storage_bytes, p, att, nullptr).bytes;
+  return layout_acts(cfg, B, T, storage_bytes, p, att, nullptr, /*count_only=*/true).bytes;
 }
 
 // The one definition of the activation layout: used to place buffers (base
@@ -85,7 +85,7 @@ size_t GPT::activation_bytes(const GPTConfig& cfg, int B, int T, size_t storage_
 // model/recompute.h): their contents are only valid for the layer that last
 // wrote them, and backward rewrites them before use.
 GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const Recompute& p,
-                           AttentionImpl att, void* acts) {
+                           AttentionImpl att, void* acts, bool count_only) {
   const size_t BT = (size_t)B * T, C = cfg.channels, NH = cfg.num_heads,
                Vp = cfg.padded_vocab, L = cfg.num_layers, QKV = cfg.qkv_channels();
   const bool llama = cfg.llama();
@@ -137,6 +137,10 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
   for (size_t l = 0; l < L; l++) {
     const Block k = p.recomputes_block((int)l) ? shared_block
                                                : take_block(!p.shares_gelu(), !p.shares_ln());
+    if (count_only) {
+      st(BT * C);  // r3
+      continue;
+    }
     a.ln1.push_back(k.ln1);
     a.ln1_mean.push_back(k.ln1_mean);
     a.ln1_rstd.push_back(k.ln1_rstd);
@@ -169,7 +173,7 @@ void GPT::ensure_acts(int B, int T) {
   if (T > cfg_.max_seq_len)
     fail("sequence length ", T, " exceeds the model's max_seq_len ", cfg_.max_seq_len,
          ": lower --seq-len or raise --max-seq-len");
-  size_t need = acts_for(B, T).bytes;
+  size_t need = activation_bytes(cfg_, B, T, be_.storage_bytes(), recompute_, be_.attention_impl());
   if (need <= acts_bytes_) return;
   if (acts_) be_.release(acts_);
   acts_ = be_.alloc(need);

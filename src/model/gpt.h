@@ -118,8 +118,11 @@ class GPT {
   struct Acts;  // pointers into acts_ for the current (B, T)
   void ensure_acts(int B, int T);
   Acts acts_for(int B, int T) const;
+  // count_only: only `bytes` is filled (no per-layer pointer lists, which at
+  // 10^7 layers were 1 GB allocated before the memory check could refuse).
   static Acts layout_acts(const GPTConfig& cfg, int B, int T, size_t storage_bytes,
-                          const Recompute& p, AttentionImpl att, void* base);
+                          const Recompute& p, AttentionImpl att, void* base,
+                          bool count_only = false);
   void run_forward(const Acts& a, int B, int T, bool has_targets, float dloss);
   // Layer l's forward from its input residual x; with `to_gelu` it stops after
   // fch_gelu (what backward needs; r3 is kept), else it also writes r3[l].

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "model/param_layout.h"
@@ -33,10 +34,9 @@ std::string llmc_model_file_kind(const std::string& path) {
          (h[1] == kLlmcVersionFp32 ? ", fp32)" : h[1] == kLlmcVersionBf16 ? ", bf16)" : ")");
 }
 
-std::vector<float> load_llmc_checkpoint(const std::string& path, GPTConfig* cfg) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail("cannot open checkpoint ", path, ": ", std::strerror(errno));
-  FileCloser closer{f};
+namespace {
+// The header, checked against the file's size: everything but the weights.
+GPTConfig read_header(FILE* f, const std::string& path, size_t* elem) {
   int32_t h[256];
   if (std::fread(h, sizeof h, 1, f) != 1)
     fail("checkpoint ", path, " is shorter than the 1024-byte llm.c header: not an llm.c "
@@ -54,14 +54,15 @@ std::vector<float> load_llmc_checkpoint(const std::string& path, GPTConfig* cfg)
   c.num_heads = h[5];
   c.channels = h[6];
   c.padded_vocab = h[7];
+  // llm.c's header fields: maxT, V, L, NH, C, Vp, named as ratchet's checkpoints name them.
   try {
-    c.finalize();
+    c.finalize(kCheckpointNames);
   } catch (const Error& e) {
     fail("checkpoint ", path, " has an invalid header: ", e.what());
   }
   if (c.padded_vocab != h[7] || c.padded_vocab < c.vocab_size)
     fail("checkpoint ", path, " has padded_vocab_size ", h[7], " < vocab_size ", h[3]);
-  const size_t elem = h[1] == kLlmcVersionFp32 ? 4 : 2;
+  *elem = h[1] == kLlmcVersionFp32 ? 4 : 2;
   // The header's sizes can announce more bytes than size_t counts (a damaged
   // or hostile file): compare in floating point before any exact arithmetic.
   {
@@ -69,18 +70,37 @@ std::vector<float> load_llmc_checkpoint(const std::string& path, GPTConfig* cfg)
     const long double count = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
     std::error_code ec;
     const auto bytes = std::filesystem::file_size(path, ec);
-    if (!ec && 1024 + count * elem > (long double)bytes + 0.5L)
+    if (!ec && 1024 + count * *elem > (long double)bytes + 0.5L)
       fail("checkpoint ", path, " has a header (", c.describe(), ", version ", h[1], ") that needs ",
-           (double)(1024 + count * elem), " bytes but the file has ", bytes,
+           (double)(1024 + count * *elem), " bytes but the file has ", bytes,
            ": truncated, corrupted, or not an llm.c GPT-2 checkpoint");
   }
-  ParamLayout lay(c);
-  const auto expect = 1024 + lay.total * elem;
+  const ParamLayout lay(c);
+  const auto expect = 1024 + lay.total * *elem;
   std::error_code ec;
   const auto actual = std::filesystem::file_size(path, ec);
   if (ec || actual != expect)
     fail("checkpoint ", path, " is ", actual, " bytes but its header (", c.describe(),
          ", version ", h[1], ") needs ", expect, ": truncated or corrupted");
+  return c;
+}
+}  // namespace
+
+GPTConfig read_llmc_config(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail("cannot open checkpoint ", path, ": ", std::strerror(errno));
+  FileCloser closer{f};
+  size_t elem = 0;
+  return read_header(f, path, &elem);
+}
+
+std::vector<float> load_llmc_checkpoint(const std::string& path, GPTConfig* cfg) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail("cannot open checkpoint ", path, ": ", std::strerror(errno));
+  FileCloser closer{f};
+  size_t elem = 0;
+  const GPTConfig c = read_header(f, path, &elem);
+  const ParamLayout lay(c);
   std::vector<float> params(lay.total);
   if (elem == 4) {
     if (std::fread(params.data(), 4, lay.total, f) != lay.total)
@@ -94,6 +114,11 @@ std::vector<float> load_llmc_checkpoint(const std::string& path, GPTConfig* cfg)
       std::memcpy(&params[i], &bits, 4);
     }
   }
+  // A NaN or inf would train from damaged weights and fail later, blaming the
+  // learning rate (issue 25): refused here, naming the tensor.
+  if (const std::string bad = first_non_finite(lay, params); !bad.empty())
+    fail("checkpoint ", path, ": ", bad, ": the file is damaged (or was saved after a diverged "
+         "run); ratchet imports finite weights only");
   *cfg = c;
   return params;
 }
@@ -106,6 +131,10 @@ void save_llmc_checkpoint(const std::string& path, const GPTConfig& cfg,
          "(--export-hf DIR, or ratchet ckpt export --format hf)");
   ParamLayout lay(cfg);
   RATCHET_ASSERT(params.size() == lay.total);
+  // Diverged weights are not a model (issue 25: a NaN export was written).
+  if (const std::string bad = first_non_finite(lay, params); !bad.empty())
+    throw std::runtime_error("not writing " + path + ": " + bad +
+                             ": the weights are not finite (the run diverged)");
   int32_t h[256] = {0};
   h[0] = kLlmcModelMagic;
   h[1] = kLlmcVersionFp32;

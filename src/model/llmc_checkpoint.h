@@ -22,10 +22,15 @@ constexpr int kLlmcVersionBf16 = 5;
 // model magic, else "" (for messages about a file given in the wrong place).
 std::string llmc_model_file_kind(const std::string& path);
 
+// The header alone, validated (sizes bounded, the file's size matching): the
+// config, before anything of the model's size is allocated.
+GPTConfig read_llmc_config(const std::string& path);
 // Reads and validates a checkpoint; returns its config and FP32 parameters.
-// Throws Error naming the file for a wrong magic, version or size.
+// Throws Error naming the file for a wrong magic, version or size, and for a
+// non-finite weight (naming the tensor and element).
 std::vector<float> load_llmc_checkpoint(const std::string& path, GPTConfig* cfg);
 // Writes an fp32 (version 3) checkpoint atomically (temp file + rename).
+// Refuses (std::runtime_error: a failed run) non-finite weights.
 void save_llmc_checkpoint(const std::string& path, const GPTConfig& cfg,
                           const std::vector<float>& params);
 

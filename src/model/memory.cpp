@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
 
@@ -24,6 +25,21 @@ StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   m.dp_buffers = dp_buffer_bytes;
   m.overhead = be.overhead_bytes;
   return m;
+}
+
+void check_step_in_range(const GPTConfig& c, long B, int T) {
+  const double C = c.channels, L = c.num_layers, V = c.padded_vocab, NH = c.num_heads,
+               H = c.ffn();
+  // Everything a step holds is below ~40 bytes per parameter (FP32 params,
+  // grads, master, m, v) plus the activations (< 40 values per token, layer
+  // and channel, the attention matrix, the logits), at 4 bytes.
+  const double params = c.param_count();
+  const double acts = (double)B * T * (L * (40 * C + 4 * H + 2 * NH * T) + 2 * V) * 4;
+  const double limit = 9.2e18;  // 2^63 bytes
+  if (params * 40 > limit || acts > limit)
+    fail("the model (", c.describe(), ") has ", params, " parameters, and a step at B=", B, " T=", T,
+         " ", acts, " bytes of activations: out of range (byte counts must fit in 64 bits); choose a "
+         "smaller model or batch (--batch-size, --seq-len)");
 }
 
 size_t device_memory_reserve(size_t free_bytes) {

@@ -48,6 +48,11 @@ struct StepMemory {
 // auto) and `ratchet plan` both subtract it and print it; 0 for host memory.
 size_t device_memory_reserve(size_t free_bytes);
 
+// Sizes are counted in 64-bit bytes (size_t): a step at micro-batch B whose
+// bytes would not fit is refused (Error), in floating point, before any exact
+// count could wrap around. The config's own sizes are bounded by finalize().
+void check_step_in_range(const GPTConfig& cfg, long B, int T);
+
 // moment_elems: the length of the optimizer's m and v (P, or a ZeRO-1 shard).
 StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                        const BackendMemoryModel& be, size_t moment_elems,

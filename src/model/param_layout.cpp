@@ -1,5 +1,8 @@
 #include "model/param_layout.h"
 
+#include <cmath>
+#include <sstream>
+
 namespace ratchet {
 
 ParamLayout::ParamLayout(const GPTConfig& c) {
@@ -27,6 +30,21 @@ const char* ParamLayout::name(int i) {
       "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
       "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lmhead"};
   return names[i];
+}
+
+std::string first_non_finite(const ParamLayout& layout, const float* p) {
+  for (size_t i = 0; i < layout.total; i++) {
+    if (std::isfinite(p[i])) continue;
+    int t = 0;
+    while (t + 1 < kNumParamTensors && layout.offsets[t + 1] <= i) t++;
+    while (layout.sizes[t] == 0) t++;  // empty tensors share the next one's offset
+    const size_t at = i - layout.offsets[t];
+    std::ostringstream os;
+    os << "tensor '" << ParamLayout::name(t) << "' holds " << p[i] << " at element " << at
+       << " (of " << layout.sizes[t] << ")";
+    return os.str();
+  }
+  return "";
 }
 
 bool ParamLayout::decayed(int i) {

@@ -40,6 +40,7 @@
 #include <array>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 
@@ -65,5 +66,13 @@ struct ParamLayout {
   // Per-layer stride of a layered tensor (elements of one layer's slice).
   size_t per_layer(int i, int num_layers) const { return sizes[i] / num_layers; }
 };
+
+// "" when every value of the flat buffer `p` (layout.total elements) is
+// finite, else where the first NaN or inf is: "tensor 'qkvw' (layer 3) holds
+// nan at element 17". Every weight reader and writer checks with it.
+std::string first_non_finite(const ParamLayout& layout, const float* p);
+inline std::string first_non_finite(const ParamLayout& layout, const std::vector<float>& p) {
+  return p.size() == layout.total ? first_non_finite(layout, p.data()) : "";
+}
 
 }  // namespace ratchet

@@ -207,33 +207,6 @@ MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, const BackendMemo
   return m;
 }
 
-namespace {
-// Sizes are counted in 64-bit bytes (size_t): a model or batch whose bytes do
-// not fit is out of range, said before any count wraps around. The counts
-// here are in floating point, so they cannot overflow themselves.
-void check_sizes_in_range(const GPTConfig& c, int B, int T) {
-  const double C = c.channels, L = c.num_layers, V = c.padded_vocab, NH = c.num_heads,
-               KVC = (double)c.kv_heads() * c.head_size(), H = c.ffn();
-  // GPT-2: wte, wpe, 12C² + 13C per layer; llama: wte (+ lm_head), q, o (C²
-  // each), k, v (C·KV·hs each), gate, up, down (C·H each).
-  const double params =
-      c.llama()
-          ? V * C * (c.tied_embeddings ? 1 : 2) +
-                L * (2 * C * C + 2 * C * KVC + 3 * C * H + 2 * C) + C
-          : V * C + (double)c.max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
-  // Everything a step holds is below ~40 bytes per parameter (FP32 params,
-  // grads, master, m, v) plus the activations (< 40 values per token, layer
-  // and channel, the attention matrix, the logits), at 4 bytes.
-  const double acts = (double)B * T * (L * (40 * C + 4 * H + 2 * NH * T) + 2 * V) * 4;
-  const double limit = 9.2e18;  // 2^63 bytes
-  if (params * 40 > limit || acts > limit)
-    fail("the model (--layers ", c.num_layers, ", --channels ", c.channels, ") has ",
-         params, " parameters, and a step at B=", B, " T=", T, " ", acts,
-         " bytes of activations: out of range (byte counts must fit in 64 bits); choose a "
-         "smaller model or batch");
-}
-}  // namespace
-
 Plan make_plan(const PlanInputs& in_) {
   Plan p;
   p.in = in_;
@@ -267,6 +240,24 @@ Plan make_plan(const PlanInputs& in_) {
     p.budget_flops = in.budget_money / in.price * 3600 * eff_flops_per_s;
   }
   p.has_budget = budgets > 0;
+  // The budget in the flag's own units and what one unit buys, for messages.
+  const char* budget_flag = in.budget_flops > 0           ? "--budget-flops"
+                            : in.budget_device_hours > 0 ? "--budget-device-hours"
+                                                         : "--budget-money";
+  const double budget_given = in.budget_flops > 0           ? in.budget_flops
+                              : in.budget_device_hours > 0 ? in.budget_device_hours
+                                                           : in.budget_money;
+  const double flops_per_unit = in.budget_flops > 0           ? 1.0
+                                : in.budget_device_hours > 0 ? 3600 * eff_flops_per_s
+                                                             : 3600 * eff_flops_per_s / in.price;
+  // 1e30 FLOPs (10^5 x the largest training runs published) bounds what the
+  // arithmetic below represents (issue 25: --budget-money 1e300 overflowed to
+  // inf and chose no preset); the step count is bounded again below.
+  constexpr double kMaxBudgetFlops = 1e30;
+  if (p.has_budget && !(p.budget_flops <= kMaxBudgetFlops))
+    fail(budget_flag, " ", budget_given, " is ", p.budget_flops, " FLOPs: more than plan represents (at most ",
+         kMaxBudgetFlops, " FLOPs, i.e. ", budget_flag, " ", kMaxBudgetFlops / flops_per_unit,
+         " here); lower the budget");
   if (p.has_budget) {
     p.optimal = compute_optimal(p.budget_flops);
     p.suggested_preset =
@@ -277,7 +268,7 @@ Plan make_plan(const PlanInputs& in_) {
     }
   }
   const GPTConfig& cfg = in.cfg;
-  check_sizes_in_range(cfg, in.B, in.T);
+  check_step_in_range(cfg, in.B, in.T);
   p.n_params = (double)ParamLayout(cfg).total;
   if (!p.has_budget) {
     p.optimal.params = p.n_params;
@@ -297,16 +288,38 @@ Plan make_plan(const PlanInputs& in_) {
   p.flops_per_token = train_flops_per_token(cfg, in.T);
   p.recompute_flops_per_token = recompute_flops_per_token(cfg, in.T, in.recompute);
   const double fpt = p.flops_per_token + p.recompute_flops_per_token;
+  // Steps in floating point first: a count beyond what a long and a double
+  // hold exactly (2^53) is refused naming where it came from, never cast
+  // (issue 25: a budget of 1e33 FLOPs printed "steps 1"). Counts beyond one
+  // `ratchet train` run's --steps (an int) are planned, with a warning
+  // (cmd_plan.cpp).
+  const double per_step_flops = p.flops_per_token * (double)p.tokens_per_step;
+  double steps = 0;
   if (in.steps > 0) {
-    p.steps = in.steps;
+    steps = (double)in.steps;
   } else if (in.tokens > 0) {
-    p.steps = (long)std::ceil(in.tokens / p.tokens_per_step);
+    steps = std::ceil(in.tokens / p.tokens_per_step);
   } else if (p.has_budget) {  // spend the budget, not more
-    p.steps = std::max(1L, (long)std::floor(p.budget_flops / (p.flops_per_token *
-                                                              p.tokens_per_step)));
+    steps = std::max(1.0, std::floor(p.budget_flops / per_step_flops));
   } else {  // the compute-optimal token count for this model
-    p.steps = (long)std::ceil(p.optimal.tokens / p.tokens_per_step);
+    steps = std::ceil(p.optimal.tokens / p.tokens_per_step);
   }
+  constexpr double kMaxSteps = 9007199254740992.0;  // 2^53
+  if (!(steps <= kMaxSteps)) {
+    const std::string at = " at " + std::to_string(p.tokens_per_step) + " tokens per step";
+    const std::string most = "more than plan counts exactly (at most 2^53 = 9.0e15 steps";
+    if (in.steps > 0) fail("--steps ", in.steps, " is ", most, ")");
+    if (in.tokens > 0)
+      fail("--tokens ", in.tokens, " is ", steps, " steps", at, ": ", most, ", i.e. --tokens ",
+           kMaxSteps * p.tokens_per_step, "); raise --total-batch-tokens or lower --tokens");
+    if (p.has_budget)
+      fail(budget_flag, " ", budget_given, " buys ", steps, " steps of ", in.model_name, at, ": ", most,
+           ", i.e. ", budget_flag, " ", kMaxSteps * per_step_flops / flops_per_unit,
+           " here); raise --total-batch-tokens or lower the budget");
+    fail("the compute-optimal ", p.optimal.tokens, " tokens of this model are ", steps, " steps", at, ": ",
+         most, "); raise --total-batch-tokens or give --steps");
+  }
+  p.steps = (long)steps;
   p.tokens = (double)p.steps * p.tokens_per_step;
   p.tokens_per_param = p.tokens / p.n_params;
   p.total_flops = fpt * p.tokens;

@@ -3,6 +3,7 @@
 #include "train/reproducibility.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -192,6 +193,23 @@ void CheckpointSession::save(const TrainState& s, const char* why) {
       s.be.download_bytes(ck.adam_v.data(), opt.v(), P * sizeof(float));
     }
   }
+  // Diverged weights are never saved (issue 25: a NaN checkpoint passed `ckpt
+  // verify` and replaced the last good one): a failed run, naming the step
+  // and the tensor, with the previous checkpoint left in place.
+  std::string bad;
+  if (rank0()) {
+    bad = first_non_finite(s.model.layout(), ck.params);
+    for (const auto* m : {&ck.adam_m, &ck.adam_v})
+      for (size_t i = 0; bad.empty() && i < m->size(); i++)
+        if (!std::isfinite((*m)[i]))
+          bad = std::string("AdamW's ") + (m == &ck.adam_m ? "m" : "v") + " holds " +
+                std::to_string((*m)[i]) + " at element " + std::to_string(i);
+  }
+  if (comm_.agree(!bad.empty()))
+    throw std::runtime_error("not saving the checkpoint at step " + std::to_string(step) + ": " +
+                             (bad.empty() ? "rank 0 found non-finite weights" : bad) +
+                             ": the run diverged. " + after_failed_save("") +
+                             "; lower --lr or check --grad-clip and the data");
   RetentionPolicy keep;
   keep.keep_last = o_.keep_last;
   keep.keep_every = o_.keep_every;

@@ -18,6 +18,7 @@ struct TrainOptions {
   bool model_given = false;  // --model given (not its default): checked against --init-from
   int vocab_size = 0;           // 0: from the training shards' vocab_size
   int max_seq_len = 1024;
+  bool max_seq_len_given = false;  // --max-seq-len given: honoured (or refused) with --init-from
   std::string init_from;        // llm.c GPT-2 .bin, or a Hugging Face Llama directory or
                                 // .safetensors file; overrides the shape flags
   uint64_t seed = 1337;

@@ -141,7 +141,8 @@ class Trainer {
 
  private:
   void setup();
-  GPTConfig resolve_config(std::vector<float>* init) const;
+  GPTConfig resolve_config() const;
+  std::vector<float> load_init_weights() const;
   std::map<std::string, std::string> identity() const;
   std::map<std::string, std::string> settings() const;
   int choose_batch_size() const;
@@ -157,6 +158,13 @@ class Trainer {
   void sample(int step);
   float train_step(int step);
   void after_eval(float vl);
+  void check_val_loss(float vl, const char* which) const;
+  // What a diverged run says after naming the step.
+  std::string diverged_advice() const {
+    return ": the run diverged; stopping without saving or exporting these weights" +
+           std::string(ckpt_ && ckpt_->active() ? " (the last checkpoint in " + o_.ckpt_dir + " is kept)" : "") +
+           ". Lower --lr, check --grad-clip, or check the data";
+  }
   int train();  // run() without the failure bookkeeping
   void export_weights();  // --export (collective)
   void check_host_memory() const;
@@ -197,23 +205,37 @@ StepMemory Trainer::memory_for(const GPTConfig& cfg, int B) const {
                      DataParallel::buffer_bytes(*be_, P, W, o_.zero));
 }
 
-// The model shape: from --init-from, or a preset, or the explicit flags;
-// vocab from the flag or else the training shards.
-GPTConfig Trainer::resolve_config(std::vector<float>* init) const {
+// The model shape: from --init-from (its config or header only: the
+// weights are read once the memory check has passed), or a preset, or the
+// explicit flags; vocab from the flag or else the training shards.
+GPTConfig Trainer::resolve_config() const {
   GPTConfig c;
   if (!o_.init_from.empty()) {
-    if (!is_hf_checkpoint_path(o_.init_from)) {
-      *init = load_llmc_checkpoint(o_.init_from, &c);
-      check_model_flags_match(o_, c);
-      return c;
-    }
-    *init = load_hf_checkpoint(o_.init_from, &c);
+    check_not_dangling(o_.init_from);
+    const bool hf = is_hf_checkpoint_path(o_.init_from);
+    std::string note;
+    c = hf ? read_hf_checkpoint_config(o_.init_from, &note) : read_llmc_config(o_.init_from);
+    if (!note.empty()) RLOG("note: %s\n", note.c_str());
     check_model_flags_match(o_, c);
     // A larger vocab than the shards' is fine (ids stay below it); a smaller one is not.
-    if (c.vocab_size < train_ds_->vocab_size())
+    if (hf && c.vocab_size < train_ds_->vocab_size())
       fail("--init-from ", o_.init_from, " has vocab_size ", c.vocab_size, " but the training shards (",
            o_.train_data, ") have vocab ", train_ds_->vocab_size(), ": the model cannot embed their "
            "tokens; re-shard with the model's tokenizer");
+    // --max-seq-len is never ignored (issue 25): RoPE's positions are computed,
+    // so a Llama takes any length; GPT-2's are a learned table of the
+    // checkpoint's rows, which cannot be extended or cut without changing it.
+    if (o_.max_seq_len_given && o_.max_seq_len != c.max_seq_len) {
+      if (!c.llama())
+        fail("--max-seq-len ", o_.max_seq_len, " disagrees with --init-from ", o_.init_from,
+             ", a GPT-2 with learned positions for ", c.max_seq_len, " tokens (wpe has ", c.max_seq_len,
+             " rows, which cannot be extended or cut without changing the model): drop --max-seq-len; "
+             "--seq-len may be at most ", c.max_seq_len);
+      RLOG("model: max_seq_len %d (--max-seq-len; --init-from %s has max_position_embeddings %d)\n",
+           o_.max_seq_len, o_.init_from.c_str(), c.max_seq_len);
+      c.max_seq_len = o_.max_seq_len;
+      c.finalize();
+    }
     return c;
   }
   ModelFlags f;
@@ -229,6 +251,16 @@ GPTConfig Trainer::resolve_config(std::vector<float>* init) const {
     fail("--export writes llm.c's GPT-2 .bin format, which cannot hold a llama model (",
          c.describe(), "): drop --export, or export Hugging Face safetensors instead");
   return c;
+}
+
+// The --init-from weights for cfg_ (whose max_seq_len may be --max-seq-len's:
+// a Llama's parameters do not depend on it). Readers refuse non-finite values.
+std::vector<float> Trainer::load_init_weights() const {
+  GPTConfig c;
+  std::vector<float> w = is_hf_checkpoint_path(o_.init_from) ? load_hf_checkpoint(o_.init_from, &c)
+                                                             : load_llmc_checkpoint(o_.init_from, &c);
+  RATCHET_ASSERT(w.size() == ParamLayout(cfg_).total);
+  return w;
 }
 
 // What must match for a resume to continue the same run.
@@ -320,15 +352,25 @@ void Trainer::setup() {
     shard_ini = to_ini(shard_content_identity(*train_ds_, "train"));
   comm_.broadcast_string(&shard_ini, 0);
   shard_identity_ = from_ini(shard_ini);
-  std::vector<float> init;
-  cfg_ = resolve_config(&init);
+  cfg_ = resolve_config();
   if (!o_.export_hf.empty() && cfg_.arch != Arch::llama)
     fail("--export-hf writes Llama models (--arch llama); this run's model is GPT-2: use --export "
          "for llm.c's format");
-  if (T_ > cfg_.max_seq_len)
-    fail("--seq-len ", T_, " exceeds the model's max_seq_len ", cfg_.max_seq_len,
-         ": lower --seq-len or raise --max-seq-len");
+  if (T_ > cfg_.max_seq_len) {
+    if (o_.init_from.empty())
+      fail("--seq-len ", T_, " exceeds the model's max_seq_len ", cfg_.max_seq_len,
+           ": lower --seq-len or raise --max-seq-len");
+    if (cfg_.llama())
+      fail("--seq-len ", T_, " exceeds the max_seq_len ", cfg_.max_seq_len, " of --init-from ",
+           o_.init_from, " (max_position_embeddings): pass --max-seq-len ", T_,
+           " (RoPE positions extend to any length), or lower --seq-len");
+    fail("--seq-len ", T_, " exceeds the ", cfg_.max_seq_len, " learned positions of --init-from ",
+         o_.init_from, " (a GPT-2's wpe cannot be extended): lower --seq-len to at most ",
+         cfg_.max_seq_len);
+  }
   train_ds_->check_vocab(cfg_.vocab_size);
+  // Byte counts of this step fit 64 bits (the memory checks below count exactly).
+  check_step_in_range(cfg_, B_ > 0 ? (long)B_ : total_ / T_ / comm_.world(), T_);
   // Default threads: the cores shared by the ranks on this node.
   threads_ = o_.threads > 0
                  ? o_.threads
@@ -426,7 +468,8 @@ void Trainer::setup() {
   }
   // Random weights only once train() knows that no checkpoint replaces them
   // (6.5 ms of a short resumed segment's start-up at 0.23M parameters).
-  if (!init.empty()) model_->set_params(init.data());
+  // The imported weights, read now that the memory check has passed.
+  if (!o_.init_from.empty()) model_->set_params(load_init_weights().data());
   model_->set_profiling(o_.profile);
   model_->set_recompute(c_.recompute);
   AdamWConfig acfg;
@@ -525,6 +568,12 @@ float Trainer::train_step(int step) {
                                   : "") +
                              ": stopping. Lower --lr, check --grad-clip, or check the data");
   return loss;
+}
+
+void Trainer::check_val_loss(float vl, const char* which) const {
+  if (std::isfinite(vl)) return;  // the same value on every rank (an all-reduce)
+  throw std::runtime_error("the validation loss is " + std::string(std::isnan(vl) ? "NaN" : "infinite") +
+                           " at step " + std::to_string(step_) + which + diverged_advice());
 }
 
 // Best-loss tracking, early-stopping counter, and a checkpoint of each new
@@ -629,6 +678,7 @@ int Trainer::train() {
   for (; step_ < o_.steps; ) {
     if (val_loader_ && o_.eval_every > 0 && step_ % o_.eval_every == 0) {
       float vl = evaluate();
+      check_val_loss(vl, "");
       RLOG("step %5d | val loss %.4f\n", step_, vl);
       jlog_->write({{"step", step_}, {"val_loss", vl}});
       after_eval(vl);
@@ -649,7 +699,19 @@ int Trainer::train() {
     const double t0 = now_s();
     const float loss = train_step(step_);
     const float lr = c_.sched.at(step_);
+    if (fault_flag("NANGRAD", "step-" + std::to_string(step_ + 1))) {  // tests: a NaN gradient
+      std::vector<float> g(model_->num_params());
+      model_->get_grads(g.data());
+      g[0] = NAN;
+      be_->upload_f32(model_->grads(), g.data(), g.size());
+    }
     const float norm = dp_->step(model_->params(), model_->grads(), lr);
+    // A finite loss with a non-finite gradient norm has just updated the
+    // weights with NaN or inf: the run ends here, naming the step, and
+    // nothing is saved or exported from those weights.
+    if (comm_.agree(!std::isfinite(norm)))
+      throw std::runtime_error("the gradient norm is " + std::string(std::isnan(norm) ? "NaN" : "infinite") +
+                               " at step " + std::to_string(step_ + 1) + diverged_advice());
     const double dt = now_s() - t0;
     step_++;
     steps_run++;
@@ -681,6 +743,12 @@ int Trainer::train() {
     if (peak > 0) rec.push_back({"mfu", mfu});
     jlog_->write(rec);
     fault_point("step-" + std::to_string(step_));
+    if (fault_flag("NAN", "step-" + std::to_string(step_))) {  // tests: a diverged update
+      std::vector<float> w(model_->num_params());
+      model_->get_params(w.data());
+      w[0] = NAN;
+      model_->set_params(w.data());
+    }
 
     // ---- the stop protocol, at the step boundary --------------------------
     std::string why;
@@ -724,6 +792,9 @@ int Trainer::train() {
   // ---- end: evaluation, sample, final checkpoint, export -------------------
   if (val_loader_) {
     const float vl = evaluate();
+    // The last step's update is only judged here: a NaN at the end is a
+    // failed run, not a result (issue 25), and its weights are not saved.
+    check_val_loss(vl, " (the final evaluation)");
     if (vl < early_.best_val) {
       early_.best_val = vl;
       early_.best_step = step_;

@@ -104,6 +104,54 @@ TEST_F(HfInterop, RoundTripIsBitExactInF32) {
   auto r = run_ratchet(train(d / "hf/model.safetensors", "--steps 1 --lr 1e-30 --export-hf " + (d / "out")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(differing(py_read(d / "hf"), py_read(d / "out")), 0u);
+  // Floats are written as the shortest decimal that reads back the same
+  // (issue 25: rms_norm_eps was 9.999999747378752e-06).
+  const std::string cfg = read_file(d / "out/config.json");
+  EXPECT_NE(cfg.find("\"rms_norm_eps\": 1e-05,"), std::string::npos) << cfg;
+  EXPECT_NE(cfg.find("\"rope_theta\": 10000.0,"), std::string::npos) << cfg;
+  EXPECT_EQ(read_file(d / "hf/config.json").find("9.99999"), std::string::npos);
+}
+
+// Issue 25: a directory with both model.safetensors and an index. transformers
+// reads model.safetensors (from_pretrained looks for it first); so does
+// ratchet, and says so. It used to load the shards without a word.
+TEST_F(HfInterop, SingleFileWinsOverAnIndexAsInTransformers) {
+  TempDir d;
+  make_llama(d / "both", "--vocab 257 --dtype F32 --seed 1 --shard-bytes 20000");
+  make_llama(d / "single", "--vocab 257 --dtype F32 --seed 2");
+  ASSERT_TRUE(fs::exists(d / "both/model.safetensors.index.json"));
+  fs::copy_file(d / "single/model.safetensors", d / "both/model.safetensors");
+  auto r = run_ratchet(train(d / "both", "--steps 1 --lr 1e-30 --export-hf " + (d / "out")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("holds both model.safetensors and model.safetensors.index.json: reading "
+                          "model.safetensors, as transformers does"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(differing(py_read(d / "single"), py_read(d / "out")), 0u);
+}
+
+TEST_F(HfInterop, DanglingSymlinkIsNamedAsOne) {
+  TempDir d;
+  make_llama(d / "hf", "--vocab 257 --dtype F32");
+  fs::remove(d / "hf/model.safetensors");
+  fs::create_symlink("/nonexistent/blobs/abc123", d / "hf/model.safetensors");
+  auto r = run_ratchet(train(d / "hf", "--steps 1"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("model.safetensors is a dangling symbolic link (to /nonexistent/blobs/abc123"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("holds neither"), std::string::npos) << r.output;
+  // The same for config.json and for a FILE.safetensors given directly.
+  fs::remove(d / "hf/model.safetensors");
+  fs::create_symlink("gone.safetensors", d / "hf/model.safetensors");
+  r = run_ratchet(train(d / "hf/model.safetensors", "--steps 1"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("dangling symbolic link (to gone.safetensors"), std::string::npos) << r.output;
+  fs::rename(d / "hf/config.json", d / "cfg.json");
+  fs::create_symlink(d / "missing.json", d / "hf/config.json");
+  r = run_ratchet(train(d / "hf", "--steps 1"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("config.json is a dangling symbolic link"), std::string::npos) << r.output;
 }
 
 // The meaning of the names: ratchet's first-step loss on a Python-written HF

@@ -327,19 +327,27 @@ TEST_F(Reliability, ConvertSaysAModelFileIsAModelFile) {
 
 TEST_F(Reliability, LlmcHeaderWhoseSizesOverflowIsAClearError) {
   TempDir d;
-  // magic, version 3, maxT, V, L, H, C, Vp: L * C * C overflows 64 bits.
+  // magic, version 3, maxT, V, L, H, C, Vp: 2e9 layers is beyond the bound
+  // on layers (issue 25), refused by name before any count is made.
   int32_t h[256] = {20240326, 3, 1024, 50257, 2000000000, 1, 500000000, 50304};
   write_file(d / "huge.bin", std::string((const char*)h, sizeof h));
   auto r = run_ratchet(train_cmd(d / "ck", 1) + " --init-from " + (d / "huge.bin"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(has(r.output, "bytes but the file has 1024")) << r.output;
+  EXPECT_TRUE(has(r.output, "huge.bin has an invalid header: num_layers 2000000000 is out of range"))
+      << r.output;
   EXPECT_FALSE(has(r.output, "max_size")) << r.output;
-  // A width whose row counts (4C) would not fit an int is refused by name.
-  h[6] = 2000000000;
+  // Sizes in range: the 2e11 parameters they announce are compared with the file's size.
+  h[4] = 1000, h[6] = 4096;
+  write_file(d / "big.bin", std::string((const char*)h, sizeof h));
+  r = run_ratchet(train_cmd(d / "ck", 1) + " --init-from " + (d / "big.bin"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "bytes but the file has 1024")) << r.output;
+  // A width beyond its bound is refused by the header field's name.
+  h[4] = 12, h[6] = 2000000000;
   write_file(d / "wide.bin", std::string((const char*)h, sizeof h));
   r = run_ratchet(train_cmd(d / "ck", 1) + " --init-from " + (d / "wide.bin"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(has(r.output, "wide.bin has an invalid header: --channels 2000000000 is out of range"))
+  EXPECT_TRUE(has(r.output, "wide.bin has an invalid header: channels 2000000000 is out of range"))
       << r.output;
 }
 
