@@ -228,6 +228,12 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
 void add_ledger_tags(TrainOptions& o) {
   for (const std::string& t : o.tags) {
     const auto eq = t.find('=');
+    // Before the key=value check: the message must not print the character.
+    for (unsigned char c : t)
+      if (c < 0x20 || c == 0x7f)
+        fail("--tag holds a control character (byte 0x", "0123456789abcdef"[c >> 4],
+             "0123456789abcdef"[c & 15], "): tags are written to ledger.json and printed by "
+             "`ratchet report --by-tag`; use printable text (e.g. --tag project=llm)");
     if (eq == std::string::npos || eq == 0)
       fail("--tag '", t, "' must be key=value (e.g. --tag project=llm)");
   }
