@@ -209,7 +209,7 @@ int sweep_run(int argc, char** argv) {
     ("scheduler", po::value(&o.scheduler)->default_value(o.scheduler), "asha | sha | hyperband | none")
     ("max-steps", po::value(&o.max_steps), "R: steps of the last rung (default: the base's steps)")
     ("min-steps", po::value(&o.min_steps), "r: steps of the first rung (default R/eta^2)")
-    ("eta", po::value(&o.eta)->default_value(o.eta), "reduction factor: the top 1/eta go on")
+    ("eta", po::value(&o.eta)->default_value(o.eta, default_text(o.eta)), "reduction factor: the top 1/eta go on")
     ("executor", po::value(&o.executor)->default_value(o.executor),
      "local (processes here) | srun (job steps in this allocation) | sbatch (batch jobs, job arrays)")
     ("parallel", po::value(&o.parallel)->default_value(o.parallel), "segments running at once")
