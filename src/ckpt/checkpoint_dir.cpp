@@ -43,7 +43,9 @@ void write_small_file(const std::string& path, const std::string& text) {
 }
 
 bool parse_step_name(const std::string& name, int64_t* step) {
-  if (name.rfind("step_", 0) != 0 || name.size() <= 5) return false;
+  // At most 18 digits: a longer name (not the trainer's) must not overflow
+  // stoll, which threw a bare "stoll" at prune and resume.
+  if (name.rfind("step_", 0) != 0 || name.size() <= 5 || name.size() > 5 + 18) return false;
   for (size_t i = 5; i < name.size(); i++)
     if (name[i] < '0' || name[i] > '9') return false;
   *step = std::stoll(name.substr(5));
