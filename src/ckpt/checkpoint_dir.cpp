@@ -77,7 +77,7 @@ CheckpointDir::CheckpointDir(const std::string& dir, bool create) : dir_(dir) {
       fail("--ckpt-dir ", dir_, " is not writable: ", std::strerror(errno),
            ". Point --ckpt-dir at a directory you can write (e.g. on scratch)");
   } else if (!fs::is_directory(dir_, ec)) {
-    fail("checkpoint directory ", dir_, " does not exist");
+    fail("checkpoint directory ", dir_, fs::exists(dir_, ec) ? " is not a directory" : " does not exist");
   }
 }
 

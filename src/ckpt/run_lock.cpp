@@ -141,9 +141,11 @@ RunLock::RunLock(const std::string& dir, const std::string& purpose, const std::
   // and starts again if not.
   for (int attempt = 0;; attempt++) {
     created_ = false;
-    fd_ = open(path_.c_str(), O_RDWR | O_CLOEXEC);
+    // O_NOFOLLOW: a link planted as ratchet.lock would have its target
+    // written and emptied (as root: any file).
+    fd_ = open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd_ < 0 && errno == ENOENT) {
-      fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
       if (fd_ < 0 && errno == EEXIST && attempt < 1000) continue;  // another process made it
       created_ = fd_ >= 0;
     }
@@ -153,6 +155,9 @@ RunLock::RunLock(const std::string& dir, const std::string& purpose, const std::
       RLOG("warning: %s is on a read-only file system: not locked\n", dir.c_str());
       return;
     }
+    if (fd_ < 0 && errno == ELOOP)
+      fail(path_, " is a symbolic link, not ratchet's lock file (", flag, " ", dir,
+           "): remove the link and rerun");
     if (fd_ < 0 && errno == EISDIR)
       fail(path_, " is a directory, not ratchet's lock file (", flag, " ", dir,
            "): remove it (rmdir) and rerun");
@@ -238,10 +243,15 @@ RunLock::RunLock(const std::string& dir, const std::string& purpose, const std::
       // Bounded by our own clock too: a heartbeat from the future (clock skew)
       // that never moves is as dead as an old one.
       const int64_t deadline = unix_now() + (int64_t)std::ceil(stale);
+      int empty_reads = 0;
       while (unix_now() - hb < stale && unix_now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(250));
         auto now_holder = from_ini(read_all(fd_));
-        if (now_holder.empty()) break;  // released meanwhile
+        // Released meanwhile: empty twice in a row (a writer that rewrites the
+        // file with O_TRUNC, as a shell does, leaves it empty for an instant).
+        if (now_holder.empty() && ++empty_reads >= 2) break;
+        if (now_holder.empty()) continue;
+        empty_reads = 0;
         if (heartbeat_of(now_holder) != hb) {
           close(fd_);
           fd_ = -1;

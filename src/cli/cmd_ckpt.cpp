@@ -207,7 +207,7 @@ int do_prune(const std::string& dir, int keep_last, int keep_every) {
     if (n == "latest" || n.rfind(".tmp-step_", 0) == 0) is_ckpt_dir = true;
   }
   if (!is_ckpt_dir) {
-    const int fd = open((fs::path(dir) / RunLock::kFileName).c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = open((fs::path(dir) / RunLock::kFileName).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd >= 0) {
       is_ckpt_dir = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
       close(fd);

@@ -296,7 +296,7 @@ TEST_F(Reliability, APid1LockIsJudgedByItsHeartbeatNotCalledGone) {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   // Without boot and namespace (the format before), and with another namespace.
-  for (const std::string extra : {std::string(), std::string("boot_id = x\npid_ns = pid:[1]\n")}) {
+  for (const std::string& extra : {std::string(), std::string("boot_id = x\npid_ns = pid:[1]\n")}) {
     const std::string holder = std::string("host = ") + host + "\npid = 1\nslurm_job_id = -\n"
                                "started = 2026-01-01T00:00:00Z\npurpose = train\n" + extra;
     // A live holder: its heartbeat moves (every 0.3 s for 18 s, killed after).
@@ -360,6 +360,16 @@ TEST_F(Reliability, PruneRefusesANonCheckpointDirectoryAndLeavesNoLockFile) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(fs::exists(run + "/ckpt/ratchet.lock")) << r.output;
   EXPECT_TRUE(fs::exists(step_dir(run + "/ckpt", 2)));
+  // A link planted as the lock file: refused, its target untouched (it was
+  // written and emptied, as root any file).
+  write_file(d / "victim.txt", "keep me\n");
+  fs::create_symlink(d / "victim.txt", run + "/ckpt/ratchet.lock");
+  r = run_ratchet("ckpt prune " + run + "/ckpt");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "is a symbolic link, not ratchet's lock file")) << r.output;
+  r = run_ratchet(train_cmd(run + "/ckpt", 3));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(read_file(d / "victim.txt"), "keep me\n");
 }
 
 // ---- defect 10: verify, convert, llm.c headers ---------------------------------
@@ -420,4 +430,19 @@ TEST_F(Reliability, LlmcHeaderWhoseSizesOverflowIsAClearError) {
       << r.output;
 }
 
+}  // namespace
+
+namespace {
+// The chaos run (scripts/chaos.sh) aims a kill at one rank under mpirun,
+// which gives every rank the same $RATCHET_FAULT: "rankR/POINT" fires only in
+// the process of rank R.
+TEST(FaultPoints, ARankPrefixFiresInThatRankOnly) {
+  auto r = run_shell("OMPI_COMM_WORLD_RANK=1 RATCHET_FAULT=rank0/start " RATCHET_EXE " train --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = run_shell("OMPI_COMM_WORLD_RANK=1 RATCHET_FAULT=rank1/start " RATCHET_EXE " train --help");
+  EXPECT_EQ(r.exit_code, 137) << r.output;
+  EXPECT_NE(r.output.find("RATCHET_FAULT: killing the process at 'start'"), std::string::npos) << r.output;
+  r = run_shell("RATCHET_FAULT=rank0/start " RATCHET_EXE " train --help");  // no launcher: rank 0
+  EXPECT_EQ(r.exit_code, 137) << r.output;
+}
 }  // namespace
