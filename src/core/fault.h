@@ -12,7 +12,9 @@
 // An item "point*N" fires only the N-th time the point is reached
 // (e.g. "ckpt-mid-write*2": the second save dies). An item "SIG@point" (e.g. "USR1@step-5", "TERM@ckpt-mid-write") raises that
 // signal instead of killing: the process's own handlers then run, as when a
-// scheduler signals it at that moment.
+// scheduler signals it at that moment. A prefix "rankR/" (e.g.
+// "rank1/step-40", "rank0/USR1@step-7") limits an item to the process of
+// rank R (OMPI_COMM_WORLD_RANK, PMIX_RANK or SLURM_PROCID; 0 without them).
 #pragma once
 #include <string>
 
