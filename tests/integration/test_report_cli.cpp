@@ -192,6 +192,7 @@ TEST_F(ReportCli, RealRunGivesSummaryPngAndSvg) {
                         "(4 evaluations)", "tokens/s", "ledger.json", "tokens", "report.png",
                         "report.svg"})
     EXPECT_NE(r.output.find(s), std::string::npos) << "missing '" << s << "':\n" << r.output;
+  EXPECT_EQ(r.output.find("disagree"), std::string::npos) << r.output;  // the trainer's own pair
   expect_plots(run, /*has_val=*/true, /*smoothed=*/false);
 
   // --json: one object with the same figures
