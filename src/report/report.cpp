@@ -86,6 +86,9 @@ RunLog read_run_log(const std::string& path) {
       fail("training log ", path, " line ", lineno, " is not a JSON object: ", e.what(),
            incomplete ? " (a torn line in the middle of the log: repair or remove that line)"
                       : " (the trainer writes one JSON object per line: repair or remove that line)");
+    } catch (const nlohmann::json::exception& e) {  // complete but unreadable, e.g. 1e999
+      fail("training log ", path, " line ", lineno, " is not a JSON object the trainer writes: ",
+           e.what(), " (repair or remove that line)");
     }
     // Complete JSON of another kind (an array, a number): not torn, and not
     // the trainer's, wherever it is.

@@ -22,7 +22,7 @@ struct SpendByTag {
 };
 
 // Every ledger.json below DIR, except those that cannot be counted (not a
-// JSON object, device_hours or cost negative, not finite or not a number):
+// JSON object, device_hours or cost negative, above 1e12, or not a number):
 // skipped, each named in `skipped`, so one foreign file does not hide the
 // spend of all the others, nor subtract from it. Error naming DIR if it holds
 // no countable ledger.json.

@@ -375,6 +375,10 @@ TEST(ReportSynthetic, OnlyAnIncompleteLastLineIsTorn) {
   EXPECT_NE(r.output.find("line 4 is not a JSON object: "), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("torn"), std::string::npos) << r.output;
   // Steps that are no step numbers, and a directory as the log.
+  write_file(d / "train.jsonl", good + "{\"step\": 1e999, \"loss\": 1}\n");  // threw out_of_range, exit 1
+  r = run_ratchet("report " + d.path + " --no-plot");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("line 4 is not a JSON object"), std::string::npos) << r.output;
   for (const char* step : {"-5", "1e308", "2.5"}) {
     write_file(d / "train.jsonl", good + "{\"step\": " + step + ", \"loss\": 1}\n");
     r = run_ratchet("report " + d.path + " --no-plot");
@@ -402,13 +406,17 @@ TEST(ReportSynthetic, SpendByTagSkipsNegativeSpendAndEscapesTags) {
   write_file(d / "c/ledger.json",
              "{\"device_hours\": 1, \"cost\": 2, \"tag.team\": \"\\u001b[31mred\\nline\"}\n");
   write_file(d / "d/ledger.json", "{\"device_hours\": \"lots\", \"cost\": 2}\n");
+  std::filesystem::create_directories(d / "e");  // two of these summed to inf
+  write_file(d / "e/ledger.json", "{\"device_hours\": 1, \"cost\": 1e308}\n");
   auto r = run_ratchet("report " + d.path + " --by-tag");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("ledger " + (d / "b/ledger.json") + " skipped: device_hours -100"),
             std::string::npos) << r.output;
   EXPECT_NE(r.output.find("ledger " + (d / "d/ledger.json") + " skipped: device_hours \"lots\""),
             std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("(2 ledgers skipped"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ledger " + (d / "e/ledger.json") + " skipped: cost 1e+308"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(3 ledgers skipped"), std::string::npos) << r.output;
   // The sums: a and c only.
   EXPECT_NE(r.output.find("project=llm"), std::string::npos);
   EXPECT_NE(r.output.find("     1       2.500000       5.0000"), std::string::npos) << r.output;
