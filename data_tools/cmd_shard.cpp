@@ -89,7 +89,7 @@ int cmd_shard(int argc, char** argv) {
     ("empty-docs", po::value(&o.empty_docs)->default_value(o.empty_docs),
        "empty documents: skip (counted) or error")
     ("output-dir,o", po::value(&o.output_dir)->required(), "directory for the shards (created)")
-    ("val-fraction", po::value(&o.val_fraction)->default_value(o.val_fraction),
+    ("val-fraction", po::value(&o.val_fraction)->default_value(o.val_fraction, default_text(o.val_fraction)),
        "fraction F in [0, 1) of the documents for validation (see below)")
     ("seed", po::value(&o.seed)->default_value(o.seed), "seed of the train/val document split")
     ("shard-tokens", po::value(&o.shard_tokens)->default_value(o.shard_tokens),
@@ -97,7 +97,7 @@ int cmd_shard(int argc, char** argv) {
     ("threads", po::value(&o.threads)->default_value(o.threads),
        "tokenizer threads (0: all cores); the output does not depend on it")
     ("dedup", po::value(&o.dedup)->default_value(o.dedup), "none, exact or near (see below)")
-    ("near-dup-threshold", po::value(&o.near_threshold)->default_value(o.near_threshold),
+    ("near-dup-threshold", po::value(&o.near_threshold)->default_value(o.near_threshold, default_text(o.near_threshold)),
        "Jaccard similarity at or above which --dedup near removes a document")
     ("dedup-report", po::value(&o.dedup_report), "where to list removed documents (JSONL)")
     ("progress", po::bool_switch(&progress), "show the progress bar even if stderr is no terminal")

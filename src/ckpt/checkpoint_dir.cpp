@@ -43,7 +43,9 @@ void write_small_file(const std::string& path, const std::string& text) {
 }
 
 bool parse_step_name(const std::string& name, int64_t* step) {
-  if (name.rfind("step_", 0) != 0 || name.size() <= 5) return false;
+  // At most 18 digits: a longer name (not the trainer's) must not overflow
+  // stoll, which threw a bare "stoll" at prune and resume.
+  if (name.rfind("step_", 0) != 0 || name.size() <= 5 || name.size() > 5 + 18) return false;
   for (size_t i = 5; i < name.size(); i++)
     if (name[i] < '0' || name[i] > '9') return false;
   *step = std::stoll(name.substr(5));
@@ -75,7 +77,7 @@ CheckpointDir::CheckpointDir(const std::string& dir, bool create) : dir_(dir) {
       fail("--ckpt-dir ", dir_, " is not writable: ", std::strerror(errno),
            ". Point --ckpt-dir at a directory you can write (e.g. on scratch)");
   } else if (!fs::is_directory(dir_, ec)) {
-    fail("checkpoint directory ", dir_, " does not exist");
+    fail("checkpoint directory ", dir_, fs::exists(dir_, ec) ? " is not a directory" : " does not exist");
   }
 }
 

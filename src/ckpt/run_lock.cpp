@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,6 +30,26 @@ std::string host_name() {
 }
 
 int64_t unix_now() { return (int64_t)std::time(nullptr); }
+
+// What makes a pid meaningful: the kernel's boot (a host name can repeat:
+// containers, cloned images) and the PID namespace (a container's trainer is
+// often PID 1 there). "" when unreadable.
+std::string boot_id() {
+  std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (!f) return "";
+  char buf[64] = {0};
+  const bool ok = std::fgets(buf, sizeof buf, f) != nullptr;
+  std::fclose(f);
+  std::string id = ok ? buf : "";
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id;
+}
+
+std::string pid_namespace() {
+  char buf[128] = {0};
+  const ssize_t n = readlink("/proc/self/ns/pid", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, (size_t)n) : "";
+}
 
 std::string read_all(int fd) {
   std::string text;
@@ -108,58 +129,110 @@ double RunLock::stale_seconds() {
   return 60;
 }
 
-RunLock::RunLock(const std::string& dir, const std::string& purpose, const std::string& flag)
-    : path_(dir + "/" + kFileName), purpose_(purpose) {
-  fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0 && errno == EROFS) {
-    // Nothing can write a read-only file system, so no one else is writing:
-    // go on (a prune then reports what it could not remove).
-    RLOG("warning: %s is on a read-only file system: not locked\n", dir.c_str());
-    return;
-  }
-  if (fd_ < 0 && errno == EISDIR)
-    fail(path_, " is a directory, not ratchet's lock file (", flag, " ", dir,
-         "): remove it (rmdir) and rerun");
-  if (fd_ < 0)
-    fail("cannot create the lock file ", path_, ": ", std::strerror(errno), ". ", flag,
-         " must be a directory you can write");
+RunLock::RunLock(const std::string& dir, const std::string& purpose, const std::string& flag,
+                 bool remove_created)
+    : path_(dir + "/" + kFileName), purpose_(purpose), remove_created_(remove_created) {
   const std::string fix = "wait for it to finish or stop it, or use another " + flag;
   bool locked = false;
   const bool try_flock = !std::getenv("RATCHET_LOCK_NO_FLOCK");
-  if (try_flock && flock(fd_, LOCK_EX | LOCK_NB) == 0) {
-    locked = true;
-  } else if (try_flock && errno == EWOULDBLOCK && purpose_ == "train" &&
-             wait_for_maintenance(fd_, path_)) {
-    // A `ckpt prune` (short, and never a writer of training state) held it:
-    // a trainer that a scheduler restarts at that moment waits instead of
-    // failing its requeued job.
-    locked = true;
-  } else if (try_flock && errno == EWOULDBLOCK) {
-    const auto holder = from_ini(read_all(fd_));
-    close(fd_);
+  // A holder that created the file may unlink it before it lets go (see
+  // remove_created): the flock we then win is on a file no longer in the
+  // directory, so every taker checks that the path still names its file,
+  // and starts again if not.
+  for (int attempt = 0;; attempt++) {
+    created_ = false;
+    // O_NOFOLLOW: a link planted as ratchet.lock would have its target
+    // written and emptied (as root: any file).
+    fd_ = open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd_ < 0 && errno == ENOENT) {
+      fd_ = open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+      if (fd_ < 0 && errno == EEXIST && attempt < 1000) continue;  // another process made it
+      created_ = fd_ >= 0;
+    }
+    if (fd_ < 0 && errno == EROFS) {
+      // Nothing can write a read-only file system, so no one else is writing:
+      // go on (a prune then reports what it could not remove).
+      RLOG("warning: %s is on a read-only file system: not locked\n", dir.c_str());
+      return;
+    }
+    if (fd_ < 0 && errno == ELOOP)
+      fail(path_, " is a symbolic link, not ratchet's lock file (", flag, " ", dir,
+           "): remove the link and rerun");
+    if (fd_ < 0 && errno == EISDIR)
+      fail(path_, " is a directory, not ratchet's lock file (", flag, " ", dir,
+           "): remove it (rmdir) and rerun");
+    if (fd_ < 0)
+      fail("cannot create the lock file ", path_, ": ", std::strerror(errno), ". ", flag,
+           " must be a directory you can write");
+    if (try_flock && flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+      locked = true;
+    } else if (try_flock && errno == EWOULDBLOCK && purpose_ == "train" &&
+               wait_for_maintenance(fd_, path_)) {
+      // A `ckpt prune` (short, and never a writer of training state) held it:
+      // a trainer that a scheduler restarts at that moment waits instead of
+      // failing its requeued job.
+      locked = true;
+    } else if (try_flock && errno == EWOULDBLOCK) {
+      const auto holder = from_ini(read_all(fd_));
+      close(fd_);
+      fd_ = -1;
+      fail(flag, " ", dir, " is in use by ", describe(holder), ": one process writes a run "
+           "directory at a time; ", fix);
+    }
+    struct stat by_fd, by_path;
+    if (!locked || attempt >= 1000 ||
+        (fstat(fd_, &by_fd) == 0 && stat(path_.c_str(), &by_path) == 0 &&
+         by_fd.st_dev == by_path.st_dev && by_fd.st_ino == by_path.st_ino))
+      break;
+    close(fd_);  // unlinked (or replaced) by the holder we waited for: again
     fd_ = -1;
-    fail(flag, " ", dir, " is in use by ", describe(holder), ": one process writes a run "
-         "directory at a time; ", fix);
+    locked = false;
   }
+  locked_ = locked;
   if (!locked)
     RLOG("warning: %s: the file system cannot lock (%s): checking the lock file's holder "
          "instead; two processes started at the same instant would not be caught\n",
          path_.c_str(), try_flock ? std::strerror(errno) : "RATCHET_LOCK_NO_FLOCK");
 
-  const std::string me_host = host_name();
+  const std::string me_host = host_name(), me_boot = boot_id(), me_ns = pid_namespace();
   auto holder = from_ini(read_all(fd_));
-  if (!holder.empty() && !(holder["host"] == me_host && holder["pid"] == std::to_string(getpid()))) {
+  const bool held = !holder.empty();  // before holder[...] below adds keys
+  // Can the holder's pid be checked here? Only in this boot and PID namespace:
+  // recorded as ours, or (a lock without them, from an older ratchet) on a
+  // host of our name and not PID 1 (init of every namespace: always "alive",
+  // and the trainer itself in many containers).
+  const bool legacy = !holder.count("boot_id");
+  const bool same_space = holder["host"] == me_host && !me_boot.empty() && !me_ns.empty() &&
+                          holder["boot_id"] == me_boot && holder["pid_ns"] == me_ns;
+  bool by_pid = same_space || (legacy && holder["host"] == me_host && holder["pid"] != "1");
+  if (held && !(by_pid && holder["pid"] == std::to_string(getpid()))) {
     const double stale = stale_seconds();
-    if (holder["host"] == me_host) {
-      // Same host: with a working flock a live holder would still hold it.
-      if (!locked && pid_alive(holder["pid"])) {
+    if (by_pid) {
+      // With a working flock a live holder would still hold it.
+      const bool alive = pid_alive(holder["pid"]);
+      if (!locked && alive) {
         close(fd_);
         fd_ = -1;
         fail(flag, " ", dir, " is in use by ", describe(holder), ": ", fix);
       }
-      RLOG("lock: taking over %s from %s: that process is gone\n", path_.c_str(),
-           describe(holder).c_str());
-    } else {
+      if (!alive)
+        RLOG("lock: taking over %s from %s: that process is gone\n", path_.c_str(),
+             describe(holder).c_str());
+      else if (same_space)
+        RLOG("lock: taking over %s from %s: it released the lock (pid %s is another process "
+             "now)\n", path_.c_str(), describe(holder).c_str(), holder["pid"].c_str());
+      else
+        by_pid = false;  // alive but not holding, from an older ratchet: cannot tell
+    }
+    if (!by_pid && holder["host"] == me_host)
+      RLOG("lock: %s names host %s (this one's name) but %s: its pid %s cannot be checked "
+           "here, so its heartbeat decides\n",
+           path_.c_str(), me_host.c_str(),
+           legacy ? "no boot and PID namespace (written by an older ratchet)"
+                  : "another boot or PID namespace (a container, or another machine of the same "
+                    "name)",
+           holder["pid"].c_str());
+    if (!by_pid) {
       // Another host: trust only its heartbeat. Watch a fresh one until it
       // moves (alive: refuse) or grows stale (dead: take over).
       const int64_t hb = heartbeat_of(holder);
@@ -170,10 +243,15 @@ RunLock::RunLock(const std::string& dir, const std::string& purpose, const std::
       // Bounded by our own clock too: a heartbeat from the future (clock skew)
       // that never moves is as dead as an old one.
       const int64_t deadline = unix_now() + (int64_t)std::ceil(stale);
+      int empty_reads = 0;
       while (unix_now() - hb < stale && unix_now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(250));
         auto now_holder = from_ini(read_all(fd_));
-        if (now_holder.empty()) break;  // released meanwhile
+        // Released meanwhile: empty twice in a row (a writer that rewrites the
+        // file with O_TRUNC, as a shell does, leaves it empty for an instant).
+        if (now_holder.empty() && ++empty_reads >= 2) break;
+        if (now_holder.empty()) continue;
+        empty_reads = 0;
         if (heartbeat_of(now_holder) != hb) {
           close(fd_);
           fd_ = -1;
@@ -195,6 +273,8 @@ RunLock::RunLock(const std::string& dir, const std::string& purpose, const std::
   text_prefix_ = "host = " + me_host + "\npid = " + std::to_string(getpid()) +
                  "\nslurm_job_id = " + (job && *job ? job : "-") + "\nstarted = " + started +
                  "\npurpose = " + purpose_ + "\n";
+  if (!me_boot.empty() && !me_ns.empty())
+    text_prefix_ += "boot_id = " + me_boot + "\npid_ns = " + me_ns + "\n";
   write_holder();
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
 }
@@ -221,6 +301,9 @@ RunLock::~RunLock() {
   if (heartbeat_.joinable()) heartbeat_.join();
   if (fd_ >= 0) {
     (void)ftruncate(fd_, 0);  // empty: free, nobody to take over from
+    // Unlinked while the flock is still ours: a process waiting on this file
+    // then finds the path gone and starts again (see the constructor).
+    if (remove_created_ && created_ && locked_) (void)unlink(path_.c_str());
     close(fd_);               // releases the flock
   }
 }

@@ -5,6 +5,7 @@
 // holder (INI lines, readable with cat):
 //   host = node17            pid = 4242           slurm_job_id = 981 (or -)
 //   started = 2026-11-23T18:20:00Z                purpose = train
+//   boot_id = 5f0c...        pid_ns = pid:[4026531836]   (where the pid means something)
 //   heartbeat = 1763921999   (Unix seconds, rewritten every stale/4 seconds)
 // A clean exit empties the file. A second process finds the flock taken and
 // is refused (Error, exit 2) with the holder's text, except a trainer that
@@ -14,8 +15,11 @@
 //
 // A lock left behind by a holder that died (SIGKILL, a lost node) is taken
 // over with a message:
-//   - same host: its pid no longer exists;
-//   - another host: its heartbeat is older than the staleness
+//   - same host, boot and PID namespace: its pid no longer exists (or is
+//     another process now and the flock is free);
+//   - anything else (another host; a host of the same name in another boot or
+//     PID namespace, e.g. a container whose trainer was PID 1; a lock without
+//     boot_id and pid_ns naming PID 1 or a live pid): its heartbeat is older than the staleness
 //     (RATCHET_LOCK_STALE_SECONDS, default 60 s). Locks may be node-local on
 //     a shared file system, so a fresh heartbeat from another host is
 //     watched for up to the staleness: if it moves, the holder is alive and
@@ -38,8 +42,13 @@ class RunLock {
  public:
   // Takes DIR/ratchet.lock for `purpose` ("train", "ckpt prune"); `flag`
   // names the option that chose DIR, for messages ("--ckpt-dir").
-  RunLock(const std::string& dir, const std::string& purpose, const std::string& flag);
-  ~RunLock();  // empties the file and releases it
+  // remove_created: a lock file this process created is removed when it is
+  // done (`ckpt prune` leaves no ratchet.lock behind in a directory no
+  // trainer locked); every taker checks after its flock that the path still
+  // names the file it locked, so the removal cannot let two holders in.
+  RunLock(const std::string& dir, const std::string& purpose, const std::string& flag,
+          bool remove_created = false);
+  ~RunLock();  // empties the file (removes it: see remove_created) and releases it
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;
 
@@ -53,6 +62,7 @@ class RunLock {
 
   std::string path_, purpose_, text_prefix_;
   int fd_ = -1;
+  bool remove_created_ = false, created_ = false, locked_ = false;
   std::thread heartbeat_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,7 +1,12 @@
 // `ratchet ckpt list|inspect|verify|prune|export`: look after a checkpoint
 // directory without starting a run.
 #include <boost/program_options.hpp>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -198,7 +203,33 @@ int do_prune(const std::string& dir, int keep_last, int keep_every) {
          "always kept");
   if (keep_every < 0) fail("--keep-every must be >= 0 (got ", keep_every, ")");
   CheckpointDir cd(dir, false);
-  RunLock lock(dir, "ckpt prune", "checkpoint directory");  // never under a running trainer
+  // Only a checkpoint directory is pruned (and locked): one that holds a
+  // step_* checkpoint, `latest`, a leftover .tmp-step_* of a save, or a lock
+  // file held now (a trainer that has not saved yet: the lock below names
+  // it). Anything else (a run directory, a home directory) is refused before
+  // a lock file is made in it.
+  std::error_code ec;
+  bool is_ckpt_dir = !cd.list().empty();
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n == "latest" || n.rfind(".tmp-step_", 0) == 0) is_ckpt_dir = true;
+  }
+  if (!is_ckpt_dir) {
+    const int fd = open((fs::path(dir) / RunLock::kFileName).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+      is_ckpt_dir = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+      close(fd);
+    }
+  }
+  if (!is_ckpt_dir) {
+    const std::string inner = (fs::path(dir) / "ckpt").string();
+    fail("ckpt prune: ", dir, " is not a checkpoint directory (no step_* checkpoint, no `latest`)",
+         fs::is_directory(inner, ec) ? "; the run's checkpoints may be in " + inner + ": pass that"
+                                     : ": pass the --ckpt-dir of a run (RUN_DIR/ckpt with --run-dir)");
+  }
+  // Never under a running trainer; the lock file is removed again if this
+  // made it (a trainer's stays, emptied).
+  RunLock lock(dir, "ckpt prune", "checkpoint directory", /*remove_created=*/true);
   RetentionPolicy keep;
   keep.keep_last = keep_last;
   keep.keep_every = keep_every;

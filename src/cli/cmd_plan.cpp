@@ -84,7 +84,7 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
     ("mfu", po::value(&in.mfu), "assumed model FLOPs utilisation (default 0.4 GPUs, 0.5 cpu)")
     ("device-memory-gb", po::value(&in.device_memory_gb),
      "memory per device in GB (default: the device's; cpu: this host's RAM)")
-    ("link-gbps", po::value(&in.link_gbps)->default_value(in.link_gbps),
+    ("link-gbps", po::value(&in.link_gbps)->default_value(in.link_gbps, default_text(in.link_gbps)),
      "per-rank link bandwidth for the gradient all-reduce, in gigaBITS/s (InfiniBand NDR: "
      "400; NVLink 4: 7200)");
 
@@ -92,10 +92,10 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
   cost.add_options()
     ("price-per-device-hour", po::value(&in.price),
      "on-demand USD per device-hour (default: indicative cpu 0.10, a100 2, h100 3, h200 4)")
-    ("spot-price-fraction", po::value(&in.spot_fraction)->default_value(in.spot_fraction),
+    ("spot-price-fraction", po::value(&in.spot_fraction)->default_value(in.spot_fraction, default_text(in.spot_fraction)),
      "spot price as a fraction of on-demand")
     ("preemptions-per-hour", po::value(&in.preemptions_per_hour)
-         ->default_value(in.preemptions_per_hour),
+         ->default_value(in.preemptions_per_hour, default_text(in.preemptions_per_hour)),
      "expected preemptions of the job per wall hour on spot capacity (MTBF = 1/rate)")
     ("ckpt-interval-minutes", po::value(&in.ckpt_interval_minutes),
      "minutes between checkpoints (default: Young/Daly sqrt(2 x save x MTBF))")

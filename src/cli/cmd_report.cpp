@@ -29,7 +29,7 @@ const char* kExamples = R"(examples:
   # a log with another name, plots elsewhere, summary as JSON
   ratchet report runs/d6 --log runs/d6/metrics.jsonl --out-dir /tmp/plots --json
 
-  # summary only (no gnuplot needed)
+  # summary only (no gnuplot needed; without gnuplot the plots are skipped with a warning)
   ratchet report runs/d6 --no-plot
 
   # spend per tag over a directory of runs (e.g. a sweep's trials)
@@ -90,7 +90,9 @@ int cmd_report(int argc, char** argv) {
     if (run_dir.empty()) run_dir = ".";
   }
   if (by_tag) {
-    std::cout << report::format_spend_by_tag(report::spend_by_tag(run_dir));
+    const report::SpendByTag spend = report::spend_by_tag(run_dir);
+    for (const auto& why : spend.skipped) std::cerr << "warning: " << why << "\n";
+    std::cout << report::format_spend_by_tag(spend);
     return kExitOk;
   }
   if (log_path.empty()) log_path = report::find_run_log(run_dir);
@@ -102,9 +104,22 @@ int cmd_report(int argc, char** argv) {
   const bool has_ledger = fs::exists(ledger_path);
   const OrderedJson ledger = has_ledger ? report::read_ledger(ledger_path) : OrderedJson();
 
-  std::string png, svg;
+  // Log and ledger of different runs (or a cut log) are reported, not paired silently.
+  const std::vector<std::string> disagree =
+      has_ledger ? report::log_ledger_disagreements(log, ledger) : std::vector<std::string>();
+  for (const auto& why : disagree)
+    std::cerr << "warning: " << log.path << " and " << ledger_path << " disagree: " << why << "\n";
+
+  // Without gnuplot (GPU nodes often lack it) the summary still comes, with a
+  // warning; a --gnuplot given by hand that is not there is a bad flag.
+  std::string exe;
   if (!no_plot) {
-    const std::string exe = report::find_gnuplot(gnuplot);
+    exe = vm["gnuplot"].defaulted() ? report::gnuplot_if_present(gnuplot) : report::find_gnuplot(gnuplot);
+    if (exe.empty()) std::cerr << report::plots_skipped_warning(gnuplot, "ratchet report " + run_dir);
+  }
+  const bool plot = !exe.empty();
+  std::string png, svg;
+  if (plot) {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
     png = (fs::path(out_dir) / "report.png").string();
@@ -142,7 +157,9 @@ int cmd_report(int argc, char** argv) {
     o["mean_step_ms"] = json_number(s.mean_step_ms);
     o["train_seconds"] = json_number(s.train_seconds);
     if (has_ledger) o["ledger"] = ledger;
-    if (!no_plot) {
+    if (!disagree.empty()) o["ledger_disagrees"] = disagree;
+    if (!no_plot && !plot) o["plots_skipped"] = "gnuplot not found";
+    if (plot) {
       o["png"] = png;
       o["svg"] = svg;
     }
@@ -151,8 +168,8 @@ int cmd_report(int argc, char** argv) {
   }
 
   std::ostringstream o;
-  o << "run:         " << run_dir << "\n";
-  o << "log:         " << log.path << " (" << log.lines << " records)\n";
+  o << "run:         " << report::printable(run_dir) << "\n";
+  o << "log:         " << report::printable(log.path) << " (" << log.lines << " records)\n";
   if (s.steps) {
     o << "steps:       " << num(s.first_step, "%.0f") << ".." << num(s.last_step, "%.0f") << " ("
       << s.steps << " logged";
@@ -177,15 +194,17 @@ int cmd_report(int argc, char** argv) {
       << num(s.train_seconds, "%.1f") << " s in steps\n";
   if (has_ledger) {
     o << "ledger:      " << ledger_path << "\n";
+    for (const auto& why : disagree) o << "  WARNING: disagrees with the log: " << why << "\n";
     for (const auto& [k, v] : ledger.items()) {
-      char buf[256];
-      std::snprintf(buf, sizeof buf, "  %-26s %s\n", k.c_str(), ledger_value(v).c_str());
-      o << buf;
+      // Keys and strings are the file's (tags from the command line): escaped.
+      std::string key = report::printable(k);
+      key.resize(std::max<size_t>(key.size(), 26), ' ');
+      o << "  " << key << " " << report::printable(ledger_value(v)) << "\n";
     }
   } else {
     o << "ledger:      none (" << ledger_path << " not found)\n";
   }
-  if (!no_plot) o << "plots:       " << png << "\n             " << svg << "\n";
+  if (plot) o << "plots:       " << png << "\n             " << svg << "\n";
   std::cout << o.str();
   return kExitOk;
 }

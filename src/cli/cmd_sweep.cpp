@@ -235,7 +235,7 @@ int sweep_run(int argc, char** argv) {
     ("scheduler", po::value(&o.scheduler)->default_value(o.scheduler), "asha | sha | hyperband | none")
     ("max-steps", po::value(&o.max_steps), "R: steps of the last rung (default: the base's steps)")
     ("min-steps", po::value(&o.min_steps), "r: steps of the first rung (default R/eta^2)")
-    ("eta", po::value(&o.eta)->default_value(o.eta), "reduction factor: the top 1/eta go on")
+    ("eta", po::value(&o.eta)->default_value(o.eta, default_text(o.eta)), "reduction factor: the top 1/eta go on")
     ("executor", po::value(&o.executor)->default_value(o.executor),
      "local (processes here) | srun (job steps in this allocation) | sbatch (batch jobs, job arrays)")
     ("parallel", po::value(&o.parallel)->default_value(o.parallel), "segments running at once")
@@ -345,9 +345,15 @@ int sweep_report(int argc, char** argv) {
   // Each file whole or not at all: a full disk must not leave an empty
   // sweep.json where the last good one was.
   write_text(dir + "/sweep.json", j.dump(2) + "\n");
-  write_text(dir + "/sweep.md", sweep::summary_markdown(s, j));
+  // Without gnuplot (GPU nodes often lack it) the text still comes, with a
+  // warning; a --gnuplot given by hand that is not there is a bad flag.
+  std::string exe;
   if (!no_plot && !s.results.empty()) {
-    const std::string exe = report::find_gnuplot(gnuplot);
+    exe = vm["gnuplot"].defaulted() ? report::gnuplot_if_present(gnuplot) : report::find_gnuplot(gnuplot);
+    if (exe.empty()) std::cerr << report::plots_skipped_warning(gnuplot, "ratchet sweep report " + dir);
+  }
+  write_text(dir + "/sweep.md", sweep::summary_markdown(s, j, !exe.empty()));
+  if (!exe.empty()) {
     const std::string png = dir + "/sweep.png", svg = dir + "/sweep.svg";
     report::run_gnuplot(exe, sweep::plot_script(s, png + ".tmp", svg + ".tmp"));
     for (const auto& f : {png, svg}) {
@@ -373,7 +379,7 @@ int sweep_report(int argc, char** argv) {
   if (j.contains("continue_command"))
     std::cout << "continue the best trial: " << j["continue_command"].get<std::string>() << "\n";
   std::cout << "wrote " << dir << "/sweep.md, " << dir << "/sweep.json"
-            << (no_plot || s.results.empty() ? "" : ", sweep.png, sweep.svg") << "\n";
+            << (exe.empty() ? "" : ", sweep.png, sweep.svg") << "\n";
   return kExitOk;
 }
 

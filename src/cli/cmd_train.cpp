@@ -106,20 +106,20 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
 
   po::options_description optim("optimizer");
   optim.add_options()
-    ("lr", po::value(&o.lr)->default_value(o.lr), "peak learning rate")
+    ("lr", po::value(&o.lr)->default_value(o.lr, default_text(o.lr)), "peak learning rate")
     ("warmup-steps", po::value(&o.warmup_steps)->default_value(o.warmup_steps),
      "linear warmup steps")
     ("lr-schedule", po::value(&schedule)->default_value(o.lr_schedule),
      "after warmup: cosine | linear | constant")
-    ("final-lr-fraction", po::value(&o.final_lr_fraction)->default_value(o.final_lr_fraction),
+    ("final-lr-fraction", po::value(&o.final_lr_fraction)->default_value(o.final_lr_fraction, default_text(o.final_lr_fraction)),
      "cosine/linear decay ends at lr x this")
-    ("weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay),
+    ("weight-decay", po::value(&o.weight_decay)->default_value(o.weight_decay, default_text(o.weight_decay)),
      "AdamW decoupled weight decay (2-D weights only)")
-    ("grad-clip", po::value(&o.grad_clip)->default_value(o.grad_clip),
+    ("grad-clip", po::value(&o.grad_clip)->default_value(o.grad_clip, default_text(o.grad_clip)),
      "clip the global gradient norm to this (0: off)")
-    ("beta1", po::value(&o.beta1)->default_value(o.beta1), "AdamW beta1")
-    ("beta2", po::value(&o.beta2)->default_value(o.beta2), "AdamW beta2")
-    ("adam-eps", po::value(&o.adam_eps)->default_value(o.adam_eps), "AdamW epsilon");
+    ("beta1", po::value(&o.beta1)->default_value(o.beta1, default_text(o.beta1)), "AdamW beta1")
+    ("beta2", po::value(&o.beta2)->default_value(o.beta2, default_text(o.beta2)), "AdamW beta2")
+    ("adam-eps", po::value(&o.adam_eps)->default_value(o.adam_eps, default_text(o.adam_eps)), "AdamW epsilon");
 
   po::options_description eval("evaluation, samples, output");
   eval.add_options()
@@ -131,14 +131,14 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "print a generated sample every N steps (0: only at the end)")
     ("sample-tokens", po::value(&o.sample_tokens)->default_value(o.sample_tokens),
      "tokens per sample (0: no samples)")
-    ("temperature", po::value(&o.temperature)->default_value(o.temperature),
+    ("temperature", po::value(&o.temperature)->default_value(o.temperature, default_text(o.temperature)),
      "sampling temperature (0: greedy)")
     ("threads", po::value(&o.threads)->default_value(o.threads),
      "CPU threads per rank (0: the node's cores / ranks on the node)")
     ("device", po::value(&o.device)->default_value(o.device),
      "cpu, cuda (BF16 on a GPU), auto (cuda when a GPU is usable, else cpu), or simt (the "
      "cuda backend run on the CPU: slow, for debugging; in `ratchet-simt`)")
-    ("peak-tflops", po::value(&o.peak_tflops)->default_value(o.peak_tflops),
+    ("peak-tflops", po::value(&o.peak_tflops)->default_value(o.peak_tflops, default_text(o.peak_tflops)),
      "device peak TFLOP/s for MFU (0: the cuda backend's table: A100 312, H100/H200 989)")
     ("storage", po::value(&o.storage)->default_value(o.storage),
      "cuda/simt storage of parameters, gradients, activations: bf16 (FP32 master weights) or "
@@ -179,7 +179,7 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("ckpt-dir", po::value(&o.ckpt_dir), "checkpoint directory (resumed from automatically)")
     ("ckpt-every-steps", po::value(&o.ckpt_every_steps)->default_value(o.ckpt_every_steps),
      "save every N steps (0: off)")
-    ("ckpt-every-minutes", po::value(&o.ckpt_every_minutes)->default_value(o.ckpt_every_minutes),
+    ("ckpt-every-minutes", po::value(&o.ckpt_every_minutes)->default_value(o.ckpt_every_minutes, default_text(o.ckpt_every_minutes)),
      "save every M minutes of wall time (0: off)")
     ("keep-last", po::value(&o.keep_last)->default_value(o.keep_last),
      "keep the newest N checkpoints (plus the best and --keep-every)")
@@ -192,7 +192,7 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("time-limit", po::value(&o.time_limit),
      "stop (save, exit 75) before this much wall time: seconds or [D-]HH:MM:SS; default: the "
      "Slurm job's limit; 'none' to ignore it")
-    ("stop-margin", po::value(&o.stop_margin)->default_value(o.stop_margin),
+    ("stop-margin", po::value(&o.stop_margin)->default_value(o.stop_margin, default_text(o.stop_margin)),
      "seconds kept free before the time limit, beyond one step and one save");
 
   ckpt.add_options()
@@ -200,7 +200,7 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "'auto': checkpoint interval from the measured save time and "
      "--expected-preemptions-per-hour (Young/Daly: sqrt(2 x save x MTBF))")
     ("expected-preemptions-per-hour",
-     po::value(&o.expected_preemptions_per_hour)->default_value(o.expected_preemptions_per_hour),
+     po::value(&o.expected_preemptions_per_hour)->default_value(o.expected_preemptions_per_hour, default_text(o.expected_preemptions_per_hour)),
      "for --ckpt-every auto");
 
   po::options_description cost("cost and guardrails");
@@ -237,6 +237,12 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
 void add_ledger_tags(TrainOptions& o) {
   for (const std::string& t : o.tags) {
     const auto eq = t.find('=');
+    // Before the key=value check: the message must not print the character.
+    for (unsigned char c : t)
+      if (c < 0x20 || c == 0x7f)
+        fail("--tag holds a control character (byte 0x", "0123456789abcdef"[c >> 4],
+             "0123456789abcdef"[c & 15], "): tags are written to ledger.json and printed by "
+             "`ratchet report --by-tag`; use printable text (e.g. --tag project=llm)");
     if (eq == std::string::npos || eq == 0)
       fail("--tag '", t, "' must be key=value (e.g. --tag project=llm)");
   }

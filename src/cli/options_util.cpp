@@ -1,6 +1,9 @@
 #include "cli/options_util.h"
 
 #include <cstdio>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -45,5 +48,36 @@ void parse_config_file(const std::string& path, const po::options_description& d
          "` long option names without the dashes)");
   }
 }
+
+namespace {
+// The fewest significant digits (1..max_digits) whose %g text parses back to
+// v; a plain %f text instead when it is no longer (100, not 1e+02).
+template <class T>
+std::string shortest(T v, int max_digits) {
+  char buf[64];
+  std::string best;
+  for (int p = 1; p <= max_digits; p++) {
+    std::snprintf(buf, sizeof buf, "%.*g", p, (double)v);
+    if ((T)std::strtod(buf, nullptr) == v) {
+      best = buf;
+      break;
+    }
+  }
+  if (best.empty()) return buf;  // NaN (never equal): its %g text
+  if (best.find('e') != std::string::npos && std::fabs((double)v) < 1e15) {
+    for (int d = 0; d <= 17; d++) {
+      std::snprintf(buf, sizeof buf, "%.*f", d, (double)v);
+      if ((T)std::strtod(buf, nullptr) == v) {
+        if (std::strlen(buf) <= best.size()) best = buf;
+        break;
+      }
+    }
+  }
+  return best;
+}
+}  // namespace
+
+std::string default_text(double v) { return shortest(v, 17); }
+std::string default_text(float v) { return shortest(v, 9); }
 
 }  // namespace ratchet

@@ -19,6 +19,13 @@ void parse_config_file(const std::string& path,
                        const boost::program_options::options_description& desc,
                        boost::program_options::variables_map& vm, const char* cmd);
 
+// A default as people write it, for --help: the shortest text that reads
+// back as the same value ("0.35", where Boost's own prints
+// 0.34999999999999998 and a float 3e-4 as 0.000300000014). Use
+// po::value(&x)->default_value(x, default_text(x)) for every float and double.
+std::string default_text(double v);
+std::string default_text(float v);
+
 // --config PATH must name a file (an ifstream on a directory "opens" and reads nothing).
 void check_config_path(const std::string& path);
 

@@ -15,7 +15,9 @@
 // scheduler signals it at that moment. An item "NAN@step-N" (fault_flag) makes
 // the trainer put a NaN into the weights after step N, as a diverged update
 // would: the saves and exports that follow must refuse them; "NANGRAD@step-N"
-// puts a NaN into step N's gradients before the optimizer step.
+// puts a NaN into step N's gradients before the optimizer step. A prefix "rankR/" (e.g.
+// "rank1/step-40", "rank0/USR1@step-7") limits an item to the process of
+// rank R (OMPI_COMM_WORLD_RANK, PMIX_RANK or SLURM_PROCID; 0 without them).
 #pragma once
 #include <string>
 

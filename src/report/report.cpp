@@ -55,6 +55,9 @@ const nlohmann::json* number(const nlohmann::json& o, const char* key) {
 }  // namespace
 
 RunLog read_run_log(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    fail("training log ", path, " is a directory: pass the .jsonl file with --log");
   std::ifstream f(path);
   if (!f) fail("training log ", path, " cannot be opened");
   RunLog log;
@@ -68,22 +71,40 @@ RunLog read_run_log(const std::string& path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json o;
     try {
-      o = parse_log_line(line);
-    } catch (const std::exception& e) {
-      // A killed run (or a full disk) may leave a torn last line: skipped with
-      // a warning. One in the middle means the log was damaged: an error.
-      if (f.peek() == EOF) {
+      o = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      // A killed run (or a full disk) may leave a torn last line, the start of
+      // a record cut off: skipped with a warning. Torn means incomplete, the
+      // parser ran out of text; anything else (one in the middle, a syntax
+      // error before the end) means the log was damaged: an error.
+      const bool incomplete = e.byte > line.size();  // it read the end: cut short
+      if (incomplete && f.peek() == EOF) {
         std::fprintf(stderr, "warning: training log %s: skipping its torn last line %zu (%s)\n",
                      path.c_str(), lineno, e.what());
         break;
       }
       fail("training log ", path, " line ", lineno, " is not a JSON object: ", e.what(),
-           " (a torn line in the middle of the log: repair or remove that line)");
+           incomplete ? " (a torn line in the middle of the log: repair or remove that line)"
+                      : " (the trainer writes one JSON object per line: repair or remove that line)");
+    } catch (const nlohmann::json::exception& e) {  // complete but unreadable, e.g. 1e999
+      fail("training log ", path, " line ", lineno, " is not a JSON object the trainer writes: ",
+           e.what(), " (repair or remove that line)");
     }
+    // Complete JSON of another kind (an array, a number): not torn, and not
+    // the trainer's, wherever it is.
+    if (!o.is_object())
+      fail("training log ", path, " line ", lineno, " is a JSON ", o.type_name(),
+           ", not an object (the trainer writes one object per line, like {\"step\": 1, "
+           "\"loss\": ...}): is this the right file? Remove that line or pass the log with --log");
     log.lines++;
     const nlohmann::json* step = number(o, "step");
     if (!step) continue;
     const double at = step->get<double>();
+    // The trainer's steps are whole numbers from 0: anything else is another
+    // file's (and would print as a 300-digit step range).
+    if (!(at >= 0 && at <= 9007199254740992.0 && at == std::floor(at)))
+      fail("training log ", path, " line ", lineno, ": step ", step->dump(),
+           " is not a step number (a whole number from 0): is this the trainer's log?");
     if (const nlohmann::json* vl = number(o, "val_loss")) {
       evals[at] = EvalRecord{at, vl->get<double>()};
       continue;
@@ -268,14 +289,8 @@ std::string gnuplot_script(const RunLog& log, const std::string& title,
   return o.str();
 }
 
-std::string find_gnuplot(const std::string& name) {
-  const char* hint =
-      ": install Debian's gnuplot-nox (scripts/install-deps.sh installs it), pass --gnuplot "
-      "PATH, or --no-plot for the summary alone";
-  if (name.find('/') != std::string::npos) {
-    if (access(name.c_str(), X_OK) != 0) fail("gnuplot not found at ", name, hint);
-    return name;
-  }
+std::string gnuplot_if_present(const std::string& name) {
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path ? path : "/usr/bin:/bin");
   std::string dir;
@@ -283,7 +298,84 @@ std::string find_gnuplot(const std::string& name) {
     const std::string cand = (dir.empty() ? "." : dir) + "/" + name;
     if (access(cand.c_str(), X_OK) == 0) return cand;
   }
+  return "";
+}
+
+std::string find_gnuplot(const std::string& name) {
+  const char* hint =
+      ": install Debian's gnuplot-nox (scripts/install-deps.sh installs it), pass --gnuplot "
+      "PATH, or --no-plot for the summary alone";
+  const std::string exe = gnuplot_if_present(name);
+  if (!exe.empty()) return exe;
+  if (name.find('/') != std::string::npos) fail("gnuplot not found at ", name, hint);
   fail("gnuplot not found ('", name, "' is not in PATH)", hint);
+}
+
+std::string plots_skipped_warning(const std::string& name, const std::string& rerun) {
+  return "warning: plots skipped: gnuplot not found ('" + name + "' is not in PATH); the " +
+         "summary needs none. For the plots install Debian's gnuplot-nox (scripts/install-deps.sh " +
+         "installs it) or pass --gnuplot PATH, and rerun `" + rerun + "` (--no-plot: no plots, " +
+         "no warning)\n";
+}
+
+std::string printable(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += (char)c;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> log_ledger_disagreements(const RunLog& log, const OrderedJson& ledger) {
+  std::vector<std::string> out;
+  auto num = [&](const char* k) -> const OrderedJson* {
+    auto it = ledger.find(k);
+    return it != ledger.end() && it->is_number() ? &*it : nullptr;
+  };
+  const OrderedJson* max_step = num("max_step");
+  if (!max_step || log.steps.empty()) return out;
+  const double ledger_step = max_step->get<double>();
+  const double log_step = log.steps.back().step;
+  const OrderedJson* state = num("state");
+  // Written at exit (done, stopped to requeue, budget): the ledger has the
+  // last step. A done run's log ends there (its last attempt ran to the end
+  // and wrote every step); a stopped one may hold steps of an earlier
+  // attempt past it (killed, then resumed from an older checkpoint).
+  const bool done = state && state->get<double>() == 1;
+  char buf[512];
+  if (log_step < ledger_step || (done && log_step != ledger_step)) {
+    std::snprintf(buf, sizeof buf,
+                  "the log ends at step %.0f but the ledger's max_step is %.0f%s: they are not "
+                  "from the same run, or the log was cut short",
+                  log_step, ledger_step, done ? " (state 1: the run ended there)" : "");
+    out.push_back(buf);
+  }
+  // Tokens per step: the log's own (tokens_per_s x step_ms) against the
+  // ledger's count over every step trained, recomputed ones included.
+  const OrderedJson *tokens = num("tokens"), *lost = num("steps_lost");
+  const double trained = ledger_step + (lost ? lost->get<double>() : 0);
+  const StepRecord& last = log.steps.back();
+  const double log_tps = last.tokens_per_s * last.step_ms / 1e3;
+  if (tokens && trained > 0 && log_tps > 0) {
+    const double ledger_tps = tokens->get<double>() / trained;
+    // 1%: the trainer's product is the batch to rounding; 1% also lets rounded
+    // (hand-made) logs pass, while two batches differ by far more.
+    if (!(std::fabs(ledger_tps - log_tps) <= 0.01 * log_tps)) {
+      std::snprintf(buf, sizeof buf,
+                    "the log trains %.0f tokens per step but the ledger counts %.0f (tokens %.0f "
+                    "over %.0f steps trained): not the same run, or the batch changed",
+                    log_tps, ledger_tps, tokens->get<double>(), trained);
+      out.push_back(buf);
+    }
+  }
+  return out;
 }
 
 void run_gnuplot(const std::string& gnuplot, const std::string& script) {

@@ -76,6 +76,26 @@ std::string gnuplot_script(const RunLog& log, const std::string& title,
 // Resolves the gnuplot executable (a name searched in PATH, or a path);
 // throws Error naming the Debian package when it is not there.
 std::string find_gnuplot(const std::string& name);
+// The same, but "" when it is not there: the summaries are text and need no
+// gnuplot, so a node without it (a GPU node, often) still gets them.
+std::string gnuplot_if_present(const std::string& name);
+// "warning: ... plots skipped ..." for stderr: names gnuplot, the package
+// and what to rerun (`rerun`, e.g. "ratchet report runs/d6") to get them.
+std::string plots_skipped_warning(const std::string& name, const std::string& rerun);
+
+// The log and the ledger of one run must tell the same story: the furthest
+// step (the ledger's max_step against the log's last step; a ledger written
+// at most once a second may trail the log of a killed or running run, never
+// lead it) and the tokens per step (ledger tokens / (max_step + steps_lost)
+// against the log's tokens_per_s x step_ms). Returns one sentence per
+// disagreement ("" none): a log and a ledger of different runs, or a log cut
+// short. Ledgers without those members (not the trainer's) are not checked.
+std::vector<std::string> log_ledger_disagreements(const RunLog& log, const OrderedJson& ledger);
+
+// Text from a file (a tag, a ledger key) made safe for a terminal: control
+// characters (ANSI escapes, newlines, DEL) as \xNN, so no input can move the
+// cursor, recolour the terminal or forge a line of the report.
+std::string printable(const std::string& s);
 // Runs the script with gnuplot; throws Error with gnuplot's output on failure.
 void run_gnuplot(const std::string& gnuplot, const std::string& script);
 

@@ -1,5 +1,7 @@
 #include "report/spend_by_tag.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "report/report.h"  // printable
 
 namespace fs = std::filesystem;
 
@@ -18,14 +21,33 @@ SpendByTag spend_by_tag(const std::string& dir) {
   if (!fs::is_directory(dir, ec)) fail(dir, " is not a directory");
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::end(it); it.increment(ec)) {
     if (it->path().filename() != "ledger.json" || !it->is_regular_file()) continue;
+    const std::string path = it->path().string();
     std::ifstream in(it->path());
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      fail("ledger ", it->path().string(), " is not JSON: ", e.what());
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) {
+      s.skipped.push_back("ledger " + printable(path) + " skipped: not a JSON object" +
+                          (j.is_discarded() ? " (not JSON, or cut short)" : ""));
+      continue;
     }
-    const double dh = j.value("device_hours", 0.0), cost = j.value("cost", 0.0);
+    // A spend is a count: absent is 0; negative, infinite or text is damage
+    // (a hand edit, another tool's file) that must not change the sums.
+    std::string bad;
+    auto spend = [&](const char* key) {
+      auto v = j.find(key);
+      if (v == j.end() || v->is_null()) return 0.0;
+      const double x = v->is_number() ? v->get<double>() : NAN;
+      // 1e12: over a hundred million device-years (or that much money), so
+      // no real ledger; far below what would overflow the sums to inf.
+      if (!(x >= 0 && x <= 1e12))
+        bad += std::string(bad.empty() ? "" : ", ") + key + " " + printable(v->dump());
+      return x;
+    };
+    const double dh = spend("device_hours"), cost = spend("cost");
+    if (!bad.empty()) {
+      s.skipped.push_back("ledger " + printable(path) + " skipped: " + bad +
+                          " (a spend is a number from 0 to 1e12; fix or remove the file)");
+      continue;
+    }
     s.runs++;
     s.device_hours += dh;
     s.cost += cost;
@@ -37,23 +59,36 @@ SpendByTag spend_by_tag(const std::string& dir) {
         t.cost += cost;
       }
   }
-  if (s.runs == 0) fail("no ledger.json under ", dir, ": train with --run-dir DIR/NAME to keep one per run");
+  if (s.runs == 0) {
+    std::string why;
+    for (const auto& w : s.skipped) why += "\n  " + w;
+    if (!why.empty()) fail("no ledger.json under ", dir, " can be counted:", why);
+    fail("no ledger.json under ", dir, ": train with --run-dir DIR/NAME to keep one per run");
+  }
   return s;
 }
 
 std::string format_spend_by_tag(const SpendByTag& s) {
   std::ostringstream o;
-  char line[512];
-  std::snprintf(line, sizeof line, "%-48s %6s %14s %12s\n", "tag", "runs", "device-hours", "cost");
-  o << line;
+  // The tag column padded, never cut (a long tag keeps its line whole).
+  auto row = [&](std::string tag, const std::string& runs, const std::string& rest) {
+    tag.resize(std::max<size_t>(tag.size(), 48), ' ');
+    o << tag << " " << std::string(runs.size() < 6 ? 6 - runs.size() : 0, ' ') << runs << rest << "\n";
+  };
+  char nums[1024];  // %f of a huge (finite) spend is long
+  std::snprintf(nums, sizeof nums, " %14s %12s", "device-hours", "cost");
+  row("tag", "runs", nums);
   for (const auto& [tag, t] : s.by_tag) {
-    std::snprintf(line, sizeof line, "%-48s %6d %14.6f %12.4f\n", tag.c_str(), t.runs,
-                  t.device_hours, t.cost);
-    o << line;
+    std::snprintf(nums, sizeof nums, " %14.6f %12.4f", t.device_hours, t.cost);
+    // Tags come from command lines and files: printed escaped (no ANSI
+    // escapes or newlines reach the terminal).
+    row(printable(tag), std::to_string(t.runs), nums);
   }
-  std::snprintf(line, sizeof line, "%-48s %6d %14.6f %12.4f\n", "(all runs)", s.runs, s.device_hours,
-                s.cost);
-  o << line;
+  std::snprintf(nums, sizeof nums, " %14.6f %12.4f", s.device_hours, s.cost);
+  row("(all runs)", std::to_string(s.runs), nums);
+  if (!s.skipped.empty())
+    o << "(" << s.skipped.size() << " ledger" << (s.skipped.size() > 1 ? "s" : "")
+      << " skipped, not in these sums: see the warnings)\n";
   return o.str();
 }
 

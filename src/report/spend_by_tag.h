@@ -5,6 +5,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 namespace ratchet::report {
 
@@ -17,9 +18,14 @@ struct SpendByTag {
   int runs = 0;                               // ledgers found
   double device_hours = 0, cost = 0;          // over all of them
   std::map<std::string, TagSpend> by_tag;     // "key=value" -> spend
+  std::vector<std::string> skipped;           // "LEDGER: why" for each one not counted
 };
 
-// Error naming DIR if it holds no ledger.json.
+// Every ledger.json below DIR, except those that cannot be counted (not a
+// JSON object, device_hours or cost negative, above 1e12, or not a number):
+// skipped, each named in `skipped`, so one foreign file does not hide the
+// spend of all the others, nor subtract from it. Error naming DIR if it holds
+// no countable ledger.json.
 SpendByTag spend_by_tag(const std::string& dir);
 std::string format_spend_by_tag(const SpendByTag& s);
 

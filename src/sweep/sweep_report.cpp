@@ -181,7 +181,7 @@ nlohmann::json summary_json(const SweepState& s) {
   return j;
 }
 
-std::string summary_markdown(const SweepState& s, const nlohmann::json& j) {
+std::string summary_markdown(const SweepState& s, const nlohmann::json& j, bool plots) {
   std::ostringstream o;
   o << "# Sweep " << j.value("sweep_id", std::string()) << "\n\n";
   o << "- scheduler: " << (j["scheduler"].is_null() ? "(not run yet)" : j["scheduler"].get<std::string>())
@@ -204,7 +204,8 @@ std::string summary_markdown(const SweepState& s, const nlohmann::json& j) {
       << " steps, " << describe(j["best_trial"]["config"].get<Config>()) << "\n";
     o << "- continue it to full length:\n\n```\n" << j["continue_command"].get<std::string>() << "\n```\n";
   }
-  o << "\n```\n" << status_table(s) << "```\n\n![plots](sweep.png)\n";
+  o << "\n```\n" << status_table(s) << "```\n\n"
+    << (plots ? "![plots](sweep.png)\n" : "(no plots: `ratchet sweep report` ran without gnuplot or with --no-plot)\n");
   return o.str();
 }
 

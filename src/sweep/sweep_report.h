@@ -30,6 +30,8 @@ std::string status_table(const SweepState& s);
 nlohmann::json summary_json(const SweepState& s);
 // The gnuplot script writing png and svg.
 std::string plot_script(const SweepState& s, const std::string& png, const std::string& svg);
-std::string summary_markdown(const SweepState& s, const nlohmann::json& j);
+// sweep.md; `plots`: whether sweep.png is drawn with it (linked) or skipped
+// (no gnuplot, --no-plot: said instead).
+std::string summary_markdown(const SweepState& s, const nlohmann::json& j, bool plots = true);
 
 }  // namespace ratchet::sweep

@@ -3,6 +3,7 @@
 // input (exit code 2 with the flag named).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <string>
 
@@ -183,3 +184,24 @@ TEST(PlanCli, HelpAndBadInput) {
 }
 
 }  // namespace
+
+// Issue 25, item 14: `plan --help` showed 0.34999999999999998 (Boost prints a
+// double default with 17 digits, a float's with 9). Every subcommand's help
+// prints its defaults as they are written: no number with 8 or more digits
+// after the point.
+TEST(PlanCli, HelpDefaultsAreShortest) {
+  for (const char* cmd : {"train", "shard", "inspect", "verify", "convert", "ckpt", "plan",
+                          "report", "sweep init", "sweep run", "sweep status", "sweep report"}) {
+    auto r = run_ratchet(std::string(cmd) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+    for (size_t i = r.output.find('.'); i != std::string::npos; i = r.output.find('.', i + 1)) {
+      size_t n = 0;
+      while (i + 1 + n < r.output.size() && std::isdigit((unsigned char)r.output[i + 1 + n])) n++;
+      EXPECT_LT(n, 8u) << cmd << " --help: " << r.output.substr(i > 20 ? i - 20 : 0, 40);
+    }
+  }
+  auto r = run_ratchet("plan --help");
+  EXPECT_NE(r.output.find("(=0.35)"), std::string::npos) << r.output;
+  r = run_ratchet("train --help");
+  EXPECT_NE(r.output.find("(=0.0003)"), std::string::npos) << r.output;  // --lr, a float
+}

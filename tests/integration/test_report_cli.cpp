@@ -192,6 +192,7 @@ TEST_F(ReportCli, RealRunGivesSummaryPngAndSvg) {
                         "(4 evaluations)", "tokens/s", "ledger.json", "tokens", "report.png",
                         "report.svg"})
     EXPECT_NE(r.output.find(s), std::string::npos) << "missing '" << s << "':\n" << r.output;
+  EXPECT_EQ(r.output.find("disagree"), std::string::npos) << r.output;  // the trainer's own pair
   expect_plots(run, /*has_val=*/true, /*smoothed=*/false);
 
   // --json: one object with the same figures
@@ -294,6 +295,172 @@ TEST(ReportErrors, BadInputsAreNamed) {
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.output.find("examples:"), std::string::npos);
   EXPECT_NE(r.output.find("gnuplot-nox"), std::string::npos);
+}
+
+// Issue 25, item 12: a log and a ledger of different runs are named, not
+// paired silently; a complete line of another kind is not "torn".
+std::string step_lines(int from, int to, double tokens_per_step) {
+  std::string log;
+  for (int s = from; s <= to; s++)
+    log += "{\"step\": " + std::to_string(s) + ", \"loss\": 3.0, \"step_ms\": 10, \"tokens_per_s\": " +
+           std::to_string(tokens_per_step * 100) + "}\n";
+  return log;
+}
+
+TEST(ReportSynthetic, ALogAndALedgerThatDisagreeAreNamed) {
+  TempDir d;
+  const std::string ledger30 =
+      "{\"tokens\": 1920, \"steps_lost\": 0, \"max_step\": 30, \"state\": 1, \"device_hours\": 0.1}\n";
+  write_file(d / "train.jsonl", step_lines(1, 5, 64));
+  write_file(d / "ledger.json", ledger30);
+  auto r = run_ratchet("report " + d.path + " --no-plot");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("disagree"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the log ends at step 5 but the ledger's max_step is 30"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("WARNING: disagrees with the log"), std::string::npos) << r.output;
+  r = run_shell("{ " RATCHET_EXE " report " + d.path + " --no-plot --json 2>/dev/null; }");  // stdout only
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto o = nlohmann::json::parse(r.output);
+  ASSERT_TRUE(o.contains("ledger_disagrees")) << r.output;
+  EXPECT_EQ(o["ledger_disagrees"].size(), 1u) << r.output;
+
+  // The same steps, another batch: 64 tokens a step in the log, 128 in the ledger.
+  write_file(d / "train.jsonl", step_lines(1, 30, 64));
+  write_file(d / "ledger.json",
+             "{\"tokens\": 3840, \"steps_lost\": 0, \"max_step\": 30, \"state\": 1}\n");
+  r = run_ratchet("report " + d.path + " --no-plot");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("the log trains 64 tokens per step but the ledger counts 128"),
+            std::string::npos) << r.output;
+
+  // A killed run: the ledger (written at most once a second) may trail the log,
+  // and replayed steps are in steps_lost: no warning.
+  write_file(d / "train.jsonl", step_lines(1, 30, 64) + step_lines(21, 34, 64));
+  write_file(d / "ledger.json",
+             "{\"tokens\": 3008, \"steps_lost\": 10, \"max_step\": 37, \"state\": 0}\n");
+  r = run_ratchet("report " + d.path + " --no-plot");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("the log ends at step 34 but the ledger's max_step is 37"), std::string::npos)
+      << r.output;  // ahead of the log: the log lost lines
+  write_file(d / "ledger.json",
+             "{\"tokens\": 2560, \"steps_lost\": 10, \"max_step\": 30, \"state\": 0}\n");
+  r = run_ratchet("report " + d.path + " --no-plot");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("disagree"), std::string::npos) << r.output;
+}
+
+TEST(ReportSynthetic, OnlyAnIncompleteLastLineIsTorn) {
+  TempDir d;
+  const std::string good = step_lines(1, 3, 64);
+  // A complete JSON array: not torn, not the trainer's.
+  write_file(d / "train.jsonl", good + "[1, 2]\n");
+  auto r = run_ratchet("report " + d.path + " --no-plot");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output.find("torn"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("line 4 is a JSON array, not an object"), std::string::npos) << r.output;
+  write_file(d / "train.jsonl", good + "42");
+  r = run_ratchet("report " + d.path + " --no-plot");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("line 4 is a JSON number"), std::string::npos) << r.output;
+  // A syntax error before the end of the line: damage, not a cut (also
+  // when the bad character is the line's last).
+  write_file(d / "train.jsonl", good + "{\"step\": 4, \"loss\": 2.}");
+  r = run_ratchet("report " + d.path + " --no-plot");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("line 4 is not a JSON object: "), std::string::npos) << r.output;
+  write_file(d / "train.jsonl", good + "{\"step\": 4,, \"loss\": 1}\n");
+  r = run_ratchet("report " + d.path + " --no-plot");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("line 4 is not a JSON object: "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("torn"), std::string::npos) << r.output;
+  // Steps that are no step numbers, and a directory as the log.
+  write_file(d / "train.jsonl", good + "{\"step\": 1e999, \"loss\": 1}\n");  // threw out_of_range, exit 1
+  r = run_ratchet("report " + d.path + " --no-plot");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("line 4 is not a JSON object"), std::string::npos) << r.output;
+  for (const char* step : {"-5", "1e308", "2.5"}) {
+    write_file(d / "train.jsonl", good + "{\"step\": " + step + ", \"loss\": 1}\n");
+    r = run_ratchet("report " + d.path + " --no-plot");
+    EXPECT_EQ(r.exit_code, 2) << step << "\n" << r.output;
+    EXPECT_NE(r.output.find("line 4: step "), std::string::npos) << r.output;
+  }
+  r = run_ratchet("report " + d.path + " --log " + d.path + " --no-plot");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is a directory"), std::string::npos) << r.output;
+  // Cut off mid-record (in a number, a key, a string): torn, skipped.
+  for (const char* cut : {"{\"step\": 4, \"loss\": 2.", "{\"step\": 4, \"lo", "{\"step\": 4"}) {
+    write_file(d / "train.jsonl", good + cut);
+    r = run_ratchet("report " + d.path + " --no-plot");
+    EXPECT_EQ(r.exit_code, 0) << cut << "\n" << r.output;
+    EXPECT_NE(r.output.find("skipping its torn last line 4"), std::string::npos) << cut << "\n" << r.output;
+    EXPECT_NE(r.output.find("1..3 (3 logged)"), std::string::npos) << r.output;
+  }
+}
+
+TEST(ReportSynthetic, SpendByTagSkipsNegativeSpendAndEscapesTags) {
+  TempDir d;
+  for (const char* run : {"a", "b", "c", "d"}) std::filesystem::create_directories(d / run);
+  write_file(d / "a/ledger.json", "{\"device_hours\": 2.5, \"cost\": 5, \"tag.project\": \"llm\"}\n");
+  write_file(d / "b/ledger.json", "{\"device_hours\": -100, \"cost\": 1, \"tag.project\": \"llm\"}\n");
+  write_file(d / "c/ledger.json",
+             "{\"device_hours\": 1, \"cost\": 2, \"tag.team\": \"\\u001b[31mred\\nline\"}\n");
+  write_file(d / "d/ledger.json", "{\"device_hours\": \"lots\", \"cost\": 2}\n");
+  std::filesystem::create_directories(d / "e");  // two of these summed to inf
+  write_file(d / "e/ledger.json", "{\"device_hours\": 1, \"cost\": 1e308}\n");
+  auto r = run_ratchet("report " + d.path + " --by-tag");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ledger " + (d / "b/ledger.json") + " skipped: device_hours -100"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ledger " + (d / "d/ledger.json") + " skipped: device_hours \"lots\""),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ledger " + (d / "e/ledger.json") + " skipped: cost 1e+308"),
+            std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(3 ledgers skipped"), std::string::npos) << r.output;
+  // The sums: a and c only.
+  EXPECT_NE(r.output.find("project=llm"), std::string::npos);
+  EXPECT_NE(r.output.find("     1       2.500000       5.0000"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("     2       3.500000       7.0000"), std::string::npos) << r.output;
+  // No raw escape or newline from the tag reaches the terminal.
+  EXPECT_EQ(r.output.find('\x1b'), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("team=\\x1b[31mred\\x0aline"), std::string::npos) << r.output;
+  // Nothing countable: refused, naming why.
+  TempDir bad;
+  write_file(bad / "ledger.json", "{\"device_hours\": -1}\n");
+  r = run_ratchet("report " + bad.path + " --by-tag");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("can be counted"), std::string::npos) << r.output;
+}
+
+TEST(ReportSynthetic, TrainRefusesControlCharactersInTags) {
+  // (printf: the test shell is sh, without $'...')
+  for (const char* tag : {"k=a\\nb", "k\\033[31m=v", "k=v\\tx", "k=\\177"}) {
+    auto r = run_ratchet(std::string("train --tag \"$(printf '") + tag +
+                         "')\" --train-data /nonexistent --steps 1");
+    EXPECT_EQ(r.exit_code, 2) << tag << "\n" << r.output;
+    EXPECT_NE(r.output.find("--tag holds a control character"), std::string::npos) << tag << "\n" << r.output;
+  }
+}
+
+// Issue 25, item 15: a node without gnuplot gets the summary and a warning.
+TEST(ReportSynthetic, WithoutGnuplotTheSummaryIsStillWritten) {
+  TempDir d;
+  write_file(d / "train.jsonl", step_lines(1, 3, 64));
+  std::filesystem::create_directories(d / "bin");  // PATH: no gnuplot there
+  auto r = run_shell("PATH=" + (d / "bin") + " " RATCHET_EXE " report " + d.path);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("steps:       1..3 (3 logged)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("warning: plots skipped: gnuplot not found"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gnuplot-nox"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("plots:"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(d / "report.png"));
+  r = run_shell("{ PATH=" + (d / "bin") + " " RATCHET_EXE " report " + d.path + " --json 2>/dev/null; }");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["plots_skipped"], "gnuplot not found");
+  // --no-plot: no warning.
+  r = run_shell("PATH=" + (d / "bin") + " " RATCHET_EXE " report " + d.path + " --no-plot");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("warning"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -549,6 +549,34 @@ TEST(SweepCli, ReportPlotsWithQuotesInPathsAndValues) {
   EXPECT_NE(read_file(dir + "/sweep.svg").find("it's"), std::string::npos);  // the tic label
 }
 
+// Issue 25, item 15: a GPU node without gnuplot stopped `sweep report` with an
+// error and no summary. The summary is text: written, the plots skipped with
+// a warning that names gnuplot, exit 0.
+TEST(SweepCli, ReportWithoutGnuplotWritesTheSummary) {
+  TempDir d;
+  const std::string dir = d / "sw";
+  init_fake(d, dir, "lr = choice(1e-3, 3e-3)\n", "--grid");
+  auto r = run_ratchet(fake_run(dir));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  fs::create_directories(d / "bin");  // PATH: no gnuplot there
+  r = run_shell("PATH=" + (d / "bin") + " " RATCHET_EXE " sweep report " + dir);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: plots skipped: gnuplot not found"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ratchet sweep report " + dir), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("wrote " + dir + "/sweep.md, " + dir + "/sweep.json\n"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("trial"), std::string::npos) << r.output;  // the status table
+  EXPECT_FALSE(fs::exists(dir + "/sweep.png"));
+  const std::string md = read_file(dir + "/sweep.md");
+  EXPECT_EQ(md.find("![plots](sweep.png)"), std::string::npos) << md;  // no dangling link
+  EXPECT_NE(md.find("no plots"), std::string::npos) << md;
+  EXPECT_TRUE(read_json_file(dir + "/sweep.json").is_object());
+  // A gnuplot named by hand that is not there is a bad flag.
+  r = run_ratchet("sweep report " + dir + " --gnuplot " + (d / "bin/gnuplot"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("gnuplot-nox"), std::string::npos) << r.output;
+}
+
 // Restarted with another executor while a segment runs: sbatch would poll a
 // pid as a job id, find no such job, count the segment lost and start it again.
 TEST(SweepCli, AnotherExecutorIsRefusedWhileSegmentsAreInFlight) {

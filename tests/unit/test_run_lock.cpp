@@ -46,6 +46,33 @@ TEST(RunLock, TrainerWaitsForAPruneToFinish) {
   std::filesystem::remove_all(dir);
 }
 
+// `ckpt prune` removes a lock file it made (issue 25: it left ratchet.lock in
+// any directory). A trainer waiting on that file wins a flock on a file no
+// longer in the directory: it must start again on the path, or a third
+// process would lock a new file there and two would hold the directory.
+TEST(RunLock, ARemovedLockFileLetsNoSecondHolderIn) {
+  const std::string dir = fresh_dir("removed");
+  const std::string path = dir + "/ratchet.lock";
+  auto prune = std::make_unique<ratchet::RunLock>(dir, "ckpt prune", "DIR", /*remove_created=*/true);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    prune.reset();
+  });
+  std::unique_ptr<ratchet::RunLock> train;
+  EXPECT_NO_THROW(train = std::make_unique<ratchet::RunLock>(dir, "train", "--ckpt-dir"));
+  release.join();
+  ASSERT_TRUE(std::filesystem::exists(path));  // made anew by the trainer
+  EXPECT_THROW(ratchet::RunLock(dir, "train", "--ckpt-dir"), ratchet::Error);
+  train.reset();
+  EXPECT_TRUE(std::filesystem::exists(path));  // a trainer's file stays (empty)
+  { ratchet::RunLock again(dir, "ckpt prune", "DIR", true); }
+  EXPECT_TRUE(std::filesystem::exists(path));  // prune did not make this one
+  std::filesystem::remove(path);
+  { ratchet::RunLock own(dir, "ckpt prune", "DIR", true); }
+  EXPECT_FALSE(std::filesystem::exists(path));  // ... but this one
+  std::filesystem::remove_all(dir);
+}
+
 // A second trainer is refused at once, naming the holder.
 TEST(RunLock, SecondTrainerIsRefusedAtOnce) {
   const std::string dir = fresh_dir("second");
