@@ -13,9 +13,10 @@ namespace ratchet::kernels {
 // so that the sums' partition, hence their bits, is the same on every GPU and
 // under simt. About kColumnSumBlocks blocks (enough to fill an H100's 132 SMs
 // several times over) of at least kColumnSumMinRows rows (the partials are at
-// most 1/16 of what the rows hold).
+// most 1/32 of what the rows hold; up to N = 16384 the blocks are the 32-row
+// chunks of the kernels before issue 23, so the scratch is never larger).
 constexpr int kColumnSumBlocks = 512;
-constexpr int kColumnSumMinRows = 16;
+constexpr int kColumnSumMinRows = 32;
 // global_norm_squared's fixed grid (the partition of the sum never changes).
 constexpr int kGlobalNormBlocks = 256;
 
