@@ -29,4 +29,11 @@ template <class T>
 void round_from_master(T* params, const float* master, size_t n, uint32_t seed,
                        cudaStream_t stream);
 
+// Bytes a call must move at least: grads, m, v and master read; m, v, master
+// and params written (without master, FP32 params read and written instead).
+// bench/kernels reports GB/s against it.
+inline double adamw_bytes(size_t n, size_t s, bool master) {
+  return (double)n * (master ? 2.0 * s + 24.0 : 3.0 * s + 16.0);
+}
+
 }  // namespace ratchet::kernels

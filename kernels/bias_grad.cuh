@@ -11,4 +11,8 @@ namespace ratchet::kernels {
 template <class T>
 void bias_grad(T* dbias, void* scratch, const T* dout, int N, int OC, cudaStream_t stream);
 
+// Bytes a call must move at least: dout read once, dbias read and written
+// (scratch not counted); bench/kernels reports GB/s against it.
+inline double bias_grad_bytes(int N, int OC, size_t s) { return (double)N * OC * s + 2.0 * OC * s; }
+
 }  // namespace ratchet::kernels

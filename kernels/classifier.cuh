@@ -12,4 +12,11 @@ template <class T>
 void fused_classifier(T* logits, float* losses, const int* targets, int BT, int V, int Vp,
                       float dloss, cudaStream_t stream);
 
+// Bytes a call must move at least (s = sizeof(T)): the logits read once and,
+// with a gradient, written once; targets and losses. bench/kernels reports
+// GB/s against it (pass 2's re-read of a row is served by L2, not counted).
+inline double fused_classifier_bytes(int BT, int V, int Vp, bool grad, size_t s) {
+  return (grad ? 2.0 * BT * Vp : (double)BT * V) * s + 8.0 * BT;
+}
+
 }  // namespace ratchet::kernels

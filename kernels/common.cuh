@@ -12,7 +12,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <algorithm>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -257,6 +259,16 @@ __device__ __forceinline__ void store128(T* p, const Packed128<T>& x) {
   *reinterpret_cast<Packed128<T>*>(p) = x;
 }
 
+// Element i of a pack as FP32. BF16 is widened from the pack's 32-bit words
+// (bf16 is the high half of an FP32), so that a pack held across a loop stays
+// in 4 registers instead of one register per element.
+__device__ __forceinline__ float pack_f32(const Packed128<float>& p, int i) { return p[i]; }
+__device__ __forceinline__ float pack_f32(const Packed128<bf16>& p, int i) {
+  uint32_t word;
+  memcpy(&word, &p.v[i & ~1], sizeof word);
+  return __uint_as_float(i & 1 ? word & 0xFFFF0000u : word << 16);
+}
+
 // ---- reductions ---------------------------------------------------------------------------
 // Butterfly over the full warp: every lane gets the same, order-fixed result.
 __device__ __forceinline__ float warp_sum(float x) {
@@ -287,40 +299,105 @@ __device__ __forceinline__ T block_sum(T x, T* scratch) {
   return warp_sum(x);
 }
 
-// ---- column sums in two deterministic passes ----------------------------------------------
-// bias_grad, layernorm_backward and rmsnorm_backward sum the columns of (N, C)
-// in two passes: partial sums over fixed chunks of rows into scratch
-// (chunks, C), one thread per column (reads coalesced across a row); then each
-// column adds its chunks in chunk order. The bits do not depend on the grid.
-struct ColumnChunks {
-  int chunks;           // ceil(N / rows_per_chunk): pass 1's grid.y
-  int block;            // threads per block, both passes
-  dim3 partial_grid;    // pass 1: (ceil(C / block), chunks)
-  unsigned final_grid;  // pass 2: ceil(C / block)
-};
-inline ColumnChunks column_chunks(int N, int C, int rows_per_chunk) {
-  ColumnChunks g;
-  g.chunks = ceil_div(N, rows_per_chunk);
-  g.block = std::min(256, ceil_div(C, 32) * 32);
-  g.final_grid = (unsigned)ceil_div(C, g.block);
-  g.partial_grid = dim3(g.final_grid, (unsigned)g.chunks);
-  return g;
+// ---- packs: P = 16 / sizeof(T) consecutive elements of a row -----------------------------
+// kVec: one 128-bit access (the caller checked 16-byte alignment and that rows
+// are whole packs), else element by element. `n` is how many elements from p
+// are in range: n <= 0 reads zeros and writes nothing; 0 < n < P (only
+// without kVec) reads the first n and zeros after, writes the first n.
+// kStream: evict-first loads (__ldcs) for data this kernel reads once.
+template <bool kVec, bool kStream = false, class T>
+__device__ __forceinline__ Packed128<T> load_pack(const T* p, int n) {
+  Packed128<T> r;
+  if constexpr (kVec) {
+    if (n > 0) {
+#if !RATCHET_SIMT
+      if constexpr (kStream) {
+        const int4 bits = __ldcs(reinterpret_cast<const int4*>(p));
+        memcpy(&r, &bits, sizeof r);
+        return r;
+      }
+#endif
+      return load128(p);
+    }
+    for (int k = 0; k < r.size; k++) r[k] = from_f32<T>(0.0f);
+  } else {
+    for (int k = 0; k < r.size; k++) r[k] = k < n ? p[k] : from_f32<T>(0.0f);
+  }
+  return r;
 }
-// Pass 2 for column c: sum over k of partial[k, c], partial (chunks, C), in chunk order.
-// (layernorm's pass 2 sums dw and db in one loop itself: two independent chains.)
-__device__ __forceinline__ float sum_chunks(const float* partial, int chunks, int C, int c) {
+template <bool kVec, class T>
+__device__ __forceinline__ void store_pack(T* p, const Packed128<T>& x, int n) {
+  if constexpr (kVec) {
+    if (n > 0) store128(p, x);
+  } else {
+    for (int k = 0; k < x.size; k++)
+      if (k < n) p[k] = x[k];
+  }
+}
+// Whether rows of C elements of T can be read as packs at these pointers.
+template <class T>
+inline bool packs_fit(int C, std::initializer_list<const void*> ptrs) {
+  if (C % Packed128<T>::size != 0) return false;
+  for (const void* p : ptrs)
+    if (p && !aligned16(p)) return false;
+  return true;
+}
+
+// ---- column sums of (N, C) in two deterministic passes -------------------------------------
+// layernorm_backward, rmsnorm_backward and bias_grad sum columns over the
+// rows: pass 1 writes one FP32 partial row per block of rows
+// (column_sum_rows_per_block(N) rows, kernels/scratch_bytes.h: a function of
+// N only, never of the device) into scratch (blocks, ncols); pass 2
+// (column_sums_kernel) adds them into the outputs in a fixed order. No
+// atomics: the bits depend on N and C only.
+constexpr int kColumnSumWarps = 16;
+// out (ncols) += sum over r < rows of partial (rows, ncols); columns < C go to
+// out0, columns C..2C-1 to out1 (layernorm's dw | db). Block: 32 columns x
+// kColumnSumWarps warps; warp w sums rows w, w + kColumnSumWarps, ... in
+// order, then warp 0 adds the warps' sums in warp order.
+template <class T>
+__global__ void column_sums_kernel(T* __restrict__ out0, T* __restrict__ out1,
+                                   const float* __restrict__ partial, int rows, int C,
+                                   int ncols) {
+  __shared__ float sums[kColumnSumWarps][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int j = blockIdx.x * 32 + lane;
   float s = 0.0f;
-  for (int k = 0; k < chunks; k++) s += partial[(size_t)k * C + c];
-  return s;
+  if (j < ncols)
+    for (int r = warp; r < rows; r += kColumnSumWarps) s += partial[(size_t)r * ncols + j];
+  sums[warp][lane] = s;
+  __syncthreads();
+  if (warp != 0 || j >= ncols) return;
+  float t = 0.0f;
+  for (int w = 0; w < kColumnSumWarps; w++) t += sums[w][lane];
+  T* o = j < C ? out0 + j : out1 + (j - C);
+  *o = from_f32<T>(to_f32(*o) + t);
+}
+template <class T>
+inline void column_sums(T* out0, T* out1, const float* partial, int rows, int C, int ncols,
+                        cudaStream_t stream) {
+  RATCHET_LAUNCH((column_sums_kernel<T>), (unsigned)ceil_div(ncols, 32), 32 * kColumnSumWarps,
+                 0, stream, out0, out1, partial, rows, C, ncols);
+  RATCHET_CHECK_LAUNCH();
 }
 
 // ---- rows, one warp each --------------------------------------------------------------------
-// The fused residual + norm kernels: r (C) = a + b stored in T, lanes striding
-// the row; each lane later reads back only the elements it wrote itself, so no
-// barrier is needed. r may alias a or b.
-template <class T>
+// The norm forward kernels: lane l owns packs l, l + 32, ... of the row, and
+// sums its elements pack by pack (the same order with or without kVec, so the
+// two paths give the same bits).
+// The fused residual + norm kernels: r (C) = a + b stored in T; each lane
+// later reads back only the packs it wrote itself, so no barrier is needed.
+// r may alias a or b.
+template <bool kVec, class T>
 __device__ __forceinline__ void residual_add_row(T* r, const T* a, const T* b, int C) {
-  for (int c = threadIdx.x % 32; c < C; c += 32) r[c] = from_f32<T>(to_f32(a[c]) + to_f32(b[c]));
+  constexpr int P = Packed128<T>::size;
+  for (int c0 = (threadIdx.x % 32) * P; c0 < C; c0 += 32 * P) {
+    const Packed128<T> x = load_pack<kVec, true>(a + c0, C - c0),
+                       y = load_pack<kVec, true>(b + c0, C - c0);
+    Packed128<T> o;
+    for (int k = 0; k < P; k++) o[k] = from_f32<T>(pack_f32(x, k) + pack_f32(y, k));
+    store_pack<kVec>(r + c0, o, C - c0);
+  }
 }
 
 // ---- stochastic rounding FP32 -> BF16 ----------------------------------------------------

@@ -3,12 +3,21 @@
 //   backward: dwte[v,c] += sum_{(b,t): inp[b,t]=v} dout[b,t,c]  dwte (Vp,C) accumulated
 //             dwpe[t,c] += sum_b dout[b,t,c]                    dwpe (maxT,C) accumulated
 // The dwte scatter is deterministic without atomics: the (token, position)
-// pairs are sorted by a bitonic network (keys token<<32 | position, so ties
-// keep position order), then one thread per (run of equal tokens, channel)
-// sums its run in position order. All sums are FP32, stored in T once.
+// keys (token<<32 | position: unique, so every sort gives the same order) are
+// sorted in chunks of kEncoderSortChunk in shared memory (one launch), then
+// merged pairwise (one launch per doubling: 3 at B*T = 16384); then one block
+// per run of equal tokens and channel chunk sums the run's rows, its warps
+// taking every kEncoderRunWarps-th element, in a fixed order. dwpe: one thread
+// per 128-bit pack of (t, c) sums over b. All sums are FP32, stored in T once.
+// Bytes per call: encoder_backward_bytes (encoder.cuh).
 #include "encoder.cuh"
 
 namespace ratchet::kernels {
+
+namespace {
+constexpr int kEncoderRunWarps = 16;    // warps summing one run
+constexpr int kEncoderRunBlocks = 2048;  // blocks walking the sorted indices
+}  // namespace
 
 // ==== kernels ====================================================================================
 
@@ -25,54 +34,116 @@ __global__ void encoder_forward_kernel(T* out, const int* inp, const T* wte, con
   }
 }
 
-// dwpe (T,C) += sum over b of dout (B,T,C); one thread per (t, c).
-template <class T>
-__global__ void encoder_dwpe_kernel(T* dwpe, const T* dout, int B, int Tn, int C) {
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= (size_t)Tn * C) return;
-  float acc = 0.0f;
-  for (int b = 0; b < B; b++) acc += to_f32(dout[(size_t)b * Tn * C + i]);
-  dwpe[i] = from_f32<T>(to_f32(dwpe[i]) + acc);
-}
-
-// keys (n): token << 32 | position for positions < BT, all ones after (sort last).
-__global__ void encoder_keys_kernel(unsigned long long* keys, const int* inp, int BT, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  keys[i] = i < BT ? ((unsigned long long)(unsigned)inp[i] << 32) | (unsigned)i : ~0ull;
-}
-
-// One compare-exchange stage (k, j) of a bitonic sort of n (power of two) keys.
-__global__ void bitonic_step_kernel(unsigned long long* keys, int n, int j, int k) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  int l = i ^ j;
-  if (l <= i) return;
-  unsigned long long a = keys[i], b = keys[l];
-  bool ascending = (i & k) == 0;
-  if (ascending ? a > b : a < b) {
-    keys[i] = b;
-    keys[l] = a;
+// dwpe (T,C) += sum over b of dout (B,T,C); one thread per pack of (t, c), b in order.
+template <class T, bool kVec>
+__global__ void encoder_dwpe_kernel(T* __restrict__ dwpe, const T* __restrict__ dout, int B,
+                                    int Tn, int C) {
+  constexpr int P = Packed128<T>::size;
+  const int packs_per_row = ceil_div(C, P);
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (size_t)Tn * packs_per_row) return;
+  const int t = (int)(i / packs_per_row), c0 = (int)(i % packs_per_row) * P;
+  float acc[P];
+  for (int k = 0; k < P; k++) acc[k] = 0.0f;
+  for (int b = 0; b < B; b++) {
+    const Packed128<T> d = load_pack<kVec, true>(dout + ((size_t)b * Tn + t) * C + c0, C - c0);
+    for (int k = 0; k < P; k++) acc[k] += pack_f32(d, k);
   }
+  T* dst = dwpe + (size_t)t * C + c0;
+  Packed128<T> o = load_pack<kVec>(dst, C - c0);
+  for (int k = 0; k < P; k++) o[k] = from_f32<T>(to_f32(o[k]) + acc[k]);
+  store_pack<kVec>(dst, o, C - c0);
 }
 
-// grid.x = sorted index s (BT), grid.y * blockDim.x covers C. The thread at the
-// first key of a run of equal tokens sums the run's dout rows, in position order.
-template <class T>
-__global__ void encoder_dwte_kernel(T* dwte, const T* dout, const unsigned long long* keys, int BT,
-                                    int C) {
-  int s = blockIdx.x;
-  int c = blockIdx.y * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  unsigned tok = (unsigned)(keys[s] >> 32);
-  if (s > 0 && (unsigned)(keys[s - 1] >> 32) == tok) return;  // not the run's first
-  float acc = 0.0f;
-  for (int r = s; r < BT && (unsigned)(keys[r] >> 32) == tok; r++) {
-    unsigned pos = (unsigned)(keys[r] & 0xffffffffu);
-    acc += to_f32(dout[(size_t)pos * C + c]);
+// Sort key of position g: token << 32 | g (unique: ties cannot occur); the
+// padding past BT sorts last, still unique.
+__device__ __forceinline__ unsigned long long encoder_key(const int* inp, int BT, int g) {
+  const unsigned long long tok = g < BT ? (unsigned)inp[g] : 0xFFFFFFFFu;
+  return tok << 32 | (unsigned)g;
+}
+
+// keys (n) = the keys of positions [blockIdx.x * 2 blockDim.x, +2 blockDim.x),
+// sorted ascending by a bitonic network in shared memory (chunk = 2 blockDim.x
+// keys, a power of two).
+__global__ void __launch_bounds__(kEncoderSortChunk / 2)
+    encoder_sort_chunks_kernel(unsigned long long* __restrict__ keys, const int* __restrict__ inp,
+                               int BT) {
+  unsigned long long* sk = dynamic_smem<unsigned long long>();
+  const int chunk = 2 * blockDim.x, base = blockIdx.x * chunk;
+  for (int i = threadIdx.x; i < chunk; i += blockDim.x) sk[i] = encoder_key(inp, BT, base + i);
+  __syncthreads();
+  for (int k = 2; k <= chunk; k <<= 1)
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      const int t = threadIdx.x;
+      const int i = (t / j) * 2 * j + t % j, l = i + j;  // one pair (i, i + j) per thread
+      const unsigned long long a = sk[i], b = sk[l];
+      const bool ascending = (i & k) == 0;
+      if (ascending ? a > b : a < b) {
+        sk[i] = b;
+        sk[l] = a;
+      }
+      __syncthreads();
+    }
+  for (int i = threadIdx.x; i < chunk; i += blockDim.x) keys[base + i] = sk[i];
+}
+
+// out (n) = in (n) with its sorted runs of L keys merged pairwise into runs of
+// 2L: each key lands at its index in its run plus the number of keys of the
+// partner run below it (binary search; keys are unique, so no ties).
+__global__ void encoder_merge_kernel(unsigned long long* __restrict__ out,
+                                     const unsigned long long* __restrict__ in, int n, int L) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const unsigned long long key = in[i];
+  const int run = i / L, a = i % L;
+  const unsigned long long* partner = in + (size_t)(run ^ 1) * L;
+  int lo = 0, hi = L;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (partner[mid] < key) lo = mid + 1;
+    else hi = mid;
   }
-  T* dst = dwte + (size_t)tok * C + c;
-  *dst = from_f32<T>(to_f32(*dst) + acc);
+  out[(size_t)(run & ~1) * L + a + lo] = key;
+}
+
+// grid (kEncoderRunBlocks or fewer, channel chunks of 32 packs). Block b takes
+// the sorted indices s = b, b + gridDim.x, ... that start a run of equal
+// tokens; its warps sum the run's dout rows (warp w: run elements w, w +
+// warps, ..., in order), then warp 0 adds the warps' sums in warp order into
+// the token's dwte row.
+template <class T, bool kVec>
+__global__ void __launch_bounds__(kEncoderRunWarps * 32)
+    encoder_dwte_kernel(T* __restrict__ dwte, const T* __restrict__ dout,
+                        const unsigned long long* __restrict__ keys, int BT, int C) {
+  constexpr int P = Packed128<T>::size;
+  __shared__ float sums[kEncoderRunWarps][32 * P];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int c0 = (blockIdx.y * 32 + lane) * P;
+  for (int s = blockIdx.x; s < BT; s += gridDim.x) {
+    const unsigned tok = (unsigned)(keys[s] >> 32);
+    if (s > 0 && (unsigned)(keys[s - 1] >> 32) == tok) continue;  // uniform: depends on s only
+    float acc[P];
+    for (int k = 0; k < P; k++) acc[k] = 0.0f;
+    for (int r = s + warp; r < BT; r += kEncoderRunWarps) {
+      const unsigned long long key = keys[r];
+      if ((unsigned)(key >> 32) != tok) break;
+      const size_t pos = (unsigned)(key & 0xFFFFFFFFu);
+      const Packed128<T> d = load_pack<kVec, true>(dout + pos * C + c0, C - c0);
+      for (int k = 0; k < P; k++) acc[k] += pack_f32(d, k);
+    }
+    for (int k = 0; k < P; k++) sums[warp][lane * P + k] = acc[k];
+    __syncthreads();
+    if (warp == 0) {
+      for (int k = 0; k < P; k++) acc[k] = 0.0f;
+      for (int w = 0; w < kEncoderRunWarps; w++)
+        for (int k = 0; k < P; k++) acc[k] += sums[w][lane * P + k];
+      T* dst = dwte + (size_t)tok * C + c0;
+      Packed128<T> o = load_pack<kVec>(dst, C - c0);
+      for (int k = 0; k < P; k++) o[k] = from_f32<T>(to_f32(o[k]) + acc[k]);
+      store_pack<kVec>(dst, o, C - c0);
+    }
+    __syncthreads();  // sums is rewritten by the next run
+  }
 }
 
 // ==== launchers ==================================================================================
@@ -97,25 +168,37 @@ void encoder_backward(T* dwte, T* dwpe, void* scratch, const T* dout, const int*
   RATCHET_REQUIRE(B > 0 && Tn > 0 && C > 0, "encoder_backward: B, T, C must be positive");
   RATCHET_REQUIRE((size_t)B * Tn < (1u << 30), "encoder_backward: B*T must be < 2^30");
   RATCHET_REQUIRE(scratch != nullptr, "encoder_backward: needs encoder_backward_scratch_bytes");
-  const int block = 256;
-  RATCHET_LAUNCH((encoder_dwpe_kernel<T>), (unsigned)ceil_div<size_t>((size_t)Tn * C, block),
-                 block, 0, stream, dwpe, dout, B, Tn, C);
+  constexpr int P = Packed128<T>::size;
+  const bool vec = packs_fit<T>(C, {dwte, dwpe, dout});
+  const int block = 256, packs = ceil_div(C, P);
+  const unsigned pgrid = (unsigned)ceil_div<size_t>((size_t)Tn * packs, block);
+  if (vec)
+    RATCHET_LAUNCH((encoder_dwpe_kernel<T, true>), pgrid, block, 0, stream, dwpe, dout, B, Tn, C);
+  else
+    RATCHET_LAUNCH((encoder_dwpe_kernel<T, false>), pgrid, block, 0, stream, dwpe, dout, B, Tn, C);
   RATCHET_CHECK_LAUNCH();
 
-  int BT = B * Tn;
-  int n = (int)next_pow2((size_t)BT);
+  // Sort the (token, position) keys: chunks in shared memory, then merges.
+  const int BT = B * Tn, n = (int)encoder_sort_keys(B, Tn);
+  const int chunk = std::min(n, kEncoderSortChunk);
   auto* keys = static_cast<unsigned long long*>(scratch);
-  unsigned grid = (unsigned)ceil_div(n, block);
-  RATCHET_LAUNCH(encoder_keys_kernel, grid, block, 0, stream, keys, inp, BT, n);
+  unsigned long long* other = keys + n;
+  RATCHET_LAUNCH(encoder_sort_chunks_kernel, (unsigned)(n / chunk), (unsigned)(chunk / 2),
+                 chunk * sizeof(unsigned long long), stream, keys, inp, BT);
   RATCHET_CHECK_LAUNCH();
-  for (int k = 2; k <= n; k <<= 1)
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      RATCHET_LAUNCH(bitonic_step_kernel, grid, block, 0, stream, keys, n, j, k);
-      RATCHET_CHECK_LAUNCH();
-    }
-  const int cblock = std::min(256, ceil_div(C, 32) * 32);
-  dim3 dgrid((unsigned)BT, (unsigned)ceil_div(C, cblock));
-  RATCHET_LAUNCH((encoder_dwte_kernel<T>), dgrid, cblock, 0, stream, dwte, dout, keys, BT, C);
+  for (int L = chunk; L < n; L *= 2) {
+    RATCHET_LAUNCH(encoder_merge_kernel, (unsigned)ceil_div(n, block), block, 0, stream, other,
+                   keys, n, L);
+    RATCHET_CHECK_LAUNCH();
+    std::swap(keys, other);
+  }
+  const dim3 rgrid((unsigned)std::min(BT, kEncoderRunBlocks), (unsigned)ceil_div(packs, 32));
+  if (vec)
+    RATCHET_LAUNCH((encoder_dwte_kernel<T, true>), rgrid, kEncoderRunWarps * 32, 0, stream, dwte,
+                   dout, keys, BT, C);
+  else
+    RATCHET_LAUNCH((encoder_dwte_kernel<T, false>), rgrid, kEncoderRunWarps * 32, 0, stream, dwte,
+                   dout, keys, BT, C);
   RATCHET_CHECK_LAUNCH();
 }
 

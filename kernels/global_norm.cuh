@@ -12,4 +12,7 @@ namespace ratchet::kernels {
 template <class T>
 void global_norm_squared(double* out, void* scratch, const T* x, size_t n, cudaStream_t stream);
 
+// Bytes a call must move at least (bench/kernels): x read once.
+inline double global_norm_squared_bytes(size_t n, size_t s) { return (double)n * s; }
+
 }  // namespace ratchet::kernels

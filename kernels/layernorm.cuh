@@ -30,4 +30,21 @@ void layernorm_backward(T* dinp, T* dw, T* db, void* scratch, const T* dout, con
                         const T* w, const float* mean, const float* rstd, int N, int C,
                         cudaStream_t stream);
 
+// ---- bytes per call ----
+// Bytes a call must move at least (s = sizeof(T)): inputs read once, outputs
+// written once, scratch not counted. bench/kernels reports GB/s against them.
+//   forward: inp read, out written, w and b, mean and rstd written.
+inline double layernorm_forward_bytes(int N, int C, size_t s) {
+  return 2.0 * N * C * s + 2.0 * C * s + 8.0 * N;
+}
+//   fused: a and b read, residual and out written.
+inline double residual_layernorm_forward_bytes(int N, int C, size_t s) {
+  return 4.0 * N * C * s + 2.0 * C * s + 8.0 * N;
+}
+inline double residual_forward_bytes(size_t n, size_t s) { return 3.0 * n * s; }
+//   backward: dout, inp and dinp read, dinp written; w, mean, rstd; dw, db read and written.
+inline double layernorm_backward_bytes(int N, int C, size_t s) {
+  return 4.0 * N * C * s + 8.0 * N + 5.0 * C * s;
+}
+
 }  // namespace ratchet::kernels

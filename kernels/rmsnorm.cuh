@@ -22,4 +22,17 @@ template <class T>
 void rmsnorm_backward(T* dinp, T* dw, void* scratch, const T* dout, const T* inp, const T* w,
                       const float* rstd, int N, int C, cudaStream_t stream);
 
+// ---- bytes per call ----
+// Bytes a call must move at least (s = sizeof(T)): inputs read once, outputs
+// written once, scratch not counted. bench/kernels reports GB/s against them.
+inline double rmsnorm_forward_bytes(int N, int C, size_t s) {  // inp, out, w, rstd
+  return 2.0 * N * C * s + C * s + 4.0 * N;
+}
+inline double residual_rmsnorm_forward_bytes(int N, int C, size_t s) {  // a, b, residual, out
+  return 4.0 * N * C * s + C * s + 4.0 * N;
+}
+inline double rmsnorm_backward_bytes(int N, int C, size_t s) {  // dout, inp, dinp (r+w), w, rstd, dw (r+w)
+  return 4.0 * N * C * s + 4.0 * N + 3.0 * C * s;
+}
+
 }  // namespace ratchet::kernels

@@ -7,11 +7,16 @@
 
 namespace ratchet::kernels {
 
-// layernorm_backward and bias_grad sum columns over fixed chunks of rows.
-constexpr int kLayernormRowsPerChunk = 32;
-// rmsnorm_backward sums dw over fixed chunks of rows, as layernorm.
-constexpr int kRmsnormRowsPerChunk = 32;
-constexpr int kBiasGradRowsPerChunk = 32;
+// layernorm_backward, rmsnorm_backward and bias_grad sum columns of (N, C)
+// over blocks of rows, one FP32 partial row per block (kernels/common.cuh,
+// "column sums"). Rows per block: a function of N only (never of the device),
+// so that the sums' partition, hence their bits, is the same on every GPU and
+// under simt. About kColumnSumBlocks blocks (enough to fill an H100's 132 SMs
+// several times over) of at least kColumnSumMinRows rows (the partials are at
+// most 1/32 of what the rows hold; up to N = 16384 the blocks are the 32-row
+// chunks of the kernels before issue 23, so the scratch is never larger).
+constexpr int kColumnSumBlocks = 512;
+constexpr int kColumnSumMinRows = 32;
 // global_norm_squared's fixed grid (the partition of the sum never changes).
 constexpr int kGlobalNormBlocks = 256;
 
@@ -23,25 +28,39 @@ inline size_t next_pow2(size_t n) {
   return p;
 }
 
-// encoder_backward: one 64-bit sort key per token, padded to a power of two
-// for the bitonic network.
+inline int column_sum_rows_per_block(int N) {
+  const int r = (int)ceil_div_size((size_t)N, kColumnSumBlocks);
+  return r < kColumnSumMinRows ? kColumnSumMinRows : r;
+}
+inline int column_sum_blocks(int N) {
+  return (int)ceil_div_size((size_t)N, (size_t)column_sum_rows_per_block(N));
+}
+
+// encoder_backward: 64-bit sort keys, one per position padded to a power of
+// two (at least 2), twice (the merges read one copy and write the other).
+// Chunks of kEncoderSortChunk keys are sorted in shared memory by one block.
+constexpr int kEncoderSortChunk = 2048;
+inline size_t encoder_sort_keys(int B, int Tn) {
+  const size_t n = next_pow2((size_t)B * Tn);
+  return n < 2 ? 2 : n;
+}
 inline size_t encoder_backward_scratch_bytes(int B, int Tn) {
-  return next_pow2((size_t)B * Tn) * sizeof(unsigned long long);
+  return 2 * encoder_sort_keys(B, Tn) * sizeof(unsigned long long);
 }
 
-// layernorm_backward: partial dw and db per chunk of rows, (2, chunks, C) FP32.
+// layernorm_backward: partial dw | db per block of rows, (blocks, 2C) FP32.
 inline size_t layernorm_backward_scratch_bytes(int N, int C) {
-  return 2 * ceil_div_size(N, kLayernormRowsPerChunk) * C * sizeof(float);
+  return (size_t)column_sum_blocks(N) * 2 * C * sizeof(float);
 }
 
-// rmsnorm_backward: partial dw per chunk of rows, (chunks, C) FP32.
+// rmsnorm_backward: partial dw per block of rows, (blocks, C) FP32.
 inline size_t rmsnorm_backward_scratch_bytes(int N, int C) {
-  return ceil_div_size(N, kRmsnormRowsPerChunk) * C * sizeof(float);
+  return (size_t)column_sum_blocks(N) * C * sizeof(float);
 }
 
-// bias_grad: partial sums per chunk of rows, (chunks, OC) FP32.
+// bias_grad: partial sums per block of rows, (blocks, OC) FP32.
 inline size_t bias_grad_scratch_bytes(int N, int OC) {
-  return ceil_div_size(N, kBiasGradRowsPerChunk) * OC * sizeof(float);
+  return (size_t)column_sum_blocks(N) * OC * sizeof(float);
 }
 
 // global_norm_squared: one FP64 partial per block.

@@ -118,6 +118,15 @@ class Backend {
 
   // out = a + b (n elements; out may alias a or b)
   virtual void residual_forward(dptr out, cdptr a, cdptr b, size_t n) = 0;
+  // Fused residual add + LayerNorm (one kernel on cuda): resid (N,C) = a + b,
+  // then out, mean, rstd = layernorm(resid) of resid AS STORED (so the same
+  // bits as layernorm_forward on it: recompute policies rely on that).
+  // resid may alias a or b, not out.
+  virtual void residual_layernorm_forward(dptr resid, dptr out, float* mean, float* rstd, cdptr a,
+                                          cdptr b, cdptr w, cdptr bias, int N, int C) {
+    residual_forward(resid, a, b, (size_t)N * C);
+    layernorm_forward(out, mean, rstd, resid, w, bias, N, C);
+  }
 
   // ---- Llama ops (RMSNorm, RoPE, SwiGLU) ---------------------------------------
   // RMSNorm: rstd (N) FP32 = 1/sqrt(mean_c(inp^2) + eps); out (N,C) = inp * rstd * w

@@ -261,7 +261,10 @@ void GPT::forward_block(const Acts& a, int l, int B, int T, bool to_gelu) {
   const double sb = be_.storage_bytes(), mm = 2.0 * BT;  // matmul FLOPs = 2·BT·in·out
   const double attn_flops = 4.0 * B * T * (double)T * C;  // q·k and att·v
   cdptr x = l == 0 ? a.encoded : a.r3[l - 1];
-  {
+  // ln1 of layers > 0 was written by the previous block's fused residual add;
+  // a recomputed block (to_gelu) normalises its kept input itself, which gives
+  // the same bits (residual_layernorm_forward normalises the residual as stored).
+  if (l == 0 || to_gelu) {
     OpScope s(*this, "layernorm_fwd", 0, 2.0 * BT * C * sb);
     be_.layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], x, param(P_LN1W, l),
                           param(P_LN1B, l), BT, C);
@@ -281,13 +284,9 @@ void GPT::forward_block(const Acts& a, int l, int B, int T, bool to_gelu) {
                        BT, C, C);
   }
   {
-    OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
-    be_.residual_forward(a.r2[l], x, a.r2[l], (size_t)BT * C);
-  }
-  {
-    OpScope s(*this, "layernorm_fwd", 0, 2.0 * BT * C * sb);
-    be_.layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.r2[l], param(P_LN2W, l),
-                          param(P_LN2B, l), BT, C);
+    OpScope s(*this, "residual_layernorm_fwd", 0, 4.0 * BT * C * sb);
+    be_.residual_layernorm_forward(a.r2[l], a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], x, a.r2[l],
+                                   param(P_LN2W, l), param(P_LN2B, l), BT, C);
   }
   {
     OpScope s(*this, "matmul_gelu_fwd", mm * C * 4 * C, 0);
@@ -300,9 +299,15 @@ void GPT::forward_block(const Acts& a, int l, int B, int T, bool to_gelu) {
     be_.matmul_forward(a.r3[l], nullptr, a.fch_gelu[l], param(P_FCPROJW, l),
                        param(P_FCPROJB, l), BT, 4 * C, C);
   }
+  // r3 = r2 + mlp, then the next block's ln1 (or the final lnf) in the same kernel.
+  const bool last = l == cfg_.num_layers - 1;
   {
-    OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
-    be_.residual_forward(a.r3[l], a.r2[l], a.r3[l], (size_t)BT * C);
+    OpScope s(*this, "residual_layernorm_fwd", 0, 4.0 * BT * C * sb);
+    be_.residual_layernorm_forward(a.r3[l], last ? a.lnf : a.ln1[l + 1],
+                                   last ? a.lnf_mean : a.ln1_mean[l + 1],
+                                   last ? a.lnf_rstd : a.ln1_rstd[l + 1], a.r2[l], a.r3[l],
+                                   last ? param(P_LNFW) : param(P_LN1W, l + 1),
+                                   last ? param(P_LNFB) : param(P_LN1B, l + 1), BT, C);
   }
 }
 
@@ -319,12 +324,8 @@ void GPT::run_forward(const Acts& a, int B, int T, bool has_targets, float dloss
     be_.encoder_forward(a.encoded, a.inputs, param(P_WTE), llama ? a.zero_pos : param(P_WPE),
                         B, T, C);
   }
+  // The final norm is fused into the last block's residual add (both archs).
   for (int l = 0; l < L; l++) forward_block(a, l, B, T, false);
-  if (!llama) {  // llama's final norm is fused into the last block's residual add
-    OpScope s(*this, "layernorm_fwd", 0, 2.0 * BT * C * sb);
-    be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.r3[L - 1], param(P_LNFW),
-                          param(P_LNFB), BT, C);
-  }
   {
     OpScope s(*this, "matmul_lmhead_fwd", mm * C * Vp, 0);
     be_.matmul_forward(a.logits, nullptr, a.lnf, param(layout_.classifier()), nullptr, BT, C,

@@ -125,7 +125,9 @@ class GPT {
                           bool count_only = false);
   void run_forward(const Acts& a, int B, int T, bool has_targets, float dloss);
   // Layer l's forward from its input residual x; with `to_gelu` it stops after
-  // fch_gelu (what backward needs; r3 is kept), else it also writes r3[l].
+  // fch_gelu (what backward needs; r3 is kept), else it also writes r3[l] and,
+  // in the same fused residual + norm op, the next layer's ln1 (the last
+  // layer: lnf). So ln1 is normalised here only for layer 0 and when recomputing.
   void forward_block(const Acts& a, int l, int B, int T, bool to_gelu);
   void run_backward(const Acts& a, int B, int T);
   // The llama blocks (model/llama_block.cpp): forward_block's and

@@ -722,13 +722,17 @@ struct Runner {
 inline std::vector<Case> all_cases() {
   std::vector<std::pair<std::string, std::vector<std::vector<int>>>> ops = {
       {"encoder_forward", {{1, 1, 1, 1}, {2, 5, 7, 11}, {3, 17, 64, 50}, {2, 64, 96, 300}, {4, 256, 64, 50257}}},
-      {"encoder_backward", {{1, 1, 1, 1}, {2, 5, 7, 3}, {3, 17, 64, 20}, {4, 64, 48, 8}, {4, 256, 64, 50}}},
+      // B*T > 2048 (the shared-memory sort chunk): 3300 and 4096 positions take a merge.
+      {"encoder_backward", {{1, 1, 1, 1}, {2, 5, 7, 3}, {3, 17, 64, 20}, {4, 64, 48, 8}, {4, 256, 64, 50},
+                            {3, 1100, 8, 5}, {4, 1024, 16, 30}}},
       {"layernorm_forward", {{1, 1}, {3, 7}, {17, 96}, {64, 257}, {8, 768}}},
       {"residual_layernorm_forward", {{1, 3}, {5, 33}, {19, 100}, {32, 768}}},
       // 1000 and 4096 take the 128-bit path (n a multiple of the pack), 4099 the scalar one.
       {"residual_forward", {{1}, {7}, {1000}, {4096}, {4099}}},
-      {"layernorm_backward", {{1, 2}, {3, 7}, {17, 96}, {70, 257}, {256, 768}}},
-      {"bias_grad", {{1, 1}, {5, 7}, {33, 100}, {100, 300}}},
+      // 2500 and 4096: two packs per thread (K = 2) in FP32; 4096 in BF16: one team per block.
+      {"layernorm_backward", {{1, 2}, {3, 7}, {17, 96}, {70, 257}, {256, 768}, {9, 2500}, {9, 4096}}},
+      // 3072: two column tiles of 128-bit packs.
+      {"bias_grad", {{1, 1}, {5, 7}, {33, 100}, {100, 300}, {70, 3072}}},
       {"gelu_forward", {{1}, {7}, {1000}, {4096}, {4099}}},
       {"gelu_backward", {{1}, {7}, {1000}, {4096}, {4099}}},
       // (B, T, NH, HS[, KV]): grouped-query with KV = 1 (MQA), NH/2, NH (the default).
@@ -747,13 +751,14 @@ inline std::vector<Case> all_cases() {
                           {2, 33, 4, 16, 1}, {1, 70, 4, 32, 2}, {1, 40, 6, 64, 3}}},
       {"rmsnorm_forward", {{1, 1}, {3, 7}, {17, 96}, {64, 257}, {8, 768}}},
       {"residual_rmsnorm_forward", {{1, 3}, {5, 33}, {19, 100}, {32, 576}}},
-      {"rmsnorm_backward", {{1, 2}, {3, 7}, {17, 96}, {70, 257}, {256, 576}}},
+      {"rmsnorm_backward", {{1, 2}, {3, 7}, {17, 96}, {70, 257}, {256, 576}, {9, 2500}, {9, 4096}}},
       // (B, T, NH, KV, hs): MQA, KV = NH/2, KV = NH; hs/2 odd (6) and 64.
       {"rope_forward", {{1, 1, 1, 1, 2}, {2, 7, 4, 1, 6}, {2, 33, 4, 2, 16}, {1, 17, 3, 3, 64}}},
       {"rope_backward", {{1, 1, 1, 1, 2}, {2, 7, 4, 1, 6}, {2, 33, 4, 2, 16}, {1, 17, 3, 3, 64}}},
       {"swiglu_forward", {{1, 1}, {3, 7}, {17, 96}, {33, 1536}}},
       {"swiglu_backward", {{1, 1}, {3, 7}, {17, 96}, {33, 1536}}},
-      {"classifier", {{1, 1, 1}, {3, 5, 8}, {7, 100, 128}, {16, 1000, 1024}, {2, 4099, 4224}, {4, 50257, 50304}}},
+      // 41: rows that are not whole 128-bit packs (element-wise path).
+      {"classifier", {{1, 1, 1}, {3, 5, 8}, {3, 37, 41}, {7, 100, 128}, {16, 1000, 1024}, {2, 4099, 4224}, {4, 50257, 50304}}},
       {"classifier_loss_only", {{3, 5, 8}, {5, 1000, 1024}}},
       {"adamw", {{1, 1}, {7, 1}, {1000, 3}, {5001, 10}}},
       {"global_norm", {{1}, {7}, {1000}, {300001}}},

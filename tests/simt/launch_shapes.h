@@ -47,7 +47,8 @@ inline std::vector<LaunchRecord> dry_run_step(const Shape& s) {
   encoder_backward<T>(p, p, f, p, ids, s.B, s.T, C, nullptr);
   layernorm_forward<T>(p, f, f, p, p, p, BT, C, nullptr);
   residual_layernorm_forward<T>(p, p + 1024, f, f, p, p, p, p, BT, C, nullptr);
-  layernorm_backward<T>(p, p, p, f, p, p, p, f, f, BT, C, nullptr);
+  // dinp must not alias dout or inp (the backward kernels' __restrict__).
+  layernorm_backward<T>(p + 2048, p, p, f, p, p, p, f, f, BT, C, nullptr);
   residual_forward<T>(p, p, p, (size_t)BT * C, nullptr);
   gelu_forward<T>(p, p, (size_t)BT * 4 * C, nullptr);
   gelu_backward<T>(p, p, p, (size_t)BT * 4 * C, nullptr);
@@ -56,7 +57,7 @@ inline std::vector<LaunchRecord> dry_run_step(const Shape& s) {
   // pairs), SwiGLU hidden 4C (wider than any preset's 8/3 C).
   rmsnorm_forward<T>(p, f, p, p, BT, C, 1e-5f, nullptr);
   residual_rmsnorm_forward<T>(p, p + 1024, f, p, p, p, BT, C, 1e-5f, nullptr);
-  rmsnorm_backward<T>(p, p, f, p, p, p, f, BT, C, nullptr);
+  rmsnorm_backward<T>(p + 2048, p, f, p, p, p, f, BT, C, nullptr);
   rope_forward<T>(p, f, s.B, s.T, C / 64, C / 64, 64, s.T, nullptr);
   rope_backward<T>(p, f, s.B, s.T, C / 64, C / 64, 64, s.T, nullptr);
   swiglu_forward<T>(p, p, BT, 4 * C, nullptr);

@@ -3,6 +3,7 @@
 // tiny GPT-2: logits, loss, every parameter gradient, 5 AdamW steps.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -309,6 +310,8 @@ TEST(CudaBackendSimtMemory, WorkspaceCoversTheLlamaOps) {
   EXPECT_EQ(flash.workspace_bytes(s), B16::layernorm_backward_scratch(256, 96));
   EXPECT_LT(flash.workspace_bytes(s), gpt2);
   EXPECT_GE(flash.workspace_bytes(s), B16::rmsnorm_backward_scratch(256, 96));
+  // One FP32 partial row of dw per block of rows; 256 rows: blocks of the
+  // minimum 32 rows (kernels/scratch_bytes.h).
   EXPECT_EQ(B16::rmsnorm_backward_scratch(256, 96), (size_t)(256 / 32) * 96 * 4);
 }
 
@@ -442,6 +445,35 @@ TEST(CudaBackendSimtNvtx, EveryModelOpOpensOneRangeAndClosesIt) {
   EXPECT_EQ(be.ranges_opened() - ops, ops);  // profiling changes nothing
   EXPECT_EQ(be.range_depth(), 0);
   EXPECT_EQ(be.matmul().ranges_opened(), 2 * gemms);
+}
+
+// Issue 23: each residual add is fused with the LayerNorm that follows it
+// (r2 + ln2; r3 + the next block's ln1, or lnf after the last block), so a
+// forward normalises on its own only layer 0's input, and the fused ops run
+// the backend's one-kernel residual_layernorm_forward. The loss is the
+// unfused composition's (the CPU backend composes the two ops) to FP32 rounding.
+TEST(CudaBackendSimtFusedResidualNorm, ForwardFusesEveryResidualAddWithItsNorm) {
+  using namespace ratchet;
+  cuda::CudaBackend<float> be;
+  const GPTConfig cfg = backend_test_config();
+  const int B = 2, T = 8;
+  GPT model(cfg, be);
+  model.init_random(3);
+  std::vector<int32_t> t = ratchet::testing::random_tokens(B * T + 1, cfg.vocab_size, 3);
+  model.set_profiling(true);
+  const float loss = model.forward(t.data(), t.data() + 1, B, T);
+  const auto& prof = model.profile();
+  const long L = cfg.num_layers;
+  ASSERT_TRUE(prof.count("residual_layernorm_fwd"));
+  EXPECT_EQ(prof.at("residual_layernorm_fwd").calls, 2 * L);
+  ASSERT_TRUE(prof.count("layernorm_fwd"));
+  EXPECT_EQ(prof.at("layernorm_fwd").calls, 1);  // layer 0's ln1
+  EXPECT_EQ(prof.count("residual_fwd"), 0u);
+  auto cpu = make_cpu_backend(1);
+  GPT ref(cfg, *cpu);
+  ref.init_random(3);
+  const float ref_loss = ref.forward(t.data(), t.data() + 1, B, T);
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::fabs(ref_loss));  // FP32 sums in another order
 }
 
 TEST(CudaBackendSimtNvtx, GemmRangeNamesEpilogueAndShape) {

@@ -627,6 +627,14 @@ void CudaBackend<T>::residual_rmsnorm_forward(dptr resid, dptr out, float* rstd,
 }
 
 template <class T>
+void CudaBackend<T>::residual_layernorm_forward(dptr resid, dptr out, float* mean, float* rstd,
+                                                cdptr a, cdptr b, cdptr w, cdptr bias, int N,
+                                                int C) {
+  kernels::residual_layernorm_forward<T>(P<T>(resid), P<T>(out), mean, rstd, P<T>(a), P<T>(b),
+                                         P<T>(w), P<T>(bias), N, C, stream_);
+}
+
+template <class T>
 void CudaBackend<T>::rope_forward(dptr qkv, const float* cos_sin, int B, int T_, int NH, int KV,
                                   int hs, int maxT) {
   kernels::rope_forward<T>(P<T>(qkv), cos_sin, B, T_, NH, KV, hs, maxT, stream_);

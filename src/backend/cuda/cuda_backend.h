@@ -92,6 +92,9 @@ class CudaBackend final : public Backend {
   void keep_master_copy(void* p) override;
   void round_from_master(dptr params, size_t n, int step) override;
   void synchronize() override;
+  // One kernel (kernels/layernorm.cuh) instead of the default's two.
+  void residual_layernorm_forward(dptr resid, dptr out, float* mean, float* rstd, cdptr a, cdptr b,
+                                  cdptr w, cdptr bias, int N, int C) override;
 
   // Backend's memory functions and ops (backend.h), and the fused GEMM + GELU
   // backward (DGELU epilogue).
