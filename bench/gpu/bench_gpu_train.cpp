@@ -7,9 +7,9 @@
 // model/memory.h) next to that accounting.
 //
 //   bench_gpu_train [--models d12,d24,d48] [--recompute none,gelu,gelu+ln,blocks]
-//                   [--attention flash|cudnn|materialized] [--batch 8] [--seq 1024]
+//                   [--attention auto|flash|cudnn|materialized] [--batch 8] [--seq 1024]
 //                   [--max-seq-len N] [--steps 10] [--warmup 3] [--peak-tflops X] [--json]
-// --attention is `ratchet train`'s (default flash); with cudnn the arena holds
+// --attention is `ratchet train`'s (default auto: cudnn where it runs); with cudnn the arena holds
 // cuDNN's accounted workspace, so peak == accounting checks it too.
 // --max-seq-len: the presets' position table (GPT-2's wpe), 1024 by default or
 // --seq when that is longer (long context: --seq 8192 builds a model of 8192
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../bench_main.h"
+#include "backend/attention_choice.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/json.h"
 #include "core/rng.h"
@@ -42,7 +43,7 @@ namespace {
 int run(int argc, char** argv) {
   using bench::parse_int_flag;
   std::string models = "d12,d24,d48", policies = "none,gelu,gelu+ln,blocks";
-  AttentionImpl attention = AttentionImpl::flash;
+  std::string attention_request = "auto";  // `ratchet train`'s default
   int B = 8, T = 1024, steps = 10, warmup = 3, max_seq = 0;
   double peak = 0;
   bool json = false;
@@ -54,7 +55,7 @@ int run(int argc, char** argv) {
     };
     if (a == "--models") models = next();
     else if (a == "--recompute") policies = next();
-    else if (a == "--attention") attention = parse_attention(next());
+    else if (a == "--attention") { attention_request = next(); check_attention_request(attention_request); }
     else if (a == "--batch") B = (int)parse_int_flag(a, next(), 1, 1 << 20);
     else if (a == "--seq") T = (int)parse_int_flag(a, next(), 1, 1 << 24);
     else if (a == "--max-seq-len") max_seq = (int)parse_int_flag(a, next(), 1, 1 << 24);
@@ -65,7 +66,7 @@ int run(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: %s [--models d12,d24,d48|tiny] [--recompute none,gelu,gelu+ln,blocks] "
-                   "[--attention flash|cudnn|materialized] [--batch B] [--seq T] [--max-seq-len N] "
+                   "[--attention auto|flash|cudnn|materialized] [--batch B] [--seq T] [--max-seq-len N] "
                    "[--steps N] [--warmup N] [--peak-tflops X] [--json]\n",
                    argv[0]);
       if (a == "--help") return 0;
@@ -106,9 +107,11 @@ int run(int argc, char** argv) {
                  why.c_str());
     return bench::kExitNoDevice;
   }
-  // --attention cudnn under simt, or in a build without cuDNN: an Error, exit 2.
-  { cuda::CudaBackend<kernels::bf16> probe(attention); }
   const cuda::DeviceInfo dev = cuda::device_info();
+  // --attention resolved per model as `ratchet train` resolves it (auto: cudnn
+  // where it runs, else flash); an explicit cudnn under simt, or in a build
+  // without cuDNN, is an Error, exit 2.
+  const AttentionDevice adev = cuda_attention_device();
   if (peak <= 0) peak = cuda::bf16_peak_tflops(dev.name);
   if (!json)
     std::printf("device %s, %.1f GiB, BF16 peak %s\n", dev.name.c_str(),
@@ -116,6 +119,11 @@ int run(int argc, char** argv) {
                 peak > 0 ? (std::to_string((int)peak) + " TFLOP/s").c_str()
                          : "unknown (pass --peak-tflops for MFU)");
   for (const auto& [name, cfg] : configs) {
+    const AttentionChoice choice = choose_attention(
+        attention_request, adev, 2, AttentionHeads{cfg.num_heads, cfg.kv_heads(), cfg.head_size()});
+    const AttentionImpl attention = choice.impl;
+    { cuda::CudaBackend<kernels::bf16> probe(attention); }
+    if (!json) std::printf("%s: %s\n", name.c_str(), choice.note.c_str());
     int b = B, t = T;
     if (name == "tiny") b = 2, t = 32;
     for (const Recompute& policy : policy_list) {

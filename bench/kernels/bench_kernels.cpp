@@ -145,12 +145,11 @@ struct Bench {
     }
   }
 
-  // Runs fn once (validated by check), then warm-up + timed iterations.
-  void run(const char* name, double bytes, const std::function<void()>& fn,
-           const std::function<bool()>& check) {
-    fn();
-    bool ok = check();
+  // Milliseconds per call of fn after 3 warm-up calls, averaged over --iters
+  // calls between two events; 0 under simt, which times nothing.
+  double time_ms(const std::function<void()>& fn) {
     double ms = 0;
+    (void)fn;
 #if !RATCHET_SIMT
     for (int i = 0; i < 3; i++) fn();
     cudaEvent_t a, b;
@@ -166,7 +165,15 @@ struct Bench {
     cudaEventDestroy(a);
     cudaEventDestroy(b);
 #endif
-    report(name, bytes, ms, ok);
+    return ms;
+  }
+
+  // Runs fn once (validated by check), then warm-up + timed iterations.
+  void run(const char* name, double bytes, const std::function<void()>& fn,
+           const std::function<bool()>& check) {
+    fn();
+    bool ok = check();
+    report(name, bytes, time_ms(fn), ok);
   }
 
   // The ceiling the kernels are compared with: cudaMemcpyAsync device to device
@@ -182,23 +189,8 @@ struct Bench {
       cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr));
 #endif
     };
-    double ms = 0;
     copy();
-#if !RATCHET_SIMT
-    for (int i = 0; i < 3; i++) copy();
-    cudaEvent_t a, b;
-    cudaCheck(cudaEventCreate(&a));
-    cudaCheck(cudaEventCreate(&b));
-    cudaCheck(cudaEventRecord(a));
-    for (int i = 0; i < o.iters; i++) copy();
-    cudaCheck(cudaEventRecord(b));
-    cudaCheck(cudaEventSynchronize(b));
-    float t = 0;
-    cudaCheck(cudaEventElapsedTime(&t, a, b));
-    ms = t / o.iters;
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-#endif
+    const double ms = time_ms(copy);
     report("copy_d2d (cudaMemcpy)", 2.0 * bytes, ms, true);
     copy_gbps = ms > 0 ? 2.0 * bytes / ms / 1e6 : 0.0;
   }

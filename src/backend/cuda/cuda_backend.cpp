@@ -844,7 +844,9 @@ std::unique_ptr<Backend> make_from_options(const BackendOptions& o) {
   return be;
 }
 bool probe(std::string* why) { return cuda::device_available(why); }
-AttentionDevice describe() {
+}  // namespace
+
+AttentionDevice cuda_attention_device() {
   AttentionDevice d;
   d.kind = RATCHET_SIMT ? AttentionDevice::kSimt : AttentionDevice::kCuda;
   d.cudnn_built = cuda::kCudnnBuilt;
@@ -856,9 +858,8 @@ AttentionDevice describe() {
   }
   return d;
 }
-}  // namespace
 
 void register_cuda_backend() {
-  register_backend(RATCHET_SIMT ? "simt" : "cuda", make_from_options, probe, describe);
+  register_backend(RATCHET_SIMT ? "simt" : "cuda", make_from_options, probe, cuda_attention_device);
 }
 }  // namespace ratchet

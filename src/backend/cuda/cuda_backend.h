@@ -59,6 +59,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/attention_choice.h"
 #include "backend/backend.h"
 #include "backend/cuda/arena.h"
 #include "backend/cuda/device.h"
@@ -183,4 +184,7 @@ namespace ratchet {
 std::unique_ptr<Backend> make_cuda_backend(const std::string& storage,
                                            AttentionImpl attention = AttentionImpl::flash,
                                            bool deterministic = true);
+// This device as `--attention auto` sees it (backend/attention_choice.h):
+// cuda or simt, whether cuDNN is built in, the GPU's name and compute capability.
+AttentionDevice cuda_attention_device();
 }  // namespace ratchet
