@@ -101,9 +101,11 @@ void expect_fallbacks_match_cpu(const Tolerances& tol) {
   EXPECT_FALSE(be.last_dgelu_by_epilogue());
   EXPECT_FALSE(be.last_dbias_by_epilogue());
   // FP32 storage never asks for the GELU epilogue (nothing to reject).
-  for (const char* name : {"GELU_AUX_BIAS", "DGELU", "BGRADB"})
-    if (sizeof(S) == 2 || std::string(name) != "GELU_AUX_BIAS")
+  for (const char* name : {"GELU_AUX_BIAS", "DGELU", "BGRADB"}) {
+    if (sizeof(S) == 2 || std::string(name) != "GELU_AUX_BIAS") {
       EXPECT_NE(err.find(std::string("rejected the fused ") + name), std::string::npos) << err;
+    }
+  }
 }
 TEST(CudaBackendSimtFallback, Fp32RejectedEpiloguesFallBackAndMatchCpu) {
   expect_fallbacks_match_cpu<float>(kF32);
