@@ -43,13 +43,15 @@ PADDED_VOCAB = (VOCAB + 127) // 128 * 128  # 50304, as ratchet
 
 
 class Attention(nn.Module):
-    def __init__(self, C, NH, max_T):
+    def __init__(self, C, NH, max_T, sdpa=False):
         super().__init__()
         self.NH = NH
+        self.sdpa = sdpa  # F.scaled_dot_product_attention (torch >= 2.0; bench/gpu/pytorch_gpu_step.py)
         self.c_attn = nn.Linear(C, 3 * C)
         self.c_proj = nn.Linear(C, C)
-        mask = torch.tril(torch.ones(max_T, max_T, dtype=torch.bool))
-        self.register_buffer("mask", mask.view(1, 1, max_T, max_T), persistent=False)
+        if not sdpa:
+            mask = torch.tril(torch.ones(max_T, max_T, dtype=torch.bool))
+            self.register_buffer("mask", mask.view(1, 1, max_T, max_T), persistent=False)
 
     def forward(self, x):
         B, T, C = x.shape
@@ -58,10 +60,13 @@ class Attention(nn.Module):
         q = q.view(B, T, self.NH, hs).transpose(1, 2)
         k = k.view(B, T, self.NH, hs).transpose(1, 2)
         v = v.view(B, T, self.NH, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+            att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
+            y = F.softmax(att, dim=-1) @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
 
 
@@ -76,10 +81,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, C, NH, max_T):
+    def __init__(self, C, NH, max_T, sdpa=False):
         super().__init__()
         self.ln_1 = nn.LayerNorm(C)
-        self.attn = Attention(C, NH, max_T)
+        self.attn = Attention(C, NH, max_T, sdpa)
         self.ln_2 = nn.LayerNorm(C)
         self.mlp = MLP(C)
 
@@ -89,11 +94,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, L, NH, C, max_T):
+    def __init__(self, L, NH, C, max_T, sdpa=False):
         super().__init__()
         self.wte = nn.Embedding(PADDED_VOCAB, C)
         self.wpe = nn.Embedding(max_T, C)
-        self.h = nn.ModuleList([Block(C, NH, max_T) for _ in range(L)])
+        self.h = nn.ModuleList([Block(C, NH, max_T, sdpa) for _ in range(L)])
         self.ln_f = nn.LayerNorm(C)
         self.lm_head = nn.Linear(C, PADDED_VOCAB, bias=False)
         self.lm_head.weight = self.wte.weight  # tied
@@ -108,7 +113,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         B, T = idx.shape
-        pos = torch.arange(T, dtype=torch.long)
+        pos = torch.arange(T, dtype=torch.long, device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
         for blk in self.h:
             x = blk(x)
