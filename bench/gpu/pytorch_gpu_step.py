@@ -56,15 +56,16 @@ def run(a, notes):
     torch.manual_seed(1)
     B, T = a.batch_size, a.seq_len
     max_T = max(1024, T)
-    sdpa = hasattr(F, "scaled_dot_product_attention")
-    if not sdpa:
-        notes.append("no F.scaled_dot_product_attention in torch %s: matmul+mask attention" % torch.__version__)
     if a.model == "smollm-135m":
         m, vocab, L, C = smollm(max_T)
         wpe_params = 0
         hf = True
     else:
         n = int(a.model[1:])
+        sdpa = hasattr(F, "scaled_dot_product_attention")
+        if not sdpa:
+            notes.append("no F.scaled_dot_product_attention in torch %s: matmul+mask attention"
+                         % torch.__version__)
         L, C = n, 64 * n
         m, vocab = GPT(n, n, C, max_T, sdpa=sdpa), VOCAB
         wpe_params = max_T * C
