@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cpu"))
-from pytorch_step import GPT, VOCAB, PADDED_VOCAB  # noqa: E402
+from pytorch_step import GPT, VOCAB  # noqa: E402
 
 
 def smollm(max_T):
