@@ -81,6 +81,9 @@ fi
 
 # ---- programs --------------------------------------------------------------------------
 bench=""
+# The peers run with the node's own library path: the bundle's carried Debian libraries are for
+# ratchet's programs and must not shadow what the node's PyTorch links.
+node_ld=${LD_LIBRARY_PATH-}
 if [ $selftest = 0 ]; then
   if [ -n "$prebuilt" ]; then
     if [ -f "$prebuilt/env.sh" ]; then
@@ -146,7 +149,7 @@ for r in "${row_list[@]}"; do
   fi
   dev=cuda; [ $selftest = 1 ] && dev=cpu
   for c in "" --compile; do
-    "$python" "$peer" --device "$dev" --model "$model" -B "$B" -T "$T" --steps "$steps" \
+    LD_LIBRARY_PATH=$node_ld "$python" "$peer" --device "$dev" --model "$model" -B "$B" -T "$T" --steps "$steps" \
       --warmup "$warmup" --peak-tflops "$peak" $c --json > "$out/o" 2> "$out/e"
     rc=$?
     line=$(last_json "$out/o")
