@@ -96,6 +96,8 @@ _ratchet_on_signal() {
   if [ -n "$_ratchet_step_pid" ] && kill -0 "$_ratchet_step_pid" 2>/dev/null; then
     ratchet_log "got SIG$1: sending SIG$RATCHET_STOP_SIGNAL to the step (checkpoint and exit $RATCHET_EXIT_REQUEUE)"
     kill -s "$RATCHET_STOP_SIGNAL" "$_ratchet_step_pid" 2>/dev/null || true
+  elif [ -n "$_ratchet_step_pid" ]; then
+    ratchet_log "got SIG$1 as the step was ending"
   else
     ratchet_log "got SIG$1 before the step started"
   fi
@@ -135,6 +137,18 @@ ratchet_run_step() {
     break
   done
   _ratchet_step_pid=""
+  # A status bash could not read back (seen as -1 when Slurm's time limit
+  # signalled the shell and the step at once and the step was reaped inside the
+  # trap): after a stop request that is a requeue, as a kill would be; the next
+  # run resumes from the newest committed checkpoint, so nothing is lost twice.
+  if [ "$rc" -lt 0 ] || [ "$rc" -gt 255 ]; then
+    if [ -n "$_ratchet_stop_requested" ]; then
+      ratchet_log "step status unreadable (wait gave $rc) after a stop request: treating it as exit $RATCHET_EXIT_REQUEUE"
+      rc=$RATCHET_EXIT_REQUEUE
+    else
+      ratchet_log "step status unreadable (wait gave $rc)"
+    fi
+  fi
   # A stop signal we forwarded that killed the step outright: it arrived while
   # the trainer was still being loaded, before main() installs its handlers
   # (the default action of USR1/TERM ends a process). Nothing was written
