@@ -57,12 +57,10 @@ for w in "${what[@]}"; do
       export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
       export UBSAN_OPTIONS="exitcode=87:print_stacktrace=1"
       rc=0
-      # KNOWN DEFECT, excluded here only (they run in the plain build): under
-      # ASan the sweep controller's new shared-fault/trial-budget paths exit 86
-      # (an ASan report) in these cases, and gpu-check's CPU selftest fails;
-      # found at the end of session 6, not yet diagnosed (see its note).
-      run_tests build-asan "asan+ubsan" -L 'unit|integration' \
-        -E 'SweepFaults\.(TheTrialBudgetStopsAndResumes|ADeletedTrialDirectoryKeepsItsSpendWhenRetrained|MissingShardsStopTheSweepWithoutFailingTrials|TheSameFailureInARowIsASharedFault)|gpu_check\.selftest_cpu' || rc=1
+      # KNOWN DEFECT, excluded here only (it runs in the plain build): gpu-check's
+      # CPU selftest fails under ASan; found at the end of session 6, not yet
+      # diagnosed (see its note).
+      run_tests build-asan "asan+ubsan" -L 'unit|integration' -E '^gpu_check\.selftest_cpu$' || rc=1
       unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
       echo "sanitize: asan: build $((t1 - t0)) s, tests $((SECONDS - t1)) s"
       [ "$rc" -eq 0 ] || exit "$rc"

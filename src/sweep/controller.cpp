@@ -789,9 +789,12 @@ int Controller::run() {
                       "device-hours) would exceed it (%.4g spent)",
                       o_.max_trial_device_hours, sched_->rungs()[d.rung], est_h,
                       trial_ledger(t).device_hours());
-        append({{"event", "stopped"}, {"trial", t.id}, {"rung", t.rung}, {"budget", true},
+        // append() applies the event to state_, which may reallocate trials: t
+        // dangles after it (ASan: heap-use-after-free), so keep the id.
+        const int tid = t.id;
+        append({{"event", "stopped"}, {"trial", tid}, {"rung", t.rung}, {"budget", true},
                 {"promote_to", d.rung}, {"reason", why}});
-        say("trial %d stopped: %s\n", t.id, why);
+        say("trial %d stopped: %s\n", tid, why);
         idle = false;
         continue;
       }
