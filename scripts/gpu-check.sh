@@ -278,7 +278,10 @@ train_checks() {  # train_checks DEVICE
   # ZeRO-1 state sharded over 2 ranks resumes on 1 rank of this device (another
   # world size, the state re-sharded). The 2-rank writer runs on the CPU with a
   # tiny model, so one GPU suffices.
-  if [ -n "$mpirun_cmd" ]; then
+  if [ -n "$mpirun_cmd" ] && ! "$exe" --version | grep -q "MPI yes"; then
+    # (a sanitizer build, for one: -DRATCHET_MPI=OFF) 2 ranks cannot start
+    line "ZeRO-1 resume 2 -> 1 rank" NOT-RUN "$exe was built without MPI (ratchet --version)"
+  elif [ -n "$mpirun_cmd" ]; then
     local tiny=(--model custom --layers 2 --heads 2 --channels 32 --max-seq-len 64 --seq-len 32
                 --total-batch-tokens 128 --threads 1 --seed 1234 --log-jsonl "$d/ws.jsonl")
     local cpu_base=(train --device cpu --train-data "$data/train_*.h5" --lr 6e-4 --warmup-steps 2 --quiet)

@@ -85,7 +85,27 @@ int main(int argc, char** argv) {
     return argc < 2 ? ratchet::kExitUsage : ratchet::kExitOk;
   }
   if (!std::strcmp(argv[1], "--version")) {
-    std::printf("ratchet %s\n", RATCHET_VERSION);
+    // The second line says which optional parts this build has, so scripts
+    // (scripts/gpu-check.sh) can tell "not built with MPI" from a failure.
+    std::printf("ratchet %s\nbuilt with: MPI %s, CUDA backend %s, NCCL %s\n", RATCHET_VERSION,
+#ifdef RATCHET_HAVE_MPI
+                "yes",
+#else
+                "no",
+#endif
+#if defined(RATCHET_REGISTER_CUDA_BACKEND)
+                "yes",
+#elif defined(RATCHET_REGISTER_SIMT_BACKEND)
+                "simt",
+#else
+                "no",
+#endif
+#ifdef RATCHET_REGISTER_NCCL
+                "yes"
+#else
+                "no"
+#endif
+    );
     return ratchet::kExitOk;
   }
   for (const auto& c : kCommands) {

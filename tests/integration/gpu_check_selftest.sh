@@ -45,7 +45,12 @@ for c in "same run twice" "SIGUSR1 + resume" "llama trains"; do
 done
 if command -v mpirun >/dev/null; then
   check "'mpirun -np 1 --zero 1' PASS" 'grep -q "| mpirun -np 1 --zero 1 | PASS |" "$tmp/r1.md"'
-  check "'ZeRO-1 resume 2 -> 1 rank' PASS" 'grep -q "| ZeRO-1 resume 2 -> 1 rank | PASS |" "$tmp/r1.md"'
+  if "$exe" --version | grep -q "MPI yes"; then
+    check "'ZeRO-1 resume 2 -> 1 rank' PASS" 'grep -q "| ZeRO-1 resume 2 -> 1 rank | PASS |" "$tmp/r1.md"'
+  else  # a build without MPI (the sanitizer builds) cannot start 2 ranks: said, not failed
+    check "'ZeRO-1 resume 2 -> 1 rank' NOT-RUN without MPI" \
+      'grep -q "| ZeRO-1 resume 2 -> 1 rank | NOT-RUN | .*built without MPI" "$tmp/r1.md"'
+  fi
 fi
 check "transformers: PASS or NOT-RUN, never silent" 'grep -qE "\| export-hf in transformers \| (PASS|NOT-RUN) \|" "$tmp/r1.md"'
 

@@ -100,10 +100,20 @@ TEST(SweepFaults, TheTrainerIsTrackedAndALiveOneIsNeverStartedTwice) {
                      " > " + log + " 2>&1 & echo $!");
   const long pid = printed_pid(log, 0, 10);
   ASSERT_GT(pid, 0) << read_file(log);
-  std::string cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+  // The pid is printed right after fork(), so the child may not have exec'd
+  // yet (its cmdline is still the controller's, or empty while execve swaps
+  // the image): read it until it is a trainer's, for at most 5 s. A wrapper
+  // shell's pid would never show the fake trainer as its script.
+  std::string cmdline;
   std::vector<std::string> args;
-  std::stringstream ss(cmdline);
-  for (std::string a; std::getline(ss, a, '\0');) args.push_back(a);
+  for (int i = 0; i < 250; ++i) {
+    cmdline = read_file("/proc/" + std::to_string(pid) + "/cmdline");
+    args.clear();
+    std::stringstream ss(cmdline);
+    for (std::string a; std::getline(ss, a, '\0');) args.push_back(a);
+    if (args.size() >= 2 && args[1].find("sweep_fake_trainer.sh") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   ASSERT_GE(args.size(), 2u) << cmdline;
   EXPECT_EQ(args[0], "bash") << "the printed pid is not the trainer's";
   EXPECT_NE(args[1].find("sweep_fake_trainer.sh"), std::string::npos) << args[1];

@@ -141,6 +141,11 @@ TEST_F(TrainCli, HelpAndVersion) {
   r = run_ratchet("--version");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.output.find("ratchet "), std::string::npos);
+#ifdef RATCHET_HAVE_MPI
+  EXPECT_NE(r.output.find("built with: MPI yes,"), std::string::npos) << r.output;
+#else
+  EXPECT_NE(r.output.find("built with: MPI no,"), std::string::npos) << r.output;
+#endif
   expect_usage_error(run_ratchet("train --no-such-flag"), "no-such-flag");
   expect_usage_error(run_ratchet("frobnicate"), "unknown command");
 }
