@@ -119,11 +119,11 @@ TEST(SweepFaults, TheTrainerIsTrackedAndALiveOneIsNeverStartedTwice) {
   EXPECT_NE(args[1].find("sweep_fake_trainer.sh"), std::string::npos) << args[1];
   // Once it holds its run lock (it logged its invocation), killed outright:
   // its `sleep` lives on with the lock, as an orphaned trainer would.
-  ASSERT_EQ(run_shell("for i in $(seq 100); do [ -s " + dir + "/trials/t0000/invocations ] && exit 0; "
+  ASSERT_EQ(run_shell("for i in $(seq 400); do [ -s " + dir + "/trials/t0000/invocations ] && exit 0; "
                       "sleep 0.05; done; exit 1").exit_code, 0);
   ASSERT_EQ(run_shell("kill -KILL " + std::to_string(pid)).exit_code, 0);
   // The controller ends on its own (each trial sleeps 2 s; the orphan 2 s).
-  auto w = run_shell("for i in $(seq 200); do grep -q 'done:' " + log + " && exit 0; sleep 0.1; done; exit 1");
+  auto w = run_shell("for i in $(seq 600); do grep -q 'done:' " + log + " && exit 0; sleep 0.1; done; exit 1");
   ASSERT_EQ(w.exit_code, 0) << read_file(log);
   run_shell("sleep 0.3");
   const std::string out = read_file(log);
@@ -147,8 +147,9 @@ TEST(SweepFaults, ASegmentThatFinishedUnwatchedIsAdopted) {
   auto r = run_shell("FAKE_SLEEP=1 RATCHET_FAULT='sweep-journal*2' " RATCHET_EXE " " +
                      fake_run(dir, "--quiet --scheduler none"));
   ASSERT_NE(r.exit_code, 0) << r.output;
-  run_shell("sleep 2");
-  // (--scheduler none: the segment of rung index 2, R)
+  // (--scheduler none: the segment of rung index 2, R) The trainer publishes
+  // its exit file about 1 s on; a loaded machine gets 30 s.
+  run_shell("for i in $(seq 300); do [ -e " + dir + "/trials/t0000/seg-r2-a0.exit ] && exit 0; sleep 0.1; done");
   ASSERT_TRUE(fs::exists(dir + "/trials/t0000/seg-r2-a0.exit"));  // the trainer published it
   fs::remove(dir + "/trials/t0000/seg-r2-a0.exit");
   r = run_ratchet(fake_run(dir, "--scheduler none"));
