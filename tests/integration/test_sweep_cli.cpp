@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/sweep_fake.h"
 #include "testing/test_util.h"
 
 using namespace ratchet::testing;
@@ -21,18 +22,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-const std::string kFake = std::string("bash ") + RATCHET_TESTS_DIR + "/integration/sweep_fake_trainer.sh";
-
-// Nine learning rates; the fake curve is best at 0.003.
-const char* kSpace9 = "lr = choice(1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 3e-2)\n";
-
-std::vector<json> journal(const std::string& dir) {
-  std::vector<json> out;
-  std::ifstream in(dir + "/journal.jsonl");
-  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
-  return out;
-}
 
 // "trial:rung:loss" of every result, in order.
 std::vector<std::string> results(const std::string& dir) {
@@ -42,12 +31,6 @@ std::vector<std::string> results(const std::string& dir) {
       r.push_back(std::to_string(e["trial"].get<int>()) + ":" + std::to_string(e["rung"].get<int>()) +
                   ":" + std::to_string(e["val_loss"].get<double>()));
   return r;
-}
-
-std::string invocations(const std::string& dir, int trial) {
-  char name[32];
-  std::snprintf(name, sizeof name, "/trials/t%04d/invocations", trial);
-  return fs::exists(dir + name) ? read_file(dir + name) : "";
 }
 
 // A sweep directory over the fake trainer: base steps 9 (R), space kSpace9.
@@ -62,7 +45,7 @@ void init_fake(const TempDir& d, const std::string& dir, const std::string& spac
 }
 
 std::string fake_run(const std::string& dir, const std::string& flags = "") {
-  return "sweep run " + dir + " --trainer '" + kFake + "' --poll-seconds 0.01 --quiet " + flags;
+  return "sweep run " + dir + " --trainer '" + kFakeTrainer + "' --poll-seconds 0.01 --quiet " + flags;
 }
 
 TEST(SweepCli, AshaOnTheFakeCurve) {
@@ -483,7 +466,7 @@ TEST(SweepCli, ADeletedTrialDirectoryKeepsItsSpend) {
   const json j = json::parse(run_ratchet("sweep status " + dir + " --json").output);
   EXPECT_NEAR(j["device_hours"].get<double>(), before, 1e-12);
   EXPECT_NEAR(j["trials"][5]["device_hours"].get<double>() * 3600, 9, 1e-9);
-  auto r = run_ratchet("sweep run " + dir + " --trainer '" + kFake + "' --poll-seconds 0.01");
+  auto r = run_ratchet("sweep run " + dir + " --trainer '" + kFakeTrainer + "' --poll-seconds 0.01");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("warning: trial 5's directory " + dir + "/trials/t0005 is gone"), std::string::npos)
       << r.output;
@@ -503,7 +486,7 @@ TEST(SweepCli, ASegmentForkedByAKilledControllerIsNotStartedTwice) {
   const std::string t0 = dir + "/trials/t0000";
   fs::create_directories(t0);
   write_file(t0 + "/seg-r0-a0.launching", "\n");
-  auto r = run_shell("( sleep 1; " + kFake + " --run-dir " + t0 + " --steps 1 --lr 1e-4 >> " + t0 +
+  auto r = run_shell("( sleep 1; " + kFakeTrainer + " --run-dir " + t0 + " --steps 1 --lr 1e-4 >> " + t0 +
                      "/train.log 2>&1; echo 0 > " + t0 + "/seg-r0-a0.exit; echo 999999 > " + t0 +
                      "/seg-r0-a0.pid ) & " RATCHET_EXE " " + fake_run(dir) + "; wait");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -539,7 +522,7 @@ TEST(SweepCli, ReportPlotsWithQuotesInPathsAndValues) {
   auto r = run_ratchet("sweep init " + q + " --space " + (d / "space.ini") + " --base " + (d / "base.ini") +
                        " --grid");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = run_ratchet("sweep run " + q + " --trainer '" + kFake + "' --poll-seconds 0.01 --quiet");
+  r = run_ratchet("sweep run " + q + " --trainer '" + kFakeTrainer + "' --poll-seconds 0.01 --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_ratchet("sweep report " + q);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -594,7 +577,7 @@ TEST(SweepCli, AnotherExecutorIsRefusedWhileSegmentsAreInFlight) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(invocations(dir, 0), "1\n");  // run once (one trial: ASHA promotes none)
   // (and oversubscribed threads are pointed out, not refused)
-  r = run_ratchet("sweep run " + dir + " --trainer '" + kFake + "' --threads-per-trial 100000 --parallel 2");
+  r = run_ratchet("sweep run " + dir + " --trainer '" + kFakeTrainer + "' --threads-per-trial 100000 --parallel 2");
   EXPECT_NE(r.output.find("warning: --parallel 2 x --threads-per-trial 100000 = 200000 threads on "),
             std::string::npos) << r.output;
   EXPECT_EQ(results(dir).size(), 1u);

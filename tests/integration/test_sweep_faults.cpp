@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "testing/sweep_fake.h"
 #include "testing/test_util.h"
 
 using namespace ratchet::testing;
@@ -22,26 +23,10 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kFake = std::string("bash ") + RATCHET_TESTS_DIR + "/integration/sweep_fake_trainer.sh";
-const char* kSpace9 = "lr = choice(1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 3e-2)\n";
-
-std::vector<json> journal(const std::string& dir) {
-  std::vector<json> out;
-  std::ifstream in(dir + "/journal.jsonl");
-  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
-  return out;
-}
-
 int count_events(const std::string& dir, const std::string& ev) {
   int n = 0;
   for (const auto& e : journal(dir)) n += e["event"] == ev;
   return n;
-}
-
-std::string invocations(const std::string& dir, int trial) {
-  char name[32];
-  std::snprintf(name, sizeof name, "/trials/t%04d/invocations", trial);
-  return fs::exists(dir + name) ? read_file(dir + name) : "";
 }
 
 json status(const std::string& dir) {
@@ -62,7 +47,7 @@ void init_fake(const TempDir& d, const std::string& dir, const std::string& spac
 }
 
 std::string fake_run(const std::string& dir, const std::string& flags = "",
-                     const std::string& trainer = kFake) {
+                     const std::string& trainer = kFakeTrainer) {
   return "sweep run " + dir + " --trainer '" + trainer + "' --poll-seconds 0.01 " + flags;
 }
 
@@ -163,7 +148,7 @@ TEST(SweepFaults, ASegmentThatFinishedUnwatchedIsAdopted) {
 // runs the fake trainer.
 std::string faulty_trainer(const TempDir& d, const std::string& name, const std::string& when,
                            const std::string& failure) {
-  write_file(d / name, "if " + when + "; then " + failure + "; fi\nexec " + kFake + " \"$@\"\n");
+  write_file(d / name, "if " + when + "; then " + failure + "; fi\nexec " + kFakeTrainer + " \"$@\"\n");
   return "bash " + (d / name);
 }
 
