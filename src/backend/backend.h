@@ -247,6 +247,9 @@ class Backend {
   size_t extra_bytes_per_param() const { return memory_model().extra_bytes_per_param; }
   // Dense peak of the device in the storage precision, TFLOP/s (MFU); 0: unknown.
   virtual double peak_tflops() const { return 0.0; }
+  // Peak memory bandwidth of the device, GB/s (1e9 bytes); 0: unknown. With
+  // peak_tflops() the roofline `train --profile` holds each op against.
+  virtual double peak_gbps() const { return 0.0; }
 };
 
 // Backend factory: "cpu" (threads <= 0 means all cores).

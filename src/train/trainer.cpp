@@ -470,7 +470,10 @@ void Trainer::setup() {
   // (6.5 ms of a short resumed segment's start-up at 0.23M parameters).
   // The imported weights, read now that the memory check has passed.
   if (!o_.init_from.empty()) model_->set_params(load_init_weights().data());
-  model_->set_profiling(o_.profile);
+  // --profile times the training steps of the steady state only: on from
+  // this run's second step, around each step (evaluation and sampling are
+  // not in the table). See the loop.
+  model_->set_profiling(false);
   model_->set_recompute(c_.recompute);
   AdamWConfig acfg;
   acfg.beta1 = o_.beta1;
@@ -674,6 +677,11 @@ int Trainer::train() {
   const bool do_sample = o_.sample_tokens > 0;
   double t_train = 0;
   int steps_run = 0;
+  // --profile: the steps in the table (the steady state: this run's first
+  // step, with its one-time cuBLASLt/cuDNN plan builds and lazy loads, is
+  // left out) and their time.
+  double t_profiled = 0;
+  int profiled_steps = 0, first_profiled = 0;
   ckpt_->start_clock();
   for (; step_ < o_.steps; ) {
     if (val_loader_ && o_.eval_every > 0 && step_ % o_.eval_every == 0) {
@@ -696,6 +704,9 @@ int Trainer::train() {
     if (do_sample && o_.sample_every > 0 && step_ > 0 && step_ % o_.sample_every == 0)
       sample(step_);
 
+    const bool profiled = o_.profile && steps_run > 0;
+    if (profiled && profiled_steps == 0) first_profiled = step_ + 1;
+    model_->set_profiling(profiled);
     const double t0 = now_s();
     const float loss = train_step(step_);
     const float lr = c_.sched.at(step_);
@@ -713,6 +724,8 @@ int Trainer::train() {
       throw std::runtime_error("the gradient norm is " + std::string(std::isnan(norm) ? "NaN" : "infinite") +
                                " at step " + std::to_string(step_ + 1) + diverged_advice());
     const double dt = now_s() - t0;
+    model_->set_profiling(false);
+    if (profiled) t_profiled += dt, profiled_steps++;
     step_++;
     steps_run++;
     t_train += dt;
@@ -807,7 +820,17 @@ int Trainer::train() {
     RLOG("trained %d steps in %s (%.1f ms/step, %.0f tok/s, %.1f GFLOP/s)\n", steps_run,
          fmt_duration(t_train).c_str(), t_train / steps_run * 1e3,
          total_ * steps_run / t_train, flops_per_step * steps_run / t_train / 1e9);
-  if (o_.profile) print_profile(model_->profile(), t_train);
+  if (o_.profile && profiled_steps == 0) {
+    RLOG("--profile: no table: it leaves out this run's first step (one-time plan builds and lazy "
+         "loads) and no step came after it; run 2 or more steps\n");
+  } else if (o_.profile) {
+    RLOG("\nprofile: steady state, steps %d-%d (%d step%s, %.1f ms/step with the per-op "
+         "synchronisation); step %d, this run's first, is left out\n",
+         first_profiled, first_profiled + profiled_steps - 1, profiled_steps, profiled_steps == 1 ? "" : "s",
+         t_profiled / profiled_steps * 1e3, first_profiled - 1);
+    print_profile(model_->profile(), t_profiled,
+                  o_.peak_tflops > 0 ? o_.peak_tflops : be_->peak_tflops(), be_->peak_gbps());
+  }
   ckpt_->save(st, "final");
   ledger_->state = kLedgerDone;
   ledger_.record_time_and_write(step_);

@@ -66,6 +66,31 @@ TEST_F(TrainCli, DemoPathLearnsAndPrintsEverything) {
     EXPECT_EQ(jsonl_values(d / "log.jsonl", k).size(), 60u) << k;
 }
 
+// --profile tables the steady state: this run's first step (one-time plan
+// builds, lazy loads) and the evaluations are left out. The lm head runs once
+// per training step, so its calls count the profiled steps; evaluations
+// would add more. With a peak (--peak-tflops here) a roofline column is added.
+TEST_F(TrainCli, ProfileTablesTheSteadyStateOnly) {
+  auto r = run_ratchet("train " + small_model() + " " + data_flags() +
+                       " --steps 4 --eval-every 1 --eval-batches 2 --profile --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("profile: steady state, steps 2-4 (3 steps,"), std::string::npos) << r.output;
+  const auto at = r.output.find("\nmatmul_lmhead_fwd ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_EQ(std::atoi(r.output.c_str() + at + 18), 3) << r.output;
+  EXPECT_EQ(r.output.find("of peak"), std::string::npos) << "no peak on the cpu backend:\n" << r.output;
+
+  r = run_ratchet("train " + small_model() + " " + data_flags() + " --steps 2 --profile --peak-tflops 0.5 --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("steps 2-2 (1 step,"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("of peak: the rate against the device's 0.5 TFLOP/s"), std::string::npos) << r.output;
+
+  r = run_ratchet("train " + small_model() + " " + data_flags() + " --steps 1 --profile --quiet");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--profile: no table"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("\nmatmul_fwd "), std::string::npos) << r.output;
+}
+
 TEST_F(TrainCli, TwoRunsGiveIdenticalLosses) {
   TempDir d;
   for (const char* name : {"a.jsonl", "b.jsonl"}) {

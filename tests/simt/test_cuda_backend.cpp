@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "backend/cuda/device.h"
 #include "model/memory.h"
 #include "plan/plan.h"
 #include "testing/plan_vs_allocation.h"
@@ -619,3 +620,23 @@ TEST(CudaBackendSimtMemory, PlanDescribesTheCudaBackend) {
 }
 
 }  // namespace
+
+// The device tables behind MFU and `train --profile`'s roofline: the most
+// specific name wins (a GH200 is not an H200, an A100 not an A10, an L40 not
+// an L4); a device not in the table has no peak (0), never a guess.
+TEST(CudaDevicePeaks, NamesPickTheMostSpecificEntry) {
+  using ratchet::cuda::bf16_peak_tflops;
+  using ratchet::cuda::peak_memory_gbps;
+  EXPECT_EQ(peak_memory_gbps("NVIDIA H100 80GB HBM3"), 3350.0);
+  EXPECT_EQ(bf16_peak_tflops("NVIDIA H100 80GB HBM3"), 989.0);
+  EXPECT_EQ(peak_memory_gbps("NVIDIA H100 PCIe"), 2000.0);
+  EXPECT_EQ(peak_memory_gbps("NVIDIA H200"), 4800.0);
+  EXPECT_EQ(peak_memory_gbps("NVIDIA GH200 480GB"), 4000.0);
+  EXPECT_EQ(peak_memory_gbps("NVIDIA A100-SXM4-80GB"), 2039.0);
+  EXPECT_EQ(peak_memory_gbps("NVIDIA A100-SXM4-40GB"), 1555.0);
+  EXPECT_EQ(peak_memory_gbps("NVIDIA A10"), 600.0);
+  EXPECT_EQ(peak_memory_gbps("NVIDIA L40S"), 864.0);
+  EXPECT_EQ(peak_memory_gbps("NVIDIA L4"), 300.0);
+  EXPECT_EQ(peak_memory_gbps("simt"), 0.0);
+  EXPECT_EQ(bf16_peak_tflops("Some Future GPU"), 0.0);
+}

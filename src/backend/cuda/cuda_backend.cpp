@@ -165,6 +165,11 @@ double CudaBackend<T>::peak_tflops() const {
   return sizeof(T) == 2 ? bf16_peak_tflops(device_info().name) : 0.0;
 }
 
+template <class T>
+double CudaBackend<T>::peak_gbps() const {
+  return peak_memory_gbps(device_info().name);
+}
+
 // ---- memory -------------------------------------------------------------------------------
 
 template <class T>

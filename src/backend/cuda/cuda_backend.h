@@ -106,6 +106,7 @@ class CudaBackend final : public Backend {
   size_t free_memory_bytes() const override { return device_info().free_bytes; }
   std::string setup_report(const OpShapes& s) override;
   double peak_tflops() const override;
+  double peak_gbps() const override;
 
   void range_push(const char* name) override;
   void range_pop() override;

@@ -140,4 +140,25 @@ double bf16_peak_tflops(const std::string& name) {
   return 0.0;
 }
 
+double peak_memory_gbps(const std::string& name) {
+  // HBM/GDDR peaks from the vendor data sheets. The first entry whose text
+  // the device name contains wins, so the specific names come first ("GH200"
+  // before "H200", "A100" before "A10", "L40" before "L4").
+  struct Entry {
+    const char* substr;
+    double gbps;
+  };
+  static const Entry table[] = {
+      {"GH200", 4000.0},         {"H200", 4800.0},          {"H100 PCIe", 2000.0},
+      {"H100 NVL", 3900.0},      {"H100", 3350.0},          {"B200", 8000.0},
+      {"A100-SXM4-80GB", 2039.0}, {"A100 80GB PCIe", 1935.0}, {"A100", 1555.0},
+      {"A800", 2039.0},          {"A10G", 600.0},           {"A10", 600.0},
+      {"A30", 933.0},            {"L40S", 864.0},           {"L40", 864.0},
+      {"L4", 300.0},             {"RTX 4090", 1008.0},      {"RTX 3090", 936.0},
+      {"RTX A6000", 768.0}};
+  for (const Entry& e : table)
+    if (name.find(e.substr) != std::string::npos) return e.gbps;
+  return 0.0;
+}
+
 }  // namespace ratchet::cuda

@@ -35,4 +35,8 @@ DeviceInfo device_info();  // the current device (under simt: the host, "simt (C
 // H100 SXM 989, H200 989, ...); 0 when unknown (then --peak-tflops).
 double bf16_peak_tflops(const std::string& device_name);
 
+// Peak memory bandwidth of a device by name, in GB/s (1e9 bytes: H100 SXM
+// 3350, H200 4800, ...); 0 when unknown. `train --profile`'s roofline.
+double peak_memory_gbps(const std::string& device_name);
+
 }  // namespace ratchet::cuda
