@@ -820,7 +820,9 @@ int Trainer::train() {
     RLOG("trained %d steps in %s (%.1f ms/step, %.0f tok/s, %.1f GFLOP/s)\n", steps_run,
          fmt_duration(t_train).c_str(), t_train / steps_run * 1e3,
          total_ * steps_run / t_train, flops_per_step * steps_run / t_train / 1e9);
-  if (o_.profile && profiled_steps == 0) {
+  if (o_.profile && steps_run == 0) {
+    RLOG("--profile: no table: this run trained no step\n");
+  } else if (o_.profile && profiled_steps == 0) {
     RLOG("--profile: no table: it leaves out this run's first step (one-time plan builds and lazy "
          "loads) and no step came after it; run 2 or more steps\n");
   } else if (o_.profile) {
