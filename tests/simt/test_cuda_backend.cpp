@@ -625,18 +625,18 @@ TEST(CudaBackendSimtMemory, PlanDescribesTheCudaBackend) {
 // specific name wins (a GH200 is not an H200, an A100 not an A10, an L40 not
 // an L4); a device not in the table has no peak (0), never a guess.
 TEST(CudaDevicePeaks, NamesPickTheMostSpecificEntry) {
-  using ratchet::cuda::bf16_peak_tflops;
-  using ratchet::cuda::peak_memory_gbps;
-  EXPECT_EQ(peak_memory_gbps("NVIDIA H100 80GB HBM3"), 3350.0);
-  EXPECT_EQ(bf16_peak_tflops("NVIDIA H100 80GB HBM3"), 989.0);
-  EXPECT_EQ(peak_memory_gbps("NVIDIA H100 PCIe"), 2000.0);
-  EXPECT_EQ(peak_memory_gbps("NVIDIA H200"), 4800.0);
-  EXPECT_EQ(peak_memory_gbps("NVIDIA GH200 480GB"), 4000.0);
-  EXPECT_EQ(peak_memory_gbps("NVIDIA A100-SXM4-80GB"), 2039.0);
-  EXPECT_EQ(peak_memory_gbps("NVIDIA A100-SXM4-40GB"), 1555.0);
-  EXPECT_EQ(peak_memory_gbps("NVIDIA A10"), 600.0);
-  EXPECT_EQ(peak_memory_gbps("NVIDIA L40S"), 864.0);
-  EXPECT_EQ(peak_memory_gbps("NVIDIA L4"), 300.0);
-  EXPECT_EQ(peak_memory_gbps("simt"), 0.0);
-  EXPECT_EQ(bf16_peak_tflops("Some Future GPU"), 0.0);
+  // cudaDeviceProp::name as the driver reports it, and the data sheets' peaks.
+  const struct {
+    const char* name;
+    double gbps, tflops;
+  } cases[] = {{"NVIDIA H100 80GB HBM3", 3350, 989}, {"NVIDIA H100 PCIe", 2000, 756},
+               {"NVIDIA H200", 4800, 989},           {"NVIDIA GH200 480GB", 4000, 989},
+               {"NVIDIA A100-SXM4-80GB", 2039, 312}, {"NVIDIA A100-SXM4-40GB", 1555, 312},
+               {"NVIDIA A10", 600, 125},             {"NVIDIA L40S", 864, 362},
+               {"NVIDIA L4", 300, 121},              {"simt", 0, 0},
+               {"Some Future GPU", 0, 0}};
+  for (const auto& c : cases) {
+    EXPECT_EQ(ratchet::cuda::peak_memory_gbps(c.name), c.gbps) << c.name;
+    EXPECT_EQ(ratchet::cuda::bf16_peak_tflops(c.name), c.tflops) << c.name;
+  }
 }
