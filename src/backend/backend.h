@@ -192,6 +192,22 @@ class Backend {
     matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
     gelu_backward(dinp, pre_gelu, dinp, (size_t)N * C);
   }
+  // GELU's output again, for a recompute policy that did not keep it
+  // (model/recompute.h): out (N,OC) gets the bits that
+  // matmul_forward(out, pre_gelu, inp, w, bias, N, C, OC) wrote, from its kept
+  // pre_gelu (N,OC). By default gelu_forward on pre_gelu, which is how the
+  // forward computed it when GELU ran as a kernel (the cpu backend, FP32
+  // storage, no epilogue plan). A backend whose forward took GELU from the
+  // GEMM epilogue, computed from the FP32 accumulator and not from the rounded
+  // pre_gelu, re-runs that GEMM with its pinned algorithm instead (pre_gelu is
+  // rewritten with the bits it holds): inp (N,C) must then hold the forward's
+  // input again.
+  virtual void gelu_recompute(dptr out, dptr pre_gelu, cdptr /*inp*/, cdptr /*w*/, cdptr /*bias*/,
+                              int N, int /*C*/, int OC) {
+    gelu_forward(out, pre_gelu, (size_t)N * OC);
+  }
+  // Whether gelu_recompute re-runs the GEMM now (reads inp; 2·N·C·OC FLOPs).
+  virtual bool gelu_recompute_reruns_gemm() const { return false; }
   // The allocation p (from alloc()) holds parameters. A backend that keeps a
   // separate FP32 master copy of parameters (extra_bytes_per_param() > 0)
   // creates it now, so that upload_f32() into p sets the master copy exactly

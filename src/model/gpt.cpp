@@ -370,19 +370,24 @@ void GPT::run_backward(const Acts& a, int B, int T) {
     if (rp.recomputes_block(l)) {
       forward_block(a, l, B, T, /*to_gelu=*/true);
     } else if (rp.shares_gelu()) {
-      OpScope s(*this, "gelu_recompute", 0, 2.0 * BT * 4 * C * sb);
-      be_.gelu_forward(a.fch_gelu[l], a.fch[l], (size_t)BT * 4 * C);
+      // ln2 first (gelu+ln): a backend may recompute GELU by re-running the
+      // fc GEMM on it (Backend::gelu_recompute); the shared buffer's last
+      // reader, the layer above's qkv gradient, is done.
+      if (rp.shares_ln()) {
+        OpScope s(*this, "layernorm_recompute", 0, 2.0 * BT * C * sb);
+        be_.layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.r2[l], param(P_LN2W, l),
+                              param(P_LN2B, l), BT, C);
+      }
+      const bool gemm = be_.gelu_recompute_reruns_gemm();
+      OpScope s(*this, "gelu_recompute", gemm ? mm * C * 4 * C : 0, gemm ? 0 : 2.0 * BT * 4 * C * sb);
+      be_.gelu_recompute(a.fch_gelu[l], a.fch[l], a.ln2[l], param(P_FCW, l), param(P_FCB, l), BT, C,
+                         4 * C);
     }
     // dresidual = d r3[l]; the MLP branch. dfch = (dresidual fcprojw) * gelu'(fch)
     {
       OpScope s(*this, "matmul_dgelu_bwd", mm * 4 * C * C, 0);
       be_.matmul_backward_gelu(a.dfch, grad(P_FCPROJW, l), grad(P_FCPROJB, l), a.dresidual,
                                a.fch_gelu[l], param(P_FCPROJW, l), a.fch[l], BT, 4 * C, C);
-    }
-    if (rp.shares_ln() && !rp.recomputes_block(l)) {
-      OpScope s(*this, "layernorm_recompute", 0, 2.0 * BT * C * sb);
-      be_.layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.r2[l], param(P_LN2W, l),
-                            param(P_LN2B, l), BT, C);
     }
     {
       OpScope s(*this, "matmul_bwd", mm * C * 4 * C, 0);

@@ -55,7 +55,12 @@ std::vector<Recompute> standard_recompute_policies() {
   return v;
 }
 
-double recompute_flops_per_token(const GPTConfig& cfg, int T, const Recompute& p) {
+double recompute_flops_per_token(const GPTConfig& cfg, int T, const Recompute& p,
+                                 bool gelu_by_gemm) {
+  if (p.shares_gelu())  // Llama's SwiGLU has no GEMM epilogue: its recompute is a kernel
+    return gelu_by_gemm && !cfg.llama()
+               ? 2.0 * cfg.channels * (double)cfg.ffn() * cfg.num_layers
+               : 0.0;
   const int n = p.blocks_recomputed(cfg.num_layers);
   if (n == 0) return 0.0;
   ParamLayout lay(cfg);

@@ -19,7 +19,10 @@
 //   none      keeps everything.
 //   gelu      fch_gelu of every layer lives in ONE shared (BT,4C) buffer;
 //             backward recomputes gelu(fch) into it before the fcproj weight
-//             gradient. Saves (L-1)·S(BT·4C).
+//             gradient (Backend::gelu_recompute: the element-wise kernel, or,
+//             where the forward took GELU from the GEMM epilogue (the cuda
+//             backend in BF16), the fc GEMM again, so that the bits are the
+//             forward's). Saves (L-1)·S(BT·4C).
 //   gelu+ln   as gelu, and ln1, ln2 of every layer share ONE (BT,C) buffer;
 //             backward re-runs the layernorm from the kept block input / r2
 //             (rewriting the kept mean and rstd with the same bits).
@@ -66,7 +69,10 @@ std::vector<Recompute> standard_recompute_policies();
 // attention only; the element-wise GELU and LayerNorm recomputes are memory-
 // bound and counted as 0). blocks:k: one more forward of the n recomputed
 // blocks, n/L · (2·(per-layer parameters)·L + 4·L·C·T) (the attention part is
-// a third of train_flops_per_token's 12·L·C·T).
-double recompute_flops_per_token(const GPTConfig& cfg, int T, const Recompute& p);
+// a third of train_flops_per_token's 12·L·C·T). gelu, gelu+ln with
+// gelu_by_gemm (a GPT-2 MLP whose GELU comes from the GEMM epilogue: the cuda
+// backend in BF16): the fc GEMM again, 2·C·F·L (F = 4C).
+double recompute_flops_per_token(const GPTConfig& cfg, int T, const Recompute& p,
+                                 bool gelu_by_gemm = false);
 
 }  // namespace ratchet

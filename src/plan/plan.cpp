@@ -286,7 +286,10 @@ Plan make_plan(const PlanInputs& in_) {
   p.accum = (int)(in.total_batch_tokens / micro);
   p.tokens_per_step = in.total_batch_tokens;
   p.flops_per_token = train_flops_per_token(cfg, in.T);
-  p.recompute_flops_per_token = recompute_flops_per_token(cfg, in.T, in.recompute);
+  // A GPU in BF16 takes GELU from the fc GEMM's epilogue, so its gelu
+  // recompute re-runs that GEMM (Backend::gelu_recompute).
+  p.recompute_flops_per_token =
+      recompute_flops_per_token(cfg, in.T, in.recompute, p.device->storage_bytes == 2);
   const double fpt = p.flops_per_token + p.recompute_flops_per_token;
   // Steps in floating point first: a count beyond what a long and a double
   // hold exactly (2^53) is refused naming where it came from, never cast
@@ -474,7 +477,8 @@ std::string plan_table(const Plan& p) {
     << fmt("%.0f", usable / 1e9) << " GB\n";
   for (const Recompute& r : listed_policies(in.recompute)) {
     const bool chosen = r == in.recompute;
-    const double extra = recompute_flops_per_token(in.cfg, in.T, r) / p.flops_per_token;
+    const double extra =
+        recompute_flops_per_token(in.cfg, in.T, r, p.device->storage_bytes == 2) / p.flops_per_token;
     const size_t acts = p.mem.activations_of(r);
     const size_t t0 = p.mem.total_of(r, false), t1 = p.mem.total_of(r, true);
     const char* fits = t0 <= usable ? "yes"

@@ -89,8 +89,10 @@ TEST_F(CudaBackendTrain, DeviceSimtTrainsLikeCpu) {
 // Preemption on the cuda backend in BF16: a run stopped after 3 steps and
 // resumed for 3 more ends with byte-identical weights to one that ran 6
 // (FP32 master weights in the checkpoint; the BF16 weights rebuilt with the
-// last step's stochastic rounding), under every recompute policy tried. Also
-// logs the arena sized by the memory accounting.
+// last step's stochastic rounding), under every recompute policy tried (the
+// straight run keeps everything: each policy gives its bits, gelu+ln through
+// the re-run GELU epilogue GEMM). Also logs the arena sized by the memory
+// accounting.
 TEST_F(CudaBackendTrain, DeviceSimtBf16ResumeIsBitIdentical) {
   if (!std::ifstream(simt_exe()).good()) GTEST_SKIP() << simt_exe() << " was not built";
   TempDir d;
@@ -99,7 +101,7 @@ TEST_F(CudaBackendTrain, DeviceSimtBf16ResumeIsBitIdentical) {
   ASSERT_EQ(straight.exit_code, 0) << straight.output;
   EXPECT_NE(straight.output.find("device memory:"), std::string::npos) << straight.output;
   EXPECT_NE(straight.output.find("MB arena"), std::string::npos) << straight.output;
-  for (const char* policy : {"none", "blocks"}) {
+  for (const char* policy : {"none", "gelu+ln", "blocks"}) {
     const std::string ck = d / (std::string("ck-") + policy);
     const std::string rp = std::string(" --recompute ") + policy;
     // preempted (SIGUSR1) after step 3: saves and exits 75 ("requeue me")

@@ -223,6 +223,11 @@ TEST(Plan, RecomputePoliciesDropWhatTheySay) {
   EXPECT_EQ(m.activations_of(gelu), GPT::activation_bytes(c, 4, 64, 4, gelu));
   EXPECT_GT(recompute_flops_per_token(c, 64, blocks), 0.0);
   EXPECT_EQ(recompute_flops_per_token(c, 64, geluln), 0.0);
+  // A GPU in BF16 recomputes GELU by the fc GEMM again: 2·C·4C per layer and
+  // token, 12 · 2 · 768 · 3072 = 56,623,104 (exact in a double); blocks unchanged.
+  EXPECT_EQ(recompute_flops_per_token(c, 64, gelu, true), 56623104.0);
+  EXPECT_EQ(recompute_flops_per_token(c, 64, geluln, true), 56623104.0);
+  EXPECT_EQ(recompute_flops_per_token(c, 64, blocks, true), recompute_flops_per_token(c, 64, blocks));
   // blocks:4 recomputes layers 0, 4, 8: a quarter of blocks' extra FLOPs
   EXPECT_DOUBLE_EQ(recompute_flops_per_token(c, 64, parse_recompute("blocks:4")),
                    recompute_flops_per_token(c, 64, blocks) / 4);

@@ -449,6 +449,17 @@ void CudaBackend<T>::matmul_forward(dptr out, dptr pre_gelu, cdptr inp, cdptr w,
 }
 
 template <class T>
+void CudaBackend<T>::gelu_recompute(dptr out, dptr pre_gelu, cdptr inp, cdptr w, cdptr bias, int N,
+                                    int C, int OC) {
+  // The forward's epilogue computed gelu from the FP32 accumulator; gelu of
+  // the BF16-rounded pre_gelu would differ in the last bit. The same GEMM with
+  // the same pinned plan gives the forward's bits again (GPU matmul tests:
+  // a plan's results are deterministic), as the blocks policy relies on.
+  if (last_gelu_epilogue_) return matmul_forward(out, pre_gelu, inp, w, bias, N, C, OC);
+  kernels::gelu_forward<T>(P<T>(out), P<T>(pre_gelu), (size_t)N * OC, stream_);
+}
+
+template <class T>
 void CudaBackend<T>::matmul_backward(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp,
                                      cdptr w, int N, int C, int OC) {
   matmul_backward_dinp(dinp, dout, w, nullptr, N, C, OC);
@@ -776,7 +787,8 @@ std::string CudaBackend<T>::setup_report(const OpShapes& s) {
       out += "gelu: a bias GEMM, then kernels/gelu.cu (FP32 storage: what the recompute "
              "policies recompute, bit for bit)\n";
     else if (mm_.offers(g))
-      out += "gelu: cuBLASLt's GELU_AUX_BIAS epilogue\n";
+      out += "gelu: cuBLASLt's GELU_AUX_BIAS epilogue (the gelu recompute policies re-run this "
+             "GEMM: the forward's bits)\n";
     else
       out += "gelu: a bias GEMM, then kernels/gelu.cu (cuBLASLt offers no GELU_AUX_BIAS "
              "algorithm here)\n";

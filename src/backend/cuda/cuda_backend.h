@@ -102,6 +102,11 @@ class CudaBackend final : public Backend {
 #include "backend/backend_ops.inc"
   void matmul_backward_gelu(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w,
                             cdptr pre_gelu, int N, int C, int OC) override;
+  // BF16 through the GELU epilogue: the GEMM again (bitwise with the forward);
+  // otherwise the kernel, as the forward ran it.
+  void gelu_recompute(dptr out, dptr pre_gelu, cdptr inp, cdptr w, cdptr bias, int N, int C,
+                      int OC) override;
+  bool gelu_recompute_reruns_gemm() const override { return last_gelu_epilogue_; }
 
   size_t free_memory_bytes() const override { return device_info().free_bytes; }
   std::string setup_report(const OpShapes& s) override;
