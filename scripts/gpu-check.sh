@@ -97,13 +97,9 @@ work=$(cd "$work" && pwd)
 
 # ---- programs: from the build, or from --prebuilt ---------------------------------
 if [ -n "$prebuilt" ]; then
-  if [ -f "$prebuilt/env.sh" ]; then
-    # shellcheck disable=SC1091
-    source "$prebuilt/env.sh" || { echo "gpu-check: sourcing $prebuilt/env.sh failed" >&2; exit 2; }
-  else
-    export PATH="$prebuilt/bin:$PATH"
-    [ -d "$prebuilt/lib" ] && export LD_LIBRARY_PATH="$prebuilt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  fi
+  # shellcheck disable=SC1091
+  source "$root/scripts/prebuilt-env.sh"
+  use_prebuilt_env "$prebuilt" gpu-check
   [ -x "$prebuilt/bin/ratchet" ] || { echo "gpu-check: $prebuilt/bin/ratchet not found (was it packed?)" >&2; exit 2; }
 fi
 prog() {  # prog NAME: the path of a built program (empty when there is none)

@@ -86,13 +86,9 @@ bench=""
 node_ld=${LD_LIBRARY_PATH-}
 if [ $selftest = 0 ]; then
   if [ -n "$prebuilt" ]; then
-    if [ -f "$prebuilt/env.sh" ]; then
-      # shellcheck disable=SC1091
-      source "$prebuilt/env.sh" || { echo "compare.sh: sourcing $prebuilt/env.sh failed" >&2; exit 2; }
-    else
-      export PATH="$prebuilt/bin:$PATH"
-      [ -d "$prebuilt/lib" ] && export LD_LIBRARY_PATH="$prebuilt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    fi
+    # shellcheck disable=SC1091
+    source "$here/../../scripts/prebuilt-env.sh"
+    use_prebuilt_env "$prebuilt" compare.sh
     bench=$prebuilt/bin/bench_gpu_train
   else
     bench=$build/bench/gpu/bench_gpu_train

@@ -167,6 +167,13 @@ size_t index_of(const std::vector<Recompute>& v, const Recompute& r) {
   RATCHET_ASSERT(it != v.end());
   return (size_t)(it - v.begin());
 }
+
+// What policy r adds per token on device d: a GPU in BF16 takes GELU from the
+// fc GEMM's epilogue, so its gelu recompute re-runs that GEMM
+// (Backend::gelu_recompute).
+double recompute_flops_on(const Device& d, const GPTConfig& cfg, int T, const Recompute& r) {
+  return recompute_flops_per_token(cfg, T, r, /*gelu_by_gemm=*/d.storage_bytes == 2);
+}
 }  // namespace
 
 size_t MemoryPlan::activations_of(const Recompute& r) const {
@@ -286,10 +293,7 @@ Plan make_plan(const PlanInputs& in_) {
   p.accum = (int)(in.total_batch_tokens / micro);
   p.tokens_per_step = in.total_batch_tokens;
   p.flops_per_token = train_flops_per_token(cfg, in.T);
-  // A GPU in BF16 takes GELU from the fc GEMM's epilogue, so its gelu
-  // recompute re-runs that GEMM (Backend::gelu_recompute).
-  p.recompute_flops_per_token =
-      recompute_flops_per_token(cfg, in.T, in.recompute, p.device->storage_bytes == 2);
+  p.recompute_flops_per_token = recompute_flops_on(*p.device, cfg, in.T, in.recompute);
   const double fpt = p.flops_per_token + p.recompute_flops_per_token;
   // Steps in floating point first: a count beyond what a long and a double
   // hold exactly (2^53) is refused naming where it came from, never cast
@@ -477,8 +481,7 @@ std::string plan_table(const Plan& p) {
     << fmt("%.0f", usable / 1e9) << " GB\n";
   for (const Recompute& r : listed_policies(in.recompute)) {
     const bool chosen = r == in.recompute;
-    const double extra =
-        recompute_flops_per_token(in.cfg, in.T, r, p.device->storage_bytes == 2) / p.flops_per_token;
+    const double extra = recompute_flops_on(*p.device, in.cfg, in.T, r) / p.flops_per_token;
     const size_t acts = p.mem.activations_of(r);
     const size_t t0 = p.mem.total_of(r, false), t1 = p.mem.total_of(r, true);
     const char* fits = t0 <= usable ? "yes"

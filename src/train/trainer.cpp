@@ -677,11 +677,9 @@ int Trainer::train() {
   const bool do_sample = o_.sample_tokens > 0;
   double t_train = 0;
   int steps_run = 0;
-  // --profile: the steps in the table (the steady state: this run's first
-  // step, with its one-time cuBLASLt/cuDNN plan builds and lazy loads, is
-  // left out) and their time.
+  // --profile: the time of the steps in the table, every step of this run but
+  // its first (one-time cuBLASLt/cuDNN plan builds and lazy loads).
   double t_profiled = 0;
-  int profiled_steps = 0, first_profiled = 0;
   ckpt_->start_clock();
   for (; step_ < o_.steps; ) {
     if (val_loader_ && o_.eval_every > 0 && step_ % o_.eval_every == 0) {
@@ -705,7 +703,6 @@ int Trainer::train() {
       sample(step_);
 
     const bool profiled = o_.profile && steps_run > 0;
-    if (profiled && profiled_steps == 0) first_profiled = step_ + 1;
     model_->set_profiling(profiled);
     const double t0 = now_s();
     const float loss = train_step(step_);
@@ -725,7 +722,7 @@ int Trainer::train() {
                                " at step " + std::to_string(step_ + 1) + diverged_advice());
     const double dt = now_s() - t0;
     model_->set_profiling(false);
-    if (profiled) t_profiled += dt, profiled_steps++;
+    if (profiled) t_profiled += dt;
     step_++;
     steps_run++;
     t_train += dt;
@@ -822,14 +819,14 @@ int Trainer::train() {
          total_ * steps_run / t_train, flops_per_step * steps_run / t_train / 1e9);
   if (o_.profile && steps_run == 0) {
     RLOG("--profile: no table: this run trained no step\n");
-  } else if (o_.profile && profiled_steps == 0) {
+  } else if (o_.profile && steps_run == 1) {
     RLOG("--profile: no table: it leaves out this run's first step (one-time plan builds and lazy "
          "loads) and no step came after it; run 2 or more steps\n");
   } else if (o_.profile) {
+    const int profiled = steps_run - 1, first = step_ - profiled + 1;  // 1-based step numbers
     RLOG("\nprofile: steady state, steps %d-%d (%d step%s, %.1f ms/step with the per-op "
          "synchronisation); step %d, this run's first, is left out\n",
-         first_profiled, first_profiled + profiled_steps - 1, profiled_steps, profiled_steps == 1 ? "" : "s",
-         t_profiled / profiled_steps * 1e3, first_profiled - 1);
+         first, step_, profiled, profiled == 1 ? "" : "s", t_profiled / profiled * 1e3, first - 1);
     print_profile(model_->profile(), t_profiled,
                   o_.peak_tflops > 0 ? o_.peak_tflops : be_->peak_tflops(), be_->peak_gbps());
   }

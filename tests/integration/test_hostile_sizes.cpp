@@ -56,19 +56,24 @@ class HostileSizes : public BibleShardsSuite {
   }
 };
 
-TEST_F(HostileSizes, SmallRunsFitTheLimit) {
+// ASan reserves terabytes of address space for its shadow, so prlimit --as
+// cannot bound an ASan build: the tests under the limit skip there (the plain
+// build runs them).
 #if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "ASan reserves terabytes of address space for its shadow, so prlimit --as cannot bound an ASan build; the plain build runs this test";
+#define SKIP_UNDER_ASAN() GTEST_SKIP() << "prlimit --as cannot bound an ASan build; the plain build runs this test"
+#else
+#define SKIP_UNDER_ASAN() (void)0
 #endif
+
+TEST_F(HostileSizes, SmallRunsFitTheLimit) {
+  SKIP_UNDER_ASAN();
   // The guard of the tests below: a normal run is not what the limit stops.
   auto r = limited(tiny(2));
   ASSERT_EQ(r.exit_code, 0) << r.output;
 }
 
 TEST_F(HostileSizes, AbsurdLayerFlagsAreRefusedByNameBeforeAllocating) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "ASan reserves terabytes of address space for its shadow, so prlimit --as cannot bound an ASan build; the plain build runs this test";
-#endif
+  SKIP_UNDER_ASAN();
   const double t0 = now_seconds();
   for (const char* layers : {"100000000", "10000000", "2000000000"}) {
     auto r = limited("train --model custom --layers " + std::string(layers) +
@@ -117,9 +122,7 @@ TEST_F(HostileSizes, InRangeModelTooLargeForMemoryIsRefusedWithoutThePerLayerAll
 }
 
 TEST_F(HostileSizes, ConfigJsonSizesAreRefusedByKeyWithTheirBound) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "ASan reserves terabytes of address space for its shadow, so prlimit --as cannot bound an ASan build; the plain build runs this test";
-#endif
+  SKIP_UNDER_ASAN();
   TempDir d;
   const std::string hf = d / "hf";
   make_llama(hf);
