@@ -249,6 +249,11 @@ void GPT::get_logits(float* host) const {
   be_.download_f32(host, a.logits, (size_t)last_B_ * last_T_ * cfg_.padded_vocab);
 }
 
+void GPT::get_losses(float* host) const {
+  Acts a = acts_for(last_B_, last_T_);
+  be_.download_bytes(host, a.losses, (size_t)last_B_ * last_T_ * sizeof(float));
+}
+
 void GPT::get_logits_row(int t, float* host_V) const {
   Acts a = acts_for(last_B_, last_T_);
   const char* row = (const char*)a.logits + (size_t)t * cfg_.padded_vocab * be_.storage_bytes();

@@ -88,6 +88,10 @@ class GPT {
   void get_logits(float* host) const;
   // Logits of position t of row 0, first V columns (for sampling).
   void get_logits_row(int t, float* host_V) const;
+  // Per-position losses of the last forward() with targets: (B,T) floats,
+  // -log softmax(logits)[target] (the classifier's; for evaluation, which
+  // needs each position's log-probability without the (B,T,Vp) logits).
+  void get_losses(float* host) const;
 
   // Exact bytes of backend memory this model allocates (what alloc() is asked
   // for): parameters and gradients (storage dtype), and activations for one
