@@ -13,6 +13,7 @@ int cmd_ckpt(int argc, char** argv);
 int cmd_plan(int argc, char** argv);
 int cmd_report(int argc, char** argv);
 int cmd_sweep(int argc, char** argv);
+int cmd_eval(int argc, char** argv);
 
 // The long option names `ratchet train` accepts (a sweep's hyperparameters must be one).
 std::vector<std::string> train_option_names();

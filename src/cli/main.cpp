@@ -34,6 +34,7 @@ const Subcommand kCommands[] = {
     {"plan", ratchet::cmd_plan, "before a run: compute-optimal size, memory, step time, cost"},
     {"report", ratchet::cmd_report, "after a run: summary of the log and ledger, loss plots"},
     {"sweep", ratchet::cmd_sweep, "budgeted hyperparameter sweeps (ASHA) of preemptible trials"},
+    {"eval", ratchet::cmd_eval, "a model on multiple-choice tasks (HellaSwag) and token shards"},
 };
 
 void usage(FILE* out) {

@@ -286,7 +286,9 @@ std::map<std::string, std::string> Trainer::settings() const {
           {"steps", std::to_string(o_.steps)},
           {"batch_size", std::to_string(B_)},
           {"eval_every", std::to_string(o_.eval_every)},
-          {"val_data", o_.val_data}};
+          {"val_data", o_.val_data},
+          // The shards' tokenizer: `ratchet eval` on this checkpoint tokenizes with it.
+          {"tokenizer", train_ds_->tokenizer()}};
   // Whether the run is bitwise reproducible (train/reproducibility.h).
   for (auto& kv : reproducibility_settings(be_->attention_impl(), o_.deterministic)) s.insert(kv);
   return s;

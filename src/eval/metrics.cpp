@@ -1,0 +1,68 @@
+// Evaluation metric names and JSON (eval/evaluator.h): one spelling for
+// `ratchet eval --json`, the training log and sweep objectives.
+#include <cctype>
+
+#include "core/error.h"
+#include "eval/evaluator.h"
+
+namespace ratchet {
+
+std::pair<std::string, std::string> parse_named_path(const std::string& flag, const std::string& s) {
+  const size_t eq = s.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+    fail(flag, " '", s, "' must be NAME=PATH (e.g. ", flag, " hellaswag=hellaswag_val.jsonl)");
+  const std::string name = s.substr(0, eq), path = s.substr(eq + 1);
+  for (char c : name)
+    if (std::isspace((unsigned char)c) || c == '/' || c == '"' || c == '\\' || (unsigned char)c < 32)
+      fail(flag, " '", s, "': the name '", name,
+           "' may not hold '/', '\\', '\"' or whitespace (it becomes a metric name)");
+  return {name, path};
+}
+
+std::vector<std::pair<std::string, double>> mc_metrics(const std::string& task, const McScores& s) {
+  return {{task + "/acc", s.acc},
+          {task + "/acc_se", s.acc_se},
+          {task + "/acc_norm", s.acc_norm},
+          {task + "/acc_norm_se", s.acc_norm_se},
+          {task + "/acc_token_mean", s.acc_token_mean},
+          {task + "/acc_token_mean_se", s.acc_token_mean_se},
+          {task + "/n", (double)s.n}};
+}
+
+std::vector<std::pair<std::string, double>> data_metrics(const std::string& name,
+                                                         const DataScores& s) {
+  return {{"data/" + name + "/loss", s.loss},
+          {"data/" + name + "/ppl", s.ppl},
+          {"data/" + name + "/tokens", (double)s.tokens}};
+}
+
+void append_metrics(OrderedJson& out, const std::string& task, const McScores& s) {
+  for (const auto& [k, v] : mc_metrics(task, s)) out[k] = json_number(v);
+}
+
+void append_metrics(OrderedJson& out, const std::string& name, const DataScores& s) {
+  for (const auto& [k, v] : data_metrics(name, s)) out[k] = json_number(v);
+}
+
+OrderedJson to_json(const McScores& s) {
+  OrderedJson j;
+  j["acc"] = json_number(s.acc);
+  j["acc_se"] = json_number(s.acc_se);
+  j["acc_norm"] = json_number(s.acc_norm);
+  j["acc_norm_se"] = json_number(s.acc_norm_se);
+  j["acc_token_mean"] = json_number(s.acc_token_mean);
+  j["acc_token_mean_se"] = json_number(s.acc_token_mean_se);
+  j["n"] = s.n;
+  j["truncated"] = s.truncated;
+  return j;
+}
+
+OrderedJson to_json(const DataScores& s) {
+  OrderedJson j;
+  j["loss"] = json_number(s.loss);
+  j["ppl"] = json_number(s.ppl);
+  j["tokens"] = s.tokens;
+  return j;
+}
+
+}  // namespace ratchet
