@@ -9,5 +9,6 @@ int cmd_shard(int argc, char** argv);    // data_tools/cmd_shard.cpp
 int cmd_inspect(int argc, char** argv);  // data_tools/cmd_inspect.cpp
 int cmd_verify(int argc, char** argv);   // data_tools/cmd_verify.cpp
 int cmd_convert(int argc, char** argv);  // data_tools/cmd_convert.cpp
+int cmd_tokenize(int argc, char** argv);  // data_tools/cmd_tokenize.cpp
 
 }  // namespace ratchet

@@ -30,6 +30,7 @@ const Subcommand kCommands[] = {
     {"inspect", ratchet::cmd_inspect, "summarize token shards; --decode prints their text"},
     {"verify", ratchet::cmd_verify, "check token shards: schema, ids, offsets, every chunk"},
     {"convert", ratchet::cmd_convert, "llm.c token files <-> HDF5 token shards"},
+    {"tokenize", ratchet::cmd_tokenize, "print the ids and pieces a tokenizer gives a text"},
     {"ckpt", ratchet::cmd_ckpt, "list, inspect, verify, prune or export checkpoints"},
     {"plan", ratchet::cmd_plan, "before a run: compute-optimal size, memory, step time, cost"},
     {"report", ratchet::cmd_report, "after a run: summary of the log and ledger, loss plots"},

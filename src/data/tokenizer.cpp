@@ -3,6 +3,9 @@
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
 #include "data/gpt2_tokenizer.h"
+#include "data/hf_tokenizer.h"
+
+#include <sys/stat.h>
 
 namespace ratchet {
 
@@ -15,8 +18,12 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::st
     std::string merges = files.merges.empty() ? dir + "/vocab.bpe" : files.merges;
     return std::make_unique<Gpt2Tokenizer>(vocab, merges);
   }
+  // Anything else that exists is a tokenizer.json or a directory holding one.
+  struct stat st;
+  if (::stat(name.c_str(), &st) == 0) return HfTokenizer::load(name);
   fail("unknown ", flag, " '", name, "': the known tokenizers are: ", ByteTokenizer::kName, ", ",
-       Gpt2Tokenizer::kName);
+       Gpt2Tokenizer::kName, ", or the path of a Hugging Face tokenizer.json (or of a model "
+       "directory holding one); no such file or directory");
 }
 
 }  // namespace ratchet

@@ -27,7 +27,8 @@ struct TokenizerFiles {
   std::string merges;  // --merges: vocab.bpe
 };
 
-// "byte" -> ByteTokenizer, "gpt2" -> Gpt2Tokenizer (from `files`). Throws
+// "byte" -> ByteTokenizer, "gpt2" -> Gpt2Tokenizer (from `files`), an
+// existing path -> HfTokenizer (a tokenizer.json or a directory with one). Throws
 // Error naming `flag` and the value on an unknown name, listing the known
 // ones, or naming the vocabulary file that cannot be loaded.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name,

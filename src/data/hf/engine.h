@@ -1,0 +1,160 @@
+// The loaded tokenizer.json pipeline behind HfTokenizer (data/hf_tokenizer.h):
+// one struct per component kind, each with the Rust library's semantics.
+// Sequences are flattened into vectors (a Sequence applies its members in
+// order to every split, which is what a flat list does).
+//   normalizers.cpp     Normalizer  (NFC, NFKC, NFD, NFKD, Replace, Prepend, Strip, Lowercase)
+//   pre_tokenizers.cpp  PreTokenizer (Split, ByteLevel, Metaspace, Digits)
+//   bpe_model.cpp       BpeModel    (BPE: byte_fallback, ignore_merges, fuse_unk, unk)
+//   decoders.cpp        Decoder     (ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace)
+//   added_tokens.cpp    AddedTokens (leftmost-longest matching of added tokens)
+//   load.cpp            tokenizer.json -> Engine, with refusals naming the JSON path
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "data/bpe_merge.h"
+#include "data/hf/regex.h"
+
+namespace ratchet::hf {
+
+// A literal string or a regex (the {"String": ...} / {"Regex": ...} patterns).
+struct Pattern {
+  std::string literal;           // used when regex is null
+  std::unique_ptr<Regex> regex;  // PCRE2
+  // [start, end) of the non-overlapping matches in `s` (escaped text).
+  void find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const;
+};
+
+struct Normalizer {
+  enum Kind { kNFC, kNFKC, kNFD, kNFKD, kReplace, kPrepend, kStrip, kLowercase } kind;
+  Pattern pattern;      // Replace
+  std::string content;  // Replace: the replacement; Prepend: the prefix
+  bool strip_left = false, strip_right = false;  // Strip
+};
+void normalize(const std::vector<Normalizer>& norms, std::string& s);
+
+// A piece of text between stages; `origin` marks the piece that starts at
+// offset 0 of the original text (Metaspace's prepend_scheme "first").
+struct Piece {
+  std::string_view s;
+  bool origin;
+};
+
+struct PreTokenizer {
+  enum Kind { kSplit, kByteLevel, kMetaspace, kDigits } kind;
+  // Split
+  Pattern pattern;
+  enum Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+  Behavior behavior = kIsolated;
+  bool invert = false;
+  bool gpt2_fast = false;  // Split/ByteLevel regex is GPT-2's: the hand-written splitter
+  // ByteLevel
+  bool add_prefix_space = false, use_regex = false;
+  // Metaspace
+  std::string replacement;
+  enum Prepend { kAlways, kFirst, kNever } prepend = kAlways;
+  bool split = true;
+  // Digits
+  bool individual_digits = false;
+};
+
+// Runs the pre-tokenizers over one normalized segment. Pieces point into
+// `segment` or into strings held by `arena`. When the last pre-tokenizer is
+// ByteLevel, the pieces are raw bytes (escapes turned back into their byte).
+void pre_tokenize(const std::vector<PreTokenizer>& pts, std::string_view segment, bool origin,
+                  std::vector<std::unique_ptr<std::string>>& arena, std::vector<Piece>* out);
+
+struct BpeModel {
+  std::vector<std::string> token_of;            // id -> token string ("" if unused)
+  std::unordered_map<std::string, uint32_t> id_of;
+  BpeMergeTable merges;
+  size_t num_merges = 0;
+  bool byte_level = false;  // pieces are raw bytes, symbols via byte_id
+  uint32_t byte_id[256];    // byte_level: byte -> the id of its 1-char token (kNone if none)
+  std::string byte_char[256];  // byte_level: the byte's 1-char spelling
+  std::unordered_map<std::string, uint32_t> raw_id_of;  // byte_level: raw bytes -> id (ignore_merges)
+  bool byte_fallback = false, ignore_merges = false, fuse_unk = false;
+  uint32_t fallback_id[256];  // <0xXX> -> id (kNone if absent)
+  int64_t unk = -1;
+  static constexpr uint32_t kNone = 0xFFFFFFFFu;
+  // Appends the ids of one piece.
+  void tokenize(std::string_view piece, std::vector<uint32_t>& out) const;
+};
+
+struct Decoder {
+  enum Kind { kByteLevel, kMetaspace, kByteFallback, kFuse, kStrip, kReplace } kind;
+  Pattern pattern;       // Replace
+  std::string content;   // Replace: replacement; Strip: the char
+  uint32_t strip_char = 0;
+  size_t start = 0, stop = 0;  // Strip
+  std::string replacement;     // Metaspace
+  bool prepend = true;         // Metaspace: prepend_scheme != never
+};
+void decode_chain(const std::vector<Decoder>& decs, std::vector<std::string>& tokens);
+
+struct AddedToken {
+  std::string content;
+  uint32_t id;
+  bool special, normalized;
+};
+// Leftmost-longest matching over a byte trie (the Rust library uses
+// aho-corasick with LeftmostLongest over all added tokens, then drops the
+// special matches when special tokens are encoded as text).
+class AddedTokens {
+ public:
+  // The tokens whose `normalized` flag is `normalized`; `tokens` must outlive this.
+  void build(const std::vector<AddedToken>& tokens, bool normalized);
+  bool empty() const { return nodes_.size() <= 1; }
+  // The leftmost-longest match at or after `from`, false when none.
+  bool find(std::string_view s, size_t from, size_t* start, size_t* end,
+            const AddedToken** tok) const;
+
+ private:
+  struct Node {
+    std::vector<std::pair<unsigned char, uint32_t>> next;  // sorted by byte
+    int64_t token = -1;                                   // index in *tokens_
+  };
+  std::vector<Node> nodes_;
+  bool first_[256] = {};
+  const std::vector<AddedToken>* tokens_ = nullptr;
+};
+
+struct Engine {
+  std::string path;    // tokenizer.json ("" for GPT-2's files)
+  std::string name;
+  std::string sha256;
+  std::vector<Normalizer> normalizers;
+  std::vector<PreTokenizer> pre_tokenizers;
+  BpeModel model;
+  std::vector<Decoder> decoders;
+  bool has_decoder = false;
+  std::vector<AddedToken> added;
+  std::unordered_map<uint32_t, size_t> added_index;  // id -> index in `added`
+  AddedTokens raw_added, norm_added;  // matched in the raw / the normalized text
+  int vocab_size = 0;
+  int bos = -1, eos = -1;
+  bool adds_bos = false, adds_eos = false;
+  uint64_t instance = 0;  // tells this engine's per-thread cache from others'
+
+  std::vector<uint32_t> encode(const std::string& text, bool parse_special) const;
+  std::string token_string(uint32_t id) const;  // "" when none
+};
+
+// GPT-2's pre-tokenizer regex (ByteLevel's use_regex); data/gpt2_pretokenize.h
+// is its hand-written fast path.
+const char* gpt2_regex();
+// False when $RATCHET_HF_NO_FAST_PATH is set (not "0"): every regex then runs
+// in PCRE2 (tests and benchmarks compare the two; the ids are the same).
+bool fast_paths_enabled();
+// Fills the derived tables (vocab size, added-token tries, byte-level model).
+void finish(Engine& e);
+
+// tokenizer.json (+ tokenizer_config.json beside it) -> Engine.
+std::unique_ptr<Engine> load_engine(const std::string& path);
+std::unique_ptr<Engine> gpt2_engine(const std::string& encoder_json, const std::string& vocab_bpe);
+
+}  // namespace ratchet::hf

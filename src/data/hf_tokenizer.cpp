@@ -1,0 +1,169 @@
+#include "data/hf_tokenizer.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+#include "data/hf/engine.h"
+#include "data/hf/text.h"
+
+namespace ratchet {
+namespace hf {
+
+std::string Engine::token_string(uint32_t id) const {
+  auto it = added_index.find(id);
+  if (it != added_index.end()) return added[it->second].content;
+  return id < model.token_of.size() ? model.token_of[id] : std::string();
+}
+
+std::vector<uint32_t> Engine::encode(const std::string& input, bool parse_special) const {
+  struct Cache {
+    uint64_t owner = 0;
+    std::unordered_map<std::string, std::vector<uint32_t>> pieces;
+  };
+  thread_local Cache cache;
+  if (cache.owner != instance) {
+    cache.pieces.clear();
+    cache.owner = instance;
+  }
+  std::string escaped;
+  const std::string_view text = escape_invalid(input, &escaped) ? std::string_view(escaped)
+                                                                : std::string_view(input);
+  std::vector<uint32_t> out;
+  out.reserve(text.size() / 3 + 1);
+  std::vector<std::unique_ptr<std::string>> arena;
+  std::vector<Piece> pieces;
+  std::string key;
+
+  auto model_piece = [&](std::string_view p) {
+    if (p.size() == 1 && model.byte_level && model.byte_id[(unsigned char)p[0]] != BpeModel::kNone) {
+      out.push_back(model.byte_id[(unsigned char)p[0]]);
+      return;
+    }
+    key.assign(p.data(), p.size());
+    auto it = cache.pieces.find(key);
+    if (it != cache.pieces.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+    size_t before = out.size();
+    model.tokenize(p, out);
+    if (cache.pieces.size() > (1u << 18)) cache.pieces.clear();  // bound the memory
+    cache.pieces.emplace(key, std::vector<uint32_t>(out.begin() + before, out.end()));
+  };
+  auto pre_and_model = [&](std::string_view seg, bool origin) {
+    arena.clear();
+    pre_tokenize(pre_tokenizers, seg, origin, arena, &pieces);
+    for (const Piece& p : pieces) model_piece(p.s);
+  };
+  // Cuts `s` at the added tokens of `trie`, passing the text between them to `f`.
+  auto cut = [&](const AddedTokens& trie, std::string_view s, bool origin, auto&& f) {
+    size_t from = 0, seg = 0, a, b;
+    const AddedToken* tok;
+    while (!trie.empty() && trie.find(s, from, &a, &b, &tok)) {
+      from = b;
+      if (tok->special && !parse_special) continue;  // its spelling stays text
+      if (a > seg) f(s.substr(seg, a - seg), origin && seg == 0);
+      out.push_back(tok->id);
+      seg = b;
+    }
+    if (s.size() > seg) f(s.substr(seg), origin && seg == 0);
+  };
+  cut(raw_added, text, true, [&](std::string_view seg, bool origin) {
+    if (normalizers.empty()) {
+      cut(norm_added, seg, origin, pre_and_model);
+      return;
+    }
+    std::string n(seg);
+    normalize(normalizers, n);
+    cut(norm_added, n, origin, pre_and_model);
+  });
+  return out;
+}
+
+}  // namespace hf
+
+HfTokenizer::HfTokenizer() = default;
+HfTokenizer::~HfTokenizer() = default;
+
+std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& path) {
+  std::unique_ptr<HfTokenizer> t(new HfTokenizer());
+  t->e_ = hf::load_engine(path);
+  return t;
+}
+
+std::unique_ptr<HfTokenizer> HfTokenizer::from_gpt2_files(const std::string& encoder_json,
+                                                          const std::string& vocab_bpe) {
+  std::unique_ptr<HfTokenizer> t(new HfTokenizer());
+  t->e_ = hf::gpt2_engine(encoder_json, vocab_bpe);
+  return t;
+}
+
+std::string HfTokenizer::name() const { return e_->name; }
+int HfTokenizer::vocab_size() const { return e_->vocab_size; }
+int HfTokenizer::eot_token() const { return e_->eos; }
+int HfTokenizer::bos_id() const { return e_->bos; }
+int HfTokenizer::eos_id() const { return e_->eos; }
+bool HfTokenizer::adds_bos() const { return e_->adds_bos; }
+bool HfTokenizer::adds_eos() const { return e_->adds_eos; }
+std::string HfTokenizer::sha256() const { return e_->sha256; }
+const std::string& HfTokenizer::json_path() const { return e_->path; }
+
+std::vector<uint32_t> HfTokenizer::encode(const std::string& text) const {
+  return e_->encode(text, false);
+}
+std::vector<uint32_t> HfTokenizer::encode(const std::string& text, bool parse_special) const {
+  return e_->encode(text, parse_special);
+}
+
+std::string HfTokenizer::decode(const std::vector<uint32_t>& ids) const {
+  // Runs of known ids go through the decoders; an unknown id prints as
+  // "<|id=N|>" between them (a model whose padded vocab is larger may sample one).
+  std::string out;
+  std::vector<std::string> tokens;
+  auto flush = [&] {
+    if (tokens.empty()) return;
+    if (e_->has_decoder) {
+      hf::decode_chain(e_->decoders, tokens);
+      for (const std::string& t : tokens) out += t;
+    } else {  // the Rust library joins with spaces when there is no decoder
+      for (size_t i = 0; i < tokens.size(); i++) out += (i ? " " : "") + tokens[i];
+    }
+    tokens.clear();
+  };
+  for (uint32_t id : ids) {
+    std::string t = e_->token_string(id);
+    if (t.empty()) {
+      flush();
+      out += "<|id=" + std::to_string(id) + "|>";
+    } else {
+      tokens.push_back(std::move(t));
+    }
+  }
+  flush();
+  return out;
+}
+
+std::vector<std::string> HfTokenizer::pieces(const std::vector<uint32_t>& ids) const {
+  std::vector<std::string> r;
+  r.reserve(ids.size());
+  for (uint32_t id : ids) {
+    std::string t = e_->token_string(id);
+    r.push_back(t.empty() ? "<|id=" + std::to_string(id) + "|>" : t);
+  }
+  return r;
+}
+
+int HfTokenizer::token_to_id(const std::string& token) const {
+  for (const hf::AddedToken& a : e_->added)
+    if (a.content == token) return (int)a.id;
+  auto it = e_->model.id_of.find(token);
+  return it == e_->model.id_of.end() ? -1 : (int)it->second;
+}
+
+std::string default_hf_tokenizers_dir() {
+  const char* env = std::getenv("RATCHET_HF_TOKENIZERS_DIR");
+  if (env && *env) return env;
+  return "/usr/local/share/ratchet/hf-tokenizers";
+}
+
+}  // namespace ratchet
