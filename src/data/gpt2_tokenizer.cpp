@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "data/bpe_merge.h"
 #include "data/byte_tokenizer.h"
 #include "data/gpt2_pretokenize.h"
 
@@ -156,8 +157,9 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json, const std::string&
       fail("GPT-2 merges (--merges) ", vocab_bpe, " line ", line_no, " ('", line,
            "') names a token that is not in ", encoder_json,
            ": the two files do not belong together");
-    uint64_t key = (uint64_t)a->second << 32 | b->second;
-    merges_.emplace(key, (uint64_t)num_merges_ << 32 | m->second);  // first (lowest) rank wins
+    uint32_t have_rank, have_merged;
+    if (!merges_.lookup(a->second, b->second, &have_rank, &have_merged))  // first (lowest) rank wins
+      merges_.add(a->second, b->second, (uint32_t)num_merges_, m->second);
     num_merges_++;
   }
   if (num_merges_ == 0)
@@ -169,34 +171,10 @@ const std::string& Gpt2Tokenizer::token_bytes(uint32_t id) const {
   return id < bytes_of_.size() ? bytes_of_[id] : empty;
 }
 
-void Gpt2Tokenizer::bpe(const std::string& piece, std::vector<uint32_t>& out) const {
+void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<uint32_t>& out) const {
   std::vector<uint32_t> w(piece.size());
   for (size_t i = 0; i < piece.size(); i++) w[i] = byte_token_[(unsigned char)piece[i]];
-  while (w.size() > 1) {
-    // The lowest-ranked pair present...
-    uint64_t best = UINT64_MAX;
-    for (size_t i = 0; i + 1 < w.size(); i++) {
-      auto it = merges_.find((uint64_t)w[i] << 32 | w[i + 1]);
-      if (it != merges_.end() && it->second < best) best = it->second;
-    }
-    if (best == UINT64_MAX) break;
-    // ...merged at every occurrence, left to right.
-    const uint32_t merged = (uint32_t)best;
-    const uint64_t rank = best >> 32;
-    size_t o = 0;
-    for (size_t i = 0; i < w.size();) {
-      if (i + 1 < w.size()) {
-        auto it = merges_.find((uint64_t)w[i] << 32 | w[i + 1]);
-        if (it != merges_.end() && (it->second >> 32) == rank) {
-          w[o++] = merged;
-          i += 2;
-          continue;
-        }
-      }
-      w[o++] = w[i++];
-    }
-    w.resize(o);
-  }
+  bpe_merge(w, merges_);
   out.insert(out.end(), w.begin(), w.end());
 }
 
@@ -215,6 +193,10 @@ std::vector<uint32_t> Gpt2Tokenizer::encode(const std::string& text) const {
   for (std::string_view piece : gpt2_pretokenize(text)) {
     if (piece.size() == 1) {
       out.push_back(byte_token_[(unsigned char)piece[0]]);
+      continue;
+    }
+    if (piece.size() > kMaxCachedPiece) {  // rare, and caching it would hold its bytes twice
+      bpe(piece, out);
       continue;
     }
     std::string key(piece);

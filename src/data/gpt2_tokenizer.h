@@ -15,9 +15,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "data/bpe_merge.h"
 #include "data/tokenizer.h"
 
 namespace ratchet {
@@ -48,15 +50,17 @@ class Gpt2Tokenizer final : public Tokenizer {
   const std::string& merges_path() const { return merges_path_; }
 
  private:
-  void bpe(const std::string& piece, std::vector<uint32_t>& out) const;
+  void bpe(std::string_view piece, std::vector<uint32_t>& out) const;
+  // Longer pieces skip the per-thread cache (base64 blobs, minified code:
+  // seldom repeated, and a few of them would hold megabytes there).
+  static constexpr size_t kMaxCachedPiece = 256;
 
   std::string encoder_path_, merges_path_;
   int vocab_size_ = 0, eot_ = -1;
   size_t num_merges_ = 0;
   std::vector<std::string> bytes_of_;  // id -> raw bytes
   uint32_t byte_token_[256];           // byte -> its single-byte token
-  // (left id << 32 | right id) -> (rank << 32 | merged id)
-  std::unordered_map<uint64_t, uint64_t> merges_;
+  BpeMergeTable merges_;
   uint64_t instance_;  // tells this object's per-thread cache from others'
 };
 
