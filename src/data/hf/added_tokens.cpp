@@ -11,10 +11,11 @@ void AddedTokens::build(const std::vector<AddedToken>& tokens, bool normalized) 
   tokens_ = &tokens;
   for (size_t t = 0; t < tokens.size(); t++) {
     const AddedToken& tok = tokens[t];
-    if (tok.normalized != normalized || tok.content.empty()) continue;
-    first_[(unsigned char)tok.content[0]] = true;
+    const std::string& pat = tok.match.empty() ? tok.content : tok.match;
+    if (tok.normalized != normalized || pat.empty()) continue;
+    first_[(unsigned char)pat[0]] = true;
     uint32_t n = 0;
-    for (unsigned char c : tok.content) {
+    for (unsigned char c : pat) {
       auto& nx = nodes_[n].next;
       auto it = std::lower_bound(nx.begin(), nx.end(), std::make_pair(c, (uint32_t)0));
       if (it != nx.end() && it->first == c) {

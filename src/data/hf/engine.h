@@ -100,6 +100,9 @@ struct AddedToken {
   std::string content;
   uint32_t id;
   bool special, normalized;
+  // What is matched: the content, or for a normalized token the content put
+  // through the normalizers (as the Rust library builds its normalized trie).
+  std::string match;
 };
 // Leftmost-longest matching over a byte trie (the Rust library uses
 // aho-corasick with LeftmostLongest over all added tokens, then drops the

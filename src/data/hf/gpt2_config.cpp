@@ -61,7 +61,7 @@ std::unique_ptr<Engine> gpt2_engine(const std::string& encoder_json, const std::
   }
   auto eot = m.id_of.find(kEot);
   if (eot == m.id_of.end()) fail(V, " has no \"", kEot, "\" entry; pass GPT-2's encoder.json");
-  e->added.push_back({kEot, eot->second, true, false});
+  e->added.push_back({kEot, eot->second, true, false, kEot});
   e->eos = (int)eot->second;
   std::fill(m.fallback_id, m.fallback_id + 256, BpeModel::kNone);
 

@@ -443,6 +443,10 @@ void finish(Engine& e) {
     e.added_index[e.added[i].id] = i;
   }
   e.vocab_size = (int)(max_id + 1);
+  for (AddedToken& a : e.added) {
+    a.match = a.content;
+    if (a.normalized) normalize(e.normalizers, a.match);
+  }
   e.raw_added.build(e.added, false);
   e.norm_added.build(e.added, true);
   if (!e.pre_tokenizers.empty() && e.pre_tokenizers.back().kind == PreTokenizer::kByteLevel)
@@ -549,6 +553,23 @@ std::unique_ptr<Engine> load_engine(const std::string& arg) {
       for (const char* k : {"single_word", "lstrip", "rstrip"})
         if (c.boolean(t, p, k, false))
           c.bad(p + "/" + k, std::string(k) + " = true is not supported");
+      // The id the Rust library gives the token (it ignores the file's id and
+      // only warns): its vocabulary id, else the next one after the vocabulary
+      // and the added tokens so far. A file that disagrees is refused.
+      int64_t expect;
+      auto in_vocab = e->model.id_of.find(a.content);
+      if (in_vocab != e->model.id_of.end()) {
+        expect = in_vocab->second;
+      } else {
+        expect = (int64_t)e->model.id_of.size();
+        for (const AddedToken& prev : e->added)
+          if (prev.id >= e->model.id_of.size()) expect = std::max<int64_t>(expect, prev.id + 1);
+      }
+      if (a.id != expect)
+        c.bad(p + "/id", "token \"" + a.content + "\" has id " + std::to_string(a.id) +
+                             " but the Hugging Face library would give it id " +
+                             std::to_string(expect) + " (its vocabulary id, or the next free id "
+                             "after the vocabulary): fix the file");
       a.special = c.boolean(t, p, "special", false);
       a.normalized = c.boolean(t, p, "normalized", !a.special);
       e->added.push_back(std::move(a));
