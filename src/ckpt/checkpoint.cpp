@@ -220,6 +220,12 @@ void write_checkpoint_files(const std::string& dir, const Checkpoint& ck) {
     put_i64(f, "adam_t", m.adam_t, ctx);
     put_u64(f, "loader_epoch", m.cursor.epoch, ctx);
     put_u64(f, "loader_position", m.cursor.position, ctx);
+    // A mixture's rows per source (data/mixture.h), "k0,k1,..."; absent for one source.
+    if (!m.cursor.source_rows.empty()) {
+      std::string rows;
+      for (uint64_t k : m.cursor.source_rows) rows += (rows.empty() ? "" : ",") + std::to_string(k);
+      put_str(f, "loader_source_rows", rows, ctx);
+    }
     put_f64(f, "best_val_loss", m.best_val_loss, ctx);
     put_i64(f, "best_step", m.best_step, ctx);
     put_i64(f, "num_layers", m.model.num_layers, ctx);
@@ -403,6 +409,18 @@ CheckpointMeta read_checkpoint_meta(const std::string& dir) {
   m.adam_t = get_int(f, "adam_t", ctx);
   m.cursor.epoch = get_u64(f, "loader_epoch", ctx);
   m.cursor.position = get_u64(f, "loader_position", ctx);
+  if (auto rows = h5_string_attr(f, "loader_source_rows", ctx, "")) {
+    std::istringstream in(*rows);
+    std::string k;
+    while (std::getline(in, k, ',')) {
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long v = std::strtoull(k.c_str(), &end, 10);
+      if (k.empty() || *end != '\0' || errno || k[0] == '-')
+        fail(ctx, ": loader_source_rows '", *rows, "' is not a list of row counts");
+      m.cursor.source_rows.push_back(v);
+    }
+  }
   m.best_val_loss = get_f64(f, "best_val_loss", ctx);
   m.best_step = get_i64(f, "best_step", ctx);
   m.model.num_layers = get_int(f, "num_layers", ctx);

@@ -6,7 +6,8 @@
 //     state.h5       HDF5: /params, /adam_m, /adam_v (FP32, (P)), each with a
 //                    `crc32` attribute over its bytes; root attributes:
 //                    format = "ratchet-checkpoint", format_version, step,
-//                    adam_t, loader_epoch, loader_position, best_val_loss,
+//                    adam_t, loader_epoch, loader_position (and, for a
+//                    mixture of sources, loader_source_rows), best_val_loss,
 //                    best_step, the model shape, and `run_identity` /
 //                    `run_settings` (INI text of the options, for resume checks)
 //                    and `counters` (INI text of named numbers: the ledger).

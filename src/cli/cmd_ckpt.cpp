@@ -103,6 +103,11 @@ int do_inspect(const std::string& path) {
   std::printf("  adam step        %d\n", m.adam_t);
   std::printf("  data cursor      epoch %llu, position %llu\n", (unsigned long long)m.cursor.epoch,
               (unsigned long long)m.cursor.position);
+  if (!m.cursor.source_rows.empty()) {  // a mixture: rows drawn per --train-data source, in order
+    std::printf("  rows per source ");
+    for (uint64_t k : m.cursor.source_rows) std::printf(" %llu", (unsigned long long)k);
+    std::printf("\n");
+  }
   if (std::isfinite(m.best_val_loss))
     std::printf("  best val loss    %.4f at step %lld\n", m.best_val_loss, (long long)m.best_step);
   std::printf("  identity (must match to resume):\n");

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/options_util.h"
 #include "core/error.h"
+#include "data/mixture.h"
 #include "train/trainer.h"
 
 namespace po = boost::program_options;
@@ -40,6 +41,11 @@ const char* kExamples = R"(examples:
   mpirun -np 4 ratchet train --config run.ini --batch-size 4 --seq-len 64 \
       --total-batch-tokens 2048 --zero 1      # or: srun -n 4 --mpi=pmix ratchet train ...
 
+  # a weighted mixture: 70% of the rows from web, 30% from books (in run.ini: two
+  # 'train-data = ...' lines); stop when a source has no unseen window left
+  ratchet train --config run.ini --train-data 'web/*.h5:0.7' --train-data 'books/*.h5:0.3' \
+      --on-source-exhausted stop
+
   # preemptible: save every 200 steps and on SIGUSR1/SIGTERM, resume by rerunning
   ratchet train --config run.ini --ckpt-dir ckpt/ --ckpt-every-steps 200
 
@@ -47,7 +53,13 @@ const char* kExamples = R"(examples:
   ratchet train --config run.ini --run-dir runs/a --price-per-device-hour 2.5 \
       --max-cost 40 --eval-every 200 --early-stop-patience 5
 
-exit codes: 0 done (or stopped early by --early-stop-patience); 1 failed run; 2 bad input;
+  # HellaSwag and a held-out set scored at each evaluation; stop on HellaSwag accuracy
+  ratchet train --config run.ini --run-dir runs/b --eval-every 200 \
+      --eval-task hellaswag=hellaswag_val.jsonl --eval-data books='books/val_*.h5' \
+      --early-stop-metric hellaswag/acc_norm --early-stop-patience 5
+
+exit codes: 0 done (or stopped early by --early-stop-patience, or by --on-source-exhausted
+stop); 1 failed run; 2 bad input;
 75 stopped early and saved (signal or time limit): run the same command again to resume
 (slurm/train.sbatch requeues); 76 a budget was reached and saved: do not requeue
 )";
@@ -79,12 +91,21 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "start from a checkpoint, which sets the model (a model flag above given with it must agree): "
      "an llm.c GPT-2 .bin, or a "
      "Hugging Face Llama directory (config.json + model.safetensors or shards with "
-     "model.safetensors.index.json) or FILE.safetensors with config.json beside it")
+     "model.safetensors.index.json) or FILE.safetensors with config.json beside it; its "
+     "tokenizer.json, if any, must be the one the shards were made with")
+    ("allow-tokenizer-mismatch", po::bool_switch(&o.allow_tokenizer_mismatch),
+     "train although --init-from's tokenizer.json is not the shards' (its digest differs)")
     ("seed", po::value(&o.seed)->default_value(o.seed), "random init and data order seed");
 
   po::options_description data("data and batch");
   data.add_options()
-    ("train-data", po::value(&o.train_data), "glob of training shards (from `ratchet shard`)")
+    ("train-data", po::value(&o.train_data_specs),
+     "GLOB[:WEIGHT] of training shards (from `ratchet shard`); repeat it for a weighted mixture "
+     "('web/*.h5:0.7' and 'books/*.h5:0.3'; only a trailing :NUMBER is a weight; in an INI "
+     "file, one 'train-data = ...' line per source)")
+    ("on-source-exhausted", po::value(&o.on_source_exhausted)->default_value(o.on_source_exhausted),
+     "when a --train-data source has drawn every window of its epoch: wrap (its next epoch, "
+     "reshuffled) or stop (save, final evaluation and --export, exit 0, naming the source)")
     ("val-data", po::value(&o.val_data), "glob of validation shards")
     ("no-shuffle", po::bool_switch(), "read training windows in order instead of shuffled")
     ("batch-size,B", po::value(&batch)->default_value(std::to_string(o.batch_size)),
@@ -126,7 +147,16 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("eval-every", po::value(&o.eval_every)->default_value(o.eval_every),
      "validate every N steps (0: only at the end)")
     ("eval-batches", po::value(&o.eval_batches)->default_value(o.eval_batches),
-     "validation batches per evaluation")
+     "validation batches per evaluation (also per --eval-data set)")
+    ("eval-task", po::value(&o.eval_tasks)->composing(),
+     "NAME=FILE: a multiple-choice task (HellaSwag jsonl, llm.c's hellaswag .bin, or jsonl of "
+     "context/choices/label) scored at each evaluation; logs NAME/acc, NAME/acc_norm, "
+     "NAME/acc_token_mean (repeatable)")
+    ("eval-data", po::value(&o.eval_data)->composing(),
+     "NAME=GLOB: shards whose mean loss is logged at each evaluation as data/NAME/loss and "
+     "data/NAME/ppl (repeatable)")
+    ("eval-task-examples", po::value(&o.eval_task_examples)->default_value(o.eval_task_examples),
+     "score the first N examples of each --eval-task (0: all)")
     ("sample-every", po::value(&o.sample_every)->default_value(o.sample_every),
      "print a generated sample every N steps (0: only at the end)")
     ("sample-tokens", po::value(&o.sample_tokens)->default_value(o.sample_tokens),
@@ -167,7 +197,8 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("export", po::value(&o.export_path), "write an llm.c fp32 GPT-2 checkpoint at the end")
     ("export-hf", po::value(&o.export_hf),
      "write a Hugging Face Llama checkpoint (config.json + model.safetensors) into this directory "
-     "at the end (and on a budget or early stop)")
+     "at the end (and on a budget or early stop), with the shards' tokenizer files "
+     "(tokenizer.json, tokenizer_config.json) when they came from a tokenizer.json")
     ("export-dtype", po::value(&o.export_dtype)->default_value(o.export_dtype),
      "--export-hf tensors: f32 (exact) or bf16 (half the size)")
     ("overwrite", po::bool_switch(&o.overwrite), "--export-hf may replace an earlier export's files")
@@ -221,6 +252,11 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "checkpoint is kept")
     ("early-stop-min-delta", po::value(&o.early_stop_min_delta),
      "an improvement must be larger than this")
+    ("early-stop-metric", po::value(&o.early_stop_metric)->default_value(o.early_stop_metric),
+     "what early stopping and the best checkpoint follow: val_loss, an --eval-task's "
+     "NAME/acc_norm (or acc, acc_token_mean), an --eval-data's data/NAME/loss")
+    ("early-stop-direction", po::value(&o.early_stop_direction),
+     "min | max (default: the metric's own: losses min, accuracies max)")
     ("tag", po::value(&o.tags)->composing(),
      "key=value label written into the ledger for cost attribution (repeatable; "
      "`ratchet report DIR` sums spend per tag over a directory of runs)");
@@ -327,6 +363,9 @@ int cmd_train(int argc, char** argv) {
          "--ckpt-every-minutes M for fixed intervals)");
   o.ckpt_every_auto = ckpt_every == "auto";
   o.shuffle = !vm["no-shuffle"].as<bool>();
+  if (!o.train_data_specs.empty())  // weights, duplicates checked; the text identity and logs use
+    o.train_data = sources_text(parse_source_specs(o.train_data_specs, "--train-data"));
+  parse_on_source_exhausted(o.on_source_exhausted);
   if (o.schedule_steps < 0 || (o.schedule_steps > 0 && o.schedule_steps < o.steps))
     fail("--schedule-steps ", o.schedule_steps, " must be at least --steps ", o.steps,
          " (or 0: the schedule spans --steps)");

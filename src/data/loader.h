@@ -20,6 +20,12 @@
 // W: the cursor saved by a checkpoint resumes exactly, on any number of ranks
 // with the same global batch (e.g. 2 ranks × B=3 -> 3 ranks × B=2).
 //
+// Mixtures (data/mixture.h): the loader built on a DataMixture of two or more
+// sources draws each global row's source from (seed, row index) and reads
+// the source's next window in that source's own order (sequential or its own
+// shuffled epochs); the cursor then also counts the rows drawn per source.
+// A mixture of one source is the single-dataset loader, bit for bit.
+//
 // Prefetch: by default a background thread prepares the next batches into a
 // bounded queue of buffers (LoaderOptions::prefetch of them) while the caller
 // trains; next_batch() then only copies (or, with next_batch_view(), hands
@@ -42,6 +48,8 @@
 
 namespace ratchet {
 
+class DataMixture;
+
 // Where the next global batch starts. Sequential: `position` is its first
 // token in [0, N) and `epoch` counts passes over the stream. Shuffled:
 // `position` is its first window's index in [0, nwin) into epoch `epoch`'s
@@ -49,11 +57,16 @@ namespace ratchet {
 // needed: epoch e's permutation is drawn from a fresh Rng seeded by
 // (seed, e), so (seed, epoch, position) determines every following batch;
 // the checkpoint keeps the seed among the options that must match to resume.
+//
+// Mixtures: `position` is the global row index of the batch's first row,
+// `epoch` is 0, and source_rows[s] counts the rows drawn from source s so
+// far (their sum is `position`). Single source: source_rows is empty.
 struct LoaderCursor {
   uint64_t epoch = 0;
   uint64_t position = 0;
+  std::vector<uint64_t> source_rows;
   bool operator==(const LoaderCursor& o) const {
-    return epoch == o.epoch && position == o.position;
+    return epoch == o.epoch && position == o.position && source_rows == o.source_rows;
   }
   bool operator!=(const LoaderCursor& o) const { return !(*this == o); }
 };
@@ -85,6 +98,10 @@ class DataLoader {
   // when the data holds fewer than T+1 tokens, or B, T, rank, world are bad.
   DataLoader(const TokenDataset& data, int B, int T, bool shuffle, uint64_t seed, int rank = 0,
              int world = 1, const LoaderOptions& options = {});
+  // Over a mixture (which must outlive the loader): one source is exactly
+  // the constructor above on it; more draw rows per data/mixture.h.
+  DataLoader(const DataMixture& mix, int B, int T, bool shuffle, uint64_t seed, int rank = 0,
+             int world = 1, const LoaderOptions& options = {});
   ~DataLoader();
   DataLoader(DataLoader&&) noexcept;
   DataLoader& operator=(DataLoader&&) noexcept;
@@ -112,7 +129,18 @@ class DataLoader {
   int T() const;
   bool shuffle() const;
   // Shuffled: windows per epoch, (N-1)/T. Sequential: N/T (for reporting).
+  // A mixture: of source 0.
   uint64_t windows_per_epoch() const;
+
+  // The source that runs out within the next `rows` global rows from the
+  // cursor, or -1: a source runs out when a row would need a window past the
+  // end of the epoch its last drawn window belongs to (epoch 0 before any;
+  // an epoch holds (N-1)/T windows, in either mode). The same answer on
+  // every rank. For --on-source-exhausted stop.
+  int source_running_out(uint64_t rows) const;
+  // Rows drawn from source s up to cursor c (one source: every row).
+  uint64_t rows_drawn(const LoaderCursor& c, size_t s = 0) const;
+  size_t num_sources() const;
 
   // Seconds next_batch*() spent waiting for data since construction
   // (cumulative; reset() and set_cursor() do not clear it).

@@ -29,17 +29,29 @@ struct Ledger {
   double ckpt_load_seconds = 0;
   double data_wait_seconds = 0;  // time the training step waited for its batch
   double step_seconds = 0;       // time inside training steps (the useful part)
+  double eval_seconds = 0;       // time in evaluations (val loss, --eval-task, --eval-data):
+                                 // not in step_seconds; absent (0) in older ledgers
   double max_step = 0;           // furthest step completed since the last resume
                                  // (the steps before it are in steps_lost)
   double state = 0;              // how the last attempt ended: 0 running (or killed),
                                  // 1 done, 2 failed (exit 1: a failed save, a non-finite
                                  // loss; not a preemption), 75 stopped to requeue,
                                  // 76 budget reached
+  // A mixture of --train-data sources (data/mixture.h): tokens trained from
+  // each, by glob, counted as `tokens` is (recomputed ones included). Empty
+  // for one source; ledgers and checkpoints from before it load without it.
+  std::map<std::string, double> tokens_by_source;
   // Labels for cost attribution ("sweep", "trial", --tag key=value, Slurm job and
   // account): written as "tag.KEY": "VALUE" strings, not kept in checkpoints
   // (each attempt's command line supplies them).
   std::map<std::string, std::string> tags;
   void set_tags(const std::vector<std::string>& key_values);  // "key=value" each
+  // The run's evaluation metrics (report/objective.h names): "NAME.last",
+  // "NAME.last_step", and for a name with a direction "NAME.best",
+  // "NAME.best_step". Written as "metric.NAME.last": 0.31 ..., kept in
+  // checkpoints (counters) so that a resumed run keeps its bests.
+  std::map<std::string, double> metrics;
+  void record_metric(const std::string& name, double step, double value);
 
   double wall_hours() const { return wall_seconds / 3600; }
   double device_hours() const { return device_seconds / 3600; }

@@ -21,10 +21,14 @@ struct TrainOptions {
   bool max_seq_len_given = false;  // --max-seq-len given: honoured (or refused) with --init-from
   std::string init_from;        // llm.c GPT-2 .bin, or a Hugging Face Llama directory or
                                 // .safetensors file; overrides the shape flags
+  bool allow_tokenizer_mismatch = false;  // --init-from's tokenizer.json may differ from the shards'
   uint64_t seed = 1337;
 
   // data
-  std::string train_data, val_data;  // globs of HDF5 token shards
+  std::string train_data, val_data;  // globs of HDF5 token shards; train_data: the sources'
+                                     // text (data/mixture.h sources_text) for identity, logs
+  std::vector<std::string> train_data_specs;  // --train-data GLOB[:WEIGHT], repeatable (mixture.h)
+  std::string on_source_exhausted = "wrap";   // wrap | stop (data/mixture.h)
   bool shuffle = true;
 
   // batch
@@ -52,6 +56,9 @@ struct TrainOptions {
   int sample_every = 0;         // 0: only at the end
   int sample_tokens = 0;        // 0: no samples
   float temperature = 1.0f;
+  std::vector<std::string> eval_tasks;  // --eval-task NAME=FILE (train/eval_hooks.h)
+  std::vector<std::string> eval_data;   // --eval-data NAME=GLOB
+  int eval_task_examples = 0;           // the first N examples of each task (0: all)
 
   // machine and output
   int threads = 0;              // 0: the node's cores / the ranks on this node
@@ -96,6 +103,8 @@ struct TrainOptions {
   double max_tokens = 0;
   int early_stop_patience = 0;  // evaluations without improvement; 0 = off
   double early_stop_min_delta = 0;
+  std::string early_stop_metric = "val_loss";  // any metric the run logs (report/objective.h)
+  std::string early_stop_direction;            // min | max; "": the metric's own
   std::vector<std::string> tags;  // "key=value" labels written into the ledger (sweep, trial, ...)
 };
 

@@ -30,8 +30,10 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "data/loader.h"
+#include "data/mixture.h"
 #include "data/shard_cache.h"
 #include "data/shard_identity.h"
+#include "data/shard_tokenizer.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
@@ -41,6 +43,7 @@
 #include "model/llmc_checkpoint.h"
 #include "model/memory.h"
 #include "train/checkpoint_session.h"
+#include "train/eval_hooks.h"
 #include "train/jsonl_log.h"
 #include "train/option_checks.h"
 #include "train/profile_report.h"
@@ -49,6 +52,7 @@
 #include "train/sampler.h"
 #include "train/stop_policy.h"
 #include "train/stop_signals.h"
+#include "train/tokenizer_checks.h"
 
 namespace ratchet {
 
@@ -131,6 +135,7 @@ class Trainer {
         ledger_(ledger_path(o_, comm.rank()), o_.price_per_device_hour, comm.world()) {
     if (comm.rank() == 0) check_output_paths(o_);  // rank 0 writes them
     ledger_->set_tags(o_.tags);  // --tag key=value, sweep and trial ids, Slurm job and account
+    early_.reset(c_.early.maximize);  // --early-stop-metric's direction
   }
   int run();  // the exit code
   // Error path: ends the device communicator's in-flight collectives without
@@ -155,9 +160,14 @@ class Trainer {
   StepMemory memory_for(const GPTConfig& cfg, int B) const;
   TrainState state();
   float evaluate();
+  // Every evaluation of this run (val loss, --eval-task, --eval-data), timed
+  // as evaluation in the ledger, printed, logged and recorded in the ledger's
+  // metrics; `which` marks the final one. Collective.
+  Metrics run_evaluations(const char* which);
+  bool evaluating() const { return val_loader_ || (evals_ && !evals_->empty()); }
   void sample(int step);
   float train_step(int step);
-  void after_eval(float vl);
+  void after_eval(const Metrics& m);
   void check_val_loss(float vl, const char* which) const;
   // What a diverged run says after naming the step.
   std::string diverged_advice() const {
@@ -176,10 +186,14 @@ class Trainer {
   Communicator& comm_;
   int B_ = 0, T_ = 0, accum_ = 1;
   long total_ = 0;
-  std::unique_ptr<TokenDataset> train_ds_, val_ds_;
+  std::unique_ptr<DataMixture> train_mix_;  // --train-data's sources (data/mixture.h)
+  const TokenDataset* train_ds_ = nullptr;  // its first source: all agree on tokenizer and vocab
+  std::unique_ptr<TokenDataset> val_ds_;
   std::map<std::string, std::string> shard_identity_;  // data/shard_identity.h, in identity()
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  std::unique_ptr<TrainEvals> evals_;  // --eval-task, --eval-data
   std::unique_ptr<Tokenizer> tok_;
+  std::string export_tokenizer_from_;  // --export-hf: the directory of the tokenizer files
   GPTConfig cfg_;
   std::unique_ptr<Backend> be_;
   std::unique_ptr<GPT> model_;
@@ -287,6 +301,9 @@ std::map<std::string, std::string> Trainer::settings() const {
           {"batch_size", std::to_string(B_)},
           {"eval_every", std::to_string(o_.eval_every)},
           {"val_data", o_.val_data},
+          // What the best checkpoint and the patience count follow (absent in
+          // older checkpoints: val_loss min).
+          {"early_stop_metric", c_.early.metric + " " + c_.early.direction()},
           // The shards' tokenizer: `ratchet eval` on this checkpoint tokenizes with it.
           {"tokenizer", train_ds_->tokenizer()}};
   // Whether the run is bitwise reproducible (train/reproducibility.h).
@@ -346,15 +363,30 @@ void Trainer::setup() {
   T_ = c_.T;
   accum_ = c_.accum;
   total_ = c_.total;
-  train_ds_ = std::make_unique<TokenDataset>(o_.train_data, "--train-data");
+  train_mix_ = std::make_unique<DataMixture>(
+      o_.train_data_specs.empty() ? std::vector<std::string>{o_.train_data} : o_.train_data_specs,
+      "--train-data");
+  train_ds_ = &train_mix_->source(0);
   if (!o_.val_data.empty()) val_ds_ = std::make_unique<TokenDataset>(o_.val_data, "--val-data");
   // The shards' content identity, for checkpoints: rank 0 reads them once.
   std::string shard_ini;
   if (rank0() && (!o_.ckpt_dir.empty() || (o_.resume != "auto" && o_.resume != "never")))
-    shard_ini = to_ini(shard_content_identity(*train_ds_, "train"));
+    shard_ini = to_ini(mixture_content_identity(*train_mix_));
   comm_.broadcast_string(&shard_ini, 0);
   shard_identity_ = from_ini(shard_ini);
   cfg_ = resolve_config();
+  // The model's tokenizer is the data's (issue 29): refused, naming both digests, when not.
+  if (const std::string m = check_init_tokenizer(o_.init_from, train_ds_->meta(),
+                                                 "--train-data '" + o_.train_data + "'",
+                                                 o_.allow_tokenizer_mismatch);
+      !m.empty())
+    RLOG("%s\n", m.c_str());
+  if (!o_.export_hf.empty()) {
+    std::string why;
+    export_tokenizer_from_ = export_tokenizer_source(o_.init_from, train_ds_->meta(), &why);
+    if (export_tokenizer_from_.empty())
+      RLOG("note: --export-hf will hold the weights but no tokenizer files: %s\n", why.c_str());
+  }
   if (!o_.export_hf.empty() && cfg_.arch != Arch::llama)
     fail("--export-hf writes Llama models (--arch llama); this run's model is GPT-2: use --export "
          "for llm.c's format");
@@ -437,20 +469,26 @@ void Trainer::setup() {
   }
   if (val_ds_) {
     val_ds_->check_vocab(cfg_.vocab_size);
-    if (val_ds_->tokenizer() != train_ds_->tokenizer())
+    if (val_ds_->tokenizer() != train_ds_->tokenizer() ||
+        val_ds_->meta().tokenizer_sha256 != train_ds_->meta().tokenizer_sha256)
       fail("--val-data uses tokenizer '", val_ds_->tokenizer(), "' but --train-data uses '",
            train_ds_->tokenizer(), "': shard both with the same --tokenizer");
   }
   // Each rank reads its own rows of the global batch; validation batches are
   // split between the ranks in evaluate().
-  train_loader_ = std::make_unique<DataLoader>(*train_ds_, B_, T_, o_.shuffle, o_.seed,
+  train_loader_ = std::make_unique<DataLoader>(*train_mix_, B_, T_, o_.shuffle, o_.seed,
                                                comm_.rank(), comm_.world());
   if (val_ds_) val_loader_ = std::make_unique<DataLoader>(*val_ds_, B_, T_, false, o_.seed);
   try {
-    tok_ = make_tokenizer(train_ds_->tokenizer());
-  } catch (const Error&) {
+    // A tokenizer.json only if it is still the one the shards record (digest).
+    tok_ = load_shard_tokenizer(train_ds_->meta());
+  } catch (const Error& e) {
     tok_.reset();  // unknown tokenizer: samples print as ids
+    if (!hf_tokenizer_json(train_ds_->tokenizer()).empty())
+      RLOG("note: samples print as ids: %s\n", e.what());
   }
+  // Tasks and data sets read and checked now: a bad file is refused before any step.
+  evals_ = std::make_unique<TrainEvals>(o_, tok_.get(), train_ds_->tokenizer(), cfg_.vocab_size, T_);
   ckpt_ = std::make_unique<CheckpointSession>(o_, comm_);
   stop_ = std::make_unique<StopPolicy>(o_, c_.max_wall_seconds);
   install_stop_signals(o_.preempt_signal);
@@ -537,7 +575,8 @@ void Trainer::sample(int step) {
   if (!rank0()) return;  // printing only; no collectives
   // Seeded by (seed, step): a resumed run prints the same sample.
   Rng rng(o_.seed ^ (0x5A17ull * (uint64_t)(step + 1)));
-  std::vector<int32_t> tokens{train_ds_->eot_token()};
+  // From the token that starts a document: BOS where the shards have one.
+  std::vector<int32_t> tokens{sample_start_token(train_ds_->meta())};
   generate(*model_, tokens, o_.sample_tokens, T_, o_.temperature, rng);
   std::vector<uint32_t> ids(tokens.begin() + 1, tokens.end());
   RLOG("---- sample at step %d (%d tokens, temperature %.2f) ----\n", step, o_.sample_tokens,
@@ -581,13 +620,61 @@ void Trainer::check_val_loss(float vl, const char* which) const {
                            " at step " + std::to_string(step_) + which + diverged_advice());
 }
 
-// Best-loss tracking, early-stopping counter, and a checkpoint of each new
-// best (retention keeps it), so early stopping can point at its weights.
-void Trainer::after_eval(float vl) {
+// The value of `name` among the metrics (NaN when absent).
+double metric_value(const Metrics& m, const std::string& name) {
+  for (const auto& [k, v] : m)
+    if (k == name) return v;
+  return NAN;
+}
+
+Metrics Trainer::run_evaluations(const char* which) {
+  const double t0 = now_s();
+  Metrics m;
+  if (val_loader_) {
+    const float vl = evaluate();
+    // The last step's update is only judged by the final evaluation: a NaN
+    // there is a failed run, not a result (issue 25), and is not saved.
+    check_val_loss(vl, *which ? " (the final evaluation)" : "");
+    m.push_back({"val_loss", vl});
+  }
+  for (auto& kv : evals_->run(*model_, B_, T_, comm_, o_.eval_batches)) m.push_back(kv);
+  // Evaluation time is the ledger's eval_seconds, never step_seconds (issue
+  // 31): the same on every rank (the scores are all-reduced, so the ranks
+  // leave together).
+  const double dt = now_s() - t0;
+  ledger_->eval_seconds += dt;
+  for (const auto& [k, v] : m) ledger_->record_metric(k, step_, v);
+  ledger_.record_time_and_write(step_);
+  std::string line;
+  char buf[96];
+  for (const auto& [k, v] : m) {
+    if (k == "val_loss") std::snprintf(buf, sizeof buf, " | val loss %.4f", v);
+    else if (k.size() < 3 || (k.compare(k.size() - 3, 3, "_se") != 0 && k.compare(k.size() - 2, 2, "/n") != 0 &&
+                              k.compare(k.size() - 7, 7, "/tokens") != 0))
+      std::snprintf(buf, sizeof buf, " | %.60s %.4f", k.c_str(), v);
+    else continue;  // standard errors and counts: in the log only
+    line += buf;
+  }
+  RLOG("step %5d%s%s%s\n", step_, line.c_str(), *which ? " " : "", which);
+  std::vector<std::pair<std::string, double>> rec = {{"step", step_}};
+  rec.insert(rec.end(), m.begin(), m.end());
+  rec.push_back({"eval_seconds", dt});
+  rec.push_back({"device_hours", ledger_.get().device_hours()});
+  rec.push_back({"cost", ledger_.get().cost});
+  jlog_->write(rec);
+  return m;
+}
+
+// Best tracking of --early-stop-metric, the early-stopping counter, and a
+// checkpoint of each new best (retention keeps it), so early stopping can
+// point at its weights.
+void Trainer::after_eval(const Metrics& m) {
   // Patience counts evaluations without an improvement larger than min-delta;
   // any improvement still becomes the best (and its checkpoint).
-  // step 0 too: the initial weights may be the best.
-  if (early_.record(vl, step_, o_.early_stop_min_delta) && o_.early_stop_patience > 0)
+  // step 0 too: the initial weights may be the best. A non-finite value (a
+  // task with no example scored) is no evaluation of it.
+  const double v = metric_value(m, c_.early.metric);
+  if (std::isfinite(v) && early_.record(v, step_, o_.early_stop_min_delta) && o_.early_stop_patience > 0)
     ckpt_->save(state(), "best");
   RLOG("%s\n", ledger_.get().summary().c_str());
 }
@@ -618,7 +705,14 @@ void Trainer::export_weights() {
     if (!o_.export_hf.empty()) {
       save_hf_checkpoint(o_.export_hf, cfg_, params, parse_export_dtype("--export-dtype", o_.export_dtype),
                          o_.overwrite);
-      RLOG("exported Hugging Face checkpoint: %s\n", o_.export_hf.c_str());
+      // A complete model directory: the shards' tokenizer files beside the weights.
+      const std::vector<std::string> copied =
+          export_tokenizer_from_.empty() ? std::vector<std::string>{}
+                                         : copy_tokenizer_files(export_tokenizer_from_, o_.export_hf);
+      std::string files;
+      for (const auto& f : copied) files += (files.empty() ? " (with " : ", ") + f;
+      RLOG("exported Hugging Face checkpoint: %s%s\n", o_.export_hf.c_str(),
+           files.empty() ? "" : (files + ")").c_str());
     }
   } catch (const Error& e) {
     // Every path was checked before the first step, so this is the machine
@@ -657,12 +751,19 @@ int Trainer::train() {
   RLOG("model: %s, %.2fM parameters%s\n", cfg_.describe().c_str(), model_->num_params() / 1e6,
        o_.init_from.empty() || resumed ? "" : (" (from " + o_.init_from + ")").c_str());
   RLOG("data: %llu train tokens (%s)%s, tokenizer %s\n",
-       (unsigned long long)train_ds_->num_tokens(), o_.train_data.c_str(),
+       (unsigned long long)train_mix_->num_tokens(), o_.train_data.c_str(),
        val_ds_ ? (", " + std::to_string(val_ds_->num_tokens()) + " val tokens").c_str() : "",
        train_ds_->tokenizer().c_str());
   RLOG("baselines: uniform ln(V) = %.3f, unigram entropy of the training tokens = %.3f "
        "(a model that learned nothing about context)\n",
-       std::log((double)cfg_.vocab_size), unigram_entropy(*train_ds_, cfg_.vocab_size));
+       std::log((double)cfg_.vocab_size),
+       train_mix_->size() > 1 ? mixture_unigram_entropy(*train_mix_, cfg_.vocab_size)
+                              : unigram_entropy(*train_ds_, cfg_.vocab_size));
+  for (size_t s = 0; train_mix_->size() > 1 && s < train_mix_->size(); s++)
+    RLOG("data: source %zu '%s': weight %.4g, %llu tokens (%llu windows per epoch)\n", s,
+         train_mix_->name(s).c_str(), train_mix_->weights()[s],
+         (unsigned long long)train_mix_->source(s).num_tokens(),
+         (unsigned long long)((train_mix_->source(s).num_tokens() - 1) / T_));
   RLOG("batch: B=%d T=%d, %d micro-batch(es) per step = %ld tokens/step; %d steps; backend %s\n",
        B_, T_, accum_, total_, o_.steps, be_->name().c_str());
   if (comm_.world() > 1 || o_.zero > 0)
@@ -672,6 +773,15 @@ int Trainer::train() {
          o_.zero                ? "ZeRO-1: optimizer state sharded"
          : dp_->overlapping() ? "gradients all-reduced during the backward (--overlap-comm on)"
                               : "gradients all-reduced");
+  if (evaluating()) {
+    // What `ratchet plan --eval-every N --eval-tokens X` takes to predict its share.
+    const double val_tokens = val_loader_ ? (double)o_.eval_batches * B_ * T_ : 0.0;
+    RLOG("evaluation: %s%s%s%s; %.0f tokens forward per evaluation (ratchet plan --eval-tokens)\n",
+         o_.eval_every > 0 ? ("every " + std::to_string(o_.eval_every) + " steps and at the end").c_str()
+                           : "at the end",
+         val_loader_ ? ": val loss" : ":", evals_->empty() ? "" : (val_loader_ ? ", " : " "),
+         evals_->describe().c_str(), val_tokens + evals_->tokens_per_eval(B_, T_, o_.eval_batches));
+  }
   if (resumed) RLOG("resume: continuing from step %d\n", step_);
   const TimeLimit& limit = stop_->time_limit();
   if (limit.active()) RLOG("time limit: %s\n", limit.source().c_str());
@@ -684,16 +794,13 @@ int Trainer::train() {
   double t_profiled = 0;
   ckpt_->start_clock();
   for (; step_ < o_.steps; ) {
-    if (val_loader_ && o_.eval_every > 0 && step_ % o_.eval_every == 0) {
-      float vl = evaluate();
-      check_val_loss(vl, "");
-      RLOG("step %5d | val loss %.4f\n", step_, vl);
-      jlog_->write({{"step", step_}, {"val_loss", vl}});
-      after_eval(vl);
+    if (evaluating() && o_.eval_every > 0 && step_ % o_.eval_every == 0) {
+      after_eval(run_evaluations(""));
       if (comm_.agree(early_.out_of_patience(o_.early_stop_patience))) {
-        RLOG("early stopping at step %d: no val loss improvement larger than %g in %d "
+        RLOG("early stopping at step %d: no %s improvement larger than %g in %d "
              "evaluations; best %.4f at step %lld%s\n",
-             step_, o_.early_stop_min_delta, early_.bad_evals, early_.best_val,
+             step_, c_.early.metric == "val_loss" ? "val loss" : c_.early.metric.c_str(),
+             o_.early_stop_min_delta, early_.bad_evals, early_.best_val,
              (long long)early_.best_step,
              ckpt_->active()
                  ? (" (checkpoint " + CheckpointDir::entry_name(early_.best_step) + ")").c_str()
@@ -703,6 +810,20 @@ int Trainer::train() {
     }
     if (do_sample && o_.sample_every > 0 && step_ > 0 && step_ % o_.sample_every == 0)
       sample(step_);
+
+    // --on-source-exhausted stop: end before a step that would need a window
+    // past a source's epoch (the same answer on every rank: the draw is
+    // global). Like early stopping: the final evaluation, save and export.
+    if (o_.on_source_exhausted == "stop") {
+      const int out = train_loader_->source_running_out((uint64_t)(total_ / T_));
+      if (out >= 0) {
+        RLOG("stopping at step %d: --train-data source '%s' has no unseen window left for the "
+             "next step (--on-source-exhausted stop; wrap would start its next epoch)\n",
+             step_, train_mix_->name((size_t)out).c_str());
+        break;
+      }
+    }
+    const LoaderCursor drawn_before = train_loader_->cursor();  // for tokens per source
 
     const bool profiled = o_.profile && steps_run > 0;
     model_->set_profiling(profiled);
@@ -730,6 +851,12 @@ int Trainer::train() {
     t_train += dt;
     max_step_seconds_ = std::max(max_step_seconds_, dt);
     ledger_->tokens += (double)total_;
+    if (train_mix_->size() > 1) {  // a mixture: the step's rows per source, from the cursor
+      const LoaderCursor after = train_loader_->cursor();
+      for (size_t s = 0; s < train_mix_->size(); s++)
+        ledger_->tokens_by_source[train_mix_->name(s)] +=
+            (double)(after.source_rows[s] - drawn_before.source_rows[s]) * T_;
+    }
     ledger_->step_seconds += dt;
     ledger_.record_time_and_write(step_);
 
@@ -753,6 +880,8 @@ int Trainer::train() {
                                                        {"tokens_per_s", tok_s},
                                                        {"gflops", flops_per_step / dt / 1e9}};
     if (peak > 0) rec.push_back({"mfu", mfu});
+    for (const auto& [src, n] : ledger_->tokens_by_source) rec.push_back({"tokens/" + src, n});
+    rec.push_back({"device_hours", ledger_.get().device_hours()});  // `ratchet report`'s cost axis
     jlog_->write(rec);
     fault_point("step-" + std::to_string(step_));
     if (fault_flag("NAN", "step-" + std::to_string(step_))) {  // tests: a diverged update
@@ -802,17 +931,13 @@ int Trainer::train() {
   }
 
   // ---- end: evaluation, sample, final checkpoint, export -------------------
-  if (val_loader_) {
-    const float vl = evaluate();
-    // The last step's update is only judged here: a NaN at the end is a
-    // failed run, not a result (issue 25), and its weights are not saved.
-    check_val_loss(vl, " (the final evaluation)");
-    if (vl < early_.best_val) {
-      early_.best_val = vl;
+  if (evaluating()) {
+    // A NaN val loss here is a failed run (run_evaluations): not saved.
+    const double v = metric_value(run_evaluations("(final)"), c_.early.metric);
+    if (std::isfinite(v) && early_.better(v)) {
+      early_.best_val = v;
       early_.best_step = step_;
     }
-    RLOG("step %5d | val loss %.4f (final)\n", step_, vl);
-    jlog_->write({{"step", step_}, {"val_loss", vl}});
   }
   if (do_sample) sample(step_);
   if (steps_run > 0)
