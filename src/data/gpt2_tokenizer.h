@@ -46,6 +46,8 @@ class Gpt2Tokenizer final : public Tokenizer {
   // The raw bytes of one token ("" for ids outside the vocabulary).
   const std::string& token_bytes(uint32_t id) const;
   size_t num_merges() const { return num_merges_; }
+  const BpeMergeTable& merges() const { return merges_; }
+  uint32_t byte_token(uint8_t b) const { return byte_token_[b]; }
   const std::string& encoder_path() const { return encoder_path_; }
   const std::string& merges_path() const { return merges_path_; }
 

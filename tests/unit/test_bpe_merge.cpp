@@ -145,13 +145,15 @@ TEST(BpeMerge, LearnedTablesMatchGpt2StyleAndReference) {
     for (int s = 0; s < 40; s++) {
       std::vector<uint32_t> in = random_symbols(rng, k, random_length(rng));
       std::vector<uint32_t> want = gpt2_style(in, L.table);
-      std::vector<uint32_t> ref = in, fast = in, heap = in;
+      std::vector<uint32_t> ref = in, fast = in, heap = in, buckets = in;
       bpe_merge_reference(ref, L.table);
       bpe_merge(fast, L.table);
       bpe_merge_heap(heap, L.table);
+      bpe_merge_buckets(buckets, L.table);
       ASSERT_EQ(ref, want) << "table " << table << " sequence " << s;
       ASSERT_EQ(fast, want) << "table " << table << " sequence " << s << " length " << in.size();
       ASSERT_EQ(heap, want) << "table " << table << " sequence " << s << " length " << in.size();
+      ASSERT_EQ(buckets, want) << "table " << table << " sequence " << s << " length " << in.size();
       compared++;
       merged_something += want.size() < in.size();
     }
@@ -174,18 +176,25 @@ TEST(BpeMerge, AnyTableMatchesReference) {
     } else {
       k = 2 + (uint32_t)rng.below(6);
       const uint32_t ids = k + (uint32_t)rng.below(12);
+      // Ranks close together, or spread over the buckets' two-level bitmap
+      // (x97: in different words of one summary word; x50021: summary words
+      // apart), or past kBpeBucketMaxRank (the buckets hand over to the heap).
+      const uint32_t spreads[] = {1, 97, 50021, kBpeBucketMaxRank / 8};
+      const uint32_t spread = spreads[(table / 2) % 4];
       for (int e = 0, n = 1 + (int)rng.below(60); e < n; e++)
-        t.add((uint32_t)rng.below(ids), (uint32_t)rng.below(ids), (uint32_t)rng.below(40),
+        t.add((uint32_t)rng.below(ids), (uint32_t)rng.below(ids), (uint32_t)rng.below(40) * spread,
               (uint32_t)rng.below(ids));
     }
     for (int s = 0; s < 40; s++) {
       std::vector<uint32_t> in = random_symbols(rng, k, random_length(rng));
-      std::vector<uint32_t> ref = in, fast = in, heap = in;
+      std::vector<uint32_t> ref = in, fast = in, heap = in, buckets = in;
       bpe_merge_reference(ref, t);
       bpe_merge(fast, t);
       bpe_merge_heap(heap, t);
+      bpe_merge_buckets(buckets, t);
       ASSERT_EQ(fast, ref) << "table " << table << " sequence " << s << " length " << in.size();
       ASSERT_EQ(heap, ref) << "table " << table << " sequence " << s << " length " << in.size();
+      ASSERT_EQ(buckets, ref) << "table " << table << " sequence " << s << " length " << in.size();
     }
   }
 }
@@ -194,11 +203,14 @@ TEST(BpeMerge, AnyTableMatchesReference) {
 TEST(BpeMerge, LongPiecesMatchGpt2Style) {
   Rng rng(99);
   Learned L = learned_table(rng, 4, 400, false);
+  static_assert(kBpeBucketMin < 5000 && kBpeBucketMin > 1000);  // 1000: the heap, 5000: buckets
   for (size_t n : {1000u, 5000u}) {
     std::vector<uint32_t> in = random_symbols(rng, 4, n);
-    std::vector<uint32_t> want = gpt2_style(in, L.table), got = in;
-    bpe_merge(got, L.table);
+    std::vector<uint32_t> want = gpt2_style(in, L.table), got = in, heap = in;
+    bpe_merge(got, L.table);  // the bucket path from kBpeBucketMin
+    bpe_merge_heap(heap, L.table);
     EXPECT_EQ(got, want) << n;
+    EXPECT_EQ(heap, want) << n;
     EXPECT_LT(got.size(), in.size() * 9 / 10) << n;  // merged plenty
   }
 }
@@ -211,11 +223,13 @@ TEST(BpeMerge, LowerRankMadeByAMergeIsTakenAtOnce) {
   BpeMergeTable t;
   t.add(0, 1, 5, 2);
   t.add(2, 0, 3, 3);
-  std::vector<uint32_t> w{0, 1, 0, 1}, h = w;
+  std::vector<uint32_t> w{0, 1, 0, 1}, h = w, b = w;
   bpe_merge(w, t);
   bpe_merge_heap(h, t);
+  bpe_merge_buckets(b, t);
   EXPECT_EQ(w, (std::vector<uint32_t>{3, 1}));
   EXPECT_EQ(h, (std::vector<uint32_t>{3, 1}));
+  EXPECT_EQ(b, (std::vector<uint32_t>{3, 1}));
   EXPECT_EQ(gpt2_style({0, 1, 0, 1}, t), (std::vector<uint32_t>{2, 2}));
 }
 
@@ -230,5 +244,7 @@ TEST(BpeMerge, EmptyAndSingleAndNoMerges) {
   EXPECT_EQ(three, (std::vector<uint32_t>{1, 2, 3}));
   std::vector<uint32_t> big(3 * kBpeFlatMax, 4);
   bpe_merge(big, t);  // the heap path with an empty table
+  EXPECT_EQ(big.size(), 3 * kBpeFlatMax);
+  bpe_merge_buckets(big, t);
   EXPECT_EQ(big.size(), 3 * kBpeFlatMax);
 }
