@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "data_tools/progress.h"
 #include "data/shard_reader.h"
+#include "data/shard_tokenizer.h"
 #include "data/tokenizer.h"
 
 namespace ratchet {
@@ -23,7 +24,7 @@ namespace sf = shard_format;
 
 int cmd_inspect(int argc, char** argv) {
   std::vector<std::string> shards;
-  std::string decode, vocab, merges;
+  std::string decode, vocab, merges, tokenizer;
   po::options_description desc("ratchet inspect: summarize token shards\n\noptions");
   // clang-format off
   desc.add_options()
@@ -32,7 +33,9 @@ int cmd_inspect(int argc, char** argv) {
     ("decode", po::value(&decode), "START:COUNT: print the text of tokens [START, START+COUNT) "
                                    "of the shards read as one stream")
     ("vocab", po::value(&vocab), "gpt2: encoder.json for --decode (default: installed copy)")
-    ("merges", po::value(&merges), "gpt2: vocab.bpe for --decode");
+    ("merges", po::value(&merges), "gpt2: vocab.bpe for --decode")
+    ("tokenizer", po::value(&tokenizer), "Hugging Face shards: the tokenizer.json (or its "
+       "directory) for --decode, if not at the path they record; its SHA-256 must match");
   // clang-format on
   po::positional_options_description pos;
   pos.add("shard", -1);
@@ -44,6 +47,7 @@ int cmd_inspect(int argc, char** argv) {
 Examples:
   ratchet inspect data/train_*.h5
   ratchet inspect data/val_000000.h5 --decode 0:200
+  ratchet inspect data/val_000000.h5 --decode 0:200 --tokenizer models/llama3/
 )";
     return kExitOk;
   }
@@ -59,7 +63,8 @@ Examples:
     const ShardMeta& m = f->meta();
     if (!files.empty()) {
       const ShardMeta& a = files.front()->meta();
-      if (a.tokenizer != m.tokenizer || a.vocab_size != m.vocab_size || a.eot_token != m.eot_token)
+      if (a.tokenizer != m.tokenizer || a.vocab_size != m.vocab_size || a.eot_token != m.eot_token ||
+          a.tokenizer_sha256 != m.tokenizer_sha256)
         fail("shard ", p, " (tokenizer ", m.tokenizer, ", vocab ", m.vocab_size,
              ") differs from ", files.front()->path(), " (tokenizer ", a.tokenizer, ", vocab ",
              a.vocab_size, "): inspect shards of one dataset together");
@@ -93,6 +98,19 @@ Examples:
               (unsigned long long)total, (unsigned long long)docs);
   std::printf("tokenizer %s, vocab_size %d, eot_token %d, format_version %lld\n",
               m.tokenizer.c_str(), m.vocab_size, m.eot_token, (long long)first.format_version());
+  if (m.framed)
+    std::printf("documents: %s text%s%s\n",
+                m.add_bos ? ("BOS " + std::to_string(m.bos_token) + " +").c_str() : "",
+                m.add_eos ? (" + EOS " + std::to_string(m.eot_token)).c_str() : " (no EOS)",
+                first.int_attr(sf::kAttrParseSpecial).value_or(0) ? ", special tokens parsed" : "");
+  if (!m.tokenizer_sha256.empty()) {
+    std::printf("tokenizer.json sha256 %s\n", m.tokenizer_sha256.c_str());
+    auto files = first.string_array_attr(sf::kAttrTokenizerFiles);
+    auto shas = first.string_array_attr(sf::kAttrTokenizerSha256);
+    for (size_t i = 0; i < files.size(); i++)
+      std::printf("    tokenizer file %s  sha256 %s\n", files[i].c_str(),
+                  i < shas.size() ? shas[i].substr(0, 16).c_str() : "?");
+  }
   if (auto v = first.string_attr(sf::kAttrToolVersion)) std::printf("written by %s\n", v->c_str());
   if (auto d = first.string_attr(sf::kAttrDedup)) {
     std::printf("dedup %s: %lld documents in, %lld exact and %lld near duplicates removed",
@@ -170,8 +188,13 @@ Examples:
     std::printf("\n--- tokens %s ---\n", decode.c_str());
     std::unique_ptr<Tokenizer> tok;
     try {
-      tok = make_tokenizer(m.tokenizer, "the shards' tokenizer", TokenizerFiles{vocab, merges});
+      // A Hugging Face tokenizer is checked against the recorded digest.
+      tok = hf_tokenizer_json(m.tokenizer).empty() && tokenizer.empty()
+                ? make_tokenizer(m.tokenizer, "the shards' tokenizer", TokenizerFiles{vocab, merges})
+                : load_shard_tokenizer(m, tokenizer, "--tokenizer");
     } catch (const Error& e) {
+      // A tokenizer.json that is not the shards' one is an error, never a guess.
+      if (!tokenizer.empty() || !hf_tokenizer_json(m.tokenizer).empty()) throw;
       std::fprintf(stderr, "inspect: cannot decode (%s); printing ids\n", e.what());
     }
     if (tok) {

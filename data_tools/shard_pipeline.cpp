@@ -16,6 +16,7 @@
 #include "core/json.h"
 #include "core/rng.h"
 #include "data/gpt2_tokenizer.h"
+#include "data/hf_tokenizer.h"
 #include "data_tools/checksum.h"
 #include "data_tools/dedup.h"
 #include "data_tools/parallel_tokenize.h"
@@ -26,6 +27,65 @@
 namespace ratchet {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// A Hugging Face tokenizer seen through Tokenizer::encode with
+// parse_special on (--parse-special): the tokenize stage calls encode(text).
+class ParseSpecial final : public Tokenizer {
+ public:
+  explicit ParseSpecial(const HfTokenizer& t) : t_(t) {}
+  std::string name() const override { return t_.name(); }
+  int vocab_size() const override { return t_.vocab_size(); }
+  int eot_token() const override { return t_.eot_token(); }
+  std::vector<uint32_t> encode(const std::string& text) const override {
+    return t_.encode(text, /*parse_special=*/true);
+  }
+  std::string decode(const std::vector<uint32_t>& ids) const override { return t_.decode(ids); }
+
+ private:
+  const HfTokenizer& t_;
+};
+
+// "on" / "off" / "" (the default `dflt`); Error naming the flag otherwise.
+bool on_off(const std::string& v, bool dflt, const char* flag) {
+  if (v.empty()) return dflt;
+  if (v == "on") return true;
+  if (v == "off") return false;
+  fail(flag, " '", v, "': pass on or off (or leave it out for the tokenizer's own choice)");
+}
+
+}  // namespace
+
+ShardMeta shard_meta(const ShardOptions& o, const Tokenizer& tok) {
+  ShardMeta m{tok.name(), tok.vocab_size(), tok.eot_token()};
+  m.framed = true;
+  const auto* hf = dynamic_cast<const HfTokenizer*>(&tok);
+  if (o.parse_special && !hf)
+    fail("--parse-special is for Hugging Face tokenizers (--tokenizer PATH/tokenizer.json); '",
+         tok.name(), "' has no special tokens but its end-of-text, which it never reads from text");
+  if (!hf) {
+    m.add_bos = on_off(o.add_bos, false, "--add-bos");
+    m.add_eos = on_off(o.add_eos, true, "--add-eos");
+    if (m.add_bos)
+      fail("--add-bos on: tokenizer '", tok.name(), "' has no BOS token; its documents are "
+           "separated by the end-of-text token (--add-eos)");
+    return m;
+  }
+  m.tokenizer_sha256 = hf->sha256();
+  m.bos_token = hf->bos_id();
+  // No EOS added by the tokenizer and no BOS either: documents would run into
+  // each other, so an EOS separates them unless --add-eos off says otherwise.
+  m.add_bos = on_off(o.add_bos, hf->adds_bos() && hf->bos_id() >= 0, "--add-bos");
+  m.add_eos = on_off(o.add_eos, hf->adds_eos() || !hf->adds_bos(), "--add-eos");
+  if (m.add_bos && m.bos_token < 0)
+    fail("--add-bos on: ", hf->json_path(), " defines no BOS token (no bos_token in its "
+         "tokenizer_config.json or post-processor): pass --add-bos off");
+  if (hf->eos_id() < 0 || hf->eos_id() >= m.vocab_size)
+    fail(hf->json_path(), " defines no EOS token (eos_token in tokenizer_config.json beside it): "
+         "shards record one as eot_token; add a tokenizer_config.json with eos_token");
+  return m;
+}
 
 void prepare_output_dir(const std::string& dir, bool overwrite) {
   std::error_code ec;
@@ -82,6 +142,19 @@ ShardProvenance shard_provenance(const TextCorpus& corpus, const Tokenizer& tok)
   if (auto* g = dynamic_cast<const Gpt2Tokenizer*>(&tok)) {
     prov.tokenizer_files = {g->encoder_path(), g->merges_path()};
     prov.tokenizer_sha256 = {sha256_file(g->encoder_path()), sha256_file(g->merges_path())};
+  }
+  if (auto* h = dynamic_cast<const HfTokenizer*>(&tok)) {
+    // tokenizer.json first (the digest that identifies the tokenizer), then
+    // the files beside it that a model directory carries with it.
+    prov.tokenizer_files = {h->json_path()};
+    prov.tokenizer_sha256 = {h->sha256()};
+    const fs::path dir = fs::path(h->json_path()).parent_path();
+    for (const char* f : {"tokenizer_config.json", "special_tokens_map.json"}) {
+      std::error_code ec;
+      if (!fs::is_regular_file(dir / f, ec)) continue;
+      prov.tokenizer_files.push_back((dir / f).string());
+      prov.tokenizer_sha256.push_back(sha256_file((dir / f).string()));
+    }
   }
   return prov;
 }
@@ -212,7 +285,10 @@ std::unique_ptr<TokenizedBlock> tokenize_block(const TextCorpus& corpus,
 ShardTotals write_shards(const ShardOptions& o, const TextCorpus& corpus,
                          const std::vector<ShardPiece>& pieces, const Tokenizer& tok,
                          const ShardProvenance& prov) {
-  ShardMeta meta{tok.name(), tok.vocab_size(), tok.eot_token()};
+  const ShardMeta meta = shard_meta(o, tok);
+  std::unique_ptr<Tokenizer> special;
+  if (o.parse_special) special = std::make_unique<ParseSpecial>(dynamic_cast<const HfTokenizer&>(tok));
+  const Tokenizer& enc = special ? *special : tok;  // what the tokenize stage calls
   auto report = [&](const ShardSummary& s) {
     if (o.show_progress) std::fprintf(stderr, "\r\x1b[K");
     std::printf("wrote %s: %llu tokens, %llu documents\n", s.path.c_str(),
@@ -229,7 +305,7 @@ ShardTotals write_shards(const ShardOptions& o, const TextCorpus& corpus,
   const size_t kBlockBytes = size_t(16) << 20;
   auto next_block = [&](size_t a) {
     return std::async(std::launch::async, [&, a] {
-      return tokenize_block(corpus, pieces, a, tok, o.threads, kBlockBytes);
+      return tokenize_block(corpus, pieces, a, enc, o.threads, kBlockBytes);
     });
   };
   std::future<std::unique_ptr<TokenizedBlock>> pending;
@@ -242,7 +318,7 @@ ShardTotals write_shards(const ShardOptions& o, const TextCorpus& corpus,
       const int src = corpus.documents[pieces[i].doc].source;
       (pieces[i].val ? val : train).add_document(blk->ids[i - blk->a], src);
       (pieces[i].val ? t.val_docs : t.train_docs)++;
-      ntok += blk->ids[i - blk->a].size() + 1;
+      ntok += blk->ids[i - blk->a].size() + meta.add_bos + meta.add_eos;
     }
     bar.add(blk->b - blk->a, ntok, blk->bytes);
   }
@@ -262,8 +338,10 @@ ShardTotals write_shards(const ShardOptions& o, const TextCorpus& corpus,
 void run_shard_pipeline(const ShardOptions& o, const Tokenizer& tok) {
   std::vector<std::string> inputs = expand_text_inputs(o.inputs, "--input");
   prepare_output_dir(o.output_dir, o.overwrite);
+  const ShardMeta meta = shard_meta(o, tok);  // bad framing flags fail before any reading
   const TextCorpus corpus = gather_sources(o, inputs);
   ShardProvenance prov = shard_provenance(corpus, tok);
+  prov.parse_special = o.parse_special;
   const std::vector<bool> removed = dedup_documents(o, corpus, prov);
   const std::vector<ShardPiece> pieces = split_documents(o, corpus, removed);
   const ShardTotals t = write_shards(o, corpus, pieces, tok, prov);
@@ -272,6 +350,12 @@ void run_shard_pipeline(const ShardOptions& o, const Tokenizer& tok) {
               t.train_docs, (unsigned long long)t.train_tokens, t.train_shards, t.val_docs,
               (unsigned long long)t.val_tokens, t.val_shards, tok.name().c_str(),
               o.output_dir.c_str());
+  if (!meta.tokenizer_sha256.empty() || meta.add_bos || !meta.add_eos)
+    std::printf("shard: documents are %s text%s (tokenizer.json sha256 %s%s)\n",
+                meta.add_bos ? ("[BOS " + std::to_string(meta.bos_token) + "]").c_str() : "",
+                meta.add_eos ? (" [EOS " + std::to_string(meta.eot_token) + "]").c_str() : "",
+                meta.tokenizer_sha256.empty() ? "none" : meta.tokenizer_sha256.substr(0, 16).c_str(),
+                o.parse_special ? ", special tokens in the text parsed" : "");
   std::printf("shard: %s of text in %.2f s on %d thread(s): %.1f MB/s, %s tokens/s\n",
               human_bytes((double)t.text_bytes).c_str(), t.seconds, o.threads,
               t.text_bytes / t.seconds / 1e6,

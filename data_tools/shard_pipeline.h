@@ -25,8 +25,12 @@ namespace ratchet {
 
 // Everything `ratchet shard` can be told (validated by cmd_shard.cpp).
 struct ShardOptions {
-  std::string tokenizer = "byte";
+  std::string tokenizer = "byte";  // byte, gpt2, or a tokenizer.json (or its directory)
   std::string vocab, merges;
+  // Document framing: "on", "off", or "" for the tokenizer's own choice (see
+  // shard_meta); parse_special: text spelling a special token becomes it.
+  std::string add_bos, add_eos;
+  bool parse_special = false;
   std::vector<std::string> inputs;
   std::string jsonl_field, separator;
   bool blank_lines = false;
@@ -49,6 +53,15 @@ struct ShardPiece {
   size_t begin, end;  // byte range of the document's text
   bool val;
 };
+
+// What every shard records about its tokens: the tokenizer's name, vocab and
+// EOS (eot_token), the tokenizer.json digest, and the document framing:
+// --add-bos / --add-eos, else the tokenizer's own (a Hugging Face
+// tokenizer's post-processor or tokenizer_config.json; byte and gpt2: EOS
+// only). A tokenizer that adds neither gets an EOS after each document, so
+// that documents stay apart. Error naming the flag when the tokenizer has no
+// such token, or for --parse-special on a tokenizer without special tokens.
+ShardMeta shard_meta(const ShardOptions& o, const Tokenizer& tok);
 
 // Creates --output-dir, refuses (or with --overwrite removes) old shards and
 // removes temporary files a crashed run left.

@@ -23,11 +23,14 @@ ShardCheck verify_shard(const std::string& path) {
       fail("shard ", path, " has no 'num_documents' attribute");
     else if ((uint64_t)*n != ndoc)
       fail("shard ", path, " says num_documents = ", *n, " but /doc_offsets holds ", ndoc);
-    // Offsets, in blocks.
+    // Offsets, in blocks (kept when the shard records its framing: checked
+    // against the tokens below).
     const uint64_t kBlock = uint64_t(1) << 20;
     uint64_t prev = 0;
+    std::vector<uint64_t> starts;
     for (uint64_t s = 0; s < ndoc; s += kBlock) {
       std::vector<uint64_t> off = f.read_doc_offsets(s, std::min(kBlock, ndoc - s));
+      if (c.meta.framed) starts.insert(starts.end(), off.begin(), off.end());
       for (size_t i = 0; i < off.size(); i++) {
         uint64_t k = s + i;
         if (off[i] >= c.tokens)
@@ -43,6 +46,10 @@ ShardCheck verify_shard(const std::string& path) {
     const uint64_t step = f.chunk_tokens() ? f.chunk_tokens() : kBlock;
     std::vector<uint32_t> buf;
     uint64_t mx = 0;
+    // Framing: each document start holds BOS (add_bos), and the token before
+    // it EOS (add_eos); next_start walks `starts` along the chunks.
+    size_t next_bos = 0, next_eos = 0;
+    const uint32_t bos = (uint32_t)c.meta.bos_token, eos = (uint32_t)c.meta.eot_token;
     for (uint64_t s = 0; s < c.tokens; s += step) {
       const uint64_t n = std::min(step, c.tokens - s);
       buf.resize(n);
@@ -57,6 +64,17 @@ ShardCheck verify_shard(const std::string& path) {
           fail("shard ", path, ": token ", s + i, " is ", buf[i], ", not below vocab_size ",
                c.meta.vocab_size);
         mx = std::max<uint64_t>(mx, buf[i]);
+      }
+      for (; c.meta.add_bos && next_bos < starts.size() && starts[next_bos] < s + n; next_bos++)
+        if (buf[starts[next_bos] - s] != bos)
+          fail("shard ", path, ": document ", next_bos, " starts at token ", starts[next_bos],
+               " with ", buf[starts[next_bos] - s], ", not bos_token ", bos, " (add_bos)");
+      for (; c.meta.add_eos && next_eos < starts.size() && starts[next_eos] <= s + n; next_eos++) {
+        const uint64_t before = starts[next_eos];  // the token at before - 1 must be EOS
+        if (before == 0 || before - 1 < s) continue;
+        if (buf[before - 1 - s] != eos)
+          fail("shard ", path, ": token ", before - 1, " before document ", next_eos, " is ",
+               buf[before - 1 - s], ", not the EOS eot_token ", eos, " (add_eos)");
       }
       c.chunks++;
     }
@@ -98,6 +116,10 @@ std::vector<ShardCheck> verify_shards(const std::vector<std::string>& paths,
         else if (a.eot_token != b.eot_token)
           what = "eot_token (" + std::to_string(a.eot_token) + " vs " +
                  std::to_string(b.eot_token) + ")";
+        else if (a.tokenizer_sha256 != b.tokenizer_sha256)
+          what = "tokenizer.json digest (" + a.tokenizer_sha256 + " vs " + b.tokenizer_sha256 + ")";
+        else if (a.add_bos != b.add_bos || a.add_eos != b.add_eos || a.bos_token != b.bos_token)
+          what = "document framing (add_bos/add_eos/bos_token)";
         if (!what.empty()) {
           c.ok = false;
           c.problem = "shard " + c.path + " disagrees with " + first->path + " on the " + what +

@@ -5,7 +5,10 @@
 //  - every chunk of /tokens readable (decompresses) and every id < vocab_size,
 //  - max_token, when present, equal to the largest id,
 //  - source_files / source_sha256 (and tokenizer_*) of equal length,
-//  - all shards agree on tokenizer, vocab_size and eot_token.
+//  - the recorded framing holds: BOS at every document start (add_bos), EOS
+//    before every document start but the shard's first token (add_eos),
+//  - all shards agree on tokenizer, vocab_size, eot_token, the tokenizer.json
+//    digest and the framing.
 #pragma once
 #include <cstdint>
 #include <functional>

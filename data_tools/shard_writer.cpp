@@ -119,6 +119,15 @@ void write_file(const std::string& tmp, const std::string& path, const ShardMeta
                     path);
   if (!tokens.empty())
     write_scalar_attr(file, sf::kAttrMaxToken, H5T_STD_U64LE, H5T_NATIVE_UINT64, &max_token, path);
+  if (meta.framed) {
+    const int add_bos = meta.add_bos, add_eos = meta.add_eos;
+    write_scalar_attr(file, sf::kAttrAddBos, H5T_STD_I32LE, H5T_NATIVE_INT, &add_bos, path);
+    write_scalar_attr(file, sf::kAttrAddEos, H5T_STD_I32LE, H5T_NATIVE_INT, &add_eos, path);
+    if (meta.bos_token >= 0)
+      write_scalar_attr(file, sf::kAttrBos, H5T_STD_I32LE, H5T_NATIVE_INT, &meta.bos_token, path);
+  }
+  if (!meta.tokenizer_sha256.empty())
+    write_string_attr(file, sf::kAttrTokenizerJsonSha256, meta.tokenizer_sha256, path);
   if (prov) {
     if (!prov->tool_version.empty())
       write_string_attr(file, sf::kAttrToolVersion, prov->tool_version, path);
@@ -129,6 +138,10 @@ void write_file(const std::string& tmp, const std::string& path, const ShardMeta
     if (!prov->tokenizer_files.empty()) {
       write_string_array_attr(file, sf::kAttrTokenizerFiles, prov->tokenizer_files, path);
       write_string_array_attr(file, sf::kAttrTokenizerSha256, prov->tokenizer_sha256, path);
+    }
+    if (prov->parse_special) {
+      const int one = 1;
+      write_scalar_attr(file, sf::kAttrParseSpecial, H5T_STD_I32LE, H5T_NATIVE_INT, &one, path);
     }
     if (!prov->dedup.empty()) {
       write_string_attr(file, sf::kAttrDedup, prov->dedup, path);
@@ -155,6 +168,9 @@ void write_shard(const std::string& path, const ShardMeta& meta,
     fail("cannot write shard ", path, ": eot_token ", meta.eot_token,
          " is not inside vocab_size ", meta.vocab_size);
   if (meta.tokenizer.empty()) fail("cannot write shard ", path, ": the tokenizer name is empty");
+  if (meta.bos_token >= meta.vocab_size || (meta.add_bos && meta.bos_token < 0))
+    fail("cannot write shard ", path, ": bos_token ", meta.bos_token, " is not inside vocab_size ",
+         meta.vocab_size);
   uint64_t max_token = 0;
   for (size_t i = 0; i < tokens.size(); i++) {
     if (tokens[i] >= (uint32_t)meta.vocab_size)
@@ -205,9 +221,13 @@ std::string ShardStreamWriter::shard_name(const std::string& prefix, size_t inde
 }
 
 void ShardStreamWriter::add_document(const std::vector<uint32_t>& tokens, int source) {
-  const uint32_t eot = (uint32_t)meta_.eot_token;
-  append(tokens.data(), tokens.size(), /*starts_document=*/true, source);
-  append(&eot, 1, /*starts_document=*/tokens.empty(), source);
+  // [BOS] tokens [EOS], as meta_ says; a document with no token at all (no
+  // text and no framing) leaves no trace, not an offset to nothing.
+  const uint32_t bos = (uint32_t)meta_.bos_token, eot = (uint32_t)meta_.eot_token;
+  bool start = true;
+  if (meta_.add_bos && meta_.bos_token >= 0) append(&bos, 1, start, source), start = false;
+  if (!tokens.empty()) append(tokens.data(), tokens.size(), start, source), start = false;
+  if (meta_.add_eos) append(&eot, 1, start, source);
 }
 
 void ShardStreamWriter::append(const uint32_t* tokens, size_t n, bool starts_document,

@@ -33,7 +33,9 @@ struct ShardSummary {
 
 // Cuts a stream of documents into shards <dir>/<prefix>_000000.h5,
 // <prefix>_000001.h5, ... of exactly `shard_tokens` tokens each (the last
-// one shorter). Each document is followed by meta.eot_token; a document may
+// one shorter). Each document is framed as meta says: meta.bos_token before
+// it when meta.add_bos, meta.eot_token after it when meta.add_eos (the
+// default, and the only framing of byte and gpt2); a document may
 // continue from one shard into the next, so the shards concatenated in name
 // order are the same stream whatever `shard_tokens` is.
 class ShardStreamWriter {
@@ -42,7 +44,7 @@ class ShardStreamWriter {
   // `on_shard` (optional) is called after each shard is written.
   ShardStreamWriter(std::string dir, std::string prefix, ShardMeta meta, uint64_t shard_tokens,
                     Callback on_shard = {});
-  // Appends `tokens` and an eot token as one document. `source` (optional) is
+  // Appends `tokens`, framed (BOS, EOS) as meta says, as one document. `source` (optional) is
   // its input's index in the table given to set_sources().
   void add_document(const std::vector<uint32_t>& tokens, int source = -1);
   // Provenance written into every shard; source_files / source_sha256 of

@@ -30,6 +30,17 @@
 //     dedup_exact_removed uint64  exact duplicates removed (whole run)
 //     dedup_near_removed  uint64  near duplicates removed (whole run)
 //     dedup_near_threshold double Jaccard threshold of near-dup removal
+//   Document framing and the tokenizer's identity (written by `ratchet shard`;
+//   without them a shard means: no BOS, eot_token after every document):
+//     add_bos             int     1: every document starts with bos_token
+//     add_eos             int     1: every document ends with eot_token (the EOS)
+//     bos_token           int     the BOS id (absent: the tokenizer has none)
+//     tokenizer_json_sha256 string SHA-256 (hex) of the tokenizer.json the ids
+//                                 come from (Hugging Face tokenizers only; the
+//                                 file's path is the `tokenizer` attribute,
+//                                 "hf:PATH", and tokenizer_files[0])
+//     parse_special       int     1: text spelling a special token was read as
+//                                 that token (--parse-special)
 //
 // Strings are variable-length UTF-8 (h5py reads them as str); readers also
 // accept fixed-length strings.
@@ -40,6 +51,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ratchet {
@@ -67,6 +79,11 @@ inline constexpr const char* kAttrDedupIn = "dedup_documents_in";
 inline constexpr const char* kAttrDedupExact = "dedup_exact_removed";
 inline constexpr const char* kAttrDedupNear = "dedup_near_removed";
 inline constexpr const char* kAttrDedupThreshold = "dedup_near_threshold";
+inline constexpr const char* kAttrAddBos = "add_bos";
+inline constexpr const char* kAttrAddEos = "add_eos";
+inline constexpr const char* kAttrBos = "bos_token";
+inline constexpr const char* kAttrTokenizerJsonSha256 = "tokenizer_json_sha256";
+inline constexpr const char* kAttrParseSpecial = "parse_special";
 // Largest vocab stored as uint16.
 inline constexpr int kMaxVocab16 = 65535;
 // Tokens per HDF5 chunk: 512 KiB as uint16, under HDF5's default 1 MiB chunk
@@ -76,9 +93,19 @@ inline constexpr size_t kChunkTokens = size_t(1) << 18;
 
 // What a shard says about its tokens; identical across the shards of a dataset.
 struct ShardMeta {
+  ShardMeta() = default;
+  ShardMeta(std::string tokenizer_name, int vocab, int eot)
+      : tokenizer(std::move(tokenizer_name)), vocab_size(vocab), eot_token(eot) {}
   std::string tokenizer;
   int vocab_size = 0;
   int eot_token = 0;
+  // Document framing (add_bos, add_eos, bos_token) and the tokenizer.json
+  // digest: `framed` when the shard records them (written by `ratchet
+  // shard`); the defaults are what older shards mean.
+  bool framed = false;
+  bool add_bos = false, add_eos = true;
+  int bos_token = -1;            // -1: none
+  std::string tokenizer_sha256;  // tokenizer_json_sha256, "" when none
 };
 
 // Where a shard's contents came from (the optional attributes above). Empty
@@ -90,6 +117,7 @@ struct ShardProvenance {
   std::string dedup;  // "" = not recorded
   uint64_t dedup_documents_in = 0, dedup_exact_removed = 0, dedup_near_removed = 0;
   double dedup_near_threshold = 0;
+  bool parse_special = false;  // written when true
 };
 
 }  // namespace ratchet

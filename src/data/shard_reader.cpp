@@ -98,6 +98,23 @@ ShardFile::ShardFile(const std::string& path, size_t cache_bytes) : path_(path) 
          ": the shard is corrupt, re-shard it");
   meta_.vocab_size = (int)vocab;
   meta_.eot_token = (int)eot;
+  // Document framing (optional; shard_format.h): checked like the header.
+  const auto add_bos = int_attr(sf::kAttrAddBos), add_eos = int_attr(sf::kAttrAddEos),
+             bos = int_attr(sf::kAttrBos);
+  if (add_bos || add_eos) {
+    meta_.framed = true;
+    meta_.add_bos = add_bos.value_or(0) != 0;
+    meta_.add_eos = add_eos.value_or(0) != 0;
+  }
+  if (bos) {
+    if (*bos < 0 || *bos >= vocab)
+      fail("shard ", path, " has bos_token ", *bos, " outside its vocab_size ", vocab,
+           ": the shard is corrupt, re-shard it");
+    meta_.bos_token = (int)*bos;
+  }
+  if (meta_.add_bos && meta_.bos_token < 0)
+    fail("shard ", path, " says add_bos but has no bos_token: the shard is corrupt, re-shard it");
+  meta_.tokenizer_sha256 = string_attr(sf::kAttrTokenizerJsonSha256).value_or("");
 
   if (H5_CHECK(H5Lexists(file_, sf::kTokens, H5P_DEFAULT), "cannot read /tokens from ", path) <= 0)
     fail(path, " has no /tokens dataset: it is not a ratchet token shard (", kRemake, ")");

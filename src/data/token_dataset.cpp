@@ -56,6 +56,11 @@ TokenDataset::TokenDataset(const std::string& pattern, const std::string& flag,
         fail("shards ", first, " and ", path, " disagree on eot_token (", meta_.eot_token, " vs ",
              m.eot_token, "): ", flag, " '", pattern,
              "' must match shards made with one tokenizer");
+      if (m.tokenizer_sha256 != meta_.tokenizer_sha256)
+        fail("shards ", first, " and ", path, " disagree on the tokenizer.json digest (",
+             meta_.tokenizer_sha256.empty() ? "none" : meta_.tokenizer_sha256, " vs ",
+             m.tokenizer_sha256.empty() ? "none" : m.tokenizer_sha256, "): ", flag, " '", pattern,
+             "' must match shards made with one tokenizer");
     }
     if (file->num_tokens() == 0)
       fail("shard ", path, " is empty (0 tokens): remove it from ", flag, " '", pattern,

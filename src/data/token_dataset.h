@@ -55,6 +55,9 @@ class TokenDataset {
   int vocab_size() const { return meta_.vocab_size; }
   int eot_token() const { return meta_.eot_token; }
   const std::string& tokenizer() const { return meta_.tokenizer; }
+  // Everything the first shard says about its tokens (framing, the
+  // tokenizer.json digest); the shards agree on all of it.
+  const ShardMeta& meta() const { return meta_; }
   const std::string& pattern() const { return pattern_; }
   const std::string& flag() const { return flag_; }
   size_t num_shards() const { return shards_.size(); }

@@ -18,9 +18,11 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::st
     std::string merges = files.merges.empty() ? dir + "/vocab.bpe" : files.merges;
     return std::make_unique<Gpt2Tokenizer>(vocab, merges);
   }
-  // Anything else that exists is a tokenizer.json or a directory holding one.
+  // Anything else that exists is a tokenizer.json or a directory holding one;
+  // shards record one as "hf:PATH" (HfTokenizer::name).
+  const std::string path = name.rfind("hf:", 0) == 0 ? name.substr(3) : name;
   struct stat st;
-  if (::stat(name.c_str(), &st) == 0) return HfTokenizer::load(name);
+  if (::stat(path.c_str(), &st) == 0) return HfTokenizer::load(path);
   fail("unknown ", flag, " '", name, "': the known tokenizers are: ", ByteTokenizer::kName, ", ",
        Gpt2Tokenizer::kName, ", or the path of a Hugging Face tokenizer.json (or of a model "
        "directory holding one); no such file or directory");

@@ -1,0 +1,128 @@
+#include "train/tokenizer_checks.h"
+
+#include <openssl/evp.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "core/error.h"
+#include "data/shard_tokenizer.h"
+#include "interop/atomic_write.h"
+#include "interop/hf_checkpoint.h"
+
+namespace ratchet {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The files of a Hugging Face tokenizer that a model directory carries.
+const char* const kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json",
+                                       "special_tokens_map.json"};
+
+std::string describe_data(const ShardMeta& data) {
+  return data.tokenizer_sha256.empty()
+             ? "tokenizer '" + data.tokenizer + "' (no tokenizer.json)"
+             : "a tokenizer.json of SHA-256 " + data.tokenizer_sha256;
+}
+
+}  // namespace
+
+std::string hf_init_dir(const std::string& init_from) {
+  if (init_from.empty() || !is_hf_checkpoint_path(init_from)) return "";
+  std::error_code ec;
+  if (fs::is_directory(init_from, ec)) return init_from;
+  const fs::path parent = fs::path(init_from).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+std::string file_sha256(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("cannot read ", path);
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+    fail("cannot compute the SHA-256 of ", path, " (OpenSSL)");
+  std::vector<char> buf(1 << 20);
+  while (f) {
+    f.read(buf.data(), (std::streamsize)buf.size());
+    if (f.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), (size_t)f.gcount());
+  }
+  if (f.bad()) fail("cannot read ", path);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(ctx.get(), md, &n);
+  std::string hex;
+  char h[3];
+  for (unsigned i = 0; i < n; i++) std::snprintf(h, sizeof h, "%02x", md[i]), hex += h;
+  return hex;
+}
+
+std::string check_init_tokenizer(const std::string& init_from, const ShardMeta& data,
+                                 const std::string& data_flag, bool allow_mismatch) {
+  const std::string dir = hf_init_dir(init_from);
+  if (dir.empty()) return "";  // an llm.c .bin carries no tokenizer
+  const std::string json = (fs::path(dir) / "tokenizer.json").string();
+  std::error_code ec;
+  if (!fs::is_regular_file(json, ec))
+    return "note: --init-from " + init_from + " has no tokenizer.json: the model's tokenizer is "
+           "not checked against the shards' (" + describe_data(data) + ")";
+  const std::string theirs = file_sha256(json);
+  if (theirs == data.tokenizer_sha256)
+    return "tokenizer: the shards' tokenizer.json is --init-from's (SHA-256 " + theirs.substr(0, 16) +
+           ")";
+  const std::string msg = "--init-from " + init_from + " has a tokenizer.json of SHA-256 " + theirs +
+                          " but " + data_flag + " was made with " + describe_data(data) +
+                          ": its ids would mean other tokens to this model";
+  if (!allow_mismatch)
+    fail(msg, ". Re-shard the text with --tokenizer ", dir,
+         ", or pass --allow-tokenizer-mismatch to train anyway");
+  return "warning: " + msg + " (--allow-tokenizer-mismatch)";
+}
+
+std::string export_tokenizer_source(const std::string& init_from, const ShardMeta& data,
+                                    std::string* why) {
+  if (data.tokenizer_sha256.empty()) {
+    *why = "the shards' tokenizer '" + data.tokenizer + "' is not a Hugging Face tokenizer.json";
+    return "";
+  }
+  std::vector<std::string> tried;
+  const std::string recorded = hf_tokenizer_json(data.tokenizer);
+  for (const std::string& json :
+       {recorded, hf_init_dir(init_from).empty() ? std::string()
+                                                 : (fs::path(hf_init_dir(init_from)) / "tokenizer.json").string()}) {
+    if (json.empty()) continue;
+    std::error_code ec;
+    if (!fs::is_regular_file(json, ec)) {
+      tried.push_back(json + " (missing)");
+      continue;
+    }
+    const std::string sha = file_sha256(json);
+    if (sha == data.tokenizer_sha256) return fs::path(json).parent_path().string();
+    tried.push_back(json + " (SHA-256 " + sha + ")");
+  }
+  *why = "no tokenizer.json of the shards' SHA-256 " + data.tokenizer_sha256 + " was found";
+  for (size_t i = 0; i < tried.size(); i++) *why += (i ? ", " : ": ") + tried[i];
+  return "";
+}
+
+std::vector<std::string> copy_tokenizer_files(const std::string& src, const std::string& dir) {
+  std::vector<std::string> copied;
+  for (const char* name : kTokenizerFiles) {
+    const fs::path from = fs::path(src) / name;
+    std::error_code ec;
+    if (!fs::is_regular_file(from, ec)) continue;
+    std::ifstream f(from, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (!f.good() && !f.eof()) fail("cannot read ", from.string());
+    write_text_atomically((fs::path(dir) / name).string(), bytes);
+    copied.push_back(name);
+  }
+  return copied;
+}
+
+int sample_start_token(const ShardMeta& data) {
+  return data.add_bos && data.bos_token >= 0 ? data.bos_token : data.eot_token;
+}
+
+}  // namespace ratchet
