@@ -3,11 +3,17 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "data/gpt2_pretokenize.h"
 #include "data/hf/engine.h"
 #include "data/hf/text.h"
 
 namespace ratchet {
 namespace hf {
+namespace {
+// Pieces longer than this skip the per-thread cache: families without a
+// splitting pre-tokenizer (Llama 2, Gemma) hand the model whole documents.
+constexpr size_t kMaxCachedPiece = 128;
+}  // namespace
 
 std::string Engine::token_string(uint32_t id) const {
   auto it = added_index.find(id);
@@ -26,8 +32,8 @@ std::vector<uint32_t> Engine::encode(const std::string& input, bool parse_specia
     cache.owner = instance;
   }
   std::string escaped;
-  const std::string_view text = escape_invalid(input, &escaped) ? std::string_view(escaped)
-                                                                : std::string_view(input);
+  const bool escapes = escape_invalid(input, &escaped);
+  const std::string_view text = escapes ? std::string_view(escaped) : std::string_view(input);
   std::vector<uint32_t> out;
   out.reserve(text.size() / 3 + 1);
   std::vector<std::unique_ptr<std::string>> arena;
@@ -37,6 +43,10 @@ std::vector<uint32_t> Engine::encode(const std::string& input, bool parse_specia
   auto model_piece = [&](std::string_view p) {
     if (p.size() == 1 && model.byte_level && model.byte_id[(unsigned char)p[0]] != BpeModel::kNone) {
       out.push_back(model.byte_id[(unsigned char)p[0]]);
+      return;
+    }
+    if (p.size() > kMaxCachedPiece) {  // a long piece (a whole line or document) is unique
+      model.tokenize(p, out);
       return;
     }
     key.assign(p.data(), p.size());
@@ -50,9 +60,18 @@ std::vector<uint32_t> Engine::encode(const std::string& input, bool parse_specia
     if (cache.pieces.size() > (1u << 18)) cache.pieces.clear();  // bound the memory
     cache.pieces.emplace(key, std::vector<uint32_t>(out.begin() + before, out.end()));
   };
+  // GPT-2's configuration (one ByteLevel stage on GPT-2's regex, no prefix
+  // space, no escapes to undo): the hand-written splitter straight to the model.
+  const bool gpt2_direct = !escapes && pre_tokenizers.size() == 1 &&
+                           pre_tokenizers[0].kind == PreTokenizer::kByteLevel &&
+                           pre_tokenizers[0].gpt2_fast && !pre_tokenizers[0].add_prefix_space;
   auto pre_and_model = [&](std::string_view seg, bool origin) {
+    if (gpt2_direct) {
+      for (std::string_view p : gpt2_pretokenize(seg)) model_piece(p);
+      return;
+    }
     arena.clear();
-    pre_tokenize(pre_tokenizers, seg, origin, arena, &pieces);
+    pre_tokenize(pre_tokenizers, seg, origin, escapes, arena, &pieces);
     for (const Piece& p : pieces) model_piece(p.s);
   };
   // Cuts `s` at the added tokens of `trie`, passing the text between them to `f`.

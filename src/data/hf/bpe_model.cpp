@@ -64,6 +64,9 @@ void BpeModel::tokenize(std::string_view piece, std::vector<uint32_t>& out) cons
       std::string_view s = piece.substr(i, (size_t)n);
       if (is_escape(cp)) {
         unknown(s, escaped_byte(cp));
+      } else if (cp < bmp_id.size() && bmp_id[cp] != kNone) {
+        flush_unk();
+        w.push_back(bmp_id[cp]);
       } else {
         auto it = id_of.find(std::string(s));
         if (it != id_of.end()) {

@@ -65,8 +65,10 @@ struct PreTokenizer {
 // Runs the pre-tokenizers over one normalized segment. Pieces point into
 // `segment` or into strings held by `arena`. When the last pre-tokenizer is
 // ByteLevel, the pieces are raw bytes (escapes turned back into their byte).
+// `escapes`: the text may hold escaped bytes (text.h); false skips looking.
 void pre_tokenize(const std::vector<PreTokenizer>& pts, std::string_view segment, bool origin,
-                  std::vector<std::unique_ptr<std::string>>& arena, std::vector<Piece>* out);
+                  bool escapes, std::vector<std::unique_ptr<std::string>>& arena,
+                  std::vector<Piece>* out);
 
 struct BpeModel {
   std::vector<std::string> token_of;            // id -> token string ("" if unused)
@@ -77,6 +79,7 @@ struct BpeModel {
   uint32_t byte_id[256];    // byte_level: byte -> the id of its 1-char token (kNone if none)
   std::string byte_char[256];  // byte_level: the byte's 1-char spelling
   std::unordered_map<std::string, uint32_t> raw_id_of;  // byte_level: raw bytes -> id (ignore_merges)
+  std::vector<uint32_t> bmp_id;  // !byte_level: code point < 0x10000 -> its 1-char token (kNone)
   bool byte_fallback = false, ignore_merges = false, fuse_unk = false;
   uint32_t fallback_id[256];  // <0xXX> -> id (kNone if absent)
   int64_t unk = -1;

@@ -449,8 +449,17 @@ void finish(Engine& e) {
   }
   e.raw_added.build(e.added, false);
   e.norm_added.build(e.added, true);
-  if (!e.pre_tokenizers.empty() && e.pre_tokenizers.back().kind == PreTokenizer::kByteLevel)
+  if (!e.pre_tokenizers.empty() && e.pre_tokenizers.back().kind == PreTokenizer::kByteLevel) {
     make_byte_level(e.model);
+  } else {  // one-character tokens of the BMP by table: the common lookup
+    e.model.bmp_id.assign(0x10000, BpeModel::kNone);
+    for (const auto& [tok, id] : e.model.id_of) {
+      uint32_t cp;
+      if (!tok.empty() && (size_t)next_cp(tok, 0, &cp) == tok.size() && cp < 0x10000 &&
+          !(cp == 0xFFFD && tok != "\xEF\xBF\xBD"))
+        e.model.bmp_id[cp] = id;
+    }
+  }
   static std::atomic<uint64_t> instances{0};
   e.instance = ++instances;
 }

@@ -129,7 +129,8 @@ std::string_view unescape(std::vector<std::unique_ptr<std::string>>& arena, std:
 }  // namespace
 
 void pre_tokenize(const std::vector<PreTokenizer>& pts, std::string_view segment, bool origin,
-                  std::vector<std::unique_ptr<std::string>>& arena, std::vector<Piece>* out) {
+                  bool escapes, std::vector<std::unique_ptr<std::string>>& arena,
+                  std::vector<Piece>* out) {
   std::vector<Piece> cur, next;
   out->clear();
   if (segment.empty()) return;
@@ -216,7 +217,7 @@ void pre_tokenize(const std::vector<PreTokenizer>& pts, std::string_view segment
     }
     std::swap(cur, next);
   }
-  if (!pts.empty() && pts.back().kind == PreTokenizer::kByteLevel)
+  if (escapes && !pts.empty() && pts.back().kind == PreTokenizer::kByteLevel)
     for (Piece& p : cur) p.s = unescape(arena, p.s);
   *out = std::move(cur);
 }
