@@ -50,6 +50,7 @@ std::string weight_text(double w) {
 }  // namespace
 
 SourceSpec parse_source_spec(const std::string& spec, const std::string& flag) {
+  if (spec.empty()) fail(flag, " is empty: pass a shard file or a pattern like 'data/train_*.h5'");
   check_printable(spec, flag);
   SourceSpec s;
   s.pattern = spec;
@@ -87,6 +88,11 @@ std::vector<SourceSpec> parse_source_specs(const std::vector<std::string>& specs
              "whole weight");
     out.push_back(std::move(s));
   }
+  double sum = 0;
+  for (const SourceSpec& s : out) sum += s.weight;
+  if (!std::isfinite(sum))
+    fail(flag, " weights sum to ", sum, ": give them on a smaller scale (they are relative: "
+         "0.7 and 0.3, or 7 and 3)");
   return out;
 }
 

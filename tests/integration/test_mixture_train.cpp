@@ -194,6 +194,13 @@ TEST_F(MixtureTrain, StopWhenASourceRunsOutWrapOtherwise) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("has no unseen window left"), std::string::npos) << r.output;
   EXPECT_GT(read_checkpoint_meta(newest_ckpt(d / "wrap/ckpt")).cursor.source_rows[1], nwin);
+  // One source: stop after one epoch, at the last step whose 4 rows still fit in it.
+  r = run_ratchet(train_cmd(d / "one", 1000, " --train-data '" + digits() + "'") +
+                  " --on-source-exhausted stop");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("stopping at step " + std::to_string(nwin / 4) + ": --train-data source '" +
+                          digits() + "' has no unseen window left"),
+            std::string::npos) << r.output;
 }
 
 TEST_F(MixtureTrain, BadSpecsAreRefusedNamingTheFlag) {

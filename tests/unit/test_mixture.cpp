@@ -97,6 +97,9 @@ TEST(MixtureSpec, BadWeightsAndDuplicatesAreRefusedNamingTheFlag) {
   expect_error([] { parse_source_spec("a\xff.h5", "--train-data"); }, {"--train-data", "UTF-8"});
   expect_error([] { parse_source_specs({"a/*.h5:1", "b/*.h5:1", "a/*.h5:2"}, "--train-data"); },
                {"--train-data", "'a/*.h5' twice"});
+  expect_error([] { parse_source_specs({"a:1e308", "b:1e308"}, "--train-data"); },
+               {"--train-data", "weights sum to inf"});
+  expect_error([] { parse_source_spec("", "--train-data"); }, {"--train-data is empty"});
 }
 
 TEST(MixtureSpec, TextIsTheGlobForOneSourceAndNormalisedWeightsForMore) {
