@@ -2,7 +2,8 @@
 # The demo: installs what is needed, builds the CPU trainer, turns the King
 # James Bible (Debian's bible-kjv) into byte-level HDF5 shards and trains a
 # small GPT on the CPU, printing progress, validation loss, a generated sample
-# and the cost ledger (at a stated price per device-hour). Then it shows what
+# and the cost ledger (at a stated price per device-hour), and evaluates it on
+# a shipped multiple-choice task (`ratchet eval`). Then it shows what
 # makes ratchet different: a short run preempted with SIGUSR1 and rerun with
 # the same command ends with weights bit-identical to an uninterrupted run
 # (cmp), and `ratchet report` draws the main run's loss and throughput (PNG).
@@ -39,6 +40,13 @@ echo "== train: 4 layers x 256 channels on the CPU, ledger at \$$price per devic
   --weight-decay 0.1 --eval-every 100 --eval-batches 10 \
   --sample-tokens 300 --temperature 0.8 \
   --run-dir "$run/main" --price-per-device-hour "$price" --export "$run/model.bin"
+
+# ---- evaluation: the trained model on a small multiple-choice task shipped
+# with ratchet (complete a KJV verse: its true second half among 4) and on the
+# held-out shards; the tokenizer (byte) comes from the checkpoint.
+echo "== eval: $run/main/ckpt on data_tools/tasks/kjv_complete_verse.jsonl and the validation shards"
+"$ratchet" eval --init-from "$run/main/ckpt" --task kjv=data_tools/tasks/kjv_complete_verse.jsonl \
+  --data val="$run/data/val_*.h5"
 
 # ---- preemption: the same short run, once straight through and once stopped
 # by SIGUSR1 (what Slurm sends before a preemption or the time limit) and rerun.

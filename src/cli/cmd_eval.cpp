@@ -58,8 +58,10 @@ examples:
 
 --json prints one object:
   {"model": ..., "tokenizer": ..., "tasks": {NAME: {"acc", "acc_se", "acc_norm",
-   "acc_norm_se", "acc_token_mean", "acc_token_mean_se", "n", "truncated"}},
-   "data": {NAME: {"loss", "ppl", "tokens"}}}
+   "acc_norm_se", "acc_token_mean", "acc_token_mean_se", "n", "truncated", "tokens",
+   "positions", "seconds"}}, "data": {NAME: {"loss", "ppl", "tokens", "seconds"}}}
+  (a task's tokens: its completions' input tokens; positions: what the model
+  ran, padding to each batch's longest row included)
 )";
 
 struct Flags {
@@ -232,6 +234,7 @@ int cmd_eval(int argc, char** argv) {
     const McScores s = score_mc_task(model, t, f.batch_size, T, *comm, per.is_open() ? &det : nullptr);
     const double dt = now_s() - t0;
     jt[t.name] = to_json(s);
+    jt[t.name]["seconds"] = dt;
     for (const auto& r : det) {
       OrderedJson j;
       j["task"] = t.name;
@@ -255,6 +258,7 @@ int cmd_eval(int argc, char** argv) {
     const double t0 = now_s();
     const DataScores s = score_data(model, *sets[i], f.batch_size, T, *comm, f.max_batches);
     jd[data[i].first] = to_json(s);
+    jd[data[i].first]["seconds"] = now_s() - t0;
     SAY("data %s: loss %.4f  ppl %.3f  (%ld tokens, %.1f s)\n", data[i].first.c_str(), s.loss, s.ppl,
          s.tokens, now_s() - t0);
   }

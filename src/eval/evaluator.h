@@ -25,9 +25,10 @@
 // Batching: a batch is up to B rows of one completion each (every row starts at
 // position 0: there is no cross-row attention mask to pack two completions into
 // one row); the completions of one example always share a batch, so B must be
-// at least the largest number of endings. Rows are as long as the longest
-// completion of the batch (at most T); padding positions get target 0 and are
-// ignored. One forward per batch, on every backend.
+// at least the largest number of endings. Examples are batched longest first,
+// so that rows of similar length share a batch; rows are as long as the
+// longest completion of the batch (at most T); padding positions get target 0
+// and are ignored. One forward per batch, on every backend.
 //
 // Ranks: example i is scored on rank i mod W, data batch j on rank j mod W; the
 // sums are all-reduced over `comm` (a HOST communicator: MPI or single), so
@@ -92,6 +93,8 @@ struct McExampleResult {
 struct McScores {
   long n = 0;          // examples scored
   long truncated = 0;  // examples with a left-truncated completion
+  long tokens = 0;     // input tokens of the completions (their rows' lengths, no padding)
+  long positions = 0;  // token positions run through the model (rows x row length, padding included)
   double acc = 0, acc_se = 0;
   double acc_norm = 0, acc_norm_se = 0;
   double acc_token_mean = 0, acc_token_mean_se = 0;

@@ -63,19 +63,36 @@ McScores score_mc_task(GPT& model, const McTask& task, int B, int T, Communicato
          " endings but the batch holds ", B, " rows: the endings of one example share a batch, "
          "so pass a batch size of at least ", task.max_endings);
   const int W = comm.world(), rank = comm.rank();
-  double sums[5] = {0, 0, 0, 0, 0};  // n, acc, acc_norm, acc_token_mean, truncated
+  // n, acc, acc_norm, acc_token_mean, truncated, positions, tokens
+  double sums[7] = {0, 0, 0, 0, 0, 0, 0};
   std::vector<int32_t> in, tg;
   std::vector<float> losses;
-  const long n = (long)task.examples.size();
-  long i = rank;  // this rank's examples: i mod W == rank
-  while (i < n) {
+  const size_t details_from = details ? details->size() : 0;
+  // This rank's examples (i mod W == rank), longest completion first: batches
+  // of similar lengths waste few positions on padding.
+  std::vector<long> order;
+  std::vector<size_t> longest;
+  for (long i = rank; i < (long)task.examples.size(); i += W) {
+    size_t m = 0;
+    for (const auto& e : task.examples[i].endings)
+      m = std::max(m, std::min(task.examples[i].context.size() + e.size(), (size_t)T + 1));
+    order.push_back(i);
+    longest.push_back(m);
+  }
+  std::vector<size_t> by(order.size());
+  for (size_t k = 0; k < by.size(); k++) by[k] = k;
+  std::stable_sort(by.begin(), by.end(), [&](size_t a, size_t b) { return longest[a] > longest[b]; });
+  const size_t n = by.size();
+  size_t next = 0;
+  while (next < n) {
     // Fill a batch with whole examples. Identical endings of one example are
     // scored once (the same tokens have the same log-probability: a tie
     // stays an exact tie, whatever the backend does per row).
     struct Slot { long ex; std::vector<int> row_of; };  // ending -> row
     std::vector<Slot> slots;
     std::vector<Row> rows;
-    for (; i < n; i += W) {
+    for (; next < n; next++) {
+      const long i = order[by[next]];
       const McExample& ex = task.examples[i];
       Slot s{i, {}};
       std::vector<Row> mine;
@@ -95,7 +112,10 @@ McScores score_mc_task(GPT& model, const McTask& task, int B, int T, Communicato
       slots.push_back(std::move(s));
     }
     int Tb = 1;
-    for (const Row& r : rows) Tb = std::max(Tb, (int)r.seq.size() - 1);
+    for (const Row& r : rows) {
+      Tb = std::max(Tb, (int)r.seq.size() - 1);
+      sums[6] += (double)r.seq.size() - 1;
+    }
     const int R = (int)rows.size();
     in.assign((size_t)R * Tb, 0);
     tg.assign((size_t)R * Tb, 0);  // padding: a valid id whose loss is ignored
@@ -105,6 +125,7 @@ McScores score_mc_task(GPT& model, const McTask& task, int B, int T, Communicato
       std::copy(q.begin() + 1, q.end(), tg.begin() + (size_t)r * Tb);
     }
     model.forward(in.data(), tg.data(), R, Tb);
+    sums[5] += (double)R * Tb;
     losses.resize((size_t)R * Tb);
     model.get_losses(losses.data());
     std::vector<double> row_lp(R, 0.0);
@@ -137,10 +158,15 @@ McScores score_mc_task(GPT& model, const McTask& task, int B, int T, Communicato
       if (details) details->push_back(std::move(res));
     }
   }
-  comm.all_reduce(sums, 5, DType::F64, ReduceOp::Sum);
+  comm.all_reduce(sums, 7, DType::F64, ReduceOp::Sum);
+  if (details)  // in example order
+    std::sort(details->begin() + details_from, details->end(),
+              [](const McExampleResult& a, const McExampleResult& b) { return a.index < b.index; });
   McScores sc;
   sc.n = (long)sums[0];
   sc.truncated = (long)sums[4];
+  sc.positions = (long)sums[5];
+  sc.tokens = (long)sums[6];
   if (sc.n > 0) {
     sc.acc = sums[1] / sums[0], sc.acc_se = stderr_of(sums[1], sums[0]);
     sc.acc_norm = sums[2] / sums[0], sc.acc_norm_se = stderr_of(sums[2], sums[0]);

@@ -54,6 +54,8 @@ OrderedJson to_json(const McScores& s) {
   j["acc_token_mean_se"] = json_number(s.acc_token_mean_se);
   j["n"] = s.n;
   j["truncated"] = s.truncated;
+  j["tokens"] = s.tokens;
+  j["positions"] = s.positions;
   return j;
 }
 

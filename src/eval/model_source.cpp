@@ -97,6 +97,12 @@ ModelSource load_model_source(const std::string& path, const std::string& flag) 
       fail(flag, " ", path, " is a directory but neither a ratchet checkpoint (state.h5, or step_* "
            "directories) nor a Hugging Face export (config.json): pass one of those, or an llm.c .bin");
     m.params = load_hf_checkpoint(path, &m.cfg);
+    // A complete model directory carries its tokenizer (--export-hf writes it).
+    const fs::path json = (dir ? fs::path(path) : fs::path(path).parent_path()) / "tokenizer.json";
+    if (fs::is_regular_file(json, ec)) {
+      m.tokenizer = "hf:" + fs::absolute(json).lexically_normal().string();
+      m.tokenizer_from = "the tokenizer.json beside the weights";
+    }
   } else {
     m.kind = "llmc";
     m.path = path;
