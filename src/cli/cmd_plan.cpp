@@ -1,6 +1,7 @@
 // `ratchet plan`: options -> plan::PlanInputs -> plan::make_plan() -> a table
 // (or, with --json, one JSON object). The arithmetic and its assumptions are
 // documented in plan/plan.h; the recompute policies in model/recompute.h.
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <climits>
 #include <cmath>
@@ -26,6 +27,14 @@ const char* kExamples = R"(examples:
   ratchet plan --model d24 --device h100 --world-size 8 --batch-size 8 --seq-len 1024 \
       --total-batch-tokens 524288 --tokens 10e9 --link-gbps 400 --preemptions-per-hour 0.2
 
+  # Llama 3.1 8B on 8 H100s at T=8192: which ZeRO stage and recompute policy fit, the
+  # step time with the collectives, scaling over 1-8 nodes
+  ratchet plan --model llama3.1-8b --device h100 --world-size 8 --seq-len 8192 --batch-size 1
+
+  # the same over 4 nodes, ZeRO-3 inside each node, shards all-reduced across nodes
+  ratchet plan --model llama3.1-8b --device h100 --world-size 32 --seq-len 8192 -B 1 \
+      --zero 3 --shard-group node
+
   # what model and how many tokens for $500 of A100 time? (nearest dN preset)
   ratchet plan --budget-money 500 --device a100 --price-per-device-hour 1.8 --seq-len 1024
 
@@ -35,7 +44,13 @@ const char* kExamples = R"(examples:
 output: a table; with --json one JSON object instead (same figures, bytes and seconds).
 assumptions (see src/plan/plan.h): C = 6ND with 20 tokens per parameter (Chinchilla);
 peaks are dense BF16 (cpu: ~0.2 TFLOP/s FP32, what the CPU backend sustains on 2 cores);
-no overlap of compute and all-reduce; checkpoints of 12 bytes/parameter saved at 1 GB/s;
+the "time per step" all-reduce: no overlap, one ring at --link-gbps. The ZeRO section
+(src/plan/zero_plan.h): ring all-reduce 2(n-1)/n.bytes/B, reduce-scatter and all-gather
+(n-1)/n.bytes/B each; B = NVLink per direction in a node (H100/H200 450 GB/s, A100 300),
+--link-gbps per rank across nodes, hierarchical when a group spans nodes; each block's
+collectives overlap the neighbouring block's compute (per block max(compute, comm)), the first
+gather and the last reduce do not; stage 2/3 memory and time are planned, not yet
+implemented in `ratchet train`; "fits" keeps max(1 GiB, 5%) of a GPU free; checkpoints of 12 bytes/parameter saved at 1 GB/s;
 spot cost to first order in the preemption rate (Young/Daly interval).
 )";
 
@@ -45,6 +60,7 @@ struct Flags {
   int kv_heads = 0, ffn_hidden = 0;
   bool untied = false;
   bool json = false;
+  std::string reshard = "on";
 };
 
 po::options_description make_options(plan::PlanInputs& in, Flags& f) {
@@ -70,6 +86,13 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
     ("total-batch-tokens", po::value(&in.total_batch_tokens),
      "tokens per optimizer step over all ranks, a multiple of B*T*world (default B*T*world)")
     ("steps", po::value(&in.steps), "optimizer steps (default: 20 tokens per parameter)")
+    ("eval-every", po::value(&in.eval_every),
+     "evaluate every N steps: the plan adds the evaluation's time and its share (as in `ratchet train`)")
+    ("eval-batches", po::value(&in.eval_batches)->default_value(in.eval_batches),
+     "validation batches of B x T per evaluation (as in `ratchet train`)")
+    ("eval-tokens", po::value(&in.eval_tokens),
+     "tokens forwarded per evaluation, instead of eval-batches x B x T (add --eval-task and "
+     "--eval-data tokens: e.g. HellaSwag's 10042 examples x 4 endings x ~80 tokens)")
     ("tokens", po::value(&in.tokens), "training tokens instead of --steps (e.g. 10e9)")
     ("recompute", po::value(&f.recompute)->default_value(f.recompute),
      "recompute policy used for step time: none | gelu | gelu+ln | blocks (memory is shown "
@@ -85,8 +108,24 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
     ("device-memory-gb", po::value(&in.device_memory_gb),
      "memory per device in GB (default: the device's; cpu: this host's RAM)")
     ("link-gbps", po::value(&in.link_gbps)->default_value(in.link_gbps, default_text(in.link_gbps)),
-     "per-rank link bandwidth for the gradient all-reduce, in gigaBITS/s (InfiniBand NDR: "
-     "400; NVLink 4: 7200)");
+     "per-rank link bandwidth across nodes, in gigaBITS/s (InfiniBand NDR: 400)")
+    ("intra-node-gbs", po::value(&in.zero.intra_node_gbs),
+     "bus bandwidth within a node, GB/s per direction (default: the device's NVLink, h100/h200 "
+     "450, a100 300; cpu: --link-gbps)");
+
+  po::options_description zero("ZeRO (stages 2 and 3: planned, not yet implemented in train)");
+  zero.add_options()
+    ("zero", po::value(&in.zero.zero)->default_value(in.zero.zero),
+     "0 | 1 | 2 | 3 | auto: the stage to plan (auto: the lowest that fits at --recompute, else "
+     "with the least recompute that fits); every stage's memory and time is shown")
+    ("shard-group", po::value(&in.zero.shard_group),
+     "N | node: ZeRO-k inside groups of N ranks, the shards all-reduced across groups "
+     "(default: the world, plain ZeRO-k; 1 = ZeRO-0; node = --gpus-per-node)")
+    ("gpus-per-node", po::value(&in.zero.gpus_per_node),
+     "ranks per node (default 8 on GPUs, 1 on cpu)")
+    ("reshard-after-forward", po::value(&f.reshard)->default_value(f.reshard),
+     "on | off, --zero 3: free each gathered block after forward (off: keep it for backward, "
+     "stage 2's memory, no backward gather)");
 
   po::options_description cost("cost and preemption");
   cost.add_options()
@@ -119,7 +158,7 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
      "INI file of options (keys = long option names; keys plan does not know, such as "
      "train-data, are ignored so a training run's file works)")
     ("json", po::bool_switch(&f.json), "print one JSON object instead of the table");
-  all.add(model).add(hw).add(cost).add(budget);
+  all.add(model).add(hw).add(zero).add(cost).add(budget);
   return all;
 }
 
@@ -141,12 +180,14 @@ void check_plan_values(const po::variables_map& vm, const plan::PlanInputs& in, 
       {"device-memory-gb", in.device_memory_gb, 0, inf, false, "positive"},
       {"price-per-device-hour", in.price, 0, inf, true, ">= 0"},
       {"link-gbps", in.link_gbps, 0, inf, false, "positive"},
+      {"intra-node-gbs", in.zero.intra_node_gbs, 0, inf, false, "positive"},
       {"spot-price-fraction", in.spot_fraction, 0, 1, false, "in (0, 1]"},
       {"preemptions-per-hour", in.preemptions_per_hour, 0, inf, true, ">= 0"},
       {"ckpt-interval-minutes", in.ckpt_interval_minutes, 0, inf, false, "positive"},
       {"save-seconds", in.save_seconds, 0, inf, false, "positive"},
       {"restart-seconds", in.restart_seconds, 0, inf, true, ">= 0"},
       {"tokens", in.tokens, 0, 1e30, false, "positive"},
+      {"eval-tokens", in.eval_tokens, 0, 1e18, false, "positive"},
       {"budget-flops", in.budget_flops, 0, inf, false, "positive"},
       {"budget-device-hours", in.budget_device_hours, 0, inf, false, "positive"},
       {"budget-money", in.budget_money, 0, inf, false, "positive"},
@@ -160,7 +201,9 @@ void check_plan_values(const po::variables_map& vm, const plan::PlanInputs& in, 
       {"steps", in.steps},      {"world-size", in.world}, {"batch-size", in.B},
       {"seq-len", in.T},        {"layers", f.layers},     {"heads", f.heads},
       {"channels", f.channels}, {"vocab-size", f.vocab_size}, {"max-seq-len", f.max_seq_len},
-      {"kv-heads", f.kv_heads}, {"ffn-hidden", f.ffn_hidden}};
+      {"kv-heads", f.kv_heads}, {"ffn-hidden", f.ffn_hidden},
+      {"gpus-per-node", in.zero.gpus_per_node}, {"eval-every", in.eval_every},
+      {"eval-batches", in.eval_batches}};
   for (const auto& [flag, v] : counts)
     if (given(flag) && v < 1) fail("--", flag, " must be at least 1 (got ", v, ")");
   if (given("total-batch-tokens") && in.total_batch_tokens < 1)
@@ -178,7 +221,9 @@ int cmd_plan(int argc, char** argv) {
   if (vm.count("help")) {
     std::cout << "usage: ratchet plan [options]\n\nEstimates, before a run, the compute-optimal "
                  "model and tokens for a budget, memory per rank\n(with and without ZeRO-1, per "
-                 "recompute policy), step time, data-parallel efficiency and\ncost on on-demand "
+                 "recompute policy), each ZeRO stage's memory and step time with its collectives\n"
+                 "(stages 2 and 3 planned, not yet implemented in train), step time, data-parallel "
+                 "efficiency and\ncost on on-demand "
                  "and spot capacity.\n\n"
               << desc << "\n" << kExamples;
     return kExitOk;
@@ -209,12 +254,20 @@ int cmd_plan(int argc, char** argv) {
   mf.layers = f.layers, mf.heads = f.heads, mf.channels = f.channels;
   mf.kv_heads = f.kv_heads, mf.ffn_hidden = f.ffn_hidden, mf.untied = f.untied;
   mf.vocab_size = f.vocab_size, mf.max_seq_len = f.max_seq_len;
+  // Unless given, the longest sequence is at least --seq-len (a Llama's RoPE
+  // has no table; a GPT-2 plan then counts T rows of wpe).
+  if (vm["max-seq-len"].defaulted()) mf.max_seq_len = std::max(mf.max_seq_len, in.T);
   in.cfg = config_from_flags(mf);
   in.model_name = f.layers || f.heads || f.channels || f.kv_heads || f.ffn_hidden || f.untied
                       ? "custom"
                       : mf.model;
   in.device = f.device;
   in.recompute = parse_recompute(f.recompute);
+  if (f.reshard != "on" && f.reshard != "off")
+    fail("--reshard-after-forward '", f.reshard, "' must be on or off");
+  in.zero.reshard_after_forward = f.reshard == "on";
+  in.zero.reshard_given = !vm["reshard-after-forward"].defaulted();
+  if (!vm.count("gpus-per-node")) in.zero.gpus_per_node = f.device == "cpu" ? 1 : 8;
 
   const plan::Plan p = plan::make_plan(in);
   std::cout << (f.json ? plan::plan_json(p) : plan::plan_table(p));

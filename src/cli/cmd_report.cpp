@@ -6,11 +6,15 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.h"
 #include "cli/options_util.h"
 #include "core/error.h"
+#include "report/cost_per_point.h"
+#include "report/metric_plots.h"
+#include "report/objective.h"
 #include "report/report.h"
 #include "report/spend_by_tag.h"
 
@@ -35,7 +39,14 @@ const char* kExamples = R"(examples:
   # spend per tag over a directory of runs (e.g. a sweep's trials)
   ratchet report runs/ --by-tag
 
+  # device-hours and money per point of HellaSwag between evaluations
+  ratchet report runs/d6 --objective hellaswag/acc_norm
+
 Reads RUN_DIR/train.jsonl (or the only *.jsonl there) and, if present, RUN_DIR/ledger.json.
+Every metric of the log (val_loss, --eval-task's NAME/acc_norm, --eval-data's data/NAME/loss)
+is summarised (last, best) and plotted against step and device-hours in report_metrics.png/.svg.
+Cost per point: a point is 0.01 of the metric (one percentage point of an accuracy, 0.01 nats
+of a loss); an interval without improvement has none (n/a).
 A requeued run's replayed steps count once (the last record of each step wins).
 Plots need gnuplot: Debian's gnuplot-nox, installed by scripts/install-deps.sh.
 )";
@@ -54,10 +65,60 @@ std::string ledger_value(const OrderedJson& v) {
   return v.dump();
 }
 
+// A metric's summary: last value and step, and for a name with a direction
+// the best and its step.
+OrderedJson metric_json(const std::string& name, const std::vector<report::MetricPoint>& pts) {
+  OrderedJson m;
+  const report::MetricPoint* last = nullptr;
+  const report::MetricPoint* best = nullptr;
+  const std::optional<bool> up = implied_maximize(name);
+  for (const auto& p : pts) {
+    last = &p;
+    if (up && std::isfinite(p.value) && (!best || (*up ? p.value > best->value : p.value < best->value)))
+      best = &p;
+  }
+  m["last"] = json_number(last ? last->value : NAN);
+  m["last_step"] = json_number(last ? last->step : NAN);
+  if (up) {
+    m["direction"] = *up ? "max" : "min";
+    m["best"] = json_number(best ? best->value : NAN);
+    m["best_step"] = json_number(best ? best->step : NAN);
+  }
+  m["evaluations"] = pts.size();
+  return m;
+}
+
+OrderedJson cost_json(const report::CostPerPoint& c) {
+  auto one = [](const report::CostInterval& i) {
+    OrderedJson j;
+    j["from_step"] = json_number(i.from_step);
+    j["to_step"] = json_number(i.to_step);
+    j["from_value"] = json_number(i.from_value);
+    j["to_value"] = json_number(i.to_value);
+    j["points"] = json_number(i.points);
+    j["device_hours"] = json_number(i.device_hours);
+    j["cost"] = json_number(i.cost);
+    j["device_hours_per_point"] = json_number(i.device_hours_per_point());  // null: no improvement
+    j["cost_per_point"] = json_number(i.cost_per_point());
+    return j;
+  };
+  OrderedJson j;
+  j["objective"] = c.objective.metric;
+  j["direction"] = c.objective.direction();
+  j["point"] = kMetricPoint;
+  j["device_hours_estimated"] = c.estimated_spend;
+  OrderedJson iv = OrderedJson::array();
+  for (const auto& i : c.intervals) iv.push_back(one(i));
+  j["intervals"] = iv;
+  if (!c.intervals.empty()) j["overall"] = one(c.overall);
+  return j;
+}
+
 }  // namespace
 
 int cmd_report(int argc, char** argv) {
   std::string run_dir, log_path, out_dir, gnuplot = "gnuplot";
+  std::string objective_name, direction;
   bool json = false, no_plot = false, by_tag = false;
   po::options_description desc("ratchet report options");
   desc.add_options()
@@ -69,6 +130,9 @@ int cmd_report(int argc, char** argv) {
     ("no-plot", po::bool_switch(&no_plot), "print the summary only")
     ("gnuplot", po::value(&gnuplot)->default_value(gnuplot), "the gnuplot executable")
     ("json", po::bool_switch(&json), "print the summary as one JSON object")
+    ("objective", po::value(&objective_name), "the metric for the cost per point between evaluations "
+     "(default: val_loss when logged, else the first metric with a direction)")
+    ("direction", po::value(&direction), "min | max for --objective (default: the metric's own)")
     ("by-tag", po::bool_switch(&by_tag), "RUN_DIR is a directory of runs: sum the spend of every "
      "ledger.json below it per tag (train --tag, sweep, trial, Slurm job and account)");
   po::positional_options_description pos;
@@ -104,6 +168,26 @@ int cmd_report(int argc, char** argv) {
   const bool has_ledger = fs::exists(ledger_path);
   const OrderedJson ledger = has_ledger ? report::read_ledger(ledger_path) : OrderedJson();
 
+  // Cost per point of the objective (issue 31).
+  if (objective_name.empty()) {
+    if (!direction.empty()) fail("--direction needs --objective");
+    if (log.metrics.count("val_loss")) objective_name = "val_loss";
+    else
+      for (const auto& name : log.metric_names())
+        if (implied_maximize(name)) {
+          objective_name = name;
+          break;
+        }
+  }
+  std::optional<report::CostPerPoint> cpp;
+  if (!objective_name.empty()) {
+    const Objective obj = make_objective(objective_name, direction, "--objective", "--direction");
+    double price = 0;
+    if (has_ledger && ledger.contains("price_per_device_hour") && ledger["price_per_device_hour"].is_number())
+      price = ledger["price_per_device_hour"].get<double>();
+    cpp = report::cost_per_point(log, obj, price);
+  }
+
   // Log and ledger of different runs (or a cut log) are reported, not paired silently.
   const std::vector<std::string> disagree =
       has_ledger ? report::log_ledger_disagreements(log, ledger) : std::vector<std::string>();
@@ -118,7 +202,7 @@ int cmd_report(int argc, char** argv) {
     if (exe.empty()) std::cerr << report::plots_skipped_warning(gnuplot, "ratchet report " + run_dir);
   }
   const bool plot = !exe.empty();
-  std::string png, svg;
+  std::string png, svg, mpng, msvg;
   if (plot) {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
@@ -129,7 +213,17 @@ int cmd_report(int argc, char** argv) {
     std::string title = fs::path(run_dir).lexically_normal().filename().string();
     if (title.empty() || title == ".") title = fs::absolute(run_dir).lexically_normal().string();
     report::run_gnuplot(exe, report::gnuplot_script(log, "ratchet run: " + title, png, svg));
-    for (const auto& p : {png, svg})
+    std::vector<std::string> written = {png, svg};
+    if (!report::plotted_metrics(log).empty()) {
+      mpng = (fs::path(out_dir) / "report_metrics.png").string();
+      msvg = (fs::path(out_dir) / "report_metrics.svg").string();
+      fs::remove(mpng, ec);
+      fs::remove(msvg, ec);
+      report::run_gnuplot(exe, report::metric_plots_script(log, "ratchet run: " + title + ": every metric",
+                                                           mpng, msvg));
+      written.insert(written.end(), {mpng, msvg});
+    }
+    for (const auto& p : written)
       if (!fs::exists(p) || fs::file_size(p) == 0)
         fail("gnuplot ran but did not write ", p, " (is its directory writable?)");
   }
@@ -156,12 +250,20 @@ int cmd_report(int argc, char** argv) {
     o["mean_gflops"] = json_number(s.mean_gflops);
     o["mean_step_ms"] = json_number(s.mean_step_ms);
     o["train_seconds"] = json_number(s.train_seconds);
+    OrderedJson metrics = OrderedJson::object();
+    for (const auto& [name, pts] : log.metrics) metrics[name] = metric_json(name, pts);
+    o["metrics"] = metrics;
+    if (cpp) o["cost_per_point"] = cost_json(*cpp);
     if (has_ledger) o["ledger"] = ledger;
     if (!disagree.empty()) o["ledger_disagrees"] = disagree;
     if (!no_plot && !plot) o["plots_skipped"] = "gnuplot not found";
     if (plot) {
       o["png"] = png;
       o["svg"] = svg;
+      if (!mpng.empty()) {
+        o["metrics_png"] = mpng;
+        o["metrics_svg"] = msvg;
+      }
     }
     std::cout << json_line(o) << "\n";
     return kExitOk;
@@ -187,6 +289,21 @@ int cmd_report(int argc, char** argv) {
       << s.evals << " evaluation" << (s.evals > 1 ? "s" : "") << ")\n";
   else
     o << "val loss:    none logged (train with --val-data)\n";
+  if (!log.metrics.empty()) {
+    o << "metrics:     last and best of each (" << log.metrics.size() << ")\n";
+    for (const auto& [name, pts] : log.metrics) {
+      const OrderedJson m = metric_json(name, pts);
+      std::string key = report::printable(name);
+      key.resize(std::max<size_t>(key.size(), 26), ' ');
+      o << "  " << key << " last " << num(m["last"].is_number() ? m["last"].get<double>() : NAN)
+        << " at step " << m["last_step"].dump();
+      if (m.contains("best"))
+        o << ", best " << num(m["best"].is_number() ? m["best"].get<double>() : NAN) << " at step "
+          << m["best_step"].dump() << " (" << m["direction"].get<std::string>() << ")";
+      o << " (" << pts.size() << " evaluation" << (pts.size() == 1 ? "" : "s") << ")\n";
+    }
+  }
+  if (cpp) o << report::format_cost_per_point(*cpp);
   if (s.steps)
     o << "throughput:  " << num(s.mean_tokens_per_s, "%.0f") << " tokens/s, "
       << num(s.mean_gflops, "%.2f") << " GFLOP/s, " << num(s.mean_step_ms, "%.1f")
@@ -205,6 +322,7 @@ int cmd_report(int argc, char** argv) {
     o << "ledger:      none (" << ledger_path << " not found)\n";
   }
   if (plot) o << "plots:       " << png << "\n             " << svg << "\n";
+  if (!mpng.empty()) o << "             " << mpng << "\n             " << msvg << "\n";
   std::cout << o.str();
   return kExitOk;
 }

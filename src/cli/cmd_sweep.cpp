@@ -41,6 +41,8 @@ examples:
   #   warmup-steps = choice(0, 50, 200)
   #   weight-decay = uniform(0, 0.2)
   #   model = choice(d4, d6)
+  #   objective = hellaswag/acc_norm   (optional: any metric the trainer logs; default val_loss)
+  #   direction = max                  (min | max; default: the metric's own)
   # base.ini: the options every trial shares (train-data, val-data, steps = R, ...)
   ratchet sweep init runs/sw1 --space space.ini --base base.ini --trials 27
   ratchet sweep init runs/grid --space grid.ini --base base.ini --grid
@@ -156,7 +158,8 @@ int sweep_init(int argc, char** argv) {
                          {"run-dir", "ckpt-dir", "log-jsonl", "steps", "schedule-steps", "resume",
                           "config", "tag", "help", "threads", "quiet", "max-device-hours", "max-cost"});
   read_text(base_path, "--base");  // a directory or unreadable file named as such
-  const int base_steps = sweep::check_base(base_path, train_option_names(), true);
+  const int base_steps =
+      sweep::check_base(base_path, train_option_names(), true, space.objective.metric == "val_loss");
   check_train_config(base_path, "--base " + base_path);
   // A searched preset under the base's own shape: the shape flags win in the
   // trainer, so every trial trained the same model while the report credited
@@ -213,14 +216,16 @@ int sweep_init(int argc, char** argv) {
   std::vector<nlohmann::json> records;
   records.push_back({{"event", "init"}, {"format", sweep::kJournalFormat},
                      {"version", sweep::kJournalVersion}, {"sweep_id", id}, {"base_steps", base_steps},
-                     {"space_params", params},
+                     {"space_params", params}, {"objective", space.objective.metric},
+                     {"direction", space.objective.direction()},
                      {"sampling", grid ? (grid_in_order ? "grid in order" : "grid, shuffled") : "random"},
                      {"seed", seed}, {"tags", tags}});
   for (size_t i = 0; i < configs.size(); i++)
     records.push_back({{"event", "created"}, {"trial", (int)i}, {"config", configs[i]}});
   sweep::Journal::create(dir + "/journal.jsonl", std::move(records));
   std::cout << "sweep " << id << " in " << dir << ": " << configs.size() << " trial(s) over "
-            << space.params.size() << " hyperparameter(s); next: ratchet sweep run " << dir << "\n";
+            << space.params.size() << " hyperparameter(s), ranked by " << space.objective.metric
+            << " (" << space.objective.direction() << "); next: ratchet sweep run " << dir << "\n";
   return kExitOk;
 }
 
@@ -285,7 +290,8 @@ int sweep_run(int argc, char** argv) {
   // The base as the trainers will read it (a sweep initialized by an older
   // ratchet may hold a key twice: every trial failed with exit 2).
   if (fs::exists(dir + "/journal.jsonl") && fs::exists(dir + "/base.ini")) {
-    sweep::check_base(dir + "/base.ini", train_option_names());
+    sweep::check_base(dir + "/base.ini", train_option_names(), false,
+                      sweep::load_state(dir).objective.metric == "val_loss");
     check_train_config(dir + "/base.ini", dir + "/base.ini");
   }
   if (!trainer.empty()) {

@@ -353,6 +353,36 @@ Plan make_plan(const PlanInputs& in_) {
   p.dp_efficiency = p.compute_s / p.step_s;
   p.work_hours = p.steps * p.step_s / 3600.0;
 
+  // ---- ZeRO stages: memory, collectives with overlap, the fit ---------------
+  {
+    ZeroPlanInputs z;
+    z.cfg = cfg;
+    z.B = in.B, z.T = in.T;
+    z.be = backend_memory_model(*p.device, cfg);
+    z.policies = p.mem.policies;
+    z.policy = in.recompute;
+    z.world = in.world, z.accum = p.accum;
+    const double mb_tokens = (double)in.B * in.T;  // one micro-batch on one rank
+    z.fwd_s = p.flops_per_token / 3 * mb_tokens / eff_flops_per_s;
+    for (const Recompute& r : z.policies)
+      z.bwd_s.push_back((p.flops_per_token * 2 / 3 + recompute_flops_on(*p.device, cfg, in.T, r)) *
+                        mb_tokens / eff_flops_per_s);
+    z.link_bytes_per_s = in.link_gbps * 1e9 / 8;
+    z.device = p.device->name;
+    z.usable_bytes = p.device_memory_bytes - p.device_reserve_bytes;
+    z.opts = in.zero;
+    p.zero = make_zero_plan(z);
+  }
+  if (in.eval_every > 0) {
+    // Forward only: a third of train_flops_per_token (forward 1 : backward 2),
+    // i.e. 2·N per token plus the attention's forward; the ranks split the
+    // batches, at the training step's rate.
+    p.eval_tokens = in.eval_tokens > 0 ? in.eval_tokens : (double)in.eval_batches * in.B * in.T;
+    p.eval_flops = p.flops_per_token / 3.0 * p.eval_tokens;
+    p.eval_s = p.eval_flops / in.world / eff_flops_per_s;
+    p.eval_share = p.eval_s / (in.eval_every * p.step_s + p.eval_s);
+  }
+
   // ---- checkpoints and cost --------------------------------------------------
   p.ckpt_bytes = 12.0 * p.n_params;  // FP32 master, m, v
   p.save_s = in.save_seconds > 0 ? in.save_seconds : p.ckpt_bytes / 1e9;
@@ -416,6 +446,130 @@ std::string duration(double s) {
 std::string money(double v) { return v >= 100 ? "$" + commas(v) : fmt("$%.2f", v); }
 
 const char* dtype(size_t sb) { return sb == 2 ? "bf16" : "fp32"; }
+
+// The ZeRO section: per-rank memory of every stage, the pick, the
+// collectives' time with overlap, scaling over nodes (plan/zero_plan.h).
+std::string zero_table(const Plan& p) {
+  const ZeroPlan& z = p.zero;
+  const size_t sb = p.device->storage_bytes;
+  const int W = p.in.world;
+  std::ostringstream o;
+  char buf[256];
+  o << "ZeRO stages per rank (GiB), shard group " << z.group_text << ", " << W << " rank"
+    << (W > 1 ? "s" : "") << " on " << z.nodes << " node" << (z.nodes > 1 ? "s" : "") << " of "
+    << z.gpus_per_node << "\n";
+  o << "  * planned: stage 2/3 (and a shard group smaller than the world) are predictions of a "
+       "design, not yet implemented in `ratchet train`\n";
+  std::string head = "  ";
+  head += std::string(30, ' ');
+  for (const ZeroRow& r : z.rows) {
+    std::snprintf(buf, sizeof buf, " %12s",
+                  (r.stage.name() + (r.stage.implemented(z.group, W) ? " " : "*")).c_str());
+    head += buf;
+  }
+  o << head << "\n";
+  auto row = [&](const std::string& name, auto get) {
+    bool any = false;
+    for (const ZeroRow& r : z.rows) any = any || get(r.by_policy.front()) != 0;
+    if (!any) return;
+    std::snprintf(buf, sizeof buf, "  %-30s", name.c_str());
+    o << buf;
+    for (const ZeroRow& r : z.rows) {
+      std::snprintf(buf, sizeof buf, " %12s", gib(get(r.by_policy.front())).c_str());
+      o << buf;
+    }
+    o << "\n";
+  };
+  row(std::string("parameters (") + dtype(sb) + ")", [](const ZeroMemory& m) { return (double)m.params; });
+  row("gather buffers (stage 3)", [](const ZeroMemory& m) { return (double)m.gather; });
+  row(std::string("gradients (") + dtype(sb) + ")", [](const ZeroMemory& m) { return (double)m.grads; });
+  row("gradient buckets (stage 2/3)", [](const ZeroMemory& m) { return (double)m.buckets; });
+  row("master weights (fp32)", [](const ZeroMemory& m) { return (double)m.master; });
+  row("AdamW m, v (fp32)", [](const ZeroMemory& m) { return (double)m.moments; });
+  row("ZeRO-1 staging buffers", [](const ZeroMemory& m) { return (double)m.staging; });
+  row("op scratch and backend", [](const ZeroMemory& m) { return (double)(m.workspace + m.overhead); });
+  o << "  activations and total by recompute policy (B=" << p.in.B << ", T=" << p.in.T << "):\n";
+  for (size_t q = 0; q < z.policies.size(); q++) {
+    std::snprintf(buf, sizeof buf, "    activations %-16s", z.policies[q].name().c_str());
+    o << buf;
+    for (const ZeroRow& r : z.rows) {
+      std::snprintf(buf, sizeof buf, " %12s", gib(r.by_policy[q].activations).c_str());
+      o << buf;
+    }
+    std::snprintf(buf, sizeof buf, "\n    total       %-16s", z.policies[q].name().c_str());
+    o << buf;
+    for (const ZeroRow& r : z.rows) {
+      const bool fits = (double)r.by_policy[q].total() <= z.usable_bytes;
+      std::snprintf(buf, sizeof buf, " %12s", (gib(r.by_policy[q].total()) + (fits ? " ok" : " NO")).c_str());
+      o << buf;
+    }
+    o << "\n";
+  }
+  o << "  ok / NO: fits or not in " << fmt("%.1f", z.usable_bytes / 1e9) << " GB ("
+    << gib(z.usable_bytes) << " GiB) = " << fmt("%.0f", p.device_memory_bytes / 1e9)
+    << " GB of device memory";
+  if (p.device_reserve_bytes > 0)
+    o << " - " << fmt("%.1f", p.device_reserve_bytes / 1e9)
+      << " GB kept free for the CUDA context, lazily loaded modules, cuBLASLt and NCCL "
+         "(max(1 GiB, 5%), as `ratchet train` keeps out of its arena)";
+  o << "\n";
+  std::snprintf(buf, sizeof buf, "  %-30s", "model states, ZeRO paper count");
+  o << buf;
+  for (const ZeroRow& r : z.rows) {
+    std::snprintf(buf, sizeof buf, " %12s", fmt("%.1f GB", z.paper_bytes[r.stage.stage] / 1e9).c_str());
+    o << buf;
+  }
+  o << "\n    (Rajbhandari et al. 2020: 2+2+12 bytes/parameter, fp32 master in the 12, over N = "
+    << z.group << "; train's ZeRO-1 keeps the master whole, as above)\n";
+  o << "  time per step (--recompute " << z.chosen_policy.name() << "; NVLink "
+    << fmt("%g", z.fabric.intra_bytes_per_s / 1e9) << " GB/s in a node, " << fmt("%g", p.in.link_gbps)
+    << " Gb/s per rank across nodes)\n";
+  auto trow = [&](const char* name, auto get) {
+    std::snprintf(buf, sizeof buf, "  %-30s", name);
+    o << buf;
+    for (const ZeroRow& r : z.rows) {
+      std::snprintf(buf, sizeof buf, " %12s", get(r.time).c_str());
+      o << buf;
+    }
+    o << "\n";
+  };
+  trow("collective volume (GB)", [](const StepTime& t) { return fmt("%.1f", t.bytes_per_rank / 1e9); });
+  trow("collectives, serial", [](const StepTime& t) { return duration(t.comm_s); });
+  trow("not hidden by compute", [](const StepTime& t) { return duration(t.exposed_s); });
+  trow("step (compute + not hidden)", [](const StepTime& t) { return duration(t.step_s); });
+  trow("scaling efficiency", [](const StepTime& t) { return fmt("%.1f%%", t.efficiency * 100); });
+  o << "  compute " << duration(z.rows.front().time.compute_s)
+    << " per step; overlap: each block's collectives hide behind the neighbouring block's "
+       "compute (max of the two per block), the first gather and the last reduce do not\n";
+
+  o << "zero (--zero " << p.in.zero.zero << "): ";
+  if (z.chosen < 0) {
+    o << z.why << "\n";
+  } else {
+    const ZeroRow& c = z.rows[z.chosen];
+    o << c.stage.name() << " at --recompute " << z.chosen_policy.name()
+      << (c.stage.implemented(z.group, W) ? "" : " (stage 2/3: planned, not yet implemented in train)")
+      << "\n  why: " << z.why << "\n";
+    o << "  predicted step " << duration(c.time.step_s) << " (compute " << duration(c.time.compute_s)
+      << " + collectives not hidden " << duration(c.time.exposed_s) << "), efficiency "
+      << fmt("%.1f%%", c.time.efficiency * 100) << "\n";
+  }
+  const ZeroStage& ss = z.chosen >= 0 ? z.rows[z.chosen].stage : z.rows.back().stage;
+  o << "  scaling of " << ss.name() << " (same B, T and micro-batches per rank; --link-gbps "
+    << fmt("%g", p.in.link_gbps) << "):\n";
+  o << "    nodes  ranks  group   step          efficiency   fits\n";
+  for (const ScalingRow& s : z.scaling) {
+    if (s.group == 0)
+      std::snprintf(buf, sizeof buf, "    %5d  %5d      -   (the shard group %d exceeds the world)\n",
+                    s.nodes, s.world, z.group);
+    else
+      std::snprintf(buf, sizeof buf, "    %5d  %5d  %5d   %-12s  %9s    %s\n", s.nodes, s.world,
+                    s.group, duration(s.time.step_s).c_str(),
+                    fmt("%.1f%%", s.time.efficiency * 100).c_str(), s.fits ? "yes" : "no");
+    o << buf;
+  }
+  return o.str();
+}
 
 }  // namespace
 
@@ -517,7 +671,15 @@ std::string plan_table(const Plan& p) {
   o << "\n  step               " << duration(p.step_s) << ", data-parallel efficiency "
     << fmt("%.1f%%", p.dp_efficiency * 100) << " (no compute/communication overlap assumed)\n";
   o << "  run                " << duration(p.work_hours * 3600) << " of work, "
-    << fmt("%.4g", p.work_hours * in.world) << " device-hours\n\n";
+    << fmt("%.4g", p.work_hours * in.world) << " device-hours\n";
+  if (in.eval_every > 0)
+    o << "  evaluation         " << duration(p.eval_s) << " per --eval-every " << in.eval_every << " ("
+      << fmt("%.4g", p.eval_tokens) << " tokens forward-only at 2N FLOPs/token + attention), "
+      << fmt("%.1f%%", p.eval_share * 100) << " of the time between evaluations; the ledger "
+      << "counts it as eval_seconds\n";
+  o << "\n";
+
+  o << zero_table(p) << "\n";
 
   o << "checkpoints and cost\n";
   o << "  checkpoint         " << fmt("%.2f", p.ckpt_bytes / 1e9) << " GB (fp32 weights, m, v), save "
@@ -614,6 +776,10 @@ std::string plan_json(const Plan& p) {
     memory["attention"][attention_name(a.impl)] = {{"activations_bytes", a.activations},
                                                    {"total_bytes", a.total},
                                                    {"longest_T", a.longest_T}};
+  if (in.eval_every > 0)
+    j["evaluation"] = {{"eval_every", in.eval_every}, {"tokens", json_number(p.eval_tokens)},
+                       {"flops", json_number(p.eval_flops)}, {"seconds", json_number(p.eval_s)},
+                       {"share", json_number(p.eval_share)}};
   j["time"] = {{"recompute", in.recompute.name()},
                {"compute_s", json_number(p.compute_s)},
                {"grad_bytes", json_number(p.grad_bytes)},
@@ -622,6 +788,64 @@ std::string plan_json(const Plan& p) {
                {"step_s", json_number(p.step_s)},
                {"dp_efficiency", json_number(p.dp_efficiency)},
                {"work_hours", json_number(p.work_hours)}};
+  {
+    const ZeroPlan& z = p.zero;
+    OrderedJson& zj = j["zero"];
+    zj["asked"] = in.zero.zero;
+    zj["shard_group"] = z.group;
+    zj["gpus_per_node"] = z.gpus_per_node;
+    zj["nodes"] = z.nodes;
+    zj["intra_node_bytes_per_s"] = json_number(z.fabric.intra_bytes_per_s);
+    zj["intra_node_source"] = z.intra_source;
+    zj["inter_node_bytes_per_s"] = json_number(z.fabric.inter_bytes_per_s);
+    zj["usable_bytes"] = json_number(z.usable_bytes);
+    zj["chosen"] = z.chosen >= 0 ? OrderedJson(z.rows[z.chosen].stage.name()) : OrderedJson(nullptr);
+    zj["chosen_recompute"] = z.chosen_policy.name();
+    zj["why"] = z.why;
+    OrderedJson stages = OrderedJson::array();
+    for (const ZeroRow& r : z.rows) {
+      OrderedJson sj;
+      sj["name"] = r.stage.name();
+      sj["stage"] = r.stage.stage;
+      sj["reshard_after_forward"] = r.stage.reshard_after_forward;
+      sj["implemented"] = r.stage.implemented(z.group, in.world);
+      const ZeroMemory& m = r.by_policy.front();
+      sj["params_bytes"] = m.params;
+      sj["gather_bytes"] = m.gather;
+      sj["grads_bytes"] = m.grads;
+      sj["bucket_bytes"] = m.buckets;
+      sj["master_bytes"] = m.master;
+      sj["moments_bytes"] = m.moments;
+      sj["staging_bytes"] = m.staging;
+      sj["workspace_bytes"] = m.workspace;
+      sj["overhead_bytes"] = m.overhead;
+      sj["paper_model_state_bytes"] = json_number(z.paper_bytes[r.stage.stage]);
+      for (size_t q = 0; q < z.policies.size(); q++) {
+        sj["activations_bytes"][z.policies[q].name()] = r.by_policy[q].activations;
+        sj["total_bytes"][z.policies[q].name()] = r.by_policy[q].total();
+        sj["fits"][z.policies[q].name()] = (double)r.by_policy[q].total() <= z.usable_bytes;
+      }
+      sj["time"] = {{"compute_s", json_number(r.time.compute_s)},
+                    {"comm_s", json_number(r.time.comm_s)},
+                    {"exposed_s", json_number(r.time.exposed_s)},
+                    {"step_s", json_number(r.time.step_s)},
+                    {"efficiency", json_number(r.time.efficiency)},
+                    {"collective_volume_bytes", json_number(r.time.bytes_per_rank)}};
+      stages.push_back(sj);
+    }
+    zj["stages"] = stages;
+    OrderedJson scaling = OrderedJson::array();
+    for (const ScalingRow& s : z.scaling) {
+      OrderedJson sj = {{"nodes", s.nodes}, {"world", s.world}, {"shard_group", s.group}};
+      if (s.group > 0) {
+        sj["step_s"] = json_number(s.time.step_s);
+        sj["efficiency"] = json_number(s.time.efficiency);
+        sj["fits"] = s.fits;
+      }
+      scaling.push_back(sj);
+    }
+    zj["scaling"] = scaling;
+  }
   j["checkpoint"] = {{"bytes", json_number(p.ckpt_bytes)},
                      {"save_s", json_number(p.save_s)},
                      {"restart_s", json_number(p.restart_s)},

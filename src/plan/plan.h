@@ -22,7 +22,11 @@
 //                         link bandwidth; no overlap of the two is assumed,
 //                         so data-parallel efficiency = compute / (compute +
 //                         all-reduce) is a lower bound. ZeRO-1's reduce-scatter
-//                         + all-gather moves the same bytes.
+//                         + all-gather moves the same bytes. The ZeRO section
+//                         (plan/zero_plan.h) models more: stages 0-3 and shard
+//                         groups, NVLink within a node and the link across,
+//                         and the per-block overlap; stages 2 and 3 are
+//                         planned, not yet implemented in `ratchet train`.
 //   checkpoints           bytes = 12·P (FP32 master, m, v); save time = bytes /
 //                         1 GB/s unless given; interval by Young/Daly
 //                         sqrt(2 · save · MTBF) with MTBF = 1/preemption rate.
@@ -43,6 +47,7 @@
 #include "model/config.h"
 #include "model/memory.h"
 #include "model/recompute.h"
+#include "plan/zero_plan.h"
 
 namespace ratchet::plan {
 
@@ -147,13 +152,19 @@ struct PlanInputs {
   double mfu = 0;            // 0: the device's default
   double device_memory_gb = -1;  // <0: the device's (cpu: this host's RAM)
   double price = -1;         // <0: the device's indicative price
-  double link_gbps = 100;    // link bandwidth per rank, gigabits/s
+  double link_gbps = 400;    // link bandwidth per rank across nodes, gigabits/s (InfiniBand NDR)
   double preemptions_per_hour = 0.1;
   double ckpt_interval_minutes = 0;  // 0: Young/Daly
   double save_seconds = 0;   // 0: checkpoint bytes / 1 GB/s
   double restart_seconds = -1;  // <0: = save seconds (read the checkpoint back)
   double spot_fraction = 0.35;
   Recompute recompute;       // used for step time and cost (default none)
+  ZeroInputs zero;           // --zero, --shard-group, --gpus-per-node, ... (plan/zero_plan.h)
+  // evaluation during training (issue 31): every eval_every steps (0: none),
+  // eval_tokens forwarded (0: eval_batches x B x T, the val loss's)
+  long eval_every = 0;
+  int eval_batches = 20;
+  double eval_tokens = 0;
   // budgets (0: none); at most one
   double budget_flops = 0, budget_device_hours = 0, budget_money = 0;
 };
@@ -187,10 +198,16 @@ struct Plan {
   double compute_s = 0, allreduce_s = 0, step_s = 0, dp_efficiency = 1;
   double grad_bytes = 0;
   double work_hours = 0;
+  // evaluation (eval_every > 0): forward-only FLOPs 2·N per token (plus the
+  // attention's forward), at the step's rate; share = eval / (eval_every steps + eval)
+  double eval_tokens = 0, eval_flops = 0, eval_s = 0, eval_share = 0;
   // checkpoints and cost
   double ckpt_bytes = 0, save_s = 0, restart_s = 0, interval_s = 0;
   bool interval_from_young_daly = false;
   CostEstimate on_demand, spot;
+  // ZeRO stages 0-3 per rank, their collectives and overlapped step time, the
+  // stage --zero asks for or auto picks, scaling over 1-8 nodes (zero_plan.h).
+  ZeroPlan zero;
 };
 
 // Fills defaults and computes everything. Throws Error naming the flag for

@@ -64,6 +64,7 @@ RunLog read_run_log(const std::string& path) {
   log.path = path;
   std::map<double, StepRecord> steps;
   std::map<double, EvalRecord> evals;
+  std::map<std::string, std::map<double, MetricPoint>> metric_at;
   std::string line;
   size_t lineno = 0;
   while (std::getline(f, line)) {
@@ -105,12 +106,23 @@ RunLog read_run_log(const std::string& path) {
     if (!(at >= 0 && at <= 9007199254740992.0 && at == std::floor(at)))
       fail("training log ", path, " line ", lineno, ": step ", step->dump(),
            " is not a step number (a whole number from 0): is this the trainer's log?");
-    if (const nlohmann::json* vl = number(o, "val_loss")) {
-      evals[at] = EvalRecord{at, vl->get<double>()};
+    const nlohmann::json* loss = number(o, "loss");
+    if (!loss || number(o, "val_loss")) {
+      // An evaluation: each number a metric, but the spend it carries.
+      MetricPoint spend;
+      spend.step = at;
+      if (const nlohmann::json* h = number(o, "device_hours")) spend.device_hours = h->get<double>();
+      if (const nlohmann::json* c = number(o, "cost")) spend.cost = c->get<double>();
+      for (const auto& [k, v] : o.items()) {
+        if (!v.is_number() || k == "step" || k == "device_hours" || k == "cost" || k == "eval_seconds")
+          continue;
+        MetricPoint p = spend;
+        p.value = v.get<double>();
+        metric_at[k][at] = p;
+      }
+      if (const nlohmann::json* vl = number(o, "val_loss")) evals[at] = EvalRecord{at, vl->get<double>()};
       continue;
     }
-    const nlohmann::json* loss = number(o, "loss");
-    if (!loss) continue;
     StepRecord r;
     r.step = at;
     r.loss = loss->get<double>();
@@ -122,6 +134,7 @@ RunLog read_run_log(const std::string& path) {
     get("step_ms", r.step_ms);
     get("tokens_per_s", r.tokens_per_s);
     get("gflops", r.gflops);
+    get("device_hours", r.device_hours);
     if (steps.count(r.step)) log.replayed_steps++;
     steps[r.step] = r;
   }
@@ -129,10 +142,18 @@ RunLog read_run_log(const std::string& path) {
     fail("training log ", path, " is empty: did the run start? (its first step writes a line)");
   for (auto& [s, r] : steps) log.steps.push_back(r);
   for (auto& [s, e] : evals) log.evals.push_back(e);
-  if (log.steps.empty() && log.evals.empty())
+  for (auto& [name, at] : metric_at)
+    for (auto& [s, p] : at) log.metrics[name].push_back(p);
+  if (log.steps.empty() && log.evals.empty() && log.metrics.empty())
     fail("training log ", path, " has no step or evaluation records (expected lines like "
          "{\"step\": 1, \"loss\": ...})");
   return log;
+}
+
+std::vector<std::string> RunLog::metric_names() const {
+  std::vector<std::string> names;
+  for (const auto& [n, pts] : metrics) names.push_back(n);
+  return names;
 }
 
 OrderedJson read_ledger(const std::string& path) {

@@ -3,8 +3,11 @@
 // Inputs, from the run directory:
 //   train.jsonl  the trainer's --log-jsonl (or the only *.jsonl there): one
 //                object per step {"step","loss","lr","grad_norm","step_ms",
-//                "tokens_per_s","gflops"} and per evaluation {"step",
-//                "val_loss"}. A requeued run appends to its log and replays
+//                "tokens_per_s","gflops","device_hours"} and per evaluation
+//                {"step","val_loss", other metrics ("hellaswag/acc_norm",
+//                "data/books/loss": report/objective.h), "device_hours","cost",
+//                "eval_seconds"}: every number of a record without "loss" is a
+//                metric, except those four. A requeued run appends to its log and replays
 //                the steps after its last checkpoint: the LAST record of each
 //                step wins, and the replayed count is reported.
 //   ledger.json  optional: the run's cost ledger, a flat JSON object
@@ -14,6 +17,8 @@
 // report.svg drawn by gnuplot: loss (train, smoothed train, val) against step
 // above, tokens/s against step below.
 #pragma once
+#include <cmath>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +29,12 @@ namespace ratchet::report {
 
 struct StepRecord {
   double step = 0, loss = 0, lr = 0, grad_norm = 0, step_ms = 0, tokens_per_s = 0, gflops = 0;
+  double device_hours = NAN;  // the ledger's after this step (NaN: a log before the field)
+};
+// One evaluation of one metric. device_hours and cost: the run's spend when it
+// was logged (NaN: not in the record).
+struct MetricPoint {
+  double step = 0, value = 0, device_hours = NAN, cost = NAN;
 };
 struct EvalRecord {
   double step = 0, val_loss = 0;
@@ -35,6 +46,10 @@ struct RunLog {
   std::vector<StepRecord> steps;  // sorted by step, one per step (the last logged)
   std::vector<EvalRecord> evals;  // sorted by step, one per step
   size_t replayed_steps = 0;      // train records overwritten by a later one
+  // Every evaluation metric (val_loss included), by name: sorted by step, the
+  // last record of each step wins.
+  std::map<std::string, std::vector<MetricPoint>> metrics;
+  std::vector<std::string> metric_names() const;
 };
 // Throws Error naming the file (and line) if it is missing, empty, or holds
 // a line that is not a JSON object.

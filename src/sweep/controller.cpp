@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "data/mixture.h"
 #include "report/report.h"
 #include "sweep/budget.h"
 #include "sweep/executor.h"
@@ -53,13 +54,28 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
 }
 
-// The val loss logged at exactly `step` (the trainer's final evaluation), NaN if none.
-double val_loss_at(const std::string& trial_dir, int step) {
+// The objective's value logged at exactly `step` (the trainer's final
+// evaluation), NaN if none; `why` (optional) then says what the log has.
+double objective_at(const std::string& trial_dir, int step, const std::string& metric,
+                    std::string* why = nullptr) {
   try {
     const report::RunLog log = report::read_run_log(trial_dir + "/train.jsonl");
-    for (const auto& e : log.evals)
-      if ((int)std::llround(e.step) == step) return e.val_loss;
-  } catch (const std::exception&) {
+    const auto it = log.metrics.find(metric);
+    if (it != log.metrics.end())
+      for (const auto& p : it->second)
+        if ((int)std::llround(p.step) == step) return p.value;
+    if (why) {
+      std::vector<std::string> at_step;  // the metrics logged at that step
+      for (const auto& [name, pts] : log.metrics)
+        for (const auto& p : pts)
+          if ((int)std::llround(p.step) == step) at_step.push_back(name);
+      *why = it == log.metrics.end()
+                 ? "the log has no metric '" + metric + "' (it has: " + list_metrics(log.metric_names()) + ")"
+                 : "the log has no '" + metric + "' at step " + std::to_string(step) + " (at that step: " +
+                       list_metrics(at_step) + ")";
+    }
+  } catch (const std::exception& e) {
+    if (why) *why = e.what();
   }
   return NAN;
 }
@@ -95,7 +111,10 @@ std::string missing_base_path(const std::string& base_ini) {
   for (const char* key : {"train-data", "val-data", "init-from"}) {
     const auto it = kv.find(key);
     if (it == kv.end() || it->second.empty()) continue;
-    const std::string& v = it->second;
+    // train-data may carry a mixture weight, GLOB:WEIGHT (data/mixture.h).
+    const std::string v = std::string(key) == "train-data"
+                              ? parse_source_spec(it->second, "train-data of " + base_ini).pattern
+                              : it->second;
     bool found = false;
     if (std::string(key) == "init-from") {
       found = ::access(v.c_str(), F_OK) == 0;
@@ -405,7 +424,8 @@ void Controller::launch_planned() {
 bool Controller::adopt_finished(const Trial& t) {
   const int steps = sched_->rungs()[t.rung];
   const auto l = Ledger::read_json(t.dir + "/ledger.json");
-  if (!l || l->max_step < steps || !std::isfinite(val_loss_at(t.dir, steps))) return false;
+  if (!l || l->max_step < steps || !std::isfinite(objective_at(t.dir, steps, state_.objective.metric)))
+    return false;
   say("trial %d: its trainer finished %d steps on its own: taking its result\n", t.id, steps);
   Trial x = t;
   on_exit(x, {SegmentStatus::kExited, 0});
@@ -463,7 +483,9 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
   const Ledger l = trial_ledger(t);
   const nlohmann::json spend = {{"device_hours", l.device_hours()}, {"cost", l.cost}};
   if (st.state == SegmentStatus::kExited && st.exit_code == 0) {
-    const double vl = val_loss_at(t.dir, steps);
+    const std::string& metric = state_.objective.metric;
+    std::string missing;
+    const double vl = objective_at(t.dir, steps, metric, &missing);
     if (!std::isfinite(vl)) {
       // Exit 0 short of the rung: the trainer ended it itself (early stopping
       // in the base config), not a missing val-data.
@@ -471,7 +493,12 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
           l.max_step > 0 && l.max_step < steps
               ? "the trainer ended at step " + std::to_string((long)l.max_step) + " of " +
                     std::to_string(steps) + " with exit 0 (early stopping in the base config?)"
-              : "no finite validation loss at step " + std::to_string(steps) + " (is val-data set?)";
+          : metric == "val_loss"
+              ? "no finite validation loss at step " + std::to_string(steps) + " (is val-data set?)"
+          : missing.empty()
+              ? "the objective " + metric + " is not finite at step " + std::to_string(steps)
+              : "no value of the objective " + metric + " at step " + std::to_string(steps) + ": " +
+                    missing + "; does the base config evaluate it (eval-task/eval-data)?";
       nlohmann::json e = {{"event", "failed"}, {"trial", t.id}, {"rung", t.rung}, {"exit", 0},
                           {"reason", why + "; log tail:\n" + file_tail(t.dir + "/train.log", 8)}};
       e.update(spend);
@@ -482,10 +509,12 @@ void Controller::on_exit(Trial& t0, SegmentStatus st) {
     streak_.clear();
     streak_sig_.clear();
     nlohmann::json e = {{"event", "result"}, {"trial", t.id}, {"rung", t.rung}, {"steps", steps},
-                        {"val_loss", vl}};
+                        {"objective", metric}, {"value", vl}};
+    if (metric == "val_loss") e["val_loss"] = vl;  // as journals before objectives
     e.update(spend);
     append(e);
-    say("trial %d: val loss %.4f at %d steps (%.4g device-hours)\n", t.id, vl, steps, l.device_hours());
+    say("trial %d: %s %.4f at %d steps (%.4g device-hours)\n", t.id, metric.c_str(), vl, steps,
+        l.device_hours());
     if (t.rung < sched_->top())
       append({{"event", "paused"}, {"trial", t.id}, {"rung", t.rung}});
     return;
@@ -849,11 +878,14 @@ int Controller::run() {
   nlohmann::json e = {{"event", "done"}, {"reason", reason}};
   if (best >= 0) {
     e["best_trial"] = best;
-    e["best_val_loss"] = loss;
+    e["objective"] = state_.objective.metric;
+    e["best_value"] = loss;
+    if (state_.objective.metric == "val_loss") e["best_val_loss"] = loss;
   }
   append(e);
   if (best >= 0)
-    say("done: best trial %d, val loss %.4f at %d steps (%s)\n", best, loss, sched_->rungs()[rung],
+    say("done: best trial %d, %s %.4f at %d steps (%s)\n", best, state_.objective.metric.c_str(), loss,
+        sched_->rungs()[rung],
         describe(state_.trials[best].config).c_str());
   else
     say("done: no trial reported a result\n");
@@ -880,7 +912,7 @@ std::vector<std::string> trial_command(const SweepState& s, const Trial& t, int 
 }
 
 int check_base(const std::string& base_ini, const std::vector<std::string>& known,
-               bool refuse_relative) {
+               bool refuse_relative, bool needs_val_data) {
   std::ifstream in(base_ini);
   if (!in) fail("--base ", base_ini, " cannot be read");
   std::string line;
@@ -904,7 +936,9 @@ int check_base(const std::string& base_ini, const std::vector<std::string>& know
       fail("--base ", base_ini, " line ", n, ": '", line, "' is not 'key = value' (comments start "
            "with '#')");
     const std::string k = trim(line.substr(0, eq)), v = trim(line.substr(eq + 1));
-    if (const auto [it, fresh] = seen.emplace(k, n); !fresh)
+    // eval-task, eval-data, tag and train-data (a mixture's sources) are repeatable (one line each).
+    const bool repeatable = k == "eval-task" || k == "eval-data" || k == "tag" || k == "train-data";
+    if (const auto [it, fresh] = seen.emplace(k, n); !fresh && !repeatable)
       fail("--base ", base_ini, " line ", n, ": '", k, "' is set a second time (first on line ",
            it->second, "): `ratchet train` refuses a key given twice; keep one");
     if (refuse_relative && !v.empty() && v[0] != '/')
@@ -937,8 +971,9 @@ int check_base(const std::string& base_ini, const std::vector<std::string>& know
         fail("--base ", base_ini, " line ", n, ": steps '", v, "' is not a positive integer");
     }
   }
-  if (!val)
-    fail("--base ", base_ini, " has no val-data: trials are compared by their validation loss");
+  if (!val && needs_val_data)
+    fail("--base ", base_ini, " has no val-data: trials are compared by their validation loss "
+         "(or rank them by another metric: objective = NAME in the space file)");
   return steps;
 }
 

@@ -49,13 +49,14 @@ int run_sweep(const std::string& dir, const RunOptions& o);
 // hyperparameters (exposed for tests and `sweep report`'s continue command).
 std::vector<std::string> trial_command(const SweepState& s, const Trial& t, int steps, int max_steps);
 
-// Reads a base INI's "steps" (0 if absent) and checks it has val-data, no
+// Reads a base INI's "steps" (0 if absent) and checks it has val-data (when
+// `needs_val_data`: the objective is val_loss), no
 // option the sweep sets itself, (when `known` is given) only `ratchet train`
 // options, each once, every line "key = value" as the trainer's config reader
 // wants, and (with `refuse_relative`) no relative input or output path (the
 // trainers resolve those from wherever `sweep run` is started). Error naming
 // the file, line and key.
 int check_base(const std::string& base_ini, const std::vector<std::string>& known = {},
-               bool refuse_relative = false);
+               bool refuse_relative = false, bool needs_val_data = true);
 
 }  // namespace ratchet::sweep

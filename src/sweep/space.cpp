@@ -68,6 +68,7 @@ std::string fmt_int(double v) {
 Space parse_space(const std::string& text, const std::string& source,
                   const std::vector<std::string>& known, const std::vector<std::string>& reserved) {
   Space s;
+  std::string objective, direction, objective_where, direction_where;
   std::stringstream in(text);
   std::string line;
   int n = 0;
@@ -83,6 +84,16 @@ Space parse_space(const std::string& text, const std::string& source,
     Param p;
     p.name = trim(line.substr(0, eq));
     p.text = trim(line.substr(eq + 1));
+    // What trials are ranked by: not hyperparameters (no train option has these names).
+    if (p.name == "objective" || p.name == "direction") {
+      std::string& slot = p.name == "objective" ? objective : direction;
+      if (!slot.empty()) fail(where, ": '", p.name, "' is given twice");
+      if (p.text.empty())
+        fail(where, ": '", p.name, "' has no value (e.g. objective = hellaswag/acc_norm, direction = max)");
+      slot = p.text;
+      (p.name == "objective" ? objective_where : direction_where) = where;
+      continue;
+    }
     if (std::find(reserved.begin(), reserved.end(), p.name) != reserved.end())
       fail(where, ": '", p.name, "' is set by the sweep itself and cannot be searched");
     if (!known.empty() && std::find(known.begin(), known.end(), p.name) == known.end())
@@ -118,6 +129,11 @@ Space parse_space(const std::string& text, const std::string& source,
     }
     s.params.push_back(p);
   }
+  if (!direction.empty() && objective.empty())
+    objective = "val_loss";  // direction alone: of the default objective
+  if (!objective.empty())
+    s.objective = make_objective(objective, direction, objective_where + ": objective",
+                                 (direction.empty() ? source : direction_where) + ": direction");
   if (s.params.empty())
     fail(source, " defines no hyperparameter: add lines like 'lr = loguniform(1e-4, 3e-3)'");
   return s;

@@ -4,6 +4,10 @@
 //   weight-decay = uniform(0, 0.2)     uniform real in [lo, hi]
 //   warmup-steps = int(0, 200)         uniform integer in [lo, hi]
 //   model = choice(d4, d6)             one of the listed values (strings)
+// and, optionally, what trials are ranked by (default val_loss, min):
+//   objective = hellaswag/acc_norm     any metric name the trainer logs
+//   direction = max                    min | max (default: the name's, see
+//                                      report/objective.h)
 // '#' and ';' start comments. A Config is one trial's values, as the strings
 // passed on the trainer's command line (`--lr 0.00031`).
 #pragma once
@@ -11,6 +15,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "report/objective.h"
 
 namespace ratchet::sweep {
 
@@ -25,6 +31,7 @@ struct Param {
 
 struct Space {
   std::vector<Param> params;  // file order
+  Objective objective;        // objective = / direction = lines (default val_loss, min)
 };
 
 using Config = std::map<std::string, std::string>;  // name -> value

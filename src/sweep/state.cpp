@@ -47,6 +47,9 @@ void apply(SweepState& s, const std::string& dir, const nlohmann::json& e) {
   const std::string ev = e.value("event", "");
   if (ev == "init") {
     s.init = e;
+    // Journals before objectives ranked by val_loss, lowest first.
+    s.objective.metric = e.value("objective", std::string("val_loss"));
+    s.objective.maximize = e.value("direction", std::string("min")) == "max";
   } else if (ev == "created") {
     Trial t;
     t.id = e.at("trial").get<int>();
@@ -92,7 +95,8 @@ void apply(SweepState& s, const std::string& dir, const nlohmann::json& e) {
     Trial& t = trial(e);
     const int k = e.at("rung").get<int>();
     if ((int)t.loss.size() <= k) t.loss.resize(k + 1, NAN);
-    t.loss[k] = e.at("val_loss").get<double>();
+    // "value" (the objective's); journals before it: "val_loss".
+    t.loss[k] = (e.contains("value") ? e.at("value") : e.at("val_loss")).get<double>();
     t.rung = k;
     t.relaunch = false;  // a segment's result taken without relaunching it (it finished unwatched)
     t.requeues = 0;
@@ -175,6 +179,7 @@ std::vector<TrialState> scheduler_view(const SweepState& s) {
     x.status = t.relaunch ? TrialState::kRunning : t.status;
     x.rung = t.rung;
     x.loss = t.loss;
+    for (double& l : x.loss) l = s.objective.as_loss(l);
     v.push_back(x);
   }
   return v;
@@ -182,11 +187,11 @@ std::vector<TrialState> scheduler_view(const SweepState& s) {
 
 int best_trial(const SweepState& s, double* loss, int* rung) {
   int best = -1, best_k = -1;
-  double best_l = INFINITY;
+  double best_l = NAN;
   for (const auto& t : s.trials)
     for (int k = 0; k < (int)t.loss.size(); k++) {
       if (!std::isfinite(t.loss[k])) continue;
-      if (k > best_k || (k == best_k && t.loss[k] < best_l)) {
+      if (k > best_k || (k == best_k && s.objective.better(t.loss[k], best_l))) {
         best = t.id;
         best_k = k;
         best_l = t.loss[k];

@@ -15,7 +15,8 @@ struct Trial {
   Config config;
   TrialState::Status status = TrialState::kPending;
   int rung = -1;               // running: target rung index; else the highest reached (-1: none)
-  std::vector<double> loss;    // per rung index (NaN: none)
+  std::vector<double> loss;    // per rung index: the objective's value there (NaN: none);
+                               // val_loss unless the sweep's objective says otherwise
   int attempt = 0;             // of the current segment (a requeue starts the next)
   int requeues = 0;            // early stops in a row without progress, this segment
   double stop_step = -1;       // ledger max_step at the segment's last early stop (-1: none)
@@ -37,6 +38,7 @@ struct SweepState {
   std::string dir;
   nlohmann::json init;            // the init record
   nlohmann::json settings;        // the first run record (scheduler, rungs, ...); null before
+  Objective objective;            // the init record's objective and direction (default val_loss, min)
   std::vector<Trial> trials;
   std::vector<nlohmann::json> results;  // result records, in order
   bool budget_reached = false;
@@ -54,11 +56,13 @@ struct SweepState {
 SweepState load_state(const std::string& dir);
 SweepState replay(const std::string& dir, const std::vector<nlohmann::json>& events);
 
-// The scheduler's view: in-flight relaunches count as running.
+// The scheduler's view: in-flight relaunches count as running; a maximised
+// objective's values are negated (the scheduler keeps the lowest).
 std::vector<TrialState> scheduler_view(const SweepState& s);
 
-// The best trial: the lowest val loss at the highest rung any trial reached
-// (-1 if none). Trials are compared only after the same number of steps.
+// The best trial: the best objective value (lowest val loss by default) at the
+// highest rung any trial reached (-1 if none). Trials are compared only after
+// the same number of steps.
 int best_trial(const SweepState& s, double* loss = nullptr, int* rung = nullptr);
 
 std::string trial_dir_name(int id);  // "t0007"

@@ -95,9 +95,13 @@ std::string status_table(const SweepState& s) {
       << s.settings.at("rungs").dump();
   o << (s.done ? ", ended: " + s.done_reason : s.budget_reached ? ", budget reached: " + s.budget_reason : "")
     << "\n";
+  const std::string& metric = s.objective.metric;
+  if (metric != "val_loss") o << "objective: " << metric << " (" << s.objective.direction() << ")\n";
+  // the objective's column: the metric's name, cut to the column's width
+  const std::string head = metric == "val_loss" ? "val loss" : metric.size() > 14 ? "..." + metric.substr(metric.size() - 11) : metric;
   char line[512];
-  std::snprintf(line, sizeof line, "%-6s %-44s %5s %9s %7s %12s %10s  %s\n", "trial",
-                "hyperparameters", "rung", "val loss", "steps", "device-h", "cost", "state");
+  std::snprintf(line, sizeof line, "%-6s %-44s %5s %14s %7s %12s %10s  %s\n", "trial",
+                "hyperparameters", "rung", head.c_str(), "steps", "device-h", "cost", "state");
   o << line;
   for (const auto& t : s.trials) {
     const Ledger l = trial_ledger(t);
@@ -108,7 +112,7 @@ std::string status_table(const SweepState& s) {
     std::string state = status_name(t.status);
     if (t.status == TrialState::kRunning && !rungs.empty() && t.rung >= 0)
       state += " to " + std::to_string(rungs[t.rung]);
-    std::snprintf(line, sizeof line, "%-6d %-44s %5s %9s %7.0f %12.6f %10.4f  %s\n", t.id,
+    std::snprintf(line, sizeof line, "%-6d %-44s %5s %14s %7.0f %12.6f %10.4f  %s\n", t.id,
                   hp.c_str(), k >= 0 ? std::to_string(k).c_str() : "-", fmt("%.4f", vl).c_str(),
                   l.max_step, l.device_hours(), l.cost, state.c_str());
     o << line;
@@ -120,7 +124,8 @@ std::string status_table(const SweepState& s) {
   int bk = -1;
   const int b = best_trial(s, &bl, &bk);
   if (b >= 0 && !rungs.empty())
-    o << "best: trial " << b << ", val loss " << fmt("%.4f", bl) << " at " << rungs[bk]
+    o << "best: trial " << b << ", " << (metric == "val_loss" ? "val loss" : metric) << " "
+      << fmt("%.4f", bl) << " at " << rungs[bk]
       << " steps (" << describe(s.trials[b].config) << ")\n";
   return o.str();
 }
@@ -151,11 +156,18 @@ nlohmann::json summary_json(const SweepState& s) {
   double bl = NAN;
   int bk = -1;
   const int b = best_trial(s, &bl, &bk);
-  j["best_val_loss"] = b >= 0 ? nlohmann::json(bl) : nlohmann::json();
+  // The objective's values under their own keys; val_loss keys as before
+  // objectives (null when the objective is another metric).
+  const bool by_val = s.objective.metric == "val_loss";
+  j["objective"] = s.objective.metric;
+  j["direction"] = s.objective.direction();
+  j["best_value"] = b >= 0 ? nlohmann::json(bl) : nlohmann::json();
+  j["best_val_loss"] = b >= 0 && by_val ? nlohmann::json(bl) : nlohmann::json();
   if (b >= 0) {
     const Trial& t = s.trials[b];
     j["best_trial"] = {{"id", b}, {"config", t.config}, {"steps", rungs.empty() ? 0 : rungs[bk]},
-                       {"val_loss", bl}, {"run_dir", t.dir}, {"checkpoint", t.dir + "/ckpt"}};
+                       {"value", bl}, {"val_loss", by_val ? nlohmann::json(bl) : nlohmann::json()},
+                       {"run_dir", t.dir}, {"checkpoint", t.dir + "/ckpt"}};
     std::string cmd = "ratchet train";
     const int R = max_steps(s);
     for (const auto& a : trial_command(s, t, R, R)) cmd += " " + shell_quote(a);
@@ -170,10 +182,12 @@ nlohmann::json summary_json(const SweepState& s) {
     for (double v : t.loss) losses.push_back(std::isfinite(v) ? nlohmann::json(v) : nlohmann::json());
     int k = -1;
     const double vl = latest_loss(t, &k);
+    const nlohmann::json v = std::isfinite(vl) ? nlohmann::json(vl) : nlohmann::json();
     trials.push_back({{"id", t.id}, {"config", t.config}, {"state", status_name(t.status)},
-                      {"rung", k}, {"steps", l.max_step},
-                      {"val_loss", std::isfinite(vl) ? nlohmann::json(vl) : nlohmann::json()},
-                      {"rung_val_losses", losses}, {"device_hours", l.device_hours()},
+                      {"rung", k}, {"steps", l.max_step}, {"value", v},
+                      {"val_loss", by_val ? v : nlohmann::json()}, {"rung_values", losses},
+                      {"rung_val_losses", by_val ? losses : nlohmann::json()},
+                      {"device_hours", l.device_hours()},
                       {"cost", l.cost}, {"preemptions", l.preemptions}, {"note", t.note},
                       {"run_dir", t.dir}});
   }
@@ -186,6 +200,9 @@ std::string summary_markdown(const SweepState& s, const nlohmann::json& j, bool 
   o << "# Sweep " << j.value("sweep_id", std::string()) << "\n\n";
   o << "- scheduler: " << (j["scheduler"].is_null() ? "(not run yet)" : j["scheduler"].get<std::string>())
     << ", rungs (steps): " << j["rungs"].dump() << "\n";
+  const bool by_val_loss = s.objective.metric == "val_loss";
+  o << "- objective: " << s.objective.metric << " (" << s.objective.direction()
+    << (by_val_loss ? ", the default" : "") << ")\n";
   o << "- trials: " << s.trials.size() << "; spend " << fmt("%.6f", j["device_hours"].get<double>())
     << " device-hours, cost " << fmt("%.4f", j["cost"].get<double>()) << "\n";
   const double all = j["all_to_max_steps_device_hours_estimate"].get<double>();
@@ -199,8 +216,9 @@ std::string summary_markdown(const SweepState& s, const nlohmann::json& j, bool 
                                                                     : std::string("has not ended"))
       << ", so it is not comparable with every trial run to the last rung\n";
   if (!j["best_trial"].is_null()) {
-    o << "- best: trial " << j["best_trial"]["id"] << ", val loss "
-      << fmt("%.4f", j["best_val_loss"].get<double>()) << " at " << j["best_trial"]["steps"]
+    o << "- best: trial " << j["best_trial"]["id"] << ", "
+      << (by_val_loss ? std::string("val loss") : s.objective.metric) << " "
+      << fmt("%.4f", j["best_value"].get<double>()) << " at " << j["best_trial"]["steps"]
       << " steps, " << describe(j["best_trial"]["config"].get<Config>()) << "\n";
     o << "- continue it to full length:\n\n```\n" << j["continue_command"].get<std::string>() << "\n```\n";
   }
@@ -224,11 +242,12 @@ std::string plot_script(const SweepState& s, const std::string& png, const std::
   }
   std::ostringstream bestd, pert;
   bestd << "$best << EOD\n";
-  double best = INFINITY;
+  double best = NAN;
   std::map<int, std::vector<std::pair<double, double>>> by_trial;
   for (size_t i = 0; i < s.results.size(); i++) {
-    const double vl = s.results[i].at("val_loss").get<double>();
-    best = std::min(best, vl);
+    const nlohmann::json& r = s.results[i];
+    const double vl = (r.contains("value") ? r.at("value") : r.at("val_loss")).get<double>();
+    if (!(best == best) || s.objective.better(vl, best)) best = vl;
     bestd << cum_at[i] << " " << best << "\n";
     by_trial[s.results[i].at("trial").get<int>()].push_back({cum_at[i], vl});
   }
@@ -268,13 +287,14 @@ std::string plot_script(const SweepState& s, const std::string& png, const std::
     // device-hours are long numbers: slanted tics do not run into each other
     o << "set multiplot layout " << rows << ",2\nset grid\nset key off\nset format x '%.3g'\n"
          "set xtics rotate by -30\n";
-    o << "set title 'val loss of every trial vs cumulative sweep spend'\nset xlabel 'device-hours'\n"
-         "set ylabel 'val loss'\nplot $pertrial using 1:2 with linespoints pt 7 ps 0.6\n";
-    o << "set title 'best val loss so far vs spend'\nplot $best using 1:2 with steps lw 2\n";
+    const std::string m = s.objective.metric == "val_loss" ? "val loss" : s.objective.metric;
+    o << "set title " << gq(m + " of every trial vs cumulative sweep spend") << "\nset xlabel 'device-hours'\n"
+      << "set ylabel " << gq(m) << "\nplot $pertrial using 1:2 with linespoints pt 7 ps 0.6\n";
+    o << "set title " << gq("best " + m + " so far vs spend") << "\nplot $best using 1:2 with steps lw 2\n";
     for (int i = 0; i < P; i++) {
       const std::string name = params[i].at("name").get<std::string>();
       const auto choices = params[i].value("choices", std::vector<std::string>{});
-      o << "set title " << gq(name + " vs val loss (colour: rung)") << "\nset xlabel " << gq(name) << "\n";
+      o << "set title " << gq(name + " vs " + m + " (colour: rung)") << "\nset xlabel " << gq(name) << "\n";
       o << (params[i].value("kind", std::string()) == "loguniform" ? "set logscale x\n" : "unset logscale x\n");
       if (!choices.empty()) {
         o << "set xtics (";

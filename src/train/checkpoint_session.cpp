@@ -107,6 +107,19 @@ bool CheckpointSession::resume(const TrainState& s) {
   const double lost = s.ledger.merge_after_resume(ck->meta.counters, ck->meta.step);
   auto it = ck->meta.counters.find("early_stop.bad_evals");
   if (it != ck->meta.counters.end()) s.early.bad_evals = (int)it->second;
+  // The best and the patience count are of the metric early stopping followed
+  // when it was saved (checkpoints before --early-stop-metric: val_loss, min):
+  // another metric starts both afresh.
+  {
+    const auto was = ck->meta.settings.find("early_stop_metric");
+    const std::string before = was == ck->meta.settings.end() ? "val_loss min" : was->second;
+    const auto now = s.settings.find("early_stop_metric");
+    if (now != s.settings.end() && now->second != before) {
+      s.early.reset(s.early.maximize);
+      RLOG("resume: early stopping now follows %s (the checkpoint's best was of %s): best and "
+           "patience start afresh\n", now->second.c_str(), before.c_str());
+    }
+  }
   RLOG("resume: %.0f step(s) since the checkpoint are recomputed; %s\n", lost,
        s.ledger.get().summary().c_str());
   s.ledger->ckpt_load_seconds += now_s() - t_load;

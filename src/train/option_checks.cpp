@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -12,6 +13,8 @@
 
 #include "core/error.h"
 #include "interop/hf_checkpoint.h"
+#include "report/objective.h"
+#include "train/eval_hooks.h"
 #include "train/time_limit.h"
 
 namespace ratchet {
@@ -158,8 +161,21 @@ CheckedOptions check_train_options(const TrainOptions& given, int world) {
       fail("--max-wall-time '", o.max_wall_time, "' is not a duration: seconds or [D-]HH:MM:SS");
   }
   if (o.early_stop_patience < 0) fail("--early-stop-patience must be >= 0");
-  if (o.early_stop_patience > 0 && (o.val_data.empty() || o.eval_every <= 0))
-    fail("--early-stop-patience needs --val-data and --eval-every");
+  check_eval_specs(o);
+  if (o.eval_task_examples < 0) fail("--eval-task-examples must be >= 0 (0: every example)");
+  c.early = make_objective(o.early_stop_metric, o.early_stop_direction, "--early-stop-metric",
+                           "--early-stop-direction");
+  {
+    // The metric must be one this run logs (a typo would never stop the run).
+    const std::vector<std::string> logged = logged_metric_names(o);
+    if (std::find(logged.begin(), logged.end(), c.early.metric) == logged.end() &&
+        (o.early_stop_patience > 0 || o.early_stop_metric != "val_loss"))
+      fail("--early-stop-metric ", c.early.metric, " is not a metric this run logs (",
+           c.early.metric == "val_loss" ? "needs --val-data" : "it logs: " + list_metrics(logged),
+           "): add the --eval-task/--eval-data that produces it, or name one of those");
+  }
+  if (o.early_stop_patience > 0 && o.eval_every <= 0)
+    fail("--early-stop-patience needs --eval-every (and --val-data, --eval-task or --eval-data)");
   if (o.ckpt_every_auto && o.ckpt_dir.empty()) fail("--ckpt-every auto needs --ckpt-dir");
   if (o.ckpt_every_auto && !(o.expected_preemptions_per_hour > 0))
     fail("--expected-preemptions-per-hour must be positive for --ckpt-every auto");

@@ -6,6 +6,7 @@
 #include "model/config.h"
 #include "model/recompute.h"
 #include "optim/lr_schedule.h"
+#include "report/objective.h"
 #include "train/train_options.h"
 
 namespace ratchet {
@@ -19,6 +20,7 @@ struct CheckedOptions {
   Recompute recompute;     // --recompute
   LRSchedule sched;        // --lr, --warmup-steps, --lr-schedule, --final-lr-fraction
   double max_wall_seconds = 0;  // --max-wall-time (0: none)
+  Objective early;         // --early-stop-metric and --early-stop-direction
 };
 
 // `world`: the data-parallel ranks (the global batch must divide among them).

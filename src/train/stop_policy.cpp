@@ -58,10 +58,11 @@ Stop StopPolicy::agree(Communicator& comm, Stop local, std::string* why) {
   return (Stop)kind;
 }
 
-bool EarlyStop::record(float vl, int step, double min_delta) {
-  const bool significant = !std::isfinite(best_val) || vl < best_val - min_delta;
+bool EarlyStop::record(double vl, int step, double min_delta) {
+  const bool significant =
+      !std::isfinite(best_val) || (maximize ? vl > best_val + min_delta : vl < best_val - min_delta);
   bad_evals = significant ? 0 : bad_evals + 1;
-  if (!(vl < best_val)) return false;
+  if (!better(vl)) return false;
   best_val = vl;
   best_step = step;
   return true;

@@ -42,16 +42,27 @@ class StopPolicy {
   TimeLimit limit_;
 };
 
-// Early stopping with patience, and the best validation loss so far (both
-// saved in checkpoints, so a resumed run keeps counting).
+// Early stopping with patience, and the best value so far of the metric it
+// follows (--early-stop-metric: val_loss by default, any logged metric with
+// a direction; both saved in checkpoints, so a resumed run keeps counting).
 struct EarlyStop {
-  double best_val = INFINITY;
+  bool maximize = false;  // the metric's direction (set before record())
+  double best_val = INFINITY;  // the best value (-INFINITY before any, when maximizing)
   int64_t best_step = -1;
   int bad_evals = 0;  // evaluations in a row without an improvement > min_delta
 
-  // Records the validation loss at `step`; true when it is a new best (any
+  // Sets the direction and forgets any best (none yet).
+  void reset(bool maximize_metric) {
+    maximize = maximize_metric;
+    best_val = maximize ? -INFINITY : INFINITY;
+    best_step = -1;
+    bad_evals = 0;
+  }
+  // Records the metric's value at `step`; true when it is a new best (any
   // improvement; patience only resets on one larger than min_delta).
-  bool record(float val_loss, int step, double min_delta);
+  bool record(double value, int step, double min_delta);
+  // A new best without counting patience (the final evaluation).
+  bool better(double value) const { return maximize ? value > best_val : value < best_val; }
   bool out_of_patience(int patience) const { return patience > 0 && bad_evals >= patience; }
 };
 

@@ -3,6 +3,9 @@
 # "bash THIS"): no training, a synthetic learning curve instead, so that the
 # controller's decisions can be checked quickly and exactly.
 #   val loss at S steps = 1 + (ln lr - ln 0.003)^2 + 10/S
+#   toy/acc_norm at S steps = 0.9 - 0.02 (ln lr - ln 0.0005)^2 - 0.1/S (logged
+#   on the same line: an accuracy best at another lr than the val loss), with
+#   toy/acc_norm_se 0.01
 #   spend: one device-second per step (ledger.json, summed over invocations),
 #   plus FAKE_FIXED device-seconds per invocation outside steps (start-up, saves)
 # Every invocation appends its --steps to RUN_DIR/invocations.
@@ -64,6 +67,8 @@ mv "$run/ledger.json.tmp" "$run/ledger.json"
 if [ "${FAKE_NAN_LR:-}" = "$lr" ]; then
   echo "{\"step\": $steps, \"val_loss\": NaN}" >>"$run/train.jsonl"
 else
-  awk -v lr="$lr" -v s="$steps" 'BEGIN{d = log(lr) - log(0.003); printf "{\"step\": %d, \"val_loss\": %.6f}\n", s, 1 + d*d + 10/s}' >>"$run/train.jsonl"
+  awk -v lr="$lr" -v s="$steps" 'BEGIN{d = log(lr) - log(0.003); a = log(lr) - log(0.0005);
+    printf "{\"step\": %d, \"val_loss\": %.6f, \"toy/acc_norm\": %.6f, \"toy/acc_norm_se\": 0.01}\n",
+           s, 1 + d*d + 10/s, 0.9 - 0.02*a*a - 0.1/s}' >>"$run/train.jsonl"
 fi
 exit 0
