@@ -1,6 +1,5 @@
 #include "data/gpt2_tokenizer.h"
 
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +11,7 @@
 #include "data/bpe_merge.h"
 #include "data/byte_tokenizer.h"
 #include "data/gpt2_pretokenize.h"
+#include "data/hf_tokenizer.h"
 
 namespace ratchet {
 namespace {
@@ -51,8 +51,6 @@ bool unmap(const std::string& s, const std::unordered_map<uint32_t, uint8_t>& cp
   return true;
 }
 
-std::atomic<uint64_t> g_instances{0};
-
 }  // namespace
 
 std::string default_gpt2_dir() {
@@ -62,7 +60,7 @@ std::string default_gpt2_dir() {
 }
 
 Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json, const std::string& vocab_bpe)
-    : encoder_path_(encoder_json), merges_path_(vocab_bpe), instance_(++g_instances) {
+    : encoder_path_(encoder_json), merges_path_(vocab_bpe) {
   uint32_t byte_to_cp[256];
   byte_alphabet(byte_to_cp);
   std::unordered_map<uint32_t, uint8_t> cp_to_byte;
@@ -164,6 +162,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json, const std::string&
   }
   if (num_merges_ == 0)
     fail("GPT-2 merges (--merges) ", vocab_bpe, " holds no merges; pass GPT-2's vocab.bpe");
+  engine_ = HfTokenizer::from_gpt2(*this);
 }
 
 const std::string& Gpt2Tokenizer::token_bytes(uint32_t id) const {
@@ -171,46 +170,8 @@ const std::string& Gpt2Tokenizer::token_bytes(uint32_t id) const {
   return id < bytes_of_.size() ? bytes_of_[id] : empty;
 }
 
-void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<uint32_t>& out) const {
-  std::vector<uint32_t> w(piece.size());
-  for (size_t i = 0; i < piece.size(); i++) w[i] = byte_token_[(unsigned char)piece[i]];
-  bpe_merge(w, merges_);
-  out.insert(out.end(), w.begin(), w.end());
-}
-
 std::vector<uint32_t> Gpt2Tokenizer::encode(const std::string& text) const {
-  struct Cache {
-    uint64_t owner = 0;
-    std::unordered_map<std::string, std::vector<uint32_t>> pieces;
-  };
-  thread_local Cache cache;
-  if (cache.owner != instance_) {
-    cache.pieces.clear();
-    cache.owner = instance_;
-  }
-  std::vector<uint32_t> out;
-  out.reserve(text.size() / 3 + 1);
-  for (std::string_view piece : gpt2_pretokenize(text)) {
-    if (piece.size() == 1) {
-      out.push_back(byte_token_[(unsigned char)piece[0]]);
-      continue;
-    }
-    if (piece.size() > kMaxCachedPiece) {  // rare, and caching it would hold its bytes twice
-      bpe(piece, out);
-      continue;
-    }
-    std::string key(piece);
-    auto it = cache.pieces.find(key);
-    if (it != cache.pieces.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      continue;
-    }
-    size_t before = out.size();
-    bpe(key, out);
-    if (cache.pieces.size() > (1u << 18)) cache.pieces.clear();  // bound the memory
-    cache.pieces.emplace(std::move(key), std::vector<uint32_t>(out.begin() + before, out.end()));
-  }
-  return out;
+  return engine_->encode(text);
 }
 
 std::string Gpt2Tokenizer::decode(const std::vector<uint32_t>& ids) const {

@@ -2,9 +2,10 @@
 //   encoder.json  {"token": id, ...}: tokens spelled in GPT-2's byte-to-unicode
 //                 alphabet (every byte maps to one printable code point)
 //   vocab.bpe     "#version: 0.2" then one merge "left right" per line, by rank
-// Encoding: pre-tokenize (gpt2_pretokenize.h), map each piece's UTF-8 bytes to
-// their single-byte tokens, then apply merges lowest rank first until none
-// applies. <|endoftext|> (50256 in GPT-2) separates documents; text that
+// Encoding is the tokenizer.json engine's (hf_tokenizer.h) in GPT-2's
+// configuration: pre-tokenize (ByteLevel with GPT-2's regex; the hand-written
+// gpt2_pretokenize.h is its fast path), map each piece's bytes to their
+// single-byte tokens, then apply merges lowest rank first until none applies. <|endoftext|> (50256 in GPT-2) separates documents; text that
 // spells "<|endoftext|>" is encoded as ordinary text, never as the special
 // token (as the reference encoders do by default), so a document cannot
 // forge a boundary.
@@ -23,6 +24,8 @@
 #include "data/tokenizer.h"
 
 namespace ratchet {
+
+class HfTokenizer;
 
 class Gpt2Tokenizer final : public Tokenizer {
  public:
@@ -52,18 +55,13 @@ class Gpt2Tokenizer final : public Tokenizer {
   const std::string& merges_path() const { return merges_path_; }
 
  private:
-  void bpe(std::string_view piece, std::vector<uint32_t>& out) const;
-  // Longer pieces skip the per-thread cache (base64 blobs, minified code:
-  // seldom repeated, and a few of them would hold megabytes there).
-  static constexpr size_t kMaxCachedPiece = 256;
-
   std::string encoder_path_, merges_path_;
   int vocab_size_ = 0, eot_ = -1;
   size_t num_merges_ = 0;
   std::vector<std::string> bytes_of_;  // id -> raw bytes
   uint32_t byte_token_[256];           // byte -> its single-byte token
   BpeMergeTable merges_;
-  uint64_t instance_;  // tells this object's per-thread cache from others'
+  std::shared_ptr<const HfTokenizer> engine_;  // encodes (built from the tables above)
 };
 
 // Where the GPT-2 vocabulary is looked for when --vocab/--merges are not

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "data/gpt2_pretokenize.h"
+#include "data/gpt2_tokenizer.h"
 #include "data/hf/engine.h"
 #include "data/hf/text.h"
 
@@ -112,8 +113,13 @@ std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& path) {
 
 std::unique_ptr<HfTokenizer> HfTokenizer::from_gpt2_files(const std::string& encoder_json,
                                                           const std::string& vocab_bpe) {
+  Gpt2Tokenizer g(encoder_json, vocab_bpe);  // reads and checks the files
+  return from_gpt2(g);
+}
+
+std::unique_ptr<HfTokenizer> HfTokenizer::from_gpt2(const Gpt2Tokenizer& g) {
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
-  t->e_ = hf::gpt2_engine(encoder_json, vocab_bpe);
+  t->e_ = hf::gpt2_engine(g);
   return t;
 }
 

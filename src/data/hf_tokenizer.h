@@ -33,6 +33,7 @@
 #include "data/tokenizer.h"
 
 namespace ratchet {
+class Gpt2Tokenizer;
 namespace hf {
 struct Engine;  // the loaded pipeline (src/data/hf/engine.h)
 }
@@ -51,6 +52,8 @@ class HfTokenizer final : public Tokenizer {
   // the same engine: ByteLevel(GPT-2 regex) + BPE, eos = <|endoftext|>.
   static std::unique_ptr<HfTokenizer> from_gpt2_files(const std::string& encoder_json,
                                                       const std::string& vocab_bpe);
+  // The same from the tables of a loaded Gpt2Tokenizer (which encodes through it).
+  static std::unique_ptr<HfTokenizer> from_gpt2(const Gpt2Tokenizer& g);
 
   ~HfTokenizer() override;
 

@@ -19,6 +19,10 @@
 #include "data/bpe_merge.h"
 #include "data/hf/regex.h"
 
+namespace ratchet {
+class Gpt2Tokenizer;
+}
+
 namespace ratchet::hf {
 
 // A literal string or a regex (the {"String": ...} / {"Regex": ...} patterns).
@@ -161,6 +165,7 @@ void finish(Engine& e);
 
 // tokenizer.json (+ tokenizer_config.json beside it) -> Engine.
 std::unique_ptr<Engine> load_engine(const std::string& path);
-std::unique_ptr<Engine> gpt2_engine(const std::string& encoder_json, const std::string& vocab_bpe);
+// GPT-2 from the tables Gpt2Tokenizer read (gpt2_config.cpp).
+std::unique_ptr<Engine> gpt2_engine(const Gpt2Tokenizer& g);
 
 }  // namespace ratchet::hf
