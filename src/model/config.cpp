@@ -140,6 +140,14 @@ static GPTConfig llama_preset(const std::string& name, int vocab_size) {
     c.rope_original_max_pos = 8192;
     return c;
   }
+  if (name == "llama3.1-8b") {  // meta-llama/Llama-3.1-8B config.json: 8,030,261,248 parameters
+    c.num_layers = 32, c.channels = 4096, c.num_heads = 32, c.num_kv_heads = 8;
+    c.ffn_hidden = 14336, c.vocab_size = 128256, c.rope_theta = 500000.f;
+    c.rope_factor = 8.f, c.rope_low_freq_factor = 1.f, c.rope_high_freq_factor = 4.f;
+    c.rope_original_max_pos = 8192;
+    c.tied_embeddings = false;  // a separate lm_head
+    return c;
+  }
   const int depth = depth_of(name, 'l');
   if (depth < 1 || depth > 96) return GPTConfig{};  // arch gpt2: not a llama preset
   c.num_layers = depth, c.num_heads = depth, c.channels = 64 * depth;
@@ -163,7 +171,7 @@ GPTConfig preset_config(const std::string& name, int vocab_size, int max_seq_len
   if (depth < 1 || depth > 96)
     fail("--model '", name, "' is not a preset: use dN (GPT-2) with N layers, e.g. d6, d12 "
          "(GPT-2 124M), d24, d36, d48; lN (Llama-shaped), e.g. l2, l6; smollm-135m, "
-         "llama3.2-1b; or give --layers/--heads/--channels");
+         "llama3.2-1b, llama3.1-8b; or give --layers/--heads/--channels");
   c.num_layers = depth;
   c.num_heads = depth;
   c.channels = 64 * depth;
@@ -200,7 +208,7 @@ GPTConfig config_from_flags(const ModelFlags& f) {
     c = preset_config(f.model, f.vocab_size, f.max_seq_len);
     if (!f.arch.empty() && parse_arch(f.arch, "--arch") != c.arch)
       fail("--arch ", f.arch, " does not match --model ", f.model, " (a ", arch_name(c.arch),
-           " preset): use a ", f.arch == "llama" ? "lN, smollm-135m or llama3.2-1b" : "dN",
+           " preset): use a ", f.arch == "llama" ? "lN, smollm-135m, llama3.2-1b or llama3.1-8b" : "dN",
            " preset, or --model custom --arch ", f.arch);
     // Any value given (not 0) is taken, so that a negative or NaN one is refused
     // by finalize() rather than silently replaced by the preset's.

@@ -8,8 +8,8 @@
 // Llama presets: lN has N layers, 64·N channels, N heads of 64, the largest
 // divisor of N that is at most max(1, N/2) as KV heads, and a SwiGLU hidden
 // size of 8/3·C rounded to a multiple of 64 (l6: 384 channels, 6 heads, 3 KV
-// heads, hidden 1024); `smollm-135m` and `llama3.2-1b` are those models'
-// published shapes (their vocab and RoPE settings included).
+// heads, hidden 1024); `smollm-135m`, `llama3.2-1b` and `llama3.1-8b` are
+// those models' published shapes (their vocab and RoPE settings included).
 //
 // Llama differs from GPT-2 in: RMSNorm (norm_eps) instead of LayerNorm, RoPE
 // on q and k (rope_*) instead of a position table (max_seq_len then only
@@ -84,7 +84,7 @@ struct GPTConfig {
 // V rounded up to a multiple of 128 (llm.c's padding: tensor-core friendly).
 inline int pad_vocab(int v) { return (v + 127) / 128 * 128; }
 
-// "d12", "l6", "smollm-135m", "llama3.2-1b" -> config. dN and lN take the
+// "d12", "l6", "smollm-135m", "llama3.2-1b", "llama3.1-8b" -> config. dN and lN take the
 // given vocab; the named models keep their own vocab (a model's vocab may
 // exceed the data's). Throws Error on an unknown name.
 GPTConfig preset_config(const std::string& name, int vocab_size, int max_seq_len);

@@ -183,6 +183,84 @@ TEST(PlanCli, HelpAndBadInput) {
   expect_usage_error(run_ratchet("plan --no-such-flag"), "no-such-flag");
 }
 
+// Issue 30, item 6: Llama 3.1 8B on 8 x 80 GB at T=8192. ZeRO-1 (train's:
+// whole master, staging buffers) does not fit at any recompute policy; auto
+// names a stage that does, with its step time; scaling over 1, 2, 4, 8 nodes
+// loses efficiency as the cross-node share grows, never above 1.
+TEST(PlanCli, Llama31_8bZeroStagesOnEightH100s) {
+  const std::string cmd =
+      "plan --model llama3.1-8b --device h100 --world-size 8 --seq-len 8192 --batch-size 1";
+  auto r = run_ratchet(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"8,030,261,248", "ZeRO-1", "ZeRO-3", "planned, not yet implemented in train",
+                        "why:", "predicted step", "scaling of", "NVLink 450 GB/s",
+                        "model states, ZeRO paper count"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << "missing '" << s << "':\n" << r.output;
+  r = run_ratchet(cmd + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json z = nlohmann::json::parse(r.output)["zero"];
+  EXPECT_EQ(z["usable_bytes"], 76e9);  // 80 GB less the 5% reserve
+  ASSERT_TRUE(z["chosen"].is_string()) << z.dump(1);
+  const std::string chosen = z["chosen"], policy = z["chosen_recompute"];
+  bool saw_zero1 = false, saw_chosen = false;
+  for (const auto& st : z["stages"]) {
+    if (st["name"] == "ZeRO-1") {
+      saw_zero1 = true;
+      for (const auto& [name, fits] : st["fits"].items()) EXPECT_FALSE(fits.get<bool>()) << name;
+      EXPECT_NEAR(st["paper_model_state_bytes"].get<double>(), 44.17e9, 0.01e9);
+    }
+    if (st["name"] == chosen) {
+      saw_chosen = true;
+      EXPECT_TRUE(st["fits"][policy].get<bool>());
+      EXPECT_GE(st["stage"].get<int>(), 2);
+      const auto& t = st["time"];
+      EXPECT_GT(t["compute_s"].get<double>(), 0);
+      EXPECT_GT(t["step_s"].get<double>(), t["compute_s"].get<double>());  // collectives cost something
+      EXPECT_GT(t["comm_s"].get<double>(), t["exposed_s"].get<double>());  // ...and mostly overlap
+    }
+  }
+  EXPECT_TRUE(saw_zero1 && saw_chosen) << z.dump(1);
+  ASSERT_EQ(z["scaling"].size(), 4u);
+  double last = 1.0;
+  int nodes = 1;
+  for (const auto& s : z["scaling"]) {
+    EXPECT_EQ(s["nodes"], nodes);
+    EXPECT_EQ(s["world"], 8 * nodes);
+    const double e = s["efficiency"];
+    EXPECT_GT(e, 0.5);  // T=8192 is compute-heavy: 1.2 s of compute per step
+    EXPECT_LT(e, last) << nodes << " nodes";
+    last = e;
+    nodes *= 2;
+  }
+}
+
+TEST(PlanCli, ZeroFlags) {
+  const std::string base = "plan --model llama3.1-8b --device h100 -T 8192 -B 1 --json ";
+  auto r = run_ratchet(base + "--world-size 8 --zero 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(json_string(r.output, "zero", "chosen"), "ZeRO-1");
+  EXPECT_NE(json_string(r.output, "zero", "why").find("does NOT fit"), std::string::npos) << r.output;
+  r = run_ratchet(base + "--world-size 8 --zero 3 --reshard-after-forward off");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(json_string(r.output, "zero", "chosen"), "ZeRO-3 keep");
+  r = run_ratchet(base + "--world-size 32 --zero 3 --shard-group node");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(json_number(r.output, "zero", "shard_group"), 8);
+  EXPECT_EQ(json_number(r.output, "zero", "nodes"), 4);
+  // every stage too big: on a 12 GB device even ZeRO-3 with blocks recompute needs more
+  r = run_ratchet(base + "--world-size 8 --device-memory-gb 12");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(json_string(r.output, "zero", "why").find("nothing fits"), std::string::npos) << r.output;
+  expect_usage_error(run_ratchet("plan --zero 4"), "--zero");
+  expect_usage_error(run_ratchet("plan --world-size 8 --shard-group 3"), "--shard-group 3");
+  expect_usage_error(run_ratchet("plan --shard-group rack"), "--shard-group");
+  expect_usage_error(run_ratchet("plan --device h100 --world-size 12"), "--gpus-per-node");
+  expect_usage_error(run_ratchet("plan --gpus-per-node 0"), "--gpus-per-node");
+  expect_usage_error(run_ratchet("plan --zero 2 --reshard-after-forward off"), "--zero 3");
+  expect_usage_error(run_ratchet("plan --reshard-after-forward 2"), "on or off");
+  expect_usage_error(run_ratchet("plan --intra-node-gbs 0"), "--intra-node-gbs");
+}
+
 }  // namespace
 
 // Issue 25, item 14: `plan --help` showed 0.34999999999999998 (Boost prints a
