@@ -3,6 +3,7 @@
 // eval/evaluator.h's; the model and its tokenizer come from eval/model_source.h.
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -59,7 +60,8 @@ examples:
 --json prints one object:
   {"model": ..., "tokenizer": ..., "tasks": {NAME: {"acc", "acc_se", "acc_norm",
    "acc_norm_se", "acc_token_mean", "acc_token_mean_se", "n", "truncated", "tokens",
-   "positions", "seconds"}}, "data": {NAME: {"loss", "ppl", "tokens", "seconds"}}}
+   "positions", "seconds", "cpu_seconds"}}, "data": {NAME: {"loss", "ppl", "tokens",
+   "seconds", "cpu_seconds"}}}
   (a task's tokens: its completions' input tokens; positions: what the model
   ran, padding to each batch's longest row included)
 )";
@@ -104,6 +106,9 @@ po::options_description make_options(Flags& f) {
     ("json", po::bool_switch(&f.json), "print one JSON object (the log goes to stderr)");
   return d;
 }
+
+// CPU seconds of this process, all threads (for benchmarks on a shared machine).
+double cpu_seconds() { return (double)std::clock() / CLOCKS_PER_SEC; }
 
 #define ELOG(...)                                                 \
   do {                                                            \
@@ -229,12 +234,13 @@ int cmd_eval(int argc, char** argv) {
     if (!per) fail("--per-example ", f.per_example, ": cannot write there");
   }
   for (const McTask& t : loaded) {
-    const double t0 = now_s();
+    const double t0 = now_s(), c0 = cpu_seconds();
     std::vector<McExampleResult> det;
     const McScores s = score_mc_task(model, t, f.batch_size, T, *comm, per.is_open() ? &det : nullptr);
     const double dt = now_s() - t0;
     jt[t.name] = to_json(s);
     jt[t.name]["seconds"] = dt;
+    jt[t.name]["cpu_seconds"] = cpu_seconds() - c0;
     for (const auto& r : det) {
       OrderedJson j;
       j["task"] = t.name;
@@ -255,10 +261,11 @@ int cmd_eval(int argc, char** argv) {
            dt);
   }
   for (size_t i = 0; i < data.size(); i++) {
-    const double t0 = now_s();
+    const double t0 = now_s(), c0 = cpu_seconds();
     const DataScores s = score_data(model, *sets[i], f.batch_size, T, *comm, f.max_batches);
     jd[data[i].first] = to_json(s);
     jd[data[i].first]["seconds"] = now_s() - t0;
+    jd[data[i].first]["cpu_seconds"] = cpu_seconds() - c0;
     SAY("data %s: loss %.4f  ppl %.3f  (%ld tokens, %.1f s)\n", data[i].first.c_str(), s.loss, s.ppl,
          s.tokens, now_s() - t0);
   }
