@@ -143,7 +143,8 @@ DataMixture::DataMixture(const std::vector<std::string>& specs, const std::strin
   if (specs_.empty()) fail(flag, " is required (a glob of HDF5 token shards)");
   TokenDatasetOptions per = options;
   per.cache_bytes = options.cache_bytes / specs_.size();
-  for (const SourceSpec& s : specs_) sources_.push_back(std::make_unique<TokenDataset>(s.pattern, flag, per));
+  for (const SourceSpec& s : specs_)
+    sources_.push_back(std::make_unique<TokenDataset>(s.pattern, flag, per));
   const TokenDataset& a = *sources_[0];
   for (size_t i = 1; i < sources_.size(); i++) {
     const TokenDataset& b = *sources_[i];
@@ -155,7 +156,9 @@ DataMixture::DataMixture(const std::vector<std::string>& specs, const std::strin
            "model reads one vocabulary; re-shard one of them with the other's --tokenizer");
     // The same name and sizes, but another tokenizer.json or document framing.
     const ShardMeta &ma = a.meta(), &mb = b.meta();
-    auto digest = [](const ShardMeta& m) { return m.tokenizer_sha256.empty() ? std::string("none") : m.tokenizer_sha256; };
+    auto digest = [](const ShardMeta& m) {
+      return m.tokenizer_sha256.empty() ? std::string("none") : m.tokenizer_sha256;
+    };
     if (ma.tokenizer_sha256 != mb.tokenizer_sha256)
       fail(flag, " sources '", name(0), "' (tokenizer.json sha256 ", digest(ma), ") and '", name(i),
            "' (", digest(mb), ") were made with different tokenizers: re-shard one of them with "
@@ -229,7 +232,8 @@ std::vector<uint64_t> unigram_counts(const TokenDataset& ds, int vocab) {
   }
   std::string text;
   for (int id = 0; id < vocab; id++)
-    if (counts[id]) text += (text.empty() ? "" : ",") + std::to_string(id) + ":" + std::to_string(counts[id]);
+    if (counts[id])
+      text += (text.empty() ? "" : ",") + std::to_string(id) + ":" + std::to_string(counts[id]);
   cache.store(kind, snap, text);
   return counts;
 }

@@ -243,7 +243,8 @@ TEST(MixtureLoader, OneSourceIsThePlainLoaderBitForBit) {
   DataMixture m({d.a(":0.25")}, "--train-data");  // a weight on one source changes nothing
   TokenDataset plain(d.a(), "--train-data");
   for (bool shuffle : {true, false}) {
-    DataLoader a(m, 3, 4, shuffle, 8, 0, 1, LoaderOptions{0, {}}), b(plain, 3, 4, shuffle, 8, 0, 1, LoaderOptions{0, {}});
+    DataLoader a(m, 3, 4, shuffle, 8, 0, 1, LoaderOptions{0, {}});
+    DataLoader b(plain, 3, 4, shuffle, 8, 0, 1, LoaderOptions{0, {}});
     for (int i = 0; i < 40; i++) {
       std::vector<int32_t> xa(12), ya(12), xb(12), yb(12);
       a.next_batch(xa.data(), ya.data());
@@ -301,4 +302,22 @@ TEST(MixtureSources, MixedTokenizersOverlapsAndEmptyGlobsAreRefused) {
                {"--train-data", "both hold the shard", "s_000.h5"});
   expect_error([&] { DataMixture({e.a(":1"), e.dir / "nothing_*.h5:1"}, "--train-data"); },
                {"--train-data", "nothing_*.h5", "matches no file"});
+}
+
+TEST(MixtureLoader, PrefetchingGivesTheSameBatchesAndCursors) {
+  TwoSources d(301, 151);
+  DataMixture m({d.a(":0.6"), d.b(":0.4")}, "--train-data");
+  DataLoader sync(m, 3, 4, true, 4, 1, 2, LoaderOptions{0, {}});
+  DataLoader ahead(m, 3, 4, true, 4, 1, 2, LoaderOptions{3, {}});
+  for (int i = 0; i < 60; i++) {
+    std::vector<int32_t> xa(12), ya(12), xb(12), yb(12);
+    sync.next_batch(xa.data(), ya.data());
+    ahead.next_batch(xb.data(), yb.data());
+    ASSERT_EQ(xa, xb) << i;
+    ASSERT_EQ(sync.cursor(), ahead.cursor()) << i;
+    if (i == 20) {  // a restore mid-way restarts the prefetch from the cursor
+      const LoaderCursor c = sync.cursor();
+      ahead.set_cursor(c);
+    }
+  }
 }
