@@ -1,6 +1,8 @@
-// The GPT-2 tokenizer against an independent implementation: npm's
+// The GPT-2 tokenizer against independent implementations: npm's
 // gpt-3-encoder (JavaScript, under node), on edge cases and a few thousand
-// lines of real text (the King James Bible and Debian's fortunes). Also the
+// lines of real text (the King James Bible and Debian's fortunes), and
+// OpenAI's tiktoken (npm WASM build) on the edge cases and where the two
+// references part (\s: Unicode's White_Space, not JavaScript's). Also the
 // Unicode class table (pinned to Unicode 15.0, regenerated, compared with node), lossless
 // round trips on arbitrary bytes, and errors on malformed vocabulary files.
 //
@@ -33,12 +35,14 @@ namespace {
 
 const std::string kDir = default_gpt2_dir();
 
-// Token ids of each string by the JavaScript reference encoder.
-std::vector<std::vector<uint32_t>> js_encode(const std::vector<std::string>& texts) {
+// Token ids of each string by a reference encoder under node: `script` in
+// tests/data with its first argument.
+std::vector<std::vector<uint32_t>> node_encode(const std::vector<std::string>& texts,
+                                               const std::string& script, const std::string& arg) {
   TempDir dir;
   write_file(dir / "in.json", nlohmann::json(texts).dump());
-  RunResult r = run_shell("node " + std::string(RATCHET_TESTS_DIR) + "/data/gpt2_reference.js " +
-                          kDir + " " + (dir / "in.json") + " > " + (dir / "out.txt"));
+  RunResult r = run_shell("node " + std::string(RATCHET_TESTS_DIR) + "/data/" + script + " " + arg +
+                          " " + (dir / "in.json") + " > " + (dir / "out.txt"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::vector<std::vector<uint32_t>> out;
   std::ifstream f(dir / "out.txt");
@@ -52,6 +56,18 @@ std::vector<std::vector<uint32_t>> js_encode(const std::vector<std::string>& tex
   }
   EXPECT_EQ(out.size(), texts.size());
   return out;
+}
+
+// npm gpt-3-encoder (JavaScript). It takes \s as JavaScript does, so texts
+// where U+0085 or U+FEFF decides a piece boundary differ from ratchet's by
+// design (see WhiteSpaceIsUnicodes); the texts compared with it hold neither.
+std::vector<std::vector<uint32_t>> js_encode(const std::vector<std::string>& texts) {
+  return node_encode(texts, "gpt2_reference.js", kDir);
+}
+
+// OpenAI's tiktoken ("gpt2" encoding, npm WASM build), \s as White_Space.
+std::vector<std::vector<uint32_t>> tiktoken_encode(const std::vector<std::string>& texts) {
+  return node_encode(texts, "tiktoken_gpt2_reference.js", "/usr/local/share/ratchet/node/node_modules");
 }
 
 const Gpt2Tokenizer& tok() {
@@ -132,6 +148,54 @@ TEST(Gpt2Tokenizer, EdgeCasesMatchReference) {
       "mixed日本english123数字", "ǅ Ǆ ǆ", "\u200b zero width", "a\u0000b",
   };
   expect_same_as_js(cases);
+  // tiktoken agrees on all of them too (none holds U+0085 or U+FEFF).
+  std::vector<std::vector<uint32_t>> tt = tiktoken_encode(cases);
+  ASSERT_EQ(tt.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); i++)
+    EXPECT_EQ(tok().encode(cases[i]), tt[i]) << nlohmann::json(cases[i]).dump();
+}
+
+// \s is Unicode's White_Space (OpenAI's Python encoder, tiktoken, HF), not
+// JavaScript's: U+0085 (NEL) is a space, U+FEFF (BOM) is not. Checked against
+// tiktoken on every White_Space code point and both of these in several
+// places; npm gpt-3-encoder must differ exactly on the texts where one of the
+// two decides a piece boundary (otherwise this test is not testing it).
+TEST(Gpt2Tokenizer, WhiteSpaceIsUnicodes) {
+  EXPECT_EQ(char_class(0x85), CharClass::kSpace);
+  EXPECT_EQ(char_class(0xFEFF), CharClass::kOther);
+  // Where JavaScript and Unicode disagree, so gpt-3-encoder's ids differ.
+  const std::vector<std::string> differ = {"x \u0085!", "x \ufeff!", "x  \u0085!", "\u0085 \u0085?"};
+  // Same ids for all three (other splits, same merges), and every other
+  // White_Space code point in a run before a non-space.
+  std::vector<std::string> same = {"a\u0085b", "a\ufeffb", "\u0085", "\ufeff", "a\u0085 b",
+                                   "end\ufeff  x", "\ufeff\ufeff x", "line\u0085\u0085next",
+                                   "x \ufeff y"};
+  for (uint32_t cp : {0x9u, 0xAu, 0xBu, 0xCu, 0xDu, 0x20u, 0xA0u, 0x1680u, 0x2000u, 0x2005u, 0x200Au,
+                      0x2028u, 0x2029u, 0x202Fu, 0x205Fu, 0x3000u}) {
+    std::string c;
+    if (cp < 0x80) {
+      c = std::string(1, (char)cp);
+    } else if (cp < 0x800) {
+      c = {(char)(0xC0 | cp >> 6), (char)(0x80 | (cp & 0x3F))};
+    } else {
+      c = {(char)(0xE0 | cp >> 12), (char)(0x80 | ((cp >> 6) & 0x3F)), (char)(0x80 | (cp & 0x3F))};
+    }
+    same.push_back("x " + c + "!");
+    same.push_back("y" + c + c + " z");
+  }
+  std::vector<std::string> all = differ;
+  all.insert(all.end(), same.begin(), same.end());
+  std::vector<std::vector<uint32_t>> tt = tiktoken_encode(all), js = js_encode(all);
+  ASSERT_EQ(tt.size(), all.size());
+  ASSERT_EQ(js.size(), all.size());
+  for (size_t i = 0; i < all.size(); i++) {
+    const std::string what = nlohmann::json(all[i]).dump();
+    EXPECT_EQ(tok().encode(all[i]), tt[i]) << what;
+    if (i < differ.size())
+      EXPECT_NE(tt[i], js[i]) << what << ": gpt-3-encoder was expected to differ here";
+    else
+      EXPECT_EQ(tt[i], js[i]) << what;
+  }
 }
 
 TEST(Gpt2Tokenizer, RealTextMatchesReference) {
