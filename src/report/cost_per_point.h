@@ -1,7 +1,8 @@
 // Cost per point of an objective between two evaluations (issue 31): what the
 // training between consecutive evaluations of a metric spent (device-hours
 // and money, from the spend each evaluation record carries) divided by how
-// many points the metric improved over it. A point is 0.01 of the metric
+// many points the metric improved over it (the spend up to the later
+// evaluation's record, so its own time is in it). A point is 0.01 of the metric
 // (report/objective.h): one percentage point of an accuracy, 0.01 nats of a
 // loss. No improvement: no cost per point (n/a).
 #pragma once

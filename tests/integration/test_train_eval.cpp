@@ -70,6 +70,11 @@ TEST_F(TrainEval, MetricsAreLoggedAtEveryEvaluationUnderTheirNames) {
       EXPECT_GE(a, 0);
       EXPECT_LE(a, 6);
     }
+    // --eval-data over the --val-data shards with the same --eval-batches reads the
+    // same windows as the trainer's own val loss (unshuffled, stride T): an
+    // independent reference for the library's score (1e-6: val_loss is a float)
+    EXPECT_NEAR(j["data/held/loss"].get<double>(), j["val_loss"].get<double>(),
+                1e-6 * j["val_loss"].get<double>());
     // ppl is exp(loss) (both from the library; checked here as logged, rounding of %.17g)
     EXPECT_NEAR(j["data/held/ppl"].get<double>(), std::exp(j["data/held/loss"].get<double>()),
                 1e-9 * j["data/held/ppl"].get<double>());
