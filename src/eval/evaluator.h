@@ -7,15 +7,17 @@
 // tokenized with the model's tokenizer as the harness does: the context's
 // trailing whitespace moves to the continuation, then
 //   whole = ids(context + continuation), ending ids = whole[len(ids(context)):]
-// An empty context is the end-of-text token, as in the harness. Per completion, from the model's per-position
-// losses (-log softmax[target], the classifier's; no logits leave the device):
+// An empty context is the end-of-text token, as in the harness. Per
+// completion, from the model's per-position losses (-log softmax[target], the
+// classifier's; no logits leave the device):
 //   sum_k   = sum over the ending's tokens of log p(token | everything before)
 //   acc            argmax_k sum_k                          (harness `acc`)
 //   acc_norm       argmax_k sum_k / chars_k, chars_k = the ending's length in
 //                  characters (Unicode code points, as Python's len), without
 //                  the joining space                        (harness `acc_norm`)
 //   acc_token_mean argmax_k sum_k / tokens_k               (llm.c's hellaswag)
-// Ties go to the lowest index (as argmax does). Each accuracy comes with its
+// Ties go to the lowest index (as argmax does); identical endings of one
+// example are scored once, so they tie exactly. Each accuracy comes with its
 // standard error sqrt(p (1 - p) / (n - 1)) (the harness's mean_stderr: the
 // sample standard deviation over sqrt(n)).
 // A completion longer than T + 1 tokens is left-truncated (its context's first

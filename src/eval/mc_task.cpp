@@ -3,6 +3,7 @@
 // lm-evaluation-harness does.
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -247,6 +248,11 @@ McTask load_llmc_bin(McTask t, const std::string& data, const Tokenizer& tok, in
 
 McTask load_mc_task(const std::string& name, const std::string& path, const Tokenizer& tok,
                     int vocab_size) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail("task file ", path, ": no such file");
+  // Not a FIFO or a device: /dev/zero would be read forever.
+  if (!std::filesystem::is_regular_file(path, ec))
+    fail("task file ", path, " is not a regular file: pass a .jsonl or llm.c .bin file");
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot read task file ", path, ": ", std::strerror(errno));
   std::stringstream ss;

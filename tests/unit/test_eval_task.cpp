@@ -189,7 +189,9 @@ TEST_F(EvalTask, BadLinesAreNamed) {
   }
   expect_error([&] { load_mc_task("t", put("e.jsonl", ""), byte, 257); }, {"is empty"});
   expect_error([&] { load_mc_task("t", put("b.jsonl", "\n  \n"), byte, 257); }, {"no examples"});
-  expect_error([&] { load_mc_task("t", d / "missing.jsonl", byte, 257); }, {"missing.jsonl"});
+  expect_error([&] { load_mc_task("t", d / "missing.jsonl", byte, 257); }, {"missing.jsonl", "no such file"});
+  expect_error([&] { load_mc_task("t", d.path, byte, 257); }, {d.path, "not a regular file"});
+  expect_error([&] { load_mc_task("t", "/dev/zero", byte, 257); }, {"/dev/zero", "not a regular file"});
   // A model whose vocab cannot hold the tokenizer's ids.
   expect_error([&] { load_mc_task("t", put("v.jsonl", ok), byte, 50); },
                {"line 1", "97", "outside the model's vocab of 50", "--tokenizer"});
