@@ -458,8 +458,8 @@ std::string zero_table(const Plan& p) {
   o << "ZeRO stages per rank (GiB), shard group " << z.group_text << ", " << W << " rank"
     << (W > 1 ? "s" : "") << " on " << z.nodes << " node" << (z.nodes > 1 ? "s" : "") << " of "
     << z.gpus_per_node << "\n";
-  o << "  * planned: stage 2/3 (and a shard group smaller than the world) are predictions of a "
-       "design, not yet implemented in `ratchet train`\n";
+  o << "  * planned: stage 2/3 (and a shard group smaller than the world) predict a design,\n"
+       "    not yet implemented in `ratchet train`\n";
   std::string head = "  ";
   head += std::string(30, ' ');
   for (const ZeroRow& r : z.rows) {
@@ -510,8 +510,8 @@ std::string zero_table(const Plan& p) {
     << " GB of device memory";
   if (p.device_reserve_bytes > 0)
     o << " - " << fmt("%.1f", p.device_reserve_bytes / 1e9)
-      << " GB kept free for the CUDA context, lazily loaded modules, cuBLASLt and NCCL "
-         "(max(1 GiB, 5%), as `ratchet train` keeps out of its arena)";
+      << " GB kept free\n    (for the CUDA context, lazily loaded modules, cuBLASLt and NCCL: "
+         "max(1 GiB, 5%), as `ratchet train` keeps out of its arena)";
   o << "\n";
   std::snprintf(buf, sizeof buf, "  %-30s", "model states, ZeRO paper count");
   o << buf;
@@ -520,7 +520,7 @@ std::string zero_table(const Plan& p) {
     o << buf;
   }
   o << "\n    (Rajbhandari et al. 2020: 2+2+12 bytes/parameter, fp32 master in the 12, over N = "
-    << z.group << "; train's ZeRO-1 keeps the master whole, as above)\n";
+    << z.group << ";\n    train's ZeRO-1 keeps the master whole, as above)\n";
   o << "  time per step (--recompute " << z.chosen_policy.name() << "; NVLink "
     << fmt("%g", z.fabric.intra_bytes_per_s / 1e9) << " GB/s in a node, " << fmt("%g", p.in.link_gbps)
     << " Gb/s per rank across nodes)\n";
@@ -539,8 +539,8 @@ std::string zero_table(const Plan& p) {
   trow("step (compute + not hidden)", [](const StepTime& t) { return duration(t.step_s); });
   trow("scaling efficiency", [](const StepTime& t) { return fmt("%.1f%%", t.efficiency * 100); });
   o << "  compute " << duration(z.rows.front().time.compute_s)
-    << " per step; overlap: each block's collectives hide behind the neighbouring block's "
-       "compute (max of the two per block), the first gather and the last reduce do not\n";
+    << " per step; overlap: each block's collectives hide behind the neighbouring block's\n"
+       "    compute (max of the two per block); the first gather and the last reduce do not\n";
 
   o << "zero (--zero " << p.in.zero.zero << "): ";
   if (z.chosen < 0) {
@@ -549,7 +549,7 @@ std::string zero_table(const Plan& p) {
     const ZeroRow& c = z.rows[z.chosen];
     o << c.stage.name() << " at --recompute " << z.chosen_policy.name()
       << (c.stage.implemented(z.group, W) ? "" : " (stage 2/3: planned, not yet implemented in train)")
-      << "\n  why: " << z.why << "\n";
+      << "\n  why: " << z.why << "\n";  // one line: scripts grep it
     o << "  predicted step " << duration(c.time.step_s) << " (compute " << duration(c.time.compute_s)
       << " + collectives not hidden " << duration(c.time.exposed_s) << "), efficiency "
       << fmt("%.1f%%", c.time.efficiency * 100) << "\n";
@@ -669,7 +669,8 @@ std::string plan_table(const Plan& p) {
   else
     o << " (one rank)";
   o << "\n  step               " << duration(p.step_s) << ", data-parallel efficiency "
-    << fmt("%.1f%%", p.dp_efficiency * 100) << " (no compute/communication overlap assumed)\n";
+    << fmt("%.1f%%", p.dp_efficiency * 100) << " (no compute/communication overlap assumed;\n"
+       "                     the ZeRO section below models the overlap and NVLink)\n";
   o << "  run                " << duration(p.work_hours * 3600) << " of work, "
     << fmt("%.4g", p.work_hours * in.world) << " device-hours\n";
   if (in.eval_every > 0)
