@@ -14,6 +14,7 @@ int cmd_plan(int argc, char** argv);
 int cmd_report(int argc, char** argv);
 int cmd_sweep(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
+int cmd_sample(int argc, char** argv);  // src/cli/cmd_sample.cpp
 
 // The long option names `ratchet train` accepts (a sweep's hyperparameters must be one).
 std::vector<std::string> train_option_names();

@@ -36,6 +36,7 @@ const Subcommand kCommands[] = {
     {"report", ratchet::cmd_report, "after a run: summary of the log and ledger, loss plots"},
     {"sweep", ratchet::cmd_sweep, "budgeted hyperparameter sweeps (ASHA) of preemptible trials"},
     {"eval", ratchet::cmd_eval, "a model on multiple-choice tasks (HellaSwag) and token shards"},
+    {"sample", ratchet::cmd_sample, "text from a trained model, decoded with its tokenizer"},
 };
 
 void usage(FILE* out) {

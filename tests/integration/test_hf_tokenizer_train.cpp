@@ -9,7 +9,8 @@
 //  - train on them, samples decoded; --export-hf writes the tokenizer files
 //    beside the weights; --init-from that export accepts the same data and
 //    refuses other data (naming both digests) unless --allow-tokenizer-mismatch;
-//    ids beyond the model's vocab are refused naming the shard.
+//    ids beyond the model's vocab are refused naming the shard; `ratchet
+//    sample` on the export decodes with the tokenizer beside the weights.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -231,6 +232,19 @@ TEST(HfTokenizerTrain, ExportCarriesTheTokenizerAndInitFromChecksIt) {
             sha256_file(hf_family_dir("llama2") + "/tokenizer_config.json"));
   EXPECT_TRUE(fs::exists(d / "hf/config.json"));
   EXPECT_TRUE(fs::exists(d / "hf/model.safetensors"));
+  // `ratchet sample` finds the tokenizer beside the weights and decodes with it.
+  r = run_ratchet("sample --init-from " + (d / "hf") + " --prompt 'In the beginning' --tokens 6 --seed 5");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tokenizer hf:" + fs::absolute(d / "hf/tokenizer.json").string() +
+                          " (the tokenizer.json beside the weights)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("In the beginning"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("<|id="), std::string::npos) << r.output;
+  EXPECT_EQ(run_ratchet("sample --init-from " + (d / "hf") + " --prompt 'In the beginning' --tokens 6 --seed 5")
+                .output,
+            r.output)
+      << "a seed gives one sample";
   // The export is a model directory ratchet shards with, and trains from.
   const std::string init = "--init-from " + (d / "hf") + " --steps 1 --lr 1e-30 --quiet";
   auto again = [&](const std::string& data_glob, const std::string& extra) {
