@@ -68,8 +68,8 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
   model.add_options()
     ("model", po::value(&f.model)->default_value(f.model),
      "preset dN (GPT-2: N layers, N heads, 64N channels), lN (Llama), smollm-135m, "
-     "llama3.2-1b, or 'custom' with --layers/--heads/--channels; with a budget and no --model: "
-     "the preset nearest the compute-optimal size (of --arch)")
+     "llama3.2-1b, llama3.1-8b, or 'custom' with --layers/--heads/--channels; with a budget "
+     "and no --model: the preset nearest the compute-optimal size (of --arch)")
     ("arch", po::value(&f.arch), "gpt2 | llama (default: the preset's; gpt2 for custom)")
     ("kv-heads", po::value(&f.kv_heads), "llama: KV heads, dividing --heads (1 = MQA)")
     ("ffn-hidden", po::value(&f.ffn_hidden), "llama: SwiGLU hidden size")
