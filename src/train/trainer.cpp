@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -620,6 +621,11 @@ void Trainer::check_val_loss(float vl, const char* which) const {
                            " at step " + std::to_string(step_) + which + diverged_advice());
 }
 
+bool ends_with(const std::string& s, const char* tail) {
+  const size_t n = std::strlen(tail);
+  return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
+}
+
 // The value of `name` among the metrics (NaN when absent).
 double metric_value(const Metrics& m, const std::string& name) {
   for (const auto& [k, v] : m)
@@ -649,8 +655,7 @@ Metrics Trainer::run_evaluations(const char* which) {
   char buf[96];
   for (const auto& [k, v] : m) {
     if (k == "val_loss") std::snprintf(buf, sizeof buf, " | val loss %.4f", v);
-    else if (k.size() < 3 || (k.compare(k.size() - 3, 3, "_se") != 0 && k.compare(k.size() - 2, 2, "/n") != 0 &&
-                              k.compare(k.size() - 7, 7, "/tokens") != 0))
+    else if (!ends_with(k, "_se") && !ends_with(k, "/n") && !ends_with(k, "/tokens"))
       std::snprintf(buf, sizeof buf, " | %.60s %.4f", k.c_str(), v);
     else continue;  // standard errors and counts: in the log only
     line += buf;

@@ -146,6 +146,19 @@ TEST_F(TrainEval, EarlyStoppingFollowsAMaxDirectionMetric) {
   EXPECT_GE(best, first);
 }
 
+TEST_F(TrainEval, RepeatedInTheIniConfigWithOneLetterNames) {
+  TempDir d;
+  write_file(d / "run.ini", "eval-task = a=" + task() + "\neval-task = b=" + task() +
+                                "\neval-data = h=" + (*dir_ / "data/val_*.h5") + "\n");
+  auto r = run_ratchet("train --config " + (d / "run.ini") + " --model custom --layers 1 --heads 1 "
+                       "--channels 16 --max-seq-len 16 --seq-len 16 --batch-size 1 --steps 2 --threads 1 "
+                       "--eval-every 1 --quiet --log-jsonl " + (d / "log.jsonl") + " --train-data '" +
+                       (*dir_ / "data/train_*.h5") + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* k : {"a/acc_norm", "b/acc_norm", "data/h/loss"})
+    EXPECT_EQ(jsonl_values(d / "log.jsonl", k).size(), 3u) << k;  // steps 0, 1 and the end
+}
+
 TEST_F(TrainEval, BadEvalOptionsAreRefusedBeforeTheFirstStep) {
   TempDir d;
   const std::string bad = d / "bad.jsonl";
