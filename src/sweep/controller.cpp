@@ -941,8 +941,11 @@ int check_base(const std::string& base_ini, const std::vector<std::string>& know
     if (const auto [it, fresh] = seen.emplace(k, n); !fresh && !repeatable)
       fail("--base ", base_ini, " line ", n, ": '", k, "' is set a second time (first on line ",
            it->second, "): `ratchet train` refuses a key given twice; keep one");
-    if (refuse_relative && !v.empty() && v[0] != '/')
-      for (const char* p : {"train-data", "val-data", "init-from", "export", "export-hf"})
+    // eval-task / eval-data: NAME=PATH, the path after the first '='
+    const std::string path = (k == "eval-task" || k == "eval-data") && v.find('=') != std::string::npos
+                                 ? v.substr(v.find('=') + 1) : v;
+    if (refuse_relative && !path.empty() && path[0] != '/')
+      for (const char* p : {"train-data", "val-data", "init-from", "export", "export-hf", "eval-task", "eval-data"})
         if (k == p)
           fail("--base ", base_ini, " line ", n, ": ", k, " '", v, "' is a relative path: the "
                "trainers would resolve it from wherever `sweep run` is started; give an absolute "

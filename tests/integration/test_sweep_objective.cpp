@@ -111,4 +111,20 @@ TEST(SweepObjective, BadObjectiveLinesAreRefused) {
   EXPECT_NE(r.output.find("has no val-data"), std::string::npos) << r.output;
 }
 
+TEST(SweepObjective, BaseTakesRepeatedEvalLinesWithAbsolutePaths) {
+  TempDir d;
+  write_file(d / "t.jsonl", "");
+  write_file(d / "base.ini", "steps = 9\neval-task = a=" + (d / "t.jsonl") + "\neval-task = b=" +
+                                 (d / "t.jsonl") + "\neval-data = h=" + (d / "*.h5") + "\n");
+  write_file(d / "space.ini", std::string(kSpace9) + "objective = a/acc_norm\n");
+  auto r = run_ratchet("sweep init " + (d / "sw") + " --space " + (d / "space.ini") + " --base " +
+                       (d / "base.ini") + " --grid");
+  EXPECT_EQ(r.exit_code, 0) << r.output;  // repeatable keys, and no val-data needed
+  write_file(d / "base.ini", "steps = 9\neval-task = a=rel/t.jsonl\n");
+  r = run_ratchet("sweep init " + (d / "sw2") + " --space " + (d / "space.ini") + " --base " +
+                  (d / "base.ini") + " --grid");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("eval-task 'a=rel/t.jsonl' is a relative path"), std::string::npos) << r.output;
+}
+
 }  // namespace
