@@ -88,8 +88,7 @@ po::options_description make_options(Flags& f) {
     ("task", po::value(&f.tasks)->composing(), "NAME=FILE: a multiple-choice task (repeatable)")
     ("data", po::value(&f.data)->composing(), "NAME=GLOB: token shards to report loss and ppl on (repeatable)")
     ("batch-size,B", po::value(&f.batch_size)->default_value(f.batch_size),
-     "rows per forward: the completions of several examples (at least an example's endings), or "
-     "--data windows")
+     "rows per forward: completions (of several examples, the longest first), or --data windows")
     ("seq-len,T", po::value(&f.seq_len),
      "longest row: completions are left-truncated to it, --data windows are this long (default: "
      "the model's max_seq_len)")
@@ -183,9 +182,6 @@ int cmd_eval(int argc, char** argv) {
     const McTask& t = loaded.back();
     ELOG("eval: task %s: %zu examples from %s (%s)\n", name.c_str(), t.examples.size(), path.c_str(),
          t.format.c_str());
-    if ((size_t)f.batch_size < t.max_endings)
-      fail("--batch-size ", f.batch_size, " is smaller than the ", t.max_endings, " endings of an "
-           "example of task ", name, " (", path, "): the endings of one example share a batch");
   }
   std::vector<std::unique_ptr<TokenDataset>> sets;
   for (const auto& [name, glob] : data) {

@@ -26,11 +26,10 @@
 //
 // Batching: a batch is up to B rows of one completion each (every row starts at
 // position 0: there is no cross-row attention mask to pack two completions into
-// one row); the completions of one example always share a batch, so B must be
-// at least the largest number of endings. Examples are batched longest first,
-// so that rows of similar length share a batch; rows are as long as the
-// longest completion of the batch (at most T); padding positions get target 0
-// and are ignored. One forward per batch, on every backend.
+// one row), the completions of several examples. Rows are batched longest
+// first, so that a batch's rows are of nearly the same length; rows are as
+// long as the batch's longest (at most T); padding positions get target 0 and
+// are ignored. One forward per batch, on every backend.
 //
 // Ranks: example i is scored on rank i mod W, data batch j on rank j mod W; the
 // sums are all-reduced over `comm` (a HOST communicator: MPI or single), so
@@ -62,7 +61,7 @@ struct McTask {
   std::string name, path;
   std::string format;  // "hellaswag-jsonl", "generic-jsonl" or "llmc-bin"
   std::vector<McExample> examples;
-  size_t max_endings = 0;  // the most endings of any example (B must be at least this)
+  size_t max_endings = 0;  // the most endings of any example
 };
 
 // Loads one of the three formats, detected by content:

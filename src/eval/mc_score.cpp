@@ -1,8 +1,9 @@
-// Scoring a multiple-choice task (eval/evaluator.h): completions packed one
-// per row into (rows, Tb) batches, one forward each, the ending's log-probability
-// summed from the classifier's per-position losses.
+// Scoring a multiple-choice task (eval/evaluator.h): completions one per row,
+// sorted by length into (rows, Tb) batches, one forward each, each ending's
+// log-probability summed from the classifier's per-position losses.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.h"
 #include "eval/evaluator.h"
@@ -58,110 +59,90 @@ McScores score_mc_task(GPT& model, const McTask& task, int B, int T, Communicato
   if (T < 1 || T > model.config().max_seq_len)
     fail("task ", task.name, ": sequence length ", T, " must be in 1..", model.config().max_seq_len,
          " (the model's max_seq_len)");
-  if (B < (int)task.max_endings)
-    fail("task ", task.name, " (", task.path, ") has examples with ", task.max_endings,
-         " endings but the batch holds ", B, " rows: the endings of one example share a batch, "
-         "so pass a batch size of at least ", task.max_endings);
+  if (B < 1) fail("task ", task.name, ": batch size ", B, " must be at least 1");
   const int W = comm.world(), rank = comm.rank();
-  // n, acc, acc_norm, acc_token_mean, truncated, positions, tokens
-  double sums[7] = {0, 0, 0, 0, 0, 0, 0};
+  // This rank's examples (i mod W == rank) as rows. Identical endings of one
+  // example share a row (the same tokens have the same log-probability: a tie
+  // stays an exact tie, whatever the backend does per row).
+  std::vector<long> mine;
+  std::vector<std::vector<size_t>> row_of;  // per own example, per ending: its row
+  std::vector<Row> rows;
+  for (long i = rank; i < (long)task.examples.size(); i += W) {
+    const McExample& ex = task.examples[i];
+    std::vector<size_t> ro;
+    for (size_t k = 0; k < ex.endings.size(); k++) {
+      size_t same = SIZE_MAX;
+      for (size_t j = 0; j < k && same == SIZE_MAX; j++)
+        if (ex.endings[j] == ex.endings[k]) same = ro[j];
+      if (same == SIZE_MAX) {
+        same = rows.size();
+        rows.push_back(make_row(task, ex, k, T));
+      }
+      ro.push_back(same);
+    }
+    mine.push_back(i);
+    row_of.push_back(std::move(ro));
+  }
+  // Longest rows first, B per forward: a batch's rows are of nearly the same
+  // length, so little of each forward is padding.
+  std::vector<size_t> order(rows.size());
+  for (size_t r = 0; r < order.size(); r++) order[r] = r;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return rows[a].seq.size() > rows[b].seq.size(); });
+  std::vector<double> row_lp(rows.size(), 0.0);
+  double positions = 0, tokens = 0;
   std::vector<int32_t> in, tg;
   std::vector<float> losses;
-  const size_t details_from = details ? details->size() : 0;
-  // This rank's examples (i mod W == rank), longest completion first: batches
-  // of similar lengths waste few positions on padding.
-  std::vector<long> order;
-  std::vector<size_t> longest;
-  for (long i = rank; i < (long)task.examples.size(); i += W) {
-    size_t m = 0;
-    for (const auto& e : task.examples[i].endings)
-      m = std::max(m, std::min(task.examples[i].context.size() + e.size(), (size_t)T + 1));
-    order.push_back(i);
-    longest.push_back(m);
-  }
-  std::vector<size_t> by(order.size());
-  for (size_t k = 0; k < by.size(); k++) by[k] = k;
-  std::stable_sort(by.begin(), by.end(), [&](size_t a, size_t b) { return longest[a] > longest[b]; });
-  const size_t n = by.size();
-  size_t next = 0;
-  while (next < n) {
-    // Fill a batch with whole examples. Identical endings of one example are
-    // scored once (the same tokens have the same log-probability: a tie
-    // stays an exact tie, whatever the backend does per row).
-    struct Slot { long ex; std::vector<int> row_of; };  // ending -> row
-    std::vector<Slot> slots;
-    std::vector<Row> rows;
-    for (; next < n; next++) {
-      const long i = order[by[next]];
-      const McExample& ex = task.examples[i];
-      Slot s{i, {}};
-      std::vector<Row> mine;
-      for (size_t k = 0; k < ex.endings.size(); k++) {
-        int same = -1;
-        for (size_t j = 0; j < k && same < 0; j++)
-          if (ex.endings[j] == ex.endings[k]) same = s.row_of[j];
-        if (same >= 0) {
-          s.row_of.push_back(same);
-        } else {
-          s.row_of.push_back((int)(rows.size() + mine.size()));
-          mine.push_back(make_row(task, ex, k, T));
-        }
-      }
-      if (rows.size() + mine.size() > (size_t)B) break;  // next batch (B >= max_endings: it fits there)
-      for (auto& r : mine) rows.push_back(std::move(r));
-      slots.push_back(std::move(s));
-    }
-    int Tb = 1;
-    for (const Row& r : rows) {
-      Tb = std::max(Tb, (int)r.seq.size() - 1);
-      sums[6] += (double)r.seq.size() - 1;
-    }
-    const int R = (int)rows.size();
+  for (size_t b0 = 0; b0 < order.size(); b0 += B) {
+    const int R = (int)std::min<size_t>(B, order.size() - b0);
+    const int Tb = (int)rows[order[b0]].seq.size() - 1;  // the longest of this batch
     in.assign((size_t)R * Tb, 0);
     tg.assign((size_t)R * Tb, 0);  // padding: a valid id whose loss is ignored
     for (int r = 0; r < R; r++) {
-      const auto& q = rows[r].seq;
+      const auto& q = rows[order[b0 + r]].seq;
       std::copy(q.begin(), q.end() - 1, in.begin() + (size_t)r * Tb);
       std::copy(q.begin() + 1, q.end(), tg.begin() + (size_t)r * Tb);
+      tokens += (double)q.size() - 1;
     }
     model.forward(in.data(), tg.data(), R, Tb);
-    sums[5] += (double)R * Tb;
+    positions += (double)R * Tb;
     losses.resize((size_t)R * Tb);
     model.get_losses(losses.data());
-    std::vector<double> row_lp(R, 0.0);
-    for (int r = 0; r < R; r++)
-      for (int t = rows[r].first; t < rows[r].first + rows[r].count; t++)
-        row_lp[r] -= (double)losses[(size_t)r * Tb + t];
-    for (const Slot& s : slots) {
-      const McExample& ex = task.examples[s.ex];
-      McExampleResult res;
-      res.index = s.ex;
-      std::vector<double> norm, mean;
-      for (size_t k = 0; k < ex.endings.size(); k++) {
-        const Row& r = rows[s.row_of[k]];
-        const double lp = row_lp[s.row_of[k]];
-        res.logprob.push_back(lp);
-        res.tokens.push_back(r.count);
-        res.truncated = res.truncated || r.truncated;
-        // An ending of zero characters (only possible from a .bin) counts as one.
-        norm.push_back(lp / (double)std::max<size_t>(1, ex.ending_chars[k]));
-        mean.push_back(lp / r.count);
-      }
-      res.pred_acc = argmax(res.logprob);
-      res.pred_norm = argmax(norm);
-      res.pred_token_mean = argmax(mean);
-      sums[0] += 1;
-      sums[1] += res.pred_acc == ex.label;
-      sums[2] += res.pred_norm == ex.label;
-      sums[3] += res.pred_token_mean == ex.label;
-      sums[4] += res.truncated;
-      if (details) details->push_back(std::move(res));
+    for (int r = 0; r < R; r++) {
+      const Row& row = rows[order[b0 + r]];
+      double lp = 0;
+      for (int t = row.first; t < row.first + row.count; t++) lp -= (double)losses[(size_t)r * Tb + t];
+      row_lp[order[b0 + r]] = lp;
     }
   }
+  // n, acc, acc_norm, acc_token_mean, truncated, positions, tokens
+  double sums[7] = {0, 0, 0, 0, 0, positions, tokens};
+  for (size_t e = 0; e < mine.size(); e++) {
+    const McExample& ex = task.examples[mine[e]];
+    McExampleResult res;
+    res.index = mine[e];
+    std::vector<double> norm, mean;
+    for (size_t k = 0; k < ex.endings.size(); k++) {
+      const Row& r = rows[row_of[e][k]];
+      const double lp = row_lp[row_of[e][k]];
+      res.logprob.push_back(lp);
+      res.tokens.push_back(r.count);
+      res.truncated = res.truncated || r.truncated;
+      // An ending of zero characters (only possible from a .bin) counts as one.
+      norm.push_back(lp / (double)std::max<size_t>(1, ex.ending_chars[k]));
+      mean.push_back(lp / r.count);
+    }
+    res.pred_acc = argmax(res.logprob);
+    res.pred_norm = argmax(norm);
+    res.pred_token_mean = argmax(mean);
+    sums[0] += 1;
+    sums[1] += res.pred_acc == ex.label;
+    sums[2] += res.pred_norm == ex.label;
+    sums[3] += res.pred_token_mean == ex.label;
+    sums[4] += res.truncated;
+    if (details) details->push_back(std::move(res));
+  }
   comm.all_reduce(sums, 7, DType::F64, ReduceOp::Sum);
-  if (details)  // in example order
-    std::sort(details->begin() + details_from, details->end(),
-              [](const McExampleResult& a, const McExampleResult& b) { return a.index < b.index; });
   McScores sc;
   sc.n = (long)sums[0];
   sc.truncated = (long)sums[4];

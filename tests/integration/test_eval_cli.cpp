@@ -111,7 +111,7 @@ TEST_F(EvalCli, BadInputIsAClearErrorExit2) {
       {"--init-from " + ck() + " --task x=" + (d / "latin1.jsonl"), {"latin1.jsonl", "line 1", "UTF-8"}},
       {"--init-from " + ck() + " --task x=" + (d / "label.jsonl"), {"label.jsonl", "line 1", "label 5"}},
       {"--init-from " + ck() + hs + hs, {"'hs' is given twice"}},
-      {"--init-from " + ck() + hs + " --batch-size 3", {"--batch-size 3", "4 endings"}},
+      {"--init-from " + ck() + hs + " --batch-size 0", {"--batch-size must be at least 1"}},
       {"--init-from " + ck() + hs + " --seq-len 65", {"--seq-len 65", "max_seq_len 64"}},
       {"--init-from " + ck() + hs + " --seq-len 8", {"more than the 8", "--seq-len"}},
       {"--init-from " + ck() + hs + " --tokenizer gpt2", {"--tokenizer gpt2", "vocab 50257", "257"}},

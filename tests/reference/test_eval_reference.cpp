@@ -126,7 +126,7 @@ class EvalReference : public ::testing::Test {
   // ratchet eval (exe, extra flags) on both models, compared with the reference.
   void run_and_compare(const std::string& exe, const std::string& label, const std::string& device) {
     const std::string per = *d_ / ("per_" + label + ".jsonl"), out = *d_ / ("out_" + label + ".json");
-    // B = 6: the 4-ending examples pack one per batch, the 2- and 3-choice ones share.
+    // B = 6 rows: completions of several examples share a forward, split across forwards too.
     // In a subshell: run_shell's 2>&1 must not send the log into the JSON file.
     auto r = run_shell("(" + exe + " eval --init-from " + (*d_ / "byte.bin") + " --tokenizer byte --task hs=" +
                        kData + "hellaswag_tiny.jsonl --task gen=" + kData + "generic_tiny.jsonl --data val='" +
