@@ -261,6 +261,7 @@ TEST(HfTokenizer, Refusals) {
   has(with("/added_tokens/2/lstrip", true), {"/added_tokens/2/lstrip"});
   has(with("/added_tokens/2/id", 40), {"/added_tokens/2/id", "40", "14"});
   has(with("/truncation", {{"max_length", 8}}), {"/truncation"});
+  has(with("/model/vocab/c", 2000000000), {"/model/vocab", "dense"});  // no 16 GB table
   has(with("/pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}},
                               {"behavior", "Isolated"}, {"invert", false}}),
       {"/pre_tokenizer/pattern/Regex", "does not compile"});

@@ -345,6 +345,10 @@ void read_model(const Ctx& c, const json& j, Engine& e) {
       c.bad(path + "/vocab/" + it.key(), "the id is not an integer in [0, 2^31-1)");
     max_id = std::max<int64_t>(max_id, it->get<int64_t>());
   }
+  // Bound the table before allocating it: real vocabularies are dense.
+  if (max_id >= (int64_t)vocab.size() + (1 << 20))
+    c.bad(path + "/vocab", "its largest id, " + std::to_string(max_id) + ", is far beyond its " +
+                               std::to_string(vocab.size()) + " entries (ids must be dense)");
   m.token_of.assign((size_t)(max_id + 1), std::string());
   m.id_of.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
