@@ -102,6 +102,19 @@ double TrainEvals::tokens_per_eval(int B, int T, long max_batches) const {
   return tokens;
 }
 
+size_t TrainEvals::max_endings() const {
+  size_t n = 0;
+  for (const McTask& t : tasks_) n = std::max(n, t.max_endings);
+  return n;
+}
+
+std::string TrainEvals::widest_task() const {
+  const McTask* w = nullptr;
+  for (const McTask& t : tasks_)
+    if (!w || t.max_endings > w->max_endings) w = &t;
+  return w ? w->name + "=" + w->path : "";
+}
+
 std::string TrainEvals::describe() const {
   std::string s;
   for (const McTask& t : tasks_)

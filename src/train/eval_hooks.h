@@ -49,6 +49,10 @@ class TrainEvals {
   // for `ratchet plan`-style predictions and the start-up line.
   double tokens_per_eval(int B, int T, long max_batches) const;
   std::string describe() const;  // "hellaswag (1000 examples), data/books"
+  // The most endings of any task's example (0: no task): a task is scored
+  // with at least this many rows per forward.
+  size_t max_endings() const;
+  std::string widest_task() const;  // the task that has them
 
  private:
   std::vector<McTask> tasks_;
