@@ -79,7 +79,9 @@ TrainEvals::TrainEvals(const TrainOptions& o, const Tokenizer* tok, const std::s
 Metrics TrainEvals::run(GPT& model, int B, int T, Communicator& comm, long max_batches) const {
   Metrics out;
   for (const McTask& t : tasks_) {
-    const McScores s = score_mc_task(model, t, std::max<int>(B, (int)t.max_endings), T, comm);
+    // B rows of at most T tokens, as training's micro-batch: the activations
+    // (on a device, the arena) the step has fit any evaluation batch.
+    const McScores s = score_mc_task(model, t, B, T, comm);
     for (auto& kv : mc_metrics(t.name, s)) out.push_back(kv);
   }
   for (const auto& [name, ds] : data_) {
@@ -100,19 +102,6 @@ double TrainEvals::tokens_per_eval(int B, int T, long max_batches) const {
     tokens += std::min(windows, max_batches > 0 ? (double)max_batches * B : windows) * T;
   }
   return tokens;
-}
-
-size_t TrainEvals::max_endings() const {
-  size_t n = 0;
-  for (const McTask& t : tasks_) n = std::max(n, t.max_endings);
-  return n;
-}
-
-std::string TrainEvals::widest_task() const {
-  const McTask* w = nullptr;
-  for (const McTask& t : tasks_)
-    if (!w || t.max_endings > w->max_endings) w = &t;
-  return w ? w->name + "=" + w->path : "";
 }
 
 std::string TrainEvals::describe() const {

@@ -40,8 +40,8 @@ class TrainEvals {
              int vocab_size, int T);
   bool empty() const { return tasks_.empty() && data_.empty(); }
 
-  // Collective: every task and data set scored with micro-batch B (at least
-  // a task's number of endings) and length T; data sets read at most
+  // Collective: every task and data set scored with micro-batch B and
+  // length T (training's: the memory the step has fits them); data sets read at most
   // max_batches batches. Metrics in flag order.
   Metrics run(GPT& model, int B, int T, Communicator& comm, long max_batches) const;
 
@@ -49,10 +49,6 @@ class TrainEvals {
   // for `ratchet plan`-style predictions and the start-up line.
   double tokens_per_eval(int B, int T, long max_batches) const;
   std::string describe() const;  // "hellaswag (1000 examples), data/books"
-  // The most endings of any task's example (0: no task): a task is scored
-  // with at least this many rows per forward.
-  size_t max_endings() const;
-  std::string widest_task() const;  // the task that has them
 
  private:
   std::vector<McTask> tasks_;

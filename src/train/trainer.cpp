@@ -201,7 +201,6 @@ class Trainer {
   std::unique_ptr<Communicator> grad_comm_;  // NCCL for device gradients (cuda, > 1 rank)
   std::unique_ptr<DataParallel> dp_;  // gradient averaging, ZeRO-1; owns the optimizer
   int threads_ = 0;                   // CPU threads of this rank
-  bool arena_ = false;                // device memory is one arena sized for B_ (setup)
   std::unique_ptr<JsonlLog> jlog_;
   RunLedger ledger_;  // rank 0 writes ledger.json
   std::unique_ptr<CheckpointSession> ckpt_;
@@ -464,7 +463,6 @@ void Trainer::setup() {
            "auto), use --recompute blocks, or --zero 1 across ranks");
     }
     be_->use_arena(need.arena());
-    arena_ = true;
     RLOG("device memory: %.1f MB arena (params+grads %.1f, activations %.1f, optimizer %.1f, "
          "workspace %.1f MB), %.1f MB kept in reserve\n",
          need.arena() / 1e6, (need.params + need.grads) / 1e6, need.activations / 1e6,
@@ -492,14 +490,7 @@ void Trainer::setup() {
   }
   // Tasks and data sets read and checked now: a bad file is refused before any step.
   evals_ = std::make_unique<TrainEvals>(o_, tok_.get(), train_ds_->tokenizer(), cfg_.vocab_size, T_);
-  // A task's example is one forward of all its endings: on a device the arena
-  // holds B_ rows of activations, so fewer rows than endings could not run
-  // there (the cpu backend grows its activations).
-  if (arena_ && (size_t)B_ < evals_->max_endings())
-    fail("--eval-task ", evals_->widest_task(), " has examples of ", evals_->max_endings(),
-         " endings, scored in one forward, but --batch-size is ", B_, " and the device's memory is "
-         "sized for that: use --batch-size ", evals_->max_endings(), " or more (with "
-         "--total-batch-tokens to keep the batch)");
+
   ckpt_ = std::make_unique<CheckpointSession>(o_, comm_);
   stop_ = std::make_unique<StopPolicy>(o_, c_.max_wall_seconds);
   install_stop_signals(o_.preempt_signal);
