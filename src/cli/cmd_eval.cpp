@@ -54,7 +54,7 @@ loss (nats per token), ppl = exp(loss) and the tokens scored.
 examples:
   ratchet eval --init-from gpt2_124M.bin --tokenizer gpt2 \
       --task hellaswag=hellaswag_val.jsonl --json
-  ratchet eval --init-from ckpt/ --task kjv=data_tools/tasks/kjv_next_verse.jsonl \
+  ratchet eval --init-from ckpt/ --task kjv=data_tools/tasks/kjv_complete_verse.jsonl \
       --data val='data/val_*.h5'
 
 --json prints one object:
@@ -81,8 +81,9 @@ po::options_description make_options(Flags& f) {
     ("help,h", "show this help")
     ("init-from", po::value(&f.init_from), "the model: checkpoint directory, llm.c .bin or Hugging Face directory")
     ("tokenizer", po::value(&f.tokenizer),
-     "byte | gpt2: tokenizes the task files (default: the one the model implies: a checkpoint's "
-     "training shards, else its vocab)")
+     "tokenizes the task files: byte, gpt2, or any `ratchet shard --tokenizer` takes (default: "
+     "the one the model implies: a checkpoint's training shards, a Hugging Face directory's "
+     "tokenizer.json, else the one known tokenizer of its vocab)")
     ("vocab", po::value(&f.vocab), "gpt2: encoder.json (default: $RATCHET_GPT2_DIR)")
     ("merges", po::value(&f.merges), "gpt2: vocab.bpe (default: $RATCHET_GPT2_DIR)")
     ("task", po::value(&f.tasks)->composing(), "NAME=FILE: a multiple-choice task (repeatable)")

@@ -191,7 +191,7 @@ McTask load_llmc_bin(McTask t, const std::string& data, const Tokenizer& tok, in
   const size_t words = (data.size() - 1024) / 2;
   if ((data.size() - 1024) % 2) fail("task file ", path, " is truncated (an odd byte at its end)");
   std::vector<uint16_t> w(words);
-  std::memcpy(w.data(), data.data() + 1024, words * 2);
+  if (words) std::memcpy(w.data(), data.data() + 1024, words * 2);
   size_t p = 0;
   for (long i = 0; i < n; i++) {
     const long rec = i + 1;  // records are named 1-based, like lines
