@@ -56,6 +56,7 @@ struct PreTokenizer {
   Behavior behavior = kIsolated;
   bool invert = false;
   bool gpt2_fast = false;  // Split/ByteLevel regex is GPT-2's: the hand-written splitter
+  int llama3_fast = 0;     // Split regex is Llama 3's (3) or Qwen's (1): fast_split.h
   // ByteLevel
   bool add_prefix_space = false, use_regex = false;
   // Metaspace

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "data/hf/engine.h"
+#include "data/hf/fast_split.h"
 #include "data/hf/text.h"
 
 namespace ratchet::hf {
@@ -176,6 +177,11 @@ void add_pre_tokenizer(const Ctx& c, const json& j, const std::string& path,
     p.gpt2_fast = fast_paths_enabled() && p.pattern.regex &&
                   p.pattern.regex->pattern() == kGpt2Regex &&
                   p.behavior == PreTokenizer::kIsolated && !p.invert;
+    if (fast_paths_enabled() && p.pattern.regex && p.behavior == PreTokenizer::kIsolated &&
+        !p.invert) {
+      if (p.pattern.regex->pattern() == kLlama3Regex) p.llama3_fast = 3;
+      if (p.pattern.regex->pattern() == kQwenRegex) p.llama3_fast = 1;
+    }
   } else if (t == "ByteLevel") {
     c.only(j, path, {"type", "add_prefix_space", "trim_offsets", "use_regex"}, t);
     p.kind = PreTokenizer::kByteLevel;

@@ -5,6 +5,7 @@
 
 #include "data/gpt2_pretokenize.h"
 #include "data/hf/engine.h"
+#include "data/hf/fast_split.h"
 #include "data/hf/text.h"
 
 namespace ratchet::hf {
@@ -137,6 +138,7 @@ void pre_tokenize(const std::vector<PreTokenizer>& pts, std::string_view segment
   cur.push_back({segment, origin});
   std::vector<std::pair<size_t, size_t>> m, ranges;
   std::vector<Span> spans;
+  std::vector<std::string_view> views;
   for (const PreTokenizer& pt : pts) {
     next.clear();
     for (const Piece& p : cur) {
@@ -144,6 +146,15 @@ void pre_tokenize(const std::vector<PreTokenizer>& pts, std::string_view segment
         case PreTokenizer::kSplit:
           if (pt.gpt2_fast) {
             gpt2_split(p, &next);
+            break;
+          }
+          if (pt.llama3_fast) {
+            llama3_split(p.s, pt.llama3_fast, &views);
+            size_t off = 0;
+            for (std::string_view v : views) {
+              next.push_back({v, p.origin && off == 0});
+              off += v.size();
+            }
             break;
           }
           pt.pattern.find_all(p.s, &m);
