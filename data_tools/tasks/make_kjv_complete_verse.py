@@ -5,9 +5,12 @@ eval` on the demo's model (scripts/demo.sh; byte tokenizer, 128 positions).
 
 Each example is one short verse cut at a word boundary near its middle:
   context  the verse's first half
-  choices  its true second half, and three second halves of other verses
-           (drawn at random, of similar length), in a random order
+  choices  in a random order: its true second half; the same words shuffled;
+           another verse's second half (of similar length: fluent, but not
+           this verse's); and that one's words shuffled
   label    the index of the true one
+A model that has learnt word order beats chance (1/4) by telling the shuffled
+ones apart; telling the true ending from the other verse's takes more.
 Verses of at most 110 characters only, so that context + " " + ending fits the
 demo model's 128 positions in bytes. Deterministic in --seed.
 
@@ -17,6 +20,15 @@ import argparse
 import json
 import random
 import sys
+
+
+def shuffled(text, rng):
+    words = text.split(" ")
+    for _ in range(10):
+        rng.shuffle(words)
+        if " ".join(words) != text:
+            break
+    return " ".join(words)
 
 
 def main():
@@ -35,15 +47,21 @@ def main():
         cut = len(words) // 2
         verses.append((ref, " ".join(words[:cut]), " ".join(words[cut:])))
     rng = random.Random(a.seed)
-    picked = rng.sample(range(len(verses)), a.n)
-    for i in picked:
+    written = 0
+    for i in rng.sample(range(len(verses)), len(verses)):
+        if written == a.n:
+            break
         ref, head, tail = verses[i]
-        # distractors: other verses' second halves within 15 characters of the true one's length
+        # another verse's second half within 15 characters of the true one's length
         pool = [v[2] for v in verses if abs(len(v[2]) - len(tail)) <= 15 and v[2] != tail]
-        endings = rng.sample(pool, 3) + [tail]
+        other = rng.choice(pool)
+        endings = [tail, shuffled(tail, rng), other, shuffled(other, rng)]
+        if len(set(endings)) < 4:
+            continue  # too few words to shuffle into something new
         rng.shuffle(endings)
         print(json.dumps({"ref": ref, "context": head, "choices": endings,
                           "label": endings.index(tail)}, ensure_ascii=False))
+        written += 1
 
 
 if __name__ == "__main__":
