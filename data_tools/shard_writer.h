@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <utility>
 #include <string>
 #include <vector>
@@ -38,12 +40,20 @@ struct ShardSummary {
 // default, and the only framing of byte and gpt2); a document may
 // continue from one shard into the next, so the shards concatenated in name
 // order are the same stream whatever `shard_tokens` is.
+//
+// Writing runs on a background thread beside the caller: a shard of more than
+// one chunk is compressed and stored chunk by chunk as its tokens arrive, so
+// memory holds a few chunks, not the shard (shard_writer.cpp). Errors of the
+// background (disk full, a token outside the vocab) surface from the next
+// add_document() or from finish().
 class ShardStreamWriter {
  public:
   using Callback = std::function<void(const ShardSummary&)>;
-  // `on_shard` (optional) is called after each shard is written.
+  // `on_shard` (optional) is called, on the caller's thread, after each shard
+  // is written (from add_document() or finish()).
   ShardStreamWriter(std::string dir, std::string prefix, ShardMeta meta, uint64_t shard_tokens,
                     Callback on_shard = {});
+  ~ShardStreamWriter();  // without finish(): stops the background, removes unfinished files
   // Appends `tokens`, framed (BOS, EOS) as meta says, as one document. `source` (optional) is
   // its input's index in the table given to set_sources().
   void add_document(const std::vector<uint32_t>& tokens, int source = -1);
@@ -51,7 +61,8 @@ class ShardStreamWriter {
   // `base` are the table that add_document's `source` indexes, and each shard
   // records only the sources with tokens in it.
   void set_provenance(ShardProvenance base) { provenance_ = std::move(base); }
-  // Writes the last, partial shard (none if nothing is pending). Call once.
+  // Writes the last, partial shard (none if nothing is pending) and waits for
+  // every shard to be on disk. Call once.
   void finish();
   const std::vector<ShardSummary>& shards() const { return written_; }
   uint64_t total_tokens() const { return total_tokens_; }
@@ -59,19 +70,29 @@ class ShardStreamWriter {
   static std::string shard_name(const std::string& prefix, size_t index);  // "train_000000.h5"
 
  private:
+  struct OpenShard;
+  struct Background;
   void append(const uint32_t* tokens, size_t n, bool starts_document, int source);
-  void flush();
+  void write_chunk();  // tokens_ (one chunk) to the background
+  void flush();        // the pending shard to the background
+  void report_done();  // written_ and on_shard_ for shards the background finished
 
   std::string dir_, prefix_;
   ShardMeta meta_;
   uint64_t shard_tokens_;
   Callback on_shard_;
-  std::vector<uint32_t> tokens_;
+  std::vector<uint32_t> tokens_;  // the pending shard's tokens not yet sent (< one chunk)
+  uint64_t shard_count_ = 0;      // tokens in the pending shard
   std::vector<uint64_t> doc_offsets_;
+  std::shared_ptr<OpenShard> open_;  // the pending shard's file, once its first chunk is sent
+  std::mutex done_mu_;
+  std::vector<ShardSummary> done_;  // finished in the background, not yet reported
+  size_t queued_ = 0;               // shards handed to the background, not yet reported
   std::vector<ShardSummary> written_;
   ShardProvenance provenance_;
   std::vector<int> shard_sources_;  // sources with tokens in the pending shard, sorted
   uint64_t total_tokens_ = 0;
+  std::unique_ptr<Background> bg_;  // last: stopped first, while what its jobs use still exists
 };
 
 }  // namespace ratchet

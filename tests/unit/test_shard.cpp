@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -269,6 +270,97 @@ TEST(ShardStreamWriter, CutsShardsExactlyAndKeepsTheStream) {
   EXPECT_EQ(read_all(TokenDataset(dir2 / "train_*.h5", "--train-data")), stream);
   EXPECT_EQ(ShardFile(dir2 / "train_000000.h5").read_doc_offsets(),
             (std::vector<uint64_t>{0, 4, 12, 13, 15}));
+}
+
+// Shards of several chunks are compressed and stored chunk by chunk in the
+// background (H5Dwrite_chunk of pre-filtered chunks): the values, doc offsets,
+// chunk size and filters must be those write_shard (H5Dwrite) gives, read
+// both through HDF5 (H5Dread) and ratchet's own chunk reader, for 16- and
+// 32-bit tokens, with shards cut mid-chunk and on a chunk boundary.
+TEST(ShardStreamWriter, ChunkByChunkEqualsWholeShardWrite) {
+  const size_t C = shard_format::kChunkTokens;
+  for (const ShardMeta& meta : {ShardMeta{"byte", 257, 256}, ShardMeta{"big", 70000, 69999}}) {
+    // Documents of varied lengths: 2.5 chunks in the first shard, a second
+    // shard of exactly 2 chunks, a short last one.
+    std::vector<std::vector<uint32_t>> docs;
+    uint64_t state = 7;
+    size_t total = 0;
+    while (total < 5 * C) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      std::vector<uint32_t> d((size_t)(state >> 33) % 70000 + 1);
+      for (auto& x : d) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        x = (uint32_t)((state >> 33) % (uint64_t)meta.eot_token);  // eot itself frames
+      }
+      total += d.size() + 1;
+      docs.push_back(std::move(d));
+    }
+    TempDir a, b;
+    const uint64_t shard_tokens = 2 * C + C / 2;
+    ShardStreamWriter w(a.path, "train", meta, shard_tokens);
+    for (const auto& d : docs) w.add_document(d);
+    w.finish();
+    // The same stream cut the same way by write_shard.
+    std::vector<uint32_t> stream;
+    std::vector<uint64_t> starts;
+    for (const auto& d : docs) {
+      starts.push_back(stream.size());
+      stream.insert(stream.end(), d.begin(), d.end());
+      stream.push_back((uint32_t)meta.eot_token);
+    }
+    ASSERT_EQ(w.total_tokens(), stream.size());
+    ASSERT_EQ(w.shards().size(), (stream.size() + shard_tokens - 1) / shard_tokens);
+    for (size_t k = 0; k < w.shards().size(); k++) {
+      const size_t lo = k * shard_tokens, hi = std::min<size_t>(stream.size(), lo + shard_tokens);
+      std::vector<uint32_t> part(stream.begin() + (long)lo, stream.begin() + (long)hi);
+      std::vector<uint64_t> offs;
+      for (uint64_t s0 : starts)
+        if (s0 >= lo && s0 < hi) offs.push_back(s0 - lo);
+      const std::string want_path = b / ShardStreamWriter::shard_name("train", k);
+      write_shard(want_path, meta, part, offs);
+      const std::string got_path = w.shards()[k].path;
+      // HDF5's own reading of the dataset, values and layout.
+      RunResult d1 = run_shell("h5dump -p -d /tokens -d /doc_offsets " + got_path + " | tail -n +2");
+      RunResult d2 = run_shell("h5dump -p -d /tokens -d /doc_offsets " + want_path + " | tail -n +2");
+      ASSERT_EQ(d1.exit_code, 0) << d1.output.substr(0, 500);
+      // The stored sizes may differ (libdeflate's stream, not zlib's): drop them.
+      auto strip = [](std::string t) {
+        std::string o;
+        std::istringstream ss(t);
+        for (std::string line; std::getline(ss, line);)
+          if (line.find("SIZE ") == std::string::npos && line.find("OFFSET ") == std::string::npos)
+            o += line + "\n";
+        return o;
+      };
+      EXPECT_EQ(strip(d1.output), strip(d2.output)) << meta.tokenizer << " shard " << k;
+      EXPECT_NE(d1.output.find("CHUNKED ( " + std::to_string(std::min(C, part.size())) + " )"),
+                std::string::npos)
+          << d1.output.substr(0, 800);
+      // ratchet's reader (libdeflate, chunk by chunk).
+      ShardFile f(got_path);
+      std::vector<uint32_t> back(part.size());
+      f.read_tokens(0, back.size(), back.data());
+      EXPECT_EQ(back, part) << meta.tokenizer << " shard " << k;
+      EXPECT_EQ(f.read_doc_offsets(), offs) << meta.tokenizer << " shard " << k;
+    }
+  }
+}
+
+// A token outside the vocabulary is found in the background: the error
+// reaches the caller and no shard file or temporary file is left.
+TEST(ShardStreamWriter, BackgroundErrorReachesCallerAndLeavesNoFile) {
+  TempDir dir;
+  const size_t C = shard_format::kChunkTokens;
+  std::vector<uint32_t> doc(3 * C, 5);
+  doc[C + 17] = 300;  // vocab 257
+  EXPECT_THROW(
+      {
+        ShardStreamWriter w(dir.path, "train", kByte, 10 * C);
+        w.add_document(doc);
+        w.finish();
+      },
+      Error);
+  EXPECT_TRUE(fs::is_empty(dir.path));
 }
 
 TEST(ShardStreamWriter, NothingAddedWritesNothing) {
