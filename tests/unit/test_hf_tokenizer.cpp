@@ -213,6 +213,22 @@ TEST(HfTokenizer, SpmStyleDecodeAndSpecials) {
   EXPECT_EQ(tok->sha256().size(), 64u);
 }
 
+TEST(HfTokenizer, DecodersAndNormalizersMatchReference) {
+  // metaspace_decoder.json: spm_bpe with normalizer NFD + Replace("c" -> "ab")
+  // and decoder Replace(/b+/ -> "B"), Metaspace, Strip("B", 1, 0). Expected:
+  // the reference's tok.decode(ids, false) and encode(...).getIds().
+  auto tok = HfTokenizer::load(small("metaspace_decoder"));
+  const std::vector<std::pair<Ids, std::string>> dec = {
+      {{8, 8}, "aB aB"},        {{3, 8, 3, 3}, " aB  "},
+      {{6, 5, 5, 3, 4}, "a a"}, {{4, 3, 6}, "a  a"},
+      {{3, 9, 10, 3}, "<0xC3><0xA9> "}, {{5, 8, 6}, " aB a"},
+      {{3}, ""},                {{5, 5, 3, 6}, "  a"}};
+  for (const auto& [ids, want] : dec) EXPECT_EQ(tok->decode(ids), want);
+  EXPECT_EQ(tok->encode("cc a"), (Ids{8, 7, 6}));
+  EXPECT_EQ(tok->encode("\xc3\xa9" "c"), (Ids{3, 0, 7}));
+  EXPECT_EQ(tok->encode("ab ab"), (Ids{8, 8}));
+}
+
 TEST(HfTokenizer, InvalidUtf8) {
   // byte_fallback: an invalid byte encodes as its <0xXX> token when the
   // vocabulary has one (0xC3), else unk (0xFF; fuse_unk joins neighbours).
@@ -356,6 +372,22 @@ TEST(HfTokenizer, RealFamiliesRoundTrip) {
     const HfTokenizer* tok = &family(fam);
     const std::string s = "ok \xff\xfe bytes \xc3 end";
     EXPECT_EQ(tok->decode(tok->encode(s)), s) << fam;
+  }
+}
+
+TEST(HfTokenizer, FastSplittersEqualPcre2OnRealFiles) {
+  REQUIRE_FAMILY("llama3_1");
+  // Llama 3's and Qwen's Split regexes have hand-written splitters
+  // (data/hf/fast_split.h); with RATCHET_HF_NO_FAST_PATH PCRE2 runs them.
+  std::vector<std::string> texts = kTexts;
+  RunResult r = run_shell("bible -f 'Gen1:1-Gen10:32' 2>/dev/null");
+  if (r.exit_code == 0) texts.push_back(r.output);
+  texts.push_back("x's 'S 'LL \xc5\xbf's  \r\n\r\n  \n\t\t12345678 ((a)) \xff\xfe!!\n\n");
+  for (const char* fam : {"llama3_1", "qwen3"}) {
+    setenv("RATCHET_HF_NO_FAST_PATH", "1", 1);
+    auto pcre = HfTokenizer::load(family_dir(fam));
+    unsetenv("RATCHET_HF_NO_FAST_PATH");
+    for (const std::string& s : texts) EXPECT_EQ(family(fam).encode(s), pcre->encode(s)) << fam;
   }
 }
 
