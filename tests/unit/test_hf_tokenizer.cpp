@@ -309,6 +309,32 @@ TEST(HfTokenizer, Refusals) {
   expect_error([&] { HfTokenizer::load(dir.path); }, {"tokenizer_config.json", "/eos_token", "<eos?>"});
 }
 
+TEST(HfTokenizer, TokenizeCommand) {
+  RunResult r = run_ratchet("tokenize " + small("gpt2_like") + " 'ab <|eos|>' --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = nlohmann::json::parse(r.output);
+  // The same as the library's encode (the special's spelling as text: no 266).
+  EXPECT_EQ(j["ids"].get<Ids>(), HfTokenizer::load(small("gpt2_like"))->encode("ab <|eos|>"));
+  EXPECT_EQ(std::count(j["ids"].begin(), j["ids"].end(), 266), 0);
+  EXPECT_EQ(j["decoded"], "ab <|eos|>");
+  EXPECT_EQ(j["pieces"][2], "\xc4\xa0");  // GPT-2's byte alphabet: U+0120 for a space
+  r = run_ratchet("tokenize " + small("gpt2_like") + " 'ab<|eos|>' --parse-special --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["ids"].get<Ids>(), (Ids{97, 98, 266}));
+  r = run_ratchet("tokenize " + small("spm_bpe") + " 'ab ab'");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 tokens"), std::string::npos) << r.output;
+  r = run_ratchet("tokenize byte hi --parse-special");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--parse-special"), std::string::npos) << r.output;
+  r = run_ratchet("tokenize /no/such/tokenizer.json hi");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("/no/such/tokenizer.json"), std::string::npos) << r.output;
+  r = run_ratchet("tokenize " + kSmallDir + " hi");  // a directory without tokenizer.json
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("holds no tokenizer.json"), std::string::npos) << r.output;
+}
+
 TEST(HfTokenizer, RealFamiliesMatchReference) {
   for (const FamilyCase* c : {&k_llama3_1, &k_qwen3, &k_llama2, &k_gemma3}) {
     if (!fs::exists(family_dir(c->family) + "/tokenizer.json")) {
