@@ -234,6 +234,9 @@ TEST(HfTokenizerReference, Utf8LossyIsTheWhatwgDecoder) {
 TEST_P(HfParity, VariedTextIdForId) {
   const std::vector<std::string> texts = varied_text();
   ASSERT_GT(texts.size(), 2000u);
+  size_t bytes = 0;
+  for (const auto& t : texts) bytes += t.size();
+  std::printf("%s: %zu texts, %zu bytes\n", family().c_str(), texts.size(), bytes);
   expect_ids_equal(family() + " parse_special", texts, hf_ref_encode(json(), texts, false, false),
                    [&](const std::string& t) { return tok().encode(t, true); });
   expect_ids_equal(family() + " special as text", texts, hf_ref_encode(json(), texts, false, true),
