@@ -229,6 +229,19 @@ TEST(HfTokenizer, DecodersAndNormalizersMatchReference) {
   EXPECT_EQ(tok->encode("ab ab"), (Ids{8, 8}));
 }
 
+TEST(HfTokenizer, SplitRegexWithCaptureGroups) {
+  // Only the whole match matters; groups must not change it. Reference ids of
+  // spm_bpe with pre_tokenizer Split(/(a)(b)/, Isolated): [7,7] and [4,7,5,4].
+  nlohmann::json j = read_json(small("spm_bpe"));
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(a)(b)"}}},
+                        {"behavior", "Isolated"}, {"invert", false}};
+  TempDir dir;
+  write_file(dir / "tokenizer.json", j.dump());
+  auto tok = HfTokenizer::load(dir / "tokenizer.json");
+  EXPECT_EQ(tok->encode("abab"), (Ids{7, 7}));
+  EXPECT_EQ(tok->encode("aabba"), (Ids{4, 7, 5, 4}));
+}
+
 TEST(HfTokenizer, InvalidUtf8) {
   // byte_fallback: an invalid byte encodes as its <0xXX> token when the
   // vocabulary has one (0xC3), else unk (0xFF; fuse_unk joins neighbours).

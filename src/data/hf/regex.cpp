@@ -13,14 +13,12 @@ constexpr const char* kWhiteSpace =
     "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
     "\\x{202F}\\x{205F}\\x{3000}";
 
-// One match_data per thread and pattern would be ideal; a per-thread cache
-// keyed by the code pointer keeps allocation off the hot path.
+// One match_data per thread, shared by every pattern: only the whole match's
+// offsets are read, so one offset pair is enough (a pattern with groups
+// then returns 0, "ovector too small", with the whole match filled in).
 struct MatchData {
-  const void* code = nullptr;
-  pcre2_match_data_8* md = nullptr;
-  ~MatchData() {
-    if (md) pcre2_match_data_free_8(md);
-  }
+  pcre2_match_data_8* md = pcre2_match_data_create_8(1, nullptr);
+  ~MatchData() { pcre2_match_data_free_8(md); }
 };
 
 }  // namespace
@@ -93,11 +91,6 @@ Regex::~Regex() {
 void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>* out) const {
   out->clear();
   thread_local MatchData tl;
-  if (tl.code != code_) {
-    if (tl.md) pcre2_match_data_free_8(tl.md);
-    tl.md = pcre2_match_data_create_from_pattern_8((pcre2_code_8*)code_, nullptr);
-    tl.code = code_;
-  }
   auto* code = (pcre2_code_8*)code_;
   size_t pos = 0;
   while (pos <= s.size()) {
