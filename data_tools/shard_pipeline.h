@@ -106,8 +106,9 @@ struct ShardTotals {
   uint64_t train_tokens = 0, val_tokens = 0, text_bytes = 0;
   double seconds = 0;
 };
-// Tokenizes block k+1 while block k is appended to the shards (HDF5
-// compression is single-threaded); prints a line per shard written.
+// Tokenizes block k+1 while block k is appended to the shards (whose
+// writers compress and store chunks on their own background threads);
+// prints a line per shard written.
 ShardTotals write_shards(const ShardOptions& o, const TextCorpus& corpus,
                          const std::vector<ShardPiece>& pieces, const Tokenizer& tok,
                          const ShardProvenance& prov);
