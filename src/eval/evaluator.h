@@ -29,7 +29,8 @@
 // one row), the completions of several examples. Rows are batched longest
 // first, so that a batch's rows are of nearly the same length; rows are as
 // long as the batch's longest (at most T); padding positions get target 0 and
-// are ignored. One forward per batch, on every backend.
+// are ignored. One forward per batch, on every backend, whose classifier
+// (the lm-head GEMM and cross-entropy) runs on the endings' positions only.
 //
 // Ranks: example i is scored on rank i mod W, data batch j on rank j mod W; the
 // sums are all-reduced over `comm` (a HOST communicator: MPI or single), so

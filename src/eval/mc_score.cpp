@@ -1,6 +1,7 @@
 // Scoring a multiple-choice task (eval/evaluator.h): completions one per row,
-// sorted by length into (rows, Tb) batches, one forward each, each ending's
-// log-probability summed from the classifier's per-position losses.
+// sorted by length into (rows, Tb) batches, one forward each with the
+// classifier on the endings' positions only (GPT::forward_spans), each
+// ending's log-probability summed from its per-position losses.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -93,25 +94,28 @@ McScores score_mc_task(GPT& model, const McTask& task, int B, int T, Communicato
   double positions = 0, tokens = 0;
   std::vector<int32_t> in, tg;
   std::vector<float> losses;
+  std::vector<GPT::Span> spans;
   for (size_t b0 = 0; b0 < order.size(); b0 += B) {
     const int R = (int)std::min<size_t>(B, order.size() - b0);
     const int Tb = (int)rows[order[b0]].seq.size() - 1;  // the longest of this batch
-    in.assign((size_t)R * Tb, 0);
-    tg.assign((size_t)R * Tb, 0);  // padding: a valid id whose loss is ignored
-    for (int r = 0; r < R; r++) {
-      const auto& q = rows[order[b0 + r]].seq;
-      std::copy(q.begin(), q.end() - 1, in.begin() + (size_t)r * Tb);
-      std::copy(q.begin() + 1, q.end(), tg.begin() + (size_t)r * Tb);
-      tokens += (double)q.size() - 1;
-    }
-    model.forward(in.data(), tg.data(), R, Tb);
-    positions += (double)R * Tb;
-    losses.resize((size_t)R * Tb);
-    model.get_losses(losses.data());
+    in.assign((size_t)R * Tb, 0);  // padding: a valid id, never scored
+    tg.clear();
+    spans.clear();
     for (int r = 0; r < R; r++) {
       const Row& row = rows[order[b0 + r]];
+      std::copy(row.seq.begin(), row.seq.end() - 1, in.begin() + (size_t)r * Tb);
+      // Only the ending's positions reach the classifier (GPT::forward_spans).
+      spans.push_back({r, row.first, row.count});
+      tg.insert(tg.end(), row.seq.begin() + row.first + 1, row.seq.begin() + row.first + 1 + row.count);
+      tokens += (double)row.seq.size() - 1;
+    }
+    losses.resize(tg.size());
+    model.forward_spans(in.data(), R, Tb, spans, tg.data(), losses.data());
+    positions += (double)R * Tb;
+    size_t at = 0;
+    for (int r = 0; r < R; r++) {
       double lp = 0;
-      for (int t = row.first; t < row.first + row.count; t++) lp -= (double)losses[(size_t)r * Tb + t];
+      for (int t = 0; t < spans[r].count; t++) lp -= (double)losses[at++];
       row_lp[order[b0 + r]] = lp;
     }
   }

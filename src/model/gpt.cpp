@@ -249,6 +249,47 @@ void GPT::get_logits(float* host) const {
   be_.download_f32(host, a.logits, (size_t)last_B_ * last_T_ * cfg_.padded_vocab);
 }
 
+void GPT::forward_spans(const int32_t* inputs, int B, int T, const std::vector<Span>& spans,
+                        const int32_t* targets, float* losses) {
+  ensure_acts(B, T);
+  Acts a = acts_for(B, T);
+  be_.upload_bytes(a.inputs, inputs, sizeof(int) * B * T);
+  run_forward(a, B, T, false, 0.0f, false);
+  // Compact the scored rows of lnf (B*T, C) to its first M rows, in place:
+  // spans are in increasing order, so a row is read before anything is
+  // written over it (destination <= source); copies of at most the gap's
+  // rows never overlap (Backend::copy's contract).
+  const int C = cfg_.channels, V = cfg_.vocab_size, Vp = cfg_.padded_vocab;
+  const size_t row_bytes = (size_t)C * be_.storage_bytes();
+  int M = 0;
+  for (const Span& s : spans) {
+    RATCHET_ASSERT(s.row >= 0 && s.row < B && s.first >= 0 && s.count >= 0 && s.first + s.count <= T);
+    const size_t src = (size_t)s.row * T + s.first;
+    RATCHET_ASSERT(src >= (size_t)M);
+    const size_t gap = src - (size_t)M;
+    for (size_t done = 0; gap > 0 && done < (size_t)s.count;) {
+      const size_t n = std::min(gap, (size_t)s.count - done);
+      be_.copy((char*)a.lnf + ((size_t)M + done) * row_bytes,
+               (const char*)a.lnf + (src + done) * row_bytes, n * row_bytes);
+      done += n;
+    }
+    M += s.count;
+  }
+  last_B_ = B;
+  last_T_ = T;
+  if (M == 0) return;
+  be_.upload_bytes(a.targets, targets, sizeof(int) * M);
+  {
+    OpScope s(*this, "matmul_lmhead_fwd", 2.0 * M * C * Vp, 0);
+    be_.matmul_forward(a.logits, nullptr, a.lnf, param(layout_.classifier()), nullptr, M, C, Vp);
+  }
+  {
+    OpScope s(*this, "classifier", 0, 2.0 * M * Vp * be_.storage_bytes());
+    be_.classifier(a.logits, a.losses, a.targets, M, V, Vp, 0.0f);
+  }
+  be_.download_bytes(losses, a.losses, sizeof(float) * M);
+}
+
 void GPT::get_losses(float* host) const {
   Acts a = acts_for(last_B_, last_T_);
   be_.download_bytes(host, a.losses, (size_t)last_B_ * last_T_ * sizeof(float));
@@ -316,7 +357,7 @@ void GPT::forward_block(const Acts& a, int l, int B, int T, bool to_gelu) {
   }
 }
 
-void GPT::run_forward(const Acts& a, int B, int T, bool has_targets, float dloss) {
+void GPT::run_forward(const Acts& a, int B, int T, bool has_targets, float dloss, bool lm_head) {
   const int C = cfg_.channels, L = cfg_.num_layers, Vp = cfg_.padded_vocab,
             V = cfg_.vocab_size, BT = B * T;
   const double sb = be_.storage_bytes(), mm = 2.0 * BT;
@@ -331,6 +372,7 @@ void GPT::run_forward(const Acts& a, int B, int T, bool has_targets, float dloss
   }
   // The final norm is fused into the last block's residual add (both archs).
   for (int l = 0; l < L; l++) forward_block(a, l, B, T, false);
+  if (!lm_head) return;  // forward_spans runs it on its positions only
   {
     OpScope s(*this, "matmul_lmhead_fwd", mm * C * Vp, 0);
     be_.matmul_forward(a.logits, nullptr, a.lnf, param(layout_.classifier()), nullptr, BT, C,

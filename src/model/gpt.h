@@ -88,6 +88,20 @@ class GPT {
   void get_logits(float* host) const;
   // Logits of position t of row 0, first V columns (for sampling).
   void get_logits_row(int t, float* host_V) const;
+  // Forward for scoring only some positions (evaluation, src/eval): the
+  // blocks run on all (B,T) positions, the classifier (lm-head GEMM and
+  // cross-entropy) only on `spans`, each positions [first, first + count) of
+  // row `row`, in increasing (row, first) order without overlap. targets
+  // holds one target per scored position, in span order; losses (as many
+  // floats) receives -log softmax(logits)[target] for each. The skipped
+  // positions' logits are never computed (for a multiple-choice ending
+  // after a long context, most of the lm-head's FLOPs). get_logits() and
+  // get_losses() are not valid after it.
+  struct Span {
+    int row, first, count;
+  };
+  void forward_spans(const int32_t* inputs, int B, int T, const std::vector<Span>& spans,
+                     const int32_t* targets, float* losses);
   // Per-position losses of the last forward() with targets: (B,T) floats,
   // -log softmax(logits)[target] (the classifier's; for evaluation, which
   // needs each position's log-probability without the (B,T,Vp) logits).
@@ -127,7 +141,8 @@ class GPT {
   static Acts layout_acts(const GPTConfig& cfg, int B, int T, size_t storage_bytes,
                           const Recompute& p, AttentionImpl att, void* base,
                           bool count_only = false);
-  void run_forward(const Acts& a, int B, int T, bool has_targets, float dloss);
+  void run_forward(const Acts& a, int B, int T, bool has_targets, float dloss,
+                   bool lm_head = true);
   // Layer l's forward from its input residual x; with `to_gelu` it stops after
   // fch_gelu (what backward needs; r3 is kept), else it also writes r3[l] and,
   // in the same fused residual + norm op, the next layer's ln1 (the last

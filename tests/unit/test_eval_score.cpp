@@ -88,6 +88,34 @@ TEST_F(EvalScore, LogProbsMatchADirectLogSoftmaxForAnyPacking) {
   }
 }
 
+// GPT::forward_spans (the classifier on some positions only) gives the losses
+// forward() gives at those positions, for spans whose compaction overlaps
+// (whole rows after a first row scored from position 0) and for gaps.
+TEST_F(EvalScore, ForwardSpansMatchesTheFullForward) {
+  const int B = 3, T = 20;
+  auto x = random_tokens(B * T, cfg.vocab_size, 7), y = random_tokens(B * T, cfg.vocab_size, 8);
+  model->forward(x.data(), y.data(), B, T);
+  std::vector<float> full(B * T);
+  model->get_losses(full.data());
+  const std::vector<std::vector<GPT::Span>> cases = {
+      {{0, 0, T}, {1, 0, T}, {2, 0, T}},    // everything: each copy overlaps its source
+      {{0, 0, 3}, {1, 2, 15}, {2, 19, 1}},  // a gap shorter than the span
+      {{0, 17, 3}, {2, 5, 6}},              // a row left out
+      {{1, 0, 0}},                          // nothing scored
+  };
+  for (const auto& spans : cases) {
+    std::vector<int32_t> tg;
+    for (const auto& s : spans)
+      for (int t = s.first; t < s.first + s.count; t++) tg.push_back(y[s.row * T + t]);
+    std::vector<float> got(tg.size());
+    model->forward_spans(x.data(), B, T, spans, tg.data(), got.data());
+    size_t at = 0;
+    for (const auto& s : spans)
+      for (int t = s.first; t < s.first + s.count; t++, at++)
+        EXPECT_NEAR(got[at], full[s.row * T + t], 1e-5) << "row " << s.row << " t " << t;  // GEMM of M rows vs B*T
+  }
+}
+
 TEST_F(EvalScore, TiesGoToTheLowestIndexAndTruncationIsCounted) {
   const McTask t = task("hellaswag_tiny.jsonl");
   std::vector<McExampleResult> det;
