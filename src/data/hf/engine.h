@@ -8,6 +8,10 @@
 //   decoders.cpp        Decoder     (ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace)
 //   added_tokens.cpp    AddedTokens (leftmost-longest matching of added tokens)
 //   load.cpp            tokenizer.json -> Engine, with refusals naming the JSON path
+//   gpt2_config.cpp     GPT-2's encoder.json + vocab.bpe as an Engine
+//   fast_split.cpp      hand-written splitters for Llama 3's and Qwen's regexes
+//   regex.cpp, text.cpp PCRE2 wrapper; UTF-8 and the escaping of invalid bytes
+// Engine::encode and HfTokenizer are in data/hf_tokenizer.cpp.
 #pragma once
 #include <cstdint>
 #include <memory>
