@@ -12,6 +12,7 @@
 #include "cli/options_util.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "data/gpt2_tokenizer.h"
 #include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 #include "data_tools/commands.h"
@@ -49,7 +50,7 @@ int cmd_tokenize(int argc, char** argv) {
       "tokenizer", po::value(&tok_name), "byte, gpt2, or a tokenizer.json / model directory")(
       "text", po::value(&text), "the text to encode ('-': standard input)")(
       "parse-special", po::bool_switch(&parse_special),
-      "text that spells a special token becomes that token (tokenizer.json only)")(
+      "text that spells a special token becomes that token (gpt2, tokenizer.json)")(
       "json", po::bool_switch(&as_json), "print one JSON object (ids, pieces, decoded text)")(
       "vocab", po::value(&vocab), "gpt2: encoder.json (default: the installed one)")(
       "merges", po::value(&merges), "gpt2: vocab.bpe (default: the installed one)");
@@ -77,8 +78,9 @@ Examples:
   if (text == "-") text.assign(std::istreambuf_iterator<char>(std::cin), {});
   std::unique_ptr<Tokenizer> tok = make_tokenizer(tok_name, "tokenizer", {vocab, merges});
   const auto* hf = dynamic_cast<const HfTokenizer*>(tok.get());
+  if (const auto* g = dynamic_cast<const Gpt2Tokenizer*>(tok.get())) hf = &g->engine();
   if (parse_special && !hf)
-    fail("--parse-special applies to a tokenizer.json tokenizer, not '", tok_name, "'");
+    fail("--parse-special applies to gpt2 and tokenizer.json tokenizers, not '", tok_name, "'");
   const std::vector<uint32_t> ids = hf ? hf->encode(text, parse_special) : tok->encode(text);
   std::vector<std::string> pieces;
   if (hf) {

@@ -52,6 +52,8 @@ class Gpt2Tokenizer final : public Tokenizer {
   const BpeMergeTable& merges() const { return merges_; }
   uint32_t byte_token(uint8_t b) const { return byte_token_[b]; }
   const std::string& encoder_path() const { return encoder_path_; }
+  // The engine it encodes through (parse_special, pieces in GPT-2's spelling).
+  const HfTokenizer& engine() const { return *engine_; }
   const std::string& merges_path() const { return merges_path_; }
 
  private:

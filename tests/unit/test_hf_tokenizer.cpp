@@ -452,4 +452,11 @@ TEST(HfTokenizer, Gpt2IsAConfigurationOfTheEngine) {
     EXPECT_EQ(eng->decode(eng->encode(s)), s);
   }
   EXPECT_EQ(eng->encode("<|endoftext|>", true), (Ids{50256}));
+  EXPECT_EQ(old.engine().encode("a<|endoftext|>", true), (Ids{64, 50256}));
+  RunResult rr = run_ratchet("tokenize gpt2 'a<|endoftext|> b' --parse-special --json");
+  ASSERT_EQ(rr.exit_code, 0) << rr.output;
+  nlohmann::json j = nlohmann::json::parse(rr.output);
+  // 64, 275: gpt-3-encoder's ids of "a b" (node: require("gpt-3-encoder").encode("a b"))
+  EXPECT_EQ(j["ids"].get<Ids>(), (Ids{64, 50256, 275}));
+  EXPECT_EQ(j["pieces"][2], "\xc4\xa0" "b");
 }
