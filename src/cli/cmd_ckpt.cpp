@@ -22,6 +22,7 @@
 #include "interop/hf_checkpoint.h"
 #include "model/llmc_checkpoint.h"
 #include "model/param_layout.h"
+#include "train/tokenizer_checks.h"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -277,6 +278,16 @@ int do_export(const std::string& path, const std::string& out, bool overwrite, c
     save_hf_checkpoint(out, ck.meta.model, ck.params, dt, overwrite);
     std::printf("wrote %s (Hugging Face Llama, config.json + safetensors %s, step %lld)\n", out.c_str(),
                 st_dtype_name(dt), (long long)ck.meta.step);
+    // A complete model directory: the training shards' tokenizer files beside the weights.
+    std::string why;
+    const std::string tok_dir = checkpoint_tokenizer_source(ck.meta.identity, &why);
+    if (tok_dir.empty()) {
+      std::printf("no tokenizer files written: %s\n", why.c_str());
+    } else {
+      std::string files;
+      for (const auto& f : copy_tokenizer_files(tok_dir, out)) files += " " + f;
+      std::printf("wrote%s (from %s)\n", files.c_str(), tok_dir.c_str());
+    }
     return kExitOk;
   }
   if (out.empty()) fail("ckpt export needs --output FILE");

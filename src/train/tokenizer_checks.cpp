@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "data/shard_reader.h"
 #include "data/shard_tokenizer.h"
 #include "interop/atomic_write.h"
 #include "interop/hf_checkpoint.h"
@@ -104,6 +105,22 @@ std::string export_tokenizer_source(const std::string& init_from, const ShardMet
   *why = "no tokenizer.json of the shards' SHA-256 " + data.tokenizer_sha256 + " was found";
   for (size_t i = 0; i < tried.size(); i++) *why += (i ? ", " : ": ") + tried[i];
   return "";
+}
+
+std::string checkpoint_tokenizer_source(const std::map<std::string, std::string>& identity,
+                                        std::string* why) {
+  const auto it = identity.find("train_shard_0");  // "PATH tokens=N crc32=X"
+  if (it == identity.end()) {
+    *why = "the checkpoint names no training shard";
+    return "";
+  }
+  const std::string path = it->second.substr(0, it->second.rfind(" tokens="));
+  try {
+    return export_tokenizer_source("", ShardFile(path).meta(), why);
+  } catch (const Error& e) {
+    *why = "its training shard cannot be read: " + std::string(e.what());
+    return "";
+  }
 }
 
 std::vector<std::string> copy_tokenizer_files(const std::string& src, const std::string& dir) {

@@ -9,6 +9,7 @@
 //    directory of the shards' tokenizer.json, or of --init-from's, whichever
 //    holds the tokenizer.json whose digest the shards record.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,12 @@ std::string check_init_tokenizer(const std::string& init_from, const ShardMeta& 
 // tokenizer.json whose digest the shards record ("" when none: *why says why).
 std::string export_tokenizer_source(const std::string& init_from, const ShardMeta& data,
                                     std::string* why);
+
+// The same for a checkpoint (`ratchet ckpt export --format hf`): its run
+// identity names its first training shard (train_shard_0), whose recorded
+// tokenizer is looked up as above.
+std::string checkpoint_tokenizer_source(const std::map<std::string, std::string>& identity,
+                                        std::string* why);
 
 // Copies the tokenizer files present in `src` into `dir` (each atomically);
 // returns their names.

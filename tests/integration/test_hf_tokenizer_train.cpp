@@ -219,7 +219,7 @@ TEST(HfTokenizerTrain, ExportCarriesTheTokenizerAndInitFromChecksIt) {
   ASSERT_EQ(run_ratchet(shard_cmd(d, hf_family_dir("llama2"), "")).exit_code, 0);
   const std::string data = d / "data/train_*.h5";
   auto r = run_ratchet(train_cmd(data, "--steps 2 --sample-every 1 --sample-tokens 8 --export-hf " +
-                                           (d / "hf")));
+                                           (d / "hf") + " --ckpt-dir " + (d / "ck")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("exported Hugging Face checkpoint: " + (d / "hf") +
                           " (with tokenizer.json, tokenizer_config.json)"),
@@ -232,6 +232,11 @@ TEST(HfTokenizerTrain, ExportCarriesTheTokenizerAndInitFromChecksIt) {
             sha256_file(hf_family_dir("llama2") + "/tokenizer_config.json"));
   EXPECT_TRUE(fs::exists(d / "hf/config.json"));
   EXPECT_TRUE(fs::exists(d / "hf/model.safetensors"));
+  // `ratchet ckpt export --format hf` writes them too, from the checkpoint's training shards.
+  r = run_ratchet("ckpt export " + (d / "ck/step_00000002") + " --format hf --output " + (d / "hf2"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote tokenizer.json tokenizer_config.json"), std::string::npos) << r.output;
+  EXPECT_EQ(sha256_file(d / "hf2/tokenizer.json"), sha256_file(hf_family_json("llama2")));
   // `ratchet sample` finds the tokenizer beside the weights and decodes with it.
   r = run_ratchet("sample --init-from " + (d / "hf") + " --prompt 'In the beginning' --tokens 6 --seed 5");
   ASSERT_EQ(r.exit_code, 0) << r.output;
