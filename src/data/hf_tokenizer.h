@@ -57,7 +57,8 @@ class HfTokenizer final : public Tokenizer {
 
   ~HfTokenizer() override;
 
-  std::string name() const override;  // "hf:<path of tokenizer.json>" (what shards record)
+  std::string name() const override;  // "hf:<path of tokenizer.json>" as given (what shards
+                                      // record); "gpt2" for from_gpt2*
   int vocab_size() const override;    // max id + 1 over the vocabulary and added tokens
   int eot_token() const override;     // eos_id(): the document separator, -1 if none
   // No BOS/EOS added; text that spells a special token stays text.
@@ -73,7 +74,7 @@ class HfTokenizer final : public Tokenizer {
   int eos_id() const;     // -1 if none
   bool adds_bos() const;  // the post-processor (or tokenizer_config.json) adds BOS
   bool adds_eos() const;  // ... adds EOS
-  std::string sha256() const;  // lower-case hex SHA-256 of the tokenizer.json bytes
+  std::string sha256() const;  // lower-case hex SHA-256 of the tokenizer.json bytes ("" for gpt2)
   const std::string& json_path() const;  // the tokenizer.json read ("" for from_gpt2_files)
   // Token strings as stored in the file (byte-level spelling for ByteLevel
   // families, "<|id=N|>" outside the vocabulary), for `ratchet tokenize`.
