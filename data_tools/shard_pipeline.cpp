@@ -253,6 +253,34 @@ std::vector<ShardPiece> split_documents(const ShardOptions& o, const TextCorpus&
   return pieces;
 }
 
+std::vector<ShardPiece> cut_long_pieces(const std::vector<ShardPiece>& pieces,
+                                        const TextCorpus& corpus, const Tokenizer& tok,
+                                        size_t part_bytes) {
+  std::vector<ShardPiece> out;
+  out.reserve(pieces.size());
+  for (const ShardPiece& p : pieces) {
+    if (part_bytes == 0 || p.end - p.begin <= 2 * part_bytes) {
+      out.push_back(p);
+      continue;
+    }
+    const std::string& text = corpus.documents[p.doc].text;
+    std::vector<size_t> cuts;
+    if (p.begin == 0 && p.end == text.size()) {
+      cuts = safe_cuts(tok, text, part_bytes);
+    } else {  // a train/val part of a single document: cut inside it
+      for (size_t c : safe_cuts(tok, text.substr(p.begin, p.end - p.begin), part_bytes))
+        cuts.push_back(p.begin + c);
+    }
+    size_t begin = p.begin;
+    for (size_t c : cuts) {
+      out.push_back({p.doc, begin, c, p.val, begin == p.begin, false});
+      begin = c;
+    }
+    out.push_back({p.doc, begin, p.end, p.val, begin == p.begin, true});
+  }
+  return out;
+}
+
 // ---- tokenize -------------------------------------------------------------------
 
 std::unique_ptr<TokenizedBlock> tokenize_block(const TextCorpus& corpus,
@@ -302,7 +330,9 @@ ShardTotals write_shards(const ShardOptions& o, const TextCorpus& corpus,
   ShardTotals t;
   for (const ShardPiece& p : pieces) t.text_bytes += p.end - p.begin;
   ProgressBar bar("tokenize", t.text_bytes, o.show_progress);
-  const size_t kBlockBytes = size_t(16) << 20;
+  // Blocks of about one part (at least 1 MB): block k+1 is tokenized while
+  // block k is written, and neither holds much.
+  const size_t kBlockBytes = std::max<size_t>(o.part_bytes, size_t(1) << 20);
   auto next_block = [&](size_t a) {
     return std::async(std::launch::async, [&, a] {
       return tokenize_block(corpus, pieces, a, enc, o.threads, kBlockBytes);
@@ -316,9 +346,10 @@ ShardTotals write_shards(const ShardOptions& o, const TextCorpus& corpus,
     uint64_t ntok = 0;
     for (size_t i = blk->a; i < blk->b; i++) {
       const int src = corpus.documents[pieces[i].doc].source;
-      (pieces[i].val ? val : train).add_document(blk->ids[i - blk->a], src);
-      (pieces[i].val ? t.val_docs : t.train_docs)++;
-      ntok += blk->ids[i - blk->a].size() + meta.add_bos + meta.add_eos;
+      const ShardPiece& p = pieces[i];
+      (p.val ? val : train).add_document_part(blk->ids[i - blk->a], src, p.first, p.last);
+      if (p.first) (p.val ? t.val_docs : t.train_docs)++;
+      ntok += blk->ids[i - blk->a].size() + (p.first && meta.add_bos) + (p.last && meta.add_eos);
     }
     bar.add(blk->b - blk->a, ntok, blk->bytes);
   }
@@ -344,7 +375,8 @@ void run_shard_pipeline(const ShardOptions& o, const Tokenizer& tok) {
   prov.parse_special = o.parse_special;
   const std::vector<bool> removed = dedup_documents(o, corpus, prov);
   const std::vector<ShardPiece> pieces = split_documents(o, corpus, removed);
-  const ShardTotals t = write_shards(o, corpus, pieces, tok, prov);
+  const ShardTotals t =
+      write_shards(o, corpus, cut_long_pieces(pieces, corpus, tok, o.part_bytes), tok, prov);
   std::printf("shard: %zu train documents (%llu tokens, %zu shards), %zu val documents "
               "(%llu tokens, %zu shards), tokenizer %s in %s\n",
               t.train_docs, (unsigned long long)t.train_tokens, t.train_shards, t.val_docs,

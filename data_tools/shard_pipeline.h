@@ -45,13 +45,19 @@ struct ShardOptions {
   double near_threshold = 0.8;
   std::string dedup_report;
   bool show_progress = false;
+  // Documents longer than this are tokenized and written in parts of about
+  // this size, cut where the tokenizer allows (safe_cuts: byte, gpt2), so a
+  // long document's ids are never held whole and writing overlaps tokenizing.
+  size_t part_bytes = size_t(4) << 20;
 };
 
-// A document, or the train or val part of a single one, bound for one split.
+// A document, or the train or val part of a single one, bound for one split;
+// or a part of either (first: the document starts here, last: it ends here).
 struct ShardPiece {
   size_t doc;
   size_t begin, end;  // byte range of the document's text
   bool val;
+  bool first = true, last = true;
 };
 
 // What every shard records about its tokens: the tokenizer's name, vocab and
@@ -88,6 +94,12 @@ size_t single_document_cut(const std::string& text, double fraction, const std::
 // The pieces of the kept documents, in input order, each marked train or val.
 std::vector<ShardPiece> split_documents(const ShardOptions& o, const TextCorpus& corpus,
                                         const std::vector<bool>& removed);
+
+// Pieces longer than part_bytes cut into parts at safe_cuts (none for
+// tokenizers that do not allow it: those pieces stay whole).
+std::vector<ShardPiece> cut_long_pieces(const std::vector<ShardPiece>& pieces,
+                                        const TextCorpus& corpus, const Tokenizer& tok,
+                                        size_t part_bytes);
 
 // Pieces [a, b) of `pieces` tokenized: ids[i - a] belongs to pieces[i].
 struct TokenizedBlock {

@@ -392,14 +392,18 @@ std::string ShardStreamWriter::shard_name(const std::string& prefix, size_t inde
   return prefix + num;
 }
 
-void ShardStreamWriter::add_document(const std::vector<uint32_t>& tokens, int source) {
+void ShardStreamWriter::add_document_part(const std::vector<uint32_t>& tokens, int source,
+                                          bool first, bool last) {
   // [BOS] tokens [EOS], as meta_ says; a document with no token at all (no
   // text and no framing) leaves no trace, not an offset to nothing.
   const uint32_t bos = (uint32_t)meta_.bos_token, eot = (uint32_t)meta_.eot_token;
-  bool start = true;
-  if (meta_.add_bos && meta_.bos_token >= 0) append(&bos, 1, start, source), start = false;
-  if (!tokens.empty()) append(tokens.data(), tokens.size(), start, source), start = false;
-  if (meta_.add_eos) append(&eot, 1, start, source);
+  if (first) doc_start_pending_ = true;
+  if (first && meta_.add_bos && meta_.bos_token >= 0)
+    append(&bos, 1, doc_start_pending_, source), doc_start_pending_ = false;
+  if (!tokens.empty())
+    append(tokens.data(), tokens.size(), doc_start_pending_, source), doc_start_pending_ = false;
+  if (last && meta_.add_eos) append(&eot, 1, doc_start_pending_, source), doc_start_pending_ = false;
+  if (last) doc_start_pending_ = false;
   report_done();
 }
 

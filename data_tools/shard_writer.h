@@ -56,7 +56,13 @@ class ShardStreamWriter {
   ~ShardStreamWriter();  // without finish(): stops the background, removes unfinished files
   // Appends `tokens`, framed (BOS, EOS) as meta says, as one document. `source` (optional) is
   // its input's index in the table given to set_sources().
-  void add_document(const std::vector<uint32_t>& tokens, int source = -1);
+  void add_document(const std::vector<uint32_t>& tokens, int source = -1) {
+    add_document_part(tokens, source, true, true);
+  }
+  // A document in consecutive parts (a long one tokenized piece by piece):
+  // BOS and its offset come with the first part (`first`), EOS after the
+  // last (`last`); the shards are those add_document(all parts joined) makes.
+  void add_document_part(const std::vector<uint32_t>& tokens, int source, bool first, bool last);
   // Provenance written into every shard; source_files / source_sha256 of
   // `base` are the table that add_document's `source` indexes, and each shard
   // records only the sources with tokens in it.
@@ -84,6 +90,7 @@ class ShardStreamWriter {
   std::vector<uint32_t> tokens_;  // the pending shard's tokens not yet sent (< one chunk)
   uint64_t shard_count_ = 0;      // tokens in the pending shard
   std::vector<uint64_t> doc_offsets_;
+  bool doc_start_pending_ = false;  // a document began but none of its tokens was appended yet
   std::shared_ptr<OpenShard> open_;  // the pending shard's file, once its first chunk is sent
   std::mutex done_mu_;
   std::vector<ShardSummary> done_;  // finished in the background, not yet reported

@@ -12,6 +12,7 @@
 #include "data/gpt2_tokenizer.h"
 #include "data/tokenizer.h"
 #include "data_tools/parallel_tokenize.h"
+#include "data_tools/shard_pipeline.h"
 #include "testing/test_util.h"
 
 using namespace ratchet;
@@ -85,3 +86,51 @@ TEST(ParallelTokenize, AWorkerExceptionReachesTheCaller) {
 }
 
 }  // namespace
+
+// `ratchet shard` cuts long documents (and the train/val parts of a single
+// one) into parts at safe_cuts: the parts tile each piece, carry its
+// first/last flags, and their ids joined are the whole piece's.
+TEST(CutLongPieces, PartsTileThePieceAndKeepItsIds) {
+  const std::string dir = default_gpt2_dir();
+  Gpt2Tokenizer tok(dir + "/encoder.json", dir + "/vocab.bpe");
+  TextCorpus corpus;
+  corpus.documents.push_back({documents()[0], 0, 0});  // ~100 KB of fortunes
+  corpus.documents.push_back({"short one", 0, 0});
+  const std::string& text = corpus.documents[0].text;
+  const size_t cut = text.size() / 3;
+  std::vector<ShardPiece> pieces{{0, 0, cut, false}, {0, cut, text.size(), true}, {1, 0, 9, false}};
+  std::vector<ShardPiece> parts = cut_long_pieces(pieces, corpus, tok, 4096);
+  ASSERT_GT(parts.size(), 10u);
+  size_t k = 0;
+  for (const ShardPiece& p : pieces) {
+    std::vector<uint32_t> joined;
+    size_t at = p.begin;
+    bool first = true;
+    for (;;) {
+      ASSERT_LT(k, parts.size());
+      const ShardPiece& q = parts[k++];
+      EXPECT_EQ(q.doc, p.doc);
+      EXPECT_EQ(q.val, p.val);
+      EXPECT_EQ(q.begin, at);
+      EXPECT_EQ(q.first, first);
+      first = false;
+      std::vector<uint32_t> ids = tok.encode(corpus.documents[q.doc].text.substr(q.begin, q.end - q.begin));
+      joined.insert(joined.end(), ids.begin(), ids.end());
+      at = q.end;
+      if (q.last) break;
+    }
+    EXPECT_EQ(at, p.end);
+    EXPECT_EQ(joined, tok.encode(corpus.documents[p.doc].text.substr(p.begin, p.end - p.begin)));
+  }
+  EXPECT_EQ(k, parts.size());
+  // A tokenizer without known cut points keeps its pieces whole.
+  class Opaque final : public Tokenizer {
+   public:
+    std::string name() const override { return "opaque"; }
+    int vocab_size() const override { return 257; }
+    int eot_token() const override { return 256; }
+    std::vector<uint32_t> encode(const std::string&) const override { return {}; }
+    std::string decode(const std::vector<uint32_t>&) const override { return ""; }
+  } opaque;
+  EXPECT_EQ(cut_long_pieces(pieces, corpus, opaque, 4096).size(), pieces.size());
+}

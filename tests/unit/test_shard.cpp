@@ -363,6 +363,44 @@ TEST(ShardStreamWriter, BackgroundErrorReachesCallerAndLeavesNoFile) {
   EXPECT_TRUE(fs::is_empty(dir.path));
 }
 
+// A document added in parts (some empty) gives the shards adding it whole
+// gives: BOS and the offset with the first part, EOS after the last, also
+// across shard boundaries.
+TEST(ShardStreamWriter, DocumentPartsEqualWholeDocuments) {
+  for (bool bos : {false, true}) {
+    ShardMeta meta{"byte", 258, 256};
+    meta.framed = true;
+    meta.add_bos = bos;
+    meta.bos_token = bos ? 257 : -1;
+    std::vector<std::vector<uint32_t>> docs{{1, 2, 3, 4, 5, 6, 7}, {}, {8}, {9, 10, 11, 12, 13, 14}};
+    TempDir whole, parts;
+    ShardStreamWriter a(whole.path, "train", meta, 4), b(parts.path, "train", meta, 4);
+    for (const auto& d : docs) a.add_document(d);
+    // Parts: [], [1 2], [3 4 5 6 7] | [] | [8], [] | [9] [10 ... 14]
+    b.add_document_part({}, -1, true, false);
+    b.add_document_part({1, 2}, -1, false, false);
+    b.add_document_part({3, 4, 5, 6, 7}, -1, false, true);
+    b.add_document_part({}, -1, true, true);
+    b.add_document_part({8}, -1, true, false);
+    b.add_document_part({}, -1, false, true);
+    b.add_document_part({9}, -1, true, false);
+    b.add_document_part({10, 11, 12, 13, 14}, -1, false, true);
+    a.finish();
+    b.finish();
+    ASSERT_EQ(a.shards().size(), b.shards().size()) << bos;
+    EXPECT_EQ(a.total_tokens(), b.total_tokens());
+    for (size_t i = 0; i < a.shards().size(); i++) {
+      ShardFile fa(a.shards()[i].path), fb(b.shards()[i].path);
+      std::vector<uint32_t> ta(fa.num_tokens()), tb(fb.num_tokens());
+      ASSERT_EQ(ta.size(), tb.size());
+      fa.read_tokens(0, ta.size(), ta.data());
+      fb.read_tokens(0, tb.size(), tb.data());
+      EXPECT_EQ(ta, tb) << bos << " shard " << i;
+      EXPECT_EQ(fa.read_doc_offsets(), fb.read_doc_offsets()) << bos << " shard " << i;
+    }
+  }
+}
+
 TEST(ShardStreamWriter, NothingAddedWritesNothing) {
   TempDir dir;
   ShardStreamWriter w(dir.path, "val", kByte, 5);
