@@ -11,19 +11,11 @@
 #include "data/bpe_merge.h"
 #include "data/byte_tokenizer.h"
 #include "data/gpt2_pretokenize.h"
+#include "data/hf/engine.h"
 #include "data/hf_tokenizer.h"
 
 namespace ratchet {
 namespace {
-
-std::string read_whole(const std::string& path, const char* what) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot open ", what, " ", path, ": ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) fail("cannot read ", what, " ", path, ": ", std::strerror(errno));
-  return ss.str();
-}
 
 // GPT-2's bytes_to_unicode(): printable Latin-1 bytes map to themselves, the
 // rest to 256, 257, ... in byte order.
@@ -67,7 +59,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json, const std::string&
   for (int b = 0; b < 256; b++) cp_to_byte[byte_to_cp[b]] = (uint8_t)b;
 
   // ---- encoder.json ----
-  const std::string text = read_whole(encoder_json, "GPT-2 vocabulary (--vocab)");
+  const std::string text = hf::read_file(encoder_json, "GPT-2 vocabulary (--vocab)");
   std::unordered_map<std::string, uint32_t> id_of;  // raw bytes -> id
   std::vector<std::pair<std::string, int64_t>> entries;
   nlohmann::json vocab;
@@ -128,7 +120,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& encoder_json, const std::string&
   }
 
   // ---- vocab.bpe ----
-  const std::string merges = read_whole(vocab_bpe, "GPT-2 merges (--merges)");
+  const std::string merges = hf::read_file(vocab_bpe, "GPT-2 merges (--merges)");
   size_t pos = 0, line_no = 0;
   std::string left, right;
   while (pos < merges.size()) {

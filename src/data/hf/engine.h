@@ -165,6 +165,9 @@ const char* gpt2_regex();
 // False when $RATCHET_HF_NO_FAST_PATH is set (not "0"): every regex then runs
 // in PCRE2 (tests and benchmarks compare the two; the ids are the same).
 bool fast_paths_enabled();
+// The whole of a vocabulary file; Error naming `what` and the path when it
+// cannot be opened or read (shared with Gpt2Tokenizer's encoder.json/vocab.bpe).
+std::string read_file(const std::string& path, const char* what);
 // Fills the derived tables (vocab size, added-token tries, byte-level model).
 void finish(Engine& e);
 

@@ -37,8 +37,6 @@ bool fast_paths_enabled() {
   return !(e && *e && std::string(e) != "0");
 }
 
-namespace {
-
 std::string read_file(const std::string& path, const char* what) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot open ", what, " ", path, ": ", std::strerror(errno));
@@ -47,6 +45,8 @@ std::string read_file(const std::string& path, const char* what) {
   if (f.bad()) fail("cannot read ", what, " ", path, ": ", std::strerror(errno));
   return ss.str();
 }
+
+namespace {
 
 std::string sha256_hex(const std::string& data) {
   unsigned char md[EVP_MAX_MD_SIZE];
