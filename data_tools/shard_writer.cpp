@@ -345,6 +345,14 @@ struct ShardStreamWriter::Background {
         err = std::current_exception();
       }
       job = nullptr;  // its captures (an OpenShard) go now, not at the next job
+      if (err) {
+        // A failed write leaves entries on this thread's HDF5 error stack
+        // (the library keeps one per thread, e.g. from the H5Fclose of a file
+        // whose flush failed with EFBIG); nobody reads them after this thread
+        // ends, and they would leak with it.
+        std::lock_guard<std::mutex> h5(g_h5);
+        H5Eclear2(H5E_DEFAULT);
+      }
       lock.lock();
       busy = false;
       if (err && !error) {
