@@ -10,49 +10,17 @@
 // assigned in 15.0 is "other" to PCRE2. Everything else must split the same.
 #include <cstdint>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "data/gpt2_pretokenize.h"
 #include "data/hf/engine.h"
-#include "data/hf/regex.h"
-#include "data/hf/text.h"
-
-namespace {
-const ratchet::hf::Regex& gpt2() {
-  static ratchet::hf::Regex r(ratchet::hf::gpt2_regex(), "GPT-2's regex");
-  return r;
-}
-const ratchet::hf::Regex& unassigned() {
-  static ratchet::hf::Regex r("\\p{Cn}", "unassigned");
-  return r;
-}
-}  // namespace
+#include "pcre2_split_diff.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string input((const char*)data, size);
-  std::string escaped;
-  const std::string& text = ratchet::hf::escape_invalid(input, &escaped) ? escaped : input;
-  const std::string view = ratchet::hf::regex_view(text);
-  std::vector<std::pair<size_t, size_t>> m;
-  unassigned().find_all(view, &m);
-  if (!m.empty()) return 0;
-  // PCRE2's split (Isolated): matches and the gaps between them.
-  std::vector<std::pair<size_t, size_t>> want;
-  gpt2().find_all(view, &m);
-  size_t prev = 0;
-  for (auto [a, b] : m) {
-    if (a > prev) want.emplace_back(prev, a);
-    if (b > a) want.emplace_back(a, b);
-    prev = b;
-  }
-  if (prev < view.size()) want.emplace_back(prev, view.size());
-  // The hand-written split, as offsets.
-  std::vector<std::pair<size_t, size_t>> got;
-  for (std::string_view p : ratchet::gpt2_pretokenize(text)) {
-    size_t a = (size_t)(p.data() - text.data());
-    got.emplace_back(a, a + p.size());
-  }
-  if (got != want) __builtin_trap();
+  static const ratchet::hf::Regex gpt2(ratchet::hf::gpt2_regex(), "GPT-2's regex");
+  std::string text, view;
+  if (!ratchet::fuzz::prepare_split_input(data, size, &text, &view)) return 0;
+  if (ratchet::fuzz::piece_spans(ratchet::gpt2_pretokenize(text), text) !=
+      ratchet::fuzz::pcre2_isolated_split(gpt2, view))
+    __builtin_trap();
   return 0;
 }
