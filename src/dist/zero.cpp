@@ -219,4 +219,8 @@ void DataParallel::sync_master(dptr params) {
   be_.synchronize();
 }
 
+std::vector<std::pair<size_t, size_t>> DataParallel::owned_ranges() const {
+  return {{range_.lo, range_.hi}};
+}
+
 }  // namespace ratchet

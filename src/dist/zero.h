@@ -54,6 +54,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -88,6 +89,17 @@ class DataParallel {
   int zero_stage() const { return stage_; }
   // The range of the optimizer state this rank owns (all of it for stage 0).
   ShardRange range() const { return range_; }
+  // The flat [lo, hi) ranges of the parameter vector whose optimizer state
+  // (moments, FP32 master) this rank owns, in increasing order; the moments
+  // buffer (optimizer().m()/v()) holds them back to back in this order. One
+  // range today ({lo, hi} of range(); all of [0, P) at stage 0); bucket-aligned
+  // shards (ZeRO-2, overlapped ZeRO-1) own several. Checkpoint shards are
+  // written and read by these ranges.
+  std::vector<std::pair<size_t, size_t>> owned_ranges() const;
+  // Whether this rank writes its owned ranges into a checkpoint. True on every
+  // rank today; with hybrid sharding (--shard-group) the replicas of a shard
+  // in the other groups do not write it again.
+  bool shard_writer() const { return true; }
 
   // Stage 0 with more than one rank: installs the grad-ready hook on `model`
   // (whose grads step() will be given) so that the all-reduce of the last of
