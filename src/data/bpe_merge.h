@@ -47,6 +47,12 @@ class BpeMergeTable {
   }
   size_t size() const { return size_; }
   uint32_t max_rank() const { return max_rank_; }  // 0 when empty
+  // Calls f(l, r, rank, merged) for every entry, in no particular order.
+  template <class F>
+  void for_each(F&& f) const {
+    for (const Entry& e : slots_)
+      if (e.key != kEmpty) f((uint32_t)(e.key >> 32), (uint32_t)e.key, e.rank, e.merged);
+  }
   void clear();
 
  private:

@@ -6,16 +6,12 @@
 #include "data/gpt2_pretokenize.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/hf/engine.h"
+#include "data/hf/fast_split.h"
+#include "data/hf/piece_cache.h"
 #include "data/hf/text.h"
 
 namespace ratchet {
 namespace hf {
-namespace {
-// Pieces longer than this skip the per-thread cache: families without a
-// splitting pre-tokenizer (Llama 2, Gemma) hand the model whole documents.
-constexpr size_t kMaxCachedPiece = 128;
-}  // namespace
-
 std::string Engine::token_string(uint32_t id) const {
   auto it = added_index.find(id);
   if (it != added_index.end()) return added[it->second].content;
@@ -25,7 +21,7 @@ std::string Engine::token_string(uint32_t id) const {
 std::vector<uint32_t> Engine::encode(const std::string& input, bool parse_special) const {
   struct Cache {
     uint64_t owner = 0;
-    std::unordered_map<std::string, std::vector<uint32_t>> pieces;
+    PieceCache pieces;
   };
   thread_local Cache cache;
   if (cache.owner != instance) {
@@ -39,41 +35,69 @@ std::vector<uint32_t> Engine::encode(const std::string& input, bool parse_specia
   out.reserve(text.size() / 3 + 1);
   std::vector<std::unique_ptr<std::string>> arena;
   std::vector<Piece> pieces;
-  std::string key;
 
   auto model_piece = [&](std::string_view p) {
     if (p.size() == 1 && model.byte_level && model.byte_id[(unsigned char)p[0]] != BpeModel::kNone) {
       out.push_back(model.byte_id[(unsigned char)p[0]]);
       return;
     }
-    if (p.size() > kMaxCachedPiece) {  // a long piece (a whole line or document) is unique
+    if (p.size() > PieceCache::kMaxPiece) {  // a long piece (a whole line or document) is unique
       model.tokenize(p, out);
       return;
     }
-    key.assign(p.data(), p.size());
-    auto it = cache.pieces.find(key);
-    if (it != cache.pieces.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
+    const uint64_t h = PieceCache::hash(p);
+    size_t n;
+    if (const uint32_t* ids = cache.pieces.find(p, h, &n)) {
+      out.insert(out.end(), ids, ids + n);
       return;
     }
-    size_t before = out.size();
+    const size_t before = out.size();
     model.tokenize(p, out);
-    if (cache.pieces.size() > (1u << 18)) cache.pieces.clear();  // bound the memory
-    cache.pieces.emplace(key, std::vector<uint32_t>(out.begin() + before, out.end()));
+    if (out.size() - before <= 0xFFFF)
+      cache.pieces.insert(p, h, out.data() + before, out.size() - before);
+  };
+  // What the pre-tokenizers hand the model, cut further where no merge can
+  // cross (BpeModel::next_cut: Llama 2's and Gemma's whole text at its words).
+  auto model_input = [&](std::string_view p) {
+    if (!model.space_cut) {
+      model_piece(p);
+      return;
+    }
+    for (size_t a = 0; a < p.size();) {
+      const size_t b = model.next_cut(p, a);
+      model_piece(p.substr(a, b - a));
+      a = b;
+    }
   };
   // GPT-2's configuration (one ByteLevel stage on GPT-2's regex, no prefix
   // space, no escapes to undo): the hand-written splitter straight to the model.
   const bool gpt2_direct = !escapes && pre_tokenizers.size() == 1 &&
                            pre_tokenizers[0].kind == PreTokenizer::kByteLevel &&
                            pre_tokenizers[0].gpt2_fast && !pre_tokenizers[0].add_prefix_space;
+  // Llama 3's and Qwen's configuration (the fast-path Split, Isolated, then a
+  // ByteLevel without its regex or prefix space): the splitter's pieces
+  // straight to the model, one at a time.
+  const int llama3_direct =
+      !escapes && pre_tokenizers.size() == 2 && pre_tokenizers[0].kind == PreTokenizer::kSplit &&
+              pre_tokenizers[0].llama3_fast && pre_tokenizers[0].behavior == PreTokenizer::kIsolated &&
+              !pre_tokenizers[0].invert && pre_tokenizers[1].kind == PreTokenizer::kByteLevel &&
+              !pre_tokenizers[1].add_prefix_space && !pre_tokenizers[1].use_regex
+          ? pre_tokenizers[0].llama3_fast
+          : 0;
   auto pre_and_model = [&](std::string_view seg, bool origin) {
     if (gpt2_direct) {
       for (std::string_view p : gpt2_pretokenize(seg)) model_piece(p);
       return;
     }
+    if (llama3_direct) {
+      Llama3Splitter sp(seg, llama3_direct);
+      std::string_view p;
+      while (sp.next(&p)) model_piece(p);
+      return;
+    }
     arena.clear();
     pre_tokenize(pre_tokenizers, seg, origin, escapes, arena, &pieces);
-    for (const Piece& p : pieces) model_piece(p.s);
+    for (const Piece& p : pieces) model_input(p.s);
   };
   // Cuts `s` at the added tokens of `trie`, passing the text between them to `f`.
   auto cut = [&](const AddedTokens& trie, std::string_view s, bool origin, auto&& f) {

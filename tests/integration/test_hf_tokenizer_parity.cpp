@@ -70,6 +70,8 @@ std::vector<std::string> edge_cases() {
       "<|endoftext|>", "<|begin_of_text|>Hi<|end_of_text|>", "<|eot_id|>", "<s>x</s>", "<unk>",
       "<bos><eos><pad>", "<start_of_turn>user\nhi<end_of_turn>", "<|im_start|>user\nhi<|im_end|>",
       "<|begin_of_text", "<s", "< s>", "<<s>>", "<|im_start|><|im_start|>",
+      // Gemma 3 merges ">" with "\u2581</": no cut before that space (engine.h, space_cut)
+      "<b>bold</b> </i> x> </y>  </z> > </", "a\u2581b \u2581\u2581c\u2581",
   };
   return c;
 }

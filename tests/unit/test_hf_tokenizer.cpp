@@ -30,6 +30,8 @@
 #include "core/json.h"
 #include "core/rng.h"
 #include "data/gpt2_tokenizer.h"
+#include "data/hf/engine.h"
+#include "data/hf/text.h"
 #include "data/hf_tokenizer.h"
 #include "data/tokenizer.h"
 #include "testing/expect_error.h"
@@ -459,4 +461,103 @@ TEST(HfTokenizer, Gpt2IsAConfigurationOfTheEngine) {
   // 64, 275: gpt-3-encoder's ids of "a b" (node: require("gpt-3-encoder").encode("a b"))
   EXPECT_EQ(j["ids"].get<Ids>(), (Ids{64, 50256, 275}));
   EXPECT_EQ(j["pieces"][2], "\xc4\xa0" "b");
+}
+
+namespace {
+
+// A model with one merge that crosses a mark after '>' (Gemma 3 has ">" +
+// "\u2581</"), built by hand as the fuzz target fuzz_hf_space_cut does.
+hf::BpeModel model_with_bad_merge() {
+  hf::BpeModel m;
+  for (uint32_t& f : m.fallback_id) f = hf::BpeModel::kNone;
+  auto add = [&](const std::string& s) {
+    auto it = m.id_of.find(s);
+    if (it != m.id_of.end()) return it->second;
+    m.token_of.push_back(s);
+    m.id_of.emplace(s, (uint32_t)m.token_of.size() - 1);
+    return (uint32_t)m.token_of.size() - 1;
+  };
+  const std::string mark = "\xE2\x96\x81";
+  for (const std::string& c : {std::string("a"), std::string("b"), std::string(">"), std::string("<"), mark}) add(c);
+  uint32_t rank = 0;
+  auto merge = [&](const std::string& l, const std::string& r) {
+    m.merges.add(add(l), add(r), rank++, add(l + r));
+  };
+  merge(mark, "a");        // "\u2581a"
+  merge(mark, "<");        // "\u2581<"
+  merge(">", mark + "<");  // crosses the mark after '>'
+  merge("a", "b");
+  merge(mark + "a", "b");
+  m.num_merges = rank;
+  m.unk = add("<unk>");
+  m.bmp_id.assign(0x10000, hf::BpeModel::kNone);
+  for (uint32_t id = 0; id < m.token_of.size(); id++) {  // the one-character tokens
+    uint32_t cp;
+    if ((size_t)hf::next_cp(m.token_of[id], 0, &cp) == m.token_of[id].size()) m.bmp_id[cp] = id;
+  }
+  hf::find_space_cuts(m);
+  return m;
+}
+
+std::vector<uint32_t> model_ids(const hf::BpeModel& m, std::string_view s, bool cut, size_t* parts) {
+  std::vector<uint32_t> out;
+  *parts = 0;
+  for (size_t a = 0; a < s.size();) {
+    const size_t b = cut ? m.next_cut(s, a) : s.size();
+    m.tokenize(s.substr(a, b - a), out);
+    a = b;
+    ++*parts;
+  }
+  return out;
+}
+
+}  // namespace
+
+// The model-level cuts before "\u2581" (data/hf/engine.h, BpeModel::space_cut)
+// give the ids of the uncut text; never after a character a merge crosses
+// the mark from, nor after one without its own token then.
+TEST(HfTokenizer, SpaceCutsAreExact) {
+  const hf::BpeModel m = model_with_bad_merge();
+  ASSERT_TRUE(m.space_cut);
+  EXPECT_EQ(m.space_cut_bad, (std::vector<uint32_t>{'>'}));
+  EXPECT_TRUE(m.space_cut_known);
+  const std::string mark = "\xE2\x96\x81";
+  size_t parts;
+  // ">\u2581<" merges across the mark: no cut there; "a\u2581" cuts; "z" has no token.
+  const std::string s = mark + "ab" + mark + "a>" + mark + "<b" + mark + mark + "ab" + "z" + mark + "a";
+  EXPECT_EQ(model_ids(m, s, true, &parts), model_ids(m, s, false, &parts));
+  model_ids(m, s, true, &parts);
+  EXPECT_EQ(parts, 3u);  // [mark ab][mark a> mark <b][mark mark abz mark a]: after 'z' no cut
+  Rng rng(11);
+  const char* const alphabet[] = {"a", "b", ">", "<", "\xE2\x96\x81", "\xE2\x96\x81", "z", "\xff"};
+  size_t cut_total = 0;
+  for (int i = 0; i < 3000; i++) {
+    std::string t;
+    for (size_t n = 1 + rng.below(30); n-- > 0;) t += alphabet[rng.below(8)];
+    std::string esc;
+    if (hf::escape_invalid(t, &esc)) t = esc;
+    ASSERT_EQ(model_ids(m, t, true, &parts), model_ids(m, t, false, &parts)) << t;
+    model_ids(m, t, true, &parts);
+    cut_total += parts - 1;
+  }
+  EXPECT_GT(cut_total, 3000u);  // the cuts are taken, not just allowed
+}
+
+TEST(HfTokenizer, SpaceCutsOnRealFiles) {
+  REQUIRE_FAMILY("llama2");
+  REQUIRE_FAMILY("gemma3");
+  // The two families without a splitting pre-tokenizer: the cuts are on (Gemma
+  // 3's one crossing merge is ">" + "\u2581</"), and with
+  // RATCHET_HF_NO_FAST_PATH (no cuts) the ids are the same.
+  std::vector<std::string> texts = kTexts;
+  RunResult r = run_shell("bible -f 'Gen1:1-Gen10:32' 2>/dev/null");
+  if (r.exit_code == 0) texts.push_back(r.output);
+  texts.push_back("<b>bold</b> </i> x> </y>  </z> >\xe2\x96\x81</ \xff </ a\xe2\x96\x81\xe2\x96\x81 b");
+  texts.push_back("\xe2\x96\x81\xe2\x96\x81\xe2\x96\x81 lead and trail \xe2\x96\x81");
+  for (const char* fam : {"llama2", "gemma3"}) {
+    setenv("RATCHET_HF_NO_FAST_PATH", "1", 1);
+    auto whole = HfTokenizer::load(family_dir(fam));
+    unsetenv("RATCHET_HF_NO_FAST_PATH");
+    for (const std::string& s : texts) EXPECT_EQ(family(fam).encode(s), whole->encode(s)) << fam;
+  }
 }

@@ -1,5 +1,8 @@
 // The BPE model of the tokenizer.json engine (see engine.h): the Rust
 // library's BPE::merge_word around the shared merge loop (data/bpe_merge.h).
+#include <algorithm>
+#include <cstring>
+
 #include "data/hf/engine.h"
 #include "data/hf/text.h"
 
@@ -82,6 +85,34 @@ void BpeModel::tokenize(std::string_view piece, std::vector<uint32_t>& out) cons
   flush_unk();
   bpe_merge(w, merges);
   out.insert(out.end(), w.begin(), w.end());
+}
+
+size_t BpeModel::next_cut(std::string_view s, size_t from) const {
+  // The mark U+2581 is E2 96 81; search its lead byte.
+  const char* base = s.data();
+  for (size_t q = from + 1; q + 3 <= s.size(); q++) {
+    const void* hit = std::memchr(base + q, 0xE2, s.size() - q);
+    if (!hit) return s.size();
+    q = (size_t)((const char*)hit - base);
+    if (q + 3 > s.size()) return s.size();
+    if ((unsigned char)s[q + 1] != 0x96 || (unsigned char)s[q + 2] != 0x81) continue;
+    // The character before the mark.
+    size_t k = q - 1;
+    while (k > from && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+    uint32_t x;
+    if (next_cp(s, k, &x) != (int)(q - k)) continue;  // not a whole character: no cut
+    if (x == 0x2581) continue;                        // inside a run of marks
+    if (std::binary_search(space_cut_bad.begin(), space_cut_bad.end(), x)) continue;
+    if (space_cut_known) {
+      if (is_escape(x)) continue;
+      // (as tokenize() looks a character up)
+      if (!(x < bmp_id.size() && bmp_id[x] != kNone) &&
+          id_of.find(std::string(s.substr(k, q - k))) == id_of.end())
+        continue;
+    }
+    return q;
+  }
+  return s.size();
 }
 
 }  // namespace ratchet::hf

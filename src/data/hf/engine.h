@@ -95,6 +95,28 @@ struct BpeModel {
   static constexpr uint32_t kNone = 0xFFFFFFFFu;
   // Appends the ids of one piece.
   void tokenize(std::string_view piece, std::vector<uint32_t>& out) const;
+
+  // Cuts before a "\u2581" (Metaspace's and SentencePiece's space) that
+  // follows another character X, where no merge can join the symbol ending
+  // with X and the one starting with the mark. BPE symbols only grow by
+  // merges of adjacent pairs; when no pair in the table can straddle a cut,
+  // the merges on either side are independent and the lowest-rank-leftmost
+  // order restricted to one side is that side's own order, so tokenizing
+  // the parts gives the ids of the whole. Checked at load (find_space_cuts in
+  // load.cpp) from the merges: `space_cut_bad` holds every last character of
+  // a left part whose right part starts with the mark (Llama 2: none; Gemma 3:
+  // '>', for ">" + "\u2581</"). A symbol ending with X ends with X's own
+  // character unless X has no token (byte fallback "<0xXX>", unk, or dropped
+  // when there is no unk): when any character is bad, X must have its own
+  // token, so the symbol's last character is X. Off for byte-level
+  // models (their pre-tokenizer cuts), with ignore_merges (a whole piece may
+  // be a token), and with RATCHET_HF_NO_FAST_PATH.
+  // tests/fuzz/fuzz_hf_space_cut.cpp and the parity tests check it.
+  bool space_cut = false;
+  bool space_cut_known = false;         // X must have its own token
+  std::vector<uint32_t> space_cut_bad;  // sorted code points
+  // The end of the part that starts at `from`: the next cut after it, or s.size().
+  size_t next_cut(std::string_view s, size_t from) const;
 };
 
 struct Decoder {
@@ -170,6 +192,9 @@ bool fast_paths_enabled();
 std::string read_file(const std::string& path, const char* what);
 // Fills the derived tables (vocab size, added-token tries, byte-level model).
 void finish(Engine& e);
+// Sets m.space_cut* from its merges (part of finish(); for tests and fuzzers
+// that build a BpeModel by hand: token_of, id_of, bmp_id and merges filled).
+void find_space_cuts(BpeModel& m);
 
 // tokenizer.json (+ tokenizer_config.json beside it) -> Engine.
 std::unique_ptr<Engine> load_engine(const std::string& path);

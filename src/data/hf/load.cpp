@@ -3,6 +3,7 @@
 //   tokenizer.json: /pre_tokenizer/pretokenizers/1: pre-tokenizer type "Whitespace" is not supported
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -446,6 +447,51 @@ void make_byte_level(BpeModel& m) {
 
 }  // namespace
 
+// BpeModel::space_cut (see engine.h): from every merge whose right part
+// starts with the mark and whose left part does not end with it, the left
+// part's last character.
+void find_space_cuts(BpeModel& m) {
+  static const std::string kMark = "\xE2\x96\x81";  // U+2581
+  m.space_cut = false;
+  m.space_cut_known = false;
+  m.space_cut_bad.clear();
+  if (!fast_paths_enabled() || m.byte_level || m.ignore_merges) return;
+  if (m.bmp_id.size() <= 0x2581 || m.bmp_id[0x2581] == BpeModel::kNone) return;
+  auto starts = [](const std::string& s) { return s.compare(0, kMark.size(), kMark) == 0; };
+  auto ends = [](const std::string& s) {
+    return s.size() >= kMark.size() && s.compare(s.size() - kMark.size(), kMark.size(), kMark) == 0;
+  };
+  auto last_cp = [](const std::string& s) {
+    size_t k = s.size() - 1;
+    while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+    uint32_t cp;
+    next_cp(s, k, &cp);
+    return cp;
+  };
+  bool ok = true;
+  m.merges.for_each([&](uint32_t l, uint32_t r, uint32_t, uint32_t) {
+    if (l >= m.token_of.size() || r >= m.token_of.size()) {
+      ok = false;
+      return;
+    }
+    const std::string& ls = m.token_of[l];
+    const std::string& rs = m.token_of[r];
+    if (ls.empty()) ok = false;
+    if (!ok || !starts(rs) || ends(ls)) return;
+    m.space_cut_bad.push_back(last_cp(ls));
+  });
+  if (!ok) return;
+  std::sort(m.space_cut_bad.begin(), m.space_cut_bad.end());
+  m.space_cut_bad.erase(std::unique(m.space_cut_bad.begin(), m.space_cut_bad.end()),
+                        m.space_cut_bad.end());
+  // A character without a token becomes byte-fallback or unk symbols (which
+  // end with '>' or unk's last character) or nothing (no unk): then the
+  // symbol before the mark is not X's. With any bad character, X must have
+  // its own token (simpler than telling those cases apart, and as fast).
+  m.space_cut_known = !m.space_cut_bad.empty();
+  m.space_cut = true;
+}
+
 void finish(Engine& e) {
   int64_t max_id = (int64_t)e.model.token_of.size() - 1;
   for (size_t i = 0; i < e.added.size(); i++) {
@@ -470,6 +516,7 @@ void finish(Engine& e) {
         e.model.bmp_id[cp] = id;
     }
   }
+  find_space_cuts(e.model);
   static std::atomic<uint64_t> instances{0};
   e.instance = ++instances;
 }

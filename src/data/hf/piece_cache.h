@@ -1,0 +1,90 @@
+// The tokenizer.json engine's piece -> ids cache (the Rust library's BPE keeps
+// a word cache too): text repeats its words, so most pieces are looked up,
+// not merged. One open-addressing table per thread, keyed by the piece's
+// bytes, with the keys and the ids in two flat arenas: a hit is one hash of
+// the piece, usually one cache line of slots and one memcmp, and no
+// allocation. Bounded: when it holds kMaxEntries pieces it is emptied and
+// refills with what the text uses now (a corpus' frequent words come back
+// within a few kilobytes).
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ratchet::hf {
+
+class PieceCache {
+ public:
+  // Pieces longer than this are not cached (they are rarely repeated).
+  static constexpr size_t kMaxPiece = 128;
+  static constexpr size_t kMaxEntries = size_t(1) << 17;
+
+  // 64-bit hash of a short piece: 8 bytes at a time, multiply-xorshift.
+  static uint64_t hash(std::string_view s) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (s.size() * 0xFF51AFD7ED558CCDull);
+    size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, s.data() + i, 8);
+      h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+      h ^= h >> 29;
+    }
+    if (i < s.size()) {
+      uint64_t w = 0;
+      std::memcpy(&w, s.data() + i, s.size() - i);
+      h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+      h ^= h >> 29;
+    }
+    h *= 0x9E3779B97F4A7C15ull;
+    return (h ^ (h >> 32)) | 1;  // 0 marks an empty slot
+  }
+
+  // The cached ids of `s` (hash h = hash(s)) and their count, or null.
+  const uint32_t* find(std::string_view s, uint64_t h, size_t* n) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& e = slots_[i];
+      if (e.hash == 0) return nullptr;
+      if (e.hash == h && e.key_len == s.size() &&
+          std::memcmp(keys_.data() + e.key_off, s.data(), s.size()) == 0) {
+        *n = e.n_ids;
+        return ids_.data() + e.ids_off;
+      }
+    }
+  }
+
+  // Adds `s` -> ids[0, n); s.size() <= kMaxPiece, n <= 65535, not present.
+  void insert(std::string_view s, uint64_t h, const uint32_t* ids, size_t n) {
+    if (slots_.empty() || entries_ >= kMaxEntries) clear();
+    size_t i = h & mask_;
+    while (slots_[i].hash != 0) i = (i + 1) & mask_;
+    slots_[i] = Slot{h, (uint32_t)keys_.size(), (uint32_t)ids_.size(), (uint16_t)s.size(),
+                     (uint16_t)n};
+    keys_.append(s.data(), s.size());
+    ids_.insert(ids_.end(), ids, ids + n);
+    entries_++;
+  }
+
+  void clear() {
+    slots_.assign(kMaxEntries * 2, Slot{});  // load factor at most 1/2
+    mask_ = slots_.size() - 1;
+    keys_.clear();
+    ids_.clear();
+    entries_ = 0;
+  }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t key_off = 0, ids_off = 0;
+    uint16_t key_len = 0, n_ids = 0;
+  };
+  std::vector<Slot> slots_;
+  size_t mask_ = 0, entries_ = 0;
+  std::string keys_;           // the pieces, back to back
+  std::vector<uint32_t> ids_;  // their ids, back to back
+};
+
+}  // namespace ratchet::hf
