@@ -1,5 +1,8 @@
 #include "ckpt/checkpoint.h"
 
+#include "ckpt/checkpoint_io.h"
+#include "ckpt/checkpoint_reader.h"
+
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/statvfs.h>
@@ -24,16 +27,22 @@
 
 namespace ratchet {
 
-namespace {
+namespace ckpt_io {
 
 const char* kStateFile = "state.h5";
 const char* kTensorNames[3] = {"params", "adam_m", "adam_v"};
 
-uint32_t crc_of(const float* data, size_t count) {
+uint32_t crc_of(const float* data, size_t count) { return crc_update(0, data, count); }
+
+uint32_t crc_update(uint32_t crc0, const void* data, size_t count_floats) {
+  return crc_bytes(crc0, data, count_floats * sizeof(float));
+}
+
+uint32_t crc_bytes(uint32_t crc0, const void* data, size_t bytes) {
   // zlib's crc32 takes 32-bit lengths: feed it in 1 GiB pieces.
-  uLong crc = crc32(0L, Z_NULL, 0);
+  uLong crc = crc0;
   const Bytef* p = (const Bytef*)data;
-  size_t left = count * sizeof(float);
+  size_t left = bytes;
   while (left) {
     uInt n = (uInt)std::min<size_t>(left, 1u << 30);
     crc = crc32(crc, p, n);
@@ -139,7 +148,9 @@ void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
   c->rope_original_max_pos = get_int(f, "rope_original_max_pos", ctx);
 }
 
-}  // namespace
+}  // namespace ckpt_io
+
+using namespace ckpt_io;
 
 std::string to_ini(const std::map<std::string, std::string>& m) {
   std::string s;
@@ -170,7 +181,7 @@ static std::string counters_to_ini(const std::map<std::string, double>& c) {
 
 // Fails before anything is written when the file cannot fit: free space on
 // the file system, or the process's file-size limit (ulimit -f, quotas).
-static void check_room(const std::string& dir, uint64_t need) {
+void ckpt_io::check_room(const std::string& dir, uint64_t need) {
   struct statvfs fs;
   if (statvfs(dir.c_str(), &fs) == 0) {
     const uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
@@ -189,10 +200,14 @@ void write_checkpoint_files(const std::string& dir, const Checkpoint& ck) {
   const std::string path = dir + "/" + kStateFile;
   const std::string ctx = "writing checkpoint " + path;
   const size_t P = ParamLayout(ck.meta.model).total;
-  const int shards = ck.meta.optimizer_shards;
-  const int ntensors = shards > 0 ? 1 : 3;  // sharded: the moments are in the shard files
-  RATCHET_ASSERT(ck.params.size() == P &&
-                 (shards > 0 || (ck.adam_m.size() == P && ck.adam_v.size() == P)));
+  // Format 3 (param_shards > 0): state.h5 holds the metadata only; the
+  // tensors are in the ranks' shard files (checkpoint_shards.h), whose
+  // manifest write_sharded_manifest() writes. Otherwise format 1 or 2.
+  const bool v3 = ck.meta.param_shards > 0;
+  const int shards = v3 ? 0 : ck.meta.optimizer_shards;
+  const int ntensors = v3 ? 0 : shards > 0 ? 1 : 3;  // sharded: the moments are in the shard files
+  RATCHET_ASSERT(v3 || (ck.params.size() == P &&
+                        (shards > 0 || (ck.adam_m.size() == P && ck.adam_v.size() == P))));
   check_room(dir, ntensors * P * sizeof(float) + (1 << 20));  // tensors + metadata headroom
   uint32_t crcs[3] = {0, 0, 0};
   {
@@ -214,8 +229,9 @@ void write_checkpoint_files(const std::string& dir, const Checkpoint& ck) {
     }
     const CheckpointMeta& m = ck.meta;
     put_str(f, "format", "ratchet-checkpoint", ctx);
-    put_i64(f, "format_version", shards > 0 ? 2 : 1, ctx);
+    put_i64(f, "format_version", v3 ? 3 : shards > 0 ? 2 : 1, ctx);
     if (shards > 0) put_i64(f, "optimizer_shards", shards, ctx);
+    if (v3) put_i64(f, "param_shards", ck.meta.param_shards, ctx);
     put_i64(f, "step", m.step, ctx);
     put_i64(f, "adam_t", m.adam_t, ctx);
     put_u64(f, "loader_epoch", m.cursor.epoch, ctx);
@@ -241,6 +257,7 @@ void write_checkpoint_files(const std::string& dir, const Checkpoint& ck) {
     H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL), ctx, " (disk full?)");
   }
   fsync_path(path);
+  if (v3) return;
 
   const std::string mpath = dir + "/manifest.json";
   {
@@ -438,6 +455,14 @@ CheckpointMeta read_checkpoint_meta(const std::string& dir) {
   // Written only for a sharded checkpoint: absent means unsharded.
   if (auto n = h5_int_attr(f, "optimizer_shards", ctx, "")) m.optimizer_shards = (int)*n;
   if (m.optimizer_shards < 0) fail(ctx, " has an invalid optimizer_shards ", m.optimizer_shards);
+  // Format 3: the number of per-rank shard files (checkpoint_shards.h).
+  if (auto n = h5_int_attr(f, "param_shards", ctx, "")) {
+    if (*n < 1 || *n > (1 << 24)) fail(ctx, " has an invalid param_shards ", *n);
+    m.param_shards = (int)*n;
+  }
+  if ((ver == 3) != (m.param_shards > 0))
+    fail(ctx, ": format_version ", ver, " but ", m.param_shards > 0 ? "" : "no ",
+         "param_shards attribute: the file is damaged");
   m.identity = from_ini(get_str(f, "run_identity", ctx));
   m.settings = from_ini(get_str(f, "run_settings", ctx));
   for (const auto& [k, v] : from_ini(get_str(f, "counters", ctx))) {
@@ -451,6 +476,14 @@ CheckpointMeta read_checkpoint_meta(const std::string& dir) {
 Checkpoint read_checkpoint(const std::string& dir) {
   Checkpoint ck;
   ck.meta = read_checkpoint_meta(dir);
+  if (ck.meta.param_shards > 0) {  // format 3: assembled from the shards, verified first
+    CheckpointReader r(dir);
+    r.verify();
+    Checkpoint whole = read_checkpoint_part(r, {});
+    // Whole tensors now: written back (write_checkpoint_files), it is format 1.
+    whole.meta.param_shards = 0;
+    return whole;
+  }
   const std::string path = dir + "/" + kStateFile;
   const std::string ctx = "checkpoint " + path;
   const size_t P = ParamLayout(ck.meta.model).total;

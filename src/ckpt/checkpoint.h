@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/loader.h"
@@ -36,8 +37,10 @@
 namespace ratchet {
 
 // The newest format this build reads: 1 = unsharded, 2 = sharded optimizer
-// state (written only when sharded, so unsharded checkpoints stay version 1).
-constexpr int kCkptFormatVersion = 2;
+// state (ZeRO-1 before per-rank shards), 3 = per-rank shards of parameters
+// and moments plus a manifest (checkpoint_shards.h; what train writes now).
+// Formats 1 and 2 are still read, and still written by write_checkpoint_files().
+constexpr int kCkptFormatVersion = 3;
 
 struct CheckpointMeta {
   int64_t step = 0;  // optimizer steps completed
@@ -54,16 +57,24 @@ struct CheckpointMeta {
   std::map<std::string, double> counters;
   // 0: adam_m/adam_v are in state.h5; N > 0: in N optim_shard_*.h5 files.
   int optimizer_shards = 0;
+  // Format 3: N shard_*.h5 files hold the parameters and moments (0: format 1/2).
+  int param_shards = 0;
 };
 
 struct Checkpoint {
   CheckpointMeta meta;
   // (P) each, FP32. When writing with meta.optimizer_shards > 0, adam_m and
-  // adam_v are ignored (the ranks wrote their shards); reading always fills them.
+  // adam_v are ignored (the ranks wrote their shards); read_checkpoint()
+  // always fills them.
   std::vector<float> params, adam_m, adam_v;
+  // read_checkpoint_part(): adam_m/adam_v hold these [lo, hi) ranges back to
+  // back (one rank's moments); empty: all of [0, P).
+  std::vector<std::pair<size_t, size_t>> moment_ranges;
 };
 
-// Writes `ck` as dir/state.h5 + dir/manifest.json (dir must exist). Every
+// Writes `ck` as dir/state.h5 + dir/manifest.json (dir must exist): format
+// 1 or 2 (meta.optimizer_shards). With meta.param_shards > 0 only state.h5,
+// format 3, without tensors (checkpoint_shards.h writes the rest). Every
 // file is fsynced. Throws Error naming the path on any failure.
 void write_checkpoint_files(const std::string& dir, const Checkpoint& ck);
 // ZeRO-1: shard `index` of `count` writes the moments of elements [lo, hi)
@@ -73,7 +84,9 @@ void write_optimizer_shard(const std::string& dir, int64_t step, int index, int 
 std::string optimizer_shard_name(int index);  // "optim_shard_00003.h5"
 
 // Reads and verifies (format, version, sizes, checksums) a checkpoint
-// directory. Throws Error naming the path and the first problem found.
+// directory, any format, into whole (P) tensors (meta.param_shards is then 0).
+// Throws Error naming the path and the first problem found. For bounded
+// memory or one rank's part, use checkpoint_reader.h.
 Checkpoint read_checkpoint(const std::string& dir);
 // Metadata only (no tensors read, no checksums): for listings.
 CheckpointMeta read_checkpoint_meta(const std::string& dir);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ckpt/checkpoint_reader.h"
 #include "core/error.h"
 #include "core/fault.h"
 #include "core/log.h"
@@ -119,14 +120,26 @@ void CheckpointDir::abort_save(const std::string& staging) {
 
 SaveStats CheckpointDir::commit_save(const std::string& tmp, const Checkpoint& ck,
                                      const RetentionPolicy& keep) {
+  return finish_commit(tmp, ck.meta, keep, [&] { write_checkpoint_files(tmp, ck); });
+}
+
+SaveStats CheckpointDir::commit_sharded_save(const std::string& tmp, const CheckpointMeta& meta,
+                                             const std::vector<ShardFileInfo>& shards,
+                                             const RetentionPolicy& keep) {
+  return finish_commit(tmp, meta, keep, [&] { write_sharded_state(tmp, meta, shards); });
+}
+
+SaveStats CheckpointDir::finish_commit(const std::string& tmp, const CheckpointMeta& meta,
+                                       const RetentionPolicy& keep,
+                                       const std::function<void()>& write_files) {
   const double t0 = save_t0_;
-  const std::string name = entry_name(ck.meta.step);
+  const std::string name = entry_name(meta.step);
   const std::string final_path = dir_ + "/" + name;
   std::error_code ec;
   try {
-    write_checkpoint_files(tmp, ck);
+    write_files();
     fault_point("ckpt-before-commit");
-    write_small_file(tmp + "/" + kCommitMarker, std::to_string(ck.meta.step) + "\n");
+    write_small_file(tmp + "/" + kCommitMarker, std::to_string(meta.step) + "\n");
     fsync_dir(tmp);
   } catch (...) {
     fs::remove_all(tmp, ec);  // the previous checkpoint is untouched
@@ -151,10 +164,10 @@ SaveStats CheckpointDir::commit_save(const std::string& tmp, const Checkpoint& c
   if (std::rename((dir_ + "/latest.tmp").c_str(), (dir_ + "/latest").c_str()) != 0)
     fail("cannot update ", dir_, "/latest: ", std::strerror(errno));
   fsync_dir(dir_);
-  verified_[final_path] = to_ini(ck.meta.identity);
+  verified_[final_path] = to_ini(meta.identity);
   invalid_.erase(final_path);
   // Relative to this checkpoint: nothing newer and no other run's is touched.
-  const PruneResult pr = prune(keep, ck.meta.step);
+  const PruneResult pr = prune(keep, meta.step);
   for (const auto& f : pr.failed) RLOG("retention: warning: could not remove %s\n", f.c_str());
   SaveStats s;
   s.path = final_path;
@@ -169,7 +182,15 @@ std::string CheckpointDir::check_entry(const CheckpointEntry& e, Checkpoint* out
   if (!fs::exists(e.path + "/manifest.json", ec))
     return "no manifest.json (written before the commit marker: the directory was altered)";
   try {
-    Checkpoint ck = read_checkpoint(e.path);
+    // Without `out`, verified piece by piece (bounded memory, checkpoint_reader.h).
+    Checkpoint ck;
+    if (out) {
+      ck = read_checkpoint(e.path);
+    } else {
+      const CheckpointReader r(e.path);
+      r.verify();
+      ck.meta = r.meta();
+    }
     if (ck.meta.step != e.step)
       return "its name says step " + std::to_string(e.step) + " but it holds step " +
              std::to_string(ck.meta.step) +
@@ -179,6 +200,17 @@ std::string CheckpointDir::check_entry(const CheckpointEntry& e, Checkpoint* out
     if (out) *out = std::move(ck);
   } catch (const std::exception& x) {  // Error, or a library's own on damaged input
     return x.what();
+  }
+  return "";
+}
+
+std::string CheckpointDir::newest_valid_path(
+    const std::function<void(const std::string&)>& warn) const {
+  auto entries = list();
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    const std::string why = check_entry(*it);
+    if (why.empty()) return it->path;
+    warn("skipping " + it->path + ": " + why);
   }
   return "";
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_shards.h"
 #include "ckpt/retention.h"
 
 namespace ratchet {
@@ -64,13 +65,23 @@ class CheckpointDir {
   SaveStats commit_save(const std::string& staging, const Checkpoint& ck,
                         const RetentionPolicy& keep);
   void abort_save(const std::string& staging);
+  // Format 3 (checkpoint_shards.h): the ranks wrote `shards` into `staging`;
+  // writes state.h5 + manifest.json, then steps 2-5 as commit_save().
+  SaveStats commit_sharded_save(const std::string& staging, const CheckpointMeta& meta,
+                                const std::vector<ShardFileInfo>& shards,
+                                const RetentionPolicy& keep);
   // The newest valid checkpoint; each one skipped on the way is described
   // through `warn`. nullopt when none is usable.
   std::optional<Checkpoint> load_newest_valid(
       const std::function<void(const std::string&)>& warn) const;
+  // The path of the newest valid checkpoint (verified piece by piece, as
+  // check_entry without `out`), "" when none; each one skipped is described
+  // through `warn`.
+  std::string newest_valid_path(const std::function<void(const std::string&)>& warn) const;
   // Reads and verifies one entry: committed, manifest present, checksums,
   // and the step inside equal to the one in its name. Returns "" and fills
-  // `out` (when given) if valid, else why not.
+  // `out` (when given) if valid, else why not. Without `out` the tensors are
+  // read block by block (bounded memory: CheckpointReader::verify()).
   std::string check_entry(const CheckpointEntry& e, Checkpoint* out = nullptr) const;
   // Deletes what retention.h allows relative to `anchor_step` (-1: the newest
   // valid checkpoint) and leftovers of interrupted saves. Never throws for a
@@ -80,6 +91,9 @@ class CheckpointDir {
   static std::string entry_name(int64_t step);
 
  private:
+  SaveStats finish_commit(const std::string& staging, const CheckpointMeta& meta,
+                          const RetentionPolicy& keep, const std::function<void()>& write_files);
+
   std::string dir_;
   double save_t0_ = 0;  // when begin_save() ran, for SaveStats::seconds
   // Checkpoints this process wrote or fully verified: path -> run identity

@@ -233,7 +233,10 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "--expected-preemptions-per-hour (Young/Daly: sqrt(2 x save x MTBF))")
     ("expected-preemptions-per-hour",
      po::value(&o.expected_preemptions_per_hour)->default_value(o.expected_preemptions_per_hour, default_text(o.expected_preemptions_per_hour)),
-     "for --ckpt-every auto");
+     "for --ckpt-every auto")
+    ("ckpt-async", po::bool_switch(&o.ckpt_async),
+     "periodic and best saves: the step loop stops only to copy the shards to host memory, "
+     "a background thread writes them while training goes on (stops and the final save wait)");
 
   po::options_description cost("cost and guardrails");
   cost.add_options()

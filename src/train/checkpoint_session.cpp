@@ -8,12 +8,66 @@
 #include <optional>
 #include <stdexcept>
 
+#include "ckpt/checkpoint_reader.h"
 #include "ckpt/young_daly.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "data/shard_identity.h"
 
 namespace ratchet {
+
+// A save whose shard a background thread is writing (--ckpt-async), or the
+// one being written now.
+struct CheckpointSession::Pending {
+  std::string why, staging;
+  CheckpointMeta meta;
+  double t0 = 0, stall = 0;
+  bool background = false;       // written by the thread below
+  bool wrote = false;            // this rank writes a shard
+  ShardFileInfo info;            // what it wrote
+  std::string err;               // why the write failed ("" when it did not)
+  std::future<void> done;        // the writer thread (invalid for a save written in place)
+};
+
+namespace {
+
+// Every rank's string, in rank order, on every rank (two all_gathers: the
+// lengths, then the bytes padded to the longest).
+std::vector<std::string> gather_strings(Communicator& c, const std::string& mine) {
+  const int W = c.world();
+  int64_t n = (int64_t)mine.size();
+  std::vector<int64_t> lens(W);
+  c.all_gather(&n, lens.data(), 1, DType::I64);
+  int64_t longest = 0;
+  for (int64_t l : lens) longest = std::max(longest, l);
+  std::vector<std::string> out(W);
+  if (longest == 0) return out;
+  std::vector<char> send(longest, 0), all((size_t)longest * W);
+  std::copy(mine.begin(), mine.end(), send.begin());
+  c.all_gather(send.data(), all.data(), (size_t)longest, DType::U8);
+  for (int r = 0; r < W; r++) out[r].assign(all.data() + (size_t)r * longest, lens[r]);
+  return out;
+}
+
+// Where element `lo` of the flat vector sits in the moments buffer, which
+// holds `owned` back to back.
+size_t moment_offset(const FlatRanges& owned, size_t lo) {
+  size_t off = 0;
+  for (const auto& [a, b] : owned) {
+    if (lo >= a && lo < b) return off + (lo - a);
+    off += b - a;
+  }
+  RATCHET_ASSERT(false && "a written range outside the owned ranges");
+  return 0;
+}
+
+}  // namespace
+
+CheckpointSession::~CheckpointSession() {
+  // A write still running when the run ends without committing it (an error
+  // path): let it finish so its files are closed; it is never committed.
+  if (pending_ && pending_->done.valid()) pending_->done.wait();
+}
 
 CheckpointSession::CheckpointSession(const TrainOptions& o, Communicator& comm)
     : o_(o), comm_(comm), last_save_time_(now_s()) {
@@ -40,36 +94,46 @@ bool CheckpointSession::resume(const TrainState& s) {
   if (o_.resume == "never") return false;
   const double t_load = now_s();
   std::optional<Checkpoint> ck;
+  // Rank 0 verifies the checkpoint (every byte, block by block: bounded
+  // memory); then each rank reads only its part: all parameters, the moments
+  // of the ranges it owns now. All agree that they read it before going on.
+  std::string path;
   if (o_.resume != "auto") {
-    ck = read_checkpoint(o_.resume);  // an explicit path must load, or it is an error
-  } else if (dir_) {
-    // Rank 0 picks the newest valid checkpoint, the others load that one; all
-    // agree that they loaded it before going on.
-    std::string path;
+    // An explicit path must load, or it is an error (exit 2) on every rank.
+    std::string err;
     if (rank0()) {
-      ck = dir_->load_newest_valid(
-          [](const std::string& w) { RLOG("resume: warning: %s\n", w.c_str()); });
-      if (ck) path = dir_->path() + "/" + CheckpointDir::entry_name(ck->meta.step);
+      try {
+        CheckpointReader(o_.resume).verify();
+      } catch (const Error& e) {
+        err = e.what();
+      }
     }
+    comm_.broadcast_string(&err, 0);
+    if (!err.empty()) fail(err);
+    path = o_.resume;
+  } else if (dir_) {
+    if (rank0())
+      path = dir_->newest_valid_path(
+          [](const std::string& w) { RLOG("resume: warning: %s\n", w.c_str()); });
     comm_.broadcast_string(&path, 0);
     if (path.empty()) {
       RLOG("resume: no usable checkpoint in %s: starting from scratch\n", o_.ckpt_dir.c_str());
       return false;
     }
+  } else {
+    return false;
+  }
+  {
     std::string err;
-    if (!rank0()) {
-      try {
-        ck = read_checkpoint(path);
-      } catch (const Error& e) {
-        err = e.what();
-      }
+    try {
+      ck = read_checkpoint_part(CheckpointReader(path), s.dp.owned_ranges());
+    } catch (const Error& e) {
+      err = e.what();
     }
     if (comm_.agree(!err.empty()))
       fail(err.empty() ? "another rank" : "rank " + std::to_string(comm_.rank()),
-           " could not read the checkpoint ", path, " that rank 0 chose",
+           " could not read the checkpoint ", path, rank0() ? "" : " that rank 0 chose",
            err.empty() ? "" : ": " + err, "\nIs --ckpt-dir on a file system all nodes share?");
-  } else {
-    return false;
   }
   // Refuse a checkpoint of another model first, naming the field (arch,
   // num_kv_heads, rope_theta, ...): its parameters would not fit this one.
@@ -128,17 +192,17 @@ bool CheckpointSession::resume(const TrainState& s) {
 
 void CheckpointSession::restore(const TrainState& s, const Checkpoint& ck) {
   s.model.set_params(ck.params.data());
-  // This rank's slice of the moments (all of them without ZeRO); the reader
-  // reassembled sharded ones, so any world size resumes any checkpoint.
+  // This rank's moments: read_checkpoint_part() read exactly its owned ranges,
+  // back to back as the optimizer holds them, from whichever shards hold
+  // them, so any world size and stage resumes any checkpoint.
   AdamW& opt = s.dp.optimizer();
-  const ShardRange r = s.dp.range();
-  s.be.upload_bytes(opt.m(), ck.adam_m.data() + r.lo, (r.hi - r.lo) * sizeof(float));
-  s.be.upload_bytes(opt.v(), ck.adam_v.data() + r.lo, (r.hi - r.lo) * sizeof(float));
-  if (ck.meta.optimizer_shards > 0 || s.dp.zero_stage() > 0)
+  RATCHET_ASSERT(ck.adam_m.size() == ranges_length(s.dp.owned_ranges()));
+  s.be.upload_bytes(opt.m(), ck.adam_m.data(), ck.adam_m.size() * sizeof(float));
+  s.be.upload_bytes(opt.v(), ck.adam_v.data(), ck.adam_v.size() * sizeof(float));
+  const int shards = ck.meta.param_shards > 0 ? ck.meta.param_shards : ck.meta.optimizer_shards;
+  if (shards > 1 || ck.meta.optimizer_shards > 0 || s.dp.zero_stage() > 0)
     RLOG("resume: optimizer state %s, now %s\n",
-         ck.meta.optimizer_shards > 0
-             ? ("in " + std::to_string(ck.meta.optimizer_shards) + " shard(s)").c_str()
-             : "unsharded",
+         shards > 0 ? ("in " + std::to_string(shards) + " shard(s)").c_str() : "unsharded",
          s.dp.zero_stage() > 0
              ? ("sharded over " + std::to_string(comm_.world()) + " rank(s)").c_str()
              : "unsharded");
@@ -172,117 +236,204 @@ std::string CheckpointSession::after_failed_save(const std::string& err) const {
          " to resume from it";
 }
 
-void CheckpointSession::save(const TrainState& s, const char* why) {
-  if (!dir_ || last_saved_step_ == s.step) return;
-  const int step = s.step;
-  s.dp.sync_master(s.model.params());  // ZeRO-1 + BF16: every shard's FP32 values (collective)
-  AdamW& opt = s.dp.optimizer();
-  Checkpoint ck;
-  ck.meta.step = step;
-  ck.meta.adam_t = opt.steps_taken();
-  ck.meta.cursor = s.loader.cursor();
-  ck.meta.best_val_loss = s.early.best_val;
-  ck.meta.best_step = s.early.best_step;
-  ck.meta.model = s.model.config();
-  ck.meta.identity = s.identity;
-  ck.meta.settings = s.settings;
-  s.ledger.record_time_and_write(step);
-  ck.meta.counters = s.ledger.get().to_map();
-  ck.meta.counters["early_stop.bad_evals"] = s.early.bad_evals;
-  // Every rank holds the same parameters: rank 0 writes them (and unsharded
-  // moments). With ZeRO-1 each rank writes its own optimizer shard into the
-  // staging directory rank 0 made. The ranks agree after each part, so a
-  // failure anywhere leaves the previous checkpoint in place on all of them.
-  const size_t P = s.model.num_params();
-  const bool sharded = s.dp.zero_stage() == 1;
-  ck.meta.optimizer_shards = sharded ? comm_.world() : 0;
+FlatRanges CheckpointSession::write_ranges(const TrainState& s) const {
+  FlatRanges out;
+  if (s.dp.zero_stage() == 0) {
+    // Every rank holds everything: an even 1/W each, so the ranks share the writing.
+    const ShardRange r = shard_range(s.model.num_params(), comm_.world(), comm_.rank());
+    if (r.hi > r.lo) out.push_back({r.lo, r.hi});
+    return out;
+  }
+  if (!s.dp.shard_writer()) return out;  // hybrid sharding: another group's replica writes it
+  for (const auto& [lo, hi] : s.dp.owned_ranges())
+    if (hi > lo) out.push_back({lo, hi});
+  return out;
+}
+
+void CheckpointSession::save_failed(const TrainState& s, int64_t step, const std::string& err,
+                                    const std::string& staging) {
+  if (rank0() && !staging.empty()) dir_->abort_save(staging);
+  // Not bad input but a failed run (disk full, quota, I/O error): exit 1.
+  // The ledger records a failure, not a preemption.
+  s.ledger->state = kLedgerFailed;
+  s.ledger.record_time_and_write(s.step);
+  throw std::runtime_error(std::string("checkpoint save at step ") + std::to_string(step) +
+                           " failed" + (err.empty() ? " on another rank" : ": " + err) + "\n" +
+                           after_failed_save(err));
+}
+
+void CheckpointSession::poll(const TrainState& s) {
+  if (!pending_) return;
+  const bool busy = pending_->done.valid() &&
+                    pending_->done.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+  if (comm_.agree(busy)) return;  // some rank is still writing: look again after the next step
+  commit(s, *pending_);
+}
+
+void CheckpointSession::wait_pending(const TrainState& s) {
+  if (!pending_) return;
+  if (pending_->done.valid()) pending_->done.wait();
+  commit(s, *pending_);
+}
+
+void CheckpointSession::commit(const TrainState& s, Pending& p) {
+  if (p.done.valid()) p.done.get();  // the thread caught everything into p.err
+  std::unique_ptr<Pending> hold = std::move(pending_);  // done with it whatever happens below
+  const int64_t step = p.meta.step;
+  // Every rank's write result, agreed before anything is committed.
+  if (comm_.agree(!p.err.empty())) save_failed(s, step, p.err, p.staging);
+  const std::vector<std::string> infos = gather_strings(comm_, p.wrote ? p.info.to_json() : "");
+  SaveStats stats;
+  std::string err;
   if (rank0()) {
-    ck.params.resize(P);
-    s.model.get_params(ck.params.data());
-    if (!sharded) {
-      ck.adam_m.resize(P);
-      ck.adam_v.resize(P);
-      s.be.download_bytes(ck.adam_m.data(), opt.m(), P * sizeof(float));
-      s.be.download_bytes(ck.adam_v.data(), opt.v(), P * sizeof(float));
+    try {
+      std::vector<ShardFileInfo> shards;
+      for (const auto& text : infos)
+        if (!text.empty()) shards.push_back(ShardFileInfo::from_json(text, "a rank's shard"));
+      stats = dir_->commit_sharded_save(p.staging, p.meta, shards, keep_for(s));
+    } catch (const Error& e) {
+      err = e.what();
     }
   }
-  // Diverged weights are never saved (issue 25: a NaN checkpoint passed `ckpt
-  // verify` and replaced the last good one): a failed run, naming the step
-  // and the tensor, with the previous checkpoint left in place.
-  std::string bad;
-  if (rank0()) {
-    bad = first_non_finite(s.model.layout(), ck.params);
-    for (const auto* m : {&ck.adam_m, &ck.adam_v})
-      for (size_t i = 0; bad.empty() && i < m->size(); i++)
-        if (!std::isfinite((*m)[i]))
-          bad = std::string("AdamW's ") + (m == &ck.adam_m ? "m" : "v") + " holds " +
-                std::to_string((*m)[i]) + " at element " + std::to_string(i);
+  if (comm_.agree(!err.empty())) save_failed(s, step, err, p.staging);
+  comm_.broadcast(&stats.seconds, sizeof stats.seconds, 0);  // the same save time on every rank
+  stats.seconds = std::max(stats.seconds, now_s() - p.t0);
+  max_save_seconds_ = std::max(max_save_seconds_, stats.seconds);
+  max_stall_seconds_ = std::max(max_stall_seconds_, p.stall);
+  s.ledger->ckpt_save_seconds += p.stall;  // what the run lost to it
+  if (o_.ckpt_every_auto) {
+    // --ckpt-every auto: Young/Daly (ckpt/young_daly.h) from the longest save
+    // so far (with --ckpt-async: the longest stall, what a save costs the loop).
+    const double cost = o_.ckpt_async ? max_stall_seconds_ : max_save_seconds_;
+    const double mtbf = 3600.0 / o_.expected_preemptions_per_hour;
+    auto_interval_s_ = young_daly_interval_seconds(cost, mtbf);
+    RLOG("ckpt-every auto: save takes %.4f s, mean time between preemptions %.0f s -> a "
+         "checkpoint every %.3f s; expected loss per preemption %.3f s\n",
+         cost, mtbf, auto_interval_s_, auto_interval_s_ / 2 + cost);
   }
-  if (comm_.agree(!bad.empty()))
-    throw std::runtime_error("not saving the checkpoint at step " + std::to_string(step) + ": " +
-                             (bad.empty() ? "rank 0 found non-finite weights" : bad) +
-                             ": the run diverged. " + after_failed_save("") +
-                             "; lower --lr or check --grad-clip and the data");
+  if (p.background)
+    RLOG("checkpoint (%s): step %lld, %.1f MB in %.2f s -> %s (written in the background; the "
+         "step loop stopped %.4f s)\n",
+         p.why.c_str(), (long long)step, stats.bytes / 1e6, stats.seconds, stats.path.c_str(),
+         p.stall);
+  else
+    RLOG("checkpoint (%s): step %lld, %.1f MB in %.2f s -> %s\n", p.why.c_str(), (long long)step,
+         stats.bytes / 1e6, stats.seconds, stats.path.c_str());
+}
+
+RetentionPolicy CheckpointSession::keep_for(const TrainState& s) const {
   RetentionPolicy keep;
   keep.keep_last = o_.keep_last;
   keep.keep_every = o_.keep_every;
   keep.best_step = s.early.best_step;
-  SaveStats stats;
-  std::string err, staging;
-  auto attempt = [&](const std::function<void()>& part) {
-    if (err.empty()) {
-      try {
-        part();
-      } catch (const Error& e) {
-        err = e.what();
-      }
-    }
-    if (comm_.agree(!err.empty())) {
-      if (rank0() && !staging.empty()) dir_->abort_save(staging);
-      // Not bad input but a failed run (disk full, quota, I/O error): exit 1.
-      // The ledger records a failure, not a preemption.
-      s.ledger->state = kLedgerFailed;
-      s.ledger.record_time_and_write(step);
-      throw std::runtime_error(std::string("checkpoint save at step ") + std::to_string(step) +
-                               " failed" + (err.empty() ? " on another rank" : ": " + err) +
-                               "\n" + after_failed_save(err));
-    }
-  };
-  if (!sharded && comm_.world() == 1) {
-    attempt([&] { stats = dir_->save(ck, keep); });
-  } else {
-    attempt([&] {
-      if (rank0()) staging = dir_->begin_save(step);
-    });
-    comm_.broadcast_string(&staging, 0);
-    if (sharded)
-      attempt([&] {
-        const ShardRange r = s.dp.range();
-        std::vector<float> m(r.hi - r.lo), v(r.hi - r.lo);
-        s.be.download_bytes(m.data(), opt.m(), m.size() * sizeof(float));
-        s.be.download_bytes(v.data(), opt.v(), v.size() * sizeof(float));
-        write_optimizer_shard(staging, step, comm_.rank(), comm_.world(), P, r.lo, r.hi,
-                              m.data(), v.data());
-      });
-    attempt([&] {
-      if (rank0()) stats = dir_->commit_save(staging, ck, keep);
-    });
-    comm_.broadcast(&stats.seconds, sizeof stats.seconds, 0);  // the same save time on every rank
+  return keep;
+}
+
+void CheckpointSession::save(const TrainState& s, const char* why) {
+  if (!dir_) return;
+  const std::string reason = why;
+  const bool background = o_.ckpt_async && (reason == "periodic" || reason == "best");
+  wait_pending(s);  // the previous save's write, committed first (collective)
+  if (last_saved_step_ == s.step) return;
+  const int step = s.step;
+  auto p = std::make_unique<Pending>();
+  p->why = reason;
+  p->t0 = now_s();
+  AdamW& opt = s.dp.optimizer();
+  CheckpointMeta& meta = p->meta;
+  meta.step = step;
+  meta.adam_t = opt.steps_taken();
+  meta.cursor = s.loader.cursor();
+  meta.best_val_loss = s.early.best_val;
+  meta.best_step = s.early.best_step;
+  meta.model = s.model.config();
+  meta.identity = s.identity;
+  meta.settings = s.settings;
+  s.ledger.record_time_and_write(step);
+  meta.counters = s.ledger.get().to_map();
+  meta.counters["early_stop.bad_evals"] = s.early.bad_evals;
+
+  // The snapshot: this rank's shard into host memory (the only part of a
+  // background save the loop waits for). Parameters as FP32 master values
+  // (download_f32: with BF16 storage the owner's master copy, so no gather);
+  // moments from the optimizer's buffer, which holds the owned ranges back to back.
+  const FlatRanges ranges = write_ranges(s);
+  const FlatRanges owned = s.dp.owned_ranges();
+  const size_t n = ranges_length(ranges), sb = s.be.storage_bytes();
+  snap_params_.resize(n);
+  snap_m_.resize(n);
+  snap_v_.resize(n);
+  size_t at = 0;
+  for (const auto& [lo, hi] : ranges) {
+    const size_t off = moment_offset(owned, lo);
+    s.be.download_f32(snap_params_.data() + at, static_cast<const char*>(s.model.params()) + lo * sb,
+                      hi - lo);
+    s.be.download_bytes(snap_m_.data() + at, opt.m() + off, (hi - lo) * sizeof(float));
+    s.be.download_bytes(snap_v_.data() + at, opt.v() + off, (hi - lo) * sizeof(float));
+    at += hi - lo;
   }
+  // Diverged weights are never saved (issue 25: a NaN checkpoint passed `ckpt
+  // verify` and replaced the last good one): a failed run, naming the step
+  // and the tensor, with the previous checkpoint left in place. Each rank
+  // checks its own shard.
+  std::string bad;
+  at = 0;
+  for (const auto& [lo, hi] : ranges) {
+    for (size_t k = 0; k < hi - lo && bad.empty(); k++) {
+      const float* vals[3] = {&snap_params_[at + k], &snap_m_[at + k], &snap_v_[at + k]};
+      for (int t = 0; t < 3 && bad.empty(); t++)
+        if (!std::isfinite(*vals[t]))
+          bad = t == 0 ? describe_param_value(s.model.layout(), lo + k, *vals[t])
+                       : std::string("AdamW's ") + (t == 1 ? "m" : "v") + " holds " +
+                             std::to_string(*vals[t]) + " at element " + std::to_string(lo + k);
+    }
+    at += hi - lo;
+  }
+  // The lowest rank that found one says which.
+  const std::vector<std::string> bads = gather_strings(comm_, bad);
+  for (const auto& b : bads)
+    if (bad.empty() && !b.empty()) bad = b;
+  if (!bad.empty())
+    throw std::runtime_error("not saving the checkpoint at step " + std::to_string(step) + ": " +
+                             bad + ": the run diverged. " + after_failed_save("") +
+                             "; lower --lr or check --grad-clip and the data");
+
+  // The staging directory, made by rank 0.
+  std::string err;
+  if (rank0()) {
+    try {
+      p->staging = dir_->begin_save(step);
+    } catch (const Error& e) {
+      err = e.what();
+    }
+  }
+  if (comm_.agree(!err.empty())) save_failed(s, step, err, "");
+  comm_.broadcast_string(&p->staging, 0);
   last_saved_step_ = step;
   last_save_time_ = now_s();
-  max_save_seconds_ = std::max(max_save_seconds_, stats.seconds);
-  s.ledger->ckpt_save_seconds += stats.seconds;
-  if (o_.ckpt_every_auto) {
-    // --ckpt-every auto: Young/Daly (ckpt/young_daly.h) from the longest save so far.
-    const double mtbf = 3600.0 / o_.expected_preemptions_per_hour;
-    auto_interval_s_ = young_daly_interval_seconds(max_save_seconds_, mtbf);
-    RLOG("ckpt-every auto: save takes %.4f s, mean time between preemptions %.0f s -> a "
-         "checkpoint every %.3f s; expected loss per preemption %.3f s\n",
-         max_save_seconds_, mtbf, auto_interval_s_, auto_interval_s_ / 2 + max_save_seconds_);
+
+  p->wrote = !ranges.empty();
+  auto write = [this, pp = p.get(), ranges, step, P = s.model.num_params(), rank = comm_.rank(),
+                world = comm_.world()] {
+    if (!pp->wrote) return;
+    try {
+      pp->info = write_param_shard(pp->staging, step, rank, world, P, ranges, snap_params_.data(),
+                                   snap_m_.data(), snap_v_.data());
+    } catch (const std::exception& e) {  // Error, or bad_alloc: every rank hears of it
+      pp->err = e.what();
+    }
+  };
+  if (background) {
+    p->background = true;
+    p->done = std::async(std::launch::async, write);
+    p->stall = now_s() - p->t0;
+    pending_ = std::move(p);
+    return;  // poll() or the next save commits it
   }
-  RLOG("checkpoint (%s): step %d, %.1f MB in %.2f s -> %s\n", why, step, stats.bytes / 1e6,
-       stats.seconds, stats.path.c_str());
+  write();
+  p->stall = now_s() - p->t0;
+  pending_ = std::move(p);
+  commit(s, *pending_);
 }
 
 }  // namespace ratchet

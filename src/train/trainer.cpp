@@ -931,6 +931,7 @@ int Trainer::train() {
              o_.export_path.empty() && o_.export_hf.empty() ? "" : "; the weights so far are in --export/--export-hf");
       return code;
     }
+    ckpt_->poll(st);  // --ckpt-async: commits a background write that has finished
     // Clocks differ between ranks: they agree on saving (a collective).
     if (comm_.agree(ckpt_->periodic_save_due(step_) && step_ < o_.steps))
       ckpt_->save(st, "periodic");

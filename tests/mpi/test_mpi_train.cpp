@@ -187,9 +187,9 @@ TEST_F(MpiTrain, ShardedCheckpointResumesOnADifferentWorldSize) {
                      "RATCHET_FAULT=USR1@step-4");
   ASSERT_EQ(r.exit_code, 75) << r.output;
   EXPECT_NE(r.output.find("stopping at step 4"), std::string::npos) << r.output;
-  for (const char* f : {"state.h5", "optim_shard_00000.h5", "optim_shard_00001.h5", "COMMITTED"})
+  for (const char* f : {"state.h5", "shard_00000.h5", "shard_00001.h5", "manifest.json", "COMMITTED"})
     EXPECT_TRUE(fs::exists(ck + "/step_00000004/" + f)) << f;
-  EXPECT_FALSE(fs::exists(ck + "/step_00000004/optim_shard_00002.h5"));
+  EXPECT_FALSE(fs::exists(ck + "/step_00000004/shard_00002.h5"));
   auto v = run_ratchet("ckpt verify " + ck + "/step_00000004");
   EXPECT_EQ(v.exit_code, 0) << v.output;
 
@@ -202,7 +202,7 @@ TEST_F(MpiTrain, ShardedCheckpointResumesOnADifferentWorldSize) {
   EXPECT_NE(r.output.find("batch_size changed from 3 to 2"), std::string::npos) << r.output;
   // The log was appended to: 4 losses before the stop, 4 after, as the reference.
   expect_close(ref.path, run.path, "2 ranks -> stop at 4 -> 3 ranks");
-  EXPECT_TRUE(fs::exists(ck + "/step_00000008/optim_shard_00002.h5"));
+  EXPECT_TRUE(fs::exists(ck + "/step_00000008/shard_00002.h5"));
   (void)first_log;
 
   // And the 3-shard checkpoint resumes on one process without ZeRO.
@@ -452,7 +452,7 @@ TEST_F(MpiTrainStubNccl, GuardedZero1EqualsAllReduceAndResumesOnOneRank) {
   r = runN(2, simt_args(2, 64, run.path) + " --zero 1 --ckpt-dir " + ck,
            env + run.path + " RATCHET_FAULT=USR1@step-4");
   ASSERT_EQ(r.exit_code, 75) << r.output;
-  EXPECT_TRUE(fs::exists(ck + "/step_00000004/optim_shard_00001.h5"));
+  EXPECT_TRUE(fs::exists(ck + "/step_00000004/shard_00001.h5"));
   // One rank, 2 micro-batches of 2 rows: the same 4 rows per step.
   r = run_shell(mpirun_prefix(1, "RATCHET_SIMT_GUARD=1") + RATCHET_SIMT_EXE + " " +
                 simt_args(2, 64, run.path) + " --zero 1 --ckpt-dir " + ck);

@@ -79,7 +79,7 @@ TEST_F(MpiTrainGpu, TwoRankShardedCheckpointResumesOnOneGpu) {
   // 2 CPU ranks of 2 rows write a 2-shard checkpoint at step 4 ...
   auto r = mpirun_ratchet(2, args("cpu", 2, 128, run.path, 4) + " --zero 1 --ckpt-dir " + ck);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  ASSERT_TRUE(fs::exists(ck + "/step_00000004/optim_shard_00001.h5"));
+  ASSERT_TRUE(fs::exists(ck + "/step_00000004/shard_00001.h5"));
   // ... which one GPU rank (2 micro-batches of 2 rows) resumes to step 8.
   r = mpirun_ratchet(1, args("cuda", 2, 128, run.path, 8) + " --zero 1 --ckpt-dir " + ck);
   ASSERT_EQ(r.exit_code, 0) << r.output;
