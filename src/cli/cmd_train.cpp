@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <cstdlib>
 #include <stdexcept>
@@ -13,6 +14,8 @@
 #include "cli/options_util.h"
 #include "core/error.h"
 #include "data/mixture.h"
+#include "data/mixture_ini.h"
+#include "dist/communicator.h"
 #include "train/trainer.h"
 
 namespace po = boost::program_options;
@@ -42,7 +45,9 @@ const char* kExamples = R"(examples:
       --total-batch-tokens 2048 --zero 1      # or: srun -n 4 --mpi=pmix ratchet train ...
 
   # a weighted mixture: 70% of the rows from web, 30% from books (in run.ini: two
-  # 'train-data = ...' lines); stop when a source has no unseen window left
+  # 'train-data = ...' lines, or a [train-data] section at the end of the file with
+  # the lines 'web/*.h5 = 0.7' and 'books/*.h5 = 0.3'); stop when a source has no
+  # unseen window left
   ratchet train --config run.ini --train-data 'web/*.h5:0.7' --train-data 'books/*.h5:0.3' \
       --on-source-exhausted stop
 
@@ -103,7 +108,8 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("train-data", po::value(&o.train_data_specs),
      "GLOB[:WEIGHT] of training shards (from `ratchet shard`); repeat it for a weighted mixture "
      "('web/*.h5:0.7' and 'books/*.h5:0.3'; only a trailing :NUMBER is a weight; in an INI "
-     "file, one 'train-data = ...' line per source)")
+     "file, one 'train-data = ...' line per source, or a [train-data] section of 'GLOB = WEIGHT' "
+     "lines at its end; given here, it replaces the file's sources)")
     ("on-source-exhausted", po::value(&o.on_source_exhausted)->default_value(o.on_source_exhausted),
      "when a --train-data source has drawn every window of its epoch: wrap (its next epoch, "
      "reshuffled) or stop (save, final evaluation and --export, exit 0, naming the source)")
@@ -312,7 +318,8 @@ void check_train_config(const std::string& path, const std::string& what) {
   text << f.rdbuf();
   std::string t = text.str();
   if (t.rfind("\xEF\xBB\xBF", 0) == 0) t.erase(0, 3);  // a UTF-8 BOM: `sweep init`'s copy has none
-  std::istringstream in(t);
+  // Its [train-data] section as `ratchet train --config` reads it (data/mixture_ini.h).
+  std::istringstream in(read_train_data_section(t, what, train_option_names()).rest);
   po::variables_map vm;
   try {
     po::store(po::parse_config_file(in, desc), vm);
@@ -332,8 +339,26 @@ int cmd_train(int argc, char** argv) {
               << "\n\n" << desc << "\n" << kExamples;
     return kExitOk;
   }
-  if (vm.count("config")) parse_config_file(vm["config"].as<std::string>(), desc, vm, "train");
+  // --config: its [train-data] section (data/mixture_ini.h) is read here, the
+  // rest by Boost. --train-data on the command line replaces the file's
+  // sources, whichever form they take, as for any option given on both.
+  const bool cli_train_data = vm.count("train-data") > 0;
+  TrainDataSection ini_sources;
+  if (vm.count("config")) {
+    config_path = vm["config"].as<std::string>();
+    ini_sources = read_train_data_section(read_config_file(config_path), config_path,
+                                          train_option_names());
+    parse_config_text(ini_sources.rest, config_path, desc, vm, "train");
+  }
   po::notify(vm);
+  if (cli_train_data && (ini_sources.header_line || ini_sources.key_line) && detect_launch().rank == 0)
+    std::printf("note: --train-data on the command line replaces the training sources of %s "
+                "(line %d), not added to them\n", config_path.c_str(),
+                ini_sources.header_line ? ini_sources.header_line : ini_sources.key_line);
+  if (!cli_train_data && ini_sources.header_line) {
+    check_train_data_section_globs(ini_sources, config_path);
+    o.train_data_specs = ini_sources.specs;
+  }
   if (vm.count("total-batch-tokens") && o.total_batch_tokens <= 0)
     fail("--total-batch-tokens must be positive (got ", o.total_batch_tokens,
          "); leave it out for one micro-batch per step");

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -43,6 +44,26 @@ void parse_config_file(const std::string& path, const po::options_description& d
   if (!f) fail("--config ", path, ": cannot open the file");
   try {
     po::store(po::parse_config_file(f, desc), vm);
+  } catch (const po::error& e) {
+    fail("--config ", path, ": ", e.what(), " (keys are `ratchet ", cmd,
+         "` long option names without the dashes)");
+  }
+}
+
+std::string read_config_file(const std::string& path) {
+  check_config_path(path);
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("--config ", path, ": cannot open the file");
+  std::stringstream text;
+  text << f.rdbuf();
+  return text.str();
+}
+
+void parse_config_text(const std::string& text, const std::string& path,
+                       const po::options_description& desc, po::variables_map& vm, const char* cmd) {
+  std::istringstream in(text);
+  try {
+    po::store(po::parse_config_file(in, desc), vm);
   } catch (const po::error& e) {
     fail("--config ", path, ": ", e.what(), " (keys are `ratchet ", cmd,
          "` long option names without the dashes)");

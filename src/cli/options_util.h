@@ -18,6 +18,14 @@ bool parse_options(int argc, char** argv, const boost::program_options::options_
 void parse_config_file(const std::string& path,
                        const boost::program_options::options_description& desc,
                        boost::program_options::variables_map& vm, const char* cmd);
+// The same for an INI file's text already read (`path` names it in errors):
+// `ratchet train` takes its [train-data] section out first (data/mixture_ini.h).
+void parse_config_text(const std::string& text, const std::string& path,
+                       const boost::program_options::options_description& desc,
+                       boost::program_options::variables_map& vm, const char* cmd);
+// An INI file's whole text; Error naming --config PATH when it is a directory
+// or cannot be read.
+std::string read_config_file(const std::string& path);
 
 // A default as people write it, for --help: the shortest text that reads
 // back as the same value ("0.35", where Boost's own prints

@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "data/mixture.h"
+#include "data/mixture_ini.h"
 #include "report/report.h"
 #include "sweep/budget.h"
 #include "sweep/executor.h"
@@ -89,7 +90,10 @@ bool contains_ci(const std::string& text, const std::string& what) {
 // A base INI's key = value lines (the checks of check_base passed).
 std::map<std::string, std::string> base_values(const std::string& base_ini) {
   std::map<std::string, std::string> kv;
-  std::ifstream in(base_ini);
+  std::ifstream f(base_ini);
+  std::stringstream text;
+  text << f.rdbuf();
+  std::istringstream in(read_train_data_section(text.str(), base_ini, {}).rest);
   for (std::string line; std::getline(in, line);) {
     line = trim(line.substr(0, line.find('#')));
     const auto eq = line.find('=');
@@ -108,6 +112,22 @@ std::string cwd() {
 // will see it: from the controller's working directory.
 std::string missing_base_path(const std::string& base_ini) {
   const auto kv = base_values(base_ini);
+  {  // a [train-data] section's globs (data/mixture_ini.h)
+    std::ifstream f(base_ini);
+    std::stringstream text;
+    text << f.rdbuf();
+    const TrainDataSection sec = read_train_data_section(text.str(), base_ini, {});
+    for (size_t i = 0; i < sec.globs.size(); i++) {
+      glob_t g{};
+      const bool found = ::glob(sec.globs[i].c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0;
+      ::globfree(&g);
+      if (!found)
+        return "[train-data] '" + sec.globs[i] + "' of " + base_ini + " (line " +
+               std::to_string(sec.lines[i]) + ") matches no file" +
+               (sec.globs[i][0] == '/' ? "" : " (a relative path: the trainers resolve it from the "
+                                              "working directory of `sweep run`, " + cwd() + ")");
+    }
+  }
   for (const char* key : {"train-data", "val-data", "init-from"}) {
     const auto it = kv.find(key);
     if (it == kv.end() || it->second.empty()) continue;
@@ -913,8 +933,19 @@ std::vector<std::string> trial_command(const SweepState& s, const Trial& t, int 
 
 int check_base(const std::string& base_ini, const std::vector<std::string>& known,
                bool refuse_relative, bool needs_val_data) {
-  std::ifstream in(base_ini);
-  if (!in) fail("--base ", base_ini, " cannot be read");
+  std::ifstream f(base_ini);
+  if (!f) fail("--base ", base_ini, " cannot be read");
+  std::stringstream text;
+  text << f.rdbuf();
+  // A [train-data] section (data/mixture_ini.h) is checked as the trainer
+  // reads it; its lines are empty in `rest`, so the line numbers below stay the file's.
+  const TrainDataSection sec = read_train_data_section(text.str(), "--base " + base_ini, known);
+  for (size_t i = 0; i < sec.globs.size(); i++)
+    if (refuse_relative && sec.globs[i][0] != '/')
+      fail("--base ", base_ini, " line ", sec.lines[i], ": [train-data] '", sec.globs[i], "' is a "
+           "relative path: the trainers would resolve it from wherever `sweep run` is started; give "
+           "an absolute path");
+  std::istringstream in(sec.rest);
   std::string line;
   int steps = 0;
   bool val = false;
@@ -930,7 +961,8 @@ int check_base(const std::string& base_ini, const std::vector<std::string>& know
     // with exit 2): found here, naming the line.
     if (line[0] == '[')
       fail("--base ", base_ini, " line ", n, ": '", line, "': sections are not read by `ratchet "
-           "train` (its keys would become '", line.substr(1, line.find(']') - 1), ".KEY'); remove it");
+           "train`, but for [train-data] (its keys would become '", line.substr(1, line.find(']') - 1),
+           ".KEY'); remove it");
     const auto eq = line.find('=');
     if (eq == std::string::npos)
       fail("--base ", base_ini, " line ", n, ": '", line, "' is not 'key = value' (comments start "

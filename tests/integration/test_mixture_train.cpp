@@ -5,7 +5,8 @@
 //    4 binomial sigmas;
 //  - a run stopped by SIGUSR1 and resumed draws the same rows and ends with
 //    weights bit-identical to a straight run, its ledger counting the same
-//    tokens per source; the INI form (repeated keys) is the same run;
+//    tokens per source; the INI forms (repeated keys, a [train-data] section)
+//    are the same run, and a bad section line is refused naming file and line;
 //  - --on-source-exhausted stop ends the run (exit 0, naming the source) before
 //    a source repeats a window; wrap runs on;
 //  - bad specs are refused (exit 2) naming --train-data.
@@ -163,6 +164,51 @@ TEST_F(MixtureTrain, IniRepeatedKeysAreTheSameRunAndTheCommandLineWins) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("source 1"), std::string::npos) << r.output;
   EXPECT_FALSE(read_json_file(d / "c/ledger.json").contains("tokens_by_source"));
+}
+
+TEST_F(MixtureTrain, IniSectionIsTheSameRunAndBadLinesNameFileAndLine) {
+  TempDir d;
+  // [train-data] at the end of the file, GLOB = WEIGHT: the flags' run, byte for byte.
+  write_file(d / "run.ini", "seed = 7\n[train-data]\n" + letters() + " = 0.7  # words\n\n" +
+                                digits() + " = 0.3\n");
+  auto r = run_ratchet(train_cmd(d / "a", 6) + " --export " + (d / "a.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet(train_cmd(d / "b", 6, " --config " + (d / "run.ini")) + " --export " + (d / "b.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(read_file(d / "a.bin") == read_file(d / "b.bin"));
+  EXPECT_EQ(read_json_file(d / "a/ledger.json")["tokens_by_source"],
+            read_json_file(d / "b/ledger.json")["tokens_by_source"]);
+  // --train-data on the command line replaces the section, saying so.
+  r = run_ratchet(train_cmd(d / "c", 2, " --config " + (d / "run.ini") + " --train-data '" + letters() + "'"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("note: --train-data on the command line replaces the training sources of " +
+                          (d / "run.ini") + " (line 2)"),
+            std::string::npos) << r.output;
+  EXPECT_FALSE(read_json_file(d / "c/ledger.json").contains("tokens_by_source"));
+  struct Case {
+    std::string ini, says;
+  };
+  const std::vector<Case> cases = {
+      {"[train-data]\n" + letters() + " = 0\n", "line 2: [train-data] '" + letters() + "' has the weight '0'"},
+      {"[train-data]\n" + letters() + "\n", "line 2: '" + letters() + "' in [train-data] is not 'GLOB = WEIGHT'"},
+      {"\n[train-data]\n" + letters() + " = 1\n" + (d / "none_*.h5") + " = 1\n",
+       "line 4: [train-data] '" + (d / "none_*.h5") + "' matches no file"},
+      {"[train-data]\n" + letters() + " = 1\nsteps = 5\n", "line 3: 'steps' is a `ratchet train` option"},
+      {"train-data = " + digits() + "\n[train-data]\n" + letters() + " = 1\n", "use one of the two forms"},
+      {"[train-data]\n", "lists no source"},
+  };
+  for (const Case& c : cases) {
+    write_file(d / "bad.ini", c.ini);
+    r = run_ratchet(train_cmd(d / "bad", 2, " --config " + (d / "bad.ini")));
+    EXPECT_EQ(r.exit_code, 2) << c.ini << "\n" << r.output;
+    EXPECT_NE(r.output.find(d / "bad.ini"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(c.says), std::string::npos) << c.ini << "\n" << r.output;
+  }
+  // Another section is still Boost's to refuse, naming its key.
+  write_file(d / "bad.ini", "[train-data]\n" + letters() + " = 1\n[other]\nx = 1\n");
+  r = run_ratchet(train_cmd(d / "bad", 2, " --config " + (d / "bad.ini")));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("other.x"), std::string::npos) << r.output;
 }
 
 TEST_F(MixtureTrain, StopWhenASourceRunsOutWrapOtherwise) {

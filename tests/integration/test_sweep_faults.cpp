@@ -261,6 +261,10 @@ TEST(SweepFaults, TheBaseAndBudgetsAreCheckedAsTheTrainerWould) {
       {"val-data = /x\n[train]\nlr = 1\n", "line 2: '[train]': sections are not read by `ratchet train`"},
       {"val-data = /x\nlr = fast\n", "`ratchet train --config` refuses it"},
       {"val-data = data/val_*.h5\n", "line 1: val-data 'data/val_*.h5' is a relative path"},
+      // A [train-data] section (data/mixture_ini.h) is read as the trainer reads it.
+      {"val-data = /x\n[train-data]\ndata/a_*.h5 = 1\n", "line 3: [train-data] 'data/a_*.h5' is a relative path"},
+      {"val-data = /x\n[train-data]\n/a_*.h5 = 0\n", "line 3: [train-data] '/a_*.h5' has the weight '0'"},
+      {"val-data = /x\n[train-data]\n/a_*.h5 = 1\nlr = 1\n", "line 4: 'lr' is a `ratchet train` option"},
   };
   for (const auto& c : cases) {
     write_file(d / "b.ini", c.base);
@@ -270,6 +274,13 @@ TEST(SweepFaults, TheBaseAndBudgetsAreCheckedAsTheTrainerWould) {
     EXPECT_EQ(r.exit_code, 2) << c.base << r.output;
     EXPECT_NE(r.output.find(c.want), std::string::npos) << c.base << r.output;
     EXPECT_FALSE(fs::exists(d / "x/journal.jsonl")) << c.base;
+  }
+  // A base whose sources are a [train-data] section: accepted.
+  write_file(d / "b.ini", "val-data = /x\n[train-data]\n/web_*.h5 = 0.7\n/books_*.h5 = 0.3\n");
+  {
+    auto r = run_ratchet("sweep init " + (d / "t") + " --space " + (d / "s.ini") + " --base " + (d / "b.ini") +
+                         " --grid");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
   }
   // A searched preset under the base's own layers: every trial the same shape.
   write_file(d / "m.ini", "model = choice(d4, d6)\n");
