@@ -4,45 +4,87 @@
 #include <cstddef>
 #include <exception>
 
+#include "data/hf_tokenizer.h"
+
 namespace ratchet {
 namespace {
 bool printable_ascii(char c) { return c >= 0x21 && c <= 0x7E; }
 }  // namespace
 
-std::vector<size_t> safe_cuts(const Tokenizer& tok, const std::string& text, size_t piece_bytes) {
-  std::vector<size_t> cuts;
+DocumentCutter::DocumentCutter(const Tokenizer& tok) {
   const std::string name = tok.name();
-  if (name != "byte" && name != "gpt2") return cuts;
-  size_t want = piece_bytes;
-  while (want < text.size()) {
-    if (name == "byte") {
-      cuts.push_back(want);
-      want += piece_bytes;
-      continue;
-    }
-    // The first p >= want with text[p-2] printable, text[p-1] == '\n',
-    // text[p] printable (p is the start of the next piece).
-    size_t p = want;
-    bool found = false;
-    while (p < text.size()) {
-      size_t nl = text.find('\n', p - 1);
-      if (nl == std::string::npos || nl + 1 >= text.size()) break;
-      p = nl + 1;
-      if (nl >= 1 && printable_ascii(text[nl - 1]) && printable_ascii(text[p])) {
-        found = true;
-        break;
-      }
-      p++;
-    }
-    if (!found) break;
-    cuts.push_back(p);
-    want = p + piece_bytes;
+  if (name == "byte") {
+    kind_ = kByte;
+  } else if (name == "gpt2") {
+    kind_ = kGpt2;
+  } else if (auto* h = dynamic_cast<const HfTokenizer*>(&tok)) {
+    hf_ = std::make_unique<hf::SafeCutter>(h->engine());
+    if (hf_->can_cut()) kind_ = kHf;
   }
-  return cuts;
+}
+
+DocumentCutter::~DocumentCutter() = default;
+
+size_t DocumentCutter::lookahead() const {
+  switch (kind_) {
+    case kHf: return hf_->window() + 1;
+    case kGpt2: return 1;
+    default: return 0;
+  }
+}
+
+bool DocumentCutter::find(std::string_view text, size_t from, bool complete, TextCut* cut) const {
+  from = std::max<size_t>(from, 1);
+  switch (kind_) {
+    case kNone: return false;
+    case kHf: return hf_->find(text, from, complete, cut);
+    case kByte:
+      if (from >= text.size()) return false;
+      *cut = {from, from};
+      return true;
+    case kGpt2:
+      // The first p >= from with text[p-2] printable, text[p-1] == '\n',
+      // text[p] printable: GPT-2's pre-tokenizer ends a piece after such a
+      // newline and starts afresh.
+      for (size_t p = std::max<size_t>(from, 2); p < text.size();) {
+        size_t nl = text.find('\n', p - 1);
+        if (nl == std::string_view::npos || nl + 1 >= text.size()) return false;
+        p = nl + 1;
+        if (nl >= 1 && printable_ascii(text[nl - 1]) && printable_ascii(text[p])) {
+          *cut = {p, p};
+          return true;
+        }
+        p++;
+      }
+      return false;
+  }
+  return false;
+}
+
+std::vector<TextCut> DocumentCutter::cuts(std::string_view text, size_t part_bytes) const {
+  std::vector<TextCut> out;
+  size_t pos = 0;
+  while (can_cut() && part_bytes > 0 && pos + part_bytes < text.size()) {
+    TextCut k;
+    if (!find(text, pos + part_bytes, true, &k)) break;
+    out.push_back(k);
+    pos = k.resume;
+  }
+  return out;
+}
+
+std::vector<TextCut> safe_cuts(const Tokenizer& tok, const std::string& text, size_t piece_bytes) {
+  return DocumentCutter(tok).cuts(text, piece_bytes);
 }
 
 void tokenize_parallel(const Tokenizer& tok, const std::vector<const std::string*>& docs,
-                       int threads, std::vector<std::vector<uint32_t>>& out, size_t piece_bytes) {
+                       int threads, std::vector<std::vector<uint32_t>>& out, size_t piece_bytes,
+                       const DocumentCutter* cutter) {
+  std::unique_ptr<DocumentCutter> own;
+  if (!cutter) {
+    own = std::make_unique<DocumentCutter>(tok);
+    cutter = own.get();
+  }
   struct Task {
     size_t doc, begin, end;
   };
@@ -53,9 +95,9 @@ void tokenize_parallel(const Tokenizer& tok, const std::vector<const std::string
     const std::string& t = *docs[d];
     size_t begin = 0;
     if (t.size() > 2 * piece_bytes)
-      for (size_t c : safe_cuts(tok, t, piece_bytes)) {
-        tasks.push_back({d, begin, c});
-        begin = c;
+      for (const TextCut& c : cutter->cuts(t, piece_bytes)) {
+        tasks.push_back({d, begin, c.end});
+        begin = c.resume;
       }
     tasks.push_back({d, begin, t.size()});
   }

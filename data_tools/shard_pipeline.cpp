@@ -9,7 +9,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <condition_variable>
+#include <deque>
 #include <future>
+#include <mutex>
+#include <regex>
+#include <stdexcept>
+#include <thread>
 #include <numeric>
 
 #include "core/error.h"
@@ -113,32 +119,215 @@ void prepare_output_dir(const std::string& dir, bool overwrite) {
   for (const auto& p : stale_tmp) fs::remove(p, ec);
 }
 
-// ---- gather sources -----------------------------------------------------------
+// ---- pass 1: scan ----------------------------------------------------------------
 
-TextCorpus gather_sources(const ShardOptions& o, const std::vector<std::string>& inputs) {
+namespace {
+
+std::string where_of(const std::string& input, uint64_t line) {
+  const std::string n = input == "-" ? "<stdin>" : input;
+  return line ? n + ":" + std::to_string(line) : n;
+}
+
+// Per document of the first pass: blank or not, valid UTF-8, dedup sketch,
+// and (until the first kept document is found) its newlines.
+class ScanSink final : public DocumentEvents {
+ public:
+  ScanSink(const ShardOptions& o, ScanResult& r, OnlineDedup* dedup, const DedupOptions& dopt,
+           std::ofstream* report)
+      : o_(o), r_(r), dedup_(dedup), dopt_(dopt), report_(report) {}
+  int source = 0;
+  uint64_t docs = 0, empty_skipped = 0, invalid_utf8 = 0, dedup_in = 0, exact = 0, near = 0;
+  std::string first_empty, first_invalid;
+
+  void begin(uint64_t line) override {
+    line_ = line;
+    blank_ = true;
+    len_ = 0;
+    utf8_ = Utf8Check();
+    last_nl_ = prev_nl_ = -1;
+    if (dedup_) sketch_ = std::make_unique<DedupSketch>(dopt_);
+  }
+  void text(std::string_view s) override {
+    if (blank_)
+      for (char c : s)
+        if (!std::strchr(" \t\r\n\v\f", c)) {
+          blank_ = false;
+          break;
+        }
+    utf8_.add(s);
+    if (sketch_) sketch_->add(s);
+    if (r_.first_kept == SIZE_MAX)
+      for (const char* p = s.data(); (p = (const char*)std::memchr(p, '\n', s.data() + s.size() - p));
+           p++) {
+        prev_nl_ = last_nl_;
+        last_nl_ = (int64_t)(len_ + (uint64_t)(p - s.data()));
+      }
+    len_ += s.size();
+  }
+  void end() override {
+    const size_t idx = r_.flags.size();
+    where_.emplace_back(source, line_);
+    const std::string& input = r_.inputs[(size_t)source];
+    if (blank_) {
+      if (o_.empty_docs == "error")
+        fail("document at ", where_of(input, line_), " is empty: remove it, or drop "
+             "--empty-docs error to skip empty documents");
+      if (empty_skipped++ == 0) first_empty = where_of(input, line_);
+      r_.flags.push_back(kDocBlank);
+      return;
+    }
+    docs++;
+    if (!utf8_.valid() && invalid_utf8++ == 0) first_invalid = where_of(input, line_);
+    bool removed = false;
+    if (dedup_) {
+      dedup_in++;
+      sketch_->finish();
+      DedupRemoval m;
+      removed = dedup_->add(idx, *sketch_, &m);
+      if (removed) {
+        (m.near ? near : exact)++;
+        OrderedJson j;
+        j["removed"] = where_of(input, line_);
+        j["reason"] = m.near ? "near" : "exact";
+        const auto& k = where_[m.kept];
+        j["kept"] = where_of(r_.inputs[(size_t)k.first], k.second);
+        if (m.near) j["jaccard"] = m.similarity;
+        *report_ << json_line(j) << "\n";
+      }
+      sketch_.reset();
+    }
+    r_.flags.push_back(removed ? kDocRemoved : 0);
+    if (removed) return;
+    r_.kept++;
+    r_.kept_bytes += len_;
+    if (r_.first_kept == SIZE_MAX) {
+      r_.first_kept = idx;
+      r_.first_bytes = len_;
+      r_.first_last_nl = last_nl_ >= 0 && (uint64_t)last_nl_ + 1 == len_ ? prev_nl_ : last_nl_;
+      r_.first_where = where_of(input, line_);
+    }
+  }
+
+ private:
+  const ShardOptions& o_;
+  ScanResult& r_;
+  OnlineDedup* dedup_;
+  const DedupOptions& dopt_;
+  std::ofstream* report_;
+  uint64_t line_ = 0, len_ = 0;
+  bool blank_ = true;
+  Utf8Check utf8_;
+  int64_t last_nl_ = -1, prev_nl_ = -1;
+  std::unique_ptr<DedupSketch> sketch_;
+  std::vector<std::pair<int, uint64_t>> where_;  // per document: (source, line)
+};
+
+std::regex separator_regex(const ShardOptions& o) {
+  try {
+    return std::regex(o.separator, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    fail("--separator '", o.separator, "' is not a valid regular expression: ", e.what());
+  }
+}
+
+TextSourceOptions source_options(const ShardOptions& o) {
   TextSourceOptions so;
   so.jsonl_field = o.jsonl_field;
   so.separator = o.separator;
   so.blank_lines = o.blank_lines;
   so.empty_is_error = o.empty_docs == "error";
-  TextCorpus corpus = read_text_corpus(inputs, so);
-  if (corpus.empty_skipped)
-    std::printf("shard: skipped %llu empty document(s), the first at %s\n",
-                (unsigned long long)corpus.empty_skipped, corpus.first_empty.c_str());
-  if (corpus.invalid_utf8)
-    std::printf("shard: warning: %llu document(s) are not valid UTF-8 (the first at %s); "
-                "tokenized byte by byte, losslessly\n",
-                (unsigned long long)corpus.invalid_utf8, corpus.first_invalid_utf8.c_str());
-  return corpus;
+  return so;
 }
 
-ShardProvenance shard_provenance(const TextCorpus& corpus, const Tokenizer& tok) {
-  ShardProvenance prov;
-  prov.tool_version = std::string("ratchet ") + RATCHET_VERSION;
-  for (const auto& s : corpus.sources) {
-    prov.source_files.push_back(s.name == "-" ? "<stdin>" : s.name);
-    prov.source_sha256.push_back(s.sha256);
+std::string spool_path(const ShardOptions& o, size_t i) {
+  return (fs::path(o.output_dir) / (".input-" + std::to_string(i) + ".spool-" +
+                                    std::to_string(::getpid()))).string();
+}
+
+}  // namespace
+
+ScanResult scan_inputs(const ShardOptions& o, const std::vector<std::string>& inputs,
+                       ShardProvenance& prov) {
+  ScanResult r;
+  r.inputs = inputs;
+  const TextSourceOptions so = source_options(o);
+  std::regex sep;
+  if (!o.separator.empty()) sep = separator_regex(o);
+  DedupOptions d;
+  d.exact = true;
+  d.near = o.dedup == "near";
+  d.threshold = o.near_threshold;
+  d.threads = o.threads;
+  std::unique_ptr<OnlineDedup> dedup;
+  std::ofstream rep;
+  const std::string report = o.dedup_report.empty()
+                                 ? (fs::path(o.output_dir) / "dedup_report.jsonl").string()
+                                 : o.dedup_report;
+  if (o.dedup != "none") {
+    dedup = std::make_unique<OnlineDedup>(d);
+    rep.open(report, std::ios::trunc);
+    if (!rep) fail("cannot write --dedup-report '", report, "': ", std::strerror(errno));
   }
+  ScanSink sink(o, r, dedup.get(), d, &rep);
+  for (size_t i = 0; i < inputs.size(); i++) {
+    sink.source = (int)i;
+    std::FILE* spool = nullptr;
+    std::string read_path = inputs[i];
+    if (needs_spool(inputs[i])) {
+      read_path = spool_path(o, i);
+      spool = std::fopen(read_path.c_str(), "wb");
+      if (!spool)
+        fail("cannot spool --input '", inputs[i], "' to ", read_path, ": ", std::strerror(errno),
+             " (stdin and pipes are copied to --output-dir to be read twice)");
+    }
+    r.read_paths.push_back(read_path);
+    const uint64_t before = sink.docs;
+    const uint64_t empties = sink.empty_skipped;
+    InputRead got = stream_input(inputs[i], so, o.separator.empty() ? nullptr : &sep, sink, spool);
+    if (spool && std::fclose(spool) != 0)
+      fail("cannot spool --input '", inputs[i], "' to ", read_path, ": ", std::strerror(errno));
+    r.reads.push_back(got);
+    if (sink.docs == before && !o.jsonl_field.empty() && empties == 0 && sink.empty_skipped == 0)
+      fail("--input ", where_of(inputs[i], 0), " holds no JSONL records");
+  }
+  if (sink.docs == 0)
+    fail("the inputs hold no non-empty document (", inputs.size(), " file",
+         inputs.size() == 1 ? "" : "s", ", ", sink.empty_skipped,
+         " empty documents skipped): nothing to tokenize");
+  if (sink.empty_skipped)
+    std::printf("shard: skipped %llu empty document(s), the first at %s\n",
+                (unsigned long long)sink.empty_skipped, sink.first_empty.c_str());
+  if (sink.invalid_utf8)
+    std::printf("shard: warning: %llu document(s) are not valid UTF-8 (the first at %s); "
+                "tokenized byte by byte, losslessly\n",
+                (unsigned long long)sink.invalid_utf8, sink.first_invalid.c_str());
+  for (size_t i = 0; i < inputs.size(); i++) {
+    prov.source_files.push_back(inputs[i] == "-" ? "<stdin>" : inputs[i]);
+    prov.source_sha256.push_back(r.reads[i].sha256);
+  }
+  if (dedup) {
+    rep.close();
+    if (!rep) fail("cannot write --dedup-report '", report, "': ", std::strerror(errno));
+    prov.dedup = d.near ? "exact+near" : "exact";
+    prov.dedup_documents_in = sink.dedup_in;
+    prov.dedup_exact_removed = sink.exact;
+    prov.dedup_near_removed = sink.near;
+    prov.dedup_near_threshold = d.near ? d.threshold : 0;
+    std::printf("dedup: %llu documents in, %llu exact and %llu near duplicates removed%s; "
+                "report %s\n",
+                (unsigned long long)sink.dedup_in, (unsigned long long)sink.exact,
+                (unsigned long long)sink.near,
+                d.near ? (" (Jaccard >= " + std::to_string(d.threshold).substr(0, 4) + ", LSH " +
+                          std::to_string(dedup->bands) + "x" + std::to_string(dedup->rows) + ")")
+                             .c_str()
+                       : "",
+                report.c_str());
+  }
+  return r;
+}
+
+void tokenizer_provenance(const Tokenizer& tok, ShardProvenance& prov) {
+  prov.tool_version = std::string("ratchet ") + RATCHET_VERSION;
   if (auto* g = dynamic_cast<const Gpt2Tokenizer*>(&tok)) {
     prov.tokenizer_files = {g->encoder_path(), g->merges_path()};
     prov.tokenizer_sha256 = {sha256_file(g->encoder_path()), sha256_file(g->merges_path())};
@@ -156,55 +345,6 @@ ShardProvenance shard_provenance(const TextCorpus& corpus, const Tokenizer& tok)
       prov.tokenizer_sha256.push_back(sha256_file((dir / f).string()));
     }
   }
-  return prov;
-}
-
-// ---- dedup ----------------------------------------------------------------------
-
-std::vector<bool> dedup_documents(const ShardOptions& o, const TextCorpus& corpus,
-                                  ShardProvenance& prov) {
-  const size_t n_in = corpus.documents.size();
-  if (o.dedup == "none") return std::vector<bool>(n_in, false);
-  DedupOptions d;
-  d.exact = true;
-  d.near = o.dedup == "near";
-  d.threshold = o.near_threshold;
-  d.threads = o.threads;
-  std::vector<std::string_view> views;
-  views.reserve(n_in);
-  for (const auto& doc : corpus.documents) views.emplace_back(doc.text);
-  DedupResult r = deduplicate(views, d);
-  prov.dedup = d.near ? "exact+near" : "exact";
-  prov.dedup_documents_in = n_in;
-  prov.dedup_exact_removed = r.exact_removed;
-  prov.dedup_near_removed = r.near_removed;
-  prov.dedup_near_threshold = d.near ? d.threshold : 0;
-
-  // One JSON object per removal: {"removed", "reason", "kept"[, "jaccard"]}.
-  const std::string report = o.dedup_report.empty()
-                                 ? (fs::path(o.output_dir) / "dedup_report.jsonl").string()
-                                 : o.dedup_report;
-  std::ofstream rep(report, std::ios::trunc);
-  if (!rep) fail("cannot write --dedup-report '", report, "': ", std::strerror(errno));
-  for (const DedupRemoval& m : r.removals) {
-    OrderedJson line;
-    line["removed"] = corpus.where(corpus.documents[m.doc]);
-    line["reason"] = m.near ? "near" : "exact";
-    line["kept"] = corpus.where(corpus.documents[m.kept]);
-    if (m.near) line["jaccard"] = m.similarity;
-    rep << json_line(line) << "\n";
-  }
-  rep.close();
-  if (!rep) fail("cannot write --dedup-report '", report, "': ", std::strerror(errno));
-  std::printf("dedup: %zu documents in, %llu exact and %llu near duplicates removed%s; "
-              "report %s\n",
-              n_in, (unsigned long long)r.exact_removed, (unsigned long long)r.near_removed,
-              d.near ? (" (Jaccard >= " + std::to_string(d.threshold).substr(0, 4) + ", LSH " +
-                        std::to_string(r.bands) + "x" + std::to_string(r.rows) + ")")
-                           .c_str()
-                     : "",
-              report.c_str());
-  return r.removed;
 }
 
 // ---- split ----------------------------------------------------------------------
@@ -221,102 +361,240 @@ std::vector<bool> choose_val(size_t n, double fraction, uint64_t seed) {
   return val;
 }
 
-size_t single_document_cut(const std::string& text, double fraction, const std::string& name) {
-  const size_t n = text.size();
+uint64_t single_document_cut(uint64_t n, int64_t last_nl, double fraction, const std::string& name,
+                             bool* from_nl) {
   if (n < 2)
     fail("--input '", name, "' has ", n, " byte: too short to split off --val-fraction ",
          fraction, "; pass --val-fraction 0 or more text");
-  size_t cut = std::clamp<size_t>((size_t)std::floor((1.0 - fraction) * (double)n), 1, n - 1);
-  size_t nl = text.find('\n', cut - 1);  // first line start at or after cut
-  if (nl != std::string::npos && nl + 1 < n) return nl + 1;
-  nl = text.rfind('\n', cut - 1);  // else the last line start before it
-  if (nl != std::string::npos && nl + 1 < n) return nl + 1;
-  return cut;  // no line breaks: cut mid-line
-}
-
-std::vector<ShardPiece> split_documents(const ShardOptions& o, const TextCorpus& corpus,
-                                        const std::vector<bool>& removed) {
-  std::vector<size_t> kept;
-  for (size_t i = 0; i < corpus.documents.size(); i++)
-    if (!removed[i]) kept.push_back(i);
-  std::vector<ShardPiece> pieces;
-  if (kept.size() == 1 && o.val_fraction > 0) {
-    const TextDocument& d = corpus.documents[kept[0]];
-    size_t cut = single_document_cut(d.text, o.val_fraction, corpus.where(d));
-    pieces.push_back({kept[0], 0, cut, false});
-    pieces.push_back({kept[0], cut, d.text.size(), true});
-  } else {
-    std::vector<bool> to_val = choose_val(kept.size(), o.val_fraction, o.seed);
-    for (size_t i = 0; i < kept.size(); i++)
-      pieces.push_back({kept[i], 0, corpus.documents[kept[i]].text.size(), (bool)to_val[i]});
+  const uint64_t cut =
+      std::clamp<uint64_t>((uint64_t)std::floor((1.0 - fraction) * (double)n), 1, n - 1);
+  *from_nl = false;
+  // The first line start at or after cut (a '\n' at cut-1 or later, not the
+  // last byte): it exists exactly when the last such '\n' is at cut-1 or later.
+  if (last_nl >= 0 && (uint64_t)last_nl >= cut - 1) {
+    *from_nl = true;
+    return cut - 1;
   }
-  return pieces;
+  if (last_nl >= 0) return (uint64_t)last_nl + 1;  // else the last line start before it
+  return cut;                                      // no line breaks: cut mid-line
 }
 
-std::vector<ShardPiece> cut_long_pieces(const std::vector<ShardPiece>& pieces,
-                                        const TextCorpus& corpus, const Tokenizer& tok,
-                                        size_t part_bytes) {
-  std::vector<ShardPiece> out;
-  out.reserve(pieces.size());
-  for (const ShardPiece& p : pieces) {
-    if (part_bytes == 0 || p.end - p.begin <= 2 * part_bytes) {
-      out.push_back(p);
-      continue;
-    }
-    const std::string& text = corpus.documents[p.doc].text;
-    std::vector<size_t> cuts;
-    if (p.begin == 0 && p.end == text.size()) {
-      cuts = safe_cuts(tok, text, part_bytes);
-    } else {  // a train/val part of a single document: cut inside it
-      for (size_t c : safe_cuts(tok, text.substr(p.begin, p.end - p.begin), part_bytes))
-        cuts.push_back(p.begin + c);
-    }
-    size_t begin = p.begin;
-    for (size_t c : cuts) {
-      out.push_back({p.doc, begin, c, p.val, begin == p.begin, false});
-      begin = c;
-    }
-    out.push_back({p.doc, begin, p.end, p.val, begin == p.begin, true});
+size_t single_document_cut(const std::string& text, double fraction, const std::string& name) {
+  const size_t last = text.size() >= 2 ? text.rfind('\n', text.size() - 2) : std::string::npos;
+  bool from_nl;
+  uint64_t c = single_document_cut(text.size(), last == std::string::npos ? -1 : (int64_t)last,
+                                   fraction, name, &from_nl);
+  return from_nl ? text.find('\n', c) + 1 : c;
+}
+
+void choose_split(const ShardOptions& o, ScanResult& scan) {
+  if (scan.kept == 1 && o.val_fraction > 0) {
+    bool from_nl;
+    uint64_t c = single_document_cut(scan.first_bytes, scan.first_last_nl, o.val_fraction,
+                                     scan.first_where, &from_nl);
+    scan.single_split = true;
+    scan.split_at = from_nl ? UINT64_MAX : c;
+    scan.split_from = c;
+    return;
   }
-  return out;
+  const std::vector<bool> to_val = choose_val(scan.kept, o.val_fraction, o.seed);
+  size_t k = 0;
+  for (uint8_t& f : scan.flags)
+    if (!(f & (kDocBlank | kDocRemoved)) && to_val[k++]) f |= kDocVal;
 }
 
-// ---- tokenize -------------------------------------------------------------------
+// ---- pass 2: read, tokenize, write ----------------------------------------------
 
-std::unique_ptr<TokenizedBlock> tokenize_block(const TextCorpus& corpus,
-                                               const std::vector<ShardPiece>& pieces, size_t a,
-                                               const Tokenizer& tok, int threads,
-                                               size_t block_bytes) {
-  auto blk = std::make_unique<TokenizedBlock>();
-  blk->a = a;
-  size_t b = a;
-  while (b < pieces.size() && (b == a || blk->bytes < block_bytes))
-    blk->bytes += pieces[b].end - pieces[b].begin, b++;
-  blk->b = b;
-  blk->cut_text.reserve(b - a);  // reserved: pointers into it stay valid
-  std::vector<const std::string*> texts;
-  for (size_t i = a; i < b; i++) {
-    const std::string& t = corpus.documents[pieces[i].doc].text;
-    if (pieces[i].begin == 0 && pieces[i].end == t.size()) {
-      texts.push_back(&t);
-    } else {
-      blk->cut_text.push_back(t.substr(pieces[i].begin, pieces[i].end - pieces[i].begin));
-      texts.push_back(&blk->cut_text.back());
+namespace {
+
+// A document, a train/val part of a single one, or a part of either
+// (first: the document starts here; last: it ends here).
+struct TextPart {
+  std::string text;
+  int source;
+  bool val, first, last;
+};
+struct PartBlock {
+  std::vector<TextPart> parts;
+  size_t bytes = 0;
+};
+
+// Blocks from the reader thread to the tokenizer, at most `cap` waiting.
+class BlockQueue {
+ public:
+  explicit BlockQueue(size_t cap) : cap_(cap) {}
+  // False when the consumer gave up (cancel): the reader stops.
+  bool push(std::unique_ptr<PartBlock> b) {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return q_.size() < cap_ || cancelled_; });
+    if (cancelled_) return false;
+    q_.push_back(std::move(b));
+    cv_.notify_all();
+    return true;
+  }
+  void close(std::exception_ptr e = nullptr) {
+    std::lock_guard<std::mutex> l(mu_);
+    closed_ = true;
+    error_ = e;
+    cv_.notify_all();
+  }
+  void cancel() {
+    std::lock_guard<std::mutex> l(mu_);
+    cancelled_ = true;
+    cv_.notify_all();
+  }
+  // The next block; null at the end; rethrows the reader's error.
+  std::unique_ptr<PartBlock> pop() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return !q_.empty() || closed_; });
+    if (!q_.empty()) {
+      auto b = std::move(q_.front());
+      q_.pop_front();
+      cv_.notify_all();
+      return b;
+    }
+    if (error_) std::rethrow_exception(error_);
+    return nullptr;
+  }
+
+ private:
+  size_t cap_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<PartBlock>> q_;
+  bool closed_ = false, cancelled_ = false;
+  std::exception_ptr error_;
+};
+
+constexpr size_t kQueuedBlocks = 2;
+
+// The second pass's documents cut into parts and gathered into blocks.
+class EmitSink final : public DocumentEvents {
+ public:
+  EmitSink(const ShardOptions& o, const ScanResult& scan, const DocumentCutter& cutter,
+           BlockQueue& q, size_t block_bytes)
+      : o_(o), scan_(scan), cutter_(cutter), q_(q), block_bytes_(block_bytes) {
+    block_ = std::make_unique<PartBlock>();
+  }
+  int source = 0;
+  bool stopped = false;  // the consumer gave up
+
+  void begin(uint64_t) override {
+    const uint8_t f = scan_.flags.at(doc_);
+    skip_ = f & (kDocBlank | kDocRemoved);
+    if (skip_) return;
+    single_ = scan_.single_split && doc_ == scan_.first_kept;
+    off_ = 0;
+    split_at_ = single_ ? scan_.split_at : 0;
+    start_segment(single_ ? false : (f & kDocVal) != 0);
+  }
+  void text(std::string_view s) override {
+    if (skip_) return;
+    if (single_ && !split_done_) {
+      if (split_at_ == UINT64_MAX) {  // the first '\n' at or after split_from
+        const uint64_t from = std::max<uint64_t>(scan_.split_from, off_);
+        if (from < off_ + s.size()) {
+          const size_t nl = s.find('\n', (size_t)(from - off_));
+          if (nl != std::string_view::npos) split_at_ = off_ + nl + 1;
+        }
+      }
+      if (split_at_ != UINT64_MAX && split_at_ <= off_ + s.size()) {
+        const size_t k = (size_t)(split_at_ - off_);
+        feed(s.substr(0, k));
+        end_segment();
+        split_done_ = true;
+        start_segment(true);
+        off_ += k;
+        s = s.substr(k);
+      }
+    }
+    feed(s);
+    off_ += s.size();
+  }
+  void end() override {
+    if (!skip_) end_segment();
+    doc_++;
+  }
+  void flush() {
+    if (!block_->parts.empty()) push();
+  }
+
+ private:
+  void start_segment(bool val) {
+    val_ = val;
+    first_ = true;
+    buf_.clear();
+    scanned_ = 0;
+  }
+  void feed(std::string_view s) {
+    if (s.empty()) return;
+    buf_.append(s.data(), s.size());
+    // Cut a part off once well past part_bytes (and past what decides a cut).
+    const size_t part = o_.part_bytes, look = cutter_.lookahead();
+    while (part > 0 && cutter_.can_cut() && buf_.size() >= 2 * part + look) {
+      TextCut c;
+      if (!cutter_.find(buf_, std::max(part, scanned_), false, &c)) {
+        scanned_ = buf_.size() - look;  // no cut up to here: do not look again
+        return;
+      }
+      emit(buf_.substr(0, c.end), false);
+      buf_.erase(0, c.resume);
+      scanned_ = 0;
     }
   }
-  tokenize_parallel(tok, texts, threads, blk->ids);
-  return blk;
-}
+  void end_segment() {
+    const size_t part = o_.part_bytes;
+    while (part > 0 && cutter_.can_cut() && buf_.size() > 2 * part) {
+      TextCut c;
+      if (!cutter_.find(buf_, std::max(part, scanned_), true, &c)) break;
+      emit(buf_.substr(0, c.end), false);
+      buf_.erase(0, c.resume);
+      scanned_ = 0;
+    }
+    emit(std::move(buf_), true);
+    buf_ = std::string();
+  }
+  void emit(std::string text, bool last) {
+    block_->bytes += text.size();
+    block_->parts.push_back({std::move(text), source, val_, first_, last});
+    first_ = false;
+    if (block_->bytes >= block_bytes_) push();
+  }
+  void push() {
+    if (!q_.push(std::move(block_))) {
+      stopped = true;
+      throw std::runtime_error("stopped");  // caught by the reader thread
+    }
+    block_ = std::make_unique<PartBlock>();
+  }
 
-// ---- write ----------------------------------------------------------------------
+  const ShardOptions& o_;
+  const ScanResult& scan_;
+  const DocumentCutter& cutter_;
+  BlockQueue& q_;
+  size_t block_bytes_;
+  std::unique_ptr<PartBlock> block_;
+  size_t doc_ = 0;
+  bool skip_ = false, single_ = false, split_done_ = false, val_ = false, first_ = true;
+  uint64_t off_ = 0, split_at_ = 0;
+  std::string buf_;
+  size_t scanned_ = 0;  // buf_ has no cut before this
+};
 
-ShardTotals write_shards(const ShardOptions& o, const TextCorpus& corpus,
-                         const std::vector<ShardPiece>& pieces, const Tokenizer& tok,
+struct Tokenized {
+  std::unique_ptr<PartBlock> block;
+  std::vector<std::vector<uint32_t>> ids;
+};
+
+}  // namespace
+
+ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const Tokenizer& tok,
                          const ShardProvenance& prov) {
   const ShardMeta meta = shard_meta(o, tok);
   std::unique_ptr<Tokenizer> special;
   if (o.parse_special) special = std::make_unique<ParseSpecial>(dynamic_cast<const HfTokenizer&>(tok));
   const Tokenizer& enc = special ? *special : tok;  // what the tokenize stage calls
+  const DocumentCutter cutter(tok);
   auto report = [&](const ShardSummary& s) {
     if (o.show_progress) std::fprintf(stderr, "\r\x1b[K");
     std::printf("wrote %s: %llu tokens, %llu documents\n", s.path.c_str(),
@@ -328,30 +606,61 @@ ShardTotals write_shards(const ShardOptions& o, const TextCorpus& corpus,
   train.set_provenance(prov);
   val.set_provenance(prov);
   ShardTotals t;
-  for (const ShardPiece& p : pieces) t.text_bytes += p.end - p.begin;
+  t.text_bytes = scan.kept_bytes;
   ProgressBar bar("tokenize", t.text_bytes, o.show_progress);
-  // Blocks of about one part (at least 1 MB): block k+1 is tokenized while
-  // block k is written, and neither holds much.
+  // Blocks of about one part (at least 1 MB): block k+1 is read while block
+  // k is tokenized, and tokenized while block k is written.
   const size_t kBlockBytes = std::max<size_t>(o.part_bytes, size_t(1) << 20);
-  auto next_block = [&](size_t a) {
-    return std::async(std::launch::async, [&, a] {
-      return tokenize_block(corpus, pieces, a, enc, o.threads, kBlockBytes);
+  BlockQueue q(kQueuedBlocks);
+  const TextSourceOptions so = source_options(o);
+  std::regex sep;
+  if (!o.separator.empty()) sep = separator_regex(o);
+  std::thread reader([&] {
+    EmitSink sink(o, scan, cutter, q, kBlockBytes);
+    try {
+      for (size_t i = 0; i < scan.read_paths.size(); i++) {
+        sink.source = (int)i;
+        stream_input(scan.read_paths[i], so, o.separator.empty() ? nullptr : &sep, sink, nullptr,
+                     &scan.reads[i]);
+      }
+      sink.flush();
+      q.close();
+    } catch (...) {
+      q.close(sink.stopped ? nullptr : std::current_exception());
+    }
+  });
+  struct Join {  // on any error below: stop the reader and wait for it
+    BlockQueue& q;
+    std::thread& t;
+    ~Join() {
+      q.cancel();
+      t.join();
+    }
+  } join{q, reader};
+  auto tokenize = [&](std::unique_ptr<PartBlock> b) {
+    return std::async(std::launch::async, [&, b = std::move(b)]() mutable {
+      Tokenized r;
+      std::vector<const std::string*> texts;
+      for (const TextPart& p : b->parts) texts.push_back(&p.text);
+      tokenize_parallel(enc, texts, o.threads, r.ids, kTokenizePieceBytes, &cutter);
+      r.block = std::move(b);
+      return r;
     });
   };
-  std::future<std::unique_ptr<TokenizedBlock>> pending;
-  if (!pieces.empty()) pending = next_block(0);
+  std::future<Tokenized> pending;
+  if (auto b = q.pop()) pending = tokenize(std::move(b));
   while (pending.valid()) {
-    std::unique_ptr<TokenizedBlock> blk = pending.get();
-    if (blk->b < pieces.size()) pending = next_block(blk->b);
+    Tokenized cur = pending.get();
+    if (auto b = q.pop()) pending = tokenize(std::move(b));
     uint64_t ntok = 0;
-    for (size_t i = blk->a; i < blk->b; i++) {
-      const int src = corpus.documents[pieces[i].doc].source;
-      const ShardPiece& p = pieces[i];
-      (p.val ? val : train).add_document_part(blk->ids[i - blk->a], src, p.first, p.last);
+    const std::vector<TextPart>& parts = cur.block->parts;
+    for (size_t i = 0; i < parts.size(); i++) {
+      const TextPart& p = parts[i];
+      (p.val ? val : train).add_document_part(cur.ids[i], p.source, p.first, p.last);
       if (p.first) (p.val ? t.val_docs : t.train_docs)++;
-      ntok += blk->ids[i - blk->a].size() + (p.first && meta.add_bos) + (p.last && meta.add_eos);
+      ntok += cur.ids[i].size() + (p.first && meta.add_bos) + (p.last && meta.add_eos);
     }
-    bar.add(blk->b - blk->a, ntok, blk->bytes);
+    bar.add(parts.size(), ntok, cur.block->bytes);
   }
   train.finish();
   val.finish();
@@ -370,13 +679,21 @@ void run_shard_pipeline(const ShardOptions& o, const Tokenizer& tok) {
   std::vector<std::string> inputs = expand_text_inputs(o.inputs, "--input");
   prepare_output_dir(o.output_dir, o.overwrite);
   const ShardMeta meta = shard_meta(o, tok);  // bad framing flags fail before any reading
-  const TextCorpus corpus = gather_sources(o, inputs);
-  ShardProvenance prov = shard_provenance(corpus, tok);
+  ShardProvenance prov;
+  tokenizer_provenance(tok, prov);
   prov.parse_special = o.parse_special;
-  const std::vector<bool> removed = dedup_documents(o, corpus, prov);
-  const std::vector<ShardPiece> pieces = split_documents(o, corpus, removed);
-  const ShardTotals t =
-      write_shards(o, corpus, cut_long_pieces(pieces, corpus, tok, o.part_bytes), tok, prov);
+  ScanResult scan;
+  struct Spools {  // stdin/pipe copies, removed however the run ends
+    const ShardOptions& o;
+    size_t n;
+    ~Spools() {
+      std::error_code ec;
+      for (size_t i = 0; i < n; i++) fs::remove(spool_path(o, i), ec);
+    }
+  } spools{o, inputs.size()};
+  scan = scan_inputs(o, inputs, prov);
+  choose_split(o, scan);
+  const ShardTotals t = write_shards(o, scan, tok, prov);
   std::printf("shard: %zu train documents (%llu tokens, %zu shards), %zu val documents "
               "(%llu tokens, %zu shards), tokenizer %s in %s\n",
               t.train_docs, (unsigned long long)t.train_tokens, t.train_shards, t.val_docs,

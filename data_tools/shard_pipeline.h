@@ -1,16 +1,26 @@
-// The stages of `ratchet shard`, in the order cmd_shard.cpp runs them:
+// The stages of `ratchet shard`, in the order run_shard_pipeline runs them.
+// Memory does not grow with the size of the input: inputs are read twice,
+// in chunks (text_stream.h), and never held whole.
 //
-//   gather_sources   read every input into documents (text_source.h), report
-//                    skipped empty and invalid UTF-8 documents
-//   dedup_documents  remove exact / near duplicates (dedup.h) and write the
-//                    dedup report (JSONL)
-//   split_documents  choose train/val by document (seeded), or cut a single
-//                    document by position
-//   tokenize_block   tokenize the next ~16 MB of pieces on all cores
-//                    (parallel_tokenize.h; identical for any thread count)
-//   write_shards     drive tokenize_block and append each block to the train
-//                    and val ShardStreamWriters (shard_writer.h), which write
-//                    <output-dir>/train_NNNNNN.h5 and val_NNNNNN.h5 atomically
+//   scan_inputs      first pass: every input's documents (text_stream.h),
+//                    their dedup digests (dedup.h: exact and near decided
+//                    one document at a time, the report written as it
+//                    goes), empty and invalid UTF-8 documents, the sources'
+//                    SHA-256; stdin and pipes are spooled to --output-dir.
+//                    Keeps per document one byte of flags and its place
+//                    (file, line) for the report: O(documents), plus the
+//                    dedup state of dedup.h
+//   choose_split     train/val by document (seeded, needs the count), or the
+//                    cut of a single document by position
+//   write_shards     second pass: a reader thread streams the documents
+//                    again (checking each file is unchanged), cuts long ones
+//                    into ~part_bytes parts where the tokenizer allows
+//                    (DocumentCutter) and hands blocks of parts to the
+//                    tokenizer threads (parallel_tokenize.h; identical for
+//                    any thread count); each tokenized block is appended to
+//                    the train and val ShardStreamWriters (shard_writer.h)
+//                    while the next is tokenized. At most a few blocks are
+//                    in flight (kQueuedBlocks)
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -20,6 +30,7 @@
 #include "data/shard_format.h"
 #include "data/tokenizer.h"
 #include "data_tools/text_source.h"
+#include "data_tools/text_stream.h"
 
 namespace ratchet {
 
@@ -46,18 +57,31 @@ struct ShardOptions {
   std::string dedup_report;
   bool show_progress = false;
   // Documents longer than this are tokenized and written in parts of about
-  // this size, cut where the tokenizer allows (safe_cuts: byte, gpt2), so a
-  // long document's ids are never held whole and writing overlaps tokenizing.
+  // this size, cut where the tokenizer allows (DocumentCutter), so a long
+  // document is never held whole and writing overlaps tokenizing.
   size_t part_bytes = size_t(4) << 20;
 };
 
-// A document, or the train or val part of a single one, bound for one split;
-// or a part of either (first: the document starts here, last: it ends here).
-struct ShardPiece {
-  size_t doc;
-  size_t begin, end;  // byte range of the document's text
-  bool val;
-  bool first = true, last = true;
+// Per document of the input streams (in order, empty ones included).
+enum DocFlags : uint8_t { kDocBlank = 1, kDocRemoved = 2, kDocVal = 4 };
+
+// What the first pass found.
+struct ScanResult {
+  std::vector<std::string> inputs;      // as given ("-": stdin)
+  std::vector<std::string> read_paths;  // what the second pass reads (a spool for stdin/pipes)
+  std::vector<InputRead> reads;         // size and SHA-256 of each input
+  std::vector<uint8_t> flags;           // per document (DocFlags)
+  uint64_t kept = 0, kept_bytes = 0;    // documents to shard and their bytes
+  // The first kept document: its index, length and last '\n' before its
+  // last byte (-1: none), for the split of a single document.
+  size_t first_kept = SIZE_MAX;
+  uint64_t first_bytes = 0;
+  int64_t first_last_nl = -1;
+  std::string first_where;
+  // The single document's train/val cut (choose_split): a position, or the
+  // first '\n' at or after split_from (split_at == UINT64_MAX).
+  bool single_split = false;
+  uint64_t split_at = 0, split_from = 0;
 };
 
 // What every shard records about its tokens: the tokenizer's name, vocab and
@@ -73,56 +97,37 @@ ShardMeta shard_meta(const ShardOptions& o, const Tokenizer& tok);
 // removes temporary files a crashed run left.
 void prepare_output_dir(const std::string& dir, bool overwrite);
 
-// Reads `inputs` (--input expanded by expand_text_inputs) into documents.
-TextCorpus gather_sources(const ShardOptions& o, const std::vector<std::string>& inputs);
+// The first pass over `inputs` (--input expanded by expand_text_inputs):
+// fills prov's sources and dedup counts, writes the dedup report, prints
+// the skipped/invalid/dedup lines. Spool files go to o.output_dir.
+ScanResult scan_inputs(const ShardOptions& o, const std::vector<std::string>& inputs,
+                       ShardProvenance& prov);
 
-// What every shard records about where it came from: the tool version, the
-// sources and (gpt2) the tokenizer files, with their SHA-256.
-ShardProvenance shard_provenance(const TextCorpus& corpus, const Tokenizer& tok);
-
-// removed[i]: document i is a duplicate of an earlier kept one. Writes the
-// report and fills prov's dedup counts; all false for --dedup none.
-std::vector<bool> dedup_documents(const ShardOptions& o, const TextCorpus& corpus,
-                                  ShardProvenance& prov);
+// The tokenizer files (and their SHA-256) every shard records.
+void tokenizer_provenance(const Tokenizer& tok, ShardProvenance& prov);
 
 // Which of n documents go to val: a seeded shuffle picks round(fraction·n) of
 // them, at least one when fraction > 0 and never all.
 std::vector<bool> choose_val(size_t n, double fraction, uint64_t seed);
-// Where a single document is cut: val gets text[cut:], about the last
-// `fraction` of it, starting at a line start when there is one.
+// Where a single document of n bytes is cut: val gets [cut, n), about the
+// last `fraction` of it, starting at a line start when there is one.
+// last_nl: its last '\n' before byte n-1 (-1: none). *from_nl: the cut is
+// the byte after the first '\n' at or after the returned position (found
+// while reading); else the returned position is the cut.
+uint64_t single_document_cut(uint64_t n, int64_t last_nl, double fraction, const std::string& name,
+                             bool* from_nl);
+// The same on a whole text (tests).
 size_t single_document_cut(const std::string& text, double fraction, const std::string& name);
-// The pieces of the kept documents, in input order, each marked train or val.
-std::vector<ShardPiece> split_documents(const ShardOptions& o, const TextCorpus& corpus,
-                                        const std::vector<bool>& removed);
-
-// Pieces longer than part_bytes cut into parts at safe_cuts (none for
-// tokenizers that do not allow it: those pieces stay whole).
-std::vector<ShardPiece> cut_long_pieces(const std::vector<ShardPiece>& pieces,
-                                        const TextCorpus& corpus, const Tokenizer& tok,
-                                        size_t part_bytes);
-
-// Pieces [a, b) of `pieces` tokenized: ids[i - a] belongs to pieces[i].
-struct TokenizedBlock {
-  size_t a = 0, b = 0, bytes = 0;
-  std::vector<std::string> cut_text;  // texts of pieces that are part of a document
-  std::vector<std::vector<uint32_t>> ids;
-};
-// Starts at piece a and takes pieces until about `block_bytes` of text.
-std::unique_ptr<TokenizedBlock> tokenize_block(const TextCorpus& corpus,
-                                               const std::vector<ShardPiece>& pieces, size_t a,
-                                               const Tokenizer& tok, int threads,
-                                               size_t block_bytes);
+// Sets kDocVal in scan.flags (or scan.single_split).
+void choose_split(const ShardOptions& o, ScanResult& scan);
 
 struct ShardTotals {
   size_t train_docs = 0, val_docs = 0, train_shards = 0, val_shards = 0;
   uint64_t train_tokens = 0, val_tokens = 0, text_bytes = 0;
   double seconds = 0;
 };
-// Tokenizes block k+1 while block k is appended to the shards (whose
-// writers compress and store chunks on their own background threads);
-// prints a line per shard written.
-ShardTotals write_shards(const ShardOptions& o, const TextCorpus& corpus,
-                         const std::vector<ShardPiece>& pieces, const Tokenizer& tok,
+// The second pass: reads, tokenizes and writes; prints a line per shard.
+ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const Tokenizer& tok,
                          const ShardProvenance& prov);
 
 // The whole pipeline, with its summary lines on stdout.

@@ -81,6 +81,8 @@ class HfTokenizer final : public Tokenizer {
   std::vector<std::string> pieces(const std::vector<uint32_t>& ids) const;
   // The id of a token string (vocabulary or added token), -1 if none.
   int token_to_id(const std::string& token) const;
+  // The loaded pipeline, read-only (hf::SafeCutter, src/data/hf/safe_cut.h, inspects it).
+  const hf::Engine& engine() const { return *e_; }
 
  private:
   HfTokenizer();

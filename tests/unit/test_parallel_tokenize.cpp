@@ -4,6 +4,8 @@
 // the caller instead of terminating the process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -87,43 +89,31 @@ TEST(ParallelTokenize, AWorkerExceptionReachesTheCaller) {
 
 }  // namespace
 
-// `ratchet shard` cuts long documents (and the train/val parts of a single
-// one) into parts at safe_cuts: the parts tile each piece, carry its
-// first/last flags, and their ids joined are the whole piece's.
-TEST(CutLongPieces, PartsTileThePieceAndKeepItsIds) {
+// DocumentCutter's parts of a long document tile it and their ids joined
+// are the whole document's; a tokenizer without known cut points is never cut.
+TEST(DocumentCutter, PartsTileTheDocumentAndKeepItsIds) {
   const std::string dir = default_gpt2_dir();
   Gpt2Tokenizer tok(dir + "/encoder.json", dir + "/vocab.bpe");
-  TextCorpus corpus;
-  corpus.documents.push_back({documents()[0], 0, 0});  // ~100 KB of fortunes
-  corpus.documents.push_back({"short one", 0, 0});
-  const std::string& text = corpus.documents[0].text;
-  const size_t cut = text.size() / 3;
-  std::vector<ShardPiece> pieces{{0, 0, cut, false}, {0, cut, text.size(), true}, {1, 0, 9, false}};
-  std::vector<ShardPiece> parts = cut_long_pieces(pieces, corpus, tok, 4096);
-  ASSERT_GT(parts.size(), 10u);
-  size_t k = 0;
-  for (const ShardPiece& p : pieces) {
-    std::vector<uint32_t> joined;
-    size_t at = p.begin;
-    bool first = true;
-    for (;;) {
-      ASSERT_LT(k, parts.size());
-      const ShardPiece& q = parts[k++];
-      EXPECT_EQ(q.doc, p.doc);
-      EXPECT_EQ(q.val, p.val);
-      EXPECT_EQ(q.begin, at);
-      EXPECT_EQ(q.first, first);
-      first = false;
-      std::vector<uint32_t> ids = tok.encode(corpus.documents[q.doc].text.substr(q.begin, q.end - q.begin));
-      joined.insert(joined.end(), ids.begin(), ids.end());
-      at = q.end;
-      if (q.last) break;
-    }
-    EXPECT_EQ(at, p.end);
-    EXPECT_EQ(joined, tok.encode(corpus.documents[p.doc].text.substr(p.begin, p.end - p.begin)));
+  const std::string text = documents()[0];  // ~100 KB of fortunes
+  const DocumentCutter cutter(tok);
+  const std::vector<TextCut> cuts = cutter.cuts(text, 4096);
+  ASSERT_GT(cuts.size(), 10u);
+  std::vector<uint32_t> joined;
+  size_t at = 0;
+  for (const TextCut& c : cuts) {
+    EXPECT_GE(c.end, at + 4096);
+    EXPECT_EQ(c.resume, c.end);  // gpt2 never skips a byte
+    std::vector<uint32_t> ids = tok.encode(text.substr(at, c.end - at));
+    joined.insert(joined.end(), ids.begin(), ids.end());
+    at = c.resume;
   }
-  EXPECT_EQ(k, parts.size());
-  // A tokenizer without known cut points keeps its pieces whole.
+  std::vector<uint32_t> ids = tok.encode(text.substr(at));
+  joined.insert(joined.end(), ids.begin(), ids.end());
+  EXPECT_EQ(joined, tok.encode(text));
+  // Cuts found while the text arrives (complete = false) are cuts of the whole.
+  TextCut first;
+  ASSERT_TRUE(cutter.find(std::string_view(text).substr(0, 20000), 4096, false, &first));
+  EXPECT_EQ(first, cuts[0]);
   class Opaque final : public Tokenizer {
    public:
     std::string name() const override { return "opaque"; }
@@ -132,5 +122,28 @@ TEST(CutLongPieces, PartsTileThePieceAndKeepItsIds) {
     std::vector<uint32_t> encode(const std::string&) const override { return {}; }
     std::string decode(const std::vector<uint32_t>&) const override { return ""; }
   } opaque;
-  EXPECT_EQ(cut_long_pieces(pieces, corpus, opaque, 4096).size(), pieces.size());
+  EXPECT_FALSE(DocumentCutter(opaque).can_cut());
+  EXPECT_TRUE(DocumentCutter(opaque).cuts(text, 4096).empty());
+}
+
+// The single-document train/val cut computed from (length, last newline)
+// while streaming equals the one computed on the whole text.
+TEST(SingleDocumentCut, FromLengthAndLastNewlineEqualsWholeText) {
+  for (const std::string& t : {std::string("abcdefghij"), std::string("ab\ncdefghij"),
+                               std::string("abcdefgh\nij"), std::string("abcdefghij\n"),
+                               std::string("a\nb\nc\nd\ne\nf\ng\n"), std::string("\n\n\n\n")}) {
+    for (double f : {0.1, 0.3, 0.5, 0.9}) {
+      // the reference: text_source's rule, written out
+      const size_t n = t.size();
+      size_t cut = std::clamp<size_t>((size_t)std::floor((1.0 - f) * (double)n), 1, n - 1), want;
+      size_t nl = t.find('\n', cut - 1);
+      if (nl != std::string::npos && nl + 1 < n) {
+        want = nl + 1;
+      } else {
+        nl = t.rfind('\n', cut - 1);
+        want = nl != std::string::npos && nl + 1 < n ? nl + 1 : cut;
+      }
+      EXPECT_EQ(single_document_cut(t, f, "x"), want) << t << " " << f;
+    }
+  }
 }
