@@ -80,6 +80,8 @@ pkgs=(
 late_pkgs=(
   # a single-node Slurm cluster for the slurm tests (scripts/slurm-cluster.sh)
   munge slurm-wlm slurmctld slurmd slurm-client
+  # its two-node sibling in network namespaces (scripts/slurm-cluster-2node.sh): ip
+  iproute2
   # environment modules (modules/); tcl: tclsh checks the Tcl modulefile
   lmod tcl
 )

@@ -1,0 +1,340 @@
+#!/usr/bin/env bash
+# A real two-node Slurm cluster on one machine, for the multi-node test
+# (tests/slurm/twonode.sh) and for trying slurm/train-multinode.sbatch:
+# two slurmd, each in its own network and UTS namespace (hostnames rnode1 and
+# rnode2, addresses 10.77.0.11 and .12 on a bridge), one slurmctld and one
+# munged in the machine's own namespaces. Nothing in it touches the
+# single-node cluster of scripts/slurm-cluster.sh: own config, ports, munge
+# socket, spool, logs; the two run side by side.
+#
+#   sudo scripts/slurm-cluster-2node.sh check    # exit 0, or 3 and the reason namespaces cannot be made here
+#   sudo scripts/slurm-cluster-2node.sh start    # idempotent; restarts what died; waits until both nodes are idle
+#   sudo scripts/slurm-cluster-2node.sh status   # exit 0 when every daemon runs and both nodes are up
+#   sudo scripts/slurm-cluster-2node.sh crash rnode2  # SIGKILL everything in that node's namespace (a power cut)
+#   sudo scripts/slurm-cluster-2node.sh stop     # daemons by pid file, the namespaces' processes, links, namespaces
+#   eval "$(scripts/slurm-cluster-2node.sh env)" # SLURM_CONF for sbatch/srun/squeue against this cluster
+#
+# Open MPI between the nodes goes over TCP on the bridge: the test exports
+# OMPI_MCA_btl_tcp_if_include / OMPI_MCA_oob_tcp_if_include = the subnet
+# (`env` prints them too). Needs root, iproute2 (`ip`), util-linux (`unshare`)
+# and the packages of scripts/install-deps.sh; no systemd, no cgroups.
+# Recipe: /work/shared/notes/platform.md ("Two nodes on one machine").
+#
+# Environment (all optional):
+#   RATCHET_SLURM2_NET            first three octets of the /24 (default 10.77.0):
+#                                 .1 the bridge and slurmctld, .11/.12 the nodes
+#   RATCHET_SLURM2_CPUS           CPUs each node advertises (default 2)
+#   RATCHET_SLURM2_START_TIMEOUT  seconds to wait for both nodes to be idle (default 40)
+set -euo pipefail
+
+prog=slurm-cluster-2node.sh
+net=${RATCHET_SLURM2_NET:-10.77.0}
+cpus=${RATCHET_SLURM2_CPUS:-2}
+start_timeout=${RATCHET_SLURM2_START_TIMEOUT:-40}
+nodes=(rnode1 rnode2)
+ctld_port=6827   # the single-node cluster has 6817/6818
+slurmd_port=6828
+bridge=ratchet-br0
+conf_dir=/etc/ratchet-slurm-2node
+conf=$conf_dir/slurm.conf
+run_dir=/run/ratchet-slurm-2node
+log_dir=/var/log/ratchet-slurm-2node
+spool=/var/spool/ratchet-slurm-2node
+ctld_pid=$run_dir/slurmctld.pid
+ctld_log=$log_dir/slurmctld.log
+munge_dir=$run_dir/munge
+munge_socket=$munge_dir/munge.socket
+munge_pid=$munge_dir/munged.pid
+munge_log=/var/log/munge/munged-2node.log
+munge_key=/etc/munge/munge.key
+
+case $net in
+  *[!0-9.]* | *..* | .* | *.) echo "$prog: error: RATCHET_SLURM2_NET='$net' is not three octets (e.g. 10.77.0)" >&2; exit 2 ;;
+esac
+[ "$(tr -dc . <<<"$net")" = .. ] ||
+  { echo "$prog: error: RATCHET_SLURM2_NET='$net' is not three octets (e.g. 10.77.0)" >&2; exit 2; }
+
+# die, say, alive, stop_daemon, start_daemon
+# shellcheck source-path=SCRIPTDIR source=slurm-daemon-lib.sh
+. "$(dirname "$0")/slurm-daemon-lib.sh"
+
+ns_of() { echo "ratchet-$1"; }                  # network namespace of a node
+addr_of() { echo "$net.$((10 + ${1#rnode}))"; } # rnode1 -> .11
+veth_of() { echo "rtc-$1"; }                    # the bridge side of its link
+slurmd_pid_of() { echo "$run_dir/slurmd-$1.pid"; }
+slurmd_log_of() { echo "$log_dir/slurmd-$1.log"; }
+export SLURM_CONF=$conf
+
+# check: can namespaces and links be made here? Prints the reason when not.
+cmd_check() {
+  [ "$(id -u)" -eq 0 ] || { echo "$prog: cannot make network namespaces: not root"; return 3; }
+  local t
+  for t in ip unshare nsenter; do
+    command -v "$t" >/dev/null 2>&1 ||
+      { echo "$prog: cannot make network namespaces: no '$t' (scripts/install-deps.sh installs iproute2)"; return 3; }
+  done
+  local err
+  # A throwaway namespace: new network + UTS namespace, a veth pair inside it.
+  if ! err=$(unshare --net --uts sh -c 'hostname rnode-probe && ip link add rp0 type veth peer name rp1' 2>&1); then
+    echo "$prog: cannot make network/UTS namespaces or veth links here (no CAP_SYS_ADMIN/CAP_NET_ADMIN?): ${err:-unshare failed}"
+    return 3
+  fi
+  echo "$prog: network and UTS namespaces and veth links work here"
+}
+
+need_tools() {
+  local t missing=()
+  for t in munged munge unmunge mungekey slurmctld slurmd sinfo scontrol runuser; do
+    command -v "$t" >/dev/null 2>&1 || missing+=("$t")
+  done
+  [ ${#missing[@]} -eq 0 ] ||
+    die "missing ${missing[*]}: run scripts/install-deps.sh first (as root)"
+}
+
+render_conf() {
+  cat <<EOF
+# Written by ratchet scripts/slurm-cluster-2node.sh: a two-node test cluster,
+# each node a network + UTS namespace. Do not edit by hand; the script
+# rewrites it when its settings change. Use: export SLURM_CONF=$conf
+# Partition debug, as on the single-node cluster: the sbatch templates name it.
+ClusterName=ci2node
+SlurmctldHost=$(hostname -s)(${net}.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+# cred_expire is also how long a requeued job waits before it may start again;
+# socket: this cluster's own munged (the single-node cluster keeps the default).
+AuthInfo=cred_expire=10,socket=${munge_socket}
+StateSaveLocation=${spool}/ctld
+SlurmdSpoolDir=${spool}/%n
+SlurmctldPidFile=${ctld_pid}
+SlurmdPidFile=${run_dir}/slurmd-%n.pid
+SlurmctldLogFile=${ctld_log}
+SlurmdLogFile=${log_dir}/slurmd-%n.log
+SlurmctldPort=${ctld_port}
+SlurmdPort=${slurmd_port}
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=pmix
+MailProg=/bin/true
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_interval=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+ReturnToService=2
+KillWait=5
+OverTimeLimit=0
+MinJobAge=300
+InactiveLimit=0
+# A node whose slurmd stops answering is DOWN after 20 s (default 300), and
+# its running jobs are requeued (they ask for it with --requeue).
+SlurmdTimeout=20
+NodeName=rnode1 NodeAddr=$(addr_of rnode1) CPUs=${cpus} RealMemory=1000 State=UNKNOWN
+NodeName=rnode2 NodeAddr=$(addr_of rnode2) CPUs=${cpus} RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes=rnode[1-2] Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+start_munge() {
+  install -d -m 0700 -o munge -g munge /etc/munge /var/lib/munge /var/log/munge
+  install -d -m 0755 -o munge -g munge "$munge_dir"
+  [ -s "$munge_key" ] || mungekey --create --keyfile="$munge_key"
+  chown munge:munge "$munge_key"
+  chmod 0400 "$munge_key"
+  # start_daemon appends the program: sh -c puts the options after it ($0).
+  start_daemon "$munge_pid" munged "$munge_log" runuser -u munge -- sh -c \
+    "exec \"\$0\" --socket=$munge_socket --pid-file=$munge_pid --log-file=$munge_log \
+      --seed-file=/var/lib/munge/munged-2node.seed --key-file=$munge_key"
+  local i
+  for ((i = 0; i < 50; i++)); do
+    munge -S "$munge_socket" -n 2>/dev/null | unmunge -S "$munge_socket" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  die "munge -n | unmunge fails on $munge_socket; see $munge_log"
+}
+
+# The network: a bridge with the controller's address, and per node a
+# namespace joined to it by a veth pair. Each step is skipped when done.
+start_network() {
+  if ! ip link show "$bridge" >/dev/null 2>&1; then
+    ip link add "$bridge" type bridge
+    say "created bridge $bridge"
+  fi
+  # Matched in a string, not `ip ... | grep -q`: under pipefail grep's early
+  # exit can fail the pipe (SIGPIPE) and the address would be added twice.
+  [[ $(ip addr show dev "$bridge") == *"inet ${net}.1/24"* ]] || ip addr add "${net}.1/24" dev "$bridge"
+  ip link set "$bridge" up
+  local n ns veth
+  for n in "${nodes[@]}"; do
+    ns=$(ns_of "$n") veth=$(veth_of "$n")
+    if [ ! -e "/run/netns/$ns" ]; then
+      ip netns add "$ns"
+      say "created network namespace $ns"
+    fi
+    if ! ip link show "$veth" >/dev/null 2>&1; then
+      ip netns exec "$ns" ip link del eth0 2>/dev/null || true
+      ip link add "$veth" type veth peer name eth0 netns "$ns"
+    fi
+    ip link set "$veth" master "$bridge" up
+    ip netns exec "$ns" ip link set lo up
+    [[ $(ip netns exec "$ns" ip addr show dev eth0) == *"inet $(addr_of "$n")/24"* ]] ||
+      ip netns exec "$ns" ip addr add "$(addr_of "$n")/24" dev eth0
+    ip netns exec "$ns" ip link set eth0 up
+  done
+}
+
+# start_slurmd NODE: slurmd inside the node's network namespace and a new
+# UTS namespace whose hostname is NODE (slurmd finds its NodeName by it).
+# nsenter, not `ip netns exec`: that one remounts /sys, and slurmd then finds
+# no /sys/fs/cgroup and refuses to start. A mount namespace gives each node
+# its own /tmp, as real nodes have: Slurm's PMIx plugin and Open MPI keep
+# per-step directories there under names that would collide. Everything else
+# (the build tree, checkpoints, munge's socket) is shared, like NFS.
+start_slurmd() {
+  local n=$1
+  start_daemon "$(slurmd_pid_of "$n")" slurmd "$(slurmd_log_of "$n")" \
+    nsenter --net="/run/netns/$(ns_of "$n")" unshare --uts --mount \
+    sh -c "mount --bind $spool/$n/tmp /tmp && hostname $n && exec \"\$0\" -f $conf"
+}
+
+# Node states as sinfo prints them, "rnode1=idle rnode2=idle".
+node_states() {
+  timeout 10 sinfo -h -N -o '%N=%T' 2>/dev/null | sort -u | tr '\n' ' '
+}
+
+wait_idle() {
+  local deadline=$((SECONDS + start_timeout)) states="" n ok
+  while ((SECONDS < deadline)); do
+    states=$(node_states) || states=""
+    ok=1
+    for n in "${nodes[@]}"; do
+      grep -qE "(^| )$n=(idle|mixed|allocated|completing)( |$)" <<<"$states" || ok=0
+    done
+    if ((ok)); then
+      say "nodes: $states"
+      return 0
+    fi
+    alive "$ctld_pid" slurmctld || die "slurmctld exited; see $ctld_log"
+    for n in "${nodes[@]}"; do
+      alive "$(slurmd_pid_of "$n")" slurmd || die "slurmd of $n exited; see $(slurmd_log_of "$n")"
+    done
+    sleep 0.3
+  done
+  die "nodes not idle after ${start_timeout}s (sinfo says '${states:-nothing}');" \
+    "see $ctld_log and $log_dir/slurmd-*.log"
+}
+
+cmd_start() {
+  local why
+  why=$(cmd_check) || die "$why"
+  need_tools
+  install -d -m 0755 "$conf_dir" "$run_dir" "$log_dir" "$spool" "$spool/ctld"
+  local n
+  for n in "${nodes[@]}"; do install -d -m 0755 "$spool/$n" && install -d -m 1777 "$spool/$n/tmp"; done
+  start_munge
+  start_network
+
+  local new changed=0
+  new=$(render_conf)
+  if [ ! -f "$conf" ] || [ "$(cat "$conf")" != "$new" ]; then
+    printf '%s\n' "$new" >"$conf.tmp.$$"
+    mv -f "$conf.tmp.$$" "$conf"
+    changed=1
+    say "wrote $conf"
+  fi
+  if ((changed)); then
+    for n in "${nodes[@]}"; do
+      alive "$(slurmd_pid_of "$n")" slurmd && { say "configuration changed: restarting"; stop_daemon "$(slurmd_pid_of "$n")" slurmd; }
+    done
+    stop_daemon "$ctld_pid" slurmctld >/dev/null
+  fi
+  start_daemon "$ctld_pid" slurmctld "$ctld_log" env SLURM_CONF="$conf"
+  for n in "${nodes[@]}"; do start_slurmd "$n"; done
+  wait_idle
+}
+
+# kill_namespace NODE: SIGKILL every process in the node's network namespace
+# (slurmd, its steps, the job's tasks: all started by this cluster).
+kill_namespace() {
+  local ns pids
+  ns=$(ns_of "$1")
+  [ -e "/run/netns/$ns" ] || return 0
+  pids=$(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ')
+  if [ -n "${pids// /}" ]; then
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
+    say "killed the processes of $1 ($ns): $pids"
+  fi
+}
+
+cmd_crash() {
+  local n=$1
+  [[ " ${nodes[*]} " == *" $n "* ]] || die "no node '$n' (the nodes are ${nodes[*]})"
+  kill_namespace "$n"
+}
+
+cmd_stop() {
+  local n ns i
+  for n in "${nodes[@]}"; do stop_daemon "$(slurmd_pid_of "$n")" slurmd; done
+  # Job processes left behind by a killed slurmd.
+  for n in "${nodes[@]}"; do kill_namespace "$n"; done
+  stop_daemon "$ctld_pid" slurmctld
+  stop_daemon "$munge_pid" munged
+  for n in "${nodes[@]}"; do
+    ns=$(ns_of "$n")
+    ip link del "$(veth_of "$n")" 2>/dev/null || true
+    if [ -e "/run/netns/$ns" ]; then
+      # A killed process takes a moment to leave the namespace.
+      for ((i = 0; i < 50; i++)); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
+      ip netns del "$ns" && say "deleted network namespace $ns"
+    fi
+  done
+  if ip link show "$bridge" >/dev/null 2>&1; then
+    ip link del "$bridge" && say "deleted bridge $bridge"
+  fi
+}
+
+cmd_status() {
+  local rc=0 d n
+  local list=("munged:$munge_pid" "slurmctld:$ctld_pid")
+  for n in "${nodes[@]}"; do list+=("slurmd:$(slurmd_pid_of "$n"):$n"); done
+  for d in "${list[@]}"; do
+    IFS=: read -r name pidfile node <<<"$d"
+    if alive "$pidfile" "$name"; then
+      echo "$name${node:+ ($node)}: running (pid $(cat "$pidfile" 2>/dev/null))"
+    else
+      echo "$name${node:+ ($node)}: stopped"
+      rc=3
+    fi
+  done
+  for n in "${nodes[@]}"; do
+    [ -e "/run/netns/$(ns_of "$n")" ] || { echo "namespace $(ns_of "$n"): missing"; rc=3; }
+  done
+  ((rc == 0)) && echo "nodes: $(node_states || echo unknown)"
+  return $rc
+}
+
+cmd_env() {
+  echo "export SLURM_CONF=$conf"
+  echo "export OMPI_MCA_btl_tcp_if_include=${net}.0/24 OMPI_MCA_oob_tcp_if_include=${net}.0/24"
+}
+
+usage() { echo "usage: $prog check|start|stop|status|env|crash NODE" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+case $1 in
+  start | stop | crash)
+    if [ "$1" = crash ]; then [ $# -eq 2 ] || usage; else [ $# -eq 1 ] || usage; fi
+    [ "$(id -u)" -eq 0 ] || die "run as root (it makes namespaces and starts system daemons)"
+    # One caller at a time: concurrent starts would race on pid files and links.
+    exec 9>/run/ratchet-slurm-cluster-2node.lock
+    flock -w 90 9 || die "another $prog is still running (lock /run/ratchet-slurm-cluster-2node.lock)"
+    "cmd_$1" "${@:2}"
+    ;;
+  check | status | env) [ $# -eq 1 ] || usage; "cmd_$1" ;;
+  *) usage ;;
+esac
