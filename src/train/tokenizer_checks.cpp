@@ -8,6 +8,8 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/json.h"
+#include "data/hf_tokenizer.h"
 #include "data/shard_reader.h"
 #include "data/shard_tokenizer.h"
 #include "interop/atomic_write.h"
@@ -134,6 +136,26 @@ std::vector<std::string> copy_tokenizer_files(const std::string& src, const std:
     if (!f.good() && !f.eof()) fail("cannot read ", from.string());
     write_text_atomically((fs::path(dir) / name).string(), bytes);
     copied.push_back(name);
+  }
+  // config.json names the special tokens too: without them transformers'
+  // LlamaConfig defaults to BOS 1 and EOS 2, and generate() would stop on
+  // whatever token 2 is in this vocabulary.
+  const fs::path config = fs::path(dir) / "config.json";
+  std::error_code ec;
+  if (!copied.empty() && copied[0] == std::string("tokenizer.json") && fs::is_regular_file(config, ec)) {
+    const std::unique_ptr<HfTokenizer> tok = HfTokenizer::load(dir);
+    std::ifstream in(config);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    nlohmann::ordered_json j;
+    try {
+      j = nlohmann::ordered_json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      fail(config.string(), " is not JSON (", e.what(), ")");
+    }
+    const auto id = [](int v) { return v >= 0 ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); };
+    j["bos_token_id"] = id(tok->bos_id());
+    j["eos_token_id"] = id(tok->eos_id());
+    write_text_atomically(config.string(), j.dump(2) + "\n");
   }
   return copied;
 }
