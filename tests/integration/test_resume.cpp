@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -248,6 +250,75 @@ TEST_F(Resume, CkptCommandsListInspectPruneExport) {
   EXPECT_TRUE(read_file(d / "x.bin") == read_file(d / "out.bin"));
   EXPECT_EQ(run_ratchet("ckpt frob " + (d / "ck")).exit_code, 2);
   EXPECT_EQ(run_ratchet("ckpt list " + (d / "nope")).exit_code, 2);
+}
+
+}  // namespace
+
+// ---- --ckpt-async (train/checkpoint_session.h) ------------------------------------
+
+namespace {
+
+class AsyncResume : public Resume {};
+
+// Killed (SIGKILL) in the middle of the second background write: the first
+// checkpoint stays the newest valid one, and the rerun ends byte-identical.
+TEST_F(AsyncResume, AKillDuringTheBackgroundWriteLeavesThePreviousCheckpoint) {
+  TempDir d;
+  const std::string cmd = train_cmd(d / "ck", d / "out.bin") + " --ckpt-every-steps 4 --ckpt-async";
+  auto r = run_shell("RATCHET_FAULT='ckpt-mid-write*2' " RATCHET_EXE " " + cmd);
+  EXPECT_EQ(r.exit_code, 137) << r.output;
+  EXPECT_NE(r.output.find("step 4, "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("written in the background"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(d / "ck/latest"), "step_00000004\n");
+  EXPECT_FALSE(fs::exists(d / "ck/step_00000008"));
+  r = run_ratchet(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+  EXPECT_TRUE(read_file(d / "out.bin") == reference()) << "resumed weights differ";
+}
+
+// A stop signal raised on the writer thread, in the middle of its write:
+// the loop stops at a following step boundary (the next, or a later one when
+// the steps outrun the write), waits for the write, commits it, saves its
+// own step and exits 75; the rerun ends byte-identical.
+TEST_F(AsyncResume, AStopSignalDuringTheWriteWaitsForItBeforeExit75) {
+  TempDir d;
+  const std::string cmd = train_cmd(d / "ck", d / "out.bin") + " --ckpt-every-steps 4 --ckpt-async";
+  auto r = run_shell("RATCHET_FAULT='TERM@ckpt-mid-write' " RATCHET_EXE " " + cmd);
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("checkpoint (periodic): step 4"), std::string::npos) << r.output;
+  const size_t at = r.output.find("checkpoint (stop signal): step ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const int stopped = std::atoi(r.output.c_str() + at + 31);
+  EXPECT_GE(stopped, 5) << r.output;
+  // The periodic save was committed before the stop's (its line comes first).
+  EXPECT_LT(r.output.find("checkpoint (periodic): step 4"), at) << r.output;
+  r = run_ratchet("ckpt verify " + (d / "ck"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("step_00000004 (step 4"), std::string::npos) << r.output;
+  r = run_ratchet(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step " + std::to_string(stopped)), std::string::npos)
+      << r.output;
+  EXPECT_TRUE(read_file(d / "out.bin") == reference()) << "resumed weights differ";
+}
+
+// A save at every step: each one waits for the previous write (never two at
+// once into one directory); every checkpoint is valid and the weights are
+// those of a run without checkpoints.
+TEST_F(AsyncResume, ASaveEveryStepWaitsForThePreviousWrite) {
+  TempDir d;
+  auto r = run_ratchet(train_cmd(d / "ck", d / "out.bin") +
+                       " --ckpt-every-steps 1 --ckpt-async --keep-last 20");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(read_file(d / "out.bin") == reference());
+  r = run_ratchet("ckpt verify " + (d / "ck"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int s = 1; s <= 12; s++) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%08d", s);
+    EXPECT_TRUE(fs::exists(d / ("ck/" + std::string(name)))) << name;
+  }
 }
 
 }  // namespace

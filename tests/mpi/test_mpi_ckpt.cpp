@@ -1,0 +1,172 @@
+// Per-rank sharded checkpoints (ckpt/checkpoint_shards.h) and --ckpt-async
+// under `mpirun -np 2|3 ratchet train`, on the odd-sized tiny model of
+// test_mpi_train.cpp (P = 14955: the shards split unevenly).
+//
+// Every comparison here is at the same world size and stage as the straight
+// run it is compared with, so the gradients are summed in the same order and
+// the weights must be equal BYTE FOR BYTE (the --export files compared with
+// ==); runs that change the world size are compared within tolerance in
+// test_mpi_train.cpp (ShardedCheckpointResumesOnADifferentWorldSize).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_reader.h"
+#include "mpi_testing.h"
+#include "testing/bible_shards_suite.h"
+#include "testing/test_util.h"
+
+using namespace ratchet::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+class MpiCkpt : public BibleShardsSuite {
+ protected:
+  static std::string train_args(int B, int total, const std::string& out_dir, int steps = 8) {
+    return "train --model custom --layers 3 --heads 3 --channels 15 --max-seq-len 32 "
+           "--seq-len 16 --batch-size " + std::to_string(B) + " --total-batch-tokens " +
+           std::to_string(total) + " --threads 1 --train-data '" + (*dir_ / "data/train_*.h5") +
+           "' --val-data '" + (*dir_ / "data/val_*.h5") + "' --eval-every 4 --eval-batches 6 "
+           "--warmup-steps 2 --steps " + std::to_string(steps) + " --lr 3e-3 --quiet "
+           "--export " + out_dir + "/out.bin";
+  }
+  // The straight run of `ranks` ranks at `zero`, never stopped: its exported
+  // weights (run once per configuration).
+  static const std::string& straight(int ranks, const std::string& zero) {
+    static std::map<std::string, std::string> done;
+    std::string& bytes = done[std::to_string(ranks) + zero];
+    if (bytes.empty()) {
+      TempDir d;
+      auto r = mpirun_ratchet(ranks, train_args(6 / ranks, 96, d.path) + zero);
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      bytes = read_file(d / "out.bin");
+    }
+    return bytes;
+  }
+};
+
+// Every rank writes its own shard at every stage (stage 0: an even 1/W of
+// the parameters; ZeRO-1: its owned range), and the manifest lists them; a
+// stop and a resume at the same (stage, world) end byte-identical.
+TEST_F(MpiCkpt, EveryRankWritesItsShardAndAResumeIsByteIdentical) {
+  for (int ranks : {2, 3})
+    for (const std::string zero : {"", " --zero 1"}) {
+      const std::string what = std::to_string(ranks) + " ranks" + zero;
+      TempDir run;
+      const std::string ck = run / "ck";
+      auto r = mpirun_ratchet(ranks, train_args(6 / ranks, 96, run.path) + zero + " --ckpt-dir " + ck,
+                              "RATCHET_FAULT=USR1@step-4");
+      ASSERT_EQ(r.exit_code, 75) << what << "\n" << r.output;
+      const ratchet::CheckpointReader reader(ck + "/step_00000004");
+      ASSERT_EQ((int)reader.shards().size(), ranks) << what;
+      size_t largest = 0, smallest = SIZE_MAX;
+      for (int k = 0; k < ranks; k++) {
+        EXPECT_EQ(reader.shards()[k].rank, k) << what;
+        const size_t n = ratchet::ranges_length(reader.shards()[k].ranges);
+        largest = std::max(largest, n);
+        smallest = std::min(smallest, n);
+      }
+      // An even split: no rank wrote (or gathered) much more than 1/W.
+      EXPECT_LE(largest - smallest, (size_t)ranks) << what;
+      EXPECT_EQ(run_ratchet("ckpt verify " + ck).exit_code, 0) << what;
+      r = mpirun_ratchet(ranks, train_args(6 / ranks, 96, run.path) + zero + " --ckpt-dir " + ck);
+      ASSERT_EQ(r.exit_code, 0) << what << "\n" << r.output;
+      EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+      EXPECT_TRUE(read_file(run / "out.bin") == straight(ranks, zero)) << what << ": weights differ";
+    }
+}
+
+// --ckpt-async: rank 1 is killed in the middle of writing its shard of the
+// second save (step 4) in the background. The previous checkpoint (step 2)
+// stays the newest valid one; the rerun resumes from it and ends
+// byte-identical to a run never stopped.
+TEST_F(MpiCkpt, AKillDuringAnAsyncWriteLeavesThePreviousCheckpoint) {
+  TempDir run;
+  const std::string ck = run / "ck";
+  const std::string args = train_args(3, 96, run.path) + " --zero 1 --ckpt-dir " + ck +
+                           " --ckpt-every-steps 2 --ckpt-async";
+  auto r = mpirun_ratchet(2, args, "RATCHET_FAULT='rank1/ckpt-mid-write*2'");
+  ASSERT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("killing the process at 'ckpt-mid-write'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("written in the background"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(ck + "/latest"), "step_00000002\n");
+  EXPECT_FALSE(fs::exists(ck + "/step_00000004"));
+  r = mpirun_ratchet(2, args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 2"), std::string::npos) << r.output;
+  EXPECT_TRUE(read_file(run / "out.bin") == straight(2, " --zero 1")) << "weights differ";
+  // Every checkpoint of the rerun is valid; the killed save's staging is gone.
+  r = run_ratchet("ckpt verify " + ck);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const auto& e : fs::directory_iterator(ck))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+// A stop signal right after an async save: the stop waits for the write,
+// commits it, saves its own step and exits 75; both checkpoints are valid.
+TEST_F(MpiCkpt, AStopSignalWaitsForTheAsyncWrite) {
+  TempDir run;
+  const std::string ck = run / "ck";
+  const std::string args = train_args(3, 96, run.path) + " --zero 1 --ckpt-dir " + ck +
+                           " --ckpt-every-steps 4 --ckpt-async";
+  auto r = mpirun_ratchet(2, args, "RATCHET_FAULT=rank0/USR1@step-5");
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("checkpoint (periodic): step 4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("checkpoint (stop signal): step 5"), std::string::npos) << r.output;
+  r = run_ratchet("ckpt verify " + ck);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ok         " + ck + "/step_00000004"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ok         " + ck + "/step_00000005"), std::string::npos) << r.output;
+  r = mpirun_ratchet(2, args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(read_file(run / "out.bin") == straight(2, " --zero 1")) << "weights differ";
+}
+
+// The disk fills up while the ranks write their shards in parallel (a tmpfs
+// sized to hold about one and a half of the next checkpoint's two shards):
+// the ranks agree that the save failed, the run fails (exit 1) naming it,
+// the staging directory is removed, and the previous checkpoint stays the
+// newest valid one; with room again the run resumes and ends byte-identical.
+TEST_F(MpiCkpt, DiskFullWhileRanksWriteKeepsThePreviousCheckpoint) {
+  TempDir run;
+  const std::string mnt = run / "mnt";
+  fs::create_directories(mnt);
+  if (run_shell("mount -t tmpfs -o size=8m tmpfs " + mnt).exit_code != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (not root, or no mount namespace)";
+  struct Unmount {
+    std::string at;
+    ~Unmount() { run_shell("umount -l " + at); }
+  } unmount{mnt};
+  const std::string ck = mnt + "/ck";
+  const std::string args = train_args(3, 96, run.path) + " --zero 1 --ckpt-dir " + ck;
+  auto r = mpirun_ratchet(2, args, "RATCHET_FAULT=USR1@step-4");  // the same LR schedule throughout
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  // Room for what is there now plus 1.5 shards (of the two the next save writes).
+  const uint64_t shard = fs::file_size(ck + "/step_00000004/shard_00000.h5");
+  const auto used = run_shell("df -k --output=used " + mnt + " | tail -1");
+  const uint64_t used_kb = std::stoull(used.output);
+  const uint64_t size_kb = used_kb + (shard * 3 / 2) / 1024 + 4;
+  ASSERT_EQ(run_shell("mount -o remount,size=" + std::to_string(size_kb) + "k " + mnt).exit_code, 0);
+  r = mpirun_ratchet(2, args + " --ckpt-every-steps 6");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("checkpoint save at step 6 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("previous checkpoint (step_00000004) is intact"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_file(ck + "/latest"), "step_00000004\n");
+  EXPECT_FALSE(fs::exists(ck + "/step_00000006"));
+  for (const auto& e : fs::directory_iterator(ck))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  ASSERT_EQ(run_shell("mount -o remount,size=8m " + mnt).exit_code, 0);
+  r = mpirun_ratchet(2, args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+  EXPECT_TRUE(read_file(run / "out.bin") == straight(2, " --zero 1")) << "weights differ";
+}
+
+}  // namespace
