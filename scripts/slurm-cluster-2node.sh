@@ -131,9 +131,9 @@ KillWait=5
 OverTimeLimit=0
 MinJobAge=300
 InactiveLimit=0
-# A node whose slurmd stops answering is DOWN after 20 s (default 300), and
+# A node whose slurmd stops answering is DOWN after 10 s (default 300), and
 # its running jobs are requeued (they ask for it with --requeue).
-SlurmdTimeout=20
+SlurmdTimeout=10
 NodeName=rnode1 NodeAddr=$(addr_of rnode1) CPUs=${cpus} RealMemory=1000 State=UNKNOWN
 NodeName=rnode2 NodeAddr=$(addr_of rnode2) CPUs=${cpus} RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=rnode[1-2] Default=YES MaxTime=INFINITE State=UP

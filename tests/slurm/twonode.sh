@@ -17,13 +17,17 @@
 #                          and requeues the job (or the job fails first and the
 #                          operator requeues it); it resumes on rnode1 from the
 #                          last periodic checkpoint
+#   twonode.sh batch-host-death  the same with rnode1, which runs the batch
+#                          script and rank 0 (the checkpoint lock's holder):
+#                          the rerun on rnode2 takes the lock over from a
+#                          holder on another host once its heartbeat is stale
 #   twonode.sh no-namespaces  the two cases above, run without CAP_SYS_ADMIN
 #                          and as a non-root user, skip and say why
 # Every case exits 77 (CTest: skipped) with the reason when network namespaces
 # cannot be made here (not root, no CAP_SYS_ADMIN, no `ip`): never a silent pass.
 # shellcheck source-path=SCRIPTDIR source=common.sh
 . "$(dirname "$0")/common.sh"
-name=${1:?start|stop|requeue|node-death|no-namespaces}
+name=${1:?start|stop|requeue|node-death|batch-host-death|no-namespaces}
 CLUSTER2=$RATCHET_SOURCE_DIR/scripts/slurm-cluster-2node.sh
 marker=$RATCHET_TEST_WORK/cluster-2node-started-by-tests
 
@@ -91,7 +95,7 @@ rnode2 10.77.0.12/24" ] || fail "srun -N2: expected rnode1/rnode2 on their own a
     log "ok"
     exit 0
     ;;
-  requeue | node-death) ;;
+  requeue | node-death | batch-host-death) ;;
   *) fail "unknown case $name" ;;
 esac
 
@@ -109,7 +113,7 @@ export OMPI_MCA_mpi_yield_when_idle=1
 # Whatever happens, both nodes serve the next test again.
 extra_cleanup() {
   timeout 30 scontrol update nodename=rnode2 state=resume 2>/dev/null || true
-  if [ "$name" = node-death ]; then timeout 90 "$CLUSTER2" start >/dev/null || true; fi
+  if [ "$name" != requeue ]; then timeout 90 "$CLUSTER2" start >/dev/null || true; fi
 }
 trap on_exit EXIT  # common.sh: a failed test cancels its job
 
@@ -212,14 +216,22 @@ case $name in
     expect_log "resume: continuing from step [0-9]+"
     same_as_reference
     ;;
-  node-death)
+  node-death | batch-host-death)
+    victim=rnode2 survivor=rnode1
+    if [ "$name" = batch-host-death ]; then
+      victim=rnode1 survivor=rnode2
+      # The checkpoint lock's holder (rank 0) dies with rnode1; from rnode2 its
+      # pid cannot be checked, so the lock is taken over once the heartbeat
+      # stops for this long (default 60 s; shortened for the test).
+      export RATCHET_LOCK_STALE_SECONDS=10
+    fi
     id=$(submit)
     wait_file ckpt/step_00000100/COMMITTED 120
     [ "$(job_field "$id" NodeList)" = "rnode[1-2]" ] || fail "job $id runs on '$(job_field "$id" NodeList)', not rnode[1-2]"
     died_at=$(ledger_step)
-    timeout 30 "$CLUSTER2" crash rnode2 || fail "crash rnode2 failed"
-    log "rnode2 killed at step ${died_at:-?}"
-    # Slurm finds rnode2 silent within SlurmdTimeout (20 s), marks it DOWN and
+    timeout 30 "$CLUSTER2" crash $victim || fail "crash $victim failed"
+    log "$victim killed at step ${died_at:-?}"
+    # Slurm finds the node silent within SlurmdTimeout (10 s), marks it DOWN and
     # requeues the job (--requeue). If the surviving rank's MPI error ends the
     # job first, it is FAILED: then the operator requeues it, as a user would.
     if restarted_pending 90; then
@@ -233,14 +245,15 @@ case $name in
     shrink_to_one_node
     wait_job "$id" 200 >/dev/null
     [ "$(job_field "$id" JobState)" = COMPLETED ] || fail "job $id ended $(job_field "$id" JobState)"
-    [ "$(job_field "$id" NodeList)" = rnode1 ] || fail "the rerun ran on '$(job_field "$id" NodeList)', not rnode1 alone"
+    [ "$(job_field "$id" NodeList)" = $survivor ] || fail "the rerun ran on '$(job_field "$id" NodeList)', not $survivor alone"
     expect_log "resume: continuing from step [0-9]+"
+    [ "$name" = batch-host-death ] && expect_log "lock: taking over .* on host rnode1 .*no heartbeat"
     lost=$(sed -n 's/.*"steps_lost": \([0-9.e+]*\).*/\1/p' ckpt/ledger.json | head -n1)
     log "steps recomputed after the node died: $lost"
     awk -v l="$lost" 'BEGIN { exit !(l > 0 && l <= 50) }' || fail "steps_lost=$lost: expected 1..50 (a kill, not a save)"
     same_as_reference
     # The node comes back: slurmd restarted, ReturnToService=2 returns it.
-    timeout 90 "$CLUSTER2" start || fail "rnode2 did not come back"
+    timeout 90 "$CLUSTER2" start || fail "$victim did not come back"
     ;;
 esac
 log "ok: $name"
