@@ -1,5 +1,6 @@
 #include "data_tools/shard_pipeline.h"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -647,6 +648,18 @@ ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const To
       return r;
     });
   };
+  // A failure (an input changed since the first pass, a full disk) leaves no
+  // shard behind: those already renamed into place are removed too.
+  struct RemoveOnError {
+    ShardStreamWriter &train, &val;
+    bool done = false;
+    ~RemoveOnError() {
+      if (done) return;
+      std::error_code ec;
+      for (const ShardStreamWriter* w : {&train, &val})
+        for (const ShardSummary& s : w->shards()) fs::remove(s.path, ec);
+    }
+  } remove_on_error{train, val};
   std::future<Tokenized> pending;
   if (auto b = q.pop()) pending = tokenize(std::move(b));
   while (pending.valid()) {
@@ -664,6 +677,7 @@ ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const To
   }
   train.finish();
   val.finish();
+  remove_on_error.done = true;
   bar.finish();
   t.seconds = std::max(bar.elapsed(), 1e-9);
   t.train_tokens = train.total_tokens();
@@ -676,6 +690,12 @@ ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const To
 // ---- the pipeline ---------------------------------------------------------------
 
 void run_shard_pipeline(const ShardOptions& o, const Tokenizer& tok) {
+  // Blocks of a few MB are allocated and freed by several threads all run
+  // long: glibc's default raises its mmap threshold after each free of a
+  // large block, and the blocks then fragment the heaps, so max RSS crept up
+  // with the input (120 -> 184 MB for 20 -> 200 MB of text, byte). A fixed
+  // threshold of 1 MB gives every block back when freed (106 -> 126 MB).
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   std::vector<std::string> inputs = expand_text_inputs(o.inputs, "--input");
   prepare_output_dir(o.output_dir, o.overwrite);
   const ShardMeta meta = shard_meta(o, tok);  // bad framing flags fail before any reading

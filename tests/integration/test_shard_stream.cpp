@@ -1,0 +1,102 @@
+// `ratchet shard` streams its inputs (data_tools/text_stream.h): max RSS
+// does not grow with the input, stdin and a pipe give the shards a file
+// gives, and a file changed between the two readings is refused.
+// No timing here (speed is bench/data/shard_stream_bench.sh's).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "data/shard_reader.h"
+#include "testing/test_util.h"
+
+using namespace ratchet;
+using namespace ratchet::testing;
+
+namespace {
+
+// The KJV and the fortunes, `copies` times, each copy starting with its
+// number (so dedup would keep every copy), as one document of ~mb MB.
+std::string make_text(const TempDir& d, const std::string& name, int mb) {
+  const std::string base = d / "base.txt";
+  auto r = run_shell("bible -f 'Gen1:1-Rev22:21' > " + base +
+                     " && cat /usr/share/games/fortunes/fortunes >> " + base);
+  EXPECT_EQ(r.exit_code, 0) << "bible-kjv / fortune-mod (scripts/install-deps.sh): " << r.output;
+  const std::string text = read_file(base);
+  const std::string path = d / name;
+  std::ofstream out(path, std::ios::binary);
+  for (int i = 0; out.tellp() < (std::streamoff)mb * 1000000; i++) out << "copy " << i << "\n" << text;
+  return path;
+}
+
+// Max RSS in KB of `ratchet shard ARGS` (time(1)), after checking it succeeded.
+long shard_rss_kb(const TempDir& d, const std::string& args) {
+  auto r = run_shell("/usr/bin/time -f %M -o " + (d / "rss") + " " RATCHET_EXE " shard " + args +
+                     " --no-progress");
+  EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.output;
+  const std::string out = read_file(d / "rss");
+  return std::stol(out.substr(out.rfind('\n', out.size() - 2) + 1));
+}
+
+std::vector<uint32_t> tokens(const std::string& path) {
+  ShardFile f(path);
+  std::vector<uint32_t> t(f.num_tokens());
+  if (!t.empty()) f.read_tokens(0, t.size(), t.data());
+  return t;
+}
+
+TEST(ShardStream, MaxRssDoesNotGrowWithTheInput) {
+  TempDir d;
+  const std::string small = make_text(d, "small.txt", 20), big = make_text(d, "big.txt", 120);
+  // byte: one token per byte, the most ids per MB of text in flight.
+  const long a = shard_rss_kb(d, "--tokenizer byte --input " + small + " -o " + (d / "a") + " --threads 2");
+  const long b = shard_rss_kb(d, "--tokenizer byte --input " + big + " -o " + (d / "b") + " --threads 2");
+  // 100 MB more text. Held whole (as before streaming), RSS grew by more than
+  // the text (+100 MB); streamed, a few 4 MB blocks and their ids are in
+  // flight whatever the input's size, and how many at the peak moves with the
+  // timing (+-30 MB measured): 60 MB tells the two apart.
+  EXPECT_LT(b - a, 60 * 1024) << "max RSS " << a / 1024 << " MB for 20 MB of text, " << b / 1024
+                              << " MB for 120 MB";
+  std::printf("max RSS: %ld MB for 20 MB of text, %ld MB for 120 MB\n", a / 1024, b / 1024);
+}
+
+TEST(ShardStream, StdinAndPipesGiveTheShardsOfTheFile) {
+  TempDir d;
+  const std::string text = make_text(d, "t.txt", 6);
+  ASSERT_EQ(run_ratchet("shard --tokenizer gpt2 --input " + text + " -o " + (d / "file") +
+                        " --no-progress").exit_code, 0);
+  auto r = run_shell("cat " + text + " | " RATCHET_EXE " shard --tokenizer gpt2 --input - -o " +
+                     (d / "stdin") + " --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_shell(RATCHET_EXE " shard --tokenizer gpt2 --input /dev/stdin -o " + (d / "dev") +
+                " --no-progress < " + text);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"train_000000.h5", "val_000000.h5"}) {
+    const std::vector<uint32_t> want = tokens(d / "file" + "/" + s);
+    ASSERT_GT(want.size(), 1000u);
+    EXPECT_EQ(tokens(d / "stdin" + "/" + s), want) << s;
+    EXPECT_EQ(tokens(d / "dev" + "/" + s), want) << s;
+  }
+  // The spool files are gone.
+  r = run_shell("ls -a " + (d / "stdin") + " | grep -c spool");
+  EXPECT_EQ(r.output, "0\n");
+}
+
+// A file that grows while it is read is refused naming it (exit 2), not
+// sharded as a mix of two versions.
+TEST(ShardStream, AFileGrowingWhileReadIsRefused) {
+  TempDir d;
+  const std::string text = make_text(d, "grow.txt", 40);
+  // Appends while the first reading is under way (the shard takes seconds).
+  auto r = run_shell("( sleep 0.3; for i in $(seq 1 200); do echo more >> " + text +
+                     "; sleep 0.05; done ) & " RATCHET_EXE " shard --tokenizer gpt2 --input " + text +
+                     " -o " + (d / "o") + " --no-progress 2>&1; rc=$?; wait; exit $rc");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("changed while being read"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("grow.txt"), std::string::npos) << r.output;
+  r = run_shell("ls " + (d / "o") + " | grep -c h5");  // no shard left behind
+  EXPECT_EQ(r.output, "0\n");
+}
+
+}  // namespace
