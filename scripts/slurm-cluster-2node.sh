@@ -279,7 +279,17 @@ cmd_crash() {
 }
 
 cmd_stop() {
-  local n ns i
+  local n ns i jobs
+  # Jobs left in the queue would be recovered from the state files and run
+  # again at the next start: a teardown cancels them (all are this cluster's).
+  if alive "$ctld_pid" slurmctld; then
+    jobs=$(timeout 15 squeue -h -o %i 2>/dev/null | tr '\n' ' ') || jobs=""
+    if [ -n "${jobs// /}" ]; then
+      # shellcheck disable=SC2086
+      timeout 15 scancel $jobs 2>/dev/null || true
+      say "cancelled jobs $jobs"
+    fi
+  fi
   for n in "${nodes[@]}"; do stop_daemon "$(slurmd_pid_of "$n")" slurmd; done
   # Job processes left behind by a killed slurmd.
   for n in "${nodes[@]}"; do kill_namespace "$n"; done
