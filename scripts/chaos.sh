@@ -12,38 +12,47 @@
 # Scenarios:
 #   single  one process
 #   mpi     mpirun -np 2, a random rank receives the kill
-#   zero    --zero 1 with a world size of 1, 2 or 3 chosen anew at every restart
-#           (the same global batch). Different world sizes add gradients in a
+#   zero    a world size of 1, 2 or 3 and a ZeRO stage (--zero 0 or 1, and 2
+#           where the build has it) chosen anew at every restart (the same
+#           global batch): each attempt resumes what another world size and
+#           stage saved. Different world sizes and stages add gradients in a
 #           different order, so this one is compared byte for byte with a
-#           replay: the same world sizes over the same step ranges, stopped
-#           cleanly at the steps the chaos run resumed from.
+#           replay: the same world sizes and stages over the same step
+#           ranges, stopped cleanly at the steps the chaos run resumed from.
+#   async   as zero, every attempt with --ckpt-async (the shards written by a
+#           background thread while training goes on); the replay saves
+#           synchronously, so async and sync saves are compared byte for byte.
+# Under mpirun every rank writes its own shard of each checkpoint: a KILL
+# inside a save at ckpt-mid-write goes to one random rank (the others are
+# ended by mpirun), in the middle of its shard (in async, on its writer thread).
 #
 #   scripts/chaos.sh [--exe build/ratchet] [--work DIR] [--full | --quick]
 #                    [--steps N] [--kills K] [--mpi-kills K] [--zero-kills K]
-#                    [--scenarios single,mpi,zero] [--seed S]
-#   --full (default): 2000 steps, 50 kills; 2 x 12 more in mpi and zero
-#   --quick (CTest, label chaos): 200 steps, 8 kills; 4 in mpi and zero
+#                    [--async-kills K] [--scenarios single,mpi,zero,async] [--seed S]
+#   --full (default): 2000 steps, 50 kills; 3 x 12 more in mpi, zero and async
+#   --quick (CTest, label chaos): 200 steps, 8 kills; 4 in mpi, zero and async
 # Exit 0: every check passed; 1: a check failed (the log says which).
 set -euo pipefail
 
 exe=build/ratchet
 work=""
-steps=2000 kills=50 mpi_kills=12 zero_kills=12
-scenarios=single,mpi,zero
+steps=2000 kills=50 mpi_kills=12 zero_kills=12 async_kills=12
+scenarios=single,mpi,zero,async
 seed=$(( $(date +%s) % 32768 ))
 while [ $# -gt 0 ]; do
   case $1 in
     --exe) exe=$2; shift ;;
     --work) work=$2; shift ;;
-    --full) steps=2000 kills=50 mpi_kills=12 zero_kills=12 ;;
-    --quick) steps=200 kills=8 mpi_kills=4 zero_kills=4 ;;
+    --full) steps=2000 kills=50 mpi_kills=12 zero_kills=12 async_kills=12 ;;
+    --quick) steps=200 kills=8 mpi_kills=4 zero_kills=4 async_kills=4 ;;
     --steps) steps=$2; shift ;;
     --kills) kills=$2; shift ;;
     --mpi-kills) mpi_kills=$2; shift ;;
     --zero-kills) zero_kills=$2; shift ;;
+    --async-kills) async_kills=$2; shift ;;
     --scenarios) scenarios=$2; shift ;;
     --seed) seed=$2; shift ;;
-    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "chaos.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -60,6 +69,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 \
   OMPI_MCA_btl_vader_single_copy_mechanism=none
 mpirun=$(command -v /usr/bin/mpirun || command -v mpirun || true)
+# The ZeRO stages the zero scenario switches between: 2 where this build has it.
+zero_stages=(0 1)
+"$exe" train --help 2>/dev/null | tr -s ' \n' ' ' | grep -q "2 = ZeRO-2" && zero_stages+=(2)
 
 failures=0
 prune_pid=""
@@ -123,9 +135,13 @@ resume_bound() {
 }
 
 # ---- one scenario ----------------------------------------------------------------
-# $1 name, $2 kills, $3 world mode: 0 = no mpirun, 2 = two ranks, z = 1..3 with ZeRO-1
+# $1 name, $2 kills, $3 world mode: 0 = no mpirun, 2 = two ranks, z = 1..3 ranks,
+# each attempt with a ZeRO stage of $zero_stages
 run_scenario() {
   local name=$1 want_kills=$2 mode=$3
+  # async: the zero scenario's attempts with --ckpt-async (the reference and the replay without).
+  local async_args=()
+  [ "$mode" = a ] && mode=z && async_args=(--ckpt-async)
   local dir="$work/$name" ref="$work/$name-ref"
   rm -rf "$dir" "$ref"; mkdir -p "$dir/logs"
   local zero_args=() ref_world=$mode
@@ -141,7 +157,7 @@ run_scenario() {
   echo "chaos: $name: uninterrupted run: $steps steps in ${ref_s}s"
 
   local attempt=0 landed=0 done_rc=-1 sum_wall=0 preempt_expected=0 resumes_seen=0 printed=0 preempt_maybe=0
-  local segments=()  # "start_step:world" of the attempts whose work the final weights keep
+  local segments=()  # "start_step:world[:stage]" of the attempts whose work the final weights keep
   local kinds=(KILL USR1 TERM save-KILL save-TERM)
   local points=(ckpt-mid-write ckpt-before-commit ckpt-before-latest)
   local starts=(attempt-start setup-model resume)  # reached by every attempt before its steps
@@ -149,8 +165,12 @@ run_scenario() {
     attempt=$((attempt + 1))
     [ "$attempt" -gt $((want_kills * 3 + 20)) ] && { bad "$name: no end after $attempt attempts"; break; }
     local log; log=$(printf '%s/logs/attempt_%03d.log' "$dir" "$attempt")
-    local world=$mode
-    [ "$mode" = z ] && world=$((1 + RANDOM % 3))
+    local world=$mode stage=""
+    if [ "$mode" = z ]; then
+      world=$((1 + RANDOM % 3))
+      stage=${zero_stages[RANDOM % ${#zero_stages[@]}]}
+      zero_args=(--zero "$stage")
+    fi
     local kind=none when=- fault=""
     if [ "$landed" -lt "$want_kills" ]; then
       kind=${kinds[RANDOM % ${#kinds[@]}]}
@@ -193,7 +213,11 @@ run_scenario() {
           fi ;;
         save-KILL)  # the Nth save from here, N within the saves left (the final one too)
           saves=$(( saves > 3 ? 3 : saves ))
-          fault="${points[RANDOM % 3]}*$((1 + RANDOM % saves))" ;;
+          local point=${points[RANDOM % 3]}
+          # Every rank writes its shard (ckpt-mid-write): one of them is killed
+          # there; the commit points are rank 0's.
+          local who=""; [ "$world" != 0 ] && [ "$point" = ckpt-mid-write ] && who="rank$((RANDOM % world))/"
+          fault="$who$point*$((1 + RANDOM % saves))" ;;
         save-TERM) fault="TERM@${points[RANDOM % 3]}" ;;  # at the first save, a periodic one
         start-KILL) fault=${starts[RANDOM % ${#starts[@]}]} ;;
       esac
@@ -209,7 +233,7 @@ run_scenario() {
     local args; args=$(train_args "$dir" $((rows / (world > 0 ? world : 2))))
     local a0; a0=$(now)
     # shellcheck disable=SC2086
-    RATCHET_FAULT=$fault launch "$world" "$log" $args "${zero_args[@]}"
+    RATCHET_FAULT=$fault launch "$world" "$log" $args "${zero_args[@]}" ${async_args[@]+"${async_args[@]}"}
     case $when in
       *s\|step*)  # from outside after the delay, unless the step came first (the
         # attempt is not waited for yet, so its pid cannot be reused meanwhile)
@@ -234,12 +258,13 @@ run_scenario() {
       # The final weights keep this attempt's work from $start on; what the
       # attempts since $start did is replaced.
       while [ "${#segments[@]}" -gt 0 ] && [ "${segments[-1]%%:*}" -ge "$start" ]; do unset 'segments[-1]'; done
-      segments+=("$start:$world")
+      segments+=("$start:$world${stage:+:$stage}")
     else  # killed before it knew where to start: it changed nothing
       start=-1 reached=-1
     fi
-    printf 'chaos: %s: attempt %3d world %s %-9s at %-9s fault %-24s prune %d: steps %4d -> %4d, rc %s\n' \
-      "$name" "$attempt" "$world" "$kind" "$when" "${fault:--}" "$pruning" "$start" "$reached" "$rc"
+    printf 'chaos: %s: attempt %3d world %s%s %-9s at %-9s fault %-24s prune %d: steps %4d -> %4d, rc %s\n' \
+      "$name" "$attempt" "$world" "${stage:+ zero $stage}" "$kind" "$when" "${fault:--}" "$pruning" "$start" \
+      "$reached" "$rc"
     case $rc in
       0) done_rc=0; break ;;
       75) ;;                                        # stopped by a signal and saved
@@ -279,15 +304,16 @@ run_scenario() {
     # Replay: the surviving segments, each stopped cleanly where the next began.
     local i rdir="$work/$name-replay"; rm -rf "$rdir"
     for i in "${!segments[@]}"; do
-      local w=${segments[$i]#*:} stop_at="" f=""
+      local ws=${segments[$i]#*:} stop_at="" f=""
+      local w=${ws%%:*} st=${ws#*:}
       [ $((i + 1)) -lt ${#segments[@]} ] && stop_at=${segments[$((i + 1))]%%:*} && f="USR1@step-$stop_at"
       [ "$stop_at" = "$steps" ] && f=""  # the last step: that run ends normally, the next does nothing
       # shellcheck disable=SC2046
-      RATCHET_FAULT=$f launch "$w" "$rdir-$i.log" $(train_args "$rdir" $((rows / w))) --zero 1
+      RATCHET_FAULT=$f launch "$w" "$rdir-$i.log" $(train_args "$rdir" $((rows / w))) --zero "$st"
       local rrc=0; wait "$pid" || rrc=$?
-      [ "$rrc" -eq $([ -n "$f" ] && echo 75 || echo 0) ] || bad "$name: replay segment $i (world $w, to ${stop_at:-the end}) rc $rrc: $rdir-$i.log"
+      [ "$rrc" -eq $([ -n "$f" ] && echo 75 || echo 0) ] || bad "$name: replay segment $i (world $w, zero $st, to ${stop_at:-the end}) rc $rrc: $rdir-$i.log"
     done
-    echo "chaos: $name: replayed ${#segments[@]} segment(s): ${segments[*]} (start:world)"
+    echo "chaos: $name: replayed ${#segments[@]} segment(s): ${segments[*]} (start:world:stage)"
     cmp -s "$dir/out.bin" "$rdir/out.bin" && echo "chaos: $name: final weights byte-identical to the replay" \
       || bad "$name: final weights differ from the replay ($dir/out.bin vs $rdir/out.bin)"
     python3 - "$dir/out.bin" "$ref/out.bin" <<'EOF'
@@ -297,7 +323,7 @@ def weights(path):  # an llm.c file: a 256 x int32 header, then fp32 parameters
     w = array("f"); raw = open(path, "rb").read()[1024:]; w.frombytes(raw); return w
 a, b = weights(sys.argv[1]), weights(sys.argv[2])
 print(f"chaos: zero: max |w - w(uninterrupted, 1 rank)| = {max(abs(x - y) for x, y in zip(a, b)):.3g} "
-      "(not bitwise by design: 1, 2, 3 ranks add gradients in different orders)")
+      "(not bitwise by design: 1, 2, 3 ranks and the stages add gradients in different orders)")
 EOF
   else
     cmp -s "$dir/out.bin" "$ref/out.bin" && echo "chaos: $name: final weights byte-identical to the uninterrupted run" \
@@ -351,10 +377,14 @@ t_all=$(now)
 for s in ${scenarios//,/ }; do
   case $s in
     single) run_scenario single "$kills" 0 ;;
-    mpi | zero)
+    mpi | zero | async)
       if [ -z "$mpirun" ]; then echo "chaos: $s: skipped (no mpirun)"; continue; fi
-      if [ "$s" = mpi ]; then run_scenario mpi "$mpi_kills" 2; else run_scenario zero "$zero_kills" z; fi ;;
-    *) echo "chaos.sh: unknown scenario '$s' (single, mpi, zero)" >&2; exit 2 ;;
+      case $s in
+        mpi) run_scenario mpi "$mpi_kills" 2 ;;
+        zero) run_scenario zero "$zero_kills" z ;;
+        async) run_scenario async "$async_kills" a ;;
+      esac ;;
+    *) echo "chaos.sh: unknown scenario '$s' (single, mpi, zero, async)" >&2; exit 2 ;;
   esac
 done
 echo "chaos: $(awk -v a="$t_all" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }') s in all, $failures failure(s), seed $seed"
