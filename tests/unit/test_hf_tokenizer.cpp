@@ -467,7 +467,7 @@ namespace {
 
 // A model with one merge that crosses a mark after '>' (Gemma 3 has ">" +
 // "\u2581</"), built by hand as the fuzz target fuzz_hf_space_cut does.
-hf::BpeModel model_with_bad_merge() {
+hf::BpeModel model_with_bad_merge(bool crossing = true, bool with_unk = true) {
   hf::BpeModel m;
   for (uint32_t& f : m.fallback_id) f = hf::BpeModel::kNone;
   auto add = [&](const std::string& s) {
@@ -483,13 +483,14 @@ hf::BpeModel model_with_bad_merge() {
   auto merge = [&](const std::string& l, const std::string& r) {
     m.merges.add(add(l), add(r), rank++, add(l + r));
   };
+  merge(mark, mark);       // joins marks around a character dropped without unk
   merge(mark, "a");        // "\u2581a"
   merge(mark, "<");        // "\u2581<"
-  merge(">", mark + "<");  // crosses the mark after '>'
+  if (crossing) merge(">", mark + "<");  // crosses the mark after '>'
   merge("a", "b");
   merge(mark + "a", "b");
   m.num_merges = rank;
-  m.unk = add("<unk>");
+  if (with_unk) m.unk = add("<unk>");
   m.bmp_id.assign(0x10000, hf::BpeModel::kNone);
   for (uint32_t id = 0; id < m.token_of.size(); id++) {  // the one-character tokens
     uint32_t cp;
@@ -528,19 +529,29 @@ TEST(HfTokenizer, SpaceCutsAreExact) {
   EXPECT_EQ(model_ids(m, s, true, &parts), model_ids(m, s, false, &parts));
   model_ids(m, s, true, &parts);
   EXPECT_EQ(parts, 3u);  // [mark ab][mark a> mark <b][mark mark abz mark a]: after 'z' no cut
+  // Without an unk, 'z' is dropped and the marks around it merge: no cut after it either.
+  const hf::BpeModel no_unk = model_with_bad_merge(false, false);
+  EXPECT_TRUE(no_unk.space_cut_bad.empty());
+  EXPECT_TRUE(no_unk.space_cut_known);
+  EXPECT_FALSE(model_with_bad_merge(false, true).space_cut_known);
+  const std::string dropped = "a" + mark + "z" + mark + "a";
+  EXPECT_EQ(model_ids(no_unk, dropped, true, &parts), model_ids(no_unk, dropped, false, &parts));
+  EXPECT_EQ(parts, 2u);  // [a][mark z mark a]
   Rng rng(11);
   const char* const alphabet[] = {"a", "b", ">", "<", "\xE2\x96\x81", "\xE2\x96\x81", "z", "\xff"};
-  size_t cut_total = 0;
-  for (int i = 0; i < 3000; i++) {
-    std::string t;
-    for (size_t n = 1 + rng.below(30); n-- > 0;) t += alphabet[rng.below(8)];
-    std::string esc;
-    if (hf::escape_invalid(t, &esc)) t = esc;
-    ASSERT_EQ(model_ids(m, t, true, &parts), model_ids(m, t, false, &parts)) << t;
-    model_ids(m, t, true, &parts);
-    cut_total += parts - 1;
+  for (const hf::BpeModel* model : std::initializer_list<const hf::BpeModel*>{&m, &no_unk}) {
+    size_t cut_total = 0;
+    for (int i = 0; i < 3000; i++) {
+      std::string t;
+      for (size_t n = 1 + rng.below(30); n-- > 0;) t += alphabet[rng.below(8)];
+      std::string esc;
+      if (hf::escape_invalid(t, &esc)) t = esc;
+      ASSERT_EQ(model_ids(*model, t, true, &parts), model_ids(*model, t, false, &parts)) << t;
+      model_ids(*model, t, true, &parts);
+      cut_total += parts - 1;
+    }
+    EXPECT_GT(cut_total, 3000u);  // the cuts are taken, not just allowed
   }
-  EXPECT_GT(cut_total, 3000u);  // the cuts are taken, not just allowed
 }
 
 TEST(HfTokenizer, SpaceCutsOnRealFiles) {

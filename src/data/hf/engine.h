@@ -107,8 +107,8 @@ struct BpeModel {
   // a left part whose right part starts with the mark (Llama 2: none; Gemma 3:
   // '>', for ">" + "\u2581</"). A symbol ending with X ends with X's own
   // character unless X has no token (byte fallback "<0xXX>", unk, or dropped
-  // when there is no unk): when any character is bad, X must have its own
-  // token, so the symbol's last character is X. Off for byte-level
+  // when there is no unk): when any character is bad, or there is no unk, X
+  // must have its own token, so the symbol's last character is X. Off for byte-level
   // models (their pre-tokenizer cuts), with ignore_merges (a whole piece may
   // be a token), and with RATCHET_HF_NO_FAST_PATH.
   // tests/fuzz/fuzz_hf_space_cut.cpp and the parity tests check it.

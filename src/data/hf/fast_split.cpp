@@ -1,5 +1,6 @@
 #include "data/hf/fast_split.h"
 
+#include <array>
 #include <cstdint>
 
 #include "data/gpt2_pretokenize.h"
@@ -35,18 +36,28 @@ Llama3Splitter::Llama3Splitter(std::string_view text, int max_digits)
 // Decodes up to kBatch more characters; false at the end of the text.
 bool Llama3Splitter::decode_more() {
   if (pos_ >= text_.size()) return false;
-  for (size_t k = 0; k < kBatch && pos_ < text_.size(); k++) {
-    uint32_t cp;
+  static const std::array<CharClass, 128> ascii = [] {  // char_class() of ASCII, inlined
+    std::array<CharClass, 128> t{};
+    for (uint32_t c = 0; c < 128; c++) t[c] = char_class(c);
+    return t;
+  }();
+  const size_t old = c_.size();
+  c_.resize(old + kBatch);
+  Ch* out = c_.data() + old;
+  size_t k = 0;
+  while (k < kBatch && pos_ < text_.size()) {
     const unsigned char b = (unsigned char)text_[pos_];
-    int n = 1;
-    if (b < 0x80)
-      cp = b;
-    else
-      n = next_cp(text_, pos_, &cp);
-    CharClass cls = is_escape(cp) ? CharClass::kOther : char_class(cp);
-    c_.push_back({cp, (uint32_t)pos_, cls});
+    if (b < 0x80) {
+      out[k++] = {b, (uint32_t)pos_, ascii[b]};
+      pos_++;
+      continue;
+    }
+    uint32_t cp;
+    const int n = next_cp(text_, pos_, &cp);
+    out[k++] = {cp, (uint32_t)pos_, is_escape(cp) ? CharClass::kOther : char_class(cp)};
     pos_ += (size_t)n;
   }
+  c_.resize(old + k);
   return true;
 }
 

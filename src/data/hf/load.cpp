@@ -485,10 +485,11 @@ void find_space_cuts(BpeModel& m) {
   m.space_cut_bad.erase(std::unique(m.space_cut_bad.begin(), m.space_cut_bad.end()),
                         m.space_cut_bad.end());
   // A character without a token becomes byte-fallback or unk symbols (which
-  // end with '>' or unk's last character) or nothing (no unk): then the
-  // symbol before the mark is not X's. With any bad character, X must have
-  // its own token (simpler than telling those cases apart, and as fast).
-  m.space_cut_known = !m.space_cut_bad.empty();
+  // end with '>' or unk's last character), or nothing when there is no unk:
+  // then the symbol before the mark is an earlier one, possibly a mark (found
+  // by fuzz_hf_space_cut). With any bad character, or without an unk, X must
+  // have its own token (simpler than telling the cases apart, and as fast).
+  m.space_cut_known = !m.space_cut_bad.empty() || m.unk < 0;
   m.space_cut = true;
 }
 

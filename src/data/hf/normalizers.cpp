@@ -106,6 +106,23 @@ void strip(std::string& s, bool left, bool right) {
 }
 
 void replace(const Pattern& p, const std::string& content, std::string& s) {
+  if (!p.regex) {  // a string: one pass, no list of matches (Llama 2's and Gemma's " " -> "\u2581")
+    const std::string& lit = p.literal;
+    if (lit.empty()) return;  // the Rust library: an empty pattern matches nothing
+    size_t pos = s.find(lit);
+    if (pos == std::string::npos) return;
+    std::string out;
+    out.reserve(s.size() + s.size() / 4 * (content.size() > lit.size() ? content.size() - lit.size() : 0));
+    size_t prev = 0;
+    for (; pos != std::string::npos; pos = s.find(lit, prev)) {
+      out.append(s, prev, pos - prev);
+      out += content;
+      prev = pos + lit.size();
+    }
+    out.append(s, prev, std::string::npos);
+    s = std::move(out);
+    return;
+  }
   std::vector<std::pair<size_t, size_t>> m;
   p.find_all(s, &m);
   if (m.empty()) return;
