@@ -26,6 +26,7 @@ struct CheckpointSession::Pending {
   bool wrote = false;            // this rank writes a shard
   ShardFileInfo info;            // what it wrote
   std::string err;               // why the write failed ("" when it did not)
+  std::string diverged;          // a non-finite value found in the shard (nothing written)
   std::future<void> done;        // the writer thread (invalid for a save written in place)
 };
 
@@ -47,6 +48,29 @@ std::vector<std::string> gather_strings(Communicator& c, const std::string& mine
   c.all_gather(send.data(), all.data(), (size_t)longest, DType::U8);
   for (int r = 0; r < W; r++) out[r].assign(all.data() + (size_t)r * longest, lens[r]);
   return out;
+}
+
+// "" when every value of the shard is finite, else the first one's place
+// (parameters: the tensor, as first_non_finite() says it).
+std::string first_non_finite_in(const ParamLayout& layout, const FlatRanges& ranges,
+                                const float* params, const float* m, const float* v) {
+  size_t at = 0;
+  for (const auto& [lo, hi] : ranges) {
+    for (size_t k = 0; k < hi - lo; k++) {
+      // One test for the three: a finite sum means three finite values (a NaN
+      // or inf in any makes it non-finite); a sum that overflowed is looked at
+      // value by value.
+      if (std::isfinite(params[at + k] + m[at + k] + v[at + k])) continue;
+      const float* vals[3] = {params + at + k, m + at + k, v + at + k};
+      for (int t = 0; t < 3; t++)
+        if (!std::isfinite(*vals[t]))
+          return t == 0 ? describe_param_value(layout, lo + k, *vals[t])
+                        : std::string("AdamW's ") + (t == 1 ? "m" : "v") + " holds " +
+                              std::to_string(*vals[t]) + " at element " + std::to_string(lo + k);
+    }
+    at += hi - lo;
+  }
+  return "";
 }
 
 // Where element `lo` of the flat vector sits in the moments buffer, which
@@ -280,6 +304,17 @@ void CheckpointSession::commit(const TrainState& s, Pending& p) {
   if (p.done.valid()) p.done.get();  // the thread caught everything into p.err
   std::unique_ptr<Pending> hold = std::move(pending_);  // done with it whatever happens below
   const int64_t step = p.meta.step;
+  // A diverged run: a failed run naming the step and the tensor, the previous
+  // checkpoint left in place (the lowest rank that found one says which).
+  std::string bad;
+  for (const auto& b : gather_strings(comm_, p.diverged))
+    if (bad.empty() && !b.empty()) bad = b;
+  if (!bad.empty()) {
+    if (rank0()) dir_->abort_save(p.staging);
+    throw std::runtime_error("not saving the checkpoint at step " + std::to_string(step) + ": " +
+                             bad + ": the run diverged. " + after_failed_save("") +
+                             "; lower --lr or check --grad-clip and the data");
+  }
   // Every rank's write result, agreed before anything is committed.
   if (comm_.agree(!p.err.empty())) save_failed(s, step, p.err, p.staging);
   const std::vector<std::string> infos = gather_strings(comm_, p.wrote ? p.info.to_json() : "");
@@ -360,44 +395,19 @@ void CheckpointSession::save(const TrainState& s, const char* why) {
   const FlatRanges ranges = write_ranges(s);
   const FlatRanges owned = s.dp.owned_ranges();
   const size_t n = ranges_length(ranges), sb = s.be.storage_bytes();
-  snap_params_.resize(n);
-  snap_m_.resize(n);
-  snap_v_.resize(n);
+  if (n > snap_capacity_) {  // uninitialised: the copy below fills them
+    for (auto* b : {&snap_params_, &snap_m_, &snap_v_}) b->reset(new float[n]);
+    snap_capacity_ = n;
+  }
   size_t at = 0;
   for (const auto& [lo, hi] : ranges) {
     const size_t off = moment_offset(owned, lo);
-    s.be.download_f32(snap_params_.data() + at, static_cast<const char*>(s.model.params()) + lo * sb,
+    s.be.download_f32(snap_params_.get() + at, static_cast<const char*>(s.model.params()) + lo * sb,
                       hi - lo);
-    s.be.download_bytes(snap_m_.data() + at, opt.m() + off, (hi - lo) * sizeof(float));
-    s.be.download_bytes(snap_v_.data() + at, opt.v() + off, (hi - lo) * sizeof(float));
+    s.be.download_bytes(snap_m_.get() + at, opt.m() + off, (hi - lo) * sizeof(float));
+    s.be.download_bytes(snap_v_.get() + at, opt.v() + off, (hi - lo) * sizeof(float));
     at += hi - lo;
   }
-  // Diverged weights are never saved (issue 25: a NaN checkpoint passed `ckpt
-  // verify` and replaced the last good one): a failed run, naming the step
-  // and the tensor, with the previous checkpoint left in place. Each rank
-  // checks its own shard.
-  std::string bad;
-  at = 0;
-  for (const auto& [lo, hi] : ranges) {
-    for (size_t k = 0; k < hi - lo && bad.empty(); k++) {
-      const float* vals[3] = {&snap_params_[at + k], &snap_m_[at + k], &snap_v_[at + k]};
-      for (int t = 0; t < 3 && bad.empty(); t++)
-        if (!std::isfinite(*vals[t]))
-          bad = t == 0 ? describe_param_value(s.model.layout(), lo + k, *vals[t])
-                       : std::string("AdamW's ") + (t == 1 ? "m" : "v") + " holds " +
-                             std::to_string(*vals[t]) + " at element " + std::to_string(lo + k);
-    }
-    at += hi - lo;
-  }
-  // The lowest rank that found one says which.
-  const std::vector<std::string> bads = gather_strings(comm_, bad);
-  for (const auto& b : bads)
-    if (bad.empty() && !b.empty()) bad = b;
-  if (!bad.empty())
-    throw std::runtime_error("not saving the checkpoint at step " + std::to_string(step) + ": " +
-                             bad + ": the run diverged. " + after_failed_save("") +
-                             "; lower --lr or check --grad-clip and the data");
-
   // The staging directory, made by rank 0.
   std::string err;
   if (rank0()) {
@@ -414,11 +424,17 @@ void CheckpointSession::save(const TrainState& s, const char* why) {
 
   p->wrote = !ranges.empty();
   auto write = [this, pp = p.get(), ranges, step, P = s.model.num_params(), rank = comm_.rank(),
-                world = comm_.world()] {
+                world = comm_.world(), layout = s.model.layout()] {
     if (!pp->wrote) return;
+    // Diverged weights are never saved (issue 25: a NaN checkpoint passed
+    // `ckpt verify` and replaced the last good one): each rank checks its
+    // shard before writing it (on the writer thread: off the step loop).
+    pp->diverged = first_non_finite_in(layout, ranges, snap_params_.get(), snap_m_.get(),
+                                       snap_v_.get());
+    if (!pp->diverged.empty()) return;
     try {
-      pp->info = write_param_shard(pp->staging, step, rank, world, P, ranges, snap_params_.data(),
-                                   snap_m_.data(), snap_v_.data());
+      pp->info = write_param_shard(pp->staging, step, rank, world, P, ranges, snap_params_.get(),
+                                   snap_m_.get(), snap_v_.get());
     } catch (const std::exception& e) {  // Error, or bad_alloc: every rank hears of it
       pp->err = e.what();
     }

@@ -114,7 +114,8 @@ class CheckpointSession {
   double auto_interval_s_ = 0;  // --ckpt-every auto: seconds between saves (0: not measured)
   double max_stall_seconds_ = 0;  // the longest the step loop waited for a save
   // The host copy of this rank's shard, reused from save to save (see above).
-  std::vector<float> snap_params_, snap_m_, snap_v_;
+  std::unique_ptr<float[]> snap_params_, snap_m_, snap_v_;
+  size_t snap_capacity_ = 0;
   std::unique_ptr<Pending> pending_;
 };
 
