@@ -9,7 +9,9 @@
 // Bytes per call: adamw_bytes (adamw.cuh).
 // round is the identity for FP32 params and stochastic rounding to BF16
 // otherwise (unbiased: E[params] = master), with random bits hash(i, seed) so
-// that a given (seed, i) always rounds the same way.
+// that a given (seed, i) always rounds the same way; i = index_base + the
+// element's index in the call (index_base: where a piece starts in its tensor,
+// so that a tensor updated in pieces rounds as when updated whole).
 #include <cmath>
 
 #include "adamw.cuh"
@@ -42,7 +44,7 @@ __global__ void adamw_kernel(T* __restrict__ params, float* __restrict__ master,
                              const T* __restrict__ grads, float* __restrict__ m,
                              float* __restrict__ v, size_t n_vec, float lr, float beta1,
                              float beta2, float bc1, float bc2, float eps, float wd,
-                             float grad_scale, uint32_t seed) {
+                             float grad_scale, uint32_t seed, size_t base) {
   using VF = VecN<float, kVec>;
   using VT = VecN<T, kVec>;
   size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -64,7 +66,7 @@ __global__ void adamw_kernel(T* __restrict__ params, float* __restrict__ master,
       float p = pv.v[k];
       p -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p);
       pv.v[k] = p;
-      out.v[k] = round_param<T>(p, j * kVec + k, seed);
+      out.v[k] = round_param<T>(p, base + j * kVec + k, seed);
     }
     reinterpret_cast<VF*>(m)[j] = mv;
     reinterpret_cast<VF*>(v)[j] = vv;
@@ -75,10 +77,10 @@ __global__ void adamw_kernel(T* __restrict__ params, float* __restrict__ master,
 
 template <class T>
 __global__ void round_from_master_kernel(T* params, const float* master, size_t n,
-                                         uint32_t seed) {
+                                         uint32_t seed, size_t base) {
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-    params[i] = round_param<T>(master[i], i, seed);
+    params[i] = round_param<T>(master[i], base + i, seed);
 }
 
 // ==== launchers ==================================================================================
@@ -105,11 +107,11 @@ void adamw_update(T* params, float* master, const T* grads, float* m, float* v, 
   if (vec)
     RATCHET_LAUNCH((adamw_kernel<T, 4>), grid, block, 0, stream, params, master, grads, m, v,
                    n_vec, h.lr, h.beta1, h.beta2, bc1, bc2, h.eps, h.weight_decay, h.grad_scale,
-                   seed);
+                   seed, h.index_base);
   else
     RATCHET_LAUNCH((adamw_kernel<T, 1>), grid, block, 0, stream, params, master, grads, m, v,
                    n_vec, h.lr, h.beta1, h.beta2, bc1, bc2, h.eps, h.weight_decay, h.grad_scale,
-                   seed);
+                   seed, h.index_base);
   RATCHET_CHECK_LAUNCH();
 }
 
@@ -120,16 +122,18 @@ template void adamw_update<bf16>(bf16*, float*, const bf16*, float*, float*, siz
 
 template <class T>
 void round_from_master(T* params, const float* master, size_t n, uint32_t seed,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, size_t index_base) {
   RATCHET_NVTX_RANGE("round_from_master");
   if (n == 0) return;
   const int block = 256;
   unsigned grid = (unsigned)std::min<size_t>(ceil_div<size_t>(n, block), 65536);
-  RATCHET_LAUNCH((round_from_master_kernel<T>), grid, block, 0, stream, params, master, n, seed);
+  RATCHET_LAUNCH((round_from_master_kernel<T>), grid, block, 0, stream, params, master, n, seed,
+                 index_base);
   RATCHET_CHECK_LAUNCH();
 }
 
-template void round_from_master<float>(float*, const float*, size_t, uint32_t, cudaStream_t);
-template void round_from_master<bf16>(bf16*, const float*, size_t, uint32_t, cudaStream_t);
+template void round_from_master<float>(float*, const float*, size_t, uint32_t, cudaStream_t,
+                                       size_t);
+template void round_from_master<bf16>(bf16*, const float*, size_t, uint32_t, cudaStream_t, size_t);
 
 }  // namespace ratchet::kernels

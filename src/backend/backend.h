@@ -40,6 +40,10 @@ struct AdamWArgs {
   float weight_decay = 0.0f;  // already 0 for tensors that are not decayed
   int step = 1;               // 1-based, for bias correction
   float grad_scale = 1.0f;    // multiplies the gradient first (clipping, averaging)
+  // BF16 storage: the index of params[0] in its tensor (the call updates a
+  // piece of it). Stochastic rounding draws by position in the tensor, so an
+  // update split into pieces rounds as the whole tensor's (optim/adamw.h).
+  size_t round_offset = 0;
 };
 
 class Backend {
@@ -218,8 +222,10 @@ class Backend {
   // adamw() at 1-based `step` wrote them (stochastic rounding is a function of
   // the step and the tensor's position): after a resume, the storage-dtype
   // weights are bit-identical to the uninterrupted run's. Call with the same
-  // (params, n) pieces adamw() was given. No-op without a master copy.
-  virtual void round_from_master(dptr /*params*/, size_t /*n*/, int /*step*/) {}
+  // (params, n, round_offset) pieces adamw() was given (any other split of
+  // the tensor gives the same bits). No-op without a master copy.
+  virtual void round_from_master(dptr /*params*/, size_t /*n*/, int /*step*/,
+                                 size_t /*round_offset*/ = 0) {}
   // Copy `bytes` within backend memory (dst and src do not overlap).
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
 

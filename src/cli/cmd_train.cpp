@@ -196,7 +196,13 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "bit-identical)")
     ("zero", po::value(&o.zero)->default_value(o.zero),
      "data parallel: 0 = all-reduce gradients; 1 = ZeRO-1, each rank keeps and updates 1/N of "
-     "the AdamW state (reduce-scatter, all-gather)")
+     "the AdamW state (reduce-scatter, all-gather); 2 = ZeRO-2, also only 1/N of the summed "
+     "gradient: each block's gradient reduce-scattered during the backward into a reused "
+     "one-block buffer")
+    ("shard-group", po::value(&o.shard_group),
+     "N | node: hybrid sharding, ZeRO-k inside groups of N ranks (node: the ranks of a host), "
+     "the gradient shards all-reduced across groups (default: the world, plain ZeRO-k; "
+     "1 = ZeRO-0)")
     ("overlap-comm", po::value<std::string>()->default_value("on"),
      "data parallel, --zero 0: on = all-reduce each layer's gradients while the backward of "
      "the layers below runs; off = one all-reduce after the backward")

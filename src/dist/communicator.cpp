@@ -48,6 +48,15 @@ double Communicator::all_reduce_sum(double x) {
   return x;
 }
 
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  fail("the ", name(), " communicator cannot be split (color ", color, ", key ", key,
+       "): --shard-group needs the mpi or nccl communicator");
+}
+
+std::unique_ptr<Communicator> Communicator::split_node() {
+  fail("the ", name(), " communicator cannot be split by node: --shard-group node needs MPI");
+}
+
 // ---- launcher variables -------------------------------------------------------
 
 int slurm_tasks_on_node(const std::string& list, int node) {
@@ -160,6 +169,13 @@ class SingleCommunicator final : public Communicator {
   void barrier() override {}
   bool agree(bool flag) override { return flag; }
   [[noreturn]] void abort_job(int code) override { std::exit(code); }
+  std::unique_ptr<Communicator> split(int color, int) override {
+    RATCHET_ASSERT(color >= 0);
+    return std::make_unique<SingleCommunicator>();
+  }
+  std::unique_ptr<Communicator> split_node() override {
+    return std::make_unique<SingleCommunicator>();
+  }
 };
 
 }  // namespace

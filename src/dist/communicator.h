@@ -38,6 +38,18 @@
 // (the work that produced buf), and wait_all() makes the compute stream wait for
 // the communication stream, without blocking the host. single: nothing to do.
 // The same order of calls on every rank, as for the blocking collectives.
+//
+// Asynchronous reduce-scatter (ZeRO-2's per-bucket reduction, dist/zero.h):
+//   t = reduce_scatter_async(send, recv, n) starts it and returns a ticket;
+//                                          send and recv must not be touched
+//                                          until wait(t) or wait_all()
+//   wait(t)                                completes that one (in-order
+//                                          implementations may complete earlier
+//                                          ones with it)
+// mpi: MPI_Ireduce_scatter_block, wait(t) is MPI_Wait on its request. nccl: on
+// the communication stream after the compute stream's work so far; wait(t)
+// makes the compute stream wait for an event recorded after it. single (and
+// the default): the blocking reduce_scatter, wait does nothing.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -74,6 +86,13 @@ class Communicator {
   }
   virtual void progress() {}
   virtual void wait_all() {}
+  using Ticket = uint64_t;
+  virtual Ticket reduce_scatter_async(const void* send, void* recv, size_t n, DType t,
+                                      ReduceOp op) {
+    reduce_scatter(send, recv, n, t, op);
+    return 0;
+  }
+  virtual void wait(Ticket) {}
   // Brackets a set of all_reduce_async calls that may be fused into one launch
   // (nccl: ncclGroupStart/End, one event for the whole group; mpi and single:
   // nothing). Only all_reduce_async between them; the same on every rank.
@@ -89,6 +108,18 @@ class Communicator {
   // Ends the whole job now (every rank), exit code `code`: MPI_Abort for mpi.
   // For a failing rank, so that no other rank is left waiting in a collective.
   [[noreturn]] virtual void abort_job(int code) = 0;
+
+  // Collective over this communicator: a new communicator of the ranks that
+  // passed the same `color` (>= 0), ranked by `key` (ties by this rank). The
+  // result works on the same memory space and must be destroyed before this
+  // one. mpi: MPI_Comm_split; nccl: ncclCommSplit (with the host communicator
+  // split alike for its scalars); single: another single. Default: an Error
+  // naming the communicator (a test double that cannot split).
+  virtual std::unique_ptr<Communicator> split(int color, int key);
+  // Collective: the ranks sharing this rank's host, ranked by this rank.
+  // mpi: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), as local_world() counts
+  // them; single: another single. Default: an Error.
+  virtual std::unique_ptr<Communicator> split_node();
 
   // Conveniences over the virtuals above.
   void broadcast_string(std::string* s, int root);

@@ -190,8 +190,37 @@ class MpiCommunicator final : public Communicator {
     create_bf16_type();
   }
 
+  // A sub-communicator (split, split_node): owns `comm`; MPI stays initialised
+  // by the world's communicator, which outlives this one. Its local rank and
+  // world are MPI's view within it (the ranks of the sub-communicator on this
+  // host).
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    mpiCheck(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+    mpiCheck(MPI_Comm_rank(comm_, &rank_));
+    mpiCheck(MPI_Comm_size(comm_, &world_));
+    MPI_Comm node;
+    mpiCheck(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    mpiCheck(MPI_Comm_rank(node, &local_rank_));
+    mpiCheck(MPI_Comm_size(node, &local_world_));
+    mpiCheck(MPI_Comm_free(&node));
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    RATCHET_ASSERT(color >= 0);
+    MPI_Comm sub = MPI_COMM_NULL;
+    mpiCheck(MPI_Comm_split(comm_, color, key, &sub));
+    return std::make_unique<MpiCommunicator>(sub);
+  }
+
+  std::unique_ptr<Communicator> split_node() override {
+    MPI_Comm sub = MPI_COMM_NULL;
+    mpiCheck(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &sub));
+    return std::make_unique<MpiCommunicator>(sub);
+  }
+
   ~MpiCommunicator() override {
     if (!reqs_.empty()) MPI_Waitall((int)reqs_.size(), reqs_.data(), MPI_STATUSES_IGNORE);
+    for (Rs& r : rs_) MPI_Wait(&r.req, MPI_STATUS_IGNORE);
     MPI_Comm_free(&comm_);
     if (owns_mpi_) free_bf16_type();
     if (owns_mpi_) MPI_Finalize();
@@ -253,12 +282,38 @@ class MpiCommunicator final : public Communicator {
   // Lets MPI move the outstanding requests along (Open MPI progresses
   // nonblocking collectives only inside MPI calls).
   void progress() override {
-    if (reqs_.empty()) return;
     int done = 0;
-    mpiCheck(MPI_Testall((int)reqs_.size(), reqs_.data(), &done, MPI_STATUSES_IGNORE));
+    if (!reqs_.empty())
+      mpiCheck(MPI_Testall((int)reqs_.size(), reqs_.data(), &done, MPI_STATUSES_IGNORE));
+    // A completed request becomes MPI_REQUEST_NULL, which MPI_Wait accepts.
+    for (Rs& r : rs_) mpiCheck(MPI_Test(&r.req, &done, MPI_STATUS_IGNORE));
+  }
+
+  Ticket reduce_scatter_async(const void* send, void* recv, size_t n, DType t,
+                              ReduceOp op) override {
+    RATCHET_ASSERT(n <= (size_t)INT_MAX);
+    RATCHET_ASSERT(send != recv);
+    MPI_Request req;
+    mpiCheck(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_dtype(t), mpi_op(op, t), comm_,
+                                       &req));
+    const Ticket id = ++last_ticket_;
+    rs_.push_back({id, req, op == ReduceOp::Avg ? Pending{recv, n, t} : Pending{nullptr, 0, t}});
+    return id;
+  }
+
+  void wait(Ticket id) override {
+    for (size_t i = 0; i < rs_.size(); i++) {
+      if (rs_[i].id != id) continue;
+      mpiCheck(MPI_Wait(&rs_[i].req, MPI_STATUS_IGNORE));
+      const Pending p = rs_[i].avg;
+      rs_.erase(rs_.begin() + (long)i);
+      if (p.buf) divide(p.buf, p.n, p.t, world_);
+      return;
+    }
   }
 
   void wait_all() override {
+    while (!rs_.empty()) wait(rs_.front().id);
     if (!reqs_.empty())
       mpiCheck(MPI_Waitall((int)reqs_.size(), reqs_.data(), MPI_STATUSES_IGNORE));
     reqs_.clear();
@@ -290,6 +345,13 @@ class MpiCommunicator final : public Communicator {
   };
   std::vector<MPI_Request> reqs_;     // outstanding all_reduce_async pieces
   std::vector<Pending> pending_avg_;  // their Avg divisions, done in wait_all()
+  struct Rs {
+    Ticket id;
+    MPI_Request req;
+    Pending avg;  // buf null unless ReduceOp::Avg
+  };
+  std::vector<Rs> rs_;  // outstanding reduce_scatter_async, in start order
+  Ticket last_ticket_ = 0;
 };
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -79,13 +81,29 @@ class NcclCommunicator final : public Communicator {
     cudaCheck(cudaSetDevice(device_));
     const ncclUniqueId id = nccl_bootstrap_id(host_);
     ncclCheck(ncclCommInitRank(&comm_, host_.world(), id, host_.rank()));
-    // Lower numbers are higher priorities: `greatest` is the highest.
-    int least = 0, greatest = 0;
-    cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    cudaCheck(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
-    cudaCheck(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-    warm_up();
+    set_up();
+  }
+  // A split (see split()): owns its host communicator, the same split of the
+  // host's ranks, for rank(), barrier() and agree().
+  NcclCommunicator(std::unique_ptr<Communicator> host, ncclComm_t comm, int device)
+      : own_host_(std::move(host)), host_(*own_host_), comm_(comm), device_(device) {
+    set_up();
+  }
+  // ncclCommSplit where this NCCL has it (2.18 on); otherwise a new
+  // communicator bootstrapped over the host communicator's same split. Both
+  // are collective over this communicator's ranks, in the same order on each.
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    RATCHET_ASSERT(color >= 0);
+    std::unique_ptr<Communicator> sub_host = host_.split(color, key);
+    ncclComm_t sub = nullptr;
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    ncclCheckComm(ncclCommSplit(comm_, color, key, &sub, nullptr), comm_);
+#else
+    const ncclUniqueId id = nccl_bootstrap_id(*sub_host);
+    ncclCheck(ncclCommInitRank(&sub, sub_host->world(), id, sub_host->rank()));
+#endif
+    RATCHET_ASSERT(sub != nullptr);
+    return std::make_unique<NcclCommunicator>(std::move(sub_host), sub, device_);
   }
   ~NcclCommunicator() override {
     // Unwinding from an error: the other ranks may be inside a collective, and
@@ -94,6 +112,8 @@ class NcclCommunicator final : public Communicator {
     if (comm_) {
       cudaEventDestroy(ready_);
       cudaEventDestroy(done_);
+      for (auto& t : tickets_) cudaEventDestroy(t.second);
+      for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
       cudaStreamDestroy(stream_);
       ncclCommDestroy(comm_);
     }
@@ -144,10 +164,41 @@ class NcclCommunicator final : public Communicator {
     ncclCommAbort(comm_);  // does not wait for the other ranks
     comm_ = nullptr;
   }
+  // On the communication stream after the compute stream's work so far; an
+  // event recorded after it is the ticket's (wait: the compute stream waits
+  // for it, the host does not block). Events are reused once waited for.
+  Ticket reduce_scatter_async(const void* send, void* recv, size_t n, DType t,
+                              ReduceOp op) override {
+    after_compute();
+    ncclCheckComm(ncclReduceScatter(send, recv, n, nccl_dtype(t), nccl_op(op), comm_, stream_),
+                  comm_);
+    cudaEvent_t e = nullptr;
+    if (free_events_.empty()) {
+      cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    } else {
+      e = free_events_.back();
+      free_events_.pop_back();
+    }
+    cudaCheck(cudaEventRecord(e, stream_));
+    tickets_.push_back({++last_ticket_, e});
+    pending_ = true;
+    return last_ticket_;
+  }
+  void wait(Ticket id) override {
+    for (size_t i = 0; i < tickets_.size(); i++) {
+      if (tickets_[i].first != id) continue;
+      cudaCheck(cudaStreamWaitEvent(kCompute, tickets_[i].second, 0));
+      free_events_.push_back(tickets_[i].second);
+      tickets_.erase(tickets_.begin() + (long)i);
+      return;
+    }
+  }
   void wait_all() override {
     if (!pending_) return;
     cudaCheck(cudaEventRecord(done_, stream_));
     cudaCheck(cudaStreamWaitEvent(kCompute, done_, 0));
+    for (auto& t : tickets_) free_events_.push_back(t.second);
+    tickets_.clear();
     pending_ = false;
   }
   void barrier() override { host_.barrier(); }
@@ -163,6 +214,16 @@ class NcclCommunicator final : public Communicator {
   void after_compute() {
     cudaCheck(cudaEventRecord(ready_, kCompute));
     cudaCheck(cudaStreamWaitEvent(stream_, ready_, 0));
+  }
+  // The communication stream (highest priority: lower numbers are higher
+  // priorities, `greatest` is the highest), its events, and the warm-up.
+  void set_up() {
+    int least = 0, greatest = 0;
+    cudaCheck(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cudaCheck(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+    cudaCheck(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    warm_up();
   }
   // One small and one large all-reduce, a reduce-scatter and an all-gather,
   // so that NCCL connects and allocates for the algorithms the step uses now,
@@ -186,11 +247,15 @@ class NcclCommunicator final : public Communicator {
   // The cuda backend's stream: the legacy default stream (see the header).
   static constexpr cudaStream_t kCompute = nullptr;
 
+  std::unique_ptr<Communicator> own_host_;  // a split's host communicator (else null)
   Communicator& host_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;      // communication
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
-  bool pending_ = false;               // async all-reduces not yet waited for
+  bool pending_ = false;               // async collectives not yet waited for
+  std::vector<std::pair<Ticket, cudaEvent_t>> tickets_;  // reduce_scatter_async not yet waited for
+  std::vector<cudaEvent_t> free_events_;
+  Ticket last_ticket_ = 0;
   bool in_group_ = false;              // between group_start() and group_end()
   int device_ = 0;
 };

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/fault.h"
+#include "dist/shard_groups.h"
 #include "model/gpt.h"
 
 namespace ratchet {
@@ -38,22 +40,31 @@ size_t DataParallel::buffer_bytes(const BackendMemoryModel& be, size_t P, int W,
 }
 
 DataParallel::DataParallel(Communicator& comm, Backend& be, const ParamLayout& layout,
-                           const AdamWConfig& cfg, int zero_stage, Communicator* grad_comm)
+                           const AdamWConfig& cfg, int zero_stage, Communicator* grad_comm,
+                           const ShardGroups* groups)
     : comm_(comm),
       gcomm_(grad_comm ? *grad_comm : comm),
+      groups_(groups),
+      scomm_(groups ? groups->intra.get() : &comm),
+      sintra_(!groups ? &gcomm_ : grad_comm ? groups->intra_dev.get() : groups->intra.get()),
+      sinter_(!groups ? nullptr : grad_comm ? groups->inter_dev.get() : groups->inter.get()),
       be_(be),
       layout_(layout),
       P_(layout.total),
       stage_(zero_stage) {
-  if (stage_ != 0 && stage_ != 1) fail("--zero must be 0 or 1 (got ", stage_, ")");
+  if (!implemented(stage_)) fail("--zero must be 0, 1 or 2 (got ", stage_, ")");
   const size_t sb = be_.storage_bytes();
   if (sb != 4 && sb != 2)
     fail("data parallel: backend ", be_.name(), " stores ", sb,
          "-byte elements; only FP32 and BF16 storage can be reduced");
   RATCHET_ASSERT(gcomm_.world() == comm_.world() && gcomm_.rank() == comm_.rank());
-  if (stage_ == 1) {
-    const int W = comm_.world();
-    range_ = shard_range(P_, W, comm_.rank());
+  RATCHET_ASSERT(scomm_ && sintra_ && (!groups_ || sinter_));
+  RATCHET_ASSERT(!groups_ || groups_->size * groups_->count == comm_.world());
+  if (stage_ == 2) {
+    init_buckets(cfg);  // dist/zero_buckets.cpp
+  } else if (stage_ == 1) {
+    const int W = shard_count();
+    range_ = shard_range(P_, W, shard_index());
     opt_ = std::make_unique<AdamW>(be_, layout, cfg, range_.lo, range_.hi);
     const std::vector<size_t> n = stage1_elems(P_, W);
     pad_ = be_.alloc(n[0] * sb);  // zero-filled: the tail [P, W·S) stays zero
@@ -67,12 +78,65 @@ DataParallel::DataParallel(Communicator& comm, Backend& be, const ParamLayout& l
 
 DataParallel::~DataParallel() {
   if (hook_) hook_->dp = nullptr;
+  release_buckets();
   be_.release(pad_);
   be_.release(gshard_);
 }
 
 DType DataParallel::dtype() const {
   return be_.storage_bytes() == 2 ? DType::BF16 : DType::F32;
+}
+
+size_t DataParallel::buffer_bytes(const BackendMemoryModel& be, const GPTConfig& cfg, int W,
+                                  int stage) {
+  const ParamLayout layout(cfg);
+  if (stage != 2) return buffer_bytes(be, layout.total, W, stage);
+  // zero_buckets.cpp's init_buckets(), allocation by allocation.
+  const BucketLayout bk(layout, cfg.num_layers, W);
+  const size_t sb = be.storage_bytes;
+  return be.alloc_size(std::max<size_t>(1, bk.shard_elems()) * sb) +
+         2 * be.alloc_size(bk.block_buffer_elems() * sb) + be.alloc_size(bk.rest_buffer_elems() * sb) +
+         2 * be.alloc_size(bk.block(0).S * sb) + be.alloc_size(bk.rest().S * sb);
+}
+
+size_t DataParallel::moment_elems(const GPTConfig& cfg, int W, int r, int stage) {
+  const ParamLayout layout(cfg);
+  if (stage == 2) return BucketLayout(layout, cfg.num_layers, W).owned_elems(r);
+  if (stage == 1) {
+    const ShardRange s = shard_range(layout.total, W, r);
+    return s.hi - s.lo;
+  }
+  return layout.total;
+}
+
+void DataParallel::attach(GPT& model, int micro_batches, bool overlap) {
+  RATCHET_ASSERT(model.num_params() == P_);
+  overlap_ = overlap;
+  if (stage_ != 2) {
+    if (overlap) overlap_with(model, micro_batches);
+    return;
+  }
+  RATCHET_ASSERT(model.grads() == nullptr);  // built with flat_grads(2) == false
+  model_ = &model;
+  micro_batches_ = micro_batches;
+  pass_ = launched_ = 0;
+  if (hook_) hook_->dp = nullptr;
+  hook_ = std::make_shared<HookState>();
+  hook_->dp = this;
+  std::shared_ptr<HookState> st = hook_;
+  model.set_grad_ready_hook([st](int layer) {
+    if (st->dp) st->dp->grad_ready(layer);
+  });
+  model.set_grad_store(store_.get());
+}
+
+std::string DataParallel::describe() const {
+  if (stage_ == 2)
+    return std::string("ZeRO-2: gradients and optimizer state sharded, each block's gradient "
+                       "reduce-scattered ") + (overlap_ ? "during the backward" : "after its backward (--overlap-comm off)");
+  if (stage_ == 1) return "ZeRO-1: optimizer state sharded";
+  return overlapping() ? "gradients all-reduced during the backward (--overlap-comm on)"
+                       : "gradients all-reduced";
 }
 
 bool DataParallel::overlap_with(GPT& model, int micro_batches) {
@@ -95,6 +159,19 @@ bool DataParallel::overlap_with(GPT& model, int micro_batches) {
 // Called by the model's backward: layer l's twelve tensors are final (l >= 0),
 // or wte, wpe, lnfw, lnfb, lmhead (l = -1, the last call of a backward pass).
 void DataParallel::grad_ready(int layer) {
+  if (stage_ == 2) {  // every pass: the bucket's reduce-scatter (zero_buckets.cpp)
+    if (layer >= 0) {
+      const int k = layer % 2;
+      bucket_ready((size_t)layer, static_cast<char*>(block_buf_[k]),
+                   static_cast<char*>(block_recv_[k]), &block_fl_[k]);
+    } else {
+      bucket_ready(bk_->buckets().size() - 1, static_cast<char*>(rest_buf_),
+                   static_cast<char*>(rest_recv_), &rest_fl_);
+      pass_++;
+    }
+    sintra_->progress();  // MPI moves nonblocking collectives only inside its calls
+    return;
+  }
   if (pass_ == micro_batches_ - 1) {
     const size_t sb = be_.storage_bytes();
     char* g = static_cast<char*>(model_->grads());
@@ -130,6 +207,7 @@ float DataParallel::step(dptr params, dptr grads, float lr) {
   const int W = comm_.world();
   const size_t sb = be_.storage_bytes();
   const DType t = dtype();
+  if (stage_ == 2) return step_buckets(params, lr);  // zero_buckets.cpp
   if (stage_ == 0) {
     if (W > 1) {
       const int groups = model_ ? model_->config().num_layers + 1 : 0;
@@ -151,12 +229,14 @@ float DataParallel::step(dptr params, dptr grads, float lr) {
   }
   pass_ = launched_ = 0;
   const size_t S = range_.padded, n = range_.hi - range_.lo;
+  const int Ws = shard_count();  // W, or the group's size with --shard-group
   char* pad = static_cast<char*>(pad_);
   be_.copy(pad, grads, P_ * sb);
-  if (S * W > P_) be_.zero(pad + P_ * sb, (S * W - P_) * sb);  // padding adds nothing
+  if (S * Ws > P_) be_.zero(pad + P_ * sb, (S * Ws - P_) * sb);  // padding adds nothing
   reduce_scatter(pad, gshard_, S);
   const double ssq = n ? be_.sum_squares(gshard_, n) : 0.0;
-  const double norm = std::sqrt(comm_.all_reduce_sum(ssq));
+  // Over the shards of one copy: every group holds the same ones.
+  const double norm = std::sqrt(scomm_->all_reduce_sum(ssq));
   opt_->step_shard(params, gshard_, lr, norm);
   gather_params(params);
   return (float)norm;
@@ -167,7 +247,7 @@ float DataParallel::step(dptr params, dptr grads, float lr) {
 void DataParallel::gather_params(dptr params) {
   const size_t S = range_.padded, n = range_.hi - range_.lo, sb = be_.storage_bytes();
   char* pad = static_cast<char*>(pad_);
-  char* own = pad + (size_t)comm_.rank() * S * sb;
+  char* own = pad + (size_t)shard_index() * S * sb;
   be_.copy(own, static_cast<const char*>(params) + range_.lo * sb, n * sb);
   if (S > n) be_.zero(own + n * sb, (S - n) * sb);
   all_gather(own, pad, S);
@@ -179,38 +259,79 @@ void DataParallel::gather_params(dptr params) {
 // memmove of the cuda backend's device pointers was the segfault of
 // `mpirun -np 1 ratchet train --device cuda --zero 1` (issue 24), since the
 // trainer makes a device communicator only for more than one rank.
+// Hybrid sharding: the group's reduce-scatter (a copy for groups of one),
+// then the shard's all-reduce across the groups (zero.h's reduction order).
 void DataParallel::reduce_scatter(const void* send, void* recv, size_t n) {
-  if (comm_.world() == 1) {
+  fault_point("zero-reduce-scatter");  // scripts/chaos.sh: one rank dies as the others enter it
+  if (shard_count() == 1) {
     if (send != recv) be_.copy(recv, send, n * be_.storage_bytes());
-    return;
+  } else {
+    sintra_->reduce_scatter(send, recv, n, dtype(), ReduceOp::Sum);
   }
-  gcomm_.reduce_scatter(send, recv, n, dtype(), ReduceOp::Sum);
+  if (sinter_ && sinter_->world() > 1) sinter_->all_reduce(recv, n, dtype(), ReduceOp::Sum);
+}
+
+// Stage 2's reductions: as reduce_scatter(), started now and completed by
+// wait_reduce_scatter() (one rank: the copy, at once).
+Communicator::Ticket DataParallel::reduce_scatter_async(const void* send, void* recv, size_t n) {
+  fault_point("zero-reduce-scatter");
+  if (shard_count() == 1) {
+    if (send != recv) be_.copy(recv, send, n * be_.storage_bytes());
+    return 0;
+  }
+  return sintra_->reduce_scatter_async(send, recv, n, dtype(), ReduceOp::Sum);
+}
+
+void DataParallel::wait_reduce_scatter(Communicator::Ticket t, void* recv, size_t n) {
+  if (shard_count() > 1) sintra_->wait(t);
+  // Hybrid sharding: the shard's all-reduce across the groups, after the
+  // group's reduce-scatter has completed (as reduce_scatter()).
+  if (sinter_ && sinter_->world() > 1) sinter_->all_reduce(recv, n, dtype(), ReduceOp::Sum);
 }
 
 void DataParallel::all_gather(const void* send, void* recv, size_t n) {
-  if (comm_.world() == 1) {
+  fault_point("zero-all-gather");  // scripts/chaos.sh: one rank dies as the others enter it
+  if (shard_count() == 1) {
     if (send != recv) be_.copy(recv, send, n * be_.storage_bytes());
     return;
   }
-  gcomm_.all_gather(send, recv, n, dtype());
+  sintra_->all_gather(send, recv, n, dtype());
+}
+
+int DataParallel::shard_count() const {
+  if (stage_ == 0) return 1;
+  return groups_ ? groups_->size : comm_.world();
+}
+
+int DataParallel::shard_index() const {
+  if (stage_ == 0) return 0;
+  return groups_ ? groups_->member : comm_.rank();
+}
+
+// A shard's replicas in the other groups are not written again. Stage 0 keeps
+// everything everywhere: the checkpoint writer splits it over all ranks.
+bool DataParallel::shard_writer() const {
+  return stage_ == 0 || !groups_ || groups_->index == 0;
 }
 
 void DataParallel::restore_params(dptr params) {
   opt_->restore_rounding(params);
-  if (stage_ == 1 && comm_.world() > 1) gather_params(params);
+  if (stage_ == 1 && shard_count() > 1) gather_params(params);
+  if (stage_ == 2) gather_buckets(params);
   be_.synchronize();
 }
 
 void DataParallel::sync_master(dptr params) {
-  const int W = comm_.world();
-  if (stage_ != 1 || W == 1 || be_.storage_bytes() == sizeof(float)) return;
+  const int W = shard_count();
+  if (stage_ == 0 || W == 1 || be_.storage_bytes() == sizeof(float)) return;
+  if (stage_ == 2) return sync_master_buckets(params);  // zero_buckets.cpp
   const size_t S = range_.padded, n = range_.hi - range_.lo, sb = be_.storage_bytes();
   // The FP32 values of every shard, from their owners (download_f32 reads the
-  // master copy), gathered on the host.
+  // master copy), gathered on the host (within the group: each holds them all).
   std::vector<float> all(S * W, 0.0f);
-  float* mine = all.data() + (size_t)comm_.rank() * S;
+  float* mine = all.data() + (size_t)shard_index() * S;
   be_.download_f32(mine, static_cast<const char*>(params) + range_.lo * sb, n);
-  comm_.all_gather(mine, all.data(), S, DType::F32);
+  scomm_->all_gather(mine, all.data(), S, DType::F32);
   // upload_f32 sets the master copy and rounds the values to nearest; keep the
   // stochastically rounded ones the owners computed (in pad, a scratch here).
   be_.copy(pad_, params, P_ * sb);
@@ -220,6 +341,7 @@ void DataParallel::sync_master(dptr params) {
 }
 
 std::vector<std::pair<size_t, size_t>> DataParallel::owned_ranges() const {
+  if (stage_ == 2) return bk_->owned_ranges(shard_index());
   return {{range_.lo, range_.hi}};
 }
 

@@ -41,6 +41,58 @@
 //   the reduce-scatter needs every gradient, and its shards cut across layers.
 // Any P works: the last shard is padded (it may even be empty when W > P).
 //
+// Hybrid sharding (--shard-group N, dist/shard_groups.h): the stage-1 state
+// is sharded over the N ranks of a group (S = ceil(P / N), a rank owns shard
+// `member` of its group) and every group holds a copy. The collective
+// helpers become two-level:
+//   reduce-scatter  inside the group (intra, over N ranks), then an all-reduce
+//                   of the shard (S elements) across the W/N groups (inter)
+//   all-gather      inside the group
+//   norm            the shards' squares summed inside the group (every group
+//                   holds the same summed gradient)
+// Reduction order, for a replay: element e of the summed gradient is
+//   sum over groups g (inter's order) of ( sum over the members of g (intra's order) of grad_r[e] )
+// with groups of consecutive ranks ([g·N, g·N+N)) for a number, the hosts'
+// ranks for `node`. Each level adds in MPI's (NCCL's) order for its count; a
+// level of 2 ranks adds once (a + b = b + a), so W = 4 in groups of 2 gives
+// exactly (g0 + g1) + (g2 + g3), and W = 2 in groups of 1 or 2 gives g0 + g1,
+// stage 0's sum (tests/mpi/test_mpi_shard_groups.cpp replays both).
+// Replicas: a shard's copies in the other groups are bitwise equal (the same
+// sums, the same AdamW); only the group of index 0 writes them to a
+// checkpoint (shard_writer()).
+//
+// stage 2 (ZeRO-2), bucket-aligned shards (dist/buckets.h): a bucket is one
+// transformer block's twelve gradient slices, or the rest (wte, wpe, lnf,
+// lmhead); each is cut into W pieces and rank r owns piece r of every bucket.
+//   The model has NO flat gradient buffer (GPT(cfg, be, flat_grads = false),
+//   flat_grads(2) == false): attach() gives it a GradStore (model/grad_store.h)
+//   whose buffers are ONE block bucket used in turn by two blocks (block l
+//   writes into buffer l % 2) and the rest's bucket, which lives through the
+//   whole backward (the tied wte gets the lm-head's gradient first and the
+//   embedding's last). On EVERY backward pass, as soon as block l's backward
+//   is done (grad-ready hook), its bucket is reduce-scattered asynchronously
+//   into the rank's gradient shard (W·S -> S) while block l-1 computes; before
+//   block l-2 reuses the buffer, that reduce-scatter is waited for. The rest's
+//   bucket goes at grad-ready(-1).
+//   Accumulation over micro-batches happens in the SHARD: the first pass's
+//   reduce-scatter writes it, a later pass's goes into a receive buffer that
+//   is then added (Backend::residual_forward, one rounding per add).
+//   Reduction order (for a replay): element e of the summed gradient is
+//     g[e] = ((RS_1[e] + RS_2[e]) + RS_3[e]) + ...  over the micro-batches k
+//     RS_k[e] = the reduce-scatter's sum over ranks of micro-batch k's gradient
+//   whereas stage 0 (and ZeRO-1) accumulate the micro-batches inside each
+//   rank's GEMMs first and sum over ranks once. With ONE micro-batch per rank
+//   the two orders are the same sum (on 2 ranks a + b = b + a bitwise); with
+//   more they differ in rounding, and a resume that crosses between the two
+//   orders says so (settings key grad_accumulation, train/reproducibility).
+//   Then, as stage 1: the norm from the shards' squares, AdamW on the owned
+//   pieces (optim/adamw.h: AdamWPiece, each piece's gradient at its place in
+//   the shard), and the updated pieces all-gathered bucket by bucket into the
+//   full params (each bucket through its own buffer).
+//   The FP32 master copy stays whole (4P bytes, as stage 1): each rank
+//   updates its pieces of it; sync_master() gathers the rest.
+//   --overlap-comm off: the same reductions, each waited for at once.
+//
 // Master weights with ZeRO-1 and BF16 storage: each rank's backend updates
 // only its own shard of the FP32 master copy (the other shards arrive as BF16
 // values). sync_master() gathers the FP32 shards so that reading the
@@ -50,21 +102,30 @@
 // Bytes allocated (Backend::alloc, counted by buffer_bytes()):
 //   stage 0: none (the all-reduce is in place)
 //   stage 1: pad W·S·sb and gshard max(1,S)·sb (sb = storage bytes)
+//   stage 2: the gradient shard (sum of the buckets' S)·sb, two block buckets
+//            W·S_block·sb each, the rest's bucket W·S_rest·sb, and receive
+//            buffers for accumulation S_block·sb twice and S_rest·sb
+//            (and NO flat P·sb gradient buffer in the model)
 // plus AdamW's moments (2·(hi-lo)·4, AdamW's own allocations).
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "backend/backend.h"
+#include "dist/buckets.h"
 #include "dist/communicator.h"
+#include "model/config.h"
+#include "model/grad_store.h"
 #include "model/param_layout.h"
 #include "optim/adamw.h"
 
 namespace ratchet {
 
 class GPT;
+struct ShardGroups;
 
 struct ShardRange {
   size_t lo = 0, hi = 0;  // [lo, hi) of the flat vector; hi - lo may be 0
@@ -79,8 +140,11 @@ class DataParallel {
   // comm: the host communicator (norms, sync_master), and the gradients' too
   // unless grad_comm is given (the NCCL one for device memory). Both must
   // outlive this object.
+  // groups: hybrid sharding (see above; null: one group of the world); it must
+  // outlive this object, and hold device splits when grad_comm is given.
   DataParallel(Communicator& comm, Backend& be, const ParamLayout& layout, const AdamWConfig& cfg,
-               int zero_stage, Communicator* grad_comm = nullptr);
+               int zero_stage, Communicator* grad_comm = nullptr,
+               const ShardGroups* groups = nullptr);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -99,14 +163,30 @@ class DataParallel {
   // Whether this rank writes its owned ranges into a checkpoint. True on every
   // rank today; with hybrid sharding (--shard-group) the replicas of a shard
   // in the other groups do not write it again.
-  bool shard_writer() const { return true; }
+  bool shard_writer() const;
+  // The ranks the state is sharded over (the number of shards of one copy),
+  // and which shard this rank owns: the world and the rank, or with
+  // --shard-group the group's size and this rank's index in its group.
+  int shard_count() const;
+  int shard_index() const;
 
   // Stage 0 with more than one rank: installs the grad-ready hook on `model`
   // (whose grads step() will be given) so that the all-reduce of the last of
   // `micro_batches` backward passes per step overlaps that backward. Returns
   // whether overlap is on (false, and nothing installed, for ZeRO-1 or 1 rank).
   bool overlap_with(GPT& model, int micro_batches);
-  bool overlapping() const { return model_ != nullptr; }
+  bool overlapping() const { return model_ != nullptr && overlap_; }
+  // What the trainer calls once, for every stage: installs on `model` what
+  // this stage needs (stage 2: the gradient store and hook, always; stage 0:
+  // overlap_with() when `overlap`). `model` must outlive this object.
+  void attach(GPT& model, int micro_batches, bool overlap);
+  // Whether the model keeps its flat gradient buffer at this stage (build it
+  // with GPT(cfg, be, flat_grads(stage))); false for stage 2.
+  static bool flat_grads(int stage) { return stage < 2; }
+  // The log's line for the data-parallel mode ("ZeRO-1: optimizer state sharded", ...).
+  std::string describe() const;
+  // Stages train runs (0, 1, 2).
+  static bool implemented(int stage) { return stage >= 0 && stage <= 2; }
 
   // Averages the gradients over ranks and updates params as described above.
   // Returns the global gradient norm (before clipping). Same params on every
@@ -131,11 +211,37 @@ class DataParallel {
   static size_t buffer_bytes(const Backend& be, size_t P, int W, int stage) {
     return buffer_bytes(be.memory_model(), P, W, stage);
   }
+  // The same for any stage (stage 2 needs the buckets' shapes): W is the
+  // number of ranks the state is sharded over (shard_count()).
+  static size_t buffer_bytes(const BackendMemoryModel& be, const GPTConfig& cfg, int W, int stage);
+  // AdamW's m and v length on shard r of W at this stage.
+  static size_t moment_elems(const GPTConfig& cfg, int W, int r, int stage);
 
  private:
   struct HookState;
   void grad_ready(int layer);
   void gather_params(dptr params);  // stage 1: all-gather the shards into params
+  // Stage 2 (dist/zero_buckets.cpp).
+  struct Store;
+  struct InFlight {
+    Communicator::Ticket ticket = 0;
+    size_t bucket = 0;  // index in BucketLayout::buckets()
+    bool add = false;   // into the shard from recv (a later pass), else it went there directly
+    bool active = false;
+  };
+  void init_buckets(const AdamWConfig& cfg);
+  void release_buckets();
+  void bucket_slots(size_t b, char* buf, dptr* slots);
+  void bucket_ready(size_t b, char* buf, char* recv, InFlight* f);
+  void finish(InFlight* f, char* recv);
+  void finish_all();
+  float step_buckets(dptr params, float lr);
+  void gather_buckets(dptr params);
+  void sync_master_buckets(dptr params);
+  // Asynchronous sum-reduce-scatter in backend memory (as reduce_scatter);
+  // every stage-2 gradient reduction goes through these two.
+  Communicator::Ticket reduce_scatter_async(const void* send, void* recv, size_t n);
+  void wait_reduce_scatter(Communicator::Ticket t, void* recv, size_t n);
   // Sum-reduce-scatter / all-gather of storage-dtype elements in backend
   // memory: gcomm_, or Backend::copy on one rank (never the host memmove of
   // the single-process communicator on device pointers).
@@ -145,6 +251,12 @@ class DataParallel {
 
   Communicator& comm_;   // host: scalars
   Communicator& gcomm_;  // gradients and parameters, in backend memory
+  // Hybrid sharding: the group's (intra) and across groups (inter), host and
+  // backend memory; without groups scomm_ = &comm_, sintra_ = &gcomm_, sinter_ = null.
+  const ShardGroups* groups_ = nullptr;
+  Communicator* scomm_ = nullptr;   // host: the shards' norm, sync_master
+  Communicator* sintra_ = nullptr;  // backend memory: reduce-scatter, all-gather
+  Communicator* sinter_ = nullptr;  // backend memory: the shard's all-reduce across groups
   Backend& be_;
   ParamLayout layout_;
   size_t P_;
@@ -153,6 +265,15 @@ class DataParallel {
   std::unique_ptr<AdamW> opt_;
   void* pad_ = nullptr;     // stage 1: W·S elements
   void* gshard_ = nullptr;  // stage 1: S elements
+  // Stage 2.
+  std::unique_ptr<BucketLayout> bk_;
+  std::unique_ptr<GradStore> store_;  // a Store
+  void* block_buf_[2] = {nullptr, nullptr};  // W·S_block each
+  void* rest_buf_ = nullptr;                 // W·S_rest
+  void* block_recv_[2] = {nullptr, nullptr};  // S_block each
+  void* rest_recv_ = nullptr;                 // S_rest
+  InFlight block_fl_[2], rest_fl_;
+  bool overlap_ = true;
   // Overlap (stage 0).
   GPT* model_ = nullptr;
   int micro_batches_ = 1;

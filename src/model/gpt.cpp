@@ -12,10 +12,10 @@
 
 namespace ratchet {
 
-GPT::GPT(const GPTConfig& cfg, Backend& be) : cfg_(cfg), be_(be), layout_(cfg) {
+GPT::GPT(const GPTConfig& cfg, Backend& be, bool flat_grads) : cfg_(cfg), be_(be), layout_(cfg) {
   params_ = be_.alloc(layout_.total * be_.storage_bytes());
   be_.keep_master_copy(params_);  // set_params() then sets the FP32 master exactly
-  grads_ = be_.alloc(layout_.total * be_.storage_bytes());
+  if (flat_grads) grads_ = be_.alloc(layout_.total * be_.storage_bytes());
 }
 
 GPT::~GPT() {
@@ -30,6 +30,12 @@ cdptr GPT::param(int i, int layer) const {
 }
 
 dptr GPT::grad(int i, int layer) {
+  if (store_) {
+    // The block tensors of the block the store last placed; the rest always.
+    RATCHET_ASSERT(slots_[i] != nullptr);
+    RATCHET_ASSERT(i < P_LN1W || i > P_FCPROJB || layer == slot_layer_);
+    return slots_[i];
+  }
   size_t off = layout_.offsets[i] + (size_t)layer * layout_.per_layer(i, cfg_.num_layers);
   return (char*)grads_ + off * be_.storage_bytes();
 }
@@ -55,8 +61,16 @@ void GPT::init_random(uint64_t seed) {
 
 void GPT::set_params(const float* host) { be_.upload_f32(params_, host, layout_.total); }
 void GPT::get_params(float* host) const { be_.download_f32(host, params_, layout_.total); }
-void GPT::get_grads(float* host) const { be_.download_f32(host, grads_, layout_.total); }
-void GPT::zero_grad() { be_.zero(grads_, layout_.total * be_.storage_bytes()); }
+void GPT::get_grads(float* host) const {
+  if (!grads_)
+    fail("this model has no flat gradient buffer (ZeRO-2 keeps only each rank's shard of the "
+         "summed gradient)");
+  be_.download_f32(host, grads_, layout_.total);
+}
+// Without a flat buffer the store hands out zeroed buffers per pass.
+void GPT::zero_grad() {
+  if (grads_) be_.zero(grads_, layout_.total * be_.storage_bytes());
+}
 
 GPT::Acts GPT::acts_for(int B, int T) const {
   return layout_acts(cfg_, B, T, be_.storage_bytes(), recompute_, be_.attention_impl(), acts_);
@@ -220,6 +234,7 @@ float GPT::forward(const int32_t* inputs, const int32_t* targets, int B, int T) 
 float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
                             float loss_scale) {
   RATCHET_ASSERT(targets != nullptr);
+  RATCHET_ASSERT(grads_ != nullptr || store_ != nullptr);
   ensure_acts(B, T);
   Acts a = acts_for(B, T);
   be_.upload_bytes(a.inputs, inputs, sizeof(int) * B * T);
@@ -390,6 +405,19 @@ void GPT::run_backward(const Acts& a, int B, int T) {
   const double sb = be_.storage_bytes(), mm = 4.0 * BT;  // dinp and dw: 2 matmuls
   const double attn_flops = 8.0 * B * T * (double)T * C;
   const int cls = layout_.classifier();  // wte (tied) or lmhead
+  if (store_) {
+    for (dptr& s : slots_) s = nullptr;
+    slot_layer_ = -1;
+    store_->non_block(slots_);
+  }
+  // Block l's gradient destinations, from the store (before anything of the
+  // block's backward, recompute included, runs).
+  auto place_block = [&](int l) {
+    if (!store_) return;
+    for (int i = P_LN1W; i <= P_FCPROJB; i++) slots_[i] = nullptr;
+    slot_layer_ = l;
+    store_->block(l, slots_);
+  };
   {
     OpScope s(*this, "matmul_lmhead_bwd", mm * C * Vp, 0);
     be_.matmul_backward(a.dbtc, grad(cls), nullptr, a.logits, a.lnf, param(cls), BT, C, Vp);
@@ -407,6 +435,7 @@ void GPT::run_backward(const Acts& a, int B, int T) {
   }
   const Recompute& rp = recompute_;
   for (int l = L - 1; l >= 0; l--) {
+    place_block(l);
     if (llama) {
       backward_block_llama(a, l, B, T);
       if (grad_ready_) grad_ready_(l);

@@ -3,7 +3,10 @@
 // The model owns three flat buffers in backend memory:
 //   params (P)   every parameter, in ParamLayout order (storage dtype)
 //   grads  (P)   their gradients, same layout (storage dtype); ACCUMULATED by
-//                forward_backward() until zero_grad()
+//                forward_backward() until zero_grad(). Not allocated when the
+//                model is built with flat_grads = false: a GradStore
+//                (model/grad_store.h, set_grad_store) then says where each
+//                block's gradients go (ZeRO-2's reused bucket buffers)
 //   acts         activations for one micro-batch (layout below), sized for the
 //                largest (B, T) used so far
 // Forward (pre-LayerNorm GPT-2), per layer l, with x = residual stream (B,T,C):
@@ -32,6 +35,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/grad_store.h"
 #include "model/param_layout.h"
 #include "model/recompute.h"
 
@@ -47,7 +51,9 @@ struct OpStat {
 
 class GPT {
  public:
-  GPT(const GPTConfig& cfg, Backend& be);
+  // flat_grads false: no flat gradient buffer (grads() is null); a
+  // GradStore must be set before forward_backward().
+  GPT(const GPTConfig& cfg, Backend& be, bool flat_grads = true);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -126,6 +132,10 @@ class GPT {
   // gradient all-reduce with the backward of the layers below (dist/zero.h).
   using GradReadyHook = std::function<void(int layer)>;
   void set_grad_ready_hook(GradReadyHook h) { grad_ready_ = std::move(h); }
+  // Where the backward writes gradients (model/grad_store.h); null: the flat
+  // grads buffer. The store must outlive its use (set null to detach).
+  void set_grad_store(GradStore* s) { store_ = s; }
+  GradStore* grad_store() const { return store_; }
 
   // Profiling: when on, every op is timed (with a backend synchronize).
   void set_profiling(bool on) { profiling_ = on; }
@@ -169,6 +179,9 @@ class GPT {
   bool profiling_ = false;
   std::map<std::string, OpStat> prof_;
   GradReadyHook grad_ready_;
+  GradStore* store_ = nullptr;
+  dptr slots_[kNumParamTensors] = {};  // the store's destinations, this pass
+  int slot_layer_ = -1;                // the block slots_ holds
   friend class OpScope;
 };
 

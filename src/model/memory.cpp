@@ -10,11 +10,11 @@ namespace ratchet {
 
 StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                        const BackendMemoryModel& be, size_t moment_elems,
-                       size_t dp_buffer_bytes) {
+                       size_t dp_buffer_bytes, bool flat_grads) {
   const size_t P = ParamLayout(cfg).total, sb = be.storage_bytes;
   StepMemory m;
   m.params = be.alloc_size(P * sb);
-  m.grads = be.alloc_size(P * sb);
+  m.grads = flat_grads ? be.alloc_size(P * sb) : 0;
   m.activations = be.alloc_size(GPT::activation_bytes(cfg, B, T, sb, policy, be.attention));
   const size_t ws = be.workspace_bytes(op_shapes(cfg, B, T));
   m.workspace = ws ? be.alloc_size(ws) : 0;

@@ -7,7 +7,8 @@
 // Backend::memory_model() for a live one; `ratchet plan` builds one for a
 // device it cannot create). Every figure is what Backend::alloc() is asked
 // for, rounded as the backend rounds it (BackendMemoryModel::alloc_size):
-//   params, grads   P elements each, storage dtype          (GPT)
+//   params, grads   P elements each, storage dtype          (GPT; grads 0 at
+//                   ZeRO-2, which has no flat gradient buffer)
 //   activations     GPT::activation_bytes(B, T, policy)      (GPT, one alloc)
 //   workspace       workspace_bytes(op_shapes)               (the ops' scratch)
 //   moments         AdamW m and v, FP32, n elements each (n = P, or the ZeRO-1
@@ -53,14 +54,19 @@ size_t device_memory_reserve(size_t free_bytes);
 // count could wrap around. The config's own sizes are bounded by finalize().
 void check_step_in_range(const GPTConfig& cfg, long B, int T);
 
-// moment_elems: the length of the optimizer's m and v (P, or a ZeRO-1 shard).
+// moment_elems: the length of the optimizer's m and v (P, or a ZeRO shard).
+// flat_grads: whether the model holds its flat P-element gradient buffer
+// (false at ZeRO-2: DataParallel::flat_grads; its buckets and shard are then
+// in dp_buffer_bytes).
 StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                        const BackendMemoryModel& be, size_t moment_elems,
-                       size_t dp_buffer_bytes);
+                       size_t dp_buffer_bytes, bool flat_grads = true);
 // The same for a live backend (its own description).
 inline StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
-                              const Backend& be, size_t moment_elems, size_t dp_buffer_bytes) {
-  return step_memory(cfg, B, T, policy, be.memory_model(), moment_elems, dp_buffer_bytes);
+                              const Backend& be, size_t moment_elems, size_t dp_buffer_bytes,
+                              bool flat_grads = true) {
+  return step_memory(cfg, B, T, policy, be.memory_model(), moment_elems, dp_buffer_bytes,
+                     flat_grads);
 }
 
 }  // namespace ratchet

@@ -12,11 +12,26 @@ AdamW::AdamW(Backend& be, const ParamLayout& layout, const AdamWConfig& cfg)
 
 AdamW::AdamW(Backend& be, const ParamLayout& layout, const AdamWConfig& cfg, size_t lo,
              size_t hi)
-    : be_(be), layout_(layout), cfg_(cfg), lo_(lo), hi_(hi) {
-  RATCHET_ASSERT(lo <= hi && hi <= layout_.total);
+    : AdamW(be, layout, cfg, std::vector<AdamWPiece>{{lo, hi - lo, 0}}) {
+  RATCHET_ASSERT(lo <= hi);
+  lo_ = lo;  // an empty range keeps its position
+  hi_ = hi;
+}
+
+AdamW::AdamW(Backend& be, const ParamLayout& layout, const AdamWConfig& cfg,
+             std::vector<AdamWPiece> pieces)
+    : be_(be), layout_(layout), cfg_(cfg), pieces_(std::move(pieces)) {
+  size_t end = 0;
+  for (const AdamWPiece& p : pieces_) {
+    RATCHET_ASSERT(p.lo >= end && p.lo + p.n <= layout_.total);
+    end = p.lo + p.n;
+    n_ += p.n;
+  }
+  lo_ = pieces_.empty() ? 0 : pieces_.front().lo;
+  hi_ = end;
   // At least one element, so that an empty shard still has valid pointers.
-  m_ = (float*)be_.alloc(std::max<size_t>(1, hi_ - lo_) * sizeof(float));
-  v_ = (float*)be_.alloc(std::max<size_t>(1, hi_ - lo_) * sizeof(float));
+  m_ = (float*)be_.alloc(std::max<size_t>(1, n_) * sizeof(float));
+  v_ = (float*)be_.alloc(std::max<size_t>(1, n_) * sizeof(float));
 }
 
 AdamW::~AdamW() {
@@ -29,24 +44,28 @@ double AdamW::grad_norm(cdptr grads, float grad_scale) const {
 }
 
 float AdamW::step(dptr params, cdptr grads, float lr, float grad_scale) {
-  RATCHET_ASSERT(lo_ == 0 && hi_ == layout_.total);  // a shard steps with step_shard()
+  RATCHET_ASSERT(n_ == layout_.total);  // a shard steps with step_shard()
   return step_shard(params, grads, lr, grad_norm(grads, grad_scale), grad_scale);
 }
 
 template <class Fn>
 void AdamW::for_each_piece(Fn fn) const {
-  for (int i = 0; i < kNumParamTensors; i++) {
-    // This tensor's part of [lo, hi): params indexed absolutely, the rest from lo.
-    const size_t a0 = std::max<size_t>(layout_.offsets[i], lo_);
-    const size_t a1 = std::min<size_t>(layout_.offsets[i] + layout_.sizes[i], hi_);
-    if (a0 < a1) fn(i, a0, a1 - a0);
+  size_t moff = 0;
+  for (const AdamWPiece& p : pieces_) {
+    for (int i = 0; i < kNumParamTensors; i++) {
+      // This tensor's part of the piece.
+      const size_t a0 = std::max<size_t>(layout_.offsets[i], p.lo);
+      const size_t a1 = std::min<size_t>(layout_.offsets[i] + layout_.sizes[i], p.lo + p.n);
+      if (a0 < a1) fn(i, a0, a1 - a0, p.grad + (a0 - p.lo), moff + (a0 - p.lo));
+    }
+    moff += p.n;
   }
 }
 
 void AdamW::restore_rounding(dptr params) {
   const size_t sb = be_.storage_bytes();
-  for_each_piece([&](int, size_t a0, size_t n) {
-    be_.round_from_master((char*)params + a0 * sb, n, t_);
+  for_each_piece([&](int i, size_t a0, size_t n, size_t, size_t) {
+    be_.round_from_master((char*)params + a0 * sb, n, t_, a0 - layout_.offsets[i]);
   });
 }
 
@@ -55,7 +74,7 @@ float AdamW::step_shard(dptr params, cdptr grads, float lr, double norm, float g
   if (cfg_.grad_clip > 0 && norm > cfg_.grad_clip) clip = cfg_.grad_clip / norm;
   t_++;
   const size_t sb = be_.storage_bytes();
-  for_each_piece([&](int i, size_t a0, size_t n) {
+  for_each_piece([&](int i, size_t a0, size_t n, size_t g, size_t r) {
     AdamWArgs a;
     a.lr = lr;
     a.beta1 = cfg_.beta1;
@@ -64,8 +83,8 @@ float AdamW::step_shard(dptr params, cdptr grads, float lr, double norm, float g
     a.weight_decay = ParamLayout::decayed(i) ? cfg_.weight_decay : 0.0f;
     a.step = t_;
     a.grad_scale = (float)(grad_scale * clip);
-    const size_t r = a0 - lo_;
-    be_.adamw((char*)params + a0 * sb, nullptr, (const char*)grads + r * sb, m_ + r, v_ + r, n,
+    a.round_offset = a0 - layout_.offsets[i];
+    be_.adamw((char*)params + a0 * sb, nullptr, (const char*)grads + g * sb, m_ + r, v_ + r, n,
               a);
   });
   return (float)norm;

@@ -458,7 +458,7 @@ std::string zero_table(const Plan& p) {
   o << "ZeRO stages per rank (GiB), shard group " << z.group_text << ", " << W << " rank"
     << (W > 1 ? "s" : "") << " on " << z.nodes << " node" << (z.nodes > 1 ? "s" : "") << " of "
     << z.gpus_per_node << "\n";
-  o << "  * planned: stage 2/3 (and a shard group smaller than the world) predict a design,\n"
+  o << "  * planned: stage 3 predicts a design,\n"
        "    not yet implemented in `ratchet train`\n";
   std::string head = "  ";
   head += std::string(30, ' ');
@@ -548,7 +548,7 @@ std::string zero_table(const Plan& p) {
   } else {
     const ZeroRow& c = z.rows[z.chosen];
     o << c.stage.name() << " at --recompute " << z.chosen_policy.name()
-      << (c.stage.implemented(z.group, W) ? "" : " (stage 2/3: planned, not yet implemented in train)")
+      << (c.stage.implemented(z.group, W) ? "" : " (stage 3: planned, not yet implemented in train)")
       << "\n  why: " << z.why << "\n";  // one line: scripts grep it
     o << "  predicted step " << duration(c.time.step_s) << " (compute " << duration(c.time.compute_s)
       << " + collectives not hidden " << duration(c.time.exposed_s) << "), efficiency "

@@ -75,13 +75,17 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   const size_t P = ps.total, sb = be.storage_bytes;
   const ShardRange own = shard_range(P, N, 0);  // rank 0 holds the largest shard
   const size_t S = own.hi - own.lo;
-  // Stages 0 and 1: exactly what `ratchet train` allocates.
-  const StepMemory s = step_memory(cfg, B, T, policy, be, z.stage == 1 ? S : P,
-                                   z.stage == 1 ? DataParallel::buffer_bytes(be, P, N, 1) : 0);
+  // Stages 0, 1 and 2: exactly what `ratchet train` allocates (rank 0, which
+  // owns the most elements).
+  const int ts = std::min(z.stage, 2);
+  const StepMemory s = step_memory(cfg, B, T, policy, be, DataParallel::moment_elems(cfg, N, 0, ts),
+                                   DataParallel::buffer_bytes(be, cfg, N, ts),
+                                   DataParallel::flat_grads(ts));
   ZeroMemory m;
   m.activations = s.activations;
   m.workspace = s.workspace;
   m.overhead = s.overhead;
+  auto bytes = [&](size_t elems) { return be.alloc_size(elems * sb); };
   if (z.stage <= 1) {
     m.params = s.params;
     m.grads = s.grads;
@@ -90,17 +94,23 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
     m.staging = s.dp_buffers;
     return m;
   }
-  auto bytes = [&](size_t elems) { return be.alloc_size(elems * sb); };
+  if (z.stage == 2) {
+    // The summed gradient's shard, and the bucket and receive buffers
+    // (DataParallel::buffer_bytes: dist/zero.h); the master stays whole.
+    const BucketLayout bk(ParamLayout(cfg), cfg.num_layers, N);
+    m.params = s.params;
+    m.grads = bytes(std::max<size_t>(1, bk.shard_elems()));
+    m.buckets = s.dp_buffers - m.grads;
+    m.master = s.master;
+    m.moments = s.moments;
+    return m;
+  }
   m.grads = bytes(S);
   m.buckets = bytes(ps.non_block) + 2 * bytes(ps.per_block);
   if (be.extra_bytes_per_param > 0) m.master = be.alloc_size(S * be.extra_bytes_per_param);
   m.moments = 2 * be.alloc_size(std::max<size_t>(1, S) * sizeof(float));
-  if (z.stage == 2) {
-    m.params = s.params;
-  } else {
-    m.params = bytes(S);
-    m.gather = z.reshard_after_forward ? bytes(ps.non_block) + 2 * bytes(ps.per_block) : s.params;
-  }
+  m.params = bytes(S);
+  m.gather = z.reshard_after_forward ? bytes(ps.non_block) + 2 * bytes(ps.per_block) : s.params;
   return m;
 }
 

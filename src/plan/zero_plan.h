@@ -2,10 +2,10 @@
 // group, the collectives each stage runs, their cost on the ring formulas, a
 // step time with the per-block overlap, and the stage that fits.
 //
-// Stages 0 and 1 are what `ratchet train --zero 0|1` runs (dist/zero.h); their
-// memory is model/memory.h's step_memory, byte for byte. Stages 2 and 3 are
-// NOT implemented in `ratchet train` yet: their figures predict the design
-// below (issue 30), and every printed figure of them says so.
+// Stages 0, 1 and 2 are what `ratchet train --zero 0|1|2` runs (dist/zero.h);
+// their memory is model/memory.h's step_memory, byte for byte. Stage 3 is NOT
+// implemented in `ratchet train` yet: its figures predict the design below
+// (issue 30), and every printed figure of it says so.
 //
 // Memory per rank, S = ceil(P / N) elements for a shard group of N ranks,
 // sb = storage bytes (BF16 2 on GPUs, FP32 4 on cpu), master 4 bytes/param
@@ -13,15 +13,19 @@
 //   stage 0   params P·sb, grads P·sb, master 4P, m+v 8P
 //   stage 1   as train runs it: m+v 8S; the master copy stays whole (4P);
 //             staging buffers: a padded gradient copy N·S·sb + a shard S·sb
-//   stage 2   params P·sb; grads: the rank's shard S·sb of the summed gradient
-//             plus bucket buffers: the non-block bucket (embeddings, lm_head,
+//   stage 2   as train runs it (dist/zero.h, dist/buckets.h): params P·sb; no
+//             flat gradient; grads: the rank's shard of the summed gradient
+//             (one piece of every bucket, sum of the buckets' S)·sb, plus
+//             bucket buffers: the non-block bucket (embeddings, lm_head,
 //             final norm; filled from the first backward op to the last) and
 //             two block buckets (one filled by backward while the previous
-//             one is reduce-scattered), each reused; master 4S, m+v 8S
+//             one is reduce-scattered), each reused, and their receive
+//             buffers (1/N of each) for accumulating micro-batches; the master
+//             copy stays whole (4P, as stage 1), m+v 8·(owned elements)
 //   stage 3   params: the shard S·sb plus gather buffers: the non-block unit
 //             (gathered at the start of forward, kept to the end of backward)
 //             and two blocks (the one computing and the one prefetched);
-//             grads, master, moments as stage 2.
+//             grads, buckets and moments as stage 2, the master sharded (4S).
 //             --reshard-after-forward off: every block gathered in forward is
 //             kept for backward: S·sb + P·sb (stage 2's memory) and no
 //             backward gather (stage 2's traffic).
@@ -100,8 +104,9 @@ struct ZeroStage {
   int stage = 0;
   bool reshard_after_forward = true;  // stage 3 only
   std::string name() const;           // "ZeRO-0", ..., "ZeRO-3", "ZeRO-3 keep"
-  // In `ratchet train`: stage 0, and stage 1 over the whole world.
-  bool implemented(int group, int world) const { return stage == 0 || (stage == 1 && group == world); }
+  // In `ratchet train`: stages 0, 1 and 2, with any --shard-group
+  // (dist/shard_groups.h).
+  bool implemented(int, int) const { return stage <= 2; }
 };
 // 0, 1, 2, 3 (reshard off), 3: in order of memory saved.
 std::vector<ZeroStage> all_zero_stages();

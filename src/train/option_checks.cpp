@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "dist/shard_groups.h"
 #include "interop/hf_checkpoint.h"
 #include "report/objective.h"
 #include "train/eval_hooks.h"
@@ -148,7 +149,9 @@ CheckedOptions check_train_options(const TrainOptions& given, int world) {
   if ((long)B * T > INT_MAX)
     fail("--batch-size ", B, " x --seq-len ", T, " = ", (long)B * T,
          " tokens per micro-batch: at most ", INT_MAX, "; lower --batch-size");
-  if (o.zero != 0 && o.zero != 1) fail("--zero must be 0 or 1 (got ", o.zero, ")");
+  if (o.zero < 0 || o.zero > 2)
+    fail("--zero must be 0, 1 or 2 (got ", o.zero, "; stage 3 is planned: `ratchet plan` models it)");
+  if (!o.shard_group.empty()) parse_shard_group(o.shard_group, world);  // dist/shard_groups.h
   const std::pair<const char*, double> budgets[] = {{"--max-device-hours", o.max_device_hours},
                                                     {"--max-cost", o.max_cost},
                                                     {"--max-tokens", o.max_tokens},

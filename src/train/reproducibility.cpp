@@ -30,6 +30,11 @@ std::string resume_bit_identity_warning(const std::map<std::string, std::string>
     if (!a.empty() && !b.empty() && a != b)
       add(std::string("--") + k + " changed from " + a + " to " + b + " since the checkpoint");
   }
+  // How the gradient is summed (dist/shard_groups.h: ranks, micro-batches, --zero, --shard-group).
+  const std::string sum_was = get(saved, "gradient_sum"), sum_is = get(now, "gradient_sum");
+  if (!sum_was.empty() && !sum_is.empty() && sum_was != sum_is)
+    add("the gradient is summed in another order: " + sum_was + " when saved, " + sum_is +
+        " now");
   if (why.empty()) return "";
   return "this resume will not be bit-identical to an uninterrupted run (" + why +
          "). For bit-identical resumes keep --deterministic on and the checkpoint's "

@@ -71,6 +71,7 @@ struct TrainOptions {
 
   // data parallel (ranks from mpirun / srun; see dist/communicator.h)
   int zero = 0;                 // ZeRO stage: 0 = all-reduce gradients, 1 = shard AdamW state
+  std::string shard_group;      // --shard-group N|node: ZeRO-k in groups (dist/shard_groups.h); "" = the world
   bool tf32 = false;             // --storage f32 GEMMs on TF32 tensor cores
   bool overlap_comm = true;     // stage 0: all-reduce each layer's gradients during backward
   std::string log_jsonl;

@@ -38,6 +38,7 @@
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
+#include "dist/shard_groups.h"
 #include "dist/zero.h"
 #include "model/gpt.h"
 #include "interop/hf_checkpoint.h"
@@ -142,6 +143,8 @@ class Trainer {
   // Error path: ends the device communicator's in-flight collectives without
   // waiting (ncclCommAbort), before anything that could block.
   void abort_collectives() {
+    if (groups_ && groups_->intra_dev) groups_->intra_dev->abort_collectives();
+    if (groups_ && groups_->inter_dev) groups_->inter_dev->abort_collectives();
     if (grad_comm_) grad_comm_->abort_collectives();
   }
 
@@ -199,6 +202,7 @@ class Trainer {
   std::unique_ptr<Backend> be_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<Communicator> grad_comm_;  // NCCL for device gradients (cuda, > 1 rank)
+  std::unique_ptr<ShardGroups> groups_;      // --shard-group (dist/shard_groups.h), else null
   std::unique_ptr<DataParallel> dp_;  // gradient averaging, ZeRO-1; owns the optimizer
   int threads_ = 0;                   // CPU threads of this rank
   std::unique_ptr<JsonlLog> jlog_;
@@ -213,11 +217,16 @@ class Trainer {
 
 StepMemory Trainer::memory_for(const GPTConfig& cfg, int B) const {
   const size_t P = ParamLayout(cfg).total;
-  const int W = comm_.world();
-  const ShardRange own = shard_range(P, W, comm_.rank());
-  const size_t moments = o_.zero == 1 ? own.hi - own.lo : P;  // AdamW's m, v length
+  // ZeRO-1 shards over the world, or over a --shard-group (the same numbers
+  // on every group).
+  const int W = groups_ ? groups_->size : comm_.world();
+  (void)P;
+  // AdamW's m, v length: this rank's shard (dist/zero.h).
+  const size_t moments =
+      DataParallel::moment_elems(cfg, W, groups_ ? groups_->member : comm_.rank(), o_.zero);
   return step_memory(cfg, B, T_, c_.recompute, *be_, moments,
-                     DataParallel::buffer_bytes(*be_, P, W, o_.zero));
+                     DataParallel::buffer_bytes(be_->memory_model(), cfg, W, o_.zero),
+                     DataParallel::flat_grads(o_.zero));
 }
 
 // The model shape: from --init-from (its config or header only: the
@@ -309,6 +318,13 @@ std::map<std::string, std::string> Trainer::settings() const {
           {"tokenizer", train_ds_->tokenizer()}};
   // Whether the run is bitwise reproducible (train/reproducibility.h).
   for (auto& kv : reproducibility_settings(be_->attention_impl(), o_.deterministic)) s.insert(kv);
+  // The gradient's summation order (a resume that changes it says so), and the groups.
+  s["gradient_sum"] = gradient_sum_order(comm_.world(), accum_, o_.zero,
+                                         groups_ ? groups_->size : comm_.world(),
+                                         dp_ && dp_->overlapping());
+  s["shard_group"] = !groups_ ? "the world"
+                     : groups_->spec == "node" ? "node (" + std::to_string(groups_->size) + " ranks)"
+                                               : groups_->spec;
   return s;
 }
 
@@ -433,6 +449,9 @@ void Trainer::setup() {
     // the free memory); host memory (cpu, simt) through comm_ (MPI).
     if (comm_.world() > 1 && wants_device_communicator(be_->name()))
       grad_comm_ = make_device_communicator(comm_);
+    // Its splits too, for --shard-group (before the arena, as above).
+    if (!o_.shard_group.empty())
+      groups_ = make_shard_groups(comm_, grad_comm_.get(), o_.shard_group);
   }
   if (B_ == 0) {
     B_ = choose_batch_size();
@@ -498,7 +517,7 @@ void Trainer::setup() {
   test_failure_point(comm_.rank(), "setup");
   fault_point("setup-model");
   test_failure_point(comm_.rank(), "setup-model");
-  model_ = std::make_unique<GPT>(cfg_, *be_);
+  model_ = std::make_unique<GPT>(cfg_, *be_, DataParallel::flat_grads(o_.zero));
   // Which library paths the ops take (cuDNN engines and workspaces, BGRADB), once.
   {
     const std::string report = be_->setup_report(op_shapes(cfg_, B_, T_));
@@ -524,8 +543,8 @@ void Trainer::setup() {
   acfg.weight_decay = o_.weight_decay;
   acfg.grad_clip = o_.grad_clip;
   dp_ = std::make_unique<DataParallel>(comm_, *be_, model_->layout(), acfg, o_.zero,
-                                       grad_comm_.get());
-  if (o_.overlap_comm) dp_->overlap_with(*model_, accum_);
+                                       grad_comm_.get(), groups_.get());
+  dp_->attach(*model_, accum_, o_.overlap_comm);  // what the stage needs (hooks, gradient store)
   x_.resize((size_t)B_ * T_);
   y_.resize((size_t)B_ * T_);
 }
@@ -776,9 +795,10 @@ int Trainer::train() {
     RLOG("data parallel: %d rank(s) (%s, %d on this node), %d thread(s) per rank, %s\n",
          comm_.world(), (grad_comm_ ? *grad_comm_ : comm_).name().c_str(), comm_.local_world(),
          threads_,
-         o_.zero                ? "ZeRO-1: optimizer state sharded"
-         : dp_->overlapping() ? "gradients all-reduced during the backward (--overlap-comm on)"
-                              : "gradients all-reduced");
+         dp_->describe().c_str());
+  if (groups_)
+    RLOG("shard groups: %s%s\n", groups_->describe().c_str(),
+         o_.zero == 0 ? " (--zero 0 shards nothing: the groups change nothing)" : "");
   if (evaluating()) {
     // What `ratchet plan --eval-every N --eval-tokens X` takes to predict its share.
     const double val_tokens = val_loader_ ? (double)o_.eval_batches * B_ * T_ : 0.0;

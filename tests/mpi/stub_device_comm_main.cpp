@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "backend/backend.h"
 #include "cli/commands.h"
@@ -40,15 +41,29 @@ class StubNccl final : public Communicator {
     dir_ = d ? d : ".";
     std::fprintf(stderr, "stub nccl: up on rank %d of %d\n", rank(), world());
   }
+  // A split (ncclCommSplit): owns the host communicator's same split; its
+  // destroy files are named by the split's color so they do not mix with the
+  // world's.
+  StubNccl(std::unique_ptr<Communicator> host, const std::string& dir, const std::string& tag)
+      : own_host_(std::move(host)), host_(*own_host_), dir_(dir), tag_(tag) {
+    std::fprintf(stderr, "stub nccl: split %s: rank %d of %d\n", tag_.c_str(), rank(), world());
+  }
+  // Tagged by the split's number in this process (splits are collective, so
+  // the same on every rank) and its color.
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    static int splits = 0;
+    const std::string tag = "s" + std::to_string(splits++) + "c" + std::to_string(color) + "-";
+    return std::make_unique<StubNccl>(host_.split(color, key), dir_, tag);
+  }
   ~StubNccl() override {
     if (aborted_) return;
     std::fprintf(stderr, "stub nccl: rank %d ran %ld grouped all-reduce sets\n", rank(), groups_);
-    std::ofstream(dir_ + "/destroy-" + std::to_string(rank())) << "1";
+    std::ofstream(dir_ + "/destroy-" + tag_ + std::to_string(rank())) << "1";
     const auto t0 = std::chrono::steady_clock::now();
     for (;;) {
       int arrived = 0;
       for (int r = 0; r < world(); r++)
-        if (access((dir_ + "/destroy-" + std::to_string(r)).c_str(), F_OK) == 0) arrived++;
+        if (access((dir_ + "/destroy-" + tag_ + std::to_string(r)).c_str(), F_OK) == 0) arrived++;
       if (arrived == world()) return;
       if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) {
         std::fprintf(stderr, "stub nccl: ncclCommDestroy on rank %d still waiting after 60 s\n",
@@ -95,8 +110,9 @@ class StubNccl final : public Communicator {
   }
 
  private:
+  std::unique_ptr<Communicator> own_host_;  // a split's (else null)
   Communicator& host_;
-  std::string dir_;
+  std::string dir_, tag_;
   bool aborted_ = false;
   long groups_ = 0;
 };

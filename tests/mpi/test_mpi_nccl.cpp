@@ -213,6 +213,37 @@ TEST(NcclDevice, F32AndBf16CollectivesAndAsync) {
   }
 }
 
+// Communicator::split on NCCL (ncclCommSplit, --shard-group): each rank
+// alone (color = rank), and every rank together (color 0, reversed by key);
+// the splits' collectives see only their ranks, and their host splits agree.
+TEST(NcclDevice, SplitCommunicatorsReduceWithinTheirRanks) {
+  std::string why;
+  if (no_gpu_anywhere(&why)) GTEST_SKIP() << "no CUDA device (" << why << ")";
+  auto nccl = make_nccl_communicator(*g_host);
+  const int W = nccl->world(), r = nccl->rank();
+  auto alone = nccl->split(r, 0);
+  auto all = nccl->split(0, -r);
+  EXPECT_EQ(alone->world(), 1);
+  EXPECT_EQ(alone->rank(), 0);
+  EXPECT_EQ(all->world(), W);
+  EXPECT_EQ(all->rank(), W - 1 - r);
+  EXPECT_EQ(all->name(), "nccl");
+  const size_t count = 257;
+  std::vector<float> h(count, (float)(r + 1));
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, count * 4), cudaSuccess);
+  cudaMemcpy(d, h.data(), count * 4, cudaMemcpyHostToDevice);
+  alone->all_reduce(d, count, DType::F32, ReduceOp::Sum);  // its own values
+  std::vector<float> out(count);
+  cudaMemcpy(out.data(), d, count * 4, cudaMemcpyDeviceToHost);
+  for (float x : out) ASSERT_EQ(x, (float)(r + 1));
+  all->all_reduce(d, count, DType::F32, ReduceOp::Sum);
+  cudaMemcpy(out.data(), d, count * 4, cudaMemcpyDeviceToHost);
+  for (float x : out) ASSERT_EQ(x, W * (W + 1) / 2.0f);
+  EXPECT_TRUE(all->agree(r == 0));  // through the split host communicator
+  cudaFree(d);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "backend/memory_model.h"
+#include "dist/buckets.h"
 #include "dist/zero.h"
 #include "model/memory.h"
 #include "model/param_layout.h"
@@ -114,14 +115,28 @@ TEST(PlanZero, StageMemoryItemised) {
   EXPECT_EQ(z1.total(), s1.total());
   EXPECT_EQ(z1.master, fp32(P));  // train's ZeRO-1 keeps the master whole
 
+  // Stage 2 as train runs it (dist/zero.h): no flat gradient; the shard of
+  // the summed gradient (one piece of every bucket, dist/buckets.h); two
+  // block buckets and the rest's bucket, with their receive buffers (1/N of
+  // each); the master stays whole; moments for rank 0's pieces.
   const ZeroMemory z2 = zero_memory(c, B, T, r, be, {2, true}, N);
+  const BucketLayout bk(ParamLayout(c), c.num_layers, N);
+  size_t own0 = 0;
+  for (const OwnedPiece& p : bk.pieces(0)) own0 += p.n;
+  EXPECT_EQ(bk.block(0).S, (ps.per_block + N - 1) / N);
+  EXPECT_EQ(bk.rest().S, (ps.non_block + N - 1) / N);
   EXPECT_EQ(z2.params, bf16(P));
-  EXPECT_EQ(z2.grads, bf16(S));
-  EXPECT_EQ(z2.buckets, bf16(ps.non_block) + 2 * bf16(ps.per_block));
-  EXPECT_EQ(z2.master, fp32(S));
-  EXPECT_EQ(z2.moments, 2 * fp32(S));
+  EXPECT_EQ(z2.grads, bf16(c.num_layers * bk.block(0).S + bk.rest().S));
+  EXPECT_EQ(z2.buckets, 2 * bf16(N * bk.block(0).S) + bf16(N * bk.rest().S) +
+                            2 * bf16(bk.block(0).S) + bf16(bk.rest().S));
+  EXPECT_EQ(z2.master, fp32(P));
+  EXPECT_EQ(z2.moments, 2 * fp32(own0));
   EXPECT_EQ(z2.gather, 0u);
   EXPECT_EQ(z2.activations, s0.activations);
+  // And that is step_memory's figure with train's own buffers.
+  EXPECT_EQ(z2.total(), step_memory(c, B, T, r, be, DataParallel::moment_elems(c, N, 0, 2),
+                                    DataParallel::buffer_bytes(be, c, N, 2), false)
+                            .total());
 
   const ZeroMemory z3 = zero_memory(c, B, T, r, be, {3, true}, N);
   EXPECT_EQ(z3.params, bf16(S));
@@ -133,12 +148,16 @@ TEST(PlanZero, StageMemoryItemised) {
   // backend's 256-byte rounding of each of 4 buffers).
   const double paper2 = zero_paper_model_state_bytes(2, (double)P, N),
                paper3 = zero_paper_model_state_bytes(3, (double)P, N);
-  EXPECT_NEAR((double)(z2.params + z2.grads + z2.master + z2.moments), paper2, 4 * 256.0);
+  // (train's stage 2 keeps the FP32 master whole: 4 bytes/parameter more than
+  // the paper's sharded one, less its 1/N share.)
+  EXPECT_NEAR((double)(z2.params + z2.grads + z2.master + z2.moments), paper2 + 4.0 * P * (N - 1) / N,
+              4 * 256.0);
   EXPECT_NEAR((double)(z3.params + z3.grads + z3.master + z3.moments), paper3, 4 * 256.0);
   // Less memory at each stage (3 keep holds the shard and the full copy).
   EXPECT_GT(z0.total(), z1.total());
   EXPECT_GT(z1.total(), z2.total());
-  EXPECT_GT(z3k.total(), z2.total());
+  // (3 keep's planned master is sharded, train's stage 2 keeps it whole.)
+  EXPECT_GT(z3k.total() - z3k.master, z2.total() - z2.master);
   EXPECT_GT(z2.total(), z3.total());
 }
 

@@ -13,6 +13,7 @@
 //   else params itself.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #if defined(__AVX__)
 #include <immintrin.h>
@@ -46,7 +47,8 @@ struct AdamConsts {
   float b1, b2, lr, eps, wd, gs, bc1, bc2;
 };
 
-// One element of the update; the AVX path below is the same arithmetic.
+// One element of the update (builds without AVX; the AVX path below is the
+// same expression, evaluated without contraction).
 inline void adamw_one(float* p, const float* grads, float* m, float* v, long i,
                       const AdamConsts& k) {
   const float g = k.gs * grads[i];
@@ -59,8 +61,13 @@ inline void adamw_one(float* p, const float* grads, float* m, float* v, long i,
 }
 
 // Elements [lo, hi). std::sqrt does not auto-vectorise without
-// -fno-math-errno (it may set errno), so the bulk uses AVX intrinsics where
+// -fno-math-errno (it may set errno), so the update uses AVX intrinsics where
 // the build targets AVX (3x faster on 124M parameters, memory-bound then).
+// The last < 8 elements go through the same vector arithmetic with masked
+// loads and stores: a scalar tail would be compiled with FMA contraction
+// (-march=native, GCC's -ffp-contract=fast) and round otherwise, so an update
+// split into pieces at other boundaries (ZeRO shards, dist/zero.h) would not
+// give the same bits as the whole.
 void adamw_range(float* p, const float* grads, float* m, float* v, long lo, long hi,
                  const AdamConsts& k) {
   long i = lo;
@@ -70,19 +77,34 @@ void adamw_range(float* p, const float* grads, float* m, float* v, long lo, long
   const __m256 gs = _mm256_set1_ps(k.gs), lr = _mm256_set1_ps(k.lr);
   const __m256 eps = _mm256_set1_ps(k.eps), wd = _mm256_set1_ps(k.wd);
   const __m256 bc1 = _mm256_set1_ps(k.bc1), bc2 = _mm256_set1_ps(k.bc2);
-  for (; i + 8 <= hi; i += 8) {
-    const __m256 g = _mm256_mul_ps(gs, _mm256_loadu_ps(grads + i));
-    const __m256 mi =
-        _mm256_add_ps(_mm256_mul_ps(b1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(c1, g));
-    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, _mm256_loadu_ps(v + i)),
-                                    _mm256_mul_ps(c2, _mm256_mul_ps(g, g)));
-    _mm256_storeu_ps(m + i, mi);
-    _mm256_storeu_ps(v + i, vi);
+  // Lane j is loaded and stored when mask[j] < 0 (its sign bit).
+  auto step8 = [&](long at, __m256i mask, bool full) {
+    auto load = [&](const float* x) {
+      return full ? _mm256_loadu_ps(x + at) : _mm256_maskload_ps(x + at, mask);
+    };
+    auto store = [&](float* x, __m256 y) {
+      if (full) _mm256_storeu_ps(x + at, y);
+      else _mm256_maskstore_ps(x + at, mask, y);
+    };
+    const __m256 g = _mm256_mul_ps(gs, load(grads));
+    const __m256 mi = _mm256_add_ps(_mm256_mul_ps(b1, load(m)), _mm256_mul_ps(c1, g));
+    const __m256 vi = _mm256_add_ps(_mm256_mul_ps(b2, load(v)), _mm256_mul_ps(c2, _mm256_mul_ps(g, g)));
+    store(m, mi);
+    store(v, vi);
     const __m256 mhat = _mm256_div_ps(mi, bc1), vhat = _mm256_div_ps(vi, bc2);
-    const __m256 pi = _mm256_loadu_ps(p + i);
+    const __m256 pi = load(p);
     const __m256 upd = _mm256_add_ps(_mm256_div_ps(mhat, _mm256_add_ps(_mm256_sqrt_ps(vhat), eps)),
                                      _mm256_mul_ps(wd, pi));
-    _mm256_storeu_ps(p + i, _mm256_sub_ps(pi, _mm256_mul_ps(lr, upd)));
+    store(p, _mm256_sub_ps(pi, _mm256_mul_ps(lr, upd)));
+  };
+  for (; i + 8 <= hi; i += 8) step8(i, _mm256_setzero_si256(), true);
+  if (i < hi) {
+    // The first `left` lanes set: a window into 8 ones then 8 zeros (AVX, no AVX2).
+    static const int32_t ones_then_zeros[16] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                                0,  0,  0,  0,  0,  0,  0,  0};
+    const int left = (int)(hi - i);
+    step8(i, _mm256_loadu_si256((const __m256i*)(ones_then_zeros + 8 - left)), false);
+    i = hi;
   }
 #endif
   for (; i < hi; i++) adamw_one(p, grads, m, v, i, k);

@@ -737,10 +737,13 @@ void CudaBackend<T>::adamw(dptr params, float* master, cdptr grads, float* m, fl
   h.weight_decay = a.weight_decay;
   h.step = a.step;
   h.grad_scale = a.grad_scale;
+  h.index_base = a.round_offset;
   uint32_t seed = 0;
   if constexpr (!std::is_same<T, float>::value) {
     if (!master) master = master_for(params, n);
-    seed = rounding_seed(params, a.step);
+    // The tensor's seed (where the piece's tensor starts), the piece's
+    // elements at their index in the tensor.
+    seed = rounding_seed(static_cast<const T*>(params) - a.round_offset, a.step);
   }
   kernels::adamw_update<T>(P<T>(params), master, P<T>(grads), m, v, n, h, seed, stream_);
 }
@@ -756,11 +759,13 @@ uint32_t CudaBackend<T>::rounding_seed(const void* params, int step) const {
 }
 
 template <class T>
-void CudaBackend<T>::round_from_master(dptr params, size_t n, int step) {
+void CudaBackend<T>::round_from_master(dptr params, size_t n, int step, size_t round_offset) {
   if constexpr (!std::is_same<T, float>::value) {
     if (n == 0 || step < 1) return;
     const float* master = master_for(params, n);
-    kernels::round_from_master<T>(P<T>(params), master, n, rounding_seed(params, step), stream_);
+    kernels::round_from_master<T>(P<T>(params), master, n,
+                                  rounding_seed(static_cast<const T*>(params) - round_offset, step),
+                                  stream_, round_offset);
   }
 }
 

@@ -1,0 +1,105 @@
+// See shard_groups.h.
+#include "dist/shard_groups.h"
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace ratchet {
+
+int parse_shard_group(const std::string& spec, int world) {
+  if (spec == "node") return 0;
+  char* end = nullptr;
+  const long n = spec.empty() ? 0 : std::strtol(spec.c_str(), &end, 10);
+  if (spec.empty() || *end || n < 1)
+    fail("--shard-group '", spec, "' must be a number of ranks (at least 1) or 'node'");
+  if (n > world || world % n != 0)
+    fail("--shard-group ", n, " must divide the number of ranks, ", world,
+         " (ZeRO-k runs inside groups of N ranks; N = ", world,
+         " is plain ZeRO-k, 1 is ZeRO-0): pick a divisor of ", world, " or 'node'");
+  return (int)n;
+}
+
+std::string ShardGroups::describe() const {
+  const int W = size * count;
+  std::string s = std::to_string(W) + " rank(s) in " + std::to_string(count) + " group(s) of " +
+                  std::to_string(size) + " (--shard-group " + spec + "): ";
+  if (count == 1)
+    s += "one group, plain ZeRO-k";
+  else if (size == 1)
+    s += "groups of one rank, ZeRO-0: nothing sharded, gradients all-reduced over the world";
+  else
+    s += "shards reduce-scattered in each group, then all-reduced across the groups";
+  return s;
+}
+
+std::string gradient_sum_order(int world, int accum, int stage, int group_size, bool per_layer) {
+  if (stage == 0 || group_size < 1) group_size = world;
+  // ZeRO-2 (dist/zero.h) sums every micro-batch over the ranks first and adds
+  // the micro-batches' sums after: another order once there are several.
+  const bool per_micro = stage == 2 && accum > 1;
+  std::string s = accum > 1 && !per_micro ? std::to_string(accum) + " micro-batches accumulated per rank" : "";
+  // The first level that adds is over ranks, a second one over groups.
+  int levels = 0;
+  auto level = [&](int n, const char* collective) {
+    if (n <= 1) return;
+    s += s.empty() ? "" : ", then ";
+    s += std::to_string(n) + (levels++ ? " groups" : " ranks") +
+         (n == 2 ? std::string(" (a+b)") : std::string(" (") + collective + "'s order)");
+  };
+  level(group_size, stage == 0 ? (per_layer ? "per-layer all-reduce" : "all-reduce")
+                     : stage == 2 ? "per-bucket reduce-scatter"
+                                  : "reduce-scatter");
+  level(world / group_size, "all-reduce");
+  if (per_micro)
+    s += (s.empty() ? "" : " ") + std::string("for each micro-batch, then the ") +
+         std::to_string(accum) + " micro-batch sums added in order";
+  return s.empty() ? "one rank, one micro-batch" : s;
+}
+
+std::unique_ptr<ShardGroups> make_shard_groups(Communicator& world, Communicator* device,
+                                               const std::string& spec) {
+  const int W = world.world(), r = world.rank();
+  if (device) RATCHET_ASSERT(device->world() == W && device->rank() == r);
+  auto g = std::make_unique<ShardGroups>();
+  g->spec = spec;
+  int N = parse_shard_group(spec, W);
+  int color = 0, member = 0;
+  if (N == 0) {
+    // The ranks on this host, by MPI's shared-memory view. The group's color
+    // is the world rank of its first member; every node must hold as many.
+    std::unique_ptr<Communicator> node = world.split_node();
+    N = node->world();
+    int32_t lo = N, hi = N;
+    world.all_reduce(&lo, 1, DType::I32, ReduceOp::Min);
+    world.all_reduce(&hi, 1, DType::I32, ReduceOp::Max);
+    if (lo != hi)
+      fail("--shard-group node needs the same number of ranks on every node, but nodes run "
+           "from ", lo, " to ", hi, " ranks: launch as many on each (srun --ntasks-per-node, "
+           "mpirun -npernode) or give --shard-group a number");
+    int32_t first = r;
+    node->broadcast(&first, sizeof first, 0);
+    color = first;
+    member = node->rank();
+  } else {
+    color = r / N;
+    member = r % N;
+  }
+  g->size = N;
+  g->count = W / N;
+  // Both splits are collective over the whole world, in this order on every rank.
+  g->intra = world.split(color, r);
+  g->inter = world.split(member, r);
+  if (device) {
+    g->intra_dev = device->split(color, r);
+    g->inter_dev = device->split(member, r);
+  }
+  RATCHET_ASSERT(g->intra->world() == N && g->intra->rank() == member);
+  RATCHET_ASSERT(g->inter->world() == W / N);
+  g->member = member;
+  g->index = g->inter->rank();
+  return g;
+}
+
+}  // namespace ratchet

@@ -1,0 +1,262 @@
+// Communicator::split and hybrid sharding (--shard-group, dist/shard_groups.h)
+// under mpirun as 1, 2, 3 and 4 ranks (CTest runs each; 1 = the single
+// communicator). All ranks run on this one host, so MPI's shared-memory split
+// puts them all in one node.
+//
+// The step replay: every rank's gradient is gathered to every rank, summed in
+// one process in the order dist/zero.h documents (within each group, then
+// across the groups), and stepped by a one-rank stage-0 optimizer. Where every
+// level of the sum has at most 2 ranks (W = 2 with groups of 1 or 2, W = 4 in
+// groups of 2) each level adds once, so the replay is exact: bitwise equal
+// parameters. Elsewhere (a level of 3 or 4 ranks, where MPI picks the order)
+// the bound of test_mpi_collectives' Stage1MatchesStage0WithAnOddParameterCount.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "dist/communicator.h"
+#include "dist/shard_groups.h"
+#include "dist/zero.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+#include "testing/tiny_model.h"
+
+using namespace ratchet;
+
+namespace {
+
+Communicator* g_comm = nullptr;
+
+std::vector<int> divisors(int W) {
+  std::vector<int> d;
+  for (int n = 1; n <= W; n++)
+    if (W % n == 0) d.push_back(n);
+  return d;
+}
+
+TEST(Split, ColorsGroupAndKeysOrder) {
+  const int W = g_comm->world(), r = g_comm->rank();
+  // Even and odd ranks, ranked in reverse by the key.
+  std::unique_ptr<Communicator> s = g_comm->split(r % 2, -r);
+  int same = 0, above = 0;
+  for (int q = 0; q < W; q++)
+    if (q % 2 == r % 2) {
+      same++;
+      if (q > r) above++;
+    }
+  EXPECT_EQ(s->world(), same);
+  EXPECT_EQ(s->rank(), above);  // the highest rank of the color is rank 0
+  EXPECT_EQ(s->name(), g_comm->name());
+  // Collectives stay inside the color: the sum of its world ranks.
+  int64_t x = r, want = 0;
+  for (int q = r % 2; q < W; q += 2) want += q;
+  s->all_reduce(&x, 1, DType::I64, ReduceOp::Sum);
+  EXPECT_EQ(x, want);
+  // all_gather in the split's rank order.
+  std::vector<int32_t> all(s->world(), -1);
+  const int32_t mine = r;
+  s->all_gather(&mine, all.data(), 1, DType::I32);
+  for (int i = 0; i < s->world(); i++) EXPECT_EQ(all[i], (same - 1 - i) * 2 + r % 2) << i;
+  // A split of a split.
+  std::unique_ptr<Communicator> one = s->split(s->rank(), 0);
+  EXPECT_EQ(one->world(), 1);
+  EXPECT_EQ(one->rank(), 0);
+}
+
+TEST(Split, NodeSplitHoldsTheRanksOfThisHost) {
+  std::unique_ptr<Communicator> node = g_comm->split_node();
+  EXPECT_EQ(node->world(), g_comm->local_world());
+  EXPECT_EQ(node->world(), g_comm->world());  // mpirun on this one machine
+  EXPECT_EQ(node->rank(), g_comm->rank());
+}
+
+TEST(ShardGroups, BadValuesAreRefusedNamingTheFlag) {
+  const int W = g_comm->world();
+  for (const char* bad : {"", "0", "-1", "two", "2x", "1.5"}) {
+    try {
+      parse_shard_group(bad, W);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--shard-group"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    parse_shard_group(std::to_string(W + 1), W);
+    ADD_FAILURE() << "accepted W + 1";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must divide the number of ranks, " + std::to_string(W)),
+              std::string::npos)
+        << e.what();
+  }
+  if (W == 4) {
+    EXPECT_THROW(parse_shard_group("3", W), Error);
+  }
+  EXPECT_EQ(parse_shard_group("node", W), 0);
+  for (int n : divisors(W)) EXPECT_EQ(parse_shard_group(std::to_string(n), W), n);
+}
+
+TEST(ShardGroups, GroupsOfConsecutiveRanks) {
+  const int W = g_comm->world(), r = g_comm->rank();
+  for (int N : divisors(W)) {
+    auto g = make_shard_groups(*g_comm, nullptr, std::to_string(N));
+    EXPECT_EQ(g->size, N);
+    EXPECT_EQ(g->count, W / N);
+    EXPECT_EQ(g->member, r % N);
+    EXPECT_EQ(g->index, r / N);
+    EXPECT_EQ(g->intra->world(), N);
+    EXPECT_EQ(g->intra->rank(), r % N);
+    EXPECT_EQ(g->inter->world(), W / N);
+    EXPECT_EQ(g->inter->rank(), r / N);
+    // The inter communicator links the ranks that own the same shard.
+    int32_t owner = r % N;
+    g->inter->all_reduce(&owner, 1, DType::I32, ReduceOp::Max);
+    EXPECT_EQ(owner, r % N);
+    EXPECT_FALSE(g->describe().empty());
+  }
+}
+
+// Open MPI on one machine: every rank shares the host, so `node` is the world.
+TEST(ShardGroups, NodeOnOneHostIsTheWorld) {
+  auto g = make_shard_groups(*g_comm, nullptr, "node");
+  EXPECT_EQ(g->size, g_comm->world());
+  EXPECT_EQ(g->count, 1);
+  EXPECT_EQ(g->member, g_comm->rank());
+  EXPECT_NE(g->describe().find("plain ZeRO-k"), std::string::npos) << g->describe();
+}
+
+TEST(ShardGroups, GradientSumOrderNamesWhatChangesTheBits) {
+  // Two ranks add once, whatever the stage or group.
+  for (bool per_layer : {false, true}) {
+    EXPECT_EQ(gradient_sum_order(2, 1, 0, 2, per_layer), "2 ranks (a+b)");
+    EXPECT_EQ(gradient_sum_order(2, 1, 1, 2, per_layer), "2 ranks (a+b)");
+    EXPECT_EQ(gradient_sum_order(2, 1, 1, 1, per_layer), "2 ranks (a+b)");
+  }
+  EXPECT_EQ(gradient_sum_order(4, 1, 1, 2, false), "2 ranks (a+b), then 2 groups (a+b)");
+  EXPECT_NE(gradient_sum_order(4, 1, 1, 2, false), gradient_sum_order(4, 1, 0, 4, false));
+  EXPECT_NE(gradient_sum_order(4, 1, 0, 4, true), gradient_sum_order(4, 1, 0, 4, false));
+  EXPECT_NE(gradient_sum_order(2, 2, 0, 2, false), gradient_sum_order(2, 1, 0, 2, false));
+  EXPECT_EQ(gradient_sum_order(2, 2, 1, 1, false), "2 micro-batches accumulated per rank, then 2 ranks (a+b)");
+  EXPECT_EQ(gradient_sum_order(1, 1, 0, 1, false), "one rank, one micro-batch");
+  EXPECT_EQ(gradient_sum_order(4, 1, 0, 4, false), "4 ranks (all-reduce's order)");
+}
+
+// The hybrid step against the replay in the documented order (see the top).
+TEST(ShardGroups, HybridStepEqualsTheReplay) {
+  const GPTConfig c = ratchet::testing::tiny_config(1, 3, 15);  // odd P: padded shards
+  const int W = g_comm->world(), r = g_comm->rank();
+  auto be = make_cpu_backend(1);
+  std::unique_ptr<Communicator> single = make_single_communicator();
+  for (int N : divisors(W)) {
+    SCOPED_TRACE("groups of " + std::to_string(N) + " on " + std::to_string(W) + " ranks");
+    auto groups = make_shard_groups(*g_comm, nullptr, std::to_string(N));
+    GPT a(c, *be), ref(c, *be);
+    a.init_random(3);
+    ref.init_random(3);
+    const size_t P = a.num_params();
+    AdamWConfig ac;  // grad_clip 1: the norm (summed by shards in the group) clips
+    DataParallel dp(*g_comm, *be, a.layout(), ac, 1, nullptr, groups.get());
+    DataParallel dref(*single, *be, ref.layout(), ac, 0);
+    EXPECT_EQ(dp.shard_count(), N);
+    EXPECT_EQ(dp.shard_index(), r % N);
+    EXPECT_EQ(dp.range().lo, shard_range(P, N, r % N).lo);
+    const bool exact = N <= 2 && W / N <= 2;
+    const int B = 2, T = 8;
+    for (int step = 0; step < 3; step++) {
+      auto x = ratchet::testing::random_tokens(B * T, c.vocab_size, 100 * step + r);
+      auto y = ratchet::testing::random_tokens(B * T, c.vocab_size, 100 * step + r + 50);
+      a.zero_grad();
+      a.forward_backward(x.data(), y.data(), B, T, 1.0f / W);
+      // Every rank's gradient, then the documented order.
+      std::vector<float> all((size_t)W * P), sum(P, 0.0f);
+      be->download_bytes(all.data() + (size_t)r * P, a.grads(), P * sizeof(float));
+      g_comm->all_gather(all.data() + (size_t)r * P, all.data(), P, DType::F32);
+      for (int g = 0; g < W / N; g++) {
+        std::vector<float> part(all.begin() + (size_t)g * N * P, all.begin() + (size_t)(g * N + 1) * P);
+        for (int m = 1; m < N; m++)
+          for (size_t i = 0; i < P; i++) part[i] += all[((size_t)g * N + m) * P + i];
+        for (size_t i = 0; i < P; i++) sum[i] = g == 0 ? part[i] : sum[i] + part[i];
+      }
+      ref.zero_grad();
+      be->upload_bytes(ref.grads(), sum.data(), P * sizeof(float));
+      const float n1 = dp.step(a.params(), a.grads(), 1e-2f);
+      const float n0 = dref.step(ref.params(), ref.grads(), 1e-2f);
+      EXPECT_NEAR(n1, n0, 1e-5 * n0);  // FP64 sums of squares in another order
+    }
+    std::vector<float> pa(P), pr(P);
+    a.get_params(pa.data());
+    ref.get_params(pr.data());
+    if (exact) {
+      EXPECT_EQ(pa, pr);
+    } else {
+      double md = 0;
+      for (size_t i = 0; i < P; i++) md = std::max(md, (double)std::fabs(pa[i] - pr[i]));
+      EXPECT_LT(md, 1e-3 * 3 * 1e-2);  // as test_mpi_collectives' stage 1 vs stage 0
+    }
+    // Every rank (every replica) holds the same parameters.
+    std::vector<float> p0 = pa;
+    g_comm->broadcast(p0.data(), P * sizeof(float), 0);
+    EXPECT_EQ(p0, pa);
+  }
+}
+
+// Checkpoint shards: the writers (group 0) own ranges that tile [0, P) once;
+// the replicas own the same ranges and do not write.
+TEST(ShardGroups, OneGroupWritesAndItsRangesTileTheVector) {
+  const GPTConfig c = ratchet::testing::tiny_config(1, 3, 15);
+  const ParamLayout layout(c);
+  const size_t P = layout.total;
+  const int W = g_comm->world(), r = g_comm->rank();
+  auto be = make_cpu_backend(1);
+  for (int N : divisors(W)) {
+    auto groups = make_shard_groups(*g_comm, nullptr, std::to_string(N));
+    const size_t before = be->bytes_in_use();
+    DataParallel dp(*g_comm, *be, layout, AdamWConfig(), 1, nullptr, groups.get());
+    const auto own = dp.owned_ranges();
+    ASSERT_EQ(own.size(), 1u);
+    EXPECT_EQ(dp.shard_writer(), r < N);
+    // Allocated: the staging buffers of N shards, and the moments of one.
+    const size_t moments = 2 * be->alloc_size(std::max<size_t>(1, own[0].second - own[0].first) * 4);
+    EXPECT_EQ(be->bytes_in_use() - before, DataParallel::buffer_bytes(*be, P, N, 1) + moments);
+    // Writers' ranges, gathered: they tile [0, P) in rank order.
+    std::vector<uint64_t> mine = {dp.shard_writer() ? 1u : 0u, own[0].first, own[0].second};
+    std::vector<uint64_t> all(3 * (size_t)W);
+    g_comm->all_gather(mine.data(), all.data(), 3, DType::I64);
+    size_t next = 0;
+    int writers = 0;
+    for (int q = 0; q < W; q++) {
+      if (!all[3 * q]) {
+        // A replica owns what its group-0 twin owns.
+        EXPECT_EQ(all[3 * q + 1], all[3 * (q % N) + 1]);
+        continue;
+      }
+      writers++;
+      EXPECT_EQ(all[3 * q + 1], next);
+      next = all[3 * q + 2];
+    }
+    EXPECT_EQ(next, P);
+    EXPECT_EQ(writers, N);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  std::unique_ptr<Communicator> comm = make_communicator();
+  g_comm = comm.get();
+  if (comm->rank() != 0) {  // one rank's report is enough; failures on others still count
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int rc = RUN_ALL_TESTS();
+  const bool any_failed = comm->agree(rc != 0);
+  if (rc != 0) std::fprintf(stderr, "rank %d: tests FAILED\n", comm->rank());
+  return any_failed ? 1 : 0;
+}

@@ -1,0 +1,249 @@
+// `mpirun -np N ratchet train --zero 2` end to end (dist/zero.h stage 2), on
+// the tiny model of test_mpi_train (L=3, C=15: an odd P, so every bucket's
+// pieces pad), and through the cuda backend on the CPU (ratchet-simt, BF16
+// and FP32 storage; the stand-in NCCL under the device-memory guard).
+//
+// What is exact, and why (dist/zero.h "Reduction order"):
+//   one micro-batch per rank, 2 ranks: stage 2 adds each element once over
+//     the ranks, as stage 0's all-reduce does (a + b = b + a): bitwise equal,
+//     BF16 included (AdamW's stochastic rounding draws by position in the
+//     tensor, so updating it in bucket pieces rounds as whole: optim/adamw.h)
+//   a checkpoint of either stage resumed by the other at that shape: bitwise
+//     equal to the straight run
+//   3 ranks, or several micro-batches: other sums (MPI's order for 3 ranks;
+//     stage 2 adds the micro-batches' sums after the ranks'): within the
+//     tolerances of test_mpi_train (float32 ulps magnified by AdamW), and a
+//     resume that changes the order says so. test_mpi_zero2 replays stage 2's
+//     order bitwise.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "ckpt/checkpoint.h"
+#include "mpi_testing.h"
+#include "testing/bible_shards_suite.h"
+#include "testing/test_util.h"
+
+using namespace ratchet::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr double kLossTol = 1e-5;   // test_mpi_train's: relative, per logged loss
+constexpr double kParamTol = 1e-5;  // test_mpi_train's: max |difference| after 8 steps
+
+class MpiTrainZero2 : public BibleShardsSuite {
+ protected:
+  static std::string train_args(int B, int total, const std::string& out, int steps = 8) {
+    return "train --model custom --layers 3 --heads 3 --channels 15 --max-seq-len 32 "
+           "--seq-len 16 --batch-size " + std::to_string(B) + " --total-batch-tokens " +
+           std::to_string(total) + " --threads 1 --train-data '" + (*dir_ / "data/train_*.h5") +
+           "' --val-data '" + (*dir_ / "data/val_*.h5") + "' --eval-every 4 --eval-batches 6 "
+           "--warmup-steps 2 --steps " + std::to_string(steps) + " --lr 3e-3 --quiet "
+           "--log-jsonl " + out + "/log.jsonl --export " + out + "/out.bin";
+  }
+  struct Diff {
+    double loss = 0, param = 0;
+    bool bitwise = false;
+  };
+  static Diff diff(const std::string& a, const std::string& b) {
+    Diff d;
+    auto la = read_losses(a + "/log.jsonl"), lb = read_losses(b + "/log.jsonl");
+    EXPECT_EQ(la.size(), lb.size()) << a << " " << b;
+    EXPECT_FALSE(la.empty());
+    for (size_t i = 0; i < std::min(la.size(), lb.size()); i++)
+      d.loss = std::max(d.loss, std::fabs(la[i] - lb[i]) / std::fabs(la[i]));
+    auto pa = read_export(a + "/out.bin"), pb = read_export(b + "/out.bin");
+    EXPECT_EQ(pa.size(), pb.size());
+    EXPECT_FALSE(pa.empty());
+    if (pa.size() == pb.size()) d.param = max_abs_diff(pa.data(), pb.data(), pa.size());
+    d.bitwise = !pa.empty() && read_file(a + "/out.bin") == read_file(b + "/out.bin") && la == lb;
+    return d;
+  }
+};
+
+TEST_F(MpiTrainZero2, TwoRanksOneMicroBatchEqualStage0Bitwise) {
+  TempDir plain, zero;
+  auto r = mpirun_ratchet(2, train_args(2, 64, plain.path));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = mpirun_ratchet(2, train_args(2, 64, zero.path) + " --zero 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ZeRO-2: gradients and optimizer state sharded"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("1 micro-batch(es) per step"), std::string::npos) << r.output;
+  const Diff d = diff(plain.path, zero.path);
+  EXPECT_TRUE(d.bitwise) << "loss " << d.loss << " params " << d.param;
+}
+
+TEST_F(MpiTrainZero2, ThreeRanksAndMicroBatchesWithinTolerance) {
+  struct Case {
+    int ranks, B, total;
+  };
+  // 3 ranks x 1 micro-batch; 2 ranks x 3 micro-batches (stage 2 adds their sums).
+  for (const Case& c : {Case{3, 2, 96}, Case{2, 1, 96}}) {
+    TempDir plain, zero;
+    auto r = mpirun_ratchet(c.ranks, train_args(c.B, c.total, plain.path));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = mpirun_ratchet(c.ranks, train_args(c.B, c.total, zero.path) + " --zero 2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const Diff d = diff(plain.path, zero.path);
+    EXPECT_LE(d.loss, kLossTol);
+    EXPECT_LE(d.param, kParamTol);
+    std::printf("[ %d ranks, B %d, %d tokens: --zero 2 vs 0 ] loss %.2e params %.2e%s\n", c.ranks,
+                c.B, c.total, d.loss, d.param, d.bitwise ? " (bitwise)" : "");
+  }
+}
+
+// A stage-2 checkpoint (2 ranks) resumed at stage 0 and stage 1 on 2 ranks
+// equals the straight stage-2 run bit for bit; resumed on 3 ranks (stage 2)
+// it continues within tolerance, and that checkpoint resumes on 1 rank.
+TEST_F(MpiTrainZero2, CheckpointResumesAtAnotherStageAndWorldSize) {
+  TempDir straight, run;
+  auto r = mpirun_ratchet(2, train_args(3, 96, straight.path) + " --zero 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string ck = run / "ck";
+  r = mpirun_ratchet(2, train_args(3, 96, run.path) + " --zero 2 --ckpt-dir " + ck,
+                     "RATCHET_FAULT=USR1@step-4");
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  auto v = run_ratchet("ckpt verify " + ck + "/step_00000004");
+  EXPECT_EQ(v.exit_code, 0) << v.output;
+  for (int stage : {0, 1, 2}) {
+    TempDir again;
+    fs::copy(ck, again / "ck", fs::copy_options::recursive);
+    fs::copy(run / "log.jsonl", again / "log.jsonl");
+    r = mpirun_ratchet(2, train_args(3, 96, again.path) + " --zero " + std::to_string(stage) +
+                              " --ckpt-dir " + (again / "ck"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("will not be bit-identical"), std::string::npos) << r.output;
+    const Diff d = diff(straight.path, again.path);
+    EXPECT_TRUE(d.bitwise) << "stage " << stage << ": loss " << d.loss << " params " << d.param;
+  }
+  TempDir three;
+  fs::copy(ck, three / "ck", fs::copy_options::recursive);
+  fs::copy(run / "log.jsonl", three / "log.jsonl");
+  r = mpirun_ratchet(3, train_args(2, 96, three.path) + " --zero 2 --ckpt-dir " + (three / "ck"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+  const Diff d3 = diff(straight.path, three.path);
+  EXPECT_LE(d3.loss, kLossTol);
+  EXPECT_LE(d3.param, kParamTol);
+  // The 3-rank stage-2 checkpoint at step 8, resumed on one process.
+  r = run_ratchet(train_args(6, 96, three.path, 10) + " --ckpt-dir " + (three / "ck"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 8"), std::string::npos) << r.output;
+}
+
+// Several micro-batches: stage 2 sums them in another order than stage 0, and
+// a resume that crosses between the two says so.
+TEST_F(MpiTrainZero2, AResumeAcrossSummationOrdersSaysSo) {
+  TempDir run;
+  const std::string ck = run / "ck";
+  auto r = mpirun_ratchet(2, train_args(1, 64, run.path) + " --zero 2 --ckpt-dir " + ck,
+                          "RATCHET_FAULT=USR1@step-3");
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  r = mpirun_ratchet(2, train_args(1, 64, run.path) + " --zero 0 --ckpt-dir " + ck);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("will not be bit-identical"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("micro-batch sums added in order"), std::string::npos) << r.output;
+}
+
+// Hybrid sharding (--shard-group, dist/shard_groups.h): each bucket is
+// reduce-scattered in the group, then its shard all-reduced across the groups
+// (dist/zero.h wait_reduce_scatter), the order stage 1 uses: 2 ranks in groups
+// of 1 equal stage 0 (a + b), 4 ranks in groups of 2 equal stage 1 in the same
+// groups ((a + b) + (c + d)), bit for bit.
+TEST_F(MpiTrainZero2, ShardGroupsSumAsStage1Does) {
+  struct Case {
+    int ranks, group;
+    const char* other;
+  };
+  for (const Case& c : {Case{2, 1, "--zero 0"}, Case{4, 2, "--zero 1 --shard-group 2"}}) {
+    TempDir ref, zero;
+    const int total = c.ranks * 2 * 16;
+    auto r = mpirun_ratchet(c.ranks, train_args(2, total, ref.path) + " " + c.other);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = mpirun_ratchet(c.ranks, train_args(2, total, zero.path) + " --zero 2 --shard-group " +
+                                    std::to_string(c.group));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("ZeRO-2"), std::string::npos) << r.output;
+    const Diff d = diff(ref.path, zero.path);
+    EXPECT_TRUE(d.bitwise) << c.ranks << " ranks, groups of " << c.group << ": loss " << d.loss
+                           << " params " << d.param;
+  }
+}
+
+TEST_F(MpiTrainZero2, RefusesStageThreeNamingTheFlag) {
+  TempDir d;
+  auto r = run_ratchet(train_args(2, 64, d.path) + " --zero 3");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--zero must be 0, 1 or 2"), std::string::npos) << r.output;
+}
+
+// ---- the cuda backend on the CPU (ratchet-simt --device simt) ------------------------
+
+#ifdef RATCHET_SIMT_EXE
+std::string simt_args(const std::string& base, int B, int total, const std::string& out) {
+  return "train --device simt --model custom --layers 2 --heads 2 --channels 16 --max-seq-len 32 "
+         "--seq-len 16 --batch-size " + std::to_string(B) + " --total-batch-tokens " +
+         std::to_string(total) + " --threads 1 --train-data '" + base + "/data/train_*.h5' "
+         "--val-data '" + base + "/data/val_*.h5' --eval-every 4 --eval-batches 6 "
+         "--warmup-steps 2 --steps 8 --lr 3e-3 --quiet --log-jsonl " + out + "/log.jsonl "
+         "--export " + out + "/out.bin";
+}
+
+// BF16 and FP32 storage, 2 ranks, one micro-batch each: stage 2 equals stage 0
+// bit for bit (BF16's stochastic rounding included).
+TEST_F(MpiTrainZero2, SimtTwoRanksEqualStage0Bitwise) {
+  for (const char* storage : {"bf16", "f32"}) {
+    TempDir plain, zero;
+    const std::string st = std::string(" --storage ") + storage;
+    auto r = run_shell(mpirun_prefix(2) + RATCHET_SIMT_EXE + " " +
+                       simt_args(dir_->path, 2, 64, plain.path) + st);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = run_shell(mpirun_prefix(2) + RATCHET_SIMT_EXE + " " + simt_args(dir_->path, 2, 64, zero.path) +
+                  st + " --zero 2");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("ZeRO-2"), std::string::npos) << r.output;
+    const Diff d = diff(plain.path, zero.path);
+    EXPECT_TRUE(d.bitwise) << storage << ": loss " << d.loss << " params " << d.param;
+  }
+}
+
+#ifdef RATCHET_STUB_NCCL_EXE
+// Through the stand-in NCCL (the device communicator) under the device-memory
+// guard: stage 2 equals stage 0 bitwise, and its checkpoint resumes on one rank.
+TEST_F(MpiTrainZero2, GuardedStubNcclEqualsStage0AndResumesOnOneRank) {
+  TempDir plain, zero, run;
+  const std::string env = "RATCHET_SIMT_GUARD=1 RATCHET_STUB_NCCL_DIR=";
+  auto stub = [&](const std::string& args, const std::string& e) {
+    return run_shell(mpirun_prefix(2, e) + RATCHET_STUB_NCCL_EXE + " " + args);
+  };
+  auto r = stub(simt_args(dir_->path, 2, 64, plain.path), env + plain.path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = stub(simt_args(dir_->path, 2, 64, zero.path) + " --zero 2", env + zero.path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("data parallel: 2 rank(s) (stub-nccl"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ZeRO-2"), std::string::npos) << r.output;
+  const Diff d = diff(plain.path, zero.path);
+  EXPECT_TRUE(d.bitwise) << "loss " << d.loss << " params " << d.param;
+
+  const std::string ck = run / "ck";
+  r = stub(simt_args(dir_->path, 2, 64, run.path) + " --zero 2 --ckpt-dir " + ck,
+           env + run.path + " RATCHET_FAULT=USR1@step-4");
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  // One rank, 2 micro-batches of 2 rows: the same 4 rows per step.
+  r = run_shell(mpirun_prefix(1, "RATCHET_SIMT_GUARD=1") + RATCHET_SIMT_EXE + " " +
+                simt_args(dir_->path, 2, 64, run.path) + " --zero 2 --ckpt-dir " + ck);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+  const Diff c = diff(zero.path, run.path);
+  EXPECT_LE(c.loss, 1e-3);  // BF16: 2 micro-batches on one rank round otherwise (test_mpi_train)
+}
+#endif  // RATCHET_STUB_NCCL_EXE
+#endif  // RATCHET_SIMT_EXE
+
+}  // namespace
