@@ -13,6 +13,8 @@
 #include <condition_variable>
 #include <deque>
 #include <future>
+#include <map>
+#include <optional>
 #include <mutex>
 #include <regex>
 #include <stdexcept>
@@ -418,17 +420,22 @@ struct TextPart {
 struct PartBlock {
   std::vector<TextPart> parts;
   size_t bytes = 0;
+  uint64_t seq = 0;  // order of reading (and of writing)
 };
 
-// Blocks from the reader thread to the tokenizer, at most `cap` waiting.
+// Blocks from the reader thread to the tokenizing threads, numbered in
+// order. At most `cap` are between the reader and their writing (read,
+// queued, being tokenized or waiting to be written): memory is bounded
+// whatever the speed of each stage.
 class BlockQueue {
  public:
   explicit BlockQueue(size_t cap) : cap_(cap) {}
   // False when the consumer gave up (cancel): the reader stops.
   bool push(std::unique_ptr<PartBlock> b) {
     std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return q_.size() < cap_ || cancelled_; });
+    cv_.wait(l, [&] { return pushed_ - written_ < cap_ || cancelled_; });
     if (cancelled_) return false;
+    b->seq = pushed_++;
     q_.push_back(std::move(b));
     cv_.notify_all();
     return true;
@@ -444,18 +451,22 @@ class BlockQueue {
     cancelled_ = true;
     cv_.notify_all();
   }
-  // The next block; null at the end; rethrows the reader's error.
+  // The next block; null at the end or after cancel; rethrows the reader's error.
   std::unique_ptr<PartBlock> pop() {
     std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return !q_.empty() || closed_; });
-    if (!q_.empty()) {
+    cv_.wait(l, [&] { return !q_.empty() || closed_ || cancelled_; });
+    if (!q_.empty() && !cancelled_) {
       auto b = std::move(q_.front());
       q_.pop_front();
-      cv_.notify_all();
       return b;
     }
     if (error_) std::rethrow_exception(error_);
     return nullptr;
+  }
+  void written() {  // a block left the pipeline
+    std::lock_guard<std::mutex> l(mu_);
+    written_++;
+    cv_.notify_all();
   }
 
  private:
@@ -463,11 +474,12 @@ class BlockQueue {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<PartBlock>> q_;
+  uint64_t pushed_ = 0, written_ = 0;
   bool closed_ = false, cancelled_ = false;
   std::exception_ptr error_;
 };
 
-constexpr size_t kQueuedBlocks = 2;
+
 
 // The second pass's documents cut into parts and gathered into blocks.
 class EmitSink final : public DocumentEvents {
@@ -606,13 +618,22 @@ ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const To
   ShardStreamWriter val(o.output_dir, "val", meta, o.shard_tokens, report);
   train.set_provenance(prov);
   val.set_provenance(prov);
+  // --threads 1 keeps to one core: each block is tokenized, then compressed
+  // and stored, on this thread (only the light reader runs beside). With
+  // N >= 2, N worker threads each tokenize whole blocks, one after another
+  // with no barrier between them, while this thread writes the finished
+  // blocks in order and the writers compress on their own threads.
+  const bool one_core = o.threads <= 1;
+  const int workers = one_core ? 0 : o.threads;
+  train.set_background(!one_core);
+  val.set_background(!one_core);
   ShardTotals t;
   t.text_bytes = scan.kept_bytes;
   ProgressBar bar("tokenize", t.text_bytes, o.show_progress);
-  // Blocks of about one part (at least 1 MB): block k+1 is read while block
-  // k is tokenized, and tokenized while block k is written.
-  const size_t kBlockBytes = std::max<size_t>(o.part_bytes, size_t(1) << 20);
-  BlockQueue q(kQueuedBlocks);
+  // Blocks of about one part: small enough that every thread always has one
+  // to take, large enough that handing them over costs nothing.
+  const size_t kBlockBytes = std::max<size_t>(o.part_bytes, size_t(64) << 10);
+  BlockQueue q(std::max(4, 3 * workers));
   const TextSourceOptions so = source_options(o);
   std::regex sep;
   if (!o.separator.empty()) sep = separator_regex(o);
@@ -630,23 +651,70 @@ ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const To
       q.close(sink.stopped ? nullptr : std::current_exception());
     }
   });
-  struct Join {  // on any error below: stop the reader and wait for it
+  auto tokenize = [&](std::unique_ptr<PartBlock> b) {
+    Tokenized r;
+    r.ids.reserve(b->parts.size());
+    for (const TextPart& p : b->parts) r.ids.push_back(enc.encode(p.text));
+    r.block = std::move(b);
+    return r;
+  };
+  // Finished blocks by number, for this thread to write in order.
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::map<uint64_t, Tokenized> blocks;
+    int running = 0;  // workers not yet out of blocks
+    std::exception_ptr error;
+  } done;
+  done.running = workers;
+  std::vector<std::thread> pool;
+  for (int w = 0; w < workers; w++)
+    pool.emplace_back([&] {
+      std::exception_ptr err;
+      try {
+        while (auto b = q.pop()) {
+          const uint64_t seq = b->seq;
+          Tokenized r = tokenize(std::move(b));
+          std::lock_guard<std::mutex> l(done.mu);
+          done.blocks.emplace(seq, std::move(r));
+          done.cv.notify_all();
+        }
+      } catch (...) {
+        err = std::current_exception();
+      }
+      std::lock_guard<std::mutex> l(done.mu);
+      if (err && !done.error) done.error = err;
+      done.running--;
+      done.cv.notify_all();
+    });
+  struct Join {  // however this ends: stop the reader and the workers, wait for them
     BlockQueue& q;
-    std::thread& t;
+    std::thread& reader;
+    std::vector<std::thread>& pool;
     ~Join() {
       q.cancel();
-      t.join();
+      reader.join();
+      for (std::thread& w : pool) w.join();
     }
-  } join{q, reader};
-  auto tokenize = [&](std::unique_ptr<PartBlock> b) {
-    return std::async(std::launch::async, [&, b = std::move(b)]() mutable {
-      Tokenized r;
-      std::vector<const std::string*> texts;
-      for (const TextPart& p : b->parts) texts.push_back(&p.text);
-      tokenize_parallel(enc, texts, o.threads, r.ids, kTokenizePieceBytes, &cutter);
-      r.block = std::move(b);
-      return r;
-    });
+  } join{q, reader, pool};
+  // The next block in order: null at the end; rethrows a worker's error.
+  auto next = [&](uint64_t seq) -> std::optional<Tokenized> {
+    if (one_core) {
+      auto b = q.pop();
+      if (!b) return std::nullopt;
+      return tokenize(std::move(b));
+    }
+    std::unique_lock<std::mutex> l(done.mu);
+    done.cv.wait(l, [&] { return done.error || done.blocks.count(seq) || done.running == 0; });
+    if (done.error) std::rethrow_exception(done.error);
+    auto it = done.blocks.find(seq);
+    if (it == done.blocks.end()) {
+      q.pop();  // the reader's own error, if it failed (else null: the end)
+      return std::nullopt;
+    }
+    Tokenized r = std::move(it->second);
+    done.blocks.erase(it);
+    return r;
   };
   // A failure (an input changed since the first pass, a full disk) leaves no
   // shard behind: those already renamed into place are removed too.
@@ -660,20 +728,20 @@ ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const To
         for (const ShardSummary& s : w->shards()) fs::remove(s.path, ec);
     }
   } remove_on_error{train, val};
-  std::future<Tokenized> pending;
-  if (auto b = q.pop()) pending = tokenize(std::move(b));
-  while (pending.valid()) {
-    Tokenized cur = pending.get();
-    if (auto b = q.pop()) pending = tokenize(std::move(b));
+  for (uint64_t seq = 0;; seq++) {
+    std::optional<Tokenized> cur = next(seq);
+    if (!cur) break;
     uint64_t ntok = 0;
-    const std::vector<TextPart>& parts = cur.block->parts;
+    const std::vector<TextPart>& parts = cur->block->parts;
     for (size_t i = 0; i < parts.size(); i++) {
       const TextPart& p = parts[i];
-      (p.val ? val : train).add_document_part(cur.ids[i], p.source, p.first, p.last);
+      (p.val ? val : train).add_document_part(cur->ids[i], p.source, p.first, p.last);
       if (p.first) (p.val ? t.val_docs : t.train_docs)++;
-      ntok += cur.ids[i].size() + (p.first && meta.add_bos) + (p.last && meta.add_eos);
+      ntok += cur->ids[i].size() + (p.first && meta.add_bos) + (p.last && meta.add_eos);
     }
-    bar.add(parts.size(), ntok, cur.block->bytes);
+    bar.add(parts.size(), ntok, cur->block->bytes);
+    cur.reset();
+    q.written();
   }
   train.finish();
   val.finish();

@@ -57,9 +57,9 @@ struct ShardOptions {
   std::string dedup_report;
   bool show_progress = false;
   // Documents longer than this are tokenized and written in parts of about
-  // this size, cut where the tokenizer allows (DocumentCutter), so a long
-  // document is never held whole and writing overlaps tokenizing.
-  size_t part_bytes = size_t(4) << 20;
+  // this size, cut where the tokenizer allows (DocumentCutter): a long
+  // document is never held whole, and its parts go to different threads.
+  size_t part_bytes = size_t(256) << 10;
 };
 
 // Per document of the input streams (in order, empty ones included).

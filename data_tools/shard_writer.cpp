@@ -315,11 +315,17 @@ struct ShardStreamWriter::Background {
   libdeflate_compressor* z = nullptr;
   std::thread thread;
 
-  Background() : z(libdeflate_alloc_compressor(kDeflateLevel)) {
+  bool threaded;  // else every job runs in post(), on the caller's thread
+
+  explicit Background(bool threaded_) : z(libdeflate_alloc_compressor(kDeflateLevel)), threaded(threaded_) {
     if (!z) fail("cannot allocate a deflate compressor");
-    thread = std::thread([this] { run(); });
+    if (threaded) thread = std::thread([this] { run(); });
   }
   ~Background() {
+    if (!threaded) {
+      libdeflate_free_compressor(z);
+      return;
+    }
     {
       std::lock_guard<std::mutex> lock(mu);
       stop = true;
@@ -363,6 +369,18 @@ struct ShardStreamWriter::Background {
     }
   }
   void post(std::function<void()> job) {
+    if (!threaded) {
+      if (error) std::rethrow_exception(error);
+      try {
+        job();
+      } catch (...) {
+        std::lock_guard<std::mutex> h5(g_h5);
+        H5Eclear2(H5E_DEFAULT);
+        error = std::current_exception();
+        throw;
+      }
+      return;
+    }
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return error || jobs.size() < kMaxQueued; });
     if (error) std::rethrow_exception(error);
@@ -370,6 +388,10 @@ struct ShardStreamWriter::Background {
     cv.notify_all();
   }
   void drain() {
+    if (!threaded) {
+      if (error) std::rethrow_exception(error);
+      return;
+    }
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return error || (jobs.empty() && !busy); });
     if (error) std::rethrow_exception(error);
@@ -439,7 +461,7 @@ void ShardStreamWriter::append(const uint32_t* tokens, size_t n, bool starts_doc
 }
 
 void ShardStreamWriter::write_chunk() {
-  if (!bg_) bg_ = std::make_unique<Background>();
+  if (!bg_) bg_ = std::make_unique<Background>(background_);
   if (!open_) {
     open_ = std::make_shared<OpenShard>();
     open_->path = (fs::path(dir_) / shard_name(prefix_, written_.size() + queued_)).string();
@@ -494,7 +516,7 @@ void ShardStreamWriter::flush() {
                                      ? provenance_.source_sha256[src]
                                      : std::string());
   }
-  if (!bg_) bg_ = std::make_unique<Background>();
+  if (!bg_) bg_ = std::make_unique<Background>(background_);
   if (!open_) {
     // At most one chunk: written whole (chunk size = its length, as always).
     bg_->post([this, s, prov = std::move(prov), v = std::move(tokens_), d = std::move(doc_offsets_)] {

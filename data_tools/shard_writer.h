@@ -67,6 +67,9 @@ class ShardStreamWriter {
   // `base` are the table that add_document's `source` indexes, and each shard
   // records only the sources with tokens in it.
   void set_provenance(ShardProvenance base) { provenance_ = std::move(base); }
+  // false: compress and store on the caller's thread instead of a background
+  // one (`ratchet shard --threads 1` keeps to one core). Call before adding.
+  void set_background(bool on) { background_ = on; }
   // Writes the last, partial shard (none if nothing is pending) and waits for
   // every shard to be on disk. Call once.
   void finish();
@@ -99,6 +102,7 @@ class ShardStreamWriter {
   ShardProvenance provenance_;
   std::vector<int> shard_sources_;  // sources with tokens in the pending shard, sorted
   uint64_t total_tokens_ = 0;
+  bool background_ = true;
   std::unique_ptr<Background> bg_;  // last: stopped first, while what its jobs use still exists
 };
 
