@@ -54,7 +54,7 @@ esac
 [ "$(tr -dc . <<<"$net")" = .. ] ||
   { echo "$prog: error: RATCHET_SLURM2_NET='$net' is not three octets (e.g. 10.77.0)" >&2; exit 2; }
 
-# die, say, alive, stop_daemon, start_daemon
+# die, say, alive, stop_daemon, start_daemon, wait_pidfile
 # shellcheck source-path=SCRIPTDIR source=slurm-daemon-lib.sh
 . "$(dirname "$0")/slurm-daemon-lib.sh"
 
@@ -255,6 +255,10 @@ cmd_start() {
   fi
   start_daemon "$ctld_pid" slurmctld "$ctld_log" env SLURM_CONF="$conf"
   for n in "${nodes[@]}"; do start_slurmd "$n"; done
+  # The daemons fork and write their pid files a moment later: wait_idle reads
+  # a missing one as a daemon that died (seen under load after a restart).
+  wait_pidfile "$ctld_pid" slurmctld "$ctld_log"
+  for n in "${nodes[@]}"; do wait_pidfile "$(slurmd_pid_of "$n")" slurmd "$(slurmd_log_of "$n")"; done
   wait_idle
 }
 

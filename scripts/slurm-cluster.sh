@@ -31,7 +31,7 @@ munge_key=/etc/munge/munge.key
 cpus=${RATCHET_SLURM_CPUS:-4}
 start_timeout=${RATCHET_SLURM_START_TIMEOUT:-30}
 
-# die, say, alive, stop_daemon, start_daemon
+# die, say, alive, stop_daemon, start_daemon, wait_pidfile
 # shellcheck source-path=SCRIPTDIR source=slurm-daemon-lib.sh
 . "$(dirname "$0")/slurm-daemon-lib.sh"
 
@@ -149,6 +149,10 @@ cmd_start() {
 
   start_daemon "$ctld_pid" slurmctld "$ctld_log"
   start_daemon "$slurmd_pid" slurmd "$slurmd_log"
+  # They fork and write their pid files a moment later (wait_idle reads a
+  # missing one as a daemon that died).
+  wait_pidfile "$ctld_pid" slurmctld "$ctld_log"
+  wait_pidfile "$slurmd_pid" slurmd "$slurmd_log"
   wait_idle
 }
 

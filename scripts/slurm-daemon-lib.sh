@@ -56,3 +56,12 @@ start_daemon() {
   say "started $name"
 }
 
+# wait_pidfile PIDFILE NAME LOG: up to 15 s for the pid file to name a live NAME.
+wait_pidfile() {
+  local i
+  for ((i = 0; i < 150; i++)); do
+    alive "$1" "$2" && return 0
+    sleep 0.1
+  done
+  die "$2 did not come up (no live pid in $1); see $3"
+}
