@@ -204,6 +204,23 @@ std::string CheckpointDir::check_entry(const CheckpointEntry& e, Checkpoint* out
   return "";
 }
 
+std::string CheckpointDir::check_entry_structure(const CheckpointEntry& e) const {
+  if (!e.committed) return "no COMMITTED marker (a save that did not finish)";
+  std::error_code ec;
+  if (!fs::exists(e.path + "/manifest.json", ec))
+    return "no manifest.json (written before the commit marker: the directory was altered)";
+  try {
+    const CheckpointReader r(e.path);  // every file present, sizes, headers; no tensor data
+    if (r.meta().step != e.step)
+      return "its name says step " + std::to_string(e.step) + " but it holds step " +
+             std::to_string(r.meta().step) + " (renamed or copied over?): rename it to " +
+             entry_name(r.meta().step) + " or remove it";
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+  return "";
+}
+
 std::string CheckpointDir::newest_valid_path(
     const std::function<void(const std::string&)>& warn) const {
   auto entries = list();

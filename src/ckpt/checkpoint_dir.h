@@ -74,6 +74,10 @@ class CheckpointDir {
   // through `warn`. nullopt when none is usable.
   std::optional<Checkpoint> load_newest_valid(
       const std::function<void(const std::string&)>& warn) const;
+  // check_entry() without reading the tensors: the marker, the manifest, the
+  // files' presence, sizes and headers, the step against the name. For a
+  // caller that verifies the data itself (a resume splits that over its ranks).
+  std::string check_entry_structure(const CheckpointEntry& e) const;
   // The path of the newest valid checkpoint (verified piece by piece, as
   // check_entry without `out`), "" when none; each one skipped is described
   // through `warn`.

@@ -292,10 +292,13 @@ void CheckpointReader::read(int t, uint64_t lo, uint64_t hi, float* out) const {
   }
 }
 
-void CheckpointReader::verify() const {
+void CheckpointReader::verify(int part, int parts) const {
+  RATCHET_ASSERT(parts >= 1 && part >= 0 && part < parts);
   const ParamLayout layout(meta_.model);
   std::vector<float> block;
-  for (const Dataset& ds : datasets_) {
+  for (size_t i = 0; i < datasets_.size(); i++) {
+    if ((int)(i % parts) != part) continue;
+    const Dataset& ds = datasets_[i];
     const std::string ctx = "checkpoint " + ds.path + ": /" + kTensorNames[ds.t];
     H5Handle f = open_ro(ds.path, "checkpoint " + ds.path);
     H5Handle d(H5_CHECK(H5Dopen2(f, kTensorNames[ds.t], H5P_DEFAULT), ctx), H5Dclose);

@@ -43,7 +43,9 @@ class CheckpointReader {
 
   // Reads every dataset once in blocks, checks its crc32 and that each value
   // is finite (naming the tensor, as first_non_finite() does). Throws Error.
-  void verify() const;
+  // verify(part, parts): only the datasets whose index % parts == part, so
+  // that `parts` ranks verify a checkpoint together, each a share of it.
+  void verify(int part = 0, int parts = 1) const;
 
  private:
   struct Segment {  // dataset elements [off, off + hi - lo) hold [lo, hi) of tensor t

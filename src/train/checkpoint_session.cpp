@@ -118,31 +118,56 @@ bool CheckpointSession::resume(const TrainState& s) {
   if (o_.resume == "never") return false;
   const double t_load = now_s();
   std::optional<Checkpoint> ck;
-  // Rank 0 verifies the checkpoint (every byte, block by block: bounded
-  // memory); then each rank reads only its part: all parameters, the moments
-  // of the ranges it owns now. All agree that they read it before going on.
+  // The ranks verify the checkpoint together (every byte once, block by block:
+  // bounded memory; rank r the datasets r, r + W, ...); then each rank reads
+  // only its part: all parameters, the moments of the ranges it owns now. All
+  // agree that they read it before going on.
+  auto verify_together = [&](const std::string& p) {
+    std::string err;
+    try {
+      CheckpointReader(p).verify(comm_.rank(), comm_.world());
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    for (const auto& e : gather_strings(comm_, err))
+      if (!e.empty()) return e;  // the lowest rank's
+    return std::string();
+  };
   std::string path;
   if (o_.resume != "auto") {
     // An explicit path must load, or it is an error (exit 2) on every rank.
-    std::string err;
-    if (rank0()) {
-      try {
-        CheckpointReader(o_.resume).verify();
-      } catch (const Error& e) {
-        err = e.what();
-      }
-    }
-    comm_.broadcast_string(&err, 0);
+    const std::string err = verify_together(o_.resume);
     if (!err.empty()) fail(err);
     path = o_.resume;
   } else if (dir_) {
-    if (rank0())
-      path = dir_->newest_valid_path(
-          [](const std::string& w) { RLOG("resume: warning: %s\n", w.c_str()); });
-    comm_.broadcast_string(&path, 0);
-    if (path.empty()) {
-      RLOG("resume: no usable checkpoint in %s: starting from scratch\n", o_.ckpt_dir.c_str());
-      return false;
+    // Rank 0 walks the checkpoints newest first, checking each one's files
+    // (no tensor data); the ranks verify the data of the one it picks; a bad
+    // one is skipped for the next older.
+    std::vector<CheckpointEntry> entries;
+    if (rank0()) entries = dir_->list();
+    int next = (int)entries.size() - 1;
+    while (true) {
+      std::string pick;
+      if (rank0()) {
+        for (; next >= 0 && pick.empty(); next--) {
+          const std::string why = dir_->check_entry_structure(entries[next]);
+          if (why.empty())
+            pick = entries[next].path;
+          else
+            RLOG("resume: warning: skipping %s: %s\n", entries[next].path.c_str(), why.c_str());
+        }
+      }
+      comm_.broadcast_string(&pick, 0);
+      if (pick.empty()) {
+        RLOG("resume: no usable checkpoint in %s: starting from scratch\n", o_.ckpt_dir.c_str());
+        return false;
+      }
+      const std::string why = verify_together(pick);
+      if (why.empty()) {
+        path = pick;
+        break;
+      }
+      RLOG("resume: warning: skipping %s: %s\n", pick.c_str(), why.c_str());
     }
   } else {
     return false;

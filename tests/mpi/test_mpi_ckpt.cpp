@@ -170,3 +170,38 @@ TEST_F(MpiCkpt, DiskFullWhileRanksWriteKeepsThePreviousCheckpoint) {
 }
 
 }  // namespace
+
+namespace {
+
+// The ranks verify a checkpoint together at resume (each a share of its
+// datasets): a damaged shard in the newest checkpoint, found by whichever
+// rank verifies it, makes all of them skip it and resume from the one before,
+// ending byte-identical; a truncated shard is caught before any data is read.
+TEST_F(MpiCkpt, ADamagedShardFoundByAnyRankMakesTheResumeFallBack) {
+  for (const std::string damage : {"flip", "truncate"}) {
+    TempDir run;
+    const std::string ck = run / "ck";
+    const std::string args = train_args(3, 96, run.path) + " --zero 1 --ckpt-dir " + ck +
+                             " --ckpt-every-steps 2 --keep-last 5";
+    auto r = mpirun_ratchet(2, args, "RATCHET_FAULT=USR1@step-5");
+    ASSERT_EQ(r.exit_code, 75) << r.output;
+    const std::string shard = ck + "/step_00000005/shard_00001.h5";
+    std::string bytes = read_file(shard);
+    if (damage == "flip")
+      bytes[bytes.size() / 2] ^= 0x10;
+    else
+      bytes.resize(bytes.size() - 100);
+    write_file(shard, bytes);
+    r = mpirun_ratchet(2, args);
+    ASSERT_EQ(r.exit_code, 0) << damage << "\n" << r.output;
+    const size_t skip = r.output.find("skipping " + ck + "/step_00000005: checkpoint ");
+    ASSERT_NE(skip, std::string::npos) << damage << "\n" << r.output;
+    EXPECT_NE(r.output.find(shard, skip), std::string::npos) << damage << "\n" << r.output;
+    EXPECT_NE(r.output.find(damage == "flip" ? "fails its checksum" : "(truncated?)"),
+              std::string::npos) << damage << "\n" << r.output;
+    EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+    EXPECT_TRUE(read_file(run / "out.bin") == straight(2, " --zero 1")) << damage;
+  }
+}
+
+}  // namespace
