@@ -76,6 +76,13 @@ TEST_F(MpiTrainZero2, TwoRanksOneMicroBatchEqualStage0Bitwise) {
   EXPECT_NE(r.output.find("1 micro-batch(es) per step"), std::string::npos) << r.output;
   const Diff d = diff(plain.path, zero.path);
   EXPECT_TRUE(d.bitwise) << "loss " << d.loss << " params " << d.param;
+  // --overlap-comm off: the same reductions, each waited for at once.
+  TempDir off;
+  r = mpirun_ratchet(2, train_args(2, 64, off.path) + " --zero 2 --overlap-comm off");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("after its backward (--overlap-comm off)"), std::string::npos) << r.output;
+  const Diff o = diff(zero.path, off.path);
+  EXPECT_TRUE(o.bitwise) << "loss " << o.loss << " params " << o.param;
 }
 
 TEST_F(MpiTrainZero2, ThreeRanksAndMicroBatchesWithinTolerance) {

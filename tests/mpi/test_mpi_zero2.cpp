@@ -12,11 +12,15 @@
 #include <vector>
 
 #include "backend/backend.h"
+#ifdef RATCHET_ZERO2_SIMT
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "dist/buckets.h"
 #include "dist/communicator.h"
 #include "dist/zero.h"
 #include "model/gpt.h"
 #include "model/memory.h"
+#include "model/recompute.h"
 #include "optim/adamw.h"
 #include "plan/zero_plan.h"
 #include "testing/tiny_model.h"
@@ -109,11 +113,12 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 // One micro-batch per rank: stage 2 sums each element once over the ranks,
 // as stage 0's all-reduce does. On 2 ranks that is a + b either way: bitwise.
-void one_micro_batch_equals_stage0(const GPTConfig& c) {
+void one_micro_batch_equals_stage0(const GPTConfig& c, const Recompute& policy = Recompute()) {
   const int W = g_comm->world(), r = g_comm->rank();
   auto be = make_cpu_backend(1);
   GPT a(c, *be), b(c, *be, DataParallel::flat_grads(2));
   EXPECT_EQ(b.grads(), nullptr);
+  b.set_recompute(policy);  // the gradients keep their bits under every policy
   a.init_random(3);
   b.init_random(3);
   AdamWConfig ac;
@@ -150,6 +155,11 @@ TEST(Zero2, OneMicroBatchPerRankEqualsStage0) {
   one_micro_batch_equals_stage0(ratchet::testing::tiny_config(2, 3, 15));  // odd P
 }
 TEST(Zero2, LlamaOneMicroBatchPerRankEqualsStage0) { one_micro_batch_equals_stage0(llama_config()); }
+// The store places a block's gradients before its recompute runs.
+TEST(Zero2, RecomputedBlocksEqualStage0) {
+  one_micro_batch_equals_stage0(ratchet::testing::tiny_config(2, 3, 15), parse_recompute("blocks"));
+  one_micro_batch_equals_stage0(llama_config(), parse_recompute("gelu+ln"));
+}
 
 // Several micro-batches: stage 2 reduce-scatters each micro-batch's buckets
 // and adds the sums in micro-batch order (dist/zero.h). The replay computes
@@ -232,11 +242,11 @@ TEST(Zero2, MicroBatchesAddInTheDocumentedOrder) {
 }
 
 // The bytes a rank holds after a step are step_memory's with this rank's
-// moments, and on rank 0 (which owns the most) `ratchet plan`'s stage-2 figure.
-TEST(Zero2, MemoryEqualsThePlan) {
-  const GPTConfig c = ratchet::testing::tiny_config(3, 3, 15);
+// moments, and on rank 0 (which owns the most) `ratchet plan`'s stage-2 figure:
+// the cpu backend's count, and simt's (BF16 storage: the FP32 master copy too;
+// its peak as well) when built.
+void memory_equals_plan(std::unique_ptr<Backend> be, const GPTConfig& c) {
   const int W = g_comm->world(), r = g_comm->rank(), B = 2, T = 8;
-  auto be = make_cpu_backend(1);
   const size_t base = be->bytes_in_use();
   {
     GPT m(c, *be, DataParallel::flat_grads(2));
@@ -262,11 +272,20 @@ TEST(Zero2, MemoryEqualsThePlan) {
     if (W > 1)
       EXPECT_LT(planned.total(),
                 plan::zero_memory(c, B, T, Recompute(), be->memory_model(), {1, true}, W).total());
+    EXPECT_EQ(be->peak_bytes_in_use(), be->bytes_in_use());
     if (r == 0)
-      std::printf("[ stage 2 on %d rank(s) ] %zu bytes held = plan's %zu\n", W, be->bytes_in_use(),
-                  planned.total());
+      std::printf("[ stage 2 on %d rank(s), %s ] %zu bytes held = plan's %zu\n", W,
+                  be->name().c_str(), be->bytes_in_use(), planned.total());
   }
   EXPECT_GE(be->bytes_in_use(), base);
+}
+
+TEST(Zero2, MemoryEqualsThePlan) {
+  memory_equals_plan(make_cpu_backend(1), ratchet::testing::tiny_config(3, 3, 15));
+#ifdef RATCHET_ZERO2_SIMT
+  // cuBLASLt wants 16-byte rows: C = 16.
+  memory_equals_plan(make_cuda_backend("bf16"), ratchet::testing::tiny_config(3, 2, 16));
+#endif
 }
 
 }  // namespace
