@@ -109,12 +109,15 @@ void replace(const Pattern& p, const std::string& content, std::string& s) {
   if (!p.regex) {  // a string: one pass, no list of matches (Llama 2's and Gemma's " " -> "\u2581")
     const std::string& lit = p.literal;
     if (lit.empty()) return;  // the Rust library: an empty pattern matches nothing
-    size_t pos = s.find(lit);
+    auto next = [&](size_t from) {  // one byte (the usual " "): memchr, no compare
+      return lit.size() == 1 ? s.find(lit[0], from) : s.find(lit, from);
+    };
+    size_t pos = next(0);
     if (pos == std::string::npos) return;
     std::string out;
     out.reserve(s.size() + s.size() / 4 * (content.size() > lit.size() ? content.size() - lit.size() : 0));
     size_t prev = 0;
-    for (; pos != std::string::npos; pos = s.find(lit, prev)) {
+    for (; pos != std::string::npos; pos = next(prev)) {
       out.append(s, prev, pos - prev);
       out += content;
       prev = pos + lit.size();

@@ -1,11 +1,11 @@
 // The tokenizer.json engine's piece -> ids cache (the Rust library's BPE keeps
 // a word cache too): text repeats its words, so most pieces are looked up,
 // not merged. One open-addressing table per thread, keyed by the piece's
-// bytes, with the keys and the ids in two flat arenas: a hit is one hash of
-// the piece, usually one cache line of slots and one memcmp, and no
-// allocation. Bounded: when it holds kMaxEntries pieces it is emptied and
-// refills with what the text uses now (a corpus' frequent words come back
-// within a few kilobytes).
+// bytes: a hit is one hash of the piece, one slot, and one memcmp against
+// the entry (its ids, then its bytes, side by side in one arena), with no
+// allocation. Bounded: at kMaxEntries pieces or kMaxArenaWords of arena it
+// is emptied and refills with what the text uses now (a corpus' frequent
+// words come back within a few kilobytes).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -44,49 +44,52 @@ class PieceCache {
   // The cached ids of `s` (hash h = hash(s)) and their count, or null.
   const uint32_t* find(std::string_view s, uint64_t h, size_t* n) const {
     if (slots_.empty()) return nullptr;
+    const uint32_t t = tag(h);
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Slot& e = slots_[i];
       if (e.tag == 0) return nullptr;
-      if (e.tag == tag(h) && e.key_len == s.size() &&
-          std::memcmp(keys_.data() + e.key_off, s.data(), s.size()) == 0) {
-        *n = e.n_ids;
-        return ids_.data() + e.ids_off;
+      if (e.tag == t && e.key_len == s.size()) {
+        const uint32_t* ids = arena_.data() + e.off;
+        if (std::memcmp(ids + e.n_ids, s.data(), s.size()) == 0) {
+          *n = e.n_ids;
+          return ids;
+        }
       }
     }
   }
 
   // Adds `s` -> ids[0, n); s.size() <= kMaxPiece, n <= 65535, not present.
   void insert(std::string_view s, uint64_t h, const uint32_t* ids, size_t n) {
-    if (slots_.empty() || entries_ >= kMaxEntries) clear();
+    if (slots_.empty() || entries_ >= kMaxEntries || arena_.size() >= kMaxArenaWords) clear();
     size_t i = h & mask_;
     while (slots_[i].tag != 0) i = (i + 1) & mask_;
-    slots_[i] = Slot{tag(h), (uint32_t)keys_.size(), (uint32_t)ids_.size(), (uint16_t)s.size(),
-                     (uint16_t)n};
-    keys_.append(s.data(), s.size());
-    ids_.insert(ids_.end(), ids, ids + n);
+    const size_t off = arena_.size();
+    slots_[i] = Slot{tag(h), (uint32_t)off, (uint16_t)s.size(), (uint16_t)n};
+    arena_.resize(off + n + (s.size() + 3) / 4);
+    std::memcpy(arena_.data() + off, ids, n * sizeof(uint32_t));
+    std::memcpy(arena_.data() + off + n, s.data(), s.size());
     entries_++;
   }
 
   void clear() {
     slots_.assign(kMaxEntries * 2, Slot{});  // load factor at most 1/2
     mask_ = slots_.size() - 1;
-    keys_.clear();
-    ids_.clear();
+    arena_.clear();
     entries_ = 0;
   }
 
  private:
-  // 16 bytes: the slots of a full cache (4 MiB) mostly stay in L2/L3.
+  // 12 bytes: the slots of a full cache (3 MiB) mostly stay in L2/L3.
   struct Slot {
     uint32_t tag = 0;  // the hash's top half, never 0; 0: empty
-    uint32_t key_off = 0, ids_off = 0;
+    uint32_t off = 0;  // in arena_: the ids, then the piece's bytes (one or two cache lines)
     uint16_t key_len = 0, n_ids = 0;
   };
+  static constexpr size_t kMaxArenaWords = size_t(16) << 20;  // 64 MiB at most
   static uint32_t tag(uint64_t h) { return (uint32_t)(h >> 32) | 1; }
   std::vector<Slot> slots_;
   size_t mask_ = 0, entries_ = 0;
-  std::string keys_;           // the pieces, back to back
-  std::vector<uint32_t> ids_;  // their ids, back to back
+  std::vector<uint32_t> arena_;
 };
 
 }  // namespace ratchet::hf
