@@ -3,9 +3,9 @@
 // communicator). All ranks run on this one host, so MPI's shared-memory split
 // puts them all in one node.
 //
-// The step replay: every rank's gradient is gathered to every rank, summed in
-// one process in the order dist/zero.h documents (within each group, then
-// across the groups), and stepped by a one-rank stage-0 optimizer. Where every
+// The step replay (stages 1 and 2): every rank's gradient is gathered to every
+// rank, summed in one process in the order dist/zero.h documents (within each
+// group, then across the groups), and stepped by a one-rank stage-0 optimizer. Where every
 // level of the sum has at most 2 ranks (W = 2 with groups of 1 or 2, W = 4 in
 // groups of 2) each level adds once, so the replay is exact: bitwise equal
 // parameters. Elsewhere (a level of 3 or 4 ranks, where MPI picks the order)
@@ -147,35 +147,49 @@ TEST(ShardGroups, GradientSumOrderNamesWhatChangesTheBits) {
   EXPECT_EQ(gradient_sum_order(4, 1, 0, 4, false), "4 ranks (all-reduce's order)");
 }
 
-// The hybrid step against the replay in the documented order (see the top).
+// The hybrid step against the replay in the documented order (see the top),
+// at stage 1 (one flat reduce-scatter) and stage 2 (per bucket, during the
+// backward; one micro-batch, so the bucket sums are the flat ones per element).
+// Each rank's own gradient comes from a flat-gradient probe with the same
+// parameters (stage 2's model keeps no flat gradient).
 TEST(ShardGroups, HybridStepEqualsTheReplay) {
   const GPTConfig c = ratchet::testing::tiny_config(1, 3, 15);  // odd P: padded shards
   const int W = g_comm->world(), r = g_comm->rank();
   auto be = make_cpu_backend(1);
   std::unique_ptr<Communicator> single = make_single_communicator();
+  for (int stage : {1, 2})
   for (int N : divisors(W)) {
-    SCOPED_TRACE("groups of " + std::to_string(N) + " on " + std::to_string(W) + " ranks");
+    SCOPED_TRACE("stage " + std::to_string(stage) + ", groups of " + std::to_string(N) + " on " +
+                 std::to_string(W) + " ranks");
     auto groups = make_shard_groups(*g_comm, nullptr, std::to_string(N));
-    GPT a(c, *be), ref(c, *be);
+    GPT a(c, *be, DataParallel::flat_grads(stage)), probe(c, *be), ref(c, *be);
     a.init_random(3);
     ref.init_random(3);
     const size_t P = a.num_params();
     AdamWConfig ac;  // grad_clip 1: the norm (summed by shards in the group) clips
-    DataParallel dp(*g_comm, *be, a.layout(), ac, 1, nullptr, groups.get());
+    DataParallel dp(*g_comm, *be, a.layout(), ac, stage, nullptr, groups.get());
+    if (stage == 2) dp.attach(a, 1, true);  // the per-block reduce-scatter hooks
     DataParallel dref(*single, *be, ref.layout(), ac, 0);
     EXPECT_EQ(dp.shard_count(), N);
     EXPECT_EQ(dp.shard_index(), r % N);
-    EXPECT_EQ(dp.range().lo, shard_range(P, N, r % N).lo);
+    if (stage == 1) {
+      EXPECT_EQ(dp.range().lo, shard_range(P, N, r % N).lo);
+    }
     const bool exact = N <= 2 && W / N <= 2;
     const int B = 2, T = 8;
+    std::vector<float> pa(P), pr(P);
     for (int step = 0; step < 3; step++) {
       auto x = ratchet::testing::random_tokens(B * T, c.vocab_size, 100 * step + r);
       auto y = ratchet::testing::random_tokens(B * T, c.vocab_size, 100 * step + r + 50);
+      a.get_params(pa.data());
+      probe.set_params(pa.data());
+      probe.zero_grad();
+      probe.forward_backward(x.data(), y.data(), B, T, 1.0f / W);
       a.zero_grad();
       a.forward_backward(x.data(), y.data(), B, T, 1.0f / W);
       // Every rank's gradient, then the documented order.
       std::vector<float> all((size_t)W * P), sum(P, 0.0f);
-      be->download_bytes(all.data() + (size_t)r * P, a.grads(), P * sizeof(float));
+      be->download_bytes(all.data() + (size_t)r * P, probe.grads(), P * sizeof(float));
       g_comm->all_gather(all.data() + (size_t)r * P, all.data(), P, DType::F32);
       for (int g = 0; g < W / N; g++) {
         std::vector<float> part(all.begin() + (size_t)g * N * P, all.begin() + (size_t)(g * N + 1) * P);
@@ -189,7 +203,6 @@ TEST(ShardGroups, HybridStepEqualsTheReplay) {
       const float n0 = dref.step(ref.params(), ref.grads(), 1e-2f);
       EXPECT_NEAR(n1, n0, 1e-5 * n0);  // FP64 sums of squares in another order
     }
-    std::vector<float> pa(P), pr(P);
     a.get_params(pa.data());
     ref.get_params(pr.data());
     if (exact) {
