@@ -22,6 +22,8 @@
 #   async   as zero, every attempt with --ckpt-async (the shards written by a
 #           background thread while training goes on); the replay saves
 #           synchronously, so async and sync saves are compared byte for byte.
+# In zero and async at stage >= 1, half of the step kills instead hit one rank
+# as it enters a gradient reduce-scatter or parameter all-gather (mid-step).
 # Under mpirun every rank writes its own shard of each checkpoint: a KILL
 # inside a save at ckpt-mid-write goes to one random rank (the others are
 # ended by mpirun), in the middle of its shard (in async, on its writer thread).
@@ -52,7 +54,7 @@ while [ $# -gt 0 ]; do
     --async-kills) async_kills=$2; shift ;;
     --scenarios) scenarios=$2; shift ;;
     --seed) seed=$2; shift ;;
-    -h | --help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "chaos.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -89,6 +91,14 @@ if [ ! -f "$work/data/train_000000.h5" ]; then
   "$exe" shard --tokenizer byte --input "$work/text.txt" --output-dir "$work/data" \
     --val-fraction 0.1 > "$work/shard.log"
 fi
+
+# Fault points at ZeRO's collectives (src/core/fault.h), where the build has
+# them: a one-step ZeRO-1 run told to die at its first all-gather does (137).
+coll_points=$( (RATCHET_FAULT=zero-all-gather "$exe" train --model custom --layers 1 --heads 2 \
+    --channels 16 --max-seq-len 16 --seq-len 16 --batch-size 1 --steps 1 --threads 1 --zero 1 \
+    --quiet --train-data "$work/data/train_*.h5" >/dev/null 2>&1; echo $?) 2>/dev/null )
+if [ "$coll_points" = 137 ]; then coll_points=1; else coll_points=0; fi
+echo "chaos: ZeRO stages ${zero_stages[*]}; kills inside collectives: $([ $coll_points = 1 ] && echo yes || echo "no (this build has no such fault points)")"
 
 # Every piece of state matters: shuffled data, accumulation (single, mpi),
 # warmup + cosine LR, evaluation; a save every 10 steps keeps progress per
@@ -221,6 +231,23 @@ run_scenario() {
         save-TERM) fault="TERM@${points[RANDOM % 3]}" ;;  # at the first save, a periodic one
         start-KILL) fault=${starts[RANDOM % ${#starts[@]}]} ;;
       esac
+      # zero, async at stage >= 1: half of the step kills go to one rank as it
+      # enters a gradient reduce-scatter or a parameter all-gather instead (its
+      # peers are inside the collective, waiting): SIGKILL at the K-th such
+      # call (every step makes at least one of each, so K <= the steps left is
+      # reached), a stop signal at the first.
+      if [ -n "$stage" ] && [ "$stage" -ge 1 ] && [ "$coll_points" = 1 ] &&
+         { [ "$kind" = KILL ] || [ "$kind" = USR1 ] || [ "$kind" = TERM ]; } && [ $((RANDOM % 2)) -eq 0 ]; then
+        local colls=(zero-reduce-scatter zero-all-gather)
+        local coll=${colls[RANDOM % 2]} who="rank$((RANDOM % world))/"
+        when=-
+        if [ "$kind" = KILL ]; then
+          fault="$who$coll*$((1 + RANDOM % (steps - from)))"
+        else
+          fault="$who$kind@$coll"
+        fi
+        kind=coll-$kind
+      fi
     fi
     # `ckpt prune` alongside in a third of the attempts.
     local pruning=0
