@@ -12,8 +12,9 @@
 //   A checkpoint of 4 ranks in groups of 2 resumes on 4 ranks in groups of 2
 //     bitwise (the same order); on 2 ranks in groups of 1 it resumes, says
 //     the gradient sum order changed, and stays within the tolerances.
-//   The stand-in NCCL (simt, BF16): 2 ranks in groups of 1 through the split
-//     device communicators equal --zero 0 bitwise (RNE(a + b) either way).
+//   The stand-in NCCL (simt, BF16): 2 ranks in groups of 1 and of 2 through
+//     the split device communicators equal --zero 0 bitwise (RNE(a + b)
+//     either way).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -210,6 +211,14 @@ TEST_F(MpiTrainGroups, StubNcclSplitsTheDeviceCommunicator) {
   EXPECT_NE(r.output.find("stub nccl: split s1c"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("still waiting"), std::string::npos) << r.output;
   EXPECT_TRUE(bitwise(plain.path, g1.path)) << "stub nccl: --shard-group 1 vs --zero 0";
+  // Groups of 2: the reduce-scatter and all-gather go through the intra split
+  // (groups of 1 above make them backend copies, and use the inter split).
+  TempDir g2;
+  r = runN(simt_args(g2.path) + " --zero 1 --shard-group 2", g2.path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("1 group(s) of 2"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("still waiting"), std::string::npos) << r.output;
+  EXPECT_TRUE(bitwise(plain.path, g2.path)) << "stub nccl: --shard-group 2 vs --zero 0";
 }
 #endif  // RATCHET_STUB_NCCL_EXE
 
