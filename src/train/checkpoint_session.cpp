@@ -356,6 +356,8 @@ void CheckpointSession::commit(const TrainState& s, Pending& p) {
     }
   }
   if (comm_.agree(!err.empty())) save_failed(s, step, err, p.staging);
+  committed_step_ = step;
+  committed_path_ = dir_->path() + "/" + CheckpointDir::entry_name(step);
   comm_.broadcast(&stats.seconds, sizeof stats.seconds, 0);  // the same save time on every rank
   stats.seconds = std::max(stats.seconds, now_s() - p.t0);
   max_save_seconds_ = std::max(max_save_seconds_, stats.seconds);
@@ -379,6 +381,12 @@ void CheckpointSession::commit(const TrainState& s, Pending& p) {
   else
     RLOG("checkpoint (%s): step %lld, %.1f MB in %.2f s -> %s\n", p.why.c_str(), (long long)step,
          stats.bytes / 1e6, stats.seconds, stats.path.c_str());
+}
+
+void CheckpointSession::read_committed_params(float* out, size_t n) const {
+  const CheckpointReader r(committed_path_);
+  RATCHET_ASSERT(r.num_params() == n);
+  r.read(0, 0, n, out);
 }
 
 RetentionPolicy CheckpointSession::keep_for(const TrainState& s) const {

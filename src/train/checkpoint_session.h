@@ -90,6 +90,10 @@ class CheckpointSession {
   // interval after the loop starts).
   void start_clock();
   double longest_save_seconds() const { return max_save_seconds_; }
+  // The step of the checkpoint this run committed last (-1: none), and its
+  // parameters read back (rank 0, for --export: assembled shard by shard).
+  int64_t committed_step() const { return committed_step_; }
+  void read_committed_params(float* out, size_t n) const;
 
  private:
   struct Pending;  // a save whose shard is being written
@@ -110,6 +114,8 @@ class CheckpointSession {
   Communicator& comm_;
   std::unique_ptr<CheckpointDir> dir_;
   int64_t last_saved_step_ = -1;
+  int64_t committed_step_ = -1;
+  std::string committed_path_;
   double last_save_time_ = 0, max_save_seconds_ = 0;
   double auto_interval_s_ = 0;  // --ckpt-every auto: seconds between saves (0: not measured)
   double max_stall_seconds_ = 0;  // the longest the step loop waited for a save

@@ -718,11 +718,18 @@ int Trainer::run() {
 
 void Trainer::export_weights() {
   if (o_.export_path.empty() && o_.export_hf.empty()) return;
-  dp_->sync_master(model_->params());  // collective
+  // From the checkpoint of this step when one was just committed: rank 0
+  // assembles the FP32 parameters shard by shard (no gather of the master
+  // shards to every rank); otherwise from memory after sync_master.
+  const bool from_ckpt = ckpt_->committed_step() == step_;
+  if (!from_ckpt) dp_->sync_master(model_->params());  // collective
   if (!rank0()) return;
   std::vector<float> params(model_->num_params());
-  model_->get_params(params.data());
   try {
+    if (from_ckpt)
+      ckpt_->read_committed_params(params.data(), params.size());
+    else
+      model_->get_params(params.data());
     if (!o_.export_path.empty()) {
       save_llmc_checkpoint(o_.export_path, cfg_, params);
       RLOG("exported llm.c checkpoint: %s\n", o_.export_path.c_str());
