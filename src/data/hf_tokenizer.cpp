@@ -86,7 +86,9 @@ std::vector<uint32_t> Engine::encode(const std::string& input, bool parse_specia
           : 0;
   auto pre_and_model = [&](std::string_view seg, bool origin) {
     if (gpt2_direct) {
-      for (std::string_view p : gpt2_pretokenize(seg)) model_piece(p);
+      Gpt2Splitter sp(seg);
+      std::string_view p;
+      while (sp.next(&p)) model_piece(p);
       return;
     }
     if (llama3_direct) {

@@ -416,6 +416,25 @@ TEST(HfTokenizer, RealFamiliesRoundTrip) {
   }
 }
 
+namespace {
+// Long text of short and long runs of every class the splitters tell apart
+// (letters, digits, spaces, newlines, punctuation, contractions, non-ASCII,
+// invalid bytes), so that pieces straddle the splitters' decode batches
+// (256 characters) and their windows slide many times.
+std::string long_mixed_text(size_t n, uint64_t seed) {
+  static const char* const parts[] = {"a", "Word", "x", "12", "7", " ", "  ", "\n", "\r\n", "\t",
+                                      "'s", "'LL", "!", "...", "\xc3\xa9", "\xe6\x97\xa5",
+                                      "\xf0\x9f\x98\x80", "\xe3\x80\x80", "\xff", "-"};
+  Rng rng(seed);
+  std::string s;
+  while (s.size() < n) {
+    const char* p = parts[rng.below(sizeof parts / sizeof parts[0])];
+    for (size_t k = rng.below(8) ? 1 : 1 + rng.below(600); k-- > 0;) s += p;  // now and then a long run
+  }
+  return s;
+}
+}  // namespace
+
 TEST(HfTokenizer, FastSplittersEqualPcre2OnRealFiles) {
   REQUIRE_FAMILY("llama3_1");
   // Llama 3's and Qwen's Split regexes have hand-written splitters
@@ -424,6 +443,7 @@ TEST(HfTokenizer, FastSplittersEqualPcre2OnRealFiles) {
   RunResult r = run_shell("bible -f 'Gen1:1-Gen10:32' 2>/dev/null");
   if (r.exit_code == 0) texts.push_back(r.output);
   texts.push_back("x's 'S 'LL \xc5\xbf's  \r\n\r\n  \n\t\t12345678 ((a)) \xff\xfe!!\n\n");
+  for (uint64_t seed : {1, 2, 3}) texts.push_back(long_mixed_text(200000, seed));
   for (const char* fam : {"llama3_1", "qwen3"}) {
     setenv("RATCHET_HF_NO_FAST_PATH", "1", 1);
     auto pcre = HfTokenizer::load(family_dir(fam));
@@ -448,6 +468,7 @@ TEST(HfTokenizer, Gpt2IsAConfigurationOfTheEngine) {
   RunResult r = run_shell("bible -f 'Gen1:1-Gen5:32' 2>/dev/null");
   if (r.exit_code == 0) texts.push_back(r.output);
   texts.push_back("<|endoftext|> is text here");
+  for (uint64_t seed : {4, 5}) texts.push_back(long_mixed_text(200000, seed));
   for (const std::string& s : texts) {
     EXPECT_EQ(eng->encode(s), old.encode(s));
     EXPECT_EQ(pcre->encode(s), eng->encode(s));
