@@ -303,6 +303,25 @@ TEST_F(AsyncResume, AStopSignalDuringTheWriteWaitsForItBeforeExit75) {
   EXPECT_TRUE(read_file(d / "out.bin") == reference()) << "resumed weights differ";
 }
 
+// The background write fails (a 200 KB file-size limit, as a full disk): the
+// next step boundary finds it, the run fails (exit 1) naming the save, and
+// the previous checkpoint stays the newest valid one.
+TEST_F(AsyncResume, AFailedBackgroundWriteFailsTheRunAndKeepsThePreviousCheckpoint) {
+  TempDir d;
+  auto r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 4));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_shell("bash -c \"ulimit -f 200; exec " RATCHET_EXE " " + train_cmd(d / "ck", d / "o2.bin", 8) +
+                " --ckpt-every-steps 6 --ckpt-async\"");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("checkpoint save at step 6 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("previous checkpoint (step_00000004) is intact"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(read_file(d / "ck/latest"), "step_00000004\n");
+  EXPECT_FALSE(fs::exists(d / "ck/step_00000006"));
+  r = run_ratchet("ckpt verify " + (d / "ck"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 // A save at every step: each one waits for the previous write (never two at
 // once into one directory); every checkpoint is valid and the weights are
 // those of a run without checkpoints.
