@@ -1,6 +1,10 @@
 // What a checkpoint holds: everything that makes a resumed run continue
 // exactly as if it had never stopped.
 //
+// Train writes format 3 (per-rank shards plus a manifest:
+// ckpt/checkpoint_shards.h); formats 1 and 2 below are still read
+// (ckpt/checkpoint_reader.h reads all three piece by piece).
+//
 // On disk (format_version 1), one directory per checkpoint:
 //   CKPT_DIR/step_00000100/
 //     state.h5       HDF5: /params, /adam_m, /adam_v (FP32, (P)), each with a

@@ -2,7 +2,8 @@
 // valid one, retention.
 //
 // Commit protocol (a crash at any point leaves the previous checkpoint intact):
-//   1. write state.h5 + manifest.json into  CKPT_DIR/.tmp-step_N-<pid>/  (fsync each)
+//   1. every rank writes its shard into  CKPT_DIR/.tmp-step_N-<pid>/  (begin_save;
+//      checkpoint_shards.h), then rank 0 state.h5 + manifest.json (fsync each)
 //   2. write the COMMITTED marker, fsync it and the temp directory
 //   3. rename the temp directory to CKPT_DIR/step_N, fsync CKPT_DIR
 //   4. write CKPT_DIR/latest.tmp, fsync, rename over CKPT_DIR/latest
