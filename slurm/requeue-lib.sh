@@ -87,6 +87,29 @@ ratchet_setup() {
     "restarts so far ${SLURM_RESTART_COUNT:-0} of at most $RATCHET_MAX_REQUEUES)"
 }
 
+# ratchet_shrunk_ntasks: prints the task count for srun when this run's
+# allocation holds fewer task slots than the job was submitted with, and
+# fails (prints nothing) otherwise. A requeued job may be shrunk while pending
+# (scontrol update NumTasks=, NumNodes=, e.g. after a node died), but
+# SLURM_NTASKS keeps the submission's count (Slurm 22.05) and srun would try
+# to start that many ranks. SLURM_TASKS_PER_NODE ("2(x3),1" = 7 slots) is the
+# allocation's; it may exceed the ranks asked for (--ntasks-per-node is a
+# maximum next to --ntasks), so only a smaller sum is taken.
+ratchet_shrunk_ntasks() {
+  local spec=${SLURM_TASKS_PER_NODE:-} item count reps n=0 items
+  [ -n "$spec" ] && [ -n "${SLURM_NTASKS:-}" ] || return 1
+  IFS=, read -ra items <<<"$spec"
+  for item in "${items[@]}"; do
+    count=${item%%(*} reps=1
+    if [[ $item == *"(x"* ]]; then reps=${item#*(x} reps=${reps%)}; fi
+    [[ $count =~ ^[0-9]+$ && $reps =~ ^[0-9]+$ ]] || return 1
+    n=$((n + count * reps))
+  done
+  [ "$n" -gt 0 ] && [ "$n" -lt "$SLURM_NTASKS" ] || return 1
+  ratchet_log "this run's allocation holds $n task(s) (${SLURM_JOB_NODELIST:-?}); the job was submitted with $SLURM_NTASKS: starting $n"
+  echo "$n"
+}
+
 # A stop request (USR1 or TERM) reached the batch shell: pass it to the step.
 # TERM is passed on as RATCHET_STOP_SIGNAL, because srun treats a TERM of its
 # own as "kill the step" (the ranks would die without saving); srun forwards

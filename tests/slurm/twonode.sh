@@ -10,13 +10,14 @@
 #   twonode.sh requeue     `sbatch --nodes=2`: one rank per node; USR1 to the
 #                          batch shell mid-run -> both ranks save, exit 75, the
 #                          template requeues; rnode2 is drained meanwhile and
-#                          the pending job shrunk to one node: the same 2 ranks
-#                          resume on rnode1 alone
+#                          the pending job shrunk to one node and one rank: it
+#                          resumes on rnode1 alone, accumulating 2 micro-batches;
+#                          also equal to a single process outside Slurm
 #   twonode.sh node-death  rnode2 dies mid-run (every process in its namespace
 #                          SIGKILLed: slurmd, step, rank); Slurm marks it DOWN
 #                          and requeues the job (or the job fails first and the
 #                          operator requeues it); it resumes on rnode1 from the
-#                          last periodic checkpoint
+#                          last periodic checkpoint, its 2 ranks sharing it
 #   twonode.sh batch-host-death  the same with rnode1, which runs the batch
 #                          script and rank 0 (the checkpoint lock's holder):
 #                          the rerun on rnode2 takes the lock over from a
@@ -35,7 +36,9 @@ marker=$RATCHET_TEST_WORK/cluster-2node-started-by-tests
 # `--zero 3 --shard-group node`; this tree's highest stage is 2. With one rank
 # per node the node groups are 2 groups of 1 (gradients all-reduced between
 # the nodes); after the shrink to one node, one group of 2 (plain ZeRO-2): the
-# resume changes the shard group and must still be bit-identical.
+# resume changes the shard group and must still be bit-identical. `requeue`
+# resumes on ONE rank and compares with a single process: that needs stage 2
+# (ZeRO-0/1 sum micro-batches in another order than ranks).
 # RATCHET_TWONODE_SHARDING overrides it to try another (e.g. "--zero 1").
 SHARDING=${RATCHET_TWONODE_SHARDING:-"--zero 2 --shard-group node"}
 
@@ -150,13 +153,13 @@ timeout 200 srun -J twonode-ref -N2 -n2 -c1 -t5 --mpi=pmix --kill-on-bad-exit=1 
   { cat ref.log; fail "reference run failed"; }
 grep -q "data parallel: 2 rank(s) (mpi, 1 on this node)" ref.log || { cat ref.log; fail "reference: not 1 rank on each of 2 nodes"; }
 
-# submit: train-multinode.sbatch on 2 nodes, 2 ranks (at most 2 per node, so
-# that a pending job shrunk to one node keeps its 2 ranks); prints the job id.
+# submit [SBATCH OPTIONS...]: train-multinode.sbatch on 2 nodes, one rank
+# each (its own --ntasks-per-node=1 unless overridden); prints the job id.
 submit() {
   local vars="ALL,RATCHET_BIN=$exe,RATCHET_MODULES=,RATCHET_CKPT_DIR=$TEST_DIR/ckpt"
   vars+=",RATCHET_CONFIG=$TEST_DIR/train.ini,RATCHET_SLURM_LIB=$SLURM_DIR/requeue-lib.sh"
   # shellcheck disable=SC2086
-  timeout 60 sbatch --parsable -J "twonode-$name" --nodes=2 --ntasks=2 --ntasks-per-node=2 -c1 -t5 \
+  timeout 60 sbatch --parsable -J "twonode-$name" --nodes=2 -c1 -t5 "$@" \
     --export="$vars" "$SLURM_DIR/train-multinode.sbatch" $SHARDING --export "$TEST_DIR/out.bin" ||
     fail "sbatch failed"
 }
@@ -184,12 +187,13 @@ restarted_pending() {
   return 1
 }
 
-# shrink_to_one_node: the operator's move once a node is gone: the pending
-# job may start on one node; its 2 ranks then share rnode1.
+# shrink_to_one_node RANKS: the operator's move once a node is gone: the
+# pending job may start on one node, with RANKS ranks there (the template
+# starts as many as the allocation holds).
 shrink_to_one_node() {
   # NumTasks first: a requeued job's count is recomputed from its last
   # allocation (ntasks-per-node x nodes = 4), which one node cannot hold.
-  timeout 15 scontrol update jobid="$id" NumTasks=2 || fail "scontrol update NumTasks=2 failed"
+  timeout 15 scontrol update jobid="$id" NumTasks="$1" || fail "scontrol update NumTasks=$1 failed"
   timeout 15 scontrol update jobid="$id" NumNodes=1-1 || fail "scontrol update NumNodes=1-1 failed"
   log "job $id: $(timeout 15 scontrol show job -o "$id" | grep -oE 'NumNodes=[^ ]+ NumCPUs=[^ ]+ NumTasks=[^ ]+')"
 }
@@ -202,6 +206,8 @@ same_as_reference() {
 
 case $name in
   requeue)
+    # The template's layout, one rank per node: shrunk to one node, the job
+    # holds one task slot, and the template starts one rank.
     id=$(submit)
     step_reached 80
     [ "$(job_field "$id" NodeList)" = "rnode[1-2]" ] || fail "job $id runs on '$(job_field "$id" NodeList)', not rnode[1-2]"
@@ -209,19 +215,28 @@ case $name in
     timeout 15 scontrol update nodename=rnode2 state=drain reason=twonode-test || fail "drain rnode2"
     timeout 15 scancel --signal=USR1 --batch "$id"
     restarted_pending 60 || fail "job $id was not requeued after the stop"
-    shrink_to_one_node
+    # One rank on one node: world size 2 -> 1, the 2 micro-batches of a step
+    # accumulated by that rank (total-batch-tokens).
+    shrink_to_one_node 1
     wait_job "$id" 200 >/dev/null
     expect_job "$id" COMPLETED 1 0:0
     [ "$(job_field "$id" NodeList)" = rnode1 ] || fail "the rerun ran on '$(job_field "$id" NodeList)', not rnode1 alone"
     expect_log "stopping at step [0-9]+: SIGUSR1 received"
     expect_log "data parallel: 2 rank\(s\) \(mpi, 1 on this node\)"
-    expect_log "data parallel: 2 rank\(s\) \(mpi, 2 on this node\)"
+    expect_log "this run's allocation holds 1 task\(s\) \(rnode1\); the job was submitted with 2"
+    expect_log "data parallel: 1 rank\(s\)"
+    expect_log "2 micro-batch\(es\) per step"
     expect_log "resume: continuing from step [0-9]+"
-    if [[ $SHARDING == *"--shard-group node"* ]]; then
-      expect_log "shard groups: 2 rank\(s\) in 2 group\(s\) of 1 \(--shard-group node\)"
-      expect_log "shard groups: 2 rank\(s\) in 1 group\(s\) of 2 \(--shard-group node\)"
-    fi
     same_as_reference
+    # ... and to a single process accumulating 2 micro-batches, outside Slurm:
+    # the equality needs a stage whose W ranks sum as one rank accumulating W
+    # micro-batches (ZeRO-2 per bucket: a+b either way; not ZeRO-0/1).
+    # shellcheck disable=SC2086
+    "$exe" train --config train.ini $SHARDING --ckpt-dir single-ckpt --export single.bin >single.log 2>&1 ||
+      { cat single.log; fail "single-process run failed"; }
+    grep -q "2 micro-batch(es) per step" single.log || { cat single.log; fail "single process: not 2 micro-batches"; }
+    cmp -s out.bin single.bin || fail "final parameters differ from a single process accumulating 2 micro-batches"
+    log "and to a single process accumulating 2 micro-batches per step"
     ;;
   node-death | batch-host-death)
     victim=rnode2 survivor=rnode1
@@ -232,7 +247,8 @@ case $name in
       # stops for this long (default 60 s; shortened for the test).
       export RATCHET_LOCK_STALE_SECONDS=10
     fi
-    id=$(submit)
+    # 2 ranks, at most 2 per node: shrunk to one node, the job keeps both.
+    id=$(submit --ntasks=2 --ntasks-per-node=2)
     wait_file ckpt/step_00000100/COMMITTED 120
     [ "$(job_field "$id" NodeList)" = "rnode[1-2]" ] || fail "job $id runs on '$(job_field "$id" NodeList)', not rnode[1-2]"
     died_at=$(ledger_step)
@@ -249,12 +265,17 @@ case $name in
       timeout 15 scontrol requeue "$id" || fail "scontrol requeue $id failed (state $state)"
       restarted_pending 30 || fail "job $id not pending after scontrol requeue"
     fi
-    shrink_to_one_node
+    shrink_to_one_node 2
     wait_job "$id" 200 >/dev/null
     [ "$(job_field "$id" JobState)" = COMPLETED ] || fail "job $id ended $(job_field "$id" JobState)"
     [ "$(job_field "$id" NodeList)" = $survivor ] || fail "the rerun ran on '$(job_field "$id" NodeList)', not $survivor alone"
     expect_log "resume: continuing from step [0-9]+"
     [ "$name" = batch-host-death ] && expect_log "lock: taking over .* on host rnode1 .*no heartbeat"
+    expect_log "data parallel: 2 rank\(s\) \(mpi, 2 on this node\)"
+    if [[ $SHARDING == *"--shard-group node"* ]]; then
+      expect_log "shard groups: 2 rank\(s\) in 2 group\(s\) of 1 \(--shard-group node\)"
+      expect_log "shard groups: 2 rank\(s\) in 1 group\(s\) of 2 \(--shard-group node\)"
+    fi
     lost=$(sed -n 's/.*"steps_lost": \([0-9.e+]*\).*/\1/p' ckpt/ledger.json | head -n1)
     log "steps recomputed after the node died: $lost"
     awk -v l="$lost" 'BEGIN { exit !(l > 0 && l <= 50) }' || fail "steps_lost=$lost: expected 1..50 (a kill, not a save)"
