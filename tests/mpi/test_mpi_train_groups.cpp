@@ -151,7 +151,8 @@ TEST_F(MpiTrainGroups, BadValuesAreRefusedWithExit2) {
 // Written by 4 ranks in groups of 2 (only group 0 writes the optimizer
 // shards), stopped by a signal at step 4; resumed the same way it is
 // bit-identical to the uninterrupted run; resumed on 2 ranks in groups of 1
-// it says that the sum order changed and stays within the tolerances.
+// it says that the sum order changed and stays within the tolerances; a
+// ZeRO-2 checkpoint in groups of 2 resumes as ZeRO-1 in groups of 2 bitwise.
 TEST_F(MpiTrainGroups, CheckpointOfGroupsResumesAnywhere) {
   TempDir ref, same, other;
   const std::string hybrid = " --zero 1 --shard-group 2";
@@ -184,6 +185,19 @@ TEST_F(MpiTrainGroups, CheckpointOfGroupsResumesAnywhere) {
             std::string::npos)
       << r.output;
   expect_close(ref.path, other.path, "4 ranks in groups of 2 -> stop at 4 -> 2 ranks, groups of 1");
+
+  // Another stage, the same sums: ZeRO-2 in groups of 2 stopped at step 4,
+  // resumed as ZeRO-1 in groups of 2, is the uninterrupted ZeRO-1 run bit for bit.
+  TempDir cross;
+  r = mpirun_ratchet(4, train_args(2, 128, cross.path) + " --zero 2 --shard-group 2 --ckpt-dir " +
+                            (cross / "ck"),
+                     "RATCHET_FAULT=USR1@step-4");
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  r = mpirun_ratchet(4, train_args(2, 128, cross.path) + hybrid + " --ckpt-dir " + (cross / "ck"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("bit-identical"), std::string::npos) << r.output;
+  EXPECT_TRUE(bitwise(ref.path, cross.path)) << "ZeRO-2 in groups of 2 -> stop -> ZeRO-1 in groups of 2";
 }
 
 #ifdef RATCHET_STUB_NCCL_EXE
