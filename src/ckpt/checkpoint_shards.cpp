@@ -104,7 +104,11 @@ ShardFileInfo write_param_shard(const std::string& dir, int64_t step, int rank, 
   for (const auto& [lo, hi] : ranges) RATCHET_ASSERT(lo < hi && hi <= P);
   const std::string path = dir + "/" + info.name;
   const std::string ctx = "writing checkpoint shard " + path;
-  check_room(dir, 3 * n * sizeof(float) + (1 << 16));
+  try {
+    check_room(dir, 3 * n * sizeof(float) + (1 << 16));
+  } catch (const Error& e) {
+    fail(ctx, ": ", e.what());
+  }
   {
     H5Handle f(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT), ctx),
                H5Fclose);

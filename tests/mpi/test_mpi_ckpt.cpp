@@ -132,7 +132,10 @@ TEST_F(MpiCkpt, AStopSignalWaitsForTheAsyncWrite) {
 }
 
 // The disk fills up while the ranks write their shards in parallel (a tmpfs
-// sized to hold about one and a half of the next checkpoint's two shards):
+// sized to hold about one and a half of the next checkpoint's two shards:
+// the rank that writes second finds too little room, refused before it
+// writes or, when both start at once, out of space in the middle; the unit
+// test CheckpointShards.ConcurrentWritersOnAFullDisk forces the latter):
 // the ranks agree that the save failed, the run fails (exit 1) naming it,
 // the staging directory is removed, and the previous checkpoint stays the
 // newest valid one; with room again the run resumes and ends byte-identical.

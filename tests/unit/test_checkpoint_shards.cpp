@@ -12,6 +12,8 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
@@ -20,6 +22,7 @@
 #include "ckpt/checkpoint_shards.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "data/h5_util.h"
 #include "model/param_layout.h"
 #include "testing/test_util.h"
 #include "testing/tiny_model.h"
@@ -251,6 +254,63 @@ TEST(CheckpointShards, VerifyNamesANonFiniteParameterInAnyShard) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tensor 'wpe' holds nan at element 7"), std::string::npos)
         << e.what();
+  }
+}
+
+// A disk that fills up in the middle of a shard: two writers start together
+// on a tmpfs with room for one and a half shards, so (nearly always) both
+// pass the room check before writing and the second runs out of space
+// mid-write (ENOSPC from HDF5's write, flush or close; when one thread is
+// late, the room check refuses it instead: the line printed says which). It
+// must be an Error naming its file (both writers may fail so), never a crash
+// or a hang, and a shard that did get written is intact.
+TEST(CheckpointShards, ConcurrentWritersOnAFullDisk) {
+  TempDir d;
+  const std::string mnt = d / "mnt";
+  fs::create_directories(mnt);
+  const size_t n = 1 << 20;  // floats per tensor: a 12 MB shard
+  const size_t shard_kb = 3 * n * 4 / 1024;
+  // Room for 1.5 shards plus the 64 KB the room check asks beyond the data.
+  if (run_shell("mount -t tmpfs -o size=" + std::to_string(shard_kb * 3 / 2 + 64 + 16) + "k tmpfs " +
+                mnt).exit_code != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (not root, or no mount namespace)";
+  struct Unmount {
+    std::string at;
+    ~Unmount() { run_shell("umount -l " + at); }
+  } unmount{mnt};
+  const size_t P = 2 * n;
+  std::vector<float> data(3 * n, 0.25f);
+  std::string err[2];
+  ShardFileInfo info[2];
+  std::vector<std::thread> writers;
+  std::atomic<int> ready{0};
+  for (int r = 0; r < 2; r++)
+    writers.emplace_back([&, r] {
+      h5_init();
+      ready++;
+      while (ready.load() < 2) {  // both start together: both pass the room check
+      }
+      try {
+        const FlatRanges mine = {{r * n, (r + 1) * n}};
+        info[r] = write_param_shard(mnt, 1, r, 2, P, mine, data.data(), data.data() + n,
+                                    data.data() + 2 * n);
+      } catch (const Error& e) {
+        err[r] = e.what();
+      }
+    });
+  for (auto& t : writers) t.join();
+  // Both cannot fit; both may fail (each ran out of room in the middle).
+  ASSERT_GE(!err[0].empty() + !err[1].empty(), 1) << "both shards fit on a disk for 1.5";
+  for (int r = 0; r < 2; r++) {
+    if (err[r].empty()) {  // whole: the size it reported, the checksums it computed
+      EXPECT_EQ(fs::file_size(mnt + "/" + param_shard_name(r)), info[r].bytes);
+      continue;
+    }
+    std::printf("[ full disk ] rank %d: %.160s\n", r, err[r].c_str());
+    EXPECT_NE(err[r].find(param_shard_name(r)), std::string::npos) << err[r];
+    EXPECT_TRUE(err[r].find("disk full?") != std::string::npos ||
+                err[r].find("No space left") != std::string::npos)
+        << err[r];
   }
 }
 
