@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <exception>
 
+#include "data/gpt2_tokenizer.h"
 #include "data/hf_tokenizer.h"
 
 namespace ratchet {
@@ -15,6 +16,12 @@ DocumentCutter::DocumentCutter(const Tokenizer& tok) {
   const std::string name = tok.name();
   if (name == "byte") {
     kind_ = kByte;
+  } else if (auto* g = dynamic_cast<const Gpt2Tokenizer*>(&tok)) {
+    // Its engine's ByteLevel regex is GPT-2's: SafeCutter's pieces mode, whose
+    // cuts include the newline rule below and also [letter | space], so a
+    // long line is cut too.
+    hf_ = std::make_unique<hf::SafeCutter>(g->engine().engine());
+    kind_ = hf_->can_cut() ? kHf : kGpt2;
   } else if (name == "gpt2") {
     kind_ = kGpt2;
   } else if (auto* h = dynamic_cast<const HfTokenizer*>(&tok)) {

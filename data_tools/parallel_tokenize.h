@@ -20,9 +20,10 @@ inline constexpr size_t kTokenizePieceBytes = size_t(1) << 18;
 
 using TextCut = hf::TextCut;
 
-// Where documents may be cut for a tokenizer: byte anywhere; gpt2 after a
-// '\n' between two printable ASCII characters; a tokenizer.json where
-// hf::SafeCutter proves it (src/data/hf/safe_cut.h); anything else never.
+// Where documents may be cut for a tokenizer: byte anywhere; gpt2 and a
+// tokenizer.json where hf::SafeCutter proves it (src/data/hf/safe_cut.h;
+// for gpt2: after a '\n' between two printable ASCII characters, or between
+// an ASCII letter and a space); anything else never.
 // Built once per run (a tokenizer.json's table is computed here).
 class DocumentCutter {
  public:

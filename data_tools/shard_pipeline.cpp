@@ -12,6 +12,7 @@
 #include <fstream>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <future>
 #include <map>
 #include <optional>
@@ -435,7 +436,7 @@ class BlockQueue {
     std::unique_lock<std::mutex> l(mu_);
     cv_.wait(l, [&] { return pushed_ - written_ < cap_ || cancelled_; });
     if (cancelled_) return false;
-    b->seq = pushed_++;
+    pushed_++;
     q_.push_back(std::move(b));
     cv_.notify_all();
     return true;
@@ -485,13 +486,11 @@ class BlockQueue {
 class EmitSink final : public DocumentEvents {
  public:
   EmitSink(const ShardOptions& o, const ScanResult& scan, const DocumentCutter& cutter,
-           BlockQueue& q, size_t block_bytes)
-      : o_(o), scan_(scan), cutter_(cutter), q_(q), block_bytes_(block_bytes) {
+           std::function<bool(std::unique_ptr<PartBlock>)> push, size_t block_bytes)
+      : o_(o), scan_(scan), cutter_(cutter), q_(std::move(push)), block_bytes_(block_bytes) {
     block_ = std::make_unique<PartBlock>();
   }
   int source = 0;
-  bool stopped = false;  // the consumer gave up
-
   void begin(uint64_t) override {
     const uint8_t f = scan_.flags.at(doc_);
     skip_ = f & (kDocBlank | kDocRemoved);
@@ -574,18 +573,17 @@ class EmitSink final : public DocumentEvents {
     if (block_->bytes >= block_bytes_) push();
   }
   void push() {
-    if (!q_.push(std::move(block_))) {
-      stopped = true;
-      throw std::runtime_error("stopped");  // caught by the reader thread
-    }
+    block_->seq = seq_++;
+    q_(std::move(block_));  // (the reader's push throws to stop the reading)
     block_ = std::make_unique<PartBlock>();
   }
 
   const ShardOptions& o_;
   const ScanResult& scan_;
   const DocumentCutter& cutter_;
-  BlockQueue& q_;
+  std::function<bool(std::unique_ptr<PartBlock>)> q_;
   size_t block_bytes_;
+  uint64_t seq_ = 0;
   std::unique_ptr<PartBlock> block_;
   size_t doc_ = 0;
   bool skip_ = false, single_ = false, split_done_ = false, val_ = false, first_ = true;
@@ -618,8 +616,8 @@ ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const To
   ShardStreamWriter val(o.output_dir, "val", meta, o.shard_tokens, report);
   train.set_provenance(prov);
   val.set_provenance(prov);
-  // --threads 1 keeps to one core: each block is tokenized, then compressed
-  // and stored, on this thread (only the light reader runs beside). With
+  // --threads 1 keeps to one core: each block is read, tokenized, then
+  // compressed and stored, on this thread. With
   // N >= 2, N worker threads each tokenize whole blocks, one after another
   // with no barrier between them, while this thread writes the finished
   // blocks in order and the writers compress on their own threads.
@@ -637,83 +635,11 @@ ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const To
   const TextSourceOptions so = source_options(o);
   std::regex sep;
   if (!o.separator.empty()) sep = separator_regex(o);
-  std::thread reader([&] {
-    EmitSink sink(o, scan, cutter, q, kBlockBytes);
-    try {
-      for (size_t i = 0; i < scan.read_paths.size(); i++) {
-        sink.source = (int)i;
-        stream_input(scan.read_paths[i], so, o.separator.empty() ? nullptr : &sep, sink, nullptr,
-                     &scan.reads[i]);
-      }
-      sink.flush();
-      q.close();
-    } catch (...) {
-      q.close(sink.stopped ? nullptr : std::current_exception());
-    }
-  });
   auto tokenize = [&](std::unique_ptr<PartBlock> b) {
     Tokenized r;
     r.ids.reserve(b->parts.size());
     for (const TextPart& p : b->parts) r.ids.push_back(enc.encode(p.text));
     r.block = std::move(b);
-    return r;
-  };
-  // Finished blocks by number, for this thread to write in order.
-  struct Done {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::map<uint64_t, Tokenized> blocks;
-    int running = 0;  // workers not yet out of blocks
-    std::exception_ptr error;
-  } done;
-  done.running = workers;
-  std::vector<std::thread> pool;
-  for (int w = 0; w < workers; w++)
-    pool.emplace_back([&] {
-      std::exception_ptr err;
-      try {
-        while (auto b = q.pop()) {
-          const uint64_t seq = b->seq;
-          Tokenized r = tokenize(std::move(b));
-          std::lock_guard<std::mutex> l(done.mu);
-          done.blocks.emplace(seq, std::move(r));
-          done.cv.notify_all();
-        }
-      } catch (...) {
-        err = std::current_exception();
-      }
-      std::lock_guard<std::mutex> l(done.mu);
-      if (err && !done.error) done.error = err;
-      done.running--;
-      done.cv.notify_all();
-    });
-  struct Join {  // however this ends: stop the reader and the workers, wait for them
-    BlockQueue& q;
-    std::thread& reader;
-    std::vector<std::thread>& pool;
-    ~Join() {
-      q.cancel();
-      reader.join();
-      for (std::thread& w : pool) w.join();
-    }
-  } join{q, reader, pool};
-  // The next block in order: null at the end; rethrows a worker's error.
-  auto next = [&](uint64_t seq) -> std::optional<Tokenized> {
-    if (one_core) {
-      auto b = q.pop();
-      if (!b) return std::nullopt;
-      return tokenize(std::move(b));
-    }
-    std::unique_lock<std::mutex> l(done.mu);
-    done.cv.wait(l, [&] { return done.error || done.blocks.count(seq) || done.running == 0; });
-    if (done.error) std::rethrow_exception(done.error);
-    auto it = done.blocks.find(seq);
-    if (it == done.blocks.end()) {
-      q.pop();  // the reader's own error, if it failed (else null: the end)
-      return std::nullopt;
-    }
-    Tokenized r = std::move(it->second);
-    done.blocks.erase(it);
     return r;
   };
   // A failure (an input changed since the first pass, a full disk) leaves no
@@ -728,20 +654,101 @@ ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const To
         for (const ShardSummary& s : w->shards()) fs::remove(s.path, ec);
     }
   } remove_on_error{train, val};
-  for (uint64_t seq = 0;; seq++) {
-    std::optional<Tokenized> cur = next(seq);
-    if (!cur) break;
+  auto write = [&](Tokenized& cur) {
     uint64_t ntok = 0;
-    const std::vector<TextPart>& parts = cur->block->parts;
+    const std::vector<TextPart>& parts = cur.block->parts;
     for (size_t i = 0; i < parts.size(); i++) {
       const TextPart& p = parts[i];
-      (p.val ? val : train).add_document_part(cur->ids[i], p.source, p.first, p.last);
+      (p.val ? val : train).add_document_part(cur.ids[i], p.source, p.first, p.last);
       if (p.first) (p.val ? t.val_docs : t.train_docs)++;
-      ntok += cur->ids[i].size() + (p.first && meta.add_bos) + (p.last && meta.add_eos);
+      ntok += cur.ids[i].size() + (p.first && meta.add_bos) + (p.last && meta.add_eos);
     }
-    bar.add(parts.size(), ntok, cur->block->bytes);
-    cur.reset();
-    q.written();
+    bar.add(parts.size(), ntok, cur.block->bytes);
+  };
+  // The second reading, handing each block to `push`.
+  auto read_all = [&](std::function<bool(std::unique_ptr<PartBlock>)> push) {
+    EmitSink sink(o, scan, cutter, std::move(push), kBlockBytes);
+    for (size_t i = 0; i < scan.read_paths.size(); i++) {
+      sink.source = (int)i;
+      stream_input(scan.read_paths[i], so, o.separator.empty() ? nullptr : &sep, sink, nullptr,
+                   &scan.reads[i]);
+    }
+    sink.flush();
+  };
+  if (one_core) {  // read, tokenize and write each block in turn, on this thread
+    read_all([&](std::unique_ptr<PartBlock> b) {
+      Tokenized cur = tokenize(std::move(b));
+      write(cur);
+      return true;
+    });
+  } else {
+    std::thread reader([&] {
+      bool stopped = false;
+      try {
+        read_all([&](std::unique_ptr<PartBlock> b) {
+          if (q.push(std::move(b))) return true;
+          stopped = true;
+          throw std::runtime_error("stopped");  // the consumer gave up
+        });
+        q.close();
+      } catch (...) {
+        q.close(stopped ? nullptr : std::current_exception());
+      }
+    });
+    // Finished blocks by number, for this thread to write in order.
+    struct Done {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::map<uint64_t, Tokenized> blocks;
+      int running = 0;  // workers not yet out of blocks
+      std::exception_ptr error;
+    } done;
+    done.running = workers;
+    std::vector<std::thread> pool;
+    struct Join {  // however this ends: stop the reader and the workers, wait for them
+      BlockQueue& q;
+      std::thread& reader;
+      std::vector<std::thread>& pool;
+      ~Join() {
+        q.cancel();
+        reader.join();
+        for (std::thread& w : pool) w.join();
+      }
+    } join{q, reader, pool};
+    for (int w = 0; w < workers; w++)
+      pool.emplace_back([&] {
+        std::exception_ptr err;
+        try {
+          while (auto b = q.pop()) {
+            const uint64_t seq = b->seq;
+            Tokenized r = tokenize(std::move(b));
+            std::lock_guard<std::mutex> l(done.mu);
+            done.blocks.emplace(seq, std::move(r));
+            done.cv.notify_all();
+          }
+        } catch (...) {
+          err = std::current_exception();
+        }
+        std::lock_guard<std::mutex> l(done.mu);
+        if (err && !done.error) done.error = err;
+        done.running--;
+        done.cv.notify_all();
+      });
+    for (uint64_t seq = 0;; seq++) {
+      std::optional<Tokenized> cur;
+      {
+        std::unique_lock<std::mutex> l(done.mu);
+        done.cv.wait(l, [&] { return done.error || done.blocks.count(seq) || done.running == 0; });
+        if (done.error) std::rethrow_exception(done.error);
+        auto it = done.blocks.find(seq);
+        if (it == done.blocks.end()) break;  // the end (a reader's error reached the workers)
+        cur = std::move(it->second);
+        done.blocks.erase(it);
+      }
+      write(*cur);
+      cur.reset();
+      q.written();
+    }
   }
   train.finish();
   val.finish();

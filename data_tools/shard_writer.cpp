@@ -23,7 +23,10 @@ namespace ratchet {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr int kDeflateLevel = 4;  // H5Pset_deflate's level for every shard dataset
+constexpr int kDeflateLevel = 4;
+// Threads per ShardStreamWriter compressing chunks (in background mode): two
+// keep up with two tokenizing threads even for byte (one token per byte).
+constexpr int kWriterThreads = 2;  // H5Pset_deflate's level for every shard dataset
 
 // HDF5 (Debian's build is not thread-safe) is entered by one thread at a time:
 // the shard streams' background threads hold this around every HDF5 call.
@@ -301,29 +304,41 @@ struct ShardStreamWriter::OpenShard {
   }
 };
 
-// One thread running jobs in order; at most kMaxQueued wait (each holds a
-// chunk: bounded memory, and the tokenizer waits when compression lags). The
-// first job to throw stops the rest; its error reaches the caller at the
-// next post() or drain().
+// Threads running jobs: each job's `compute` (shuffle + deflate of a chunk,
+// the costly part) runs on any thread as soon as one is free, its `commit`
+// (the HDF5 write) in the order the jobs were posted. At most kMaxQueued
+// wait (each holds a chunk: bounded memory, and the tokenizer waits when
+// compression lags). The first job to throw stops the rest; its error
+// reaches the caller at the next post() or drain(). With no threads every
+// job runs in post(), on the caller's thread.
 struct ShardStreamWriter::Background {
   static constexpr size_t kMaxQueued = 4;
+  struct Job {
+    std::function<void(libdeflate_compressor*)> compute;
+    std::function<void()> commit;
+    uint64_t ticket = 0;
+  };
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::function<void()>> jobs;
-  bool busy = false, stop = false;
+  std::deque<Job> jobs;
+  size_t active = 0;
+  bool stop = false;
+  uint64_t next_ticket = 0, next_commit = 0;
   std::exception_ptr error;
-  libdeflate_compressor* z = nullptr;
-  std::thread thread;
+  libdeflate_compressor* inline_z = nullptr;
+  std::vector<std::thread> threads;
 
-  bool threaded;  // else every job runs in post(), on the caller's thread
-
-  explicit Background(bool threaded_) : z(libdeflate_alloc_compressor(kDeflateLevel)), threaded(threaded_) {
-    if (!z) fail("cannot allocate a deflate compressor");
-    if (threaded) thread = std::thread([this] { run(); });
+  explicit Background(int nthreads) {
+    if (nthreads <= 0) {
+      inline_z = libdeflate_alloc_compressor(kDeflateLevel);
+      if (!inline_z) fail("cannot allocate a deflate compressor");
+      return;
+    }
+    for (int i = 0; i < nthreads; i++) threads.emplace_back([this] { run(); });
   }
   ~Background() {
-    if (!threaded) {
-      libdeflate_free_compressor(z);
+    if (threads.empty()) {
+      libdeflate_free_compressor(inline_z);
       return;
     }
     {
@@ -332,50 +347,71 @@ struct ShardStreamWriter::Background {
       jobs.clear();
     }
     cv.notify_all();
-    thread.join();
-    libdeflate_free_compressor(z);
+    for (std::thread& t : threads) t.join();
+  }
+  static void clear_h5_errors() {
+    // A failed write leaves entries on this thread's HDF5 error stack (the
+    // library keeps one per thread, e.g. from the H5Fclose of a file whose
+    // flush failed with EFBIG); nobody reads them after this thread ends,
+    // and they would leak with it.
+    std::lock_guard<std::mutex> h5(g_h5);
+    H5Eclear2(H5E_DEFAULT);
   }
   void run() {
+    libdeflate_compressor* z = libdeflate_alloc_compressor(kDeflateLevel);
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
       cv.wait(lock, [&] { return stop || !jobs.empty(); });
-      if (stop) return;
-      std::function<void()> job = std::move(jobs.front());
+      if (stop) break;
+      Job job = std::move(jobs.front());
       jobs.pop_front();
-      busy = true;
+      active++;
+      cv.notify_all();  // room in the queue
       lock.unlock();
       std::exception_ptr err;
       try {
-        job();
+        if (!z) fail("cannot allocate a deflate compressor");
+        if (job.compute) job.compute(z);
       } catch (...) {
         err = std::current_exception();
       }
-      job = nullptr;  // its captures (an OpenShard) go now, not at the next job
-      if (err) {
-        // A failed write leaves entries on this thread's HDF5 error stack
-        // (the library keeps one per thread, e.g. from the H5Fclose of a file
-        // whose flush failed with EFBIG); nobody reads them after this thread
-        // ends, and they would leak with it.
-        std::lock_guard<std::mutex> h5(g_h5);
-        H5Eclear2(H5E_DEFAULT);
-      }
       lock.lock();
-      busy = false;
+      cv.wait(lock, [&] { return stop || next_commit == job.ticket; });
+      if (stop) {
+        active--;
+        break;
+      }
+      const bool skip = err || error;  // an earlier job failed: nothing more is written
+      lock.unlock();
+      if (!skip) {
+        try {
+          job.commit();
+        } catch (...) {
+          err = std::current_exception();
+        }
+      }
+      job = Job{};  // its captures (an OpenShard) go now, not at the next job
+      if (err) clear_h5_errors();
+      lock.lock();
       if (err && !error) {
         error = err;
         jobs.clear();
       }
+      next_commit++;
+      active--;
       cv.notify_all();
     }
+    lock.unlock();
+    libdeflate_free_compressor(z);
   }
-  void post(std::function<void()> job) {
-    if (!threaded) {
+  void post(std::function<void(libdeflate_compressor*)> compute, std::function<void()> commit) {
+    if (threads.empty()) {
       if (error) std::rethrow_exception(error);
       try {
-        job();
+        if (compute) compute(inline_z);
+        commit();
       } catch (...) {
-        std::lock_guard<std::mutex> h5(g_h5);
-        H5Eclear2(H5E_DEFAULT);
+        clear_h5_errors();
         error = std::current_exception();
         throw;
       }
@@ -384,16 +420,17 @@ struct ShardStreamWriter::Background {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return error || jobs.size() < kMaxQueued; });
     if (error) std::rethrow_exception(error);
-    jobs.push_back(std::move(job));
+    jobs.push_back({std::move(compute), std::move(commit), next_ticket++});
     cv.notify_all();
   }
+  void post(std::function<void()> job) { post(nullptr, std::move(job)); }
   void drain() {
-    if (!threaded) {
+    if (threads.empty()) {
       if (error) std::rethrow_exception(error);
       return;
     }
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return error || (jobs.empty() && !busy); });
+    cv.wait(lock, [&] { return error || (jobs.empty() && active == 0); });
     if (error) std::rethrow_exception(error);
   }
 };
@@ -461,7 +498,7 @@ void ShardStreamWriter::append(const uint32_t* tokens, size_t n, bool starts_doc
 }
 
 void ShardStreamWriter::write_chunk() {
-  if (!bg_) bg_ = std::make_unique<Background>(background_);
+  if (!bg_) bg_ = std::make_unique<Background>(background_ ? kWriterThreads : 0);
   if (!open_) {
     open_ = std::make_shared<OpenShard>();
     open_->path = (fs::path(dir_) / shard_name(prefix_, written_.size() + queued_)).string();
@@ -469,33 +506,44 @@ void ShardStreamWriter::write_chunk() {
   std::shared_ptr<OpenShard> sh = open_;
   const size_t chunk = shard_format::kChunkTokens;
   const uint64_t offset = shard_count_ - tokens_.size();  // chunk-aligned
-  Background* bg = bg_.get();
-  bg_->post([sh, bg, chunk, offset, meta = meta_, v = std::move(tokens_)] {
-    for (size_t i = 0; i < v.size(); i++) {
-      if (v[i] >= (uint32_t)meta.vocab_size)
-        fail("cannot write shard ", sh->path, ": token ", offset + i, " is ", v[i],
-             ", outside the vocab of ", meta.vocab_size);
-      sh->max_token = std::max<uint64_t>(sh->max_token, v[i]);
-    }
-    const hid_t type = token_file_type(meta);
-    const std::vector<unsigned char> z = filter_chunk(v, chunk, (int)H5Tget_size(type), bg->z);
-    std::lock_guard<std::mutex> lock(g_h5);
-    if (sh->file.get() < 0) {
-      fs::path dir = fs::path(sh->path).parent_path();
-      std::error_code ec;
-      if (!fs::is_directory(dir.empty() ? fs::path(".") : dir, ec))
-        fail("cannot write shard ", sh->path, ": directory ", dir.string(), " does not exist");
-      sh->tmp = temp_name(sh->path);
-      sh->file = create_file(sh->tmp, sh->path);
-      // Created one chunk long (so its chunks are `chunk` long); extended below.
-      sh->dset = create_1d(sh->file, shard_format::kTokens, type, chunk, chunk, sh->path);
-    }
-    hsize_t dims[1] = {offset + v.size()}, off[1] = {offset};
-    H5_CHECK(H5Dset_extent(sh->dset, dims), "cannot write shard ", sh->path);
-    H5_CHECK(H5Dwrite_chunk(sh->dset, H5P_DEFAULT, 0, off, z.size(), z.data()),
-             "cannot write shard ", sh->path);
-    sh->written = offset + v.size();
-  });
+  // The chunk's check and compression on any writer thread, its write in order.
+  auto v = std::make_shared<std::vector<uint32_t>>(std::move(tokens_));
+  auto z = std::make_shared<std::vector<unsigned char>>();
+  auto max_token = std::make_shared<uint64_t>(0);
+  const ShardMeta meta = meta_;
+  bg_->post(
+      [sh, v, z, max_token, chunk, offset, meta](libdeflate_compressor* zc) {
+        for (size_t i = 0; i < v->size(); i++) {
+          if ((*v)[i] >= (uint32_t)meta.vocab_size)
+            fail("cannot write shard ", sh->path, ": token ", offset + i, " is ", (*v)[i],
+                 ", outside the vocab of ", meta.vocab_size);
+          *max_token = std::max<uint64_t>(*max_token, (*v)[i]);
+        }
+        // The element size without an HDF5 call (HDF5 is entered under g_h5 only).
+        const int esize = meta.vocab_size > shard_format::kMaxVocab16 ? 4 : 2;
+        *z = filter_chunk(*v, chunk, esize, zc);
+      },
+      [sh, v, z, max_token, chunk, offset, meta] {
+        sh->max_token = std::max(sh->max_token, *max_token);
+        std::lock_guard<std::mutex> lock(g_h5);
+        const hid_t type = token_file_type(meta);
+        if (sh->file.get() < 0) {
+          fs::path dir = fs::path(sh->path).parent_path();
+          std::error_code ec;
+          if (!fs::is_directory(dir.empty() ? fs::path(".") : dir, ec))
+            fail("cannot write shard ", sh->path, ": directory ", dir.string(), " does not exist");
+          sh->tmp = temp_name(sh->path);
+          sh->file = create_file(sh->tmp, sh->path);
+          // Created one chunk long (so its chunks are `chunk` long); extended below.
+          sh->dset = create_1d(sh->file, shard_format::kTokens, type, chunk, chunk, sh->path);
+        }
+        hsize_t dims[1] = {offset + v->size()}, off[1] = {offset};
+        H5_CHECK(H5Dset_extent(sh->dset, dims), "cannot write shard ", sh->path);
+        H5_CHECK(H5Dwrite_chunk(sh->dset, H5P_DEFAULT, 0, off, z->size(), z->data()),
+                 "cannot write shard ", sh->path);
+        sh->written = offset + v->size();
+      });
+  tokens_ = std::vector<uint32_t>();
   tokens_.clear();
   tokens_.reserve(chunk);
 }
@@ -516,7 +564,7 @@ void ShardStreamWriter::flush() {
                                      ? provenance_.source_sha256[src]
                                      : std::string());
   }
-  if (!bg_) bg_ = std::make_unique<Background>(background_);
+  if (!bg_) bg_ = std::make_unique<Background>(background_ ? kWriterThreads : 0);
   if (!open_) {
     // At most one chunk: written whole (chunk size = its length, as always).
     bg_->post([this, s, prov = std::move(prov), v = std::move(tokens_), d = std::move(doc_offsets_)] {

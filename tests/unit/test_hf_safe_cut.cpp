@@ -1,5 +1,5 @@
 // hf::SafeCutter (src/data/hf/safe_cut.h) for the four real tokenizer.json
-// families of scripts/install-deps.sh: a document cut at its safe cuts and
+// families of scripts/install-deps.sh and GPT-2's files: a document cut at its safe cuts and
 // tokenized part by part gives exactly the ids of the whole, on real text
 // (the KJV, fortunes, C headers) and on random mixtures of words, every kind
 // of whitespace run, digits, contractions, special-token spellings, CJK,
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "data/gpt2_tokenizer.h"
 #include "data/hf/safe_cut.h"
 #include "data/hf_tokenizer.h"
 #include "data_tools/parallel_tokenize.h"
@@ -25,13 +26,18 @@ using namespace ratchet::testing;
 
 namespace {
 
-const char* kFamilies[] = {"llama3_1", "llama2", "qwen3", "gemma3"};
+const char* kFamilies[] = {"llama3_1", "llama2", "qwen3", "gemma3", "gpt2"};
 
 // Each family loaded once for all tests (loading Gemma's takes seconds).
 const HfTokenizer* load(const std::string& family) {
   static std::map<std::string, std::unique_ptr<HfTokenizer>> loaded;
   auto it = loaded.find(family);
   if (it != loaded.end()) return it->second.get();
+  if (family == "gpt2") {  // GPT-2's files as the engine's ByteLevel configuration
+    const std::string dir = default_gpt2_dir();
+    return (loaded[family] = HfTokenizer::from_gpt2_files(dir + "/encoder.json", dir + "/vocab.bpe"))
+        .get();
+  }
   const std::string path = default_hf_tokenizers_dir() + "/" + family + "/tokenizer.json";
   if (!std::filesystem::exists(path)) {
     ADD_FAILURE() << path << " is missing: run scripts/install-deps.sh";
@@ -152,7 +158,7 @@ TEST(HfSafeCut, NoCutWithoutProof) {
     hf::SafeCutter cutter(tok->engine());
     std::string word(20000, 'a');
     for (size_t i = 0; i < word.size(); i++) word[i] = (char)('a' + (i * 7919 % 26));
-    if (std::string(f) == "llama3_1" || std::string(f) == "qwen3") {
+    if (std::string(f) == "llama3_1" || std::string(f) == "qwen3" || std::string(f) == "gpt2") {
       EXPECT_TRUE(cutter.cuts(word, 100).empty()) << f;  // letters only: no boundary is proven
     }
     std::string bad = random_text(7, 3000);
