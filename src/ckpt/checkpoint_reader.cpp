@@ -330,6 +330,17 @@ void CheckpointReader::verify(int part, int parts) const {
   }
 }
 
+Checkpoint read_checkpoint_params(const std::string& dir) {
+  const CheckpointReader r(dir);
+  r.verify();
+  Checkpoint ck;
+  ck.meta = r.meta();
+  ck.meta.param_shards = 0;
+  ck.params.resize(r.num_params());
+  r.read(0, 0, r.num_params(), ck.params.data());
+  return ck;
+}
+
 Checkpoint read_checkpoint_part(const CheckpointReader& r, const FlatRanges& moment_ranges) {
   Checkpoint ck;
   ck.meta = r.meta();

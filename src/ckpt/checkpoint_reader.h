@@ -75,6 +75,10 @@ class CheckpointReader {
 // vector: "tensor 'wte' holds nan at element 5 (of 8192)".
 std::string describe_param_value(const ParamLayout& layout, uint64_t i, float v);
 
+// The parameters only (adam_m/adam_v left empty), after verify(): for
+// export and evaluation, which never need the moments (2/3 of the bytes).
+Checkpoint read_checkpoint_params(const std::string& dir);
+
 // A rank's part: all parameters, and the moments of `moment_ranges` back to
 // back (empty: all of them). Reads without checksums (see read()).
 Checkpoint read_checkpoint_part(const CheckpointReader& r, const FlatRanges& moment_ranges);

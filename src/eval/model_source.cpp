@@ -5,6 +5,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/checkpoint_reader.h"
 #include "core/error.h"
 #include <cstdio>
 #include "data/byte_tokenizer.h"
@@ -68,16 +69,17 @@ ModelSource load_model_source(const std::string& path, const std::string& flag) 
       if (!fs::exists(path + "/COMMITTED"))
         fail(flag, " ", path, " has no COMMITTED marker (a save that did not finish): pass a "
              "committed checkpoint, or its CKPT_DIR for the newest valid one");
-      ck = read_checkpoint(path);
+      ck = read_checkpoint_params(path);  // verified; the moments are never read
       m.path = path;
     } else {
       CheckpointDir cd(path, false);
-      auto got = cd.load_newest_valid(
+      const std::string newest = cd.newest_valid_path(
           [](const std::string& w) {
             if (log_rank() == 0) std::fprintf(stderr, "eval: warning: %s\n", w.c_str());
           });
-      if (!got) fail(flag, " ", path, " holds no valid checkpoint (see `ratchet ckpt verify ", path, "`)");
-      ck = std::move(*got);
+      if (newest.empty())
+        fail(flag, " ", path, " holds no valid checkpoint (see `ratchet ckpt verify ", path, "`)");
+      ck = read_checkpoint_params(newest);
       m.path = path + "/" + CheckpointDir::entry_name(ck.meta.step);
     }
     m.cfg = ck.meta.model;
