@@ -204,8 +204,9 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "the gradient shards all-reduced across groups (default: the world, plain ZeRO-k; "
      "1 = ZeRO-0)")
     ("overlap-comm", po::value<std::string>()->default_value("on"),
-     "data parallel, --zero 0: on = all-reduce each layer's gradients while the backward of "
-     "the layers below runs; off = one all-reduce after the backward")
+     "data parallel: on = reduce each layer's gradients while the backward of the layers below "
+     "runs (--zero 0: all-reduce; --zero 1 and 2: reduce-scatter into bucket-aligned shards); "
+     "off = after the backward (--zero 1: one flat reduce-scatter)")
     ("log-jsonl", po::value(&o.log_jsonl), "write one JSON object per step/evaluation here")
     ("export", po::value(&o.export_path), "write an llm.c fp32 GPT-2 checkpoint at the end")
     ("export-hf", po::value(&o.export_hf),

@@ -49,8 +49,8 @@ std::string gradient_sum_order(int world, int accum, int stage, int group_size, 
          (n == 2 ? std::string(" (a+b)") : std::string(" (") + collective + "'s order)");
   };
   level(group_size, stage == 0 ? (per_layer ? "per-layer all-reduce" : "all-reduce")
-                     : stage == 2 ? "per-bucket reduce-scatter"
-                                  : "reduce-scatter");
+                     : stage == 2 || per_layer ? "per-bucket reduce-scatter"  // overlapped ZeRO-1 too
+                                               : "reduce-scatter");
   level(world / group_size, "all-reduce");
   if (per_micro)
     s += (s.empty() ? "" : " ") + std::string("for each micro-batch, then the ") +

@@ -41,7 +41,7 @@ size_t DataParallel::buffer_bytes(const BackendMemoryModel& be, size_t P, int W,
 
 DataParallel::DataParallel(Communicator& comm, Backend& be, const ParamLayout& layout,
                            const AdamWConfig& cfg, int zero_stage, Communicator* grad_comm,
-                           const ShardGroups* groups)
+                           const ShardGroups* groups, bool overlap)
     : comm_(comm),
       gcomm_(grad_comm ? *grad_comm : comm),
       groups_(groups),
@@ -60,7 +60,8 @@ DataParallel::DataParallel(Communicator& comm, Backend& be, const ParamLayout& l
   RATCHET_ASSERT(gcomm_.world() == comm_.world() && gcomm_.rank() == comm_.rank());
   RATCHET_ASSERT(scomm_ && sintra_ && (!groups_ || sinter_));
   RATCHET_ASSERT(!groups_ || groups_->size * groups_->count == comm_.world());
-  if (stage_ == 2) {
+  overlap_ = overlap;
+  if (bucketed(stage_, overlap, shard_count())) {
     init_buckets(cfg);  // dist/zero_buckets.cpp
   } else if (stage_ == 1) {
     const int W = shard_count();
@@ -88,20 +89,21 @@ DType DataParallel::dtype() const {
 }
 
 size_t DataParallel::buffer_bytes(const BackendMemoryModel& be, const GPTConfig& cfg, int W,
-                                  int stage) {
+                                  int stage, bool overlap) {
   const ParamLayout layout(cfg);
-  if (stage != 2) return buffer_bytes(be, layout.total, W, stage);
+  if (!bucketed(stage, overlap, W)) return buffer_bytes(be, layout.total, W, stage);
   // zero_buckets.cpp's init_buckets(), allocation by allocation.
   const BucketLayout bk(layout, cfg.num_layers, W);
   const size_t sb = be.storage_bytes;
-  return be.alloc_size(std::max<size_t>(1, bk.shard_elems()) * sb) +
-         2 * be.alloc_size(bk.block_buffer_elems() * sb) + be.alloc_size(bk.rest_buffer_elems() * sb) +
-         2 * be.alloc_size(bk.block(0).S * sb) + be.alloc_size(bk.rest().S * sb);
+  size_t b = be.alloc_size(std::max<size_t>(1, bk.shard_elems()) * sb) +
+             2 * be.alloc_size(bk.block_buffer_elems() * sb) + be.alloc_size(bk.rest_buffer_elems() * sb);
+  if (stage == 2) b += 2 * be.alloc_size(bk.block(0).S * sb) + be.alloc_size(bk.rest().S * sb);
+  return b;
 }
 
-size_t DataParallel::moment_elems(const GPTConfig& cfg, int W, int r, int stage) {
+size_t DataParallel::moment_elems(const GPTConfig& cfg, int W, int r, int stage, bool overlap) {
   const ParamLayout layout(cfg);
-  if (stage == 2) return BucketLayout(layout, cfg.num_layers, W).owned_elems(r);
+  if (bucketed(stage, overlap, W)) return BucketLayout(layout, cfg.num_layers, W).owned_elems(r);
   if (stage == 1) {
     const ShardRange s = shard_range(layout.total, W, r);
     return s.hi - s.lo;
@@ -111,12 +113,17 @@ size_t DataParallel::moment_elems(const GPTConfig& cfg, int W, int r, int stage)
 
 void DataParallel::attach(GPT& model, int micro_batches, bool overlap) {
   RATCHET_ASSERT(model.num_params() == P_);
-  overlap_ = overlap;
-  if (stage_ != 2) {
+  if (!bk_) {
+    overlap_ = overlap;
     if (overlap) overlap_with(model, micro_batches);
     return;
   }
-  RATCHET_ASSERT(model.grads() == nullptr);  // built with flat_grads(2) == false
+  // The layout was chosen with the constructor's `overlap` (stage 1).
+  if (stage_ == 1 && overlap != overlap_)
+    fail("data parallel: ZeRO-1 was built ", overlap_ ? "with" : "without",
+         " overlap but attach() says ", overlap ? "on" : "off");
+  overlap_ = overlap;
+  RATCHET_ASSERT((model.grads() == nullptr) == (stage_ == 2));  // flat_grads(stage)
   model_ = &model;
   micro_batches_ = micro_batches;
   pass_ = launched_ = 0;
@@ -127,13 +134,16 @@ void DataParallel::attach(GPT& model, int micro_batches, bool overlap) {
   model.set_grad_ready_hook([st](int layer) {
     if (st->dp) st->dp->grad_ready(layer);
   });
-  model.set_grad_store(store_.get());
+  if (stage_ == 2) model.set_grad_store(store_.get());
 }
 
 std::string DataParallel::describe() const {
   if (stage_ == 2)
     return std::string("ZeRO-2: gradients and optimizer state sharded, each block's gradient "
                        "reduce-scattered ") + (overlap_ ? "during the backward" : "after its backward (--overlap-comm off)");
+  if (stage_ == 1 && bk_)
+    return "ZeRO-1: optimizer state sharded by gradient buckets, each block's gradient "
+           "reduce-scattered during the last backward (--overlap-comm on)";
   if (stage_ == 1) return "ZeRO-1: optimizer state sharded";
   return overlapping() ? "gradients all-reduced during the backward (--overlap-comm on)"
                        : "gradients all-reduced";
@@ -144,6 +154,7 @@ bool DataParallel::overlap_with(GPT& model, int micro_batches) {
   RATCHET_ASSERT(micro_batches >= 1);
   RATCHET_ASSERT(model.num_params() == P_);
   model_ = &model;
+  overlap_ = true;
   micro_batches_ = micro_batches;
   pass_ = launched_ = 0;
   if (hook_) hook_->dp = nullptr;
@@ -159,17 +170,23 @@ bool DataParallel::overlap_with(GPT& model, int micro_batches) {
 // Called by the model's backward: layer l's twelve tensors are final (l >= 0),
 // or wte, wpe, lnfw, lnfb, lmhead (l = -1, the last call of a backward pass).
 void DataParallel::grad_ready(int layer) {
-  if (stage_ == 2) {  // every pass: the bucket's reduce-scatter (zero_buckets.cpp)
-    if (layer >= 0) {
-      const int k = layer % 2;
-      bucket_ready((size_t)layer, static_cast<char*>(block_buf_[k]),
-                   static_cast<char*>(block_recv_[k]), &block_fl_[k]);
-    } else {
-      bucket_ready(bk_->buckets().size() - 1, static_cast<char*>(rest_buf_),
-                   static_cast<char*>(rest_recv_), &rest_fl_);
-      pass_++;
+  if (bk_) {  // the bucket's reduce-scatter (zero_buckets.cpp): every pass at stage 2,
+              // the last one at stage 1 (packed from the flat grads first)
+    if (stage_ == 2 || pass_ == micro_batches_ - 1) {
+      const size_t b = layer >= 0 ? (size_t)layer : bk_->buckets().size() - 1;
+      const int k = layer >= 0 ? layer % 2 : 0;
+      char* buf = static_cast<char*>(layer >= 0 ? block_buf_[k] : rest_buf_);
+      char* recv = static_cast<char*>(layer >= 0 ? block_recv_[k] : rest_recv_);
+      InFlight* f = layer >= 0 ? &block_fl_[k] : &rest_fl_;
+      if (stage_ == 1) {
+        finish(f, recv);  // the buffer's previous bucket (two layers up)
+        pack_bucket(b, static_cast<const char*>(model_->grads()), buf);
+      }
+      bucket_ready(b, buf, recv, f);
+      launched_++;
+      sintra_->progress();  // MPI moves nonblocking collectives only inside its calls
     }
-    sintra_->progress();  // MPI moves nonblocking collectives only inside its calls
+    if (layer < 0) pass_++;
     return;
   }
   if (pass_ == micro_batches_ - 1) {
@@ -207,7 +224,7 @@ float DataParallel::step(dptr params, dptr grads, float lr) {
   const int W = comm_.world();
   const size_t sb = be_.storage_bytes();
   const DType t = dtype();
-  if (stage_ == 2) return step_buckets(params, lr);  // zero_buckets.cpp
+  if (bk_) return step_buckets(params, grads, lr);  // zero_buckets.cpp
   if (stage_ == 0) {
     if (W > 1) {
       const int groups = model_ ? model_->config().num_layers + 1 : 0;
@@ -316,15 +333,17 @@ bool DataParallel::shard_writer() const {
 
 void DataParallel::restore_params(dptr params) {
   opt_->restore_rounding(params);
-  if (stage_ == 1 && shard_count() > 1) gather_params(params);
-  if (stage_ == 2) gather_buckets(params);
+  if (bk_)
+    gather_buckets(params);
+  else if (stage_ == 1 && shard_count() > 1)
+    gather_params(params);
   be_.synchronize();
 }
 
 void DataParallel::sync_master(dptr params) {
   const int W = shard_count();
   if (stage_ == 0 || W == 1 || be_.storage_bytes() == sizeof(float)) return;
-  if (stage_ == 2) return sync_master_buckets(params);  // zero_buckets.cpp
+  if (bk_) return sync_master_buckets(params);  // zero_buckets.cpp
   const size_t S = range_.padded, n = range_.hi - range_.lo, sb = be_.storage_bytes();
   // The FP32 values of every shard, from their owners (download_f32 reads the
   // master copy), gathered on the host (within the group: each holds them all).
@@ -341,7 +360,7 @@ void DataParallel::sync_master(dptr params) {
 }
 
 std::vector<std::pair<size_t, size_t>> DataParallel::owned_ranges() const {
-  if (stage_ == 2) return bk_->owned_ranges(shard_index());
+  if (bk_) return bk_->owned_ranges(shard_index());
   return {{range_.lo, range_.hi}};
 }
 

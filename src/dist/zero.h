@@ -37,16 +37,29 @@
 //                                              master copy of params[lo, hi) is updated
 //                                              and the BF16 values stochastically rounded
 //   pad: own shard of params copied into slot r, all_gather(pad) -> params (P)
-//   ZeRO-1 keeps this flat reduce-scatter after the whole backward (no overlap):
-//   the reduce-scatter needs every gradient, and its shards cut across layers.
+//   This flat layout is stage 1 WITHOUT overlap (the constructor's `overlap`
+//   false, --overlap-comm off, or one shard): the reduce-scatter needs every
+//   gradient, and its shards cut across layers.
+//   Overlapped ZeRO-1 (`overlap` true, more than one shard): the shards are
+//   bucket-aligned as stage 2's (below). The micro-batches accumulate in the
+//   flat grads as at stage 0; on the LAST one, as soon as block l's backward
+//   is done, its twelve slices are packed into a block bucket buffer and
+//   reduce-scattered asynchronously into the rank's piece (then the rest's
+//   bucket at grad-ready(-1)); step() waits for them. Norm, AdamW on the
+//   pieces and the bucket-by-bucket all-gather as stage 2. Per element the
+//   sum over ranks is the flat one's (each bucket's reduce-scatter adds the
+//   same ranks' values).
+//   Buffers: stage 2's without the receive buffers.
 // Any P works: the last shard is padded (it may even be empty when W > P).
 //
-// Hybrid sharding (--shard-group N, dist/shard_groups.h): the stage-1 state
-// is sharded over the N ranks of a group (S = ceil(P / N), a rank owns shard
-// `member` of its group) and every group holds a copy. The collective
-// helpers become two-level:
+// Hybrid sharding (--shard-group N, dist/shard_groups.h): the state of
+// stages 1 and 2 is sharded over the N ranks of a group (the shard math above
+// and below with N for W: shard_count(); a rank owns shard `member` of its
+// group: shard_index()) and every group holds a copy. The collective helpers
+// become two-level (stage 2 and overlapped ZeRO-1: per bucket, the inter
+// all-reduce once the bucket's reduce-scatter is waited for):
 //   reduce-scatter  inside the group (intra, over N ranks), then an all-reduce
-//                   of the shard (S elements) across the W/N groups (inter)
+//                   of the shard across the W/N groups (inter)
 //   all-gather      inside the group
 //   norm            the shards' squares summed inside the group (every group
 //                   holds the same summed gradient)
@@ -56,7 +69,8 @@
 // ranks for `node`. Each level adds in MPI's (NCCL's) order for its count; a
 // level of 2 ranks adds once (a + b = b + a), so W = 4 in groups of 2 gives
 // exactly (g0 + g1) + (g2 + g3), and W = 2 in groups of 1 or 2 gives g0 + g1,
-// stage 0's sum (tests/mpi/test_mpi_shard_groups.cpp replays both).
+// stage 0's sum (tests/mpi/test_mpi_shard_groups.cpp replays both, at
+// stages 1 and 2).
 // Replicas: a shard's copies in the other groups are bitwise equal (the same
 // sums, the same AdamW); only the group of index 0 writes them to a
 // checkpoint (shard_writer()).
@@ -144,20 +158,23 @@ class DataParallel {
   // outlive this object, and hold device splits when grad_comm is given.
   DataParallel(Communicator& comm, Backend& be, const ParamLayout& layout, const AdamWConfig& cfg,
                int zero_stage, Communicator* grad_comm = nullptr,
-               const ShardGroups* groups = nullptr);
+               const ShardGroups* groups = nullptr, bool overlap = false);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
   AdamW& optimizer() { return *opt_; }
   int zero_stage() const { return stage_; }
-  // The range of the optimizer state this rank owns (all of it for stage 0).
+  // The range of the optimizer state this rank owns (all of it for stage 0)
+  // in the flat layout; empty when the shards are bucket-aligned (stage 2,
+  // overlapped stage 1): use owned_ranges().
   ShardRange range() const { return range_; }
   // The flat [lo, hi) ranges of the parameter vector whose optimizer state
   // (moments, FP32 master) this rank owns, in increasing order; the moments
   // buffer (optimizer().m()/v()) holds them back to back in this order. One
-  // range today ({lo, hi} of range(); all of [0, P) at stage 0); bucket-aligned
-  // shards (ZeRO-2, overlapped ZeRO-1) own several. Checkpoint shards are
+  // range in the flat layout ({lo, hi} of range(); all of [0, P) at stage 0);
+  // bucket-aligned shards (ZeRO-2, overlapped ZeRO-1: dist/buckets.h) own
+  // several, merged where adjacent. Checkpoint shards are
   // written and read by these ranges.
   std::vector<std::pair<size_t, size_t>> owned_ranges() const;
   // Whether this rank writes its owned ranges into a checkpoint. True on every
@@ -183,6 +200,11 @@ class DataParallel {
   // Whether the model keeps its flat gradient buffer at this stage (build it
   // with GPT(cfg, be, flat_grads(stage))); false for stage 2.
   static bool flat_grads(int stage) { return stage < 2; }
+  // Whether the shards are bucket-aligned (dist/buckets.h): stage 2, and
+  // stage 1 with overlap on W > 1 shards (its per-block reduce-scatter).
+  static bool bucketed(int stage, bool overlap, int W) {
+    return stage == 2 || (stage == 1 && overlap && W > 1);
+  }
   // The log's line for the data-parallel mode ("ZeRO-1: optimizer state sharded", ...).
   std::string describe() const;
   // Stages train runs (0, 1, 2).
@@ -213,9 +235,11 @@ class DataParallel {
   }
   // The same for any stage (stage 2 needs the buckets' shapes): W is the
   // number of ranks the state is sharded over (shard_count()).
-  static size_t buffer_bytes(const BackendMemoryModel& be, const GPTConfig& cfg, int W, int stage);
+  // overlap: as given to the constructor (stage 1's layout depends on it).
+  static size_t buffer_bytes(const BackendMemoryModel& be, const GPTConfig& cfg, int W, int stage,
+                             bool overlap = false);
   // AdamW's m and v length on shard r of W at this stage.
-  static size_t moment_elems(const GPTConfig& cfg, int W, int r, int stage);
+  static size_t moment_elems(const GPTConfig& cfg, int W, int r, int stage, bool overlap = false);
 
  private:
   struct HookState;
@@ -233,9 +257,10 @@ class DataParallel {
   void release_buckets();
   void bucket_slots(size_t b, char* buf, dptr* slots);
   void bucket_ready(size_t b, char* buf, char* recv, InFlight* f);
+  void pack_bucket(size_t b, const char* grads, char* buf);  // stage 1: flat -> bucket
   void finish(InFlight* f, char* recv);
   void finish_all();
-  float step_buckets(dptr params, float lr);
+  float step_buckets(dptr params, dptr grads, float lr);
   void gather_buckets(dptr params);
   void sync_master_buckets(dptr params);
   // Asynchronous sum-reduce-scatter in backend memory (as reduce_scatter);

@@ -43,8 +43,10 @@ void DataParallel::init_buckets(const AdamWConfig& cfg) {
   gshard_ = be_.alloc(std::max<size_t>(1, bk_->shard_elems()) * sb);
   for (int k = 0; k < 2; k++) block_buf_[k] = be_.alloc(bk_->block_buffer_elems() * sb);
   rest_buf_ = be_.alloc(bk_->rest_buffer_elems() * sb);
-  for (int k = 0; k < 2; k++) block_recv_[k] = be_.alloc(bk_->block(0).S * sb);
-  rest_recv_ = be_.alloc(bk_->rest().S * sb);
+  if (stage_ == 2) {  // accumulation over micro-batches happens in the shard
+    for (int k = 0; k < 2; k++) block_recv_[k] = be_.alloc(bk_->block(0).S * sb);
+    rest_recv_ = be_.alloc(bk_->rest().S * sb);
+  }
   store_ = std::make_unique<Store>(*this);
 }
 
@@ -76,7 +78,7 @@ void DataParallel::bucket_ready(size_t b, char* buf, char* recv, InFlight* f) {
   const size_t sb = be_.storage_bytes();
   char* shard = static_cast<char*>(gshard_) + bk_->shard_offset(b) * sb;
   f->bucket = b;
-  f->add = pass_ > 0;
+  f->add = stage_ == 2 && pass_ > 0;  // stage 1 reduces once, after its accumulation
   f->active = true;
   f->ticket = reduce_scatter_async(buf, f->add ? recv : shard, bk.S);
   if (!overlap_) finish(f, recv);
@@ -103,10 +105,32 @@ void DataParallel::finish_all() {
   finish(&rest_fl_, static_cast<char*>(rest_recv_));
 }
 
-float DataParallel::step_buckets(dptr params, float lr) {
-  if (pass_ == 0)
+// Stage 1: bucket b's slices of the flat gradient, packed.
+void DataParallel::pack_bucket(size_t b, const char* grads, char* buf) {
+  const size_t sb = be_.storage_bytes();
+  for (const BucketSlice& s : bk_->buckets()[b].slices)
+    be_.copy(buf + s.pos * sb, grads + s.flat * sb, s.n * sb);
+}
+
+float DataParallel::step_buckets(dptr params, dptr grads, float lr) {
+  if (stage_ == 2 && pass_ == 0)
     fail("data parallel: ZeRO-2 step without a backward pass this step (the gradient shard is "
          "written by the passes' reductions)");
+  const size_t nb = bk_->buckets().size();
+  if (stage_ == 1 && !(model_ && launched_ == (int)nb && pass_ == micro_batches_)) {
+    // No overlap this step (no model attached, or another number of backward
+    // passes than announced): every bucket now, none may have started.
+    if (launched_ != 0)
+      fail("data parallel: ", pass_, " backward pass(es) this step but attach() was told ",
+           micro_batches_, " (", launched_, " of ", nb, " gradient buckets started)");
+    for (size_t b = 0; b < nb; b++) {
+      char* buf = static_cast<char*>(b + 1 == nb ? rest_buf_ : block_buf_[b % 2]);
+      InFlight* f = b + 1 == nb ? &rest_fl_ : &block_fl_[b % 2];
+      finish(f, nullptr);
+      pack_bucket(b, static_cast<const char*>(grads), buf);
+      bucket_ready(b, buf, nullptr, f);
+    }
+  }
   finish_all();
   const size_t n = bk_->shard_elems();
   // The padding of every piece is zero (a reduce-scatter of zeros), so the

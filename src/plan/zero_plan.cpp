@@ -76,11 +76,12 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   const ShardRange own = shard_range(P, N, 0);  // rank 0 holds the largest shard
   const size_t S = own.hi - own.lo;
   // Stages 0, 1 and 2: exactly what `ratchet train` allocates (rank 0, which
-  // owns the most elements).
+  // owns the most elements), with --overlap-comm on (its default: stage 1's
+  // shards bucket-aligned).
   const int ts = std::min(z.stage, 2);
-  const StepMemory s = step_memory(cfg, B, T, policy, be, DataParallel::moment_elems(cfg, N, 0, ts),
-                                   DataParallel::buffer_bytes(be, cfg, N, ts),
-                                   DataParallel::flat_grads(ts));
+  const StepMemory s =
+      step_memory(cfg, B, T, policy, be, DataParallel::moment_elems(cfg, N, 0, ts, true),
+                  DataParallel::buffer_bytes(be, cfg, N, ts, true), DataParallel::flat_grads(ts));
   ZeroMemory m;
   m.activations = s.activations;
   m.workspace = s.workspace;
@@ -183,11 +184,19 @@ StepTime zero_step_time(const ParamSplit& ps, const ZeroStage& z, const StepTime
         exposed = bwd_exposed(m, m_nb);
         break;
       }
-      case 1: {  // train's ZeRO-1: after the whole backward, no overlap
-        const double padded = (double)N * ((ps.total + N - 1) / N) * sb;
-        exposed += c.run(Collective::reduce_scatter, padded, c.group);
-        if (G > 1) exposed += c.run(Collective::all_reduce, padded / N, c.cross);
-        exposed += c.run(Collective::all_gather, padded, c.group);
+      case 1: {  // train's ZeRO-1: per block reduce-scatter on the last micro-batch
+        double m = c.run(Collective::reduce_scatter, blk, c.group);
+        double m_nb = c.run(Collective::reduce_scatter, nb, c.group);
+        if (G > 1) {  // the shards summed across groups, bucket by bucket
+          m += c.run(Collective::all_reduce, blk / N, c.cross);
+          m_nb += c.run(Collective::all_reduce, nb / N, c.cross);
+        }
+        for (int i = 1; i < L; i++) {
+          c.run(Collective::reduce_scatter, blk, c.group);
+          if (G > 1) c.run(Collective::all_reduce, blk / N, c.cross);
+        }
+        exposed = bwd_exposed(m, m_nb);
+        exposed += c.run(Collective::all_gather, P, c.group);  // the updated shards
         break;
       }
       default: {  // 2, 3: per-bucket reduce-scatter on every micro-batch

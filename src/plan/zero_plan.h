@@ -11,8 +11,10 @@
 // sb = storage bytes (BF16 2 on GPUs, FP32 4 on cpu), master 4 bytes/param
 // only where the storage is not FP32:
 //   stage 0   params P·sb, grads P·sb, master 4P, m+v 8P
-//   stage 1   as train runs it: m+v 8S; the master copy stays whole (4P);
-//             staging buffers: a padded gradient copy N·S·sb + a shard S·sb
+//   stage 1   as train runs it (--overlap-comm on, its default): m+v for the
+//             owned elements; the master copy stays whole (4P); staging
+//             buffers: the bucket-aligned shard and stage 2's bucket buffers
+//             (two block buckets and the rest's; no receive buffers)
 //   stage 2   as train runs it (dist/zero.h, dist/buckets.h): params P·sb; no
 //             flat gradient; grads: the rank's shard of the summed gradient
 //             (one piece of every bucket, sum of the buckets' S)·sb, plus
@@ -53,8 +55,9 @@
 // non-block bucket's (its reduce waits for the embedding backward).
 //   stage 0   last micro-batch: per block all-reduce overlapped with backward
 //             (as train's overlap_with() does); none on the others
-//   stage 1   reduce-scatter (padded N·S) after the whole backward, all-gather
-//             after AdamW: no overlap (as train does)
+//   stage 1   last micro-batch: per block reduce-scatter overlapped with
+//             backward (as train does with --overlap-comm on, its default);
+//             after AdamW the updated shards all-gathered (exposed)
 //   stage 2   every micro-batch: per block reduce-scatter overlapped with
 //             backward; after AdamW the updated shards all-gathered (exposed)
 //   stage 3   every micro-batch: forward gathers block j+1 while block j

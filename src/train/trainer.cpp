@@ -222,10 +222,10 @@ StepMemory Trainer::memory_for(const GPTConfig& cfg, int B) const {
   const int W = groups_ ? groups_->size : comm_.world();
   (void)P;
   // AdamW's m, v length: this rank's shard (dist/zero.h).
-  const size_t moments =
-      DataParallel::moment_elems(cfg, W, groups_ ? groups_->member : comm_.rank(), o_.zero);
+  const size_t moments = DataParallel::moment_elems(
+      cfg, W, groups_ ? groups_->member : comm_.rank(), o_.zero, o_.overlap_comm);
   return step_memory(cfg, B, T_, c_.recompute, *be_, moments,
-                     DataParallel::buffer_bytes(be_->memory_model(), cfg, W, o_.zero),
+                     DataParallel::buffer_bytes(be_->memory_model(), cfg, W, o_.zero, o_.overlap_comm),
                      DataParallel::flat_grads(o_.zero));
 }
 
@@ -543,7 +543,7 @@ void Trainer::setup() {
   acfg.weight_decay = o_.weight_decay;
   acfg.grad_clip = o_.grad_clip;
   dp_ = std::make_unique<DataParallel>(comm_, *be_, model_->layout(), acfg, o_.zero,
-                                       grad_comm_.get(), groups_.get());
+                                       grad_comm_.get(), groups_.get(), o_.overlap_comm);
   dp_->attach(*model_, accum_, o_.overlap_comm);  // what the stage needs (hooks, gradient store)
   x_.resize((size_t)B_ * T_);
   y_.resize((size_t)B_ * T_);

@@ -158,6 +158,37 @@ TEST_F(MpiTrainZero2, AResumeAcrossSummationOrdersSaysSo) {
   EXPECT_NE(r.output.find("micro-batch sums added in order"), std::string::npos) << r.output;
 }
 
+// Overlapped ZeRO-1 (--zero 1 with --overlap-comm on, the default): the last
+// micro-batch's buckets reduce-scattered during its backward into
+// bucket-aligned shards. 2 ranks x 2 micro-batches: bitwise --zero 0 (the
+// same sum per element), and the flat layout (--overlap-comm off) too; a
+// checkpoint of one layout resumes in the other bit for bit.
+TEST_F(MpiTrainZero2, OverlappedZero1EqualsStage0AndTheFlatLayout) {
+  TempDir plain, over, flat, run;
+  auto r = mpirun_ratchet(2, train_args(1, 64, plain.path));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = mpirun_ratchet(2, train_args(1, 64, over.path) + " --zero 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("reduce-scattered during the last backward"), std::string::npos)
+      << r.output;
+  r = mpirun_ratchet(2, train_args(1, 64, flat.path) + " --zero 1 --overlap-comm off");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ZeRO-1: optimizer state sharded\n"), std::string::npos) << r.output;
+  Diff d = diff(plain.path, over.path);
+  EXPECT_TRUE(d.bitwise) << "overlapped: loss " << d.loss << " params " << d.param;
+  d = diff(plain.path, flat.path);
+  EXPECT_TRUE(d.bitwise) << "flat: loss " << d.loss << " params " << d.param;
+  const std::string ck = run / "ck";
+  r = mpirun_ratchet(2, train_args(1, 64, run.path) + " --zero 1 --ckpt-dir " + ck,
+                     "RATCHET_FAULT=USR1@step-4");
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  r = mpirun_ratchet(2, train_args(1, 64, run.path) + " --zero 1 --overlap-comm off --ckpt-dir " + ck);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("will not be bit-identical"), std::string::npos) << r.output;
+  d = diff(plain.path, run.path);
+  EXPECT_TRUE(d.bitwise) << "resumed flat: loss " << d.loss << " params " << d.param;
+}
+
 // Hybrid sharding (--shard-group, dist/shard_groups.h): each bucket is
 // reduce-scattered in the group, then its shard all-reduced across the groups
 // (dist/zero.h wait_reduce_scatter), the order stage 1 uses: 2 ranks in groups

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/error.h"
 #ifdef RATCHET_ZERO2_SIMT
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -159,6 +160,57 @@ TEST(Zero2, LlamaOneMicroBatchPerRankEqualsStage0) { one_micro_batch_equals_stag
 TEST(Zero2, RecomputedBlocksEqualStage0) {
   one_micro_batch_equals_stage0(ratchet::testing::tiny_config(2, 3, 15), parse_recompute("blocks"));
   one_micro_batch_equals_stage0(llama_config(), parse_recompute("gelu+ln"));
+}
+
+// Overlapped ZeRO-1 (dist/zero.h): the micro-batches accumulate in the flat
+// grads, the last one's buckets are reduce-scattered as the backward finishes
+// each block. The shards are stage 2's bucket pieces (on more than one rank);
+// the sums per element are stage 0's: bitwise on 2 ranks.
+TEST(Zero2, OverlappedZero1EqualsStage0) {
+  const GPTConfig c = ratchet::testing::tiny_config(2, 3, 15);
+  const int W = g_comm->world(), r = g_comm->rank(), micro = 2, B = 2, T = 8;
+  auto be = make_cpu_backend(1);
+  GPT a(c, *be), b(c, *be);
+  a.init_random(4);
+  b.init_random(4);
+  AdamWConfig ac;
+  DataParallel dp0(*g_comm, *be, a.layout(), ac, 0),
+      dp1(*g_comm, *be, b.layout(), ac, 1, nullptr, nullptr, /*overlap=*/true);
+  dp0.attach(a, micro, true);
+  dp1.attach(b, micro, true);
+  EXPECT_EQ(dp1.overlapping(), W > 1);
+  if (W > 1) {
+    EXPECT_EQ(dp1.owned_ranges(), BucketLayout(a.layout(), c.num_layers, W).owned_ranges(r));
+    EXPECT_NE(dp1.describe().find("reduce-scattered during the last backward"), std::string::npos);
+  }
+  EXPECT_EQ(dp1.optimizer().moment_elems(), DataParallel::moment_elems(c, W, r, 1, true));
+  for (int step = 0; step < 3; step++) {
+    a.zero_grad();
+    b.zero_grad();
+    for (int m = 0; m < micro; m++) {
+      const Pair t = tokens(c, B, T, 1000 * step + 10 * m + r);
+      a.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / (micro * W));
+      b.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / (micro * W));
+    }
+    const float n0 = dp0.step(a.params(), a.grads(), 1e-2f);
+    const float n1 = dp1.step(b.params(), b.grads(), 1e-2f);
+    EXPECT_NEAR(n0, n1, 1e-6 * n0);
+  }
+  const std::vector<float> pa = params_of(a), pb = params_of(b);
+  if (W <= 2)
+    EXPECT_TRUE(pa == pb) << "max difference " << max_diff(pa, pb);
+  else
+    EXPECT_LT(max_diff(pa, pb), 1e-3 * 3 * 1e-2);  // as OneMicroBatchPerRankEqualsStage0
+  // A step with fewer backward passes than attach() was told starts nothing
+  // during the backward: step() reduces every bucket after it (the same sums).
+  a.zero_grad();
+  b.zero_grad();
+  const Pair t = tokens(c, B, T, 77 + r);
+  a.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / W);
+  b.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / W);
+  dp0.step(a.params(), a.grads(), 1e-2f);
+  dp1.step(b.params(), b.grads(), 1e-2f);
+  if (W <= 2) EXPECT_TRUE(params_of(a) == params_of(b));
 }
 
 // Several micro-batches: stage 2 reduce-scatters each micro-batch's buckets

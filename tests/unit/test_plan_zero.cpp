@@ -110,10 +110,16 @@ TEST(PlanZero, StageMemoryItemised) {
   const StepMemory s0 = step_memory(c, B, T, r, be, P, 0);
   const ZeroMemory z0 = zero_memory(c, B, T, r, be, {0, true}, N);
   EXPECT_EQ(z0.total(), s0.total());
-  const StepMemory s1 = step_memory(c, B, T, r, be, S, DataParallel::buffer_bytes(be, P, N, 1));
+  // Stage 1 as train runs it with --overlap-comm on (its default): the
+  // bucket-aligned shard (dist/zero.h "Overlapped ZeRO-1").
+  const StepMemory s1 = step_memory(c, B, T, r, be, DataParallel::moment_elems(c, N, 0, 1, true),
+                                    DataParallel::buffer_bytes(be, c, N, 1, true));
   const ZeroMemory z1 = zero_memory(c, B, T, r, be, {1, true}, N);
   EXPECT_EQ(z1.total(), s1.total());
   EXPECT_EQ(z1.master, fp32(P));  // train's ZeRO-1 keeps the master whole
+  // Without overlap: one flat padded copy and a shard (the flat layout).
+  EXPECT_EQ(DataParallel::buffer_bytes(be, c, N, 1, false), bf16(N * S) + bf16(S));
+  EXPECT_EQ(DataParallel::moment_elems(c, N, 0, 1, false), S);
 
   // Stage 2 as train runs it (dist/zero.h): no flat gradient; the shard of
   // the summed gradient (one piece of every bucket, dist/buckets.h); two
@@ -194,13 +200,12 @@ TEST(PlanZero, StepTimeLimits) {
   auto rs = [](double b) { return 7.0 / 8 * b / 450e9; };
   // Compute-bound (1 s forward, 2 s backward on one node of 8): every block's
   // collective hides; stage 0 shows the last block's all-reduce and the
-  // non-block bucket's; stage 1 shows all of its (no overlap in train).
+  // non-block bucket's; stage 1 its last reduce-scatters and the all-gather.
   StepTime t = zero_step_time(ps, {0, true}, inputs(1, 2, 8, 8));
   EXPECT_NEAR(t.exposed_s, ar(blk) + ar(nb), 1e-12);
   EXPECT_NEAR(t.comm_s, L * ar(blk) + ar(nb), 1e-12);
   t = zero_step_time(ps, {1, true}, inputs(1, 2, 8, 8));
-  const double padded = 8.0 * ((ps.total + 7) / 8) * 2;
-  EXPECT_NEAR(t.exposed_s, 2 * rs(padded), 1e-12);
+  EXPECT_NEAR(t.exposed_s, rs(blk) + rs(nb) + rs(P), 1e-12);
   // stage 2: the last reduce-scatters, then the all-gather of the parameters
   t = zero_step_time(ps, {2, true}, inputs(1, 2, 8, 8));
   EXPECT_NEAR(t.exposed_s, rs(blk) + rs(nb) + rs(P), 1e-12);
