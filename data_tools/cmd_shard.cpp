@@ -68,6 +68,9 @@ Split and output:
   Train and val are split by document: round(F x documents) of them (at least
   1 when F > 0, never all), chosen by --seed, go to val. With a single
   document the split is by position: its last F (cut at a line start) is val.
+  Inputs are read twice in 1 MB chunks (never held whole); stdin and pipes
+  are copied to a spool file in --output-dir for the second reading, and a
+  file that changes between the readings is refused.
   Output: <output-dir>/train_000000.h5, ... and val_000000.h5, ..., each of
   --shard-tokens tokens (the last fewer; a document may continue into the
   next shard), written under a temporary name and renamed when complete.
@@ -117,7 +120,8 @@ int cmd_shard(int argc, char** argv) {
     ("shard-tokens", po::value(&o.shard_tokens)->default_value(o.shard_tokens),
        "tokens per shard file")
     ("threads", po::value(&o.threads)->default_value(o.threads),
-       "tokenizer threads (0: all cores); the output does not depend on it")
+       "threads (0: all cores): N tokenize while the writers compress beside; 1 keeps to one "
+       "core; the output does not depend on it")
     ("dedup", po::value(&o.dedup)->default_value(o.dedup), "none, exact or near (see below)")
     ("near-dup-threshold", po::value(&o.near_threshold)->default_value(o.near_threshold, default_text(o.near_threshold)),
        "Jaccard similarity at or above which --dedup near removes a document")
