@@ -83,6 +83,24 @@ TEST(ShardStream, StdinAndPipesGiveTheShardsOfTheFile) {
   EXPECT_EQ(r.output, "0\n");
 }
 
+// A character cut by the 1 MiB read boundary is still one valid character
+// (no invalid UTF-8 warning); a file that ends inside a character is reported.
+TEST(ShardStream, Utf8CutByAReadChunkIsWhole) {
+  TempDir d;
+  const std::string emoji = "\xF0\x9F\x98\x80";  // U+1F600, 4 bytes
+  const std::string text = std::string((1 << 20) - 2, 'a') + emoji + " tail\n";
+  write_file(d / "straddle.txt", text + text);
+  auto r = run_ratchet("shard --tokenizer gpt2 --input " + (d / "straddle.txt") + " -o " + (d / "a") +
+                       " --val-fraction 0 --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("not valid UTF-8"), std::string::npos) << r.output;
+  write_file(d / "trunc.txt", text + emoji.substr(0, 2));
+  r = run_ratchet("shard --tokenizer gpt2 --input " + (d / "trunc.txt") + " -o " + (d / "b") +
+                  " --val-fraction 0 --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("1 document(s) are not valid UTF-8"), std::string::npos) << r.output;
+}
+
 // A file that grows while it is read is refused naming it (exit 2), not
 // sharded as a mix of two versions.
 TEST(ShardStream, AFileGrowingWhileReadIsRefused) {
