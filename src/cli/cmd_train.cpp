@@ -194,11 +194,11 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "attention takes its deterministic backward); off: cuDNN's faster backward that "
      "accumulates dQ atomically (recorded in checkpoints; a resume then says it is not "
      "bit-identical)")
-    ("zero", po::value(&o.zero)->default_value(o.zero),
+    ("zero", po::value<std::string>()->default_value("0"),
      "data parallel: 0 = all-reduce gradients; 1 = ZeRO-1, each rank keeps and updates 1/N of "
      "the AdamW state (reduce-scatter, all-gather); 2 = ZeRO-2, also only 1/N of the summed "
      "gradient: each block's gradient reduce-scattered during the backward into a reused "
-     "one-block buffer")
+     "one-block buffer; auto = the lowest of 0, 1, 2 whose step fits the memory (says why)")
     ("shard-group", po::value(&o.shard_group),
      "N | node: hybrid sharding, ZeRO-k inside groups of N ranks (node: the ranks of a host), "
      "the gradient shards all-reduced across groups (default: the world, plain ZeRO-k; "
@@ -413,6 +413,15 @@ int cmd_train(int argc, char** argv) {
            "lets cuDNN's attention backward accumulate dQ atomically (faster, not reproducible)");
     o.deterministic = d == "on";
     check_attention_request(o.attention);
+  }
+  {
+    const std::string z = vm["zero"].as<std::string>();
+    o.zero_auto = z == "auto";
+    if (!o.zero_auto) {
+      if (z.empty() || z.size() > 2 || z.find_first_not_of("0123456789") != std::string::npos)
+        fail("--zero must be 0, 1, 2 or auto (got '", z, "')");
+      o.zero = std::stoi(z);
+    }
   }
   {
     const std::string ov = vm["overlap-comm"].as<std::string>();

@@ -70,7 +70,9 @@ struct TrainOptions {
   bool deterministic = true;  // --deterministic on|off: cuDNN attention's deterministic backward
 
   // data parallel (ranks from mpirun / srun; see dist/communicator.h)
-  int zero = 0;                 // ZeRO stage: 0 = all-reduce gradients, 1 = shard AdamW state
+  int zero = 0;                 // ZeRO stage: 0 = all-reduce gradients, 1 = shard AdamW state,
+                                // 2 = and the gradient (dist/zero.h)
+  bool zero_auto = false;       // --zero auto: the trainer picks 0, 1 or 2 by memory (zero stays 0 until then)
   std::string shard_group;      // --shard-group N|node: ZeRO-k in groups (dist/shard_groups.h); "" = the world
   bool tf32 = false;             // --storage f32 GEMMs on TF32 tensor cores
   bool overlap_comm = true;     // stage 0: all-reduce each layer's gradients during backward

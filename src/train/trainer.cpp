@@ -155,6 +155,7 @@ class Trainer {
   std::map<std::string, std::string> identity() const;
   std::map<std::string, std::string> settings() const;
   int choose_batch_size() const;
+  void choose_zero_stage();  // --zero auto
   // Free device memory less device_memory_reserve (model/memory.h).
   size_t usable_device_bytes() const {
     const size_t f = be_->free_memory_bytes(), r = device_memory_reserve(f);
@@ -357,6 +358,35 @@ int Trainer::choose_batch_size() const {
        budget / 1e6, " MB: use a smaller model, a lower --seq-len or --recompute blocks");
 }
 
+// --zero auto: the lowest stage (0, 1, 2) whose step fits the budget that
+// --batch-size auto uses, at the run's micro-batch (B = 1 when that is auto
+// too: the micro-batch is then chosen for the stage). One rank shards
+// nothing: stage 0. None fits: stage 2, and the memory check below says why.
+void Trainer::choose_zero_stage() {
+  const int W = groups_ ? groups_->size : comm_.world();
+  double budget = o_.memory_budget_mb * 1e6;
+  if (budget <= 0 && be_->free_memory_bytes() > 0) budget = (double)usable_device_bytes();
+  if (budget <= 0) budget = 0.8 * host_available_bytes();
+  const int B = B_ > 0 ? B_ : 1;
+  std::string why;
+  int pick = 2;
+  for (int s = 0; s <= 2; s++) {
+    c_.o.zero = s;
+    const double need = (double)memory_for(cfg_, B).total();
+    char mb[32];
+    std::snprintf(mb, sizeof mb, "%.3f", need / 1e6);
+    why += (why.empty() ? "" : ", ") + std::string("ZeRO-") + std::to_string(s) + " needs " + mb +
+           " MB";
+    if (W == 1 || need <= budget) {
+      pick = s;
+      break;
+    }
+  }
+  c_.o.zero = pick;
+  RLOG("zero auto: ZeRO-%d (%s%s; budget %.3f MB at B=%d)\n", pick,
+       W == 1 ? "one shard: nothing to shard; " : "", why.c_str(), budget / 1e6, B);
+}
+
 void Trainer::setup() {
   // One writer per run directory (ckpt/run_lock.h), before any work: rank 0
   // locks, all agree.
@@ -453,6 +483,7 @@ void Trainer::setup() {
     if (!o_.shard_group.empty())
       groups_ = make_shard_groups(comm_, grad_comm_.get(), o_.shard_group);
   }
+  if (o_.zero_auto) choose_zero_stage();
   if (B_ == 0) {
     B_ = choose_batch_size();
     accum_ = (int)(total_ / ((long)B_ * T_ * comm_.world()));
