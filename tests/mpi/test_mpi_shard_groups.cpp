@@ -14,9 +14,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -25,7 +27,9 @@
 #include "dist/shard_groups.h"
 #include "dist/zero.h"
 #include "model/gpt.h"
+#include "model/recompute.h"
 #include "optim/adamw.h"
+#include "plan/zero_plan.h"
 #include "testing/tiny_model.h"
 
 using namespace ratchet;
@@ -129,6 +133,78 @@ TEST(ShardGroups, NodeOnOneHostIsTheWorld) {
   EXPECT_EQ(g->count, 1);
   EXPECT_EQ(g->member, g_comm->rank());
   EXPECT_NE(g->describe().find("plain ZeRO-k"), std::string::npos) << g->describe();
+}
+
+// g_comm with the hosts made up: rank r is on host hosts[r] (MPI's shared-memory
+// split sees one machine), so that `node` meets several nodes.
+class FakeHosts final : public Communicator {
+ public:
+  FakeHosts(Communicator& c, std::vector<int> hosts) : c_(c), hosts_(std::move(hosts)) {}
+  std::string name() const override { return c_.name(); }
+  int rank() const override { return c_.rank(); }
+  int world() const override { return c_.world(); }
+  int local_rank() const override { return c_.local_rank(); }
+  int local_world() const override { return c_.local_world(); }
+  void all_reduce(void* b, size_t n, DType t, ReduceOp op) override { c_.all_reduce(b, n, t, op); }
+  void reduce_scatter(const void* s, void* r, size_t n, DType t, ReduceOp op) override {
+    c_.reduce_scatter(s, r, n, t, op);
+  }
+  void all_gather(const void* s, void* r, size_t n, DType t) override { c_.all_gather(s, r, n, t); }
+  void broadcast(void* b, size_t bytes, int root) override { c_.broadcast(b, bytes, root); }
+  void barrier() override { c_.barrier(); }
+  bool agree(bool f) override { return c_.agree(f); }
+  [[noreturn]] void abort_job(int code) override {
+    c_.abort_job(code);
+    std::abort();  // not reached
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override { return c_.split(color, key); }
+  std::unique_ptr<Communicator> split_node() override {
+    return c_.split(hosts_[(size_t)c_.rank()], c_.rank());
+  }
+
+ private:
+  Communicator& c_;
+  std::vector<int> hosts_;
+};
+
+// `node` over several (made-up) hosts: a group per host, the same shard
+// index linking the hosts; unequal hosts are refused on every rank.
+TEST(ShardGroups, NodeGroupsAreTheHosts) {
+  const int W = g_comm->world(), r = g_comm->rank();
+  if (W % 2 == 0) {
+    // Two hosts, round-robin: ranks 0, 2, ... on host 0 and 1, 3, ... on host 1.
+    std::vector<int> hosts(W);
+    for (int q = 0; q < W; q++) hosts[q] = q % 2;
+    FakeHosts two(*g_comm, hosts);
+    auto g = make_shard_groups(two, nullptr, "node");
+    EXPECT_EQ(g->size, W / 2);
+    EXPECT_EQ(g->count, 2);
+    EXPECT_EQ(g->member, r / 2);  // its rank among its host's ranks
+    EXPECT_EQ(g->index, r % 2);   // host 0's group first (its first rank, 0, is lower)
+    EXPECT_EQ(g->intra->world(), W / 2);
+    EXPECT_EQ(g->inter->world(), 2);
+    // The intra group is the host: the sum of its world ranks.
+    int64_t x = r, want = 0;
+    for (int q = r % 2; q < W; q += 2) want += q;
+    g->intra->all_reduce(&x, 1, DType::I64, ReduceOp::Sum);
+    EXPECT_EQ(x, want);
+  }
+  if (W >= 3) {
+    // Rank 0 alone on a host, the others on another: refused, naming the counts.
+    std::vector<int> hosts(W, 1);
+    hosts[0] = 0;
+    FakeHosts uneven(*g_comm, hosts);
+    try {
+      make_shard_groups(uneven, nullptr, "node");
+      ADD_FAILURE() << "unequal hosts accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--shard-group node needs the same number of ranks on "
+                                           "every node, but nodes run from 1 to " +
+                                           std::to_string(W - 1) + " ranks"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(ShardGroups, GradientSumOrderNamesWhatChangesTheBits) {
@@ -256,6 +332,47 @@ TEST(ShardGroups, OneGroupWritesAndItsRangesTileTheVector) {
     EXPECT_EQ(next, P);
     EXPECT_EQ(writers, N);
   }
+}
+
+// Train's memory with --shard-group N is plan's figure for a shard group of N
+// (plan::zero_memory, the rank that owns the most: member 0), byte for byte,
+// at stages 1 and 2, built as the trainer builds it (--overlap-comm on).
+TEST(ShardGroups, MemoryEqualsThePlanForTheGroup) {
+  const GPTConfig c = ratchet::testing::tiny_config(3, 3, 15);
+  const int W = g_comm->world(), r = g_comm->rank(), B = 2, T = 8;
+  auto be = make_cpu_backend(1);
+  for (int stage : {1, 2})
+    for (int N : divisors(W)) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + ", groups of " + std::to_string(N));
+      auto groups = make_shard_groups(*g_comm, nullptr, std::to_string(N));
+      const size_t base = be->bytes_in_use();
+      {
+        GPT m(c, *be, DataParallel::flat_grads(stage));
+        m.init_random(1);
+        DataParallel dp(*g_comm, *be, m.layout(), AdamWConfig(), stage, nullptr, groups.get(),
+                        /*overlap=*/true);
+        dp.attach(m, 1, true);
+        auto x = ratchet::testing::random_tokens(B * T, c.vocab_size, r);
+        auto y = ratchet::testing::random_tokens(B * T, c.vocab_size, r + 7);
+        m.zero_grad();
+        m.forward_backward(x.data(), y.data(), B, T, 1.0f / W);
+        dp.step(m.params(), m.grads(), 1e-3f);
+        const plan::ZeroMemory planned =
+            plan::zero_memory(c, B, T, Recompute(), be->memory_model(), {stage, true}, N);
+        const size_t held = be->bytes_in_use() - base;
+        EXPECT_LE(held, planned.total());
+        if (groups->member == 0) {
+          EXPECT_EQ(held, planned.total());
+        }
+        // Fewer ranks per group hold more: groups of 1 hold all of the state.
+        if (N < W) {
+          EXPECT_GT(planned.total(),
+                    plan::zero_memory(c, B, T, Recompute(), be->memory_model(), {stage, true}, W)
+                        .total());
+        }
+      }
+      EXPECT_EQ(be->bytes_in_use(), base);
+    }
 }
 
 }  // namespace
