@@ -1,6 +1,8 @@
 // See shard_groups.h.
 #include "dist/shard_groups.h"
 
+#include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 
@@ -11,8 +13,9 @@ namespace ratchet {
 int parse_shard_group(const std::string& spec, int world) {
   if (spec == "node") return 0;
   char* end = nullptr;
+  errno = 0;
   const long n = spec.empty() ? 0 : std::strtol(spec.c_str(), &end, 10);
-  if (spec.empty() || *end || n < 1)
+  if (spec.empty() || *end || n < 1 || errno == ERANGE || !std::isdigit((unsigned char)spec[0]))
     fail("--shard-group '", spec, "' must be a number of ranks (at least 1) or 'node'");
   if (n > world || world % n != 0)
     fail("--shard-group ", n, " must divide the number of ranks, ", world,

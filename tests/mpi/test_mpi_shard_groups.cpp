@@ -83,7 +83,7 @@ TEST(Split, NodeSplitHoldsTheRanksOfThisHost) {
 
 TEST(ShardGroups, BadValuesAreRefusedNamingTheFlag) {
   const int W = g_comm->world();
-  for (const char* bad : {"", "0", "-1", "two", "2x", "1.5"}) {
+  for (const char* bad : {"", "0", "-1", "two", "2x", "1.5", " 2", "+2", "99999999999999999999"}) {
     try {
       parse_shard_group(bad, W);
       ADD_FAILURE() << "accepted '" << bad << "'";
