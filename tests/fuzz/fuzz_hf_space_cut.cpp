@@ -1,11 +1,13 @@
 // Differential: the BPE model of the tokenizer.json engine on a whole piece
-// against the same piece cut at BpeModel::next_cut (the "\u2581" cuts that
-// Llama 2 and Gemma take; data/hf/engine.h says why they are exact) and
-// tokenized part by part. The ids must be equal.
+// against the same piece cut at BpeModel::next_cut (the cuts before "\u2581",
+// after a newline and around digits that Llama 2 and Gemma take;
+// data/hf/engine.h says why they are exact) and tokenized part by part. The
+// ids must be equal.
 //
 // Two kinds of model:
 //  - one built from the input: a small alphabet ("a", "b", ">", "<", the
-//    mark, a 2-byte and a 4-byte character), random merges over it (any
+//    mark, a 2-byte and a 4-byte character, newline, digits; "3" has no
+//    token), random merges over it (any
 //    tokens, including byte-fallback and unk spellings, so merges that cross
 //    a mark after some characters exist and must stop the cut there), byte
 //    fallback full, partial or off, unk or none, fuse_unk; the text from the
@@ -70,7 +72,7 @@ void synthetic(const uint8_t* data, size_t size) {
   m.fuse_unk = flags & 4;
   for (uint32_t& f : m.fallback_id) f = BpeModel::kNone;
   static const char* const kAlphabet[] = {"a", "b", ">", "<", "\xE2\x96\x81", "\xC3\xA9",
-                                          "\xF0\x9F\x98\x80"};
+                                          "\xF0\x9F\x98\x80", "\n", "1", "2"};
   for (const char* c : kAlphabet) add_token(m, c);
   if (flags & 2) m.unk = add_token(m, "<unk>");
   if (m.byte_fallback) {
@@ -98,7 +100,7 @@ void synthetic(const uint8_t* data, size_t size) {
   // The text: the alphabet, characters without a token, an invalid byte.
   static const char* const kText[] = {"a", "b", ">", "<", "\xE2\x96\x81", "\xE2\x96\x81",
                                       "\xC3\xA9", "\xF0\x9F\x98\x80", "z", "\xC3\xBC", "\xFF",
-                                      "\xE2\x96"};
+                                      "\xE2\x96", "\n", "1", "2", "3"};
   std::string raw;
   for (; k < size; k++) raw += kText[data[k] % (sizeof kText / sizeof kText[0])];
   std::string escaped;

@@ -499,7 +499,9 @@ hf::BpeModel model_with_bad_merge(bool crossing = true, bool with_unk = true) {
     return (uint32_t)m.token_of.size() - 1;
   };
   const std::string mark = "\xE2\x96\x81";
-  for (const std::string& c : {std::string("a"), std::string("b"), std::string(">"), std::string("<"), mark}) add(c);
+  for (const std::string& c : {std::string("a"), std::string("b"), std::string(">"), std::string("<"),
+                                mark, std::string("\n"), std::string("1")})
+    add(c);
   uint32_t rank = 0;
   auto merge = [&](const std::string& l, const std::string& r) {
     m.merges.add(add(l), add(r), rank++, add(l + r));
@@ -510,6 +512,7 @@ hf::BpeModel model_with_bad_merge(bool crossing = true, bool with_unk = true) {
   if (crossing) merge(">", mark + "<");  // crosses the mark after '>'
   merge("a", "b");
   merge(mark + "a", "b");
+  merge("b", "1");  // joins b with a digit: no pair cut there
   m.num_merges = rank;
   if (with_unk) m.unk = add("<unk>");
   m.bmp_id.assign(0x10000, hf::BpeModel::kNone);
@@ -549,7 +552,9 @@ TEST(HfTokenizer, SpaceCutsAreExact) {
   const std::string s = mark + "ab" + mark + "a>" + mark + "<b" + mark + mark + "ab" + "z" + mark + "a";
   EXPECT_EQ(model_ids(m, s, true, &parts), model_ids(m, s, false, &parts));
   model_ids(m, s, true, &parts);
-  EXPECT_EQ(parts, 3u);  // [mark ab][mark a> mark <b][mark mark abz mark a]: after 'z' no cut
+  // [mark ab][mark a][> mark <][b][mark mark abz mark a]: not after '>' (its
+  // merge with "mark <"), nor after 'z' (no token), nor inside "ab" (merged)
+  EXPECT_EQ(parts, 5u);
   // Without an unk, 'z' is dropped and the marks around it merge: no cut after it either.
   const hf::BpeModel no_unk = model_with_bad_merge(false, false);
   EXPECT_TRUE(no_unk.space_cut_bad.empty());
@@ -572,6 +577,18 @@ TEST(HfTokenizer, SpaceCutsAreExact) {
       cut_total += parts - 1;
     }
     EXPECT_GT(cut_total, 3000u);  // the cuts are taken, not just allowed
+  }
+  // Pair cuts: between ASCII characters, not where a merge joins ("a" + "b",
+  // "b" + "1") nor next to a character without a token ("z").
+  const std::string t = "ab\na1b1\nz1a";
+  EXPECT_EQ(model_ids(m, t, true, &parts), model_ids(m, t, false, &parts));
+  model_ids(m, t, true, &parts);
+  EXPECT_EQ(parts, 7u);  // [ab][\n][a][1][b1][\nz1][a]
+  for (int i = 0; i < 3000; i++) {
+    std::string u;
+    const char* const more[] = {"a", "b", "\n", "1", "1", "\xE2\x96\x81", "z", ">"};
+    for (size_t n = 1 + rng.below(30); n-- > 0;) u += more[rng.below(8)];
+    ASSERT_EQ(model_ids(m, u, true, &parts), model_ids(m, u, false, &parts)) << u;
   }
 }
 

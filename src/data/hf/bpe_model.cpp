@@ -88,14 +88,18 @@ void BpeModel::tokenize(std::string_view piece, std::vector<uint32_t>& out) cons
 }
 
 size_t BpeModel::next_cut(std::string_view s, size_t from) const {
-  // The mark U+2581 is E2 96 81; search its lead byte.
-  const char* base = s.data();
-  for (size_t q = from + 1; q + 3 <= s.size(); q++) {
-    const void* hit = std::memchr(base + q, 0xE2, s.size() - q);
-    if (!hit) return s.size();
-    q = (size_t)((const char*)hit - base);
-    if (q + 3 > s.size()) return s.size();
-    if ((unsigned char)s[q + 1] != 0x96 || (unsigned char)s[q + 2] != 0x81) continue;
+  const bool pairs = !pair_cut.empty();
+  for (size_t q = from + 1; q < s.size(); q++) {
+    const unsigned char y = (unsigned char)s[q];
+    if (y < 0x80) {  // two ASCII characters: the pair table
+      const unsigned char x = (unsigned char)s[q - 1];
+      if (pairs && x < 0x80 && pair_cut[x * 128 + y]) return q;
+      continue;
+    }
+    // The mark U+2581 is E2 96 81.
+    if (y != 0xE2 || q + 3 > s.size() || (unsigned char)s[q + 1] != 0x96 ||
+        (unsigned char)s[q + 2] != 0x81)
+      continue;
     // The character before the mark.
     size_t k = q - 1;
     while (k > from && ((unsigned char)s[k] & 0xC0) == 0x80) k--;

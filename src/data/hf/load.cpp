@@ -455,6 +455,7 @@ void find_space_cuts(BpeModel& m) {
   m.space_cut = false;
   m.space_cut_known = false;
   m.space_cut_bad.clear();
+  m.pair_cut.clear();
   if (!fast_paths_enabled() || m.byte_level || m.ignore_merges) return;
   if (m.bmp_id.size() <= 0x2581 || m.bmp_id[0x2581] == BpeModel::kNone) return;
   auto starts = [](const std::string& s) { return s.compare(0, kMark.size(), kMark) == 0; };
@@ -469,7 +470,13 @@ void find_space_cuts(BpeModel& m) {
     return cp;
   };
   bool ok = true;
+  std::vector<bool> ascii_merge(128 * 128, false);  // some merge joins ...X with Y...
   m.merges.for_each([&](uint32_t l, uint32_t r, uint32_t, uint32_t) {
+    if (l < m.token_of.size() && r < m.token_of.size() && !m.token_of[l].empty() &&
+        !m.token_of[r].empty()) {
+      const unsigned char x = (unsigned char)m.token_of[l].back(), y = (unsigned char)m.token_of[r][0];
+      if (x < 128 && y < 128) ascii_merge[x * 128 + y] = true;
+    }
     if (l >= m.token_of.size() || r >= m.token_of.size()) {
       ok = false;
       return;
@@ -491,6 +498,13 @@ void find_space_cuts(BpeModel& m) {
   // have its own token (simpler than telling the cases apart, and as fast).
   m.space_cut_known = !m.space_cut_bad.empty() || m.unk < 0;
   m.space_cut = true;
+  // Pair cuts: both characters with their own token (so the symbols on
+  // either side end with X and start with Y), and no merge joining them.
+  m.pair_cut.assign(128 * 128, false);
+  for (int x = 0; x < 128; x++)
+    for (int y = 0; y < 128; y++)
+      m.pair_cut[x * 128 + y] = !ascii_merge[x * 128 + y] && m.bmp_id[x] != BpeModel::kNone &&
+                                m.bmp_id[y] != BpeModel::kNone;
 }
 
 void finish(Engine& e) {
