@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -59,6 +61,60 @@ std::string gradient_sum_order(int world, int accum, int stage, int group_size, 
     s += (s.empty() ? "" : " ") + std::string("for each micro-batch, then the ") +
          std::to_string(accum) + " micro-batch sums added in order";
   return s.empty() ? "one rank, one micro-batch" : s;
+}
+
+std::string gradient_sum_tree(int world, int accum, int stage, int group_size, bool per_layer) {
+  if (stage == 0 || group_size < 1) group_size = world;
+  const int W = world, A = accum, N = group_size, G = world / group_size;
+  // Stages 2 and 3 (the same gradient path: dist/zero.h) sum each micro-batch
+  // over the ranks, then add the sums.
+  const bool per_micro = stage >= 2 && A > 1;
+  auto leaf = [&](int m, int r) { return "g" + std::to_string(m * W + r); };
+  // One level of sums over xs: nothing for one value, one addition for two,
+  // the collective's order for more.
+  auto combine = [](const std::vector<std::string>& xs, const std::string& collective) {
+    if (xs.size() == 1) return xs[0];
+    if (xs.size() == 2) return "(" + xs[0] + "+" + xs[1] + ")";
+    std::string s = collective + "[" + std::to_string(xs.size()) + "](";
+    for (size_t i = 0; i < xs.size(); i++) s += (i ? "," : "") + xs[i];
+    return s + ")";
+  };
+  const std::string intra = stage == 0 ? (per_layer ? "per-layer-all-reduce" : "all-reduce")
+                            : stage >= 2 || per_layer ? "per-bucket-reduce-scatter"
+                                                      : "reduce-scatter";
+  // The ranks' values summed in their group (ranks g·N .. g·N+N-1), then the
+  // groups' sums across the groups.
+  auto over_ranks = [&](const std::vector<std::string>& rank_values) {
+    std::vector<std::string> groups;
+    for (int g = 0; g < G; g++)
+      groups.push_back(combine(std::vector<std::string>(rank_values.begin() + (long)g * N,
+                                                        rank_values.begin() + (long)(g + 1) * N),
+                               intra));
+    return combine(groups, "all-reduce");
+  };
+  if (per_micro) {
+    // Each micro-batch summed over the ranks, the sums added in order.
+    std::string total;
+    for (int m = 0; m < A; m++) {
+      std::vector<std::string> xs;
+      for (int r = 0; r < W; r++) xs.push_back(leaf(m, r));
+      const std::string s = over_ranks(xs);
+      total = m == 0 ? s : "(" + total + "+" + s + ")";
+    }
+    return total;
+  }
+  // Each rank's micro-batches accumulated by its backward, then the ranks summed.
+  std::vector<std::string> xs;
+  for (int r = 0; r < W; r++) {
+    if (A == 1) {
+      xs.push_back(leaf(0, r));
+      continue;
+    }
+    std::string acc = "acc(";
+    for (int m = 0; m < A; m++) acc += (m ? "," : "") + leaf(m, r);
+    xs.push_back(acc + ")");
+  }
+  return over_ranks(xs);
 }
 
 std::unique_ptr<ShardGroups> make_shard_groups(Communicator& world, Communicator* device,

@@ -63,6 +63,17 @@ int parse_shard_group(const std::string& spec, int world);
 // layer's slices).
 std::string gradient_sum_order(int world, int accum, int stage, int group_size, bool per_layer);
 
+// The same summation as an expression, for comparing two runs' orders: the
+// leaves g<k> are the step's micro-batch gradients in the loader's order
+// (micro-step m of rank r is k = m·W + r, data/mixture.h), "(x+y)" one
+// addition, "acc(...)" micro-batches accumulated by the backward itself (not a
+// sum of separate gradients), "<collective>[n](...)" a collective's own order
+// over n > 2 values. Two runs whose expressions are equal compute the same
+// bits even where gradient_sum_order's texts differ: two ranks with one
+// micro-batch each and one rank at stage 2 with two micro-batches both add
+// (g0+g1) (stage 2 sums each micro-batch separately, then adds the sums).
+std::string gradient_sum_tree(int world, int accum, int stage, int group_size, bool per_layer);
+
 // Collective over `world` (and `device`, when given: the communicator the
 // gradients go through, with the same ranks). Builds the groups of `spec`
 // ("node" or N, see parse_shard_group); "node" fails (Error, the same on every

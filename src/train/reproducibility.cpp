@@ -31,8 +31,14 @@ std::string resume_bit_identity_warning(const std::map<std::string, std::string>
       add(std::string("--") + k + " changed from " + a + " to " + b + " since the checkpoint");
   }
   // How the gradient is summed (dist/shard_groups.h: ranks, micro-batches, --zero, --shard-group).
+  // The orders themselves (gradient_sum_tree) where both runs recorded them,
+  // so that the same additions described otherwise do not warn; the text of
+  // the order for checkpoints from before.
   const std::string sum_was = get(saved, "gradient_sum"), sum_is = get(now, "gradient_sum");
-  if (!sum_was.empty() && !sum_is.empty() && sum_was != sum_is)
+  const std::string tree_was = get(saved, "gradient_sum_tree"),
+                    tree_is = get(now, "gradient_sum_tree");
+  const bool trees = !tree_was.empty() && !tree_is.empty();
+  if (trees ? tree_was != tree_is : !sum_was.empty() && !sum_is.empty() && sum_was != sum_is)
     add("the gradient is summed in another order: " + sum_was + " when saved, " + sum_is +
         " now");
   if (why.empty()) return "";

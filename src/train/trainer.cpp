@@ -323,6 +323,9 @@ std::map<std::string, std::string> Trainer::settings() const {
   s["gradient_sum"] = gradient_sum_order(comm_.world(), accum_, o_.zero,
                                          groups_ ? groups_->size : comm_.world(),
                                          dp_ && dp_->overlapping());
+  s["gradient_sum_tree"] = gradient_sum_tree(comm_.world(), accum_, o_.zero,
+                                             groups_ ? groups_->size : comm_.world(),
+                                             dp_ && dp_->overlapping());
   s["shard_group"] = !groups_ ? "the world"
                      : groups_->spec == "node" ? "node (" + std::to_string(groups_->size) + " ranks)"
                                                : groups_->spec;

@@ -223,6 +223,36 @@ TEST(ShardGroups, GradientSumOrderNamesWhatChangesTheBits) {
   EXPECT_EQ(gradient_sum_order(4, 1, 0, 4, false), "4 ranks (all-reduce's order)");
 }
 
+// The orders as expressions (gradient_sum_tree): equal exactly where the same
+// numbers are added in the same order, whatever the setting's text says.
+TEST(ShardGroups, GradientSumTreeIsEqualWhereTheAdditionsAre) {
+  // Two ranks with one micro-batch each, and one rank summing two micro-batches
+  // at stage 2 (each micro-batch's sum, then the sums added): g0+g1 both.
+  EXPECT_EQ(gradient_sum_tree(2, 1, 2, 2, true), "(g0+g1)");
+  EXPECT_EQ(gradient_sum_tree(1, 2, 2, 1, true), "(g0+g1)");
+  EXPECT_NE(gradient_sum_order(2, 1, 2, 2, true), gradient_sum_order(1, 2, 2, 1, true));
+  for (int stage : {0, 1, 2})
+    for (bool per_layer : {false, true})
+      EXPECT_EQ(gradient_sum_tree(2, 1, stage, 2, per_layer), "(g0+g1)");
+  // Stage 0/1 with two micro-batches: the backward accumulates them itself.
+  EXPECT_EQ(gradient_sum_tree(1, 2, 0, 1, false), "acc(g0,g1)");
+  EXPECT_NE(gradient_sum_tree(1, 2, 0, 1, false), gradient_sum_tree(2, 1, 0, 2, false));
+  // Stage 2, four micro-batch gradients: (g0+g1)+(g2+g3) on 2 ranks, a left
+  // fold on one rank, a 4-rank reduce-scatter: three different orders.
+  EXPECT_EQ(gradient_sum_tree(2, 2, 2, 2, true), "((g0+g1)+(g2+g3))");
+  EXPECT_EQ(gradient_sum_tree(1, 4, 2, 1, true), "(((g0+g1)+g2)+g3)");
+  EXPECT_EQ(gradient_sum_tree(4, 1, 2, 4, true), "per-bucket-reduce-scatter[4](g0,g1,g2,g3)");
+  // Hybrid: in the groups, then across them; groups of 2 at 4 ranks are the
+  // 2-rank stage-2 sum of two micro-batches only in shape, not in leaves.
+  EXPECT_EQ(gradient_sum_tree(4, 1, 1, 2, false), "((g0+g1)+(g2+g3))");
+  EXPECT_EQ(gradient_sum_tree(4, 1, 1, 1, false), "all-reduce[4](g0,g1,g2,g3)");
+  EXPECT_EQ(gradient_sum_tree(4, 2, 2, 2, true), "(((g0+g1)+(g2+g3))+((g4+g5)+(g6+g7)))");
+  EXPECT_EQ(gradient_sum_tree(2, 2, 1, 2, false), "(acc(g0,g2)+acc(g1,g3))");
+  EXPECT_EQ(gradient_sum_tree(1, 1, 0, 1, false), "g0");
+  // Stage 3 sums the gradients as stage 2 does.
+  EXPECT_EQ(gradient_sum_tree(2, 3, 3, 2, true), gradient_sum_tree(2, 3, 2, 2, true));
+}
+
 // The hybrid step against the replay in the documented order (see the top),
 // at stage 1 (one flat reduce-scatter) and stage 2 (per bucket, during the
 // backward; one micro-batch, so the bucket sums are the flat ones per element).

@@ -158,6 +158,35 @@ TEST_F(MpiTrainZero2, AResumeAcrossSummationOrdersSaysSo) {
   EXPECT_NE(r.output.find("micro-batch sums added in order"), std::string::npos) << r.output;
 }
 
+// The same additions in another setting: a 2-rank stage-2 checkpoint (one
+// micro-batch each: a+b) resumed on ONE rank at stage 2, which accumulates
+// the two micro-batches by adding their sums (a+b too): bit-identical to the
+// straight 2-rank run, and no warning (the recorded orders, gradient_sum_tree,
+// are equal although the texts differ). Resumed at stage 0 on one rank the
+// backward accumulates the micro-batches itself: another order, which warns.
+TEST_F(MpiTrainZero2, AResumeOnOneRankWithTheSameSumsDoesNotWarn) {
+  TempDir straight, run;
+  auto r = mpirun_ratchet(2, train_args(1, 32, straight.path) + " --zero 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string ck = run / "ck";
+  r = mpirun_ratchet(2, train_args(1, 32, run.path) + " --zero 2 --ckpt-dir " + ck,
+                     "RATCHET_FAULT=USR1@step-4");
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  TempDir zero0;
+  fs::copy(ck, zero0 / "ck", fs::copy_options::recursive);
+  fs::copy(run / "log.jsonl", zero0 / "log.jsonl");
+  r = run_ratchet(train_args(1, 32, run.path) + " --zero 2 --ckpt-dir " + ck);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("will not be bit-identical"), std::string::npos) << r.output;
+  const Diff d = diff(straight.path, run.path);
+  EXPECT_TRUE(d.bitwise) << "loss " << d.loss << " params " << d.param;
+  r = run_ratchet(train_args(1, 32, zero0.path) + " --zero 0 --ckpt-dir " + (zero0 / "ck"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("will not be bit-identical"), std::string::npos) << r.output;
+}
+
 // Overlapped ZeRO-1 (--zero 1 with --overlap-comm on, the default): the last
 // micro-batch's buckets reduce-scattered during its backward into
 // bucket-aligned shards. 2 ranks x 2 micro-batches: bitwise --zero 0 (the

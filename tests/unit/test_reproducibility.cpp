@@ -3,6 +3,7 @@
 // tests/integration/test_resume.cpp (DeterministicSettingIsRecordedAndAResumeThatChangesItWarns).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "train/reproducibility.h"
@@ -47,6 +48,28 @@ TEST(Reproducibility, ResumeWarnsWhenBitIdentityIsLost) {
   // Checkpoints from before these settings: nothing to compare, no warning.
   EXPECT_EQ(resume_bit_identity_warning({{"lr", "0.001"}}, fast).find("checkpoint was"),
             std::string::npos);
+}
+
+// The gradient's order: the recorded expressions (gradient_sum_tree) decide
+// where both runs have one; the texts only for checkpoints without them.
+TEST(Reproducibility, ResumeComparesTheGradientSumOrdersThemselves) {
+  std::map<std::string, std::string> two = {{"gradient_sum", "2 ranks (a+b)"},
+                                            {"gradient_sum_tree", "(g0+g1)"}};
+  std::map<std::string, std::string> one = {
+      {"gradient_sum", "for each micro-batch, then the 2 micro-batch sums added in order"},
+      {"gradient_sum_tree", "(g0+g1)"}};
+  EXPECT_EQ(resume_bit_identity_warning(two, one), "");
+  EXPECT_EQ(resume_bit_identity_warning(one, two), "");
+  auto acc = one;
+  acc["gradient_sum"] = "2 micro-batches accumulated per rank";
+  acc["gradient_sum_tree"] = "acc(g0,g1)";
+  std::string w = resume_bit_identity_warning(two, acc);
+  EXPECT_TRUE(has(w, "the gradient is summed in another order: 2 ranks (a+b) when saved, 2 "
+                     "micro-batches accumulated per rank now")) << w;
+  // A checkpoint from before the expressions: the texts are compared.
+  w = resume_bit_identity_warning({{"gradient_sum", "2 ranks (a+b)"}}, one);
+  EXPECT_TRUE(has(w, "the gradient is summed in another order")) << w;
+  EXPECT_EQ(resume_bit_identity_warning({{"gradient_sum", "2 ranks (a+b)"}}, two), "");
 }
 
 }  // namespace
