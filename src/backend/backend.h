@@ -44,6 +44,11 @@ struct AdamWArgs {
   // piece of it). Stochastic rounding draws by position in the tensor, so an
   // update split into pieces rounds as the whole tensor's (optim/adamw.h).
   size_t round_offset = 0;
+  // BF16 storage: the tensor's first element in the FLAT parameter vector,
+  // which keys its random bits; unset (-1): the tensor's offset in params'
+  // allocation (the same thing for the model's flat params). ZeRO-3 updates
+  // pieces held elsewhere (dist/zero_params.h) and sets it.
+  size_t tensor_offset = (size_t)-1;
 };
 
 class Backend {
@@ -225,7 +230,8 @@ class Backend {
   // (params, n, round_offset) pieces adamw() was given (any other split of
   // the tensor gives the same bits). No-op without a master copy.
   virtual void round_from_master(dptr /*params*/, size_t /*n*/, int /*step*/,
-                                 size_t /*round_offset*/ = 0) {}
+                                 size_t /*round_offset*/ = 0,
+                                 size_t /*tensor_offset*/ = (size_t)-1) {}
   // Copy `bytes` within backend memory (dst and src do not overlap).
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
 

@@ -50,6 +50,9 @@
 // the communication stream after the compute stream's work so far; wait(t)
 // makes the compute stream wait for an event recorded after it. single (and
 // the default): the blocking reduce_scatter, wait does nothing.
+// all_gather_async(send, recv, n) is the same for the all-gather (mpi:
+// MPI_Iallgather; nccl: ncclAllGather on the communication stream, its own
+// event), completed by the same wait(t).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -93,6 +96,14 @@ class Communicator {
     return 0;
   }
   virtual void wait(Ticket) {}
+  // Asynchronous all-gather (ZeRO-3's per-block parameter prefetch): as
+  // all_gather(send, recv, n), started now and completed by wait(t) or
+  // wait_all(); send and recv untouched until then. send may be this rank's
+  // slot of recv (in place). Default: the blocking all_gather, ticket 0.
+  virtual Ticket all_gather_async(const void* send, void* recv, size_t n, DType t) {
+    all_gather(send, recv, n, t);
+    return 0;
+  }
   // Brackets a set of all_reduce_async calls that may be fused into one launch
   // (nccl: ncclGroupStart/End, one event for the whole group; mpi and single:
   // nothing). Only all_reduce_async between them; the same on every rank.

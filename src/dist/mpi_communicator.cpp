@@ -301,6 +301,18 @@ class MpiCommunicator final : public Communicator {
     return id;
   }
 
+  // Kept with the reduce-scatters (one list of tickets in start order).
+  Ticket all_gather_async(const void* send, void* recv, size_t n, DType t) override {
+    RATCHET_ASSERT(n <= (size_t)INT_MAX);
+    const void* s = send == (const char*)recv + (size_t)rank_ * n * dtype_bytes(t) ? MPI_IN_PLACE
+                                                                                    : send;
+    MPI_Request req;
+    mpiCheck(MPI_Iallgather(s, (int)n, mpi_dtype(t), recv, (int)n, mpi_dtype(t), comm_, &req));
+    const Ticket id = ++last_ticket_;
+    rs_.push_back({id, req, Pending{nullptr, 0, t}});
+    return id;
+  }
+
   void wait(Ticket id) override {
     for (size_t i = 0; i < rs_.size(); i++) {
       if (rs_[i].id != id) continue;
@@ -350,7 +362,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Request req;
     Pending avg;  // buf null unless ReduceOp::Avg
   };
-  std::vector<Rs> rs_;  // outstanding reduce_scatter_async, in start order
+  std::vector<Rs> rs_;  // outstanding reduce_scatter_async/all_gather_async, in start order
   Ticket last_ticket_ = 0;
 };
 

@@ -184,6 +184,25 @@ class NcclCommunicator final : public Communicator {
     pending_ = true;
     return last_ticket_;
   }
+  // The same for the all-gather (ZeRO-3's prefetch): its own event.
+  Ticket all_gather_async(const void* send, void* recv, size_t n, DType t) override {
+    after_compute();
+    ncclCheckComm(ncclAllGather(send, recv, n, nccl_dtype(t), comm_, stream_), comm_);
+    return record_ticket();
+  }
+  Ticket record_ticket() {
+    cudaEvent_t e = nullptr;
+    if (free_events_.empty()) {
+      cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    } else {
+      e = free_events_.back();
+      free_events_.pop_back();
+    }
+    cudaCheck(cudaEventRecord(e, stream_));
+    tickets_.push_back({++last_ticket_, e});
+    pending_ = true;
+    return last_ticket_;
+  }
   void wait(Ticket id) override {
     for (size_t i = 0; i < tickets_.size(); i++) {
       if (tickets_[i].first != id) continue;

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/fault.h"
 #include "dist/shard_groups.h"
+#include "dist/zero_params.h"
 #include "model/gpt.h"
 
 namespace ratchet {
@@ -41,7 +42,7 @@ size_t DataParallel::buffer_bytes(const BackendMemoryModel& be, size_t P, int W,
 
 DataParallel::DataParallel(Communicator& comm, Backend& be, const ParamLayout& layout,
                            const AdamWConfig& cfg, int zero_stage, Communicator* grad_comm,
-                           const ShardGroups* groups, bool overlap)
+                           const ShardGroups* groups, bool overlap, bool reshard_after_forward)
     : comm_(comm),
       gcomm_(grad_comm ? *grad_comm : comm),
       groups_(groups),
@@ -52,7 +53,7 @@ DataParallel::DataParallel(Communicator& comm, Backend& be, const ParamLayout& l
       layout_(layout),
       P_(layout.total),
       stage_(zero_stage) {
-  if (!implemented(stage_)) fail("--zero must be 0, 1 or 2 (got ", stage_, ")");
+  if (!implemented(stage_) && stage_ != 3) fail("--zero must be 0, 1 or 2 (got ", stage_, ")");
   const size_t sb = be_.storage_bytes();
   if (sb != 4 && sb != 2)
     fail("data parallel: backend ", be_.name(), " stores ", sb,
@@ -63,6 +64,7 @@ DataParallel::DataParallel(Communicator& comm, Backend& be, const ParamLayout& l
   overlap_ = overlap;
   if (bucketed(stage_, overlap, shard_count())) {
     init_buckets(cfg);  // dist/zero_buckets.cpp
+    if (stage_ == 3) init_params3(reshard_after_forward);  // dist/zero_params.cpp
   } else if (stage_ == 1) {
     const int W = shard_count();
     range_ = shard_range(P_, W, shard_index());
@@ -79,6 +81,8 @@ DataParallel::DataParallel(Communicator& comm, Backend& be, const ParamLayout& l
 
 DataParallel::~DataParallel() {
   if (hook_) hook_->dp = nullptr;
+  if (ps_ && model_ && model_->param_store() == ps_.get()) model_->set_param_store(nullptr);
+  ps_.reset();
   release_buckets();
   be_.release(pad_);
   be_.release(gshard_);
@@ -89,7 +93,7 @@ DType DataParallel::dtype() const {
 }
 
 size_t DataParallel::buffer_bytes(const BackendMemoryModel& be, const GPTConfig& cfg, int W,
-                                  int stage, bool overlap) {
+                                  int stage, bool overlap, bool reshard_after_forward) {
   const ParamLayout layout(cfg);
   if (!bucketed(stage, overlap, W)) return buffer_bytes(be, layout.total, W, stage);
   // zero_buckets.cpp's init_buckets(), allocation by allocation.
@@ -97,7 +101,9 @@ size_t DataParallel::buffer_bytes(const BackendMemoryModel& be, const GPTConfig&
   const size_t sb = be.storage_bytes;
   size_t b = be.alloc_size(std::max<size_t>(1, bk.shard_elems()) * sb) +
              2 * be.alloc_size(bk.block_buffer_elems() * sb) + be.alloc_size(bk.rest_buffer_elems() * sb);
-  if (stage == 2) b += 2 * be.alloc_size(bk.block(0).S * sb) + be.alloc_size(bk.rest().S * sb);
+  if (stage >= 2) b += 2 * be.alloc_size(bk.block(0).S * sb) + be.alloc_size(bk.rest().S * sb);
+  if (stage == 3)
+    b += ParamShards::buffer_bytes(be, layout, cfg.num_layers, W, reshard_after_forward);
   return b;
 }
 
@@ -123,7 +129,8 @@ void DataParallel::attach(GPT& model, int micro_batches, bool overlap) {
     fail("data parallel: ZeRO-1 was built ", overlap_ ? "with" : "without",
          " overlap but attach() says ", overlap ? "on" : "off");
   overlap_ = overlap;
-  RATCHET_ASSERT((model.grads() == nullptr) == (stage_ == 2));  // flat_grads(stage)
+  RATCHET_ASSERT((model.grads() == nullptr) == (stage_ >= 2));  // flat_grads(stage)
+  RATCHET_ASSERT((model.params() == nullptr) == (stage_ == 3));  // flat_params(stage)
   model_ = &model;
   micro_batches_ = micro_batches;
   pass_ = launched_ = 0;
@@ -134,10 +141,15 @@ void DataParallel::attach(GPT& model, int micro_batches, bool overlap) {
   model.set_grad_ready_hook([st](int layer) {
     if (st->dp) st->dp->grad_ready(layer);
   });
-  if (stage_ == 2) model.set_grad_store(store_.get());
+  if (stage_ >= 2) model.set_grad_store(store_.get());
+  if (stage_ == 3) model.set_param_store(ps_.get());
 }
 
 std::string DataParallel::describe() const {
+  if (stage_ == 3)
+    return std::string("ZeRO-3: parameters, gradients and optimizer state sharded, each block's "
+                       "parameters all-gathered before use (the next one prefetched), its gradient "
+                       "reduce-scattered ") + (overlap_ ? "during the backward" : "after its backward (--overlap-comm off)");
   if (stage_ == 2)
     return std::string("ZeRO-2: gradients and optimizer state sharded, each block's gradient "
                        "reduce-scattered ") + (overlap_ ? "during the backward" : "after its backward (--overlap-comm off)");
@@ -172,7 +184,7 @@ bool DataParallel::overlap_with(GPT& model, int micro_batches) {
 void DataParallel::grad_ready(int layer) {
   if (bk_) {  // the bucket's reduce-scatter (zero_buckets.cpp): every pass at stage 2,
               // the last one at stage 1 (packed from the flat grads first)
-    if (stage_ == 2 || pass_ == micro_batches_ - 1) {
+    if (stage_ >= 2 || pass_ == micro_batches_ - 1) {
       const size_t b = layer >= 0 ? (size_t)layer : bk_->buckets().size() - 1;
       const int k = layer >= 0 ? layer % 2 : 0;
       char* buf = static_cast<char*>(layer >= 0 ? block_buf_[k] : rest_buf_);
@@ -332,6 +344,7 @@ bool DataParallel::shard_writer() const {
 }
 
 void DataParallel::restore_params(dptr params) {
+  if (ps_) return restore_params3();  // dist/zero_params.cpp
   opt_->restore_rounding(params);
   if (bk_)
     gather_buckets(params);
@@ -342,7 +355,8 @@ void DataParallel::restore_params(dptr params) {
 
 void DataParallel::sync_master(dptr params) {
   const int W = shard_count();
-  if (stage_ == 0 || W == 1 || be_.storage_bytes() == sizeof(float)) return;
+  // Stage 3: each rank's master is its shard's own; ParamShards::get_host reads them.
+  if (stage_ == 0 || stage_ == 3 || W == 1 || be_.storage_bytes() == sizeof(float)) return;
   if (bk_) return sync_master_buckets(params);  // zero_buckets.cpp
   const size_t S = range_.padded, n = range_.hi - range_.lo, sb = be_.storage_bytes();
   // The FP32 values of every shard, from their owners (download_f32 reads the

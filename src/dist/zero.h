@@ -107,6 +107,21 @@
 //   updates its pieces of it; sync_master() gathers the rest.
 //   --overlap-comm off: the same reductions, each waited for at once.
 //
+// stage 3 (ZeRO-3; this class runs it, `train` does not offer it yet): the
+//   gradients exactly as stage 2; the storage-dtype parameters sharded too
+//   (dist/zero_params.h, ParamShards): the model has no flat params
+//   (flat_params(3) == false) and reads every parameter through the store
+//   attach() installs, which all-gathers each bucket before its use (the
+//   next block prefetched); rank r keeps only piece r of every bucket, in the
+//   gradient shard's layout, and AdamW updates it there (AdamWPiece::param).
+//   No all-gather after the step: the gathered copies are marked stale and
+//   the next forward gathers the new values. The FP32 master (BF16 storage)
+//   is the shard's own (4·S bytes). reshard_after_forward false keeps every
+//   block gathered in forward for the backward (one buffer per block).
+//   The summed gradients and the update are stage 2's, so stage 3 equals
+//   stage 2 bitwise at any W and micro-batch count, and stage 0 bitwise at
+//   2 ranks x 1 micro-batch (tests/mpi/test_mpi_zero3.cpp).
+//
 // Master weights with ZeRO-1 and BF16 storage: each rank's backend updates
 // only its own shard of the FP32 master copy (the other shards arrive as BF16
 // values). sync_master() gathers the FP32 shards so that reading the
@@ -120,6 +135,9 @@
 //            W·S_block·sb each, the rest's bucket W·S_rest·sb, and receive
 //            buffers for accumulation S_block·sb twice and S_rest·sb
 //            (and NO flat P·sb gradient buffer in the model)
+//   stage 3: stage 2's, plus ParamShards::buffer_bytes (the parameter shard,
+//            its FP32 master with BF16 storage, two block buffers (or L) and
+//            the rest's buffer; and NO flat params in the model)
 // plus AdamW's moments (2·(hi-lo)·4, AdamW's own allocations).
 #pragma once
 #include <cstddef>
@@ -139,6 +157,7 @@
 namespace ratchet {
 
 class GPT;
+class ParamShards;
 struct ShardGroups;
 
 struct ShardRange {
@@ -158,7 +177,8 @@ class DataParallel {
   // outlive this object, and hold device splits when grad_comm is given.
   DataParallel(Communicator& comm, Backend& be, const ParamLayout& layout, const AdamWConfig& cfg,
                int zero_stage, Communicator* grad_comm = nullptr,
-               const ShardGroups* groups = nullptr, bool overlap = false);
+               const ShardGroups* groups = nullptr, bool overlap = false,
+               bool reshard_after_forward = true);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -200,14 +220,19 @@ class DataParallel {
   // Whether the model keeps its flat gradient buffer at this stage (build it
   // with GPT(cfg, be, flat_grads(stage))); false for stage 2.
   static bool flat_grads(int stage) { return stage < 2; }
+  // Whether the model keeps its flat params (GPT(cfg, be, flat_grads(stage),
+  // flat_params(stage))); false for stage 3 (dist/zero_params.h: each rank
+  // its pieces; attach() must come before the parameters are set).
+  static bool flat_params(int stage) { return stage < 3; }
   // Whether the shards are bucket-aligned (dist/buckets.h): stage 2, and
   // stage 1 with overlap on W > 1 shards (its per-block reduce-scatter).
   static bool bucketed(int stage, bool overlap, int W) {
-    return stage == 2 || (stage == 1 && overlap && W > 1);
+    return stage >= 2 || (stage == 1 && overlap && W > 1);
   }
   // The log's line for the data-parallel mode ("ZeRO-1: optimizer state sharded", ...).
   std::string describe() const;
-  // Stages train runs (0, 1, 2).
+  // Stages train runs (0, 1, 2). This class also runs stage 3 (ZeRO-3,
+  // dist/zero_params.h), tested on its own; train does not offer it yet.
   static bool implemented(int stage) { return stage >= 0 && stage <= 2; }
 
   // Averages the gradients over ranks and updates params as described above.
@@ -237,7 +262,7 @@ class DataParallel {
   // number of ranks the state is sharded over (shard_count()).
   // overlap: as given to the constructor (stage 1's layout depends on it).
   static size_t buffer_bytes(const BackendMemoryModel& be, const GPTConfig& cfg, int W, int stage,
-                             bool overlap = false);
+                             bool overlap = false, bool reshard_after_forward = true);
   // AdamW's m and v length on shard r of W at this stage.
   static size_t moment_elems(const GPTConfig& cfg, int W, int r, int stage, bool overlap = false);
 
@@ -263,6 +288,9 @@ class DataParallel {
   float step_buckets(dptr params, dptr grads, float lr);
   void gather_buckets(dptr params);
   void sync_master_buckets(dptr params);
+  // Stage 3 (dist/zero_params.cpp).
+  void init_params3(bool reshard_after_forward);
+  void restore_params3();
   // Asynchronous sum-reduce-scatter in backend memory (as reduce_scatter);
   // every stage-2 gradient reduction goes through these two.
   Communicator::Ticket reduce_scatter_async(const void* send, void* recv, size_t n);
@@ -293,6 +321,7 @@ class DataParallel {
   // Stage 2.
   std::unique_ptr<BucketLayout> bk_;
   std::unique_ptr<GradStore> store_;  // a Store
+  std::unique_ptr<ParamShards> ps_;   // stage 3: this rank's parameter pieces and gathers
   void* block_buf_[2] = {nullptr, nullptr};  // W·S_block each
   void* rest_buf_ = nullptr;                 // W·S_rest
   void* block_recv_[2] = {nullptr, nullptr};  // S_block each

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "dist/zero.h"
+#include "dist/zero_params.h"
 #include "model/gpt.h"
 
 namespace ratchet {
@@ -37,13 +38,15 @@ void DataParallel::init_buckets(const AdamWConfig& cfg) {
   const int L = (int)(layout_.sizes[P_LN1W] / layout_.sizes[P_LNFW]);
   bk_ = std::make_unique<BucketLayout>(layout_, L, N);
   std::vector<AdamWPiece> pieces;
-  for (const OwnedPiece& p : bk_->pieces(r)) pieces.push_back({p.lo, p.n, p.shard});
+  // Stage 3: the parameters are at the same shard offset (dist/zero_params.h).
+  for (const OwnedPiece& p : bk_->pieces(r))
+    pieces.push_back({p.lo, p.n, p.shard, stage_ == 3 ? p.shard : AdamWPiece::kAtLo});
   opt_ = std::make_unique<AdamW>(be_, layout_, cfg, std::move(pieces));
   const size_t sb = be_.storage_bytes();
   gshard_ = be_.alloc(std::max<size_t>(1, bk_->shard_elems()) * sb);
   for (int k = 0; k < 2; k++) block_buf_[k] = be_.alloc(bk_->block_buffer_elems() * sb);
   rest_buf_ = be_.alloc(bk_->rest_buffer_elems() * sb);
-  if (stage_ == 2) {  // accumulation over micro-batches happens in the shard
+  if (stage_ >= 2) {  // accumulation over micro-batches happens in the shard
     for (int k = 0; k < 2; k++) block_recv_[k] = be_.alloc(bk_->block(0).S * sb);
     rest_recv_ = be_.alloc(bk_->rest().S * sb);
   }
@@ -78,7 +81,7 @@ void DataParallel::bucket_ready(size_t b, char* buf, char* recv, InFlight* f) {
   const size_t sb = be_.storage_bytes();
   char* shard = static_cast<char*>(gshard_) + bk_->shard_offset(b) * sb;
   f->bucket = b;
-  f->add = stage_ == 2 && pass_ > 0;  // stage 1 reduces once, after its accumulation
+  f->add = stage_ >= 2 && pass_ > 0;  // stage 1 reduces once, after its accumulation
   f->active = true;
   f->ticket = reduce_scatter_async(buf, f->add ? recv : shard, bk.S);
   if (!overlap_) finish(f, recv);
@@ -113,8 +116,8 @@ void DataParallel::pack_bucket(size_t b, const char* grads, char* buf) {
 }
 
 float DataParallel::step_buckets(dptr params, dptr grads, float lr) {
-  if (stage_ == 2 && pass_ == 0)
-    fail("data parallel: ZeRO-2 step without a backward pass this step (the gradient shard is "
+  if (stage_ >= 2 && pass_ == 0)
+    fail("data parallel: ZeRO-", stage_, " step without a backward pass this step (the gradient shard is "
          "written by the passes' reductions)");
   const size_t nb = bk_->buckets().size();
   if (stage_ == 1 && !(model_ && launched_ == (int)nb && pass_ == micro_batches_)) {
@@ -138,8 +141,13 @@ float DataParallel::step_buckets(dptr params, dptr grads, float lr) {
   const double ssq = n ? be_.sum_squares(gshard_, n) : 0.0;
   // Over the shards of one copy (every group of --shard-group holds them all).
   const double norm = std::sqrt(scomm_->all_reduce_sum(ssq));
-  opt_->step_shard(params, gshard_, lr, norm);
-  gather_buckets(params);
+  if (ps_) {  // stage 3: the shard is the parameters; the next forward gathers them
+    opt_->step_shard(ps_->shard(), gshard_, lr, norm);
+    ps_->invalidate();
+  } else {
+    opt_->step_shard(params, gshard_, lr, norm);
+    gather_buckets(params);
+  }
   pass_ = launched_ = 0;
   return (float)norm;
 }

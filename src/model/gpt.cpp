@@ -12,9 +12,12 @@
 
 namespace ratchet {
 
-GPT::GPT(const GPTConfig& cfg, Backend& be, bool flat_grads) : cfg_(cfg), be_(be), layout_(cfg) {
-  params_ = be_.alloc(layout_.total * be_.storage_bytes());
-  be_.keep_master_copy(params_);  // set_params() then sets the FP32 master exactly
+GPT::GPT(const GPTConfig& cfg, Backend& be, bool flat_grads, bool flat_params)
+    : cfg_(cfg), be_(be), layout_(cfg) {
+  if (flat_params) {
+    params_ = be_.alloc(layout_.total * be_.storage_bytes());
+    be_.keep_master_copy(params_);  // set_params() then sets the FP32 master exactly
+  }
   if (flat_grads) grads_ = be_.alloc(layout_.total * be_.storage_bytes());
 }
 
@@ -25,6 +28,7 @@ GPT::~GPT() {
 }
 
 cdptr GPT::param(int i, int layer) const {
+  if (pstore_) return pstore_->param(i, layer);
   size_t off = layout_.offsets[i] + (size_t)layer * layout_.per_layer(i, cfg_.num_layers);
   return (const char*)params_ + off * be_.storage_bytes();
 }
@@ -59,8 +63,17 @@ void GPT::init_random(uint64_t seed) {
   set_params(host.data());
 }
 
-void GPT::set_params(const float* host) { be_.upload_f32(params_, host, layout_.total); }
-void GPT::get_params(float* host) const { be_.download_f32(host, params_, layout_.total); }
+// Without flat params (ZeRO-3) through the store: each rank keeps its shard.
+void GPT::set_params(const float* host) {
+  if (params_) return be_.upload_f32(params_, host, layout_.total);
+  if (!pstore_ || !pstore_->set_host(host))
+    fail("this model has no flat parameters (ZeRO-3) and no parameter store to set them in");
+}
+void GPT::get_params(float* host) const {
+  if (params_) return be_.download_f32(host, params_, layout_.total);
+  if (!pstore_ || !pstore_->get_host(host))
+    fail("this model has no flat parameters (ZeRO-3) and no parameter store to read them from");
+}
 void GPT::get_grads(float* host) const {
   if (!grads_)
     fail("this model has no flat gradient buffer (ZeRO-2 keeps only each rank's shard of the "
@@ -386,7 +399,10 @@ void GPT::run_forward(const Acts& a, int B, int T, bool has_targets, float dloss
                         B, T, C);
   }
   // The final norm is fused into the last block's residual add (both archs).
-  for (int l = 0; l < L; l++) forward_block(a, l, B, T, false);
+  for (int l = 0; l < L; l++) {
+    if (pstore_) pstore_->forward_block(l);
+    forward_block(a, l, B, T, false);
+  }
   if (!lm_head) return;  // forward_spans runs it on its positions only
   {
     OpScope s(*this, "matmul_lmhead_fwd", mm * C * Vp, 0);
@@ -436,6 +452,7 @@ void GPT::run_backward(const Acts& a, int B, int T) {
   const Recompute& rp = recompute_;
   for (int l = L - 1; l >= 0; l--) {
     place_block(l);
+    if (pstore_) pstore_->backward_block(l);
     if (llama) {
       backward_block_llama(a, l, B, T);
       if (grad_ready_) grad_ready_(l);

@@ -36,6 +36,7 @@
 #include "backend/backend.h"
 #include "model/config.h"
 #include "model/grad_store.h"
+#include "model/param_store.h"
 #include "model/param_layout.h"
 #include "model/recompute.h"
 
@@ -53,7 +54,10 @@ class GPT {
  public:
   // flat_grads false: no flat gradient buffer (grads() is null); a
   // GradStore must be set before forward_backward().
-  GPT(const GPTConfig& cfg, Backend& be, bool flat_grads = true);
+  // flat_params false: no flat params buffer (params() is null, ZeRO-3); a
+  // ParamStore must be set before anything reads or sets parameters
+  // (init_random, set_params and get_params go through it).
+  GPT(const GPTConfig& cfg, Backend& be, bool flat_grads = true, bool flat_params = true);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -136,6 +140,10 @@ class GPT {
   // grads buffer. The store must outlive its use (set null to detach).
   void set_grad_store(GradStore* s) { store_ = s; }
   GradStore* grad_store() const { return store_; }
+  // Where every parameter is read from (model/param_store.h); null: the flat
+  // params buffer. The store must outlive its use (set null to detach).
+  void set_param_store(ParamStore* s) { pstore_ = s; }
+  ParamStore* param_store() const { return pstore_; }
 
   // Profiling: when on, every op is timed (with a backend synchronize).
   void set_profiling(bool on) { profiling_ = on; }
@@ -180,6 +188,7 @@ class GPT {
   std::map<std::string, OpStat> prof_;
   GradReadyHook grad_ready_;
   GradStore* store_ = nullptr;
+  ParamStore* pstore_ = nullptr;
   dptr slots_[kNumParamTensors] = {};  // the store's destinations, this pass
   int slot_layer_ = -1;                // the block slots_ holds
   friend class OpScope;

@@ -58,15 +58,17 @@ void check_step_in_range(const GPTConfig& cfg, long B, int T);
 // flat_grads: whether the model holds its flat P-element gradient buffer
 // (false at ZeRO-2: DataParallel::flat_grads; its buckets and shard are then
 // in dp_buffer_bytes).
+// flat_params: whether it holds its flat params (false at ZeRO-3: the shard,
+// its master and the gather buffers are then in dp_buffer_bytes).
 StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                        const BackendMemoryModel& be, size_t moment_elems,
-                       size_t dp_buffer_bytes, bool flat_grads = true);
+                       size_t dp_buffer_bytes, bool flat_grads = true, bool flat_params = true);
 // The same for a live backend (its own description).
 inline StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                               const Backend& be, size_t moment_elems, size_t dp_buffer_bytes,
-                              bool flat_grads = true) {
+                              bool flat_grads = true, bool flat_params = true) {
   return step_memory(cfg, B, T, policy, be.memory_model(), moment_elems, dp_buffer_bytes,
-                     flat_grads);
+                     flat_grads, flat_params);
 }
 
 }  // namespace ratchet

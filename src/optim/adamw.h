@@ -34,9 +34,13 @@ struct AdamWConfig {
 };
 
 // Flat elements [lo, lo + n) updated from the gradient at element `grad` of
-// the gradient buffer step_shard() is given.
+// the gradient buffer step_shard() is given. Their parameters are at element
+// lo of the params step_shard() is given (the full vector), or, when `param`
+// is set (ZeRO-3's parameter shard, dist/zero_params.h), at element `param`.
 struct AdamWPiece {
+  static constexpr size_t kAtLo = (size_t)-1;
   size_t lo = 0, n = 0, grad = 0;
+  size_t param = kAtLo;
 };
 
 class AdamW {
@@ -79,7 +83,8 @@ class AdamW {
 
  private:
   // Calls fn(tensor index, first element a0, count, gradient offset, moment
-  // offset) for every tensor's part of every piece: one backend call each.
+  // offset, parameter offset) for every tensor's part of every piece: one
+  // backend call each.
   template <class Fn>
   void for_each_piece(Fn fn) const;
 

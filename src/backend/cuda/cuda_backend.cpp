@@ -726,6 +726,14 @@ void CudaBackend<T>::keep_master_copy(void* p) {
   if constexpr (!std::is_same<T, float>::value) master_for(p, 0);
 }
 
+// The stochastic rounding's seed for a tensor at `off` (see rounding_seed).
+namespace {
+uint32_t seed_at(uint32_t off, int step) {
+  // kernels/common.cuh's murmur3 finaliser, as the rounding's own hash uses.
+  return kernels::fmix32((uint32_t)step * 0x9E3779B1u ^ kernels::fmix32(off + 0x5eed1234u));
+}
+}  // namespace
+
 template <class T>
 void CudaBackend<T>::adamw(dptr params, float* master, cdptr grads, float* m, float* v, size_t n,
                            const AdamWArgs& a) {
@@ -743,28 +751,33 @@ void CudaBackend<T>::adamw(dptr params, float* master, cdptr grads, float* m, fl
     if (!master) master = master_for(params, n);
     // The tensor's seed (where the piece's tensor starts), the piece's
     // elements at their index in the tensor.
-    seed = rounding_seed(static_cast<const T*>(params) - a.round_offset, a.step);
+    seed = a.tensor_offset != (size_t)-1
+               ? seed_at((uint32_t)a.tensor_offset, a.step)
+               : rounding_seed(static_cast<const T*>(params) - a.round_offset, a.step);
   }
   kernels::adamw_update<T>(P<T>(params), master, P<T>(grads), m, v, n, h, seed, stream_);
 }
 
-// Different random bits per step and per tensor (its offset in the allocation).
+// Different random bits per step and per tensor (its offset in the allocation,
+// or in the flat parameter vector: AdamWArgs::tensor_offset).
 template <class T>
 uint32_t CudaBackend<T>::rounding_seed(const void* params, int step) const {
   auto [base, bytes] = owner(params);
   RATCHET_ASSERT(base != nullptr);
   const uint32_t off = (uint32_t)((static_cast<const char*>(params) - base) / sizeof(T));
-  // kernels/common.cuh's murmur3 finaliser, as the rounding's own hash uses.
-  return kernels::fmix32((uint32_t)step * 0x9E3779B1u ^ kernels::fmix32(off + 0x5eed1234u));
+  return seed_at(off, step);
 }
 
 template <class T>
-void CudaBackend<T>::round_from_master(dptr params, size_t n, int step, size_t round_offset) {
+void CudaBackend<T>::round_from_master(dptr params, size_t n, int step, size_t round_offset,
+                                       size_t tensor_offset) {
   if constexpr (!std::is_same<T, float>::value) {
     if (n == 0 || step < 1) return;
     const float* master = master_for(params, n);
     kernels::round_from_master<T>(P<T>(params), master, n,
-                                  rounding_seed(static_cast<const T*>(params) - round_offset, step),
+                                  tensor_offset != (size_t)-1
+                                      ? seed_at((uint32_t)tensor_offset, step)
+                                      : rounding_seed(static_cast<const T*>(params) - round_offset, step),
                                   stream_, round_offset);
   }
 }

@@ -91,7 +91,8 @@ class CudaBackend final : public Backend {
   size_t arena_bytes() const { return arena_.size(); }  // 0: no arena
   size_t scratch_bytes() const { return scratch_bytes_; }
   void keep_master_copy(void* p) override;
-  void round_from_master(dptr params, size_t n, int step, size_t round_offset = 0) override;
+  void round_from_master(dptr params, size_t n, int step, size_t round_offset = 0,
+                         size_t tensor_offset = (size_t)-1) override;
   void synchronize() override;
   // One kernel (kernels/layernorm.cuh) instead of the default's two.
   void residual_layernorm_forward(dptr resid, dptr out, float* mean, float* rstd, cdptr a, cdptr b,
