@@ -71,10 +71,7 @@ ParamSplit param_split(const GPTConfig& cfg) {
 
 ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                        const BackendMemoryModel& be, const ZeroStage& z, int N) {
-  const ParamSplit ps = param_split(cfg);
-  const size_t P = ps.total, sb = be.storage_bytes;
-  const ShardRange own = shard_range(P, N, 0);  // rank 0 holds the largest shard
-  const size_t S = own.hi - own.lo;
+  const size_t sb = be.storage_bytes;
   // Stages 0, 1 and 2: exactly what `ratchet train` allocates (rank 0, which
   // owns the most elements), with --overlap-comm on (its default: stage 1's
   // shards bucket-aligned).
@@ -106,12 +103,25 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
     m.moments = s.moments;
     return m;
   }
-  m.grads = bytes(S);
-  m.buckets = bytes(ps.non_block) + 2 * bytes(ps.per_block);
-  if (be.extra_bytes_per_param > 0) m.master = be.alloc_size(S * be.extra_bytes_per_param);
-  m.moments = 2 * be.alloc_size(std::max<size_t>(1, S) * sizeof(float));
-  m.params = bytes(S);
-  m.gather = z.reshard_after_forward ? bytes(ps.non_block) + 2 * bytes(ps.per_block) : s.params;
+  // Stage 3: what DataParallel allocates at stage 3 (dist/zero.h, tested in
+  // tests/mpi/test_mpi_zero3.cpp; `train` does not offer it yet): stage 2's
+  // gradient shard and buckets, the parameter shard in the same layout with
+  // its own FP32 master, and the gather buffers (dist/zero_params.h: the
+  // rest's bucket and two block buckets, or every block with reshard off);
+  // no flat params.
+  const StepMemory s3 = step_memory(
+      cfg, B, T, policy, be, DataParallel::moment_elems(cfg, N, 0, 3, true),
+      DataParallel::buffer_bytes(be, cfg, N, 3, true, z.reshard_after_forward), false, false);
+  const BucketLayout bk(ParamLayout(cfg), cfg.num_layers, N);
+  const size_t shard = bytes(std::max<size_t>(1, bk.shard_elems()));
+  const size_t L = (size_t)cfg.num_layers;
+  m.grads = shard;
+  m.params = shard;
+  if (be.extra_bytes_per_param > 0) m.master = be.alloc_size(shard / sb * be.extra_bytes_per_param);
+  m.gather = (z.reshard_after_forward ? std::min<size_t>(2, L) : L) * bytes(bk.block_buffer_elems()) +
+             bytes(bk.rest_buffer_elems());
+  m.moments = s3.moments;
+  m.buckets = s3.dp_buffers - m.grads - m.params - m.master - m.gather;
   return m;
 }
 

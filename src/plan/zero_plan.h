@@ -24,10 +24,13 @@
 //             one is reduce-scattered), each reused, and their receive
 //             buffers (1/N of each) for accumulating micro-batches; the master
 //             copy stays whole (4P, as stage 1), m+v 8·(owned elements)
-//   stage 3   params: the shard S·sb plus gather buffers: the non-block unit
-//             (gathered at the start of forward, kept to the end of backward)
-//             and two blocks (the one computing and the one prefetched);
-//             grads, buckets and moments as stage 2, the master sharded (4S).
+//   stage 3   as DataParallel runs it (dist/zero.h, dist/zero_params.h; not
+//             yet offered by train): params: the shard (one piece of every
+//             bucket, stage 2's gradient-shard layout) plus gather buffers:
+//             the non-block bucket (gathered at its first use, kept until the
+//             update) and two blocks (the one computing and the one
+//             prefetched); grads, buckets and moments as stage 2, the master
+//             the shard's own.
 //             --reshard-after-forward off: every block gathered in forward is
 //             kept for backward: S·sb + P·sb (stage 2's memory) and no
 //             backward gather (stage 2's traffic).

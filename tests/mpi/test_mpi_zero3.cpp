@@ -12,6 +12,7 @@
 //     within stage 0's own bound (its GEMMs accumulate: not a + b);
 //   - the model has no flat params, every rank holds only its pieces, and the
 //     bytes held after a step are step_memory's with DataParallel::buffer_bytes
+//     (on rank 0: `ratchet plan`'s stage-3 figure)
 //     (the cpu backend's count; simt's BF16 one too), less than stage 2's
 //     on more than one rank;
 //   - moments and owned ranges are stage 2's, so a stage-3 state continues at
@@ -36,6 +37,7 @@
 #include "model/memory.h"
 #include "model/recompute.h"
 #include "optim/adamw.h"
+#include "plan/zero_plan.h"
 #include "testing/tiny_model.h"
 
 using namespace ratchet;
@@ -191,6 +193,11 @@ void memory_equals_accounting(bool reshard, bool simt = false) {
     EXPECT_EQ(be->peak_bytes_in_use(), mine.total()) << "rank " << r;
     const StepMemory two = step_memory(c, B, T, Recompute(), *be, DataParallel::moment_elems(c, W, r, 2),
                                        DataParallel::buffer_bytes(be->memory_model(), c, W, 2), false);
+    // `ratchet plan`'s stage-3 figure (plan/zero_plan.h): rank 0's, which owns the most.
+    const plan::ZeroMemory planned =
+        plan::zero_memory(c, B, T, Recompute(), be->memory_model(), {3, reshard}, W);
+    EXPECT_LE(be->bytes_in_use(), planned.total());
+    if (r == 0) EXPECT_EQ(be->bytes_in_use(), planned.total());
     if (W > 1 && reshard) EXPECT_LT(mine.total(), two.total());
     if (!reshard) EXPECT_GT(mine.total(), two.total());  // every block kept: stage 2's params and more
     if (r == 0)
