@@ -69,15 +69,7 @@ bool DocumentCutter::find(std::string_view text, size_t from, bool complete, Tex
 }
 
 std::vector<TextCut> DocumentCutter::cuts(std::string_view text, size_t part_bytes) const {
-  std::vector<TextCut> out;
-  size_t pos = 0;
-  while (can_cut() && part_bytes > 0 && pos + part_bytes < text.size()) {
-    TextCut k;
-    if (!find(text, pos + part_bytes, true, &k)) break;
-    out.push_back(k);
-    pos = k.resume;
-  }
-  return out;
+  return hf::cuts_every(*this, text, part_bytes);
 }
 
 std::vector<TextCut> safe_cuts(const Tokenizer& tok, const std::string& text, size_t piece_bytes) {

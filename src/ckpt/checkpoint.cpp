@@ -51,6 +51,19 @@ uint32_t crc_bytes(uint32_t crc0, const void* data, size_t bytes) {
   }
   return (uint32_t)crc;
 }
+
+uint32_t file_crc(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read ", path);
+  std::vector<char> buf(1 << 16);
+  uint32_t crc = 0;
+  while (in) {
+    in.read(buf.data(), buf.size());
+    crc = crc_bytes(crc, buf.data(), (size_t)in.gcount());
+  }
+  return crc;
+}
+
 uint32_t crc_of(const std::vector<float>& v) { return crc_of(v.data(), v.size()); }
 
 void fsync_path(const std::string& path) {

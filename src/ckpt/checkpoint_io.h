@@ -18,6 +18,8 @@ extern const char* kTensorNames[3];    // "params", "adam_m", "adam_v"
 uint32_t crc_of(const float* data, size_t count);
 uint32_t crc_update(uint32_t crc, const void* data, size_t count_floats);
 uint32_t crc_bytes(uint32_t crc, const void* data, size_t bytes);
+// crc32 of a whole file, read in 64 KB blocks (an Error naming it if unreadable).
+uint32_t file_crc(const std::string& path);
 
 void fsync_path(const std::string& path);
 // Fails (naming the free space or the ulimit -f) before anything is written

@@ -27,18 +27,6 @@ bool stat_size(const std::string& path, uint64_t* size) {
   return true;
 }
 
-uint32_t whole_file_crc(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read ", path);
-  std::vector<char> buf(1 << 16);
-  uint32_t crc = 0;
-  while (in) {
-    in.read(buf.data(), buf.size());
-    crc = crc_bytes(crc, buf.data(), (size_t)in.gcount());
-  }
-  return crc;
-}
-
 H5Handle open_ro(const std::string& path, const std::string& ctx) {
   H5Handle fapl = h5_fapl_no_locking();
   return H5Handle(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open ", ctx),
@@ -194,7 +182,7 @@ void CheckpointReader::open_v3() {
     if (size != want_bytes)
       fail("checkpoint ", state, " has ", size, " bytes, the manifest says ", want_bytes,
            " (truncated or replaced)");
-    const uint32_t crc = whole_file_crc(state);
+    const uint32_t crc = file_crc(state);
     if (crc != want_crc)
       fail("checkpoint ", state, " fails its checksum (crc32 ", crc, ", manifest ", want_crc,
            "): the file is corrupted");

@@ -30,18 +30,6 @@ uint64_t file_size(const std::string& path) {
   return (uint64_t)st.st_size;
 }
 
-uint32_t file_crc(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read back ", path);
-  std::vector<char> buf(1 << 16);
-  uint32_t crc = 0;
-  while (in) {
-    in.read(buf.data(), buf.size());
-    crc = crc_bytes(crc, buf.data(), (size_t)in.gcount());
-  }
-  return crc;
-}
-
 }  // namespace
 
 std::string param_shard_name(int rank) {

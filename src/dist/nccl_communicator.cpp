@@ -172,17 +172,7 @@ class NcclCommunicator final : public Communicator {
     after_compute();
     ncclCheckComm(ncclReduceScatter(send, recv, n, nccl_dtype(t), nccl_op(op), comm_, stream_),
                   comm_);
-    cudaEvent_t e = nullptr;
-    if (free_events_.empty()) {
-      cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    } else {
-      e = free_events_.back();
-      free_events_.pop_back();
-    }
-    cudaCheck(cudaEventRecord(e, stream_));
-    tickets_.push_back({++last_ticket_, e});
-    pending_ = true;
-    return last_ticket_;
+    return record_ticket();
   }
   // The same for the all-gather (ZeRO-3's prefetch): its own event.
   Ticket all_gather_async(const void* send, void* recv, size_t n, DType t) override {
@@ -190,6 +180,8 @@ class NcclCommunicator final : public Communicator {
     ncclCheckComm(ncclAllGather(send, recv, n, nccl_dtype(t), comm_, stream_), comm_);
     return record_ticket();
   }
+  // An event recorded on the comm stream after the collective just queued:
+  // wait(ticket) makes the compute stream wait for it.
   Ticket record_ticket() {
     cudaEvent_t e = nullptr;
     if (free_events_.empty()) {

@@ -133,6 +133,14 @@ void DataParallel::attach(GPT& model, int micro_batches, bool overlap) {
   RATCHET_ASSERT((model.params() == nullptr) == (stage_ == 3));  // flat_params(stage)
   model_ = &model;
   micro_batches_ = micro_batches;
+  install_grad_hook(model);
+  if (stage_ >= 2) model.set_grad_store(store_.get());
+  if (stage_ == 3) model.set_param_store(ps_.get());
+}
+
+// The model's grad-ready hook calls grad_ready() for this step's passes (a
+// fresh HookState: a hook left on a model by an earlier DataParallel calls nothing).
+void DataParallel::install_grad_hook(GPT& model) {
   pass_ = launched_ = 0;
   if (hook_) hook_->dp = nullptr;
   hook_ = std::make_shared<HookState>();
@@ -141,8 +149,6 @@ void DataParallel::attach(GPT& model, int micro_batches, bool overlap) {
   model.set_grad_ready_hook([st](int layer) {
     if (st->dp) st->dp->grad_ready(layer);
   });
-  if (stage_ >= 2) model.set_grad_store(store_.get());
-  if (stage_ == 3) model.set_param_store(ps_.get());
 }
 
 std::string DataParallel::describe() const {
@@ -168,14 +174,7 @@ bool DataParallel::overlap_with(GPT& model, int micro_batches) {
   model_ = &model;
   overlap_ = true;
   micro_batches_ = micro_batches;
-  pass_ = launched_ = 0;
-  if (hook_) hook_->dp = nullptr;
-  hook_ = std::make_shared<HookState>();
-  hook_->dp = this;
-  std::shared_ptr<HookState> st = hook_;
-  model.set_grad_ready_hook([st](int layer) {
-    if (st->dp) st->dp->grad_ready(layer);
-  });
+  install_grad_hook(model);
   return true;
 }
 

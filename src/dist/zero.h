@@ -269,6 +269,7 @@ class DataParallel {
  private:
   struct HookState;
   void grad_ready(int layer);
+  void install_grad_hook(GPT& model);  // resets pass_/launched_, sets the model's hook
   void gather_params(dptr params);  // stage 1: all-gather the shards into params
   // Stage 2 (dist/zero_buckets.cpp).
   struct Store;

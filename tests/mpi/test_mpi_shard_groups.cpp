@@ -31,6 +31,7 @@
 #include "optim/adamw.h"
 #include "plan/zero_plan.h"
 #include "testing/tiny_model.h"
+#include "mpi_gtest_main.h"
 
 using namespace ratchet;
 
@@ -407,16 +408,4 @@ TEST(ShardGroups, MemoryEqualsThePlanForTheGroup) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  std::unique_ptr<Communicator> comm = make_communicator();
-  g_comm = comm.get();
-  if (comm->rank() != 0) {  // one rank's report is enough; failures on others still count
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  const int rc = RUN_ALL_TESTS();
-  const bool any_failed = comm->agree(rc != 0);
-  if (rc != 0) std::fprintf(stderr, "rank %d: tests FAILED\n", comm->rank());
-  return any_failed ? 1 : 0;
-}
+int main(int argc, char** argv) { return ratchet::testing::run_mpi_gtests(argc, argv, &g_comm); }

@@ -265,15 +265,7 @@ bool SafeCutter::find(std::string_view text, size_t from, bool complete, TextCut
 }
 
 std::vector<TextCut> SafeCutter::cuts(std::string_view text, size_t part_bytes) const {
-  std::vector<TextCut> out;
-  size_t pos = 0;
-  while (can_cut() && part_bytes > 0 && pos + part_bytes < text.size()) {
-    TextCut k;
-    if (!find(text, pos + part_bytes, true, &k)) break;
-    out.push_back(k);
-    pos = k.resume;
-  }
-  return out;
+  return cuts_every(*this, text, part_bytes);
 }
 
 }  // namespace ratchet::hf

@@ -59,6 +59,22 @@ struct TextCut {
   bool operator==(const TextCut& o) const { return end == o.end && resume == o.resume; }
 };
 
+// Cuts of a whole document into parts of at least `part_bytes`: the first cut
+// `cutter.find` accepts at or after each part's start + part_bytes. Shared by
+// every cutter with can_cut() and find(text, from, complete, &cut).
+template <class Cutter>
+std::vector<TextCut> cuts_every(const Cutter& cutter, std::string_view text, size_t part_bytes) {
+  std::vector<TextCut> out;
+  size_t pos = 0;
+  while (cutter.can_cut() && part_bytes > 0 && pos + part_bytes < text.size()) {
+    TextCut k;
+    if (!cutter.find(text, pos + part_bytes, true, &k)) break;
+    out.push_back(k);
+    pos = k.resume;
+  }
+  return out;
+}
+
 class SafeCutter {
  public:
   explicit SafeCutter(const Engine& e);
