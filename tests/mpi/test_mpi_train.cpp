@@ -56,12 +56,7 @@ class MpiTrain : public BibleShardsSuite {
 
   // B rows per rank, `total` tokens per step (T = 16), shuffled, with eval.
   static std::string train_args(int B, int total, const std::string& out_dir, int steps = 8) {
-    return "train --model custom --layers 3 --heads 3 --channels 15 --max-seq-len 32 "
-           "--seq-len 16 --batch-size " + std::to_string(B) + " --total-batch-tokens " +
-           std::to_string(total) + " --threads 1 --train-data '" + (*dir_ / "data/train_*.h5") +
-           "' --val-data '" + (*dir_ / "data/val_*.h5") + "' --eval-every 4 --eval-batches 6 "
-           "--warmup-steps 2 --steps " + std::to_string(steps) + " --lr 3e-3 --quiet "
-           "--log-jsonl " + out_dir + "/log.jsonl --export " + out_dir + "/out.bin";
+    return tiny_train_args(B, total, out_dir, steps);
   }
 
   static void expect_close(const std::string& a, const std::string& b, const std::string& what,

@@ -38,12 +38,7 @@ constexpr double kParamTol = 1e-5;  // test_mpi_train's: max |difference| after 
 class MpiTrainZero2 : public BibleShardsSuite {
  protected:
   static std::string train_args(int B, int total, const std::string& out, int steps = 8) {
-    return "train --model custom --layers 3 --heads 3 --channels 15 --max-seq-len 32 "
-           "--seq-len 16 --batch-size " + std::to_string(B) + " --total-batch-tokens " +
-           std::to_string(total) + " --threads 1 --train-data '" + (*dir_ / "data/train_*.h5") +
-           "' --val-data '" + (*dir_ / "data/val_*.h5") + "' --eval-every 4 --eval-batches 6 "
-           "--warmup-steps 2 --steps " + std::to_string(steps) + " --lr 3e-3 --quiet "
-           "--log-jsonl " + out + "/log.jsonl --export " + out + "/out.bin";
+    return tiny_train_args(B, total, out, steps);
   }
   struct Diff {
     double loss = 0, param = 0;
