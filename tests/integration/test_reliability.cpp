@@ -261,9 +261,14 @@ TEST_F(Reliability, AnotherHostsLockIsTakenOverOnlyWhenItsHeartbeatIsStale) {
   EXPECT_GE(now_seconds() - t0, 1.0);
   // Fresh and moving (a live holder elsewhere): refused.
   write_file(ck + "/ratchet.lock", holder + "heartbeat = " + std::to_string(time(nullptr)) + "\n");
-  // The holder refreshes every 0.3 s for 20 s (killed when the trainer is done).
-  r = run_shell("{ (for i in $(seq 1 60); do printf '" + holder + "heartbeat = %s\\n' "
-                "$(( $(date +%s) + i )) > " + ck + "/ratchet.lock; sleep 0.3; done) & hb=$!; "
+  // The holder refreshes every 0.3 s for up to 2 minutes (killed when the
+  // trainer is done), in place as a real holder does (RunLock::write_holder:
+  // pwrite, never O_TRUNC): `1<>` opens without truncating, and every line has
+  // the same length, so the trainer never reads a half-written or empty file.
+  // (With `>` a trainer that read in the truncation window on a loaded CI
+  // machine saw no holder and took the lock; the deadline was 18 s before.)
+  r = run_shell("{ (for i in $(seq 1 400); do printf '" + holder + "heartbeat = %s\\n' "
+                "$(( $(date +%s) + i )) 1<> " + ck + "/ratchet.lock; sleep 0.3; done) & hb=$!; "
                 "RATCHET_LOCK_STALE_SECONDS=5 " RATCHET_EXE " " + train_cmd(ck, 3) +
                 "; rc=$?; kill $hb; exit $rc; }");
   EXPECT_EQ(r.exit_code, 2) << r.output;
