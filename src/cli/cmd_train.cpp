@@ -198,7 +198,13 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "data parallel: 0 = all-reduce gradients; 1 = ZeRO-1, each rank keeps and updates 1/N of "
      "the AdamW state (reduce-scatter, all-gather); 2 = ZeRO-2, also only 1/N of the summed "
      "gradient: each block's gradient reduce-scattered during the backward into a reused "
-     "one-block buffer; auto = the lowest of 0, 1, 2 whose step fits the memory (says why)")
+     "one-block buffer; 3 = ZeRO-3, also only 1/N of the parameters: each block's parameters "
+     "all-gathered before its forward and its backward (the next block prefetched); auto = the "
+     "lowest of 0, 1, 2, 3 whose step fits the memory (says why)")
+    ("reshard-after-forward", po::value<std::string>()->default_value("on"),
+     "--zero 3: on = free each block's gathered parameters after its forward and gather them "
+     "again for its backward (least memory); off = keep every block gathered from the forward "
+     "to the backward (ZeRO-2's parameter memory, one gather per step saved)")
     ("shard-group", po::value(&o.shard_group),
      "N | node: hybrid sharding, ZeRO-k inside groups of N ranks (node: the ranks of a host), "
      "the gradient shards all-reduced across groups (default: the world, plain ZeRO-k; "
@@ -419,9 +425,14 @@ int cmd_train(int argc, char** argv) {
     o.zero_auto = z == "auto";
     if (!o.zero_auto) {
       if (z.empty() || z.size() > 2 || z.find_first_not_of("0123456789") != std::string::npos)
-        fail("--zero must be 0, 1, 2 or auto (got '", z, "')");
+        fail("--zero must be 0, 1, 2, 3 or auto (got '", z, "')");
       o.zero = std::stoi(z);
     }
+    const std::string r = vm["reshard-after-forward"].as<std::string>();
+    if (r != "on" && r != "off")
+      fail("--reshard-after-forward must be on or off (got '", r, "')");
+    o.reshard_after_forward = r == "on";
+    o.reshard_given = !vm["reshard-after-forward"].defaulted();
   }
   {
     const std::string ov = vm["overlap-comm"].as<std::string>();

@@ -41,9 +41,9 @@ std::string ShardGroups::describe() const {
 
 std::string gradient_sum_order(int world, int accum, int stage, int group_size, bool per_layer) {
   if (stage == 0 || group_size < 1) group_size = world;
-  // ZeRO-2 (dist/zero.h) sums every micro-batch over the ranks first and adds
-  // the micro-batches' sums after: another order once there are several.
-  const bool per_micro = stage == 2 && accum > 1;
+  // ZeRO-2 and 3 (dist/zero.h) sum every micro-batch over the ranks first and
+  // add the micro-batches' sums after: another order once there are several.
+  const bool per_micro = stage >= 2 && accum > 1;
   std::string s = accum > 1 && !per_micro ? std::to_string(accum) + " micro-batches accumulated per rank" : "";
   // The first level that adds is over ranks, a second one over groups.
   int levels = 0;
@@ -54,7 +54,7 @@ std::string gradient_sum_order(int world, int accum, int stage, int group_size, 
          (n == 2 ? std::string(" (a+b)") : std::string(" (") + collective + "'s order)");
   };
   level(group_size, stage == 0 ? (per_layer ? "per-layer all-reduce" : "all-reduce")
-                     : stage == 2 || per_layer ? "per-bucket reduce-scatter"  // overlapped ZeRO-1 too
+                     : stage >= 2 || per_layer ? "per-bucket reduce-scatter"  // overlapped ZeRO-1 too
                                                : "reduce-scatter");
   level(world / group_size, "all-reduce");
   if (per_micro)

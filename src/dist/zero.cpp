@@ -53,7 +53,7 @@ DataParallel::DataParallel(Communicator& comm, Backend& be, const ParamLayout& l
       layout_(layout),
       P_(layout.total),
       stage_(zero_stage) {
-  if (!implemented(stage_) && stage_ != 3) fail("--zero must be 0, 1 or 2 (got ", stage_, ")");
+  if (!implemented(stage_)) fail("--zero must be 0, 1, 2 or 3 (got ", stage_, ")");
   const size_t sb = be_.storage_bytes();
   if (sb != 4 && sb != 2)
     fail("data parallel: backend ", be_.name(), " stores ", sb,
@@ -375,6 +375,54 @@ void DataParallel::sync_master(dptr params) {
 std::vector<std::pair<size_t, size_t>> DataParallel::owned_ranges() const {
   if (bk_) return bk_->owned_ranges(shard_index());
   return {{range_.lo, range_.hi}};
+}
+
+std::vector<std::pair<size_t, size_t>> DataParallel::owned_ranges(const GPTConfig& cfg, int W, int r,
+                                                                  int stage, bool overlap) {
+  const ParamLayout layout(cfg);
+  if (bucketed(stage, overlap, W)) return BucketLayout(layout, cfg.num_layers, W).owned_ranges(r);
+  if (stage == 1) {
+    const ShardRange s = shard_range(layout.total, W, r);
+    return {{s.lo, s.hi}};
+  }
+  return {{0, layout.total}};
+}
+
+// Each shard's owned FP32 values packed (padded to the largest count),
+// all-gathered on the host within the group, unpacked by every shard's ranges.
+void DataParallel::params_f32(GPT& model, float* host) {
+  const int N = shard_count(), r = shard_index();
+  RATCHET_ASSERT(model.num_params() == P_);
+  if (stage_ == 0 || stage_ == 3 || N == 1 || be_.storage_bytes() == sizeof(float))
+    return model.get_params(host);
+  std::vector<std::vector<std::pair<size_t, size_t>>> of(N);
+  size_t most = 0;
+  for (int q = 0; q < N; q++) {
+    if (bk_) {
+      of[q] = bk_->owned_ranges(q);
+    } else {
+      const ShardRange s = shard_range(P_, N, q);
+      of[q] = {{s.lo, s.hi}};
+    }
+    size_t n = 0;
+    for (const auto& [lo, hi] : of[q]) n += hi - lo;
+    most = std::max(most, n);
+  }
+  std::vector<float> all((size_t)N * most, 0.0f);
+  float* mine = all.data() + (size_t)r * most;
+  const size_t sb = be_.storage_bytes();
+  for (const auto& [lo, hi] : of[r]) {
+    be_.download_f32(mine, static_cast<const char*>(model.params()) + lo * sb, hi - lo);
+    mine += hi - lo;
+  }
+  scomm_->all_gather(all.data() + (size_t)r * most, all.data(), most, DType::F32);
+  for (int q = 0; q < N; q++) {
+    const float* src = all.data() + (size_t)q * most;
+    for (const auto& [lo, hi] : of[q]) {
+      std::copy(src, src + (hi - lo), host + lo);
+      src += hi - lo;
+    }
+  }
 }
 
 }  // namespace ratchet

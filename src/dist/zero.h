@@ -103,11 +103,10 @@
 //   pieces (optim/adamw.h: AdamWPiece, each piece's gradient at its place in
 //   the shard), and the updated pieces all-gathered bucket by bucket into the
 //   full params (each bucket through its own buffer).
-//   The FP32 master copy stays whole (4P bytes, as stage 1): each rank
-//   updates its pieces of it; sync_master() gathers the rest.
+//   The FP32 master copy covers the owned pieces only, as stage 1's (below).
 //   --overlap-comm off: the same reductions, each waited for at once.
 //
-// stage 3 (ZeRO-3; this class runs it, `train` does not offer it yet): the
+// stage 3 (ZeRO-3, `train --zero 3`): the
 //   gradients exactly as stage 2; the storage-dtype parameters sharded too
 //   (dist/zero_params.h, ParamShards): the model has no flat params
 //   (flat_params(3) == false) and reads every parameter through the store
@@ -122,11 +121,14 @@
 //   stage 2 bitwise at any W and micro-batch count, and stage 0 bitwise at
 //   2 ranks x 1 micro-batch (tests/mpi/test_mpi_zero3.cpp).
 //
-// Master weights with ZeRO-1 and BF16 storage: each rank's backend updates
-// only its own shard of the FP32 master copy (the other shards arrive as BF16
-// values). sync_master() gathers the FP32 shards so that reading the
-// parameters as FP32 (checkpoints, --export) gives the true values on every
-// rank; the trainer calls it before those reads.
+// Master weights with ZeRO-1/2 and BF16 storage on more than one shard
+// (master_sharded()): each rank's backend updates only its own ranges of the
+// FP32 master copy, so the model is built with them as its master ranges
+// (GPT(cfg, be, flat_grads, true, &owned_ranges())): 4·(owned elements) bytes
+// instead of 4P (the other ranges arrive as BF16 values). Checkpoints read
+// each rank's owned ranges (download_f32: the master's values); params_f32()
+// gathers every owner's FP32 values on the host for whatever needs them all
+// (--export).
 //
 // Bytes allocated (Backend::alloc, counted by buffer_bytes()):
 //   stage 0: none (the all-reduce is in place)
@@ -229,21 +231,41 @@ class DataParallel {
   static bool bucketed(int stage, bool overlap, int W) {
     return stage >= 2 || (stage == 1 && overlap && W > 1);
   }
+  // Whether the FP32 master (BF16 storage) covers only a rank's owned ranges
+  // at this stage on W shards (shard_count()): ZeRO-1/2 on more than one.
+  static bool master_sharded(int stage, int W) { return (stage == 1 || stage == 2) && W > 1; }
+  // owned_ranges() of shard r of W at this stage, before any DataParallel
+  // exists (the same ranges; model/memory.h counts them as moment_elems).
+  static std::vector<std::pair<size_t, size_t>> owned_ranges(const GPTConfig& cfg, int W, int r,
+                                                             int stage, bool overlap = false);
   // The log's line for the data-parallel mode ("ZeRO-1: optimizer state sharded", ...).
   std::string describe() const;
-  // Stages train runs (0, 1, 2). This class also runs stage 3 (ZeRO-3,
-  // dist/zero_params.h), tested on its own; train does not offer it yet.
-  static bool implemented(int stage) { return stage >= 0 && stage <= 2; }
+  // Stages train runs: 0, 1, 2 and 3 (ZeRO-3, dist/zero_params.h).
+  static bool implemented(int stage) { return stage >= 0 && stage <= 3; }
 
   // Averages the gradients over ranks and updates params as described above.
   // Returns the global gradient norm (before clipping). Same params on every
   // rank afterwards.
   float step(dptr params, dptr grads, float lr);
 
+  // This rank's FP32 values of the parameters [lo, lo+n) (host, n floats):
+  // from `params` (download_f32: the master copy where the backend keeps
+  // one), or at stage 3 from the rank's parameter shard, where [lo, lo+n)
+  // must lie in owned_ranges(). Not collective (checkpoint shards).
+  void download_params(float* dst, cdptr params, size_t lo, size_t n) const;
+
   // Collective. Makes the backend's FP32 view of params (download_f32) the
   // same on every rank: a no-op except for ZeRO-1 on more than one rank with
-  // a non-FP32 storage (the backend keeps FP32 master weights).
+  // a non-FP32 storage (the backend keeps FP32 master weights). Only for a
+  // model with a WHOLE master (no master ranges): a sharded one has nowhere
+  // to keep the other ranks' values; use params_f32().
   void sync_master(dptr params);
+  // Collective (every rank calls it, each gets all P values). The FP32 value
+  // of every parameter of `model` (attached, or built for this stage) into
+  // host: with a sharded master (ZeRO-1/2, BF16, several shards) each range
+  // from its owner's master, gathered on the host within the shard group;
+  // otherwise model.get_params (stage 3: collective through its shards).
+  void params_f32(GPT& model, float* host);
 
   // Collective. After a resume (params set from the checkpoint's FP32 values,
   // the optimizer's moments and step restored): rebuilds the storage-dtype

@@ -100,6 +100,21 @@ bool ParamShards::get_host(float* host) {
   return true;
 }
 
+void ParamShards::download_range(float* dst, size_t lo, size_t n) const {
+  const size_t hi = lo + n;
+  size_t done = 0;
+  for (const OwnedPiece& p : bk_.pieces(r_)) {
+    const size_t a = std::max(lo, p.lo), b = std::min(hi, p.lo + p.n);
+    if (a >= b) continue;
+    be_.download_f32(dst + (a - lo), static_cast<const char*>(shard_) + (p.shard + (a - p.lo)) * sb_,
+                     b - a);
+    done += b - a;
+  }
+  if (done != n)
+    fail("ZeRO-3: parameters [", lo, ", ", hi, ") are not all this rank's (", done, " of ", n,
+         " elements in its shard)");
+}
+
 void ParamShards::invalidate() {
   for (Buf* b : {&rest_}) {
     if (b->arriving && comm_ && bk_.world() > 1) comm_->wait(b->ticket);
@@ -181,6 +196,11 @@ void DataParallel::init_params3(bool reshard_after_forward) {
   const int N = shard_count();
   ps_ = std::make_unique<ParamShards>(be_, N > 1 ? sintra_ : nullptr, layout_, *bk_, shard_index(),
                                       reshard_after_forward, N > 1 ? scomm_ : nullptr);
+}
+
+void DataParallel::download_params(float* dst, cdptr params, size_t lo, size_t n) const {
+  if (ps_) return ps_->download_range(dst, lo, n);
+  be_.download_f32(dst, static_cast<const char*>(params) + lo * be_.storage_bytes(), n);
 }
 
 // A resume: the model's set_params() has put each rank's FP32 pieces into the

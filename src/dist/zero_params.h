@@ -64,6 +64,9 @@ class ParamShards final : public ParamStore {
   // pieces from its owner's shard (download_f32: the master copy's values).
   // host_comm: the same ranks' communicator on host memory.
   void get_host(float* host, Communicator& host_comm);
+  // This rank's FP32 values of the parameters [lo, lo+n) (host), which must
+  // lie in its pieces (merged where adjacent): download_f32 piece by piece.
+  void download_range(float* dst, size_t lo, size_t n) const;
   // The shard changed (an optimizer step): every gathered buffer is stale.
   void invalidate();
 
@@ -80,6 +83,7 @@ class ParamShards final : public ParamStore {
     return true;
   }
   bool get_host(float* host) override;  // collective (host_comm)
+  bool collective() const override { return bk_.world() > 1; }
 
   // Gathers started so far (tests: the schedule above).
   long gathers() const { return gathers_; }

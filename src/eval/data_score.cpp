@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "dist/forward_balance.h"
 #include "eval/evaluator.h"
 
 namespace ratchet {
@@ -22,6 +23,9 @@ DataScores score_data(GPT& model, const TokenDataset& ds, int B, int T, Communic
   uint64_t nb = (nwin + B - 1) / B;
   if (max_batches > 0) nb = std::min<uint64_t>(nb, (uint64_t)max_batches);
   const int W = comm.world(), rank = comm.rank();
+  // ZeRO-3: as many forwards on every rank (dist/forward_balance.h).
+  const long mine = nb > (uint64_t)rank ? (long)((nb - rank + W - 1) / W) : 0;
+  const long passes = forward_passes_to_make(model, comm, mine);
   double sums[2] = {0, 0};  // summed loss, tokens
   std::vector<int32_t> win(T + 1), in, tg;
   std::vector<float> losses;
@@ -41,6 +45,7 @@ DataScores score_data(GPT& model, const TokenDataset& ds, int B, int T, Communic
     for (float x : losses) sums[0] += x;
     sums[1] += (double)R * T;
   }
+  idle_forwards(model, passes - mine);
   comm.all_reduce(sums, 2, DType::F64, ReduceOp::Sum);
   DataScores s;
   s.tokens = (long)sums[1];

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "dist/forward_balance.h"
 #include "eval/evaluator.h"
 
 namespace ratchet {
@@ -95,6 +96,9 @@ McScores score_mc_task(GPT& model, const McTask& task, int B, int T, Communicato
   std::vector<int32_t> in, tg;
   std::vector<float> losses;
   std::vector<GPT::Span> spans;
+  // ZeRO-3: as many forwards on every rank (dist/forward_balance.h).
+  const long batches = (long)((order.size() + B - 1) / B);
+  const long passes = forward_passes_to_make(model, comm, batches);
   for (size_t b0 = 0; b0 < order.size(); b0 += B) {
     const int R = (int)std::min<size_t>(B, order.size() - b0);
     const int Tb = (int)rows[order[b0]].seq.size() - 1;  // the longest of this batch
@@ -119,6 +123,7 @@ McScores score_mc_task(GPT& model, const McTask& task, int B, int T, Communicato
       row_lp[order[b0 + r]] = lp;
     }
   }
+  idle_forwards(model, passes - batches);
   // n, acc, acc_norm, acc_token_mean, truncated, positions, tokens
   double sums[7] = {0, 0, 0, 0, 0, positions, tokens};
   for (size_t e = 0; e < mine.size(); e++) {

@@ -57,7 +57,13 @@ class GPT {
   // flat_params false: no flat params buffer (params() is null, ZeRO-3); a
   // ParamStore must be set before anything reads or sets parameters
   // (init_random, set_params and get_params go through it).
-  GPT(const GPTConfig& cfg, Backend& be, bool flat_grads = true, bool flat_params = true);
+  // master_ranges: the [lo, hi) element ranges of the flat params whose FP32
+  // master copy the backend keeps (BF16 storage; null: all of them). ZeRO-1/2
+  // on several shards pass the rank's DataParallel::owned_ranges(): get_params
+  // then returns FP32 master values there and the BF16 values elsewhere
+  // (DataParallel::params_f32 gathers every owner's).
+  GPT(const GPTConfig& cfg, Backend& be, bool flat_grads = true, bool flat_params = true,
+      const std::vector<std::pair<size_t, size_t>>* master_ranges = nullptr);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -144,6 +150,9 @@ class GPT {
   // params buffer. The store must outlive its use (set null to detach).
   void set_param_store(ParamStore* s) { pstore_ = s; }
   ParamStore* param_store() const { return pstore_; }
+  // Whether each forward pass is collective (ZeRO-3 on several ranks): every
+  // rank must then make the same passes (dist/forward_balance.h).
+  bool collective_forward() const { return pstore_ && pstore_->collective(); }
 
   // Profiling: when on, every op is timed (with a backend synchronize).
   void set_profiling(bool on) { profiling_ = on; }

@@ -43,6 +43,9 @@ class ParamStore {
   // Return false when the store cannot (the model then says so).
   virtual bool set_host(const float* /*host*/) { return false; }
   virtual bool get_host(float* /*host*/) { return false; }
+  // Whether every forward pass is a collective of several ranks (ZeRO-3 on
+  // more than one: dist/forward_balance.h makes their counts equal).
+  virtual bool collective() const { return false; }
 };
 
 }  // namespace ratchet

@@ -200,12 +200,14 @@ MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, const BackendMemo
   m.policies = listed_policies(chosen);
   for (const Recompute& r : m.policies) {
     m.plain.push_back(step_memory(cfg, B, T, r, be, P, 0));
-    m.zero1.push_back(step_memory(cfg, B, T, r, be, own.hi - own.lo, zero1_buffers));
+    m.zero1.push_back(step_memory(cfg, B, T, r, be, own.hi - own.lo, zero1_buffers, true, true,
+                                  DataParallel::master_sharded(1, world)));
   }
   const StepMemory& s = m.plain.front();
   m.params = s.params;
   m.grads = s.grads;
   m.master = s.master;
+  m.master_zero1 = m.zero1.front().master;
   m.adam = s.moments;
   m.adam_zero1 = m.zero1.front().moments;
   m.dp_buffers_zero1 = zero1_buffers;
@@ -458,8 +460,10 @@ std::string zero_table(const Plan& p) {
   o << "ZeRO stages per rank (GiB), shard group " << z.group_text << ", " << W << " rank"
     << (W > 1 ? "s" : "") << " on " << z.nodes << " node" << (z.nodes > 1 ? "s" : "") << " of "
     << z.gpus_per_node << "\n";
-  o << "  * planned: stage 3 predicts a design,\n"
-       "    not yet implemented in `ratchet train`\n";
+  bool all_in_train = true;
+  for (const ZeroRow& r : z.rows) all_in_train = all_in_train && r.stage.implemented(z.group, W);
+  if (!all_in_train)
+    o << "  * planned: predicts a design not yet implemented in `ratchet train`\n";
   std::string head = "  ";
   head += std::string(30, ' ');
   for (const ZeroRow& r : z.rows) {
@@ -520,7 +524,7 @@ std::string zero_table(const Plan& p) {
     o << buf;
   }
   o << "\n    (Rajbhandari et al. 2020: 2+2+12 bytes/parameter, fp32 master in the 12, over N = "
-    << z.group << ";\n    train's ZeRO-1 keeps the master whole, as above)\n";
+    << z.group << ";\n    train adds the staging and bucket buffers above)\n";
   o << "  time per step (--recompute " << z.chosen_policy.name() << "; NVLink "
     << fmt("%g", z.fabric.intra_bytes_per_s / 1e9) << " GB/s in a node, " << fmt("%g", p.in.link_gbps)
     << " Gb/s per rank across nodes)\n";
@@ -548,7 +552,7 @@ std::string zero_table(const Plan& p) {
   } else {
     const ZeroRow& c = z.rows[z.chosen];
     o << c.stage.name() << " at --recompute " << z.chosen_policy.name()
-      << (c.stage.implemented(z.group, W) ? "" : " (stage 3: planned, not yet implemented in train)")
+      << (c.stage.implemented(z.group, W) ? "" : " (planned, not yet implemented in train)")
       << "\n  why: " << z.why << "\n";  // one line: scripts grep it
     o << "  predicted step " << duration(c.time.step_s) << " (compute " << duration(c.time.compute_s)
       << " + collectives not hidden " << duration(c.time.exposed_s) << "), efficiency "
@@ -622,7 +626,7 @@ std::string plan_table(const Plan& p) {
   };
   row(std::string("parameters (") + dtype(sb) + ")", p.mem.params, p.mem.params);
   row(std::string("gradients (") + dtype(sb) + ")", p.mem.grads, p.mem.grads);
-  if (p.mem.master) row("master weights (fp32)", p.mem.master, p.mem.master);
+  if (p.mem.master) row("master weights (fp32)", p.mem.master, p.mem.master_zero1);
   row("AdamW m, v (fp32)", p.mem.adam, p.mem.adam_zero1);
   row("ZeRO-1 staging buffers", 0, p.mem.dp_buffers_zero1);
   if (p.mem.workspace) row("op scratch (attention, ...)", p.mem.workspace, p.mem.workspace);
@@ -762,7 +766,7 @@ std::string plan_json(const Plan& p) {
   memory["grads_bytes"] = p.mem.grads;
   memory["master_bytes"] = p.mem.master;
   memory["adam_bytes"] = p.mem.adam;
-  memory["master_zero1_bytes"] = p.mem.master;
+  memory["master_zero1_bytes"] = p.mem.master_zero1;
   memory["adam_zero1_bytes"] = p.mem.adam_zero1;
   memory["dp_buffers_zero1_bytes"] = p.mem.dp_buffers_zero1;
   memory["workspace_bytes"] = p.mem.workspace;

@@ -13,10 +13,10 @@
 //                         activations per recompute policy, the op scratch and
 //                         what the backend holds from construction, each rounded
 //                         as the backend allocates it: what `ratchet train`
-//                         allocates, byte for byte. ZeRO-1 shards m and v
-//                         (ceil(P/world) elements per rank) and adds its staging
-//                         buffers; the master copy stays whole (the cuda backend
-//                         keeps one for the parameter allocation).
+//                         allocates, byte for byte. ZeRO-1 shards m, v and
+//                         the FP32 master (ceil(P/world) elements per rank;
+//                         the master whole on one rank) and adds its staging
+//                         buffers.
 //   step time             compute = FLOPs per rank / (peak · MFU);
 //                         gradient all-reduce (ring) = 2(n-1)/n · grad bytes /
 //                         link bandwidth; no overlap of the two is assumed,
@@ -25,8 +25,7 @@
 //                         + all-gather moves the same bytes. The ZeRO section
 //                         (plan/zero_plan.h) models more: stages 0-3 and shard
 //                         groups, NVLink within a node and the link across,
-//                         and the per-block overlap; stages 2 and 3 are
-//                         planned, not yet implemented in `ratchet train`.
+//                         and the per-block overlap.
 //   checkpoints           bytes = 12·P (FP32 master, m, v); save time = bytes /
 //                         1 GB/s unless given; interval by Young/Daly
 //                         sqrt(2 · save · MTBF) with MTBF = 1/preemption rate.
@@ -112,6 +111,7 @@ struct MemoryPlan {
   std::vector<StepMemory> plain, zero1;     // one per policy
   size_t params = 0, grads = 0;             // storage dtype
   size_t master = 0;                        // FP32 master weights (0 on cpu)
+  size_t master_zero1 = 0;                  // ZeRO-1's: the owned shard's (world > 1)
   size_t adam = 0, adam_zero1 = 0;          // m + v, FP32
   size_t dp_buffers_zero1 = 0;              // ZeRO-1's staging buffers
   size_t workspace = 0;                     // the ops' scratch at this (B, T); 0 on cpu

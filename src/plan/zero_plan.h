@@ -2,17 +2,15 @@
 // group, the collectives each stage runs, their cost on the ring formulas, a
 // step time with the per-block overlap, and the stage that fits.
 //
-// Stages 0, 1 and 2 are what `ratchet train --zero 0|1|2` runs (dist/zero.h);
-// their memory is model/memory.h's step_memory, byte for byte. Stage 3 is NOT
-// implemented in `ratchet train` yet: its figures predict the design below
-// (issue 30), and every printed figure of it says so.
+// Stages 0 to 3 are what `ratchet train --zero 0|1|2|3` runs (dist/zero.h);
+// their memory is model/memory.h's step_memory, byte for byte.
 //
 // Memory per rank, S = ceil(P / N) elements for a shard group of N ranks,
 // sb = storage bytes (BF16 2 on GPUs, FP32 4 on cpu), master 4 bytes/param
 // only where the storage is not FP32:
 //   stage 0   params P·sb, grads P·sb, master 4P, m+v 8P
-//   stage 1   as train runs it (--overlap-comm on, its default): m+v for the
-//             owned elements; the master copy stays whole (4P); staging
+//   stage 1   as train runs it (--overlap-comm on, its default): m+v and the
+//             master copy for the owned elements (N > 1; 4P on one); staging
 //             buffers: the bucket-aligned shard and stage 2's bucket buffers
 //             (two block buckets and the rest's; no receive buffers)
 //   stage 2   as train runs it (dist/zero.h, dist/buckets.h): params P·sb; no
@@ -23,9 +21,8 @@
 //             two block buckets (one filled by backward while the previous
 //             one is reduce-scattered), each reused, and their receive
 //             buffers (1/N of each) for accumulating micro-batches; the master
-//             copy stays whole (4P, as stage 1), m+v 8·(owned elements)
-//   stage 3   as DataParallel runs it (dist/zero.h, dist/zero_params.h; not
-//             yet offered by train): params: the shard (one piece of every
+//             copy 4·(owned elements) (as stage 1), m+v 8·(owned elements)
+//   stage 3   as train runs it (dist/zero.h, dist/zero_params.h): params: the shard (one piece of every
 //             bucket, stage 2's gradient-shard layout) plus gather buffers:
 //             the non-block bucket (gathered at its first use, kept until the
 //             update) and two blocks (the one computing and the one
@@ -110,9 +107,9 @@ struct ZeroStage {
   int stage = 0;
   bool reshard_after_forward = true;  // stage 3 only
   std::string name() const;           // "ZeRO-0", ..., "ZeRO-3", "ZeRO-3 keep"
-  // In `ratchet train`: stages 0, 1 and 2, with any --shard-group
-  // (dist/shard_groups.h).
-  bool implemented(int, int) const { return stage <= 2; }
+  // In `ratchet train`: stages 0 to 3, with any --shard-group
+  // (dist/shard_groups.h) and, at 3, --reshard-after-forward on or off.
+  bool implemented(int, int) const { return stage >= 0 && stage <= 3; }
 };
 // 0, 1, 2, 3 (reshard off), 3: in order of memory saved.
 std::vector<ZeroStage> all_zero_stages();
@@ -124,7 +121,7 @@ struct ZeroMemory {
   size_t gather = 0;          // stage 3: gather buffers (non-block unit + 2 blocks, or all)
   size_t grads = 0;           // full gradient, or the shard of the summed gradient
   size_t buckets = 0;         // stage 2/3: gradient bucket buffers
-  size_t master = 0;          // FP32 master (whole for 0/1, shard for 2/3; 0 on cpu)
+  size_t master = 0;          // FP32 master (whole for 0, owned elements for 1-3; 0 on cpu)
   size_t moments = 0;         // AdamW m + v, FP32
   size_t staging = 0;         // stage 1: train's reduce-scatter staging buffers
   size_t activations = 0, workspace = 0, overhead = 0;  // as step_memory

@@ -423,24 +423,24 @@ void CheckpointSession::save(const TrainState& s, const char* why) {
 
   // The snapshot: this rank's shard into host memory (the only part of a
   // background save the loop waits for). Parameters as FP32 master values
-  // (download_f32: with BF16 storage the owner's master copy, so no gather);
+  // (download_f32: with BF16 storage the owner's master copy, so no gather;
+  // at ZeRO-3 from the rank's parameter shard, DataParallel::download_params);
   // moments from the optimizer's buffer, which holds the owned ranges back to back.
   const FlatRanges ranges = write_ranges(s);
   const FlatRanges owned = s.dp.owned_ranges();
-  const size_t n = ranges_length(ranges), sb = s.be.storage_bytes();
-  if (n > snap_capacity_) {  // uninitialised: the copy below fills them
-    for (auto* b : {&snap_params_, &snap_m_, &snap_v_}) b->reset(new float[n]);
-    snap_capacity_ = n;
-  }
+  const size_t n = ranges_length(ranges);
+  // Kept from save to save, pinned on a GPU (ckpt/host_snapshot.h): the
+  // moments' copies are enqueued and waited for once.
+  snap_.reserve(s.be, n);
   size_t at = 0;
   for (const auto& [lo, hi] : ranges) {
     const size_t off = moment_offset(owned, lo);
-    s.be.download_f32(snap_params_.get() + at, static_cast<const char*>(s.model.params()) + lo * sb,
-                      hi - lo);
-    s.be.download_bytes(snap_m_.get() + at, opt.m() + off, (hi - lo) * sizeof(float));
-    s.be.download_bytes(snap_v_.get() + at, opt.v() + off, (hi - lo) * sizeof(float));
+    s.dp.download_params(snap_.params() + at, s.model.params(), lo, hi - lo);
+    s.be.download_bytes_async(snap_.m() + at, opt.m() + off, (hi - lo) * sizeof(float));
+    s.be.download_bytes_async(snap_.v() + at, opt.v() + off, (hi - lo) * sizeof(float));
     at += hi - lo;
   }
+  s.be.synchronize();  // the copies have landed
   // The staging directory, made by rank 0.
   std::string err;
   if (rank0()) {
@@ -462,12 +462,11 @@ void CheckpointSession::save(const TrainState& s, const char* why) {
     // Diverged weights are never saved (issue 25: a NaN checkpoint passed
     // `ckpt verify` and replaced the last good one): each rank checks its
     // shard before writing it (on the writer thread: off the step loop).
-    pp->diverged = first_non_finite_in(layout, ranges, snap_params_.get(), snap_m_.get(),
-                                       snap_v_.get());
+    pp->diverged = first_non_finite_in(layout, ranges, snap_.params(), snap_.m(), snap_.v());
     if (!pp->diverged.empty()) return;
     try {
-      pp->info = write_param_shard(pp->staging, step, rank, world, P, ranges, snap_params_.get(),
-                                   snap_m_.get(), snap_v_.get());
+      pp->info = write_param_shard(pp->staging, step, rank, world, P, ranges, snap_.params(),
+                                   snap_.m(), snap_.v());
     } catch (const std::exception& e) {  // Error, or bad_alloc: every rank hears of it
       pp->err = e.what();
     }

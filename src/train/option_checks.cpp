@@ -149,8 +149,11 @@ CheckedOptions check_train_options(const TrainOptions& given, int world) {
   if ((long)B * T > INT_MAX)
     fail("--batch-size ", B, " x --seq-len ", T, " = ", (long)B * T,
          " tokens per micro-batch: at most ", INT_MAX, "; lower --batch-size");
-  if (o.zero < 0 || o.zero > 2)
-    fail("--zero must be 0, 1 or 2 (got ", o.zero, "; stage 3 is planned: `ratchet plan` models it)");
+  if (o.zero < 0 || o.zero > 3) fail("--zero must be 0, 1, 2, 3 or auto (got ", o.zero, ")");
+  // Only stage 3 gathers parameters; elsewhere the flag would silently do nothing.
+  if (o.reshard_given && !o.zero_auto && o.zero != 3)
+    fail("--reshard-after-forward applies to --zero 3 only (this run has --zero ", o.zero,
+         "): drop it, or use --zero 3");
   if (!o.shard_group.empty()) parse_shard_group(o.shard_group, world);  // dist/shard_groups.h
   const std::pair<const char*, double> budgets[] = {{"--max-device-hours", o.max_device_hours},
                                                     {"--max-cost", o.max_cost},

@@ -71,10 +71,13 @@ struct TrainOptions {
 
   // data parallel (ranks from mpirun / srun; see dist/communicator.h)
   int zero = 0;                 // ZeRO stage: 0 = all-reduce gradients, 1 = shard AdamW state,
-                                // 2 = and the gradient (dist/zero.h)
+                                // 2 = and the gradient, 3 = and the parameters (dist/zero.h)
   bool zero_auto = false;       // --zero auto: the trainer picks 0, 1 or 2 by memory (zero stays 0 until then)
   std::string shard_group;      // --shard-group N|node: ZeRO-k in groups (dist/shard_groups.h); "" = the world
   bool tf32 = false;             // --storage f32 GEMMs on TF32 tensor cores
+  bool reshard_after_forward = true;  // --zero 3: free each block's gathered parameters after its
+                                      // forward (gathered again for the backward); false keeps them
+  bool reshard_given = false;         // --reshard-after-forward was on the command line
   bool overlap_comm = true;     // stage 0: all-reduce each layer's gradients during backward
   std::string log_jsonl;
   std::string export_path;      // llm.c fp32 checkpoint written at the end

@@ -38,6 +38,7 @@
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
 #include "dist/communicator.h"
+#include "dist/forward_balance.h"
 #include "dist/shard_groups.h"
 #include "dist/zero.h"
 #include "model/gpt.h"
@@ -226,8 +227,9 @@ StepMemory Trainer::memory_for(const GPTConfig& cfg, int B) const {
   const size_t moments = DataParallel::moment_elems(
       cfg, W, groups_ ? groups_->member : comm_.rank(), o_.zero, o_.overlap_comm);
   return step_memory(cfg, B, T_, c_.recompute, *be_, moments,
-                     DataParallel::buffer_bytes(be_->memory_model(), cfg, W, o_.zero, o_.overlap_comm),
-                     DataParallel::flat_grads(o_.zero));
+                     DataParallel::buffer_bytes(be_->memory_model(), cfg, W, o_.zero,
+                                                o_.overlap_comm, o_.reshard_after_forward),
+                     DataParallel::flat_grads(o_.zero), DataParallel::flat_params(o_.zero));
 }
 
 // The model shape: from --init-from (its config or header only: the
@@ -361,10 +363,10 @@ int Trainer::choose_batch_size() const {
        budget / 1e6, " MB: use a smaller model, a lower --seq-len or --recompute blocks");
 }
 
-// --zero auto: the lowest stage (0, 1, 2) whose step fits the budget that
+// --zero auto: the lowest stage (0, 1, 2, 3) whose step fits the budget that
 // --batch-size auto uses, at the run's micro-batch (B = 1 when that is auto
 // too: the micro-batch is then chosen for the stage). One rank shards
-// nothing: stage 0. None fits: stage 2, and the memory check below says why.
+// nothing: stage 0. None fits: stage 3, and the memory check below says why.
 void Trainer::choose_zero_stage() {
   const int W = groups_ ? groups_->size : comm_.world();
   double budget = o_.memory_budget_mb * 1e6;
@@ -372,8 +374,8 @@ void Trainer::choose_zero_stage() {
   if (budget <= 0) budget = 0.8 * host_available_bytes();
   const int B = B_ > 0 ? B_ : 1;
   std::string why;
-  int pick = 2;
-  for (int s = 0; s <= 2; s++) {
+  int pick = 3;
+  for (int s = 0; s <= 3; s++) {
     c_.o.zero = s;
     const double need = (double)memory_for(cfg_, B).total();
     char mb[32];
@@ -551,7 +553,22 @@ void Trainer::setup() {
   test_failure_point(comm_.rank(), "setup");
   fault_point("setup-model");
   test_failure_point(comm_.rank(), "setup-model");
-  model_ = std::make_unique<GPT>(cfg_, *be_, DataParallel::flat_grads(o_.zero));
+  // The data-parallel step first, then the model: at ZeRO-3 the model has no
+  // flat parameters, and attach() gives it the store that holds them, before
+  // anything sets them (--init-from below, random weights or a checkpoint in
+  // train()).
+  AdamWConfig acfg;
+  acfg.beta1 = o_.beta1;
+  acfg.beta2 = o_.beta2;
+  acfg.eps = o_.adam_eps;
+  acfg.weight_decay = o_.weight_decay;
+  acfg.grad_clip = o_.grad_clip;
+  dp_ = std::make_unique<DataParallel>(comm_, *be_, ParamLayout(cfg_), acfg, o_.zero,
+                                       grad_comm_.get(), groups_.get(), o_.overlap_comm,
+                                       o_.reshard_after_forward);
+  model_ = std::make_unique<GPT>(cfg_, *be_, DataParallel::flat_grads(o_.zero),
+                                 DataParallel::flat_params(o_.zero));
+  dp_->attach(*model_, accum_, o_.overlap_comm);  // what the stage needs (hooks, stores)
   // Which library paths the ops take (cuDNN engines and workspaces, BGRADB), once.
   {
     const std::string report = be_->setup_report(op_shapes(cfg_, B_, T_));
@@ -570,15 +587,6 @@ void Trainer::setup() {
   // not in the table). See the loop.
   model_->set_profiling(false);
   model_->set_recompute(c_.recompute);
-  AdamWConfig acfg;
-  acfg.beta1 = o_.beta1;
-  acfg.beta2 = o_.beta2;
-  acfg.eps = o_.adam_eps;
-  acfg.weight_decay = o_.weight_decay;
-  acfg.grad_clip = o_.grad_clip;
-  dp_ = std::make_unique<DataParallel>(comm_, *be_, model_->layout(), acfg, o_.zero,
-                                       grad_comm_.get(), groups_.get(), o_.overlap_comm);
-  dp_->attach(*model_, accum_, o_.overlap_comm);  // what the stage needs (hooks, gradient store)
   x_.resize((size_t)B_ * T_);
   y_.resize((size_t)B_ * T_);
 }
@@ -617,22 +625,30 @@ float Trainer::evaluate() {
   val_loader_->reset();  // every evaluation sees the same batches: comparable numbers
   // The ranks split the batches (batch i on rank i mod W) and sum: the same
   // number, to rounding, on any world size.
+  // ZeRO-3: every rank makes as many forwards as rank 0 (dist/forward_balance.h).
+  const int W = comm_.world(), r = comm_.rank();
+  const long mine = o_.eval_batches > r ? (o_.eval_batches - r + W - 1) / W : 0;
+  const long passes = forward_passes_to_make(*model_, comm_, mine);
   double sum = 0;
   for (int i = 0; i < o_.eval_batches; i++) {
     val_loader_->next_batch(x_.data(), y_.data());
-    if (i % comm_.world() == comm_.rank()) sum += model_->forward(x_.data(), y_.data(), B_, T_);
+    if (i % W == r) sum += model_->forward(x_.data(), y_.data(), B_, T_);
   }
+  idle_forwards(*model_, passes - mine);
   sum = comm_.all_reduce_sum(sum);
   return (float)(sum / o_.eval_batches);
 }
 
 void Trainer::sample(int step) {
-  if (!rank0()) return;  // printing only; no collectives
+  // Printing only, on rank 0; at ZeRO-3 (collective forwards) every rank
+  // generates the same tokens (the same seed, the same gathered weights).
+  if (!rank0() && !model_->collective_forward()) return;
   // Seeded by (seed, step): a resumed run prints the same sample.
   Rng rng(o_.seed ^ (0x5A17ull * (uint64_t)(step + 1)));
   // From the token that starts a document: BOS where the shards have one.
   std::vector<int32_t> tokens{sample_start_token(train_ds_->meta())};
   generate(*model_, tokens, o_.sample_tokens, T_, o_.temperature, rng);
+  if (!rank0()) return;
   std::vector<uint32_t> ids(tokens.begin() + 1, tokens.end());
   RLOG("---- sample at step %d (%d tokens, temperature %.2f) ----\n", step, o_.sample_tokens,
        o_.temperature);
@@ -756,13 +772,21 @@ void Trainer::export_weights() {
   // assembles the FP32 parameters shard by shard (no gather of the master
   // shards to every rank); otherwise from memory after sync_master.
   const bool from_ckpt = ckpt_->committed_step() == step_;
-  if (!from_ckpt) dp_->sync_master(model_->params());  // collective
+  std::vector<float> params;
+  if (!from_ckpt) {
+    dp_->sync_master(model_->params());  // collective
+    // ZeRO-3: get_params gathers every rank's shard (collective).
+    if (model_->params() == nullptr) {
+      params.resize(model_->num_params());
+      model_->get_params(params.data());
+    }
+  }
   if (!rank0()) return;
-  std::vector<float> params(model_->num_params());
+  params.resize(model_->num_params());
   try {
     if (from_ckpt)
       ckpt_->read_committed_params(params.data(), params.size());
-    else
+    else if (model_->params() != nullptr)
       model_->get_params(params.data());
     if (!o_.export_path.empty()) {
       save_llmc_checkpoint(o_.export_path, cfg_, params);

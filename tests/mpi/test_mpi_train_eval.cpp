@@ -64,4 +64,36 @@ TEST_F(MpiTrainEval, RanksLogOneProcesssNumbersAtStepZero) {
   }
 }
 
+// ZeRO-3 (every forward pass gathers the blocks' parameters collectively):
+// the ranks still score their own examples and batches, the ones with fewer
+// forwards (7 examples, 3 batches of --eval-data) padding with idle forwards
+// (dist/forward_balance.h). Every evaluation of the run logs exactly stage
+// 0's numbers on 2 ranks (bitwise the same weights: one micro-batch each)
+// and stage 2's on 3.
+TEST_F(MpiTrainEval, Zero3LogsTheSameNumbers) {
+  for (int n : {2, 3}) {
+    TempDir d;
+    const std::string ref = n == 2 ? "" : " --zero 2";
+    auto r = mpirun_ratchet(n, train_args(n * 32, d / "ref.jsonl") + ref);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = mpirun_ratchet(n, train_args(n * 32, d / "z3.jsonl") + " --zero 3");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("ZeRO-3"), std::string::npos) << r.output;
+    auto evals = [](const std::string& log) {
+      std::vector<nlohmann::json> v;
+      for (auto j : read_jsonl(log))
+        if (j.contains("bib/acc")) {
+          j.erase("eval_seconds");  // the clock, not a result
+          j.erase("device_hours");
+          v.push_back(j);
+        }
+      return v;
+    };
+    const auto a = evals(d / "ref.jsonl"), b = evals(d / "z3.jsonl");
+    EXPECT_EQ(a.size(), 3u);  // steps 0, 1, 2
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); i++) EXPECT_EQ(a[i], b[i]) << n << " ranks, evaluation " << i;
+  }
+}
+
 }  // namespace

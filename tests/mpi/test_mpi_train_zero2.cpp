@@ -239,7 +239,7 @@ TEST_F(MpiTrainZero2, ShardGroupsSumAsStage1Does) {
 }
 
 // --zero auto: the lowest stage whose step fits --memory-budget-mb, saying
-// why. A budget below everything names all three needs and takes ZeRO-2;
+// why. A budget below everything names all four needs and takes ZeRO-3;
 // budgets at each need take the lowest stage within them (the needs parsed
 // from that first log, to 1 kB); one rank: ZeRO-0 (nothing to shard).
 TEST_F(MpiTrainZero2, ZeroAutoPicksTheLowestStageThatFits) {
@@ -253,24 +253,24 @@ TEST_F(MpiTrainZero2, ZeroAutoPicksTheLowestStageThatFits) {
     return at == std::string::npos ? -1 : r.output[at + 16] - '0';
   };
   std::string log;
-  EXPECT_EQ(pick(2, "0.001", &log), 2) << log;
+  EXPECT_EQ(pick(2, "0.001", &log), 3) << log;
   auto need = [&](int s) {
     const std::string key = "ZeRO-" + std::to_string(s) + " needs ";
     const auto at = log.find(key);
     return at == std::string::npos ? -1.0 : std::stod(log.substr(at + key.size()));
   };
-  const double n[3] = {need(0), need(1), need(2)};
-  ASSERT_GT(n[2], 0) << log;
+  const double n[4] = {need(0), need(1), need(2), need(3)};
+  ASSERT_GT(n[3], 0) << log;
   // Stage 2 holds less than stage 0 (no flat gradient). On a model this
   // small ZeRO-1's bucket buffers (the embedding bucket is most of P) cost
   // more than its moment shard saves: auto then skips it.
   EXPECT_LT(n[2], n[0]) << log;
   auto expected = [&](double budget) {
-    for (int s = 0; s <= 2; s++)
+    for (int s = 0; s <= 3; s++)
       if (n[s] <= budget) return s;
-    return 2;
+    return 3;
   };
-  for (double budget : {n[2] + 0.002, n[1] + 0.002, n[0] + 0.002, 100000.0}) {
+  for (double budget : {n[3] + 0.002, n[2] + 0.002, n[1] + 0.002, n[0] + 0.002, 100000.0}) {
     char b[32];
     std::snprintf(b, sizeof b, "%.3f", budget);
     EXPECT_EQ(pick(2, b, nullptr), expected(budget)) << "budget " << b << " MB\n" << log;
@@ -280,14 +280,7 @@ TEST_F(MpiTrainZero2, ZeroAutoPicksTheLowestStageThatFits) {
   TempDir d;
   auto r = run_ratchet(train_args(2, 64, d.path) + " --zero two");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--zero must be 0, 1, 2 or auto (got 'two')"), std::string::npos) << r.output;
-}
-
-TEST_F(MpiTrainZero2, RefusesStageThreeNamingTheFlag) {
-  TempDir d;
-  auto r = run_ratchet(train_args(2, 64, d.path) + " --zero 3");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("--zero must be 0, 1 or 2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--zero must be 0, 1, 2, 3 or auto (got 'two')"), std::string::npos) << r.output;
 }
 
 // ---- the cuda backend on the CPU (ratchet-simt --device simt) ------------------------

@@ -32,15 +32,16 @@ name=${1:?start|stop|requeue|node-death|batch-host-death|no-namespaces}
 CLUSTER2=$RATCHET_SOURCE_DIR/scripts/slurm-cluster-2node.sh
 marker=$RATCHET_TEST_WORK/cluster-2node-started-by-tests
 
-# The sharding under test, in ONE place: the issue asks for
-# `--zero 3 --shard-group node`; this tree's highest stage is 2. With one rank
-# per node the node groups are 2 groups of 1 (gradients all-reduced between
-# the nodes); after the shrink to one node, one group of 2 (plain ZeRO-2): the
-# resume changes the shard group and must still be bit-identical. `requeue`
-# resumes on ONE rank and compares with a single process: that needs stage 2
-# (ZeRO-0/1 sum micro-batches in another order than ranks).
+# The sharding under test, in ONE place, as the issue asks:
+# `--zero 3 --shard-group node`. With one rank per node the node groups are 2
+# groups of 1 (each rank holds all its group's parameters; gradients
+# all-reduced between the nodes); after the shrink to one node, one group of 2
+# (plain ZeRO-3: each rank half of the parameters, gathered block by block):
+# the resume changes the shard group and must still be bit-identical.
+# `requeue` resumes on ONE rank and compares with a single process: that needs
+# stage 2 or 3 (ZeRO-0/1 sum micro-batches in another order than ranks).
 # RATCHET_TWONODE_SHARDING overrides it to try another (e.g. "--zero 1").
-SHARDING=${RATCHET_TWONODE_SHARDING:-"--zero 2 --shard-group node"}
+SHARDING=${RATCHET_TWONODE_SHARDING:-"--zero 3 --shard-group node"}
 
 # The skip itself, tested: where namespaces cannot be made (here: without
 # CAP_SYS_ADMIN/CAP_NET_ADMIN, or not root) a training case exits 77 and says
@@ -230,7 +231,7 @@ case $name in
     same_as_reference
     # ... and to a single process accumulating 2 micro-batches, outside Slurm:
     # the equality needs a stage whose W ranks sum as one rank accumulating W
-    # micro-batches (ZeRO-2 per bucket: a+b either way; not ZeRO-0/1).
+    # micro-batches (ZeRO-2/3 per bucket: a+b either way; not ZeRO-0/1).
     # shellcheck disable=SC2086
     "$exe" train --config train.ini $SHARDING --ckpt-dir single-ckpt --export single.bin >single.log 2>&1 ||
       { cat single.log; fail "single-process run failed"; }
@@ -272,6 +273,7 @@ case $name in
     expect_log "resume: continuing from step [0-9]+"
     [ "$name" = batch-host-death ] && expect_log "lock: taking over .* on host rnode1 .*no heartbeat"
     expect_log "data parallel: 2 rank\(s\) \(mpi, 2 on this node\)"
+    [[ $SHARDING == *"--zero 3"* ]] && expect_log "ZeRO-3: parameters, gradients and optimizer state sharded"
     if [[ $SHARDING == *"--shard-group node"* ]]; then
       expect_log "shard groups: 2 rank\(s\) in 2 group\(s\) of 1 \(--shard-group node\)"
       expect_log "shard groups: 2 rank\(s\) in 1 group\(s\) of 2 \(--shard-group node\)"
