@@ -22,6 +22,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/attention_choice.h"
 #include "backend/attention_impl.h"
@@ -222,7 +224,15 @@ class Backend {
   // creates it now, so that upload_f32() into p sets the master copy exactly
   // (a resumed BF16 run continues from the FP32 weights it saved, not from
   // their BF16 rounding). No-op otherwise.
-  virtual void keep_master_copy(void* /*p*/) {}
+  // ranges (sorted, disjoint [lo, hi) element ranges of p; null: all of p):
+  // the master covers only these elements, packed back to back (4 bytes per
+  // covered element, one allocation). ZeRO-1/2 on W > 1 shards: each rank
+  // keeps the master of the ranges whose optimizer state it owns. Updates
+  // (adamw, round_from_master) must then lie inside one range; upload_f32
+  // sets the covered part's master, download_f32 returns the master where
+  // covered and the storage-dtype values elsewhere.
+  virtual void keep_master_copy(void* /*p*/,
+                                const std::vector<std::pair<size_t, size_t>>* /*ranges*/ = nullptr) {}
   // Rewrites params (n, storage dtype) from their FP32 master copy exactly as
   // adamw() at 1-based `step` wrote them (stochastic rounding is a function of
   // the step and the tensor's position): after a resume, the storage-dtype

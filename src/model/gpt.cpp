@@ -12,11 +12,13 @@
 
 namespace ratchet {
 
-GPT::GPT(const GPTConfig& cfg, Backend& be, bool flat_grads, bool flat_params)
+GPT::GPT(const GPTConfig& cfg, Backend& be, bool flat_grads, bool flat_params,
+         const std::vector<std::pair<size_t, size_t>>* master_ranges)
     : cfg_(cfg), be_(be), layout_(cfg) {
   if (flat_params) {
     params_ = be_.alloc(layout_.total * be_.storage_bytes());
-    be_.keep_master_copy(params_);  // set_params() then sets the FP32 master exactly
+    // set_params() then sets the FP32 master exactly (of master_ranges only, when given)
+    be_.keep_master_copy(params_, master_ranges);
   }
   if (flat_grads) grads_ = be_.alloc(layout_.total * be_.storage_bytes());
 }

@@ -10,7 +10,8 @@ namespace ratchet {
 
 StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                        const BackendMemoryModel& be, size_t moment_elems,
-                       size_t dp_buffer_bytes, bool flat_grads, bool flat_params) {
+                       size_t dp_buffer_bytes, bool flat_grads, bool flat_params,
+                       bool sharded_master) {
   const size_t P = ParamLayout(cfg).total, sb = be.storage_bytes;
   StepMemory m;
   m.params = flat_params ? be.alloc_size(P * sb) : 0;
@@ -19,10 +20,14 @@ StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   const size_t ws = be.workspace_bytes(op_shapes(cfg, B, T));
   m.workspace = ws ? be.alloc_size(ws) : 0;
   m.moments = 2 * be.alloc_size(std::max<size_t>(1, moment_elems) * sizeof(float));
-  // The master copy covers the whole parameter allocation (as rounded).
-  // (none without flat params: ZeRO-3's shard has its own, in dp_buffers).
+  // The master copy covers the whole parameter allocation (as rounded), or
+  // with sharded_master the owned elements packed (one allocation, at least
+  // 1 element as the backend rounds it). None without flat params: ZeRO-3's
+  // shard has its own, in dp_buffers.
   if (be.extra_bytes_per_param > 0 && m.params > 0)
-    m.master = be.alloc_size(m.params / sb * be.extra_bytes_per_param);
+    m.master = sharded_master
+                   ? be.alloc_size(std::max<size_t>(1, moment_elems) * be.extra_bytes_per_param)
+                   : be.alloc_size(m.params / sb * be.extra_bytes_per_param);
   m.dp_buffers = dp_buffer_bytes;
   m.overhead = be.overhead_bytes;
   return m;

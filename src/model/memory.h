@@ -14,7 +14,9 @@
 //   moments         AdamW m and v, FP32, n elements each (n = P, or the ZeRO-1
 //                   shard), at least 1 element each          (AdamW)
 //   master          FP32 master copy of the parameter allocation when the
-//                   storage is not FP32 (extra_bytes_per_param)
+//                   storage is not FP32 (extra_bytes_per_param); with
+//                   sharded_master (ZeRO-1/2 on several shards) of the
+//                   rank's owned elements only: moment_elems of them
 //   dp_buffers      data-parallel staging buffers (DataParallel::buffer_bytes)
 // plus overhead: what the backend holds from construction (reduction results,
 // GEMM workspace), outside the arena.
@@ -60,15 +62,20 @@ void check_step_in_range(const GPTConfig& cfg, long B, int T);
 // in dp_buffer_bytes).
 // flat_params: whether it holds its flat params (false at ZeRO-3: the shard,
 // its master and the gather buffers are then in dp_buffer_bytes).
+// sharded_master: the master covers the rank's owned elements only, as many
+// as its moments (DataParallel::master_sharded(stage, shards): GPT built with
+// the owned ranges as master_ranges).
 StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                        const BackendMemoryModel& be, size_t moment_elems,
-                       size_t dp_buffer_bytes, bool flat_grads = true, bool flat_params = true);
+                       size_t dp_buffer_bytes, bool flat_grads = true, bool flat_params = true,
+                       bool sharded_master = false);
 // The same for a live backend (its own description).
 inline StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                               const Backend& be, size_t moment_elems, size_t dp_buffer_bytes,
-                              bool flat_grads = true, bool flat_params = true) {
+                              bool flat_grads = true, bool flat_params = true,
+                              bool sharded_master = false) {
   return step_memory(cfg, B, T, policy, be.memory_model(), moment_elems, dp_buffer_bytes,
-                     flat_grads, flat_params);
+                     flat_grads, flat_params, sharded_master);
 }
 
 }  // namespace ratchet

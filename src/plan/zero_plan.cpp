@@ -78,7 +78,8 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   const int ts = std::min(z.stage, 2);
   const StepMemory s =
       step_memory(cfg, B, T, policy, be, DataParallel::moment_elems(cfg, N, 0, ts, true),
-                  DataParallel::buffer_bytes(be, cfg, N, ts, true), DataParallel::flat_grads(ts));
+                  DataParallel::buffer_bytes(be, cfg, N, ts, true), DataParallel::flat_grads(ts),
+                  true, DataParallel::master_sharded(ts, N));
   ZeroMemory m;
   m.activations = s.activations;
   m.workspace = s.workspace;
@@ -94,7 +95,7 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   }
   if (z.stage == 2) {
     // The summed gradient's shard, and the bucket and receive buffers
-    // (DataParallel::buffer_bytes: dist/zero.h); the master stays whole.
+    // (DataParallel::buffer_bytes: dist/zero.h); the master of the owned pieces.
     const BucketLayout bk(ParamLayout(cfg), cfg.num_layers, N);
     m.params = s.params;
     m.grads = bytes(std::max<size_t>(1, bk.shard_elems()));

@@ -3,12 +3,16 @@
 // one micro-batch per rank equals stage 0 (bitwise on 1 and 2 ranks), several
 // micro-batches equal a replay of the documented reduction order (bitwise on
 // any N: the replay makes the same per-bucket reduce-scatters), and the bytes
-// held equal `ratchet plan`'s figure (plan/zero_plan.h) on every rank.
+// held equal `ratchet plan`'s figure (plan/zero_plan.h) on every rank, at
+// stages 1 and 2 with the FP32 master of the owned ranges only (simt BF16:
+// bitwise the whole master's training, params_f32 its FP32 values).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -295,51 +299,201 @@ TEST(Zero2, MicroBatchesAddInTheDocumentedOrder) {
 }
 
 // The bytes a rank holds after a step are step_memory's with this rank's
-// moments, and on rank 0 (which owns the most) `ratchet plan`'s stage-2 figure:
-// the cpu backend's count, and simt's (BF16 storage: the FP32 master copy too;
-// its peak as well) when built.
-void memory_equals_plan(std::unique_ptr<Backend> be, const GPTConfig& c) {
+// moments (and, on several ranks, its FP32 master of the owned ranges: the
+// model built with them as master ranges, as train builds it), and on rank 0
+// (which owns the most) `ratchet plan`'s figure: the cpu backend's count, and
+// simt's (BF16 storage: the FP32 master copy too; its peak as well) when built.
+// Stage 2, and stage 1 as train runs it (--overlap-comm on: bucket-aligned).
+void memory_equals_plan(std::unique_ptr<Backend> be, const GPTConfig& c, int stage) {
   const int W = g_comm->world(), r = g_comm->rank(), B = 2, T = 8;
   const size_t base = be->bytes_in_use();
+  const bool sharded = DataParallel::master_sharded(stage, W);
   {
-    GPT m(c, *be, DataParallel::flat_grads(2));
+    const auto owned = DataParallel::owned_ranges(c, W, r, stage, true);
+    GPT m(c, *be, DataParallel::flat_grads(stage), true, sharded ? &owned : nullptr);
     m.init_random(1);
-    DataParallel dp(*g_comm, *be, m.layout(), AdamWConfig(), 2);
+    DataParallel dp(*g_comm, *be, m.layout(), AdamWConfig(), stage, nullptr, nullptr, true);
+    EXPECT_EQ(dp.owned_ranges(), owned);
     dp.attach(m, 1, true);
     const Pair t = tokens(c, B, T, r);
     m.zero_grad();
     m.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / W);
     dp.step(m.params(), m.grads(), 1e-3f);
-    const StepMemory mine =
-        step_memory(c, B, T, Recompute(), *be, DataParallel::moment_elems(c, W, r, 2),
-                    DataParallel::buffer_bytes(be->memory_model(), c, W, 2), false);
-    EXPECT_EQ(be->bytes_in_use(), mine.total()) << "rank " << r;
-    EXPECT_EQ(mine.grads, 0u);
+    auto accounted = [&](int rank) {
+      return step_memory(c, B, T, Recompute(), *be, DataParallel::moment_elems(c, W, rank, stage, true),
+                         DataParallel::buffer_bytes(be->memory_model(), c, W, stage, true),
+                         DataParallel::flat_grads(stage), true, sharded);
+    };
+    const StepMemory mine = accounted(r);
+    EXPECT_EQ(be->bytes_in_use(), mine.total()) << "rank " << r << " stage " << stage;
+    EXPECT_EQ(mine.grads == 0, stage == 2);
+    // The master: 4 bytes per owned element on several ranks, 4P on one.
+    const StepMemory whole = step_memory(
+        c, B, T, Recompute(), *be, DataParallel::moment_elems(c, W, r, stage, true),
+        DataParallel::buffer_bytes(be->memory_model(), c, W, stage, true), DataParallel::flat_grads(stage));
+    if (be->memory_model().extra_bytes_per_param > 0) {
+      EXPECT_EQ(mine.master, sharded ? be->alloc_size(DataParallel::moment_elems(c, W, r, stage, true) * 4)
+                                     : be->alloc_size(m.num_params() * 2) * 2);
+      if (W > 1) EXPECT_LT(mine.master, whole.master);
+    } else {
+      EXPECT_EQ(mine.master, 0u);
+    }
     const plan::ZeroMemory planned =
-        plan::zero_memory(c, B, T, Recompute(), be->memory_model(), {2, true}, W);
+        plan::zero_memory(c, B, T, Recompute(), be->memory_model(), {stage, true}, W);
     EXPECT_LE(be->bytes_in_use(), planned.total());
     if (r == 0) EXPECT_EQ(be->bytes_in_use(), planned.total());
-    EXPECT_EQ(planned.total(), mine.total() + 2 * (be->alloc_size(DataParallel::moment_elems(c, W, 0, 2) * 4) -
-                                                   be->alloc_size(DataParallel::moment_elems(c, W, r, 2) * 4)));
+    EXPECT_EQ(planned.total(), accounted(0).total());
+    EXPECT_EQ(planned.master, accounted(0).master);
     // Stage 2 holds less than stage 1 once the gradient is sharded.
-    if (W > 1)
+    if (W > 1 && stage == 2)
       EXPECT_LT(planned.total(),
                 plan::zero_memory(c, B, T, Recompute(), be->memory_model(), {1, true}, W).total());
     EXPECT_EQ(be->peak_bytes_in_use(), be->bytes_in_use());
     if (r == 0)
-      std::printf("[ stage 2 on %d rank(s), %s ] %zu bytes held = plan's %zu\n", W,
-                  be->name().c_str(), be->bytes_in_use(), planned.total());
+      std::printf("[ stage %d on %d rank(s), %s ] %zu bytes held = plan's %zu (master %zu, whole %zu)\n",
+                  stage, W, be->name().c_str(), be->bytes_in_use(), planned.total(), mine.master,
+                  whole.master);
   }
   EXPECT_GE(be->bytes_in_use(), base);
 }
 
 TEST(Zero2, MemoryEqualsThePlan) {
-  memory_equals_plan(make_cpu_backend(1), ratchet::testing::tiny_config(3, 3, 15));
+  for (int stage : {1, 2}) {
+    memory_equals_plan(make_cpu_backend(1), ratchet::testing::tiny_config(3, 3, 15), stage);
 #ifdef RATCHET_ZERO2_SIMT
-  // cuBLASLt wants 16-byte rows: C = 16.
-  memory_equals_plan(make_cuda_backend("bf16"), ratchet::testing::tiny_config(3, 2, 16));
+    // cuBLASLt wants 16-byte rows: C = 16.
+    memory_equals_plan(make_cuda_backend("bf16"), ratchet::testing::tiny_config(3, 2, 16), stage);
 #endif
+  }
 }
+
+#ifdef RATCHET_ZERO2_SIMT
+// BF16 storage (simt): a model whose FP32 master covers only this rank's
+// owned ranges trains bit for bit as one with the whole master (the only
+// master values ever read are the owned ones), at stage 1 (flat and
+// bucket-aligned) and 2; DataParallel::params_f32 gives every rank the FP32
+// values the whole-master model gives after sync_master; and a state moved
+// through those FP32 values and the moments (a checkpoint's content) into a
+// model of another stage continues bit for bit.
+struct SimtRun {
+  SimtRun(Backend& be, const GPTConfig& c, int stage, bool overlap, bool sharded_master)
+      : owned(DataParallel::owned_ranges(c, g_comm->world(), g_comm->rank(), stage, overlap)),
+        m(c, be, DataParallel::flat_grads(stage), true, sharded_master ? &owned : nullptr),
+        dp(*g_comm, be, m.layout(), AdamWConfig(), stage, nullptr, nullptr, overlap) {
+    dp.attach(m, 2, overlap);
+    m.init_random(21);
+  }
+  void step(const GPTConfig& c, int s) {
+    const int W = g_comm->world(), r = g_comm->rank(), B = 2, T = 8;
+    m.zero_grad();
+    for (int k = 0; k < 2; k++) {
+      const Pair t = tokens(c, B, T, 1000 * s + 10 * k + r);
+      m.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / (2 * W));
+    }
+    dp.step(m.params(), m.grads(), 1e-2f);
+  }
+  std::vector<uint16_t> bits() {  // the BF16 parameters as stored
+    std::vector<uint16_t> b(m.num_params());
+    m.backend().download_bytes(b.data(), m.params(), b.size() * 2);
+    return b;
+  }
+  std::vector<float> f32() {  // collective
+    std::vector<float> p(m.num_params());
+    dp.params_f32(m, p.data());
+    return p;
+  }
+  std::vector<std::pair<size_t, size_t>> owned;
+  GPT m;
+  DataParallel dp;
+};
+
+TEST(Zero2, SimtShardedMasterEqualsWholeMasterBitwise) {
+  const GPTConfig c = ratchet::testing::tiny_config(3, 2, 16);
+  const int W = g_comm->world();
+  struct Case {
+    int stage;
+    bool overlap;
+  };
+  for (const Case k : {Case{1, false}, Case{1, true}, Case{2, true}}) {
+    SCOPED_TRACE("stage " + std::to_string(k.stage) + (k.overlap ? " overlap" : " flat"));
+    auto be = make_cuda_backend("bf16");
+    const size_t before = be->bytes_in_use();
+    SimtRun whole(*be, c, k.stage, k.overlap, false);
+    const size_t whole_bytes = be->bytes_in_use() - before;
+    SimtRun part(*be, c, k.stage, k.overlap, DataParallel::master_sharded(k.stage, W));
+    const size_t part_bytes = be->bytes_in_use() - before - whole_bytes;
+    const size_t P = whole.m.num_params(), owned = whole.dp.optimizer().moment_elems();
+    // The master: round_up(4·owned, 256) instead of round_up(4·P', 256).
+    if (W > 1)
+      EXPECT_EQ(whole_bytes - part_bytes,
+                be->alloc_size(be->alloc_size(P * 2) * 2) - be->alloc_size(owned * 4));
+    else
+      EXPECT_EQ(whole_bytes, part_bytes);
+    for (int s = 0; s < 3; s++) {
+      whole.step(c, s);
+      part.step(c, s);
+      EXPECT_TRUE(whole.bits() == part.bits()) << "step " << s;
+    }
+    // The owned ranges' FP32 values (a checkpoint shard reads these) are the
+    // whole master's there.
+    for (const auto& [lo, hi] : part.owned) {
+      std::vector<float> a(hi - lo), b(hi - lo);
+      be->download_f32(a.data(), static_cast<const char*>(whole.m.params()) + lo * 2, hi - lo);
+      be->download_f32(b.data(), static_cast<const char*>(part.m.params()) + lo * 2, hi - lo);
+      EXPECT_TRUE(a == b) << "[" << lo << ", " << hi << ")";
+    }
+    // Every rank's FP32 view: the gather on the host, = the whole master's after sync_master.
+    const std::vector<float> fp = part.f32(), fw = whole.f32();
+    EXPECT_TRUE(fp == fw) << "max difference " << max_diff(fp, fw);
+    whole.dp.sync_master(whole.m.params());
+    EXPECT_TRUE(fp == params_of(whole.m));
+    std::vector<float> p0 = fp;
+    g_comm->broadcast(p0.data(), p0.size() * sizeof(float), 0);
+    EXPECT_TRUE(p0 == fp) << "every rank holds the same FP32 values";
+    // Outside the owned ranges the sharded model reads the BF16 values (not
+    // FP32 masters it does not keep): they differ from the FP32 ones somewhere.
+    if (W > 1) {
+      const std::vector<float> local = params_of(part.m);
+      bool differs = false;
+      for (size_t i = 0; i < P; i++) differs = differs || local[i] != fp[i];
+      EXPECT_TRUE(differs);
+    }
+    // Resume: the FP32 values and the moments into a fresh sharded-master
+    // model of the other stage (2 <-> 1 overlapped: the same owned ranges),
+    // rounded as the last step did; one more step equals the straight run.
+    const int other = k.stage == 2 ? 1 : 2;
+    if (k.overlap) {
+      SimtRun next(*be, c, other, true, DataParallel::master_sharded(other, W));
+      ASSERT_EQ(next.owned, part.owned);
+      next.m.set_params(fp.data());
+      AdamW& a = part.dp.optimizer();
+      AdamW& b = next.dp.optimizer();
+      ASSERT_EQ(a.moment_elems(), b.moment_elems());
+      be->copy(b.m(), a.m(), a.moment_elems() * sizeof(float));
+      be->copy(b.v(), a.v(), a.moment_elems() * sizeof(float));
+      b.set_steps_taken(a.steps_taken());
+      next.dp.restore_params(next.m.params());
+      EXPECT_TRUE(next.bits() == part.bits()) << "rounded as the last step did";
+      // Stages 1 and 2 add micro-batches in different orders (dist/zero.h):
+      // the reference is a whole-master run of `other` from the same state.
+      SimtRun ref(*be, c, other, true, false);
+      ref.m.set_params(fp.data());
+      AdamW& rr = ref.dp.optimizer();
+      be->copy(rr.m(), a.m(), a.moment_elems() * sizeof(float));
+      be->copy(rr.v(), a.v(), a.moment_elems() * sizeof(float));
+      rr.set_steps_taken(a.steps_taken());
+      ref.dp.restore_params(ref.m.params());
+      next.step(c, 3);
+      ref.step(c, 3);
+      EXPECT_TRUE(next.bits() == ref.bits());
+      EXPECT_TRUE(next.f32() == ref.f32());
+    }
+    if (g_comm->rank() == 0)
+      std::printf("[ simt bf16 stage %d %s, %d rank(s) ] sharded master = whole bitwise; model+optimizer "
+                  "%zu bytes vs %zu\n", k.stage, k.overlap ? "overlap" : "flat", W, part_bytes, whole_bytes);
+  }
+}
+#endif  // RATCHET_ZERO2_SIMT
 
 }  // namespace
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/device.h"
 #include "model/memory.h"
@@ -617,6 +619,76 @@ TEST(CudaBackendSimtMemory, PlanDescribesTheCudaBackend) {
   simt.overhead_bytes += kCublasLtWorkspaceBytes;
   for (const char* gpu : {"a100", "h100", "h200"})
     EXPECT_TRUE(plan::backend_memory_model(plan::find_device(gpu)) == simt) << gpu;
+}
+
+// keep_master_copy(p, ranges): the FP32 master of some element ranges only
+// (ZeRO-1/2: a rank's owned ranges), packed in one block of
+// round_up(4·covered, 256) bytes. upload_f32 sets it where covered,
+// download_f32 returns it there and the BF16 values elsewhere (also for a
+// read that straddles a range's edge), an update inside a range uses it, one
+// across an edge is refused, and release gives the bytes back.
+TEST(CudaBackendSimtMemory, MasterOfGivenRangesOnly) {
+  using namespace ratchet;
+  auto be = make_cuda_backend("bf16");
+  const size_t n = 1000;
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; i++) v[i] = 1.0f + 1e-4f * (float)i;  // mostly not BF16 values
+  // The BF16 rounding of v, through an allocation without a master.
+  std::vector<float> rounded(n);
+  {
+    void* q = be->alloc(n * 2);
+    be->upload_f32(q, v.data(), n);
+    be->download_f32(rounded.data(), q, n);
+    be->release(q);
+  }
+  ASSERT_NE(rounded, v);
+  const size_t before = be->bytes_in_use();
+  void* p = be->alloc(n * 2);
+  const std::vector<std::pair<size_t, size_t>> ranges = {{100, 300}, {500, 510}, {700, 700}, {900, 1000}};
+  be->keep_master_copy(p, &ranges);
+  const size_t covered = 200 + 10 + 100;
+  EXPECT_EQ(be->bytes_in_use() - before, be->alloc_size(n * 2) + be->alloc_size(covered * 4));
+  be->upload_f32(p, v.data(), n);
+  auto inside = [&](size_t i) { return (i >= 100 && i < 300) || (i >= 500 && i < 510) || i >= 900; };
+  std::vector<float> got(n);
+  be->download_f32(got.data(), p, n);
+  for (size_t i = 0; i < n; i++) ASSERT_EQ(got[i], inside(i) ? v[i] : rounded[i]) << i;
+  // A read across the edges of [100, 300) and [500, 510).
+  std::vector<float> part(400);
+  be->download_f32(part.data(), static_cast<char*>(p) + 250 * 2, part.size());
+  for (size_t i = 0; i < part.size(); i++) ASSERT_EQ(part[i], got[250 + i]) << 250 + i;
+  // An upload into part of a range sets that part of the master only.
+  std::vector<float> w(20, 3.0f + 1e-3f);
+  be->upload_f32(static_cast<char*>(p) + 290 * 2, w.data(), w.size());  // [290, 310)
+  be->download_f32(got.data(), p, n);
+  EXPECT_EQ(got[289], v[289]);
+  EXPECT_EQ(got[295], w[0]);      // covered: FP32
+  EXPECT_NE(got[305], w[0]);      // not covered: its BF16 rounding
+  EXPECT_EQ(got[305], 3.0f);
+  // AdamW inside a range reads and writes its master; across an edge it is refused.
+  float* m = static_cast<float*>(be->alloc(n * 4));
+  float* vv = static_cast<float*>(be->alloc(n * 4));
+  void* g = be->alloc(n * 2);
+  std::vector<float> ones(n, 1.0f);
+  be->upload_f32(g, ones.data(), n);
+  AdamWArgs a;
+  a.lr = 1e-3f;
+  be->adamw(static_cast<char*>(p) + 900 * 2, nullptr, static_cast<char*>(g) + 900 * 2, m, vv, 100, a);
+  be->download_f32(got.data(), p, n);
+  EXPECT_NEAR(got[950], v[950] - 1e-3f, 1e-6f);  // the first step is lr·sign(g)
+  EXPECT_THROW(be->adamw(static_cast<char*>(p) + 290 * 2, nullptr, g, m, vv, 20, a), Error);
+  EXPECT_THROW(be->round_from_master(static_cast<char*>(p) + 600 * 2, 10, 1), Error);
+  be->release(g);
+  be->release(vv);
+  be->release(m);
+  be->release(p);
+  EXPECT_EQ(be->bytes_in_use(), before);
+  // Without ranges: the whole allocation (as rounded), as before.
+  p = be->alloc(n * 2);
+  be->keep_master_copy(p);
+  EXPECT_EQ(be->bytes_in_use() - before, be->alloc_size(n * 2) + be->alloc_size(be->alloc_size(n * 2) * 2));
+  be->release(p);
+  EXPECT_EQ(be->bytes_in_use(), before);
 }
 
 }  // namespace

@@ -175,15 +175,17 @@ TEST(Plan, MemoryPerRankWithAndWithoutZero1) {
   EXPECT_EQ(m.total_of(none, false), 16 * P + acts);
   EXPECT_EQ(m.total_of(none, true), 8 * P + 2u * 124475904 + 4 * P + 124475904u + acts);
   // GPU (BF16, the cuda backend): params, grads 2P each (multiples of 256);
-  // FP32 master 4P, whole under ZeRO-1 too (the backend keeps it for the
-  // parameter allocation). ZeRO-1 over 5: ceil(P/5) = 24,895,181 elements ->
-  // 99,580,724 bytes, rounded up to 256: 99,580,928. Overhead: sum_squares'
+  // FP32 master 4P, under ZeRO-1 of the owned shard only (the model keeps
+  // the master of its owned range). ZeRO-1 over 5: ceil(P/5) = 24,895,181
+  // elements -> 99,580,724 bytes, rounded up to 256: 99,580,928 for the
+  // master, m and v each. Overhead: sum_squares'
   // FP64 result (256 as allocated) + the 32 MiB cuBLASLt workspace.
   // Materialized attention here (the flash default: below).
   MemoryPlan g = memory_per_rank(
       c, 4, 64, cuda_memory_model(2, kCublasLtWorkspaceBytes, AttentionImpl::materialized), 5);
   EXPECT_EQ(g.params, 2 * P);
   EXPECT_EQ(g.master, 4 * P);
+  EXPECT_EQ(g.master_zero1, 99580928u);
   EXPECT_EQ(g.adam_zero1, 2u * 99580928);
   EXPECT_EQ(g.overhead, 256u + (32u << 20));
   // The op scratch at B=4, T=64, C=768, NH=12 is attention backward's: 7 (B,T,C)

@@ -112,11 +112,17 @@ TEST(PlanZero, StageMemoryItemised) {
   EXPECT_EQ(z0.total(), s0.total());
   // Stage 1 as train runs it with --overlap-comm on (its default): the
   // bucket-aligned shard (dist/zero.h "Overlapped ZeRO-1").
+  // The FP32 master covers the owned elements only (dist/zero.h: the model
+  // is built with them as master ranges), as the moments do.
   const StepMemory s1 = step_memory(c, B, T, r, be, DataParallel::moment_elems(c, N, 0, 1, true),
-                                    DataParallel::buffer_bytes(be, c, N, 1, true));
+                                    DataParallel::buffer_bytes(be, c, N, 1, true), true, true, true);
   const ZeroMemory z1 = zero_memory(c, B, T, r, be, {1, true}, N);
   EXPECT_EQ(z1.total(), s1.total());
-  EXPECT_EQ(z1.master, fp32(P));  // train's ZeRO-1 keeps the master whole
+  EXPECT_EQ(z1.master, fp32(DataParallel::moment_elems(c, N, 0, 1, true)));
+  EXPECT_EQ(z1.moments, 2 * z1.master);
+  EXPECT_LT(z1.master, fp32(P) / N + fp32(c.num_layers + 1));
+  // One rank: nothing to shard, the master is whole.
+  EXPECT_EQ(zero_memory(c, B, T, r, be, {1, true}, 1).master, fp32(P));
   // Without overlap: one flat padded copy and a shard (the flat layout).
   EXPECT_EQ(DataParallel::buffer_bytes(be, c, N, 1, false), bf16(N * S) + bf16(S));
   EXPECT_EQ(DataParallel::moment_elems(c, N, 0, 1, false), S);
@@ -124,7 +130,7 @@ TEST(PlanZero, StageMemoryItemised) {
   // Stage 2 as train runs it (dist/zero.h): no flat gradient; the shard of
   // the summed gradient (one piece of every bucket, dist/buckets.h); two
   // block buckets and the rest's bucket, with their receive buffers (1/N of
-  // each); the master stays whole; moments for rank 0's pieces.
+  // each); master and moments for rank 0's pieces.
   const ZeroMemory z2 = zero_memory(c, B, T, r, be, {2, true}, N);
   const BucketLayout bk(ParamLayout(c), c.num_layers, N);
   size_t own0 = 0;
@@ -135,13 +141,13 @@ TEST(PlanZero, StageMemoryItemised) {
   EXPECT_EQ(z2.grads, bf16(c.num_layers * bk.block(0).S + bk.rest().S));
   EXPECT_EQ(z2.buckets, 2 * bf16(N * bk.block(0).S) + bf16(N * bk.rest().S) +
                             2 * bf16(bk.block(0).S) + bf16(bk.rest().S));
-  EXPECT_EQ(z2.master, fp32(P));
+  EXPECT_EQ(z2.master, fp32(own0));
   EXPECT_EQ(z2.moments, 2 * fp32(own0));
   EXPECT_EQ(z2.gather, 0u);
   EXPECT_EQ(z2.activations, s0.activations);
   // And that is step_memory's figure with train's own buffers.
   EXPECT_EQ(z2.total(), step_memory(c, B, T, r, be, DataParallel::moment_elems(c, N, 0, 2),
-                                    DataParallel::buffer_bytes(be, c, N, 2), false)
+                                    DataParallel::buffer_bytes(be, c, N, 2), false, true, true)
                             .total());
 
   const ZeroMemory z3 = zero_memory(c, B, T, r, be, {3, true}, N);
@@ -154,16 +160,16 @@ TEST(PlanZero, StageMemoryItemised) {
   // backend's 256-byte rounding of each of 4 buffers).
   const double paper2 = zero_paper_model_state_bytes(2, (double)P, N),
                paper3 = zero_paper_model_state_bytes(3, (double)P, N);
-  // (train's stage 2 keeps the FP32 master whole: 4 bytes/parameter more than
-  // the paper's sharded one, less its 1/N share.)
-  EXPECT_NEAR((double)(z2.params + z2.grads + z2.master + z2.moments), paper2 + 4.0 * P * (N - 1) / N,
-              4 * 256.0);
+  // Stage 2: five allocations rounded to 256 bytes, and rank 0's pieces are
+  // at most one element per bucket (L + 1 of them) more than P/N, at 2 + 4 + 8
+  // bytes each (gradient shard, master, moments).
+  EXPECT_NEAR((double)(z2.params + z2.grads + z2.master + z2.moments), paper2,
+              5 * 256.0 + 14.0 * (c.num_layers + 1));
   EXPECT_NEAR((double)(z3.params + z3.grads + z3.master + z3.moments), paper3, 4 * 256.0);
   // Less memory at each stage (3 keep holds the shard and the full copy).
   EXPECT_GT(z0.total(), z1.total());
   EXPECT_GT(z1.total(), z2.total());
-  // (3 keep's planned master is sharded, train's stage 2 keeps it whole.)
-  EXPECT_GT(z3k.total() - z3k.master, z2.total() - z2.master);
+  EXPECT_GT(z3k.total(), z2.total());
   EXPECT_GT(z2.total(), z3.total());
 }
 

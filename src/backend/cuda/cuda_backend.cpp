@@ -147,7 +147,7 @@ template <class T>
 CudaBackend<T>::~CudaBackend() {
   // give() frees into the arena or to the device, whichever the block came from;
   // the arena itself goes last.
-  for (auto& [base, m] : masters_) give(m, master_bytes(allocs_.at(base)));
+  for (auto& [base, m] : masters_) give(m.data, m.bytes);
   for (auto& [base, bytes] : allocs_) give(base, bytes);
   if (scratch_) give(scratch_, scratch_bytes_);
   if (arena_base_) device_free(arena_base_);
@@ -236,7 +236,7 @@ void CudaBackend<T>::release(void* p) {
   RATCHET_ASSERT(it != allocs_.end());
   auto mit = masters_.find(it->first);
   if (mit != masters_.end()) {
-    give(mit->second, master_bytes(it->second));
+    give(mit->second.data, mit->second.bytes);
     masters_.erase(mit);
   }
   give(it->first, it->second);
@@ -332,9 +332,15 @@ void CudaBackend<T>::upload_f32(dptr dst, const float* src, size_t n) {
     stream_synchronize(stream_);  // h dies here
     auto [base, bytes] = owner(dst);
     auto mit = base ? masters_.find(base) : masters_.end();
-    if (mit != masters_.end()) {
-      float* m = mit->second + (static_cast<char*>(dst) - base) / sizeof(T);
-      memcpy_h2d(m, src, n * sizeof(float), stream_);
+    if (mit != masters_.end()) {  // the master of the covered elements
+      const Master& m = mit->second;
+      const size_t off = (static_cast<char*>(dst) - base) / sizeof(T), end = off + n;
+      for (size_t i = 0; i < m.ranges.size(); i++) {
+        const size_t a = std::max(off, m.ranges[i].first), b = std::min(end, m.ranges[i].second);
+        if (a < b)
+          memcpy_h2d(m.data + m.packed[i] + (a - m.ranges[i].first), src + (a - off),
+                     (b - a) * sizeof(float), stream_);
+      }
       stream_synchronize(stream_);
     }
   }
@@ -348,14 +354,26 @@ void CudaBackend<T>::download_f32(float* dst, cdptr src, size_t n) {
   } else {
     auto [base, bytes] = owner(src);
     auto mit = base ? masters_.find(base) : masters_.end();
+    const size_t off = base ? (static_cast<const char*>(src) - base) / sizeof(T) : 0;
     if (mit != masters_.end()) {  // parameters with a master copy: the FP32 values
-      const float* m = mit->second + (static_cast<const char*>(src) - base) / sizeof(T);
-      memcpy_d2h(dst, m, n * sizeof(float), stream_);
-      return;
+      if (const float* m = mit->second.find(off, n)) {
+        memcpy_d2h(dst, m, n * sizeof(float), stream_);
+        return;
+      }
     }
     std::vector<bf16> h(n);
     memcpy_d2h(h.data(), src, n * sizeof(bf16), stream_);
     for (size_t i = 0; i < n; i++) dst[i] = __bfloat162float(h[i]);
+    if (mit == masters_.end()) return;
+    // A master of some ranges (ZeRO-1/2): its values where it covers [off, off+n).
+    const Master& m = mit->second;
+    const size_t end = off + n;
+    for (size_t i = 0; i < m.ranges.size(); i++) {
+      const size_t a = std::max(off, m.ranges[i].first), b = std::min(end, m.ranges[i].second);
+      if (a < b)
+        memcpy_d2h(dst + (a - off), m.data + m.packed[i] + (a - m.ranges[i].first),
+                   (b - a) * sizeof(float), stream_);
+    }
   }
 }
 
@@ -705,25 +723,76 @@ double CudaBackend<T>::sum_squares(cdptr x, size_t n) {
 }
 
 template <class T>
+float* CudaBackend<T>::Master::find(size_t off, size_t n) const {
+  // The last range starting at or before off.
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), std::make_pair(off, ~size_t{0}));
+  if (it == ranges.begin()) return nullptr;
+  --it;
+  if (off + n > it->second) return nullptr;
+  const size_t i = (size_t)(it - ranges.begin());
+  return data + packed[i] + (off - it->first);
+}
+
+// The master of the allocation at base (bytes as allocated), initialised from
+// its storage-dtype values: of `ranges` (element ranges, sorted and disjoint;
+// empty ones dropped) or, when null, the whole allocation (rounding included,
+// as model/memory.cpp counts it).
+template <class T>
+typename CudaBackend<T>::Master& CudaBackend<T>::make_master(
+    char* base, size_t bytes, const std::vector<std::pair<size_t, size_t>>* ranges) {
+  const size_t elems = bytes / sizeof(T);
+  Master m;
+  if (!ranges) {
+    m.ranges = {{0, elems}};
+  } else {
+    for (const auto& [lo, hi] : *ranges) {
+      RATCHET_ASSERT(lo <= hi && hi <= elems);
+      RATCHET_ASSERT(m.ranges.empty() || lo >= m.ranges.back().second);  // sorted, disjoint
+      if (lo < hi) m.ranges.emplace_back(lo, hi);
+    }
+  }
+  size_t covered = 0;
+  for (const auto& [lo, hi] : m.ranges) {
+    m.packed.push_back(covered);
+    covered += hi - lo;
+  }
+  m.bytes = ranges ? round_up(std::max<size_t>(covered, 1) * sizeof(float), kAllocAlign)
+                   : master_bytes(bytes);
+  m.data = static_cast<float*>(take(m.bytes, "FP32 master copy", covered * sizeof(float)));
+  for (size_t i = 0; i < m.ranges.size(); i++)
+    kernels::cast<float, T>(m.data + m.packed[i], reinterpret_cast<const T*>(base) + m.ranges[i].first,
+                            m.ranges[i].second - m.ranges[i].first, stream_);
+  return masters_.emplace(base, std::move(m)).first->second;
+}
+
+template <class T>
 float* CudaBackend<T>::master_for(const void* params, size_t n) {
   auto [base, bytes] = owner(params);
   RATCHET_ASSERT(base != nullptr);
   auto it = masters_.find(base);
-  if (it == masters_.end()) {
-    const size_t elems = bytes / sizeof(T);
-    float* m = static_cast<float*>(
-        take(master_bytes(bytes), "FP32 master copy", elems * sizeof(float)));
-    kernels::cast<float, T>(m, reinterpret_cast<const T*>(base), elems, stream_);
-    it = masters_.emplace(base, m).first;
-  }
+  const Master& m = it != masters_.end() ? it->second : make_master(base, bytes, nullptr);
   const size_t off = (static_cast<const char*>(params) - base) / sizeof(T);
   RATCHET_ASSERT((off + n) * sizeof(T) <= bytes);
-  return it->second + off;
+  float* f = m.find(off, n);
+  if (!f)
+    fail("cuda backend: elements [", off, ", ", off + n, ") of a parameter allocation have no "
+         "FP32 master copy (this rank keeps the master of its own ZeRO shard only): an update "
+         "outside the rank's owned ranges is a bug, please report it");
+  return f;
 }
 
 template <class T>
-void CudaBackend<T>::keep_master_copy(void* p) {
-  if constexpr (!std::is_same<T, float>::value) master_for(p, 0);
+void CudaBackend<T>::keep_master_copy(void* p, const std::vector<std::pair<size_t, size_t>>* ranges) {
+  if constexpr (!std::is_same<T, float>::value) {
+    auto [base, bytes] = owner(p);
+    RATCHET_ASSERT(base != nullptr);
+    if (masters_.count(base)) {
+      RATCHET_ASSERT(ranges == nullptr);  // a master of some ranges is kept from the start
+      return;
+    }
+    if (ranges) RATCHET_ASSERT(base == p);  // ranges count from the allocation's start
+    make_master(base, bytes, ranges);
+  }
 }
 
 // The stochastic rounding's seed for a tensor at `off` (see rounding_seed).

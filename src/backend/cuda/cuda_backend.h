@@ -14,6 +14,10 @@
 // seed that depends on the step and the tensor's offset. upload_f32() into
 // such an allocation also sets the master copy, and download_f32() from it
 // returns the master copy, so that checkpoints save and restore FP32 weights.
+// keep_master_copy(p, ranges) keeps the master of some element ranges of the
+// allocation only (ZeRO-1/2: the rank's owned ranges), packed back to back in
+// one block of round_up(4·covered, 256) bytes; reads outside them return the
+// BF16 values, and adamw()/round_from_master() must stay inside one range.
 //
 // Attention (--attention): flash keeps lse (B,NH,T) per layer and runs
 // kernels/flash_attention.cuh (no permutes, scratch D (B,NH,T) in backward);
@@ -41,7 +45,8 @@
 //   overhead_bytes()   from construction: sum_squares' FP64 result, and the
 //                      cuBLASLt workspace of the matmul wrapper (0 under simt)
 //   alloc()s           each rounded up to alloc_size() (256 bytes)
-//   master copies      FP32, one per parameter allocation (BF16 storage), rounded
+//   master copies      FP32, one per parameter allocation (BF16 storage), rounded;
+//                      of its kept ranges only when keep_master_copy named some
 //   scratch            scratch_bytes(), rounded
 // With use_arena(bytes) every later alloc, master copy and scratch comes out
 // of one device block of that size (arena.h); overhead and allocations made
@@ -58,6 +63,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/attention_choice.h"
 #include "backend/backend.h"
@@ -90,7 +97,8 @@ class CudaBackend final : public Backend {
   void use_arena(size_t bytes) override;
   size_t arena_bytes() const { return arena_.size(); }  // 0: no arena
   size_t scratch_bytes() const { return scratch_bytes_; }
-  void keep_master_copy(void* p) override;
+  void keep_master_copy(void* p,
+                        const std::vector<std::pair<size_t, size_t>>* ranges = nullptr) override;
   void round_from_master(dptr params, size_t n, int step, size_t round_offset = 0,
                          size_t tensor_offset = (size_t)-1) override;
   void synchronize() override;
@@ -161,7 +169,9 @@ class CudaBackend final : public Backend {
   // The allocation holding p: (base, bytes), or (nullptr, 0).
   std::pair<char*, size_t> owner(const void* p) const;
   uint32_t rounding_seed(const void* params, int step) const;  // stochastic rounding's seed
-  float* master_for(const void* params, size_t n);  // FP32 master of params[0, n)
+  // FP32 master of params[0, n): created (whole) on first use; with kept
+  // ranges, [0, n) must lie inside one of them.
+  float* master_for(const void* params, size_t n);
 
   cudaStream_t stream_ = nullptr;
   AttentionImpl attention_;
@@ -171,7 +181,19 @@ class CudaBackend final : public Backend {
   std::shared_ptr<CudnnWorkspaceSource> cudnn_ws_;  // cudnn_'s plans, for model_.cudnn_source
   Matmul mm_;
   std::map<char*, size_t> allocs_;     // base -> bytes as allocated
-  std::map<char*, float*> masters_;    // allocation base -> its FP32 master copy
+  // An allocation's FP32 master copy: `ranges` (element [lo, hi) of the
+  // allocation, sorted, non-empty) packed back to back, range i from
+  // data + packed[i]; the whole allocation is the one range [0, elems).
+  struct Master {
+    float* data = nullptr;
+    size_t bytes = 0;  // as taken (rounded)
+    std::vector<std::pair<size_t, size_t>> ranges;
+    std::vector<size_t> packed;
+    // The master of elements [off, off+n) when one range holds them all; null otherwise.
+    float* find(size_t off, size_t n) const;
+  };
+  std::map<char*, Master> masters_;    // allocation base -> its FP32 master copy
+  Master& make_master(char* base, size_t bytes, const std::vector<std::pair<size_t, size_t>>* ranges);
   BackendMemoryModel model_;
   size_t bytes_in_use_ = 0, peak_bytes_ = 0;
   void* scratch_ = nullptr;
