@@ -402,7 +402,12 @@ void GPT::run_forward(const Acts& a, int B, int T, bool has_targets, float dloss
   }
   // The final norm is fused into the last block's residual add (both archs).
   for (int l = 0; l < L; l++) {
-    if (pstore_) pstore_->forward_block(l);
+    if (pstore_) {
+      // ZeRO-3: the wait for block l's gather (started during block l-1:
+      // --profile shows what the prefetch did not hide), and l+1's start.
+      OpScope s(*this, "zero3_gather_wait_fwd", 0, 0);
+      pstore_->forward_block(l);
+    }
     forward_block(a, l, B, T, false);
   }
   if (!lm_head) return;  // forward_spans runs it on its positions only
@@ -454,7 +459,10 @@ void GPT::run_backward(const Acts& a, int B, int T) {
   const Recompute& rp = recompute_;
   for (int l = L - 1; l >= 0; l--) {
     place_block(l);
-    if (pstore_) pstore_->backward_block(l);
+    if (pstore_) {
+      OpScope s(*this, "zero3_gather_wait_bwd", 0, 0);  // as in the forward
+      pstore_->backward_block(l);
+    }
     if (llama) {
       backward_block_llama(a, l, B, T);
       if (grad_ready_) grad_ready_(l);

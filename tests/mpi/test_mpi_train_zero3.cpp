@@ -208,6 +208,25 @@ TEST_F(MpiTrainZero3, InitFromLandsInTheShards) {
   EXPECT_TRUE(d.bitwise) << "loss " << d.loss << " params " << d.param;
 }
 
+// --profile at stage 3: the waits for the blocks' gathers (what the
+// prefetch did not hide) are rows of the table, once per block and pass:
+// 3 blocks x 1 micro-batch forward, and backward (3 blocks) again.
+TEST_F(MpiTrainZero3, ProfileShowsTheGatherWaits) {
+  TempDir d;
+  auto r = mpirun_ratchet(2, train_args(2, 64, d.path, 3) + " --zero 3 --profile");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* row : {"zero3_gather_wait_fwd", "zero3_gather_wait_bwd"}) {
+    const size_t at = r.output.find(row);
+    ASSERT_NE(at, std::string::npos) << row << "\n" << r.output;
+    // calls: 2 profiled steps x 3 blocks
+    const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+    EXPECT_NE(line.find(" 6 "), std::string::npos) << line;
+  }
+  r = mpirun_ratchet(2, train_args(2, 64, d.path, 3) + " --zero 2 --profile");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("zero3_gather_wait"), std::string::npos) << r.output;
+}
+
 TEST_F(MpiTrainZero3, ReshardFlagIsCheckedAndNeedsStage3) {
   TempDir d;
   auto r = run_ratchet(train_args(2, 64, d.path) + " --zero 2 --reshard-after-forward off");
