@@ -11,7 +11,8 @@
 //   resume              setup is done, before the checkpoint is looked for
 //   zero-reduce-scatter ZeRO-1/2: as a rank enters a gradient reduce-scatter (its
 //                       peers enter it and wait), including one rank's copy
-//   zero-all-gather     ZeRO-1/2: as a rank enters a parameter all-gather
+//   zero-all-gather     ZeRO-1/2/3: as a rank enters a parameter all-gather (ZeRO-3:
+//                       each block's gather in the forward and the backward)
 // An item "point*N" fires only the N-th time the point is reached
 // (e.g. "ckpt-mid-write*2": the second save dies). An item "SIG@point" (e.g. "USR1@step-5", "TERM@ckpt-mid-write") raises that
 // signal instead of killing: the process's own handlers then run, as when a

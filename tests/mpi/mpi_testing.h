@@ -1,6 +1,9 @@
 // Helpers for the mpi tests: launching the ratchet binary under mpirun with
 // the settings this machine needs, and reading what a run leaves behind.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +42,41 @@ inline std::vector<float> read_export(const std::string& path) {
 // The training losses of a --log-jsonl file, in order (evaluation lines skipped).
 inline std::vector<double> read_losses(const std::string& path) {
   return jsonl_values(path, "loss");
+}
+
+// Two runs' logs (out/log.jsonl) and exports (out/out.bin) compared: the
+// largest relative loss difference, the largest parameter difference, and
+// whether both files are the same bytes.
+struct RunDiff {
+  double loss = 0, param = 0;
+  bool bitwise = false;
+};
+inline RunDiff diff_runs(const std::string& a, const std::string& b) {
+  RunDiff d;
+  auto la = read_losses(a + "/log.jsonl"), lb = read_losses(b + "/log.jsonl");
+  EXPECT_EQ(la.size(), lb.size()) << a << " " << b;
+  EXPECT_FALSE(la.empty());
+  for (size_t i = 0; i < std::min(la.size(), lb.size()); i++)
+    d.loss = std::max(d.loss, std::fabs(la[i] - lb[i]) / std::fabs(la[i]));
+  auto pa = read_export(a + "/out.bin"), pb = read_export(b + "/out.bin");
+  EXPECT_EQ(pa.size(), pb.size());
+  EXPECT_FALSE(pa.empty());
+  if (pa.size() == pb.size()) d.param = max_abs_diff(pa.data(), pb.data(), pa.size());
+  d.bitwise = !pa.empty() && read_file(a + "/out.bin") == read_file(b + "/out.bin") && la == lb;
+  return d;
+}
+
+// The tiny run of the ZeRO tests through the cuda backend on the CPU
+// (ratchet-simt --device simt): 2 layers, 16 channels, T=16, B rows per rank,
+// `total` tokens per step, 8 steps, evaluation every 4 over `eval_batches`.
+inline std::string simt_train_args(const std::string& base, int B, int total, const std::string& out,
+                                   int eval_batches = 6) {
+  return "train --device simt --model custom --layers 2 --heads 2 --channels 16 --max-seq-len 32 "
+         "--seq-len 16 --batch-size " + std::to_string(B) + " --total-batch-tokens " +
+         std::to_string(total) + " --threads 1 --train-data '" + base + "/data/train_*.h5' "
+         "--val-data '" + base + "/data/val_*.h5' --eval-every 4 --eval-batches " +
+         std::to_string(eval_batches) + " --warmup-steps 2 --steps 8 --lr 3e-3 --quiet --log-jsonl " +
+         out + "/log.jsonl --export " + out + "/out.bin";
 }
 
 }  // namespace ratchet::testing

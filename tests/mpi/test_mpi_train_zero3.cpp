@@ -43,24 +43,8 @@ class MpiTrainZero3 : public BibleShardsSuite {
     const size_t at = a.find("--eval-batches 6");
     return at == std::string::npos ? a : a.replace(at, 16, "--eval-batches 5");
   }
-  struct Diff {
-    double loss = 0, param = 0;
-    bool bitwise = false;
-  };
-  static Diff diff(const std::string& a, const std::string& b) {
-    Diff d;
-    auto la = read_losses(a + "/log.jsonl"), lb = read_losses(b + "/log.jsonl");
-    EXPECT_EQ(la.size(), lb.size()) << a << " " << b;
-    EXPECT_FALSE(la.empty());
-    for (size_t i = 0; i < std::min(la.size(), lb.size()); i++)
-      d.loss = std::max(d.loss, std::fabs(la[i] - lb[i]) / std::fabs(la[i]));
-    auto pa = read_export(a + "/out.bin"), pb = read_export(b + "/out.bin");
-    EXPECT_EQ(pa.size(), pb.size());
-    EXPECT_FALSE(pa.empty());
-    if (pa.size() == pb.size()) d.param = max_abs_diff(pa.data(), pb.data(), pa.size());
-    d.bitwise = !pa.empty() && read_file(a + "/out.bin") == read_file(b + "/out.bin") && la == lb;
-    return d;
-  }
+  using Diff = RunDiff;
+  static Diff diff(const std::string& a, const std::string& b) { return diff_runs(a, b); }
   // The validation losses of a run's log, in order.
   static std::vector<double> val_losses(const std::string& dir) {
     std::vector<double> v;
@@ -247,12 +231,7 @@ TEST_F(MpiTrainZero3, ReshardFlagIsCheckedAndNeedsStage3) {
 
 #ifdef RATCHET_SIMT_EXE
 std::string simt_args(const std::string& base, int B, int total, const std::string& out) {
-  return "train --device simt --model custom --layers 2 --heads 2 --channels 16 --max-seq-len 32 "
-         "--seq-len 16 --batch-size " + std::to_string(B) + " --total-batch-tokens " +
-         std::to_string(total) + " --threads 1 --train-data '" + base + "/data/train_*.h5' "
-         "--val-data '" + base + "/data/val_*.h5' --eval-every 4 --eval-batches 5 "
-         "--warmup-steps 2 --steps 8 --lr 3e-3 --quiet --log-jsonl " + out + "/log.jsonl "
-         "--export " + out + "/out.bin";
+  return simt_train_args(base, B, total, out, 5);
 }
 
 // BF16 and FP32 storage, 2 ranks, one micro-batch each: stage 3 equals stage 0
