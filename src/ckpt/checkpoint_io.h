@@ -4,6 +4,8 @@
 #pragma once
 #include <hdf5.h>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -33,5 +35,11 @@ void put_str(hid_t o, const char* n, const std::string& v, const std::string& ct
 int64_t get_i64(hid_t o, const char* n, const std::string& ctx);
 uint64_t get_u64(hid_t o, const char* n, const std::string& ctx);
 std::string get_str(hid_t o, const char* n, const std::string& ctx);
+
+// Member `key` of a manifest object as a whole number in [0, max]; anything
+// else (absent, negative, fractional, 1e300, a string) is an Error naming
+// `ctx` and the key. nlohmann's get<uint64_t>() would convert a huge float
+// with undefined behaviour (found by tests/fuzz/fuzz_ckpt_manifest.cpp).
+uint64_t json_uint(const nlohmann::json& j, const char* key, uint64_t max, const std::string& ctx);
 
 }  // namespace ratchet::ckpt_io

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "ckpt/checkpoint_io.h"
 #include "core/error.h"
@@ -32,6 +34,54 @@ uint64_t file_size(const std::string& path) {
 
 }  // namespace
 
+uint64_t ckpt_io::json_uint(const nlohmann::json& j, const char* key, uint64_t max,
+                           const std::string& ctx) {
+  if (!j.is_object() || !j.contains(key))
+    fail(ctx, ": '", key, "' is missing: the manifest is damaged (use an earlier checkpoint)");
+  const auto& v = j[key];
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > max)
+    fail(ctx, ": '", key, "' is ", v.dump(), ", not a whole number from 0 to ", max,
+         ": the manifest is damaged (use an earlier checkpoint)");
+  return v.get<uint64_t>();
+}
+
+uint32_t shard_header_crc(const std::string& path, uint64_t bytes, const uint64_t offset[3],
+                          uint64_t n) {
+  // The three data ranges, in file order, each inside the file, none overlapping.
+  std::vector<std::pair<uint64_t, uint64_t>> data;
+  for (int t = 0; t < 3; t++) {
+    if (n == 0) continue;
+    if (n > bytes / 4 || offset[t] > bytes - 4 * n)
+      fail("checkpoint shard ", path, ": the manifest puts /", kTensorNames[t], " (", n,
+           " floats) at byte ", offset[t], ", outside the file's ", bytes,
+           " bytes: the manifest is damaged (use an earlier checkpoint)");
+    data.emplace_back(offset[t], offset[t] + 4 * n);
+  }
+  std::sort(data.begin(), data.end());
+  for (size_t k = 1; k < data.size(); k++)
+    if (data[k].first < data[k - 1].second)
+      fail("checkpoint shard ", path, ": the manifest's tensor offsets overlap: the manifest is "
+           "damaged (use an earlier checkpoint)");
+  data.emplace_back(bytes, bytes);  // the end
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read checkpoint shard ", path);
+  std::vector<char> buf(1 << 16);
+  uint32_t crc = 0;
+  uint64_t at = 0;
+  for (const auto& [lo, hi] : data) {
+    in.seekg((std::streamoff)at);
+    for (uint64_t left = lo - at; left > 0;) {
+      const size_t k = (size_t)std::min<uint64_t>(left, buf.size());
+      if (!in.read(buf.data(), (std::streamsize)k))
+        fail("checkpoint shard ", path, " is shorter than the manifest says (truncated?)");
+      crc = crc_bytes(crc, buf.data(), k);
+      left -= k;
+    }
+    at = hi;
+  }
+  return crc;
+}
+
 std::string param_shard_name(int rank) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "shard_%05d.h5", rank);
@@ -52,7 +102,11 @@ std::string ShardFileInfo::to_json() const {
   j["ranges"] = OrderedJson::array();
   for (const auto& [lo, hi] : ranges) j["ranges"].push_back({lo, hi});
   j["datasets"] = OrderedJson::object();
-  for (int i = 0; i < 3; i++) j["datasets"][kTensorNames[i]] = {{"crc32", crc[i]}};
+  for (int i = 0; i < 3; i++) {
+    j["datasets"][kTensorNames[i]] = {{"crc32", crc[i]}};
+    if (has_header_crc) j["datasets"][kTensorNames[i]]["offset"] = offset[i];
+  }
+  if (has_header_crc) j["header_crc32"] = header_crc;
   return j.dump();
 }
 
@@ -61,13 +115,26 @@ ShardFileInfo ShardFileInfo::from_json(const std::string& text, const std::strin
   try {
     const auto j = nlohmann::json::parse(text);
     s.name = j.at("name").get<std::string>();
-    s.rank = j.at("rank").get<int>();
-    s.bytes = j.at("bytes").get<uint64_t>();
-    for (const auto& r : j.at("ranges")) {
+    s.rank = (int)json_uint(j, "rank", INT32_MAX, "the rank");
+    s.bytes = json_uint(j, "bytes", UINT64_MAX, "the size");
+    const auto& ranges = j.at("ranges");
+    if (!ranges.is_array()) fail("'ranges' is not a list");
+    for (const auto& r : ranges) {
       if (!r.is_array() || r.size() != 2) fail("a range is not [lo, hi]");
-      s.ranges.emplace_back(r[0].get<uint64_t>(), r[1].get<uint64_t>());
+      const nlohmann::json pair = {{"lo", r[0]}, {"hi", r[1]}};
+      s.ranges.emplace_back(json_uint(pair, "lo", UINT64_MAX, "a range"),
+                            json_uint(pair, "hi", UINT64_MAX, "a range"));
     }
-    for (int i = 0; i < 3; i++) s.crc[i] = j.at("datasets").at(kTensorNames[i]).at("crc32").get<uint32_t>();
+    for (int i = 0; i < 3; i++)
+      s.crc[i] = (uint32_t)json_uint(j.at("datasets").at(kTensorNames[i]), "crc32", UINT32_MAX,
+                                     std::string("the crc32 of ") + kTensorNames[i]);
+    if (j.contains("header_crc32")) {
+      s.has_header_crc = true;
+      s.header_crc = (uint32_t)json_uint(j, "header_crc32", UINT32_MAX, "the headers' crc32");
+      for (int i = 0; i < 3; i++)
+        s.offset[i] = json_uint(j.at("datasets").at(kTensorNames[i]), "offset", UINT64_MAX,
+                                std::string("the offset of ") + kTensorNames[i]);
+    }
   } catch (const nlohmann::json::exception& e) {
     fail(ctx, ": a shard entry is malformed (", e.what(), ")");
   } catch (const Error& e) {
@@ -131,6 +198,8 @@ ShardFileInfo write_param_shard(const std::string& dir, int64_t step, int rank, 
         crc = crc_update(crc, data[i] + at, count[0]);
       }
       info.crc[i] = crc;
+      const haddr_t off = H5Dget_offset(d);  // contiguous: where the data starts
+      info.offset[i] = n == 0 || off == HADDR_UNDEF ? 0 : (uint64_t)off;
       put_u64(d, "crc32", crc, ctx);
       if (i == 0) fault_point("ckpt-mid-write");
     }
@@ -144,6 +213,8 @@ ShardFileInfo write_param_shard(const std::string& dir, int64_t step, int rank, 
   }
   fsync_path(path);
   info.bytes = file_size(path);
+  info.header_crc = shard_header_crc(path, info.bytes, info.offset, n);
+  info.has_header_crc = true;
   return info;
 }
 

@@ -11,7 +11,8 @@
 //                        world, num_params
 //     manifest.json    the list of files: state.h5 (bytes, crc32 of the
 //                      whole file) and each shard (rank, ranges, bytes,
-//                      crc32 of each tensor). The shards' ranges must tile
+//                      crc32 and file offset of each tensor, crc32 of the
+//                      rest of the file). The shards' ranges must tile
 //                      [0, P) exactly: a shard missing (file or manifest
 //                      entry), truncated, or corrupt makes the checkpoint
 //                      invalid, and resume falls back to the previous one.
@@ -45,12 +46,27 @@ struct ShardFileInfo {
   FlatRanges ranges;   // ascending, disjoint
   uint64_t bytes = 0;  // the file's size
   uint32_t crc[3] = {0, 0, 0};  // params, adam_m, adam_v
+  // Where each tensor's data starts in the file (contiguous, 4 bytes per
+  // element), and a crc32 of every byte of the file outside those three
+  // ranges: the HDF5 headers, attributes and /ranges. The reader checks it
+  // before the HDF5 library parses the file (its parser is not hardened
+  // against corrupted headers). Manifests written before it lack both
+  // (has_header_crc false): read as before, without that check.
+  uint64_t offset[3] = {0, 0, 0};
+  uint32_t header_crc = 0;
+  bool has_header_crc = false;
   std::string to_json() const;
   // Throws Error (naming `ctx`) for a malformed entry.
   static ShardFileInfo from_json(const std::string& text, const std::string& ctx);
 };
 
 std::string param_shard_name(int rank);  // "shard_00003.h5"
+// crc32 of the `bytes`-byte file at `path` outside the tensors' data
+// ([offset[t], offset[t] + 4 n) for the three tensors of n elements each).
+// Throws Error naming the file when the ranges do not fit in it, overlap, or
+// it cannot be read.
+uint32_t shard_header_crc(const std::string& path, uint64_t bytes, const uint64_t offset[3],
+                          uint64_t n);
 size_t ranges_length(const FlatRanges& r);
 
 // Writes dir/shard_<rank>.h5 (fsynced): params, m and v each hold

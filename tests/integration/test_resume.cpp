@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <string>
 
+#include "ckpt/checkpoint_io.h"
+#include "core/json.h"
 #include "testing/bible_shards_suite.h"
 #include "testing/test_util.h"
 
@@ -192,6 +194,14 @@ TEST_F(Resume, NewerFormatVersionIsRefused) {
   H5Awrite(a, H5T_NATIVE_INT64, &v);
   H5Aclose(a);
   H5Fclose(f);
+  // As a newer ratchet would write it: its manifest agrees with its state.h5
+  // (whose checksum is checked before the file is parsed).
+  const std::string mpath = d / "ck/step_00000002/manifest.json";
+  nlohmann::json m = nlohmann::json::parse(read_file(mpath));
+  m["format_version"] = 99;
+  m["files"][0]["bytes"] = fs::file_size(state);
+  m["files"][0]["crc32"] = ratchet::ckpt_io::file_crc(state);
+  write_file(mpath, m.dump(2));
   r = run_ratchet("ckpt verify " + (d / "ck/step_00000002"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("format_version 99, newer than this ratchet reads"), std::string::npos)

@@ -146,6 +146,9 @@ TEST(CheckpointShards, DamagedShardsMakeItInvalidAndTheNewestValidIsUsed) {
          flip_byte(s, fs::file_size(s) / 2);
        },
        "fails its checksum"},
+      {"flipped bit in a shard's HDF5 superblock",
+       [](const std::string& c) { flip_byte(c + "/shard_00001.h5", 20); },
+       "headers fail their checksum"},
       {"flipped bit in state.h5",
        [](const std::string& c) { flip_byte(c + "/state.h5", fs::file_size(c + "/state.h5") / 2); },
        "state.h5"},
@@ -166,12 +169,24 @@ TEST(CheckpointShards, DamagedShardsMakeItInvalidAndTheNewestValidIsUsed) {
            r[1] = r[1].get<uint64_t>() - 1;
          });
        },
-       "disagrees with the manifest"},
+       // The shard's data is cut where the manifest's ranges say, so its
+       // headers' checksum fails first (before /ranges can be compared).
+       "the file or its manifest entry is damaged"},
       {"manifest name outside the checkpoint",
        [](const std::string& c) {
          edit_manifest(c, [](nlohmann::json& j) { j["files"][1]["name"] = "../../etc/passwd"; });
        },
        "is not named shard_00000.h5"},
+      // Numbers that nlohmann's get<> would convert with undefined behaviour
+      // (tests/fuzz/fuzz_ckpt_manifest.cpp found the first).
+      {"manifest num_params a huge float",
+       [](const std::string& c) { edit_manifest(c, [](nlohmann::json& j) { j["num_params"] = 1e300; }); },
+       "'num_params' is 1e+300, not a whole number"},
+      {"manifest shard size fractional",
+       [](const std::string& c) {
+         edit_manifest(c, [](nlohmann::json& j) { j["files"][1]["bytes"] = 2.5; });
+       },
+       "'bytes' is 2.5, not a whole number"},
       {"manifest not JSON", [](const std::string& c) { write_file(c + "/manifest.json", "{\"files\": ["); },
        "is not valid JSON"},
       {"manifest missing", [](const std::string& c) { fs::remove(c + "/manifest.json"); },
@@ -198,6 +213,65 @@ TEST(CheckpointShards, DamagedShardsMakeItInvalidAndTheNewestValidIsUsed) {
     // A whole read says the same as the check, never returns damaged data.
     EXPECT_THROW(read_checkpoint(victim), Error) << dmg.name;
   }
+}
+
+// state.h5 is checked against the manifest's size and crc32 before the HDF5
+// library parses it: a flipped bit anywhere in it, headers included, is that
+// checksum's Error, never libhdf5 reading a corrupted header (one such flip
+// read past a heap buffer inside libhdf5: tests/fuzz/fuzz_ckpt_manifest.cpp).
+TEST(CheckpointShards, AFlipAnywhereInStateH5IsAChecksumErrorBeforeHdf5ReadsIt) {
+  TempDir d;
+  CheckpointDir dir(d / "ck");
+  const Checkpoint ck = whole_checkpoint(4);
+  const std::string c = save_sharded(dir, ck, interleaved(ck.params.size(), 2, 2));
+  const std::string state = c + "/state.h5", good = read_file(state);
+  for (size_t at = 0; at < good.size(); at += 5) {
+    std::string bad = good;
+    bad[at] ^= (char)(1u << (at % 8));
+    write_file(state, bad);
+    try {
+      (void)CheckpointReader(c);
+      ADD_FAILURE() << "a flip at byte " << at << " was not noticed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("state.h5 fails its checksum"), std::string::npos)
+          << "byte " << at << ": " << e.what();
+    }
+  }
+  write_file(state, good);
+  EXPECT_NO_THROW(CheckpointReader(c).verify());
+}
+
+// The same for a shard: its headers (everything outside the tensors' data,
+// whose offsets the manifest lists) are checked against the manifest's
+// header_crc32 before HDF5 parses them, its data by each tensor's crc32.
+TEST(CheckpointShards, AFlipAnywhereInAShardIsAChecksumError) {
+  TempDir d;
+  CheckpointDir dir(d / "ck");
+  const Checkpoint ck = whole_checkpoint(4);
+  const std::string c = save_sharded(dir, ck, interleaved(ck.params.size(), 2, 2));
+  const std::string shard = c + "/shard_00001.h5", good = read_file(shard);
+  int headers = 0, data = 0;
+  // Densely where HDF5 keeps its headers (the first and last 4 KB), sparsely
+  // in the tensors between (each flip there costs a whole verify).
+  const size_t size = good.size();
+  for (size_t at = 0; at < size; at += at < 4096 || at + 4096 > size ? 7 : 997) {
+    std::string bad = good;
+    bad[at] ^= (char)(1u << (at % 8));
+    write_file(shard, bad);
+    try {
+      CheckpointReader(c).verify();
+      ADD_FAILURE() << "a flip at byte " << at << " was not noticed";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      headers += what.find("headers fail their checksum") != std::string::npos;
+      data += what.find("fails its checksum") != std::string::npos;
+      EXPECT_NE(what.find("checksum"), std::string::npos) << "byte " << at << ": " << what;
+    }
+  }
+  EXPECT_GT(headers, 0);
+  EXPECT_GT(data, 0);
+  write_file(shard, good);
+  EXPECT_NO_THROW(CheckpointReader(c).verify());
 }
 
 // ---- formats 1 and 2 -------------------------------------------------------------
