@@ -19,7 +19,9 @@
 // Every op is deterministic: same inputs and thread count, same bits.
 #pragma once
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -74,6 +76,27 @@ class Backend {
   virtual void upload_bytes(void* dst, const void* src, size_t bytes) = 0;
   virtual void download_bytes(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() {}
+
+  // ---- host memory for snapshots (ckpt/host_snapshot.h) --------------------
+  // Host memory that device-to-host copies reach fastest, for buffers kept
+  // and reused (the --ckpt-async snapshot): page-locked on the cuda backend
+  // (cudaHostAlloc), plain host memory elsewhere (cpu, simt). Out of memory:
+  // nullptr, or an Error naming the request (cuda); free_host_pinned takes
+  // only what alloc_host_pinned gave.
+  virtual void* alloc_host_pinned(size_t bytes) {
+    return std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+  }
+  virtual void free_host_pinned(void* p) { std::free(p); }
+  // Whether alloc_host_pinned's memory is page-locked.
+  virtual bool host_memory_pinned() const { return false; }
+  // download_bytes that may return before the copy is done: dst holds the
+  // bytes after the next synchronize(), and src must not change before that
+  // (ops enqueued after it are ordered after the copy on the cuda backend).
+  // dst: alloc_host_pinned memory (into pageable memory a CUDA copy is
+  // synchronous anyway). Default: download_bytes.
+  virtual void download_bytes_async(void* dst, const void* src, size_t bytes) {
+    download_bytes(dst, src, bytes);
+  }
 
   // ---- forward/backward ops (shapes in comments) ---------------------------
   // out (B,T,C) = wte[inp[b,t], :] + wpe[t, :]

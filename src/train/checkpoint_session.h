@@ -22,9 +22,10 @@
 // budget) and the final save first wait for the write and commit it. A kill
 // during the write leaves the previous checkpoint the newest valid one (the
 // staging directory has no COMMITTED marker; a later save's prune removes it).
-// The host buffers are kept from save to save: on a GPU backend they are where
-// pinned memory goes (one allocation, device-to-host copies at full speed);
-// the backends have no pinned allocator yet, so they are pageable here.
+// The host buffers are kept from save to save: on the cuda backend pinned
+// memory (one cudaHostAlloc: the device-to-host copies are DMA at the bus's
+// speed, the moments' enqueued and waited for once), plain memory on the cpu
+// backend and under simt (ckpt/host_snapshot.h).
 #pragma once
 #include <cstdint>
 #include <future>
@@ -35,6 +36,7 @@
 
 #include "backend/backend.h"
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/host_snapshot.h"
 #include "data/loader.h"
 #include "dist/communicator.h"
 #include "dist/zero.h"
@@ -120,8 +122,7 @@ class CheckpointSession {
   double auto_interval_s_ = 0;  // --ckpt-every auto: seconds between saves (0: not measured)
   double max_stall_seconds_ = 0;  // the longest the step loop waited for a save
   // The host copy of this rank's shard, reused from save to save (see above).
-  std::unique_ptr<float[]> snap_params_, snap_m_, snap_v_;
-  size_t snap_capacity_ = 0;
+  HostSnapshot snap_;
   std::unique_ptr<Pending> pending_;
 };
 

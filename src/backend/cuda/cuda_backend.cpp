@@ -377,6 +377,14 @@ void CudaBackend<T>::download_f32(float* dst, cdptr src, size_t n) {
   }
 }
 
+// cudaMemcpyAsync device-to-host into pinned memory returns before the copy
+// is done (CUDA Runtime API, "API synchronization behavior"); synchronize()
+// waits for it. Into pageable memory the runtime copies synchronously.
+template <class T>
+void CudaBackend<T>::download_bytes_async(void* dst, const void* src, size_t bytes) {
+  memcpy_d2h_async(dst, src, bytes, stream_);
+}
+
 template <class T>
 void CudaBackend<T>::upload_bytes(void* dst, const void* src, size_t bytes) {
   memcpy_h2d(dst, src, bytes, stream_);

@@ -102,6 +102,13 @@ class CudaBackend final : public Backend {
   void round_from_master(dptr params, size_t n, int step, size_t round_offset = 0,
                          size_t tensor_offset = (size_t)-1) override;
   void synchronize() override;
+  // The --ckpt-async snapshot (ckpt/host_snapshot.h): cudaHostAlloc'ed host
+  // memory (simt: plain host memory) and device-to-host copies enqueued on
+  // the backend's stream, in order after the ops before them.
+  void* alloc_host_pinned(size_t bytes) override { return host_pinned_malloc(bytes); }
+  void free_host_pinned(void* p) override { host_pinned_free(p); }
+  bool host_memory_pinned() const override { return !RATCHET_SIMT; }
+  void download_bytes_async(void* dst, const void* src, size_t bytes) override;
   // One kernel (kernels/layernorm.cuh) instead of the default's two.
   void residual_layernorm_forward(dptr resid, dptr out, float* mean, float* rstd, cdptr a, cdptr b,
                                   cdptr w, cdptr bias, int N, int C) override;

@@ -1,6 +1,7 @@
 // See device.h.
 #include "backend/cuda/device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -40,6 +41,18 @@ void memset_device(void* p, int value, size_t bytes, cudaStream_t) {
   if (bytes) std::memset(p, value, bytes);
 }
 void stream_synchronize(cudaStream_t) {}
+// simt has no page-locked memory: plain host memory (not simt's device
+// allocator, so RATCHET_SIMT_GUARD leaves the host's reads of it alone).
+void* host_pinned_malloc(size_t bytes) {
+  void* p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  if (!p) fail("simt: out of host memory allocating ", bytes, " bytes of (pinned) host memory");
+  return p;
+}
+void host_pinned_free(void* p) { std::free(p); }
+void memcpy_d2h_async(void* dst, const void* src, size_t bytes, cudaStream_t) {
+  simt::DeviceAccess device;
+  if (bytes) std::memcpy(dst, src, bytes);
+}
 
 bool device_available(std::string*) { return true; }
 
@@ -91,6 +104,25 @@ void memset_device(void* p, int value, size_t bytes, cudaStream_t s) {
   if (bytes) cudaCheck(cudaMemsetAsync(p, value, bytes, s));
 }
 void stream_synchronize(cudaStream_t s) { cudaCheck(cudaStreamSynchronize(s)); }
+void* host_pinned_malloc(size_t bytes) {
+  void* p = nullptr;
+  // cudaHostAllocDefault: page-locked, usable by the current device's copies.
+  cudaError_t e = cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail("cudaHostAlloc of ", bytes, " bytes of pinned host memory failed (",
+         cudaGetErrorString(e), "): the host's page-locked memory is exhausted (ulimit -l, or "
+         "the host's RAM); run without --ckpt-async, or on more ranks (smaller shards)");
+  }
+  return p;
+}
+void host_pinned_free(void* p) {
+  // Called from destructors (HostSnapshot): an error is dropped, never thrown.
+  if (p && cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
+}
+void memcpy_d2h_async(void* dst, const void* src, size_t bytes, cudaStream_t s) {
+  if (bytes) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+}
 
 bool device_available(std::string* why) {
   int n = 0;

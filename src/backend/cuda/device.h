@@ -20,6 +20,19 @@ void memcpy_d2d(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 void memset_device(void* p, int value, size_t bytes, cudaStream_t stream);
 void stream_synchronize(cudaStream_t stream);
 
+// Page-locked ("pinned") host memory, for the checkpoint snapshot of
+// --ckpt-async: cudaHostAlloc's memory is what the device's copy engines read
+// and write directly (DMA at the bus's speed), and cudaMemcpyAsync into it
+// is asynchronous with respect to the host (CUDA Runtime API, "API
+// synchronization behavior": a device-to-host copy into PAGEABLE memory
+// returns only once the copy has completed). Out of memory (pinned memory is
+// limited by the OS) fails naming the request. Under simt: plain host memory.
+void* host_pinned_malloc(size_t bytes);
+void host_pinned_free(void* p);
+// Enqueues a device-to-host copy on `stream` and returns at once when dst is
+// pinned; stream_synchronize(stream) waits for it. Under simt: a memcpy.
+void memcpy_d2h_async(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
 struct DeviceInfo {
   std::string name;
   int cc_major = 0, cc_minor = 0;
