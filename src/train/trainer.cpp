@@ -229,7 +229,8 @@ StepMemory Trainer::memory_for(const GPTConfig& cfg, int B) const {
   return step_memory(cfg, B, T_, c_.recompute, *be_, moments,
                      DataParallel::buffer_bytes(be_->memory_model(), cfg, W, o_.zero,
                                                 o_.overlap_comm, o_.reshard_after_forward),
-                     DataParallel::flat_grads(o_.zero), DataParallel::flat_params(o_.zero));
+                     DataParallel::flat_grads(o_.zero), DataParallel::flat_params(o_.zero),
+                     DataParallel::master_sharded(o_.zero, W));
 }
 
 // The model shape: from --init-from (its config or header only: the
@@ -566,8 +567,12 @@ void Trainer::setup() {
   dp_ = std::make_unique<DataParallel>(comm_, *be_, ParamLayout(cfg_), acfg, o_.zero,
                                        grad_comm_.get(), groups_.get(), o_.overlap_comm,
                                        o_.reshard_after_forward);
-  model_ = std::make_unique<GPT>(cfg_, *be_, DataParallel::flat_grads(o_.zero),
-                                 DataParallel::flat_params(o_.zero));
+  // ZeRO-1/2 on several shards: the FP32 master (BF16 storage) of the owned
+  // ranges only, from the start (the arena was sized for that, memory_for).
+  const auto owned = dp_->owned_ranges();
+  model_ = std::make_unique<GPT>(
+      cfg_, *be_, DataParallel::flat_grads(o_.zero), DataParallel::flat_params(o_.zero),
+      DataParallel::master_sharded(o_.zero, dp_->shard_count()) ? &owned : nullptr);
   dp_->attach(*model_, accum_, o_.overlap_comm);  // what the stage needs (hooks, stores)
   // Which library paths the ops take (cuDNN engines and workspaces, BGRADB), once.
   {
@@ -770,24 +775,18 @@ void Trainer::export_weights() {
   if (o_.export_path.empty() && o_.export_hf.empty()) return;
   // From the checkpoint of this step when one was just committed: rank 0
   // assembles the FP32 parameters shard by shard (no gather of the master
-  // shards to every rank); otherwise from memory after sync_master.
+  // shards to every rank); otherwise from memory: every range's FP32 values
+  // from its owner (ZeRO-1/2's sharded master, ZeRO-3's shards), gathered.
   const bool from_ckpt = ckpt_->committed_step() == step_;
   std::vector<float> params;
   if (!from_ckpt) {
-    dp_->sync_master(model_->params());  // collective
-    // ZeRO-3: get_params gathers every rank's shard (collective).
-    if (model_->params() == nullptr) {
-      params.resize(model_->num_params());
-      model_->get_params(params.data());
-    }
+    params.resize(model_->num_params());
+    dp_->params_f32(*model_, params.data());  // collective
   }
   if (!rank0()) return;
   params.resize(model_->num_params());
   try {
-    if (from_ckpt)
-      ckpt_->read_committed_params(params.data(), params.size());
-    else if (model_->params() != nullptr)
-      model_->get_params(params.data());
+    if (from_ckpt) ckpt_->read_committed_params(params.data(), params.size());
     if (!o_.export_path.empty()) {
       save_llmc_checkpoint(o_.export_path, cfg_, params);
       RLOG("exported llm.c checkpoint: %s\n", o_.export_path.c_str());

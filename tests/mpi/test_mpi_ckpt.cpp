@@ -10,10 +10,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_reader.h"
@@ -273,6 +275,85 @@ TEST_F(MpiCkpt, SimtBf16Zero1ShardsHoldTheOwnersMasterWeights) {
     ASSERT_EQ(r.exit_code, 0) << mode << "\n" << r.output;
     EXPECT_NE(r.output.find("continuing from step 3"), std::string::npos) << r.output;
     EXPECT_TRUE(read_file(run / "out.bin") == read_file(ref / "out.bin")) << "weights differ" << mode;
+  }
+}
+
+// Stages 1 and 2 on several ranks keep the FP32 master of the owned ranges
+// only (dist/zero.h). A stage-2 checkpoint of 2 ranks (each shard its
+// owner's master values) resumed at stage 0 (a whole master, from the
+// shards) and at stage 1 on 2 ranks ends byte-identical to the straight
+// stage-2 run, as does a stage-1 checkpoint resumed at stage 2; resumed on 3
+// ranks (B 3 -> 2, the same 6 rows per step) it continues, the sum over 3
+// ranks rounding otherwise (BF16: within test_mpi_train's loss tolerance).
+// The --export at the end is params_f32's gather of the owners' masters.
+TEST_F(MpiCkpt, SimtBf16ShardedMastersResumeAtAnotherStageAndWorld) {
+  auto args = [&](int B, const std::string& out, const std::string& zero) {
+    return "train --device simt --storage bf16 --model custom --layers 2 --heads 2 "
+           "--channels 16 --max-seq-len 32 --seq-len 16 --batch-size " + std::to_string(B) +
+           " --total-batch-tokens 96 --threads 1 --train-data '" + (*dir_ / "data/train_*.h5") +
+           "' --warmup-steps 2 --steps 6 --lr 3e-3 --quiet --log-jsonl " + out + "/log.jsonl "
+           "--export " + out + "/out.bin --zero " + zero;
+  };
+  auto run = [&](int n, const std::string& a, const std::string& env = "") {
+    return run_shell(mpirun_prefix(n, env) + RATCHET_SIMT_EXE + " " + a);
+  };
+  for (const std::string& first : {std::string("2"), std::string("1")}) {
+    TempDir ref, stopped;
+    auto r = run(2, args(3, ref.path, first));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string ck = stopped / "ck";
+    r = run(2, args(3, stopped.path, first) + " --ckpt-dir " + ck, "RATCHET_FAULT=USR1@step-3");
+    ASSERT_EQ(r.exit_code, 75) << r.output;
+    EXPECT_EQ(ratchet::CheckpointReader(ck + "/step_00000003").shards().size(), 2u);
+    for (const std::string& then : {std::string("0"), first == "2" ? std::string("1") : std::string("2")}) {
+      const std::string what = "--zero " + first + " -> --zero " + then;
+      TempDir again;
+      fs::copy(ck, again / "ck", fs::copy_options::recursive);
+      r = run(2, args(3, again.path, then) + " --ckpt-dir " + (again / "ck"));
+      ASSERT_EQ(r.exit_code, 0) << what << "\n" << r.output;
+      EXPECT_NE(r.output.find("continuing from step 3"), std::string::npos) << r.output;
+      EXPECT_TRUE(read_file(again / "out.bin") == read_file(ref / "out.bin")) << what;
+    }
+    if (first != "2") continue;
+    TempDir three;
+    fs::copy(ck, three / "ck", fs::copy_options::recursive);
+    r = run(3, args(2, three.path, "2") + " --ckpt-dir " + (three / "ck"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("continuing from step 3"), std::string::npos) << r.output;
+    const std::vector<double> a = read_losses(ref / "log.jsonl"), b = read_losses(three / "log.jsonl");
+    ASSERT_EQ(a.size(), 6u);
+    ASSERT_EQ(b.size(), 3u);  // steps 4-6, logged by the resumed run
+    for (size_t i = 0; i < 3; i++)  // BF16 sums over 3 ranks: test_mpi_train's kBf16LossTol
+      EXPECT_NEAR(b[i], a[3 + i], 1e-3 * std::fabs(a[3 + i])) << "step " << 4 + i;
+  }
+}
+
+// --export-hf of a Llama trained with the master sharded (ZeRO-1 and 2 on 2
+// ranks, BF16 on simt): each rank's FP32 values from its owner's master,
+// gathered on the host; the safetensors file equals the unsharded --zero 0
+// run's byte for byte (one micro-batch per rank: the same sums).
+TEST_F(MpiCkpt, SimtBf16LlamaExportHfOfShardedMastersEqualsStage0) {
+  auto args = [&](const std::string& out, const std::string& zero) {
+    return "train --device simt --storage bf16 --model custom --arch llama --layers 2 --heads 2 "
+           "--kv-heads 1 --channels 16 --ffn-hidden 24 --untied --max-seq-len 32 --seq-len 16 "
+           "--batch-size 2 --total-batch-tokens 64 --threads 1 --train-data '" +
+           (*dir_ / "data/train_*.h5") + "' --warmup-steps 2 --steps 4 --lr 3e-3 --quiet "
+           "--export-hf " + out + "/hf --export-dtype f32 --zero " + zero;
+  };
+  auto run2 = [&](const std::string& a) {
+    return run_shell(mpirun_prefix(2) + RATCHET_SIMT_EXE + " " + a);
+  };
+  TempDir plain;
+  auto r = run2(args(plain.path, "0"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string want = read_file(plain / "hf/model.safetensors");
+  ASSERT_FALSE(want.empty());
+  for (const std::string zero : {"1", "2"}) {
+    TempDir d;
+    r = run2(args(d.path, zero));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("ZeRO-" + zero), std::string::npos) << r.output;
+    EXPECT_TRUE(read_file(d / "hf/model.safetensors") == want) << "--zero " << zero;
   }
 }
 
