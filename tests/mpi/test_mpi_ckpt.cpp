@@ -357,5 +357,32 @@ TEST_F(MpiCkpt, SimtBf16LlamaExportHfOfShardedMastersEqualsStage0) {
   }
 }
 
+// Hybrid sharding (--shard-group 2 on 4 ranks, ZeRO-1 and 2): the master is
+// sharded over each group of 2, and --export gathers the FP32 values inside
+// the group (params_f32); a run that saves a checkpoint at its last step
+// exports from the checkpoint's shards instead (written by group 0's
+// owners). Both give the same bytes.
+TEST_F(MpiCkpt, SimtBf16ShardGroupExportFromMemoryEqualsFromShards) {
+  auto args = [&](const std::string& out, const std::string& zero) {
+    return "train --device simt --storage bf16 --model custom --layers 2 --heads 2 --channels 16 "
+           "--max-seq-len 32 --seq-len 16 --batch-size 1 --total-batch-tokens 64 --threads 1 "
+           "--train-data '" + (*dir_ / "data/train_*.h5") + "' --warmup-steps 2 --steps 3 --lr 3e-3 "
+           "--quiet --export " + out + "/out.bin --shard-group 2 --zero " + zero;
+  };
+  auto run4 = [&](const std::string& a) {
+    return run_shell(mpirun_prefix(4) + RATCHET_SIMT_EXE + " " + a);
+  };
+  for (const std::string zero : {"1", "2"}) {
+    TempDir mem, ck;
+    auto r = run4(args(mem.path, zero));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = run4(args(ck.path, zero) + " --ckpt-dir " + (ck / "ck"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(ratchet::CheckpointReader(ck / "ck/step_00000003").shards().size(), 2u) << zero;
+    EXPECT_FALSE(read_file(mem / "out.bin").empty());
+    EXPECT_TRUE(read_file(mem / "out.bin") == read_file(ck / "out.bin")) << "--zero " << zero;
+  }
+}
+
 }  // namespace
 #endif  // RATCHET_SIMT_EXE
