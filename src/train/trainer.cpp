@@ -367,7 +367,9 @@ int Trainer::choose_batch_size() const {
 // --zero auto: the lowest stage (0, 1, 2, 3) whose step fits the budget that
 // --batch-size auto uses, at the run's micro-batch (B = 1 when that is auto
 // too: the micro-batch is then chosen for the stage). One rank shards
-// nothing: stage 0. None fits: stage 3, and the memory check below says why.
+// nothing: stage 0. None fits: the stage that needs least (on a small model
+// ZeRO-3's gather buffers can cost more than its shards save), and the
+// memory check below says why.
 void Trainer::choose_zero_stage() {
   const int W = groups_ ? groups_->size : comm_.world();
   double budget = o_.memory_budget_mb * 1e6;
@@ -375,10 +377,15 @@ void Trainer::choose_zero_stage() {
   if (budget <= 0) budget = 0.8 * host_available_bytes();
   const int B = B_ > 0 ? B_ : 1;
   std::string why;
-  int pick = 3;
+  int pick = -1, least = 0;
+  double least_need = 0;
   for (int s = 0; s <= 3; s++) {
     c_.o.zero = s;
     const double need = (double)memory_for(cfg_, B).total();
+    if (s == 0 || need < least_need) {
+      least = s;
+      least_need = need;
+    }
     char mb[32];
     std::snprintf(mb, sizeof mb, "%.3f", need / 1e6);
     why += (why.empty() ? "" : ", ") + std::string("ZeRO-") + std::to_string(s) + " needs " + mb +
@@ -388,9 +395,12 @@ void Trainer::choose_zero_stage() {
       break;
     }
   }
+  const bool none_fits = pick < 0;
+  if (none_fits) pick = least;
   c_.o.zero = pick;
-  RLOG("zero auto: ZeRO-%d (%s%s; budget %.3f MB at B=%d)\n", pick,
-       W == 1 ? "one shard: nothing to shard; " : "", why.c_str(), budget / 1e6, B);
+  RLOG("zero auto: ZeRO-%d (%s%s%s; budget %.3f MB at B=%d)\n", pick,
+       W == 1 ? "one shard: nothing to shard; " : "",
+       none_fits ? "none fits, so the one that needs least; " : "", why.c_str(), budget / 1e6, B);
 }
 
 void Trainer::setup() {
