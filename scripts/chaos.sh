@@ -22,6 +22,10 @@
 #   async   as zero, every attempt with --ckpt-async (the shards written by a
 #           background thread while training goes on); the replay saves
 #           synchronously, so async and sync saves are compared byte for byte.
+# In zero and async, every attempt also picks a --shard-group (hybrid
+# sharding) where the build has it: 1, 2 (on 2 ranks, the only world size it
+# divides) or node (on one machine: the whole world), so a checkpoint one
+# grouping wrote is resumed by another; the replay uses each segment's group.
 # In zero and async at stage >= 1, half of the step kills instead hit one rank
 # as it enters a gradient reduce-scatter or parameter all-gather (mid-step).
 # Under mpirun every rank writes its own shard of each checkpoint: a KILL
@@ -54,7 +58,7 @@ while [ $# -gt 0 ]; do
     --async-kills) async_kills=$2; shift ;;
     --scenarios) scenarios=$2; shift ;;
     --seed) seed=$2; shift ;;
-    -h | --help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
     *) echo "chaos.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -74,6 +78,9 @@ mpirun=$(command -v /usr/bin/mpirun || command -v mpirun || true)
 # The ZeRO stages the zero scenario switches between: 2 where this build has it.
 zero_stages=(0 1)
 "$exe" train --help 2>/dev/null | tr -s ' \n' ' ' | grep -q "2 = ZeRO-2" && zero_stages+=(2)
+# Hybrid sharding (--shard-group N|node), where the build has it.
+shard_groups=0
+"$exe" train --help 2>/dev/null | grep -q -- "--shard-group" && shard_groups=1
 
 failures=0
 prune_pid=""
@@ -98,7 +105,7 @@ coll_points=$( (RATCHET_FAULT=zero-all-gather "$exe" train --model custom --laye
     --channels 16 --max-seq-len 16 --seq-len 16 --batch-size 1 --steps 1 --threads 1 --zero 1 \
     --quiet --train-data "$work/data/train_*.h5" >/dev/null 2>&1; echo $?) 2>/dev/null )
 if [ "$coll_points" = 137 ]; then coll_points=1; else coll_points=0; fi
-echo "chaos: ZeRO stages ${zero_stages[*]}; kills inside collectives: $([ $coll_points = 1 ] && echo yes || echo "no (this build has no such fault points)")"
+echo "chaos: ZeRO stages ${zero_stages[*]}; shard groups $([ $shard_groups = 1 ] && echo "1, 2, node" || echo "none (not in this build)"); kills inside collectives: $([ $coll_points = 1 ] && echo yes || echo "no (this build has no such fault points)")"
 
 # Every piece of state matters: shuffled data, accumulation (single, mpi),
 # warmup + cosine LR, evaluation; a save every 10 steps keeps progress per
@@ -167,7 +174,7 @@ run_scenario() {
   echo "chaos: $name: uninterrupted run: $steps steps in ${ref_s}s"
 
   local attempt=0 landed=0 done_rc=-1 sum_wall=0 preempt_expected=0 resumes_seen=0 printed=0 preempt_maybe=0
-  local segments=()  # "start_step:world[:stage]" of the attempts whose work the final weights keep
+  local segments=()  # "start_step:world[:stage[:group]]" of the attempts whose work the final weights keep
   local kinds=(KILL USR1 TERM save-KILL save-TERM)
   local points=(ckpt-mid-write ckpt-before-commit ckpt-before-latest)
   local starts=(attempt-start setup-model resume)  # reached by every attempt before its steps
@@ -175,11 +182,16 @@ run_scenario() {
     attempt=$((attempt + 1))
     [ "$attempt" -gt $((want_kills * 3 + 20)) ] && { bad "$name: no end after $attempt attempts"; break; }
     local log; log=$(printf '%s/logs/attempt_%03d.log' "$dir" "$attempt")
-    local world=$mode stage=""
+    local world=$mode stage="" group=""
     if [ "$mode" = z ]; then
       world=$((1 + RANDOM % 3))
       stage=${zero_stages[RANDOM % ${#zero_stages[@]}]}
       zero_args=(--zero "$stage")
+      if [ "$shard_groups" = 1 ]; then
+        local groups=(1 node); [ "$world" -eq 2 ] && groups+=(2)
+        group=${groups[RANDOM % ${#groups[@]}]}
+        zero_args+=(--shard-group "$group")
+      fi
     fi
     local kind=none when=- fault=""
     if [ "$landed" -lt "$want_kills" ]; then
@@ -225,8 +237,11 @@ run_scenario() {
           saves=$(( saves > 3 ? 3 : saves ))
           local point=${points[RANDOM % 3]}
           # Every rank writes its shard (ckpt-mid-write): one of them is killed
-          # there; the commit points are rank 0's.
-          local who=""; [ "$world" != 0 ] && [ "$point" = ckpt-mid-write ] && who="rank$((RANDOM % world))/"
+          # there; the commit points are rank 0's. With a numeric shard group
+          # at stage >= 1 only group 0 (ranks 0 .. N-1) writes, one replica.
+          local writers=$world
+          if [ -n "$group" ] && [ "$group" != node ] && [ "${stage:-0}" -ge 1 ]; then writers=$group; fi
+          local who=""; [ "$world" != 0 ] && [ "$point" = ckpt-mid-write ] && who="rank$((RANDOM % writers))/"
           fault="$who$point*$((1 + RANDOM % saves))" ;;
         save-TERM) fault="TERM@${points[RANDOM % 3]}" ;;  # at the first save, a periodic one
         start-KILL) fault=${starts[RANDOM % ${#starts[@]}]} ;;
@@ -285,12 +300,12 @@ run_scenario() {
       # The final weights keep this attempt's work from $start on; what the
       # attempts since $start did is replaced.
       while [ "${#segments[@]}" -gt 0 ] && [ "${segments[-1]%%:*}" -ge "$start" ]; do unset 'segments[-1]'; done
-      segments+=("$start:$world${stage:+:$stage}")
+      segments+=("$start:$world${stage:+:$stage}${group:+:$group}")
     else  # killed before it knew where to start: it changed nothing
       start=-1 reached=-1
     fi
-    printf 'chaos: %s: attempt %3d world %s%s %-9s at %-9s fault %-24s prune %d: steps %4d -> %4d, rc %s\n' \
-      "$name" "$attempt" "$world" "${stage:+ zero $stage}" "$kind" "$when" "${fault:--}" "$pruning" "$start" \
+    printf 'chaos: %s: attempt %3d world %s%s%s %-9s at %-9s fault %-24s prune %d: steps %4d -> %4d, rc %s\n' \
+      "$name" "$attempt" "$world" "${stage:+ zero $stage}" "${group:+ group $group}" "$kind" "$when" "${fault:--}" "$pruning" "$start" \
       "$reached" "$rc"
     case $rc in
       0) done_rc=0; break ;;
@@ -332,15 +347,17 @@ run_scenario() {
     local i rdir="$work/$name-replay"; rm -rf "$rdir"
     for i in "${!segments[@]}"; do
       local ws=${segments[$i]#*:} stop_at="" f=""
-      local w=${ws%%:*} st=${ws#*:}
+      local w=${ws%%:*} st=${ws#*:} grp=""
+      case $st in *:*) grp=${st#*:} st=${st%%:*} ;; esac
       [ $((i + 1)) -lt ${#segments[@]} ] && stop_at=${segments[$((i + 1))]%%:*} && f="USR1@step-$stop_at"
       [ "$stop_at" = "$steps" ] && f=""  # the last step: that run ends normally, the next does nothing
       # shellcheck disable=SC2046
-      RATCHET_FAULT=$f launch "$w" "$rdir-$i.log" $(train_args "$rdir" $((rows / w))) --zero "$st"
+      RATCHET_FAULT=$f launch "$w" "$rdir-$i.log" $(train_args "$rdir" $((rows / w))) --zero "$st" \
+        ${grp:+--shard-group "$grp"}
       local rrc=0; wait "$pid" || rrc=$?
-      [ "$rrc" -eq $([ -n "$f" ] && echo 75 || echo 0) ] || bad "$name: replay segment $i (world $w, zero $st, to ${stop_at:-the end}) rc $rrc: $rdir-$i.log"
+      [ "$rrc" -eq $([ -n "$f" ] && echo 75 || echo 0) ] || bad "$name: replay segment $i (world $w, zero $st${grp:+, group $grp}, to ${stop_at:-the end}) rc $rrc: $rdir-$i.log"
     done
-    echo "chaos: $name: replayed ${#segments[@]} segment(s): ${segments[*]} (start:world:stage)"
+    echo "chaos: $name: replayed ${#segments[@]} segment(s): ${segments[*]} (start:world:stage$([ "$shard_groups" = 1 ] && echo :group))"
     cmp -s "$dir/out.bin" "$rdir/out.bin" && echo "chaos: $name: final weights byte-identical to the replay" \
       || bad "$name: final weights differ from the replay ($dir/out.bin vs $rdir/out.bin)"
     python3 - "$dir/out.bin" "$ref/out.bin" <<'EOF'
