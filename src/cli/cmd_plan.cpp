@@ -49,8 +49,8 @@ the "time per step" all-reduce: no overlap, one ring at --link-gbps. The ZeRO se
 (n-1)/n.bytes/B each; B = NVLink per direction in a node (H100/H200 450 GB/s, A100 300),
 --link-gbps per rank across nodes, hierarchical when a group spans nodes; each block's
 collectives overlap the neighbouring block's compute (per block max(compute, comm)), the first
-gather and the last reduce do not; stage 3 memory and time are planned, not yet
-implemented in `ratchet train`; "fits" keeps max(1 GiB, 5%) of a GPU free; checkpoints of 12 bytes/parameter saved at 1 GB/s;
+gather and the last reduce do not; every stage's memory is what `ratchet train --zero`
+allocates; "fits" keeps max(1 GiB, 5%) of a GPU free; checkpoints of 12 bytes/parameter saved at 1 GB/s;
 spot cost to first order in the preemption rate (Young/Daly interval).
 )";
 
@@ -113,7 +113,7 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
      "bus bandwidth within a node, GB/s per direction (default: the device's NVLink, h100/h200 "
      "450, a100 300; cpu: --link-gbps)");
 
-  po::options_description zero("ZeRO (stage 3: planned, not yet implemented in train)");
+  po::options_description zero("ZeRO (the stages of `ratchet train --zero`)");
   zero.add_options()
     ("zero", po::value(&in.zero.zero)->default_value(in.zero.zero),
      "0 | 1 | 2 | 3 | auto: the stage to plan (auto: the lowest that fits at --recompute, else "
@@ -221,10 +221,8 @@ int cmd_plan(int argc, char** argv) {
   if (vm.count("help")) {
     std::cout << "usage: ratchet plan [options]\n\nEstimates, before a run, the compute-optimal "
                  "model and tokens for a budget, memory per rank\n(with and without ZeRO-1, per "
-                 "recompute policy), each ZeRO stage's memory and step time with its collectives\n"
-                 "(stage 3 planned, not yet implemented in train), step time, data-parallel "
-                 "efficiency and\ncost on on-demand "
-                 "and spot capacity.\n\n"
+                 "recompute policy), each ZeRO stage's memory and step time with its collectives,\n"
+                 "step time, data-parallel efficiency and cost on on-demand and spot capacity.\n\n"
               << desc << "\n" << kExamples;
     return kExitOk;
   }

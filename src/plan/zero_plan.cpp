@@ -105,7 +105,7 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
     return m;
   }
   // Stage 3: what DataParallel allocates at stage 3 (dist/zero.h, tested in
-  // tests/mpi/test_mpi_zero3.cpp; `train` does not offer it yet): stage 2's
+  // tests/mpi/test_mpi_zero3.cpp; `train --zero 3`): stage 2's
   // gradient shard and buckets, the parameter shard in the same layout with
   // its own FP32 master, and the gather buffers (dist/zero_params.h: the
   // rest's bucket and two block buckets, or every block with reshard off);
