@@ -13,7 +13,7 @@
 #   single  one process
 #   mpi     mpirun -np 2, a random rank receives the kill
 #   zero    a world size of 1, 2 or 3 and a ZeRO stage (--zero 0 or 1, and 2
-#           where the build has it) chosen anew at every restart (the same
+#           and 3 where the build has them) chosen anew at every restart (the same
 #           global batch): each attempt resumes what another world size and
 #           stage saved. Different world sizes and stages add gradients in a
 #           different order, so this one is compared byte for byte with a
@@ -27,7 +27,8 @@
 # divides) or node (on one machine: the whole world), so a checkpoint one
 # grouping wrote is resumed by another; the replay uses each segment's group.
 # In zero and async at stage >= 1, half of the step kills instead hit one rank
-# as it enters a gradient reduce-scatter or parameter all-gather (mid-step).
+# as it enters a gradient reduce-scatter or parameter all-gather (mid-step; at
+# stage 3 the all-gathers are the blocks' gathers in forward and backward).
 # Under mpirun every rank writes its own shard of each checkpoint: a KILL
 # inside a save at ckpt-mid-write goes to one random rank (the others are
 # ended by mpirun), in the middle of its shard (in async, on its writer thread).
@@ -75,9 +76,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 \
   OMPI_MCA_btl_vader_single_copy_mechanism=none
 mpirun=$(command -v /usr/bin/mpirun || command -v mpirun || true)
-# The ZeRO stages the zero scenario switches between: 2 where this build has it.
+# The ZeRO stages the zero scenario switches between: 2 and 3 where this build has them.
 zero_stages=(0 1)
 "$exe" train --help 2>/dev/null | tr -s ' \n' ' ' | grep -q "2 = ZeRO-2" && zero_stages+=(2)
+"$exe" train --help 2>/dev/null | tr -s ' \n' ' ' | grep -q "3 = ZeRO-3" && zero_stages+=(3)
 # Hybrid sharding (--shard-group N|node), where the build has it.
 shard_groups=0
 "$exe" train --help 2>/dev/null | grep -q -- "--shard-group" && shard_groups=1

@@ -144,8 +144,10 @@ void ParamShards::start(size_t b) {
   buf.bucket = (int)b;
   buf.arriving = false;
   gathers_++;
+  // scripts/chaos.sh: one rank dies as the others enter it (on one rank too,
+  // as DataParallel::all_gather: every step reaches the point).
+  fault_point("zero-all-gather");
   if (bk_.world() == 1) return;  // the piece is the whole bucket
-  fault_point("zero-all-gather");  // scripts/chaos.sh: one rank dies as the others enter it
   buf.ticket = comm_->all_gather_async(own, mem, bk.S, sb_ == 2 ? DType::BF16 : DType::F32);
   buf.arriving = true;
   comm_->progress();
