@@ -24,6 +24,7 @@
 
 #include "ckpt/checkpoint.h"
 #include "mpi_testing.h"
+#include "zero_stage_checks.h"
 #include "testing/bible_shards_suite.h"
 #include "testing/test_util.h"
 
@@ -275,57 +276,17 @@ TEST_F(MpiTrainZero2, ZeroAutoPicksTheLowestStageThatFits) {
 // ---- the cuda backend on the CPU (ratchet-simt --device simt) ------------------------
 
 #ifdef RATCHET_SIMT_EXE
-std::string simt_args(const std::string& base, int B, int total, const std::string& out) {
-  return simt_train_args(base, B, total, out);
-}
-
 // BF16 and FP32 storage, 2 ranks, one micro-batch each: stage 2 equals stage 0
 // bit for bit (BF16's stochastic rounding included).
 TEST_F(MpiTrainZero2, SimtTwoRanksEqualStage0Bitwise) {
-  for (const char* storage : {"bf16", "f32"}) {
-    TempDir plain, zero;
-    const std::string st = std::string(" --storage ") + storage;
-    auto r = run_shell(mpirun_prefix(2) + RATCHET_SIMT_EXE + " " +
-                       simt_args(dir_->path, 2, 64, plain.path) + st);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    r = run_shell(mpirun_prefix(2) + RATCHET_SIMT_EXE + " " + simt_args(dir_->path, 2, 64, zero.path) +
-                  st + " --zero 2");
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    EXPECT_NE(r.output.find("ZeRO-2"), std::string::npos) << r.output;
-    const Diff d = diff(plain.path, zero.path);
-    EXPECT_TRUE(d.bitwise) << storage << ": loss " << d.loss << " params " << d.param;
-  }
+  expect_simt_stage_equals_stage0(dir_->path, 2, 6);
 }
 
 #ifdef RATCHET_STUB_NCCL_EXE
 // Through the stand-in NCCL (the device communicator) under the device-memory
 // guard: stage 2 equals stage 0 bitwise, and its checkpoint resumes on one rank.
 TEST_F(MpiTrainZero2, GuardedStubNcclEqualsStage0AndResumesOnOneRank) {
-  TempDir plain, zero, run;
-  const std::string env = "RATCHET_SIMT_GUARD=1 RATCHET_STUB_NCCL_DIR=";
-  auto stub = [&](const std::string& args, const std::string& e) {
-    return run_shell(mpirun_prefix(2, e) + RATCHET_STUB_NCCL_EXE + " " + args);
-  };
-  auto r = stub(simt_args(dir_->path, 2, 64, plain.path), env + plain.path);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = stub(simt_args(dir_->path, 2, 64, zero.path) + " --zero 2", env + zero.path);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("data parallel: 2 rank(s) (stub-nccl"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("ZeRO-2"), std::string::npos) << r.output;
-  const Diff d = diff(plain.path, zero.path);
-  EXPECT_TRUE(d.bitwise) << "loss " << d.loss << " params " << d.param;
-
-  const std::string ck = run / "ck";
-  r = stub(simt_args(dir_->path, 2, 64, run.path) + " --zero 2 --ckpt-dir " + ck,
-           env + run.path + " RATCHET_FAULT=USR1@step-4");
-  ASSERT_EQ(r.exit_code, 75) << r.output;
-  // One rank, 2 micro-batches of 2 rows: the same 4 rows per step.
-  r = run_shell(mpirun_prefix(1, "RATCHET_SIMT_GUARD=1") + RATCHET_SIMT_EXE + " " +
-                simt_args(dir_->path, 2, 64, run.path) + " --zero 2 --ckpt-dir " + ck);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
-  const Diff c = diff(zero.path, run.path);
-  EXPECT_LE(c.loss, 1e-3);  // BF16: 2 micro-batches on one rank round otherwise (test_mpi_train)
+  expect_stub_nccl_stage_equals_stage0_and_resumes(dir_->path, 2, 6);
 }
 #endif  // RATCHET_STUB_NCCL_EXE
 #endif  // RATCHET_SIMT_EXE
