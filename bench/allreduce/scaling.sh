@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training-step scaling on this machine: 1 rank vs 2 ranks (mpirun), the same
 # global batch, so the 2-rank run does half the work per rank and adds one
-# all-reduce (or reduce-scatter + all-gather with ZeRO-1) of every gradient.
+# all-reduce (or reduce-scatter + all-gather with ZeRO-1 and 2; ZeRO-3 gathers
+# each block's parameters in forward and backward instead) of every gradient.
 #
 #   bench/allreduce/scaling.sh BUILD_DIR [MODEL] [STEPS]     (default d4, 20 steps)
 #
@@ -41,3 +42,6 @@ row "1 rank, 1 thread" 1 1 8
 row "1 rank, 2 threads" 1 2 8
 row "2 ranks (all-reduce)" 2 1 4
 row "2 ranks, ZeRO-1" 2 1 4 --zero 1
+row "2 ranks, ZeRO-2" 2 1 4 --zero 2
+row "2 ranks, ZeRO-3" 2 1 4 --zero 3
+row "2 ranks, ZeRO-3, --reshard-after-forward off" 2 1 4 --zero 3 --reshard-after-forward off
