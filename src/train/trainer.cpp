@@ -329,6 +329,9 @@ std::map<std::string, std::string> Trainer::settings() const {
   s["gradient_sum_tree"] = gradient_sum_tree(comm_.world(), accum_, o_.zero,
                                              groups_ ? groups_->size : comm_.world(),
                                              dp_ && dp_->overlapping());
+  // Which stage wrote it (`ckpt inspect`; a resume at another stage says so).
+  s["zero_stage"] = std::to_string(o_.zero) +
+                    (o_.zero == 3 && !o_.reshard_after_forward ? " (reshard after forward off)" : "");
   s["shard_group"] = !groups_ ? "the world"
                      : groups_->spec == "node" ? "node (" + std::to_string(groups_->size) + " ranks)"
                                                : groups_->spec;
