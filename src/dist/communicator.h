@@ -104,6 +104,15 @@ class Communicator {
     all_gather(send, recv, n, t);
     return 0;
   }
+  // Asynchronous in-place all-reduce with a ticket (hybrid sharding's
+  // per-bucket all-reduce across groups, waited for only where the shard is
+  // next read): as all_reduce(buf, n), started now and completed by wait(t)
+  // or wait_all(); buf untouched until then. Default: the blocking
+  // all_reduce, ticket 0.
+  virtual Ticket all_reduce_start(void* buf, size_t n, DType t, ReduceOp op) {
+    all_reduce(buf, n, t, op);
+    return 0;
+  }
   // Brackets a set of all_reduce_async calls that may be fused into one launch
   // (nccl: ncclGroupStart/End, one event for the whole group; mpi and single:
   // nothing). Only all_reduce_async between them; the same on every rank.

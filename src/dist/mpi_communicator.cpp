@@ -313,6 +313,16 @@ class MpiCommunicator final : public Communicator {
     return id;
   }
 
+  // The same list: MPI_Iallreduce in place (Avg divided at wait()).
+  Ticket all_reduce_start(void* buf, size_t n, DType t, ReduceOp op) override {
+    RATCHET_ASSERT(n <= (size_t)INT_MAX);
+    MPI_Request req;
+    mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_dtype(t), mpi_op(op, t), comm_, &req));
+    const Ticket id = ++last_ticket_;
+    rs_.push_back({id, req, op == ReduceOp::Avg ? Pending{buf, n, t} : Pending{nullptr, 0, t}});
+    return id;
+  }
+
   void wait(Ticket id) override {
     for (size_t i = 0; i < rs_.size(); i++) {
       if (rs_[i].id != id) continue;
@@ -362,7 +372,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Request req;
     Pending avg;  // buf null unless ReduceOp::Avg
   };
-  std::vector<Rs> rs_;  // outstanding reduce_scatter_async/all_gather_async, in start order
+  std::vector<Rs> rs_;  // outstanding reduce_scatter_async/all_gather_async/all_reduce_start, in start order
   Ticket last_ticket_ = 0;
 };
 

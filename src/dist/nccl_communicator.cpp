@@ -180,6 +180,12 @@ class NcclCommunicator final : public Communicator {
     ncclCheckComm(ncclAllGather(send, recv, n, nccl_dtype(t), comm_, stream_), comm_);
     return record_ticket();
   }
+  // The same for a ticketed all-reduce (hybrid sharding's across groups).
+  Ticket all_reduce_start(void* buf, size_t n, DType t, ReduceOp op) override {
+    after_compute();
+    ncclCheckComm(ncclAllReduce(buf, buf, n, nccl_dtype(t), nccl_op(op), comm_, stream_), comm_);
+    return record_ticket();
+  }
   // An event recorded on the comm stream after the collective just queued:
   // wait(ticket) makes the compute stream wait for it.
   Ticket record_ticket() {

@@ -310,11 +310,9 @@ Communicator::Ticket DataParallel::reduce_scatter_async(const void* send, void* 
   return sintra_->reduce_scatter_async(send, recv, n, dtype(), ReduceOp::Sum);
 }
 
-void DataParallel::wait_reduce_scatter(Communicator::Ticket t, void* recv, size_t n) {
-  if (shard_count() > 1) sintra_->wait(t);
-  // Hybrid sharding: the shard's all-reduce across the groups, after the
-  // group's reduce-scatter has completed (as reduce_scatter()).
-  if (sinter_ && sinter_->world() > 1) sinter_->all_reduce(recv, n, dtype(), ReduceOp::Sum);
+void DataParallel::wait_inter(size_t b) {
+  if (b < inter_.size() && inter_[b] != 0) sinter_->wait(inter_[b]);
+  if (b < inter_.size()) inter_[b] = 0;
 }
 
 void DataParallel::all_gather(const void* send, void* recv, size_t n) {

@@ -56,8 +56,11 @@
 // stages 1 and 2 is sharded over the N ranks of a group (the shard math above
 // and below with N for W: shard_count(); a rank owns shard `member` of its
 // group: shard_index()) and every group holds a copy. The collective helpers
-// become two-level (stage 2 and overlapped ZeRO-1: per bucket, the inter
-// all-reduce once the bucket's reduce-scatter is waited for):
+// become two-level (stages 2, 3 and overlapped ZeRO-1: per bucket, the inter
+// all-reduce started once the bucket's reduce-scatter is waited for, and left
+// in flight while the layers below compute: waited for before the next pass
+// adds to that piece of the shard, or at the step; a later pass's, whose
+// receive buffer the next bucket reuses, at once):
 //   reduce-scatter  inside the group (intra, over N ranks), then an all-reduce
 //                   of the shard across the W/N groups (inter)
 //   all-gather      inside the group
@@ -315,9 +318,14 @@ class DataParallel {
   void init_params3(bool reshard_after_forward);
   void restore_params3();
   // Asynchronous sum-reduce-scatter in backend memory (as reduce_scatter);
-  // every stage-2 gradient reduction goes through these two.
+  // every stage-2 gradient reduction starts here and ends in finish().
   Communicator::Ticket reduce_scatter_async(const void* send, void* recv, size_t n);
-  void wait_reduce_scatter(Communicator::Ticket t, void* recv, size_t n);
+  // Hybrid sharding: bucket b's shard piece all-reduced across the groups,
+  // started in finish() and waited for only before the piece is next read
+  // (the next pass adds to it, or the step): it overlaps the layers below.
+  bool hybrid() const { return sinter_ && sinter_->world() > 1; }
+  void wait_inter(size_t b);
+  std::vector<Communicator::Ticket> inter_;  // per bucket; 0: none in flight
   // Sum-reduce-scatter / all-gather of storage-dtype elements in backend
   // memory: gcomm_, or Backend::copy on one rank (never the host memmove of
   // the single-process communicator on device pointers).

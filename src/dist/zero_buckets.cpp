@@ -37,6 +37,7 @@ void DataParallel::init_buckets(const AdamWConfig& cfg) {
   RATCHET_ASSERT(layout_.sizes[P_LNFW] > 0 && layout_.sizes[P_LN1W] % layout_.sizes[P_LNFW] == 0);
   const int L = (int)(layout_.sizes[P_LN1W] / layout_.sizes[P_LNFW]);
   bk_ = std::make_unique<BucketLayout>(layout_, L, N);
+  inter_.assign(bk_->buckets().size(), 0);
   std::vector<AdamWPiece> pieces;
   // Stage 3: the parameters are at the same shard offset (dist/zero_params.h).
   for (const OwnedPiece& p : bk_->pieces(r))
@@ -92,10 +93,24 @@ void DataParallel::finish(InFlight* f, char* recv) {
   const Bucket& bk = bk_->buckets()[f->bucket];
   const size_t sb = be_.storage_bytes();
   char* shard = static_cast<char*>(gshard_) + bk_->shard_offset(f->bucket) * sb;
-  wait_reduce_scatter(f->ticket, f->add ? recv : shard, bk.S);
+  if (shard_count() > 1) sintra_->wait(f->ticket);
+  // Hybrid sharding: the piece's all-reduce across the groups, after the
+  // group's reduce-scatter (as reduce_scatter(): the same sums). Into recv,
+  // which the next bucket of this parity reuses: completed now. Into the
+  // shard, which nothing reads before the next pass adds to it or the step:
+  // left in flight (wait_inter) while the layers below compute.
+  if (hybrid() && f->add) sinter_->wait(sinter_->all_reduce_start(recv, bk.S, dtype(), ReduceOp::Sum));
+  if (hybrid() && !f->add) {
+    wait_inter(f->bucket);  // (none in flight: a step waits for them all)
+    inter_[f->bucket] = sinter_->all_reduce_start(shard, bk.S, dtype(), ReduceOp::Sum);
+  }
   // shard += recv: the summed gradient of this micro-batch added to the
-  // earlier ones' (one rounding per add in the storage dtype).
-  if (f->add) be_.residual_forward(shard, shard, recv, bk.S);
+  // earlier ones' (one rounding per add in the storage dtype), once the
+  // shard's own all-reduce is complete.
+  if (f->add) {
+    wait_inter(f->bucket);
+    be_.residual_forward(shard, shard, recv, bk.S);
+  }
   f->active = false;
 }
 
@@ -135,6 +150,7 @@ float DataParallel::step_buckets(dptr params, dptr grads, float lr) {
     }
   }
   finish_all();
+  for (size_t b = 0; b < nb; b++) wait_inter(b);  // hybrid: the shard complete before it is read
   const size_t n = bk_->shard_elems();
   // The padding of every piece is zero (a reduce-scatter of zeros), so the
   // shard's squares are the owned elements'.

@@ -4,7 +4,7 @@
 // blocking all_gather and against the values each rank sent: several gathers
 // in flight at once and waited for out of order, in place (send = this rank's
 // slot of recv), BF16 bit patterns, interleaved with reduce_scatter_async,
-// and completed by wait_all().
+// and completed by wait_all(); and all_reduce_start, the ticketed all-reduce.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -70,6 +70,34 @@ TEST(AllGatherAsync, Bf16BitsArriveAsSent) {
 // A gather and a reduce-scatter in flight together (ZeRO-3's backward: the
 // next block's parameters arrive while this block's gradient is reduced),
 // completed by wait_all().
+// all_reduce_start (hybrid sharding's all-reduce across groups): several in
+// flight, waited for out of order, equal to the blocking all_reduce; Avg
+// divided at the wait.
+TEST(AllReduceStart, SeveralInFlightEqualTheBlockingAllReduce) {
+  const int W = g_comm->world(), r = g_comm->rank();
+  const size_t n[3] = {1, 777, 4099};
+  std::vector<std::vector<float>> a(3), b(3);
+  std::vector<Communicator::Ticket> t(3);
+  for (int k = 0; k < 3; k++) {
+    a[k].resize(n[k]);
+    for (size_t i = 0; i < n[k]; i++) a[k][i] = value(k, r, i) * 0.001f;
+    b[k] = a[k];
+    t[k] = g_comm->all_reduce_start(a[k].data(), n[k], DType::F32,
+                                    k == 1 ? ReduceOp::Avg : ReduceOp::Sum);
+  }
+  g_comm->progress();
+  for (int k : {1, 2, 0}) g_comm->wait(t[k]);
+  for (int k = 0; k < 3; k++) {
+    g_comm->all_reduce(b[k].data(), n[k], DType::F32, k == 1 ? ReduceOp::Avg : ReduceOp::Sum);
+    EXPECT_EQ(a[k], b[k]) << "all-reduce " << k << " on " << W << " rank(s)";
+  }
+  // Integers in F32: the exact sum over ranks, whatever the order.
+  std::vector<float> c(5, (float)(r + 1));
+  g_comm->wait_all();
+  g_comm->wait(g_comm->all_reduce_start(c.data(), c.size(), DType::F32, ReduceOp::Sum));
+  for (float x : c) EXPECT_EQ(x, (float)(W * (W + 1) / 2));
+}
+
 TEST(AllGatherAsync, WithReduceScatterAsyncAndWaitAll) {
   const int W = g_comm->world(), r = g_comm->rank();
   const size_t n = 300;
