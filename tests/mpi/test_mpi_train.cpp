@@ -264,24 +264,11 @@ class MpiTrainSimt : public MpiTrain {
   static RunResult runN(int n, const std::string& args) {
     return run_shell(mpirun_prefix(n) + RATCHET_SIMT_EXE + " " + args);
   }
-  struct Diff {
-    double loss = 0, param = 0;
-    bool bitwise = false;
-  };
-  static Diff diff(const std::string& a, const std::string& b) {
-    Diff d;
-    auto la = read_losses(a + "/log.jsonl"), lb = read_losses(b + "/log.jsonl");
-    EXPECT_EQ(la.size(), 8u) << a;
-    EXPECT_EQ(lb.size(), 8u) << b;
-    for (size_t i = 0; i < std::min(la.size(), lb.size()); i++)
-      d.loss = std::max(d.loss, std::fabs(la[i] - lb[i]) / std::fabs(la[i]));
-    auto pa = read_export(a + "/out.bin"), pb = read_export(b + "/out.bin");
-    EXPECT_EQ(pa.size(), pb.size());
-    EXPECT_FALSE(pa.empty());
-    if (pa.size() == pb.size()) d.param = max_abs_diff(pa.data(), pb.data(), pa.size());
-    d.bitwise = !pa.empty() && read_file(a + "/out.bin") == read_file(b + "/out.bin") &&
-                la == lb;
-    return d;
+  using Diff = RunDiff;
+  static Diff diff(const std::string& a, const std::string& b) {  // 8 steps each
+    EXPECT_EQ(read_losses(a + "/log.jsonl").size(), 8u) << a;
+    EXPECT_EQ(read_losses(b + "/log.jsonl").size(), 8u) << b;
+    return diff_runs(a, b);
   }
 };
 
