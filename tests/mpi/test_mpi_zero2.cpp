@@ -30,8 +30,10 @@
 #include "plan/zero_plan.h"
 #include "testing/tiny_model.h"
 #include "mpi_gtest_main.h"
+#include "zero_step_util.h"
 
 using namespace ratchet;
+using namespace ratchet::zero_testing;
 
 namespace {
 
@@ -95,26 +97,6 @@ TEST(Zero2Buckets, PiecesTileEveryParameterOnce) {
       EXPECT_EQ(bk.shard_elems(), S);
     }
   }
-}
-
-struct Pair {
-  std::vector<int32_t> x, y;
-};
-Pair tokens(const GPTConfig& c, int B, int T, int seed) {
-  return {ratchet::testing::random_tokens(B * T, c.vocab_size, seed),
-          ratchet::testing::random_tokens(B * T, c.vocab_size, seed + 7)};
-}
-
-std::vector<float> params_of(const GPT& m) {
-  std::vector<float> p(m.num_params());
-  m.get_params(p.data());
-  return p;
-}
-
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double md = 0;
-  for (size_t i = 0; i < a.size(); i++) md = std::max(md, (double)std::fabs(a[i] - b[i]));
-  return md;
 }
 
 // One micro-batch per rank: stage 2 sums each element once over the ranks,
@@ -469,19 +451,14 @@ TEST(Zero2, SimtShardedMasterEqualsWholeMasterBitwise) {
       AdamW& a = part.dp.optimizer();
       AdamW& b = next.dp.optimizer();
       ASSERT_EQ(a.moment_elems(), b.moment_elems());
-      be->copy(b.m(), a.m(), a.moment_elems() * sizeof(float));
-      be->copy(b.v(), a.v(), a.moment_elems() * sizeof(float));
-      b.set_steps_taken(a.steps_taken());
+      copy_optimizer_state(*be, a, b);
       next.dp.restore_params(next.m.params());
       EXPECT_TRUE(next.bits() == part.bits()) << "rounded as the last step did";
       // Stages 1 and 2 add micro-batches in different orders (dist/zero.h):
       // the reference is a whole-master run of `other` from the same state.
       SimtRun ref(*be, c, other, true, false);
       ref.m.set_params(fp.data());
-      AdamW& rr = ref.dp.optimizer();
-      be->copy(rr.m(), a.m(), a.moment_elems() * sizeof(float));
-      be->copy(rr.v(), a.v(), a.moment_elems() * sizeof(float));
-      rr.set_steps_taken(a.steps_taken());
+      copy_optimizer_state(*be, a, ref.dp.optimizer());
       ref.dp.restore_params(ref.m.params());
       next.step(c, 3);
       ref.step(c, 3);

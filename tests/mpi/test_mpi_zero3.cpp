@@ -40,8 +40,10 @@
 #include "plan/zero_plan.h"
 #include "testing/tiny_model.h"
 #include "mpi_gtest_main.h"
+#include "zero_step_util.h"
 
 using namespace ratchet;
+using namespace ratchet::zero_testing;
 
 namespace {
 
@@ -55,26 +57,6 @@ std::unique_ptr<Backend> make_be(bool simt) {
 #endif
   (void)simt;
   return make_cpu_backend(1);
-}
-
-struct Pair {
-  std::vector<int32_t> x, y;
-};
-Pair tokens(const GPTConfig& c, int B, int T, int seed) {
-  return {ratchet::testing::random_tokens(B * T, c.vocab_size, seed),
-          ratchet::testing::random_tokens(B * T, c.vocab_size, seed + 7)};
-}
-
-std::vector<float> params_of(const GPT& m) {  // collective at stage 3
-  std::vector<float> p(m.num_params());
-  m.get_params(p.data());
-  return p;
-}
-
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double md = 0;
-  for (size_t i = 0; i < a.size(); i++) md = std::max(md, (double)std::fabs(a[i] - b[i]));
-  return md;
 }
 
 // A model built for `stage`, attached (stage 3: before its parameters are
@@ -262,9 +244,7 @@ TEST(Zero3, StateContinuesAtStage2AndBack) {
     AdamW& a = from.dp.optimizer();
     AdamW& b = to.dp.optimizer();
     ASSERT_EQ(a.moment_elems(), b.moment_elems());
-    be->copy(b.m(), a.m(), a.moment_elems() * sizeof(float));
-    be->copy(b.v(), a.v(), a.moment_elems() * sizeof(float));
-    b.set_steps_taken(a.steps_taken());
+    copy_optimizer_state(*be, a, b);
     to.dp.restore_params(to.m.params());
   };
   StageRun second(*be, c, 2, micro, 99);
