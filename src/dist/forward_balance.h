@@ -20,6 +20,9 @@ namespace ratchet {
 // `mine` when the model's forwards are not collective; else the largest
 // `mine` over comm's ranks (collective: every rank calls it).
 long forward_passes_to_make(const GPT& model, Communicator& comm, long mine);
+// How many of the items 0 .. n-1 rank r of W takes when item i goes to rank
+// i mod W (the split of evaluation batches): ceil((n - r) / W), 0 when n <= r.
+inline long strided_count(long n, int W, int r) { return n > r ? (n - r + W - 1) / W : 0; }
 // n forward passes of one row of min(8, max_seq_len) tokens, results discarded.
 void idle_forwards(GPT& model, long n);
 

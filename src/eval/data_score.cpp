@@ -24,7 +24,7 @@ DataScores score_data(GPT& model, const TokenDataset& ds, int B, int T, Communic
   if (max_batches > 0) nb = std::min<uint64_t>(nb, (uint64_t)max_batches);
   const int W = comm.world(), rank = comm.rank();
   // ZeRO-3: as many forwards on every rank (dist/forward_balance.h).
-  const long mine = nb > (uint64_t)rank ? (long)((nb - rank + W - 1) / W) : 0;
+  const long mine = strided_count((long)nb, W, rank);
   const long passes = forward_passes_to_make(model, comm, mine);
   double sums[2] = {0, 0};  // summed loss, tokens
   std::vector<int32_t> win(T + 1), in, tg;

@@ -645,7 +645,7 @@ float Trainer::evaluate() {
   // number, to rounding, on any world size.
   // ZeRO-3: every rank makes as many forwards as rank 0 (dist/forward_balance.h).
   const int W = comm_.world(), r = comm_.rank();
-  const long mine = o_.eval_batches > r ? (o_.eval_batches - r + W - 1) / W : 0;
+  const long mine = strided_count(o_.eval_batches, W, r);
   const long passes = forward_passes_to_make(*model_, comm_, mine);
   double sum = 0;
   for (int i = 0; i < o_.eval_batches; i++) {
