@@ -17,7 +17,7 @@
 #include "data_tools/checksum.h"
 #include "data/shard_reader.h"
 #include "data_tools/shard_writer.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "model/llmc_checkpoint.h"
 #include "version.h"
 

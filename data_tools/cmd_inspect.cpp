@@ -16,7 +16,7 @@
 #include "data_tools/progress.h"
 #include "data/shard_reader.h"
 #include "data/shard_tokenizer.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ratchet {
 namespace po = boost::program_options;

@@ -12,9 +12,9 @@
 #include "cli/options_util.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "data/gpt2_tokenizer.h"
-#include "data/hf_tokenizer.h"
-#include "data/tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
+#include "tokenizer/tokenizer.h"
 #include "data_tools/commands.h"
 
 namespace ratchet {

@@ -4,8 +4,8 @@
 #include <cstddef>
 #include <exception>
 
-#include "data/gpt2_tokenizer.h"
-#include "data/hf_tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 
 namespace ratchet {
 namespace {

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "data/hf/safe_cut.h"
-#include "data/tokenizer.h"
+#include "tokenizer/json/safe_cut.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ratchet {
 
@@ -21,7 +21,7 @@ inline constexpr size_t kTokenizePieceBytes = size_t(1) << 18;
 using TextCut = hf::TextCut;
 
 // Where documents may be cut for a tokenizer: byte anywhere; gpt2 and a
-// tokenizer.json where hf::SafeCutter proves it (src/data/hf/safe_cut.h;
+// tokenizer.json where hf::SafeCutter proves it (src/tokenizer/json/safe_cut.h;
 // for gpt2: after a '\n' between two printable ASCII characters, or between
 // an ASCII letter and a space); anything else never.
 // Built once per run (a tokenizer.json's table is computed here).

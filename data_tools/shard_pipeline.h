@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "data/shard_format.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "data_tools/text_source.h"
 #include "data_tools/text_stream.h"
 

@@ -15,7 +15,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
-#include "data/gpt2_pretokenize.h"
+#include "tokenizer/gpt2_pretokenize.h"
 #include "data_tools/checksum.h"
 
 namespace ratchet {

@@ -38,7 +38,7 @@ pkgs=(
   build-essential cmake ninja-build pkg-config ccache
   # JSON (nlohmann-json) for every JSON read and write; SHA-256 (OpenSSL EVP)
   nlohmann-json3-dev libssl-dev
-  # tokenizer.json (src/data/hf/): PCRE2 (with its JIT) runs the Split
+  # tokenizer.json (src/tokenizer/json/): PCRE2 (with its JIT) runs the Split
   # pre-tokenizers' Unicode regexes; utf8proc gives NFC/NFKC and lowercase
   libpcre2-dev libutf8proc-dev
   # CPU GEMM (pthread flavour: python3-torch picks libblas.so.3 from it too,
@@ -69,7 +69,7 @@ pkgs=(
   nodejs
   # the Unicode Character Database (15.0 on Debian 12): the GPT-2
   # pre-tokenizer's code-point table is generated from it
-  # (src/data/gen_unicode_classes.py) and its test regenerates it
+  # (src/tokenizer/gen_unicode_classes.py) and its test regenerates it
   unicode-data
   # plots for `ratchet report`
   gnuplot-nox

@@ -23,7 +23,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/log.h"
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 
 namespace po = boost::program_options;
 using namespace ratchet;

@@ -1,4 +1,4 @@
-// BPE merge loop throughput (src/data/bpe_merge.h): MB of input bytes per
+// BPE merge loop throughput (src/tokenizer/bpe_merge.h): MB of input bytes per
 // CPU second (this thread's CPU time, not wall time) for
 // each path (flat loop, heap, rank buckets, and the O(n^2) reference on
 // short pieces) on one word of random lowercase letters of each length, with
@@ -15,8 +15,8 @@
 
 #include "../bench_main.h"
 #include "core/rng.h"
-#include "data/bpe_merge.h"
-#include "data/gpt2_tokenizer.h"
+#include "tokenizer/bpe_merge.h"
+#include "tokenizer/gpt2_tokenizer.h"
 
 using namespace ratchet;
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "../bench_main.h"
-#include "data/gpt2_tokenizer.h"
-#include "data/hf/engine.h"
-#include "data/hf_tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
+#include "tokenizer/json/engine.h"
+#include "tokenizer/tokenizer_json.h"
 
 using namespace ratchet;
 

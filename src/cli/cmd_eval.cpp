@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/log.h"
-#include "data/gpt2_tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
 #include "eval/evaluator.h"
 #include "eval/model_source.h"
 

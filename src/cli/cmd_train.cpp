@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "data/mixture.h"
 #include "data/mixture_ini.h"
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "train/trainer.h"
 
 namespace po = boost::program_options;

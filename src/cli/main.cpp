@@ -13,7 +13,7 @@
 #include "train/stop_signals.h"
 #include "version.h"
 #ifdef RATCHET_REGISTER_NCCL
-#include "dist/nccl_communicator.h"
+#include "distributed/nccl_communicator.h"
 #endif
 
 namespace {

@@ -17,8 +17,8 @@
 //   cudaCheck     core/cuda_check.h   (kernels, the cuda backend, NCCL's device calls)
 //   cublasCheck   backend/cuda/matmul.cpp
 //   cudnnCheck    backend/cuda/cudnn_attention.cpp
-//   ncclCheck     dist/nccl_communicator.h
-//   mpiCheck      dist/mpi_communicator.h
+//   ncclCheck     distributed/nccl_communicator.h
+//   mpiCheck      distributed/mpi_communicator.h
 //   RATCHET_ASSERT, RATCHET_REQUIRE (kernels/common.cuh): invariants
 #pragma once
 #include <sstream>

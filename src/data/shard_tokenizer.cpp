@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "data/hf_tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 
 namespace ratchet {
 namespace fs = std::filesystem;

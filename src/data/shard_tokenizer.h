@@ -10,7 +10,7 @@
 #include <string>
 
 #include "data/shard_format.h"
-#include "data/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ratchet {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "dist/forward_balance.h"
+#include "distributed/forward_balance.h"
 #include "eval/evaluator.h"
 
 namespace ratchet {
@@ -23,7 +23,7 @@ DataScores score_data(GPT& model, const TokenDataset& ds, int B, int T, Communic
   uint64_t nb = (nwin + B - 1) / B;
   if (max_batches > 0) nb = std::min<uint64_t>(nb, (uint64_t)max_batches);
   const int W = comm.world(), rank = comm.rank();
-  // ZeRO-3: as many forwards on every rank (dist/forward_balance.h).
+  // ZeRO-3: as many forwards on every rank (distributed/forward_balance.h).
   const long mine = strided_count((long)nb, W, rank);
   const long passes = forward_passes_to_make(model, comm, mine);
   double sums[2] = {0, 0};  // summed loss, tokens

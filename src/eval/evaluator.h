@@ -44,8 +44,8 @@
 
 #include "core/json.h"
 #include "data/token_dataset.h"
-#include "data/tokenizer.h"
-#include "dist/communicator.h"
+#include "tokenizer/tokenizer.h"
+#include "distributed/communicator.h"
 #include "model/gpt.h"
 
 namespace ratchet {

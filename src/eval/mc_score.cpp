@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "core/error.h"
-#include "dist/forward_balance.h"
+#include "distributed/forward_balance.h"
 #include "eval/evaluator.h"
 
 namespace ratchet {
@@ -96,7 +96,7 @@ McScores score_mc_task(GPT& model, const McTask& task, int B, int T, Communicato
   std::vector<int32_t> in, tg;
   std::vector<float> losses;
   std::vector<GPT::Span> spans;
-  // ZeRO-3: as many forwards on every rank (dist/forward_balance.h).
+  // ZeRO-3: as many forwards on every rank (distributed/forward_balance.h).
   const long batches = (long)((order.size() + B - 1) / B);
   const long passes = forward_passes_to_make(model, comm, batches);
   for (size_t b0 = 0; b0 < order.size(); b0 += B) {

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "data/gpt2_tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
 #include "eval/evaluator.h"
 
 namespace ratchet {

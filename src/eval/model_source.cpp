@@ -8,8 +8,8 @@
 #include "ckpt/checkpoint_reader.h"
 #include "core/error.h"
 #include <cstdio>
-#include "data/byte_tokenizer.h"
-#include "data/gpt2_tokenizer.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
 #include "data/shard_reader.h"
 #include "interop/hf_checkpoint.h"
 #include "interop/safetensors.h"

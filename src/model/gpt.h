@@ -139,7 +139,7 @@ class GPT {
   // micro-batch: with l = L-1 down to 0 right after layer l's backward (its
   // twelve tensors ln1w..fcprojb, see ParamLayout), then once with l = -1
   // when the rest (wte, wpe, lnfw, lnfb) are done. For overlapping the
-  // gradient all-reduce with the backward of the layers below (dist/zero.h).
+  // gradient all-reduce with the backward of the layers below (distributed/zero.h).
   using GradReadyHook = std::function<void(int layer)>;
   void set_grad_ready_hook(GradReadyHook h) { grad_ready_ = std::move(h); }
   // Where the backward writes gradients (model/grad_store.h); null: the flat
@@ -151,7 +151,7 @@ class GPT {
   void set_param_store(ParamStore* s) { pstore_ = s; }
   ParamStore* param_store() const { return pstore_; }
   // Whether each forward pass is collective (ZeRO-3 on several ranks): every
-  // rank must then make the same passes (dist/forward_balance.h).
+  // rank must then make the same passes (distributed/forward_balance.h).
   bool collective_forward() const { return pstore_ && pstore_->collective(); }
 
   // Profiling: when on, every op is timed (with a backend synchronize).

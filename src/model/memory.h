@@ -45,7 +45,7 @@ struct StepMemory {
 // sized and outside the accounting: CUDA modules loaded lazily at a kernel's
 // first launch (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2),
 // cuBLASLt's kernels and its per-handle state, NCCL buffers for an algorithm
-// first used after the warm-up collective (dist/nccl_communicator.h), and the
+// first used after the warm-up collective (distributed/nccl_communicator.h), and the
 // context's own growth. max(1 GiB, 5% of the memory free when the arena is
 // sized; after the NCCL warm-up). `ratchet train` (explicit --batch-size and
 // auto) and `ratchet plan` both subtract it and print it; 0 for host memory.

@@ -1,5 +1,5 @@
 // Where the model reads its parameters from: the per-block hook for parameter
-// PLACEMENT (dist/ decides; the model only asks), beside the gradient one
+// PLACEMENT (distributed/ decides; the model only asks), beside the gradient one
 // (model/grad_store.h).
 //
 // By default (no store) every parameter is a slice of the model's flat params
@@ -22,7 +22,7 @@
 // forward, the other way round in the backward).
 // param() must return memory holding the tensor's current values (a store
 // that gathers asynchronously completes the gather there, or at the hint).
-// ZeRO-3 (dist/zero.h, dist/zero_params.h) serves each block from a reused
+// ZeRO-3 (distributed/zero.h, distributed/zero_params.h) serves each block from a reused
 // gathered buffer, and the model then has no flat params at all.
 #pragma once
 #include "backend/backend.h"
@@ -44,7 +44,7 @@ class ParamStore {
   virtual bool set_host(const float* /*host*/) { return false; }
   virtual bool get_host(float* /*host*/) { return false; }
   // Whether every forward pass is a collective of several ranks (ZeRO-3 on
-  // more than one: dist/forward_balance.h makes their counts equal).
+  // more than one: distributed/forward_balance.h makes their counts equal).
   virtual bool collective() const { return false; }
 };
 

@@ -11,7 +11,7 @@
 #include "ckpt/young_daly.h"
 #include "core/error.h"
 #include "core/json.h"
-#include "dist/zero.h"
+#include "distributed/zero.h"
 #include "model/gpt.h"
 #include "model/memory.h"
 #include "model/param_layout.h"
@@ -193,7 +193,7 @@ std::vector<Recompute> listed_policies(const Recompute& chosen) {
 MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, const BackendMemoryModel& be,
                            int world, const Recompute& chosen) {
   const size_t P = ParamLayout(cfg).total;
-  // Rank 0 holds the largest ZeRO-1 shard (dist/zero.h).
+  // Rank 0 holds the largest ZeRO-1 shard (distributed/zero.h).
   const ShardRange own = shard_range(P, world, 0);
   const size_t zero1_buffers = DataParallel::buffer_bytes(be, P, world, 1);
   MemoryPlan m;

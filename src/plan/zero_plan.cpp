@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "dist/zero.h"
+#include "distributed/zero.h"
 #include "model/param_layout.h"
 #include "plan/plan.h"
 
@@ -95,7 +95,7 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   }
   if (z.stage == 2) {
     // The summed gradient's shard, and the bucket and receive buffers
-    // (DataParallel::buffer_bytes: dist/zero.h); the master of the owned pieces.
+    // (DataParallel::buffer_bytes: distributed/zero.h); the master of the owned pieces.
     const BucketLayout bk(ParamLayout(cfg), cfg.num_layers, N);
     m.params = s.params;
     m.grads = bytes(std::max<size_t>(1, bk.shard_elems()));
@@ -104,10 +104,10 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
     m.moments = s.moments;
     return m;
   }
-  // Stage 3: what DataParallel allocates at stage 3 (dist/zero.h, tested in
+  // Stage 3: what DataParallel allocates at stage 3 (distributed/zero.h, tested in
   // tests/mpi/test_mpi_zero3.cpp; `train --zero 3`): stage 2's
   // gradient shard and buckets, the parameter shard in the same layout with
-  // its own FP32 master, and the gather buffers (dist/zero_params.h: the
+  // its own FP32 master, and the gather buffers (distributed/zero_params.h: the
   // rest's bucket and two block buckets, or every block with reshard off);
   // no flat params.
   const StepMemory s3 = step_memory(

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "data/token_dataset.h"
-#include "data/tokenizer.h"
-#include "dist/communicator.h"
+#include "tokenizer/tokenizer.h"
+#include "distributed/communicator.h"
 #include "eval/evaluator.h"
 #include "model/gpt.h"
 #include "train/train_options.h"

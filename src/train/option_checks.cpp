@@ -12,7 +12,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "dist/shard_groups.h"
+#include "distributed/shard_groups.h"
 #include "interop/hf_checkpoint.h"
 #include "report/objective.h"
 #include "train/eval_hooks.h"
@@ -154,7 +154,7 @@ CheckedOptions check_train_options(const TrainOptions& given, int world) {
   if (o.reshard_given && !o.zero_auto && o.zero != 3)
     fail("--reshard-after-forward applies to --zero 3 only (this run has --zero ", o.zero,
          "): drop it, or use --zero 3");
-  if (!o.shard_group.empty()) parse_shard_group(o.shard_group, world);  // dist/shard_groups.h
+  if (!o.shard_group.empty()) parse_shard_group(o.shard_group, world);  // distributed/shard_groups.h
   const std::pair<const char*, double> budgets[] = {{"--max-device-hours", o.max_device_hours},
                                                     {"--max-cost", o.max_cost},
                                                     {"--max-tokens", o.max_tokens},

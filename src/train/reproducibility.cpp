@@ -30,7 +30,7 @@ std::string resume_bit_identity_warning(const std::map<std::string, std::string>
     if (!a.empty() && !b.empty() && a != b)
       add(std::string("--") + k + " changed from " + a + " to " + b + " since the checkpoint");
   }
-  // How the gradient is summed (dist/shard_groups.h: ranks, micro-batches, --zero, --shard-group).
+  // How the gradient is summed (distributed/shard_groups.h: ranks, micro-batches, --zero, --shard-group).
   // The orders themselves (gradient_sum_tree) where both runs recorded them,
   // so that the same additions described otherwise do not warn; the text of
   // the order for checkpoints from before.

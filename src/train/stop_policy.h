@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "train/ledger.h"
 #include "train/time_limit.h"
 #include "train/train_options.h"

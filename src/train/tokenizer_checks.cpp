@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
-#include "data/hf_tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 #include "data/shard_reader.h"
 #include "data/shard_tokenizer.h"
 #include "interop/atomic_write.h"

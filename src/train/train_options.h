@@ -69,11 +69,11 @@ struct TrainOptions {
   std::string attention = "auto";  // auto | flash | cudnn | materialized (backend/attention_choice.h)
   bool deterministic = true;  // --deterministic on|off: cuDNN attention's deterministic backward
 
-  // data parallel (ranks from mpirun / srun; see dist/communicator.h)
+  // data parallel (ranks from mpirun / srun; see distributed/communicator.h)
   int zero = 0;                 // ZeRO stage: 0 = all-reduce gradients, 1 = shard AdamW state,
-                                // 2 = and the gradient, 3 = and the parameters (dist/zero.h)
+                                // 2 = and the gradient, 3 = and the parameters (distributed/zero.h)
   bool zero_auto = false;       // --zero auto: the trainer picks 0, 1 or 2 by memory (zero stays 0 until then)
-  std::string shard_group;      // --shard-group N|node: ZeRO-k in groups (dist/shard_groups.h); "" = the world
+  std::string shard_group;      // --shard-group N|node: ZeRO-k in groups (distributed/shard_groups.h); "" = the world
   bool tf32 = false;             // --storage f32 GEMMs on TF32 tensor cores
   bool reshard_after_forward = true;  // --zero 3: free each block's gathered parameters after its
                                       // forward (gathered again for the backward); false keeps them

@@ -36,11 +36,11 @@
 #include "data/shard_identity.h"
 #include "data/shard_tokenizer.h"
 #include "data/token_dataset.h"
-#include "data/tokenizer.h"
-#include "dist/communicator.h"
-#include "dist/forward_balance.h"
-#include "dist/shard_groups.h"
-#include "dist/zero.h"
+#include "tokenizer/tokenizer.h"
+#include "distributed/communicator.h"
+#include "distributed/forward_balance.h"
+#include "distributed/shard_groups.h"
+#include "distributed/zero.h"
 #include "model/gpt.h"
 #include "interop/hf_checkpoint.h"
 #include "model/llmc_checkpoint.h"
@@ -204,7 +204,7 @@ class Trainer {
   std::unique_ptr<Backend> be_;
   std::unique_ptr<GPT> model_;
   std::unique_ptr<Communicator> grad_comm_;  // NCCL for device gradients (cuda, > 1 rank)
-  std::unique_ptr<ShardGroups> groups_;      // --shard-group (dist/shard_groups.h), else null
+  std::unique_ptr<ShardGroups> groups_;      // --shard-group (distributed/shard_groups.h), else null
   std::unique_ptr<DataParallel> dp_;  // gradient averaging, ZeRO-1; owns the optimizer
   int threads_ = 0;                   // CPU threads of this rank
   std::unique_ptr<JsonlLog> jlog_;
@@ -223,7 +223,7 @@ StepMemory Trainer::memory_for(const GPTConfig& cfg, int B) const {
   // on every group).
   const int W = groups_ ? groups_->size : comm_.world();
   (void)P;
-  // AdamW's m, v length: this rank's shard (dist/zero.h).
+  // AdamW's m, v length: this rank's shard (distributed/zero.h).
   const size_t moments = DataParallel::moment_elems(
       cfg, W, groups_ ? groups_->member : comm_.rank(), o_.zero, o_.overlap_comm);
   return step_memory(cfg, B, T_, c_.recompute, *be_, moments,
@@ -486,7 +486,7 @@ void Trainer::setup() {
     bo.heads = AttentionHeads{cfg_.num_heads, cfg_.kv_heads(), cfg_.channels / cfg_.num_heads};
     bo.deterministic = o_.deterministic;
     // One GPU per rank: the local rank's device is made current before the
-    // backend allocates on it (dist/communicator.h).
+    // backend allocates on it (distributed/communicator.h).
     if (comm_.world() > 1 && (o_.device == "cuda" || o_.device == "auto"))
       select_device_for_local_rank(comm_.local_rank(), comm_.local_world());
     std::string note;
@@ -643,7 +643,7 @@ float Trainer::evaluate() {
   val_loader_->reset();  // every evaluation sees the same batches: comparable numbers
   // The ranks split the batches (batch i on rank i mod W) and sum: the same
   // number, to rounding, on any world size.
-  // ZeRO-3: every rank makes as many forwards as rank 0 (dist/forward_balance.h).
+  // ZeRO-3: every rank makes as many forwards as rank 0 (distributed/forward_balance.h).
   const int W = comm_.world(), r = comm_.rank();
   const long mine = strided_count(o_.eval_batches, W, r);
   const long passes = forward_passes_to_make(*model_, comm_, mine);
@@ -1071,7 +1071,7 @@ int Trainer::train() {
 
 }  // namespace
 
-// The communicator comes from the launcher's variables (dist/communicator.h).
+// The communicator comes from the launcher's variables (distributed/communicator.h).
 // With more than one rank, an error on any rank is printed with the rank and
 // ends the whole job at once (MPI_Abort): no rank is left waiting in a
 // collective. One rank: errors go to main() as before.

@@ -1,4 +1,4 @@
-// Compares ratchet's pinned code-point classes (src/data/unicode_classes.inc,
+// Compares ratchet's pinned code-point classes (src/tokenizer/unicode_classes.inc,
 // as the C++ char_class() returns them) with node's regex engine, on the code
 // points that both the pinned Unicode version and node's own assign: a code
 // point one of them does not know yet is class 0 there by definition, so it

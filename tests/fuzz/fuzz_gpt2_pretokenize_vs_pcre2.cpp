@@ -1,9 +1,9 @@
-// Differential: GPT-2's hand-written pre-tokenizer (data/gpt2_pretokenize.h,
+// Differential: GPT-2's hand-written pre-tokenizer (tokenizer/gpt2_pretokenize.h,
 // the fast path the tokenizer.json engine takes for ByteLevel's regex) against
 // PCRE2 running the real pattern, as the engine does without the fast path
-// (data/hf/regex.h: UTF + UCP + JIT, \s as White_Space).
+// (tokenizer/json/regex.h: UTF + UCP + JIT, \s as White_Space).
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-// Any bytes: invalid UTF-8 is escaped first (data/hf/text.h), and PCRE2 sees
+// Any bytes: invalid UTF-8 is escaped first (tokenizer/json/text.h), and PCRE2 sees
 // each escaped byte as U+FFFD, as the engine runs it. Inputs holding a code
 // point that PCRE2's Unicode tables (14.0 on Debian 12) leave unassigned are
 // skipped: the hand-written table is pinned to Unicode 15.0, and a letter
@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string>
 
-#include "data/gpt2_pretokenize.h"
-#include "data/hf/engine.h"
+#include "tokenizer/gpt2_pretokenize.h"
+#include "tokenizer/json/engine.h"
 #include "pcre2_split_diff.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

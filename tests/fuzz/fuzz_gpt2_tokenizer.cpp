@@ -1,11 +1,11 @@
-// GPT-2's BPE tokenizer (data/gpt2_tokenizer.h) on arbitrary bytes (invalid
+// GPT-2's BPE tokenizer (tokenizer/gpt2_tokenizer.h) on arbitrary bytes (invalid
 // UTF-8 included): every id is inside the vocabulary, never the end-of-text
 // token (text cannot forge a boundary), and the ids decode back to exactly
 // the input bytes.
 #include <cstdlib>
 #include <memory>
 
-#include "data/gpt2_tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
 
 namespace {
 const ratchet::Gpt2Tokenizer& tokenizer() {

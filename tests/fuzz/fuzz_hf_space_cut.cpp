@@ -1,7 +1,7 @@
 // Differential: the BPE model of the tokenizer.json engine on a whole piece
 // against the same piece cut at BpeModel::next_cut (the cuts before "\u2581",
 // after a newline and around digits that Llama 2 and Gemma take;
-// data/hf/engine.h says why they are exact) and tokenized part by part. The
+// tokenizer/json/engine.h says why they are exact) and tokenized part by part. The
 // ids must be equal.
 //
 // Two kinds of model:
@@ -23,8 +23,8 @@
 #include <sys/stat.h>
 #include <vector>
 
-#include "data/hf/engine.h"
-#include "data/hf/text.h"
+#include "tokenizer/json/engine.h"
+#include "tokenizer/json/text.h"
 
 using namespace ratchet;
 using namespace ratchet::hf;

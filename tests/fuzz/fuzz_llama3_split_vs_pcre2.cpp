@@ -1,7 +1,7 @@
 // Differential: the hand-written splitters for Llama 3's and Qwen's Split
-// regexes (data/hf/fast_split.h) against PCRE2 running the real patterns, as
-// the tokenizer.json engine does without the fast path (data/hf/regex.h).
-// Any bytes: invalid UTF-8 is escaped first (data/hf/text.h) and PCRE2 sees
+// regexes (tokenizer/json/fast_split.h) against PCRE2 running the real patterns, as
+// the tokenizer.json engine does without the fast path (tokenizer/json/regex.h).
+// Any bytes: invalid UTF-8 is escaped first (tokenizer/json/text.h) and PCRE2 sees
 // each escaped byte as U+FFFD. Inputs holding a code point that PCRE2's
 // Unicode tables (14.0 on Debian 12) leave unassigned are skipped (the
 // hand-written classes are pinned to Unicode 15.0).
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/hf/fast_split.h"
+#include "tokenizer/json/fast_split.h"
 #include "pcre2_split_diff.h"
 
 namespace {

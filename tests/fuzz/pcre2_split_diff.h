@@ -10,15 +10,15 @@
 #include <utility>
 #include <vector>
 
-#include "data/hf/regex.h"
-#include "data/hf/text.h"
+#include "tokenizer/json/regex.h"
+#include "tokenizer/json/text.h"
 
 namespace ratchet::fuzz {
 
 using Spans = std::vector<std::pair<size_t, size_t>>;
 
 // The fuzzer's bytes as the engine runs them: invalid UTF-8 escaped
-// (data/hf/text.h; PCRE2 sees each escaped byte as U+FFFD) into `text`, and
+// (tokenizer/json/text.h; PCRE2 sees each escaped byte as U+FFFD) into `text`, and
 // PCRE2's view of it. False for an input holding a code point PCRE2's Unicode
 // tables (14.0 on Debian 12) leave unassigned: the hand-written classes are
 // pinned to Unicode 15.0, so such inputs are skipped.

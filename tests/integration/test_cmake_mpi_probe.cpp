@@ -1,4 +1,4 @@
-// The CMake MPI probe (src/dist/mpi_probe): an MPI installation whose compiler
+// The CMake MPI probe (cmake/mpi_probe): an MPI installation whose compiler
 // wrapper names include directories that do not exist (Debian's openmpi-bin
 // without libopenmpi-dev made FindMPI fail the configure with "Imported target
 // MPI::MPI_C includes non-existent path") must turn MPI off with a message

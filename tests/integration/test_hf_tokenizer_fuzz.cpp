@@ -49,7 +49,7 @@ void put_utf8(std::string& s, uint32_t cp) {
 
 // The code points both sides classify alike: those assigned in Unicode 15.0
 // (DerivedAge.txt of Debian's unicode-data: the version of ratchet's own
-// classes, which the Llama 3 / Qwen splitters use, src/data/hf/fast_split.h),
+// classes, which the Llama 3 / Qwen splitters use, src/tokenizer/json/fast_split.h),
 // and, of the rest, planes 4-13 (unassigned in every version), planes 15-16
 // (private use) and the noncharacters U+FDD0-FDEF. The reference's tables are
 // Unicode 16.0: a character assigned in 15.1 or 16.0 is a letter to it and

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "data/hf_tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 #include "testing/hf_reference.h"
 #include "testing/test_util.h"
 
@@ -122,7 +122,7 @@ std::vector<std::string> whitespace() {
 std::vector<std::string> code() {
   const std::string root = std::string(RATCHET_TESTS_DIR) + "/..";
   std::vector<std::string> c;
-  for (const char* f : {"src/data/gpt2_tokenizer.cpp", "src/data/shard_format.h",
+  for (const char* f : {"src/tokenizer/gpt2_tokenizer.cpp", "src/data/shard_format.h",
                         "scripts/install-deps.sh", "tests/data/hf_tokenizers_ref.js",
                         "tests/data/hf_llama_loss.py", "CMakeLists.txt"}) {
     const std::string text = read_file(root + "/" + f);

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "data/byte_tokenizer.h"
+#include "tokenizer/byte_tokenizer.h"
 #include "data/shard_reader.h"
 #include "data/token_dataset.h"
 #include "testing/test_util.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "data/gpt2_tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
 #include "data/shard_format.h"
 #include "data/shard_reader.h"
 #include "data_tools/checksum.h"

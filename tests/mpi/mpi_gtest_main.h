@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 
 namespace ratchet::testing {
 

@@ -27,7 +27,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "kernels/simt/device_guard.h"
 
 namespace {

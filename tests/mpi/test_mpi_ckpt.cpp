@@ -76,7 +76,7 @@ TEST_F(MpiCkpt, EveryRankWritesItsShardAndAResumeIsByteIdentical) {
       }
       // An even split: no rank wrote (or gathered) much more than 1/W. ZeRO-1
       // with --overlap-comm on (the default) shards by gradient bucket
-      // (dist/buckets.h): the last rank's piece of each of the L + 1 = 4
+      // (distributed/buckets.h): the last rank's piece of each of the L + 1 = 4
       // buckets may be up to W - 1 elements short.
       EXPECT_LE(largest - smallest, (size_t)(zero.empty() ? ranks : 4 * (ranks - 1))) << what;
       EXPECT_EQ(run_ratchet("ckpt verify " + ck).exit_code, 0) << what;
@@ -279,7 +279,7 @@ TEST_F(MpiCkpt, SimtBf16Zero1ShardsHoldTheOwnersMasterWeights) {
 }
 
 // Stages 1 and 2 on several ranks keep the FP32 master of the owned ranges
-// only (dist/zero.h). A stage-2 checkpoint of 2 ranks (each shard its
+// only (distributed/zero.h). A stage-2 checkpoint of 2 ranks (each shard its
 // owner's master values) resumed at stage 0 (a whole master, from the
 // shards) and at stage 1 on 2 ranks ends byte-identical to the straight
 // stage-2 run, as does a stage-1 checkpoint resumed at stage 2; resumed on 3

@@ -14,8 +14,8 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#include "dist/communicator.h"
-#include "dist/zero.h"
+#include "distributed/communicator.h"
+#include "distributed/zero.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "testing/bf16_bits.h"

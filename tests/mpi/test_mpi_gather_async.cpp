@@ -1,5 +1,5 @@
 // Communicator::all_gather_async (ZeRO-3's per-block parameter prefetch,
-// dist/communicator.h) as N ranks under mpirun (CTest: N = 1, 2, 3; 1 is the
+// distributed/communicator.h) as N ranks under mpirun (CTest: N = 1, 2, 3; 1 is the
 // single-process communicator's blocking default). Checked against the
 // blocking all_gather and against the values each rank sent: several gathers
 // in flight at once and waited for out of order, in place (send = this rank's
@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "mpi_gtest_main.h"
 
 using namespace ratchet;

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/communicator.h"
-#include "dist/nccl_communicator.h"
+#include "distributed/communicator.h"
+#include "distributed/nccl_communicator.h"
 #include "testing/bf16_bits.h"
 
 using namespace ratchet;

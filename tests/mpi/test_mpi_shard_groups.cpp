@@ -1,10 +1,10 @@
-// Communicator::split and hybrid sharding (--shard-group, dist/shard_groups.h)
+// Communicator::split and hybrid sharding (--shard-group, distributed/shard_groups.h)
 // under mpirun as 1, 2, 3 and 4 ranks (CTest runs each; 1 = the single
 // communicator). All ranks run on this one host, so MPI's shared-memory split
 // puts them all in one node.
 //
 // The step replay (stages 1 and 2): every rank's gradient is gathered to every
-// rank, summed in one process in the order dist/zero.h documents (within each
+// rank, summed in one process in the order distributed/zero.h documents (within each
 // group, then across the groups), and stepped by a one-rank stage-0 optimizer. Where every
 // level of the sum has at most 2 ranks (W = 2 with groups of 1 or 2, W = 4 in
 // groups of 2) each level adds once, so the replay is exact: bitwise equal
@@ -23,9 +23,9 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#include "dist/communicator.h"
-#include "dist/shard_groups.h"
-#include "dist/zero.h"
+#include "distributed/communicator.h"
+#include "distributed/shard_groups.h"
+#include "distributed/zero.h"
 #include "model/gpt.h"
 #include "model/recompute.h"
 #include "optim/adamw.h"

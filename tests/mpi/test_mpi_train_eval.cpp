@@ -67,7 +67,7 @@ TEST_F(MpiTrainEval, RanksLogOneProcesssNumbersAtStepZero) {
 // ZeRO-3 (every forward pass gathers the blocks' parameters collectively):
 // the ranks still score their own examples and batches, the ones with fewer
 // forwards (7 examples, 3 batches of --eval-data) padding with idle forwards
-// (dist/forward_balance.h). Every evaluation of the run logs exactly stage
+// (distributed/forward_balance.h). Every evaluation of the run logs exactly stage
 // 0's numbers on 2 ranks (bitwise the same weights: one micro-batch each)
 // and stage 2's on 3.
 TEST_F(MpiTrainEval, Zero3LogsTheSameNumbers) {

@@ -1,4 +1,4 @@
-// ZeRO-2 (dist/zero.h "stage 2", dist/buckets.h) as N ranks under mpirun
+// ZeRO-2 (distributed/zero.h "stage 2", distributed/buckets.h) as N ranks under mpirun
 // (CTest runs it with N = 1, 2, 3): the bucket pieces tile the parameters,
 // one micro-batch per rank equals stage 0 (bitwise on 1 and 2 ranks), several
 // micro-batches equal a replay of the documented reduction order (bitwise on
@@ -20,9 +20,9 @@
 #ifdef RATCHET_ZERO2_SIMT
 #include "backend/cuda/cuda_backend.h"
 #endif
-#include "dist/buckets.h"
-#include "dist/communicator.h"
-#include "dist/zero.h"
+#include "distributed/buckets.h"
+#include "distributed/communicator.h"
+#include "distributed/zero.h"
 #include "model/gpt.h"
 #include "model/memory.h"
 #include "model/recompute.h"
@@ -149,7 +149,7 @@ TEST(Zero2, RecomputedBlocksEqualStage0) {
   one_micro_batch_equals_stage0(llama_config(), parse_recompute("gelu+ln"));
 }
 
-// Overlapped ZeRO-1 (dist/zero.h): the micro-batches accumulate in the flat
+// Overlapped ZeRO-1 (distributed/zero.h): the micro-batches accumulate in the flat
 // grads, the last one's buckets are reduce-scattered as the backward finishes
 // each block. The shards are stage 2's bucket pieces (on more than one rank);
 // the sums per element are stage 0's: bitwise on 2 ranks.
@@ -201,7 +201,7 @@ TEST(Zero2, OverlappedZero1EqualsStage0) {
 }
 
 // Several micro-batches: stage 2 reduce-scatters each micro-batch's buckets
-// and adds the sums in micro-batch order (dist/zero.h). The replay computes
+// and adds the sums in micro-batch order (distributed/zero.h). The replay computes
 // each micro-batch's flat gradient on a model WITHOUT the bucket store, makes
 // the same per-bucket reduce-scatters of it, adds the shards in order, and
 // runs AdamW on the same pieces and gathers: the same bits on any N. Against
@@ -454,7 +454,7 @@ TEST(Zero2, SimtShardedMasterEqualsWholeMasterBitwise) {
       copy_optimizer_state(*be, a, b);
       next.dp.restore_params(next.m.params());
       EXPECT_TRUE(next.bits() == part.bits()) << "rounded as the last step did";
-      // Stages 1 and 2 add micro-batches in different orders (dist/zero.h):
+      // Stages 1 and 2 add micro-batches in different orders (distributed/zero.h):
       // the reference is a whole-master run of `other` from the same state.
       SimtRun ref(*be, c, other, true, false);
       ref.m.set_params(fp.data());

@@ -1,4 +1,4 @@
-// ZeRO-3 (dist/zero.h "stage 3", dist/zero_params.h) in DataParallel, as N
+// ZeRO-3 (distributed/zero.h "stage 3", distributed/zero_params.h) in DataParallel, as N
 // ranks under mpirun (CTest: N = 1, 2, 3). `ratchet train` does not offer
 // --zero 3 yet; this is the optimizer step's own test:
 //   - stage 3 equals stage 2 BITWISE on any N and any number of micro-batches
@@ -29,10 +29,10 @@
 #ifdef RATCHET_ZERO3_SIMT
 #include "backend/cuda/cuda_backend.h"
 #endif
-#include "dist/buckets.h"
-#include "dist/communicator.h"
-#include "dist/zero.h"
-#include "dist/zero_params.h"
+#include "distributed/buckets.h"
+#include "distributed/communicator.h"
+#include "distributed/zero.h"
+#include "distributed/zero_params.h"
 #include "model/gpt.h"
 #include "model/memory.h"
 #include "model/recompute.h"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/json.h"
-#include "data/hf_tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 #include "testing/test_util.h"
 
 namespace ratchet::testing {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "dist/communicator.h"
-#include "dist/zero.h"
+#include "distributed/communicator.h"
+#include "distributed/zero.h"
 #include "model/gpt.h"
 #include "plan/plan.h"
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "data/bpe_merge.h"
+#include "tokenizer/bpe_merge.h"
 
 using namespace ratchet;
 

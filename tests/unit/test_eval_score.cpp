@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "data/byte_tokenizer.h"
+#include "tokenizer/byte_tokenizer.h"
 #include "data_tools/shard_writer.h"
 #include "eval/evaluator.h"
 #include "model/gpt.h"

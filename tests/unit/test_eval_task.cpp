@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "data/byte_tokenizer.h"
-#include "data/gpt2_tokenizer.h"
-#include "data/tokenizer.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "eval/evaluator.h"
 #include "testing/expect_error.h"
 #include "testing/test_util.h"

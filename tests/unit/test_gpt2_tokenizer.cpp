@@ -20,10 +20,10 @@
 
 #include "core/error.h"
 #include "core/rng.h"
-#include "data/gpt2_pretokenize.h"
+#include "tokenizer/gpt2_pretokenize.h"
 #include "core/json.h"
-#include "data/gpt2_tokenizer.h"
-#include "data/tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "testing/expect_error.h"
 #include "testing/test_util.h"
 
@@ -236,7 +236,7 @@ TEST(Gpt2Tokenizer, UnicodeTableIsRegeneratedFromPinnedUcd) {
   RunResult r = run_shell("python3 " + src + "gen_unicode_classes.py > " + (dir / "t.inc"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(read_file(dir / "t.inc"), read_file(src + "unicode_classes.inc"))
-      << "src/data/unicode_classes.inc is not what src/data/gen_unicode_classes.py makes from "
+      << "src/tokenizer/unicode_classes.inc is not what src/tokenizer/gen_unicode_classes.py makes from "
          "/usr/share/unicode: was the UCD upgraded, or the table edited by hand?";
   EXPECT_NE(read_file(src + "unicode_classes.inc").find("// Unicode version: 15.0.0\n"),
             std::string::npos)

@@ -1,4 +1,4 @@
-// hf::SafeCutter (src/data/hf/safe_cut.h) for the four real tokenizer.json
+// hf::SafeCutter (src/tokenizer/json/safe_cut.h) for the four real tokenizer.json
 // families of scripts/install-deps.sh and GPT-2's files: a document cut at its safe cuts and
 // tokenized part by part gives exactly the ids of the whole, on real text
 // (the KJV, fortunes, C headers) and on random mixtures of words, every kind
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "data/gpt2_tokenizer.h"
-#include "data/hf/safe_cut.h"
-#include "data/hf_tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
+#include "tokenizer/json/safe_cut.h"
+#include "tokenizer/tokenizer_json.h"
 #include "data_tools/parallel_tokenize.h"
 #include "testing/test_util.h"
 

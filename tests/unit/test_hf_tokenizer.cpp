@@ -1,4 +1,4 @@
-// The tokenizer.json engine (data/hf_tokenizer.h) against Hugging Face's own
+// The tokenizer.json engine (tokenizer/tokenizer_json.h) against Hugging Face's own
 // `tokenizers` (the Rust library through its Node binding, npm tokenizers@0.23.2):
 //   - small hand-made tokenizer.json files (tests/data/hf_tokenizers/) that
 //     exercise every supported component: expected ids below;
@@ -29,11 +29,11 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/rng.h"
-#include "data/gpt2_tokenizer.h"
-#include "data/hf/engine.h"
-#include "data/hf/text.h"
-#include "data/hf_tokenizer.h"
-#include "data/tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
+#include "tokenizer/json/engine.h"
+#include "tokenizer/json/text.h"
+#include "tokenizer/tokenizer_json.h"
+#include "tokenizer/tokenizer.h"
 #include "testing/expect_error.h"
 #include "testing/test_util.h"
 
@@ -438,7 +438,7 @@ std::string long_mixed_text(size_t n, uint64_t seed) {
 TEST(HfTokenizer, FastSplittersEqualPcre2OnRealFiles) {
   REQUIRE_FAMILY("llama3_1");
   // Llama 3's and Qwen's Split regexes have hand-written splitters
-  // (data/hf/fast_split.h); with RATCHET_HF_NO_FAST_PATH PCRE2 runs them.
+  // (tokenizer/json/fast_split.h); with RATCHET_HF_NO_FAST_PATH PCRE2 runs them.
   std::vector<std::string> texts = kTexts;
   RunResult r = run_shell("bible -f 'Gen1:1-Gen10:32' 2>/dev/null");
   if (r.exit_code == 0) texts.push_back(r.output);
@@ -538,7 +538,7 @@ std::vector<uint32_t> model_ids(const hf::BpeModel& m, std::string_view s, bool 
 
 }  // namespace
 
-// The model-level cuts before "\u2581" (data/hf/engine.h, BpeModel::space_cut)
+// The model-level cuts before "\u2581" (tokenizer/json/engine.h, BpeModel::space_cut)
 // give the ids of the uncut text; never after a character a merge crosses
 // the mark from, nor after one without its own token then.
 TEST(HfTokenizer, SpaceCutsAreExact) {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "data/gpt2_tokenizer.h"
-#include "data/tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "data_tools/parallel_tokenize.h"
 #include "data_tools/shard_pipeline.h"
 #include "testing/test_util.h"

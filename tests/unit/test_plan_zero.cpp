@@ -9,8 +9,8 @@
 #include <cmath>
 
 #include "backend/memory_model.h"
-#include "dist/buckets.h"
-#include "dist/zero.h"
+#include "distributed/buckets.h"
+#include "distributed/zero.h"
 #include "model/memory.h"
 #include "model/param_layout.h"
 #include "plan/plan.h"
@@ -111,8 +111,8 @@ TEST(PlanZero, StageMemoryItemised) {
   const ZeroMemory z0 = zero_memory(c, B, T, r, be, {0, true}, N);
   EXPECT_EQ(z0.total(), s0.total());
   // Stage 1 as train runs it with --overlap-comm on (its default): the
-  // bucket-aligned shard (dist/zero.h "Overlapped ZeRO-1").
-  // The FP32 master covers the owned elements only (dist/zero.h: the model
+  // bucket-aligned shard (distributed/zero.h "Overlapped ZeRO-1").
+  // The FP32 master covers the owned elements only (distributed/zero.h: the model
   // is built with them as master ranges), as the moments do.
   const StepMemory s1 = step_memory(c, B, T, r, be, DataParallel::moment_elems(c, N, 0, 1, true),
                                     DataParallel::buffer_bytes(be, c, N, 1, true), true, true, true);
@@ -127,8 +127,8 @@ TEST(PlanZero, StageMemoryItemised) {
   EXPECT_EQ(DataParallel::buffer_bytes(be, c, N, 1, false), bf16(N * S) + bf16(S));
   EXPECT_EQ(DataParallel::moment_elems(c, N, 0, 1, false), S);
 
-  // Stage 2 as train runs it (dist/zero.h): no flat gradient; the shard of
-  // the summed gradient (one piece of every bucket, dist/buckets.h); two
+  // Stage 2 as train runs it (distributed/zero.h): no flat gradient; the shard of
+  // the summed gradient (one piece of every bucket, distributed/buckets.h); two
   // block buckets and the rest's bucket, with their receive buffers (1/N of
   // each); master and moments for rank 0's pieces.
   const ZeroMemory z2 = zero_memory(c, B, T, r, be, {2, true}, N);

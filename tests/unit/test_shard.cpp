@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/byte_tokenizer.h"
+#include "tokenizer/byte_tokenizer.h"
 #include "data/shard_reader.h"
 #include "data_tools/shard_writer.h"
 #include "data/token_dataset.h"

@@ -1,0 +1,31 @@
+#include "tokenizer/tokenizer.h"
+
+#include "core/error.h"
+#include "tokenizer/byte_tokenizer.h"
+#include "tokenizer/gpt2_tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
+
+#include <sys/stat.h>
+
+namespace ratchet {
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& flag,
+                                          const TokenizerFiles& files) {
+  if (name == ByteTokenizer::kName) return std::make_unique<ByteTokenizer>();
+  if (name == Gpt2Tokenizer::kName) {
+    const std::string dir = default_gpt2_dir();
+    std::string vocab = files.vocab.empty() ? dir + "/encoder.json" : files.vocab;
+    std::string merges = files.merges.empty() ? dir + "/vocab.bpe" : files.merges;
+    return std::make_unique<Gpt2Tokenizer>(vocab, merges);
+  }
+  // Anything else that exists is a tokenizer.json or a directory holding one;
+  // shards record one as "hf:PATH" (HfTokenizer::name).
+  const std::string path = name.rfind("hf:", 0) == 0 ? name.substr(3) : name;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return HfTokenizer::load(path);
+  fail("unknown ", flag, " '", name, "': the known tokenizers are: ", ByteTokenizer::kName, ", ",
+       Gpt2Tokenizer::kName, ", or the path of a Hugging Face tokenizer.json (or of a model "
+       "directory holding one); no such file or directory");
+}
+
+}  // namespace ratchet
