@@ -252,9 +252,12 @@ int cmd_plan(int argc, char** argv) {
   mf.layers = f.layers, mf.heads = f.heads, mf.channels = f.channels;
   mf.kv_heads = f.kv_heads, mf.ffn_hidden = f.ffn_hidden, mf.untied = f.untied;
   mf.vocab_size = f.vocab_size, mf.max_seq_len = f.max_seq_len;
-  // Unless given, the longest sequence is at least --seq-len (a Llama's RoPE
-  // has no table; a GPT-2 plan then counts T rows of wpe).
-  if (vm["max-seq-len"].defaulted()) mf.max_seq_len = std::max(mf.max_seq_len, in.T);
+  // As `ratchet train` (issue 36): a --seq-len beyond the model's longest
+  // sequence is refused, not planned as a larger model (GPT-2's wpe grows
+  // with it, Llama's RoPE tables too).
+  if (in.T > mf.max_seq_len)
+    fail("--seq-len ", in.T, " exceeds the model's max_seq_len ", mf.max_seq_len,
+         ": lower --seq-len or raise --max-seq-len (as `ratchet train` needs)");
   in.cfg = config_from_flags(mf);
   in.model_name = f.layers || f.heads || f.channels || f.kv_heads || f.ffn_hidden || f.untied
                       ? "custom"
