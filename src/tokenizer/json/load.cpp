@@ -41,7 +41,8 @@ bool fast_paths_enabled() {
 
 std::string read_file(const std::string& path, const char* what, uint64_t max_bytes) {
   // Loops, directories and sizes named before anything is read (file_checks.h).
-  if (const std::string problem = file_problem(path, true, max_bytes); !problem.empty())
+  // (A missing file is the open's "cannot open ...: No such file or directory" below.)
+  if (const std::string problem = file_problem(path, false, max_bytes); !problem.empty())
     fail(what, " ", path, " ", problem);
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot open ", what, " ", path, ": ", std::strerror(errno));
@@ -601,7 +602,7 @@ bool is_dir(const std::string& p) {
 std::unique_ptr<Engine> load_engine(const std::string& arg) {
   std::string path = arg;
   // A loop or dangling link is named as such, not as a missing or bad file.
-  if (const std::string problem = file_problem(arg, true, UINT64_MAX);
+  if (const std::string problem = file_problem(arg, false, UINT64_MAX);
       !problem.empty() && problem != "is a directory, not a file")
     fail("tokenizer ", arg, " ", problem);
   if (is_dir(path) && path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0)
