@@ -29,11 +29,12 @@ const char* kExamples = R"(examples:
 
   # Llama 3.1 8B on 8 H100s at T=8192: which ZeRO stage and recompute policy fit, the
   # step time with the collectives, scaling over 1-8 nodes
-  ratchet plan --model llama3.1-8b --device h100 --world-size 8 --seq-len 8192 --batch-size 1
+  ratchet plan --model llama3.1-8b --device h100 --world-size 8 --seq-len 8192 \
+      --max-seq-len 8192 --batch-size 1
 
   # the same over 4 nodes, ZeRO-3 inside each node, shards all-reduced across nodes
   ratchet plan --model llama3.1-8b --device h100 --world-size 32 --seq-len 8192 -B 1 \
-      --zero 3 --shard-group node
+      --max-seq-len 8192 --zero 3 --shard-group node
 
   # what model and how many tokens for $500 of A100 time? (nearest dN preset)
   ratchet plan --budget-money 500 --device a100 --price-per-device-hour 1.8 --seq-len 1024

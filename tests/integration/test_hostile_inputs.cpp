@@ -170,6 +170,8 @@ TEST_F(HostileInputs, SameTokenizerAtAnotherPathIsOneTokenizer) {
   // verify: one dataset over both copies.
   auto r = run_ratchet("verify '" + da + "/*.h5' '" + db + "/*.h5'");
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "records the same tokenizer.json (sha256 ")) << r.output;
+  EXPECT_TRUE(has(r, "at another path: hf:" + (d / "b/tokenizer.json"))) << r.output;
   const std::string llama = "--arch llama --model custom --layers 1 --heads 2 --kv-heads 1 "
                             "--channels 32 --max-seq-len 32 --seq-len 16 --batch-size 2 "
                             "--threads 1 --quiet --steps 1 --eval-every 1 --eval-batches 1 "
@@ -206,7 +208,8 @@ TEST_F(HostileInputs, SameTokenizerAtAnotherPathIsOneTokenizer) {
 TEST_F(HostileInputs, DeeplyNestedTokenizerJsonIsRefusedByPathInBoundedMemory) {
   TempDir d;
   // 20,000 Sequences deep: the issue measured over 4.6 GB (then bad_alloc)
-  // for this file. Each of the three nesting members, through tokenize and shard.
+  // for this file. Each of the three nesting members, through tokenize, shard
+  // and eval --tokenizer.
   const struct {
     const char* key;
     std::string value;
@@ -222,8 +225,9 @@ TEST_F(HostileInputs, DeeplyNestedTokenizerJsonIsRefusedByPathInBoundedMemory) {
     const std::string file = d / (std::string(c.key) + "/tokenizer.json");
     write_tokenizer_with("llama2", c.key, c.value, file);
     for (const std::string& args :
-         {"tokenize " + file + " hello", "shard --tokenizer " + file + " --input " +
-                                             (*dir_ / "corpus.txt") + " --output-dir " + (d / "out")}) {
+         {"tokenize " + file + " hello",
+          "shard --tokenizer " + file + " --input " + (*dir_ / "corpus.txt") + " --output-dir " + (d / "out"),
+          "eval --init-from " + model() + " --tokenizer " + file + " --task hs=" + task()}) {
       auto [r, kb] = run_measured(d, args);
       EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output.substr(0, 2000);
       EXPECT_TRUE(has(r, file + ": " + c.path)) << r.output.substr(0, 2000);

@@ -113,8 +113,13 @@ void check_json_depth(const std::string& text, const std::string& file) {
   nlohmann::json::sax_parse(text, &sax);
   if (!sax.too_deep) return;
   // The path of a container 128 deep is long; its start and end say where.
+  // Whole components: about 80 characters of the start, 60 of the end.
   std::string where = sax.where;
-  if (where.size() > 160) where = where.substr(0, 80) + "/.../" + where.substr(where.size() - 60);
+  if (where.size() > 160) {
+    const size_t head = where.find('/', 80), tail = where.rfind('/', where.size() - 60);
+    if (head != std::string::npos && tail != std::string::npos && head < tail)
+      where = where.substr(0, head) + "/..." + where.substr(tail);
+  }
   fail(file, ": ", where, ": JSON nested ", kMaxJsonDepth,
        " levels deep or more; Hugging Face's library refuses such a file too (serde_json's "
        "recursion limit): fix the file");
