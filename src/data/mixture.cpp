@@ -104,8 +104,9 @@ std::vector<SourceSpec> parse_source_specs(const std::vector<std::string>& specs
   // such share of the sum would never be drawn (issue 36: 1e-320 was accepted).
   for (const SourceSpec& s : out)
     if (s.weight / sum * 9007199254740992.0 < 1.0)
-      fail(flag, " '", s.pattern, "': its weight ", s.weight, " is too small beside the others' sum ",
-           sum, " ever to be drawn (under 2^-53 of the draws): raise it or drop the source");
+      fail(flag, " '", s.pattern, "': its weight ", weight_text(s.weight),
+           " is too small beside the weights' sum ", weight_text(sum),
+           " ever to be drawn (under 2^-53 of the draws): raise it or drop the source");
   return out;
 }
 

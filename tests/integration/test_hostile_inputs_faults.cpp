@@ -289,7 +289,7 @@ TEST_F(HostileFaults, MixtureWeightsAreDecimalAndDrawable) {
   EXPECT_TRUE(has(r, "the weight '0x10' is not a decimal number")) << r.output;
   r = run_ratchet(tiny(1) + " --train-data '" + a + ":1' --train-data '" + b + ":1e-320'");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(has(r, "too small beside the others' sum")) << r.output;
+  EXPECT_TRUE(has(r, "its weight 1e-320 is too small beside the weights' sum 1 ever to be drawn")) << r.output;
   EXPECT_TRUE(has(r, b)) << r.output;
   // Ordinary decimals are weights.
   r = run_ratchet(tiny(1) + " --train-data '" + a + ":0.7' --train-data '" + b + ":3e-1'");
