@@ -204,6 +204,7 @@ TEST_F(HostileFaults, UnkBytesAndDroppedCharactersAreCounted) {
   EXPECT_TRUE(has(r, "warning: 2 character(s) of its input were dropped")) << r.output;
   r = run_ratchet("tokenize " + none + " '" + rare + "' --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "tokenize: warning: 2 character(s) of the text were dropped")) << r.output;
   const auto ours = nlohmann::json::parse(r.output.substr(r.output.find('{')))["ids"].get<std::vector<uint32_t>>();
   EXPECT_EQ(ours, hf_ref_encode(none, {rare}, false, false).at(0)) << "the drop itself is HF's";
   // A tokenizer that keeps every byte says so.
