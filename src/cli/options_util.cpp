@@ -55,7 +55,6 @@ bool parse_options(int argc, char** argv, const po::options_description& desc,
                    stray_arguments_message(strays, prev_flag, prev_value, takes).c_str(), cmd);
       return false;
     }
-    // Stored without the names' options that are now empty (the strays).
     po::store(parsed, vm);
     if (notify) po::notify(vm);
     return true;
