@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "data/tokenizer_identity.h"
 #include "cli/options_util.h"
 #include "data_tools/commands.h"
 #include "core/error.h"
@@ -58,16 +59,15 @@ Examples:
   uint64_t total = 0, docs = 0, raw = 0, stored = 0;
   std::vector<uint64_t> starts;           // global document starts
   std::vector<uint64_t> shard_start;      // global position of each shard
+  int64_t unk_total = 0, dropped_total = 0;  // input without a token (attributes)
   for (const std::string& p : paths) {
     auto f = std::make_unique<ShardFile>(p);
     const ShardMeta& m = f->meta();
     if (!files.empty()) {
       const ShardMeta& a = files.front()->meta();
-      if (a.tokenizer != m.tokenizer || a.vocab_size != m.vocab_size || a.eot_token != m.eot_token ||
-          a.tokenizer_sha256 != m.tokenizer_sha256)
-        fail("shard ", p, " (tokenizer ", m.tokenizer, ", vocab ", m.vocab_size,
-             ") differs from ", files.front()->path(), " (tokenizer ", a.tokenizer, ", vocab ",
-             a.vocab_size, "): inspect shards of one dataset together");
+      if (const std::string d = tokenizer_difference(a, m); !d.empty())
+        fail("shard ", p, " and ", files.front()->path(), " disagree on the ", d,
+             ": inspect shards of one dataset together");
     }
     std::vector<uint64_t> off = f->read_doc_offsets();
     for (uint64_t o : off) starts.push_back(total + o);
@@ -85,6 +85,15 @@ Examples:
       std::printf("    source %s  sha256 %s\n", srcs[i].c_str(),
                   i < shas.size() ? shas[i].substr(0, 16).c_str() : "?");
     if (srcs.size() > 5) std::printf("    ... and %zu more sources\n", srcs.size() - 5);
+    // Input without a token, as `shard` counted it (issue 36).
+    const int64_t unk = f->int_attr(sf::kAttrUnkBytes).value_or(0);
+    const int64_t dropped = f->int_attr(sf::kAttrDroppedChars).value_or(0);
+    if (unk) std::printf("    warning: %lld byte(s) of its input became the unk token\n", (long long)unk);
+    if (dropped)
+      std::printf("    warning: %lld character(s) of its input were dropped (no token, no unk token)\n",
+                  (long long)dropped);
+    unk_total += unk;
+    dropped_total += dropped;
     shard_start.push_back(total);
     total += f->num_tokens();
     docs += off.size();
@@ -96,6 +105,10 @@ Examples:
   const ShardMeta& m = first.meta();
   std::printf("\ntotal: %zu shard(s), %llu tokens, %llu documents\n", files.size(),
               (unsigned long long)total, (unsigned long long)docs);
+  if (unk_total || dropped_total)
+    std::printf("warning: %lld byte(s) of the input became the unk token, %lld character(s) were "
+                "dropped: the tokenizer had no token for them\n",
+                (long long)unk_total, (long long)dropped_total);
   std::printf("tokenizer %s, vocab_size %d, eot_token %d, format_version %lld\n",
               m.tokenizer.c_str(), m.vocab_size, m.eot_token, (long long)first.format_version());
   if (m.framed)

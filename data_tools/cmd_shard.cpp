@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "tokenizer/gpt2_tokenizer.h"
 #include "tokenizer/tokenizer_json.h"
+#include "tokenizer/json/file_checks.h"
 #include "data/shard_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "data_tools/commands.h"
@@ -149,10 +150,12 @@ int cmd_shard(int argc, char** argv) {
   // absolute path, so that training and inspect find it from anywhere.
   std::unique_ptr<Tokenizer> tok;
   if (o.tokenizer != "byte" && o.tokenizer != Gpt2Tokenizer::kName &&
-      (o.tokenizer.find('/') != std::string::npos || std::filesystem::exists(o.tokenizer) ||
+      (o.tokenizer.find('/') != std::string::npos || hf::name_exists(o.tokenizer) ||
        (o.tokenizer.size() > 5 && o.tokenizer.compare(o.tokenizer.size() - 5, 5, ".json") == 0))) {
     const std::string path = tokenizer_json_in(o.tokenizer);
-    if (!std::filesystem::exists(path))
+    // A loop or dangling link is named by the loader (file_checks.h), not
+    // thrown by std::filesystem.
+    if (!hf::name_exists(path))
       fail("--tokenizer ", o.tokenizer, ": ", path, " does not exist: pass byte, gpt2, or a "
            "tokenizer.json (or the directory of a Hugging Face model holding one)");
     tok = HfTokenizer::load(std::filesystem::absolute(path).lexically_normal().string());

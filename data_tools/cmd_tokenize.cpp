@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "tokenizer/gpt2_tokenizer.h"
+#include "tokenizer/json/unknown_counts.h"
 #include "tokenizer/tokenizer_json.h"
 #include "tokenizer/tokenizer.h"
 #include "data_tools/commands.h"
@@ -81,7 +82,17 @@ Examples:
   if (const auto* g = dynamic_cast<const Gpt2Tokenizer*>(tok.get())) hf = &g->engine();
   if (parse_special && !hf)
     fail("--parse-special applies to gpt2 and tokenizer.json tokenizers, not '", tok_name, "'");
+  const hf::UnknownCounts before = hf::thread_unknown_counts();
   const std::vector<uint32_t> ids = hf ? hf->encode(text, parse_special) : tok->encode(text);
+  // Not silent (issue 36): input the tokenizer has no token for.
+  const hf::UnknownCounts& after = hf::thread_unknown_counts();
+  if (after.unk_bytes > before.unk_bytes)
+    std::fprintf(stderr, "tokenize: warning: %llu byte(s) of the text became the unk token\n",
+                 (unsigned long long)(after.unk_bytes - before.unk_bytes));
+  if (after.dropped_chars > before.dropped_chars)
+    std::fprintf(stderr, "tokenize: warning: %llu character(s) of the text were dropped: no token "
+                 "for them and no unk token (Hugging Face's library drops them too)\n",
+                 (unsigned long long)(after.dropped_chars - before.dropped_chars));
   std::vector<std::string> pieces;
   if (hf) {
     pieces = hf->pieces(ids);

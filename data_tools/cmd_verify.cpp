@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "data_tools/commands.h"
 #include "core/error.h"
 #include "data/shard_reader.h"
+#include "data/tokenizer_identity.h"
 #include "data_tools/shard_verify.h"
 
 namespace ratchet {
@@ -47,8 +49,18 @@ Examples:
   if (shards.empty()) fail("no shard given: ratchet verify SHARDS... (see --help)");
   std::vector<std::string> paths = expand_shard_paths(shards, "shard");
   size_t failed = 0;
+  std::optional<ShardMeta> first_ok;  // the first good shard, for the note below
+  bool noted = false;
   verify_shards(paths, [&](const ShardCheck& c) {
     if (c.ok) {
+      // One tokenizer by its digest (issue 36); the other path is worth a word.
+      if (!first_ok) first_ok = c.meta;
+      else if (!noted && !quiet && same_tokenizer_other_path(*first_ok, c.meta)) {
+        std::printf("note: %s records the same tokenizer.json (sha256 %s) at another path: %s, "
+                    "not %s\n", c.path.c_str(), c.meta.tokenizer_sha256.substr(0, 16).c_str(),
+                    c.meta.tokenizer.c_str(), first_ok->tokenizer.c_str());
+        noted = true;
+      }
       if (!quiet)
         std::printf("ok %s: %llu tokens, %llu documents, %llu chunks, tokenizer %s, vocab %d\n",
                     c.path.c_str(), (unsigned long long)c.tokens,

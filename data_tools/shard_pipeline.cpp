@@ -25,6 +25,9 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/rng.h"
+#include "tokenizer/json/engine.h"
+#include "tokenizer/json/file_checks.h"
+#include "tokenizer/json/unknown_counts.h"
 #include "tokenizer/gpt2_tokenizer.h"
 #include "tokenizer/tokenizer_json.h"
 #include "data_tools/checksum.h"
@@ -301,10 +304,9 @@ ScanResult scan_inputs(const ShardOptions& o, const std::vector<std::string>& in
   if (sink.empty_skipped)
     std::printf("shard: skipped %llu empty document(s), the first at %s\n",
                 (unsigned long long)sink.empty_skipped, sink.first_empty.c_str());
-  if (sink.invalid_utf8)
-    std::printf("shard: warning: %llu document(s) are not valid UTF-8 (the first at %s); "
-                "tokenized byte by byte, losslessly\n",
-                (unsigned long long)sink.invalid_utf8, sink.first_invalid.c_str());
+  // Reported once tokenized: "losslessly" only when no byte became unk (issue 36).
+  r.invalid_utf8 = sink.invalid_utf8;
+  r.first_invalid = sink.first_invalid;
   for (size_t i = 0; i < inputs.size(); i++) {
     prov.source_files.push_back(inputs[i] == "-" ? "<stdin>" : inputs[i]);
     prov.source_sha256.push_back(r.reads[i].sha256);
@@ -343,8 +345,13 @@ void tokenizer_provenance(const Tokenizer& tok, ShardProvenance& prov) {
     prov.tokenizer_sha256 = {h->sha256()};
     const fs::path dir = fs::path(h->json_path()).parent_path();
     for (const char* f : {"tokenizer_config.json", "special_tokens_map.json"}) {
-      std::error_code ec;
-      if (!fs::is_regular_file(dir / f, ec)) continue;
+      // Absent: nothing to record. A loop, a dangling link, a directory: named
+      // (issue 36: a looping special_tokens_map.json was skipped silently).
+      if (!hf::name_exists((dir / f).string())) continue;
+      if (const std::string problem =
+              hf::file_problem((dir / f).string(), true, hf::kMaxTokenizerConfigBytes);
+          !problem.empty())
+        fail((dir / f).string(), " (beside the tokenizer.json) ", problem, ", or remove it");
       prov.tokenizer_files.push_back((dir / f).string());
       prov.tokenizer_sha256.push_back(sha256_file((dir / f).string()));
     }
@@ -595,6 +602,7 @@ class EmitSink final : public DocumentEvents {
 struct Tokenized {
   std::unique_ptr<PartBlock> block;
   std::vector<std::vector<uint32_t>> ids;
+  std::vector<hf::UnknownCounts> unknown;  // per part: what its encode counted on its thread
 };
 
 }  // namespace
@@ -638,7 +646,20 @@ ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const To
   auto tokenize = [&](std::unique_ptr<PartBlock> b) {
     Tokenized r;
     r.ids.reserve(b->parts.size());
-    for (const TextPart& p : b->parts) r.ids.push_back(enc.encode(p.text));
+    r.unknown.resize(b->parts.size());
+    size_t k = 0;
+    for (const TextPart& p : b->parts) {
+      const hf::UnknownCounts before = hf::thread_unknown_counts();
+      try {
+        r.ids.push_back(enc.encode(p.text));
+      } catch (const Error& e) {  // the input too, not only the tokenizer's complaint
+        fail("--input ", scan.inputs.at((size_t)p.source), ": a document could not be tokenized: ",
+             e.what());
+      }
+      const hf::UnknownCounts& after = hf::thread_unknown_counts();
+      r.unknown[k].unk_bytes = after.unk_bytes - before.unk_bytes;
+      r.unknown[k++].dropped_chars = after.dropped_chars - before.dropped_chars;
+    }
     r.block = std::move(b);
     return r;
   };
@@ -660,6 +681,9 @@ ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const To
     for (size_t i = 0; i < parts.size(); i++) {
       const TextPart& p = parts[i];
       (p.val ? val : train).add_document_part(cur.ids[i], p.source, p.first, p.last);
+      (p.val ? val : train).add_unknown(cur.unknown[i].unk_bytes, cur.unknown[i].dropped_chars);
+      t.unk_bytes += cur.unknown[i].unk_bytes;
+      t.dropped_chars += cur.unknown[i].dropped_chars;
       if (p.first) (p.val ? t.val_docs : t.train_docs)++;
       ntok += cur.ids[i].size() + (p.first && meta.add_bos) + (p.last && meta.add_eos);
     }
@@ -764,6 +788,16 @@ ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const To
 
 // ---- the pipeline ---------------------------------------------------------------
 
+namespace {
+// "'<unk>' (id 0)": the unk token of a tokenizer.json, for the warning.
+std::string unk_name(const Tokenizer& tok) {
+  const auto* h = dynamic_cast<const HfTokenizer*>(&tok);
+  if (!h || h->engine().model.unk < 0) return "";
+  const uint32_t id = (uint32_t)h->engine().model.unk;
+  return "'" + h->pieces({id}).at(0) + "' (id " + std::to_string(id) + ")";
+}
+}  // namespace
+
 void run_shard_pipeline(const ShardOptions& o, const Tokenizer& tok) {
   // Blocks of a few MB are allocated and freed by several threads all run
   // long: glibc's default raises its mmap threshold after each free of a
@@ -772,6 +806,18 @@ void run_shard_pipeline(const ShardOptions& o, const Tokenizer& tok) {
   // threshold of 1 MB gives every block back when freed (106 -> 126 MB).
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
   std::vector<std::string> inputs = expand_text_inputs(o.inputs, "--input");
+  // A directory this run creates is removed again if it fails (issue 36: an
+  // empty --output-dir was left behind); shards are removed by write_shards.
+  std::error_code ec;
+  const bool created = !fs::exists(fs::symlink_status(o.output_dir, ec));
+  struct RemoveCreated {
+    const std::string& dir;
+    bool armed;
+    ~RemoveCreated() {
+      std::error_code e;
+      if (armed) fs::remove_all(dir, e);
+    }
+  } remove_created{o.output_dir, created};
   prepare_output_dir(o.output_dir, o.overwrite);
   const ShardMeta meta = shard_meta(o, tok);  // bad framing flags fail before any reading
   ShardProvenance prov;
@@ -800,10 +846,25 @@ void run_shard_pipeline(const ShardOptions& o, const Tokenizer& tok) {
                 meta.add_eos ? (" [EOS " + std::to_string(meta.eot_token) + "]").c_str() : "",
                 meta.tokenizer_sha256.empty() ? "none" : meta.tokenizer_sha256.substr(0, 16).c_str(),
                 o.parse_special ? ", special tokens in the text parsed" : "");
+  if (scan.invalid_utf8)
+    std::printf("shard: warning: %llu document(s) are not valid UTF-8 (the first at %s); "
+                "tokenized byte by byte%s\n",
+                (unsigned long long)scan.invalid_utf8, scan.first_invalid.c_str(),
+                t.unk_bytes || t.dropped_chars ? "" : ", losslessly");
+  // Not silent (issue 36): input the tokenizer has no token for.
+  if (t.unk_bytes)
+    std::printf("shard: warning: %llu byte(s) of the input became the unk token %s: the tokenizer "
+                "has no token (and no byte fallback) for them\n",
+                (unsigned long long)t.unk_bytes, unk_name(tok).c_str());
+  if (t.dropped_chars)
+    std::printf("shard: warning: %llu character(s) of the input were dropped: the tokenizer has no "
+                "token for them and no unk token (Hugging Face's library drops them too)\n",
+                (unsigned long long)t.dropped_chars);
   std::printf("shard: %s of text in %.2f s on %d thread(s): %.1f MB/s, %s tokens/s\n",
               human_bytes((double)t.text_bytes).c_str(), t.seconds, o.threads,
               t.text_bytes / t.seconds / 1e6,
               human_count((t.train_tokens + t.val_tokens) / t.seconds).c_str());
+  remove_created.armed = false;
 }
 
 }  // namespace ratchet

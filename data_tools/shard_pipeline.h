@@ -71,6 +71,8 @@ struct ScanResult {
   std::vector<std::string> read_paths;  // what the second pass reads (a spool for stdin/pipes)
   std::vector<InputRead> reads;         // size and SHA-256 of each input
   std::vector<uint8_t> flags;           // per document (DocFlags)
+  uint64_t invalid_utf8 = 0;            // documents that are not valid UTF-8
+  std::string first_invalid;            // where the first is
   uint64_t kept = 0, kept_bytes = 0;    // documents to shard and their bytes
   // The first kept document: its index, length and last '\n' before its
   // last byte (-1: none), for the split of a single document.
@@ -125,6 +127,9 @@ struct ShardTotals {
   size_t train_docs = 0, val_docs = 0, train_shards = 0, val_shards = 0;
   uint64_t train_tokens = 0, val_tokens = 0, text_bytes = 0;
   double seconds = 0;
+  // Input without a token (tokenizer/json/unknown_counts.h): bytes that
+  // became the unk token, characters dropped (no unk token).
+  uint64_t unk_bytes = 0, dropped_chars = 0;
 };
 // The second pass: reads, tokenizes and writes; prints a line per shard.
 ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const Tokenizer& tok,

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "data/shard_reader.h"
+#include "data/tokenizer_identity.h"
 
 namespace ratchet {
 namespace sf = shard_format;
@@ -107,19 +108,8 @@ std::vector<ShardCheck> verify_shards(const std::vector<std::string>& paths,
       } else {
         const ShardMeta& a = first->meta;
         const ShardMeta& b = c.meta;
-        std::string what;
-        if (a.tokenizer != b.tokenizer)
-          what = "tokenizer ('" + a.tokenizer + "' vs '" + b.tokenizer + "')";
-        else if (a.vocab_size != b.vocab_size)
-          what = "vocab_size (" + std::to_string(a.vocab_size) + " vs " +
-                 std::to_string(b.vocab_size) + ")";
-        else if (a.eot_token != b.eot_token)
-          what = "eot_token (" + std::to_string(a.eot_token) + " vs " +
-                 std::to_string(b.eot_token) + ")";
-        else if (a.tokenizer_sha256 != b.tokenizer_sha256)
-          what = "tokenizer.json digest (" + a.tokenizer_sha256 + " vs " + b.tokenizer_sha256 + ")";
-        else if (a.add_bos != b.add_bos || a.add_eos != b.add_eos || a.bos_token != b.bos_token)
-          what = "document framing (add_bos/add_eos/bos_token)";
+        // One tokenizer by its digest, not the path it was read from (tokenizer_identity.h).
+        const std::string what = tokenizer_difference(a, b);
         if (!what.empty()) {
           c.ok = false;
           c.problem = "shard " + c.path + " disagrees with " + first->path + " on the " + what +

@@ -171,6 +171,11 @@ void finish_file(H5Handle& file, const std::string& path, const ShardMeta& meta,
       const int one = 1;
       write_scalar_attr(file, sf::kAttrParseSpecial, H5T_STD_I32LE, H5T_NATIVE_INT, &one, path);
     }
+    if (prov->unk_bytes)
+      write_scalar_attr(file, sf::kAttrUnkBytes, H5T_STD_U64LE, H5T_NATIVE_UINT64, &prov->unk_bytes, path);
+    if (prov->dropped_chars)
+      write_scalar_attr(file, sf::kAttrDroppedChars, H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                        &prov->dropped_chars, path);
     if (!prov->dedup.empty()) {
       write_string_attr(file, sf::kAttrDedup, prov->dedup, path);
       write_scalar_attr(file, sf::kAttrDedupIn, H5T_STD_U64LE, H5T_NATIVE_UINT64,
@@ -555,6 +560,9 @@ void ShardStreamWriter::flush() {
   s.tokens = shard_count_;
   s.documents = doc_offsets_.size();
   ShardProvenance prov = provenance_;
+  prov.unk_bytes = pending_unknown_[0];
+  prov.dropped_chars = pending_unknown_[1];
+  pending_unknown_[0] = pending_unknown_[1] = 0;
   prov.source_files.clear();
   prov.source_sha256.clear();
   for (int src : shard_sources_) {

@@ -67,6 +67,12 @@ class ShardStreamWriter {
   // `base` are the table that add_document's `source` indexes, and each shard
   // records only the sources with tokens in it.
   void set_provenance(ShardProvenance base) { provenance_ = std::move(base); }
+  // Input of the document part just added that had no token: bytes that
+  // became unk, characters dropped; recorded in the shard it ends in.
+  void add_unknown(uint64_t unk_bytes, uint64_t dropped_chars) {
+    pending_unknown_[0] += unk_bytes;
+    pending_unknown_[1] += dropped_chars;
+  }
   // false: compress and store on the caller's thread instead of a background
   // one (`ratchet shard --threads 1` keeps to one core). Call before adding.
   void set_background(bool on) { background_ = on; }
@@ -101,6 +107,7 @@ class ShardStreamWriter {
   std::vector<ShardSummary> written_;
   ShardProvenance provenance_;
   std::vector<int> shard_sources_;  // sources with tokens in the pending shard, sorted
+  uint64_t pending_unknown_[2] = {0, 0};  // add_unknown() for the pending shard
   uint64_t total_tokens_ = 0;
   bool background_ = true;
   std::unique_ptr<Background> bg_;  // last: stopped first, while what its jobs use still exists

@@ -17,6 +17,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "tokenizer/gpt2_tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 #include "eval/evaluator.h"
 #include "eval/model_source.h"
 
@@ -188,7 +189,12 @@ int cmd_eval(int argc, char** argv) {
   for (const auto& [name, glob] : data) {
     sets.push_back(std::make_unique<TokenDataset>(glob, "--data " + name));
     const TokenDataset& ds = *sets.back();
-    if (!tok_name.empty() && ds.tokenizer() != tok_name)
+    // A tokenizer.json by its digest, not the path it was read from (issue 36).
+    const auto* hf = dynamic_cast<const HfTokenizer*>(tok.get());
+    const bool same = hf && !ds.meta().tokenizer_sha256.empty()
+                          ? hf->sha256() == ds.meta().tokenizer_sha256
+                          : ds.tokenizer() == tok_name;
+    if (!tok_name.empty() && !same)
       fail("--data ", name, "=", glob, " was tokenized with '", ds.tokenizer(), "' but the model's "
            "tokenizer is '", tok_name, "': its loss would be meaningless; pass shards made with --tokenizer ",
            tok_name);

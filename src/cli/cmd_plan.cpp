@@ -29,11 +29,12 @@ const char* kExamples = R"(examples:
 
   # Llama 3.1 8B on 8 H100s at T=8192: which ZeRO stage and recompute policy fit, the
   # step time with the collectives, scaling over 1-8 nodes
-  ratchet plan --model llama3.1-8b --device h100 --world-size 8 --seq-len 8192 --batch-size 1
+  ratchet plan --model llama3.1-8b --device h100 --world-size 8 --seq-len 8192 \
+      --max-seq-len 8192 --batch-size 1
 
   # the same over 4 nodes, ZeRO-3 inside each node, shards all-reduced across nodes
   ratchet plan --model llama3.1-8b --device h100 --world-size 32 --seq-len 8192 -B 1 \
-      --zero 3 --shard-group node
+      --max-seq-len 8192 --zero 3 --shard-group node
 
   # what model and how many tokens for $500 of A100 time? (nearest dN preset)
   ratchet plan --budget-money 500 --device a100 --price-per-device-hour 1.8 --seq-len 1024
@@ -252,9 +253,12 @@ int cmd_plan(int argc, char** argv) {
   mf.layers = f.layers, mf.heads = f.heads, mf.channels = f.channels;
   mf.kv_heads = f.kv_heads, mf.ffn_hidden = f.ffn_hidden, mf.untied = f.untied;
   mf.vocab_size = f.vocab_size, mf.max_seq_len = f.max_seq_len;
-  // Unless given, the longest sequence is at least --seq-len (a Llama's RoPE
-  // has no table; a GPT-2 plan then counts T rows of wpe).
-  if (vm["max-seq-len"].defaulted()) mf.max_seq_len = std::max(mf.max_seq_len, in.T);
+  // As `ratchet train` (issue 36): a --seq-len beyond the model's longest
+  // sequence is refused, not planned as a larger model (GPT-2's wpe grows
+  // with it, Llama's RoPE tables too).
+  if (in.T > mf.max_seq_len)
+    fail("--seq-len ", in.T, " exceeds the model's max_seq_len ", mf.max_seq_len,
+         ": lower --seq-len or raise --max-seq-len (as `ratchet train` needs)");
   in.cfg = config_from_flags(mf);
   in.model_name = f.layers || f.heads || f.channels || f.kv_heads || f.ffn_hidden || f.untied
                       ? "custom"

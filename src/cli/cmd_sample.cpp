@@ -4,6 +4,7 @@
 // continuation is decoded with the same tokenizer.
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -72,10 +73,12 @@ Examples:
     fail(e.what(), " (see `ratchet sample --help`)");
   }
   if (tokens < 0) fail("--tokens ", tokens, " is negative");
-  if (!(temperature >= 0)) fail("--temperature ", temperature, " must be 0 (greedy) or positive");
+  if (!(temperature >= 0) || !std::isfinite(temperature))
+    fail("--temperature ", temperature, " must be 0 (greedy) or a positive finite number");
+  if (threads < 0) fail("--threads ", threads, " is negative: pass 0 for all cores");
   if (max_context < 0) fail("--max-context ", max_context, " is negative");
 
-  ModelSource src = load_model_source(init_from, "--init-from");
+  ModelSource src = load_model_source(init_from, "--init-from", "sample");
   const std::string tok_name = tokenizer.empty() ? src.tokenizer : tokenizer;
   if (tok_name.empty())
     fail("--init-from ", init_from, ": no tokenizer is known for this model: pass --tokenizer");

@@ -125,7 +125,7 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "activations recomputed in backward instead of kept: none | gelu | gelu+ln | blocks | "
      "blocks:k (every k-th layer); same gradients, less memory (see `ratchet plan`)")
     ("total-batch-tokens", po::value(&o.total_batch_tokens),
-     "tokens per optimizer step, a multiple of B*T (default B*T: no accumulation)")
+     "tokens per optimizer step, a multiple of B*T*ranks (default B*T*ranks: no accumulation)")
     ("steps", po::value(&o.steps)->default_value(o.steps), "optimizer steps");
   data.add_options()
     ("schedule-steps", po::value(&o.schedule_steps),

@@ -1,5 +1,6 @@
 #include "cli/options_util.h"
 
+#include <cctype>
 #include <cstdio>
 #include <cmath>
 #include <cstdlib>
@@ -7,7 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
+#include "cli/stray_arguments.h"
 #include "core/error.h"
 
 namespace po = boost::program_options;
@@ -18,10 +21,41 @@ bool parse_options(int argc, char** argv, const po::options_description& desc,
                    po::variables_map& vm, const char* cmd,
                    const po::positional_options_description* pos, bool notify) {
   try {
+    // Parsed without `pos`, whose names are given here instead: Boost drops
+    // positional arguments no option takes (and, past a declared count,
+    // throws without naming them); both are refused below, by name.
     po::command_line_parser parser(argc, argv);
     parser.options(desc);
-    if (pos) parser.positional(*pos);
-    po::store(parser.run(), vm);
+    po::parsed_options parsed = parser.run();
+    std::vector<std::string> strays;
+    std::string prev_flag, prev_value;
+    unsigned position = 0;
+    for (size_t i = 0; i < parsed.options.size(); i++) {
+      po::option& opt = parsed.options[i];
+      if (opt.position_key == -1) continue;
+      if (pos && position < pos->max_total_count()) {
+        opt.string_key = pos->name_for_position(position++);
+        continue;
+      }
+      if (strays.empty() && i > 0) {
+        const po::option& before = parsed.options[i - 1];
+        if (before.position_key == -1 && !before.original_tokens.empty()) {
+          prev_flag = "--" + before.string_key;
+          if (before.value.size() == 1) prev_value = before.value[0];
+        }
+      }
+      strays.insert(strays.end(), opt.value.begin(), opt.value.end());
+    }
+    if (!strays.empty()) {
+      std::string takes;
+      if (pos)
+        for (unsigned k = 0; k < pos->max_total_count() && k < 4; k++)
+          for (char ch : (k ? " " : "") + pos->name_for_position(k)) takes += (char)std::toupper(ch);
+      std::fprintf(stderr, "ratchet %s: error: %s\n(see `ratchet %s --help`)\n", cmd,
+                   stray_arguments_message(strays, prev_flag, prev_value, takes).c_str(), cmd);
+      return false;
+    }
+    po::store(parsed, vm);
     if (notify) po::notify(vm);
     return true;
   } catch (const po::error& e) {

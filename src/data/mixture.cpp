@@ -1,4 +1,5 @@
 #include "data/mixture.h"
+#include "data/tokenizer_identity.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -67,6 +68,12 @@ SourceSpec parse_source_spec(const std::string& spec, const std::string& flag) {
       s.pattern = spec.substr(0, colon);
       s.weight = w;
       s.weighted = true;
+      // Decimal only (issue 36): strtod also reads hex ('0x10' is 16).
+      const bool decimal = tail.find_first_not_of("0123456789.eE+-") == std::string::npos &&
+                           tail.find_first_of("0123456789") != std::string::npos;
+      if (!decimal && std::isfinite(w))
+        fail(flag, " '", spec, "': the weight '", tail, "' is not a decimal number: write it ",
+             "in decimal, e.g. 'web/*.h5:0.7' (hexadecimal and other forms are not read)");
       if (!(std::isfinite(w) && w > 0))
         fail(flag, " '", spec, "': the weight '", tail, "' must be a positive finite number (",
              "weights are relative: 'web/*.h5:0.7' and 'books/*.h5:0.3', or 7 and 3)");
@@ -93,6 +100,13 @@ std::vector<SourceSpec> parse_source_specs(const std::vector<std::string>& specs
   if (!std::isfinite(sum))
     fail(flag, " weights sum to ", sum, ": give them on a smaller scale (they are relative: "
          "0.7 and 0.3, or 7 and 3)");
+  // MixtureDraw gives each source a share of 2^53 draws: a weight under one
+  // such share of the sum would never be drawn (issue 36: 1e-320 was accepted).
+  for (const SourceSpec& s : out)
+    if (s.weight / sum * 9007199254740992.0 < 1.0)
+      fail(flag, " '", s.pattern, "': its weight ", weight_text(s.weight),
+           " is too small beside the weights' sum ", weight_text(sum),
+           " ever to be drawn (under 2^-53 of the draws): raise it or drop the source");
   return out;
 }
 
@@ -148,26 +162,12 @@ DataMixture::DataMixture(const std::vector<std::string>& specs, const std::strin
   const TokenDataset& a = *sources_[0];
   for (size_t i = 1; i < sources_.size(); i++) {
     const TokenDataset& b = *sources_[i];
-    if (b.tokenizer() != a.tokenizer() || b.vocab_size() != a.vocab_size() ||
-        b.eot_token() != a.eot_token())
-      fail(flag, " sources '", name(0), "' (tokenizer ", a.tokenizer(), ", vocab ", a.vocab_size(),
-           ", eot ", a.eot_token(), ") and '", name(i), "' (tokenizer ", b.tokenizer(), ", vocab ",
-           b.vocab_size(), ", eot ", b.eot_token(), ") were made with different tokenizers: one "
-           "model reads one vocabulary; re-shard one of them with the other's --tokenizer");
-    // The same name and sizes, but another tokenizer.json or document framing.
-    const ShardMeta &ma = a.meta(), &mb = b.meta();
-    auto digest = [](const ShardMeta& m) {
-      return m.tokenizer_sha256.empty() ? std::string("none") : m.tokenizer_sha256;
-    };
-    if (ma.tokenizer_sha256 != mb.tokenizer_sha256)
-      fail(flag, " sources '", name(0), "' (tokenizer.json sha256 ", digest(ma), ") and '", name(i),
-           "' (", digest(mb), ") were made with different tokenizers: re-shard one of them with "
-           "the other's tokenizer.json");
-    if (ma.add_bos != mb.add_bos || ma.add_eos != mb.add_eos || ma.bos_token != mb.bos_token)
-      fail(flag, " sources '", name(0), "' (add_bos ", ma.add_bos, ", add_eos ", ma.add_eos, ", bos ",
-           ma.bos_token, ") and '", name(i), "' (add_bos ", mb.add_bos, ", add_eos ", mb.add_eos,
-           ", bos ", mb.bos_token, ") frame documents differently: re-shard one of them with the "
-           "other's --add-bos/--add-eos");
+    // One tokenizer by its digest, not the path it was read from (tokenizer_identity.h).
+    const std::string diff = tokenizer_difference(a.meta(), b.meta());
+    if (!diff.empty())
+      fail(flag, " sources '", name(0), "' and '", name(i), "' disagree on the ", diff,
+           ": they were made with different tokenizers, and one model reads one vocabulary; "
+           "re-shard one of them with the other's --tokenizer (and --add-bos/--add-eos)");
   }
   // One file in two sources would be drawn under two weights at once.
   std::map<std::pair<uint64_t, uint64_t>, size_t> owner;

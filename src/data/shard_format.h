@@ -30,6 +30,10 @@
 //     dedup_exact_removed uint64  exact duplicates removed (whole run)
 //     dedup_near_removed  uint64  near duplicates removed (whole run)
 //     dedup_near_threshold double Jaccard threshold of near-dup removal
+//     unk_bytes           uint64  input bytes of this shard that became the unk
+//                                 token (absent: none)
+//     dropped_chars       uint64  input characters of this shard dropped: no
+//                                 token and no unk token (absent: none)
 //   Document framing and the tokenizer's identity (written by `ratchet shard`;
 //   without them a shard means: no BOS, eot_token after every document):
 //     add_bos             int     1: every document starts with bos_token
@@ -84,6 +88,10 @@ inline constexpr const char* kAttrAddEos = "add_eos";
 inline constexpr const char* kAttrBos = "bos_token";
 inline constexpr const char* kAttrTokenizerJsonSha256 = "tokenizer_json_sha256";
 inline constexpr const char* kAttrParseSpecial = "parse_special";
+// Input of this shard the tokenizer had no token for (written when not 0):
+// bytes that became the unk token, characters dropped (no unk token).
+inline constexpr const char* kAttrUnkBytes = "unk_bytes";
+inline constexpr const char* kAttrDroppedChars = "dropped_chars";
 // Largest vocab stored as uint16.
 inline constexpr int kMaxVocab16 = 65535;
 // Tokens per HDF5 chunk: 512 KiB as uint16, under HDF5's default 1 MiB chunk
@@ -118,6 +126,7 @@ struct ShardProvenance {
   uint64_t dedup_documents_in = 0, dedup_exact_removed = 0, dedup_near_removed = 0;
   double dedup_near_threshold = 0;
   bool parse_special = false;  // written when true
+  uint64_t unk_bytes = 0, dropped_chars = 0;  // written when not 0
 };
 
 }  // namespace ratchet

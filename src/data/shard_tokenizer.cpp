@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "tokenizer/json/file_checks.h"
 #include "tokenizer/tokenizer_json.h"
 
 namespace ratchet {
@@ -28,8 +29,7 @@ std::unique_ptr<Tokenizer> load_shard_tokenizer(const ShardMeta& meta, const std
   }
   const std::string file = path.empty() ? recorded : tokenizer_json_in(path);
   const std::string from = path.empty() ? "the path the shards record" : flag;
-  std::error_code ec;
-  if (!fs::exists(file, ec))
+  if (!hf::name_exists(file))  // a loop or dangling link is named by the loader
     fail("cannot decode: the shards' tokenizer ", file, " (", from, ") does not exist: pass ",
          flag, " PATH to the tokenizer.json (SHA-256 ",
          meta.tokenizer_sha256.empty() ? "not recorded" : meta.tokenizer_sha256, ")");

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "data/shard_reader.h"
 #include "data/shard_format.h"
+#include "data/tokenizer_identity.h"
 
 namespace ratchet {
 namespace {
@@ -44,22 +45,10 @@ TokenDataset::TokenDataset(const std::string& pattern, const std::string& flag,
       meta_ = m;
     } else {
       const std::string& first = shards_.front().path;
-      if (m.tokenizer != meta_.tokenizer)
-        fail("shards ", first, " and ", path, " disagree on the tokenizer ('", meta_.tokenizer,
-             "' vs '", m.tokenizer, "'): ", flag, " '", pattern,
-             "' must match shards made with one tokenizer");
-      if (m.vocab_size != meta_.vocab_size)
-        fail("shards ", first, " and ", path, " disagree on vocab_size (", meta_.vocab_size,
-             " vs ", m.vocab_size, "): ", flag, " '", pattern,
-             "' must match shards made with one tokenizer");
-      if (m.eot_token != meta_.eot_token)
-        fail("shards ", first, " and ", path, " disagree on eot_token (", meta_.eot_token, " vs ",
-             m.eot_token, "): ", flag, " '", pattern,
-             "' must match shards made with one tokenizer");
-      if (m.tokenizer_sha256 != meta_.tokenizer_sha256)
-        fail("shards ", first, " and ", path, " disagree on the tokenizer.json digest (",
-             meta_.tokenizer_sha256.empty() ? "none" : meta_.tokenizer_sha256, " vs ",
-             m.tokenizer_sha256.empty() ? "none" : m.tokenizer_sha256, "): ", flag, " '", pattern,
+      // One tokenizer by its digest, not the path it was read from (tokenizer_identity.h).
+      const std::string diff = tokenizer_difference(meta_, m);
+      if (!diff.empty())
+        fail("shards ", first, " and ", path, " disagree on the ", diff, ": ", flag, " '", pattern,
              "' must match shards made with one tokenizer");
     }
     if (file->num_tokens() == 0)

@@ -147,6 +147,11 @@ McTask load_jsonl(McTask t, const std::string& text, const Tokenizer& tok, int v
         fail("task file ", t.path, " line ", line, ": `", kend, "` holds a ", type_name(e),
              ", not a string");
       endings.push_back(e.get<std::string>());
+      // acc_norm divides by the ending's characters, and an example of empty
+      // endings scores them all alike (issue 36): refused, as the .bin reader does.
+      if (endings.back().empty())
+        fail("task file ", t.path, " line ", line, ": `", kend, "` ", endings.size() - 1,
+             " is empty: give every ending some text, or drop that example");
     }
     // HellaSwag's jsonl has integer labels; some copies store them as strings ("3").
     const auto& jl = j["label"];
@@ -264,6 +269,11 @@ McTask load_mc_task(const std::string& name, const std::string& path, const Toke
   t.path = path;
   int32_t magic = 0;
   if (data.size() >= 4) std::memcpy(&magic, data.data(), 4);
+  // A .bin is llm.c's format: another magic is named as such, not read as text.
+  if (magic != kLlmcEvalMagic && path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0)
+    fail("task file ", path, " starts with magic ", data.size() >= 4 ? std::to_string(magic) : "(none: under 4 bytes)",
+         " but an llm.c eval .bin starts with ", kLlmcEvalMagic,
+         ": pass a file written by llm.c's dev/data/hellaswag.py (or a .jsonl task)");
   t = magic == kLlmcEvalMagic ? load_llmc_bin(std::move(t), data, tok, vocab_size)
                               : load_jsonl(std::move(t), data, tok, vocab_size);
   for (const auto& e : t.examples) t.max_endings = std::max(t.max_endings, e.endings.size());

@@ -50,7 +50,7 @@ std::string tokenizer_of_vocab(int vocab, std::string* from) {
 
 }  // namespace
 
-ModelSource load_model_source(const std::string& path, const std::string& flag) {
+ModelSource load_model_source(const std::string& path, const std::string& flag, const char* who) {
   ModelSource m;
   std::error_code ec;
   if (!fs::exists(path, ec)) fail(flag, " ", path, ": no such file or directory");
@@ -74,8 +74,8 @@ ModelSource load_model_source(const std::string& path, const std::string& flag) 
     } else {
       CheckpointDir cd(path, false);
       const std::string newest = cd.newest_valid_path(
-          [](const std::string& w) {
-            if (log_rank() == 0) std::fprintf(stderr, "eval: warning: %s\n", w.c_str());
+          [who](const std::string& w) {
+            if (log_rank() == 0) std::fprintf(stderr, "%s: warning: %s\n", who, w.c_str());
           });
       if (newest.empty())
         fail(flag, " ", path, " holds no valid checkpoint (see `ratchet ckpt verify ", path, "`)");

@@ -29,6 +29,8 @@ struct ModelSource {
 // Errors (ratchet::Error) name `flag` and the path: nothing there, a
 // directory that is neither a checkpoint nor a Hugging Face export, no valid
 // checkpoint in a CKPT_DIR, and every reader's own complaint.
-ModelSource load_model_source(const std::string& path, const std::string& flag = "--init-from");
+// Warnings (a corrupt checkpoint skipped) are prefixed "WHO: warning:".
+ModelSource load_model_source(const std::string& path, const std::string& flag = "--init-from",
+                              const char* who = "eval");
 
 }  // namespace ratchet

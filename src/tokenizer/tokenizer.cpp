@@ -3,9 +3,8 @@
 #include "core/error.h"
 #include "tokenizer/byte_tokenizer.h"
 #include "tokenizer/gpt2_tokenizer.h"
+#include "tokenizer/json/file_checks.h"
 #include "tokenizer/tokenizer_json.h"
-
-#include <sys/stat.h>
 
 namespace ratchet {
 
@@ -21,8 +20,9 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::st
   // Anything else that exists is a tokenizer.json or a directory holding one;
   // shards record one as "hf:PATH" (HfTokenizer::name).
   const std::string path = name.rfind("hf:", 0) == 0 ? name.substr(3) : name;
-  struct stat st;
-  if (::stat(path.c_str(), &st) == 0) return HfTokenizer::load(path);
+  // A symbolic-link loop or dangling link is named by the loader
+  // (tokenizer/json/file_checks.h), not taken for an unknown name.
+  if (hf::name_exists(path)) return HfTokenizer::load(path);
   fail("unknown ", flag, " '", name, "': the known tokenizers are: ", ByteTokenizer::kName, ", ",
        Gpt2Tokenizer::kName, ", or the path of a Hugging Face tokenizer.json (or of a model "
        "directory holding one); no such file or directory");

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "data/tokenizer_identity.h"
 #include "report/objective.h"
 
 namespace ratchet {
@@ -46,11 +47,11 @@ std::vector<std::string> logged_metric_names(const TrainOptions& o) {
   return names;
 }
 
-TrainEvals::TrainEvals(const TrainOptions& o, const Tokenizer* tok, const std::string& train_tokenizer,
+TrainEvals::TrainEvals(const TrainOptions& o, const Tokenizer* tok, const ShardMeta& train_meta,
                        int vocab_size, int T) {
   for (const auto& [name, path] : parse_specs("--eval-task", o.eval_tasks)) {
     if (!tok)
-      fail("--eval-task ", name, "=", path, ": the training shards' tokenizer '", train_tokenizer,
+      fail("--eval-task ", name, "=", path, ": the training shards' tokenizer '", train_meta.tokenizer,
            "' cannot be loaded here, so the task cannot be tokenized as the model reads text");
     McTask task = load_mc_task(name, path, *tok, vocab_size);
     if (o.eval_task_examples > 0 && (size_t)o.eval_task_examples < task.examples.size())
@@ -66,9 +67,9 @@ TrainEvals::TrainEvals(const TrainOptions& o, const Tokenizer* tok, const std::s
     const std::string flag = "--eval-data " + name;
     auto ds = std::make_unique<TokenDataset>(glob, flag);
     ds->check_vocab(vocab_size);
-    if (ds->tokenizer() != train_tokenizer)
-      fail(flag, "=", glob, " uses tokenizer '", ds->tokenizer(), "' but --train-data uses '",
-           train_tokenizer, "': shard both with the same --tokenizer");
+    if (const std::string d = tokenizer_difference(train_meta, ds->meta()); !d.empty())
+      fail(flag, "=", glob, " and --train-data disagree on the ", d,
+           ": shard both with the same --tokenizer");
     if (ds->num_tokens() < (uint64_t)T + 1)
       fail(flag, "=", glob, " holds ", ds->num_tokens(), " tokens, fewer than one window of --seq-len ",
            T, " + 1");

@@ -36,7 +36,7 @@ class TrainEvals {
   // Error (exit 2) naming the flag and file for anything unusable with this
   // model: ids >= vocab, a tokenizer unlike the training shards', an ending
   // longer than T tokens, a data set shorter than T + 1 tokens.
-  TrainEvals(const TrainOptions& o, const Tokenizer* tok, const std::string& train_tokenizer,
+  TrainEvals(const TrainOptions& o, const Tokenizer* tok, const ShardMeta& train_meta,
              int vocab_size, int T);
   bool empty() const { return tasks_.empty() && data_.empty(); }
 

@@ -56,8 +56,15 @@ void check_dir_output(const char* flag, const std::string& path) {
   std::error_code ec;
   if (!fs::is_directory(a, ec))
     fail(flag, " ", path, " cannot be created: ", a.string(), " is not a directory");
-  if (access(a.c_str(), W_OK) != 0)
-    fail(flag, " ", path, " cannot be created: ", a.string(), ": ", std::strerror(errno));
+  if (access(a.c_str(), W_OK) != 0) {
+    const int err = errno;
+    // An existing directory is not "created" (issue 36: a read-only mount).
+    if (fs::equivalent(a, fs::path(path), ec))
+      fail(flag, " ", path, " exists but cannot be written: ", std::strerror(err),
+           err == EROFS ? " (a read-only mount)" : "", ": point ", flag,
+           " at a directory you can write (e.g. on scratch)");
+    fail(flag, " ", path, " cannot be created: ", a.string(), ": ", std::strerror(err));
+  }
 }
 
 // A number the flag must hold: finite and inside [lo, hi] (or [lo, hi) when hi_open).
@@ -129,7 +136,9 @@ CheckedOptions check_train_options(const TrainOptions& given, int world) {
   c.B = o.batch_size;  // 0 (auto) is resolved once the model is known
   c.T = o.seq_len;
   const int B = c.B, T = c.T;
-  c.total = o.total_batch_tokens > 0 ? o.total_batch_tokens : (long)B * T;
+  // The default: one micro-batch on every rank, no accumulation (B·T·ranks,
+  // as `ratchet plan` has it; issue 36: B·T refused every multi-rank run).
+  c.total = o.total_batch_tokens > 0 ? o.total_batch_tokens : (long)B * T * world;
   const long total = c.total;
   if (B == 0 && total % T != 0)
     fail("--total-batch-tokens ", total, " is not a multiple of --seq-len ", T);

@@ -70,6 +70,7 @@ double RunLedger::start_attempt() {
     started_json_ = fresh.write_json(path_);
     return -1;
   }
+  earlier_found_ = true;
   const bool early = l->state == kLedgerRunning || l->state == kExitRequeue;
   if (early) l->preemptions += 1;
   before_state_ = early ? kLedgerFailed : l->state;
@@ -81,7 +82,9 @@ double RunLedger::start_attempt() {
 }
 
 bool RunLedger::keep_unsaved_attempts() {
-  if (!counted_at_start_) return false;
+  // Finished or failed attempts too (issue 36: a finished run whose every
+  // checkpoint is corrupt started its ledger over).
+  if (!counted_at_start_ && !earlier_found_) return false;
   std::optional<Ledger> l = Ledger::read_json(path_);
   if (!l) return false;
   l->steps_lost += l->max_step;

@@ -43,8 +43,9 @@ class RunLedger {
   // that an attempt killed before its first step is still counted by the next.
   // Returns the preemption count written, or -1 when nothing was counted.
   double start_attempt();
-  // No checkpoint to resume, but start_attempt() found an earlier attempt that
-  // ended early: its spend is this run's too; every step it trained is lost.
+  // No checkpoint to resume, but start_attempt() found an earlier attempt
+  // (ended early, or finished with every checkpoint since lost or corrupt):
+  // its spend is this run's too; every step it trained is lost.
   // Returns whether it was kept.
   bool keep_unsaved_attempts();
   // From now on this ledger (resumed, merged or new) is the run's: every
@@ -63,6 +64,7 @@ class RunLedger {
   bool write_warned_ = false;
   bool started_json_ = false;      // start_attempt() rewrote ledger.json (state: running)
   bool counted_at_start_ = false;  // ... and counted the last attempt's preemption
+  bool earlier_found_ = false;     // start_attempt() found an earlier attempt's ledger.json
   double before_state_ = kLedgerFailed;  // what mark_failed() writes before take_over()
   bool authoritative_ = false;     // take_over() or a merge: l_ is the run's ledger
 };

@@ -30,6 +30,7 @@
 #include "core/fault.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "data/tokenizer_identity.h"
 #include "data/loader.h"
 #include "data/mixture.h"
 #include "data/shard_cache.h"
@@ -539,10 +540,8 @@ void Trainer::setup() {
   }
   if (val_ds_) {
     val_ds_->check_vocab(cfg_.vocab_size);
-    if (val_ds_->tokenizer() != train_ds_->tokenizer() ||
-        val_ds_->meta().tokenizer_sha256 != train_ds_->meta().tokenizer_sha256)
-      fail("--val-data uses tokenizer '", val_ds_->tokenizer(), "' but --train-data uses '",
-           train_ds_->tokenizer(), "': shard both with the same --tokenizer");
+    if (const std::string d = tokenizer_difference(train_ds_->meta(), val_ds_->meta()); !d.empty())
+      fail("--train-data and --val-data disagree on the ", d, ": shard both with the same --tokenizer");
   }
   // Each rank reads its own rows of the global batch; validation batches are
   // split between the ranks in evaluate().
@@ -558,7 +557,7 @@ void Trainer::setup() {
       RLOG("note: samples print as ids: %s\n", e.what());
   }
   // Tasks and data sets read and checked now: a bad file is refused before any step.
-  evals_ = std::make_unique<TrainEvals>(o_, tok_.get(), train_ds_->tokenizer(), cfg_.vocab_size, T_);
+  evals_ = std::make_unique<TrainEvals>(o_, tok_.get(), train_ds_->meta(), cfg_.vocab_size, T_);
 
   ckpt_ = std::make_unique<CheckpointSession>(o_, comm_);
   stop_ = std::make_unique<StopPolicy>(o_, c_.max_wall_seconds);

@@ -192,7 +192,7 @@ TEST(PlanCli, HelpAndBadInput) {
 // cross-node share grows, never above 1.
 TEST(PlanCli, Llama31_8bZeroStagesOnEightH100s) {
   const std::string cmd =
-      "plan --model llama3.1-8b --device h100 --world-size 8 --seq-len 8192 --batch-size 1";
+      "plan --model llama3.1-8b --device h100 --world-size 8 --seq-len 8192 --max-seq-len 8192 --batch-size 1";
   auto r = run_ratchet(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* s : {"8,030,261,248", "ZeRO-1", "ZeRO-3", "why:", "predicted step", "scaling of",
@@ -240,7 +240,7 @@ TEST(PlanCli, Llama31_8bZeroStagesOnEightH100s) {
 }
 
 TEST(PlanCli, ZeroFlags) {
-  const std::string base = "plan --model llama3.1-8b --device h100 -T 8192 -B 1 --json ";
+  const std::string base = "plan --model llama3.1-8b --device h100 -T 8192 --max-seq-len 8192 -B 1 --json ";
   auto r = run_ratchet(base + "--world-size 8 --zero 1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(json_string(r.output, "zero", "chosen"), "ZeRO-1");

@@ -319,8 +319,16 @@ TEST(ShardCliSources, UnwritableOutputAndFullDisk) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find(dir / "full/train_"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("cannot"), std::string::npos) << r.output;
-  // Nothing that looks like a whole shard is left behind, and no temporary files.
-  for (const auto& e : fs::directory_iterator(dir / "full")) {
+  // Nothing is left behind: the run created --output-dir, and removes it
+  // again (issue 36); into an existing directory, no partial shard and no
+  // temporary files.
+  EXPECT_FALSE(fs::exists(dir / "full"));
+  fs::create_directory(dir / "full2");
+  r = run_shell("ulimit -f 64; trap '' XFSZ; " + std::string(RATCHET_EXE) + " shard --input " +
+                (dir / "big.txt") + " --output-dir " + (dir / "full2") +
+                " --val-fraction 0 --shard-tokens 100000");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  for (const auto& e : fs::directory_iterator(dir / "full2")) {
     std::string n = e.path().filename();
     EXPECT_EQ(n.find(".tmp-"), std::string::npos) << n;
     if (n.find(".h5") != std::string::npos) {

@@ -296,7 +296,7 @@ TEST(MixtureLoader, RunningOutNamesTheSourceAtTheRightRow) {
 TEST(MixtureSources, MixedTokenizersOverlapsAndEmptyGlobsAreRefused) {
   TwoSources d(50, 50, "other");
   expect_error([&] { DataMixture({d.a(":1"), d.b(":1")}, "--train-data"); },
-               {"--train-data", d.a(), d.b(), "tokenizer test", "tokenizer other"});
+               {"--train-data", d.a(), d.b(), "disagree on the tokenizer ('test' vs 'other')"});
   TwoSources e(50, 50);
   expect_error([&] { DataMixture({e.a(":1"), e.dir / "a/s_000.h5:1"}, "--train-data"); },
                {"--train-data", "both hold the shard", "s_000.h5"});

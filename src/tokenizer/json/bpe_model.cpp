@@ -5,8 +5,14 @@
 
 #include "tokenizer/json/engine.h"
 #include "tokenizer/json/text.h"
+#include "tokenizer/json/unknown_counts.h"
 
 namespace ratchet::hf {
+
+UnknownCounts& thread_unknown_counts() {
+  thread_local UnknownCounts counts;
+  return counts;
+}
 
 void BpeModel::tokenize(std::string_view piece, std::vector<uint32_t>& out) const {
   if (piece.empty()) return;
@@ -46,7 +52,12 @@ void BpeModel::tokenize(std::string_view piece, std::vector<uint32_t>& out) cons
         return;
       }
     }
-    if (unk < 0) return;  // no unk token: the Rust library drops the unit
+    UnknownCounts& counts = thread_unknown_counts();  // reported by `shard` (issue 36)
+    if (unk < 0) {  // no unk token: the Rust library drops the unit
+      counts.dropped_chars++;
+      return;
+    }
+    counts.unk_bytes += byte_level || raw_byte >= 0 ? 1 : s.size();
     if (unk_pending && fuse_unk) return;
     flush_unk();
     unk_pending = true;

@@ -42,6 +42,7 @@ struct Normalizer {
   Pattern pattern;      // Replace
   std::string content;  // Replace: the replacement; Prepend: the prefix
   bool strip_left = false, strip_right = false;  // Strip
+  std::string where;  // Replace: "<tokenizer.json>: <JSON path>", for its growth bound
 };
 void normalize(const std::vector<Normalizer>& norms, std::string& s);
 
@@ -195,7 +196,9 @@ const char* gpt2_regex();
 bool fast_paths_enabled();
 // The whole of a vocabulary file; Error naming `what` and the path when it
 // cannot be opened or read (shared with Gpt2Tokenizer's encoder.json/vocab.bpe).
-std::string read_file(const std::string& path, const char* what);
+// Refused by size (above max_bytes) and by kind (a loop, a directory) first.
+std::string read_file(const std::string& path, const char* what,
+                      uint64_t max_bytes = uint64_t(1) << 30);
 // Fills the derived tables (vocab size, added-token tries, byte-level model).
 void finish(Engine& e);
 // Sets m.space_cut* from its merges (part of finish(); for tests and fuzzers

@@ -17,6 +17,7 @@
 #include "core/json.h"
 #include "tokenizer/json/engine.h"
 #include "tokenizer/json/fast_split.h"
+#include "tokenizer/json/file_checks.h"
 #include "tokenizer/json/text.h"
 
 namespace ratchet::hf {
@@ -38,13 +39,24 @@ bool fast_paths_enabled() {
   return !(e && *e && std::string(e) != "0");
 }
 
-std::string read_file(const std::string& path, const char* what) {
+std::string read_file(const std::string& path, const char* what, uint64_t max_bytes) {
+  // Loops, directories and sizes named before anything is read (file_checks.h).
+  // (A missing file is the open's "cannot open ...: No such file or directory" below.)
+  if (const std::string problem = file_problem(path, false, max_bytes); !problem.empty())
+    fail(what, " ", path, " ", problem);
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot open ", what, " ", path, ": ", std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
+  // Read whole, in one buffer of the file's size (a stream's copy doubled the peak).
+  std::string text;
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && st.st_size > 0) text.reserve((size_t)st.st_size);
+  char buf[1 << 16];
+  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
+    text.append(buf, (size_t)f.gcount());
+    if (text.size() > max_bytes) fail(what, " ", path, " grew past ", max_bytes >> 20, " MB while read");
+  }
   if (f.bad()) fail("cannot read ", what, " ", path, ": ", std::strerror(errno));
-  return ss.str();
+  return text;
 }
 
 namespace {
@@ -103,6 +115,10 @@ struct Ctx {
     if (!pat.is_object() || pat.size() != 1) bad(pp, "is not {\"String\": ...} or {\"Regex\": ...}");
     if (pat.contains("String")) {
       p->literal = str(pat, pp, "String");
+      // The Rust library compiles a String pattern of Replace and Split as its
+      // escaped regex, so an empty one matches at every character boundary,
+      // as {"Regex": ""} does (issue 36): the same regex here.
+      if (p->literal.empty()) p->regex = std::make_unique<Regex>("", file + ": " + pp + "/String");
     } else if (pat.contains("Regex")) {
       p->regex = std::make_unique<Regex>(str(pat, pp, "Regex"), file + ": " + pp + "/Regex");
     } else {
@@ -133,6 +149,7 @@ void add_normalizer(const Ctx& c, const json& j, const std::string& path,
   } else if (t == "Replace") {
     c.only(j, path, {"type", "pattern", "content"}, t);
     n.kind = Normalizer::kReplace;
+    n.where = c.file + ": " + path;
     c.pattern(j, path, &n.pattern);
     n.content = c.str(j, path, "content");
   } else if (t == "Prepend") {
@@ -560,7 +577,9 @@ void read_config(const std::string& path, Engine& e) {
   Ctx c{path};
   json cfg;
   try {
-    cfg = json::parse(read_file(path, "tokenizer config"));
+    const std::string text = read_file(path, "tokenizer config", kMaxTokenizerConfigBytes);
+    check_json_depth(text, path);
+    cfg = json::parse(text);
   } catch (const json::parse_error& ex) {
     fail(path, " is not valid JSON (at byte ", ex.byte, "): fix or remove it");
   }
@@ -582,21 +601,28 @@ bool is_dir(const std::string& p) {
 
 std::unique_ptr<Engine> load_engine(const std::string& arg) {
   std::string path = arg;
+  // A loop or dangling link is named as such, not as a missing or bad file.
+  if (const std::string problem = file_problem(arg, false, UINT64_MAX);
+      !problem.empty() && problem != "is a directory, not a file")
+    fail("tokenizer ", arg, " ", problem);
+  if (is_dir(path) && path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0)
+    fail("tokenizer ", arg, " is a directory, not a file: pass the tokenizer.json file, or the "
+         "model directory holding it");
   if (is_dir(path)) {
     path += "/tokenizer.json";
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0)
+    if (!name_exists(path))
       fail("directory ", arg, " holds no tokenizer.json: pass a tokenizer.json or a Hugging Face "
            "model directory that has one");
   }
   auto e = std::make_unique<Engine>();
   e->path = path;
   e->name = "hf:" + path;
-  const std::string text = read_file(path, "tokenizer.json");
+  const std::string text = read_file(path, "tokenizer.json", kMaxTokenizerJsonBytes);
   e->sha256 = sha256_hex(text);
   Ctx c{path};
   json j;
   try {
+    check_json_depth(text, path);  // before the document (and the readers' recursion) is built
     j = json::parse(text);
   } catch (const json::parse_error& ex) {
     fail(path, " is not valid JSON (at byte ", ex.byte, "): pass a Hugging Face tokenizer.json");
@@ -665,8 +691,7 @@ std::unique_ptr<Engine> load_engine(const std::string& arg) {
   const std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos
                                              ? 0 : path.find_last_of('/') + 1);
   const std::string cfg = dir + "tokenizer_config.json";
-  struct stat st;
-  if (::stat(cfg.c_str(), &st) == 0) read_config(cfg, *e);
+  if (name_exists(cfg)) read_config(cfg, *e);  // a loop or dangling link is refused by name
   return e;
 }
 

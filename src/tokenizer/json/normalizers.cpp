@@ -2,6 +2,7 @@
 // from utf8proc, the rest string operations with the Rust library's rules.
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -105,7 +106,17 @@ void strip(std::string& s, bool left, bool right) {
   s = s.substr(b, e - b);
 }
 
-void replace(const Pattern& p, const std::string& content, std::string& s) {
+// A Replace that grows a text past this is refused by name (issue 36: a 1 MB
+// content over a long input died of std::bad_alloc, naming nothing). Real
+// ones grow it by a few bytes per space at most.
+void check_growth(const std::string& where, size_t in, size_t out) {
+  if (out > std::max<size_t>(16 * in, size_t(64) << 20))
+    fail(where, ": this Replace would grow a text of ", in, " bytes past ", out,
+         " bytes (more than 16 times, and 64 MB): its content is too long for the text; fix the "
+         "tokenizer.json");
+}
+
+void replace(const Pattern& p, const std::string& content, std::string& s, const std::string& where) {
   if (!p.regex) {  // a string: one pass, no list of matches (Llama 2's and Gemma's " " -> "\u2581")
     const std::string& lit = p.literal;
     if (lit.empty()) return;  // the Rust library: an empty pattern matches nothing
@@ -119,6 +130,7 @@ void replace(const Pattern& p, const std::string& content, std::string& s) {
     size_t prev = 0;
     for (; pos != std::string::npos; pos = next(prev)) {
       out.append(s, prev, pos - prev);
+      check_growth(where, s.size(), out.size() + content.size());
       out += content;
       prev = pos + lit.size();
     }
@@ -134,6 +146,7 @@ void replace(const Pattern& p, const std::string& content, std::string& s) {
   size_t prev = 0;
   for (auto [a, b] : m) {
     out.append(s, prev, a - prev);
+    check_growth(where, s.size(), out.size() + content.size());
     out += content;
     prev = b;
   }
@@ -167,7 +180,7 @@ void normalize(const std::vector<Normalizer>& norms, std::string& s) {
       case Normalizer::kNFD: unicode_form(s, UTF8PROC_DECOMPOSE); break;
       case Normalizer::kNFKC: unicode_form(s, UTF8PROC_COMPOSE | UTF8PROC_COMPAT); break;
       case Normalizer::kNFKD: unicode_form(s, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT); break;
-      case Normalizer::kReplace: replace(n.pattern, n.content, s); break;
+      case Normalizer::kReplace: replace(n.pattern, n.content, s, n.where); break;
       case Normalizer::kPrepend:
         if (!s.empty()) s.insert(0, n.content);
         break;

@@ -66,7 +66,8 @@ std::string translate_whitespace(const std::string& p, const std::string& where)
   return out;
 }
 
-Regex::Regex(const std::string& pattern, const std::string& where) : pattern_(pattern) {
+Regex::Regex(const std::string& pattern, const std::string& where)
+    : pattern_(pattern), where_(where) {
   const std::string translated = translate_whitespace(pattern, where);
   int err = 0;
   PCRE2_SIZE off = 0;
@@ -101,7 +102,12 @@ void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>*
     if (rc < 0) {
       PCRE2_UCHAR8 msg[256];
       pcre2_get_error_message_8(rc, msg, sizeof msg);
-      fail("regex '", pattern_, "' failed while matching (", (const char*)msg, ")");
+      // Named by its file and JSON path (issue 36: a match limit named neither).
+      fail(where_, ": the regex '", pattern_, "' failed while matching a piece of ", s.size(),
+           " bytes (PCRE2: ", (const char*)msg, ")",
+           rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT
+               ? ": the pattern backtracks catastrophically on this text; fix the pattern"
+               : "");
     }
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer_8(tl.md);
     size_t a = ov[0], b = ov[1];

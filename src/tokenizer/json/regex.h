@@ -34,6 +34,7 @@ class Regex {
 
  private:
   std::string pattern_;
+  std::string where_;  // "<tokenizer.json>: <JSON path>", named when a match fails
   void* code_ = nullptr;  // pcre2_code_8*
 };
 
