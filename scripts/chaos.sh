@@ -113,12 +113,12 @@ echo "chaos: ZeRO stages ${zero_stages[*]}; shard groups $([ $shard_groups = 1 ]
 # warmup + cosine LR, evaluation; a save every 10 steps keeps progress per
 # attempt small next to the kills.
 rows=6  # global batch: 6 rows of 16 tokens
-train_args() {  # $1 run dir, $2 micro-batch
-  echo "train --model custom --layers 2 --heads 2 --channels 32 --max-seq-len 16 --seq-len 16" \
-    "--batch-size $2 --total-batch-tokens $((rows * 16)) --threads 1" \
-    "--train-data $work/data/train_*.h5 --val-data $work/data/val_*.h5 --eval-every 50" \
-    "--eval-batches 2 --warmup-steps 20 --steps $steps --lr 3e-3 --ckpt-every-steps 10" \
-    "--keep-last 2 --run-dir $1 --export $1/out.bin"
+train_args() {  # $1 run dir, $2 micro-batch: sets TARGS (an array: the globs stay quoted)
+  TARGS=(train --model custom --layers 2 --heads 2 --channels 32 --max-seq-len 16 --seq-len 16
+    --batch-size "$2" --total-batch-tokens $((rows * 16)) --threads 1
+    --train-data "$work/data/train_*.h5" --val-data "$work/data/val_*.h5" --eval-every 50
+    --eval-batches 2 --warmup-steps 20 --steps "$steps" --lr 3e-3 --ckpt-every-steps 10
+    --keep-last 2 --run-dir "$1" --export "$1/out.bin")
 }
 launch() {  # $1 world (0: no mpirun), $2 log, rest: ratchet args; sets $pid
   local world=$1 log=$2; shift 2
@@ -169,8 +169,8 @@ run_scenario() {
 
   # The uninterrupted reference.
   local t0; t0=$(now)
-  # shellcheck disable=SC2046
-  launch "$ref_world" "$work/$name-ref.log" $(train_args "$ref" $((rows / (ref_world > 0 ? ref_world : 2)))) "${zero_args[@]}"
+  train_args "$ref" $((rows / (ref_world > 0 ? ref_world : 2)))
+  launch "$ref_world" "$work/$name-ref.log" "${TARGS[@]}" "${zero_args[@]}"
   wait "$pid" || { bad "$name: the uninterrupted run failed (rc $?, $work/$name-ref.log)"; return; }
   local ref_s; ref_s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { print b - a }')
   echo "chaos: $name: uninterrupted run: $steps steps in ${ref_s}s"
@@ -274,10 +274,10 @@ run_scenario() {
                     sleep 0.05; done ) &
       prune_pid=$!
     fi
-    local args; args=$(train_args "$dir" $((rows / (world > 0 ? world : 2))))
+    train_args "$dir" $((rows / (world > 0 ? world : 2)))
+    local args=("${TARGS[@]}")
     local a0; a0=$(now)
-    # shellcheck disable=SC2086
-    RATCHET_FAULT=$fault launch "$world" "$log" $args "${zero_args[@]}" ${async_args[@]+"${async_args[@]}"}
+    RATCHET_FAULT=$fault launch "$world" "$log" "${args[@]}" "${zero_args[@]}" ${async_args[@]+"${async_args[@]}"}
     case $when in
       *s\|step*)  # from outside after the delay, unless the step came first (the
         # attempt is not waited for yet, so its pid cannot be reused meanwhile)
@@ -353,8 +353,8 @@ run_scenario() {
       case $st in *:*) grp=${st#*:} st=${st%%:*} ;; esac
       [ $((i + 1)) -lt ${#segments[@]} ] && stop_at=${segments[$((i + 1))]%%:*} && f="USR1@step-$stop_at"
       [ "$stop_at" = "$steps" ] && f=""  # the last step: that run ends normally, the next does nothing
-      # shellcheck disable=SC2046
-      RATCHET_FAULT=$f launch "$w" "$rdir-$i.log" $(train_args "$rdir" $((rows / w))) --zero "$st" \
+      train_args "$rdir" $((rows / w))
+      RATCHET_FAULT=$f launch "$w" "$rdir-$i.log" "${TARGS[@]}" --zero "$st" \
         ${grp:+--shard-group "$grp"}
       local rrc=0; wait "$pid" || rrc=$?
       [ "$rrc" -eq $([ -n "$f" ] && echo 75 || echo 0) ] || bad "$name: replay segment $i (world $w, zero $st${grp:+, group $grp}, to ${stop_at:-the end}) rc $rrc: $rdir-$i.log"

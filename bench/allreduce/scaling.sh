@@ -24,6 +24,7 @@ common="train --model $model --seq-len 64 --total-batch-tokens 512 --steps $step
 row() {  # row LABEL RANKS THREADS B [more flags]
   local label=$1 ranks=$2 threads=$3 B=$4
   shift 4
+  local -; set -f  # $common's glob reaches ratchet unexpanded
   local out
   if [ "$ranks" = 1 ]; then
     out=$("$exe" $common --threads "$threads" --batch-size "$B" "$@" 2>&1)
