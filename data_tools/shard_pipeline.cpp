@@ -27,7 +27,7 @@
 #include "core/rng.h"
 #include "tokenizer/gpt2_tokenizer.h"
 #include "tokenizer/tokenizer_json.h"
-#include "data_tools/checksum.h"
+#include "core/sha256.h"
 #include "data_tools/dedup.h"
 #include "data_tools/parallel_tokenize.h"
 #include "data_tools/progress.h"
