@@ -56,7 +56,7 @@ struct TrainOptions {
   int sample_every = 0;         // 0: only at the end
   int sample_tokens = 0;        // 0: no samples
   float temperature = 1.0f;
-  std::vector<std::string> eval_tasks;  // --eval-task NAME=FILE (train/eval_hooks.h)
+  std::vector<std::string> eval_tasks;  // --eval-task NAME=FILE (train/eval_suite.h)
   std::vector<std::string> eval_data;   // --eval-data NAME=GLOB
   int eval_task_examples = 0;           // the first N examples of each task (0: all)
 
