@@ -14,7 +14,7 @@
 #include "data_tools/commands.h"
 #include "core/error.h"
 #include "data_tools/llmc_tokens.h"
-#include "data_tools/checksum.h"
+#include "core/sha256.h"
 #include "data/shard_reader.h"
 #include "data_tools/shard_writer.h"
 #include "tokenizer/tokenizer.h"

@@ -30,7 +30,7 @@
 #include "tokenizer/json/unknown_counts.h"
 #include "tokenizer/gpt2_tokenizer.h"
 #include "tokenizer/tokenizer_json.h"
-#include "data_tools/checksum.h"
+#include "core/sha256.h"
 #include "data_tools/dedup.h"
 #include "data_tools/parallel_tokenize.h"
 #include "data_tools/progress.h"

@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "tokenizer/gpt2_pretokenize.h"
-#include "data_tools/checksum.h"
+#include "core/sha256.h"
 
 namespace ratchet {
 namespace fs = std::filesystem;

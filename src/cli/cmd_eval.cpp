@@ -1,6 +1,7 @@
 // `ratchet eval`: a model (checkpoint, llm.c .bin or Hugging Face directory)
-// on multiple-choice tasks and named token shards. The scoring is
-// eval/evaluator.h's; the model and its tokenizer come from eval/model_source.h.
+// on multiple-choice tasks and named token shards, scored by eval/mc_score.h
+// and eval/data_score.h; the model and its tokenizer come from
+// eval/model_source.h.
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <ctime>
@@ -18,7 +19,10 @@
 #include "core/log.h"
 #include "tokenizer/gpt2_tokenizer.h"
 #include "tokenizer/tokenizer_json.h"
-#include "eval/evaluator.h"
+#include "eval/data_score.h"
+#include "eval/mc_score.h"
+#include "eval/metrics.h"
+#include "eval/named_path.h"
 #include "eval/model_source.h"
 
 namespace po = boost::program_options;

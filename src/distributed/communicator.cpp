@@ -1,5 +1,6 @@
 #include "distributed/communicator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -46,6 +47,22 @@ void Communicator::broadcast_string(std::string* s, int root) {
 double Communicator::all_reduce_sum(double x) {
   all_reduce(&x, 1, DType::F64, ReduceOp::Sum);
   return x;
+}
+
+std::vector<std::string> Communicator::gather_strings(const std::string& mine) {
+  const int W = world();
+  int64_t n = (int64_t)mine.size();
+  std::vector<int64_t> lens(W);
+  all_gather(&n, lens.data(), 1, DType::I64);
+  int64_t longest = 0;
+  for (int64_t l : lens) longest = std::max(longest, l);
+  std::vector<std::string> out(W);
+  if (longest == 0) return out;
+  std::vector<char> send(longest, 0), all((size_t)longest * W);
+  std::copy(mine.begin(), mine.end(), send.begin());
+  all_gather(send.data(), all.data(), (size_t)longest, DType::U8);
+  for (int r = 0; r < W; r++) out[r].assign(all.data() + (size_t)r * longest, lens[r]);
+  return out;
 }
 
 std::unique_ptr<Communicator> Communicator::split(int color, int key) {

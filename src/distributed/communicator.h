@@ -58,6 +58,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ratchet {
 
@@ -144,6 +145,13 @@ class Communicator {
   // Conveniences over the virtuals above.
   void broadcast_string(std::string* s, int root);
   double all_reduce_sum(double x);  // one double summed over ranks
+
+  // Collective, on a HOST communicator (mpi, single): every rank's string, in
+  // rank order, on every rank. Two all_gathers: the lengths, then the bytes
+  // padded to the longest (none when every string is empty). Strings may
+  // hold any bytes, '\0' included. For agreeing on per-rank results (errors,
+  // checkpoint shard descriptions).
+  std::vector<std::string> gather_strings(const std::string& mine);
 };
 
 // Rank, local rank and world size as the launcher set them, looked up in this

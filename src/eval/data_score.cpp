@@ -1,10 +1,11 @@
-// Loss and perplexity of a model on a set of token shards (eval/evaluator.h).
+// Loss and perplexity of a model on a set of token shards (eval/data_score.h).
+#include "eval/data_score.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "distributed/forward_balance.h"
-#include "eval/evaluator.h"
 
 namespace ratchet {
 

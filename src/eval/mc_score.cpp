@@ -1,14 +1,15 @@
-// Scoring a multiple-choice task (eval/evaluator.h): completions one per row,
+// Scoring a multiple-choice task (eval/mc_score.h): completions one per row,
 // sorted by length into (rows, Tb) batches, one forward each with the
 // classifier on the endings' positions only (GPT::forward_spans), each
 // ending's log-probability summed from its per-position losses.
+#include "eval/mc_score.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "core/error.h"
 #include "distributed/forward_balance.h"
-#include "eval/evaluator.h"
 
 namespace ratchet {
 namespace {

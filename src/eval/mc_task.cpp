@@ -1,6 +1,8 @@
-// Multiple-choice task files -> McTask (eval/evaluator.h): llm.c's HellaSwag
+// Multiple-choice task files -> McTask (eval/mc_task.h): llm.c's HellaSwag
 // .bin, HellaSwag's jsonl and the generic jsonl, tokenized as
 // lm-evaluation-harness does.
+#include "eval/mc_task.h"
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -8,8 +10,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/gpt2_tokenizer.h"
-#include "eval/evaluator.h"
 
 namespace ratchet {
 namespace {

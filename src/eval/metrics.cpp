@@ -1,23 +1,6 @@
-// Evaluation metric names and JSON (eval/evaluator.h): one spelling for
-// `ratchet eval --json`, the training log and sweep objectives.
-#include <cctype>
-
-#include "core/error.h"
-#include "eval/evaluator.h"
+#include "eval/metrics.h"
 
 namespace ratchet {
-
-std::pair<std::string, std::string> parse_named_path(const std::string& flag, const std::string& s) {
-  const size_t eq = s.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
-    fail(flag, " '", s, "' must be NAME=PATH (e.g. ", flag, " hellaswag=hellaswag_val.jsonl)");
-  const std::string name = s.substr(0, eq), path = s.substr(eq + 1);
-  for (char c : name)
-    if (std::isspace((unsigned char)c) || c == '/' || c == '"' || c == '\\' || (unsigned char)c < 32)
-      fail(flag, " '", s, "': the name '", name,
-           "' may not hold '/', '\\', '\"' or whitespace (it becomes a metric name)");
-  return {name, path};
-}
 
 std::vector<std::pair<std::string, double>> mc_metrics(const std::string& task, const McScores& s) {
   return {{task + "/acc", s.acc},

@@ -1,4 +1,6 @@
 // `ratchet plan`: what a run will need and cost, before it starts.
+// make_plan() and the formulas: plan_estimate.cpp; the table: plan_text.cpp;
+// --json: plan_json.cpp; the ZeRO section's numbers: zero_plan.h.
 //
 // The arithmetic, each piece a small function so tests can check it by hand:
 //   compute-optimal size  C = 6·N·D with D = 20·N (Chinchilla, Hoffmann et al.
@@ -86,6 +88,9 @@ std::string nearest_preset(double n_params, int vocab_size, int max_seq_len,
                            Arch arch = Arch::gpt2);
 // Ring all-reduce of `bytes` over n ranks at bytes_per_s per link.
 double ring_allreduce_seconds(double bytes, int n, double bytes_per_s);
+// The FLOPs per token recompute policy r adds on device d (the step time and
+// the table's "extra FLOPs" column).
+double recompute_flops_on(const Device& d, const GPTConfig& cfg, int T, const Recompute& r);
 
 struct CostEstimate {
   double wall_factor = 1;      // billed wall time / pure work time

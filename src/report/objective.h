@@ -1,7 +1,7 @@
 // Metrics by name: which way each improves, and what one "point" of it is.
 //
 // A metric is a named number in the training log (train/trainer.cpp writes
-// them, eval/evaluator.h names them): "val_loss", "data/<name>/loss",
+// them, eval/metrics.h names them): "val_loss", "data/<name>/loss",
 // "data/<name>/ppl", "<task>/acc", "<task>/acc_norm", "<task>/acc_token_mean".
 // Sweeps (objective = METRIC, direction = min|max), early stopping
 // (--early-stop-metric) and `ratchet report`'s cost per point rank by any

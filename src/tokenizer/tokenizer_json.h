@@ -6,12 +6,14 @@
 // are equal to its `encode(text, add_special_tokens=false)`:
 //   1. added tokens are cut out of the raw text (leftmost-longest); special
 //      ones only with parse_special (otherwise their spelling is text);
-//   2. each remaining segment is normalized (src/tokenizer/json/normalizers.h),
+//   2. each remaining segment is normalized (tokenizer/json/normalizers.cpp),
 //      then split again on added tokens marked "normalized";
-//   3. the pre-tokenizer splits it into pieces (src/tokenizer/json/pre_tokenizers.h;
-//      Split regexes run in PCRE2 with its JIT, src/tokenizer/json/regex.h);
-//   4. the model (BPE, src/tokenizer/json/bpe_model.h) turns each piece into ids.
-// Decoding runs the decoders (src/tokenizer/json/decoders.h) over the token strings.
+//   3. the pre-tokenizer splits it into pieces (tokenizer/json/pre_tokenizers.cpp;
+//      Split regexes run in PCRE2 with its JIT, tokenizer/json/regex.h);
+//   4. the model (BPE, tokenizer/json/bpe_model.cpp) turns each piece into ids.
+// Decoding runs the decoders (tokenizer/json/decoders.cpp) over the token
+// strings. The steps share one engine (tokenizer/json/engine.h), which
+// tokenizer/json/load.cpp builds from the file.
 // Any component the engine does not implement exactly is refused at load
 // time with the file and the JSON path of the component: it is never
 // approximated.

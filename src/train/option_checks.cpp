@@ -15,7 +15,7 @@
 #include "distributed/shard_groups.h"
 #include "interop/hf_checkpoint.h"
 #include "report/objective.h"
-#include "train/eval_hooks.h"
+#include "train/eval_suite.h"
 #include "train/time_limit.h"
 
 namespace ratchet {

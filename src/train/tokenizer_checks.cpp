@@ -1,7 +1,5 @@
 #include "train/tokenizer_checks.h"
 
-#include <openssl/evp.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/sha256.h"
 #include "tokenizer/tokenizer_json.h"
 #include "data/shard_reader.h"
 #include "data/shard_tokenizer.h"
@@ -40,27 +39,6 @@ std::string hf_init_dir(const std::string& init_from) {
   return parent.empty() ? "." : parent.string();
 }
 
-std::string file_sha256(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot read ", path);
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
-    fail("cannot compute the SHA-256 of ", path, " (OpenSSL)");
-  std::vector<char> buf(1 << 20);
-  while (f) {
-    f.read(buf.data(), (std::streamsize)buf.size());
-    if (f.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), (size_t)f.gcount());
-  }
-  if (f.bad()) fail("cannot read ", path);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_DigestFinal_ex(ctx.get(), md, &n);
-  std::string hex;
-  char h[3];
-  for (unsigned i = 0; i < n; i++) std::snprintf(h, sizeof h, "%02x", md[i]), hex += h;
-  return hex;
-}
-
 std::string check_init_tokenizer(const std::string& init_from, const ShardMeta& data,
                                  const std::string& data_flag, bool allow_mismatch) {
   const std::string dir = hf_init_dir(init_from);
@@ -70,7 +48,7 @@ std::string check_init_tokenizer(const std::string& init_from, const ShardMeta& 
   if (!fs::is_regular_file(json, ec))
     return "note: --init-from " + init_from + " has no tokenizer.json: the model's tokenizer is "
            "not checked against the shards' (" + describe_data(data) + ")";
-  const std::string theirs = file_sha256(json);
+  const std::string theirs = sha256_file(json);
   if (theirs == data.tokenizer_sha256)
     return "tokenizer: the shards' tokenizer.json is --init-from's (SHA-256 " + theirs.substr(0, 16) +
            ")";
@@ -100,7 +78,7 @@ std::string export_tokenizer_source(const std::string& init_from, const ShardMet
       tried.push_back(json + " (missing)");
       continue;
     }
-    const std::string sha = file_sha256(json);
+    const std::string sha = sha256_file(json);
     if (sha == data.tokenizer_sha256) return fs::path(json).parent_path().string();
     tried.push_back(json + " (SHA-256 " + sha + ")");
   }

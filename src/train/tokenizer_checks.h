@@ -21,9 +21,6 @@ namespace ratchet {
 // directory of PATH.safetensors); "" when PATH is not Hugging Face.
 std::string hf_init_dir(const std::string& init_from);
 
-// SHA-256 (hex) of a file's bytes; Error naming the file when unreadable.
-std::string file_sha256(const std::string& path);
-
 // --init-from INIT against shards `data` (described by `data_flag`, e.g.
 // "--train-data 'd/train_*.h5'"). Returns what to log ("" for nothing);
 // Error naming both digests on a mismatch unless `allow_mismatch` (then the

@@ -56,7 +56,7 @@ struct TrainOptions {
   int sample_every = 0;         // 0: only at the end
   int sample_tokens = 0;        // 0: no samples
   float temperature = 1.0f;
-  std::vector<std::string> eval_tasks;  // --eval-task NAME=FILE (train/eval_hooks.h)
+  std::vector<std::string> eval_tasks;  // --eval-task NAME=FILE (train/eval_suite.h)
   std::vector<std::string> eval_data;   // --eval-data NAME=GLOB
   int eval_task_examples = 0;           // the first N examples of each task (0: all)
 
@@ -98,7 +98,7 @@ struct TrainOptions {
   std::string time_limit;       // "" : from Slurm inside a job; "none"; seconds or HH:MM:SS
   double stop_margin = 10;      // seconds kept free before the time limit
   bool ckpt_every_auto = false; // Young/Daly interval from the save time and preemption rate
-  bool ckpt_async = false;      // periodic saves written by a background thread (checkpoint_session.h)
+  bool ckpt_async = false;      // periodic saves written in the background (train/checkpoint_writer.h)
   double expected_preemptions_per_hour = 1.0;
 
   // cost and guardrails

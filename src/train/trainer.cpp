@@ -47,7 +47,7 @@
 #include "model/llmc_checkpoint.h"
 #include "model/memory.h"
 #include "train/checkpoint_session.h"
-#include "train/eval_hooks.h"
+#include "train/eval_suite.h"
 #include "train/jsonl_log.h"
 #include "train/option_checks.h"
 #include "train/profile_report.h"
@@ -198,7 +198,7 @@ class Trainer {
   std::unique_ptr<TokenDataset> val_ds_;
   std::map<std::string, std::string> shard_identity_;  // data/shard_identity.h, in identity()
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
-  std::unique_ptr<TrainEvals> evals_;  // --eval-task, --eval-data
+  std::unique_ptr<EvalSuite> evals_;  // --eval-task, --eval-data
   std::unique_ptr<Tokenizer> tok_;
   std::string export_tokenizer_from_;  // --export-hf: the directory of the tokenizer files
   GPTConfig cfg_;
@@ -557,7 +557,7 @@ void Trainer::setup() {
       RLOG("note: samples print as ids: %s\n", e.what());
   }
   // Tasks and data sets read and checked now: a bad file is refused before any step.
-  evals_ = std::make_unique<TrainEvals>(o_, tok_.get(), train_ds_->meta(), cfg_.vocab_size, T_);
+  evals_ = std::make_unique<EvalSuite>(o_, tok_.get(), train_ds_->meta(), cfg_.vocab_size, T_);
 
   ckpt_ = std::make_unique<CheckpointSession>(o_, comm_);
   stop_ = std::make_unique<StopPolicy>(o_, c_.max_wall_seconds);

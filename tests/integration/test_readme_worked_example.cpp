@@ -26,7 +26,7 @@
 
 #include "core/json.h"
 #include "data/shard_reader.h"
-#include "data_tools/checksum.h"
+#include "core/sha256.h"
 #include "testing/hf_reference.h"
 #include "testing/test_util.h"
 

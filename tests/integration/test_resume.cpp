@@ -264,7 +264,7 @@ TEST_F(Resume, CkptCommandsListInspectPruneExport) {
 
 }  // namespace
 
-// ---- --ckpt-async (train/checkpoint_session.h) ------------------------------------
+// ---- --ckpt-async (train/checkpoint_writer.h) -------------------------------------
 
 namespace {
 

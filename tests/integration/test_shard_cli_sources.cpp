@@ -14,7 +14,7 @@
 #include "tokenizer/gpt2_tokenizer.h"
 #include "data/shard_format.h"
 #include "data/shard_reader.h"
-#include "data_tools/checksum.h"
+#include "core/sha256.h"
 #include "data/token_dataset.h"
 #include "testing/test_util.h"
 

@@ -390,6 +390,17 @@ TEST(Zero, BufferBytesAreWhatIsAllocated) {
             be->alloc_size(4 * S * 4) + be->alloc_size(S * 4));
 }
 
+// Communicator::gather_strings: every rank's string in rank order, of
+// different lengths (rank 0's empty, one holding '\0'), and all empty.
+TEST(Collectives, GatherStringsInRankOrder) {
+  const int W = g_comm->world(), r = g_comm->rank();
+  auto of = [](int q) { return q == 0 ? std::string() : std::string(q, 'a' + q) + '\0' + "end"; };
+  const std::vector<std::string> got = g_comm->gather_strings(of(r));
+  ASSERT_EQ((int)got.size(), W);
+  for (int q = 0; q < W; q++) EXPECT_EQ(got[q], of(q)) << q;
+  for (const std::string& e : g_comm->gather_strings("")) EXPECT_EQ(e, "");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) { return ratchet::testing::run_mpi_gtests(argc, argv, &g_comm); }

@@ -1,8 +1,9 @@
 // Evaluation during training on several ranks (issue 31): `mpirun -np N
 // ratchet train --eval-task --eval-data` logs, at step 0 (the same initial
 // weights on any world size), the numbers one process logs. The ranks split
-// the examples and batches and all-reduce (eval/evaluator.h); a wrong split
-// (an example scored twice or never) changes the counts.
+// the examples and batches and all-reduce (eval/mc_score.h,
+// eval/data_score.h); a wrong split (an example scored twice or never)
+// changes the counts.
 #include <gtest/gtest.h>
 
 #include <cmath>

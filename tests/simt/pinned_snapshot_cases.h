@@ -32,7 +32,7 @@ inline std::string first_difference(const float* got, const std::vector<float>& 
   return "";
 }
 
-// A snapshot as CheckpointSession::save takes one: FP32 parameters through
+// A snapshot as CheckpointWriter::save takes one: FP32 parameters through
 // download_f32 (BF16 storage: the master copy), moments through
 // download_bytes_async after a device-side copy that is still in flight
 // (the stream orders them), one synchronize(). Every value must be the

@@ -12,7 +12,9 @@
 #include "tokenizer/byte_tokenizer.h"
 #include "tokenizer/gpt2_tokenizer.h"
 #include "tokenizer/tokenizer.h"
-#include "eval/evaluator.h"
+#include "eval/mc_task.h"
+#include "eval/metrics.h"
+#include "eval/named_path.h"
 #include "testing/expect_error.h"
 #include "testing/test_util.h"
 

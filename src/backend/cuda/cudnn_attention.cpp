@@ -3,8 +3,8 @@
 // The graphs are the fused flash-attention patterns of cuDNN's graph API
 // ("Supported Graph Patterns": fused flash attention fprop / bprop; cuDNN 9
 // developer guide), written op by op exactly as cudnn-frontend lowers its
-// sdpa / sdpa_backward nodes for cuDNN 9.0-9.20 (node/
-// scaled_dot_product_flash_attention.h and node/softmax.h; there is no
+// sdpa / sdpa_backward nodes for cuDNN 9.0-9.20
+// (node/scaled_dot_product_flash_attention.h and node/softmax.h; there is no
 // frontend here, so this file is that lowering in C):
 //
 //   forward:  S = Q @ K^T (FP32) ; S *= scale ; S = causal ? S : lowest

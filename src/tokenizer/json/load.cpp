@@ -1,8 +1,6 @@
 // tokenizer.json -> Engine (see engine.h). Every object the engine does not
 // implement exactly is refused with the file and its JSON path, e.g.
 //   tokenizer.json: /pre_tokenizer/pretokenizers/1: pre-tokenizer type "Whitespace" is not supported
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -15,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/sha256.h"
 #include "tokenizer/json/engine.h"
 #include "tokenizer/json/fast_split.h"
 #include "tokenizer/json/file_checks.h"
@@ -60,16 +59,6 @@ std::string read_file(const std::string& path, const char* what, uint64_t max_by
 }
 
 namespace {
-
-std::string sha256_hex(const std::string& data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr);
-  static const char* hex = "0123456789abcdef";
-  std::string s;
-  for (unsigned i = 0; i < n; i++) s += hex[md[i] >> 4], s += hex[md[i] & 15];
-  return s;
-}
 
 // Reader of one JSON document that names the file and the JSON path
 // (RFC 6901 pointer) in every error.

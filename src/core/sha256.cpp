@@ -1,4 +1,4 @@
-#include "data_tools/checksum.h"
+#include "core/sha256.h"
 
 #include <openssl/evp.h>
 

@@ -1,7 +1,8 @@
-// Evaluation during training beyond the validation loss: --eval-task
-// NAME=FILE (multiple choice, eval/evaluator.h) and --eval-data NAME=GLOB
-// (the mean loss over other shards), run at --eval-every and at the end next
-// to val_loss. Everything is read and checked once at start-up (a bad task
+// The evaluation suite of a training run, beyond the validation loss: the
+// --eval-task NAME=FILE multiple-choice tasks (eval/mc_task.h) and the
+// --eval-data NAME=GLOB data sets (the mean loss over other shards,
+// eval/data_score.h), which the trainer runs at --eval-every and at the end
+// next to val_loss. Everything is read and checked once at start-up (a bad task
 // file is refused before the first step); each evaluation returns named
 // metrics (report/objective.h), the same numbers on every rank.
 #pragma once
@@ -13,7 +14,9 @@
 #include "data/token_dataset.h"
 #include "tokenizer/tokenizer.h"
 #include "distributed/communicator.h"
-#include "eval/evaluator.h"
+#include "eval/data_score.h"
+#include "eval/mc_score.h"
+#include "eval/mc_task.h"
 #include "model/gpt.h"
 #include "train/train_options.h"
 
@@ -29,15 +32,15 @@ void check_eval_specs(const TrainOptions& o);
 // The metric names a run with these options logs at each evaluation.
 std::vector<std::string> logged_metric_names(const TrainOptions& o);
 
-class TrainEvals {
+class EvalSuite {
  public:
   // Loads the tasks (tokenized with `tok`, the training shards' tokenizer;
   // null: unknown, refused when a task is given) and opens the data globs.
   // Error (exit 2) naming the flag and file for anything unusable with this
   // model: ids >= vocab, a tokenizer unlike the training shards', an ending
   // longer than T tokens, a data set shorter than T + 1 tokens.
-  TrainEvals(const TrainOptions& o, const Tokenizer* tok, const ShardMeta& train_meta,
-             int vocab_size, int T);
+  EvalSuite(const TrainOptions& o, const Tokenizer* tok, const ShardMeta& train_meta,
+            int vocab_size, int T);
   bool empty() const { return tasks_.empty() && data_.empty(); }
 
   // Collective: every task and data set scored with micro-batch B and

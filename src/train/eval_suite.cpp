@@ -1,17 +1,19 @@
-#include "train/eval_hooks.h"
+#include "train/eval_suite.h"
 
 #include <algorithm>
 #include <set>
 
 #include "core/error.h"
 #include "data/tokenizer_identity.h"
+#include "eval/metrics.h"
+#include "eval/named_path.h"
 #include "report/objective.h"
 
 namespace ratchet {
 
 namespace {
 
-// NAME=PATH of one flag's values, checked: the library's rules (eval/evaluator.h)
+// NAME=PATH of one flag's values, checked: the library's rules (eval/named_path.h)
 // plus a metric-name component's ([A-Za-z0-9_.-]), each name once.
 std::vector<std::pair<std::string, std::string>> parse_specs(const char* flag,
                                                              const std::vector<std::string>& values) {
@@ -47,8 +49,8 @@ std::vector<std::string> logged_metric_names(const TrainOptions& o) {
   return names;
 }
 
-TrainEvals::TrainEvals(const TrainOptions& o, const Tokenizer* tok, const ShardMeta& train_meta,
-                       int vocab_size, int T) {
+EvalSuite::EvalSuite(const TrainOptions& o, const Tokenizer* tok, const ShardMeta& train_meta,
+                     int vocab_size, int T) {
   for (const auto& [name, path] : parse_specs("--eval-task", o.eval_tasks)) {
     if (!tok)
       fail("--eval-task ", name, "=", path, ": the training shards' tokenizer '", train_meta.tokenizer,
@@ -77,7 +79,7 @@ TrainEvals::TrainEvals(const TrainOptions& o, const Tokenizer* tok, const ShardM
   }
 }
 
-Metrics TrainEvals::run(GPT& model, int B, int T, Communicator& comm, long max_batches) const {
+Metrics EvalSuite::run(GPT& model, int B, int T, Communicator& comm, long max_batches) const {
   Metrics out;
   for (const McTask& t : tasks_) {
     // B rows of at most T tokens, as training's micro-batch: the activations
@@ -92,7 +94,7 @@ Metrics TrainEvals::run(GPT& model, int B, int T, Communicator& comm, long max_b
   return out;
 }
 
-double TrainEvals::tokens_per_eval(int B, int T, long max_batches) const {
+double EvalSuite::tokens_per_eval(int B, int T, long max_batches) const {
   double tokens = 0;
   for (const McTask& t : tasks_)
     for (const McExample& ex : t.examples)
@@ -105,7 +107,7 @@ double TrainEvals::tokens_per_eval(int B, int T, long max_batches) const {
   return tokens;
 }
 
-std::string TrainEvals::describe() const {
+std::string EvalSuite::describe() const {
   std::string s;
   for (const McTask& t : tasks_)
     s += (s.empty() ? "" : ", ") + t.name + " (" + std::to_string(t.examples.size()) + " examples, " +
