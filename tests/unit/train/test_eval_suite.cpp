@@ -149,18 +149,18 @@ TEST_F(EvalSuiteRun, StartUpRefusalsNameTheFlag) {
   TrainOptions o;
   o.eval_tasks = {"hs=" + kHellaswag};
   // No tokenizer for the training shards: the task cannot be tokenized.
-  testing::expect_error([&] { EvalSuite(o, nullptr, "hf:/gone/tokenizer.json", cfg.vocab_size, 48); },
+  testing::expect_error([&] { EvalSuite(o, nullptr, ShardMeta("hf:/gone/tokenizer.json", 257, 256), cfg.vocab_size, 48); },
                         {"--eval-task hs=", "hf:/gone/tokenizer.json", "cannot be loaded"});
   // An ending longer than --seq-len.
-  testing::expect_error([&] { EvalSuite(o, &tok, "byte", cfg.vocab_size, 4); },
+  testing::expect_error([&] { EvalSuite(o, &tok, ShardMeta("byte", 257, 256), cfg.vocab_size, 4); },
                         {"--eval-task hs=", "line", "--seq-len 4"});
   o.eval_tasks = {};
   o.eval_data = {"books=" + byte_shard(d, "books")};
   // Another tokenizer than the training shards'.
-  testing::expect_error([&] { EvalSuite(o, &tok, "gpt2", cfg.vocab_size, 16); },
+  testing::expect_error([&] { EvalSuite(o, &tok, ShardMeta("gpt2", 257, 256), cfg.vocab_size, 16); },
                         {"--eval-data books", "'byte'", "'gpt2'", "same --tokenizer"});
   // Fewer tokens than one window.
-  testing::expect_error([&] { EvalSuite(o, &tok, "byte", cfg.vocab_size, 300); },
+  testing::expect_error([&] { EvalSuite(o, &tok, ShardMeta("byte", 257, 256), cfg.vocab_size, 300); },
                         {"--eval-data books", "300 tokens", "--seq-len 300"});
 }
 
