@@ -193,7 +193,7 @@ make_shards() {  # make_shards DIR: byte-level train/val shards in DIR
   if command -v bible >/dev/null 2>&1; then
     bible -f "Gen1:1-Rev22:21" > "$d/text.txt"
   else
-    cat "$root"/README.md "$root"/src/*/*.cpp "$root"/src/*/*.h | head -c 4000000 > "$d/text.txt"
+    cat "$root"/README.md "$root"/docs/*.md "$root"/src/*/*.cpp "$root"/src/*/*.h | head -c 4000000 > "$d/text.txt"
   fi
   run "$d/shard.log" "$exe" shard --tokenizer byte --input "$d/text.txt" --output-dir "$d" \
       --val-fraction 0.02
