@@ -28,10 +28,10 @@
 #   7. writes the report (gpu-report.md): one PASS/FAIL line per check
 # --quick skips 3-5 (build, tests, NCCL, training checks).
 #
-# --prebuilt DIR: programs built elsewhere, as /work/shared/gpu/bundle.sh packs
+# --prebuilt DIR: programs built elsewhere, as scripts/gpu-bundle.sh packs
 # them (a GPU node often lacks the build's Debian packages). DIR is the bundle's
-# .gpu directory (pack.tar.xz and env.sh: env.sh is sourced, which unpacks
-# bin/ and lib/ and sets PATH and LD_LIBRARY_PATH), or any directory whose bin/
+# folder (.gpu by default: pack.tar.xz and env.sh; env.sh is sourced, which
+# unpacks bin/ and lib/ and sets PATH and LD_LIBRARY_PATH), or any directory whose bin/
 # holds ratchet and the test and benchmark programs. Nothing is built; a
 # program the checks need that DIR lacks is a FAIL line naming it.
 #
@@ -85,7 +85,7 @@ if [ -n "$prebuilt" ]; then
   prebuilt=$(cd "$prebuilt" && pwd)
   if [ ! -d "$prebuilt/bin" ] && [ ! -f "$prebuilt/env.sh" ]; then
     echo "gpu-check: --prebuilt '$prebuilt' has neither bin/ nor env.sh: give the .gpu directory" \
-         "that /work/shared/gpu/bundle.sh writes, or a directory with bin/ratchet" >&2
+         "that scripts/gpu-bundle.sh writes, or a directory with bin/ratchet" >&2
     exit 2
   fi
   work=${GPU_CHECK_WORK:-$root/gpu-check-work}
