@@ -240,9 +240,9 @@ start_network() {
 # path. unshare's mount namespace is private: none of this reaches the host.
 start_slurmd() {
   local n=$1 p binds=""
-  for p in $shared_tmp; do
-    install -d -m 0755 "$spool/$n/tmp$p"
-    binds+="mount --bind $p $spool/$n/tmp$p && "
+  for p in $shared_tmp; do  # /tmp/a/b is bound onto the node's tmp/a/b
+    install -d -m 0755 "$spool/$n/tmp${p#/tmp}"
+    binds+="mount --bind $p $spool/$n/tmp${p#/tmp} && "
   done
   start_daemon "$(slurmd_pid_of "$n")" slurmd "$(slurmd_log_of "$n")" \
     nsenter --net="/run/netns/$(ns_of "$n")" unshare --uts --mount \
