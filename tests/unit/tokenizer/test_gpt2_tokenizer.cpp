@@ -232,7 +232,7 @@ TEST(Gpt2Tokenizer, RealTextMatchesReference) {
 // must give the checked-in file byte for byte.
 TEST(Gpt2Tokenizer, UnicodeTableIsRegeneratedFromPinnedUcd) {
   TempDir dir;
-  const std::string src = std::string(RATCHET_TESTS_DIR) + "/../src/data/";
+  const std::string src = std::string(RATCHET_TESTS_DIR) + "/../src/tokenizer/";
   RunResult r = run_shell("python3 " + src + "gen_unicode_classes.py > " + (dir / "t.inc"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(read_file(dir / "t.inc"), read_file(src + "unicode_classes.inc"))
