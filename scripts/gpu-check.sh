@@ -28,10 +28,10 @@
 #   7. writes the report (gpu-report.md): one PASS/FAIL line per check
 # --quick skips 3-5 (build, tests, NCCL, training checks).
 #
-# --prebuilt DIR: programs built elsewhere, as /work/shared/gpu/bundle.sh packs
+# --prebuilt DIR: programs built elsewhere, as scripts/gpu-bundle.sh packs
 # them (a GPU node often lacks the build's Debian packages). DIR is the bundle's
-# .gpu directory (pack.tar.xz and env.sh: env.sh is sourced, which unpacks
-# bin/ and lib/ and sets PATH and LD_LIBRARY_PATH), or any directory whose bin/
+# folder (.gpu by default: pack.tar.xz and env.sh; env.sh is sourced, which
+# unpacks bin/ and lib/ and sets PATH and LD_LIBRARY_PATH), or any directory whose bin/
 # holds ratchet and the test and benchmark programs. Nothing is built; a
 # program the checks need that DIR lacks is a FAIL line naming it.
 #
@@ -85,7 +85,7 @@ if [ -n "$prebuilt" ]; then
   prebuilt=$(cd "$prebuilt" && pwd)
   if [ ! -d "$prebuilt/bin" ] && [ ! -f "$prebuilt/env.sh" ]; then
     echo "gpu-check: --prebuilt '$prebuilt' has neither bin/ nor env.sh: give the .gpu directory" \
-         "that /work/shared/gpu/bundle.sh writes, or a directory with bin/ratchet" >&2
+         "that scripts/gpu-bundle.sh writes, or a directory with bin/ratchet" >&2
     exit 2
   fi
   work=${GPU_CHECK_WORK:-$root/gpu-check-work}
@@ -193,7 +193,7 @@ make_shards() {  # make_shards DIR: byte-level train/val shards in DIR
   if command -v bible >/dev/null 2>&1; then
     bible -f "Gen1:1-Rev22:21" > "$d/text.txt"
   else
-    cat "$root"/README.md "$root"/src/*/*.cpp "$root"/src/*/*.h | head -c 4000000 > "$d/text.txt"
+    cat "$root"/README.md "$root"/docs/*.md "$root"/src/*/*.cpp "$root"/src/*/*.h | head -c 4000000 > "$d/text.txt"
   fi
   run "$d/shard.log" "$exe" shard --tokenizer byte --input "$d/text.txt" --output-dir "$d" \
       --val-fraction 0.02

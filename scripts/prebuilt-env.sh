@@ -1,6 +1,6 @@
 # Sourced by scripts/gpu-check.sh and bench/gpu/compare.sh: put the programs of
-# a bundle built elsewhere (../shared/gpu/bundle.sh's layout: DIR/bin, DIR/lib,
-# DIR/env.sh) on this shell's PATH and library path.
+# a bundle built elsewhere (scripts/gpu-bundle.sh's layout: DIR/env.sh, which
+# unpacks DIR/bin and DIR/lib; or a plain DIR/bin and DIR/lib) on this shell's PATH and library path.
 #   use_prebuilt_env DIR WHO   (WHO names the caller in the error; exits 2 when
 #                               the bundle's env.sh fails)
 

@@ -18,13 +18,23 @@
 # OMPI_MCA_btl_tcp_if_include / OMPI_MCA_oob_tcp_if_include = the subnet
 # (`env` prints them too). Needs root, iproute2 (`ip`), util-linux (`unshare`)
 # and the packages of scripts/install-deps.sh; no systemd, no cgroups.
-# Recipe: /work/shared/notes/platform.md ("Two nodes on one machine").
+# Recipe: docs/platform.md ("Nodes on one machine"); a checkout under /tmp:
+# docs/slurm.md ("Two nodes on one machine").
 #
 # Environment (all optional):
 #   RATCHET_SLURM2_NET            first three octets of the /24 (default 10.77.0):
 #                                 .1 the bridge and slurmctld, .11/.12 the nodes
 #   RATCHET_SLURM2_CPUS           CPUs each node advertises (default 2)
 #   RATCHET_SLURM2_START_TIMEOUT  seconds to wait for both nodes to be idle (default 40)
+#   RATCHET_SLURM2_SHARE          more paths (colon separated) that the nodes must see
+#                                 although they lie under /tmp (e.g. a build directory)
+#
+# Each node mounts its own /tmp, as real nodes do. A path under /tmp is
+# therefore invisible on the nodes unless it is bound into them: `start` binds
+# this script's own checkout, when it lies under /tmp, and every path of
+# RATCHET_SLURM2_SHARE under /tmp, at the same path inside each node's /tmp.
+# The bound paths are part of the rendered slurm.conf (a comment), so a start
+# from another checkout under /tmp restarts the node daemons with its binds.
 set -euo pipefail
 
 prog=slurm-cluster-2node.sh
@@ -58,12 +68,40 @@ esac
 # shellcheck source-path=SCRIPTDIR source=slurm-daemon-lib.sh
 . "$(dirname "$0")/slurm-daemon-lib.sh"
 
+# The paths under /tmp each node must see, one per line, sorted, none inside
+# another: this checkout and RATCHET_SLURM2_SHARE's. Dies (before anything
+# starts) on a path that does not exist or that the node's sh -c line could
+# not quote.
+shared_tmp_paths() {
+  local p k keep=() all=()
+  all+=("$(cd "$(dirname "$0")/.." && pwd -P)")
+  local IFS=:
+  # shellcheck disable=SC2206  # split at colons on purpose
+  all+=(${RATCHET_SLURM2_SHARE:-})
+  unset IFS
+  for p in "${all[@]}"; do
+    [ -n "$p" ] || continue
+    [ -e "$p" ] || die "RATCHET_SLURM2_SHARE: '$p' does not exist (the nodes cannot be given it)"
+    p=$(cd "$p" 2>/dev/null && pwd -P || realpath "$p")
+    case $p in /tmp/?*) ;; *) continue ;; esac
+    [[ $p =~ ^[A-Za-z0-9._/+-]+$ ]] ||
+      die "'$p' lies under /tmp, which each node mounts for itself, and its name has characters" \
+          "the bind into the nodes cannot take: move the checkout (or build) out of /tmp or rename it"
+    echo "$p"
+  done | sort -u | while read -r p; do
+    for k in "${keep[@]}"; do [[ $p == "$k"/* ]] && continue 2; done
+    keep+=("$p")
+    echo "$p"
+  done
+}
+
 ns_of() { echo "ratchet-$1"; }                  # network namespace of a node
 addr_of() { echo "$net.$((10 + ${1#rnode}))"; } # rnode1 -> .11
 veth_of() { echo "rtc-$1"; }                    # the bridge side of its link
 slurmd_pid_of() { echo "$run_dir/slurmd-$1.pid"; }
 slurmd_log_of() { echo "$log_dir/slurmd-$1.log"; }
 export SLURM_CONF=$conf
+shared_tmp=""  # cmd_start: the paths under /tmp bound into each node
 
 # check: can namespaces and links be made here? Prints the reason when not.
 cmd_check() {
@@ -134,6 +172,8 @@ InactiveLimit=0
 # A node whose slurmd stops answering is DOWN after 10 s (default 300), and
 # its running jobs are requeued (they ask for it with --requeue).
 SlurmdTimeout=10
+# Bound into each node's own /tmp at the same path (scripts/slurm-cluster-2node.sh):
+#   ${shared_tmp:-none}
 NodeName=rnode1 NodeAddr=$(addr_of rnode1) CPUs=${cpus} RealMemory=1000 State=UNKNOWN
 NodeName=rnode2 NodeAddr=$(addr_of rnode2) CPUs=${cpus} RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=rnode[1-2] Default=YES MaxTime=INFINITE State=UP
@@ -194,12 +234,19 @@ start_network() {
 # no /sys/fs/cgroup and refuses to start. A mount namespace gives each node
 # its own /tmp, as real nodes have: Slurm's PMIx plugin and Open MPI keep
 # per-step directories there under names that would collide. Everything else
-# (the build tree, checkpoints, munge's socket) is shared, like NFS.
+# (the build tree, checkpoints, munge's socket) is shared, like NFS. A checkout
+# under /tmp (shared_tmp_paths) is bound onto its mount point inside the node's
+# /tmp first, then that /tmp with it (--rbind): the node sees it at its own
+# path. unshare's mount namespace is private: none of this reaches the host.
 start_slurmd() {
-  local n=$1
+  local n=$1 p binds=""
+  for p in $shared_tmp; do  # /tmp/a/b is bound onto the node's tmp/a/b
+    install -d -m 0755 "$spool/$n/tmp${p#/tmp}"
+    binds+="mount --bind $p $spool/$n/tmp${p#/tmp} && "
+  done
   start_daemon "$(slurmd_pid_of "$n")" slurmd "$(slurmd_log_of "$n")" \
     nsenter --net="/run/netns/$(ns_of "$n")" unshare --uts --mount \
-    sh -c "mount --bind $spool/$n/tmp /tmp && hostname $n && exec \"\$0\" -f $conf"
+    sh -c "${binds}mount --rbind $spool/$n/tmp /tmp && hostname $n && exec \"\$0\" -f $conf"
 }
 
 # Node states as sinfo prints them, "rnode1=idle rnode2=idle".
@@ -233,6 +280,9 @@ cmd_start() {
   local why
   why=$(cmd_check) || die "$why"
   need_tools
+  shared_tmp=$(shared_tmp_paths | tr '\n' ' ') || exit 1
+  shared_tmp=${shared_tmp% }
+  [ -z "$shared_tmp" ] || say "bound into each node's /tmp: $shared_tmp"
   install -d -m 0755 "$conf_dir" "$run_dir" "$log_dir" "$spool" "$spool/ctld"
   local n
   for n in "${nodes[@]}"; do install -d -m 0755 "$spool/$n" && install -d -m 1777 "$spool/$n/tmp"; done

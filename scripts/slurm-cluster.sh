@@ -7,7 +7,7 @@
 #   sudo scripts/slurm-cluster.sh stop     # kills the daemons by their pid files only
 #
 # Needs root and the packages from scripts/install-deps.sh; no systemd, no
-# cgroups. Recipe and settings: /work/shared/notes/platform.md (Slurm section).
+# cgroups. Recipe and settings: docs/platform.md ("A single-node Slurm cluster").
 # The node advertises 4 CPUs (more than the cores; config_overrides allows it)
 # so 2-rank and requeue tests fit side by side. Partition: debug (default).
 #

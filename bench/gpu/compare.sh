@@ -14,7 +14,7 @@
 # default 989 = H100 SXM dense BF16), peak device memory, and ratchet's speed-up over each peer
 # (peer ms / ratchet ms: above 1, ratchet is faster). A run that fails (OOM, transformers missing)
 # shows its reason in its row, never a number. --json: one JSON line per (row, implementation).
-# Programs: --prebuilt DIR is the .gpu bundle of /work/shared/gpu/bundle.sh (its env.sh is
+# Programs: --prebuilt DIR is the .gpu bundle of scripts/gpu-bundle.sh (its env.sh is
 # sourced, as scripts/gpu-check.sh does), else --build-dir (default ./build).
 # Exit codes: 0 every row ran (a failed peer is reported, not an error); 1 ratchet failed at a
 # row; 2 bad usage (checked before the device); 69 no GPU on this node (as gpu-check.sh).

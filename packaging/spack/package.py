@@ -1,7 +1,7 @@
 # Spack recipe for ratchet. Copy this directory into a Spack repository as
 # packages/ratchet/package.py (`spack repo create`, then `spack install ratchet`).
 # Dependency names are Spack's builtin packages; the CMake options are the ones
-# CMakeLists.txt declares (tests/unit/test_packaging.cpp checks both files).
+# CMakeLists.txt declares (tests/unit/packaging/test_packaging.cpp checks both files).
 from spack.package import *
 
 

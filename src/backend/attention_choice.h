@@ -1,6 +1,6 @@
 // `--attention auto` (the default): which attention a run gets, and why, as a
 // pure function of a description of the device, so that the choice and its
-// messages are tested without a GPU (tests/unit/test_attention_choice.cpp)
+// messages are tested without a GPU (tests/unit/backend/test_attention_choice.cpp)
 // and `ratchet plan` makes the same choice for the devices it describes.
 //
 // auto picks cudnn (cuDNN's fused flash attention, tensor cores) when all of:

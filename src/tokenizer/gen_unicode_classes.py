@@ -7,7 +7,7 @@ the Character Database it reads, not to whichever node or ICU is installed.
 
 It reads Debian 12's unicode-data package (Unicode 15.0.0, installed by
 scripts/install-deps.sh), or the UCD directory given as the first argument.
-The checked-in table was generated once so; tests/unit/test_gpt2_tokenizer.cpp
+The checked-in table was generated once so; tests/unit/tokenizer/test_gpt2_tokenizer.cpp
 regenerates it (byte for byte) and compares it with node's regex engine on the
 code points that both Unicode versions have assigned.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints the CMake cache variables a Spack package.py or an EasyBuild
 easyconfig passes, one per line, after checking that the file is valid Python
-(both formats are). Used by tests/unit/test_packaging.cpp.
+(both formats are). Used by tests/unit/packaging/test_packaging.cpp.
 
     packaging_cmake_options.py FILE
 

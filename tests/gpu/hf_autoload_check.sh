@@ -13,7 +13,7 @@
 # scripts/install-deps.sh). --device: where ratchet trains and re-reads the
 # export (default cuda when nvidia-smi lists a GPU, else cpu); transformers
 # runs on the CPU in FP32. In order:
-#   1. shards the first 300 lines of README.md with TOKENIZER (one document);
+#   1. shards the first 300 lines of README.md and docs/ with TOKENIZER (one document);
 #   2. trains a tiny Llama 3 steps and exports it (--export-hf, f32);
 #   3. ratchet re-reads the export (--init-from) and logs the loss of its
 #      first batch, windows 0 and 1 of 64 tokens in order (--no-shuffle);
@@ -54,7 +54,7 @@ mkdir -p "$work"
 fail() { echo "FAIL $1"; exit 1; }
 run() { local log=$1; shift; "$@" >"$log" 2>&1; }
 
-head -n 300 "$root/README.md" > "$work/text.txt"
+cat "$root/README.md" "$root"/docs/*.md | head -n 300 > "$work/text.txt"
 run "$work/shard.log" "$exe" shard --tokenizer "$tok" --input "$work/text.txt" --output-dir "$work/data" \
     --val-fraction 0 --no-progress --overwrite || fail "ratchet shard ($work/shard.log)"
 run "$work/train.log" "$exe" train --device "$dev" --arch llama --model custom --layers 2 --heads 4 \

@@ -219,7 +219,7 @@ TEST(HfTokenizerFuzz, NewerCodePointsAreAKnownDifference) {
       else
         EXPECT_NE(ids_text(tok.encode(texts[i])), ids_text(want[i]))
             << family << " now agrees on a Unicode " << (i ? "16.0" : "15.1")
-            << " character: widen agreed_code_points() and update the README's note on Unicode versions";
+            << " character: widen agreed_code_points() and update the note on Unicode versions in docs/tokenizers.md";
     }
   }
 }

@@ -1,12 +1,13 @@
-// The README's worked example (issue 29, "Done when"): shard the King James
+// The documented worked example (issue 29, "Done when"; it moved from the
+// README to docs/tokenizers.md with issue 35): shard the King James
 // text with Llama 3.1's tokenizer.json, train a small Llama with that
 // vocabulary, export a complete Hugging Face directory, sample from it.
-// The test runs README.md's own ```sh block (the first after the heading
-// "### Worked example"), in a fresh directory with this build's ratchet on
+// The test runs docs/tokenizers.md's own ```sh block (the first after the
+// heading "## Worked example"), in a fresh directory with this build's ratchet on
 // PATH. Only `--steps 300` becomes `--steps 4` and `--eval-every 100`
-// `--eval-every 2`, each required to appear exactly once, so the README
+// `--eval-every 2`, each required to appear exactly once, so the page
 // cannot drift from what is run. Then:
-//  - the shard token counts the README states (1,083,073 train, 55,971 val);
+//  - the shard token counts the page states (1,083,073 train, 55,971 val);
 //  - kjv-llama/ holds config.json (naming BOS 128000 and the shards' EOS),
 //    model.safetensors and Llama 3.1's tokenizer.json / tokenizer_config.json
 //    byte for byte;
@@ -36,14 +37,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The ```sh block after the "### Worked example" heading, dedented.
+// The page that holds the worked example, and the ```sh block after its
+// "## Worked example" heading.
+const char* const kExamplePage = "/../docs/tokenizers.md";
 std::string worked_example_block() {
-  std::ifstream f(std::string(RATCHET_TESTS_DIR) + "/../README.md");
+  std::ifstream f(std::string(RATCHET_TESTS_DIR) + kExamplePage);
   std::string line, block;
   bool heading = false, in = false;
   while (std::getline(f, line)) {
     if (!heading) {
-      heading = line.rfind("### Worked example", 0) == 0;
+      heading = line.rfind("## Worked example", 0) == 0;
     } else if (!in) {
       in = line == "```sh";
     } else if (line == "```") {
@@ -58,14 +61,14 @@ std::string worked_example_block() {
 // Replaces `from` by `to`, which must occur exactly once.
 void replace_once(std::string& s, const std::string& from, const std::string& to) {
   const size_t at = s.find(from);
-  ASSERT_NE(at, std::string::npos) << "README's worked example lost '" << from << "':\n" << s;
+  ASSERT_NE(at, std::string::npos) << "docs/tokenizers.md's worked example lost '" << from << "':\n" << s;
   ASSERT_EQ(s.find(from, at + 1), std::string::npos) << "'" << from << "' twice:\n" << s;
   s.replace(at, from.size(), to);
 }
 
 TEST(ReadmeWorkedExample, RunsAsWrittenAndExportsACompleteDirectory) {
   std::string block = worked_example_block();
-  ASSERT_FALSE(block.empty()) << "README.md has no ```sh block after '### Worked example'";
+  ASSERT_FALSE(block.empty()) << "docs/tokenizers.md has no ```sh block after '## Worked example'";
   replace_once(block, "--steps 300", "--steps 4");
   replace_once(block, "--eval-every 100", "--eval-every 2");
   TempDir d;
@@ -74,14 +77,14 @@ TEST(ReadmeWorkedExample, RunsAsWrittenAndExportsACompleteDirectory) {
   const RunResult r = run_shell("cd " + d.path + " && PATH=" + bin + ":$PATH bash -e -o pipefail example.sh");
   ASSERT_EQ(r.exit_code, 0) << block << "\n" << r.output;
 
-  // The shards: the token counts the README states, and the README's framing.
+  // The shards: the token counts the page states, and its framing.
   ShardFile train(d / "kjv-llama3/train_000000.h5"), val(d / "kjv-llama3/val_000000.h5");
-  EXPECT_EQ(train.num_tokens(), 1083073u) << "README: 'Sharding: 1,083,073 train'";
-  EXPECT_EQ(val.num_tokens(), 55971u) << "README: '55,971 val tokens'";
+  EXPECT_EQ(train.num_tokens(), 1083073u) << "docs/tokenizers.md: '1,083,073 train'";
+  EXPECT_EQ(val.num_tokens(), 55971u) << "docs/tokenizers.md: '55,971 val tokens'";
   EXPECT_EQ(train.meta().vocab_size, 128256);
   EXPECT_EQ(train.meta().bos_token, 128000);
   EXPECT_FALSE(fs::exists(d / "kjv-llama3/train_000001.h5"));
-  // The trained model: 8.31M parameters as the README says, 4 steps, two evaluations.
+  // The trained model: 8.31M parameters as the page says, 4 steps, two evaluations.
   EXPECT_NE(r.output.find("8.31M"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" 4/4 | loss"), std::string::npos) << r.output;
   // A complete Hugging Face directory.

@@ -159,7 +159,7 @@ TEST_F(Resume, ADifferentRunIsRefusedWithADiffAndSafeChangesAreLogged) {
 // run was bitwise reproducible); a resume that changes --deterministic says
 // it will not be bit-identical. (The cpu backend's attention is always flash,
 // which has no nondeterministic path; the nondeterministic cases, cuDNN with
-// --deterministic off, are tests/unit/test_reproducibility.cpp.)
+// --deterministic off, are tests/unit/train/test_reproducibility.cpp.)
 TEST_F(Resume, DeterministicSettingIsRecordedAndAResumeThatChangesItWarns) {
   TempDir d;
   auto r = run_ratchet(train_cmd(d / "ck", d / "out.bin", 4) + " --deterministic off");

@@ -30,6 +30,12 @@
 . "$(dirname "$0")/common.sh"
 name=${1:?start|stop|requeue|node-death|batch-host-death|no-namespaces}
 CLUSTER2=$RATCHET_SOURCE_DIR/scripts/slurm-cluster-2node.sh
+# The nodes must see the build (the trainer, the test's work directory) even
+# when it lies under /tmp, which each node mounts for itself: the cluster binds
+# the checkout and these paths into the nodes (every call below passes them, so
+# a restart keeps the binds). A clone under /tmp passes as any other.
+export RATCHET_SLURM2_SHARE=$RATCHET_BUILD_DIR${RATCHET_TEST_WORK:+:$RATCHET_TEST_WORK}
+mkdir -p "$RATCHET_TEST_WORK" 2>/dev/null || true
 marker=$RATCHET_TEST_WORK/cluster-2node-started-by-tests
 
 # The sharding under test, in ONE place, as the issue asks:

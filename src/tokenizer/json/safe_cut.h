@@ -40,7 +40,7 @@
 // match spans the cut, so the segments are the same whole or parted.
 // Anything else (Metaspace pre-tokenizer, unknown Split regexes, a window
 // with invalid UTF-8) is never cut: the document is tokenized whole, as
-// before. tests/unit/test_hf_safe_cut.cpp checks parts == whole for the four
+// before. tests/unit/tokenizer/test_hf_safe_cut.cpp checks parts == whole for the four
 // families on varied text.
 #pragma once
 #include <cstddef>
