@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command that proves the GPU path on a node with one or more GPUs:
 #   scripts/gpu-check.sh [--build-dir DIR | --prebuilt DIR] [--report FILE] [--steps N] [--quick]
+#                        [--only SECTIONS] [--deadline EPOCH]
 # (slurm/gpu-check.sbatch runs it as a job.) In order:
 #   1. builds (CUDA kernels for sm_80, sm_90 and this node's GPU; benchmarks on);
 #      --prebuilt DIR skips the build and runs programs built elsewhere (below)
@@ -27,6 +28,11 @@
 #      its loss on one batch agrees with ratchet's (FP32) to 1e-4
 #   7. writes the report (gpu-report.md): one PASS/FAIL line per check
 # --quick skips 3-5 (build, tests, NCCL, training checks).
+# --only SECTIONS: a comma list of tests (2), sanitizer (3), bench (4), curve (5),
+#   train (6): only those run, in this order (bench/gpu/window.sh runs them one
+#   at a time, in its own priority order, inside a GPU window).
+# --deadline EPOCH: a check that would start after this time (date +%s) is not
+#   started: its line says NOT-RUN "window closed", and the report is finished.
 #
 # --prebuilt DIR: programs built elsewhere, as scripts/gpu-bundle.sh packs
 # them (a GPU node often lacks the build's Debian packages). DIR is the bundle's
@@ -65,6 +71,8 @@ prebuilt=""
 report=gpu-report.md
 steps=300
 quick=0
+only=""
+deadline=0
 selftest=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -73,11 +81,18 @@ while [ $# -gt 0 ]; do
     --report) report=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --quick) quick=1; shift ;;
+    --only) only=${2:?--only needs a list}; shift 2 ;;
+    --deadline) deadline=${2:?--deadline needs a time (date +%s)}; shift 2 ;;
     --selftest-cpu) selftest=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+case ",$only," in *[!a-z,]*) echo "gpu-check: --only '$only': a comma list of tests, sanitizer, bench, curve, train" >&2; exit 2 ;; esac
+for s in ${only//,/ }; do
+  case $s in tests|sanitizer|bench|curve|train) ;; *) echo "gpu-check: --only: unknown section '$s' (tests, sanitizer, bench, curve, train)" >&2; exit 2 ;; esac
+done
+case "$deadline" in *[!0-9]*) echo "gpu-check: --deadline '$deadline' is not a time in seconds since 1970 (date +%s)" >&2; exit 2 ;; esac
 case "$steps" in ''|*[!0-9]*) echo "gpu-check: --steps '$steps' is not a count" >&2; exit 2 ;; esac
 [ "$steps" -ge 60 ] || { echo "gpu-check: --steps must be at least 60 (the last 50 are compared)" >&2; exit 2; }
 if [ -n "$prebuilt" ]; then
@@ -175,6 +190,14 @@ run() {  # run LOG CMD...: output to LOG, status returned
   "$@" > "$log" 2>&1
 }
 t_start=$(date +%s)
+want() {  # want SECTION: whether --only (or its absence) runs SECTION
+  [ -z "$only" ] || case ",$only," in *",$1,"*) true ;; *) false ;; esac
+}
+in_time() {  # in_time NAME: false (and a NOT-RUN line) once --deadline has passed
+  if [ "$deadline" -gt 0 ] && [ "$(date +%s)" -ge "$deadline" ]; then
+    line "$1" NOT-RUN "window closed (--deadline)"; return 1
+  fi
+}
 finish() {
   echo >> "$report"
   echo "Took $(( $(date +%s) - t_start )) s. Logs: $work" >> "$report"
@@ -222,6 +245,7 @@ train_checks() {  # train_checks DEVICE
   seed() { case ",${GPU_CHECK_PERTURB:-}," in *",$1,"*) echo 4321 ;; *) echo 1234 ;; esac; }
 
   # The same run twice: bit-identical weights (the determinism every resume relies on).
+  in_time "same run twice" || return
   run "$d/twice-a.log" "$exe" "${base[@]}" "${gpt[@]}" --seed 1234 --steps $steps --export "$d/a.bin"
   local ra=$?
   run "$d/twice-b.log" "$exe" "${base[@]}" "${gpt[@]}" --seed "$(seed twice)" --steps $steps \
@@ -236,6 +260,7 @@ train_checks() {  # train_checks DEVICE
   fi
 
   # SIGUSR1 at step $stop (saves, exit 75), resume: the straight run's weights.
+  in_time "SIGUSR1 + resume" || return
   RATCHET_FAULT=USR1@step-$stop run "$d/stop.log" "$exe" "${base[@]}" "${gpt[@]}" \
       --seed "$(seed resume)" --steps $steps --ckpt-dir "$d/ck"
   rc=$?
@@ -252,23 +277,30 @@ train_checks() {  # train_checks DEVICE
     line "SIGUSR1 + resume" FAIL "resumed weights differ from the straight run's"
   fi
 
-  # ZeRO-1 on one rank under mpirun (issue 24: a host-side segfault) == --zero 0.
+  # ZeRO-1, 2 and 3 on one rank under mpirun == --zero 0, bit for bit (issue 24:
+  # a host-side segfault at stage 1; stages 2 and 3 keep their buckets, gathers
+  # and streams even on one rank, so each is its own check).
+  in_time "mpirun -np 1 --zero 1" || return
   if [ -z "$mpirun_cmd" ]; then
-    line "mpirun -np 1 --zero 1" FAIL "mpirun not found: ZeRO-1 unchecked (install Open MPI)"
+    line "mpirun -np 1 --zero 1" FAIL "mpirun not found: ZeRO unchecked (install Open MPI)"
   else
     run "$d/zero0.log" "$mpirun_cmd" -np 1 --bind-to none "$exe" "${base[@]}" "${gpt[@]}" \
         --seed 1234 --steps $stop --export "$d/z0.bin"
     ra=$?
-    run "$d/zero1.log" "$mpirun_cmd" -np 1 --bind-to none "$exe" "${base[@]}" "${gpt[@]}" \
-        --seed "$(seed zero)" --steps $stop --zero 1 --export "$d/z1.bin"
-    rc=$?
-    if [ $ra -ne 0 ] || [ $rc -ne 0 ]; then
-      line "mpirun -np 1 --zero 1" FAIL "exit $ra (--zero 0) / $rc (--zero 1) ($d/zero*.log)"
-    elif same_files "$d/z0.bin" "$d/z1.bin"; then
-      line "mpirun -np 1 --zero 1" PASS "$stop steps, bit-identical to --zero 0"
-    else
-      line "mpirun -np 1 --zero 1" FAIL "--zero 1 weights differ from --zero 0"
-    fi
+    local z
+    for z in 1 2 3; do
+      in_time "mpirun -np 1 --zero $z" || return
+      run "$d/zero$z.log" "$mpirun_cmd" -np 1 --bind-to none "$exe" "${base[@]}" "${gpt[@]}" \
+          --seed "$(seed zero)" --steps $stop --zero $z --export "$d/z$z.bin"
+      rc=$?
+      if [ $ra -ne 0 ] || [ $rc -ne 0 ]; then
+        line "mpirun -np 1 --zero $z" FAIL "exit $ra (--zero 0) / $rc (--zero $z) ($d/zero0.log, zero$z.log)"
+      elif same_files "$d/z0.bin" "$d/z$z.bin"; then
+        line "mpirun -np 1 --zero $z" PASS "$stop steps, bit-identical to --zero 0"
+      else
+        line "mpirun -np 1 --zero $z" FAIL "--zero $z weights differ from --zero 0"
+      fi
+    done
   fi
 
   # ZeRO-1 state sharded over 2 ranks resumes on 1 rank of this device (another
@@ -295,6 +327,7 @@ train_checks() {  # train_checks DEVICE
   fi
 
   # A Llama trains: finite losses that go down.
+  in_time "llama trains" || return
   if run "$d/llama.log" "$exe" "${base[@]}" "${llama[@]}" --seed 1234 --steps $steps \
        --log-jsonl "$d/llama.jsonl"; then
     local v
@@ -311,6 +344,7 @@ PY
   fi
 
   # --export-hf in transformers: no missing or unexpected keys, the same loss.
+  in_time "export-hf in transformers" || return
   if ! python3 -c 'import transformers, torch' >/dev/null 2>&1; then
     line "export-hf in transformers" NOT-RUN "python3 cannot import transformers and torch"
   else
@@ -402,10 +436,13 @@ else
 fi
 
 # ---- 2. GPU tests, NCCL under mpirun -----------------------------------------------
+if want tests && in_time "GPU tests"; then
 # The *_np2 tests need 2 GPUs: run apart, only where the node has them.
 if [ -n "$prebuilt" ]; then
   bad=""; ran=""
-  for t in test_gpu_kernels test_cuda_backend_gpu test_cuda_backend_gpu_recompute test_cudnn_attention; do
+  # Every GPU test program (tests/gpu/test_*.cpp, as scripts/gpu-bundle.sh packs them).
+  gpu_tests=$(for f in "$root"/tests/gpu/test_*.cpp; do f=${f##*/}; echo "${f%.cpp}"; done)
+  for t in $gpu_tests; do
     exe=$(prog "$t")
     if [ -z "$exe" ]; then bad="$bad $t(missing)"; continue; fi
     run "$work/$t.log" "$exe"; rc=$?
@@ -453,6 +490,7 @@ if [ -z "$prebuilt" ] && [ "$gpus" -ge 2 ]; then
     line "GPU tests on 2 ranks" FAIL "see $work/ctest-np2.log"
   fi
 fi
+fi  # tests
 
 if [ $quick = 1 ]; then
   echo >> "$report"; echo "--quick: sanitizer, benchmarks, loss curves and training checks not run." >> "$report"
@@ -460,6 +498,7 @@ if [ $quick = 1 ]; then
 fi
 
 # ---- 3. compute-sanitizer -----------------------------------------------------------
+if want sanitizer && in_time "compute-sanitizer"; then
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for tool in memcheck racecheck initcheck synccheck; do
   bad=""
@@ -475,8 +514,10 @@ for tool in memcheck racecheck initcheck synccheck; do
     line "compute-sanitizer $tool" FAIL "errors in:$bad ($work/sanitizer-$tool-*.log)"
   fi
 done
+fi  # sanitizer
 
 # ---- 4. bench/gpu -------------------------------------------------------------------
+if want bench && in_time "bench/gpu"; then
 bench=$(prog bench_gpu_train)
 if [ -z "$bench" ]; then
   line "bench/gpu" FAIL "bench_gpu_train not built"
@@ -522,8 +563,10 @@ else
     line "bench/kernels attention" FAIL "exit $rc (an implementation was wrong or failed): $attn"
   fi
 fi
+fi  # bench
 
 # ---- 5. d12 loss curve: GPU (BF16) vs CPU (FP32) ----------------------------------------
+if want curve && in_time "d12 loss curve"; then
 data=$work/kjv
 exe=$(prog ratchet)
 if make_shards "$data"; then
@@ -562,9 +605,10 @@ PY
 else
   line "d12 loss curve" FAIL "could not shard the text ($data/shard.log)"
 fi
+fi  # curve
 
 # ---- 6. training checks on the GPU -------------------------------------------------------
-train_checks cuda
+if want train; then train_checks cuda; fi
 
 [ -f "$work/bench-block.md" ] && { echo; echo "## bench/gpu"; cat "$work/bench-block.md"; } >> "$report"
 finish

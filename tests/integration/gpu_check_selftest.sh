@@ -5,7 +5,7 @@
 #    on a node without a GPU: exit 69, nothing run; a DIR that is not a
 #    bundle is bad usage (2).
 # 2. --selftest-cpu: the training checks (same run twice, SIGUSR1 + resume,
-#    mpirun -np 1 --zero 1 == --zero 0, a 2-rank ZeRO-1 checkpoint resumed on
+#    mpirun -np 1 --zero 1, 2 and 3 == --zero 0, a 2-rank ZeRO-1 checkpoint resumed on
 #    1 rank, a Llama trains) for real on the CPU
 #    backend with tiny models, through the --prebuilt program lookup: all PASS.
 # 3. The same with GPU_CHECK_PERTURB (another seed in each check's second
@@ -44,7 +44,9 @@ for c in "same run twice" "SIGUSR1 + resume" "llama trains"; do
   check "'$c' PASS" 'grep -q "| $c | PASS |" "$tmp/r1.md"'
 done
 if command -v mpirun >/dev/null; then
-  check "'mpirun -np 1 --zero 1' PASS" 'grep -q "| mpirun -np 1 --zero 1 | PASS |" "$tmp/r1.md"'
+  for z in 1 2 3; do
+    check "'mpirun -np 1 --zero $z' PASS" 'grep -q "| mpirun -np 1 --zero $z | PASS |" "$tmp/r1.md"'
+  done
   if "$exe" --version | grep -q "MPI yes"; then
     check "'ZeRO-1 resume 2 -> 1 rank' PASS" 'grep -q "| ZeRO-1 resume 2 -> 1 rank | PASS |" "$tmp/r1.md"'
   else  # a build without MPI (the sanitizer builds) cannot start 2 ranks: said, not failed
@@ -61,7 +63,19 @@ check "a perturbed self-test exits 1 (got $rc)" '[ $rc = 1 ]'
 check "same run twice FAILs when the runs differ" 'grep -q "| same run twice | FAIL | weights differ" "$tmp/r2.md"'
 check "resume FAILs when it differs" 'grep -q "| SIGUSR1 + resume | FAIL |" "$tmp/r2.md"'
 if command -v mpirun >/dev/null; then
-  check "zero FAILs when it differs" 'grep -q "| mpirun -np 1 --zero 1 | FAIL | --zero 1 weights differ" "$tmp/r2.md"'
+  for z in 1 2 3; do
+    check "zero $z FAILs when it differs" 'grep -q "| mpirun -np 1 --zero $z | FAIL | --zero $z weights differ" "$tmp/r2.md"'
+  done
 fi
+# --deadline in the past: every training check is NOT-RUN "window closed", exit 0;
+# --only with an unknown section is bad usage.
+GPU_CHECK_WORK=$tmp/w3 "$root/scripts/gpu-check.sh" --prebuilt "$tmp/pre" --selftest-cpu \
+  --deadline 1 --report "$tmp/r3.md" > "$tmp/out3" 2>&1
+rc=$?
+check "a passed --deadline exits 0 (got $rc)" '[ $rc = 0 ]'
+check "a passed --deadline runs nothing" 'grep -q "| same run twice | NOT-RUN | window closed" "$tmp/r3.md" && ! grep -q "| PASS |" "$tmp/r3.md"'
+"$root/scripts/gpu-check.sh" --prebuilt "$tmp/pre" --only tests,speed > "$tmp/u" 2>&1
+rc=$?
+check "--only with an unknown section exits 2 (got $rc)" '[ $rc = 2 ] && grep -q "unknown section .speed." "$tmp/u"'
 [ $fails = 0 ] && echo "gpu-check self-test: all checks passed"
 exit $fails

@@ -1,0 +1,267 @@
+#!/usr/bin/env bash
+# One GPU window (issue 41): everything to prove and measure on a GPU node,
+# in priority order, each result written under OUT the moment it is known,
+# stopping cleanly at a time budget. Prepared on a machine without a GPU,
+# run on the node with the prepared bundle.
+#
+#   bench/gpu/window.sh prepare [--bundle DIR] [--llmc SRC] [--build DIR]
+#       Here (no GPU needed): scripts/gpu-bundle.sh packs the programs into
+#       DIR (default .gpu) unless DIR holds them (env.sh or bin/ratchet); then adds what the node
+#       lacks: DIR/data/kjv (byte-level shards of the King James Bible, from
+#       Debian's bible-kjv), DIR/data/llmc (its first 2M tokens as llm.c token
+#       files) and, with --llmc, llm.c's source in DIR/llmc (SRC: a checkout, or
+#       a git directory whose HEAD is exported; nothing of llm.c is tracked here).
+#   bench/gpu/window.sh run --bundle DIR --out OUT [--budget SECONDS] [--selftest-cpu]
+#       On the GPU node, after `source DIR/env.sh`. The steps, in this order;
+#       a step that cannot finish inside the budget (its own limit) is not
+#       started and says so:
+#         machine    nvidia-smi, driver, the bundle's MANIFEST, ratchet --version
+#         tests      every GPU test program (pinned snapshot, cuDNN, kernels, backend)
+#         train      scripts/gpu-check.sh --only train: the same run twice and
+#                    SIGUSR1 + resume bit-identical, mpirun -np 1 --zero 1/2/3 ==
+#                    --zero 0, a 2-rank checkpoint on 1 rank, a Llama, --export-hf
+#                    read by transformers
+#         compare    bench/gpu/compare.sh --rows d12-b16: ratchet (peak memory ==
+#                    the plan's accounting, or it fails), PyTorch eager, torch.compile
+#         llmc       llm.c's train_gpt2cu, d12 B=16 T=1024 from random init, built
+#                    here with cuDNN when its frontend headers are found, else without
+#         kernels    bench_kernels: GB/s of the memory-bound kernels
+#         profile    ratchet train d12 B=16 T=1024 --profile (per-op time)
+#         determinism the same run with --deterministic off: the cost of exactness
+#         bench      gpu-check --only bench (recompute policies, cuDNN, T=8192
+#                    memory == plan, attention kernels)
+#         sanitizer  gpu-check --only sanitizer (compute-sanitizer's four tools)
+#         curve      gpu-check --only curve (d12 BF16 vs the CPU's FP32 loss curve)
+#       OUT/summary.md gets one line per step as it ends (PASS, FAIL, NOT-RUN,
+#       with seconds and a detail); OUT/<step>.log and the step's own files
+#       beside it. --budget (default 540) counts from the start of `run`.
+#       --selftest-cpu rehearses the flow on a machine without a GPU: the
+#       training checks and the timing runs on the CPU backend with a tiny
+#       model, the GPU-only steps NOT-RUN with their reason.
+# Exit codes: 0 every step that ran passed; 1 a step failed; 2 bad usage.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+prog=window.sh
+usage() { echo "$prog: $*" >&2; echo "usage: bench/gpu/window.sh prepare|run ... (--help)" >&2; exit 2; }
+[ $# -ge 1 ] || usage "needs a mode: prepare or run"
+mode=$1; shift
+case $mode in
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+  prepare|run) ;;
+  *) usage "unknown mode '$mode' (prepare or run)" ;;
+esac
+bundle=$root/.gpu; out=""; budget=540; selftest=0; llmc_src=""; build=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --bundle|--out|--budget|--llmc|--build)
+      [ $# -ge 2 ] || usage "$1 needs a value"
+      case $1 in --bundle) bundle=$2 ;; --out) out=$2 ;; --budget) budget=$2 ;;
+                 --llmc) llmc_src=$2 ;; --build) build=$2 ;; esac
+      shift 2 ;;
+    --selftest-cpu) selftest=1; shift ;;
+    *) usage "unknown option '$1'" ;;
+  esac
+done
+case $budget in ''|*[!0-9]*) usage "--budget '$budget' is not a number of seconds" ;; esac
+
+# ---- prepare -------------------------------------------------------------------------
+if [ "$mode" = prepare ]; then
+  set -e
+  # A bundle already there (or a plain DIR/bin, as the CPU rehearsal uses) is kept.
+  if [ ! -f "$bundle/env.sh" ] && [ ! -x "$bundle/bin/ratchet" ]; then
+    "$root/scripts/gpu-bundle.sh" --out "$bundle" ${build:+--build "$build"}
+  fi
+  [ -f "$bundle/env.sh" ] || [ -x "$bundle/bin/ratchet" ] || { echo "$prog: $bundle holds no programs after gpu-bundle.sh" >&2; exit 1; }
+  # The programs to shard with: this machine's ratchet (the bundle's may be packed).
+  exe=${RATCHET:-$(command -v ratchet || echo "$root/build/ratchet")}
+  [ -x "$exe" ] || { echo "$prog: no ratchet to shard with (set RATCHET=path)" >&2; exit 1; }
+  command -v bible >/dev/null || { echo "$prog: needs Debian's bible-kjv (scripts/install-deps.sh)" >&2; exit 1; }
+  rm -rf "$bundle/data"; mkdir -p "$bundle/data/llmc"
+  bible -f "Gen1:1-Rev22:21" > "$bundle/data/kjv.txt"
+  "$exe" shard --tokenizer byte --input "$bundle/data/kjv.txt" --output-dir "$bundle/data/kjv" \
+    --val-fraction 0.02 --threads 2 > "$bundle/data/shard.log"
+  # llm.c's token files: the first 2M training tokens (a header of 256 int32:
+  # magic 20240520, version 1, count; then uint16 ids). Byte ids are valid GPT-2 ids.
+  python3 - "$bundle/data/kjv.txt" "$bundle/data/llmc" <<'PY'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+for name, part in (("train", data[:2_000_000]), ("val", data[2_000_000:2_200_000])):
+    with open(f"{sys.argv[2]}/kjv_{name}.bin", "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(part), *([0] * 253)))
+        f.write(struct.pack(f"<{len(part)}H", *part))
+PY
+  rm "$bundle/data/kjv.txt"
+  if [ -n "$llmc_src" ]; then
+    rm -rf "$bundle/llmc"; mkdir -p "$bundle/llmc"
+    if [ -f "$llmc_src/HEAD" ] && [ -d "$llmc_src/objects" ]; then
+      git --git-dir "$llmc_src" archive HEAD | tar -x -C "$bundle/llmc"
+      git --git-dir "$llmc_src" rev-parse HEAD > "$bundle/llmc/COMMIT"
+    else
+      cp -r "$llmc_src"/. "$bundle/llmc/"
+    fi
+    rm -rf "$bundle/llmc/.git" "$bundle/llmc/dev/data" "$bundle/llmc/doc"
+  fi
+  size=$(du -sb "$bundle" | cut -f1)
+  echo "$prog: $bundle ready: $((size / 1024 / 1024)) MiB$([ -d "$bundle/llmc" ] && echo ", llm.c $(cat "$bundle/llmc/COMMIT" 2>/dev/null | cut -c1-7)")"
+  [ "$size" -lt $((64 * 1024 * 1024)) ] || { echo "$prog: $bundle is 64 MiB or more: the device takes less" >&2; exit 1; }
+  exit 0
+fi
+
+# ---- run -----------------------------------------------------------------------------
+[ -n "$out" ] || usage "run needs --out DIR"
+mkdir -p "$out"; out=$(cd "$out" && pwd)
+[ -d "$bundle" ] || usage "--bundle '$bundle' is not a directory (bench/gpu/window.sh prepare makes it)"
+bundle=$(cd "$bundle" && pwd)
+t0=$(date +%s); deadline=$((t0 + budget))
+summary=$out/summary.md
+{
+  echo "# GPU window: $(hostname -s) $(date -u +%Y-%m-%dT%H:%M:%SZ), budget ${budget}s$([ $selftest = 1 ] && echo ', --selftest-cpu')"
+  echo
+  echo "| step | result | seconds | detail |"
+  echo "| --- | --- | --- | --- |"
+} > "$summary"
+failed=0
+note() {  # note STEP RESULT SECONDS DETAIL: one summary line, now
+  case $2 in PASS|NOT-RUN) ;; *) failed=1 ;; esac
+  printf '| %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4" >> "$summary"
+  printf '%s: %-12s %-7s %4ss  %s\n' "$prog" "$1" "$2" "$3" "$4" >&2
+}
+# step NAME LIMIT FUNCTION: runs FUNCTION (its output in OUT/NAME.log) when
+# LIMIT seconds are left, under `timeout LIMIT`; FUNCTION prints its detail
+# line last and returns 0 for PASS.
+step() {
+  local name=$1 limit=$2 fn=$3 left s rc detail
+  left=$((deadline - $(date +%s)))
+  if [ "$left" -lt "$limit" ]; then
+    note "$name" NOT-RUN 0 "needs ${limit}s, ${left}s left in the window"; return
+  fi
+  s=$(date +%s)
+  timeout --kill-after=10 "$limit" bash -c "helpers_; $fn" > "$out/$name.log" 2>&1
+  rc=$?
+  detail=$(grep -v '^\s*$' "$out/$name.log" | tail -1 | cut -c1-200 | tr '|' '/')
+  if [ $rc = 0 ]; then note "$name" PASS $(( $(date +%s) - s )) "$detail"
+  elif [ $rc = 77 ]; then note "$name" NOT-RUN $(( $(date +%s) - s )) "$detail"
+  elif [ $rc = 124 ] || [ $rc = 137 ]; then note "$name" FAIL "$limit" "timed out after ${limit}s ($name.log)"
+  else note "$name" FAIL $(( $(date +%s) - s )) "exit $rc: $detail"; fi
+}
+export bundle out root here selftest deadline
+# What every step's subshell shares.
+helpers_() {
+  set -o pipefail
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  exe=$(command -v ratchet || echo "$bundle/bin/ratchet")
+  data=$bundle/data/kjv
+  if [ "$selftest" = 1 ]; then
+    dev=cpu; model=(--model custom --layers 2 --heads 2 --channels 32 --max-seq-len 64 --threads 1); B=4; T=64; steps=6
+  else
+    dev=cuda; model=(--model d12); B=16; T=1024; steps=30
+  fi
+  gpu_only() { [ "$selftest" = 0 ] || { echo "--selftest-cpu: needs a GPU"; exit 77; }; }
+  # ms_per_step JSONL: the mean step time after the first 5 steps (warm-up).
+  ms_per_step() {
+    python3 - "$1" <<'PY'
+import json, sys
+ms = [json.loads(l)["step_ms"] for l in open(sys.argv[1]) if '"step_ms"' in l]
+ms = ms[5:] if len(ms) > 7 else ms[1:]
+print("%.2f" % (sum(ms) / len(ms)) if ms else "nan")
+PY
+  }
+}
+
+s_machine() {
+  { nvidia-smi 2>&1 | head -20; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1; } || true
+  command -v nvcc >/dev/null && nvcc --version | tail -2
+  [ -f "$bundle/MANIFEST" ] && head -5 "$bundle/MANIFEST"
+  [ -f "$bundle/llmc/COMMIT" ] && echo "llm.c $(cat "$bundle/llmc/COMMIT")"
+  "$exe" --version
+  echo "$("$exe" --version | head -1); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+}
+s_tests() {
+  gpu_only
+  "$root/scripts/gpu-check.sh" --prebuilt "$bundle" --only tests --deadline "$deadline" \
+    --report "$out/tests.md" && tail -3 "$out/tests.md" | grep '|' | tail -1
+}
+s_train() {
+  local sc=(--prebuilt "$bundle"); [ "$selftest" = 1 ] && sc+=(--selftest-cpu)
+  GPU_CHECK_WORK=$out/train-work "$root/scripts/gpu-check.sh" "${sc[@]}" --only train \
+    --deadline "$deadline" --report "$out/train.md"
+  local rc=$?
+  echo "$(grep -c '| PASS |' "$out/train.md") PASS, $(grep -c '| FAIL |' "$out/train.md") FAIL, $(grep -c '| NOT-RUN |' "$out/train.md") NOT-RUN (train.md)"
+  return $rc
+}
+s_compare() {
+  local sc=(--prebuilt "$bundle" --rows d12-b16 --steps 20 --warmup 5)
+  # The rehearsal's PyTorch is Debian's (another python3 may come first on PATH).
+  [ "$selftest" = 1 ] && sc=(--selftest-cpu --python "$(command -v /usr/bin/python3 || command -v python3)")
+  "$here/compare.sh" "${sc[@]}" --json > "$out/compare.jsonl" || return
+  "$here/compare.sh" "${sc[@]}" | tee "$out/compare.txt" | tail -3 | tr '\n' ';'
+}
+s_llmc() {
+  gpu_only
+  [ -f "$bundle/llmc/train_gpt2.cu" ] || { echo "no llm.c source in the bundle (prepare --llmc SRC)"; exit 77; }
+  local w=$out/llmc-build; rm -rf "$w"; cp -r "$bundle/llmc" "$w"; cd "$w" || exit 1
+  local cc cudnn=0; cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+  if make train_gpt2cu USE_CUDNN=1 NO_MULTI_GPU=1 GPU_COMPUTE_CAPABILITY="$cc" > build.log 2>&1; then cudnn=1
+  else make train_gpt2cu USE_CUDNN=0 NO_MULTI_GPU=1 GPU_COMPUTE_CAPABILITY="$cc" >> build.log 2>&1 || { tail -20 build.log; exit 1; }
+  fi
+  local cmd=(./train_gpt2cu -e d12 -i "$bundle/data/llmc/kjv_train.bin" -j "$bundle/data/llmc/kjv_val.bin"
+             -b 16 -t 1024 -x 30 -v 1000 -s 0 -h 0 -r 0 -l 6e-4)
+  echo "llm.c: ${cmd[*]} (cuDNN $cudnn)"
+  "${cmd[@]}" 2>&1 | tee run.log | grep -E '^step' | tail -3
+  python3 - run.log "$cudnn" <<'PY'
+import re, sys
+ms = [float(m.group(1)) for l in open(sys.argv[1]) for m in [re.search(r"\| ([0-9.]+) ms \|", l)] if m]
+ms = ms[5:]
+print("llm.c d12 B=16 T=1024 (-r 0, cuDNN %s): %.2f ms/step over %d steps" % (sys.argv[2], sum(ms) / len(ms), len(ms)) if ms else "llm.c printed no step times")
+PY
+}
+s_kernels() {
+  gpu_only
+  "$bundle/bin/bench_kernels" --B 8 --T 1024 --json | tee "$out/kernels.jsonl" | tail -2
+}
+s_profile() {
+  "$exe" train --device "$dev" "${model[@]}" --train-data "$data/train_*.h5" --batch-size $B --seq-len $T \
+    --steps $steps --lr 6e-4 --warmup-steps 5 --quiet --profile --log-jsonl "$out/profile.jsonl" \
+    > "$out/profile.txt" 2>&1 || { tail -5 "$out/profile.txt"; return 1; }
+  echo "ratchet train $dev ${model[*]} B=$B T=$T --profile: $(ms_per_step "$out/profile.jsonl") ms/step (profile.txt)"
+}
+s_determinism() {
+  local m
+  for m in on off; do
+    "$exe" train --device "$dev" "${model[@]}" --train-data "$data/train_*.h5" --batch-size $B --seq-len $T \
+      --steps $steps --lr 6e-4 --warmup-steps 5 --quiet --deterministic $m --log-jsonl "$out/det-$m.jsonl" \
+      > "$out/det-$m.log" 2>&1 || { tail -5 "$out/det-$m.log"; return 1; }
+  done
+  local on off; on=$(ms_per_step "$out/det-on.jsonl"); off=$(ms_per_step "$out/det-off.jsonl")
+  echo "--deterministic on $on ms/step, off $off ms/step: exactness costs $(python3 -c "print('%.1f%%' % (100 * ($on / $off - 1)))")"
+}
+s_gpucheck() {  # the rest of gpu-check, one section at a time
+  gpu_only
+  GPU_CHECK_WORK=$out/$1-work "$root/scripts/gpu-check.sh" --prebuilt "$bundle" --only "$1" \
+    --deadline "$deadline" --report "$out/$1.md"
+  local rc=$?
+  echo "$(grep -c '| PASS |' "$out/$1.md") PASS, $(grep -c '| FAIL |' "$out/$1.md") FAIL ($1.md)"
+  return $rc
+}
+s_bench() { s_gpucheck bench; }
+s_sanitizer() { s_gpucheck sanitizer; }
+s_curve() { s_gpucheck curve; }
+
+# The steps run in `bash -c` under timeout: they see these functions exported.
+export -f helpers_ $(declare -F | awk '{print $3}' | grep '^s_')
+step machine 30 s_machine
+step tests 120 s_tests
+step train 150 s_train
+step compare 150 s_compare
+step llmc 150 s_llmc
+step kernels 40 s_kernels
+step profile 60 s_profile
+step determinism 90 s_determinism
+step bench 150 s_bench
+step sanitizer 200 s_sanitizer
+step curve 300 s_curve
+echo >> "$summary"
+echo "Took $(( $(date +%s) - t0 )) s of ${budget}." >> "$summary"
+cat "$summary"
+exit $failed
