@@ -67,10 +67,6 @@ pkgs=(
   # below only when no `npm` is on PATH (a NodeSource nodejs bundles its own
   # npm and conflicts with Debian's).
   nodejs
-  # the Unicode Character Database (15.0 on Debian 12): the GPT-2
-  # pre-tokenizer's code-point table is generated from it
-  # (src/tokenizer/gen_unicode_classes.py) and its test regenerates it
-  unicode-data
   # plots for `ratchet report`
   gnuplot-nox
   # time/memory measurements in benchmarks
