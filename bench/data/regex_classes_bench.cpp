@@ -5,9 +5,9 @@
 // Thai, Latin, digits, emoji; fixed seed). Three forms of each pattern:
 //   pcre2-own   the pattern as written: PCRE2's \p{L} \p{N} \s (its older
 //               Unicode version; what ratchet ran before issue 37)
-//   ratchet     hf::Regex: PCRE2's own \p{..} where its version assigns the
-//               code point, the tables' members spelled out where it does
-//               not, White_Space spelled out (what ratchet runs)
+//   ratchet     hf::Regex: one class, PCRE2's own \p{..} with the code
+//               points added since its version spelled out beside it,
+//               White_Space spelled out (what ratchet runs)
 //   spelled-out every \p{L} \p{N} a list of ranges from the tables (the
 //               simplest rewrite, for comparison)
 //

@@ -174,189 +174,118 @@ CodePointRanges minus(const CodePointRanges& a, const CodePointRanges& b) {
 
 }  // namespace
 
-namespace {
-
-// A class escape at p[i] ('\\'): \s \S \d \D, or \p{..} \P{..} \p{^..} \pX of
-// a general category (not a one-case letter class in a caseless pattern).
-struct ClassEscape {
-  bool white_space = false;  // \s \S; else a category
-  bool negate = false;
-  CodePointRanges set;  // the tables' (unnegated)
-  std::string pname;    // PCRE2's name of the category, "" when none
-  size_t end = 0;       // index of the escape's last character
-};
-
-bool parse_escape(const std::string& p, size_t i, bool caseless, const std::string& where,
-                  ClassEscape* e) {
-  const char d = p[i + 1];
-  *e = ClassEscape();
-  if (d == 's' || d == 'S') {
-    e->white_space = true, e->negate = d == 'S', e->set = white_space_ranges(), e->end = i + 1;
-    return true;
-  }
-  if (d == 'd' || d == 'D') {  // \d: Nd, in Oniguruma (Unicode) as in PCRE2's UCP
-    general_category_ranges("Nd", &e->set);
-    e->negate = d == 'D', e->pname = "Nd", e->end = i + 1;
-    return true;
-  }
-  if (d != 'p' && d != 'P') return false;
-  e->negate = d == 'P';
-  std::string name;
-  if (i + 2 < p.size() && p[i + 2] == '{') {
-    e->end = p.find('}', i + 3);
-    if (e->end == std::string::npos) fail(where, ": unterminated \\p{ in the regex '", p, "'");
-    name = p.substr(i + 3, e->end - i - 3);
-    if (!name.empty() && name[0] == '^') e->negate = !e->negate, name.erase(0, 1);
-  } else {
-    e->end = i + 2;
-    if (e->end < p.size()) name = p.substr(e->end, 1);
-  }
-  if (caseless && one_case(name)) return false;
-  if (!general_category_ranges(name, &e->set)) return false;  // a script, a property: PCRE2's
-  e->pname = pcre2_name(name);
-  return true;
-}
-
-const CodePointRanges& everything() {
-  static const CodePointRanges r = {{0, 0xD7FF}, {0xE000, 0x10FFFF}};
-  return r;
-}
-
-// One character class, three ways:
-//   native: PCRE2's own \p{..} and White_Space spelled out; right for every
-//           code point PCRE2's Unicode version assigns, when guardable;
-//   cn:     the members among the code points it leaves unassigned (\p{Cn}
-//           to it), spelled out;
-//   full:   every member spelled out (a long list: slower to match).
-struct ClassParts {
-  std::string native, cn, full;
-  bool categories = false, guardable = true, negated_category = false;
-
-  void literal(const std::string& text) {
-    native += text, cn += text, full += text;
-  }
-  void add(const ClassEscape& e) {
-    const CodePointRanges& members = e.negate ? complement(e.set) : e.set;
-    append_ranges(members, full);
-    if (e.white_space) {  // never unassigned: \S takes every unassigned code point
-      append_ranges(members, native);
-      if (e.negate) append_ranges(everything(), cn);
-      return;
-    }
-    categories = true;
-    if (e.pname.empty() || e.pname[0] == 'C') {  // a long name, or classes that hold Cn
-      guardable = false;
-      return;
-    }
-    const CodePointRanges view = pcre2_view(e.pname), unassigned = pcre2_view("Cn");
-    const CodePointRanges added = minus(e.set, view);
-    // PCRE2's own class is right where it assigns: nothing left its class
-    // since, and what joined it was unassigned to it.
-    if (!minus(view, e.set).empty() || !minus(added, unassigned).empty()) {
-      guardable = false;
-      return;
-    }
-    native += (e.negate ? "\\P{" : "\\p{") + e.pname + "}";
-    negated_category |= e.negate;
-    append_ranges(e.negate ? minus(unassigned, e.set) : added, cn);
-  }
-  // The class, negated or not.
-  std::string str(bool negate) const {
-    const std::string open = negate ? "[^" : "[";
-    if (!categories) return open + native + "]";
-    if (!guardable) {
-      if (!full.empty()) return open + full + "]";
-      return negate ? "[\\x{0}-\\x{10ffff}]" : "(?!)";
-    }
-    // Code points PCRE2 leaves unassigned take the second branch. The first
-    // needs no guard when it cannot take one wrongly: not negated, and no
-    // \P{..} in it (its \p{..} never match one; its literal members are in
-    // the second branch too).
-    const std::string a = open + native + "]";
-    const std::string b = !cn.empty() ? open + cn + "]" : negate ? "[\\x{0}-\\x{10ffff}]" : "";
-    const bool a_safe = !negate && !negated_category;
-    if (b.empty()) return a_safe ? a : "(?:(?!\\p{Cn})" + a + ")";
-    return "(?:" + std::string(a_safe ? "" : "(?!\\p{Cn})") + a + "|(?=\\p{Cn})" + b + ")";
-  }
-};
-
-}  // namespace
-
 std::string translate_classes(const std::string& p, const std::string& where) {
   std::string out;
   out.reserve(p.size() + 256);
   const bool caseless = p.find("(?i") != std::string::npos;
-  ClassEscape e;
+  bool in_class = false;
+  CodePointRanges ranges;
+  // Writes a set: a class of its own outside [...], its ranges (or, negated,
+  // those of its complement) inside. `pname`: PCRE2's name of the same
+  // category, when it has one: PCRE2 then matches with its own \p{..} (a
+  // table lookup, where a long list of ranges is tried one by one, much
+  // slower on text of many scripts: bench/data/regex_classes_bench.cpp), and
+  // the ranges added or removed since its Unicode version are spelled out
+  // beside it, when the class can say so.
+  auto emit = [&](const CodePointRanges& set, bool negate, const std::string& pname) {
+    if (!pname.empty()) {
+      const CodePointRanges view = pcre2_view(pname);
+      const CodePointRanges add = minus(set, view), remove = minus(view, set);
+      const std::string prop = "\\p{" + pname + "}", nprop = "\\P{" + pname + "}";
+      if (remove.empty() && (!in_class || !negate)) {  // set = P + add
+        if (!in_class) out += negate ? "[^" : "[";
+        out += prop;
+        append_ranges(add, out);
+        if (!in_class) out += "]";
+        return;
+      }
+      if (add.empty() && negate) {  // not set = not P + remove
+        if (!in_class) out += "[";
+        out += nprop;
+        append_ranges(remove, out);
+        if (!in_class) out += "]";
+        return;
+      }
+    }
+    if (in_class) {
+      append_ranges(negate ? complement(set) : set, out);
+      return;
+    }
+    std::string body;
+    append_ranges(set, body);
+    if (body.empty()) out += negate ? "[\\x{0}-\\x{10ffff}]" : "(?!)";
+    else out += (negate ? "[^" : "[") + body + "]";
+  };
   for (size_t i = 0; i < p.size(); i++) {
-    const char c = p[i];
+    char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
-      if (p[i + 1] == 'Q') {  // \Q...\E: literal text, copied as it is
-        size_t end = p.find("\\E", i + 2);
-        end = end == std::string::npos ? p.size() : end + 2;
-        out.append(p, i, end - i);
-        i = end - 1;
+      char d = p[i + 1];
+      if (d == 'Q') {  // \Q...\E: literal text, copied as it is
+        size_t e = p.find("\\E", i + 2);
+        e = e == std::string::npos ? p.size() : e + 2;
+        out.append(p, i, e - i);
+        i = e - 1;
         continue;
       }
-      if (parse_escape(p, i, caseless, where, &e)) {  // a class of its own
-        ClassParts k;
-        if (e.white_space) {
-          append_ranges(e.set, k.native);
-          out += k.str(e.negate);
+      if (d == 's' || d == 'S') {
+        emit(white_space_ranges(), d == 'S', "");
+        i++;
+        continue;
+      }
+      if (d == 'd' || d == 'D') {  // \d: Nd, in Oniguruma (Unicode) as in PCRE2's UCP
+        general_category_ranges("Nd", &ranges);
+        emit(ranges, d == 'D', "Nd");
+        i++;
+        continue;
+      }
+      if (d == 'p' || d == 'P') {
+        // \pL, \p{L}, \p{^L}, \P{L}: a general category is spelled out;
+        // anything else (a script, a property) is left to PCRE2.
+        bool negate = d == 'P';
+        std::string name;
+        size_t end;  // index of the last character of the escape
+        if (i + 2 < p.size() && p[i + 2] == '{') {
+          end = p.find('}', i + 3);
+          if (end == std::string::npos) fail(where, ": unterminated \\p{ in the regex '", p, "'");
+          name = p.substr(i + 3, end - i - 3);
+          if (!name.empty() && name[0] == '^') negate = !negate, name.erase(0, 1);
         } else {
-          k.add(e);
-          out += k.str(false);
+          end = i + 2;
+          if (end < p.size()) name = p.substr(end, 1);
         }
-        i = e.end;
+        if (!(caseless && one_case(name)) && general_category_ranges(name, &ranges)) {
+          emit(ranges, negate, pcre2_name(name));
+          i = end;
+          continue;
+        }
+        out += c;
+        out += d;
+        i++;
         continue;
       }
-      out.append(p, i, 2);
+      out += c;
+      out += d;
       i++;
       continue;
     }
-    if (c != '[') {
+    if (!in_class && c == '[') {
+      in_class = true;
       out += c;
+      // A ']' (or '^]') right after the opening bracket is a literal.
+      if (i + 1 < p.size() && p[i + 1] == '^') out += p[++i];
+      if (i + 1 < p.size() && p[i + 1] == ']') out += p[++i];
       continue;
     }
-    // A character class: [ or [^, a ']' right after it is a literal, then
-    // items up to the closing ']'.
-    size_t j = i + 1;
-    const bool negate = j < p.size() && p[j] == '^';
-    if (negate) j++;
-    ClassParts k;
-    if (j < p.size() && p[j] == ']') k.literal("]"), j++;
-    bool closed = false;
-    for (; j < p.size(); j++) {
-      const char d = p[j];
-      if (d == ']') {
-        closed = true;
-        break;
-      }
-      if (d == '\\' && j + 1 < p.size()) {
-        if (parse_escape(p, j, caseless, where, &e)) {
-          k.add(e);
-          j = e.end;
-        } else {
-          k.literal(p.substr(j, 2));
-          j++;
-        }
+    if (in_class && c == '[' && i + 1 < p.size() && p[i + 1] == ':') {  // [:alpha:]
+      size_t e = p.find(":]", i + 2);
+      if (e != std::string::npos) {
+        out.append(p, i, e + 2 - i);
+        i = e + 1;
         continue;
       }
-      if (d == '[' && j + 1 < p.size() && p[j + 1] == ':') {  // [:alpha:]: PCRE2's
-        const size_t end = p.find(":]", j + 2);
-        if (end != std::string::npos) {
-          k.literal(p.substr(j, end + 2 - j));
-          j = end + 1;
-          continue;
-        }
-      }
-      k.literal(std::string(1, d));
     }
-    if (!closed) {  // PCRE2 reports the missing ']'
-      out.append(p, i, std::string::npos);
-      break;
-    }
-    out += k.str(negate);
-    i = j;
+    if (in_class && c == ']') in_class = false;
+    out += c;
   }
   return out;
 }

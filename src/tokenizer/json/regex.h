@@ -8,16 +8,13 @@
 // ratchet's tables (unicode_tables.h, docs/tokenizers-unicode.md): \s \S as
 // White_Space spelled out; \d \D and \p{..} \P{..} \p{^..} of a general
 // category (L, Lu, N, Nd, P, S, M, Z, C, LC, their long names, Any,
-// Assigned), inside a class or not. A class with one becomes two guarded
-// branches: (?:[...PCRE2's own \p{L}...]|(?=\p{Cn})[...]): PCRE2's own
-// class (a fast table lookup) for the code points its version assigns, and
-// for those it leaves unassigned the tables' members spelled out. Where that
-// is not exact (a code point changed category since PCRE2's version, a long
-// name, Cn), the whole class is spelled out: a long list of ranges, slower
-// to match on text of many scripts (bench/data/regex_classes_bench.cpp).
-// Left to PCRE2's tables: \w, \b, [:alpha:], scripts and binary properties
-// (\p{Han}), and \p{Lu} \p{Ll} \p{Lt} in a caseless pattern. (?i:...),
-// lookahead and possessive quantifiers are PCRE2's own.
+// Assigned), inside a class or not, as PCRE2's own \p{..} (a fast table
+// lookup) plus the code points added since its Unicode version, spelled out;
+// where its version also has members the tables do not, or the class cannot
+// say it that way, the whole class is spelled out (a long list of ranges,
+// slower to match). Left to PCRE2's tables: \w, \b, [:alpha:], scripts and
+// binary properties (\p{Han}), and \p{Lu} \p{Ll} \p{Lt} in a caseless
+// pattern. (?i:...), lookahead and possessive quantifiers are PCRE2's own.
 #pragma once
 #include <cstddef>
 #include <memory>
