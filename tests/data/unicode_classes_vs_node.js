@@ -9,26 +9,19 @@
 // U+0085 is White_Space but not JavaScript's \s, U+FEFF the reverse (issue 29).
 // They are expected to differ, in exactly that way, and are not counted.
 //
-//   node unicode_classes_vs_node.js CLASSES DerivedGeneralCategory.txt
+//   node unicode_classes_vs_node.js CLASSES ASSIGNED VERSION
 // CLASSES: 0x110000 bytes, byte cp = char_class(cp) (0 other, 1 \p{L}, 2 \p{N}, 3 \s).
+// ASSIGNED: 0x110000 bytes, 1 where the pinned version assigns cp (ratchet's
+// general-category table, unicode_tables.h); VERSION: that version, for the
+// summary line.
 // Prints one summary line; exits 1 and lists mismatches when any.
 'use strict';
 const fs = require('fs');
-const [classesPath, ucdPath] = process.argv.slice(2);
+const [classesPath, assignedPath, version] = process.argv.slice(2);
 const ours = fs.readFileSync(classesPath);
 if (ours.length !== 0x110000) throw new Error(`${classesPath}: ${ours.length} bytes, want 0x110000`);
-
-const pinned = new Uint8Array(0x110000);  // 1 = assigned in the pinned UCD
-const ucd = fs.readFileSync(ucdPath, 'utf8').split('\n');
-const version = (/DerivedGeneralCategory-([\d.]+)\.txt/.exec(ucd[0]) || [])[1];
-for (const raw of ucd) {
-  const line = raw.split('#')[0].trim();
-  if (!line) continue;
-  const [cps, gc] = line.split(';').map(s => s.trim());
-  if (gc === 'Cn') continue;
-  const [a, b] = cps.split('..').map(h => parseInt(h, 16));
-  pinned.fill(1, a, (b === undefined ? a : b) + 1);
-}
+const pinned = fs.readFileSync(assignedPath);  // 1 = assigned in the pinned version
+if (pinned.length !== 0x110000) throw new Error(`${assignedPath}: ${pinned.length} bytes, want 0x110000`);
 
 // cp -> [ours, node's]
 const DELIBERATE = new Map([[0x85, [3, 0]], [0xFEFF, [0, 3]]]);

@@ -10,8 +10,8 @@
 // The strings mix ASCII, every kind of whitespace, digits, Latin, combining
 // marks, CJK, Hangul, emoji (ZWJ sequences, skin tones, flags, variation
 // selectors), special-token spellings, and code points drawn from the whole
-// range (controls, private use, noncharacters, unassigned) where the two
-// sides' Unicode versions agree (see agreed_code_points), as valid UTF-8;
+// range (controls, private use, noncharacters, unassigned; see
+// agreed_code_points), as valid UTF-8;
 // invalid UTF-8 is test_hf_tokenizer_parity's (each side treats it its own
 // way). Both special-token modes are compared (see that file).
 #include <gtest/gtest.h>
@@ -26,6 +26,7 @@
 #include "core/rng.h"
 #include "testing/hf_reference.h"
 #include "testing/test_util.h"
+#include "tokenizer/unicode_tables.h"
 
 using namespace ratchet;
 using namespace ratchet::testing;
@@ -47,13 +48,11 @@ void put_utf8(std::string& s, uint32_t cp) {
   }
 }
 
-// The code points both sides classify alike: those assigned in Unicode 15.0
-// (DerivedAge.txt of Debian's unicode-data: the version of ratchet's own
-// classes, which the Llama 3 / Qwen splitters use, src/tokenizer/json/fast_split.h),
-// and, of the rest, planes 4-13 (unassigned in every version), planes 15-16
-// (private use) and the noncharacters U+FDD0-FDEF. The reference's tables are
-// Unicode 16.0: a character assigned in 15.1 or 16.0 is a letter to it and
-// unassigned to ratchet (see NewerCodePointsAreAKnownDifference).
+// Code points drawn from the whole range: every character Unicode 16.0
+// assigns (the version of ratchet's classes and of the reference's,
+// tokenizer/unicode_tables.h; private use included), weighted by range size,
+// with planes 4-13 (unassigned in every version) and the noncharacters
+// U+FDD0-FDEF. test_hf_tokenizer_unicode_sweep.cpp takes each one in turn.
 struct Ranges {
   std::vector<std::pair<uint32_t, uint32_t>> r;  // [lo, hi]
   std::vector<uint64_t> cum;                     // code points up to and including range i
@@ -68,33 +67,17 @@ struct Ranges {
   }
 };
 
-// DerivedAge.txt's ranges: every code point assigned in the file's version.
-Ranges assigned_code_points() {
-  Ranges out;
-  std::ifstream f("/usr/share/unicode/DerivedAge.txt");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t semi = line.find(';');
-    if (semi == std::string::npos) continue;
-    const std::string cps = line.substr(0, semi);
-    const size_t dots = cps.find("..");
-    const uint32_t lo = (uint32_t)std::stoul(cps, nullptr, 16);
-    const uint32_t hi = dots == std::string::npos ? lo : (uint32_t)std::stoul(cps.substr(dots + 2), nullptr, 16);
-    if (hi >= 0xD800 && lo <= 0xDFFF) continue;  // surrogates are not UTF-8 (a range of their own)
-    out.add(lo, hi);
-  }
-  return out;
-}
-
 const Ranges& agreed_code_points() {
   static const Ranges r = [] {
-    Ranges a = assigned_code_points();
-    EXPECT_GT(a.cum.empty() ? 0 : a.cum.back(), 140000u)
-        << "/usr/share/unicode/DerivedAge.txt (unicode-data): run scripts/install-deps.sh";
-    a.add(0x40000, 0xDFFFF);    // planes 4-13: unassigned
-    a.add(0xF0000, 0x10FFFF);   // planes 15-16: private use (and their noncharacters)
-    a.add(0xFDD0, 0xFDEF);      // noncharacters
+    Ranges a;
+    CodePointRanges assigned;
+    general_category_ranges("Assigned", &assigned);
+    for (auto [lo, hi] : assigned) {
+      if (hi >= 0xD800 && lo <= 0xDFFF) continue;  // surrogates are not UTF-8 (a range of their own)
+      a.add(lo, hi);
+    }
+    a.add(0x40000, 0xDFFFF);  // planes 4-13: unassigned
+    a.add(0xFDD0, 0xFDEF);    // noncharacters
     return a;
   }();
   return r;
@@ -196,30 +179,17 @@ TEST(HfTokenizerFuzz, RandomUnicodeAgainstTokenizers) {
   EXPECT_GE(total, hf_families().size() * kStrings);
 }
 
-// What the fuzz leaves out, stated: a character assigned after Unicode 15.0
-// (ratchet's classes, from Debian's UCD) is unassigned to ratchet's Llama 3 /
-// Qwen splitters and a letter to the reference's (Unicode 16.0), so the
-// pieces differ where a regex class decides; the SentencePiece families have
-// no regex and agree. Before "<s>": U+2EBF0 (CJK Extension I, 15.1) and
-// U+10D50 (Garay, 16.0): the reference joins "<" to the letters after it
-// ("<s"), ratchet does not; U+322FD (CJK Extension H, 15.0) both join.
-TEST(HfTokenizerFuzz, NewerCodePointsAreAKnownDifference) {
-  const std::vector<std::string> newer = {"\U0002EBF0<s>", "\U00010D50<s>"};
-  const std::string agreed = "\U000322FD<s>";
-  for (const std::string& family : {std::string("llama3_1"), std::string("qwen3"), std::string("llama2")}) {
-    std::vector<std::string> texts = newer;
-    texts.push_back(agreed);
+// Characters of Unicode 15.1 and 16.0, once a known difference (ratchet's
+// classes were 15.0, the reference's are 16.0), before "<s>": U+2EBF0 (CJK
+// Extension I, 15.1) and U+10D50 (Garay, 16.0) are letters, so "<" joins
+// them ("<s"); U+322FD (CJK Extension H, 15.0) likewise.
+TEST(HfTokenizerFuzz, NewerCodePointsAgree) {
+  const std::vector<std::string> texts = {"\U0002EBF0<s>", "\U00010D50<s>", "\U000322FD<s>"};
+  for (const std::string& family : hf_families()) {
     const auto want = hf_ref_encode(hf_family_json(family), texts, false, true);
     ASSERT_EQ(want.size(), texts.size());
     const HfTokenizer& tok = hf_family_tokenizer(family);
-    EXPECT_EQ(ids_text(tok.encode(agreed)), ids_text(want[2])) << family << ": Unicode 15.0 agrees";
-    for (size_t i = 0; i < newer.size(); i++) {
-      if (family == "llama2")
-        EXPECT_EQ(ids_text(tok.encode(texts[i])), ids_text(want[i])) << "no regex: no difference";
-      else
-        EXPECT_NE(ids_text(tok.encode(texts[i])), ids_text(want[i]))
-            << family << " now agrees on a Unicode " << (i ? "16.0" : "15.1")
-            << " character: widen agreed_code_points() and update the note on Unicode versions in docs/tokenizers.md";
-    }
+    for (size_t i = 0; i < texts.size(); i++)
+      EXPECT_EQ(ids_text(tok.encode(texts[i])), ids_text(want[i])) << family << " " << show_text(texts[i]);
   }
 }

@@ -7,7 +7,7 @@
 // The alternatives cover every character, so the matches tile the text; at
 // each position the first alternative that matches wins, with the greedy
 // quantifiers' backtracking worked out by hand (see the .cpp). Classes: the
-// GPT-2 table (gpt2_pretokenize.h: \p{L}, \p{N}, White_Space, Unicode 15.0);
+// GPT-2 table (gpt2_pretokenize.h: \p{L}, \p{N}, White_Space, Unicode 16.0);
 // an escaped byte (text.h) is "other", as U+FFFD is to PCRE2.
 // tests/fuzz/fuzz_llama3_split_vs_pcre2.cpp proves them equal to PCRE2.
 // Llama3Splitter gives the pieces one at a time, decoding the text as it

@@ -1,5 +1,6 @@
 // Normalizers of the tokenizer.json engine (see engine.h): Unicode forms
-// from utf8proc, the rest string operations with the Rust library's rules.
+// from utf8proc, limited to the code points of Hugging Face's Unicode 9.0
+// normalization data (unicode_form below), the rest string operations with the Rust library's rules.
 #include <utf8proc.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include "core/error.h"
 #include "tokenizer/json/engine.h"
 #include "tokenizer/json/text.h"
+#include "tokenizer/unicode_tables.h"
 
 namespace ratchet::hf {
 namespace {
@@ -32,17 +34,28 @@ void utf8proc_form(std::string_view run, int options, std::string& out) {
   std::free(dst);
 }
 
-// The form applied to the runs between escapes (an escape reads as U+FFFD, a
-// starter that composes with nothing, so cutting there changes nothing).
+// The form applied to the runs between the code points it must leave alone:
+// escapes (an escape reads as U+FFFD, a starter that composes with nothing),
+// and the code points that Hugging Face's normalization data (Unicode 9.0,
+// unicode_tables.h) does not assign. Its crate gives those no decomposition,
+// combining class 0 and no composition, so each is a starter that composes
+// with nothing: marks do not reorder across it, and nothing composes across
+// it or with it; cutting the text there and normalizing the runs apart is
+// that exactly. (utf8proc's newer data would otherwise reorder a mark added
+// in Unicode 10.0-15.0, or compose U+11935 U+11930 into U+11938.)
 void unicode_form(std::string& s, int options) {
   if (is_ascii(s)) return;
   std::string out;
   out.reserve(s.size() + 8);
   size_t run = 0;
   for (size_t i = 0; i < s.size();) {
+    if ((unsigned char)s[i] < 0x80) {
+      i++;
+      continue;
+    }
     uint32_t cp;
     int n = next_cp(s, i, &cp);
-    if (is_escape(cp)) {
+    if (is_escape(cp) || !assigned_for_normalization(cp)) {
       utf8proc_form(std::string_view(s).substr(run, i - run), options, out);
       out.append(s, i, (size_t)n);
       run = i + (size_t)n;

@@ -1,7 +1,6 @@
 // Pre-tokenizers of the tokenizer.json engine (see engine.h), following the
 // Rust library's pre_tokenizers/ and NormalizedString::split: a stage maps
 // every piece to sub-pieces; empty pieces are dropped.
-#include <utf8proc.h>
 
 #include "tokenizer/gpt2_pretokenize.h"
 #include "tokenizer/json/engine.h"
@@ -82,11 +81,12 @@ void cover(const std::vector<std::pair<size_t, size_t>>& m, size_t n, bool inver
   if (prev != n) spans->push_back({prev, n, invert});
 }
 
-bool is_numeric(uint32_t cp) {  // Rust's char::is_numeric: Nd, Nl, No
+// Rust's char::is_numeric: Nd, Nl, No, i.e. \p{N}, in the Unicode version of
+// the pre-tokenizer tables (that of Rust's own, 16.0).
+bool is_numeric(uint32_t cp) {
   if (cp < 0x80) return cp >= '0' && cp <= '9';
   if (is_escape(cp)) return false;
-  auto c = utf8proc_category((utf8proc_int32_t)cp);
-  return c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO;
+  return char_class(cp) == CharClass::kNumber;
 }
 
 // Emits `piece` cut at the ranges; the first range inherits `origin` when it

@@ -1,12 +1,20 @@
 // PCRE2 (8-bit, UTF + UCP, JIT-compiled) running the regexes of a
 // tokenizer.json (Split pre-tokenizers, Replace normalizers and decoders).
 //
-// The Rust library runs them in Oniguruma, whose Unicode \s is the
-// White_Space property; PCRE2's \s also takes U+180E. So \s and \S outside
-// a character class, and \s inside one, are rewritten into White_Space
-// spelled out (\S inside a class is refused). \p{L}, \p{N}, (?i:...),
-// lookahead and possessive quantifiers are PCRE2's own. PCRE2's Unicode
-// tables (14.0 on Debian 12) decide the classes of code points.
+// The Rust library runs them in Oniguruma, with its Unicode version (16.0)
+// and its \s, the White_Space property (PCRE2's \s also takes U+180E).
+// PCRE2's own Unicode tables are older (14.0 on Debian 12), so before
+// compiling, the classes whose meaning is Unicode data are rewritten from
+// ratchet's tables (unicode_tables.h, docs/tokenizers-unicode.md): \s \S as
+// White_Space spelled out; \d \D and \p{..} \P{..} \p{^..} of a general
+// category (L, Lu, N, Nd, P, S, M, Z, C, LC, their long names, Any,
+// Assigned), inside a class or not, as PCRE2's own \p{..} (a fast table
+// lookup) plus the code points added since its Unicode version, spelled out;
+// where its version also has members the tables do not, or the class cannot
+// say it that way, the whole class is spelled out (a long list of ranges,
+// slower to match). Left to PCRE2's tables: \w, \b, [:alpha:], scripts and
+// binary properties (\p{Han}), and \p{Lu} \p{Ll} \p{Lt} in a caseless
+// pattern. (?i:...), lookahead and possessive quantifiers are PCRE2's own.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -38,8 +46,8 @@ class Regex {
   void* code_ = nullptr;  // pcre2_code_8*
 };
 
-// The pattern with \s / \S spelled as Unicode White_Space (see above).
-// Throws Error naming `where` on \S inside a character class.
-std::string translate_whitespace(const std::string& pattern, const std::string& where);
+// The pattern with its classes spelled out as code-point ranges (see above).
+// Throws Error naming `where` on an unterminated \p{.
+std::string translate_classes(const std::string& pattern, const std::string& where);
 
 }  // namespace ratchet::hf
