@@ -28,13 +28,15 @@
 // on the communicator's own stream after an event recorded on the compute
 // stream (so it sees the gradients the backward just produced). Blocking
 // collectives then synchronise the communication stream before returning;
-// all_reduce_async() returns at once, and wait_all() makes the compute stream
-// wait for the communication stream (the host does not block): the backward
-// of the layers below overlaps the all-reduce of the layers above (distributed/zero.h).
+// the *_start() calls return at once with a ticket; wait(t) and wait_all() make
+// the compute stream wait for an event recorded after them (the host does not
+// block): the backward of the layers below overlaps the all-reduce of the
+// layers above (docs/distributed.md).
 // The communication stream has the highest priority the device offers, so
 // that its kernels are scheduled ahead of the backward's when both are ready.
 // group_start()/group_end() bracket one layer's twelve all-reduces into one
-// ncclGroupStart/End (one launch, one event) instead of twelve.
+// ncclGroupStart/End (one launch, one event shared by their tickets) instead
+// of twelve.
 // DType::BF16 is ncclBfloat16, ReduceOp::Avg is ncclAvg.
 // agree(), barrier() and abort_job() go through the host communicator: flags
 // live on the host.

@@ -211,7 +211,7 @@ void DataParallel::grad_ready(int layer) {
       gcomm_.group_start();
       for (int i = P_LN1W; i <= P_FCPROJB; i++) {
         const size_t n = layout_.per_layer(i, L);
-        gcomm_.all_reduce_async(g + (layout_.offsets[i] + (size_t)layer * n) * sb, n, t,
+        gcomm_.all_reduce_start(g + (layout_.offsets[i] + (size_t)layer * n) * sb, n, t,
                                 ReduceOp::Sum);
       }
       gcomm_.group_end();
@@ -220,9 +220,9 @@ void DataParallel::grad_ready(int layer) {
       // lnfb and lmhead (its end; lmhead has size 0 unless a llama is untied).
       RATCHET_ASSERT(layout_.offsets[P_WPE] == layout_.offsets[P_WTE] + layout_.sizes[P_WTE]);
       RATCHET_ASSERT(layout_.offsets[P_LMHEAD] + layout_.sizes[P_LMHEAD] == layout_.total);
-      gcomm_.all_reduce_async(g + layout_.offsets[P_WTE] * sb,
+      gcomm_.all_reduce_start(g + layout_.offsets[P_WTE] * sb,
                               layout_.sizes[P_WTE] + layout_.sizes[P_WPE], t, ReduceOp::Sum);
-      gcomm_.all_reduce_async(g + layout_.offsets[P_LNFW] * sb,
+      gcomm_.all_reduce_start(g + layout_.offsets[P_LNFW] * sb,
                               layout_.total - layout_.offsets[P_LNFW], t, ReduceOp::Sum);
     }
     launched_++;
@@ -300,14 +300,14 @@ void DataParallel::reduce_scatter(const void* send, void* recv, size_t n) {
 }
 
 // Stage 2's reductions: as reduce_scatter(), started now and completed by
-// wait_reduce_scatter() (one rank: the copy, at once).
-Communicator::Ticket DataParallel::reduce_scatter_async(const void* send, void* recv, size_t n) {
+// finish() (one rank: the copy, at once).
+Communicator::Ticket DataParallel::reduce_scatter_start(const void* send, void* recv, size_t n) {
   fault_point("zero-reduce-scatter");
   if (shard_count() == 1) {
     if (send != recv) be_.copy(recv, send, n * be_.storage_bytes());
     return 0;
   }
-  return sintra_->reduce_scatter_async(send, recv, n, dtype(), ReduceOp::Sum);
+  return sintra_->reduce_scatter_start(send, recv, n, dtype(), ReduceOp::Sum);
 }
 
 void DataParallel::wait_inter(size_t b) {

@@ -319,7 +319,7 @@ class DataParallel {
   void restore_params3();
   // Asynchronous sum-reduce-scatter in backend memory (as reduce_scatter);
   // every stage-2 gradient reduction starts here and ends in finish().
-  Communicator::Ticket reduce_scatter_async(const void* send, void* recv, size_t n);
+  Communicator::Ticket reduce_scatter_start(const void* send, void* recv, size_t n);
   // Hybrid sharding: bucket b's shard piece all-reduced across the groups,
   // started in finish() and waited for only before the piece is next read
   // (the next pass adds to it, or the step): it overlaps the layers below.

@@ -84,7 +84,7 @@ void DataParallel::bucket_ready(size_t b, char* buf, char* recv, InFlight* f) {
   f->bucket = b;
   f->add = stage_ >= 2 && pass_ > 0;  // stage 1 reduces once, after its accumulation
   f->active = true;
-  f->ticket = reduce_scatter_async(buf, f->add ? recv : shard, bk.S);
+  f->ticket = reduce_scatter_start(buf, f->add ? recv : shard, bk.S);
   if (!overlap_) finish(f, recv);
 }
 

@@ -148,7 +148,7 @@ void ParamShards::start(size_t b) {
   // as DataParallel::all_gather: every step reaches the point).
   fault_point("zero-all-gather");
   if (bk_.world() == 1) return;  // the piece is the whole bucket
-  buf.ticket = comm_->all_gather_async(own, mem, bk.S, sb_ == 2 ? DType::BF16 : DType::F32);
+  buf.ticket = comm_->all_gather_start(own, mem, bk.S, sb_ == 2 ? DType::BF16 : DType::F32);
   buf.arriving = true;
   comm_->progress();
 }

@@ -23,7 +23,7 @@
 //                     forward to backward, until invalidate()): ZeRO-2's
 //                     memory, no backward gather
 // Each gather copies this rank's piece into its slot of the bucket buffer
-// and all-gathers in place (Communicator::all_gather_async; one rank: the
+// and all-gathers in place (Communicator::all_gather_start; one rank: the
 // copy alone). A gather started and not yet needed overlaps the compute;
 // param() completes it (wait) before handing out its memory.
 // Values: a gathered bucket holds exactly the shards' bits, so a model reading

@@ -119,7 +119,7 @@ TEST(Collectives, Bf16AllReduceReduceScatterAllGather) {
   EXPECT_EQ(from_bf16(x), W == 1 ? 1.0f : 1.0f + 1.0f / 64);
 }
 
-// all_reduce_async + wait_all: the same results as the blocking calls.
+// all_reduce_start + wait_all: the same results as the blocking calls.
 TEST(Collectives, AsyncAllReduceThenWaitAll) {
   const int W = g_comm->world(), r = g_comm->rank();
   std::vector<float> a(1000), b(77);
@@ -127,10 +127,10 @@ TEST(Collectives, AsyncAllReduceThenWaitAll) {
   for (size_t i = 0; i < a.size(); i++) a[i] = (float)(r + 1) * (float)(i % 5);
   for (size_t i = 0; i < b.size(); i++) b[i] = (float)(W * (r + 1));
   for (size_t i = 0; i < c.size(); i++) c[i] = to_bf16((float)(r + 1) * (float)(i % 3));
-  g_comm->all_reduce_async(a.data(), a.size(), DType::F32, ReduceOp::Sum);
-  g_comm->all_reduce_async(b.data(), b.size(), DType::F32, ReduceOp::Avg);
+  g_comm->all_reduce_start(a.data(), a.size(), DType::F32, ReduceOp::Sum);
+  g_comm->all_reduce_start(b.data(), b.size(), DType::F32, ReduceOp::Avg);
   g_comm->progress();
-  g_comm->all_reduce_async(c.data(), c.size(), DType::BF16, ReduceOp::Sum);
+  g_comm->all_reduce_start(c.data(), c.size(), DType::BF16, ReduceOp::Sum);
   g_comm->wait_all();
   const float ranks = W * (W + 1) / 2.0f;
   for (size_t i = 0; i < a.size(); i++) ASSERT_EQ(a[i], ranks * (float)(i % 5)) << i;
@@ -299,10 +299,10 @@ class CountingComm final : public Communicator {
     c_.abort_job(code);
     std::abort();  // not reached
   }
-  void all_reduce_async(void* b, size_t n, DType t, ReduceOp op) override {
+  Ticket all_reduce_start(void* b, size_t n, DType t, ReduceOp op) override {
     async++;
     elems += n;
-    c_.all_reduce_async(b, n, t, op);
+    return c_.all_reduce_start(b, n, t, op);
   }
   void progress() override { c_.progress(); }
   void wait_all() override {

@@ -245,7 +245,7 @@ TEST(Zero2, MicroBatchesAddInTheDocumentedOrder) {
         if (W == 1) {
           std::memcpy(out, send.data(), bu.S * 4);
         } else {
-          g_comm->wait(g_comm->reduce_scatter_async(send.data(), out, bu.S, DType::F32,
+          g_comm->wait(g_comm->reduce_scatter_start(send.data(), out, bu.S, DType::F32,
                                                     ReduceOp::Sum));
         }
       }

@@ -2,7 +2,7 @@
 // N = 1, 2, 3): a model whose flat parameters are zeroed and which reads every
 // parameter through ParamShards (each rank holding only its bucket pieces,
 // blocks all-gathered per the model's hints, two block buffers, the next block
-// prefetched with Communicator::all_gather_async) computes bitwise the flat
+// prefetched with Communicator::all_gather_start) computes bitwise the flat
 // model's losses and gradients: GPT-2 and Llama (tied and untied), recompute
 // none and blocks, two micro-batches, forward-only and span scoring; the
 // gathers are the documented schedule's; get_host() reassembles the exact
