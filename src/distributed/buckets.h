@@ -1,4 +1,4 @@
-// Gradient buckets and the bucket-aligned shards of ZeRO-2 (distributed/zero.h).
+// Gradient buckets and the bucket-aligned shards of stages 1-3 (grad_buckets.h).
 //
 // A bucket is what the backward finishes at once:
 //   bucket l (0 <= l < L)  transformer block l: its twelve slices ln1w[l],

@@ -2,7 +2,7 @@
 // the groups replicas of one another (HSDP in FSDP2's words).
 //
 // The W ranks of the world form W/N groups of N. A group holds one copy of the
-// sharded state: its N ranks own the N shards (distributed/zero.h's shard_range over
+// sharded state: its N ranks own the N shards (distributed/strategy.h's shard_range over
 // N). Two communicators per rank, split from the world (Communicator::split):
 //   intra  the N ranks of this rank's group, ranked by world rank: the
 //          reduce-scatter of the gradient and the all-gather of the parameters

@@ -39,7 +39,7 @@
 #include "ckpt/host_snapshot.h"
 #include "data/loader.h"
 #include "distributed/communicator.h"
-#include "distributed/zero.h"
+#include "distributed/strategy.h"
 #include "model/gpt.h"
 #include "train/run_ledger.h"
 #include "train/stop_policy.h"
@@ -51,7 +51,7 @@ namespace ratchet {
 struct TrainState {
   Backend& be;
   GPT& model;
-  DataParallel& dp;
+  DistributedStrategy& dp;
   DataLoader& loader;
   RunLedger& ledger;
   EarlyStop& early;

@@ -40,7 +40,7 @@
 #include "distributed/communicator.h"
 #include "distributed/forward_balance.h"
 #include "distributed/shard_groups.h"
-#include "distributed/zero.h"
+#include "distributed/strategy.h"
 #include "model/gpt.h"
 #include "interop/hf_checkpoint.h"
 #include "model/llmc_checkpoint.h"
@@ -143,9 +143,8 @@ class Trainer {
   int run();  // the exit code
   // Error path: ends the device communicator's in-flight collectives without
   // waiting (ncclCommAbort), before anything that could block.
+  // Its splits (--shard-group) are aborted with it (Communicator::split).
   void abort_collectives() {
-    if (groups_ && groups_->intra_dev) groups_->intra_dev->abort_collectives();
-    if (groups_ && groups_->inter_dev) groups_->inter_dev->abort_collectives();
     if (grad_comm_) grad_comm_->abort_collectives();
   }
 
@@ -156,14 +155,18 @@ class Trainer {
   std::map<std::string, std::string> identity() const;
   std::map<std::string, std::string> settings() const;
   int choose_batch_size() const;
-  void choose_zero_stage();  // --zero auto
+  void choose_strategy();  // --zero auto
   // Free device memory less device_memory_reserve (model/memory.h).
   size_t usable_device_bytes() const {
     const size_t f = be_->free_memory_bytes(), r = device_memory_reserve(f);
     return f > r ? f - r : 0;
   }
-  // The exact memory of a step at micro-batch B on this rank (model/memory.h).
-  StepMemory memory_for(const GPTConfig& cfg, int B) const;
+  // The exact memory of a step at micro-batch B on this rank (model/memory.h)
+  // under the data-parallel strategy d (dist_ unless given).
+  StepMemory memory_for(const GPTConfig& cfg, int B) const { return memory_for(cfg, B, dist_); }
+  StepMemory memory_for(const GPTConfig& cfg, int B, const DistributedConfig& d) const;
+  // The budget --batch-size auto and --zero auto fit a step into.
+  double memory_budget() const;
   TrainState state();
   float evaluate();
   // Every evaluation of this run (val loss, --eval-task, --eval-data), timed
@@ -205,7 +208,8 @@ class Trainer {
   std::unique_ptr<GPT> model_;
   std::unique_ptr<Communicator> grad_comm_;  // NCCL for device gradients (cuda, > 1 rank)
   std::unique_ptr<ShardGroups> groups_;      // --shard-group (distributed/shard_groups.h), else null
-  std::unique_ptr<DataParallel> dp_;  // gradient averaging, ZeRO-1; owns the optimizer
+  DistributedConfig dist_;                   // the data-parallel strategy's settings
+  std::unique_ptr<DistributedStrategy> dp_;  // gradient sums over ranks; owns the optimizer
   int threads_ = 0;                   // CPU threads of this rank
   std::unique_ptr<JsonlLog> jlog_;
   RunLedger ledger_;  // rank 0 writes ledger.json
@@ -217,20 +221,9 @@ class Trainer {
   double max_step_seconds_ = 0;
 };
 
-StepMemory Trainer::memory_for(const GPTConfig& cfg, int B) const {
-  const size_t P = ParamLayout(cfg).total;
-  // ZeRO-1 shards over the world, or over a --shard-group (the same numbers
-  // on every group).
-  const int W = groups_ ? groups_->size : comm_.world();
-  (void)P;
-  // AdamW's m, v length: this rank's shard (distributed/zero.h).
-  const size_t moments = DataParallel::moment_elems(
-      cfg, W, groups_ ? groups_->member : comm_.rank(), o_.zero, o_.overlap_comm);
-  return step_memory(cfg, B, T_, c_.recompute, *be_, moments,
-                     DataParallel::buffer_bytes(be_->memory_model(), cfg, W, o_.zero,
-                                                o_.overlap_comm, o_.reshard_after_forward),
-                     DataParallel::flat_grads(o_.zero), DataParallel::flat_params(o_.zero),
-                     DataParallel::master_sharded(o_.zero, W));
+StepMemory Trainer::memory_for(const GPTConfig& cfg, int B, const DistributedConfig& d) const {
+  const StrategyNeeds needs = strategy_needs(d, be_->memory_model(), cfg, d.shards(), d.shard_index());
+  return strategy_step_memory(needs, cfg, B, T_, c_.recompute, be_->memory_model());
 }
 
 // The model shape: from --init-from (its config or header only: the
@@ -322,33 +315,28 @@ std::map<std::string, std::string> Trainer::settings() const {
           {"tokenizer", train_ds_->tokenizer()}};
   // Whether the run is bitwise reproducible (train/reproducibility.h).
   for (auto& kv : reproducibility_settings(be_->attention_impl(), o_.deterministic)) s.insert(kv);
-  // The gradient's summation order (a resume that changes it says so), and the groups.
-  s["gradient_sum"] = gradient_sum_order(comm_.world(), accum_, o_.zero,
-                                         groups_ ? groups_->size : comm_.world(),
-                                         dp_ && dp_->overlapping());
-  s["gradient_sum_tree"] = gradient_sum_tree(comm_.world(), accum_, o_.zero,
-                                             groups_ ? groups_->size : comm_.world(),
-                                             dp_ && dp_->overlapping());
-  // Which stage wrote it (`ckpt inspect`; a resume at another stage says so).
-  s["zero_stage"] = std::to_string(o_.zero) +
-                    (o_.zero == 3 && !o_.reshard_after_forward ? " (reshard after forward off)" : "");
-  s["shard_group"] = !groups_ ? "the world"
-                     : groups_->spec == "node" ? "node (" + std::to_string(groups_->size) + " ranks)"
-                                               : groups_->spec;
+  // The gradient's summation order and the strategy (a resume that changes
+  // them says so).
+  for (auto& kv : dp_->settings(accum_)) s.insert(kv);
   return s;
 }
 
 // --batch-size auto: the largest micro-batch B (a divisor of the global batch
 // in rows, so accumulation keeps the total exact) whose step fits the memory
 // budget, by the exact accounting of model/memory.h (parameters, gradients,
-// AdamW moments or their ZeRO-1 shard, master weights, activations under the
+// AdamW moments or this rank's shard of them, master weights, activations under the
 // recompute policy, the backend's workspace). On a device the budget is its
 // free memory less the stated reserve (device_memory_reserve, model/memory.h;
 // the arena is then sized by the same accounting).
-int Trainer::choose_batch_size() const {
+double Trainer::memory_budget() const {
   double budget = o_.memory_budget_mb * 1e6;
   if (budget <= 0 && be_->free_memory_bytes() > 0) budget = (double)usable_device_bytes();
   if (budget <= 0) budget = 0.8 * host_available_bytes();
+  return budget;
+}
+
+int Trainer::choose_batch_size() const {
+  const double budget = memory_budget();
   const long rows = total_ / T_ / comm_.world();  // this rank's rows per step
   auto need = [&](long b) { return (double)memory_for(cfg_, (int)b).total(); };
   for (long b = rows; b >= 1; b--) {
@@ -367,43 +355,17 @@ int Trainer::choose_batch_size() const {
        budget / 1e6, " MB: use a smaller model, a lower --seq-len or --recompute blocks");
 }
 
-// --zero auto: the lowest stage (0, 1, 2, 3) whose step fits the budget that
-// --batch-size auto uses, at the run's micro-batch (B = 1 when that is auto
-// too: the micro-batch is then chosen for the stage). One rank shards
-// nothing: stage 0. None fits: the stage that needs least (on a small model
-// ZeRO-3's gather buffers can cost more than its shards save), and the
-// memory check below says why.
-void Trainer::choose_zero_stage() {
-  const int W = groups_ ? groups_->size : comm_.world();
-  double budget = o_.memory_budget_mb * 1e6;
-  if (budget <= 0 && be_->free_memory_bytes() > 0) budget = (double)usable_device_bytes();
-  if (budget <= 0) budget = 0.8 * host_available_bytes();
+// --zero auto: the strategy whose step fits the budget that --batch-size auto
+// uses, by the rule train and plan share (choose_stage, distributed/strategy.h),
+// at the run's micro-batch (B = 1 when that is auto too: the micro-batch is
+// then chosen for the strategy). None fits: the memory check below says why.
+void Trainer::choose_strategy() {
   const int B = B_ > 0 ? B_ : 1;
-  std::string why;
-  int pick = -1, least = 0;
-  double least_need = 0;
-  for (int s = 0; s <= 3; s++) {
-    c_.o.zero = s;
-    const double need = (double)memory_for(cfg_, B).total();
-    if (s == 0 || need < least_need) {
-      least = s;
-      least_need = need;
-    }
-    char mb[32];
-    std::snprintf(mb, sizeof mb, "%.3f", need / 1e6);
-    why += (why.empty() ? "" : ", ") + std::string("ZeRO-") + std::to_string(s) + " needs " + mb +
-           " MB";
-    if (W == 1 || need <= budget) {
-      pick = s;
-      break;
-    }
-  }
-  const bool none_fits = pick < 0;
-  if (none_fits) pick = least;
-  c_.o.zero = pick;
-  RLOG("zero auto: ZeRO-%d (%s%s%s; budget %.3f MB at B=%d)\n", pick,
-       W == 1 ? "one shard: nothing to shard; " : "",
-       none_fits ? "none fits, so the one that needs least; " : "", why.c_str(), budget / 1e6, B);
+  std::string line;
+  dist_ = choose_stage_config(
+      dist_, [&](const DistributedConfig& d) { return (double)memory_for(cfg_, B, d).total(); },
+      memory_budget(), B, &line);
+  RLOG("%s\n", line.c_str());
 }
 
 void Trainer::setup() {
@@ -502,7 +464,20 @@ void Trainer::setup() {
     if (!o_.shard_group.empty())
       groups_ = make_shard_groups(comm_, grad_comm_.get(), o_.shard_group);
   }
-  if (o_.zero_auto) choose_zero_stage();
+  AdamWConfig acfg;
+  acfg.beta1 = o_.beta1;
+  acfg.beta2 = o_.beta2;
+  acfg.eps = o_.adam_eps;
+  acfg.weight_decay = o_.weight_decay;
+  acfg.grad_clip = o_.grad_clip;
+  dist_.stage = o_.zero;
+  dist_.overlap = o_.overlap_comm;
+  dist_.reshard_after_forward = o_.reshard_after_forward;
+  dist_.adamw = acfg;
+  dist_.host = &comm_;
+  dist_.device = grad_comm_.get();
+  dist_.groups = groups_.get();
+  if (o_.zero_auto) choose_strategy();
   if (B_ == 0) {
     B_ = choose_batch_size();
     accum_ = (int)(total_ / ((long)B_ * T_ * comm_.world()));
@@ -567,26 +542,17 @@ void Trainer::setup() {
   test_failure_point(comm_.rank(), "setup");
   fault_point("setup-model");
   test_failure_point(comm_.rank(), "setup-model");
-  // The data-parallel step first, then the model: at ZeRO-3 the model has no
-  // flat parameters, and attach() gives it the store that holds them, before
-  // anything sets them (--init-from below, random weights or a checkpoint in
-  // train()).
-  AdamWConfig acfg;
-  acfg.beta1 = o_.beta1;
-  acfg.beta2 = o_.beta2;
-  acfg.eps = o_.adam_eps;
-  acfg.weight_decay = o_.weight_decay;
-  acfg.grad_clip = o_.grad_clip;
-  dp_ = std::make_unique<DataParallel>(comm_, *be_, ParamLayout(cfg_), acfg, o_.zero,
-                                       grad_comm_.get(), groups_.get(), o_.overlap_comm,
-                                       o_.reshard_after_forward);
-  // ZeRO-1/2 on several shards: the FP32 master (BF16 storage) of the owned
-  // ranges only, from the start (the arena was sized for that, memory_for).
-  const auto owned = dp_->owned_ranges();
-  model_ = std::make_unique<GPT>(
-      cfg_, *be_, DataParallel::flat_grads(o_.zero), DataParallel::flat_params(o_.zero),
-      DataParallel::master_sharded(o_.zero, dp_->shard_count()) ? &owned : nullptr);
-  dp_->attach(*model_, accum_, o_.overlap_comm);  // what the stage needs (hooks, stores)
+  // The strategy first, then the model built as it needs (flat gradients and
+  // parameters or not, the FP32 master of the owned ranges only); attach()
+  // installs its hooks and stores before anything sets the parameters
+  // (--init-from below, random weights or a checkpoint in train()).
+  dp_ = make_strategy(dist_, *be_, ParamLayout(cfg_));
+  const StrategyNeeds needs =
+      strategy_needs(dist_, be_->memory_model(), cfg_, dist_.shards(), dist_.shard_index());
+  const OwnedRanges owned = dp_->owned_ranges();
+  model_ = std::make_unique<GPT>(cfg_, *be_, needs.flat_grads, needs.flat_params,
+                                 needs.master_sharded ? &owned : nullptr);
+  dp_->attach(*model_, accum_);
   // Which library paths the ops take (cuDNN engines and workspaces, BGRADB), once.
   {
     const std::string report = be_->setup_report(op_shapes(cfg_, B_, T_));
@@ -643,29 +609,27 @@ float Trainer::evaluate() {
   val_loader_->reset();  // every evaluation sees the same batches: comparable numbers
   // The ranks split the batches (batch i on rank i mod W) and sum: the same
   // number, to rounding, on any world size.
-  // ZeRO-3: every rank makes as many forwards as rank 0 (distributed/forward_balance.h).
-  const int W = comm_.world(), r = comm_.rank();
-  const long mine = strided_count(o_.eval_batches, W, r);
-  const long passes = forward_passes_to_make(*model_, comm_, mine);
   double sum = 0;
-  for (int i = 0; i < o_.eval_batches; i++) {
-    val_loader_->next_batch(x_.data(), y_.data());
-    if (i % W == r) sum += model_->forward(x_.data(), y_.data(), B_, T_);
-  }
-  idle_forwards(*model_, passes - mine);
+  strided_forwards(
+      *model_, comm_, o_.eval_batches,
+      [&](long) {
+        val_loader_->next_batch(x_.data(), y_.data());
+        sum += model_->forward(x_.data(), y_.data(), B_, T_);
+      },
+      [&](long) { val_loader_->next_batch(x_.data(), y_.data()); });
   sum = comm_.all_reduce_sum(sum);
   return (float)(sum / o_.eval_batches);
 }
 
 void Trainer::sample(int step) {
-  // Printing only, on rank 0; at ZeRO-3 (collective forwards) every rank
-  // generates the same tokens (the same seed, the same gathered weights).
-  if (!rank0() && !model_->collective_forward()) return;
+  // Printing only, on rank 0 (the other ranks generate the same tokens where
+  // the forwards are collective: the same seed, the same weights).
   // Seeded by (seed, step): a resumed run prints the same sample.
   Rng rng(o_.seed ^ (0x5A17ull * (uint64_t)(step + 1)));
   // From the token that starts a document: BOS where the shards have one.
   std::vector<int32_t> tokens{sample_start_token(train_ds_->meta())};
-  generate(*model_, tokens, o_.sample_tokens, T_, o_.temperature, rng);
+  run_on_rank0(*model_, comm_,
+               [&] { generate(*model_, tokens, o_.sample_tokens, T_, o_.temperature, rng); });
   if (!rank0()) return;
   std::vector<uint32_t> ids(tokens.begin() + 1, tokens.end());
   RLOG("---- sample at step %d (%d tokens, temperature %.2f) ----\n", step, o_.sample_tokens,
@@ -789,7 +753,7 @@ void Trainer::export_weights() {
   // From the checkpoint of this step when one was just committed: rank 0
   // assembles the FP32 parameters shard by shard (no gather of the master
   // shards to every rank); otherwise from memory: every range's FP32 values
-  // from its owner (ZeRO-1/2's sharded master, ZeRO-3's shards), gathered.
+  // from its owner (a sharded master, or sharded parameters), gathered.
   const bool from_ckpt = ckpt_->committed_step() == step_;
   std::vector<float> params;
   if (!from_ckpt) {
@@ -868,14 +832,14 @@ int Trainer::train() {
          (unsigned long long)((train_mix_->source(s).num_tokens() - 1) / T_));
   RLOG("batch: B=%d T=%d, %d micro-batch(es) per step = %ld tokens/step; %d steps; backend %s\n",
        B_, T_, accum_, total_, o_.steps, be_->name().c_str());
-  if (comm_.world() > 1 || o_.zero > 0)
+  if (comm_.world() > 1 || dp_->sharded())
     RLOG("data parallel: %d rank(s) (%s, %d on this node), %d thread(s) per rank, %s\n",
          comm_.world(), (grad_comm_ ? *grad_comm_ : comm_).name().c_str(), comm_.local_world(),
          threads_,
          dp_->describe().c_str());
   if (groups_)
     RLOG("shard groups: %s%s\n", groups_->describe().c_str(),
-         o_.zero == 0 ? " (--zero 0 shards nothing: the groups change nothing)" : "");
+         dp_->sharded() ? "" : " (--zero 0 shards nothing: the groups change nothing)");
   if (evaluating()) {
     // What `ratchet plan --eval-every N --eval-tokens X` takes to predict its share.
     const double val_tokens = val_loader_ ? (double)o_.eval_batches * B_ * T_ : 0.0;
@@ -939,7 +903,7 @@ int Trainer::train() {
       g[0] = NAN;
       be_->upload_f32(model_->grads(), g.data(), g.size());
     }
-    const float norm = dp_->step(model_->params(), model_->grads(), lr);
+    const float norm = dp_->step(*model_, lr);
     // A finite loss with a non-finite gradient norm has just updated the
     // weights with NaN or inf: the run ends here, naming the step, and
     // nothing is saved or exported from those weights.
