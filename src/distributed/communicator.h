@@ -1,6 +1,24 @@
-// The Communicator: collectives across the ranks of a data-parallel job.
-//
-// Three implementations behind one interface:
+// The Communicator: collectives across the ranks of a data-parallel job, in
+// three implementations: single (one process: copies or nothing), mpi (Open
+// MPI on host buffers) and nccl (NCCL on device buffers, bootstrapped over
+// MPI). Blocking collectives, asynchronous ones (start -> ticket -> wait),
+// splits into sub-groups, and the launcher's rank and world size. The rules
+// every implementation follows are below, above the class.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ratchet {
+
+enum class DType { F32, F64, I32, I64, U8, BF16 };
+enum class ReduceOp { Sum, Avg, Max, Min };
+
+size_t dtype_bytes(DType t);
+const char* dtype_name(DType t);
+
+// Implementations:
 //   single  one process, world size 1: every collective is a copy or nothing
 //           (distributed/communicator.cpp; always built)
 //   mpi     Open MPI on CPU (host) buffers (distributed/mpi_communicator.cpp; built
@@ -48,20 +66,6 @@
 // so far; wait makes the compute stream wait for an event recorded after it
 // (the host does not block). single (and the defaults): the blocking
 // collective at the start, ticket 0, and nothing to wait for.
-#pragma once
-#include <cstddef>
-#include <cstdint>
-#include <memory>
-#include <string>
-
-namespace ratchet {
-
-enum class DType { F32, F64, I32, I64, U8, BF16 };
-enum class ReduceOp { Sum, Avg, Max, Min };
-
-size_t dtype_bytes(DType t);
-const char* dtype_name(DType t);
-
 class Communicator {
  public:
   virtual ~Communicator() = default;
