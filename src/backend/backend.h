@@ -51,7 +51,7 @@ struct AdamWArgs {
   // BF16 storage: the tensor's first element in the FLAT parameter vector,
   // which keys its random bits; unset (-1): the tensor's offset in params'
   // allocation (the same thing for the model's flat params). ZeRO-3 updates
-  // pieces held elsewhere (distributed/zero_params.h) and sets it.
+  // pieces held elsewhere (distributed/param_shards.h) and sets it.
   size_t tensor_offset = (size_t)-1;
 };
 

@@ -19,7 +19,7 @@
 //     COMMITTED        written last (checkpoint_dir.h)
 //
 // Each rank writes the FP32 master parameters and the moments of the ranges
-// it owns (DataParallel::owned_ranges(); at stage 0, where every rank holds
+// it owns (DistributedStrategy::owned_ranges(); at stage 0, where every rank holds
 // everything, [0, P) split evenly so the ranks share the writing), in
 // parallel, into the staging directory; nothing is gathered to rank 0. Rank
 // 0 then writes state.h5 and the manifest from the shards' descriptions.

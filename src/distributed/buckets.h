@@ -1,27 +1,7 @@
-// Gradient buckets and the bucket-aligned shards of ZeRO-2 (distributed/zero.h).
-//
-// A bucket is what the backward finishes at once:
-//   bucket l (0 <= l < L)  transformer block l: its twelve slices ln1w[l],
-//                          ln1b[l], qkvw[l], ..., fcprojb[l] (ParamLayout
-//                          order), packed back to back
-//   bucket L               the rest: wte, wpe, lnfw, lnfb, lmhead, packed in
-//                          that order (its gradient is complete only at the
-//                          end of the backward: the tied wte gets the lm-head's
-//                          gradient first and the embedding's last)
-// Slices of size 0 (llama's biases, wpe, an absent lmhead) take no room.
-// Packed slices start at multiples of C elements as they do in the flat
-// buffer (every slice size is a multiple of C), so a bucket is as aligned for
-// the kernels as the flat gradient buffer.
-//
-// Each bucket of `len` elements is cut into W pieces of S = ceil(len / W)
-// elements (the buffers are W·S long, the tail past len is zero padding);
-// rank r owns piece r of EVERY bucket. Its gradient shard is the
-// concatenation of its pieces in bucket order (shard_elems() = sum of the
-// S's, padding included); the flat [lo, hi) ranges its pieces cover are its
-// owned ranges (sorted, adjacent ones merged): what its AdamW moments hold
-// back to back and what a checkpoint shard holds.
-//
-// Rank 0 owns the most real elements (every piece but the last ones is full).
+// Gradient buckets and the bucket-aligned shards of stages 1-3
+// (grad_buckets.h): a bucket is what the backward finishes at once (one
+// block's twelve slices, or the rest), cut into one piece per rank; rank r
+// owns piece r of every bucket. The layout in detail is above BucketLayout.
 #pragma once
 #include <cstddef>
 #include <utility>
@@ -51,6 +31,28 @@ struct OwnedPiece {
   size_t lo = 0, n = 0, shard = 0;
 };
 
+// A bucket is what the backward finishes at once:
+//   bucket l (0 <= l < L)  transformer block l: its twelve slices ln1w[l],
+//                          ln1b[l], qkvw[l], ..., fcprojb[l] (ParamLayout
+//                          order), packed back to back
+//   bucket L               the rest: wte, wpe, lnfw, lnfb, lmhead, packed in
+//                          that order (its gradient is complete only at the
+//                          end of the backward: the tied wte gets the lm-head's
+//                          gradient first and the embedding's last)
+// Slices of size 0 (llama's biases, wpe, an absent lmhead) take no room.
+// Packed slices start at multiples of C elements as they do in the flat
+// buffer (every slice size is a multiple of C), so a bucket is as aligned for
+// the kernels as the flat gradient buffer.
+//
+// Each bucket of `len` elements is cut into W pieces of S = ceil(len / W)
+// elements (the buffers are W·S long, the tail past len is zero padding);
+// rank r owns piece r of EVERY bucket. Its gradient shard is the
+// concatenation of its pieces in bucket order (shard_elems() = sum of the
+// S's, padding included); the flat [lo, hi) ranges its pieces cover are its
+// owned ranges (sorted, adjacent ones merged): what its AdamW moments hold
+// back to back and what a checkpoint shard holds.
+//
+// Rank 0 owns the most real elements (every piece but the last ones is full).
 class BucketLayout {
  public:
   BucketLayout(const ParamLayout& layout, int num_layers, int W);

@@ -1,6 +1,24 @@
-// The Communicator: collectives across the ranks of a data-parallel job.
-//
-// Three implementations behind one interface:
+// The Communicator: collectives across the ranks of a data-parallel job, in
+// three implementations: single (one process: copies or nothing), mpi (Open
+// MPI on host buffers) and nccl (NCCL on device buffers, bootstrapped over
+// MPI). Blocking collectives, asynchronous ones (start -> ticket -> wait),
+// splits into sub-groups, and the launcher's rank and world size. The rules
+// every implementation follows are below, above the class.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ratchet {
+
+enum class DType { F32, F64, I32, I64, U8, BF16 };
+enum class ReduceOp { Sum, Avg, Max, Min };
+
+size_t dtype_bytes(DType t);
+const char* dtype_name(DType t);
+
+// Implementations:
 //   single  one process, world size 1: every collective is a copy or nothing
 //           (distributed/communicator.cpp; always built)
 //   mpi     Open MPI on CPU (host) buffers (distributed/mpi_communicator.cpp; built
@@ -28,46 +46,26 @@
 //                                          ranks stop at the same step
 // ReduceOp::Avg divides the sum by W after reducing.
 //
-// Asynchronous all-reduce (comm/compute overlap, distributed/zero.h):
-//   all_reduce_async(buf, n)               starts an in-place all-reduce and returns;
-//                                          buf must not be touched until wait_all()
-//   wait_all()                             completes every one started so far
-// mpi: MPI_Iallreduce, and wait_all() is MPI_Waitall (progress() tests the
-// requests, which lets MPI progress them while the caller computes). nccl: the
-// communication stream first waits for an event recorded on the compute stream
-// (the work that produced buf), and wait_all() makes the compute stream wait for
-// the communication stream, without blocking the host. single: nothing to do.
-// The same order of calls on every rank, as for the blocking collectives.
-//
-// Asynchronous reduce-scatter (ZeRO-2's per-bucket reduction, distributed/zero.h):
-//   t = reduce_scatter_async(send, recv, n) starts it and returns a ticket;
-//                                          send and recv must not be touched
-//                                          until wait(t) or wait_all()
+// Asynchronous collectives, one spelling: start -> ticket -> wait.
+//   t = all_reduce_start(buf, n)           in place, as all_reduce
+//   t = reduce_scatter_start(send, recv, n) as reduce_scatter (send != recv)
+//   t = all_gather_start(send, recv, n)    as all_gather (send may be this
+//                                          rank's slot of recv: in place)
 //   wait(t)                                completes that one (in-order
-//                                          implementations may complete earlier
-//                                          ones with it)
-// mpi: MPI_Ireduce_scatter_block, wait(t) is MPI_Wait on its request. nccl: on
-// the communication stream after the compute stream's work so far; wait(t)
-// makes the compute stream wait for an event recorded after it. single (and
-// the default): the blocking reduce_scatter, wait does nothing.
-// all_gather_async(send, recv, n) is the same for the all-gather (mpi:
-// MPI_Iallgather; nccl: ncclAllGather on the communication stream, its own
-// event), completed by the same wait(t).
-#pragma once
-#include <cstddef>
-#include <cstdint>
-#include <memory>
-#include <string>
-#include <vector>
-
-namespace ratchet {
-
-enum class DType { F32, F64, I32, I64, U8, BF16 };
-enum class ReduceOp { Sum, Avg, Max, Min };
-
-size_t dtype_bytes(DType t);
-const char* dtype_name(DType t);
-
+//                                          implementations may complete
+//                                          earlier ones with it)
+//   wait_all()                             completes every one started so far
+//   progress()                             lets the implementation move them
+//                                          along while the caller computes
+// The buffers must not be touched until the ticket is waited for (or
+// wait_all()). group_start()/group_end() bracket starts that may be fused into
+// one launch (nccl: ncclGroupStart/End). The same order of calls on every
+// rank, as for the blocking collectives; ReduceOp::Avg divides at the wait.
+// mpi: MPI_Iallreduce/MPI_Ireduce_scatter_block/MPI_Iallgather, wait is
+// MPI_Wait. nccl: on the communication stream after the compute stream's work
+// so far; wait makes the compute stream wait for an event recorded after it
+// (the host does not block). single (and the defaults): the blocking
+// collective at the start, ticket 0, and nothing to wait for.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -84,39 +82,28 @@ class Communicator {
   virtual void barrier() = 0;
   virtual bool agree(bool flag) = 0;
 
-  // Defaults: the blocking all_reduce, and nothing to wait for.
-  virtual void all_reduce_async(void* buf, size_t n, DType t, ReduceOp op) {
-    all_reduce(buf, n, t, op);
-  }
-  virtual void progress() {}
-  virtual void wait_all() {}
+  // Asynchronous collectives (see the top of this file). Defaults: the
+  // blocking collective, ticket 0, nothing to wait for.
   using Ticket = uint64_t;
-  virtual Ticket reduce_scatter_async(const void* send, void* recv, size_t n, DType t,
-                                      ReduceOp op) {
-    reduce_scatter(send, recv, n, t, op);
-    return 0;
-  }
-  virtual void wait(Ticket) {}
-  // Asynchronous all-gather (ZeRO-3's per-block parameter prefetch): as
-  // all_gather(send, recv, n), started now and completed by wait(t) or
-  // wait_all(); send and recv untouched until then. send may be this rank's
-  // slot of recv (in place). Default: the blocking all_gather, ticket 0.
-  virtual Ticket all_gather_async(const void* send, void* recv, size_t n, DType t) {
-    all_gather(send, recv, n, t);
-    return 0;
-  }
-  // Asynchronous in-place all-reduce with a ticket (hybrid sharding's
-  // per-bucket all-reduce across groups, waited for only where the shard is
-  // next read): as all_reduce(buf, n), started now and completed by wait(t)
-  // or wait_all(); buf untouched until then. Default: the blocking
-  // all_reduce, ticket 0.
   virtual Ticket all_reduce_start(void* buf, size_t n, DType t, ReduceOp op) {
     all_reduce(buf, n, t, op);
     return 0;
   }
-  // Brackets a set of all_reduce_async calls that may be fused into one launch
-  // (nccl: ncclGroupStart/End, one event for the whole group; mpi and single:
-  // nothing). Only all_reduce_async between them; the same on every rank.
+  virtual Ticket reduce_scatter_start(const void* send, void* recv, size_t n, DType t,
+                                      ReduceOp op) {
+    reduce_scatter(send, recv, n, t, op);
+    return 0;
+  }
+  virtual Ticket all_gather_start(const void* send, void* recv, size_t n, DType t) {
+    all_gather(send, recv, n, t);
+    return 0;
+  }
+  virtual void wait(Ticket) {}
+  virtual void wait_all() {}
+  virtual void progress() {}
+  // Brackets starts that may be fused into one launch (nccl: ncclGroupStart/
+  // End; mpi and single: nothing). Only *_start calls between them; the same
+  // on every rank.
   virtual void group_start() {}
   virtual void group_end() {}
 

@@ -20,4 +20,32 @@ void idle_forwards(GPT& model, long n) {
   for (long i = 0; i < n; i++) model.forward(tokens.data(), nullptr, 1, T);
 }
 
+void balanced_forwards(GPT& model, Communicator& comm, long mine,
+                       const std::function<void(long)>& forward) {
+  const long passes = forward_passes_to_make(model, comm, mine);
+  for (long k = 0; k < mine; k++) forward(k);
+  idle_forwards(model, passes - mine);
+}
+
+void strided_forwards(GPT& model, Communicator& comm, long n,
+                      const std::function<void(long)>& forward,
+                      const std::function<void(long)>& skip) {
+  const int W = comm.world(), r = comm.rank();
+  const long mine = strided_count(n, W, r);
+  const long passes = forward_passes_to_make(model, comm, mine);
+  for (long i = 0; i < n; i++) {
+    if (i % W == r)
+      forward(i);
+    else if (skip)
+      skip(i);
+  }
+  idle_forwards(model, passes - mine);
+}
+
+bool run_on_rank0(GPT& model, Communicator& comm, const std::function<void()>& work) {
+  if (comm.rank() != 0 && !model.collective_forward()) return false;
+  work();
+  return true;
+}
+
 }  // namespace ratchet

@@ -219,8 +219,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   ~MpiCommunicator() override {
-    if (!reqs_.empty()) MPI_Waitall((int)reqs_.size(), reqs_.data(), MPI_STATUSES_IGNORE);
-    for (Rs& r : rs_) MPI_Wait(&r.req, MPI_STATUS_IGNORE);
+    for (Started& s : started_)
+      if (!s.reqs.empty()) MPI_Waitall((int)s.reqs.size(), s.reqs.data(), MPI_STATUSES_IGNORE);
     MPI_Comm_free(&comm_);
     if (owns_mpi_) free_bf16_type();
     if (owns_mpi_) MPI_Finalize();
@@ -266,81 +266,68 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  // Nonblocking: MPI_Iallreduce per piece; Avg divides once the requests are done.
-  void all_reduce_async(void* buf, size_t n, DType t, ReduceOp op) override {
+  // Nonblocking collectives: one list of tickets in start order, each with
+  // its requests (an all-reduce of more than INT_MAX elements is several
+  // MPI_Iallreduce pieces) and its Avg division, done at the wait.
+  Ticket all_reduce_start(void* buf, size_t n, DType t, ReduceOp op) override {
     const size_t eb = dtype_bytes(t);
+    Started s;
+    s.id = ++last_ticket_;
     for (size_t off = 0; off < n; off += kMaxCount) {
       const int c = (int)std::min(kMaxCount, n - off);
       MPI_Request req;
       mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, (char*)buf + off * eb, c, mpi_dtype(t),
                               mpi_op(op, t), comm_, &req));
-      reqs_.push_back(req);
+      s.reqs.push_back(req);
     }
-    if (op == ReduceOp::Avg) pending_avg_.push_back({buf, n, t});
+    if (op == ReduceOp::Avg) s.avg = Pending{buf, n, t};
+    started_.push_back(std::move(s));
+    return started_.back().id;
   }
 
-  // Lets MPI move the outstanding requests along (Open MPI progresses
-  // nonblocking collectives only inside MPI calls).
-  void progress() override {
-    int done = 0;
-    if (!reqs_.empty())
-      mpiCheck(MPI_Testall((int)reqs_.size(), reqs_.data(), &done, MPI_STATUSES_IGNORE));
-    // A completed request becomes MPI_REQUEST_NULL, which MPI_Wait accepts.
-    for (Rs& r : rs_) mpiCheck(MPI_Test(&r.req, &done, MPI_STATUS_IGNORE));
-  }
-
-  Ticket reduce_scatter_async(const void* send, void* recv, size_t n, DType t,
+  Ticket reduce_scatter_start(const void* send, void* recv, size_t n, DType t,
                               ReduceOp op) override {
     RATCHET_ASSERT(n <= (size_t)INT_MAX);
     RATCHET_ASSERT(send != recv);
     MPI_Request req;
     mpiCheck(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_dtype(t), mpi_op(op, t), comm_,
                                        &req));
-    const Ticket id = ++last_ticket_;
-    rs_.push_back({id, req, op == ReduceOp::Avg ? Pending{recv, n, t} : Pending{nullptr, 0, t}});
-    return id;
+    return add_started(req, op == ReduceOp::Avg ? Pending{recv, n, t} : Pending{nullptr, 0, t});
   }
 
-  // Kept with the reduce-scatters (one list of tickets in start order).
-  Ticket all_gather_async(const void* send, void* recv, size_t n, DType t) override {
+  Ticket all_gather_start(const void* send, void* recv, size_t n, DType t) override {
     RATCHET_ASSERT(n <= (size_t)INT_MAX);
     const void* s = send == (const char*)recv + (size_t)rank_ * n * dtype_bytes(t) ? MPI_IN_PLACE
                                                                                     : send;
     MPI_Request req;
     mpiCheck(MPI_Iallgather(s, (int)n, mpi_dtype(t), recv, (int)n, mpi_dtype(t), comm_, &req));
-    const Ticket id = ++last_ticket_;
-    rs_.push_back({id, req, Pending{nullptr, 0, t}});
-    return id;
+    return add_started(req, Pending{nullptr, 0, t});
   }
 
-  // The same list: MPI_Iallreduce in place (Avg divided at wait()).
-  Ticket all_reduce_start(void* buf, size_t n, DType t, ReduceOp op) override {
-    RATCHET_ASSERT(n <= (size_t)INT_MAX);
-    MPI_Request req;
-    mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, mpi_dtype(t), mpi_op(op, t), comm_, &req));
-    const Ticket id = ++last_ticket_;
-    rs_.push_back({id, req, op == ReduceOp::Avg ? Pending{buf, n, t} : Pending{nullptr, 0, t}});
-    return id;
+  // Lets MPI move the outstanding requests along (Open MPI progresses
+  // nonblocking collectives only inside MPI calls). A completed request
+  // becomes MPI_REQUEST_NULL, which MPI_Wait accepts.
+  void progress() override {
+    int done = 0;
+    for (Started& s : started_)
+      for (MPI_Request& req : s.reqs) mpiCheck(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
   }
 
   void wait(Ticket id) override {
-    for (size_t i = 0; i < rs_.size(); i++) {
-      if (rs_[i].id != id) continue;
-      mpiCheck(MPI_Wait(&rs_[i].req, MPI_STATUS_IGNORE));
-      const Pending p = rs_[i].avg;
-      rs_.erase(rs_.begin() + (long)i);
+    for (size_t i = 0; i < started_.size(); i++) {
+      if (started_[i].id != id) continue;
+      std::vector<MPI_Request>& reqs = started_[i].reqs;
+      if (!reqs.empty())
+        mpiCheck(MPI_Waitall((int)reqs.size(), reqs.data(), MPI_STATUSES_IGNORE));
+      const Pending p = started_[i].avg;
+      started_.erase(started_.begin() + (long)i);
       if (p.buf) divide(p.buf, p.n, p.t, world_);
       return;
     }
   }
 
   void wait_all() override {
-    while (!rs_.empty()) wait(rs_.front().id);
-    if (!reqs_.empty())
-      mpiCheck(MPI_Waitall((int)reqs_.size(), reqs_.data(), MPI_STATUSES_IGNORE));
-    reqs_.clear();
-    for (const Pending& p : pending_avg_) divide(p.buf, p.n, p.t, world_);
-    pending_avg_.clear();
+    while (!started_.empty()) wait(started_.front().id);
   }
 
   void barrier() override { mpiCheck(MPI_Barrier(comm_)); }
@@ -365,14 +352,20 @@ class MpiCommunicator final : public Communicator {
     size_t n;
     DType t;
   };
-  std::vector<MPI_Request> reqs_;     // outstanding all_reduce_async pieces
-  std::vector<Pending> pending_avg_;  // their Avg divisions, done in wait_all()
-  struct Rs {
-    Ticket id;
-    MPI_Request req;
-    Pending avg;  // buf null unless ReduceOp::Avg
+  struct Started {
+    Ticket id = 0;
+    std::vector<MPI_Request> reqs;
+    Pending avg{nullptr, 0, DType::F32};  // buf null unless ReduceOp::Avg
   };
-  std::vector<Rs> rs_;  // outstanding reduce_scatter_async/all_gather_async/all_reduce_start, in start order
+  Ticket add_started(MPI_Request req, Pending avg) {
+    Started s;
+    s.id = ++last_ticket_;
+    s.reqs.push_back(req);
+    s.avg = avg;
+    started_.push_back(std::move(s));
+    return started_.back().id;
+  }
+  std::vector<Started> started_;  // not yet waited for, in start order
   Ticket last_ticket_ = 0;
 };
 

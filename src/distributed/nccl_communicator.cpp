@@ -1,10 +1,48 @@
 // Compiled for real only in the ratchet_nccl library (RATCHET_HAVE_NCCL);
 // the glob also puts it in ratchet_lib, where it is empty.
 #ifdef RATCHET_HAVE_NCCL
+// Bootstrap order (nccl_bootstrap_id): MPI_Bcast of the id, then a barrier,
+// then the blocking ncclCommInitRank. With collective offload (HCOLL in
+// HPC-X) a broadcast may only complete on a LATER MPI call; without the
+// barrier rank 0 could enter ncclCommInitRank (which waits for every rank)
+// while another rank's MPI_Bcast has not progressed: a deadlock. The barrier
+// is that later call, and returns only once every rank holds the id.
+//
+// Warm-up: right after ncclCommInitRank the constructor runs one small and
+// one large all-reduce (and a reduce-scatter + all-gather), so that NCCL
+// connects its channels and allocates its buffers now (recent NCCL connects
+// lazily, at the first collective; NVLS buffers on NVSwitch systems): the
+// free memory the trainer sizes its arena from is then measured after them.
+//
+// Errors: abort_collectives() (and abort_job) call ncclCommAbort, which does
+// not wait; ncclCommDestroy waits for the communicator to be quiescent, so on
+// an error path (another rank still inside a collective) it would block until
+// walltime. The destructor also aborts instead of destroying when it runs
+// during stack unwinding (std::uncaught_exceptions()).
+//
+// Streams. The compute stream is the one the cuda backend launches on: the
+// legacy default stream (CudaBackend's stream_ is null). Every collective runs
+// on the communicator's own stream after an event recorded on the compute
+// stream (so it sees the gradients the backward just produced). Blocking
+// collectives then synchronise the communication stream before returning;
+// the *_start() calls return at once with a ticket; wait(t) and wait_all() make
+// the compute stream wait for an event recorded after them (the host does not
+// block): the backward of the layers below overlaps the all-reduce of the
+// layers above (docs/distributed.md).
+// The communication stream has the highest priority the device offers, so
+// that its kernels are scheduled ahead of the backward's when both are ready.
+// group_start()/group_end() bracket one layer's twelve all-reduces into one
+// ncclGroupStart/End (one launch, one event shared by their tickets) instead
+// of twelve.
+// DType::BF16 is ncclBfloat16, ReduceOp::Avg is ncclAvg.
+// agree(), barrier() and abort_job() go through the host communicator: flags
+// live on the host.
+// Splits (ncclCommSplit) are aborted with the communicator they came from.
 #include "distributed/nccl_communicator.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -103,16 +141,24 @@ class NcclCommunicator final : public Communicator {
     ncclCheck(ncclCommInitRank(&sub, sub_host->world(), id, sub_host->rank()));
 #endif
     RATCHET_ASSERT(sub != nullptr);
-    return std::make_unique<NcclCommunicator>(std::move(sub_host), sub, device_);
+    auto child = std::make_unique<NcclCommunicator>(std::move(sub_host), sub, device_);
+    child->parent_ = this;
+    children_.push_back(child.get());
+    return child;
   }
   ~NcclCommunicator() override {
+    if (parent_) parent_->forget(this);
     // Unwinding from an error: the other ranks may be inside a collective, and
     // ncclCommDestroy would wait for them forever.
     if (std::uncaught_exceptions() > 0) abort_collectives();
     if (comm_) {
       cudaEventDestroy(ready_);
       cudaEventDestroy(done_);
-      for (auto& t : tickets_) cudaEventDestroy(t.second);
+      while (!tickets_.empty()) {  // a group's tickets share one event
+        const cudaEvent_t e = tickets_.back().second;
+        tickets_.pop_back();
+        release_event(e);
+      }
       for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
       cudaStreamDestroy(stream_);
       ncclCommDestroy(comm_);
@@ -145,10 +191,12 @@ class NcclCommunicator final : public Communicator {
     ncclCheckComm(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), comm_);
     cudaCheck(cudaStreamSynchronize(stream_));
   }
-  void all_reduce_async(void* buf, size_t n, DType t, ReduceOp op) override {
-    if (!in_group_) after_compute();  // a group waited once, at group_start()
+  // Inside a group, the compute stream was waited for once (group_start) and
+  // the tickets' events are recorded at group_end, after the fused launch.
+  Ticket all_reduce_start(void* buf, size_t n, DType t, ReduceOp op) override {
+    if (!in_group_) after_compute();
     ncclCheckComm(ncclAllReduce(buf, buf, n, nccl_dtype(t), nccl_op(op), comm_, stream_), comm_);
-    pending_ = true;
+    return in_group_ ? group_ticket() : record_ticket();
   }
   void group_start() override {
     after_compute();
@@ -158,8 +206,17 @@ class NcclCommunicator final : public Communicator {
   void group_end() override {
     in_group_ = false;
     ncclCheckComm(ncclGroupEnd(), comm_);
+    // One event after the fused launch, shared by the group's tickets.
+    if (!group_tickets_.empty()) {
+      record_ticket(group_tickets_[0]);
+      const cudaEvent_t e = tickets_.back().second;
+      for (size_t i = 1; i < group_tickets_.size(); i++) tickets_.push_back({group_tickets_[i], e});
+    }
+    group_tickets_.clear();
   }
+  // The splits first (they are destroyed before this one), then this one.
   void abort_collectives() override {
+    for (NcclCommunicator* c : children_) c->abort_collectives();
     if (!comm_) return;
     ncclCommAbort(comm_);  // does not wait for the other ranks
     comm_ = nullptr;
@@ -167,28 +224,21 @@ class NcclCommunicator final : public Communicator {
   // On the communication stream after the compute stream's work so far; an
   // event recorded after it is the ticket's (wait: the compute stream waits
   // for it, the host does not block). Events are reused once waited for.
-  Ticket reduce_scatter_async(const void* send, void* recv, size_t n, DType t,
+  Ticket reduce_scatter_start(const void* send, void* recv, size_t n, DType t,
                               ReduceOp op) override {
     after_compute();
     ncclCheckComm(ncclReduceScatter(send, recv, n, nccl_dtype(t), nccl_op(op), comm_, stream_),
                   comm_);
     return record_ticket();
   }
-  // The same for the all-gather (ZeRO-3's prefetch): its own event.
-  Ticket all_gather_async(const void* send, void* recv, size_t n, DType t) override {
+  Ticket all_gather_start(const void* send, void* recv, size_t n, DType t) override {
     after_compute();
     ncclCheckComm(ncclAllGather(send, recv, n, nccl_dtype(t), comm_, stream_), comm_);
     return record_ticket();
   }
-  // The same for a ticketed all-reduce (hybrid sharding's across groups).
-  Ticket all_reduce_start(void* buf, size_t n, DType t, ReduceOp op) override {
-    after_compute();
-    ncclCheckComm(ncclAllReduce(buf, buf, n, nccl_dtype(t), nccl_op(op), comm_, stream_), comm_);
-    return record_ticket();
-  }
   // An event recorded on the comm stream after the collective just queued:
   // wait(ticket) makes the compute stream wait for it.
-  Ticket record_ticket() {
+  Ticket record_ticket(Ticket id = 0) {
     cudaEvent_t e = nullptr;
     if (free_events_.empty()) {
       cudaCheck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -197,16 +247,24 @@ class NcclCommunicator final : public Communicator {
       free_events_.pop_back();
     }
     cudaCheck(cudaEventRecord(e, stream_));
-    tickets_.push_back({++last_ticket_, e});
+    if (id == 0) id = ++last_ticket_;
+    tickets_.push_back({id, e});
+    pending_ = true;
+    return id;
+  }
+  // A ticket inside a group: its event is recorded at group_end().
+  Ticket group_ticket() {
+    group_tickets_.push_back(++last_ticket_);
     pending_ = true;
     return last_ticket_;
   }
   void wait(Ticket id) override {
     for (size_t i = 0; i < tickets_.size(); i++) {
       if (tickets_[i].first != id) continue;
-      cudaCheck(cudaStreamWaitEvent(kCompute, tickets_[i].second, 0));
-      free_events_.push_back(tickets_[i].second);
+      const cudaEvent_t e = tickets_[i].second;
+      cudaCheck(cudaStreamWaitEvent(kCompute, e, 0));
       tickets_.erase(tickets_.begin() + (long)i);
+      release_event(e);
       return;
     }
   }
@@ -214,9 +272,18 @@ class NcclCommunicator final : public Communicator {
     if (!pending_) return;
     cudaCheck(cudaEventRecord(done_, stream_));
     cudaCheck(cudaStreamWaitEvent(kCompute, done_, 0));
-    for (auto& t : tickets_) free_events_.push_back(t.second);
-    tickets_.clear();
+    while (!tickets_.empty()) {
+      const cudaEvent_t e = tickets_.back().second;
+      tickets_.pop_back();
+      release_event(e);
+    }
     pending_ = false;
+  }
+  // Back to the pool once no ticket of a group shares it.
+  void release_event(cudaEvent_t e) {
+    for (const auto& t : tickets_)
+      if (t.second == e) return;
+    free_events_.push_back(e);
   }
   void barrier() override { host_.barrier(); }
   bool agree(bool flag) override { return host_.agree(flag); }
@@ -264,13 +331,19 @@ class NcclCommunicator final : public Communicator {
   // The cuda backend's stream: the legacy default stream (see the header).
   static constexpr cudaStream_t kCompute = nullptr;
 
+  void forget(NcclCommunicator* child) {
+    children_.erase(std::remove(children_.begin(), children_.end(), child), children_.end());
+  }
   std::unique_ptr<Communicator> own_host_;  // a split's host communicator (else null)
+  NcclCommunicator* parent_ = nullptr;      // the communicator this one was split from
+  std::vector<NcclCommunicator*> children_;  // its live splits (aborted with it)
   Communicator& host_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;      // communication
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
   bool pending_ = false;               // async collectives not yet waited for
-  std::vector<std::pair<Ticket, cudaEvent_t>> tickets_;  // reduce_scatter_async not yet waited for
+  std::vector<std::pair<Ticket, cudaEvent_t>> tickets_;  // started, not yet waited for
+  std::vector<Ticket> group_tickets_;  // started inside the open group
   std::vector<cudaEvent_t> free_events_;
   Ticket last_ticket_ = 0;
   bool in_group_ = false;              // between group_start() and group_end()

@@ -1,43 +1,9 @@
 // The NCCL communicator: collectives on DEVICE buffers, bootstrapped over a
 // host communicator (MPI): rank 0 creates the ncclUniqueId and broadcasts it,
 // every rank picks its GPU from its local rank, then ncclCommInitRank.
-// Built only as the ratchet_nccl library (distributed/nccl.cmake: CUDA + NCCL + MPI);
+// Built only as the ratchet_nccl library (cmake/nccl.cmake: CUDA + NCCL + MPI);
 // include only when RATCHET_HAVE_NCCL is defined.
-//
-// Bootstrap order (nccl_bootstrap_id): MPI_Bcast of the id, then a barrier,
-// then the blocking ncclCommInitRank. With collective offload (HCOLL in
-// HPC-X) a broadcast may only complete on a LATER MPI call; without the
-// barrier rank 0 could enter ncclCommInitRank (which waits for every rank)
-// while another rank's MPI_Bcast has not progressed: a deadlock. The barrier
-// is that later call, and returns only once every rank holds the id.
-//
-// Warm-up: right after ncclCommInitRank the constructor runs one small and
-// one large all-reduce (and a reduce-scatter + all-gather), so that NCCL
-// connects its channels and allocates its buffers now (recent NCCL connects
-// lazily, at the first collective; NVLS buffers on NVSwitch systems): the
-// free memory the trainer sizes its arena from is then measured after them.
-//
-// Errors: abort_collectives() (and abort_job) call ncclCommAbort, which does
-// not wait; ncclCommDestroy waits for the communicator to be quiescent, so on
-// an error path (another rank still inside a collective) it would block until
-// walltime. The destructor also aborts instead of destroying when it runs
-// during stack unwinding (std::uncaught_exceptions()).
-//
-// Streams. The compute stream is the one the cuda backend launches on: the
-// legacy default stream (CudaBackend's stream_ is null). Every collective runs
-// on the communicator's own stream after an event recorded on the compute
-// stream (so it sees the gradients the backward just produced). Blocking
-// collectives then synchronise the communication stream before returning;
-// all_reduce_async() returns at once, and wait_all() makes the compute stream
-// wait for the communication stream (the host does not block): the backward
-// of the layers below overlaps the all-reduce of the layers above (distributed/zero.h).
-// The communication stream has the highest priority the device offers, so
-// that its kernels are scheduled ahead of the backward's when both are ready.
-// group_start()/group_end() bracket one layer's twelve all-reduces into one
-// ncclGroupStart/End (one launch, one event) instead of twelve.
-// DType::BF16 is ncclBfloat16, ReduceOp::Avg is ncclAvg.
-// agree(), barrier() and abort_job() go through the host communicator: flags
-// live on the host.
+// How it bootstraps, warms up, aborts and uses streams: nccl_communicator.cpp.
 #pragma once
 #ifdef RATCHET_HAVE_NCCL
 #include <nccl.h>

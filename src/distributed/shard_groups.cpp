@@ -41,7 +41,7 @@ std::string ShardGroups::describe() const {
 
 std::string gradient_sum_order(int world, int accum, int stage, int group_size, bool per_layer) {
   if (stage == 0 || group_size < 1) group_size = world;
-  // ZeRO-2 and 3 (distributed/zero.h) sum every micro-batch over the ranks first and
+  // ZeRO-2 and 3 (distributed/sharded_gradients.h) sum every micro-batch over the ranks first and
   // add the micro-batches' sums after: another order once there are several.
   const bool per_micro = stage >= 2 && accum > 1;
   std::string s = accum > 1 && !per_micro ? std::to_string(accum) + " micro-batches accumulated per rank" : "";
@@ -66,7 +66,7 @@ std::string gradient_sum_order(int world, int accum, int stage, int group_size, 
 std::string gradient_sum_tree(int world, int accum, int stage, int group_size, bool per_layer) {
   if (stage == 0 || group_size < 1) group_size = world;
   const int W = world, A = accum, N = group_size, G = world / group_size;
-  // Stages 2 and 3 (the same gradient path: distributed/zero.h) sum each micro-batch
+  // Stages 2 and 3 (the same gradient path: distributed/grad_buckets.h) sum each micro-batch
   // over the ranks, then add the sums.
   const bool per_micro = stage >= 2 && A > 1;
   auto leaf = [&](int m, int r) { return "g" + std::to_string(m * W + r); };

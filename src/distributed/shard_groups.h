@@ -1,8 +1,18 @@
 // Hybrid sharding (--shard-group N|node): ZeRO-k inside groups of N ranks,
-// the groups replicas of one another (HSDP in FSDP2's words).
-//
+// the groups replicas of one another (HSDP in FSDP2's words). The groups'
+// communicators (a strategy composes them: shard_collectives.h), the flag's
+// parsing, and the summation order a checkpoint records. How the groups are
+// formed is above ShardGroups; docs/distributed.md has the reduction order.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "distributed/communicator.h"
+
+namespace ratchet {
+
 // The W ranks of the world form W/N groups of N. A group holds one copy of the
-// sharded state: its N ranks own the N shards (distributed/zero.h's shard_range over
+// sharded state: its N ranks own the N shards (distributed/strategy.h's shard_range over
 // N). Two communicators per rank, split from the world (Communicator::split):
 //   intra  the N ranks of this rank's group, ranked by world rank: the
 //          reduce-scatter of the gradient and the all-gather of the parameters
@@ -25,14 +35,6 @@
 //
 // When the gradients go through a device communicator (NCCL, or the simt
 // stand-in), it is split the same way: intra_dev and inter_dev.
-#pragma once
-#include <memory>
-#include <string>
-
-#include "distributed/communicator.h"
-
-namespace ratchet {
-
 struct ShardGroups {
   std::string spec;    // the flag's value: "node" or a number
   int size = 1;        // N: ranks per group = shards per copy of the state

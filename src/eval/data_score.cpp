@@ -23,15 +23,13 @@ DataScores score_data(GPT& model, const TokenDataset& ds, int B, int T, Communic
   const uint64_t nwin = (N - 1) / T;
   uint64_t nb = (nwin + B - 1) / B;
   if (max_batches > 0) nb = std::min<uint64_t>(nb, (uint64_t)max_batches);
-  const int W = comm.world(), rank = comm.rank();
-  // ZeRO-3: as many forwards on every rank (distributed/forward_balance.h).
-  const long mine = strided_count((long)nb, W, rank);
-  const long passes = forward_passes_to_make(model, comm, mine);
+  // Batch j on rank j mod W, every rank making as many forwards
+  // (distributed/forward_balance.h).
   double sums[2] = {0, 0};  // summed loss, tokens
   std::vector<int32_t> win(T + 1), in, tg;
   std::vector<float> losses;
-  for (uint64_t j = rank; j < nb; j += W) {
-    const uint64_t w0 = j * B;
+  strided_forwards(model, comm, (long)nb, [&](long jl) {
+    const uint64_t w0 = (uint64_t)jl * B;
     const int R = (int)std::min<uint64_t>(B, nwin - w0);
     in.resize((size_t)R * T);
     tg.resize((size_t)R * T);
@@ -45,8 +43,7 @@ DataScores score_data(GPT& model, const TokenDataset& ds, int B, int T, Communic
     model.get_losses(losses.data());
     for (float x : losses) sums[0] += x;
     sums[1] += (double)R * T;
-  }
-  idle_forwards(model, passes - mine);
+  });
   comm.all_reduce(sums, 2, DType::F64, ReduceOp::Sum);
   DataScores s;
   s.tokens = (long)sums[1];

@@ -97,10 +97,10 @@ McScores score_mc_task(GPT& model, const McTask& task, int B, int T, Communicato
   std::vector<int32_t> in, tg;
   std::vector<float> losses;
   std::vector<GPT::Span> spans;
-  // ZeRO-3: as many forwards on every rank (distributed/forward_balance.h).
+  // As many forwards on every rank (distributed/forward_balance.h).
   const long batches = (long)((order.size() + B - 1) / B);
-  const long passes = forward_passes_to_make(model, comm, batches);
-  for (size_t b0 = 0; b0 < order.size(); b0 += B) {
+  balanced_forwards(model, comm, batches, [&](long k) {
+    const size_t b0 = (size_t)k * B;
     const int R = (int)std::min<size_t>(B, order.size() - b0);
     const int Tb = (int)rows[order[b0]].seq.size() - 1;  // the longest of this batch
     in.assign((size_t)R * Tb, 0);  // padding: a valid id, never scored
@@ -123,8 +123,7 @@ McScores score_mc_task(GPT& model, const McTask& task, int B, int T, Communicato
       for (int t = 0; t < spans[r].count; t++) lp -= (double)losses[at++];
       row_lp[order[b0 + r]] = lp;
     }
-  }
-  idle_forwards(model, passes - batches);
+  });
   // n, acc, acc_norm, acc_token_mean, truncated, positions, tokens
   double sums[7] = {0, 0, 0, 0, 0, positions, tokens};
   for (size_t e = 0; e < mine.size(); e++) {

@@ -59,9 +59,9 @@ class GPT {
   // (init_random, set_params and get_params go through it).
   // master_ranges: the [lo, hi) element ranges of the flat params whose FP32
   // master copy the backend keeps (BF16 storage; null: all of them). ZeRO-1/2
-  // on several shards pass the rank's DataParallel::owned_ranges(): get_params
+  // on several shards pass the rank's DistributedStrategy::owned_ranges(): get_params
   // then returns FP32 master values there and the BF16 values elsewhere
-  // (DataParallel::params_f32 gathers every owner's).
+  // (DistributedStrategy::params_f32 gathers every owner's).
   GPT(const GPTConfig& cfg, Backend& be, bool flat_grads = true, bool flat_params = true,
       const std::vector<std::pair<size_t, size_t>>* master_ranges = nullptr);
   ~GPT();
@@ -139,7 +139,7 @@ class GPT {
   // micro-batch: with l = L-1 down to 0 right after layer l's backward (its
   // twelve tensors ln1w..fcprojb, see ParamLayout), then once with l = -1
   // when the rest (wte, wpe, lnfw, lnfb) are done. For overlapping the
-  // gradient all-reduce with the backward of the layers below (distributed/zero.h).
+  // gradient all-reduce with the backward of the layers below (distributed/replicated.h).
   using GradReadyHook = std::function<void(int layer)>;
   void set_grad_ready_hook(GradReadyHook h) { grad_ready_ = std::move(h); }
   // Where the backward writes gradients (model/grad_store.h); null: the flat

@@ -18,7 +18,7 @@
 // store hands out zeroed memory (or memory holding what should be added to).
 // The grad-ready hook (GPT::set_grad_ready_hook) then says when each group
 // is final: the store's owner reduces it and may reuse the memory.
-// ZeRO-2 (distributed/zero.h) gives each block a reusable one-block buffer; a later
+// ZeRO-2 (distributed/grad_buckets.h) gives each block a reusable one-block buffer; a later
 // parameter hook (ZeRO-3: "parameters needed" before a block's forward and
 // backward) belongs beside this one.
 #pragma once

@@ -17,7 +17,7 @@
 //                   storage is not FP32 (extra_bytes_per_param); with
 //                   sharded_master (ZeRO-1/2 on several shards) of the
 //                   rank's owned elements only: moment_elems of them
-//   dp_buffers      data-parallel staging buffers (DataParallel::buffer_bytes)
+//   dp_buffers      data-parallel staging buffers (StrategyNeeds::buffer_bytes, distributed/strategy.h)
 // plus overhead: what the backend holds from construction (reduction results,
 // GEMM workspace), outside the arena.
 #pragma once
@@ -58,12 +58,12 @@ void check_step_in_range(const GPTConfig& cfg, long B, int T);
 
 // moment_elems: the length of the optimizer's m and v (P, or a ZeRO shard).
 // flat_grads: whether the model holds its flat P-element gradient buffer
-// (false at ZeRO-2: DataParallel::flat_grads; its buckets and shard are then
+// (false at ZeRO-2: StrategyNeeds::flat_grads; its buckets and shard are then
 // in dp_buffer_bytes).
 // flat_params: whether it holds its flat params (false at ZeRO-3: the shard,
 // its master and the gather buffers are then in dp_buffer_bytes).
 // sharded_master: the master covers the rank's owned elements only, as many
-// as its moments (DataParallel::master_sharded(stage, shards): GPT built with
+// as its moments (StrategyNeeds::master_sharded: GPT built with
 // the owned ranges as master_ranges).
 StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                        const BackendMemoryModel& be, size_t moment_elems,

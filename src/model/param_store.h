@@ -22,7 +22,7 @@
 // forward, the other way round in the backward).
 // param() must return memory holding the tensor's current values (a store
 // that gathers asynchronously completes the gather there, or at the hint).
-// ZeRO-3 (distributed/zero.h, distributed/zero_params.h) serves each block from a reused
+// ZeRO-3 (distributed/fully_sharded.h, distributed/param_shards.h) serves each block from a reused
 // gathered buffer, and the model then has no flat params at all.
 #pragma once
 #include "backend/backend.h"

@@ -6,7 +6,7 @@
 // Clipping: with n = ||grad_scale · g||_2, the gradient is multiplied by
 // min(1, grad_clip / n) (no clipping when grad_clip <= 0).
 //
-// ZeRO (distributed/zero.h): an optimizer may own only some pieces of the flat
+// ZeRO (distributed/strategy.h): an optimizer may own only some pieces of the flat
 // parameter vector: ZeRO-1 one range [lo, hi), ZeRO-2 a piece of every
 // gradient bucket (distributed/buckets.h). Its moments then hold the owned elements
 // back to back in piece order, and step_shard() updates those params from the
@@ -36,7 +36,7 @@ struct AdamWConfig {
 // Flat elements [lo, lo + n) updated from the gradient at element `grad` of
 // the gradient buffer step_shard() is given. Their parameters are at element
 // lo of the params step_shard() is given (the full vector), or, when `param`
-// is set (ZeRO-3's parameter shard, distributed/zero_params.h), at element `param`.
+// is set (ZeRO-3's parameter shard, distributed/param_shards.h), at element `param`.
 struct AdamWPiece {
   static constexpr size_t kAtLo = (size_t)-1;
   size_t lo = 0, n = 0, grad = 0;

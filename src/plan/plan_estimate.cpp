@@ -10,7 +10,7 @@
 
 #include "ckpt/young_daly.h"
 #include "core/error.h"
-#include "distributed/zero.h"
+#include "distributed/strategy.h"
 #include "model/gpt.h"
 #include "model/memory.h"
 #include "model/param_layout.h"
@@ -191,16 +191,17 @@ std::vector<Recompute> listed_policies(const Recompute& chosen) {
 
 MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, const BackendMemoryModel& be,
                            int world, const Recompute& chosen) {
-  const size_t P = ParamLayout(cfg).total;
-  // Rank 0 holds the largest ZeRO-1 shard (distributed/zero.h).
-  const ShardRange own = shard_range(P, world, 0);
-  const size_t zero1_buffers = DataParallel::buffer_bytes(be, P, world, 1);
+  // Stage 0, and stage 1 in its flat layout; rank 0 holds the largest shard.
+  DistributedConfig d;
+  const StrategyNeeds plain = strategy_needs(d, be, cfg, world, 0);
+  d.stage = 1;
+  const StrategyNeeds zero1 = strategy_needs(d, be, cfg, world, 0);
+  const size_t zero1_buffers = zero1.buffer_bytes;
   MemoryPlan m;
   m.policies = listed_policies(chosen);
   for (const Recompute& r : m.policies) {
-    m.plain.push_back(step_memory(cfg, B, T, r, be, P, 0));
-    m.zero1.push_back(step_memory(cfg, B, T, r, be, own.hi - own.lo, zero1_buffers, true, true,
-                                  DataParallel::master_sharded(1, world)));
+    m.plain.push_back(strategy_step_memory(plain, cfg, B, T, r, be));
+    m.zero1.push_back(strategy_step_memory(zero1, cfg, B, T, r, be));
   }
   const StepMemory& s = m.plain.front();
   m.params = s.params;

@@ -7,7 +7,8 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "distributed/zero.h"
+#include "distributed/buckets.h"
+#include "distributed/strategy.h"
 #include "model/param_layout.h"
 #include "plan/plan.h"
 
@@ -75,11 +76,10 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   // Stages 0, 1 and 2: exactly what `ratchet train` allocates (rank 0, which
   // owns the most elements), with --overlap-comm on (its default: stage 1's
   // shards bucket-aligned).
-  const int ts = std::min(z.stage, 2);
-  const StepMemory s =
-      step_memory(cfg, B, T, policy, be, DataParallel::moment_elems(cfg, N, 0, ts, true),
-                  DataParallel::buffer_bytes(be, cfg, N, ts, true), DataParallel::flat_grads(ts),
-                  true, DataParallel::master_sharded(ts, N));
+  DistributedConfig d;
+  d.stage = std::min(z.stage, 2);
+  d.overlap = true;
+  const StepMemory s = strategy_step_memory(strategy_needs(d, be, cfg, N, 0), cfg, B, T, policy, be);
   ZeroMemory m;
   m.activations = s.activations;
   m.workspace = s.workspace;
@@ -95,7 +95,7 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   }
   if (z.stage == 2) {
     // The summed gradient's shard, and the bucket and receive buffers
-    // (DataParallel::buffer_bytes: distributed/zero.h); the master of the owned pieces.
+    // (distributed/grad_buckets.h); the master of the owned pieces.
     const BucketLayout bk(ParamLayout(cfg), cfg.num_layers, N);
     m.params = s.params;
     m.grads = bytes(std::max<size_t>(1, bk.shard_elems()));
@@ -104,15 +104,15 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
     m.moments = s.moments;
     return m;
   }
-  // Stage 3: what DataParallel allocates at stage 3 (distributed/zero.h, tested in
+  // Stage 3: what FullySharded allocates (distributed/fully_sharded.h, tested in
   // tests/mpi/test_mpi_zero3.cpp; `train --zero 3`): stage 2's
   // gradient shard and buckets, the parameter shard in the same layout with
-  // its own FP32 master, and the gather buffers (distributed/zero_params.h: the
+  // its own FP32 master, and the gather buffers (distributed/param_shards.h: the
   // rest's bucket and two block buckets, or every block with reshard off);
   // no flat params.
-  const StepMemory s3 = step_memory(
-      cfg, B, T, policy, be, DataParallel::moment_elems(cfg, N, 0, 3, true),
-      DataParallel::buffer_bytes(be, cfg, N, 3, true, z.reshard_after_forward), false, false);
+  d.stage = 3;
+  d.reshard_after_forward = z.reshard_after_forward;
+  const StepMemory s3 = strategy_step_memory(strategy_needs(d, be, cfg, N, 0), cfg, B, T, policy, be);
   const BucketLayout bk(ParamLayout(cfg), cfg.num_layers, N);
   const size_t shard = bytes(std::max<size_t>(1, bk.shard_elems()));
   const size_t L = (size_t)cfg.num_layers;
@@ -346,15 +346,18 @@ ZeroPlan make_zero_plan(const ZeroPlanInputs& in) {
     return (double)z.rows[row].by_policy[pi].total() <= z.usable_bytes;
   };
 
-  // --zero N, or auto: the lowest stage that fits at --recompute; failing
-  // that, the lowest stage that fits at any listed policy, with the one that
+  // --zero N, or auto: at --recompute, train's rule (choose_stage,
+  // distributed/strategy.h: the lowest stage that fits); failing that, the
+  // lowest stage that fits at any listed policy, with the one that
   // recomputes least there.
   const bool reshard = o.reshard_after_forward;
   size_t pi = plan_pi;
   if (o.zero == "auto") {
     z.auto_pick = true;
-    for (size_t r = 0; r < z.rows.size() && z.chosen < 0; r++)
-      if (fits(r, plan_pi)) z.chosen = (int)r;
+    const StageChoice pick = choose_stage(
+        z.rows.size(), [&](size_t r) { return (double)z.rows[r].by_policy[plan_pi].total(); },
+        z.usable_bytes, z.group);
+    if (pick.fits) z.chosen = (int)pick.index;
     for (size_t r = 0; r < z.rows.size() && z.chosen < 0; r++)
       for (size_t q = 0; q < in.policies.size(); q++)
         if (fits(r, q) && (z.chosen < 0 || in.bwd_s[q] < in.bwd_s[pi])) z.chosen = (int)r, pi = q;

@@ -2,7 +2,7 @@
 // group, the collectives each stage runs, their cost on the ring formulas, a
 // step time with the per-block overlap, and the stage that fits.
 //
-// Stages 0 to 3 are what `ratchet train --zero 0|1|2|3` runs (distributed/zero.h);
+// Stages 0 to 3 are what `ratchet train --zero 0|1|2|3` runs (distributed/strategy.h);
 // their memory is model/memory.h's step_memory, byte for byte.
 //
 // Memory per rank, S = ceil(P / N) elements for a shard group of N ranks,
@@ -13,7 +13,7 @@
 //             master copy for the owned elements (N > 1; 4P on one); staging
 //             buffers: the bucket-aligned shard and stage 2's bucket buffers
 //             (two block buckets and the rest's; no receive buffers)
-//   stage 2   as train runs it (distributed/zero.h, distributed/buckets.h): params P·sb; no
+//   stage 2   as train runs it (distributed/sharded_gradients.h, buckets.h): params P·sb; no
 //             flat gradient; grads: the rank's shard of the summed gradient
 //             (one piece of every bucket, sum of the buckets' S)·sb, plus
 //             bucket buffers: the non-block bucket (embeddings, lm_head,
@@ -22,7 +22,7 @@
 //             one is reduce-scattered), each reused, and their receive
 //             buffers (1/N of each) for accumulating micro-batches; the master
 //             copy 4·(owned elements) (as stage 1), m+v 8·(owned elements)
-//   stage 3   as train runs it (distributed/zero.h, distributed/zero_params.h): params: the shard (one piece of every
+//   stage 3   as train runs it (distributed/fully_sharded.h, param_shards.h): params: the shard (one piece of every
 //             bucket, stage 2's gradient-shard layout) plus gather buffers:
 //             the non-block bucket (gathered at its first use, kept until the
 //             update) and two blocks (the one computing and the one

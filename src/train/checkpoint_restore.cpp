@@ -29,7 +29,7 @@ void restore_optimizer_and_params(const TrainState& s, const Checkpoint& ck, int
   opt.set_steps_taken(ck.meta.adam_t);
   // BF16 storage: the weights the forward uses, rounded as the saved run's
   // last step rounded them (the checkpoint holds the FP32 master values).
-  s.dp.restore_params(s.model.params());
+  s.dp.restore_params(s.model);
 }
 
 }  // namespace

@@ -221,7 +221,7 @@ void CheckpointWriter::save(const TrainState& s, const char* why) {
   // The snapshot: this rank's shard into host memory (the only part of a
   // background save the loop waits for). Parameters as FP32 master values
   // (download_f32: with BF16 storage the owner's master copy, so no gather;
-  // at ZeRO-3 from the rank's parameter shard, DataParallel::download_params);
+  // at ZeRO-3 from the rank's parameter shard, DistributedStrategy::download_params);
   // moments from the optimizer's buffer, which holds the owned ranges back to back.
   const FlatRanges ranges = write_ranges(s);
   const FlatRanges owned = s.dp.owned_ranges();
@@ -232,7 +232,7 @@ void CheckpointWriter::save(const TrainState& s, const char* why) {
   size_t at = 0;
   for (const auto& [lo, hi] : ranges) {
     const size_t off = moment_offset(owned, lo);
-    s.dp.download_params(snap_.params() + at, s.model.params(), lo, hi - lo);
+    s.dp.download_params(snap_.params() + at, s.model, lo, hi - lo);
     s.be.download_bytes_async(snap_.m() + at, opt.m() + off, (hi - lo) * sizeof(float));
     s.be.download_bytes_async(snap_.v() + at, opt.v() + off, (hi - lo) * sizeof(float));
     at += hi - lo;

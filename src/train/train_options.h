@@ -71,7 +71,7 @@ struct TrainOptions {
 
   // data parallel (ranks from mpirun / srun; see distributed/communicator.h)
   int zero = 0;                 // ZeRO stage: 0 = all-reduce gradients, 1 = shard AdamW state,
-                                // 2 = and the gradient, 3 = and the parameters (distributed/zero.h)
+                                // 2 = and the gradient, 3 = and the parameters (distributed/strategy.h)
   bool zero_auto = false;       // --zero auto: the trainer picks 0, 1 or 2 by memory (zero stays 0 until then)
   std::string shard_group;      // --shard-group N|node: ZeRO-k in groups (distributed/shard_groups.h); "" = the world
   bool tf32 = false;             // --storage f32 GEMMs on TF32 tensor cores

@@ -6,7 +6,7 @@
 
 #include "backend/backend.h"
 #include "data/loader.h"
-#include "distributed/zero.h"
+#include "distributed/strategy.h"
 #include "model/gpt.h"
 #include "train/run_ledger.h"
 #include "train/stop_policy.h"
@@ -16,7 +16,7 @@ namespace ratchet {
 struct TrainState {
   Backend& be;
   GPT& model;
-  DataParallel& dp;
+  DistributedStrategy& dp;
   DataLoader& loader;
   RunLedger& ledger;
   EarlyStop& early;

@@ -15,6 +15,7 @@
 // host code on device pointers) stays guarded, as on a GPU.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 #include <utility>
 
 #include "backend/backend.h"
@@ -53,9 +55,16 @@ class StubNccl final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override {
     static int splits = 0;
     const std::string tag = "s" + std::to_string(splits++) + "c" + std::to_string(color) + "-";
-    return std::make_unique<StubNccl>(host_.split(color, key), dir_, tag);
+    auto child = std::make_unique<StubNccl>(host_.split(color, key), dir_, tag);
+    child->parent_ = this;
+    children_.push_back(child.get());
+    return child;
   }
   ~StubNccl() override {
+    if (parent_)
+      parent_->children_.erase(
+          std::remove(parent_->children_.begin(), parent_->children_.end(), this),
+          parent_->children_.end());
     if (aborted_) return;
     std::fprintf(stderr, "stub nccl: rank %d ran %ld grouped all-reduce sets\n", rank(), groups_);
     std::ofstream(dir_ + "/destroy-" + tag_ + std::to_string(rank())) << "1";
@@ -97,7 +106,9 @@ class StubNccl final : public Communicator {
   void barrier() override { host_.barrier(); }
   bool agree(bool flag) override { return host_.agree(flag); }
   void group_start() override { groups_++; }
+  // As NCCL's: the splits with it.
   void abort_collectives() override {
+    for (StubNccl* c : children_) c->abort_collectives();
     if (aborted_) return;
     aborted_ = true;
     std::fprintf(stderr, "stub nccl: ncclCommAbort on rank %d\n", rank());
@@ -114,6 +125,8 @@ class StubNccl final : public Communicator {
   Communicator& host_;
   std::string dir_, tag_;
   bool aborted_ = false;
+  StubNccl* parent_ = nullptr;
+  std::vector<StubNccl*> children_;
   long groups_ = 0;
 };
 

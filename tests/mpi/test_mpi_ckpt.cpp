@@ -279,7 +279,7 @@ TEST_F(MpiCkpt, SimtBf16Zero1ShardsHoldTheOwnersMasterWeights) {
 }
 
 // Stages 1 and 2 on several ranks keep the FP32 master of the owned ranges
-// only (distributed/zero.h). A stage-2 checkpoint of 2 ranks (each shard its
+// only (docs/distributed.md). A stage-2 checkpoint of 2 ranks (each shard its
 // owner's master values) resumed at stage 0 (a whole master, from the
 // shards) and at stage 1 on 2 ranks ends byte-identical to the straight
 // stage-2 run, as does a stage-1 checkpoint resumed at stage 2; resumed on 3

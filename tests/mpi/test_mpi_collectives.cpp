@@ -15,10 +15,11 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "distributed/communicator.h"
-#include "distributed/zero.h"
+#include "distributed/strategy.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "testing/bf16_bits.h"
+#include "testing/strategy_testing.h"
 #include "testing/tiny_model.h"
 #include "mpi_gtest_main.h"
 
@@ -119,7 +120,7 @@ TEST(Collectives, Bf16AllReduceReduceScatterAllGather) {
   EXPECT_EQ(from_bf16(x), W == 1 ? 1.0f : 1.0f + 1.0f / 64);
 }
 
-// all_reduce_async + wait_all: the same results as the blocking calls.
+// all_reduce_start + wait_all: the same results as the blocking calls.
 TEST(Collectives, AsyncAllReduceThenWaitAll) {
   const int W = g_comm->world(), r = g_comm->rank();
   std::vector<float> a(1000), b(77);
@@ -127,10 +128,10 @@ TEST(Collectives, AsyncAllReduceThenWaitAll) {
   for (size_t i = 0; i < a.size(); i++) a[i] = (float)(r + 1) * (float)(i % 5);
   for (size_t i = 0; i < b.size(); i++) b[i] = (float)(W * (r + 1));
   for (size_t i = 0; i < c.size(); i++) c[i] = to_bf16((float)(r + 1) * (float)(i % 3));
-  g_comm->all_reduce_async(a.data(), a.size(), DType::F32, ReduceOp::Sum);
-  g_comm->all_reduce_async(b.data(), b.size(), DType::F32, ReduceOp::Avg);
+  g_comm->all_reduce_start(a.data(), a.size(), DType::F32, ReduceOp::Sum);
+  g_comm->all_reduce_start(b.data(), b.size(), DType::F32, ReduceOp::Avg);
   g_comm->progress();
-  g_comm->all_reduce_async(c.data(), c.size(), DType::BF16, ReduceOp::Sum);
+  g_comm->all_reduce_start(c.data(), c.size(), DType::BF16, ReduceOp::Sum);
   g_comm->wait_all();
   const float ranks = W * (W + 1) / 2.0f;
   for (size_t i = 0; i < a.size(); i++) ASSERT_EQ(a[i], ranks * (float)(i % 5)) << i;
@@ -244,9 +245,10 @@ TEST(Zero, Stage1MatchesStage0WithAnOddParameterCount) {
   a.init_random(3);
   b.init_random(3);
   AdamWConfig ac;
-  DataParallel dp0(*g_comm, *be, a.layout(), ac, 0), dp1(*g_comm, *be, b.layout(), ac, 1);
-  const ShardRange s = dp1.range();
-  EXPECT_EQ(s.hi - s.lo, shard_range(a.num_params(), W, r).hi - shard_range(a.num_params(), W, r).lo);
+  auto dp0 = ratchet::testing::make_dp(*g_comm, *be, a.layout(), ac, 0);
+  auto dp1 = ratchet::testing::make_dp(*g_comm, *be, b.layout(), ac, 1);
+  const auto s = dp1->owned_ranges().at(0);
+  EXPECT_EQ(s.second - s.first, shard_range(a.num_params(), W, r).hi - shard_range(a.num_params(), W, r).lo);
   const int B = 2, T = 8;
   for (int step = 0; step < 3; step++) {
     auto x = ratchet::testing::random_tokens(B * T, c.vocab_size, 100 * step + r);
@@ -255,8 +257,8 @@ TEST(Zero, Stage1MatchesStage0WithAnOddParameterCount) {
     b.zero_grad();
     a.forward_backward(x.data(), y.data(), B, T, 1.0f / W);
     b.forward_backward(x.data(), y.data(), B, T, 1.0f / W);
-    const float n0 = dp0.step(a.params(), a.grads(), 1e-2f);
-    const float n1 = dp1.step(b.params(), b.grads(), 1e-2f);
+    const float n0 = dp0->step(a, 1e-2f);
+    const float n1 = dp1->step(b, 1e-2f);
     EXPECT_NEAR(n0, n1, 1e-5 * n0);
   }
   std::vector<float> pa(a.num_params()), pb(b.num_params());
@@ -299,10 +301,10 @@ class CountingComm final : public Communicator {
     c_.abort_job(code);
     std::abort();  // not reached
   }
-  void all_reduce_async(void* b, size_t n, DType t, ReduceOp op) override {
+  Ticket all_reduce_start(void* b, size_t n, DType t, ReduceOp op) override {
     async++;
     elems += n;
-    c_.all_reduce_async(b, n, t, op);
+    return c_.all_reduce_start(b, n, t, op);
   }
   void progress() override { c_.progress(); }
   void wait_all() override {
@@ -330,10 +332,11 @@ TEST(Zero, OverlappedAllReduceMatchesBlocking) {
   b.init_random(5);
   AdamWConfig ac;
   CountingComm counting(*g_comm);
-  DataParallel dpa(*g_comm, *be, a.layout(), ac, 0, &counting), dpb(*g_comm, *be, b.layout(), ac, 0);
+  auto dpa = ratchet::testing::make_dp(*g_comm, *be, a.layout(), ac, 0, &counting, nullptr, true);
+  auto dpb = ratchet::testing::make_dp(*g_comm, *be, b.layout(), ac, 0);
   const int micro = 2;
-  EXPECT_EQ(dpa.overlap_with(a, micro), W > 1);
-  EXPECT_EQ(dpa.overlapping(), W > 1);
+  dpa->attach(a, micro);
+  EXPECT_EQ(dpa->overlapping(), W > 1);
   const int B = 2, T = 8;
   for (int step = 0; step < 3; step++) {
     a.zero_grad();
@@ -344,8 +347,8 @@ TEST(Zero, OverlappedAllReduceMatchesBlocking) {
       a.forward_backward(x.data(), y.data(), B, T, 1.0f / (micro * W));
       b.forward_backward(x.data(), y.data(), B, T, 1.0f / (micro * W));
     }
-    const float na = dpa.step(a.params(), a.grads(), 1e-2f);
-    const float nb = dpb.step(b.params(), b.grads(), 1e-2f);
+    const float na = dpa->step(a, 1e-2f);
+    const float nb = dpb->step(b, 1e-2f);
     if (W <= 2) {
       EXPECT_EQ(na, nb);
     }
@@ -368,7 +371,7 @@ TEST(Zero, OverlappedAllReduceMatchesBlocking) {
   }
 }
 
-// The bytes DataParallel allocates are what buffer_bytes() says.
+// The bytes a strategy allocates are what its needs say.
 TEST(Zero, BufferBytesAreWhatIsAllocated) {
   const GPTConfig c = ratchet::testing::tiny_config(1, 3, 15);  // odd P
   auto be = make_cpu_backend(1);
@@ -377,16 +380,20 @@ TEST(Zero, BufferBytesAreWhatIsAllocated) {
     const size_t before = be->bytes_in_use();
     size_t moments = 0;
     {
-      DataParallel dp(*g_comm, *be, layout, AdamWConfig(), stage);
-      moments = 2 * be->alloc_size(std::max<size_t>(1, dp.range().hi - dp.range().lo) * 4);
+      auto dp = ratchet::testing::make_dp(*g_comm, *be, layout, AdamWConfig(), stage);
+      const auto own = dp->owned_ranges().at(0);
+      moments = 2 * be->alloc_size(std::max<size_t>(1, own.second - own.first) * 4);
       EXPECT_EQ(be->bytes_in_use() - before,
-                DataParallel::buffer_bytes(*be, layout.total, g_comm->world(), stage) + moments)
+                ratchet::testing::needs_of(be->memory_model(), c, g_comm->world(), g_comm->rank(), stage)
+                        .buffer_bytes +
+                    moments)
           << "stage " << stage;
     }
   }
-  EXPECT_EQ(DataParallel::buffer_bytes(*be, 5085, 1, 0), 0u);
+  ASSERT_EQ(layout.total, 5085u);
+  EXPECT_EQ(ratchet::testing::needs_of(be->memory_model(), c, 1, 0, 0).buffer_bytes, 0u);
   const size_t S = (5085 + 3) / 4;
-  EXPECT_EQ(DataParallel::buffer_bytes(*be, 5085, 4, 1),
+  EXPECT_EQ(ratchet::testing::needs_of(be->memory_model(), c, 4, 0, 1).buffer_bytes,
             be->alloc_size(4 * S * 4) + be->alloc_size(S * 4));
 }
 

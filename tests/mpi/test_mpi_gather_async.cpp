@@ -1,9 +1,9 @@
-// Communicator::all_gather_async (ZeRO-3's per-block parameter prefetch,
+// Communicator::all_gather_start (ZeRO-3's per-block parameter prefetch,
 // distributed/communicator.h) as N ranks under mpirun (CTest: N = 1, 2, 3; 1 is the
 // single-process communicator's blocking default). Checked against the
 // blocking all_gather and against the values each rank sent: several gathers
 // in flight at once and waited for out of order, in place (send = this rank's
-// slot of recv), BF16 bit patterns, interleaved with reduce_scatter_async,
+// slot of recv), BF16 bit patterns, interleaved with reduce_scatter_start,
 // and completed by wait_all(); and all_reduce_start, the ticketed all-reduce.
 #include <gtest/gtest.h>
 
@@ -33,7 +33,7 @@ TEST(AllGatherAsync, SeveralInFlightWaitedOutOfOrder) {
     send[k].resize(n[k]);
     for (size_t i = 0; i < n[k]; i++) send[k][i] = value(k, r, i);
     recv[k].assign(n[k] * W, -1.0f);
-    t[k] = g_comm->all_gather_async(send[k].data(), recv[k].data(), n[k], DType::F32);
+    t[k] = g_comm->all_gather_start(send[k].data(), recv[k].data(), n[k], DType::F32);
   }
   g_comm->progress();
   for (int k : {2, 0, 1}) g_comm->wait(t[k]);  // any order completes each
@@ -48,7 +48,7 @@ TEST(AllGatherAsync, InPlaceEqualsTheBlockingGather) {
   const size_t n = 513;
   std::vector<float> a(n * W, -1.0f), b(n * W, -2.0f), mine(n);
   for (size_t i = 0; i < n; i++) mine[i] = a[(size_t)r * n + i] = value(7, r, i);
-  const Communicator::Ticket t = g_comm->all_gather_async(a.data() + (size_t)r * n, a.data(), n,
+  const Communicator::Ticket t = g_comm->all_gather_start(a.data() + (size_t)r * n, a.data(), n,
                                                           DType::F32);
   g_comm->wait(t);
   g_comm->all_gather(mine.data(), b.data(), n, DType::F32);
@@ -61,7 +61,7 @@ TEST(AllGatherAsync, Bf16BitsArriveAsSent) {
   const size_t n = 1000;
   std::vector<uint16_t> send(n), recv(n * W, 0);
   for (size_t i = 0; i < n; i++) send[i] = (uint16_t)(i * 65 + (size_t)r * 7919);
-  g_comm->wait(g_comm->all_gather_async(send.data(), recv.data(), n, DType::BF16));
+  g_comm->wait(g_comm->all_gather_start(send.data(), recv.data(), n, DType::BF16));
   for (int q = 0; q < W; q++)
     for (size_t i = 0; i < n; i++)
       ASSERT_EQ(recv[(size_t)q * n + i], (uint16_t)(i * 65 + (size_t)q * 7919));
@@ -98,14 +98,14 @@ TEST(AllReduceStart, SeveralInFlightEqualTheBlockingAllReduce) {
   for (float x : c) EXPECT_EQ(x, (float)(W * (W + 1) / 2));
 }
 
-TEST(AllGatherAsync, WithReduceScatterAsyncAndWaitAll) {
+TEST(AllGatherAsync, WithReduceScatterStartAndWaitAll) {
   const int W = g_comm->world(), r = g_comm->rank();
   const size_t n = 300;
   std::vector<float> gsend(n), grecv(n * W, 0.0f), rsend(n * W), rrecv(n, 0.0f);
   for (size_t i = 0; i < n; i++) gsend[i] = value(3, r, i);
   for (size_t i = 0; i < n * W; i++) rsend[i] = (float)((r + 1) * (int)(i % 13));
-  g_comm->reduce_scatter_async(rsend.data(), rrecv.data(), n, DType::F32, ReduceOp::Sum);
-  g_comm->all_gather_async(gsend.data(), grecv.data(), n, DType::F32);
+  g_comm->reduce_scatter_start(rsend.data(), rrecv.data(), n, DType::F32, ReduceOp::Sum);
+  g_comm->all_gather_start(gsend.data(), grecv.data(), n, DType::F32);
   g_comm->wait_all();
   for (int q = 0; q < W; q++)
     for (size_t i = 0; i < n; i++) ASSERT_EQ(grecv[(size_t)q * n + i], value(3, q, i));

@@ -131,7 +131,7 @@ TEST(NcclDevice, AllReduceReduceScatterAllGather) {
 }
 
 // F32 and BF16 in device buffers: all_reduce (Sum, Avg), reduce_scatter,
-// all_gather (in place, as ZeRO-1 uses it), and all_reduce_async + wait_all.
+// all_gather (in place, as ZeRO-1 uses it), and all_reduce_start + wait_all.
 // Small integers: exact in BF16 too. Needs one GPU per rank (skips otherwise;
 // it has never run on the machine this was written on: no GPU there).
 TEST(NcclDevice, F32AndBf16CollectivesAndAsync) {
@@ -200,8 +200,8 @@ TEST(NcclDevice, F32AndBf16CollectivesAndAsync) {
     }
     up(a, ha);
     up(b, hb);
-    nccl->all_reduce_async(a, count, t, ReduceOp::Sum);
-    nccl->all_reduce_async(b, count, t, ReduceOp::Avg);
+    nccl->all_reduce_start(a, count, t, ReduceOp::Sum);
+    nccl->all_reduce_start(b, count, t, ReduceOp::Avg);
     nccl->wait_all();
     out = down(a, count);
     for (size_t i = 0; i < count; i++) ASSERT_EQ(out[i], ranks) << dtype_name(t);

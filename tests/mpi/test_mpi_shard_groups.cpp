@@ -4,7 +4,7 @@
 // puts them all in one node.
 //
 // The step replay (stages 1 and 2): every rank's gradient is gathered to every
-// rank, summed in one process in the order distributed/zero.h documents (within each
+// rank, summed in one process in the order docs/distributed.md documents (within each
 // group, then across the groups), and stepped by a one-rank stage-0 optimizer. Where every
 // level of the sum has at most 2 ranks (W = 2 with groups of 1 or 2, W = 4 in
 // groups of 2) each level adds once, so the replay is exact: bitwise equal
@@ -25,11 +25,12 @@
 #include "core/error.h"
 #include "distributed/communicator.h"
 #include "distributed/shard_groups.h"
-#include "distributed/zero.h"
+#include "distributed/strategy.h"
 #include "model/gpt.h"
 #include "model/recompute.h"
 #include "optim/adamw.h"
 #include "plan/zero_plan.h"
+#include "testing/strategy_testing.h"
 #include "testing/tiny_model.h"
 #include "mpi_gtest_main.h"
 
@@ -269,18 +270,20 @@ TEST(ShardGroups, HybridStepEqualsTheReplay) {
     SCOPED_TRACE("stage " + std::to_string(stage) + ", groups of " + std::to_string(N) + " on " +
                  std::to_string(W) + " ranks");
     auto groups = make_shard_groups(*g_comm, nullptr, std::to_string(N));
-    GPT a(c, *be, DataParallel::flat_grads(stage)), probe(c, *be), ref(c, *be);
+    GPT a(c, *be, ratchet::testing::flat_grads(stage)), probe(c, *be), ref(c, *be);
     a.init_random(3);
     ref.init_random(3);
     const size_t P = a.num_params();
     AdamWConfig ac;  // grad_clip 1: the norm (summed by shards in the group) clips
-    DataParallel dp(*g_comm, *be, a.layout(), ac, stage, nullptr, groups.get());
-    if (stage == 2) dp.attach(a, 1, true);  // the per-block reduce-scatter hooks
-    DataParallel dref(*single, *be, ref.layout(), ac, 0);
-    EXPECT_EQ(dp.shard_count(), N);
-    EXPECT_EQ(dp.shard_index(), r % N);
+    // Stage 1 in its flat layout; stage 2 overlapped (the per-block reduce-scatter hooks).
+    auto dp = ratchet::testing::make_dp(*g_comm, *be, a.layout(), ac, stage, nullptr, groups.get(),
+                                        stage == 2);
+    dp->attach(a, 1);
+    auto dref = ratchet::testing::make_dp(*single, *be, ref.layout(), ac, 0);
+    EXPECT_EQ(dp->shard_count(), N);
+    EXPECT_EQ(dp->shard_index(), r % N);
     if (stage == 1) {
-      EXPECT_EQ(dp.range().lo, shard_range(P, N, r % N).lo);
+      EXPECT_EQ(dp->owned_ranges().at(0).first, shard_range(P, N, r % N).lo);
     }
     const bool exact = N <= 2 && W / N <= 2;
     const int B = 2, T = 8;
@@ -306,8 +309,8 @@ TEST(ShardGroups, HybridStepEqualsTheReplay) {
       }
       ref.zero_grad();
       be->upload_bytes(ref.grads(), sum.data(), P * sizeof(float));
-      const float n1 = dp.step(a.params(), a.grads(), 1e-2f);
-      const float n0 = dref.step(ref.params(), ref.grads(), 1e-2f);
+      const float n1 = dp->step(a, 1e-2f);
+      const float n0 = dref->step(ref, 1e-2f);
       EXPECT_NEAR(n1, n0, 1e-5 * n0);  // FP64 sums of squares in another order
     }
     a.get_params(pa.data());
@@ -337,15 +340,15 @@ TEST(ShardGroups, OneGroupWritesAndItsRangesTileTheVector) {
   for (int N : divisors(W)) {
     auto groups = make_shard_groups(*g_comm, nullptr, std::to_string(N));
     const size_t before = be->bytes_in_use();
-    DataParallel dp(*g_comm, *be, layout, AdamWConfig(), 1, nullptr, groups.get());
-    const auto own = dp.owned_ranges();
+    auto dp = ratchet::testing::make_dp(*g_comm, *be, layout, AdamWConfig(), 1, nullptr, groups.get());
+    const auto own = dp->owned_ranges();
     ASSERT_EQ(own.size(), 1u);
-    EXPECT_EQ(dp.shard_writer(), r < N);
+    EXPECT_EQ(dp->shard_writer(), r < N);
     // Allocated: the staging buffers of N shards, and the moments of one.
     const size_t moments = 2 * be->alloc_size(std::max<size_t>(1, own[0].second - own[0].first) * 4);
-    EXPECT_EQ(be->bytes_in_use() - before, DataParallel::buffer_bytes(*be, P, N, 1) + moments);
+    EXPECT_EQ(be->bytes_in_use() - before, ratchet::testing::buffer_bytes(be->memory_model(), c, N, 1) + moments);
     // Writers' ranges, gathered: they tile [0, P) in rank order.
-    std::vector<uint64_t> mine = {dp.shard_writer() ? 1u : 0u, own[0].first, own[0].second};
+    std::vector<uint64_t> mine = {dp->shard_writer() ? 1u : 0u, own[0].first, own[0].second};
     std::vector<uint64_t> all(3 * (size_t)W);
     g_comm->all_gather(mine.data(), all.data(), 3, DType::I64);
     size_t next = 0;
@@ -378,16 +381,16 @@ TEST(ShardGroups, MemoryEqualsThePlanForTheGroup) {
       auto groups = make_shard_groups(*g_comm, nullptr, std::to_string(N));
       const size_t base = be->bytes_in_use();
       {
-        GPT m(c, *be, DataParallel::flat_grads(stage));
+        GPT m(c, *be, ratchet::testing::flat_grads(stage));
         m.init_random(1);
-        DataParallel dp(*g_comm, *be, m.layout(), AdamWConfig(), stage, nullptr, groups.get(),
-                        /*overlap=*/true);
-        dp.attach(m, 1, true);
+        auto dp = ratchet::testing::make_dp(*g_comm, *be, m.layout(), AdamWConfig(), stage, nullptr,
+                                            groups.get(), /*overlap=*/true);
+        dp->attach(m, 1);
         auto x = ratchet::testing::random_tokens(B * T, c.vocab_size, r);
         auto y = ratchet::testing::random_tokens(B * T, c.vocab_size, r + 7);
         m.zero_grad();
         m.forward_backward(x.data(), y.data(), B, T, 1.0f / W);
-        dp.step(m.params(), m.grads(), 1e-3f);
+        dp->step(m, 1e-3f);
         const plan::ZeroMemory planned =
             plan::zero_memory(c, B, T, Recompute(), be->memory_model(), {stage, true}, N);
         const size_t held = be->bytes_in_use() - base;

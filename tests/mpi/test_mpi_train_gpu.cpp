@@ -1,6 +1,6 @@
 // ZeRO-1 on real GPUs (labels mpi, gpu): `mpirun -np N ratchet train --device
 // cuda`. Issue 24: under `mpirun -np 1`, --zero 1 segfaulted on the host (the
-// single-process communicator memmoved device pointers; distributed/zero.cpp now
+// single-process communicator memmoved device pointers; distributed/shard_collectives.cpp now
 // copies through the backend on one rank). These tests need a GPU and skip
 // without one (GoogleTest's SKIPPED, which scripts/gpu-check.sh counts as a
 // failure on a GPU node). The same equalities run without a GPU under simt's

@@ -2,7 +2,7 @@
 // sharding, distributed/shard_groups.h), on test_mpi_train's tiny model with an ODD
 // parameter count (L=3, C=15: P = 14955, so every shard split pads).
 //
-// Exactness (distributed/zero.h's reduction order):
+// Exactness (docs/distributed.md's reduction order):
 //   2 ranks: every group size (1: ZeRO-0, 2: plain ZeRO-1) adds each gradient
 //     element once (a + b): bitwise equal to --zero 0, losses and weights.
 //   4 ranks in groups of 2: (g0 + g1) + (g2 + g3); --zero 0 on 4 ranks adds in

@@ -1,9 +1,9 @@
-// `mpirun -np N ratchet train --zero 2` end to end (distributed/zero.h stage 2), on
+// `mpirun -np N ratchet train --zero 2` end to end (docs/distributed.md stage 2), on
 // the tiny model of test_mpi_train (L=3, C=15: an odd P, so every bucket's
 // pieces pad), and through the cuda backend on the CPU (ratchet-simt, BF16
 // and FP32 storage; the stand-in NCCL under the device-memory guard).
 //
-// What is exact, and why (distributed/zero.h "Reduction order"):
+// What is exact, and why (docs/distributed.md "Reduction order"):
 //   one micro-batch per rank, 2 ranks: stage 2 adds each element once over
 //     the ranks, as stage 0's all-reduce does (a + b = b + a): bitwise equal,
 //     BF16 included (AdamW's stochastic rounding draws by position in the
@@ -200,7 +200,7 @@ TEST_F(MpiTrainZero2, OverlappedZero1EqualsStage0AndTheFlatLayout) {
 
 // Hybrid sharding (--shard-group, distributed/shard_groups.h): each bucket is
 // reduce-scattered in the group, then its shard all-reduced across the groups
-// (distributed/zero.h wait_reduce_scatter), the order stage 1 uses: 2 ranks in groups
+// (distributed/grad_buckets.cpp, GradBuckets::finish), the order stage 1 uses: 2 ranks in groups
 // of 1 equal stage 0 (a + b), 4 ranks in groups of 2 equal stage 1 in the same
 // groups ((a + b) + (c + d)), bit for bit.
 TEST_F(MpiTrainZero2, ShardGroupsSumAsStage1Does) {

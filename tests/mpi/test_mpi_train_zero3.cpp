@@ -1,11 +1,11 @@
-// `mpirun -np N ratchet train --zero 3` end to end (distributed/zero.h stage 3,
-// distributed/zero_params.h), on the tiny model of test_mpi_train (L=3, C=15: an
+// `mpirun -np N ratchet train --zero 3` end to end (docs/distributed.md stage 3,
+// distributed/param_shards.h), on the tiny model of test_mpi_train (L=3, C=15: an
 // odd P, so every bucket's pieces pad), and through the cuda backend on the
 // CPU (ratchet-simt, BF16 and FP32 storage; the stand-in NCCL under the
 // device-memory guard, whose arena is sized by the exact accounting: a
 // stage-3 step that allocated more than planned would fail there).
 //
-// What is exact, and why (distributed/zero.h "stage 3"):
+// What is exact, and why (docs/distributed.md "stage 3"):
 //   stage 3 reduces and updates exactly as stage 2 (the parameters gathered
 //     per block hold the shards' bits): bitwise equal to stage 2 at ANY
 //     world size and micro-batch count, --reshard-after-forward on or off

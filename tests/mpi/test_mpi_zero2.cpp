@@ -1,4 +1,4 @@
-// ZeRO-2 (distributed/zero.h "stage 2", distributed/buckets.h) as N ranks under mpirun
+// ZeRO-2 (docs/distributed.md "stage 2", distributed/buckets.h) as N ranks under mpirun
 // (CTest runs it with N = 1, 2, 3): the bucket pieces tile the parameters,
 // one micro-batch per rank equals stage 0 (bitwise on 1 and 2 ranks), several
 // micro-batches equal a replay of the documented reduction order (bitwise on
@@ -22,12 +22,13 @@
 #endif
 #include "distributed/buckets.h"
 #include "distributed/communicator.h"
-#include "distributed/zero.h"
+#include "distributed/strategy.h"
 #include "model/gpt.h"
 #include "model/memory.h"
 #include "model/recompute.h"
 #include "optim/adamw.h"
 #include "plan/zero_plan.h"
+#include "testing/strategy_testing.h"
 #include "testing/tiny_model.h"
 #include "mpi_gtest_main.h"
 #include "zero_step_util.h"
@@ -104,15 +105,16 @@ TEST(Zero2Buckets, PiecesTileEveryParameterOnce) {
 void one_micro_batch_equals_stage0(const GPTConfig& c, const Recompute& policy = Recompute()) {
   const int W = g_comm->world(), r = g_comm->rank();
   auto be = make_cpu_backend(1);
-  GPT a(c, *be), b(c, *be, DataParallel::flat_grads(2));
+  GPT a(c, *be), b(c, *be, ratchet::testing::flat_grads(2));
   EXPECT_EQ(b.grads(), nullptr);
   b.set_recompute(policy);  // the gradients keep their bits under every policy
   a.init_random(3);
   b.init_random(3);
   AdamWConfig ac;
-  DataParallel dp0(*g_comm, *be, a.layout(), ac, 0), dp2(*g_comm, *be, b.layout(), ac, 2);
-  dp0.attach(a, 1, false);
-  dp2.attach(b, 1, true);
+  auto dp0 = ratchet::testing::make_dp(*g_comm, *be, a.layout(), ac, 0);
+  auto dp2 = ratchet::testing::make_dp(*g_comm, *be, b.layout(), ac, 2, nullptr, nullptr, true);
+  dp0->attach(a, 1);
+  dp2->attach(b, 1);
   const int B = 2, T = 8;
   for (int step = 0; step < 3; step++) {
     const Pair t = tokens(c, B, T, 100 * step + r);
@@ -120,8 +122,8 @@ void one_micro_batch_equals_stage0(const GPTConfig& c, const Recompute& policy =
     b.zero_grad();
     a.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / W);
     b.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / W);
-    const float n0 = dp0.step(a.params(), a.grads(), 1e-2f);
-    const float n2 = dp2.step(b.params(), b.grads(), 1e-2f);
+    const float n0 = dp0->step(a, 1e-2f);
+    const float n2 = dp2->step(b, 1e-2f);
     EXPECT_NEAR(n0, n2, 1e-6 * n0);
   }
   const std::vector<float> pa = params_of(a), pb = params_of(b);
@@ -149,7 +151,7 @@ TEST(Zero2, RecomputedBlocksEqualStage0) {
   one_micro_batch_equals_stage0(llama_config(), parse_recompute("gelu+ln"));
 }
 
-// Overlapped ZeRO-1 (distributed/zero.h): the micro-batches accumulate in the flat
+// Overlapped ZeRO-1 (docs/distributed.md): the micro-batches accumulate in the flat
 // grads, the last one's buckets are reduce-scattered as the backward finishes
 // each block. The shards are stage 2's bucket pieces (on more than one rank);
 // the sums per element are stage 0's: bitwise on 2 ranks.
@@ -161,16 +163,16 @@ TEST(Zero2, OverlappedZero1EqualsStage0) {
   a.init_random(4);
   b.init_random(4);
   AdamWConfig ac;
-  DataParallel dp0(*g_comm, *be, a.layout(), ac, 0),
-      dp1(*g_comm, *be, b.layout(), ac, 1, nullptr, nullptr, /*overlap=*/true);
-  dp0.attach(a, micro, true);
-  dp1.attach(b, micro, true);
-  EXPECT_EQ(dp1.overlapping(), W > 1);
+  auto dp0 = ratchet::testing::make_dp(*g_comm, *be, a.layout(), ac, 0, nullptr, nullptr, true);
+  auto dp1 = ratchet::testing::make_dp(*g_comm, *be, b.layout(), ac, 1, nullptr, nullptr, /*overlap=*/true);
+  dp0->attach(a, micro);
+  dp1->attach(b, micro);
+  EXPECT_EQ(dp1->overlapping(), W > 1);
   if (W > 1) {
-    EXPECT_EQ(dp1.owned_ranges(), BucketLayout(a.layout(), c.num_layers, W).owned_ranges(r));
-    EXPECT_NE(dp1.describe().find("reduce-scattered during the last backward"), std::string::npos);
+    EXPECT_EQ(dp1->owned_ranges(), BucketLayout(a.layout(), c.num_layers, W).owned_ranges(r));
+    EXPECT_NE(dp1->describe().find("reduce-scattered during the last backward"), std::string::npos);
   }
-  EXPECT_EQ(dp1.optimizer().moment_elems(), DataParallel::moment_elems(c, W, r, 1, true));
+  EXPECT_EQ(dp1->optimizer().moment_elems(), ratchet::testing::moment_elems(c, W, r, 1, true));
   for (int step = 0; step < 3; step++) {
     a.zero_grad();
     b.zero_grad();
@@ -179,8 +181,8 @@ TEST(Zero2, OverlappedZero1EqualsStage0) {
       a.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / (micro * W));
       b.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / (micro * W));
     }
-    const float n0 = dp0.step(a.params(), a.grads(), 1e-2f);
-    const float n1 = dp1.step(b.params(), b.grads(), 1e-2f);
+    const float n0 = dp0->step(a, 1e-2f);
+    const float n1 = dp1->step(b, 1e-2f);
     EXPECT_NEAR(n0, n1, 1e-6 * n0);
   }
   const std::vector<float> pa = params_of(a), pb = params_of(b);
@@ -195,13 +197,13 @@ TEST(Zero2, OverlappedZero1EqualsStage0) {
   const Pair t = tokens(c, B, T, 77 + r);
   a.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / W);
   b.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / W);
-  dp0.step(a.params(), a.grads(), 1e-2f);
-  dp1.step(b.params(), b.grads(), 1e-2f);
+  dp0->step(a, 1e-2f);
+  dp1->step(b, 1e-2f);
   if (W <= 2) EXPECT_TRUE(params_of(a) == params_of(b));
 }
 
 // Several micro-batches: stage 2 reduce-scatters each micro-batch's buckets
-// and adds the sums in micro-batch order (distributed/zero.h). The replay computes
+// and adds the sums in micro-batch order (docs/distributed.md). The replay computes
 // each micro-batch's flat gradient on a model WITHOUT the bucket store, makes
 // the same per-bucket reduce-scatters of it, adds the shards in order, and
 // runs AdamW on the same pieces and gathers: the same bits on any N. Against
@@ -215,16 +217,17 @@ TEST(Zero2, MicroBatchesAddInTheDocumentedOrder) {
   ref.init_random(9);
   plain.init_random(9);
   AdamWConfig ac;
-  DataParallel dp2(*g_comm, *be, z.layout(), ac, 2), dp0(*g_comm, *be, plain.layout(), ac, 0);
-  dp2.attach(z, micro, true);
-  dp0.attach(plain, micro, true);
+  auto dp2 = ratchet::testing::make_dp(*g_comm, *be, z.layout(), ac, 2, nullptr, nullptr, true);
+  auto dp0 = ratchet::testing::make_dp(*g_comm, *be, plain.layout(), ac, 0, nullptr, nullptr, true);
+  dp2->attach(z, micro);
+  dp0->attach(plain, micro);
   const ParamLayout& lay = ref.layout();
   const BucketLayout bk(lay, c.num_layers, W);
   std::vector<AdamWPiece> pieces;
   for (const OwnedPiece& p : bk.pieces(r)) pieces.push_back({p.lo, p.n, p.shard});
   AdamW opt(*be, lay, ac, pieces);
-  EXPECT_EQ(dp2.owned_ranges(), bk.owned_ranges(r));
-  EXPECT_EQ(dp2.optimizer().moment_elems(), bk.owned_elems(r));
+  EXPECT_EQ(dp2->owned_ranges(), bk.owned_ranges(r));
+  EXPECT_EQ(dp2->optimizer().moment_elems(), bk.owned_elems(r));
   std::vector<float> acc(bk.shard_elems()), rs(bk.shard_elems());
   for (int step = 0; step < 3; step++) {
     z.zero_grad();
@@ -245,7 +248,7 @@ TEST(Zero2, MicroBatchesAddInTheDocumentedOrder) {
         if (W == 1) {
           std::memcpy(out, send.data(), bu.S * 4);
         } else {
-          g_comm->wait(g_comm->reduce_scatter_async(send.data(), out, bu.S, DType::F32,
+          g_comm->wait(g_comm->reduce_scatter_start(send.data(), out, bu.S, DType::F32,
                                                     ReduceOp::Sum));
         }
       }
@@ -267,8 +270,8 @@ TEST(Zero2, MicroBatchesAddInTheDocumentedOrder) {
       if (W > 1) g_comm->all_gather(&all[(size_t)r * bu.S], all.data(), bu.S, DType::F32);
       for (const BucketSlice& s : bu.slices) std::memcpy(p + s.flat, &all[s.pos], s.n * 4);
     }
-    const float nz = dp2.step(z.params(), z.grads(), 1e-2f);
-    const float n0 = dp0.step(plain.params(), plain.grads(), 1e-2f);
+    const float nz = dp2->step(z, 1e-2f);
+    const float n0 = dp0->step(plain, 1e-2f);
     EXPECT_EQ(nz, (float)norm) << "step " << step;
     EXPECT_NEAR(nz, n0, 1e-5 * n0);
   }
@@ -289,32 +292,32 @@ TEST(Zero2, MicroBatchesAddInTheDocumentedOrder) {
 void memory_equals_plan(std::unique_ptr<Backend> be, const GPTConfig& c, int stage) {
   const int W = g_comm->world(), r = g_comm->rank(), B = 2, T = 8;
   const size_t base = be->bytes_in_use();
-  const bool sharded = DataParallel::master_sharded(stage, W);
+  const bool sharded = ratchet::testing::master_sharded(stage, W);
   {
-    const auto owned = DataParallel::owned_ranges(c, W, r, stage, true);
-    GPT m(c, *be, DataParallel::flat_grads(stage), true, sharded ? &owned : nullptr);
+    const auto owned = ratchet::testing::owned_ranges(c, W, r, stage, true);
+    GPT m(c, *be, ratchet::testing::flat_grads(stage), true, sharded ? &owned : nullptr);
     m.init_random(1);
-    DataParallel dp(*g_comm, *be, m.layout(), AdamWConfig(), stage, nullptr, nullptr, true);
-    EXPECT_EQ(dp.owned_ranges(), owned);
-    dp.attach(m, 1, true);
+    auto dp = ratchet::testing::make_dp(*g_comm, *be, m.layout(), AdamWConfig(), stage, nullptr, nullptr, true);
+    EXPECT_EQ(dp->owned_ranges(), owned);
+    dp->attach(m, 1);
     const Pair t = tokens(c, B, T, r);
     m.zero_grad();
     m.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / W);
-    dp.step(m.params(), m.grads(), 1e-3f);
+    dp->step(m, 1e-3f);
     auto accounted = [&](int rank) {
-      return step_memory(c, B, T, Recompute(), *be, DataParallel::moment_elems(c, W, rank, stage, true),
-                         DataParallel::buffer_bytes(be->memory_model(), c, W, stage, true),
-                         DataParallel::flat_grads(stage), true, sharded);
+      return step_memory(c, B, T, Recompute(), *be, ratchet::testing::moment_elems(c, W, rank, stage, true),
+                         ratchet::testing::buffer_bytes(be->memory_model(), c, W, stage, true),
+                         ratchet::testing::flat_grads(stage), true, sharded);
     };
     const StepMemory mine = accounted(r);
     EXPECT_EQ(be->bytes_in_use(), mine.total()) << "rank " << r << " stage " << stage;
     EXPECT_EQ(mine.grads == 0, stage == 2);
     // The master: 4 bytes per owned element on several ranks, 4P on one.
     const StepMemory whole = step_memory(
-        c, B, T, Recompute(), *be, DataParallel::moment_elems(c, W, r, stage, true),
-        DataParallel::buffer_bytes(be->memory_model(), c, W, stage, true), DataParallel::flat_grads(stage));
+        c, B, T, Recompute(), *be, ratchet::testing::moment_elems(c, W, r, stage, true),
+        ratchet::testing::buffer_bytes(be->memory_model(), c, W, stage, true), ratchet::testing::flat_grads(stage));
     if (be->memory_model().extra_bytes_per_param > 0) {
-      EXPECT_EQ(mine.master, sharded ? be->alloc_size(DataParallel::moment_elems(c, W, r, stage, true) * 4)
+      EXPECT_EQ(mine.master, sharded ? be->alloc_size(ratchet::testing::moment_elems(c, W, r, stage, true) * 4)
                                      : be->alloc_size(m.num_params() * 2) * 2);
       if (W > 1) EXPECT_LT(mine.master, whole.master);
     } else {
@@ -353,16 +356,17 @@ TEST(Zero2, MemoryEqualsThePlan) {
 // BF16 storage (simt): a model whose FP32 master covers only this rank's
 // owned ranges trains bit for bit as one with the whole master (the only
 // master values ever read are the owned ones), at stage 1 (flat and
-// bucket-aligned) and 2; DataParallel::params_f32 gives every rank the FP32
+// bucket-aligned) and 2; ratchet::testing::params_f32 gives every rank the FP32
 // values the whole-master model gives after sync_master; and a state moved
 // through those FP32 values and the moments (a checkpoint's content) into a
 // model of another stage continues bit for bit.
 struct SimtRun {
   SimtRun(Backend& be, const GPTConfig& c, int stage, bool overlap, bool sharded_master)
-      : owned(DataParallel::owned_ranges(c, g_comm->world(), g_comm->rank(), stage, overlap)),
-        m(c, be, DataParallel::flat_grads(stage), true, sharded_master ? &owned : nullptr),
-        dp(*g_comm, be, m.layout(), AdamWConfig(), stage, nullptr, nullptr, overlap) {
-    dp.attach(m, 2, overlap);
+      : owned(ratchet::testing::owned_ranges(c, g_comm->world(), g_comm->rank(), stage, overlap)),
+        m(c, be, ratchet::testing::flat_grads(stage), true, sharded_master ? &owned : nullptr),
+        dp(ratchet::testing::make_dp(*g_comm, be, m.layout(), AdamWConfig(), stage, nullptr, nullptr,
+                                     overlap)) {
+    dp->attach(m, 2);
     m.init_random(21);
   }
   void step(const GPTConfig& c, int s) {
@@ -372,7 +376,7 @@ struct SimtRun {
       const Pair t = tokens(c, B, T, 1000 * s + 10 * k + r);
       m.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / (2 * W));
     }
-    dp.step(m.params(), m.grads(), 1e-2f);
+    dp->step(m, 1e-2f);
   }
   std::vector<uint16_t> bits() {  // the BF16 parameters as stored
     std::vector<uint16_t> b(m.num_params());
@@ -381,12 +385,12 @@ struct SimtRun {
   }
   std::vector<float> f32() {  // collective
     std::vector<float> p(m.num_params());
-    dp.params_f32(m, p.data());
+    dp->params_f32(m, p.data());
     return p;
   }
   std::vector<std::pair<size_t, size_t>> owned;
   GPT m;
-  DataParallel dp;
+  std::unique_ptr<DistributedStrategy> dp;
 };
 
 TEST(Zero2, SimtShardedMasterEqualsWholeMasterBitwise) {
@@ -402,9 +406,9 @@ TEST(Zero2, SimtShardedMasterEqualsWholeMasterBitwise) {
     const size_t before = be->bytes_in_use();
     SimtRun whole(*be, c, k.stage, k.overlap, false);
     const size_t whole_bytes = be->bytes_in_use() - before;
-    SimtRun part(*be, c, k.stage, k.overlap, DataParallel::master_sharded(k.stage, W));
+    SimtRun part(*be, c, k.stage, k.overlap, ratchet::testing::master_sharded(k.stage, W));
     const size_t part_bytes = be->bytes_in_use() - before - whole_bytes;
-    const size_t P = whole.m.num_params(), owned = whole.dp.optimizer().moment_elems();
+    const size_t P = whole.m.num_params(), owned = whole.dp->optimizer().moment_elems();
     // The master: round_up(4·owned, 256) instead of round_up(4·P', 256).
     if (W > 1)
       EXPECT_EQ(whole_bytes - part_bytes,
@@ -427,7 +431,7 @@ TEST(Zero2, SimtShardedMasterEqualsWholeMasterBitwise) {
     // Every rank's FP32 view: the gather on the host, = the whole master's after sync_master.
     const std::vector<float> fp = part.f32(), fw = whole.f32();
     EXPECT_TRUE(fp == fw) << "max difference " << max_diff(fp, fw);
-    whole.dp.sync_master(whole.m.params());
+    whole.dp->sync_master(whole.m);
     EXPECT_TRUE(fp == params_of(whole.m));
     std::vector<float> p0 = fp;
     g_comm->broadcast(p0.data(), p0.size() * sizeof(float), 0);
@@ -445,21 +449,21 @@ TEST(Zero2, SimtShardedMasterEqualsWholeMasterBitwise) {
     // rounded as the last step did; one more step equals the straight run.
     const int other = k.stage == 2 ? 1 : 2;
     if (k.overlap) {
-      SimtRun next(*be, c, other, true, DataParallel::master_sharded(other, W));
+      SimtRun next(*be, c, other, true, ratchet::testing::master_sharded(other, W));
       ASSERT_EQ(next.owned, part.owned);
       next.m.set_params(fp.data());
-      AdamW& a = part.dp.optimizer();
-      AdamW& b = next.dp.optimizer();
+      AdamW& a = part.dp->optimizer();
+      AdamW& b = next.dp->optimizer();
       ASSERT_EQ(a.moment_elems(), b.moment_elems());
       copy_optimizer_state(*be, a, b);
-      next.dp.restore_params(next.m.params());
+      next.dp->restore_params(next.m);
       EXPECT_TRUE(next.bits() == part.bits()) << "rounded as the last step did";
-      // Stages 1 and 2 add micro-batches in different orders (distributed/zero.h):
+      // Stages 1 and 2 add micro-batches in different orders (docs/distributed.md):
       // the reference is a whole-master run of `other` from the same state.
       SimtRun ref(*be, c, other, true, false);
       ref.m.set_params(fp.data());
-      copy_optimizer_state(*be, a, ref.dp.optimizer());
-      ref.dp.restore_params(ref.m.params());
+      copy_optimizer_state(*be, a, ref.dp->optimizer());
+      ref.dp->restore_params(ref.m);
       next.step(c, 3);
       ref.step(c, 3);
       EXPECT_TRUE(next.bits() == ref.bits());

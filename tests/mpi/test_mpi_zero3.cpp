@@ -1,4 +1,4 @@
-// ZeRO-3 (distributed/zero.h "stage 3", distributed/zero_params.h) in DataParallel, as N
+// ZeRO-3 (docs/distributed.md "stage 3", distributed/param_shards.h) as N
 // ranks under mpirun (CTest: N = 1, 2, 3). `ratchet train` does not offer
 // --zero 3 yet; this is the optimizer step's own test:
 //   - stage 3 equals stage 2 BITWISE on any N and any number of micro-batches
@@ -11,7 +11,7 @@
 //     bitwise, and a single process accumulating the ranks' micro-batches
 //     within stage 0's own bound (its GEMMs accumulate: not a + b);
 //   - the model has no flat params, every rank holds only its pieces, and the
-//     bytes held after a step are step_memory's with DataParallel::buffer_bytes
+//     bytes held after a step are step_memory's with ratchet::testing::buffer_bytes
 //     (on rank 0: `ratchet plan`'s stage-3 figure)
 //     (the cpu backend's count; simt's BF16 one too), less than stage 2's
 //     on more than one rank;
@@ -31,13 +31,14 @@
 #endif
 #include "distributed/buckets.h"
 #include "distributed/communicator.h"
-#include "distributed/zero.h"
-#include "distributed/zero_params.h"
+#include "distributed/strategy.h"
+#include "distributed/param_shards.h"
 #include "model/gpt.h"
 #include "model/memory.h"
 #include "model/recompute.h"
 #include "optim/adamw.h"
 #include "plan/zero_plan.h"
+#include "testing/strategy_testing.h"
 #include "testing/tiny_model.h"
 #include "mpi_gtest_main.h"
 #include "zero_step_util.h"
@@ -65,12 +66,13 @@ std::unique_ptr<Backend> make_be(bool simt) {
 struct StageRun {
   StageRun(Backend& be, const GPTConfig& c, int stage, int micro, uint64_t seed,
       const Recompute& rp = Recompute(), bool reshard = true)
-      : owned(DataParallel::owned_ranges(c, g_comm->world(), g_comm->rank(), stage, true)),
-        m(c, be, DataParallel::flat_grads(stage), DataParallel::flat_params(stage),
-          DataParallel::master_sharded(stage, g_comm->world()) ? &owned : nullptr),
-        dp(*g_comm, be, m.layout(), AdamWConfig(), stage, nullptr, nullptr, true, reshard) {
+      : owned(ratchet::testing::owned_ranges(c, g_comm->world(), g_comm->rank(), stage, true)),
+        m(c, be, ratchet::testing::flat_grads(stage), ratchet::testing::flat_params(stage),
+          ratchet::testing::master_sharded(stage, g_comm->world()) ? &owned : nullptr),
+        dp(ratchet::testing::make_dp(*g_comm, be, m.layout(), AdamWConfig(), stage, nullptr, nullptr,
+                                     true, reshard)) {
     m.set_recompute(rp);
-    dp.attach(m, micro, true);
+    dp->attach(m, micro);
     m.init_random(seed);
   }
   float step(const GPTConfig& c, int s, int micro, int B, int T) {
@@ -80,16 +82,16 @@ struct StageRun {
       const Pair t = tokens(c, B, T, 1000 * s + 10 * k + r);
       m.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / (micro * W));
     }
-    return dp.step(m.params(), m.grads(), 1e-2f);
+    return dp->step(m, 1e-2f);
   }
   std::vector<float> f32() {  // every parameter's FP32 value (collective)
     std::vector<float> p(m.num_params());
-    dp.params_f32(m, p.data());
+    dp->params_f32(m, p.data());
     return p;
   }
   std::vector<std::pair<size_t, size_t>> owned;
   GPT m;
-  DataParallel dp;
+  std::unique_ptr<DistributedStrategy> dp;
 };
 
 void stage3_equals_stage2(const GPTConfig& c, int micro, const Recompute& rp, bool reshard,
@@ -101,7 +103,7 @@ void stage3_equals_stage2(const GPTConfig& c, int micro, const Recompute& rp, bo
   StageRun z2(*be, c, 2, micro, 5, rp), z3(*be, c, 3, micro, 5, rp, reshard);
   EXPECT_EQ(z3.m.params(), nullptr);
   EXPECT_EQ(z3.m.grads(), nullptr);
-  EXPECT_EQ(z3.dp.owned_ranges(), z2.dp.owned_ranges());
+  EXPECT_EQ(z3.dp->owned_ranges(), z2.dp->owned_ranges());
   EXPECT_EQ(z3.f32(), z2.f32()) << "init through the shards";
   for (int s = 0; s < 3; s++) {
     const float n2 = z2.step(c, s, micro, B, T), n3 = z3.step(c, s, micro, B, T);
@@ -165,7 +167,7 @@ TEST(Zero3, OneMicroBatchPerRankEqualsStage0AndOneProcess) {
 }
 
 // The bytes held after a step: step_memory without flat params or grads, with
-// this rank's moments and DataParallel::buffer_bytes (the cpu backend's
+// this rank's moments and ratchet::testing::buffer_bytes (the cpu backend's
 // count, and its peak: the gathers reuse their buffers).
 void memory_equals_accounting(bool reshard, bool simt = false) {
   const int W = g_comm->world(), r = g_comm->rank(), B = 2, T = 8;
@@ -177,15 +179,15 @@ void memory_equals_accounting(bool reshard, bool simt = false) {
     StageRun z3(*be, c, 3, 2, 1, Recompute(), reshard);
     z3.step(c, 0, 2, B, T);
     const StepMemory mine = step_memory(
-        c, B, T, Recompute(), *be, DataParallel::moment_elems(c, W, r, 3),
-        DataParallel::buffer_bytes(be->memory_model(), c, W, 3, true, reshard), false, false);
+        c, B, T, Recompute(), *be, ratchet::testing::moment_elems(c, W, r, 3),
+        ratchet::testing::buffer_bytes(be->memory_model(), c, W, 3, true, reshard), false, false);
     EXPECT_EQ(mine.params, 0u);
     EXPECT_EQ(mine.grads, 0u);
     EXPECT_EQ(be->bytes_in_use(), mine.total()) << "rank " << r;
     EXPECT_EQ(be->peak_bytes_in_use(), mine.total()) << "rank " << r;
-    const StepMemory two = step_memory(c, B, T, Recompute(), *be, DataParallel::moment_elems(c, W, r, 2),
-                                       DataParallel::buffer_bytes(be->memory_model(), c, W, 2), false,
-                                       true, DataParallel::master_sharded(2, W));
+    const StepMemory two = step_memory(c, B, T, Recompute(), *be, ratchet::testing::moment_elems(c, W, r, 2),
+                                       ratchet::testing::buffer_bytes(be->memory_model(), c, W, 2), false,
+                                       true, ratchet::testing::master_sharded(2, W));
     // `ratchet plan`'s stage-3 figure (plan/zero_plan.h): rank 0's, which owns the most.
     const plan::ZeroMemory planned =
         plan::zero_memory(c, B, T, Recompute(), be->memory_model(), {3, reshard}, W);
@@ -241,11 +243,11 @@ TEST(Zero3, StateContinuesAtStage2AndBack) {
   auto move = [&](StageRun& from, StageRun& to) {
     const std::vector<float> p = from.f32();
     to.m.set_params(p.data());
-    AdamW& a = from.dp.optimizer();
-    AdamW& b = to.dp.optimizer();
+    AdamW& a = from.dp->optimizer();
+    AdamW& b = to.dp->optimizer();
     ASSERT_EQ(a.moment_elems(), b.moment_elems());
     copy_optimizer_state(*be, a, b);
-    to.dp.restore_params(to.m.params());
+    to.dp->restore_params(to.m);
   };
   StageRun second(*be, c, 2, micro, 99);
   move(first, second);

@@ -1,8 +1,8 @@
-// ZeRO-3's parameter side (distributed/zero_params.h) as N ranks under mpirun (CTest:
+// ZeRO-3's parameter side (distributed/param_shards.h) as N ranks under mpirun (CTest:
 // N = 1, 2, 3): a model whose flat parameters are zeroed and which reads every
 // parameter through ParamShards (each rank holding only its bucket pieces,
 // blocks all-gathered per the model's hints, two block buffers, the next block
-// prefetched with Communicator::all_gather_async) computes bitwise the flat
+// prefetched with Communicator::all_gather_start) computes bitwise the flat
 // model's losses and gradients: GPT-2 and Llama (tied and untied), recompute
 // none and blocks, two micro-batches, forward-only and span scoring; the
 // gathers are the documented schedule's; get_host() reassembles the exact
@@ -20,7 +20,7 @@
 #include "core/error.h"
 #include "distributed/buckets.h"
 #include "distributed/communicator.h"
-#include "distributed/zero_params.h"
+#include "distributed/param_shards.h"
 #include "model/gpt.h"
 #include "model/recompute.h"
 #include "optim/adamw.h"
@@ -65,7 +65,7 @@ void check(const GPTConfig& cfg, const Recompute& rp, bool reshard, const std::s
     const float b = m.forward_backward(in.data(), tg.data(), B, T, 0.5f);
     EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "micro-batch " << mb << ": " << a << " vs " << b;
   }
-  // The schedule (distributed/zero_params.h): the rest once; the first forward every
+  // The schedule (distributed/param_shards.h): the rest once; the first forward every
   // block; then (reshard) each backward and later forward all but the two
   // blocks still held; (keep) nothing more.
   const long first = 1 + L, later = L >= 2 ? L - 2 : 0;

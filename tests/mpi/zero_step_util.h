@@ -1,6 +1,6 @@
 // Small pieces the in-process ZeRO step tests (test_mpi_zero2, test_mpi_zero3)
 // share: seeded token batches, a model's FP32 parameters, their largest
-// difference, and moving AdamW's state from one DataParallel to another (as a
+// difference, and moving AdamW's state from one strategy to another (as a
 // resume does: moments and step count; the caller sets the FP32 parameters
 // first and rebuilds the storage-dtype ones after, restore_params).
 #pragma once

@@ -1,5 +1,5 @@
 // `ratchet plan`'s memory figure against what a backend really holds for a
-// training step: a GPT and its DataParallel (all-reduce, or ZeRO-1 with its
+// training step: a GPT and its data-parallel strategy (all-reduce, or ZeRO-1 with its
 // sharded moments and staging buffers; one rank) after one forward/backward
 // and one optimizer step. Used for the cpu backend (tests/unit) and the cuda
 // backend under simt (tests/simt) with the same code.
@@ -12,9 +12,10 @@
 
 #include "backend/backend.h"
 #include "distributed/communicator.h"
-#include "distributed/zero.h"
+#include "distributed/strategy.h"
 #include "model/gpt.h"
 #include "plan/plan.h"
+#include "testing/strategy_testing.h"
 
 namespace ratchet::testing {
 
@@ -36,7 +37,7 @@ inline void expect_plan_is_the_allocation(const std::function<std::unique_ptr<Ba
         GPT model(cfg, *be);
         model.set_recompute(r);
         model.init_random(7);
-        DataParallel dp(*comm, *be, model.layout(), AdamWConfig{}, zero);
+        auto dp = make_dp(*comm, *be, model.layout(), AdamWConfig{}, zero);
         std::vector<int32_t> x(B * T), y(B * T);
         for (size_t i = 0; i < x.size(); i++) {
           x[i] = (int32_t)((i * 37 + 11) % cfg.vocab_size);
@@ -44,7 +45,7 @@ inline void expect_plan_is_the_allocation(const std::function<std::unique_ptr<Ba
         }
         model.zero_grad();
         model.forward_backward(x.data(), y.data(), B, T, 1.0f);
-        dp.step(model.params(), model.grads(), 1e-3f);
+        dp->step(model, 1e-3f);
         const size_t want = m.total_of(r, zero == 1);
         EXPECT_EQ(be->bytes_in_use(), want)
             << be->name() << " " << r.name() << " zero " << zero << ": params " << m.params

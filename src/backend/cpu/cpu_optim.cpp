@@ -66,7 +66,7 @@ inline void adamw_one(float* p, const float* grads, float* m, float* v, long i,
 // The last < 8 elements go through the same vector arithmetic with masked
 // loads and stores: a scalar tail would be compiled with FMA contraction
 // (-march=native, GCC's -ffp-contract=fast) and round otherwise, so an update
-// split into pieces at other boundaries (ZeRO shards, distributed/zero.h) would not
+// split into pieces at other boundaries (ZeRO shards, distributed/buckets.h) would not
 // give the same bits as the whole.
 void adamw_range(float* p, const float* grads, float* m, float* v, long lo, long hi,
                  const AdamConsts& k) {

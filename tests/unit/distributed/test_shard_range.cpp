@@ -1,4 +1,4 @@
-// shard_range (src/distributed/zero.h): rank r's [lo, hi) of P elements over
+// shard_range (src/distributed/strategy.h): rank r's [lo, hi) of P elements over
 // W ranks, as a pure function: the shards tile [0, P) in rank order, every
 // shard but the trailing ones is `padded` = ceil(P/W) long, and the padded
 // length is the same on every rank (the collectives need that).
@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include "distributed/zero.h"
+#include "distributed/strategy.h"
 
 namespace ratchet {
 namespace {

@@ -10,11 +10,12 @@
 
 #include "backend/memory_model.h"
 #include "distributed/buckets.h"
-#include "distributed/zero.h"
+#include "distributed/strategy.h"
 #include "model/memory.h"
 #include "model/param_layout.h"
 #include "plan/plan.h"
 #include "plan/zero_plan.h"
+#include "testing/strategy_testing.h"
 
 using namespace ratchet;
 using namespace ratchet::plan;
@@ -111,23 +112,23 @@ TEST(PlanZero, StageMemoryItemised) {
   const ZeroMemory z0 = zero_memory(c, B, T, r, be, {0, true}, N);
   EXPECT_EQ(z0.total(), s0.total());
   // Stage 1 as train runs it with --overlap-comm on (its default): the
-  // bucket-aligned shard (distributed/zero.h "Overlapped ZeRO-1").
-  // The FP32 master covers the owned elements only (distributed/zero.h: the model
+  // bucket-aligned shard (distributed/sharded_optimizer.h, bucketed).
+  // The FP32 master covers the owned elements only (distributed/strategy.h: the model
   // is built with them as master ranges), as the moments do.
-  const StepMemory s1 = step_memory(c, B, T, r, be, DataParallel::moment_elems(c, N, 0, 1, true),
-                                    DataParallel::buffer_bytes(be, c, N, 1, true), true, true, true);
+  const StepMemory s1 = step_memory(c, B, T, r, be, ratchet::testing::moment_elems(c, N, 0, 1, true),
+                                    ratchet::testing::buffer_bytes(be, c, N, 1, true), true, true, true);
   const ZeroMemory z1 = zero_memory(c, B, T, r, be, {1, true}, N);
   EXPECT_EQ(z1.total(), s1.total());
-  EXPECT_EQ(z1.master, fp32(DataParallel::moment_elems(c, N, 0, 1, true)));
+  EXPECT_EQ(z1.master, fp32(ratchet::testing::moment_elems(c, N, 0, 1, true)));
   EXPECT_EQ(z1.moments, 2 * z1.master);
   EXPECT_LT(z1.master, fp32(P) / N + fp32(c.num_layers + 1));
   // One rank: nothing to shard, the master is whole.
   EXPECT_EQ(zero_memory(c, B, T, r, be, {1, true}, 1).master, fp32(P));
   // Without overlap: one flat padded copy and a shard (the flat layout).
-  EXPECT_EQ(DataParallel::buffer_bytes(be, c, N, 1, false), bf16(N * S) + bf16(S));
-  EXPECT_EQ(DataParallel::moment_elems(c, N, 0, 1, false), S);
+  EXPECT_EQ(ratchet::testing::buffer_bytes(be, c, N, 1, false), bf16(N * S) + bf16(S));
+  EXPECT_EQ(ratchet::testing::moment_elems(c, N, 0, 1, false), S);
 
-  // Stage 2 as train runs it (distributed/zero.h): no flat gradient; the shard of
+  // Stage 2 as train runs it (distributed/sharded_gradients.h): no flat gradient; the shard of
   // the summed gradient (one piece of every bucket, distributed/buckets.h); two
   // block buckets and the rest's bucket, with their receive buffers (1/N of
   // each); master and moments for rank 0's pieces.
@@ -146,8 +147,8 @@ TEST(PlanZero, StageMemoryItemised) {
   EXPECT_EQ(z2.gather, 0u);
   EXPECT_EQ(z2.activations, s0.activations);
   // And that is step_memory's figure with train's own buffers.
-  EXPECT_EQ(z2.total(), step_memory(c, B, T, r, be, DataParallel::moment_elems(c, N, 0, 2),
-                                    DataParallel::buffer_bytes(be, c, N, 2), false, true, true)
+  EXPECT_EQ(z2.total(), step_memory(c, B, T, r, be, ratchet::testing::moment_elems(c, N, 0, 2),
+                                    ratchet::testing::buffer_bytes(be, c, N, 2), false, true, true)
                             .total());
 
   const ZeroMemory z3 = zero_memory(c, B, T, r, be, {3, true}, N);

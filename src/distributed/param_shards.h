@@ -1,33 +1,10 @@
-// ZeRO-3's parameter side (issue 30 item 2): each rank keeps only its pieces
-// of the storage-dtype parameters, and the model reads them through a
-// ParamStore (model/param_store.h) that all-gathers each bucket when needed.
-//
-// Layout: the gradient buckets' (distributed/buckets.h). Rank r holds piece r of
-// every bucket, back to back in bucket order: shard() has the layout of
-// ZeRO-2's gradient shard (piece of bucket b at shard_offset(b)), so an
-// AdamW piece's parameters and gradient sit at the SAME shard offset, and
-// the owned ranges, the moments and checkpoints are stage 2's.
-//
-// Gathers (every rank makes the same ones in the same order: the model's
-// hints are the same everywhere):
-//   the rest (wte, wpe, lnf, lmhead)  at its first read of a pass, into its
-//                     own buffer, kept until invalidate() (after an update):
-//                     one gather serves the tied wte's two uses and every pass
-//   block l, forward  at forward_block(l) (waited for), and block l+1 started
-//                     at once into the other buffer (its ln1 is read at the
-//                     end of block l; it is block l+1's prefetch); buffer l % 2
-//   block l, backward at backward_block(l), and block l-1 started; the last
-//                     two blocks of the forward are still held, so the
-//                     backward gathers L-2 blocks
-//   reshard_after_forward off: one buffer per block (every block kept from
-//                     forward to backward, until invalidate()): ZeRO-2's
-//                     memory, no backward gather
-// Each gather copies this rank's piece into its slot of the bucket buffer
-// and all-gathers in place (Communicator::all_gather_async; one rank: the
-// copy alone). A gather started and not yet needed overlaps the compute;
-// param() completes it (wait) before handing out its memory.
-// Values: a gathered bucket holds exactly the shards' bits, so a model reading
-// through this store computes bitwise what it computes from flat params.
+// ZeRO-3's parameter side (fully_sharded.h): each rank keeps only its pieces
+// of the storage-dtype parameters, in the gradient shard's layout (piece of
+// bucket b at shard_offset(b), buckets.h), and the model reads them through a
+// ParamStore (model/param_store.h) that all-gathers each bucket before its
+// use, the next block prefetched. The gather schedule and its memory:
+// docs/distributed.md. A gathered bucket holds exactly the shards' bits, so
+// the model computes bitwise what it computes from flat params.
 #pragma once
 #include <cstddef>
 #include <vector>

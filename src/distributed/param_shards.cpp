@@ -1,12 +1,12 @@
-// ZeRO-3's parameter shards and per-bucket gathers (distributed/zero_params.h).
-#include "distributed/zero_params.h"
+// See param_shards.h.
+#include "distributed/param_shards.h"
 
 #include <algorithm>
 #include <memory>
 
 #include "core/error.h"
 #include "core/fault.h"
-#include "distributed/zero.h"
+#include "distributed/gather_ranges.h"
 
 namespace ratchet {
 
@@ -70,26 +70,12 @@ void ParamShards::set_from_flat(cdptr flat) {
              p.n * sb_);
 }
 
-// Each rank's owned elements packed (padded to the largest count), gathered
-// on the host, unpacked by every rank's pieces.
+// Every rank's pieces, from their owners' shards (gather_ranges.h).
 void ParamShards::get_host(float* host, Communicator& host_comm) {
   const int W = bk_.world();
-  size_t most = 0;
-  for (int q = 0; q < W; q++) most = std::max(most, bk_.owned_elems(q));
-  std::vector<float> all((size_t)W * most, 0.0f);
-  float* mine = all.data() + (size_t)r_ * most;
-  for (const OwnedPiece& p : bk_.pieces(r_)) {
-    be_.download_f32(mine, static_cast<const char*>(shard_) + p.shard * sb_, p.n);
-    mine += p.n;
-  }
-  if (W > 1) host_comm.all_gather(all.data() + (size_t)r_ * most, all.data(), most, DType::F32);
-  for (int q = 0; q < W; q++) {
-    const float* src = all.data() + (size_t)q * most;
-    for (const OwnedPiece& p : bk_.pieces(q)) {
-      std::copy(src, src + p.n, host + p.lo);
-      src += p.n;
-    }
-  }
+  gather_ranges_f32(W > 1 ? &host_comm : nullptr, W, r_,
+                    [&](int q) { return bk_.owned_ranges(q); },
+                    [&](float* dst, size_t lo, size_t n) { download_range(dst, lo, n); }, host);
 }
 
 bool ParamShards::get_host(float* host) {
@@ -145,10 +131,10 @@ void ParamShards::start(size_t b) {
   buf.arriving = false;
   gathers_++;
   // scripts/chaos.sh: one rank dies as the others enter it (on one rank too,
-  // as DataParallel::all_gather: every step reaches the point).
+  // as ShardCollectives::all_gather: every step reaches the point).
   fault_point("zero-all-gather");
   if (bk_.world() == 1) return;  // the piece is the whole bucket
-  buf.ticket = comm_->all_gather_async(own, mem, bk.S, sb_ == 2 ? DType::BF16 : DType::F32);
+  buf.ticket = comm_->all_gather_start(own, mem, bk.S, sb_ == 2 ? DType::BF16 : DType::F32);
   buf.arriving = true;
   comm_->progress();
 }
@@ -188,30 +174,3 @@ void ParamShards::backward_block(int l) {
 
 }  // namespace ratchet
 
-// ---- DataParallel's stage 3 (distributed/zero.h) ----------------------------------
-
-namespace ratchet {
-
-// After init_buckets(): the parameter pieces in the gradient shard's layout,
-// gathered over the shard group (intra), its host communicator for get_host.
-void DataParallel::init_params3(bool reshard_after_forward) {
-  const int N = shard_count();
-  ps_ = std::make_unique<ParamShards>(be_, N > 1 ? sintra_ : nullptr, layout_, *bk_, shard_index(),
-                                      reshard_after_forward, N > 1 ? scomm_ : nullptr);
-}
-
-void DataParallel::download_params(float* dst, cdptr params, size_t lo, size_t n) const {
-  if (ps_) return ps_->download_range(dst, lo, n);
-  be_.download_f32(dst, static_cast<const char*>(params) + lo * be_.storage_bytes(), n);
-}
-
-// A resume: the model's set_params() has put each rank's FP32 pieces into the
-// shard (and its master); the storage-dtype values are rebuilt as the last
-// step rounded them, in the shard. Nothing to gather: the next use gathers.
-void DataParallel::restore_params3() {
-  opt_->restore_rounding(ps_->shard());
-  ps_->invalidate();
-  be_.synchronize();
-}
-
-}  // namespace ratchet

@@ -1,0 +1,108 @@
+// See replicated.h.
+#include "distributed/replicated.h"
+
+#include "core/error.h"
+#include "model/gpt.h"
+
+namespace ratchet {
+
+Replicated::Replicated(const DistributedConfig& c, Backend& be, const ParamLayout& layout)
+    : DistributedStrategy(c),
+      be_(be),
+      comms_(ShardComms::of(c)),
+      layout_(layout),
+      opt_(std::make_unique<AdamW>(be, layout, c.adamw)) {}
+
+StrategyNeeds Replicated::needs(const GPTConfig& cfg) {
+  StrategyNeeds n;
+  n.moment_elems = ParamLayout(cfg).total;
+  n.owned = {{0, n.moment_elems}};
+  return n;  // the all-reduce is in place: no buffers
+}
+
+// Overlap needs more than one rank (nothing to reduce on one).
+void Replicated::attach(GPT& model, int micro_batches) {
+  RATCHET_ASSERT(model.num_params() == layout_.total);
+  RATCHET_ASSERT(micro_batches >= 1);
+  if (!config_.overlap || comms_.host->world() == 1) return;
+  model_ = &model;
+  micro_batches_ = micro_batches;
+  pass_ = launched_ = 0;
+  hook_.install(model, [this](int layer) { grad_ready(layer); });
+}
+
+std::string Replicated::describe() const {
+  return overlapping() ? "gradients all-reduced during the backward (--overlap-comm on)"
+                       : "gradients all-reduced";
+}
+
+// Layer l's twelve tensors are final (l >= 0), or wte, wpe, lnfw, lnfb,
+// lmhead (l = -1, the last call of a backward pass): on the last pass of the
+// step, their all-reduce starts.
+void Replicated::grad_ready(int layer) {
+  if (pass_ == micro_batches_ - 1) {
+    Communicator& comm = *comms_.world;
+    const size_t sb = be_.storage_bytes();
+    char* g = static_cast<char*>(model_->grads());
+    const DType t = sb == 2 ? DType::BF16 : DType::F32;
+    if (layer >= 0) {
+      // One group per layer: NCCL fuses the twelve all-reduces into one launch
+      // behind one event (ncclGroupStart/End); MPI starts them one by one.
+      const int L = model_->config().num_layers;
+      comm.group_start();
+      for (int i = P_LN1W; i <= P_FCPROJB; i++) {
+        const size_t n = layout_.per_layer(i, L);
+        comm.all_reduce_start(g + (layout_.offsets[i] + (size_t)layer * n) * sb, n, t, ReduceOp::Sum);
+      }
+      comm.group_end();
+    } else {
+      // wte and wpe are adjacent (the start of the buffer), and so are lnfw,
+      // lnfb and lmhead (its end; lmhead has size 0 unless a llama is untied).
+      RATCHET_ASSERT(layout_.offsets[P_WPE] == layout_.offsets[P_WTE] + layout_.sizes[P_WTE]);
+      RATCHET_ASSERT(layout_.offsets[P_LMHEAD] + layout_.sizes[P_LMHEAD] == layout_.total);
+      comm.all_reduce_start(g + layout_.offsets[P_WTE] * sb,
+                            layout_.sizes[P_WTE] + layout_.sizes[P_WPE], t, ReduceOp::Sum);
+      comm.all_reduce_start(g + layout_.offsets[P_LNFW] * sb,
+                            layout_.total - layout_.offsets[P_LNFW], t, ReduceOp::Sum);
+    }
+    launched_++;
+    comm.progress();
+  }
+  if (layer < 0) pass_++;
+}
+
+float Replicated::step(GPT& model, float lr) {
+  dptr grads = model.grads();
+  RATCHET_ASSERT(grads != nullptr && model.params() != nullptr);
+  if (comms_.host->world() > 1) {
+    const int groups = model_ ? model_->config().num_layers + 1 : 0;
+    if (model_ && launched_ == groups && pass_ == micro_batches_) {
+      RATCHET_ASSERT(&model == model_);
+      comms_.world->wait_all();  // every slice was started during the last backward
+    } else {
+      // No overlap this step (none installed, or another number of backward
+      // passes than announced): a partly started reduction cannot be mixed
+      // with a whole one.
+      if (launched_ != 0)
+        fail("data parallel: ", pass_, " backward pass(es) this step but attach() was told ",
+             micro_batches_, " (", launched_, " of ", groups, " gradient groups started)");
+      comms_.world->all_reduce(grads, layout_.total,
+                               be_.storage_bytes() == 2 ? DType::BF16 : DType::F32, ReduceOp::Sum);
+    }
+  }
+  pass_ = launched_ = 0;
+  return opt_->step(model.params(), grads, lr);
+}
+
+void Replicated::download_params(float* dst, GPT& model, size_t lo, size_t n) const {
+  be_.download_f32(dst, static_cast<const char*>(model.params()) + lo * be_.storage_bytes(), n);
+}
+
+void Replicated::params_f32(GPT& model, float* host) { model.get_params(host); }
+
+void Replicated::restore_params(GPT& model) {
+  opt_->restore_rounding(model.params());
+  be_.synchronize();
+}
+
+}  // namespace ratchet

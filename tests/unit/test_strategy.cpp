@@ -1,0 +1,118 @@
+// The data-parallel strategy's pure parts (distributed/strategy.h), without
+// MPI: the --zero auto rule train and plan share, what each stage asks of the
+// model, and the strategies on one rank (single-process communicator).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "distributed/communicator.h"
+#include "distributed/strategy.h"
+#include "model/gpt.h"
+#include "testing/strategy_testing.h"
+#include "testing/tiny_model.h"
+
+namespace ratchet {
+namespace {
+
+StageChoice pick(const std::vector<double>& need, double budget, int shards,
+                 std::vector<size_t>* asked = nullptr) {
+  return choose_stage(
+      need.size(),
+      [&](size_t i) {
+        if (asked) asked->push_back(i);
+        return need[i];
+      },
+      budget, shards);
+}
+
+TEST(ChooseStage, TheFirstThatFitsAskingNoFurther) {
+  std::vector<size_t> asked;
+  const StageChoice c = pick({10, 8, 6, 7}, 8, 4, &asked);
+  EXPECT_EQ(c.index, 1u);
+  EXPECT_TRUE(c.fits);
+  EXPECT_EQ(asked, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(c.needs, (std::vector<double>{10, 8}));
+}
+
+TEST(ChooseStage, NoneFitsTakesTheLeastNeedingFirstOfEquals) {
+  const StageChoice c = pick({10, 9, 6, 6}, 1, 4);
+  EXPECT_EQ(c.index, 2u);
+  EXPECT_FALSE(c.fits);
+  EXPECT_EQ(c.needs.size(), 4u);
+}
+
+TEST(ChooseStage, OneShardShardsNothing) {
+  std::vector<size_t> asked;
+  StageChoice c = pick({10, 5, 4, 3}, 6, 1, &asked);
+  EXPECT_EQ(c.index, 0u);
+  EXPECT_FALSE(c.fits);
+  EXPECT_EQ(asked, (std::vector<size_t>{0}));
+  c = pick({10, 5}, 10, 1);
+  EXPECT_EQ(c.index, 0u);
+  EXPECT_TRUE(c.fits);
+}
+
+TEST(StrategyNeeds, WhatEachStageAsksOfTheModel) {
+  const GPTConfig c = testing::tiny_config(2, 3, 15);
+  const size_t P = ParamLayout(c).total;
+  const BackendMemoryModel be;
+  for (int W : {1, 3}) {
+    for (int stage = 0; stage <= 3; stage++) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + " on " + std::to_string(W));
+      const StrategyNeeds n = testing::needs_of(be, c, W, 0, stage, true);
+      EXPECT_EQ(n.flat_grads, stage < 2);
+      EXPECT_EQ(n.flat_params, stage < 3);
+      EXPECT_EQ(n.master_sharded, (stage == 1 || stage == 2) && W > 1);
+      size_t owned = 0;
+      for (const auto& [lo, hi] : n.owned) owned += hi - lo;
+      EXPECT_EQ(owned, n.moment_elems);
+      if (stage == 0 || W == 1) EXPECT_EQ(owned, P);
+      if (stage > 0 && W > 1) EXPECT_LT(owned, P);
+      EXPECT_EQ(n.buffer_bytes == 0, stage == 0);
+    }
+  }
+  DistributedConfig d;
+  d.stage = 4;
+  EXPECT_THROW(strategy_needs(d, be, c, 1, 0), Error);
+}
+
+// On one rank every stage computes the same update (nothing to sum): the
+// parameters after a few steps are bitwise stage 0's.
+TEST(Strategy, EveryStageOnOneRankEqualsStage0) {
+  const GPTConfig c = testing::tiny_config(2, 3, 15);
+  auto comm = make_single_communicator();
+  auto be = make_cpu_backend(1);
+  const int B = 2, T = 8;
+  std::vector<float> ref;
+  for (int stage = 0; stage <= 3; stage++) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const StrategyNeeds n = testing::needs_of(be->memory_model(), c, 1, 0, stage, true);
+    GPT m(c, *be, n.flat_grads, n.flat_params);
+    auto dp = testing::make_dp(*comm, *be, m.layout(), AdamWConfig(), stage, nullptr, nullptr, true);
+    EXPECT_EQ(dp->zero_stage(), stage);
+    EXPECT_EQ(dp->sharded(), stage > 0);
+    EXPECT_EQ(dp->shard_count(), 1);
+    EXPECT_TRUE(dp->shard_writer());
+    EXPECT_EQ(dp->owned_ranges(), n.owned);
+    dp->attach(m, 1);
+    m.init_random(5);
+    for (int s = 0; s < 3; s++) {
+      const auto x = testing::random_tokens(B * T, c.vocab_size, 10 * s);
+      const auto y = testing::random_tokens(B * T, c.vocab_size, 10 * s + 1);
+      m.zero_grad();
+      m.forward_backward(x.data(), y.data(), B, T, 1.0f);
+      EXPECT_TRUE(std::isfinite(dp->step(m, 1e-2f)));
+    }
+    std::vector<float> p(m.num_params());
+    dp->params_f32(m, p.data());
+    if (stage == 0) ref = p;
+    else EXPECT_TRUE(p == ref);
+  }
+}
+
+}  // namespace
+}  // namespace ratchet
