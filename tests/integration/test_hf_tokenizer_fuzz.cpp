@@ -26,6 +26,7 @@
 #include "core/rng.h"
 #include "testing/hf_reference.h"
 #include "testing/test_util.h"
+#include "testing/utf8.h"
 #include "tokenizer/unicode_tables.h"
 
 using namespace ratchet;
@@ -34,19 +35,6 @@ using namespace ratchet::testing;
 namespace {
 
 constexpr int kStrings = 1000;
-
-void put_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += (char)cp;
-  } else if (cp < 0x800) {
-    s += (char)(0xC0 | cp >> 6), s += (char)(0x80 | (cp & 63));
-  } else if (cp < 0x10000) {
-    s += (char)(0xE0 | cp >> 12), s += (char)(0x80 | (cp >> 6 & 63)), s += (char)(0x80 | (cp & 63));
-  } else {
-    s += (char)(0xF0 | cp >> 18), s += (char)(0x80 | (cp >> 12 & 63));
-    s += (char)(0x80 | (cp >> 6 & 63)), s += (char)(0x80 | (cp & 63));
-  }
-}
 
 // Code points drawn from the whole range: every character Unicode 16.0
 // assigns (the version of ratchet's classes and of the reference's,

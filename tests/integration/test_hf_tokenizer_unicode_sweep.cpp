@@ -33,6 +33,7 @@
 
 #include "testing/hf_reference.h"
 #include "testing/test_util.h"
+#include "testing/utf8.h"
 #include "tokenizer/unicode_tables.h"
 
 using namespace ratchet;
@@ -42,19 +43,6 @@ namespace {
 
 // Accepted differences, as texts; none today.
 const std::set<std::string> kKnownDifferences = {};
-
-void put_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += (char)cp;
-  } else if (cp < 0x800) {
-    s += (char)(0xC0 | cp >> 6), s += (char)(0x80 | (cp & 63));
-  } else if (cp < 0x10000) {
-    s += (char)(0xE0 | cp >> 12), s += (char)(0x80 | (cp >> 6 & 63)), s += (char)(0x80 | (cp & 63));
-  } else {
-    s += (char)(0xF0 | cp >> 18), s += (char)(0x80 | (cp >> 12 & 63));
-    s += (char)(0x80 | (cp >> 6 & 63)), s += (char)(0x80 | (cp & 63));
-  }
-}
 
 std::string utf8(std::initializer_list<uint32_t> cps) {
   std::string s;

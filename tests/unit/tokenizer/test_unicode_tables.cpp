@@ -22,6 +22,7 @@
 #include "tokenizer/unicode_tables.h"
 #include "testing/expect_error.h"
 #include "testing/test_util.h"
+#include "testing/utf8.h"
 
 using namespace ratchet;
 using namespace ratchet::testing;
@@ -40,21 +41,6 @@ std::string version_of(const std::string& table) {
   const size_t at = text.find(key);
   if (at == std::string::npos) return "";
   return text.substr(at + key.size(), text.find('\n', at) - at - key.size());
-}
-
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += (char)cp;
-  } else if (cp < 0x800) {
-    s += (char)(0xC0 | cp >> 6), s += (char)(0x80 | (cp & 63));
-  } else if (cp < 0x10000) {
-    s += (char)(0xE0 | cp >> 12), s += (char)(0x80 | (cp >> 6 & 63)), s += (char)(0x80 | (cp & 63));
-  } else {
-    s += (char)(0xF0 | cp >> 18), s += (char)(0x80 | (cp >> 12 & 63));
-    s += (char)(0x80 | (cp >> 6 & 63)), s += (char)(0x80 | (cp & 63));
-  }
-  return s;
 }
 
 bool in(const CodePointRanges& r, uint32_t cp) {
