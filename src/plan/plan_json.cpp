@@ -98,7 +98,6 @@ std::string plan_json(const Plan& p) {
       sj["name"] = r.stage.name();
       sj["stage"] = r.stage.stage;
       sj["reshard_after_forward"] = r.stage.reshard_after_forward;
-      sj["implemented"] = r.stage.implemented(z.group, in.world);
       const ZeroMemory& m = r.by_policy.front();
       sj["params_bytes"] = m.params;
       sj["gather_bytes"] = m.gather;

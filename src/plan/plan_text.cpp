@@ -66,15 +66,11 @@ std::string zero_table(const Plan& p) {
   o << "ZeRO stages per rank (GiB), shard group " << z.group_text << ", " << W << " rank"
     << (W > 1 ? "s" : "") << " on " << z.nodes << " node" << (z.nodes > 1 ? "s" : "") << " of "
     << z.gpus_per_node << "\n";
-  bool all_in_train = true;
-  for (const ZeroRow& r : z.rows) all_in_train = all_in_train && r.stage.implemented(z.group, W);
-  if (!all_in_train)
-    o << "  * planned: predicts a design not yet implemented in `ratchet train`\n";
   std::string head = "  ";
   head += std::string(30, ' ');
   for (const ZeroRow& r : z.rows) {
     std::snprintf(buf, sizeof buf, " %12s",
-                  (r.stage.name() + (r.stage.implemented(z.group, W) ? " " : "*")).c_str());
+                  (r.stage.name() + " ").c_str());
     head += buf;
   }
   o << head << "\n";
@@ -158,7 +154,6 @@ std::string zero_table(const Plan& p) {
   } else {
     const ZeroRow& c = z.rows[z.chosen];
     o << c.stage.name() << " at --recompute " << z.chosen_policy.name()
-      << (c.stage.implemented(z.group, W) ? "" : " (planned, not yet implemented in train)")
       << "\n  why: " << z.why << "\n";  // one line: scripts grep it
     o << "  predicted step " << duration(c.time.step_s) << " (compute " << duration(c.time.compute_s)
       << " + collectives not hidden " << duration(c.time.exposed_s) << "), efficiency "

@@ -107,9 +107,6 @@ struct ZeroStage {
   int stage = 0;
   bool reshard_after_forward = true;  // stage 3 only
   std::string name() const;           // "ZeRO-0", ..., "ZeRO-3", "ZeRO-3 keep"
-  // In `ratchet train`: stages 0 to 3, with any --shard-group
-  // (distributed/shard_groups.h) and, at 3, --reshard-after-forward on or off.
-  bool implemented(int, int) const { return stage >= 0 && stage <= 3; }
 };
 // 0, 1, 2, 3 (reshard off), 3: in order of memory saved.
 std::vector<ZeroStage> all_zero_stages();
