@@ -191,8 +191,11 @@ std::vector<Recompute> listed_policies(const Recompute& chosen) {
 
 MemoryPlan memory_per_rank(const GPTConfig& cfg, int B, int T, const BackendMemoryModel& be,
                            int world, const Recompute& chosen) {
-  // Stage 0, and stage 1 in its flat layout; rank 0 holds the largest shard.
+  // Stage 0 and stage 1 as train runs them (--overlap-comm on, its default:
+  // stage 1's bucket-aligned shards), as the ZeRO section counts them
+  // (plan/zero_plan.cpp): one accounting, one layout. Rank 0's shard.
   DistributedConfig d;
+  d.overlap = true;
   const StrategyNeeds plain = strategy_needs(d, be, cfg, world, 0);
   d.stage = 1;
   const StrategyNeeds zero1 = strategy_needs(d, be, cfg, world, 0);
