@@ -55,6 +55,16 @@ struct AdamWArgs {
   size_t tensor_offset = (size_t)-1;
 };
 
+// What a layer's attention does beyond plain causal softmax(q k^T / sqrt(hs)) v
+// (issue 38). The defaults are Llama's and GPT-2's.
+struct AttnOpts {
+  int window = 0;      // W > 0: query i sees keys j with i - W < j <= i (Mistral, Gemma 3
+                       // sliding layers; HF's sliding_window mask); 0: every j <= i
+  float scale = 0.f;   // the score scale; 0 -> 1/sqrt(hs)
+  float softcap = 0.f; // c > 0: scores s = c·tanh(scale·q·k / c) (Gemma attn_logit_softcapping)
+  float scale_for(int hs) const;  // scale, or 1/sqrt(hs) when 0
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -129,18 +139,23 @@ class Backend {
   // head h at [h*hs, (h+1)*hs), key head g at C + g*hs, value head g at
   // C + KV*hs + g*hs; query head h reads KV head h / (NH/KV). KV == NH is the
   // GPT-2 layout (B,T,3C) exactly.
-  // out (B,T,C) = concat_h softmax(q_h k_g^T / sqrt(hs), causal) v_g
+  // C here is NH*hs, what attention writes (the model's channels unless
+  // head_dim says otherwise).
+  // out (B,T,C) = concat_h softmax(s(q_h, k_g), causal [and window]) v_g with
+  //   s = o.scale_for(hs)·q·k, then c·tanh(s/c) when o.softcap = c > 0;
+  //   o.window = W > 0 masks keys j <= i - W too.
   // saved: what forward keeps for backward, attention_saved_bytes() of it, laid
   // out as the backend's attention_impl() says (see AttentionImpl):
-  //   flash, cudnn   lse (B,NH,T) FP32: log sum_{j<=i} exp(q_i.k_j / sqrt(hs))
-  //   materialized   att (B,NH,T,T) storage dtype: the probabilities (0 above
-  //                  the diagonal)
+  //   flash, cudnn   lse (B,NH,T) FP32: log sum_{visible j} exp(s(q_i, k_j))
+  //   materialized   att (B,NH,T,T) storage dtype: the probabilities (0 where
+  //                  masked)
   virtual void attention_forward(dptr out, void* saved, cdptr qkv, int B, int T, int C, int NH,
-                                 int KV) = 0;
+                                 int KV, const AttnOpts& o = AttnOpts{}) = 0;
   // dqkv (B,T,(NH+2KV)*hs) overwritten from dout (B,T,C), qkv, and forward's
   // out and saved; dk, dv of a KV head sum over the NH/KV query heads of its group.
   virtual void attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr out, const void* saved,
-                                  int B, int T, int C, int NH, int KV) = 0;
+                                  int B, int T, int C, int NH, int KV,
+                                  const AttnOpts& o = AttnOpts{}) = 0;
   // Which attention the ops above run (`--attention`; the cpu backend: flash,
   // its blocked online-softmax attention): part of the memory model.
   AttentionImpl attention_impl() const { return memory_model().attention; }
@@ -163,19 +178,38 @@ class Backend {
   }
 
   // ---- Llama ops (RMSNorm, RoPE, SwiGLU) ---------------------------------------
-  // RMSNorm: rstd (N) FP32 = 1/sqrt(mean_c(inp^2) + eps); out (N,C) = inp * rstd * w
+  // RMSNorm: rstd (N) FP32 = 1/sqrt(mean_c(inp^2) + eps);
+  // out (N,C) = inp * rstd * (w + w_offset)   (w_offset 1: Gemma's (1+w) form, else 0)
   virtual void rmsnorm_forward(dptr out, float* rstd, cdptr inp, cdptr w, int N, int C,
-                               float eps) = 0;
-  // dinp (N,C) +=, dw (C) +=   (accumulates, like layernorm_backward)
+                               float eps, float w_offset = 0.f) = 0;
+  // dinp (N,C) +=, dw (C) +=   (accumulates, like layernorm_backward; dw is
+  // the gradient of w, the same whatever w_offset)
   virtual void rmsnorm_backward(dptr dinp, dptr dw, cdptr dout, cdptr inp, cdptr w,
-                                const float* rstd, int N, int C) = 0;
+                                const float* rstd, int N, int C, float w_offset = 0.f) = 0;
   // Fused residual add + RMSNorm (one kernel on cuda): resid (N,C) = a + b, then
   // out, rstd = rmsnorm(resid). resid may alias a or b.
   virtual void residual_rmsnorm_forward(dptr resid, dptr out, float* rstd, cdptr a, cdptr b,
-                                        cdptr w, int N, int C, float eps) {
+                                        cdptr w, int N, int C, float eps, float w_offset = 0.f) {
     residual_forward(resid, a, b, (size_t)N * C);
-    rmsnorm_forward(out, rstd, resid, w, N, C, eps);
+    rmsnorm_forward(out, rstd, resid, w, N, C, eps, w_offset);
   }
+  // q/k RMSNorm on a projection qkv (N,(NH+2KV)*hs) (Qwen3, Gemma 3, OLMo 2):
+  // out = inp with the q and k parts normalised, the v part copied.
+  //   per_head:  each of the NH q heads and KV k heads over its hs values,
+  //              with qw (hs) / kw (hs); rstd (N, NH+KV) FP32, q heads first
+  //   otherwise: q's NH*hs values with qw (NH*hs), k's KV*hs with kw (KV*hs);
+  //              rstd (N, 2) FP32
+  // Each is rmsnorm_forward's math (eps, w_offset). out must not alias inp.
+  virtual void qk_norm_forward(dptr out, float* rstd, cdptr inp, cdptr qw, cdptr kw, int N,
+                               int NH, int KV, int hs, bool per_head, float eps, float w_offset);
+  // dinp (N,(NH+2KV)*hs) OVERWRITTEN (the v part = dout's); dqw, dkw accumulate.
+  virtual void qk_norm_backward(dptr dinp, dptr dqw, dptr dkw, cdptr dout, cdptr inp, cdptr qw,
+                                cdptr kw, const float* rstd, int N, int NH, int KV, int hs,
+                                bool per_head, float w_offset);
+  // x (n) *= s in place (Gemma's embedding scale, forward and backward).
+  virtual void scale(dptr x, size_t n, float s);
+  // x (n) = c·tanh(x/c) in place (final_logit_softcapping); c > 0.
+  virtual void softcap_forward(dptr x, size_t n, float c);
   // RoPE in place on the q and k heads of qkv (B,T,(NH+2KV)*hs); v untouched.
   // Hugging Face transformers' convention (rotate_half): for a head vector x at
   // position t and i < hs/2,
@@ -195,13 +229,19 @@ class Backend {
   // dinp (N,2H) overwritten from dout (N,H) and inp:
   //   dgate = dout * up * sig(g) (1 + g (1 - sig(g))),  dup = dout * silu(g)
   virtual void swiglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) = 0;
+  // GeGLU (Gemma): out (N,H) = gelu_tanh(gate) * up, gelu_tanh as gelu_forward's.
+  virtual void geglu_forward(dptr out, cdptr inp, int N, int H);
+  // dinp (N,2H) overwritten: dgate = dout * up * gelu_tanh'(g), dup = dout * gelu_tanh(g)
+  virtual void geglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H);
 
   // Fused softmax + cross-entropy over the first V of Vp columns.
   // logits (BT,Vp); targets (BT); losses (BT) = -log softmax(logits)[target].
   // If dloss != 0, logits is OVERWRITTEN with its gradient:
   //   dloss * (softmax - onehot(target)) on columns < V, and 0 on padded columns.
+  // softcap c > 0: logits hold y = c·tanh(x/c) (softcap_forward ran) and the
+  // gradient written is x's: dloss * (softmax - onehot) * (1 - (y/c)^2).
   virtual void classifier(dptr logits, float* losses, const int* targets, int BT, int V, int Vp,
-                          float dloss) = 0;
+                          float dloss, float softcap = 0.f) = 0;
 
   // ---- optimizer -------------------------------------------------------------
   // Sum of squares of n storage-dtype elements, accumulated in double

@@ -127,6 +127,22 @@ std::string get_str(hid_t o, const char* n, const std::string& c) {
   return required(h5_string_attr(o, n, c, ""), n, c);
 }
 
+// Per-layer 0/1 flags as a string of '0' and '1' ("" for none).
+std::string per_layer_flags(const std::vector<uint8_t>& v) {
+  std::string s;
+  for (uint8_t x : v) s += x ? '1' : '0';
+  return s;
+}
+std::vector<uint8_t> parse_per_layer_flags(const std::string& s, const char* n,
+                                           const std::string& ctx) {
+  std::vector<uint8_t> v;
+  for (char ch : s) {
+    if (ch != '0' && ch != '1') fail(ctx, ": attribute ", n, " must be a string of 0 and 1");
+    v.push_back(ch == '1');
+  }
+  return v;
+}
+
 // The model fields beyond GPT-2's six (issue 17). Written always; read when
 // present: a checkpoint without `arch` predates them and is a GPT-2.
 void put_model_extras(hid_t f, const GPTConfig& c, const std::string& ctx) {
@@ -140,6 +156,23 @@ void put_model_extras(hid_t f, const GPTConfig& c, const std::string& ctx) {
   put_f64(f, "rope_low_freq_factor", c.rope_low_freq_factor, ctx);
   put_f64(f, "rope_high_freq_factor", c.rope_high_freq_factor, ctx);
   put_i64(f, "rope_original_max_pos", c.rope_original_max_pos, ctx);
+  if (c.arch != Arch::llama) return;
+  // Issue 38's family fields; a checkpoint without `family` predates them (a Llama).
+  put_str(f, "family", family_name(c.family), ctx);
+  put_i64(f, "head_dim", c.head_dim, ctx);
+  put_i64(f, "qkv_bias", c.qkv_bias ? 1 : 0, ctx);
+  put_i64(f, "qk_norm", (int)c.qk_norm, ctx);
+  put_i64(f, "norm_placement", (int)c.norm_placement, ctx);
+  put_i64(f, "norm_unit_offset", c.norm_unit_offset ? 1 : 0, ctx);
+  put_i64(f, "embed_scale", c.embed_scale ? 1 : 0, ctx);
+  put_f64(f, "attn_scale", c.attn_scale, ctx);
+  put_i64(f, "mlp_act", (int)c.mlp_act, ctx);
+  put_f64(f, "attn_softcap", c.attn_softcap, ctx);
+  put_f64(f, "final_softcap", c.final_softcap, ctx);
+  put_i64(f, "sliding_window", c.sliding_window, ctx);
+  put_str(f, "layer_sliding", per_layer_flags(c.layer_sliding), ctx);
+  put_str(f, "layer_rope", per_layer_flags(c.layer_rope), ctx);
+  put_f64(f, "rope_local_theta", c.rope_local_theta, ctx);
 }
 void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
   auto arch = h5_string_attr(f, "arch", ctx, "");
@@ -159,6 +192,30 @@ void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
   c->rope_low_freq_factor = (float)get_f64(f, "rope_low_freq_factor", ctx);
   c->rope_high_freq_factor = (float)get_f64(f, "rope_high_freq_factor", ctx);
   c->rope_original_max_pos = get_int(f, "rope_original_max_pos", ctx);
+  auto family = h5_string_attr(f, "family", ctx, "");
+  if (!family) return;  // before issue 38: a Llama
+  if (!parse_family(*family, &c->family))
+    fail(ctx, ": attribute family is '", *family, "', which this build does not know (a newer "
+         "ratchet wrote it?)");
+  const auto enum_attr = [&](const char* n, int last) {
+    const int v = get_int(f, n, ctx);
+    if (v < 0 || v > last) fail(ctx, ": attribute ", n, " is ", v, ", not 0..", last);
+    return v;
+  };
+  c->head_dim = get_int(f, "head_dim", ctx);
+  c->qkv_bias = get_i64(f, "qkv_bias", ctx) != 0;
+  c->qk_norm = (QkNorm)enum_attr("qk_norm", (int)QkNorm::full_width);
+  c->norm_placement = (NormPlacement)enum_attr("norm_placement", (int)NormPlacement::sandwich);
+  c->norm_unit_offset = get_i64(f, "norm_unit_offset", ctx) != 0;
+  c->embed_scale = get_i64(f, "embed_scale", ctx) != 0;
+  c->attn_scale = (float)get_f64(f, "attn_scale", ctx);
+  c->mlp_act = (MlpAct)enum_attr("mlp_act", (int)MlpAct::gelu_tanh);
+  c->attn_softcap = (float)get_f64(f, "attn_softcap", ctx);
+  c->final_softcap = (float)get_f64(f, "final_softcap", ctx);
+  c->sliding_window = get_int(f, "sliding_window", ctx);
+  c->layer_sliding = parse_per_layer_flags(get_str(f, "layer_sliding", ctx), "layer_sliding", ctx);
+  c->layer_rope = parse_per_layer_flags(get_str(f, "layer_rope", ctx), "layer_rope", ctx);
+  c->rope_local_theta = (float)get_f64(f, "rope_local_theta", ctx);
 }
 
 }  // namespace ckpt_io

@@ -15,7 +15,7 @@ BucketLayout::BucketLayout(const ParamLayout& layout, int num_layers, int W) : L
   };
   for (int l = 0; l < L_; l++) {
     Bucket b;
-    for (int i = P_LN1W; i <= P_FCPROJB; i++) {
+    for (int i : kBlockTensors) {
       const size_t n = layout.per_layer(i, L_);
       add(b, i, layout.offsets[i] + (size_t)l * n, n);
     }

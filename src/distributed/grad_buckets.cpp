@@ -23,10 +23,10 @@ struct GradBuckets::Store final : GradStore {
 };
 
 namespace {
-// The block count L of a layout: ln1w is (L, C) and lnfw (C), in both architectures.
+// The block count L of a layout.
 int layers_of(const ParamLayout& layout) {
-  RATCHET_ASSERT(layout.sizes[P_LNFW] > 0 && layout.sizes[P_LN1W] % layout.sizes[P_LNFW] == 0);
-  return (int)(layout.sizes[P_LN1W] / layout.sizes[P_LNFW]);
+  RATCHET_ASSERT(layout.layers > 0);
+  return layout.layers;
 }
 }  // namespace
 

@@ -149,7 +149,7 @@ void ParamShards::ready(size_t b) {
 }
 
 cdptr ParamShards::param(int tensor, int layer) {
-  const bool block = tensor >= P_LN1W && tensor <= P_FCPROJB;
+  const bool block = is_block_tensor(tensor);
   const size_t b = block ? (size_t)layer : bk_.buckets().size() - 1;
   Buf& buf = buf_for(b);
   if (buf.bucket != (int)b || buf.arriving) {

@@ -50,20 +50,22 @@ void Replicated::grad_ready(int layer) {
       // behind one event (ncclGroupStart/End); MPI starts them one by one.
       const int L = model_->config().num_layers;
       comm.group_start();
-      for (int i = P_LN1W; i <= P_FCPROJB; i++) {
+      for (int i : kBlockTensors) {
         const size_t n = layout_.per_layer(i, L);
         comm.all_reduce_start(g + (layout_.offsets[i] + (size_t)layer * n) * sb, n, t, ReduceOp::Sum);
       }
       comm.group_end();
     } else {
       // wte and wpe are adjacent (the start of the buffer), and so are lnfw,
-      // lnfb and lmhead (its end; lmhead has size 0 unless a llama is untied).
+      // lnfb and lmhead (lmhead has size 0 unless a llama is untied); the
+      // block tensors after them went with their layers.
       RATCHET_ASSERT(layout_.offsets[P_WPE] == layout_.offsets[P_WTE] + layout_.sizes[P_WTE]);
-      RATCHET_ASSERT(layout_.offsets[P_LMHEAD] + layout_.sizes[P_LMHEAD] == layout_.total);
       comm.all_reduce_start(g + layout_.offsets[P_WTE] * sb,
                             layout_.sizes[P_WTE] + layout_.sizes[P_WPE], t, ReduceOp::Sum);
       comm.all_reduce_start(g + layout_.offsets[P_LNFW] * sb,
-                            layout_.total - layout_.offsets[P_LNFW], t, ReduceOp::Sum);
+                            layout_.offsets[P_LMHEAD] + layout_.sizes[P_LMHEAD] -
+                                layout_.offsets[P_LNFW],
+                            t, ReduceOp::Sum);
     }
     launched_++;
     comm.progress();

@@ -17,6 +17,26 @@ Arch parse_arch(const std::string& s, const char* what) {
   fail(what, " '", s, "' is not an architecture: use gpt2 or llama");
 }
 
+const char* family_name(Family f) {
+  switch (f) {
+    case Family::llama: return "llama";
+    case Family::qwen2: return "qwen2";
+    case Family::qwen3: return "qwen3";
+    case Family::olmo2: return "olmo2";
+    case Family::smollm3: return "smollm3";
+    case Family::mistral: return "mistral";
+    case Family::gemma3: return "gemma3_text";
+  }
+  return "llama";
+}
+
+bool parse_family(const std::string& t, Family* f) {
+  for (Family x : {Family::llama, Family::qwen2, Family::qwen3, Family::olmo2, Family::smollm3,
+                   Family::mistral, Family::gemma3})
+    if (t == family_name(x)) return *f = x, true;
+  return false;
+}
+
 const ConfigFieldNames kFlagNames = {"--layers",     "--heads",      "--channels",
                                      "--kv-heads",   "--ffn-hidden", "--vocab-size",
                                      "--max-seq-len", "--norm-eps",  "--rope-theta",
@@ -27,12 +47,19 @@ const ConfigFieldNames kCheckpointNames = {
 
 double GPTConfig::param_count() const {
   const double C = channels, L = num_layers, V = std::max(padded_vocab, vocab_size),
-               KVC = (double)kv_heads() * (num_heads > 0 ? channels / num_heads : 0),
+               hs = head_dim > 0 ? head_dim : (num_heads > 0 ? channels / num_heads : 0),
+               QC = (double)num_heads * hs, KVC = (double)kv_heads() * hs,
                H = ffn_hidden > 0 ? ffn_hidden : 4.0 * channels;
-  // llama: wte (+ lm_head), q, o (C² each), k, v (C·KV·hs each), gate, up,
-  // down (C·H each), two norms; GPT-2: wte, wpe, 12C² + 13C per layer, lnf.
-  if (llama())
-    return V * C * (tied_embeddings ? 1 : 2) + L * (2 * C * C + 2 * C * KVC + 3 * C * H + 2 * C) + C;
+  // llama: wte (+ lm_head), q, o (C·NH·hs each), k, v (C·KV·hs each), gate,
+  // up, down (C·H each), the norms (and the options' biases and q/k norms);
+  // GPT-2: wte, wpe, 12C² + 13C per layer, lnf.
+  if (llama()) {
+    const double norms = (has_pre_norms() ? 2 * C : 0) + (has_post_norms() ? 2 * C : 0);
+    const double qk = qk_norm == QkNorm::per_head ? 2 * hs : qk_norm == QkNorm::full_width ? QC + KVC : 0;
+    const double bias = qkv_bias ? QC + 2 * KVC : 0;
+    return V * C * (tied_embeddings ? 1 : 2) +
+           L * (2 * C * QC + 2 * C * KVC + 3 * C * H + norms + qk + bias) + C;
+  }
   return V * C + (double)max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
 }
 
@@ -50,8 +77,11 @@ void GPTConfig::finalize(const ConfigFieldNames& n) {
            "; larger than any model ratchet can hold)");
   if (num_layers < 1) fail(n.layers, " must be at least 1 (got ", num_layers, ")");
   if (num_heads < 1) fail(n.heads, " must be at least 1 (got ", num_heads, ")");
-  if (channels < 1 || channels % num_heads != 0)
-    fail(n.channels, " ", channels, " must be a positive multiple of ", n.heads, " ", num_heads);
+  if (channels < 1 || (head_dim == 0 && channels % num_heads != 0))
+    fail(n.channels, " ", channels, " must be a positive multiple of ", n.heads, " ", num_heads,
+         head_dim == 0 ? " (or give head_dim)" : "");
+  if (head_dim < 0 || head_dim > kMaxChannels)
+    fail("head_dim ", head_dim, " must be positive (or 0: channels / heads)");
   if (vocab_size < 2) fail(n.vocab_size, " must be at least 2 (got ", vocab_size, ")");
   if (max_seq_len < 1) fail(n.max_seq_len, " must be at least 1 (got ", max_seq_len, ")");
   if (padded_vocab < vocab_size) padded_vocab = pad_vocab(vocab_size);
@@ -80,10 +110,34 @@ void GPTConfig::finalize(const ConfigFieldNames& n) {
     if (ffn() != 4 * channels)
       fail(n.ffn_hidden, " ", ffn_hidden, " needs --arch llama (GPT-2's MLP is 4 x channels)");
     if (!tied_embeddings) fail("untied embeddings need --arch llama (GPT-2 ties wte and lm_head)");
+    if (family != Family::llama || head_dim != 0 || qkv_bias || qk_norm != QkNorm::none ||
+        norm_placement != NormPlacement::pre || norm_unit_offset || embed_scale ||
+        attn_scale != 0 || mlp_act != MlpAct::silu || attn_softcap != 0 || final_softcap != 0 ||
+        sliding_window != 0 || !layer_sliding.empty() || !layer_rope.empty() ||
+        rope_local_theta != 0)
+      fail("a llama-family option (", family_name(family), ") is set on a GPT-2 config");
     return;
   }
   if (head_size() % 2 != 0)
-    fail(n.channels, " / ", n.heads, " = ", head_size(), " must be even for RoPE (it rotates pairs)");
+    fail(head_dim > 0 ? "head_dim" : n.channels, head_dim > 0 ? "" : " / ",
+         head_dim > 0 ? "" : n.heads, " = ", head_size(), " must be even for RoPE (it rotates pairs)");
+  const auto per_layer = [&](const std::vector<uint8_t>& v, const char* what) {
+    if (!v.empty() && v.size() != (size_t)num_layers)
+      fail(what, " has ", v.size(), " entries but the model has ", num_layers, " layers (",
+           n.layers, "): give one per layer");
+  };
+  per_layer(layer_sliding, "the per-layer sliding-window list (layer_types)");
+  per_layer(layer_rope, "the per-layer RoPE list (no_rope_layers)");
+  if (sliding_window < 0) fail("sliding_window must be positive (got ", sliding_window, ")");
+  if (sliding_window == 0 && std::count(layer_sliding.begin(), layer_sliding.end(), 1) > 0)
+    fail("sliding layers need a sliding_window > 0");
+  for (const auto& [v, what] : {std::pair<float, const char*>{attn_scale, "the attention scale"},
+                                {attn_softcap, "attn_logit_softcapping"},
+                                {final_softcap, "final_logit_softcapping"},
+                                {rope_local_theta, "rope_local_base_freq"}})
+    if (!(v >= 0) || !std::isfinite(v)) fail(what, " must be a positive finite number (got ", v, ")");
+  if (rope_local_theta != 0 && !(rope_local_theta > 1))
+    fail("rope_local_base_freq must be greater than 1 (got ", rope_local_theta, ")");
   if (!(norm_eps > 0) || !std::isfinite(norm_eps))
     fail(n.norm_eps, " must be a positive finite number (got ", norm_eps, ")");
   if (!(rope_theta > 1) || !std::isfinite(rope_theta))
@@ -109,6 +163,9 @@ std::string GPTConfig::describe() const {
     os << " KV=" << kv_heads() << " ffn=" << ffn() << " theta=" << rope_theta
        << (tied_embeddings ? " tied" : " untied");
     if (rope_factor != 0) os << " rope_scaling=llama3(" << rope_factor << ")";
+    if (family != Family::llama) os << " family=" << family_name(family);
+    if (head_dim != 0) os << " head_dim=" << head_dim;
+    if (sliding_window != 0) os << " window=" << sliding_window;
   }
   return os.str();
 }
@@ -252,6 +309,23 @@ std::string first_config_difference(const GPTConfig& a, const GPTConfig& b) {
       if (a.rope_high_freq_factor != b.rope_high_freq_factor) return "rope_high_freq_factor";
       if (a.rope_original_max_pos != b.rope_original_max_pos) return "rope_original_max_pos";
     }
+    if (a.family != b.family) return "family";
+    if (a.head_size() != b.head_size()) return "head_dim";
+    if (a.qkv_bias != b.qkv_bias) return "qkv_bias";
+    if (a.qk_norm != b.qk_norm) return "qk_norm";
+    if (a.norm_placement != b.norm_placement) return "norm_placement";
+    if (a.norm_unit_offset != b.norm_unit_offset) return "norm_unit_offset";
+    if (a.embed_scale != b.embed_scale) return "embed_scale";
+    if (a.attn_scale != b.attn_scale) return "attn_scale";
+    if (a.mlp_act != b.mlp_act) return "mlp_act";
+    if (a.attn_softcap != b.attn_softcap) return "attn_softcap";
+    if (a.final_softcap != b.final_softcap) return "final_softcap";
+    if (a.sliding_window != b.sliding_window) return "sliding_window";
+    for (int l = 0; l < a.num_layers; l++) {
+      if (a.layer_is_sliding(l) != b.layer_is_sliding(l)) return "layer_sliding";
+      if (a.layer_has_rope(l) != b.layer_has_rope(l)) return "layer_rope";
+    }
+    if (a.rope_local_theta != b.rope_local_theta) return "rope_local_theta";
   }
   return "";
 }

@@ -19,10 +19,29 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ratchet {
 
 enum class Arch { gpt2, llama };
+
+// The 2026 families (issue 38) are all Arch::llama: the same decoder with a
+// few places changed. `family` names the Hugging Face model_type a config
+// imports from and exports to; the fields below say what differs, so that
+// the model code asks about a feature, never about a family
+// (docs/model-families.md has the table of which family sets what).
+enum class Family { llama, qwen2, qwen3, olmo2, smollm3, mistral, gemma3 };
+// q/k RMSNorm after the projection, before RoPE: none; per_head (Qwen3,
+// Gemma 3: over head_dim, one [head_dim] weight shared by every head);
+// full_width (OLMo 2: over all NH*hs of q and all KV*hs of k).
+enum class QkNorm { none, per_head, full_width };
+// Where a layer's RMSNorms sit: pre (Llama: before attention and MLP);
+// post (OLMo 2: no input norms, a norm on each branch's output before the
+// residual add); sandwich (Gemma 3: both).
+enum class NormPlacement { pre, post, sandwich };
+// The gated MLP's activation: silu (SwiGLU) or gelu_tanh (Gemma's GeGLU,
+// gelu_pytorch_tanh).
+enum class MlpAct { silu, gelu_tanh };
 
 // The largest sizes a config may have (issue 25: a config.json or a flag with
 // 10^9 layers grew until the OOM killer ended the run). Far above any
@@ -47,6 +66,9 @@ struct ConfigFieldNames {
 extern const ConfigFieldNames kFlagNames;        // --layers, --heads, ...
 extern const ConfigFieldNames kCheckpointNames;  // num_layers, num_heads, ... (state.h5, llm.c header)
 const char* arch_name(Arch a);                 // "gpt2" | "llama"
+const char* family_name(Family f);             // HF model_type: "llama", "qwen2", ..., "gemma3_text"
+// A model_type -> Family; false when ratchet has no such family.
+bool parse_family(const std::string& model_type, Family* f);
 Arch parse_arch(const std::string& s, const char* what);  // throws Error naming `what`
 
 struct GPTConfig {
@@ -66,7 +88,36 @@ struct GPTConfig {
   int rope_original_max_pos = 8192;
   bool tied_embeddings = true; // llama may be untied (separate lm_head); gpt2 always tied
 
-  int head_size() const { return channels / num_heads; }
+  // ---- the 2026 families (issue 38); defaults are Llama's -------------------
+  Family family = Family::llama;
+  int head_dim = 0;              // hs; 0 -> C/NH (HF head_dim: Qwen3 and Gemma 3 set their own)
+  bool qkv_bias = false;         // Qwen2.5: q/k/v projections have a bias (qkvb), o has none
+  QkNorm qk_norm = QkNorm::none;
+  NormPlacement norm_placement = NormPlacement::pre;
+  bool norm_unit_offset = false; // Gemma: every RMSNorm is x·rstd·(1+w) (weights stored as w)
+  bool embed_scale = false;      // Gemma: embeddings times sqrt(C) (rounded to storage dtype)
+  float attn_scale = 0.f;        // softmax scale; 0 -> 1/sqrt(hs) (Gemma: query_pre_attn_scalar^-0.5)
+  MlpAct mlp_act = MlpAct::silu;
+  float attn_softcap = 0.f;      // Gemma attn_logit_softcapping: scores c·tanh(s/c); 0 = off
+  float final_softcap = 0.f;     // Gemma final_logit_softcapping on the logits; 0 = off
+  int sliding_window = 0;        // W: a sliding layer's query i sees keys i-W < j <= i; 0 = none
+  // Per layer, L entries or empty. layer_sliding[l] = 1: layer l attends
+  // within sliding_window (empty: no layer does). layer_rope[l] = 0: layer l
+  // has no RoPE (SmolLM3's NoPE layers; empty: every layer has RoPE).
+  std::vector<uint8_t> layer_sliding, layer_rope;
+  float rope_local_theta = 0.f;  // sliding layers' RoPE base (Gemma 3 rope_local_base_freq); 0 -> rope_theta
+
+  int head_size() const { return head_dim > 0 ? head_dim : channels / num_heads; }
+  // What attention writes and o_proj reads: NH·hs (C unless head_dim says otherwise).
+  int attn_channels() const { return num_heads * head_size(); }
+  bool layer_is_sliding(int l) const { return !layer_sliding.empty() && layer_sliding[l]; }
+  bool layer_has_rope(int l) const { return layer_rope.empty() || layer_rope[l]; }
+  int window(int l) const { return layer_is_sliding(l) ? sliding_window : 0; }
+  // Whether layer l uses the local RoPE table (a sliding layer with its own base).
+  bool layer_local_rope(int l) const { return rope_local_theta > 0 && layer_is_sliding(l); }
+  float norm_offset() const { return norm_unit_offset ? 1.f : 0.f; }
+  bool has_pre_norms() const { return norm_placement != NormPlacement::post; }
+  bool has_post_norms() const { return norm_placement != NormPlacement::pre; }
   int kv_heads() const { return num_kv_heads > 0 ? num_kv_heads : num_heads; }
   int ffn() const { return ffn_hidden > 0 ? ffn_hidden : 4 * channels; }
   bool llama() const { return arch == Arch::llama; }

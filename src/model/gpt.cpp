@@ -39,7 +39,7 @@ dptr GPT::grad(int i, int layer) {
   if (store_) {
     // The block tensors of the block the store last placed; the rest always.
     RATCHET_ASSERT(slots_[i] != nullptr);
-    RATCHET_ASSERT(i < P_LN1W || i > P_FCPROJB || layer == slot_layer_);
+    RATCHET_ASSERT(!is_block_tensor(i) || layer == slot_layer_);
     return slots_[i];
   }
   size_t off = layout_.offsets[i] + (size_t)layer * layout_.per_layer(i, cfg_.num_layers);
@@ -53,8 +53,12 @@ void GPT::init_random(uint64_t seed) {
   for (int i = 0; i < kNumParamTensors; i++) {
     float* p = host.data() + layout_.offsets[i];
     size_t n = layout_.sizes[i];
-    if (i == P_LN1W || i == P_LN2W || i == P_LNFW) {
-      for (size_t j = 0; j < n; j++) p[j] = 1.0f;
+    if (i == P_LN1W || i == P_LN2W || i == P_LNFW || i == P_QNORMW || i == P_KNORMW ||
+        i == P_ATTNPOSTW || i == P_MLPPOSTW) {
+      // RMSNorm gains start at identity: w = 1, or w = 0 in Gemma's (1+w) form
+      // (GPT-2's LayerNorm keeps 1; its bias slots are not in this list).
+      const float one = cfg_.llama() && cfg_.norm_unit_offset ? 0.0f : 1.0f;
+      for (size_t j = 0; j < n; j++) p[j] = one;
     } else if (ParamLayout::decayed(i)) {
       float sd = (i == P_ATTPROJW || i == P_FCPROJW) ? std_proj : 0.02f;
       // wte, lmhead: only the V real rows; padded rows stay zero.
@@ -119,6 +123,9 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
                Vp = cfg.padded_vocab, L = cfg.num_layers, QKV = cfg.qkv_channels();
   const bool llama = cfg.llama();
   const size_t F = llama ? 2 * (size_t)cfg.ffn() : 4 * C, A = llama ? cfg.ffn() : 4 * C;
+  const size_t Cq = llama ? (size_t)cfg.attn_channels() : C;  // what attention writes
+  const bool qkn = llama && cfg.qk_norm != QkNorm::none, post = llama && cfg.has_post_norms();
+  const size_t R = cfg.qk_norm == QkNorm::per_head ? NH + cfg.kv_heads() : 2;
   Acts a{};
   char* base = (char*)acts;
   size_t off = 0;
@@ -130,33 +137,41 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
   };
   auto st = [&](size_t elems) { return take(elems * sb); };
   auto f32 = [&](size_t elems) { return (float*)take(elems * sizeof(float)); };
-  // First, so that it stays where ensure_acts() uploaded it for any (B, T).
+  // First, so that they stay where ensure_acts() uploaded them for any (B, T).
   if (llama) a.rope = f32((size_t)cfg.max_seq_len * cfg.head_size());  // (2, maxT, hs/2)
+  if (llama && cfg.rope_local_theta > 0) a.rope_local = f32((size_t)cfg.max_seq_len * cfg.head_size());
   a.inputs = (int*)take(BT * sizeof(int));
   a.targets = (int*)take(BT * sizeof(int));
   if (llama) a.zero_pos = st((size_t)T * C);
   a.encoded = st(BT * C);
   // Shared buffers of the policy (taken only when the policy uses them).
   dptr gelu_shared = p.shares_gelu() ? st(BT * A) : nullptr;  // (BT,A)
-  dptr ln_shared = p.shares_ln() ? st(BT * C) : nullptr;          // (BT,C)
-  // One block's working set (every per-layer buffer but r3), laid out in the
-  // order of the per-layer buffers below; blocks:k layers all point here.
+  const bool pre_norms = !llama || cfg.has_pre_norms();  // OLMo 2 has no ln1, ln2
+  dptr ln_shared = p.shares_ln() && pre_norms ? st(BT * C) : nullptr;  // (BT,C)
+  // One block's working set (every per-layer buffer but r3 and mlpo), laid
+  // out in the order of the per-layer buffers below; blocks:k layers all point here.
   struct Block {
-    dptr ln1, qkv, atty, att, r2, ln2, fch, fch_gelu;
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    dptr ln1, qkv, atty, att, r2, ln2, fch, fch_gelu, qkvr, attno;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *qk_rstd, *attno_rstd;
   };
   auto take_block = [&](bool gelu_own, bool ln_own) {
-    Block k;
-    k.ln1 = ln_own ? st(BT * C) : ln_shared;
-    k.ln1_mean = llama ? nullptr : f32(BT);
-    k.ln1_rstd = f32(BT);
+    Block k{};
+    if (pre_norms) {
+      k.ln1 = ln_own ? st(BT * C) : ln_shared;
+      k.ln1_mean = llama ? nullptr : f32(BT);
+      k.ln1_rstd = f32(BT);
+    }
+    if (qkn) k.qkvr = st(BT * QKV), k.qk_rstd = f32(BT * R);
     k.qkv = st(BT * QKV);
-    k.atty = st(BT * C);
+    k.atty = st(BT * Cq);
     k.att = take(attention_saved_bytes(att, B, NH, T, sb));
+    if (post) k.attno = st(BT * C), k.attno_rstd = f32(BT);
     k.r2 = st(BT * C);
-    k.ln2 = ln_own ? st(BT * C) : ln_shared;
-    k.ln2_mean = llama ? nullptr : f32(BT);
-    k.ln2_rstd = f32(BT);
+    if (pre_norms) {
+      k.ln2 = ln_own ? st(BT * C) : ln_shared;
+      k.ln2_mean = llama ? nullptr : f32(BT);
+      k.ln2_rstd = f32(BT);
+    }
     k.fch = st(BT * F);
     k.fch_gelu = gelu_own ? st(BT * A) : gelu_shared;
     return k;
@@ -167,21 +182,30 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
     const Block k = p.recomputes_block((int)l) ? shared_block
                                                : take_block(!p.shares_gelu(), !p.shares_ln());
     if (count_only) {
+      if (post) st(BT * C), f32(BT);  // mlpo, mlpo_rstd
       st(BT * C);  // r3
       continue;
     }
     a.ln1.push_back(k.ln1);
     a.ln1_mean.push_back(k.ln1_mean);
     a.ln1_rstd.push_back(k.ln1_rstd);
+    a.qkvr.push_back(k.qkvr);
+    a.qk_rstd.push_back(k.qk_rstd);
     a.qkv.push_back(k.qkv);
     a.atty.push_back(k.atty);
     a.att.push_back(k.att);
+    a.attno.push_back(k.attno);
+    a.attno_rstd.push_back(k.attno_rstd);
     a.r2.push_back(k.r2);
     a.ln2.push_back(k.ln2);
     a.ln2_mean.push_back(k.ln2_mean);
     a.ln2_rstd.push_back(k.ln2_rstd);
     a.fch.push_back(k.fch);
     a.fch_gelu.push_back(k.fch_gelu);
+    if (post) {
+      a.mlpo.push_back(st(BT * C));
+      a.mlpo_rstd.push_back(f32(BT));
+    }
     a.r3.push_back(st(BT * C));  // kept by every policy
   }
   a.lnf = st(BT * C);
@@ -190,10 +214,12 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
   a.logits = st(BT * Vp);
   a.losses = f32(BT);
   a.dresidual = st(BT * C);
-  a.dbtc = st(BT * C);
+  a.dbtc = st(BT * std::max(C, Cq));
   a.dqkv = st(BT * QKV);
   a.dfch = st(BT * F);
   if (llama) a.dact = st(BT * A);
+  if (post) a.postn = st(BT * C), a.dpost = st(BT * C);
+  if (qkn) a.dqkvr = st(BT * QKV);
   a.bytes = off;
   return a;
 }
@@ -207,9 +233,17 @@ void GPT::ensure_acts(int B, int T) {
   if (acts_) be_.release(acts_);
   acts_ = be_.alloc(need);
   acts_bytes_ = need;
-  if (cfg_.llama()) {  // the RoPE table lives in the activations (counted there)
+  if (cfg_.llama()) {  // the RoPE tables live in the activations (counted there)
+    const Acts a = acts_for(B, T);
     const std::vector<float> tab = rope_cos_sin(cfg_, cfg_.max_seq_len);
-    be_.upload_bytes(acts_for(B, T).rope, tab.data(), tab.size() * sizeof(float));
+    be_.upload_bytes(a.rope, tab.data(), tab.size() * sizeof(float));
+    if (a.rope_local) {  // sliding layers' base, without the global layers' scaling
+      GPTConfig local = cfg_;
+      local.rope_theta = cfg_.rope_local_theta;
+      local.rope_factor = 0;
+      const std::vector<float> lt = rope_cos_sin(local, cfg_.max_seq_len);
+      be_.upload_bytes(a.rope_local, lt.data(), lt.size() * sizeof(float));
+    }
   }
   // The backend's op scratch, sized once for these shapes (exact accounting).
   be_.reserve_workspace(be_.workspace_bytes(op_shapes(cfg_, B, T)));
@@ -313,6 +347,10 @@ void GPT::forward_spans(const int32_t* inputs, int B, int T, const std::vector<S
     OpScope s(*this, "matmul_lmhead_fwd", 2.0 * M * C * Vp, 0);
     be_.matmul_forward(a.logits, nullptr, a.lnf, param(layout_.classifier()), nullptr, M, C, Vp);
   }
+  if (cfg_.llama() && cfg_.final_softcap > 0) {
+    OpScope s(*this, "softcap_fwd", 0, 2.0 * M * Vp * be_.storage_bytes());
+    be_.softcap_forward(a.logits, (size_t)M * Vp, cfg_.final_softcap);
+  }
   {
     OpScope s(*this, "classifier", 0, 2.0 * M * Vp * be_.storage_bytes());
     be_.classifier(a.logits, a.losses, a.targets, M, V, Vp, 0.0f);
@@ -400,6 +438,10 @@ void GPT::run_forward(const Acts& a, int B, int T, bool has_targets, float dloss
     be_.encoder_forward(a.encoded, a.inputs, param(P_WTE), llama ? a.zero_pos : param(P_WPE),
                         B, T, C);
   }
+  if (llama && cfg_.embed_scale) {  // Gemma: times sqrt(C), rounded to the storage dtype as HF does
+    OpScope s(*this, "embed_scale", 0, 2.0 * BT * C * sb);
+    be_.scale(a.encoded, (size_t)BT * C, embed_scale());
+  }
   // The final norm is fused into the last block's residual add (both archs).
   for (int l = 0; l < L; l++) {
     if (pstore_) {
@@ -416,9 +458,14 @@ void GPT::run_forward(const Acts& a, int B, int T, bool has_targets, float dloss
     be_.matmul_forward(a.logits, nullptr, a.lnf, param(layout_.classifier()), nullptr, BT, C,
                        Vp);
   }
+  if (llama && cfg_.final_softcap > 0) {
+    OpScope s(*this, "softcap_fwd", 0, 2.0 * BT * Vp * sb);
+    be_.softcap_forward(a.logits, (size_t)BT * Vp, cfg_.final_softcap);
+  }
   if (has_targets) {
     OpScope s(*this, "classifier", 0, 2.0 * BT * Vp * sb);
-    be_.classifier(a.logits, a.losses, a.targets, BT, V, Vp, dloss);
+    be_.classifier(a.logits, a.losses, a.targets, BT, V, Vp, dloss,
+                   llama ? cfg_.final_softcap : 0.0f);
   }
 }
 
@@ -437,7 +484,7 @@ void GPT::run_backward(const Acts& a, int B, int T) {
   // block's backward, recompute included, runs).
   auto place_block = [&](int l) {
     if (!store_) return;
-    for (int i = P_LN1W; i <= P_FCPROJB; i++) slots_[i] = nullptr;
+    for (int i : kBlockTensors) slots_[i] = nullptr;
     slot_layer_ = l;
     store_->block(l, slots_);
   };
@@ -450,7 +497,7 @@ void GPT::run_backward(const Acts& a, int B, int T) {
   if (llama) {
     OpScope s(*this, "rmsnorm_bwd", 0, 4.0 * BT * C * sb);
     be_.rmsnorm_backward(a.dresidual, grad(P_LNFW), a.dbtc, a.r3[L - 1], param(P_LNFW),
-                         a.lnf_rstd, BT, C);
+                         a.lnf_rstd, BT, C, cfg_.norm_offset());
   } else {
     OpScope s(*this, "layernorm_bwd", 0, 4.0 * BT * C * sb);
     be_.layernorm_backward(a.dresidual, grad(P_LNFW), grad(P_LNFB), a.dbtc, a.r3[L - 1],
@@ -531,6 +578,10 @@ void GPT::run_backward(const Acts& a, int B, int T) {
     // dresidual = d x (the stream entering layer l)
     if (grad_ready_) grad_ready_(l);
   }
+  if (llama && cfg_.embed_scale) {  // d wte rows = d encoded · sqrt(C)
+    OpScope s(*this, "embed_scale", 0, 2.0 * BT * C * sb);
+    be_.scale(a.dresidual, (size_t)BT * C, embed_scale());
+  }
   {
     OpScope s(*this, "encoder_bwd", 0, 3.0 * BT * C * sb);
     be_.encoder_backward(grad(P_WTE), llama ? a.zero_pos : grad(P_WPE), a.dresidual, a.inputs,
@@ -539,11 +590,27 @@ void GPT::run_backward(const Acts& a, int B, int T) {
   if (grad_ready_) grad_ready_(-1);
 }
 
+float GPT::embed_scale() const {
+  // HF Gemma: hidden * torch.tensor(hidden_size ** 0.5, dtype=hidden.dtype):
+  // the square root in double, rounded to the dtype (FP32 here).
+  return (float)std::sqrt((double)cfg_.channels);
+}
+
+double attention_keys_per_query(const GPTConfig& cfg, int l, int T) {
+  const int W = cfg.llama() ? cfg.window(l) : 0;
+  return W > 0 ? std::min(T, W) : T;
+}
+
 double train_flops_per_token(const GPTConfig& cfg, int T) {
   ParamLayout lay(cfg);
   double n_matmul = (double)lay.total - (double)lay.sizes[P_WPE];
   if (lay.classifier() == P_LMHEAD) n_matmul -= (double)lay.sizes[P_WTE];  // lookup only
-  return 6.0 * n_matmul + 12.0 * cfg.num_layers * (double)cfg.channels * T;
+  // Attention (PaLM's count, fwd + bwd): 12·keys·(NH·hs) per layer, where a
+  // sliding layer's query sees min(T, W) keys.
+  const double Cq = cfg.llama() ? cfg.attn_channels() : cfg.channels;
+  double attn = 0;
+  for (int l = 0; l < cfg.num_layers; l++) attn += 12.0 * Cq * attention_keys_per_query(cfg, l, T);
+  return 6.0 * n_matmul + attn;
 }
 
 }  // namespace ratchet

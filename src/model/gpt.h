@@ -181,6 +181,13 @@ class GPT {
   void forward_block_llama(const Acts& a, int l, int B, int T, bool to_act);
   void backward_block_llama(const Acts& a, int l, int B, int T);
   float mean_loss(const Acts& a, int BT) const;
+  float embed_scale() const;  // Gemma's sqrt(C)
+  // The llama block's pieces (llama_block.cpp): the q/k projection (bias,
+  // q/k norm, RoPE) and a branch output's post norm.
+  void qkv_forward(const Acts& a, int l, int B, int T, cdptr in);
+  void qkv_backward(const Acts& a, int l, int B, int T, cdptr in);
+  AttnOpts attn_opts(int l) const;
+  const float* rope_table(const Acts& a, int l) const;
   cdptr param(int i, int layer = 0) const;
   dptr grad(int i, int layer = 0);
 
@@ -211,5 +218,8 @@ Backend::OpShapes op_shapes(const GPTConfig& cfg, int B, int T);
 // is only a lookup), plus attention's 12·L·C·T (PaLM appendix B; GQA does
 // not change it: every query head still attends over T keys).
 double train_flops_per_token(const GPTConfig& cfg, int T);
+// Keys a query of layer l attends to at sequence length T (FLOP counts):
+// T, or min(T, W) on a sliding layer.
+double attention_keys_per_query(const GPTConfig& cfg, int l, int T);
 
 }  // namespace ratchet

@@ -1,80 +1,181 @@
-// The llama transformer block, forward and backward (see model/gpt.h for the
-// whole model and model/recompute.h for what each policy keeps):
-//   ln1 = RMSNorm(x; ln1w)                  (layer 0, or a recomputed block;
-//                                            otherwise the previous block wrote it)
-//   qkv = ln1 qkvw^T (BT,QKV); rope(q, k) in place
-//   atty = attention(qkv; NH, KV)           (BT,C)
-//   r2 = x + atty attprojw^T; ln2 = RMSNorm(r2; ln2w)        (fused)
-//   fch = ln2 fcw^T (BT,2H) gate|up; act = swiglu(fch) (BT,H) (Acts::fch_gelu)
-//   r3 = r2 + act fcprojw^T; next ln1 (or lnf) = RMSNorm(r3)  (fused)
+// The llama-architecture transformer block, forward and backward, for Llama
+// and the 2026 families that change a few places of it (issue 38; see
+// model/config.h for the options and model/gpt.h for the whole model,
+// model/recompute.h for what each policy keeps). With hs the head size,
+// Cq = NH·hs, n(·; w) an RMSNorm (x·rstd·(w + off), off = 1 in Gemma's form):
+//   in   = pre norms ? ln1 = n(x; ln1w) : x     (layer 0, or a recomputed block;
+//                                              otherwise the previous block wrote ln1)
+//   qkv  = in qkvw^T [+ qkvb]  (BT,QKV)        [qkv_bias: Qwen2.5]
+//          [q/k norm: qkvr keeps this, qkv = qk_norm(qkvr)]   (Qwen3, Gemma 3, OLMo 2)
+//          rope(q, k) in place, unless the layer is NoPE (SmolLM3); the layer's
+//          table (Gemma 3: sliding layers have their own base)
+//   atty = attention(qkv; NH, KV, window, scale, soft-cap)  (BT,Cq)
+//   o    = atty attprojw^T (BT,C)
+//   r2   = x + (post norms ? n(o; attnpostw) : o)      (o kept as attno when normed)
+//   mid  = pre norms ? ln2 = n(r2; ln2w) : r2
+//   fch  = mid fcw^T (BT,2H) gate|up; act = swiglu | geglu (fch) (BT,H)
+//   m    = act fcprojw^T (BT,C)
+//   r3   = r2 + (post norms ? n(m; mlppostw) : m)      (m kept as mlpo when normed)
+//   then the next layer's ln1 (or lnf) = n(r3), fused with the add where it exists.
 // Backward mirrors it; the policy's shared buffers are refilled with the same
 // ops on the same inputs, so gradients keep their bits under every policy.
+#include <string>
+
 #include "core/error.h"
 #include "model/gpt_internals.h"
 
 namespace ratchet {
 
-void GPT::forward_block_llama(const Acts& a, int l, int B, int T, bool to_act) {
+AttnOpts GPT::attn_opts(int l) const {
+  AttnOpts o;
+  o.window = cfg_.window(l);
+  o.scale = cfg_.attn_scale;
+  o.softcap = cfg_.attn_softcap;
+  return o;
+}
+
+const float* GPT::rope_table(const Acts& a, int l) const {
+  return cfg_.layer_local_rope(l) ? a.rope_local : a.rope;
+}
+
+// qkv[l] from the attention input `in`: projection, bias, q/k norm, RoPE.
+void GPT::qkv_forward(const Acts& a, int l, int B, int T, cdptr in) {
   const int C = cfg_.channels, NH = cfg_.num_heads, KV = cfg_.kv_heads(), hs = cfg_.head_size(),
-            H = cfg_.ffn(), QKV = cfg_.qkv_channels(), L = cfg_.num_layers, BT = B * T;
-  const float eps = cfg_.norm_eps;
-  const double sb = be_.storage_bytes(), mm = 2.0 * BT;  // matmul FLOPs = 2·BT·in·out
-  const double attn_flops = 4.0 * B * T * (double)T * C;  // q·k and att·v, per query head
-  cdptr x = l == 0 ? a.encoded : a.r3[l - 1];
-  if (l == 0 || to_act) {
-    OpScope s(*this, "rmsnorm_fwd", 0, 2.0 * BT * C * sb);
-    be_.rmsnorm_forward(a.ln1[l], a.ln1_rstd[l], x, param(P_LN1W, l), BT, C, eps);
-  }
+            QKV = cfg_.qkv_channels(), BT = B * T;
+  const double sb = be_.storage_bytes();
+  const bool qkn = cfg_.qk_norm != QkNorm::none;
   {
-    OpScope s(*this, "matmul_fwd", mm * C * QKV, 0);
-    be_.matmul_forward(a.qkv[l], nullptr, a.ln1[l], param(P_QKVW, l), nullptr, BT, C, QKV);
+    OpScope s(*this, "matmul_fwd", 2.0 * BT * C * QKV, 0);
+    be_.matmul_forward(qkn ? a.qkvr[l] : a.qkv[l], nullptr, in, param(P_QKVW, l),
+                       cfg_.qkv_bias ? param(P_QKVB, l) : nullptr, BT, C, QKV);
   }
-  {
+  if (qkn) {
+    OpScope s(*this, "qk_norm_fwd", 0, 2.0 * BT * QKV * sb);
+    be_.qk_norm_forward(a.qkv[l], a.qk_rstd[l], a.qkvr[l], param(P_QNORMW, l),
+                        param(P_KNORMW, l), BT, NH, KV, hs, cfg_.qk_norm == QkNorm::per_head,
+                        cfg_.norm_eps, cfg_.norm_offset());
+  }
+  if (cfg_.layer_has_rope(l)) {
     OpScope s(*this, "rope_fwd", 0, 2.0 * BT * (NH + KV) * hs * sb);
-    be_.rope_forward(a.qkv[l], a.rope, B, T, NH, KV, hs, cfg_.max_seq_len);
+    be_.rope_forward(a.qkv[l], rope_table(a, l), B, T, NH, KV, hs, cfg_.max_seq_len);
   }
+}
+
+// From a.dqkv (d qkv[l], destroyed) to a.dbtc = d in, with the weight
+// gradients of the projection, its bias and the q/k norm.
+void GPT::qkv_backward(const Acts& a, int l, int B, int T, cdptr in) {
+  const int C = cfg_.channels, NH = cfg_.num_heads, KV = cfg_.kv_heads(), hs = cfg_.head_size(),
+            QKV = cfg_.qkv_channels(), BT = B * T;
+  const double sb = be_.storage_bytes();
+  const bool qkn = cfg_.qk_norm != QkNorm::none;
+  if (cfg_.layer_has_rope(l)) {
+    OpScope s(*this, "rope_bwd", 0, 2.0 * BT * (NH + KV) * hs * sb);
+    be_.rope_backward(a.dqkv, rope_table(a, l), B, T, NH, KV, hs, cfg_.max_seq_len);
+  }
+  if (qkn) {
+    OpScope s(*this, "qk_norm_bwd", 0, 4.0 * BT * QKV * sb);
+    be_.qk_norm_backward(a.dqkvr, grad(P_QNORMW, l), grad(P_KNORMW, l), a.dqkv, a.qkvr[l],
+                         param(P_QNORMW, l), param(P_KNORMW, l), a.qk_rstd[l], BT, NH, KV, hs,
+                         cfg_.qk_norm == QkNorm::per_head, cfg_.norm_offset());
+  }
+  {
+    OpScope s(*this, "matmul_bwd", 4.0 * BT * C * QKV, 0);
+    be_.matmul_backward(a.dbtc, grad(P_QKVW, l), cfg_.qkv_bias ? grad(P_QKVB, l) : nullptr,
+                        qkn ? a.dqkvr : a.dqkv, in, param(P_QKVW, l), BT, C, QKV);
+  }
+}
+
+namespace {
+// "swiglu_fwd" / "geglu_fwd" and so on: the profile's op names.
+const char* glu_name(MlpAct act, const std::string& what) {
+  static const std::string names[] = {"swiglu_fwd", "swiglu_bwd", "swiglu_recompute",
+                                      "geglu_fwd",  "geglu_bwd",  "geglu_recompute"};
+  const int base = act == MlpAct::gelu_tanh ? 3 : 0;
+  const int k = what == "_fwd" ? 0 : what == "_bwd" ? 1 : 2;
+  return names[base + k].c_str();
+}
+
+void act_forward(Backend& be, MlpAct act, dptr out, cdptr fch, int N, int H) {
+  if (act == MlpAct::gelu_tanh) return be.geglu_forward(out, fch, N, H);
+  be.swiglu_forward(out, fch, N, H);
+}
+}  // namespace
+
+void GPT::forward_block_llama(const Acts& a, int l, int B, int T, bool to_act) {
+  const int C = cfg_.channels, NH = cfg_.num_heads, KV = cfg_.kv_heads(), H = cfg_.ffn(),
+            Cq = cfg_.attn_channels(), L = cfg_.num_layers, BT = B * T;
+  const float eps = cfg_.norm_eps, off = cfg_.norm_offset();
+  const bool pre = cfg_.has_pre_norms(), post = cfg_.has_post_norms();
+  const double sb = be_.storage_bytes(), mm = 2.0 * BT;  // matmul FLOPs = 2·BT·in·out
+  const double attn_flops = 4.0 * B * T * attention_keys_per_query(cfg_, l, T) * Cq;
+  cdptr x = l == 0 ? a.encoded : a.r3[l - 1];
+  if (pre && (l == 0 || to_act)) {
+    OpScope s(*this, "rmsnorm_fwd", 0, 2.0 * BT * C * sb);
+    be_.rmsnorm_forward(a.ln1[l], a.ln1_rstd[l], x, param(P_LN1W, l), BT, C, eps, off);
+  }
+  qkv_forward(a, l, B, T, pre ? a.ln1[l] : x);
   {
     OpScope s(*this, "attention_fwd", attn_flops, 0);
-    be_.attention_forward(a.atty[l], a.att[l], a.qkv[l], B, T, C, NH, KV);
+    be_.attention_forward(a.atty[l], a.att[l], a.qkv[l], B, T, Cq, NH, KV, attn_opts(l));
   }
   {
-    OpScope s(*this, "matmul_fwd", mm * C * C, 0);
-    be_.matmul_forward(a.r2[l], nullptr, a.atty[l], param(P_ATTPROJW, l), nullptr, BT, C, C);
+    OpScope s(*this, "matmul_fwd", mm * Cq * C, 0);
+    be_.matmul_forward(post ? a.attno[l] : a.r2[l], nullptr, a.atty[l], param(P_ATTPROJW, l),
+                       nullptr, BT, Cq, C);
   }
-  {
+  if (post) {
+    OpScope s(*this, "rmsnorm_fwd", 0, 2.0 * BT * C * sb);
+    be_.rmsnorm_forward(a.postn, a.attno_rstd[l], a.attno[l], param(P_ATTNPOSTW, l), BT, C, eps,
+                        off);
+  }
+  if (pre) {
     OpScope s(*this, "residual_rmsnorm_fwd", 0, 4.0 * BT * C * sb);
-    be_.residual_rmsnorm_forward(a.r2[l], a.ln2[l], a.ln2_rstd[l], x, a.r2[l], param(P_LN2W, l),
-                                 BT, C, eps);
+    be_.residual_rmsnorm_forward(a.r2[l], a.ln2[l], a.ln2_rstd[l], x, post ? a.postn : a.r2[l],
+                                 param(P_LN2W, l), BT, C, eps, off);
+  } else {
+    OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
+    be_.residual_forward(a.r2[l], x, a.postn, (size_t)BT * C);
   }
   {
     OpScope s(*this, "matmul_fwd", mm * C * 2 * H, 0);
-    be_.matmul_forward(a.fch[l], nullptr, a.ln2[l], param(P_FCW, l), nullptr, BT, C, 2 * H);
+    be_.matmul_forward(a.fch[l], nullptr, pre ? a.ln2[l] : a.r2[l], param(P_FCW, l), nullptr, BT,
+                       C, 2 * H);
   }
   {
-    OpScope s(*this, "swiglu_fwd", 0, 3.0 * BT * H * sb);
-    be_.swiglu_forward(a.fch_gelu[l], a.fch[l], BT, H);
+    OpScope s(*this, glu_name(cfg_.mlp_act, "_fwd"), 0, 3.0 * BT * H * sb);
+    act_forward(be_, cfg_.mlp_act, a.fch_gelu[l], a.fch[l], BT, H);
   }
   if (to_act) return;
   {
     OpScope s(*this, "matmul_fwd", mm * H * C, 0);
-    be_.matmul_forward(a.r3[l], nullptr, a.fch_gelu[l], param(P_FCPROJW, l), nullptr, BT, H, C);
+    be_.matmul_forward(post ? a.mlpo[l] : a.r3[l], nullptr, a.fch_gelu[l], param(P_FCPROJW, l),
+                       nullptr, BT, H, C);
   }
+  if (post) {
+    OpScope s(*this, "rmsnorm_fwd", 0, 2.0 * BT * C * sb);
+    be_.rmsnorm_forward(a.postn, a.mlpo_rstd[l], a.mlpo[l], param(P_MLPPOSTW, l), BT, C, eps, off);
+  }
+  cdptr branch = post ? a.postn : a.r3[l];
   const bool last = l == L - 1;  // then the norm is the final one, lnf
-  {
+  if (last || pre) {
     OpScope s(*this, "residual_rmsnorm_fwd", 0, 4.0 * BT * C * sb);
     be_.residual_rmsnorm_forward(a.r3[l], last ? a.lnf : a.ln1[l + 1],
-                                 last ? a.lnf_rstd : a.ln1_rstd[l + 1], a.r2[l], a.r3[l],
-                                 last ? param(P_LNFW) : param(P_LN1W, l + 1), BT, C, eps);
+                                 last ? a.lnf_rstd : a.ln1_rstd[l + 1], a.r2[l], branch,
+                                 last ? param(P_LNFW) : param(P_LN1W, l + 1), BT, C, eps, off);
+  } else {  // OLMo 2: the next layer reads r3 itself
+    OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
+    be_.residual_forward(a.r3[l], a.r2[l], branch, (size_t)BT * C);
   }
 }
 
 // On entry a.dresidual = d r3[l]; on exit d x (the stream entering layer l).
 void GPT::backward_block_llama(const Acts& a, int l, int B, int T) {
-  const int C = cfg_.channels, NH = cfg_.num_heads, KV = cfg_.kv_heads(), hs = cfg_.head_size(),
-            H = cfg_.ffn(), QKV = cfg_.qkv_channels(), BT = B * T;
-  const float eps = cfg_.norm_eps;
+  const int C = cfg_.channels, NH = cfg_.num_heads, KV = cfg_.kv_heads(), H = cfg_.ffn(),
+            Cq = cfg_.attn_channels(), BT = B * T;
+  const float eps = cfg_.norm_eps, off = cfg_.norm_offset();
+  const bool pre = cfg_.has_pre_norms(), post = cfg_.has_post_norms();
   const double sb = be_.storage_bytes(), mm = 4.0 * BT;  // dinp and dw: 2 matmuls
-  const double attn_flops = 8.0 * B * T * (double)T * C;
+  const double attn_flops = 8.0 * B * T * attention_keys_per_query(cfg_, l, T) * Cq;
   const Recompute& rp = recompute_;
   cdptr x = l == 0 ? a.encoded : a.r3[l - 1];
   // Refill what the policy did not keep (same ops, same inputs: same bits).
@@ -82,60 +183,71 @@ void GPT::backward_block_llama(const Acts& a, int l, int B, int T) {
   if (block) {
     forward_block_llama(a, l, B, T, /*to_act=*/true);
   } else if (rp.shares_gelu()) {
-    OpScope s(*this, "swiglu_recompute", 0, 3.0 * BT * H * sb);
-    be_.swiglu_forward(a.fch_gelu[l], a.fch[l], BT, H);
+    OpScope s(*this, glu_name(cfg_.mlp_act, "_recompute"), 0, 3.0 * BT * H * sb);
+    act_forward(be_, cfg_.mlp_act, a.fch_gelu[l], a.fch[l], BT, H);
   }
+  // d of a normed branch output: dpost = n'(branch) dresidual (zeroed first:
+  // rmsnorm_backward accumulates).
+  auto post_norm_backward = [&](dptr w_grad, int w, cdptr branch, const float* rstd) {
+    be_.zero(a.dpost, (size_t)BT * C * be_.storage_bytes());
+    OpScope s(*this, "rmsnorm_bwd", 0, 4.0 * BT * C * sb);
+    be_.rmsnorm_backward(a.dpost, w_grad, a.dresidual, branch, param(w, l), rstd, BT, C, off);
+  };
   // The MLP branch.
+  if (post) post_norm_backward(grad(P_MLPPOSTW, l), P_MLPPOSTW, a.mlpo[l], a.mlpo_rstd[l]);
   {
     OpScope s(*this, "matmul_bwd", mm * H * C, 0);
-    be_.matmul_backward(a.dact, grad(P_FCPROJW, l), nullptr, a.dresidual, a.fch_gelu[l],
-                        param(P_FCPROJW, l), BT, H, C);
+    be_.matmul_backward(a.dact, grad(P_FCPROJW, l), nullptr, post ? a.dpost : a.dresidual,
+                        a.fch_gelu[l], param(P_FCPROJW, l), BT, H, C);
   }
   {
-    OpScope s(*this, "swiglu_bwd", 0, 5.0 * BT * H * sb);
-    be_.swiglu_backward(a.dfch, a.fch[l], a.dact, BT, H);
+    OpScope s(*this, glu_name(cfg_.mlp_act, "_bwd"), 0, 5.0 * BT * H * sb);
+    if (cfg_.mlp_act == MlpAct::gelu_tanh)
+      be_.geglu_backward(a.dfch, a.fch[l], a.dact, BT, H);
+    else
+      be_.swiglu_backward(a.dfch, a.fch[l], a.dact, BT, H);
   }
-  if (rp.shares_ln() && !block) {
+  if (pre && rp.shares_ln() && !block) {
     OpScope s(*this, "rmsnorm_recompute", 0, 2.0 * BT * C * sb);
-    be_.rmsnorm_forward(a.ln2[l], a.ln2_rstd[l], a.r2[l], param(P_LN2W, l), BT, C, eps);
+    be_.rmsnorm_forward(a.ln2[l], a.ln2_rstd[l], a.r2[l], param(P_LN2W, l), BT, C, eps, off);
   }
   {
     OpScope s(*this, "matmul_bwd", mm * C * 2 * H, 0);
-    be_.matmul_backward(a.dbtc, grad(P_FCW, l), nullptr, a.dfch, a.ln2[l], param(P_FCW, l), BT,
-                        C, 2 * H);
+    be_.matmul_backward(a.dbtc, grad(P_FCW, l), nullptr, a.dfch, pre ? a.ln2[l] : a.r2[l],
+                        param(P_FCW, l), BT, C, 2 * H);
   }
-  {
+  if (pre) {
     OpScope s(*this, "rmsnorm_bwd", 0, 4.0 * BT * C * sb);
     be_.rmsnorm_backward(a.dresidual, grad(P_LN2W, l), a.dbtc, a.r2[l], param(P_LN2W, l),
-                         a.ln2_rstd[l], BT, C);
+                         a.ln2_rstd[l], BT, C, off);
+  } else {
+    OpScope s(*this, "residual_bwd", 0, 3.0 * BT * C * sb);
+    be_.residual_forward(a.dresidual, a.dresidual, a.dbtc, (size_t)BT * C);
   }
   // dresidual = d r2[l]; the attention branch.
+  if (post) post_norm_backward(grad(P_ATTNPOSTW, l), P_ATTNPOSTW, a.attno[l], a.attno_rstd[l]);
   {
-    OpScope s(*this, "matmul_bwd", mm * C * C, 0);
-    be_.matmul_backward(a.dbtc, grad(P_ATTPROJW, l), nullptr, a.dresidual, a.atty[l],
-                        param(P_ATTPROJW, l), BT, C, C);
+    OpScope s(*this, "matmul_bwd", mm * C * Cq, 0);
+    be_.matmul_backward(a.dbtc, grad(P_ATTPROJW, l), nullptr, post ? a.dpost : a.dresidual,
+                        a.atty[l], param(P_ATTPROJW, l), BT, Cq, C);
   }
   {
     OpScope s(*this, "attention_bwd", attn_flops, 0);
-    be_.attention_backward(a.dqkv, a.dbtc, a.qkv[l], a.atty[l], a.att[l], B, T, C, NH, KV);
+    be_.attention_backward(a.dqkv, a.dbtc, a.qkv[l], a.atty[l], a.att[l], B, T, Cq, NH, KV,
+                           attn_opts(l));
   }
-  {
-    OpScope s(*this, "rope_bwd", 0, 2.0 * BT * (NH + KV) * hs * sb);
-    be_.rope_backward(a.dqkv, a.rope, B, T, NH, KV, hs, cfg_.max_seq_len);
-  }
-  if (rp.shares_ln() && !block) {
+  if (pre && rp.shares_ln() && !block) {
     OpScope s(*this, "rmsnorm_recompute", 0, 2.0 * BT * C * sb);
-    be_.rmsnorm_forward(a.ln1[l], a.ln1_rstd[l], x, param(P_LN1W, l), BT, C, eps);
+    be_.rmsnorm_forward(a.ln1[l], a.ln1_rstd[l], x, param(P_LN1W, l), BT, C, eps, off);
   }
-  {
-    OpScope s(*this, "matmul_bwd", mm * C * QKV, 0);
-    be_.matmul_backward(a.dbtc, grad(P_QKVW, l), nullptr, a.dqkv, a.ln1[l], param(P_QKVW, l), BT,
-                        C, QKV);
-  }
-  {
+  qkv_backward(a, l, B, T, pre ? a.ln1[l] : x);
+  if (pre) {
     OpScope s(*this, "rmsnorm_bwd", 0, 4.0 * BT * C * sb);
     be_.rmsnorm_backward(a.dresidual, grad(P_LN1W, l), a.dbtc, x, param(P_LN1W, l),
-                         a.ln1_rstd[l], BT, C);
+                         a.ln1_rstd[l], BT, C, off);
+  } else {
+    OpScope s(*this, "residual_bwd", 0, 3.0 * BT * C * sb);
+    be_.residual_forward(a.dresidual, a.dresidual, a.dbtc, (size_t)BT * C);
   }
 }
 

@@ -7,15 +7,20 @@ namespace ratchet {
 
 ParamLayout::ParamLayout(const GPTConfig& c) {
   const size_t Vp = c.padded_vocab, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
+  layers = c.num_layers;
   if (c.arch == Arch::llama) {
     const size_t hs = c.head_size(), NH = c.num_heads, KV = c.kv_heads(), H = c.ffn();
-    sizes = {Vp * C,  0, L * C, 0, L * (NH + 2 * KV) * hs * C, 0, L * C * NH * hs, 0,
-             L * C,   0, L * 2 * H * C, 0, L * C * H, 0, C, 0,
-             c.tied_embeddings ? 0 : Vp * C};
+    const size_t pre = c.has_pre_norms() ? L * C : 0, post = c.has_post_norms() ? L * C : 0;
+    const size_t qn = c.qk_norm == QkNorm::per_head ? L * hs : c.qk_norm == QkNorm::full_width ? L * NH * hs : 0;
+    const size_t kn = c.qk_norm == QkNorm::per_head ? L * hs : c.qk_norm == QkNorm::full_width ? L * KV * hs : 0;
+    sizes = {Vp * C,  0, pre, 0, L * (NH + 2 * KV) * hs * C,
+             c.qkv_bias ? L * (NH + 2 * KV) * hs : 0, L * C * NH * hs, 0,
+             pre,   0, L * 2 * H * C, 0, L * C * H, 0, C, 0,
+             c.tied_embeddings ? 0 : Vp * C, qn, kn, post, post};
   } else {
     sizes = {Vp * C,     maxT * C,  L * C,         L * C, L * 3 * C * C, L * 3 * C,
              L * C * C,  L * C,     L * C,         L * C, L * 4 * C * C, L * 4 * C,
-             L * C * 4 * C, L * C,  C,             C,     0};
+             L * C * 4 * C, L * C,  C,             C,     0, 0, 0, 0, 0};
   }
   size_t off = 0;
   for (int i = 0; i < kNumParamTensors; i++) {
@@ -28,7 +33,8 @@ ParamLayout::ParamLayout(const GPTConfig& c) {
 const char* ParamLayout::name(int i) {
   static const char* names[kNumParamTensors] = {
       "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
-      "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lmhead"};
+      "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lmhead",
+      "qnormw", "knormw", "attnpostw", "mlppostw"};
   return names[i];
 }
 

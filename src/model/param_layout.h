@@ -34,6 +34,14 @@
 //  12 fcprojw (L, C, H) down_proj                13 fcprojb size 0
 //  14 lnfw (C)                   15 lnfb size 0
 //  16 lmhead (Vp, C) if untied, else size 0 (padded rows zero)
+//  5 qkvb (L, (NH+2KV)*hs) when qkv_bias (Qwen2.5)
+// and the 2026 families' tensors (issue 38), appended so that every earlier
+// model keeps its flat buffer (size 0 unless the config asks for them):
+//  17 qnormw (L, hs) per-head q RMSNorm, or (L, NH*hs) full width (config qk_norm)
+//  18 knormw (L, hs) per-head k RMSNorm, or (L, KV*hs) full width
+//  19 attnpostw (L, C) RMSNorm on the attention output (post / sandwich norms)
+//  20 mlppostw (L, C)  RMSNorm on the MLP output
+// ln1w and ln2w are size 0 where norm_placement is post (OLMo 2).
 // [out][in] row-major is Hugging Face's nn.Linear layout: HF tensors copy in
 // as row blocks.
 #pragma once
@@ -46,17 +54,28 @@
 
 namespace ratchet {
 
-constexpr int kNumParamTensors = 17;
+constexpr int kNumParamTensors = 21;
 
 enum ParamIndex {
   P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
-  P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, P_LMHEAD
+  P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, P_LMHEAD,
+  P_QNORMW, P_KNORMW, P_ATTNPOSTW, P_MLPPOSTW
 };
+
+// The tensors a transformer block owns (an (L, ...) tensor: one slice per
+// layer), in flat-buffer order. Everything that walks a block's parameters
+// (buckets, shards, the per-layer all-reduce, FLOP and memory counts) walks
+// this list, so a tensor added here is carried everywhere.
+constexpr int kBlockTensors[] = {P_LN1W,  P_LN1B,     P_QKVW,   P_QKVB,   P_ATTPROJW, P_ATTPROJB,
+                                 P_LN2W,  P_LN2B,     P_FCW,    P_FCB,    P_FCPROJW,  P_FCPROJB,
+                                 P_QNORMW, P_KNORMW, P_ATTNPOSTW, P_MLPPOSTW};
+inline bool is_block_tensor(int i) { return (i >= P_LN1W && i <= P_FCPROJB) || i >= P_QNORMW; }
 
 struct ParamLayout {
   std::array<size_t, kNumParamTensors> sizes{};    // elements of each tensor
   std::array<size_t, kNumParamTensors> offsets{};  // element offset in the flat buffer
   size_t total = 0;                                // elements in all
+  int layers = 0;                                  // L, the config's num_layers
 
   explicit ParamLayout(const GPTConfig& c);
   static const char* name(int i);

@@ -65,7 +65,7 @@ double recompute_flops_per_token(const GPTConfig& cfg, int T, const Recompute& p
   if (n == 0) return 0.0;
   ParamLayout lay(cfg);
   double layered = 0;  // parameters inside the blocks (all layers)
-  for (int i = P_LN1W; i <= P_FCPROJB; i++) layered += (double)lay.sizes[i];
+  for (int i : kBlockTensors) layered += (double)lay.sizes[i];
   const double all = 2.0 * layered + 4.0 * cfg.num_layers * (double)cfg.channels * T;
   return all * n / cfg.num_layers;
 }

@@ -64,7 +64,7 @@ ParamSplit param_split(const GPTConfig& cfg) {
   s.total = l.total;
   s.layers = cfg.num_layers;
   size_t layered = 0;
-  for (int i = P_LN1W; i <= P_FCPROJB; i++) layered += l.sizes[i];
+  for (int i : kBlockTensors) layered += l.sizes[i];
   s.per_block = layered / cfg.num_layers;
   s.non_block = l.total - layered;
   return s;

@@ -30,6 +30,13 @@
 // GQA backward: dK, dV of KV head g sum over its NH/KV query heads, so the
 // heads of a group run in order in one work item (the first writes dK, dV with
 // beta 0 on each key tile's first query tile, the others add).
+// Options (AttnOpts, issue 38): a sliding window W skips key tiles wholly left
+// of every row's window (forward) and query tiles wholly below every key's
+// window (backward), so the work grows with T·W rather than T²; entries left
+// of a row's window are masked like those right of the diagonal. A soft-cap c
+// replaces S by Y = c·tanh(S/c) before the softmax; backward multiplies dS by
+// dY/dS = 1 - (Y/c)² (kept per tile in a third buffer). With the default
+// options every operation is the one the unmasked code did, bit for bit.
 // Work items: (b,h,query tile) forward, (b,g) backward (dQ of a head collects
 // every key tile, dK/dV of a group every head), spread over the OpenMP threads; each sgemm runs on its
 // calling thread (OpenBLAS single-threaded, see cpu_backend.cpp). Every item
@@ -55,17 +62,31 @@ constexpr int kBwd = 64;    // query rows and key columns per backward tile: 64 
                             // 124 vs 103 GFLOP/s at T=256, 142 vs 141 at T=2048)
 static_assert(kFwdK % kFwdQ == 0, "forward key tile must be a multiple of the query tile");
 
-// S (nr,nc) -> P in place: exp(S - m_row) for columns j0 + c <= i0 + r, 0 beyond
-// (with ld = leading dimension of S). Returns nothing; the caller owns m.
-inline void causal_exp_row(float* row, int valid, int nc, float m) {
+// S row -> P in place: exp(S - m) on the visible columns [lo, valid), 0
+// elsewhere. The caller owns m.
+inline void masked_exp_row(float* row, int lo, int valid, int nc, float m) {
+  for (int c = 0; c < lo; c++) row[c] = 0.0f;
 #pragma omp simd
-  for (int c = 0; c < valid; c++) row[c] = cpu::exp_f(row[c] - m);
-  for (int c = valid; c < nc; c++) row[c] = 0.0f;
+  for (int c = lo; c < valid; c++) row[c] = cpu::exp_f(row[c] - m);
+  for (int c = std::max(lo, valid); c < nc; c++) row[c] = 0.0f;
 }
+
+// Y = cap·tanh(S/cap) on [lo, valid); with `slope`, also dY/dS = 1 - (Y/cap)².
+inline void softcap_row(float* row, float* slope, int lo, int valid, float cap) {
+  const float inv = 1.0f / cap;
+  for (int c = lo; c < valid; c++) {
+    const float t = std::tanh(row[c] * inv);
+    row[c] = cap * t;
+    if (slope) slope[c] = 1.0f - t * t;
+  }
+}
+
+// The first key column query row i sees: i - W + 1 under a window W, else 0.
+inline int first_key(int i, int W) { return W > 0 ? std::max(0, i - W + 1) : 0; }
 }  // namespace
 
 void CpuBackend::attention_forward(dptr out_, void* lse_, cdptr qkv_, int B, int T, int C,
-                                   int NH, int KV) {
+                                   int NH, int KV, const AttnOpts& opt) {
   float* out = static_cast<float*>(out_);
   float* lse = static_cast<float*>(lse_);  // (B,NH,T)
   const float* qkv = static_cast<const float*>(qkv_);
@@ -73,8 +94,9 @@ void CpuBackend::attention_forward(dptr out_, void* lse_, cdptr qkv_, int B, int
   blas_single_thread();
   const int hs = C / NH, W = (NH + 2 * KV) * hs, nq = (T + kFwdQ - 1) / kFwdQ;
   const int group = NH / KV;  // query heads per KV head
-  const float scale = 1.0f / std::sqrt((float)hs);
-  float* scr = scratch((size_t)kFwdQ * kFwdK + 2 * kFwdQ);
+  const float scale = opt.scale_for(hs), cap = opt.softcap;
+  const int Wn = opt.window;
+  float* scr = scratch((size_t)kFwdQ * kFwdK + 3 * kFwdQ);
   const size_t stride = scratch_stride();
 #pragma omp parallel for num_threads(threads_) schedule(static, 1)
   for (long item = 0; item < (long)B * NH * nq; item++) {
@@ -89,25 +111,38 @@ void CpuBackend::attention_forward(dptr out_, void* lse_, cdptr qkv_, int B, int
     float* s = scr + stride * omp_get_thread_num();      // (kFwdQ, kFwdK)
     float* m = s + (size_t)kFwdQ * kFwdK;                // (kFwdQ) running max
     float* l = m + kFwdQ;                                // (kFwdQ) running sum
-    for (int j0 = 0; j0 < i0 + nr; j0 += kFwdK) {
+    float* seen = l + kFwdQ;                             // (kFwdQ) 1 once a row met a visible key
+    for (int r = 0; r < nr; r++) seen[r] = 0.0f;
+    // The first key tile any row of this query tile sees (0 without a window).
+    const int jstart = first_key(i0, Wn) / kFwdK * kFwdK;
+    for (int j0 = jstart; j0 < i0 + nr; j0 += kFwdK) {
       const int nc = std::min(kFwdK, i0 + nr - j0);
-      const bool first = j0 == 0;
+      const bool first = j0 == jstart;  // the PV product overwrites o
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hs, scale, q, W,
                   k + (size_t)j0 * W, W, 0.0f, s, nc);
       for (int r = 0; r < nr; r++) {
         float* row = s + (size_t)r * nc;
         const int valid = std::min(nc, i0 + r - j0 + 1);  // >= 1 (kFwdK % kFwdQ == 0)
-        float mx = first ? row[0] : m[r];
+        const int lo = std::min(valid, std::max(0, first_key(i0 + r, Wn) - j0));
+        if (lo == valid) {  // the row's window starts in a later tile
+          for (int c = 0; c < nc; c++) row[c] = 0.0f;
+          continue;
+        }
+        if (cap > 0) softcap_row(row, nullptr, lo, valid, cap);
+        const bool row_first = seen[r] == 0.0f;
+        float mx = row_first ? row[lo] : m[r];
 #pragma omp simd reduction(max : mx)
-        for (int c = 0; c < valid; c++) mx = row[c] > mx ? row[c] : mx;
+        for (int c = lo; c < valid; c++) mx = row[c] > mx ? row[c] : mx;
         float sum = 0.0f;  // exp and row sum in one pass over the tile row
+        for (int c = 0; c < lo; c++) row[c] = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int c = 0; c < valid; c++) {
+        for (int c = lo; c < valid; c++) {
           row[c] = cpu::exp_f(row[c] - mx);
           sum += row[c];
         }
         for (int c = valid; c < nc; c++) row[c] = 0.0f;
-        if (first) {
+        seen[r] = 1.0f;
+        if (row_first) {
           l[r] = sum;
         } else {
           const float alpha = std::exp(m[r] - mx);  // <= 1: the old terms shrink
@@ -133,7 +168,8 @@ void CpuBackend::attention_forward(dptr out_, void* lse_, cdptr qkv_, int B, int
 }
 
 void CpuBackend::attention_backward(dptr dqkv_, cdptr dout_, cdptr qkv_, cdptr out_,
-                                    const void* lse_, int B, int T, int C, int NH, int KV) {
+                                    const void* lse_, int B, int T, int C, int NH, int KV,
+                                    const AttnOpts& opt) {
   float* dqkv = static_cast<float*>(dqkv_);
   const float* dout = static_cast<const float*>(dout_);
   const float* qkv = static_cast<const float*>(qkv_);
@@ -142,8 +178,9 @@ void CpuBackend::attention_backward(dptr dqkv_, cdptr dout_, cdptr qkv_, cdptr o
   RATCHET_ASSERT(NH > 0 && C % NH == 0 && KV > 0 && NH % KV == 0);
   blas_single_thread();
   const int hs = C / NH, W = (NH + 2 * KV) * hs, group = NH / KV;
-  const float scale = 1.0f / std::sqrt((float)hs);
-  float* scr = scratch(2 * (size_t)kBwd * kBwd + T);
+  const float scale = opt.scale_for(hs), cap = opt.softcap;
+  const int Wn = opt.window;
+  float* scr = scratch(3 * (size_t)kBwd * kBwd + T);
   const size_t stride = scratch_stride();
 #pragma omp parallel for num_threads(threads_) schedule(static, 1)
   for (int bg = 0; bg < B * KV; bg++) {
@@ -155,7 +192,8 @@ void CpuBackend::attention_backward(dptr dqkv_, cdptr dout_, cdptr qkv_, cdptr o
     float* dv = dk + (size_t)KV * hs;
     float* p = scr + stride * omp_get_thread_num();  // (kBwd,kBwd) P
     float* dp = p + (size_t)kBwd * kBwd;             // (kBwd,kBwd) dP, then dS
-    float* D = dp + (size_t)kBwd * kBwd;             // (T)
+    float* slope = dp + (size_t)kBwd * kBwd;         // (kBwd,kBwd) soft-cap dY/dS
+    float* D = slope + (size_t)kBwd * kBwd;          // (T)
     for (int h = g * group; h < (g + 1) * group; h++) {
       const bool first_head = h == g * group;
       const size_t qoff = (size_t)b * T * W + h * hs;
@@ -178,7 +216,9 @@ void CpuBackend::attention_backward(dptr dqkv_, cdptr dout_, cdptr qkv_, cdptr o
         const float* vj = v + (size_t)j0 * W;
         float* dkj = dk + (size_t)j0 * W;
         float* dvj = dv + (size_t)j0 * W;
-        for (int i0 = j0; i0 < T; i0 += kBwd) {  // square tiles: i0 = j0 is the diagonal one
+        // Query rows past j0 + nc - 1 + W - 1 see none of these keys under a window.
+        const int iend = Wn > 0 ? (int)std::min<long>(T, (long)j0 + nc - 1 + Wn) : T;
+        for (int i0 = j0; i0 < iend; i0 += kBwd) {  // square tiles: i0 = j0 is the diagonal one
           const int nr = std::min(kBwd, T - i0);
           // dK_j, dV_j: the group's first head overwrites on its first tile
           const float beta = first_head && i0 == j0 ? 0.0f : 1.0f;
@@ -186,8 +226,12 @@ void CpuBackend::attention_backward(dptr dqkv_, cdptr dout_, cdptr qkv_, cdptr o
           const float* di = d + (size_t)i0 * C;
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hs, scale, qi, W, kj, W,
                       0.0f, p, nc);
-          for (int r = 0; r < nr; r++)
-            causal_exp_row(p + (size_t)r * nc, std::min(nc, i0 + r - j0 + 1), nc, L[i0 + r]);
+          for (int r = 0; r < nr; r++) {
+            const int valid = std::min(nc, i0 + r - j0 + 1);
+            const int lo = std::max(0, std::min(valid, first_key(i0 + r, Wn) - j0));
+            if (cap > 0) softcap_row(p + (size_t)r * nc, slope + (size_t)r * nc, lo, valid, cap);
+            masked_exp_row(p + (size_t)r * nc, lo, valid, nc, L[i0 + r]);
+          }
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nc, hs, nr, 1.0f, p, nc, di, C,
                       beta, dvj, W);
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, hs, 1.0f, di, C, vj, W,
@@ -198,6 +242,10 @@ void CpuBackend::attention_backward(dptr dqkv_, cdptr dout_, cdptr qkv_, cdptr o
             const float Di = D[i0 + r];
 #pragma omp simd
             for (int c = 0; c < nc; c++) gr[c] = pr[c] * (gr[c] - Di) * scale;
+            if (cap > 0) {  // P is 0 where masked, so the unset slope there is never used
+              const float* sl = slope + (size_t)r * nc;
+              for (int c = 0; c < nc; c++) gr[c] = pr[c] != 0.0f ? gr[c] * sl[c] : 0.0f;
+            }
           }
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nc, 1.0f, dp, nc, kj, W,
                       1.0f, dq + (size_t)i0 * W, W);

@@ -46,6 +46,16 @@ class CpuBackend : public Backend {
   // Backend's memory functions (cpu_backend.cpp) and ops (backend.h), one op
   // family per file as listed above.
 #include "backend/backend_ops.inc"
+  // Issue 38's ops (the base class refuses them on a backend without them).
+  void qk_norm_forward(dptr out, float* rstd, cdptr inp, cdptr qw, cdptr kw, int N, int NH, int KV,
+                       int hs, bool per_head, float eps, float w_offset) override;
+  void qk_norm_backward(dptr dinp, dptr dqw, dptr dkw, cdptr dout, cdptr inp, cdptr qw, cdptr kw,
+                        const float* rstd, int N, int NH, int KV, int hs, bool per_head,
+                        float w_offset) override;
+  void scale(dptr x, size_t n, float s) override;
+  void softcap_forward(dptr x, size_t n, float c) override;
+  void geglu_forward(dptr out, cdptr inp, int N, int H) override;
+  void geglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) override;
 
  private:
   // C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major, as cblas_sgemm;

@@ -6,8 +6,12 @@
 //   if dloss != 0, logits is OVERWRITTEN with its gradient:
 //     logits[j] = dloss * (exp(logits[j] - mx) / sum - [j == target])   j < V
 //     logits[j] = 0                                                      V <= j < Vp
+// softcap c > 0: logits hold y = c tanh(x/c), and the gradient is x's: each
+// column's is multiplied by 1 - (y/c)^2, taken before the row is overwritten.
 // Rows are OpenMP-parallel (static); each row's reductions are fixed-order.
 #include <algorithm>
+#include <omp.h>
+
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -17,8 +21,11 @@
 namespace ratchet {
 
 void CpuBackend::classifier(dptr logits_, float* losses, const int* targets, int BT, int V, int Vp,
-                            float dloss) {
+                            float dloss, float softcap) {
   float* logits = static_cast<float*>(logits_);
+  const bool capped = softcap > 0.0f && dloss != 0.0f;
+  float* slopes = capped ? scratch((size_t)V) : nullptr;
+  const size_t stride = capped ? scratch_stride() : 0;
   constexpr int kBlock = 512;  // columns per float partial sum
 #pragma omp parallel for num_threads(threads_) schedule(static)
   for (int r = 0; r < BT; r++) {
@@ -29,6 +36,11 @@ void CpuBackend::classifier(dptr logits_, float* losses, const int* targets, int
 #pragma omp simd reduction(max : mx)
     for (int j = 0; j < V; j++) mx = x[j] > mx ? x[j] : mx;
     const float xt = x[t];
+    float* slope = capped ? slopes + stride * omp_get_thread_num() : nullptr;
+    if (capped) {
+      const float inv = 1.0f / softcap;
+      for (int j = 0; j < V; j++) slope[j] = 1.0f - (x[j] * inv) * (x[j] * inv);
+    }
     // Float partial sums over blocks of kBlock columns (vectorised), added in
     // double: 10x faster than a double-lane reduction, and as accurate.
     double sum = 0.0;
@@ -54,6 +66,8 @@ void CpuBackend::classifier(dptr logits_, float* losses, const int* targets, int
 #pragma omp simd
       for (int j = 0; j < V; j++) x[j] *= k;
       x[t] -= dloss;
+      if (capped)
+        for (int j = 0; j < V; j++) x[j] *= slope[j];
       for (int j = V; j < Vp; j++) x[j] = 0.0f;
     }
   }

@@ -6,8 +6,13 @@
 //   swiglu_forward:  inp (N,2H) rows gate g | up u;  out (N,H) = silu(g) * u
 //   swiglu_backward: dinp (N,2H) overwritten, with s = sigmoid(g):
 //                    dg = dout * u * s (1 + g (1 - s)),  du = dout * g * s
+//   geglu_forward:   out (N,H) = gelu(g) * u  (Gemma's gelu_pytorch_tanh gate)
+//   geglu_backward:  dg = dout * u * gelu'(g),  du = dout * gelu(g)
+//   scale:           x *= s;   softcap_forward: x = c tanh(x / c)
 // GELU is evaluated in the cancellation-free sigmoid form of cpu_math.h.
 // Small arrays run on the calling thread (the result is the same either way).
+#include <cmath>
+
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
 
@@ -74,6 +79,53 @@ void CpuBackend::swiglu_backward(dptr dinp_, cdptr inp_, cdptr dout_, int N, int
       du[i] = d[i] * g[i] * s;
     }
   }
+}
+
+void CpuBackend::geglu_forward(dptr out_, cdptr inp_, int N, int H) {
+  float* out = static_cast<float*>(out_);
+  const float* inp = static_cast<const float*>(inp_);
+#pragma omp parallel for num_threads(threads_) schedule(static) if ((long)N * H >= kParallelMin)
+  for (int n = 0; n < N; n++) {
+    const float* g = inp + (size_t)n * 2 * H;
+    const float* u = g + H;
+    float* o = out + (size_t)n * H;
+#pragma omp simd
+    for (int i = 0; i < H; i++) o[i] = cpu::gelu_f(g[i]) * u[i];
+  }
+}
+
+void CpuBackend::geglu_backward(dptr dinp_, cdptr inp_, cdptr dout_, int N, int H) {
+  float* dinp = static_cast<float*>(dinp_);
+  const float* inp = static_cast<const float*>(inp_);
+  const float* dout = static_cast<const float*>(dout_);
+#pragma omp parallel for num_threads(threads_) schedule(static) if ((long)N * H >= kParallelMin)
+  for (int n = 0; n < N; n++) {
+    const float* g = inp + (size_t)n * 2 * H;
+    const float* u = g + H;
+    const float* d = dout + (size_t)n * H;
+    float* dg = dinp + (size_t)n * 2 * H;
+    float* du = dg + H;
+#pragma omp simd
+    for (int i = 0; i < H; i++) {
+      dg[i] = d[i] * u[i] * cpu::gelu_grad_f(g[i]);
+      du[i] = d[i] * cpu::gelu_f(g[i]);
+    }
+  }
+}
+
+void CpuBackend::scale(dptr x_, size_t n, float s) {
+  float* x = static_cast<float*>(x_);
+  const long len = (long)n;
+#pragma omp parallel for simd num_threads(threads_) schedule(static) if (len >= kParallelMin)
+  for (long i = 0; i < len; i++) x[i] *= s;
+}
+
+void CpuBackend::softcap_forward(dptr x_, size_t n, float c) {
+  float* x = static_cast<float*>(x_);
+  const long len = (long)n;
+  const float inv = 1.0f / c;
+#pragma omp parallel for num_threads(threads_) schedule(static) if (len >= kParallelMin)
+  for (long i = 0; i < len; i++) x[i] = c * std::tanh(x[i] * inv);
 }
 
 }  // namespace ratchet
