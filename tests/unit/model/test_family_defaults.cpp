@@ -65,4 +65,28 @@ TEST(FamilyDefaults, BadFlagsAreRefusedByName) {
   EXPECT_THROW_MSG(apply_family_defaults(gpt2, Family::qwen3, 0), "needs --arch llama");
 }
 
+// The flags train and plan share: --family on a custom shape or an lN
+// preset, --head-dim, --sliding-window; mismatches refused by flag.
+TEST(FamilyDefaults, ModelFlagsApplyThem) {
+  ModelFlags f;
+  f.model = "custom", f.arch = "llama", f.layers = 6, f.heads = 4, f.channels = 64;
+  f.vocab_size = 300, f.max_seq_len = 64;
+  f.family = "gemma3", f.head_dim = 32, f.sliding_window = 16;
+  const GPTConfig g = config_from_flags(f);
+  EXPECT_EQ(g.family, Family::gemma3);
+  EXPECT_EQ(g.head_size(), 32);
+  EXPECT_EQ(g.attn_channels(), 128);
+  EXPECT_EQ(g.window(0), 16);
+  EXPECT_EQ(g.window(5), 0);
+  f.family = "", f.head_dim = 0;
+  EXPECT_THROW_MSG(config_from_flags(f), "--sliding-window needs --family mistral or gemma3");
+  f.model = "d6", f.arch = "", f.sliding_window = 0, f.head_dim = 8;
+  f.layers = f.heads = f.channels = 0;
+  EXPECT_THROW_MSG(config_from_flags(f), "--head-dim needs --arch llama");
+  f.head_dim = 0, f.family = "qwen3";
+  EXPECT_THROW_MSG(config_from_flags(f), "--family qwen3 needs --arch llama");
+  f.model = "l4";
+  EXPECT_EQ(config_from_flags(f).qk_norm, QkNorm::per_head);
+}
+
 }  // namespace
