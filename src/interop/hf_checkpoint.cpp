@@ -37,10 +37,19 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
+// config.json's key for the weights' dtype: torch_dtype, or "dtype" as newer
+// transformers write it; "" when neither is a string.
+const char* dtype_key(const nlohmann::json& j) {
+  for (const char* k : {"torch_dtype", "dtype"})
+    if (j.contains(k) && j[k].is_string()) return k;
+  return "";
+}
+
 // config.json's torch_dtype as a safetensors dtype; false when absent or other.
 bool torch_dtype(const nlohmann::json& j, StDtype* d) {
-  if (!j.contains("torch_dtype") || !j["torch_dtype"].is_string()) return false;
-  const std::string s = j["torch_dtype"].get<std::string>();
+  const char* key = dtype_key(j);
+  if (!*key) return false;
+  const std::string s = j[key].get<std::string>();
   if (s == "float32") *d = StDtype::F32;
   else if (s == "bfloat16") *d = StDtype::BF16;
   else if (s == "float16") *d = StDtype::F16;
@@ -247,7 +256,7 @@ OpenedHf open_hf_checkpoint(const std::string& path) {
            " implies ", shape_str(t.shape));
     if (check_dtype && st->dtype != want_dtype)
       fail(f->path(), ": tensor '", t.name, "' is ", st_dtype_name(st->dtype), " but ", config_path,
-           " says torch_dtype ", j["torch_dtype"].dump());
+           " says ", dtype_key(j), " ", j[dtype_key(j)].dump());
   }
   return o;
 }

@@ -338,8 +338,12 @@ GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) 
           for (int l = 0; l < L; l++) types[l] = !rope[l];
         }
       } else if (!r.layer_types(L, &types)) {
-        const int from = r.has("max_window_layers") ? r.integer_value(j["max_window_layers"], "max_window_layers", kMaxLayers)
-                                                    : 28;
+        // max_window_layers 0 (every layer slides) is allowed.
+        const bool zero = r.has("max_window_layers") && j["max_window_layers"] == 0;
+        const int from = zero ? 0
+                         : r.has("max_window_layers")
+                             ? r.integer_value(j["max_window_layers"], "max_window_layers", kMaxLayers)
+                             : 28;  // Qwen2Config / Qwen3Config's default
         types.assign(L, 0);
         for (int l = from; l < L; l++) types[l] = 1;
       }

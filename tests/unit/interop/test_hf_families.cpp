@@ -269,7 +269,9 @@ TEST(HfFamilies, ExportNamesTheFamilysTensors) {
     EXPECT_TRUE(g3.count(std::string("model.layers.2.") + n + ".weight")) << n;
   // OLMo 2's q_norm is the full width.
   for (const auto& t : hf_tensor_map(testing::tiny_family_config(Family::olmo2, true)))
-    if (t.name == "model.layers.0.self_attn.q_norm.weight") EXPECT_EQ(t.shape, (std::vector<int64_t>{4 * 8}));
+    if (t.name == "model.layers.0.self_attn.q_norm.weight") {
+      EXPECT_EQ(t.shape, (std::vector<int64_t>{4 * 8}));
+    }
 }
 
 TEST(HfFamilies, ExportRefusesOptionsItsFamilyDoesNotHave) {
