@@ -332,7 +332,18 @@ GPTConfig config_from_flags(const ModelFlags& f) {
            " preset, or --model custom --arch ", f.arch);
     // Any value given (not 0) is taken, so that a negative or NaN one is refused
     // by finalize() rather than silently replaced by the preset's.
-    if (f.layers != 0) c.num_layers = f.layers;
+    if (f.layers != 0) {
+      // A named family preset's per-layer lists follow a period (Gemma 3:
+      // 5 sliding, 1 full; SmolLM3: every 4th NoPE; Mistral: all sliding):
+      // --layers keeps it for the new depth.
+      for (auto* v : {&c.layer_sliding, &c.layer_rope})
+        if (!v->empty() && f.layers > 0) {
+          std::vector<uint8_t> r(f.layers);
+          for (int l = 0; l < f.layers; l++) r[l] = (*v)[l % v->size()];
+          *v = r;
+        }
+      c.num_layers = f.layers;
+    }
     if (f.heads != 0) c.num_heads = f.heads;
     if (f.channels != 0) {
       c.channels = f.channels;

@@ -99,6 +99,18 @@ TEST(Presets, Gemma3) {
   EXPECT_EQ(c.attn_scale, 0.f);  // query_pre_attn_scalar 256 = head_dim
 }
 
+TEST(Presets, LayersFlagKeepsTheLayerPattern) {
+  // --layers on gemma3-1b: every 6th layer stays full; on smollm3-3b every 4th stays NoPE.
+  ModelFlags f;
+  f.model = "gemma3-1b", f.layers = 8, f.vocab_size = 257, f.max_seq_len = 64;
+  GPTConfig c = config_from_flags(f);
+  ASSERT_EQ(c.layer_sliding.size(), 8u);
+  for (int l = 0; l < 8; l++) EXPECT_EQ(c.window(l) == 0, l == 5) << l;
+  f.model = "smollm3-3b", f.layers = 5;
+  c = config_from_flags(f);
+  for (int l = 0; l < 5; l++) EXPECT_EQ(c.layer_has_rope(l), l != 3) << l;
+}
+
 TEST(Presets, UnknownNameListsThemAll) {
   try {
     preset_config("qwen9", 257, 1024);
