@@ -89,7 +89,7 @@ run "$work/tokenize.json" "$exe" tokenize "$work/export" - --json < "$work/text.
 # 5. Each family's tiny model, written by transformers, imported and exported by ratchet.
 python3 - "$work" $families <<'PY' || fail "python3 writing the families' models"
 import json, sys
-import torch
+import torch, transformers
 from transformers import AutoConfig, AutoModelForCausalLM
 w, fams = sys.argv[1], sys.argv[2:]
 vocab = json.load(open(w + "/export/config.json"))["vocab_size"]  # the shards' ids fit it
@@ -107,9 +107,15 @@ extra = {
                         sliding_window_pattern=4, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
                         rope_local_base_freq=500.0, rope_theta=20000.0, tie_word_embeddings=True),
 }
+made = []
 for i, fam in enumerate(fams):
     torch.manual_seed(i)
-    cfg = AutoConfig.for_model(fam, **{**base, **extra[fam]})
+    try:
+        cfg = AutoConfig.for_model(fam, **{**base, **extra[fam]})
+    except (ValueError, KeyError) as e:  # an older transformers without the family
+        print(f"NOT-RUN {fam}: this transformers ({transformers.__version__}) has no model_type {fam}: {e}")
+        continue
+    made.append(fam)
     model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
     with torch.no_grad():  # every weight random, the norms' gains around their neutral value
         for name, p in model.named_parameters():
@@ -117,7 +123,9 @@ for i, fam in enumerate(fams):
             if "norm" in name and fam != "gemma3_text":
                 p.add_(1.0)  # Gemma's (1 + w) norms are neutral at 0
     model.save_pretrained(w + "/src_" + fam, safe_serialization=True)
+open(w + "/families.txt", "w").write(" ".join(made))
 PY
+families=$(cat "$work/families.txt")
 for fam in $families; do
   run "$work/src_$fam.log" "$exe" train --device "$fam_dev" --init-from "$work/src_$fam" \
       --train-data "$work/data/train_*.h5" --no-shuffle --batch-size 2 --seq-len 64 --steps 1 --lr 1e-3 \
