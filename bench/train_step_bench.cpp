@@ -1,8 +1,8 @@
 // Training-step benchmark on the CPU backend: forward + backward + AdamW on
 // random tokens, for a model preset at a given B and T.
 //
-//   bench_train_step --model d12|l12|... -B 4 -T 64 [--steps 5] [--warmup 2] [--threads 0] [--json]
-//                    [--profile]
+//   bench_train_step --model d12|l12|qwen3-0.6b|... -B 4 -T 64 [--steps 5] [--warmup 2]
+//                    [--threads 0] [--json] [--profile] [--layers N] [--as-llama]
 //
 // Warm-up steps first (page faults, OpenBLAS buffers), then the timed steps.
 // FLOPs per step = 6·(params used in matmuls)·tokens + 12·L·C·T·tokens
@@ -11,7 +11,11 @@
 // process's user+sys CPU time per timed step (all threads): on a machine shared
 // with other jobs it moves far less than step_ms, so before/after comparisons
 // under load use it. --profile prints the per-op table of `train --profile`
-// (each op synchronized and timed) over the timed steps.
+// (each op synchronized and timed) over the timed steps. --layers overrides
+// the preset's depth (a family's step at a size a CPU runs); --as-llama keeps
+// the shape (head_dim included) and drops every family option (bias, q/k
+// norms, post norms, GeGLU, windows, NoPE, soft-caps, scales): the Llama a
+// family's step is compared with (issue 38: within 10% per FLOP).
 #include <sys/resource.h>
 
 #include <boost/program_options.hpp>
@@ -37,7 +41,8 @@ using namespace ratchet;
 static int run_main(int argc, char** argv) {
   std::string model = "d12", arch;
   int B = 4, T = 64, steps = 5, warmup = 2, threads = 0;
-  bool json = false, profile = false;
+  bool json = false, profile = false, as_llama = false;
+  int layers = 0;
   po::options_description desc("bench_train_step: CPU training-step benchmark");
   desc.add_options()("help,h", "help")("model", po::value(&model)->default_value(model),
                                        "preset dN (GPT-2), lN (Llama), smollm-135m, llama3.2-1b (vocab 50257 for dN/lN)")(
@@ -48,7 +53,9 @@ static int run_main(int argc, char** argv) {
       "warmup", po::value(&warmup)->default_value(warmup), "untimed steps first")(
       "threads", po::value(&threads)->default_value(threads), "threads (0: all cores)")(
       "json", po::bool_switch(&json), "one JSON object instead of the table")(
-      "profile", po::bool_switch(&profile), "per-op time table over the timed steps (stderr)");
+      "profile", po::bool_switch(&profile), "per-op time table over the timed steps (stderr)")(
+      "layers", po::value(&layers), "override the preset's layer count")(
+      "as-llama", po::bool_switch(&as_llama), "the same shape without the family's options");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -66,9 +73,22 @@ static int run_main(int argc, char** argv) {
   f.arch = arch;
   f.vocab_size = 50257;
   f.max_seq_len = std::max(1024, T);
+  f.layers = layers;
   GPTConfig cfg;
   try {
     cfg = config_from_flags(f);
+    if (as_llama) {
+      GPTConfig plain;  // Llama's defaults for every family option
+      plain.arch = cfg.arch;
+      plain.num_layers = cfg.num_layers, plain.num_heads = cfg.num_heads;
+      plain.channels = cfg.channels, plain.num_kv_heads = cfg.num_kv_heads;
+      plain.ffn_hidden = cfg.ffn_hidden, plain.head_dim = cfg.head_dim;
+      plain.vocab_size = cfg.vocab_size, plain.padded_vocab = cfg.padded_vocab;
+      plain.max_seq_len = cfg.max_seq_len, plain.tied_embeddings = cfg.tied_embeddings;
+      plain.norm_eps = cfg.norm_eps, plain.rope_theta = cfg.rope_theta;
+      plain.finalize();
+      cfg = plain;
+    }
   } catch (const Error& e) {
     std::cerr << "bench_train_step: " << e.what() << "\n";
     return 2;
@@ -105,7 +125,7 @@ static int run_main(int argc, char** argv) {
   getrusage(RUSAGE_SELF, &ru);
   const double rss_mb = ru.ru_maxrss / 1024.0;
   if (json) {
-    const OrderedJson j = {{"impl", "ratchet"},       {"model", model},
+    const OrderedJson j = {{"impl", "ratchet"},       {"model", model + (as_llama ? " (as llama)" : "")},
                            {"params", m.num_params()}, {"B", B},
                            {"T", T},                   {"threads", threads},
                            {"step_ms", ms},            {"cpu_ms", cpu / steps * 1e3},
@@ -116,7 +136,8 @@ static int run_main(int argc, char** argv) {
   } else {
     std::printf("%-6s %10s %4s %5s %10s %10s %9s %10s\n", "model", "params", "B", "T", "ms/step",
                 "tok/s", "GFLOP/s", "peak RSS");
-    std::printf("%-6s %9.1fM %4d %5d %10.1f %10.0f %9.1f %8.0f MB\n", model.c_str(),
+    std::printf("%-6s %9.1fM %4d %5d %10.1f %10.0f %9.1f %8.0f MB\n",
+                (model + (as_llama ? " (as llama)" : "")).c_str(),
                 m.num_params() / 1e6, B, T, ms, tokens / (ms / 1e3), gflops, rss_mb);
   }
   return 0;

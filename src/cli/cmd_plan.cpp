@@ -58,7 +58,8 @@ spot cost to first order in the preemption rate (Young/Daly interval).
 struct Flags {
   std::string model = "d12", device = "cpu", recompute = "none", config_path, arch;
   int layers = 0, heads = 0, channels = 0, vocab_size = 50257, max_seq_len = 1024;
-  int kv_heads = 0, ffn_hidden = 0;
+  int kv_heads = 0, ffn_hidden = 0, head_dim = 0, sliding_window = 0;
+  std::string family;
   bool untied = false;
   bool json = false;
   std::string reshard = "on";
@@ -76,6 +77,9 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
     ("kv-heads", po::value(&f.kv_heads), "llama: KV heads, dividing --heads (1 = MQA)")
     ("ffn-hidden", po::value(&f.ffn_hidden), "llama: SwiGLU hidden size")
     ("untied", po::bool_switch(&f.untied), "llama: a separate lm_head (untied embeddings)")
+    ("family", po::value(&f.family), "llama: a 2026 family's options on this shape (as in `ratchet train`)")
+    ("head-dim", po::value(&f.head_dim), "llama: head size, if not channels / heads")
+    ("sliding-window", po::value(&f.sliding_window), "--family mistral or gemma3: the window")
     ("layers", po::value(&f.layers), "number of transformer blocks (overrides the preset)")
     ("heads", po::value(&f.heads), "attention heads (overrides the preset)")
     ("channels", po::value(&f.channels), "embedding width (overrides the preset)")
@@ -204,6 +208,7 @@ void check_plan_values(const po::variables_map& vm, const plan::PlanInputs& in, 
       {"seq-len", in.T},        {"layers", f.layers},     {"heads", f.heads},
       {"channels", f.channels}, {"vocab-size", f.vocab_size}, {"max-seq-len", f.max_seq_len},
       {"kv-heads", f.kv_heads}, {"ffn-hidden", f.ffn_hidden},
+      {"head-dim", f.head_dim}, {"sliding-window", f.sliding_window},
       {"gpus-per-node", in.zero.gpus_per_node}, {"eval-every", in.eval_every},
       {"eval-batches", in.eval_batches}};
   for (const auto& [flag, v] : counts)
@@ -254,6 +259,7 @@ int cmd_plan(int argc, char** argv) {
   mf.layers = f.layers, mf.heads = f.heads, mf.channels = f.channels;
   mf.kv_heads = f.kv_heads, mf.ffn_hidden = f.ffn_hidden, mf.untied = f.untied;
   mf.vocab_size = f.vocab_size, mf.max_seq_len = f.max_seq_len;
+  mf.family = f.family, mf.head_dim = f.head_dim, mf.sliding_window = f.sliding_window;
   // As `ratchet train` (issue 36): a --seq-len beyond the model's longest
   // sequence is refused, not planned as a larger model (GPT-2's wpe grows
   // with it, Llama's RoPE tables too).

@@ -88,6 +88,14 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("untied", po::bool_switch(&o.untied), "llama: a separate lm_head (untied embeddings)")
     ("rope-theta", po::value(&o.rope_theta), "llama: RoPE base theta")
     ("norm-eps", po::value(&o.norm_eps), "llama: RMSNorm epsilon")
+    ("family", po::value(&o.family),
+     "llama: the options of a 2026 family on this shape: qwen2 (q/k/v bias), qwen3 (per-head "
+     "q/k norm), olmo2 (post norms, full-width q/k norm), smollm3 (NoPE every 4th layer), "
+     "mistral (sliding window), gemma3 (sandwich (1+w) norms, GeGLU, embedding scale, 5:1 "
+     "sliding:full layers); docs/model-families.md")
+    ("head-dim", po::value(&o.head_dim), "llama: head size, if not channels / heads (Qwen3, Gemma 3)")
+    ("sliding-window", po::value(&o.sliding_window),
+     "--family mistral or gemma3: the sliding window in tokens")
     ("layers", po::value(&o.layers), "number of transformer blocks (overrides the preset)")
     ("heads", po::value(&o.heads), "attention heads (overrides the preset)")
     ("channels", po::value(&o.channels), "embedding width (overrides the preset)")
@@ -380,7 +388,8 @@ int cmd_train(int argc, char** argv) {
   // code it would silently mean "the preset's".
   const std::pair<const char*, long> counts[] = {{"layers", o.layers},         {"heads", o.heads},
                                                  {"channels", o.channels},     {"kv-heads", o.kv_heads},
-                                                 {"ffn-hidden", o.ffn_hidden}, {"vocab-size", o.vocab_size}};
+                                                 {"ffn-hidden", o.ffn_hidden}, {"vocab-size", o.vocab_size},
+                                                 {"head-dim", o.head_dim},     {"sliding-window", o.sliding_window}};
   for (const auto& [flag, v] : counts)
     if (vm.count(flag) && v < 1) fail("--", flag, " must be at least 1 (got ", v, ")");
   const std::pair<const char*, double> reals[] = {{"rope-theta", o.rope_theta}, {"norm-eps", o.norm_eps}};

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/family_defaults.h"
 
 namespace ratchet {
 
@@ -349,6 +350,19 @@ GPTConfig config_from_flags(const ModelFlags& f) {
       c.channels = f.channels;
       if (c.llama()) c.ffn_hidden = llama_default_ffn(c.channels);
     }
+  }
+  if (!f.family.empty()) {
+    const Family fam = parse_family_flag(f.family, "--family");
+    if (c.family != Family::llama && c.family != fam)
+      fail("--family ", f.family, " does not match --model ", f.model, " (a ", family_name(c.family),
+           " preset): drop --family, or use --model custom");
+    apply_family_defaults(c, fam, f.sliding_window);
+  } else if (f.sliding_window != 0) {
+    fail("--sliding-window needs --family mistral or gemma3");
+  }
+  if (f.head_dim != 0) {
+    if (!c.llama()) fail("--head-dim needs --arch llama (GPT-2's head size is channels / heads)");
+    c.head_dim = f.head_dim;
   }
   if (f.kv_heads != 0) c.num_kv_heads = f.kv_heads;
   if (f.ffn_hidden != 0) c.ffn_hidden = f.ffn_hidden;

@@ -149,6 +149,9 @@ struct ModelFlags {
   bool untied = false;               // llama only: a separate lm_head
   float rope_theta = 0, norm_eps = 0;  // llama only; 0: the preset's
   int vocab_size = 0, max_seq_len = 0;
+  std::string family;                // "" (the preset's), or a family's options on this shape
+  int head_dim = 0;                  // llama only; 0: the preset's (or channels / heads)
+  int sliding_window = 0;            // --family mistral / gemma3: the window (0: none)
 };
 // The finalized config the flags describe; throws Error naming the flag.
 GPTConfig config_from_flags(const ModelFlags& f);

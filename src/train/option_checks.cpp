@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "distributed/shard_groups.h"
 #include "interop/hf_checkpoint.h"
+#include "model/family_defaults.h"
 #include "report/objective.h"
 #include "train/eval_suite.h"
 #include "train/time_limit.h"
@@ -220,6 +221,13 @@ void check_model_flags_match(const TrainOptions& o, const GPTConfig& c) {
   for (const auto& [flag, v] : ints)
     if (v.first != 0 && v.first != v.second) refuse(flag, std::to_string(v.first), std::to_string(v.second));
   if (o.untied && c.tied_embeddings) refuse("--untied", "", "tied embeddings");
+  if (!o.family.empty() && (!c.llama() || parse_family_flag(o.family, "--family") != c.family))
+    refuse("--family", o.family, std::string("family ") + (c.llama() ? family_name(c.family) : "gpt2"));
+  if (o.head_dim != 0 && (!c.llama() || o.head_dim != c.head_size()))
+    refuse("--head-dim", std::to_string(o.head_dim), "head size " + std::to_string(c.head_size()));
+  if (o.sliding_window != 0 && (!c.llama() || o.sliding_window != c.sliding_window))
+    refuse("--sliding-window", std::to_string(o.sliding_window),
+           "sliding_window " + std::to_string(c.llama() ? c.sliding_window : 0));
   if (o.rope_theta != 0 && (!c.llama() || o.rope_theta != c.rope_theta))
     refuse("--rope-theta", num(o.rope_theta), c.llama() ? "rope_theta " + num(c.rope_theta) : "no RoPE (GPT-2)");
   if (o.norm_eps != 0 && (!c.llama() || o.norm_eps != c.norm_eps))

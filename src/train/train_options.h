@@ -15,6 +15,8 @@ struct TrainOptions {
   int kv_heads = 0, ffn_hidden = 0;  // llama: 0 from the preset
   bool untied = false;               // llama: a separate lm_head
   float rope_theta = 0, norm_eps = 0;  // llama: 0 from the preset
+  std::string family;                  // --family: a family's options on the shape ("" none)
+  int head_dim = 0, sliding_window = 0;  // --head-dim, --sliding-window (0: unset)
   bool model_given = false;  // --model given (not its default): checked against --init-from
   int vocab_size = 0;           // 0: from the training shards' vocab_size
   int max_seq_len = 1024;

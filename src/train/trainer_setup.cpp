@@ -56,6 +56,7 @@ GPTConfig Trainer::resolve_config() const {
   f.layers = o_.layers, f.heads = o_.heads, f.channels = o_.channels;
   f.kv_heads = o_.kv_heads, f.ffn_hidden = o_.ffn_hidden, f.untied = o_.untied;
   f.rope_theta = o_.rope_theta, f.norm_eps = o_.norm_eps;
+  f.family = o_.family, f.head_dim = o_.head_dim, f.sliding_window = o_.sliding_window;
   f.vocab_size = o_.vocab_size > 0 ? o_.vocab_size : train_ds_->vocab_size();
   f.max_seq_len = o_.max_seq_len;
   c = config_from_flags(f);

@@ -113,8 +113,9 @@ void CpuBackend::attention_forward(dptr out_, void* lse_, cdptr qkv_, int B, int
     float* l = m + kFwdQ;                                // (kFwdQ) running sum
     float* seen = l + kFwdQ;                             // (kFwdQ) 1 once a row met a visible key
     for (int r = 0; r < nr; r++) seen[r] = 0.0f;
-    // The first key tile any row of this query tile sees (0 without a window).
-    const int jstart = first_key(i0, Wn) / kFwdK * kFwdK;
+    // The first key any row of this query tile sees (0 without a window):
+    // key tiles start there, so no whole-tile work left of the window.
+    const int jstart = first_key(i0, Wn);
     for (int j0 = jstart; j0 < i0 + nr; j0 += kFwdK) {
       const int nc = std::min(kFwdK, i0 + nr - j0);
       const bool first = j0 == jstart;  // the PV product overwrites o
@@ -122,7 +123,9 @@ void CpuBackend::attention_forward(dptr out_, void* lse_, cdptr qkv_, int B, int
                   k + (size_t)j0 * W, W, 0.0f, s, nc);
       for (int r = 0; r < nr; r++) {
         float* row = s + (size_t)r * nc;
-        const int valid = std::min(nc, i0 + r - j0 + 1);  // >= 1 (kFwdK % kFwdQ == 0)
+        // <= 0 for rows above a window tile starting inside the query tile:
+        // they see nothing here (lo == valid below)
+        const int valid = std::min(nc, i0 + r - j0 + 1);
         const int lo = std::min(valid, std::max(0, first_key(i0 + r, Wn) - j0));
         if (lo == valid) {  // the row's window starts in a later tile
           for (int c = 0; c < nc; c++) row[c] = 0.0f;

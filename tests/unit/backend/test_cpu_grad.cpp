@@ -168,29 +168,33 @@ std::vector<double> layernorm_d(const std::vector<double>& x, const std::vector<
 }
 
 // Causal grouped-query attention: qkv (B,T,(NH+2KV)*hs), query head h reads
-// KV head h / (NH/KV); out (B,T,C), C = NH*hs.
+// KV head h / (NH/KV); out (B,T,C), C = NH*hs. Options as transformers'
+// eager attention: scores scale·q·k, soft-capped c·tanh(s/c), a sliding
+// window keeping keys j > i - W (its sliding_window mask).
 std::vector<double> attention_d(const std::vector<double>& qkv, int B, int T, int C, int NH,
-                                int KV) {
+                                int KV, const AttnOpts& opt = AttnOpts{}) {
   const int hs = C / NH, W = (NH + 2 * KV) * hs;
-  const double scale = 1.0 / std::sqrt((double)hs);
+  const double scale = opt.scale > 0 ? (double)opt.scale : 1.0 / std::sqrt((double)hs);
   std::vector<double> out((size_t)B * T * C, 0.0), s(T);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++)
       for (int i = 0; i < T; i++) {
         const int g = h / (NH / KV);
+        const int j0 = opt.window > 0 ? std::max(0, i - opt.window + 1) : 0;
         const double* q = &qkv[((size_t)b * T + i) * W + h * hs];
         double mx = -1e300;
-        for (int j = 0; j <= i; j++) {
+        for (int j = j0; j <= i; j++) {
           const double* k = &qkv[((size_t)b * T + j) * W + C + g * hs];
           double d = 0;
           for (int e = 0; e < hs; e++) d += q[e] * k[e];
           s[j] = d * scale;
+          if (opt.softcap > 0) s[j] = opt.softcap * std::tanh(s[j] / opt.softcap);
           mx = std::max(mx, s[j]);
         }
         double sum = 0;
-        for (int j = 0; j <= i; j++) sum += (s[j] = std::exp(s[j] - mx));
+        for (int j = j0; j <= i; j++) sum += (s[j] = std::exp(s[j] - mx));
         double* o = &out[((size_t)b * T + i) * C + h * hs];
-        for (int j = 0; j <= i; j++) {
+        for (int j = j0; j <= i; j++) {
           const double* v = &qkv[((size_t)b * T + j) * W + C + (KV + g) * hs];
           for (int e = 0; e < hs; e++) o[e] += s[j] / sum * v[e];
         }
@@ -372,23 +376,26 @@ TEST_F(CpuGrad, MatmulGelu) {
 
 // ---- attention -------------------------------------------------------------------------
 
-void attention_grad_case(Backend& be, int B, int T, int C, int NH, int KV, size_t k) {
+void attention_grad_case(Backend& be, int B, int T, int C, int NH, int KV, size_t k,
+                         const AttnOpts& opt = AttnOpts{}) {
   SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
-               " NH=" + std::to_string(NH) + " KV=" + std::to_string(KV));
+               " NH=" + std::to_string(NH) + " KV=" + std::to_string(KV) + " window=" +
+               std::to_string(opt.window) + " scale=" + std::to_string(opt.scale) +
+               " softcap=" + std::to_string(opt.softcap));
   Rng rng(15 + B + T + C + NH + KV);
   const size_t W = (size_t)(NH + 2 * KV) * (C / NH);
   auto qkv = randn(rng, (size_t)B * T * W), R = randn(rng, (size_t)B * T * C);
   Buf d_qkv(be, qkv), d_R(be, R), d_out(be, (size_t)B * T * C), d_lse(be, (size_t)B * NH * T),
       d_dqkv(be, qkv.size());
   d_dqkv.fill(kNaN);  // fully overwritten
-  be.attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH, KV);
+  be.attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH, KV, opt);
   be.attention_backward(d_dqkv.get(), d_R.get(), d_qkv.get(), d_out.get(), d_lse.get(), B, T, C,
-                        NH, KV);
+                        NH, KV, opt);
   auto x = to_double(qkv);
   // Forward: softmax-weighted sums of O(1) values over <= T terms, each a few
   // FP32 roundings: 1e-5 absolute is ~30x above that, a wrong head is O(1) off.
-  expect_near_all(d_out.host(), attention_d(x, B, T, C, NH, KV), 1e-5, 1e-5, "out");
-  auto loss = [&] { return dot(attention_d(x, B, T, C, NH, KV), R); };
+  expect_near_all(d_out.host(), attention_d(x, B, T, C, NH, KV, opt), 1e-5, 1e-5, "out");
+  auto loss = [&] { return dot(attention_d(x, B, T, C, NH, KV, opt), R); };
   auto got = d_dqkv.host();
   size_t nan = 0;
   for (float g : got) nan += std::isnan(g);
@@ -401,6 +408,25 @@ TEST_F(CpuGrad, Attention) {
   attention_grad_case(b(), 1, 1, 8, 2, 2, 1000);   // T = 1: dq = dk = 0, dv = dout
   attention_grad_case(b(), 2, 33, 64, 4, 4, 80);
   attention_grad_case(b(), 1, 131, 32, 2, 2, 60);  // across the 128-row backward tiles
+}
+
+// Issue 38's options: sliding windows (inside one tile, across the 64-row
+// backward and 256-column forward tiles so whole tiles are skipped, W = 1,
+// W >= T), a scale that is not 1/sqrt(hs), soft-capping, and all together
+// with GQA.
+TEST_F(CpuGrad, AttentionOptions) {
+  auto opts = [](int w, float scale, float cap) {
+    AttnOpts o;
+    o.window = w, o.scale = scale, o.softcap = cap;
+    return o;
+  };
+  attention_grad_case(b(), 2, 7, 12, 3, 3, 1000, opts(3, 0, 0));    // every element
+  attention_grad_case(b(), 1, 9, 8, 2, 1, 1000, opts(1, 0, 0));     // each query sees itself
+  attention_grad_case(b(), 1, 9, 8, 2, 2, 1000, opts(9, 0, 0));     // W = T: full causal
+  attention_grad_case(b(), 2, 7, 12, 3, 3, 1000, opts(0, 0.9f, 0)); // scale
+  attention_grad_case(b(), 2, 7, 12, 3, 3, 1000, opts(0, 0, 0.7f)); // soft-cap that bites
+  attention_grad_case(b(), 1, 300, 16, 2, 1, 80, opts(70, 0.4f, 1.5f));   // tiles skipped
+  attention_grad_case(b(), 1, 600, 16, 2, 2, 80, opts(257, 0, 0));   // forward key tiles skipped
 }
 
 // Grouped-query: dk, dv of a KV head sum over the query heads of its group.

@@ -1,0 +1,30 @@
+// What each 2026 family changes in the Llama block when nothing else is said
+// (issue 38): the options of config.h a model of that family has whatever
+// its size. `ratchet train --family F` applies them to a custom shape (a
+// small Qwen3 for the worked example); the presets and the Hugging Face
+// importer set the same fields from the published configs.
+//   llama    nothing
+//   qwen2    q/k/v bias
+//   qwen3    per-head q/k RMSNorm
+//   olmo2    post norms (no input norms), full-width q/k RMSNorm
+//   smollm3  NoPE on every 4th layer (no_rope_layer_interval 4: layer i has
+//            RoPE unless (i+1) % 4 == 0)
+//   mistral  sliding window on every layer (needs a window: `window`)
+//   gemma3   sandwich norms in the (1+w) form, per-head q/k norms, embeddings
+//            times sqrt(C), GeGLU (gelu_pytorch_tanh), tied embeddings, and
+//            5 sliding layers to 1 full (sliding_window_pattern 6) with the
+//            sliding layers' RoPE base 10000 and the full ones' 1e6
+// `window`: the sliding window for the families that slide (mistral, gemma3;
+// 0 there: none, every layer full). Throws Error naming --family.
+#pragma once
+#include <string>
+
+#include "model/config.h"
+
+namespace ratchet {
+
+void apply_family_defaults(GPTConfig& c, Family f, int window);
+// "qwen3" -> Family::qwen3 (also "gemma3" for gemma3_text); Error naming `flag` otherwise.
+Family parse_family_flag(const std::string& s, const char* flag);
+
+}  // namespace ratchet
