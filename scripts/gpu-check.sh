@@ -25,7 +25,10 @@
 #      (CPU) ranks resumes on 1 GPU rank; a Llama of the smollm-135m shape
 #      trains; when python3 imports transformers and torch, an --export-hf
 #      export loads in LlamaForCausalLM with no missing or unexpected keys and
-#      its loss on one batch agrees with ratchet's (FP32) to 1e-4
+#      its loss on one batch agrees with ratchet's (FP32) to 1e-4; and
+#      tests/gpu/hf_autoload_check.sh: AutoTokenizer / AutoModelForCausalLM on
+#      an export, and each 2026 family (issue 38) written by transformers,
+#      imported and exported by ratchet, loaded back with the same loss
 #   7. writes the report (gpu-report.md): one PASS/FAIL line per check
 # --quick skips 3-5 (build, tests, NCCL, training checks).
 # --only SECTIONS: a comma list of tests (2), sanitizer (3), bench (4), curve (5),
@@ -349,6 +352,22 @@ PY
     line "export-hf in transformers" NOT-RUN "python3 cannot import transformers and torch"
   else
     hf_check "$dev" "$exe" "$d" "${llama[@]}"
+  fi
+
+  # Every family (issue 38) through transformers and back: tests/gpu/hf_autoload_check.sh
+  # (its tokenizer and AutoModelForCausalLM checks, then each family's tiny model).
+  in_time "hf families in transformers" || return
+  local tok=/usr/local/share/ratchet/hf-tokenizers/llama3_1
+  if ! python3 -c 'import transformers, torch' >/dev/null 2>&1; then
+    line "hf families in transformers" NOT-RUN "python3 cannot import transformers and torch"
+  elif [ ! -e "$tok" ]; then
+    line "hf families in transformers" NOT-RUN "no tokenizer at $tok (scripts/install-deps.sh fetches it)"
+  elif run "$d/hf_autoload.log" "$root/tests/gpu/hf_autoload_check.sh" "$exe" "$tok" --device "$dev" \
+         --work "$d/hf_autoload"; then
+    line "hf families in transformers" PASS "$(grep -c '^PASS' "$d/hf_autoload.log") checks, $(grep -c '^NOT-RUN' \
+      "$d/hf_autoload.log") families this transformers lacks ($d/hf_autoload.log)"
+  else
+    line "hf families in transformers" FAIL "$(grep -m1 '^FAIL' "$d/hf_autoload.log") ($d/hf_autoload.log)"
   fi
 }
 

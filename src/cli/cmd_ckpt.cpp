@@ -334,7 +334,7 @@ int cmd_ckpt(int argc, char** argv) {
   desc.add_options()("help,h", "print this help")(
       "output,o", po::value(&output), "export: the llm.c file (or, --format hf, directory) to write")(
       "format", po::value(&format)->default_value(format),
-      "export: llmc (llm.c GPT-2 .bin) or hf (Hugging Face Llama: config.json + safetensors)")(
+      "export: llmc (llm.c GPT-2 .bin) or hf (Hugging Face, the model's family: config.json + safetensors)")(
       "dtype", po::value(&dtype)->default_value(dtype), "export --format hf: f32 (exact) or bf16")(
       "overwrite", po::bool_switch(&overwrite), "export: replace an existing --output file or export")(
       "keep-last", po::value(&keep_last)->default_value(keep_last), "prune: newest N kept")(

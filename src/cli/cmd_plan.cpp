@@ -70,7 +70,8 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
   model.add_options()
     ("model", po::value(&f.model)->default_value(f.model),
      "preset dN (GPT-2: N layers, N heads, 64N channels), lN (Llama), smollm-135m, "
-     "llama3.2-1b, llama3.1-8b, or 'custom' with --layers/--heads/--channels; with a budget "
+     "llama3.2-1b, llama3.1-8b, qwen2.5-0.5b, qwen3-0.6b, qwen3-1.7b, qwen3-8b, olmo2-1b, smollm3-3b, "
+     "mistral-7b, gemma3-270m, gemma3-1b, or 'custom' with --layers/--heads/--channels; with a budget "
      "and no --model: the preset nearest the compute-optimal size (of --arch)")
     ("arch", po::value(&f.arch), "gpt2 | llama (default: the preset's; gpt2 for custom)")
     ("kv-heads", po::value(&f.kv_heads), "llama: KV heads, dividing --heads (1 = MQA)")

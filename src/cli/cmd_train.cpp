@@ -77,7 +77,8 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("model", po::value(&o.model)->default_value(o.model),
      "preset: GPT-2 dN (N layers, N heads, 64N channels: d6, d12 = GPT-2 124M, d24, d36, d48); "
      "Llama lN (64N channels, N heads, N/2 KV heads, SwiGLU 8/3 C), smollm-135m, llama3.2-1b, "
-     "llama3.1-8b; "
+     "llama3.1-8b; the published qwen2.5-0.5b, qwen3-0.6b, qwen3-1.7b, qwen3-8b, olmo2-1b, smollm3-3b, "
+     "mistral-7b, gemma3-270m, gemma3-1b; "
      "or 'custom' with --layers/--heads/--channels (and --arch)")
     ("arch", po::value(&o.arch),
      "gpt2 | llama (default: the preset's; gpt2 for custom). llama: RMSNorm, RoPE, SwiGLU, "

@@ -37,36 +37,19 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
-// JSON integers come as signed or unsigned (nlohmann keeps the sign it
-// parsed): compared without converting one into the other.
-bool positive_integer(const nlohmann::json& v) {
-  if (!v.is_number_integer()) return false;
-  return v.is_number_unsigned() ? v.get<uint64_t>() > 0 : v.get<int64_t>() > 0;
-}
-// Also a whole number too large for 64 bits, which the parser keeps as a
-// double (1e20): too large, not "not an integer".
-bool above(const nlohmann::json& v, int64_t most) {
-  if (!v.is_number()) return false;
-  if (v.is_number_float()) return v.get<double>() > (double)most && std::floor(v.get<double>()) == v.get<double>();
-  return v.is_number_unsigned() ? v.get<uint64_t>() > (uint64_t)most : v.get<int64_t>() > most;
-}
-
-// The shortest decimal that reads back as `f` (as a float), as a double: 1e-05
-// for the float nearest 1e-5, where the float's exact double value would be
-// written as 9.999999747378752e-06 (what Python's float32 repr also avoids).
-double shortest_decimal(float f) {
-  char buf[32];
-  for (int digits = 1; digits <= 9; digits++) {  // 9 significant digits always round-trip
-    std::snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
-    if (std::strtof(buf, nullptr) == f) break;
-  }
-  return std::strtod(buf, nullptr);
+// config.json's key for the weights' dtype: torch_dtype, or "dtype" as newer
+// transformers write it; "" when neither is a string.
+const char* dtype_key(const nlohmann::json& j) {
+  for (const char* k : {"torch_dtype", "dtype"})
+    if (j.contains(k) && j[k].is_string()) return k;
+  return "";
 }
 
 // config.json's torch_dtype as a safetensors dtype; false when absent or other.
 bool torch_dtype(const nlohmann::json& j, StDtype* d) {
-  if (!j.contains("torch_dtype") || !j["torch_dtype"].is_string()) return false;
-  const std::string s = j["torch_dtype"].get<std::string>();
+  const char* key = dtype_key(j);
+  if (!*key) return false;
+  const std::string s = j[key].get<std::string>();
   if (s == "float32") *d = StDtype::F32;
   else if (s == "bfloat16") *d = StDtype::BF16;
   else if (s == "float16") *d = StDtype::F16;
@@ -122,161 +105,62 @@ std::vector<HfTensor> hf_tensor_map(const GPTConfig& c) {
   const int64_t C = c.channels, L = c.num_layers, NH = c.num_heads, KV = c.kv_heads(),
                 hs = c.head_size(), H = c.ffn(), V = c.vocab_size;
   const int64_t qkv_rows = (NH + 2 * KV) * hs;
+  // q/k norm weights: one [hs] per layer (per head), or the whole width (OLMo 2).
+  const int64_t qn = c.qk_norm == QkNorm::full_width ? NH * hs : hs,
+                kn = c.qk_norm == QkNorm::full_width ? KV * hs : hs;
   // The layout must be the contract's (model/param_layout.h) for the blocks below to be right.
   RATCHET_ASSERT(lay.sizes[P_QKVW] == (size_t)(L * qkv_rows * C));
+  RATCHET_ASSERT(lay.sizes[P_QKVB] == (c.qkv_bias ? (size_t)(L * qkv_rows) : 0));
   RATCHET_ASSERT(lay.sizes[P_FCW] == (size_t)(L * 2 * H * C));
   RATCHET_ASSERT(lay.sizes[P_FCPROJW] == (size_t)(L * C * H));
   RATCHET_ASSERT(lay.sizes[P_LMHEAD] == (c.tied_embeddings ? 0 : (size_t)(c.padded_vocab * C)));
+  RATCHET_ASSERT(lay.sizes[P_QNORMW] == (c.qk_norm == QkNorm::none ? 0 : (size_t)(L * qn)));
+  RATCHET_ASSERT(lay.sizes[P_KNORMW] == (c.qk_norm == QkNorm::none ? 0 : (size_t)(L * kn)));
+  RATCHET_ASSERT(lay.sizes[P_LN1W] == (c.has_pre_norms() ? (size_t)(L * C) : 0));
+  RATCHET_ASSERT(lay.sizes[P_ATTNPOSTW] == (c.has_post_norms() ? (size_t)(L * C) : 0));
 
+  // Each family's names for the norms (transformers' modeling_<family>.py):
+  // pre (Llama): input_layernorm, post_attention_layernorm before the MLP;
+  // post (OLMo 2): post_attention_layernorm and post_feedforward_layernorm on
+  // the branches' outputs; sandwich (Gemma 3): input_layernorm,
+  // post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm.
+  const bool sandwich = c.norm_placement == NormPlacement::sandwich;
   std::vector<HfTensor> m;
   m.push_back({"model.embed_tokens.weight", {V, C}, lay.offsets[P_WTE]});
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     const size_t qkv = lay.offsets[P_QKVW] + l * qkv_rows * C;
     const size_t fc = lay.offsets[P_FCW] + l * 2 * H * C;
-    m.push_back({p + "input_layernorm.weight", {C}, lay.offsets[P_LN1W] + l * C});
+    if (c.has_pre_norms()) m.push_back({p + "input_layernorm.weight", {C}, lay.offsets[P_LN1W] + l * C});
     m.push_back({p + "self_attn.q_proj.weight", {NH * hs, C}, qkv});
     m.push_back({p + "self_attn.k_proj.weight", {KV * hs, C}, qkv + NH * hs * C});
     m.push_back({p + "self_attn.v_proj.weight", {KV * hs, C}, qkv + (NH + KV) * hs * C});
+    if (c.qkv_bias) {  // Qwen2: the bias rows q | k | v of qkvb
+      const size_t b = lay.offsets[P_QKVB] + l * qkv_rows;
+      m.push_back({p + "self_attn.q_proj.bias", {NH * hs}, b});
+      m.push_back({p + "self_attn.k_proj.bias", {KV * hs}, b + NH * hs});
+      m.push_back({p + "self_attn.v_proj.bias", {KV * hs}, b + (NH + KV) * hs});
+    }
+    if (c.qk_norm != QkNorm::none) {
+      m.push_back({p + "self_attn.q_norm.weight", {qn}, lay.offsets[P_QNORMW] + l * qn});
+      m.push_back({p + "self_attn.k_norm.weight", {kn}, lay.offsets[P_KNORMW] + l * kn});
+    }
     m.push_back({p + "self_attn.o_proj.weight", {C, NH * hs}, lay.offsets[P_ATTPROJW] + l * C * NH * hs});
-    m.push_back({p + "post_attention_layernorm.weight", {C}, lay.offsets[P_LN2W] + l * C});
+    if (c.has_post_norms())
+      m.push_back({p + "post_attention_layernorm.weight", {C}, lay.offsets[P_ATTNPOSTW] + l * C});
+    if (c.has_pre_norms())
+      m.push_back({p + (sandwich ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"), {C},
+                   lay.offsets[P_LN2W] + l * C});
     m.push_back({p + "mlp.gate_proj.weight", {H, C}, fc});
     m.push_back({p + "mlp.up_proj.weight", {H, C}, fc + H * C});
     m.push_back({p + "mlp.down_proj.weight", {C, H}, lay.offsets[P_FCPROJW] + l * C * H});
+    if (c.has_post_norms())
+      m.push_back({p + "post_feedforward_layernorm.weight", {C}, lay.offsets[P_MLPPOSTW] + l * C});
   }
   m.push_back({"model.norm.weight", {C}, lay.offsets[P_LNFW]});
   if (!c.tied_embeddings) m.push_back({"lm_head.weight", {V, C}, lay.offsets[P_LMHEAD]});
   return m;
 }
-
-// ---- config.json ------------------------------------------------------------------
-
-GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) {
-  if (!j.is_object()) fail(path, " is not a JSON object");
-  auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
-  // A size: a positive integer no larger than ratchet's bound for it
-  // (model/config.h), said as such (issue 25: 10^9 layers was "must be a
-  // positive integer", and a config within int range grew to 24 GB).
-  auto integer = [&](const char* k, int fallback, bool required, int64_t most) {
-    if (!has(k)) {
-      if (required) fail(path, " has no \"", k, "\": not a Hugging Face Llama config.json");
-      return fallback;
-    }
-    const auto& v = j[k];
-    if (above(v, most))
-      fail(path, ": \"", k, "\" is ", v.dump(), ", more than ratchet accepts (at most ", most,
-           "; larger than any model ratchet can hold)");
-    if (!positive_integer(v))
-      fail(path, ": \"", k, "\" must be a positive integer (got ", v.dump(), ")");
-    return v.get<int>();
-  };
-  auto number = [&](const nlohmann::json& o, const char* k, double fallback) {
-    if (!o.contains(k) || o[k].is_null()) return fallback;
-    if (!o[k].is_number() || !(o[k].get<double>() > 0))
-      fail(path, ": \"", k, "\" must be a positive number (got ", o[k].dump(), ")");
-    return o[k].get<double>();
-  };
-  auto must_be = [&](const char* k, const nlohmann::json& want, const char* why) {
-    if (has(k) && j[k] != want)
-      fail(path, ": \"", k, "\" is ", j[k].dump(), " but ratchet's Llama needs ", want.dump(), " (", why, ")");
-  };
-  if (!has("model_type") || j["model_type"] != "llama")
-    fail(path, ": model_type is ", has("model_type") ? j["model_type"].dump() : "missing",
-         ", ratchet imports \"llama\" checkpoints (LlamaForCausalLM)");
-  must_be("hidden_act", "silu", "SwiGLU MLP");
-  must_be("attention_bias", false, "no biases");
-  must_be("mlp_bias", false, "no biases");
-
-  GPTConfig c;
-  c.arch = Arch::llama;
-  c.channels = integer("hidden_size", 0, true, kMaxChannels);
-  c.ffn_hidden = integer("intermediate_size", 0, true, kMaxFfnHidden);
-  c.num_layers = integer("num_hidden_layers", 0, true, kMaxLayers);
-  c.num_heads = integer("num_attention_heads", 0, true, kMaxHeads);
-  c.num_kv_heads = integer("num_key_value_heads", c.num_heads, false, kMaxHeads);
-  c.vocab_size = integer("vocab_size", 0, true, kMaxVocab);
-  c.max_seq_len = integer("max_position_embeddings", 2048, false, kMaxSeqLen);  // HF LlamaConfig's default
-  if (c.channels % c.num_heads != 0)
-    fail(path, ": hidden_size ", c.channels, " is not a multiple of num_attention_heads ", c.num_heads);
-  if (has("head_dim") && j["head_dim"] != c.channels / c.num_heads)
-    fail(path, ": head_dim ", j["head_dim"].dump(), " != hidden_size / num_attention_heads = ",
-         c.channels / c.num_heads, ": ratchet needs head_dim = hidden_size / num_attention_heads");
-  c.norm_eps = (float)number(j, "rms_norm_eps", 1e-6);  // HF LlamaConfig's default
-  c.rope_theta = (float)number(j, "rope_theta", 10000.0);
-  if (has("tie_word_embeddings") && !j["tie_word_embeddings"].is_boolean())
-    fail(path, ": \"tie_word_embeddings\" must be true or false");
-  c.tied_embeddings = has("tie_word_embeddings") ? j["tie_word_embeddings"].get<bool>() : false;
-  if (has("rope_scaling")) {
-    const auto& r = j["rope_scaling"];
-    const std::string type = r.is_object() && r.contains("rope_type") ? r["rope_type"].dump()
-                             : r.is_object() && r.contains("type")    ? r["type"].dump() : "?";
-    if (type == "\"default\"") {
-      // no scaling
-    } else if (type != "\"llama3\"") {
-      fail(path, ": rope_scaling type ", type, " is not supported (ratchet has Llama 3.1's \"llama3\" "
-           "scaling or none)");
-    } else {
-      c.rope_factor = (float)number(r, "factor", 0);
-      if (c.rope_factor == 0) fail(path, ": rope_scaling has no \"factor\"");
-      c.rope_low_freq_factor = (float)number(r, "low_freq_factor", 1.0);
-      c.rope_high_freq_factor = (float)number(r, "high_freq_factor", 4.0);
-      if (r.contains("original_max_position_embeddings")) {
-        const auto& o = r["original_max_position_embeddings"];
-        if (above(o, kMaxSeqLen))
-          fail(path, ": rope_scaling original_max_position_embeddings is ", o.dump(),
-               ", more than ratchet accepts (at most ", kMaxSeqLen, ")");
-        if (!positive_integer(o))
-          fail(path, ": rope_scaling original_max_position_embeddings must be a positive integer");
-        c.rope_original_max_pos = o.get<int>();
-      }
-    }
-  }
-  c.padded_vocab = 0;
-  // Checks of the fields together (divisibility, the parameter count) name
-  // config.json's keys, not the flags.
-  static const ConfigFieldNames kHfNames = {
-      "\"num_hidden_layers\"", "\"num_attention_heads\"", "\"hidden_size\"",
-      "\"num_key_value_heads\"", "\"intermediate_size\"", "\"vocab_size\"",
-      "\"max_position_embeddings\"", "\"rms_norm_eps\"", "\"rope_theta\"",
-      "rope_scaling \"original_max_position_embeddings\""};
-  try {
-    c.finalize(kHfNames);
-  } catch (const Error& e) {
-    fail(path, ": ", e.what());
-  }
-  return c;
-}
-
-OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
-  OrderedJson j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
-  j["hidden_size"] = c.channels;
-  j["intermediate_size"] = c.ffn();
-  j["num_hidden_layers"] = c.num_layers;
-  j["num_attention_heads"] = c.num_heads;
-  j["num_key_value_heads"] = c.kv_heads();
-  j["head_dim"] = c.head_size();
-  j["vocab_size"] = c.vocab_size;
-  j["max_position_embeddings"] = c.max_seq_len;
-  j["rms_norm_eps"] = shortest_decimal(c.norm_eps);
-  j["rope_theta"] = shortest_decimal(c.rope_theta);
-  if (c.rope_factor > 0)
-    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", shortest_decimal(c.rope_factor)},
-                         {"low_freq_factor", shortest_decimal(c.rope_low_freq_factor)},
-                         {"high_freq_factor", shortest_decimal(c.rope_high_freq_factor)},
-                         {"original_max_position_embeddings", c.rope_original_max_pos}};
-  else
-    j["rope_scaling"] = nullptr;
-  j["tie_word_embeddings"] = c.tied_embeddings;
-  j["torch_dtype"] = dtype == StDtype::BF16 ? "bfloat16" : "float32";
-  j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
-  j["mlp_bias"] = false;
-  return j;
-}
-
-// ---- import -----------------------------------------------------------------------
 
 bool is_hf_checkpoint_path(const std::string& path) {
   std::error_code ec;
@@ -332,7 +216,9 @@ OpenedHf open_hf_checkpoint(const std::string& path) {
     for (const auto& name : ck.names())
       held += !(name.size() >= inv_freq.size() &&
                 name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0);
-    const double implied = 9.0 * c.num_layers + 2 + (c.tied_embeddings ? 0 : 1);
+    const double per_layer = 7.0 + (c.has_pre_norms() ? 2 : 0) + (c.has_post_norms() ? 2 : 0) +
+                             (c.qkv_bias ? 3 : 0) + (c.qk_norm != QkNorm::none ? 2 : 0);
+    const double implied = per_layer * c.num_layers + 2 + (c.tied_embeddings ? 0 : 1);
     if (implied > 2.0 * held)
       fail(path, " holds ", held, " tensors but ", config_path, " (num_hidden_layers ", c.num_layers,
            c.tied_embeddings ? ", tied" : ", untied", " embeddings) implies ", (long long)implied,
@@ -354,9 +240,9 @@ OpenedHf open_hf_checkpoint(const std::string& path) {
     if (name == "lm_head.weight" && c.tied_embeddings)
       fail(f->path(), " has tensor 'lm_head.weight' but ", config_path, " says tie_word_embeddings "
            "true: set it to false to import the separate head, or drop the tensor");
-    fail(f->path(), " has tensor '", name, "' that a Llama with ", config_path,
+    fail(f->path(), " has tensor '", name, "' that a ", family_name(c.family), " model with ", config_path,
          "'s shape does not have (", c.num_layers, " layers", c.tied_embeddings ? ", tied" : ", untied",
-         " embeddings): wrong config.json, or not a Llama checkpoint");
+         " embeddings): wrong config.json, or not a ", family_name(c.family), " checkpoint");
   }
   for (const auto& t : map) {
     const SafetensorsFile* f = nullptr;
@@ -370,7 +256,7 @@ OpenedHf open_hf_checkpoint(const std::string& path) {
            " implies ", shape_str(t.shape));
     if (check_dtype && st->dtype != want_dtype)
       fail(f->path(), ": tensor '", t.name, "' is ", st_dtype_name(st->dtype), " but ", config_path,
-           " says torch_dtype ", j["torch_dtype"].dump());
+           " says ", dtype_key(j), " ", j[dtype_key(j)].dump());
   }
   return o;
 }
@@ -418,9 +304,11 @@ void check_hf_export_dir(const char* flag, const std::string& dir, bool overwrit
 void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const std::vector<float>& params,
                         StDtype dtype, bool overwrite, uint64_t max_shard_bytes) {
   if (cfg.arch != Arch::llama)
-    fail("the Hugging Face export writes Llama models (--arch llama); this model is GPT-2: use "
+    fail("the Hugging Face export writes Llama-family models (--arch llama); this model is GPT-2: use "
          "--export / ckpt export --format llmc for llm.c's format");
   RATCHET_ASSERT(params.size() == ParamLayout(cfg).total);
+  // A model its family's config.json cannot describe is refused before anything is written.
+  const std::string config_text = hf_config_to_json(cfg, dtype).dump(2) + "\n";
   // Diverged weights are not a model (issue 25): nothing is written.
   if (const std::string bad = first_non_finite(ParamLayout(cfg), params); !bad.empty())
     throw std::runtime_error("not writing the Hugging Face export " + dir + ": " + bad +
@@ -440,7 +328,7 @@ void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const std:
   // config.json is written before the weights and renamed after them, so that
   // a failure (a full disk) leaves an earlier export whole (safetensors.h).
   const std::string config = (fs::path(dir) / "config.json").string();
-  write_text_atomically(config + ".partial", hf_config_to_json(cfg, dtype).dump(2) + "\n");
+  write_text_atomically(config + ".partial", config_text);
   std::vector<std::string> written;
   try {
     // transformers refuses safetensors without metadata format "pt".

@@ -1,15 +1,23 @@
-// Hugging Face Llama checkpoints in and out: config.json <-> GPTConfig
-// (Arch::llama), HF tensor names <-> the flat parameter buffer
-// (model/param_layout.h), safetensors files (interop/safetensors.h).
+// Hugging Face checkpoints of the Llama family in and out (issue 38: llama,
+// qwen2, qwen3, olmo2, smollm3, mistral, gemma3_text): config.json <->
+// GPTConfig (Arch::llama, `family` from model_type; hf_config.cpp), HF
+// tensor names <-> the flat parameter buffer (model/param_layout.h),
+// safetensors files (interop/safetensors.h).
 //
 // Names, for layer N (every one is a contiguous block of the flat buffer):
 //   model.embed_tokens.weight                      (V, C)      wte rows [0, V)
-//   model.layers.N.input_layernorm.weight          (C)         ln1w[N]
+//   model.layers.N.input_layernorm.weight          (C)         ln1w[N] (not OLMo 2)
 //   model.layers.N.self_attn.{q,k,v}_proj.weight   (NH*hs | KV*hs | KV*hs, C)  qkvw[N] row blocks
+//   model.layers.N.self_attn.{q,k,v}_proj.bias     (NH*hs | KV*hs | KV*hs)     qkvb[N] (Qwen2)
+//   model.layers.N.self_attn.{q,k}_norm.weight     (hs) per head (Qwen3, Gemma 3), or
+//                                                  (NH*hs | KV*hs) full width (OLMo 2)  qnormw, knormw
 //   model.layers.N.self_attn.o_proj.weight         (C, NH*hs)  attprojw[N]
-//   model.layers.N.post_attention_layernorm.weight (C)         ln2w[N]
+//   model.layers.N.post_attention_layernorm.weight (C)         ln2w[N] (pre norms: Llama, Qwen,
+//                                                  SmolLM3, Mistral); attnpostw[N] (OLMo 2, Gemma 3)
+//   model.layers.N.pre_feedforward_layernorm.weight (C)        ln2w[N] (Gemma 3)
 //   model.layers.N.mlp.{gate,up}_proj.weight       (H, C)      fcw[N] row blocks
 //   model.layers.N.mlp.down_proj.weight            (C, H)      fcprojw[N]
+//   model.layers.N.post_feedforward_layernorm.weight (C)       mlppostw[N] (OLMo 2, Gemma 3)
 //   model.norm.weight                              (C)         lnfw
 //   lm_head.weight                                 (V, C)      lmhead (untied only)
 // RoPE uses HF's rotate_half convention here too, so q/k need no permutation.
@@ -34,10 +42,20 @@ struct HfTensor {
 // Every tensor of a llama config, in HF's order (embedding, layers, norm, head).
 std::vector<HfTensor> hf_tensor_map(const GPTConfig& c);
 
-// config.json -> GPTConfig (finalized). Throws Error naming `path` and the field.
+// config.json -> GPTConfig (finalized), the family from model_type. Throws
+// Error naming `path` and the field: a missing or bad field, an unknown
+// model_type (listing those ratchet imports), a field whose value ratchet
+// does not implement (rope_scaling "yarn", clip_qkv, attention_bias true ...).
 GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path);
-// GPTConfig -> config.json, with torch_dtype for `dtype`.
+// GPTConfig -> the family's config.json, with torch_dtype for `dtype`;
+// Error when the config's options are not its family's (hf_family_mismatch).
 OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype);
+// The family's transformers class: "LlamaForCausalLM", ..., "Gemma3ForCausalLM".
+const char* hf_architecture(Family f);
+// The first option of c (by GPTConfig's field name) that its family's
+// Hugging Face model does not have as set (qk_norm on a llama, a NoPE layer
+// on a qwen3, ...); "" when the family's config.json describes c.
+std::string hf_family_mismatch(const GPTConfig& c);
 
 // True for a path --init-from should read as Hugging Face: a directory or a
 // file ending in .safetensors.

@@ -171,6 +171,11 @@ std::string GPTConfig::describe() const {
   return os.str();
 }
 
+// The named presets (published models), for the messages listing them.
+static const char* const kNamedModels =
+    "smollm-135m, llama3.2-1b, llama3.1-8b, qwen2.5-0.5b, qwen3-0.6b, qwen3-1.7b, qwen3-8b, olmo2-1b, "
+    "smollm3-3b, mistral-7b, gemma3-270m, gemma3-1b";
+
 // "d12" -> 12, "l6" -> 6 for prefix 'd'/'l'; 0 if `name` is not that form.
 static int depth_of(const std::string& name, char prefix) {
   if (name.size() < 2 || name[0] != prefix) return 0;
@@ -181,6 +186,63 @@ static int depth_of(const std::string& name, char prefix) {
   } catch (...) {
     return 0;
   }
+}
+
+// preset_config (config.h) also knows these named presets: the 2026
+// families' published shapes (issue 38), each from its model's
+// config.json on the Hugging Face hub (the repository in the comment);
+// test_presets checks each against its published parameter count.
+static void qwen3_shape(GPTConfig* c, int L, int C, int NH, int KV, int H, bool tied) {
+  c->family = Family::qwen3;
+  c->num_layers = L, c->channels = C, c->num_heads = NH, c->num_kv_heads = KV, c->ffn_hidden = H;
+  c->head_dim = 128, c->qk_norm = QkNorm::per_head;
+  c->vocab_size = 151936, c->rope_theta = 1000000.f, c->norm_eps = 1e-6f, c->tied_embeddings = tied;
+}
+static void gemma3_shape(GPTConfig* c, int L, int C, int H) {
+  c->family = Family::gemma3;
+  c->num_layers = L, c->channels = C, c->num_heads = 4, c->num_kv_heads = 1, c->ffn_hidden = H;
+  c->head_dim = 256;  // query_pre_attn_scalar 256 = head_dim: the default scale (attn_scale 0)
+  c->vocab_size = 262144, c->rope_theta = 1000000.f, c->rope_local_theta = 10000.f, c->norm_eps = 1e-6f;
+  c->qk_norm = QkNorm::per_head, c->norm_placement = NormPlacement::sandwich;
+  c->norm_unit_offset = true, c->embed_scale = true, c->mlp_act = MlpAct::gelu_tanh;
+  c->sliding_window = 512;
+  c->layer_sliding.assign(L, 1);  // sliding_window_pattern 6: every 6th layer full
+  for (int l = 5; l < L; l += 6) c->layer_sliding[l] = 0;
+}
+static bool family_preset(const std::string& name, GPTConfig* c) {
+  if (name == "qwen2.5-0.5b") {  // Qwen/Qwen2.5-0.5B (use_sliding_window false)
+    c->family = Family::qwen2, c->qkv_bias = true;
+    c->num_layers = 24, c->channels = 896, c->num_heads = 14, c->num_kv_heads = 2, c->ffn_hidden = 4864;
+    c->vocab_size = 151936, c->rope_theta = 1000000.f, c->norm_eps = 1e-6f, c->tied_embeddings = true;
+  } else if (name == "qwen3-0.6b") {  // Qwen/Qwen3-0.6B
+    qwen3_shape(c, 28, 1024, 16, 8, 3072, true);
+  } else if (name == "qwen3-1.7b") {  // Qwen/Qwen3-1.7B
+    qwen3_shape(c, 28, 2048, 16, 8, 6144, true);
+  } else if (name == "qwen3-8b") {  // Qwen/Qwen3-8B
+    qwen3_shape(c, 36, 4096, 32, 8, 12288, false);
+  } else if (name == "olmo2-1b") {  // allenai/OLMo-2-0425-1B
+    c->family = Family::olmo2, c->norm_placement = NormPlacement::post, c->qk_norm = QkNorm::full_width;
+    c->num_layers = 16, c->channels = 2048, c->num_heads = 32, c->num_kv_heads = 32, c->ffn_hidden = 8192;
+    c->vocab_size = 100352, c->rope_theta = 500000.f, c->norm_eps = 1e-6f, c->tied_embeddings = false;
+  } else if (name == "smollm3-3b") {  // HuggingFaceTB/SmolLM3-3B (no_rope_layers: every 4th NoPE)
+    c->family = Family::smollm3;
+    c->num_layers = 36, c->channels = 2048, c->num_heads = 16, c->num_kv_heads = 4, c->ffn_hidden = 11008;
+    c->vocab_size = 128256, c->rope_theta = 5000000.f, c->norm_eps = 1e-6f, c->tied_embeddings = true;
+    c->layer_rope.assign(36, 1);
+    for (int l = 3; l < 36; l += 4) c->layer_rope[l] = 0;
+  } else if (name == "mistral-7b") {  // mistralai/Mistral-7B-v0.1 (sliding_window 4096)
+    c->family = Family::mistral;
+    c->num_layers = 32, c->channels = 4096, c->num_heads = 32, c->num_kv_heads = 8, c->ffn_hidden = 14336;
+    c->vocab_size = 32000, c->rope_theta = 10000.f, c->norm_eps = 1e-5f, c->tied_embeddings = false;
+    c->sliding_window = 4096, c->layer_sliding.assign(32, 1);
+  } else if (name == "gemma3-270m") {  // google/gemma-3-270m
+    gemma3_shape(c, 18, 640, 2048);
+  } else if (name == "gemma3-1b") {  // google/gemma-3-1b-pt
+    gemma3_shape(c, 26, 1152, 6912);
+  } else {
+    return false;
+  }
+  return true;
 }
 
 static GPTConfig llama_preset(const std::string& name, int vocab_size) {
@@ -206,6 +268,7 @@ static GPTConfig llama_preset(const std::string& name, int vocab_size) {
     c.tied_embeddings = false;  // a separate lm_head
     return c;
   }
+  if (family_preset(name, &c)) return c;
   const int depth = depth_of(name, 'l');
   if (depth < 1 || depth > 96) return GPTConfig{};  // arch gpt2: not a llama preset
   c.num_layers = depth, c.num_heads = depth, c.channels = 64 * depth;
@@ -228,8 +291,8 @@ GPTConfig preset_config(const std::string& name, int vocab_size, int max_seq_len
   const int depth = depth_of(name, 'd');
   if (depth < 1 || depth > 96)
     fail("--model '", name, "' is not a preset: use dN (GPT-2) with N layers, e.g. d6, d12 "
-         "(GPT-2 124M), d24, d36, d48; lN (Llama-shaped), e.g. l2, l6; smollm-135m, "
-         "llama3.2-1b, llama3.1-8b; or give --layers/--heads/--channels");
+         "(GPT-2 124M), d24, d36, d48; lN (Llama-shaped), e.g. l2, l6; ", kNamedModels,
+         "; or give --layers/--heads/--channels");
   c.num_layers = depth;
   c.num_heads = depth;
   c.channels = 64 * depth;
@@ -266,11 +329,22 @@ GPTConfig config_from_flags(const ModelFlags& f) {
     c = preset_config(f.model, f.vocab_size, f.max_seq_len);
     if (!f.arch.empty() && parse_arch(f.arch, "--arch") != c.arch)
       fail("--arch ", f.arch, " does not match --model ", f.model, " (a ", arch_name(c.arch),
-           " preset): use a ", f.arch == "llama" ? "lN, smollm-135m, llama3.2-1b or llama3.1-8b" : "dN",
+           " preset): use a ", f.arch == "llama" ? std::string("lN or named (") + kNamedModels + ")" : std::string("dN"),
            " preset, or --model custom --arch ", f.arch);
     // Any value given (not 0) is taken, so that a negative or NaN one is refused
     // by finalize() rather than silently replaced by the preset's.
-    if (f.layers != 0) c.num_layers = f.layers;
+    if (f.layers != 0) {
+      // A named family preset's per-layer lists follow a period (Gemma 3:
+      // 5 sliding, 1 full; SmolLM3: every 4th NoPE; Mistral: all sliding):
+      // --layers keeps it for the new depth.
+      for (auto* v : {&c.layer_sliding, &c.layer_rope})
+        if (!v->empty() && f.layers > 0) {
+          std::vector<uint8_t> r(f.layers);
+          for (int l = 0; l < f.layers; l++) r[l] = (*v)[l % v->size()];
+          *v = r;
+        }
+      c.num_layers = f.layers;
+    }
     if (f.heads != 0) c.num_heads = f.heads;
     if (f.channels != 0) {
       c.channels = f.channels;

@@ -1,5 +1,6 @@
 #include "model/recompute.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -66,8 +67,18 @@ double recompute_flops_per_token(const GPTConfig& cfg, int T, const Recompute& p
   ParamLayout lay(cfg);
   double layered = 0;  // parameters inside the blocks (all layers)
   for (int i : kBlockTensors) layered += (double)lay.sizes[i];
-  const double all = 2.0 * layered + 4.0 * cfg.num_layers * (double)cfg.channels * T;
-  return all * n / cfg.num_layers;
+  // Each recomputed block: its matmuls again, and attention's 4·keys·(NH·hs)
+  // (a third of train_flops_per_token's 12·(NH·hs)·keys), keys = T, or
+  // min(T, W) on a sliding layer (issue 38), as train_flops_per_token counts
+  // them: recompute.h's 4·L·C·T for every layer of a model without windows.
+  const double Cq = cfg.llama() ? cfg.attn_channels() : cfg.channels;
+  double flops = 0;
+  for (int l = 0; l < cfg.num_layers; l++) {
+    if (!p.recomputes_block(l)) continue;
+    const int W = cfg.llama() ? cfg.window(l) : 0;
+    flops += 2.0 * layered / cfg.num_layers + 4.0 * Cq * (W > 0 ? std::min(T, W) : T);
+  }
+  return flops;
 }
 
 }  // namespace ratchet

@@ -153,8 +153,10 @@ TEST(HfCheckpoint, ConfigErrorsNameTheField) {
                {"m/config.json", "attention_bias"});
   expect_error([&] { hf_config_from_json(with("hidden_size", nullptr), "m/config.json"); },
                {"m/config.json", "hidden_size"});
-  expect_error([&] { hf_config_from_json(with("head_dim", 32), "m/config.json"); },
-               {"m/config.json", "head_dim 32"});
+  // head_dim may differ from hidden / heads (issue 38), but RoPE needs it even.
+  expect_error([&] { hf_config_from_json(with("head_dim", 15), "m/config.json"); },
+               {"m/config.json", "head_dim 15", "even"});
+  EXPECT_EQ(hf_config_from_json(with("head_dim", 32), "m/config.json").head_size(), 32);
   expect_error([&] { hf_config_from_json(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}}), "m/config.json"); },
                {"m/config.json", "rope_scaling", "yarn"});
   expect_error([&] { hf_config_from_json(with("num_key_value_heads", 3), "m/config.json"); },

@@ -1,0 +1,505 @@
+// config.json <-> GPTConfig for every family ratchet imports (issue 38):
+// llama, qwen2, qwen3, olmo2, smollm3, mistral, gemma3_text. Field names,
+// meanings and the defaults of absent fields follow transformers'
+// configuration_<family>.py; the tensor names are in hf_checkpoint.cpp.
+//
+// A field that changes the math and that ratchet does not implement is
+// refused by name and value (rope_scaling "yarn", clip_qkv, an attention
+// bias on o_proj, another activation), never ignored: an ignored field would
+// train a different model than the one the user named.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "interop/hf_checkpoint.h"
+
+namespace ratchet {
+
+namespace {
+
+// transformers' value for a field config.json leaves out, per family
+// (configuration_<family>.py at the version of the issue).
+struct FamilyDefaults {
+  Family family;
+  const char* architecture;  // what `architectures` names (AutoModelForCausalLM's class)
+  int kv_heads;              // num_key_value_heads; 0: num_attention_heads
+  int head_dim;              // 0: hidden_size / num_attention_heads
+  int max_pos;               // max_position_embeddings
+  double norm_eps, rope_theta;
+  bool tied;                 // tie_word_embeddings
+};
+constexpr FamilyDefaults kFamilies[] = {
+    {Family::llama, "LlamaForCausalLM", 0, 0, 2048, 1e-6, 10000.0, false},
+    {Family::qwen2, "Qwen2ForCausalLM", 32, 0, 32768, 1e-6, 10000.0, false},
+    {Family::qwen3, "Qwen3ForCausalLM", 32, 128, 32768, 1e-6, 10000.0, false},
+    {Family::olmo2, "Olmo2ForCausalLM", 0, 0, 2048, 1e-5, 10000.0, false},
+    {Family::smollm3, "SmolLM3ForCausalLM", 4, 0, 32768, 1e-6, 2000000.0, true},
+    {Family::mistral, "MistralForCausalLM", 8, 0, 131072, 1e-6, 10000.0, false},
+    {Family::gemma3, "Gemma3ForCausalLM", 4, 256, 131072, 1e-6, 1000000.0, true},
+};
+const FamilyDefaults& defaults_of(Family f) {
+  for (const auto& d : kFamilies)
+    if (d.family == f) return d;
+  return kFamilies[0];
+}
+
+// JSON integers come as signed or unsigned (nlohmann keeps the sign it
+// parsed): compared without converting one into the other.
+bool positive_integer(const nlohmann::json& v) {
+  if (!v.is_number_integer()) return false;
+  return v.is_number_unsigned() ? v.get<uint64_t>() > 0 : v.get<int64_t>() > 0;
+}
+// Also a whole number too large for 64 bits, which the parser keeps as a
+// double (1e20): too large, not "not an integer".
+bool above(const nlohmann::json& v, int64_t most) {
+  if (!v.is_number()) return false;
+  if (v.is_number_float()) return v.get<double>() > (double)most && std::floor(v.get<double>()) == v.get<double>();
+  return v.is_number_unsigned() ? v.get<uint64_t>() > (uint64_t)most : v.get<int64_t>() > most;
+}
+
+// The shortest decimal that reads back as `f` (as a float), as a double: 1e-05
+// for the float nearest 1e-5, where the float's exact double value would be
+// written as 9.999999747378752e-06 (what Python's float32 repr also avoids).
+double shortest_decimal(float f) {
+  char buf[32];
+  for (int digits = 1; digits <= 9; digits++) {  // 9 significant digits always round-trip
+    std::snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
+    if (std::strtof(buf, nullptr) == f) break;
+  }
+  return std::strtod(buf, nullptr);
+}
+
+// Gemma's attention scale from query_pre_attn_scalar, as transformers
+// computes it (query_pre_attn_scalar ** -0.5 in double), rounded to float.
+float scale_of_scalar(double q) { return (float)(1.0 / std::sqrt(q)); }
+// The scalar written for a scale: the shortest decimal whose scale is the
+// same float (256 for 0.0625), so that an export imports to the same model.
+double scalar_of_scale(float s) {
+  const double exact = 1.0 / ((double)s * (double)s);
+  char buf[40];
+  for (int digits = 1; digits <= 17; digits++) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, exact);
+    if (scale_of_scalar(std::strtod(buf, nullptr)) == s) return std::strtod(buf, nullptr);
+  }
+  return exact;
+}
+
+// Reads one config.json with the messages naming it.
+class Reader {
+ public:
+  Reader(const nlohmann::json& j, const std::string& path) : j_(j), path_(path) {}
+  bool has(const char* k) const { return j_.contains(k) && !j_[k].is_null(); }
+  const nlohmann::json& operator[](const char* k) const { return j_[k]; }
+
+  // A size: a positive integer no larger than ratchet's bound for it
+  // (model/config.h), said as such (issue 25: 10^9 layers was "must be a
+  // positive integer", and a config within int range grew to 24 GB).
+  int integer(const char* k, int fallback, bool required, int64_t most) const {
+    if (!has(k)) {
+      if (required) fail(path_, " has no \"", k, "\", which ratchet needs (every Hugging Face config.json has it)");
+      return fallback;
+    }
+    return integer_value(j_[k], k, most);
+  }
+  int integer_value(const nlohmann::json& v, const std::string& what, int64_t most) const {
+    if (above(v, most))
+      fail(path_, ": \"", what, "\" is ", v.dump(), ", more than ratchet accepts (at most ", most,
+           "; larger than any model ratchet can hold)");
+    if (!positive_integer(v)) fail(path_, ": \"", what, "\" must be a positive integer (got ", v.dump(), ")");
+    return v.get<int>();
+  }
+  double number(const nlohmann::json& o, const char* k, double fallback, const std::string& where = "") const {
+    if (!o.contains(k) || o[k].is_null()) return fallback;
+    if (!o[k].is_number() || !(o[k].get<double>() > 0) || !std::isfinite(o[k].get<double>()))
+      fail(path_, ": ", where, "\"", k, "\" must be a positive number (got ", o[k].dump(), ")");
+    return o[k].get<double>();
+  }
+  double number(const char* k, double fallback) const { return number(j_, k, fallback); }
+  bool boolean(const char* k, bool fallback) const {
+    if (!has(k)) return fallback;
+    if (!j_[k].is_boolean()) fail(path_, ": \"", k, "\" must be true or false (got ", j_[k].dump(), ")");
+    return j_[k].get<bool>();
+  }
+  // A field that must keep transformers' default for ratchet's model to be
+  // the one config.json describes.
+  void must_be(const char* k, const nlohmann::json& want, const char* why) const {
+    if (has(k) && j_[k] != want)
+      fail(path_, ": \"", k, "\" is ", j_[k].dump(), ", which ratchet does not implement (it needs ", want.dump(),
+           ": ", why, ")");
+  }
+  // sliding_window: a positive number of keys, or null/absent (fallback).
+  int window(int fallback) const {
+    if (!j_.contains("sliding_window")) return fallback;
+    const auto& v = j_["sliding_window"];
+    if (v.is_null()) return 0;
+    if (v.is_number() && !(v.get<double>() > 0))
+      fail(path_, ": \"sliding_window\" is ", v.dump(), ": a window must be at least 1 token (or null for none)");
+    return integer_value(v, "sliding_window", kMaxSeqLen);
+  }
+  // layer_types: L entries of "full_attention" | "sliding_attention"; false when absent.
+  bool layer_types(int L, std::vector<uint8_t>* sliding) const {
+    if (!has("layer_types")) return false;
+    const auto& v = j_["layer_types"];
+    if (!v.is_array()) fail(path_, ": \"layer_types\" must be a list of \"full_attention\" / \"sliding_attention\"");
+    if (v.size() != (size_t)L)
+      fail(path_, ": \"layer_types\" has ", v.size(), " entries but num_hidden_layers is ", L, ": give one per layer");
+    sliding->assign(L, 0);
+    for (int l = 0; l < L; l++) {
+      if (v[l] == "sliding_attention") (*sliding)[l] = 1;
+      else if (v[l] != "full_attention")
+        fail(path_, ": \"layer_types\"[", l, "] is ", v[l].dump(), ": ratchet knows \"full_attention\" and "
+             "\"sliding_attention\"");
+    }
+    return true;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  const nlohmann::json& j_;
+  const std::string& path_;
+};
+
+// One RoPE dictionary (rope_scaling, rope_parameters or one of Gemma 3's
+// per-layer-type entries): its theta into *theta when it has one, its
+// scaling into c (Llama 3.1's "llama3" on llama only; refused otherwise).
+void read_rope_dict(const Reader& r, const nlohmann::json& d, const std::string& where, double* theta,
+                    GPTConfig* c, bool scaling_allowed) {
+  if (!d.is_object()) fail(r.path(), ": \"", where, "\" must be an object (got ", d.dump(), ")");
+  const std::string ctx = where + " ";
+  *theta = r.number(d, "rope_theta", *theta, ctx);
+  const nlohmann::json type = d.contains("rope_type") ? d["rope_type"] : d.contains("type") ? d["type"] : "default";
+  if (type == "default") return;
+  if (type != "llama3" || !scaling_allowed)
+    fail(r.path(), ": ", where, " rope_type ", type.dump(), " is not supported: ratchet implements plain RoPE",
+         c->family == Family::llama ? " and Llama 3.1's \"llama3\" scaling" : "",
+         " (for a ", family_name(c->family), " model)");
+  c->rope_factor = (float)r.number(d, "factor", 0, ctx);
+  if (c->rope_factor == 0) fail(r.path(), ": ", where, " has no \"factor\"");
+  c->rope_low_freq_factor = (float)r.number(d, "low_freq_factor", 1.0, ctx);
+  c->rope_high_freq_factor = (float)r.number(d, "high_freq_factor", 4.0, ctx);
+  if (d.contains("original_max_position_embeddings"))
+    c->rope_original_max_pos = r.integer_value(d["original_max_position_embeddings"],
+                                               where + " original_max_position_embeddings", kMaxSeqLen);
+}
+
+// The supported model_types, for the message on any other.
+std::string supported_model_types() {
+  std::string s;
+  for (const auto& d : kFamilies) s += std::string(s.empty() ? "" : ", ") + "\"" + family_name(d.family) + "\"";
+  return s;
+}
+
+}  // namespace
+
+const char* hf_architecture(Family f) { return defaults_of(f).architecture; }
+
+std::string hf_family_mismatch(const GPTConfig& c) {
+  const Family f = c.family;
+  const bool gemma = f == Family::gemma3;
+  if (c.qkv_bias != (f == Family::qwen2)) return "qkv_bias";
+  const QkNorm qk = f == Family::qwen3 || gemma ? QkNorm::per_head
+                    : f == Family::olmo2        ? QkNorm::full_width
+                                                : QkNorm::none;
+  if (c.qk_norm != qk) return "qk_norm";
+  const NormPlacement np = f == Family::olmo2 ? NormPlacement::post : gemma ? NormPlacement::sandwich
+                                                                             : NormPlacement::pre;
+  if (c.norm_placement != np) return "norm_placement";
+  if (c.norm_unit_offset != gemma) return "norm_unit_offset";
+  if (c.embed_scale != gemma) return "embed_scale";
+  if ((c.mlp_act == MlpAct::gelu_tanh) != gemma) return "mlp_act";
+  if (!gemma) {
+    if (c.attn_scale != 0) return "attn_scale";
+    if (c.attn_softcap != 0) return "attn_softcap";
+    if (c.final_softcap != 0) return "final_softcap";
+    if (c.rope_local_theta != 0) return "rope_local_theta";
+  }
+  if (f != Family::smollm3)
+    for (int l = 0; l < c.num_layers; l++)
+      if (!c.layer_has_rope(l)) return "layer_rope";
+  bool any = false, all = true;
+  for (int l = 0; l < c.num_layers; l++) any |= c.window(l) > 0, all &= c.window(l) > 0;
+  if (any && (f == Family::llama || f == Family::olmo2)) return "layer_sliding";
+  if (f == Family::mistral && any && !all) return "layer_sliding";
+  if (c.rope_factor != 0 && f != Family::llama) return "rope_factor";
+  return "";
+}
+
+// ---- config.json -> GPTConfig ----------------------------------------------------
+
+GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) {
+  if (!j.is_object()) fail(path, " is not a JSON object");
+  const Reader r(j, path);
+  if (!r.has("model_type"))
+    fail(path, " has no \"model_type\": ratchet imports ", supported_model_types());
+  GPTConfig c;
+  c.arch = Arch::llama;
+  if (!j["model_type"].is_string() || !parse_family(j["model_type"].get<std::string>(), &c.family))
+    fail(path, ": model_type is ", j["model_type"].dump(), ", which ratchet does not import; it imports ",
+         supported_model_types(),
+         j["model_type"] == "gemma3" ? " (\"gemma3\" is the multimodal Gemma3ForConditionalGeneration: ratchet "
+                                       "trains the text model, \"gemma3_text\" / Gemma3ForCausalLM)"
+                                     : "");
+  const Family f = c.family;
+  const bool gemma = f == Family::gemma3;
+  const FamilyDefaults& d = defaults_of(f);
+
+  // The fields ratchet does not implement, refused by name.
+  if (gemma) {
+    r.must_be("hidden_activation", "gelu_pytorch_tanh", "Gemma 3's gated gelu_pytorch_tanh MLP");
+    r.must_be("use_bidirectional_attention", false, "causal attention");
+  } else {
+    r.must_be("hidden_act", "silu", "the SwiGLU MLP");
+  }
+  if (f != Family::qwen2)  // Qwen2 has no such field: its q/k/v always have a bias, o_proj none
+    r.must_be("attention_bias", false, "no attention biases in this family");
+  r.must_be("mlp_bias", false, "no MLP biases");
+  r.must_be("clip_qkv", nullptr, "unclipped q/k/v");
+
+  c.channels = r.integer("hidden_size", 0, true, kMaxChannels);
+  c.ffn_hidden = r.integer("intermediate_size", 0, true, kMaxFfnHidden);
+  c.num_layers = r.integer("num_hidden_layers", 0, true, kMaxLayers);
+  c.num_heads = r.integer("num_attention_heads", 0, true, kMaxHeads);
+  c.num_kv_heads = r.integer("num_key_value_heads", d.kv_heads > 0 ? d.kv_heads : c.num_heads, false, kMaxHeads);
+  c.vocab_size = r.integer("vocab_size", 0, true, kMaxVocab);
+  c.max_seq_len = r.integer("max_position_embeddings", d.max_pos, false, kMaxSeqLen);
+  const int hd = r.integer("head_dim", d.head_dim, false, kMaxChannels);
+  if (hd == 0 && c.channels % c.num_heads != 0)
+    fail(path, ": hidden_size ", c.channels, " is not a multiple of num_attention_heads ", c.num_heads,
+         " and there is no head_dim: give head_dim");
+  // head_dim equal to hidden/heads is the default (0), as a Llama without the field.
+  c.head_dim = hd > 0 && !(c.channels % c.num_heads == 0 && hd == c.channels / c.num_heads) ? hd : 0;
+  if (c.head_size() % 2 != 0)
+    fail(path, ": head_dim ", c.head_size(), hd > 0 ? "" : " (hidden_size / num_attention_heads)",
+         " is odd: RoPE rotates pairs of a head's channels, so it must be even");
+  c.norm_eps = (float)r.number("rms_norm_eps", d.norm_eps);
+  c.tied_embeddings = r.boolean("tie_word_embeddings", d.tied);
+
+  // RoPE: rope_theta / rope_scaling, or the newer rope_parameters (one
+  // dictionary, or Gemma 3's per layer type); rope_parameters wins where both
+  // are given, as in transformers' conversion of the old spelling.
+  double theta = r.number("rope_theta", d.rope_theta);
+  double local = gemma ? r.number("rope_local_base_freq", 10000.0) : 0;
+  const bool scaling_allowed = f == Family::llama;
+  if (r.has("rope_scaling")) read_rope_dict(r, j["rope_scaling"], "rope_scaling", &theta, &c, scaling_allowed);
+  if (r.has("rope_parameters")) {
+    const auto& rp = j["rope_parameters"];
+    if (gemma && rp.is_object() && (rp.contains("full_attention") || rp.contains("sliding_attention"))) {
+      for (const auto& [k, v] : rp.items())
+        if (k != "full_attention" && k != "sliding_attention")
+          fail(path, ": rope_parameters has \"", k, "\"; Gemma 3's has \"full_attention\" and \"sliding_attention\"");
+      if (rp.contains("full_attention"))
+        read_rope_dict(r, rp["full_attention"], "rope_parameters.full_attention", &theta, &c, false);
+      if (rp.contains("sliding_attention"))
+        read_rope_dict(r, rp["sliding_attention"], "rope_parameters.sliding_attention", &local, &c, false);
+    } else {
+      read_rope_dict(r, rp, "rope_parameters", &theta, &c, scaling_allowed);
+    }
+  }
+  c.rope_theta = (float)theta;
+
+  // Per-layer attention and RoPE.
+  const int L = c.num_layers;
+  std::vector<uint8_t> types;
+  switch (f) {
+    case Family::llama:
+    case Family::olmo2:
+      break;
+    case Family::qwen2:
+    case Family::qwen3:
+    case Family::smollm3: {
+      // transformers: sliding_window counts only with use_sliding_window; the
+      // sliding layers are layer_types', else (Qwen) those from
+      // max_window_layers on, else (SmolLM3) the NoPE layers.
+      const bool use = r.boolean("use_sliding_window", false);
+      const int W = r.window(f == Family::smollm3 ? 0 : 4096);
+      if (f == Family::smollm3) {
+        std::vector<uint8_t> rope(L, 1);
+        if (r.has("no_rope_layers")) {
+          const auto& v = j["no_rope_layers"];
+          if (!v.is_array() || v.size() != (size_t)L)
+            fail(path, ": \"no_rope_layers\" must be a list of ", L, " entries (num_hidden_layers), 1 for a RoPE "
+                 "layer and 0 for a NoPE one (got ", v.is_array() ? std::to_string(v.size()) + " entries" : v.dump(), ")");
+          for (int l = 0; l < L; l++) {
+            if (v[l] != 0 && v[l] != 1)
+              fail(path, ": \"no_rope_layers\"[", l, "] is ", v[l].dump(), ": 1 for RoPE, 0 for NoPE");
+            rope[l] = v[l] == 1;
+          }
+        } else {
+          const int every = r.integer("no_rope_layer_interval", 4, false, kMaxLayers);
+          for (int l = 0; l < L; l++) rope[l] = (l + 1) % every != 0;
+        }
+        bool nope = false;
+        for (auto x : rope) nope |= !x;
+        if (nope) c.layer_rope = rope;
+        if (!r.layer_types(L, &types)) {
+          types.assign(L, 0);
+          for (int l = 0; l < L; l++) types[l] = !rope[l];
+        }
+      } else if (!r.layer_types(L, &types)) {
+        // max_window_layers 0 (every layer slides) is allowed.
+        const bool zero = r.has("max_window_layers") && j["max_window_layers"] == 0;
+        const int from = zero ? 0
+                         : r.has("max_window_layers")
+                             ? r.integer_value(j["max_window_layers"], "max_window_layers", kMaxLayers)
+                             : 28;  // Qwen2Config / Qwen3Config's default
+        types.assign(L, 0);
+        for (int l = from; l < L; l++) types[l] = 1;
+      }
+      if (!use || W == 0) types.clear();
+      if (!types.empty()) c.sliding_window = W;
+      break;
+    }
+    case Family::mistral: {
+      // Every layer slides (MistralAttention takes config.sliding_window on each).
+      const int W = r.window(4096);
+      if (W > 0) c.sliding_window = W, types.assign(L, 1);
+      break;
+    }
+    case Family::gemma3: {
+      const int W = r.window(4096);
+      if (!r.layer_types(L, &types)) {
+        // The older spelling: every pattern-th layer full, the others sliding.
+        const int pattern = r.integer("sliding_window_pattern", 6, false, kMaxLayers);
+        types.assign(L, 0);
+        for (int l = 0; l < L; l++) types[l] = (l + 1) % pattern != 0;
+      }
+      bool any = false;
+      for (auto x : types) any |= x;
+      if (any && W == 0)
+        fail(path, ": \"sliding_window\" is null but layers slide (layer_types / sliding_window_pattern): "
+             "ratchet needs the window's size");
+      c.sliding_window = any ? W : 0;
+      c.qk_norm = QkNorm::per_head;
+      c.norm_placement = NormPlacement::sandwich;
+      c.norm_unit_offset = true;
+      c.embed_scale = true;
+      c.mlp_act = MlpAct::gelu_tanh;
+      const double q = r.number("query_pre_attn_scalar", 256.0);
+      c.attn_scale = q == c.head_size() ? 0.f : scale_of_scalar(q);
+      c.attn_softcap = (float)r.number("attn_logit_softcapping", 0.0);
+      c.final_softcap = (float)r.number("final_logit_softcapping", 0.0);
+      c.rope_local_theta = local == theta ? 0.f : (float)local;
+      break;
+    }
+  }
+  bool any_sliding = false;
+  for (auto x : types) any_sliding |= x;
+  if (any_sliding) c.layer_sliding = types;
+  else c.sliding_window = 0;
+  if (f == Family::qwen2) c.qkv_bias = true;
+  if (f == Family::qwen3) c.qk_norm = QkNorm::per_head;
+  if (f == Family::olmo2) c.qk_norm = QkNorm::full_width, c.norm_placement = NormPlacement::post;
+
+  c.padded_vocab = 0;
+  // Checks of the fields together (divisibility, the parameter count) name
+  // config.json's keys, not the flags.
+  static const ConfigFieldNames kHfNames = {
+      "\"num_hidden_layers\"", "\"num_attention_heads\"", "\"hidden_size\"",
+      "\"num_key_value_heads\"", "\"intermediate_size\"", "\"vocab_size\"",
+      "\"max_position_embeddings\"", "\"rms_norm_eps\"", "\"rope_theta\"",
+      "rope_scaling \"original_max_position_embeddings\""};
+  try {
+    c.finalize(kHfNames);
+  } catch (const Error& e) {
+    fail(path, ": ", e.what());
+  }
+  RATCHET_ASSERT(hf_family_mismatch(c).empty());
+  return c;
+}
+
+// ---- GPTConfig -> config.json ----------------------------------------------------
+
+OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
+  if (const std::string bad = hf_family_mismatch(c); !bad.empty())
+    fail("this model's ", bad, " is not what a Hugging Face \"", family_name(c.family),
+         "\" model has: it cannot be exported as one (family ", family_name(c.family), ")");
+  const Family f = c.family;
+  const bool gemma = f == Family::gemma3;
+  const int L = c.num_layers;
+  OrderedJson j;
+  j["architectures"] = {hf_architecture(f)};
+  j["model_type"] = family_name(f);
+  j["hidden_size"] = c.channels;
+  j["intermediate_size"] = c.ffn();
+  j["num_hidden_layers"] = L;
+  j["num_attention_heads"] = c.num_heads;
+  j["num_key_value_heads"] = c.kv_heads();
+  j["head_dim"] = c.head_size();
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_seq_len;
+  j["rms_norm_eps"] = shortest_decimal(c.norm_eps);
+  j["rope_theta"] = shortest_decimal(c.rope_theta);
+  if (c.rope_factor > 0)
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", shortest_decimal(c.rope_factor)},
+                         {"low_freq_factor", shortest_decimal(c.rope_low_freq_factor)},
+                         {"high_freq_factor", shortest_decimal(c.rope_high_freq_factor)},
+                         {"original_max_position_embeddings", c.rope_original_max_pos}};
+  else
+    j["rope_scaling"] = nullptr;
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["torch_dtype"] = dtype == StDtype::BF16 ? "bfloat16" : "float32";
+  if (gemma) j["hidden_activation"] = "gelu_pytorch_tanh";
+  else j["hidden_act"] = "silu";
+  if (f != Family::qwen2 && f != Family::mistral) j["attention_bias"] = false;
+  if (f == Family::llama || f == Family::smollm3) j["mlp_bias"] = false;
+  if (f == Family::olmo2) j["clip_qkv"] = nullptr;
+
+  int first_sliding = L;
+  bool any = false;
+  nlohmann::json types = nlohmann::json::array();
+  for (int l = 0; l < L; l++) {
+    const bool s = c.window(l) > 0;
+    types.push_back(s ? "sliding_attention" : "full_attention");
+    if (s && !any) first_sliding = l;
+    any |= s;
+  }
+  const nlohmann::json window = any ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+  switch (f) {
+    case Family::llama:
+    case Family::olmo2:
+      break;
+    case Family::qwen2:
+    case Family::qwen3:
+    case Family::smollm3:
+      if (f == Family::smollm3) {
+        nlohmann::json rope = nlohmann::json::array();
+        for (int l = 0; l < L; l++) rope.push_back(c.layer_has_rope(l) ? 1 : 0);
+        j["no_rope_layers"] = rope;
+      }
+      j["use_sliding_window"] = any;
+      j["sliding_window"] = window;
+      // Older transformers read max_window_layers, newer layer_types: both
+      // say the same where the sliding layers are the last ones.
+      if (f != Family::smollm3) j["max_window_layers"] = first_sliding;
+      j["layer_types"] = types;
+      break;
+    case Family::mistral:
+      j["sliding_window"] = window;
+      break;
+    case Family::gemma3: {
+      j["query_pre_attn_scalar"] = c.attn_scale == 0 ? (double)c.head_size() : scalar_of_scale(c.attn_scale);
+      j["sliding_window"] = any ? c.sliding_window : 4096;  // unused without sliding layers
+      j["layer_types"] = types;
+      // The older spelling, where the layers follow one (every N-th full).
+      for (int n = 1; n <= L + 1; n++) {
+        bool fits = true;
+        for (int l = 0; l < L; l++) fits &= (c.window(l) > 0) == ((l + 1) % n != 0);
+        if (fits) {
+          j["sliding_window_pattern"] = n;
+          break;
+        }
+      }
+      j["rope_local_base_freq"] = shortest_decimal(c.rope_local_theta > 0 ? c.rope_local_theta : c.rope_theta);
+      j["attn_logit_softcapping"] = c.attn_softcap > 0 ? nlohmann::json(shortest_decimal(c.attn_softcap))
+                                                       : nlohmann::json(nullptr);
+      j["final_logit_softcapping"] = c.final_softcap > 0 ? nlohmann::json(shortest_decimal(c.final_softcap))
+                                                         : nlohmann::json(nullptr);
+      break;
+    }
+  }
+  return j;
+}
+
+}  // namespace ratchet
