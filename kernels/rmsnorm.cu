@@ -1,10 +1,15 @@
 // RMSNorm over the last axis of (N, C), statistics in FP32 (Llama; no mean, no bias).
-//   forward:  rstd = 1/sqrt(sum_c x^2 / C + eps);  out = x * rstd * w
-//             out (N,C), rstd (N) overwritten
+//   forward:  rstd = 1/sqrt(sum_c x^2 / C + eps);  out = x * rstd * (w + off)
+//             out (N,C), rstd (N) overwritten   (off = w_offset: 1 for Gemma's (1+w), else 0;
+//             off 0 runs the very expression it ran before the offset existed: same bits)
 //   fused:    residual = a + b (stored in T), then the forward above on the stored residual
-//   backward: xhat = x * rstd,  g = w * dout
+//   backward: xhat = x * rstd,  g = (w + off) * dout
 //             dinp += rstd * (g - xhat * mean_c(g * xhat))       dinp (N,C) accumulated
 //             dw   += sum_n dout * xhat                          dw (C) accumulated
+//   qk_norm:  the forward/backward above on segments of a qkv row (N, (NH+2KV)*hs): each
+//             head's hs values (per head, one [hs] weight per q/k shared by the heads) or
+//             the whole q part (NH*hs) and k part (KV*hs); the v part copied. Backward
+//             OVERWRITES dinp; dqw, dkw accumulate (fixed-order sums, no scratch).
 // Forward: one warp per row, lanes striding it in 128-bit packs (butterfly sums).
 // Backward: kernels/norm_backward.cuh (one pass over the rows, dw partials per
 // block of rows into scratch (blocks, C), then a fixed-order sum).
@@ -23,7 +28,7 @@ constexpr int kWarpsPerBlock = 4;
 // the plain and the fused kernel (the same bits for the same stored row).
 template <bool kVec, class T>
 __device__ __forceinline__ void rmsnorm_row(T* out, float* rstd, const T* x, const T* w, int row,
-                                            int C, float eps) {
+                                            int C, float eps, float off) {
   constexpr int P = Packed128<T>::size;
   const int lane = threadIdx.x % 32;
   float sq = 0.0f;
@@ -35,7 +40,10 @@ __device__ __forceinline__ void rmsnorm_row(T* out, float* rstd, const T* x, con
   for (int c0 = lane * P; c0 < C; c0 += 32 * P) {
     const Packed128<T> v = load_pack<kVec, true>(x + c0, C - c0), wv = load_pack<kVec>(w + c0, C - c0);
     Packed128<T> o;
-    for (int k = 0; k < P; k++) o[k] = from_f32<T>(pack_f32(v, k) * s * pack_f32(wv, k));
+    for (int k = 0; k < P; k++) {
+      const float wk = off == 0.0f ? pack_f32(wv, k) : pack_f32(wv, k) + off;
+      o[k] = from_f32<T>(pack_f32(v, k) * s * wk);
+    }
     store_pack<kVec>(out + c0, o, C - c0);
   }
   if (lane == 0) rstd[row] = s;
@@ -44,72 +52,242 @@ __device__ __forceinline__ void rmsnorm_row(T* out, float* rstd, const T* x, con
 template <class T, bool kVec>
 __global__ void rmsnorm_forward_kernel(T* __restrict__ out, float* __restrict__ rstd,
                                        const T* __restrict__ inp, const T* __restrict__ w, int N,
-                                       int C, float eps) {
+                                       int C, float eps, float off) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= N) return;  // whole warp; this kernel has no block barrier
-  rmsnorm_row<kVec>(out + (size_t)row * C, rstd, inp + (size_t)row * C, w, row, C, eps);
+  rmsnorm_row<kVec>(out + (size_t)row * C, rstd, inp + (size_t)row * C, w, row, C, eps, off);
 }
 
 // residual may alias a or b (no __restrict__ on those three).
 template <class T, bool kVec>
 __global__ void residual_rmsnorm_forward_kernel(T* residual, T* __restrict__ out,
                                                 float* __restrict__ rstd, const T* a, const T* b,
-                                                const T* __restrict__ w, int N, int C, float eps) {
+                                                const T* __restrict__ w, int N, int C, float eps,
+                                                float w_off) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= N) return;
   const size_t off = (size_t)row * C;
   residual_add_row<kVec>(residual + off, a + off, b + off, C);
-  rmsnorm_row<kVec>(out + off, rstd, residual + off, w, row, C, eps);
+  rmsnorm_row<kVec>(out + off, rstd, residual + off, w, row, C, eps, w_off);
+}
+
+// ---- q/k norms on a qkv row (N, W = (NH+2KV)*hs) ----
+// A row has S = NH+KV (per head) or 2 (full width) normalised segments; a warp
+// handles one (row, part): parts 0..S-1 the segments, part S copies v.
+struct QkSegment {
+  int start, len;  // columns of the segment in the row
+  bool q;          // uses qw (else kw)
+};
+__device__ __forceinline__ QkSegment qk_segment(bool per_head, int NH, int KV, int hs, int part) {
+  if (per_head) return {part * hs, hs, part < NH};
+  return part == 0 ? QkSegment{0, NH * hs, true} : QkSegment{NH * hs, KV * hs, false};
+}
+
+template <bool kVec, class T>
+__device__ __forceinline__ void copy_row(T* o, const T* x, int n) {
+  constexpr int P = Packed128<T>::size;
+  for (int c0 = (threadIdx.x % 32) * P; c0 < n; c0 += 32 * P)
+    store_pack<kVec>(o + c0, load_pack<kVec, true>(x + c0, n - c0), n - c0);
+}
+
+// di (C) = rstd * (g - xhat * mean_c(g * xhat)), g = (w + off) * d, xhat = x * rstd: one
+// warp, OVERWRITTEN (the cpu backend's rms_row_backward, the same order of operations).
+template <bool kVec, class T>
+__device__ __forceinline__ void rmsnorm_row_backward(T* di, const T* d, const T* x, const T* w,
+                                                     float s, int C, float off) {
+  constexpr int P = Packed128<T>::size;
+  const int lane = threadIdx.x % 32;
+  float gn = 0.0f;
+  for (int c0 = lane * P; c0 < C; c0 += 32 * P) {
+    const Packed128<T> dv = load_pack<kVec>(d + c0, C - c0), xv = load_pack<kVec>(x + c0, C - c0),
+                       wv = load_pack<kVec>(w + c0, C - c0);
+    for (int k = 0; k < P; k++)  // zeros past C add nothing
+      gn += (pack_f32(wv, k) + off) * pack_f32(dv, k) * (pack_f32(xv, k) * s);
+  }
+  const float gn_mean = warp_sum(gn) / C;
+  for (int c0 = lane * P; c0 < C; c0 += 32 * P) {
+    const Packed128<T> dv = load_pack<kVec>(d + c0, C - c0), xv = load_pack<kVec>(x + c0, C - c0),
+                       wv = load_pack<kVec>(w + c0, C - c0);
+    Packed128<T> o;
+    for (int k = 0; k < P; k++)
+      o[k] = from_f32<T>(s * ((pack_f32(wv, k) + off) * pack_f32(dv, k) -
+                              pack_f32(xv, k) * s * gn_mean));
+    store_pack<kVec>(di + c0, o, C - c0);
+  }
+}
+
+// out (N, W), rstd (N, S): one warp per (row, part).
+template <class T, bool kVec>
+__global__ void qk_norm_forward_kernel(T* __restrict__ out, float* __restrict__ rstd,
+                                       const T* __restrict__ inp, const T* __restrict__ qw,
+                                       const T* __restrict__ kw, int N, int NH, int KV, int hs,
+                                       bool per_head, float eps, float off) {
+  const int S = per_head ? NH + KV : 2;
+  const long gw = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (gw >= (long)N * (S + 1)) return;  // whole warp; no block barrier here
+  const int row = (int)(gw / (S + 1)), part = (int)(gw % (S + 1));
+  const size_t ro = (size_t)row * (NH + 2 * KV) * hs;
+  if (part == S) {
+    copy_row<kVec>(out + ro + (NH + KV) * hs, inp + ro + (NH + KV) * hs, KV * hs);
+    return;
+  }
+  const QkSegment g = qk_segment(per_head, NH, KV, hs, part);
+  rmsnorm_row<kVec>(out + ro + g.start, rstd, inp + ro + g.start, g.q ? qw : kw, row * S + part,
+                    g.len, eps, off);
+}
+
+// dinp (N, W) overwritten: one warp per (row, part).
+template <class T, bool kVec>
+__global__ void qk_norm_backward_kernel(T* __restrict__ dinp, const T* __restrict__ dout,
+                                        const T* __restrict__ inp, const T* __restrict__ qw,
+                                        const T* __restrict__ kw, const float* __restrict__ rstd,
+                                        int N, int NH, int KV, int hs, bool per_head, float off) {
+  const int S = per_head ? NH + KV : 2;
+  const long gw = (long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (gw >= (long)N * (S + 1)) return;
+  const int row = (int)(gw / (S + 1)), part = (int)(gw % (S + 1));
+  const size_t ro = (size_t)row * (NH + 2 * KV) * hs;
+  if (part == S) {
+    copy_row<kVec>(dinp + ro + (NH + KV) * hs, dout + ro + (NH + KV) * hs, KV * hs);
+    return;
+  }
+  const QkSegment g = qk_segment(per_head, NH, KV, hs, part);
+  rmsnorm_row_backward<kVec>(dinp + ro + g.start, dout + ro + g.start, inp + ro + g.start,
+                             g.q ? qw : kw, rstd[(size_t)row * S + part], g.len, off);
+}
+
+// dw (len) += sum_n sum_{j<G} d[o] * x[o] * rstd[n*R + r0 + j], o = n*W + base + j*len + c:
+// one weight shared by G segments of each row. Block: 32 columns x kQkGradWarps warps;
+// warp w sums items i = n*G + j = w, w + kQkGradWarps, ... in order, then warp 0 adds
+// the warps' sums in warp order (the bits depend on the shapes only).
+constexpr int kQkGradWarps = 16;
+template <class T>
+__global__ void qk_norm_weight_grad_kernel(T* __restrict__ dw, const T* __restrict__ d,
+                                           const T* __restrict__ x,
+                                           const float* __restrict__ rstd, int N, int W,
+                                           int base, int G, int len, int R, int r0) {
+  __shared__ float sums[kQkGradWarps][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int c = blockIdx.x * 32 + lane;
+  float acc = 0.0f;
+  if (c < len)
+    for (long i = warp; i < (long)N * G; i += kQkGradWarps) {
+      const long n = i / G;
+      const int j = (int)(i % G);
+      const size_t o = (size_t)n * W + base + (size_t)j * len + c;
+      acc += to_f32(d[o]) * (to_f32(x[o]) * rstd[(size_t)n * R + r0 + j]);
+    }
+  sums[warp][lane] = acc;
+  __syncthreads();
+  if (warp != 0 || c >= len) return;
+  float t = 0.0f;
+  for (int w = 0; w < kQkGradWarps; w++) t += sums[w][lane];
+  dw[c] = from_f32<T>(to_f32(dw[c]) + t);
 }
 
 // ==== launchers ==================================================================================
 
 template <class T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, float w_offset) {
   RATCHET_NVTX_RANGE("rmsnorm_forward");
   RATCHET_REQUIRE(N > 0 && C > 0, "rmsnorm_forward: N, C must be positive");
   const unsigned grid = (unsigned)ceil_div(N, kWarpsPerBlock);
   if (packs_fit<T>(C, {out, inp, w}))
     RATCHET_LAUNCH((rmsnorm_forward_kernel<T, true>), grid, 32 * kWarpsPerBlock, 0, stream, out,
-                   rstd, inp, w, N, C, eps);
+                   rstd, inp, w, N, C, eps, w_offset);
   else
     RATCHET_LAUNCH((rmsnorm_forward_kernel<T, false>), grid, 32 * kWarpsPerBlock, 0, stream, out,
-                   rstd, inp, w, N, C, eps);
+                   rstd, inp, w, N, C, eps, w_offset);
   RATCHET_CHECK_LAUNCH();
 }
 
 template <class T>
 void residual_rmsnorm_forward(T* residual, T* out, float* rstd, const T* a, const T* b,
-                              const T* w, int N, int C, float eps, cudaStream_t stream) {
+                              const T* w, int N, int C, float eps, cudaStream_t stream,
+                              float w_offset) {
   RATCHET_NVTX_RANGE("residual_rmsnorm_forward");
   RATCHET_REQUIRE(N > 0 && C > 0, "residual_rmsnorm_forward: N, C must be positive");
   RATCHET_REQUIRE(out != residual, "residual_rmsnorm_forward: out must not alias residual");
   const unsigned grid = (unsigned)ceil_div(N, kWarpsPerBlock);
   if (packs_fit<T>(C, {residual, out, a, b, w}))
     RATCHET_LAUNCH((residual_rmsnorm_forward_kernel<T, true>), grid, 32 * kWarpsPerBlock, 0,
-                   stream, residual, out, rstd, a, b, w, N, C, eps);
+                   stream, residual, out, rstd, a, b, w, N, C, eps, w_offset);
   else
     RATCHET_LAUNCH((residual_rmsnorm_forward_kernel<T, false>), grid, 32 * kWarpsPerBlock, 0,
-                   stream, residual, out, rstd, a, b, w, N, C, eps);
+                   stream, residual, out, rstd, a, b, w, N, C, eps, w_offset);
   RATCHET_CHECK_LAUNCH();
 }
 
 template <class T>
 void rmsnorm_backward(T* dinp, T* dw, void* scratch, const T* dout, const T* inp, const T* w,
-                      const float* rstd, int N, int C, cudaStream_t stream) {
+                      const float* rstd, int N, int C, cudaStream_t stream, float w_offset) {
   RATCHET_NVTX_RANGE("rmsnorm_backward");
   norm_backward<T, /*kRms=*/true>(dinp, dw, nullptr, scratch, dout, inp, w, nullptr, rstd, N, C,
-                                  stream, "rmsnorm_backward");
+                                  stream, "rmsnorm_backward", w_offset);
+}
+
+template <class T>
+void qk_norm_forward(T* out, float* rstd, const T* inp, const T* qw, const T* kw, int N, int NH,
+                     int KV, int hs, bool per_head, float eps, float w_offset,
+                     cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("qk_norm_forward");
+  RATCHET_REQUIRE(N > 0 && NH > 0 && KV > 0 && hs > 0,
+                  "qk_norm_forward: N, NH, KV, hs must be positive");
+  RATCHET_REQUIRE(out != inp, "qk_norm_forward: out must not alias inp");
+  const long warps = (long)N * ((per_head ? NH + KV : 2) + 1);
+  const unsigned grid = (unsigned)ceil_div<long>(warps, kWarpsPerBlock);
+  // hs whole packs: every segment start, length and the row width are too.
+  if (packs_fit<T>(hs, {out, inp, qw, kw}))
+    RATCHET_LAUNCH((qk_norm_forward_kernel<T, true>), grid, 32 * kWarpsPerBlock, 0, stream, out,
+                   rstd, inp, qw, kw, N, NH, KV, hs, per_head, eps, w_offset);
+  else
+    RATCHET_LAUNCH((qk_norm_forward_kernel<T, false>), grid, 32 * kWarpsPerBlock, 0, stream, out,
+                   rstd, inp, qw, kw, N, NH, KV, hs, per_head, eps, w_offset);
+  RATCHET_CHECK_LAUNCH();
+}
+
+template <class T>
+void qk_norm_backward(T* dinp, T* dqw, T* dkw, const T* dout, const T* inp, const T* qw,
+                      const T* kw, const float* rstd, int N, int NH, int KV, int hs,
+                      bool per_head, float w_offset, cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("qk_norm_backward");
+  RATCHET_REQUIRE(N > 0 && NH > 0 && KV > 0 && hs > 0,
+                  "qk_norm_backward: N, NH, KV, hs must be positive");
+  RATCHET_REQUIRE(dinp != dout && dinp != inp, "qk_norm_backward: dinp must not alias dout or inp");
+  const int S = per_head ? NH + KV : 2, W = (NH + 2 * KV) * hs;
+  const unsigned grid = (unsigned)ceil_div<long>((long)N * (S + 1), kWarpsPerBlock);
+  if (packs_fit<T>(hs, {dinp, dout, inp, qw, kw}))
+    RATCHET_LAUNCH((qk_norm_backward_kernel<T, true>), grid, 32 * kWarpsPerBlock, 0, stream, dinp,
+                   dout, inp, qw, kw, rstd, N, NH, KV, hs, per_head, w_offset);
+  else
+    RATCHET_LAUNCH((qk_norm_backward_kernel<T, false>), grid, 32 * kWarpsPerBlock, 0, stream,
+                   dinp, dout, inp, qw, kw, rstd, N, NH, KV, hs, per_head, w_offset);
+  RATCHET_CHECK_LAUNCH();
+  // (G segments of len columns from column base; rstd column r0.)
+  const int G[2] = {per_head ? NH : 1, per_head ? KV : 1};
+  const int len[2] = {per_head ? hs : NH * hs, per_head ? hs : KV * hs};
+  const int r0[2] = {0, per_head ? NH : 1};
+  T* dws[2] = {dqw, dkw};
+  for (int q = 0; q < 2; q++) {
+    RATCHET_LAUNCH((qk_norm_weight_grad_kernel<T>), (unsigned)ceil_div(len[q], 32),
+                   32 * kQkGradWarps, 0, stream, dws[q], dout, inp, rstd, N, W,
+                   q == 0 ? 0 : NH * hs, G[q], len[q], S, r0[q]);
+    RATCHET_CHECK_LAUNCH();
+  }
 }
 
 #define RATCHET_INSTANTIATE(T)                                                                  \
   template void rmsnorm_forward<T>(T*, float*, const T*, const T*, int, int, float,             \
-                                   cudaStream_t);                                               \
+                                   cudaStream_t, float);                                        \
   template void residual_rmsnorm_forward<T>(T*, T*, float*, const T*, const T*, const T*, int,  \
-                                            int, float, cudaStream_t);                          \
+                                            int, float, cudaStream_t, float);                   \
   template void rmsnorm_backward<T>(T*, T*, void*, const T*, const T*, const T*, const float*,  \
-                                    int, int, cudaStream_t);
+                                    int, int, cudaStream_t, float);                             \
+  template void qk_norm_forward<T>(T*, float*, const T*, const T*, const T*, int, int, int, int, \
+                                   bool, float, float, cudaStream_t);                           \
+  template void qk_norm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,         \
+                                    const float*, int, int, int, int, bool, float, cudaStream_t);
 RATCHET_INSTANTIATE(float)
 RATCHET_INSTANTIATE(bf16)
 #undef RATCHET_INSTANTIATE
