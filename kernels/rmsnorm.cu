@@ -9,7 +9,8 @@
 //   qk_norm:  the forward/backward above on segments of a qkv row (N, (NH+2KV)*hs): each
 //             head's hs values (per head, one [hs] weight per q/k shared by the heads) or
 //             the whole q part (NH*hs) and k part (KV*hs); the v part copied. Backward
-//             OVERWRITES dinp; dqw, dkw accumulate (fixed-order sums, no scratch).
+//             OVERWRITES dinp; dqw, dkw accumulate (partials per block of rows in
+//             scratch, then column_sums: rmsnorm_backward's scheme, no atomics).
 // Forward: one warp per row, lanes striding it in 128-bit packs (butterfly sums).
 // Backward: kernels/norm_backward.cuh (one pass over the rows, dw partials per
 // block of rows into scratch (blocks, C), then a fixed-order sum).
@@ -156,33 +157,43 @@ __global__ void qk_norm_backward_kernel(T* __restrict__ dinp, const T* __restric
                              g.q ? qw : kw, rstd[(size_t)row * S + part], g.len, off);
 }
 
-// dw (len) += sum_n sum_{j<G} d[o] * x[o] * rstd[n*R + r0 + j], o = n*W + base + j*len + c:
-// one weight shared by G segments of each row. Block: 32 columns x kQkGradWarps warps;
-// warp w sums items i = n*G + j = w, w + kQkGradWarps, ... in order, then warp 0 adds
-// the warps' sums in warp order (the bits depend on the shapes only).
+// Pass 1 of the weight gradients: partial (blocks, lq + lk), the sums over one
+// block of rows (rows_per_block, column_sum_rows_per_block(N)) of
+//   q column c < lq:  sum_n sum_{j<Gq} d[o] x[o] rstd[n*S + j],       o = n*W + j*lq + c
+//   k column lq + c:  sum_n sum_{j<Gk} d[o] x[o] rstd[n*S + r0 + j],  o = n*W + NH*hs + j*lk + c
+// (one weight shared by the G segments of a row: Gq = NH, Gk = KV per head, 1 and 1
+// full width). Block: 32 columns x kQkGradWarps warps; warp w takes the items
+// (row, segment) i = w, w + kQkGradWarps, ... of the block's rows in order, then
+// warp 0 adds the warps' sums in warp order. Pass 2 is column_sums (common.cuh).
 constexpr int kQkGradWarps = 16;
 template <class T>
-__global__ void qk_norm_weight_grad_kernel(T* __restrict__ dw, const T* __restrict__ d,
-                                           const T* __restrict__ x,
-                                           const float* __restrict__ rstd, int N, int W,
-                                           int base, int G, int len, int R, int r0) {
+__global__ void qk_norm_weight_partials_kernel(float* __restrict__ partial,
+                                               const T* __restrict__ d, const T* __restrict__ x,
+                                               const float* __restrict__ rstd, int N, int NH,
+                                               int KV, int hs, bool per_head, int rows_per_block) {
   __shared__ float sums[kQkGradWarps][32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int c = blockIdx.x * 32 + lane;
+  const int W = (NH + 2 * KV) * hs, S = per_head ? NH + KV : 2;
+  const int lq = per_head ? hs : NH * hs, lk = per_head ? hs : KV * hs, ncols = lq + lk;
+  const int col = blockIdx.y * 32 + lane;
+  const bool is_q = col < lq;
+  const int c = is_q ? col : col - lq, len = is_q ? lq : lk;
+  const int G = per_head ? (is_q ? NH : KV) : 1;
+  const int base = is_q ? 0 : NH * hs, r0 = is_q ? 0 : (per_head ? NH : 1);
+  const int n0 = blockIdx.x * rows_per_block, n1 = min(N, n0 + rows_per_block);
   float acc = 0.0f;
-  if (c < len)
-    for (long i = warp; i < (long)N * G; i += kQkGradWarps) {
-      const long n = i / G;
-      const int j = (int)(i % G);
+  if (col < ncols)
+    for (long i = warp; i < (long)(n1 - n0) * G; i += kQkGradWarps) {
+      const int n = n0 + (int)(i / G), j = (int)(i % G);
       const size_t o = (size_t)n * W + base + (size_t)j * len + c;
-      acc += to_f32(d[o]) * (to_f32(x[o]) * rstd[(size_t)n * R + r0 + j]);
+      acc += to_f32(d[o]) * (to_f32(x[o]) * rstd[(size_t)n * S + r0 + j]);
     }
   sums[warp][lane] = acc;
   __syncthreads();
-  if (warp != 0 || c >= len) return;
+  if (warp != 0 || col >= ncols) return;
   float t = 0.0f;
   for (int w = 0; w < kQkGradWarps; w++) t += sums[w][lane];
-  dw[c] = from_f32<T>(to_f32(dw[c]) + t);
+  partial[(size_t)blockIdx.x * ncols + col] = t;
 }
 
 // ==== launchers ==================================================================================
@@ -248,14 +259,15 @@ void qk_norm_forward(T* out, float* rstd, const T* inp, const T* qw, const T* kw
 }
 
 template <class T>
-void qk_norm_backward(T* dinp, T* dqw, T* dkw, const T* dout, const T* inp, const T* qw,
-                      const T* kw, const float* rstd, int N, int NH, int KV, int hs,
+void qk_norm_backward(T* dinp, T* dqw, T* dkw, void* scratch, const T* dout, const T* inp,
+                      const T* qw, const T* kw, const float* rstd, int N, int NH, int KV, int hs,
                       bool per_head, float w_offset, cudaStream_t stream) {
   RATCHET_NVTX_RANGE("qk_norm_backward");
   RATCHET_REQUIRE(N > 0 && NH > 0 && KV > 0 && hs > 0,
                   "qk_norm_backward: N, NH, KV, hs must be positive");
   RATCHET_REQUIRE(dinp != dout && dinp != inp, "qk_norm_backward: dinp must not alias dout or inp");
-  const int S = per_head ? NH + KV : 2, W = (NH + 2 * KV) * hs;
+  RATCHET_REQUIRE(scratch != nullptr, "qk_norm_backward: scratch must not be null");
+  const int S = per_head ? NH + KV : 2;
   const unsigned grid = (unsigned)ceil_div<long>((long)N * (S + 1), kWarpsPerBlock);
   if (packs_fit<T>(hs, {dinp, dout, inp, qw, kw}))
     RATCHET_LAUNCH((qk_norm_backward_kernel<T, true>), grid, 32 * kWarpsPerBlock, 0, stream, dinp,
@@ -264,17 +276,15 @@ void qk_norm_backward(T* dinp, T* dqw, T* dkw, const T* dout, const T* inp, cons
     RATCHET_LAUNCH((qk_norm_backward_kernel<T, false>), grid, 32 * kWarpsPerBlock, 0, stream,
                    dinp, dout, inp, qw, kw, rstd, N, NH, KV, hs, per_head, w_offset);
   RATCHET_CHECK_LAUNCH();
-  // (G segments of len columns from column base; rstd column r0.)
-  const int G[2] = {per_head ? NH : 1, per_head ? KV : 1};
-  const int len[2] = {per_head ? hs : NH * hs, per_head ? hs : KV * hs};
-  const int r0[2] = {0, per_head ? NH : 1};
-  T* dws[2] = {dqw, dkw};
-  for (int q = 0; q < 2; q++) {
-    RATCHET_LAUNCH((qk_norm_weight_grad_kernel<T>), (unsigned)ceil_div(len[q], 32),
-                   32 * kQkGradWarps, 0, stream, dws[q], dout, inp, rstd, N, W,
-                   q == 0 ? 0 : NH * hs, G[q], len[q], S, r0[q]);
-    RATCHET_CHECK_LAUNCH();
-  }
+  // dqw | dkw: partials per block of rows, then the fixed-order column sums.
+  const int lq = per_head ? hs : NH * hs, lk = per_head ? hs : KV * hs;
+  const int rows = column_sum_rows_per_block(N), blocks = column_sum_blocks(N);
+  auto* partial = static_cast<float*>(scratch);
+  const dim3 pgrid((unsigned)blocks, (unsigned)ceil_div(lq + lk, 32));
+  RATCHET_LAUNCH((qk_norm_weight_partials_kernel<T>), pgrid, 32 * kQkGradWarps, 0, stream, partial,
+                 dout, inp, rstd, N, NH, KV, hs, per_head, rows);
+  RATCHET_CHECK_LAUNCH();
+  column_sums<T>(dqw, dkw, partial, blocks, lq, lq + lk, stream);
 }
 
 #define RATCHET_INSTANTIATE(T)                                                                  \
@@ -286,7 +296,7 @@ void qk_norm_backward(T* dinp, T* dqw, T* dkw, const T* dout, const T* inp, cons
                                     int, int, cudaStream_t, float);                             \
   template void qk_norm_forward<T>(T*, float*, const T*, const T*, const T*, int, int, int, int, \
                                    bool, float, float, cudaStream_t);                           \
-  template void qk_norm_backward<T>(T*, T*, T*, const T*, const T*, const T*, const T*,         \
+  template void qk_norm_backward<T>(T*, T*, T*, void*, const T*, const T*, const T*, const T*,  \
                                     const float*, int, int, int, int, bool, float, cudaStream_t);
 RATCHET_INSTANTIATE(float)
 RATCHET_INSTANTIATE(bf16)

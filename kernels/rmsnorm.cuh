@@ -39,10 +39,12 @@ void qk_norm_forward(T* out, float* rstd, const T* inp, const T* qw, const T* kw
                      cudaStream_t stream);
 
 // dinp (N, (NH+2KV)*hs) OVERWRITTEN (v part = dout's); dqw, dkw += (accumulated,
-// deterministic: every column summed over rows and heads in a fixed order, no scratch).
+// deterministic: partial sums per block of rows in a fixed order, then column sums).
+// Scratch: qk_norm_backward_scratch_bytes(N, lq, lk) (kernels/scratch_bytes.h), lq/lk
+// the lengths of qw/kw.
 template <class T>
-void qk_norm_backward(T* dinp, T* dqw, T* dkw, const T* dout, const T* inp, const T* qw,
-                      const T* kw, const float* rstd, int N, int NH, int KV, int hs,
+void qk_norm_backward(T* dinp, T* dqw, T* dkw, void* scratch, const T* dout, const T* inp,
+                      const T* qw, const T* kw, const float* rstd, int N, int NH, int KV, int hs,
                       bool per_head, float w_offset, cudaStream_t stream);
 
 // ---- bytes per call ----

@@ -618,7 +618,8 @@ struct Runner {
     float* r_kw = cpu.f32(kw);
     float* r_out = cpu.f32(std::vector<float>(n));
     float* r_rstd = cpu.f32(std::vector<float>((size_t)N * R));
-    cpu.be->qk_norm_forward(r_out, r_rstd, r_inp, r_qw, r_kw, N, NH, KV, hs, per_head, kRmsEps, off);
+    cpu.be->qk_norm_forward(r_out, r_rstd, r_inp, r_qw, r_kw, N, NH, KV, hs, per_head, kRmsEps,
+                            off);
     if (!backward) {
       T* k_out = dev(std::vector<float>(n, NAN));  // every element must be written
       float* k_rstd = mem.template alloc<float>((size_t)N * R);
@@ -638,7 +639,9 @@ struct Runner {
     T* k_dinp = dev(std::vector<float>(n, NAN));  // overwritten: every element must be written
     T* k_dqw = dev(dqw);
     T* k_dkw = dev(dkw);
-    kernels::qk_norm_backward(k_dinp, k_dqw, k_dkw, dev(dout), dev(inp), dev(qw), dev(kw),
+    void* scratch =
+        mem.template alloc<unsigned char>(kernels::qk_norm_backward_scratch_bytes(N, lq, lk));
+    kernels::qk_norm_backward(k_dinp, k_dqw, k_dkw, scratch, dev(dout), dev(inp), dev(qw), dev(kw),
                               dev_raw(rstd), N, NH, KV, hs, per_head, off, nullptr);
     rep.compare("dinp", get(k_dinp, n), cpu.get(r_dinp, n), lim(kBf16));
     rep.compare("dqw", get(k_dqw, lq), cpu.get(r_dqw, lq), lim(kBf16Acc));
@@ -786,8 +789,8 @@ struct Runner {
     else if (c.op == "rmsnorm_forward_offset") rmsnorm_forward(s[0], s[1], 1.0f);
     else if (c.op == "residual_rmsnorm_forward_offset") residual_rmsnorm_forward(s[0], s[1], 1.0f);
     else if (c.op == "rmsnorm_backward_offset") rmsnorm_backward(s[0], s[1], 1.0f);
-    else if (c.op == "qk_norm_forward") qk_norm(s[0], s[1], s[2], s[3], s[4] != 0, (float)s[5], false);
-    else if (c.op == "qk_norm_backward") qk_norm(s[0], s[1], s[2], s[3], s[4] != 0, (float)s[5], true);
+    else if (c.op == "qk_norm_forward" || c.op == "qk_norm_backward")
+      qk_norm(s[0], s[1], s[2], s[3], s[4] != 0, (float)s[5], c.op == "qk_norm_backward");
     else if (c.op == "geglu_forward") geglu_forward(s[0], s[1]);
     else if (c.op == "geglu_backward") geglu_backward(s[0], s[1]);
     else if (c.op == "scale" || c.op == "softcap_forward") pointwise(c.op, s[0]);
@@ -854,13 +857,14 @@ inline std::vector<Case> all_cases() {
       {"residual_rmsnorm_forward_offset", {{1, 3}, {19, 100}, {32, 576}}},
       {"rmsnorm_backward_offset", {{1, 2}, {3, 7}, {17, 96}, {70, 257}, {9, 2500}}},
       // (N, NH, KV, hs, per_head, w_offset): NH != KV (GQA) and MQA; hs 16, 128 (packs)
-      // and 6 (element-wise: not a whole BF16 pack); per head and full width, offset 0 and 1.
+      // and 6 (element-wise: not a whole BF16 pack); per head and full width, offset 0 and 1;
+      // N = 40, 70: the weight gradients' partials over 2 and 3 blocks of rows.
       {"qk_norm_forward", {{1, 1, 1, 2, 1, 0}, {5, 4, 2, 16, 1, 0}, {5, 4, 2, 16, 1, 1}, {7, 4, 1, 6, 1, 1},
                            {3, 2, 1, 128, 1, 0}, {5, 4, 2, 16, 0, 0}, {5, 4, 2, 16, 0, 1}, {7, 3, 1, 6, 0, 0},
                            {2, 8, 2, 128, 0, 1}}},
       {"qk_norm_backward", {{1, 1, 1, 2, 1, 0}, {5, 4, 2, 16, 1, 0}, {5, 4, 2, 16, 1, 1}, {7, 4, 1, 6, 1, 1},
-                            {40, 2, 1, 128, 1, 0}, {5, 4, 2, 16, 0, 0}, {5, 4, 2, 16, 0, 1}, {7, 3, 1, 6, 0, 0},
-                            {2, 8, 2, 128, 0, 1}}},
+                            {40, 2, 1, 128, 1, 0}, {70, 3, 1, 8, 1, 1}, {5, 4, 2, 16, 0, 0}, {5, 4, 2, 16, 0, 1}, {7, 3, 1, 6, 0, 0},
+                            {2, 8, 2, 128, 0, 1}, {70, 2, 2, 24, 0, 0}}},
       {"geglu_forward", {{1, 1}, {3, 7}, {17, 96}, {33, 1536}}},
       {"geglu_backward", {{1, 1}, {3, 7}, {17, 96}, {33, 1536}}},
       {"scale", {{1}, {7}, {4099}}},

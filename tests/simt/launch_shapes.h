@@ -72,8 +72,8 @@ inline std::vector<LaunchRecord> dry_run_step(const Shape& s) {
   for (bool per_head : {true, false}) {
     qk_norm_forward<T>(p + 2048, f, p, p, p, BT, C / 64, C / 64, 64, per_head, 1e-6f, 1.0f,
                        nullptr);
-    qk_norm_backward<T>(p + 2048, p, p, p, p, p, p, f, BT, C / 64, C / 64, 64, per_head, 1.0f,
-                        nullptr);
+    qk_norm_backward<T>(p + 2048, p, p, f, p, p, p, p, f, BT, C / 64, C / 64, 64, per_head,
+                        1.0f, nullptr);
   }
   geglu_forward<T>(p, p, BT, 4 * C, nullptr);
   geglu_backward<T>(p, p, p, BT, 4 * C, nullptr);

@@ -693,8 +693,12 @@ template <class T>
 void CudaBackend<T>::qk_norm_backward(dptr dinp, dptr dqw, dptr dkw, cdptr dout, cdptr inp,
                                       cdptr qw, cdptr kw, const float* rstd, int N, int NH, int KV,
                                       int hs, bool per_head, float w_offset) {
-  kernels::qk_norm_backward<T>(P<T>(dinp), P<T>(dqw), P<T>(dkw), P<T>(dout), P<T>(inp), P<T>(qw),
-                               P<T>(kw), rstd, N, NH, KV, hs, per_head, w_offset, stream_);
+  // Within the reserved workspace in every family: kernels/scratch_bytes.h.
+  const int lq = per_head ? hs : NH * hs, lk = per_head ? hs : KV * hs;
+  void* s = scratch(kernels::qk_norm_backward_scratch_bytes(N, lq, lk));
+  kernels::qk_norm_backward<T>(P<T>(dinp), P<T>(dqw), P<T>(dkw), s, P<T>(dout), P<T>(inp),
+                               P<T>(qw), P<T>(kw), rstd, N, NH, KV, hs, per_head, w_offset,
+                               stream_);
 }
 
 template <class T>
