@@ -3,7 +3,10 @@
 //   loss = M + log S - x_target                                  losses (BT) overwritten
 //   if dloss != 0:  x_j <- dloss * (exp(x_j - M) / S - [j == target])   j < V
 //                   x_j <- 0                                            V <= j < Vp
-// (logits overwritten in place). Probabilities are never materialised: pass 1
+// (logits overwritten in place).
+// softcap c > 0: the logits hold y = c tanh(x/c) (softcap_forward ran) and the
+// gradient written is x's: each column's times 1 - (y_j/c)^2, y_j read in pass 2
+// before the thread overwrites it. Probabilities are never materialised: pass 1
 // keeps an online (max, sum) per thread over 128-bit packs (one rescale per
 // pack), combined over the block in a fixed order (deterministic); pass 2
 // re-reads the row (from L2: the rows in flight fit there) and writes the
@@ -25,7 +28,8 @@ constexpr int kBlock = 1024;
 template <class T, bool kVec>
 __global__ void __launch_bounds__(kBlock)
     fused_classifier_kernel(T* logits, float* __restrict__ losses,
-                            const int* __restrict__ targets, int V, int Vp, float dloss) {
+                            const int* __restrict__ targets, int V, int Vp, float dloss,
+                            float softcap) {
   constexpr int P = Packed128<T>::size;
   __shared__ float scratch[32];
   const int row = blockIdx.x;
@@ -63,7 +67,7 @@ __global__ void __launch_bounds__(kBlock)
   if (threadIdx.x == 0) losses[row] = M + logf(S) - x_target;
   if (dloss == 0.0f) return;  // uniform over the block: no barrier follows
   // Pass 2: one exponential per element; the row's last read (evict-first).
-  const float inv_s = 1.0f / S;
+  const float inv_s = 1.0f / S, inv_c = softcap > 0.0f ? 1.0f / softcap : 0.0f;
   const int packs = ceil_div(Vp, P);
   for (int p = threadIdx.x; p < packs; p += blockDim.x) {
     const int c0 = p * P;
@@ -72,9 +76,13 @@ __global__ void __launch_bounds__(kBlock)
       const Packed128<T> v = load_pack<kVec, true>(x + c0, Vp - c0);
       for (int k = 0; k < P; k++) {
         const int c = c0 + k;
-        const float gv =
+        float gv =
             c < V ? dloss * (expf(pack_f32(v, k) - M) * inv_s - (c == target ? 1.0f : 0.0f))
                   : 0.0f;
+        if (softcap > 0.0f) {  // uniform branch: softcap 0 keeps the old bits
+          const float yc = pack_f32(v, k) * inv_c;
+          gv *= 1.0f - yc * yc;
+        }
         g[k] = from_f32<T>(gv);
       }
     } else {
@@ -88,21 +96,22 @@ __global__ void __launch_bounds__(kBlock)
 
 template <class T>
 void fused_classifier(T* logits, float* losses, const int* targets, int BT, int V, int Vp,
-                      float dloss, cudaStream_t stream) {
+                      float dloss, cudaStream_t stream, float softcap) {
   RATCHET_NVTX_RANGE("fused_classifier");
   RATCHET_REQUIRE(BT > 0 && V > 0 && V <= Vp, "fused_classifier: need BT > 0, 0 < V <= Vp");
+  RATCHET_REQUIRE(softcap >= 0.0f, "fused_classifier: softcap must be >= 0 (0: none)");
   if (packs_fit<T>(Vp, {logits}))
     RATCHET_LAUNCH((fused_classifier_kernel<T, true>), (unsigned)BT, kBlock, 0, stream, logits,
-                   losses, targets, V, Vp, dloss);
+                   losses, targets, V, Vp, dloss, softcap);
   else
     RATCHET_LAUNCH((fused_classifier_kernel<T, false>), (unsigned)BT, kBlock, 0, stream, logits,
-                   losses, targets, V, Vp, dloss);
+                   losses, targets, V, Vp, dloss, softcap);
   RATCHET_CHECK_LAUNCH();
 }
 
 template void fused_classifier<float>(float*, float*, const int*, int, int, int, float,
-                                      cudaStream_t);
+                                      cudaStream_t, float);
 template void fused_classifier<bf16>(bf16*, float*, const int*, int, int, int, float,
-                                     cudaStream_t);
+                                     cudaStream_t, float);
 
 }  // namespace ratchet::kernels

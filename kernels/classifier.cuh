@@ -8,9 +8,11 @@ namespace ratchet::kernels {
 //   losses[i] = -log softmax(logits[i, :V])[targets[i]]
 // If dloss != 0, logits is OVERWRITTEN with its gradient
 //   dloss * (softmax - onehot(target)) on columns < V, 0 on columns V..Vp-1.
+// softcap c > 0: logits hold y = c tanh(x/c) and the gradient written is x's,
+// each column's times 1 - (y/c)^2 (0: no cap).
 template <class T>
 void fused_classifier(T* logits, float* losses, const int* targets, int BT, int V, int Vp,
-                      float dloss, cudaStream_t stream);
+                      float dloss, cudaStream_t stream, float softcap = 0.0f);
 
 // Bytes a call must move at least (s = sizeof(T)): the logits read once and,
 // with a gradient, written once; targets and losses. bench/kernels reports

@@ -7,25 +7,13 @@
 // dinp may alias dout. When n is a multiple of the 16-byte pack and the
 // pointers are 16-byte aligned, each thread moves whole packs (128-bit access).
 #include "gelu.cuh"
+#include "gelu_math.cuh"
 
 namespace ratchet::kernels {
 
-namespace {
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
-}
-
 // ==== kernels ====================================================================================
 
-__device__ __forceinline__ float gelu_f(float x) {
-  float u = kGeluScale * (x + 0.044715f * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(u));
-}
-__device__ __forceinline__ float gelu_grad_f(float x) {
-  float u = kGeluScale * (x + 0.044715f * x * x * x);
-  float t = tanhf(u);
-  return 0.5f * (1.0f + t) +
-         0.5f * x * (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-}
+// gelu_f, gelu_grad_f: kernels/gelu_math.cuh (shared with GeGLU).
 
 // Packed variants: n_packs packs of Packed128<T>::size elements.
 template <class T>

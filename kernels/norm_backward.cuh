@@ -4,7 +4,7 @@
 // dinp, and writes one partial row of the weight (and bias) gradients per
 // block of rows; column_sums (common.cuh) then adds the partials in a fixed
 // order. Math (xhat = (x - mean) * rstd, LayerNorm; x * rstd, RMSNorm;
-// g = w * dout):
+// g = (w + w_off) * dout, w_off = RMSNorm's w_offset, 0 for LayerNorm):
 //   dinp += rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))   (RMSNorm: no mean_c(g) term)
 //   dw   += sum_n dout * xhat;   db += sum_n dout                (RMSNorm: no db)
 //
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kNormBwdMaxThreads, K == 1 && kVec ? 2 : 1)
                          const T* __restrict__ dout, const T* __restrict__ inp,
                          const T* __restrict__ w, const float* __restrict__ mean,
                          const float* __restrict__ rstd, int N, int C, int rows_per_block,
-                         int tpr) {
+                         int tpr, float w_off) {
   constexpr int P = Packed128<T>::size;
   __shared__ float red[2][kNormBwdMaxThreads / 32][2];  // per warp: sum g, sum g*xhat
   const int teams = blockDim.x / tpr, team = threadIdx.x / tpr, t = threadIdx.x % tpr;
@@ -85,7 +85,9 @@ __global__ void __launch_bounds__(kNormBwdMaxThreads, K == 1 && kVec ? 2 : 1)
       xk[k] = load_pack<kVec, true>(inp + off + c0, n);
       const Packed128<T> wk = load_pack<kVec>(w + c0, n);
       for (int i = 0; i < P; i++) {
-        const float g = pack_f32(wk, i) * pack_f32(dk[k], i);
+        // w_off 0: the expression as it was before the offset existed (same bits).
+        const float wv = w_off == 0.0f ? pack_f32(wk, i) : pack_f32(wk, i) + w_off;
+        const float g = wv * pack_f32(dk[k], i);
         const float xhat = (pack_f32(xk[k], i) - m) * s;
         gsum += g;
         gxsum += g * xhat;
@@ -114,7 +116,8 @@ __global__ void __launch_bounds__(kNormBwdMaxThreads, K == 1 && kVec ? 2 : 1)
       const Packed128<T> wk = load_pack<kVec>(w + c0, n);
       for (int i = 0; i < P; i++) {
         const float dv = pack_f32(dk[k], i);
-        const float g = pack_f32(wk, i) * dv;
+        const float wv = w_off == 0.0f ? pack_f32(wk, i) : pack_f32(wk, i) + w_off;
+        const float g = wv * dv;
         const float xhat = (pack_f32(xk[k], i) - m) * s;
         d[i] = from_f32<T>(to_f32(d[i]) + s * (g - gmean - xhat * gxmean));
         dw[k][i] += dv * xhat;
@@ -144,7 +147,7 @@ __global__ void __launch_bounds__(kNormBwdMaxThreads, K == 1 && kVec ? 2 : 1)
 template <class T, bool kRms>
 inline void norm_backward(T* dinp, T* dw, T* db, void* scratch, const T* dout, const T* inp,
                           const T* w, const float* mean, const float* rstd, int N, int C,
-                          cudaStream_t stream, const char* who) {
+                          cudaStream_t stream, const char* who, float w_offset = 0.0f) {
   RATCHET_REQUIRE(N > 0 && C > 0, who);
   RATCHET_REQUIRE(scratch != nullptr, who);
   // dinp is read and written by the thread that reads dout and inp at the same
@@ -157,7 +160,7 @@ inline void norm_backward(T* dinp, T* dw, T* db, void* scratch, const T* dout, c
   auto launch = [&](auto kernel, const char* name) {
     ::ratchet::kernels::launch_kernel(name, kernel, (unsigned)g.blocks, block, g.smem, stream,
                                       dinp, partial, dout, inp, w, mean, rstd, N, C, g.rows,
-                                      g.tpr);
+                                      g.tpr, w_offset);
     RATCHET_CHECK_LAUNCH();
   };
 #define RATCHET_NORM_BWD(K, V) \

@@ -58,6 +58,14 @@ inline size_t rmsnorm_backward_scratch_bytes(int N, int C) {
   return (size_t)column_sum_blocks(N) * C * sizeof(float);
 }
 
+// qk_norm_backward: partial dqw | dkw per block of rows, (blocks, lq + lk) FP32,
+// lq, lk the weights' lengths (hs each per head; NH*hs and KV*hs full width).
+// At most layernorm_backward's (blocks, 2C) whenever lq + lk <= 2C, as in every
+// family (per head 2*hs; full width (NH+KV)*hs with NH*hs = C).
+inline size_t qk_norm_backward_scratch_bytes(int N, int lq, int lk) {
+  return (size_t)column_sum_blocks(N) * (size_t)(lq + lk) * sizeof(float);
+}
+
 // bias_grad: partial sums per block of rows, (blocks, OC) FP32.
 inline size_t bias_grad_scratch_bytes(int N, int OC) {
   return (size_t)column_sum_blocks(N) * OC * sizeof(float);

@@ -36,11 +36,13 @@
 #include "testing/rope_cos_sin.h"
 #include "kernels/encoder.cuh"
 #include "kernels/flash_attention.cuh"
+#include "kernels/geglu.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope.cuh"
+#include "kernels/softcap.cuh"
 #include "kernels/swiglu.cuh"
 
 namespace ratchet::testing::kcases {
@@ -512,18 +514,19 @@ struct Runner {
   }
 
   // ---- Llama: RMSNorm (and fused with the residual add), RoPE, SwiGLU ----
-  void rmsnorm_forward(int N, int C) {
+  // off: w_offset (1: Gemma's (1+w) form).
+  void rmsnorm_forward(int N, int C, float off = 0.0f) {
     auto inp = q(randn(rng, (size_t)N * C, 2.0f)), w = q(randn(rng, C));
     float* r_out = cpu.f32(std::vector<float>((size_t)N * C));
     float* r_rstd = cpu.f32(std::vector<float>(N));
-    cpu.be->rmsnorm_forward(r_out, r_rstd, cpu.f32(inp), cpu.f32(w), N, C, kRmsEps);
+    cpu.be->rmsnorm_forward(r_out, r_rstd, cpu.f32(inp), cpu.f32(w), N, C, kRmsEps, off);
     T* k_out = mem.template alloc<T>((size_t)N * C);
     float* k_rstd = mem.template alloc<float>(N);
-    kernels::rmsnorm_forward(k_out, k_rstd, dev(inp), dev(w), N, C, kRmsEps, nullptr);
+    kernels::rmsnorm_forward(k_out, k_rstd, dev(inp), dev(w), N, C, kRmsEps, nullptr, off);
     rep.compare("out", get(k_out, (size_t)N * C), cpu.get(r_out, (size_t)N * C), lim(kBf16));
     rep.compare("rstd", get_raw(k_rstd, N), cpu.get(r_rstd, N), kF32);
   }
-  void residual_rmsnorm_forward(int N, int C) {
+  void residual_rmsnorm_forward(int N, int C, float off = 0.0f) {
     size_t n = (size_t)N * C;
     auto a = q(randn(rng, n)), b = q(randn(rng, n)), w = q(randn(rng, C));
     float* r_res = cpu.f32(std::vector<float>(n));
@@ -532,22 +535,22 @@ struct Runner {
     cpu.be->residual_forward(r_res, cpu.f32(a), cpu.f32(b), n);
     // The kernel normalises the residual as stored (in T): so does the reference.
     auto res_q = q(cpu.get(r_res, n));
-    cpu.be->rmsnorm_forward(r_out, r_rstd, cpu.f32(res_q), cpu.f32(w), N, C, kRmsEps);
+    cpu.be->rmsnorm_forward(r_out, r_rstd, cpu.f32(res_q), cpu.f32(w), N, C, kRmsEps, off);
     T* k_res = mem.template alloc<T>(n);
     T* k_out = mem.template alloc<T>(n);
     float* k_rstd = mem.template alloc<float>(N);
     kernels::residual_rmsnorm_forward(k_res, k_out, k_rstd, dev(a), dev(b), dev(w), N, C, kRmsEps,
-                                      nullptr);
+                                      nullptr, off);
     rep.compare("residual", get(k_res, n), cpu.get(r_res, n), lim(kBf16));
     rep.compare("out", get(k_out, n), cpu.get(r_out, n), lim(kBf16));
     rep.compare("rstd", get_raw(k_rstd, N), cpu.get(r_rstd, N), kF32);
     // In place (residual over a), as the model runs it: the same values.
     T* k_a = dev(a);
     kernels::residual_rmsnorm_forward(k_a, k_out, k_rstd, k_a, dev(b), dev(w), N, C, kRmsEps,
-                                      nullptr);
+                                      nullptr, off);
     rep.compare("residual (in place)", get(k_a, n), get(k_res, n), 0.0);
   }
-  void rmsnorm_backward(int N, int C) {
+  void rmsnorm_backward(int N, int C, float off = 0.0f) {
     size_t n = (size_t)N * C;
     auto inp = q(randn(rng, n, 2.0f)), w = q(randn(rng, C)), dout = q(randn(rng, n));
     auto dinp = q(randn(rng, n)), dw = q(randn(rng, C));
@@ -555,16 +558,16 @@ struct Runner {
     float* r_inp = cpu.f32(inp);
     float* r_w = cpu.f32(w);
     float* r_rstd = cpu.f32(std::vector<float>(N));
-    cpu.be->rmsnorm_forward(cpu.f32(std::vector<float>(n)), r_rstd, r_inp, r_w, N, C, kRmsEps);
+    cpu.be->rmsnorm_forward(cpu.f32(std::vector<float>(n)), r_rstd, r_inp, r_w, N, C, kRmsEps, off);
     auto rstd = cpu.get(r_rstd, N);
     float* r_dinp = cpu.f32(dinp);
     float* r_dw = cpu.f32(dw);
-    cpu.be->rmsnorm_backward(r_dinp, r_dw, cpu.f32(dout), r_inp, r_w, r_rstd, N, C);
+    cpu.be->rmsnorm_backward(r_dinp, r_dw, cpu.f32(dout), r_inp, r_w, r_rstd, N, C, off);
     T* k_dinp = dev(dinp);
     T* k_dw = dev(dw);
     void* scratch = mem.template alloc<unsigned char>(kernels::rmsnorm_backward_scratch_bytes(N, C));
     kernels::rmsnorm_backward(k_dinp, k_dw, scratch, dev(dout), dev(inp), dev(w), dev_raw(rstd), N,
-                              C, nullptr);
+                              C, nullptr, off);
     rep.compare("dinp", get(k_dinp, n), cpu.get(r_dinp, n), lim(kBf16Acc));
     rep.compare("dw", get(k_dw, C), cpu.get(r_dw, C), lim(kBf16Acc));
   }
@@ -603,18 +606,98 @@ struct Runner {
                 lim(kBf16));
   }
 
+  // ---- issue 38: q/k norms, GeGLU, scale, soft-cap ----
+  // (N, NH, KV, hs, per_head, w_offset): qkv rows (NH+2KV)*hs.
+  void qk_norm(int N, int NH, int KV, int hs, bool per_head, float off, bool backward) {
+    const int W = (NH + 2 * KV) * hs, R = per_head ? NH + KV : 2;
+    const size_t n = (size_t)N * W;
+    const int lq = per_head ? hs : NH * hs, lk = per_head ? hs : KV * hs;
+    auto inp = q(randn(rng, n, 2.0f)), qw = q(randn(rng, lq)), kw = q(randn(rng, lk));
+    float* r_inp = cpu.f32(inp);
+    float* r_qw = cpu.f32(qw);
+    float* r_kw = cpu.f32(kw);
+    float* r_out = cpu.f32(std::vector<float>(n));
+    float* r_rstd = cpu.f32(std::vector<float>((size_t)N * R));
+    cpu.be->qk_norm_forward(r_out, r_rstd, r_inp, r_qw, r_kw, N, NH, KV, hs, per_head, kRmsEps,
+                            off);
+    if (!backward) {
+      T* k_out = dev(std::vector<float>(n, NAN));  // every element must be written
+      float* k_rstd = mem.template alloc<float>((size_t)N * R);
+      kernels::qk_norm_forward(k_out, k_rstd, dev(inp), dev(qw), dev(kw), N, NH, KV, hs, per_head,
+                               kRmsEps, off, nullptr);
+      rep.compare("out", get(k_out, n), cpu.get(r_out, n), lim(kBf16));
+      rep.compare("rstd", get_raw(k_rstd, (size_t)N * R), cpu.get(r_rstd, (size_t)N * R), kF32);
+      return;
+    }
+    auto rstd = cpu.get(r_rstd, (size_t)N * R);
+    auto dout = q(randn(rng, n)), dqw = q(randn(rng, lq)), dkw = q(randn(rng, lk));
+    float* r_dinp = cpu.f32(std::vector<float>(n));
+    float* r_dqw = cpu.f32(dqw);
+    float* r_dkw = cpu.f32(dkw);
+    cpu.be->qk_norm_backward(r_dinp, r_dqw, r_dkw, cpu.f32(dout), r_inp, r_qw, r_kw, r_rstd, N, NH,
+                             KV, hs, per_head, off);
+    T* k_dinp = dev(std::vector<float>(n, NAN));  // overwritten: every element must be written
+    T* k_dqw = dev(dqw);
+    T* k_dkw = dev(dkw);
+    void* scratch =
+        mem.template alloc<unsigned char>(kernels::qk_norm_backward_scratch_bytes(N, lq, lk));
+    kernels::qk_norm_backward(k_dinp, k_dqw, k_dkw, scratch, dev(dout), dev(inp), dev(qw), dev(kw),
+                              dev_raw(rstd), N, NH, KV, hs, per_head, off, nullptr);
+    rep.compare("dinp", get(k_dinp, n), cpu.get(r_dinp, n), lim(kBf16));
+    rep.compare("dqw", get(k_dqw, lq), cpu.get(r_dqw, lq), lim(kBf16Acc));
+    rep.compare("dkw", get(k_dkw, lk), cpu.get(r_dkw, lk), lim(kBf16Acc));
+  }
+  void geglu_forward(int N, int H) {
+    auto inp = q(randn(rng, (size_t)N * 2 * H, 3.0f));
+    float* r_out = cpu.f32(std::vector<float>((size_t)N * H));
+    cpu.be->geglu_forward(r_out, cpu.f32(inp), N, H);
+    T* k_out = dev(std::vector<float>((size_t)N * H, NAN));
+    kernels::geglu_forward(k_out, dev(inp), N, H, nullptr);
+    rep.compare("out", get(k_out, (size_t)N * H), cpu.get(r_out, (size_t)N * H), lim(kBf16));
+  }
+  void geglu_backward(int N, int H) {
+    auto inp = q(randn(rng, (size_t)N * 2 * H, 3.0f)), dout = q(randn(rng, (size_t)N * H));
+    float* r_dinp = cpu.f32(std::vector<float>((size_t)N * 2 * H));
+    cpu.be->geglu_backward(r_dinp, cpu.f32(inp), cpu.f32(dout), N, H);
+    T* k_dinp = dev(std::vector<float>((size_t)N * 2 * H, NAN));  // every element must be written
+    kernels::geglu_backward(k_dinp, dev(inp), dev(dout), N, H, nullptr);
+    rep.compare("dinp", get(k_dinp, (size_t)N * 2 * H), cpu.get(r_dinp, (size_t)N * 2 * H),
+                lim(kBf16));
+  }
+  // In place: x *= 0.37 (scale) or x = 5 tanh(x / 5) (softcap), x ~ N(0, 8^2) so
+  // that the cap bends a good share of the values.
+  void pointwise(const std::string& op, int n) {
+    auto x = q(randn(rng, n, 8.0f));
+    float* r_x = cpu.f32(x);
+    T* k_x = dev(x);
+    if (op == "scale") {
+      cpu.be->scale(r_x, n, 0.37f);
+      kernels::scale(k_x, n, 0.37f, nullptr);
+    } else {
+      cpu.be->softcap_forward(r_x, n, 5.0f);
+      kernels::softcap_forward(k_x, n, 5.0f, nullptr);
+    }
+    rep.compare("x", get(k_x, n), cpu.get(r_x, n), lim(kBf16));
+  }
+
   // ---- classifier ----
-  void classifier(int BT, int V, int Vp, bool with_grad) {
-    auto logits = q(randn(rng, (size_t)BT * Vp, 3.0f));
+  // softcap c > 0: the logits are already capped, y = c tanh(x/c) (x ~ N(0, 3^2)
+  // against c = 4: many values in the bent part), and the gradient is x's.
+  void classifier(int BT, int V, int Vp, bool with_grad, float softcap = 0.0f) {
+    auto logits = randn(rng, (size_t)BT * Vp, 3.0f);
+    if (softcap > 0)
+      for (auto& x : logits) x = softcap * std::tanh(x / softcap);
+    logits = q(std::move(logits));
     std::vector<int> targets(BT);
     for (auto& t : targets) t = (int)rng.below(V);
     float dloss = with_grad ? 1.0f / BT : 0.0f;
     float* r_logits = cpu.f32(logits);
     float* r_losses = cpu.f32(std::vector<float>(BT));
-    cpu.be->classifier(r_logits, r_losses, cpu.i32(targets), BT, V, Vp, dloss);
+    cpu.be->classifier(r_logits, r_losses, cpu.i32(targets), BT, V, Vp, dloss, softcap);
     T* k_logits = dev(logits);
     float* k_losses = mem.template alloc<float>(BT);
-    kernels::fused_classifier(k_logits, k_losses, dev_raw(targets), BT, V, Vp, dloss, nullptr);
+    kernels::fused_classifier(k_logits, k_losses, dev_raw(targets), BT, V, Vp, dloss, nullptr,
+                              softcap);
     // Losses are FP32 from the same (quantised) logits: FP32 limit in both modes.
     rep.compare("losses", get_raw(k_losses, BT), cpu.get(r_losses, BT), kF32);
     rep.compare(with_grad ? "dlogits" : "logits (unchanged)", get(k_logits, (size_t)BT * Vp),
@@ -703,6 +786,15 @@ struct Runner {
     else if (c.op == "rmsnorm_forward") rmsnorm_forward(s[0], s[1]);
     else if (c.op == "residual_rmsnorm_forward") residual_rmsnorm_forward(s[0], s[1]);
     else if (c.op == "rmsnorm_backward") rmsnorm_backward(s[0], s[1]);
+    else if (c.op == "rmsnorm_forward_offset") rmsnorm_forward(s[0], s[1], 1.0f);
+    else if (c.op == "residual_rmsnorm_forward_offset") residual_rmsnorm_forward(s[0], s[1], 1.0f);
+    else if (c.op == "rmsnorm_backward_offset") rmsnorm_backward(s[0], s[1], 1.0f);
+    else if (c.op == "qk_norm_forward" || c.op == "qk_norm_backward")
+      qk_norm(s[0], s[1], s[2], s[3], s[4] != 0, (float)s[5], c.op == "qk_norm_backward");
+    else if (c.op == "geglu_forward") geglu_forward(s[0], s[1]);
+    else if (c.op == "geglu_backward") geglu_backward(s[0], s[1]);
+    else if (c.op == "scale" || c.op == "softcap_forward") pointwise(c.op, s[0]);
+    else if (c.op == "classifier_softcap") classifier(s[0], s[1], s[2], true, 4.0f);
     else if (c.op == "rope_forward") rope(s[0], s[1], s[2], s[3], s[4], false);
     else if (c.op == "rope_backward") rope(s[0], s[1], s[2], s[3], s[4], true);
     else if (c.op == "swiglu_forward") swiglu_forward(s[0], s[1]);
@@ -760,6 +852,25 @@ inline std::vector<Case> all_cases() {
       // 41: rows that are not whole 128-bit packs (element-wise path).
       {"classifier", {{1, 1, 1}, {3, 5, 8}, {3, 37, 41}, {7, 100, 128}, {16, 1000, 1024}, {2, 4099, 4224}, {4, 50257, 50304}}},
       {"classifier_loss_only", {{3, 5, 8}, {5, 1000, 1024}}},
+      // Issue 38. The offset forms: (N, C) as the plain ones (2500: K = 2 in backward).
+      {"rmsnorm_forward_offset", {{1, 1}, {3, 7}, {17, 96}, {8, 768}}},
+      {"residual_rmsnorm_forward_offset", {{1, 3}, {19, 100}, {32, 576}}},
+      {"rmsnorm_backward_offset", {{1, 2}, {3, 7}, {17, 96}, {70, 257}, {9, 2500}}},
+      // (N, NH, KV, hs, per_head, w_offset): NH != KV (GQA) and MQA; hs 16, 128 (packs)
+      // and 6 (element-wise: not a whole BF16 pack); per head and full width, offset 0 and 1;
+      // N = 40, 70: the weight gradients' partials over 2 and 3 blocks of rows.
+      {"qk_norm_forward", {{1, 1, 1, 2, 1, 0}, {5, 4, 2, 16, 1, 0}, {5, 4, 2, 16, 1, 1}, {7, 4, 1, 6, 1, 1},
+                           {3, 2, 1, 128, 1, 0}, {5, 4, 2, 16, 0, 0}, {5, 4, 2, 16, 0, 1}, {7, 3, 1, 6, 0, 0},
+                           {2, 8, 2, 128, 0, 1}}},
+      {"qk_norm_backward", {{1, 1, 1, 2, 1, 0}, {5, 4, 2, 16, 1, 0}, {5, 4, 2, 16, 1, 1}, {7, 4, 1, 6, 1, 1},
+                            {40, 2, 1, 128, 1, 0}, {70, 3, 1, 8, 1, 1}, {5, 4, 2, 16, 0, 0}, {5, 4, 2, 16, 0, 1}, {7, 3, 1, 6, 0, 0},
+                            {2, 8, 2, 128, 0, 1}, {70, 2, 2, 24, 0, 0}}},
+      {"geglu_forward", {{1, 1}, {3, 7}, {17, 96}, {33, 1536}}},
+      {"geglu_backward", {{1, 1}, {3, 7}, {17, 96}, {33, 1536}}},
+      {"scale", {{1}, {7}, {4099}}},
+      {"softcap_forward", {{1}, {7}, {4099}}},
+      // (BT, V, Vp): the capped classifier, packs and element-wise (41).
+      {"classifier_softcap", {{1, 1, 1}, {3, 37, 41}, {7, 100, 128}, {4, 4099, 4224}}},
       {"adamw", {{1, 1}, {7, 1}, {1000, 3}, {5001, 10}}},
       {"global_norm", {{1}, {7}, {1000}, {300001}}},
   };

@@ -12,11 +12,13 @@
 #include "kernels/cast.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/encoder.cuh"
+#include "kernels/geglu.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope.cuh"
+#include "kernels/softcap.cuh"
 #include "kernels/swiglu.cuh"
 
 namespace ratchet::testing::launch {
@@ -62,7 +64,23 @@ inline std::vector<LaunchRecord> dry_run_step(const Shape& s) {
   rope_backward<T>(p, f, s.B, s.T, C / 64, C / 64, 64, s.T, nullptr);
   swiglu_forward<T>(p, p, BT, 4 * C, nullptr);
   swiglu_backward<T>(p, p, p, BT, 4 * C, nullptr);
+  // Issue 38's ops at the same width: the (1+w) norms, q/k norms per head
+  // (the most warps per row) and full width, GeGLU, the embedding scale and
+  // the final soft-cap over the whole logits.
+  rmsnorm_forward<T>(p, f, p, p, BT, C, 1e-6f, nullptr, 1.0f);
+  rmsnorm_backward<T>(p + 2048, p, f, p, p, p, f, BT, C, nullptr, 1.0f);
+  for (bool per_head : {true, false}) {
+    qk_norm_forward<T>(p + 2048, f, p, p, p, BT, C / 64, C / 64, 64, per_head, 1e-6f, 1.0f,
+                       nullptr);
+    qk_norm_backward<T>(p + 2048, p, p, f, p, p, p, p, f, BT, C / 64, C / 64, 64, per_head,
+                        1.0f, nullptr);
+  }
+  geglu_forward<T>(p, p, BT, 4 * C, nullptr);
+  geglu_backward<T>(p, p, p, BT, 4 * C, nullptr);
+  scale<T>(p, (size_t)BT * C, 40.0f, nullptr);
+  softcap_forward<T>(p, (size_t)BT * s.Vp, 30.0f, nullptr);
   fused_classifier<T>(p, f, ids, BT, s.Vp - 47, s.Vp, 1.0f / BT, nullptr);
+  fused_classifier<T>(p, f, ids, BT, s.Vp - 47, s.Vp, 1.0f / BT, nullptr, 30.0f);
   AdamWHyper h;
   adamw_update<T>(p, std::is_same<T, float>::value ? nullptr : f, p, f, f, s.params, h, 1,
                   nullptr);

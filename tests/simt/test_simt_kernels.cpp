@@ -85,8 +85,25 @@ std::vector<unsigned char> run_reductions(uint64_t seed, int threads) {
   std::vector<float> losses(N);
   ratchet::kernels::fused_classifier(logits.data(), losses.data(), tok.data(), N, 100, 128,
                                      1.0f / N, nullptr);
+  // issue 38's q/k norm weight gradients (fixed-order sums over rows and heads),
+  // per head and full width: qkv (N, (4+2*2)*16).
+  const int NH = 4, KV = 2, hs = 16, W = (NH + 2 * KV) * hs;
+  auto qkv = to_storage<bf16>(randn(rng, (size_t)N * W)), dqkv = to_storage<bf16>(randn(rng, (size_t)N * W));
+  auto qw = to_storage<bf16>(randn(rng, NH * hs)), kw = to_storage<bf16>(randn(rng, KV * hs));
+  std::vector<float> qk_rstd((size_t)N * (NH + KV), 0.9f);
+  std::vector<bf16> qk_dinp((size_t)N * W), dqw_h(hs), dkw_h(hs), dqw_f(NH * hs), dkw_f(KV * hs);
+  std::vector<float> qk_scratch(
+      ratchet::kernels::qk_norm_backward_scratch_bytes(N, (NH + KV) * hs, 0) / sizeof(float));
+  ratchet::kernels::qk_norm_backward(qk_dinp.data(), dqw_h.data(), dkw_h.data(),
+                                     qk_scratch.data(), dqkv.data(), qkv.data(), qw.data(),
+                                     kw.data(), qk_rstd.data(), N, NH, KV, hs, true, 1.0f, nullptr);
+  ratchet::kernels::qk_norm_backward(qk_dinp.data(), dqw_f.data(), dkw_f.data(),
+                                     qk_scratch.data(), dqkv.data(), qkv.data(), qw.data(),
+                                     kw.data(), qk_rstd.data(), N, NH, KV, hs, false, 0.0f, nullptr);
   std::vector<unsigned char> all;
-  for (auto v : {bits(dwte.data(), dwte.size()), bits(dwpe.data(), dwpe.size()),
+  for (auto v : {bits(dqw_h.data(), hs), bits(dkw_h.data(), hs), bits(dqw_f.data(), dqw_f.size()),
+                 bits(dkw_f.data(), dkw_f.size()), bits(qk_dinp.data(), qk_dinp.size()),
+                 bits(dwte.data(), dwte.size()), bits(dwpe.data(), dwpe.size()),
                  bits(dinp.data(), dinp.size()), bits(dw.data(), C), bits(db.data(), C),
                  bits(dbias.data(), C), bits(&norm, 1), bits(logits.data(), logits.size()),
                  bits(losses.data(), losses.size())})

@@ -29,11 +29,13 @@
 #include "kernels/classifier.cuh"
 #include "kernels/encoder.cuh"
 #include "kernels/flash_attention.cuh"
+#include "kernels/geglu.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope.cuh"
+#include "kernels/softcap.cuh"
 #include "kernels/swiglu.cuh"
 
 #if !RATCHET_SIMT
@@ -82,9 +84,6 @@ void refuse_attn_opts(const AttnOpts& o) {
   if (o.window != 0 || o.scale != 0 || o.softcap != 0)
     fail("the cuda backend's attention has no sliding window, scale or soft-cap option yet: run "
          "this model with --backend cpu");
-}
-void refuse_norm_offset(float w_offset) {
-  if (w_offset != 0) fail("the cuda backend's RMSNorm has no (1+w) form yet: run this model with --backend cpu");
 }
 }  // namespace
 
@@ -664,25 +663,52 @@ void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr 
 template <class T>
 void CudaBackend<T>::rmsnorm_forward(dptr out, float* rstd, cdptr inp, cdptr w, int N, int C,
                                      float eps, float w_offset) {
-  refuse_norm_offset(w_offset);
-  kernels::rmsnorm_forward<T>(P<T>(out), rstd, P<T>(inp), P<T>(w), N, C, eps, stream_);
+  kernels::rmsnorm_forward<T>(P<T>(out), rstd, P<T>(inp), P<T>(w), N, C, eps, stream_, w_offset);
 }
 
 template <class T>
 void CudaBackend<T>::rmsnorm_backward(dptr dinp, dptr dw, cdptr dout, cdptr inp, cdptr w,
                                       const float* rstd, int N, int C, float w_offset) {
-  refuse_norm_offset(w_offset);
   void* s = scratch(rmsnorm_backward_scratch(N, C));
   kernels::rmsnorm_backward<T>(P<T>(dinp), P<T>(dw), s, P<T>(dout), P<T>(inp), P<T>(w), rstd, N,
-                               C, stream_);
+                               C, stream_, w_offset);
 }
 
 template <class T>
 void CudaBackend<T>::residual_rmsnorm_forward(dptr resid, dptr out, float* rstd, cdptr a, cdptr b,
                                               cdptr w, int N, int C, float eps, float w_offset) {
-  refuse_norm_offset(w_offset);
   kernels::residual_rmsnorm_forward<T>(P<T>(resid), P<T>(out), rstd, P<T>(a), P<T>(b), P<T>(w), N,
-                                       C, eps, stream_);
+                                       C, eps, stream_, w_offset);
+}
+
+template <class T>
+void CudaBackend<T>::qk_norm_forward(dptr out, float* rstd, cdptr inp, cdptr qw, cdptr kw, int N,
+                                     int NH, int KV, int hs, bool per_head, float eps,
+                                     float w_offset) {
+  kernels::qk_norm_forward<T>(P<T>(out), rstd, P<T>(inp), P<T>(qw), P<T>(kw), N, NH, KV, hs,
+                              per_head, eps, w_offset, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::qk_norm_backward(dptr dinp, dptr dqw, dptr dkw, cdptr dout, cdptr inp,
+                                      cdptr qw, cdptr kw, const float* rstd, int N, int NH, int KV,
+                                      int hs, bool per_head, float w_offset) {
+  // Within the reserved workspace in every family: kernels/scratch_bytes.h.
+  const int lq = per_head ? hs : NH * hs, lk = per_head ? hs : KV * hs;
+  void* s = scratch(kernels::qk_norm_backward_scratch_bytes(N, lq, lk));
+  kernels::qk_norm_backward<T>(P<T>(dinp), P<T>(dqw), P<T>(dkw), s, P<T>(dout), P<T>(inp),
+                               P<T>(qw), P<T>(kw), rstd, N, NH, KV, hs, per_head, w_offset,
+                               stream_);
+}
+
+template <class T>
+void CudaBackend<T>::scale(dptr x, size_t n, float s) {
+  kernels::scale<T>(P<T>(x), n, s, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::softcap_forward(dptr x, size_t n, float c) {
+  kernels::softcap_forward<T>(P<T>(x), n, c, stream_);
 }
 
 template <class T>
@@ -716,6 +742,16 @@ void CudaBackend<T>::swiglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, in
 }
 
 template <class T>
+void CudaBackend<T>::geglu_forward(dptr out, cdptr inp, int N, int H) {
+  kernels::geglu_forward<T>(P<T>(out), P<T>(inp), N, H, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::geglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) {
+  kernels::geglu_backward<T>(P<T>(dinp), P<T>(inp), P<T>(dout), N, H, stream_);
+}
+
+template <class T>
 void CudaBackend<T>::gelu_forward(dptr out, cdptr inp, size_t n) {
   kernels::gelu_forward<T>(P<T>(out), P<T>(inp), n, stream_);
 }
@@ -733,8 +769,7 @@ void CudaBackend<T>::residual_forward(dptr out, cdptr a, cdptr b, size_t n) {
 template <class T>
 void CudaBackend<T>::classifier(dptr logits, float* losses, const int* targets, int BT, int V,
                                 int Vp, float dloss, float softcap) {
-  if (softcap != 0) fail("the ", name(), " backend has no final logit soft-capping yet: run this model with --backend cpu");
-  kernels::fused_classifier<T>(P<T>(logits), losses, targets, BT, V, Vp, dloss, stream_);
+  kernels::fused_classifier<T>(P<T>(logits), losses, targets, BT, V, Vp, dloss, stream_, softcap);
 }
 
 // ---- optimizer ----------------------------------------------------------------------------

@@ -112,6 +112,17 @@ class CudaBackend final : public Backend {
   // One kernel (kernels/layernorm.cuh) instead of the default's two.
   void residual_layernorm_forward(dptr resid, dptr out, float* mean, float* rstd, cdptr a, cdptr b,
                                   cdptr w, cdptr bias, int N, int C) override;
+  // Issue 38's ops (backend.h): kernels/rmsnorm.cuh (qk_norm), kernels/softcap.cuh
+  // (scale, softcap_forward), kernels/geglu.cuh.
+  void qk_norm_forward(dptr out, float* rstd, cdptr inp, cdptr qw, cdptr kw, int N, int NH, int KV,
+                       int hs, bool per_head, float eps, float w_offset) override;
+  void qk_norm_backward(dptr dinp, dptr dqw, dptr dkw, cdptr dout, cdptr inp, cdptr qw, cdptr kw,
+                        const float* rstd, int N, int NH, int KV, int hs, bool per_head,
+                        float w_offset) override;
+  void scale(dptr x, size_t n, float s) override;
+  void softcap_forward(dptr x, size_t n, float c) override;
+  void geglu_forward(dptr out, cdptr inp, int N, int H) override;
+  void geglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) override;
 
   // Backend's memory functions and ops (backend.h), and the fused GEMM + GELU
   // backward (DGELU epilogue).

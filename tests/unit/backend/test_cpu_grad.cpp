@@ -202,16 +202,44 @@ std::vector<double> attention_d(const std::vector<double>& qkv, int B, int T, in
   return out;
 }
 
-// RMSNorm: out = x / sqrt(mean(x^2) + eps) * w, per row.
+// RMSNorm: out = x / sqrt(mean(x^2) + eps) * (w + off), per row (off 1: Gemma's (1+w)).
 std::vector<double> rmsnorm_d(const std::vector<double>& x, const std::vector<double>& w, int N,
-                              int C, double eps) {
+                              int C, double eps, double off = 0.0) {
   std::vector<double> out((size_t)N * C);
   for (int n = 0; n < N; n++) {
     const double* r = &x[(size_t)n * C];
     double ss = 0;
     for (int c = 0; c < C; c++) ss += r[c] * r[c];
     const double s = 1.0 / std::sqrt(ss / C + eps);
-    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = r[c] * s * w[c];
+    for (int c = 0; c < C; c++) out[(size_t)n * C + c] = r[c] * s * (w[c] + off);
+  }
+  return out;
+}
+
+// q/k RMSNorm on qkv rows (N, (NH+2KV)*hs) written from the definition: per
+// head, each q head's hs values times qw (hs) and each k head's times kw (hs);
+// full width, q's NH*hs values with qw (NH*hs) and k's KV*hs with kw (KV*hs);
+// v copied. Each segment: x / sqrt(mean(x^2) + eps) * (w + off).
+std::vector<double> qk_norm_d(const std::vector<double>& x, const std::vector<double>& qw,
+                              const std::vector<double>& kw, int N, int NH, int KV, int hs,
+                              bool per_head, double eps, double off) {
+  const int W = (NH + 2 * KV) * hs;
+  std::vector<double> out = x;
+  auto seg = [&](size_t o, int len, const std::vector<double>& w) {
+    double ss = 0;
+    for (int c = 0; c < len; c++) ss += x[o + c] * x[o + c];
+    const double s = 1.0 / std::sqrt(ss / len + eps);
+    for (int c = 0; c < len; c++) out[o + c] = x[o + c] * s * (w[c] + off);
+  };
+  for (int n = 0; n < N; n++) {
+    const size_t o = (size_t)n * W;
+    if (per_head) {
+      for (int h = 0; h < NH; h++) seg(o + (size_t)h * hs, hs, qw);
+      for (int h = 0; h < KV; h++) seg(o + (size_t)(NH + h) * hs, hs, kw);
+    } else {
+      seg(o, NH * hs, qw);
+      seg(o + (size_t)NH * hs, KV * hs, kw);
+    }
   }
   return out;
 }
@@ -245,6 +273,15 @@ std::vector<double> swiglu_d(const std::vector<double>& x, int N, int H) {
       const double g = x[(size_t)n * 2 * H + i], u = x[(size_t)n * 2 * H + H + i];
       out[(size_t)n * H + i] = g / (1.0 + std::exp(-g)) * u;
     }
+  return out;
+}
+
+// GeGLU: inp (N,2H) = gate | up, out (N,H) = gelu_tanh(gate) up.
+std::vector<double> geglu_d(const std::vector<double>& x, int N, int H) {
+  std::vector<double> out((size_t)N * H);
+  for (int n = 0; n < N; n++)
+    for (int i = 0; i < H; i++)
+      out[(size_t)n * H + i] = gelu_d(x[(size_t)n * 2 * H + i]) * x[(size_t)n * 2 * H + H + i];
   return out;
 }
 
@@ -608,6 +645,181 @@ void classifier_grad_case(Backend& be, int BT, int V, int Vp, float spread, size
 TEST_F(CpuGrad, Classifier) {
   classifier_grad_case(b(), 10, 13, 16, 1.0f, 1000);  // every element, padded columns too
   classifier_grad_case(b(), 6, 257, 384, 4.0f, 200);
+}
+
+// Issue 38: the (1+w) form. dw is w's gradient, the same formula whatever the offset.
+TEST_F(CpuGrad, RmsnormOffset) {
+  for (auto [N, C] : {std::pair{6, 10}, std::pair{37, 200}}) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " C=" + std::to_string(C));
+    const float eps = 1e-6f;
+    Rng rng(40 + N + C);
+    // w near 0, as Gemma's (1+w) weights start: the offset carries the scale.
+    auto x = randn(rng, (size_t)N * C, 1.5f, 0.3f), w = randn(rng, C, 0.3f),
+         R = randn(rng, (size_t)N * C);
+    auto dx0 = randn(rng, (size_t)N * C), dw0 = randn(rng, C);
+    Buf d_x(b(), x), d_w(b(), w), d_R(b(), R), d_out(b(), (size_t)N * C), d_rstd(b(), N),
+        d_dx(b(), dx0), d_dw(b(), dw0);
+    d_out.fill(kNaN);
+    be->rmsnorm_forward(d_out.get(), d_rstd.get(), d_x.get(), d_w.get(), N, C, eps, 1.0f);
+    be->rmsnorm_backward(d_dx.get(), d_dw.get(), d_R.get(), d_x.get(), d_w.get(), d_rstd.get(), N,
+                         C, 1.0f);
+    auto xx = to_double(x), xw = to_double(w);
+    // Forward: as Rmsnorm's (a sum of C squares, three products): 1e-5 relative.
+    expect_near_all(d_out.host(), rmsnorm_d(xx, xw, N, C, eps, 1.0), 1e-6, 1e-5, "out");
+    auto loss = [&] { return dot(rmsnorm_d(xx, xw, N, C, eps, 1.0), R); };
+    check_grad("dinp (accumulated)", d_dx.host(), dx0, xx, loss, rng, 1000);
+    check_grad("dw (accumulated)", d_dw.host(), dw0, xw, loss, rng, 1000);
+    // The fused residual form takes the offset too: bit for bit the unfused ops.
+    auto a = randn(rng, (size_t)N * C), bb = randn(rng, (size_t)N * C);
+    Buf d_a(b(), a), d_b(b(), bb), d_res(b(), (size_t)N * C), d_out2(b(), (size_t)N * C),
+        d_rstd2(b(), N);
+    be->residual_rmsnorm_forward(d_res.get(), d_out2.get(), d_rstd2.get(), d_a.get(), d_b.get(),
+                                 d_w.get(), N, C, eps, 1.0f);
+    be->rmsnorm_forward(d_out.get(), d_rstd.get(), d_res.get(), d_w.get(), N, C, eps, 1.0f);
+    EXPECT_EQ(d_out2.host(), d_out.host()) << "fused (1+w): out";
+  }
+}
+
+void qk_norm_grad_case(Backend& be, int N, int NH, int KV, int hs, bool per_head, float off) {
+  SCOPED_TRACE(std::string(per_head ? "per head" : "full width") + " N=" + std::to_string(N) +
+               " NH=" + std::to_string(NH) + " KV=" + std::to_string(KV) +
+               " hs=" + std::to_string(hs) + " off=" + std::to_string(off));
+  const float eps = 1e-6f;
+  const int W = (NH + 2 * KV) * hs, R_ = per_head ? NH + KV : 2;
+  const int lq = per_head ? hs : NH * hs, lk = per_head ? hs : KV * hs;
+  const size_t n = (size_t)N * W;
+  Rng rng(50 + N + NH + KV + hs + per_head);
+  auto x = randn(rng, n, 1.5f, 0.2f), qw = randn(rng, lq, 0.5f, 1.0f - off),
+       kw = randn(rng, lk, 0.5f, 1.0f - off), R = randn(rng, n);
+  auto dqw0 = randn(rng, lq), dkw0 = randn(rng, lk);
+  Buf d_x(be, x), d_qw(be, qw), d_kw(be, kw), d_R(be, R), d_out(be, n),
+      d_rstd(be, (size_t)N * R_), d_dx(be, n), d_dqw(be, dqw0), d_dkw(be, dkw0);
+  d_out.fill(kNaN);
+  d_dx.fill(kNaN);  // overwritten: must not be read
+  be.qk_norm_forward(d_out.get(), d_rstd.get(), d_x.get(), d_qw.get(), d_kw.get(), N, NH, KV, hs,
+                     per_head, eps, off);
+  be.qk_norm_backward(d_dx.get(), d_dqw.get(), d_dkw.get(), d_R.get(), d_x.get(), d_qw.get(),
+                      d_kw.get(), d_rstd.get(), N, NH, KV, hs, per_head, off);
+  auto xx = to_double(x), xq = to_double(qw), xk = to_double(kw);
+  // Forward: Rmsnorm's error per segment (at most 4*16 = 64 squares): 1e-5 relative.
+  const auto want = qk_norm_d(xx, xq, xk, N, NH, KV, hs, per_head, eps, off);
+  const auto got = d_out.host();
+  expect_near_all(got, want, 1e-6, 1e-5, "out");
+  for (size_t i = 0; i < n; i++)  // v copied bit for bit
+    if ((int)(i % W) >= (NH + KV) * hs) ASSERT_EQ(got[i], x[i]) << "v changed at " << i;
+  // rstd layout: per head (N, NH+KV) q heads first; full width (N, 2).
+  const auto rstd = d_rstd.host();
+  for (int r = 0; r < N; r++)
+    for (int j = 0; j < R_; j++) {
+      const int start = per_head ? j * hs : (j == 0 ? 0 : NH * hs);
+      const int len = per_head ? hs : (j == 0 ? NH * hs : KV * hs);
+      double ss = 0;
+      for (int c = 0; c < len; c++) ss += xx[(size_t)r * W + start + c] * xx[(size_t)r * W + start + c];
+      const double want_r = 1.0 / std::sqrt(ss / len + eps);
+      EXPECT_NEAR(rstd[(size_t)r * R_ + j], want_r, 1e-5 * want_r) << r << "," << j;
+    }
+  auto loss = [&] { return dot(qk_norm_d(xx, xq, xk, N, NH, KV, hs, per_head, eps, off), R); };
+  check_grad("dinp (overwritten; v = dout)", d_dx.host(), {}, xx, loss, rng, 1000);
+  check_grad("dqw (accumulated)", d_dqw.host(), dqw0, xq, loss, rng, 1000);
+  check_grad("dkw (accumulated)", d_dkw.host(), dkw0, xk, loss, rng, 1000);
+}
+
+TEST_F(CpuGrad, QkNorm) {
+  for (bool per_head : {true, false})
+    for (float off : {0.0f, 1.0f}) {
+      qk_norm_grad_case(b(), 3, 4, 2, 8, per_head, off);  // GQA, every element
+      qk_norm_grad_case(b(), 5, 3, 1, 6, per_head, off);  // MQA, odd head count
+    }
+}
+
+TEST_F(CpuGrad, Geglu) {
+  for (auto [N, H] : {std::pair{5, 7}, std::pair{33, 300}}) {
+    SCOPED_TRACE("N=" + std::to_string(N) + " H=" + std::to_string(H));
+    Rng rng(60 + N + H);
+    auto x = randn(rng, (size_t)N * 2 * H, 3.0f), R = randn(rng, (size_t)N * H);
+    x[0] = 0.0f;
+    x[1] = -0.7517916f;  // gelu' ~ 0 (the minimum of gelu)
+    x[2] = -9.0f;        // gelu ~ 0
+    x[3] = 12.0f;        // gelu ~ x
+    Buf d_x(b(), x), d_R(b(), R), d_out(b(), (size_t)N * H), d_dx(b(), x.size());
+    d_out.fill(kNaN);
+    d_dx.fill(kNaN);
+    be->geglu_forward(d_out.get(), d_x.get(), N, H);
+    be->geglu_backward(d_dx.get(), d_x.get(), d_R.get(), N, H);
+    auto xx = to_double(x);
+    // Forward: the sigmoid form of gelu (exp ~1 ulp, a division) and two
+    // products: 1e-6 relative is ~10x above; atol for gelu near its zero.
+    expect_near_all(d_out.host(), geglu_d(xx, N, H), 1e-6, 1e-6, "out");
+    auto loss = [&] { return dot(geglu_d(xx, N, H), R); };
+    check_grad("dinp", d_dx.host(), {}, xx, loss, rng, 1000);
+  }
+}
+
+// scale and softcap_forward against their definitions in double.
+TEST_F(CpuGrad, ScaleAndSoftcap) {
+  Rng rng(70);
+  const size_t n = 3000;
+  auto x = randn(rng, n, 20.0f);
+  Buf d_s(b(), x), d_c(b(), x);
+  be->scale(d_s.get(), n, 0.37f);
+  be->softcap_forward(d_c.get(), n, 30.0f);
+  std::vector<double> ws(n), wc(n);
+  for (size_t i = 0; i < n; i++) {
+    ws[i] = (double)x[i] * 0.37f;
+    wc[i] = 30.0 * std::tanh(x[i] / 30.0);
+  }
+  // scale: one rounded product (2^-24 relative). softcap: a product, tanh
+  // (~2 ulp) and a product: 1e-6 relative is ~4x above.
+  expect_near_all(d_s.host(), ws, 0.0, 1e-7, "scale");
+  expect_near_all(d_c.host(), wc, 1e-6, 1e-6, "softcap");
+}
+
+// The capped classifier: logits y = c tanh(x/c) (softcap_forward), then
+// classifier(..., c) writes x's gradient. L = mean CE of softmax(c tanh(x/c)),
+// differentiated in x by finite differences.
+void classifier_softcap_case(Backend& be, int BT, int V, int Vp, float cap, size_t k) {
+  SCOPED_TRACE("BT=" + std::to_string(BT) + " V=" + std::to_string(V) + " cap=" +
+               std::to_string(cap));
+  Rng rng(80 + BT + V);
+  auto logits = randn(rng, (size_t)BT * Vp, 2.0f * cap);  // much of it in the bent part
+  std::vector<int> tgt(BT);
+  for (auto& t : tgt) t = (int)rng.below(V);
+  IntBuf d_tgt(be, tgt);
+  Buf d_logits(be, logits), d_loss(be, BT);
+  be.softcap_forward(d_logits.get(), logits.size(), cap);
+  be.classifier(d_logits.get(), d_loss.get(), d_tgt.get(), BT, V, Vp, 1.0f / BT, cap);
+  auto x = to_double(logits);
+  auto row_losses = [&] {
+    std::vector<double> out(BT);
+    for (int r = 0; r < BT; r++) {
+      std::vector<double> y(V);
+      double mx = -1e300, s = 0;
+      for (int j = 0; j < V; j++) {
+        y[j] = cap * std::tanh(x[(size_t)r * Vp + j] / cap);
+        mx = std::max(mx, y[j]);
+      }
+      for (int j = 0; j < V; j++) s += std::exp(y[j] - mx);
+      out[r] = mx + std::log(s) - y[tgt[r]];
+    }
+    return out;
+  };
+  auto loss = [&] {
+    double total = 0;
+    for (double l : row_losses()) total += l;
+    return total / BT;
+  };
+  // Losses: FP32 log-sum-exp of capped logits (tanh ~2 ulp): 1e-5 relative.
+  const auto want = row_losses();
+  expect_near_all(d_loss.host(), want, 1e-6, 1e-5, "losses");
+  auto got = d_logits.host();
+  check_grad("dlogits (through the cap)", got, {}, x, loss, rng, k);
+  for (int r = 0; r < BT; r++)
+    for (int j = V; j < Vp; j++) ASSERT_EQ(got[(size_t)r * Vp + j], 0.0f) << r << "," << j;
+}
+
+TEST_F(CpuGrad, ClassifierSoftcap) {
+  classifier_softcap_case(b(), 10, 13, 16, 3.0f, 1000);  // every element, padded columns too
+  classifier_softcap_case(b(), 6, 257, 384, 30.0f, 200);  // Gemma 2's final cap
 }
 
 // ---- optimizer -------------------------------------------------------------------------
