@@ -8,6 +8,7 @@
 #include "backend/attention_choice.h"
 #include "backend/backend.h"
 #include "core/error.h"
+#include "model/attention_heads.h"
 #include "plan/plan.h"
 #include "testing/tiny_model.h"
 
@@ -138,6 +139,29 @@ TEST(AttentionChoice, PlanFollowsTheSameChoice) {
   const plan::Plan p = plan::make_plan(in);
   EXPECT_TRUE(has(p.attention_note, "attention: cudnn (auto: ")) << p.attention_note;
   EXPECT_TRUE(has(plan::plan_table(p), p.attention_note));
+}
+
+// A model's heads as auto sees them (model/attention_heads.h): head_dim, not
+// C/NH; the widest sliding window of its layers and its soft-cap, for which
+// `ratchet plan` on an h100 falls back to flash instead of cudnn.
+TEST(AttentionChoice, ModelHeadsCarryHeadDimWindowAndSoftcap) {
+  GPTConfig cfg = ratchet::testing::tiny_config(2, 4, 256, 97, 64);
+  cfg.head_dim = 32;  // NH·hs = 128 != C = 256
+  AttentionHeads h = attention_heads(cfg);
+  EXPECT_EQ(h.HS, 32);
+  EXPECT_EQ(h.window, 0);
+  EXPECT_EQ(plan::auto_attention(plan::find_device("h100"), cfg).impl, AttentionImpl::cudnn);
+  cfg.sliding_window = 512;
+  cfg.layer_sliding = {0, 1};
+  h = attention_heads(cfg);
+  EXPECT_EQ(h.window, 512);
+  const AttentionChoice w = plan::auto_attention(plan::find_device("h100"), cfg);
+  EXPECT_EQ(w.impl, AttentionImpl::flash);
+  EXPECT_TRUE(has(w.note, "(window 512)")) << w.note;
+  cfg.layer_sliding.clear();
+  cfg.attn_softcap = 50.0f;
+  EXPECT_EQ(attention_heads(cfg).softcap, 50.0f);
+  EXPECT_EQ(plan::auto_attention(plan::find_device("h100"), cfg).impl, AttentionImpl::flash);
 }
 
 }  // namespace
