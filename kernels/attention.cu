@@ -18,6 +18,12 @@
 //   dpreatt[t,s] = scale * att[t,s] * (datt[t,s] - sum_{s'<=t} att[t,s'] datt[t,s'])
 // All outputs are overwritten. One warp per softmax row; each element is read
 // and written by the same lane, so in-place use is allowed.
+// Options (AttnParams, issue 38): a window W keeps columns t-W < s <= t (the
+// rest are 0, like those right of the diagonal); a soft-cap c softmaxes
+// y = c·tanh(scale·p/c), and backward multiplies by dy/dp' = 1 - tanh², with
+// the scores recomputed from q, k (B,NH,T,HS) per entry (a plain dot per
+// element, rounded to the storage type as the GEMM's preatt was): no second
+// (T,T) buffer. The reference path: the masked (T,T) work is not skipped.
 #include "attention.cuh"
 
 namespace ratchet::kernels {
@@ -92,37 +98,55 @@ __global__ void unpermute_kernel(T* dst, const T* src, int Tn, int NH, int HS, s
     dst[j] = src[i];
 }
 
-template <class T>
-__global__ void softmax_forward_kernel(T* att, const T* preatt, int rows, int Tn, float scale) {
-  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // (bh, t)
-  if (row >= rows) return;  // whole warp; no block barrier here
-  const int lane = threadIdx.x % 32;
-  const int t = row % Tn;
-  const T* p = preatt + (size_t)row * Tn;
-  T* a = att + (size_t)row * Tn;
-  float mx = -INFINITY;
-  for (int s = lane; s <= t; s += 32) mx = fmaxf(mx, scale * to_f32(p[s]));
-  mx = warp_max(mx);
-  float sum = 0.0f;
-  for (int s = lane; s <= t; s += 32) sum += expf(scale * to_f32(p[s]) - mx);
-  const float inv = 1.0f / warp_sum(sum);
-  for (int s = lane; s < Tn; s += 32)
-    a[s] = from_f32<T>(s <= t ? expf(scale * to_f32(p[s]) - mx) * inv : 0.0f);
+// The softmax's input from a stored score p: scale·p, soft-capped when c > 0.
+__device__ __forceinline__ float capped_score(float p, const AttnParams& o) {
+  const float s = o.scale * p;
+  return o.softcap > 0.0f ? o.softcap * tanhf(s / o.softcap) : s;
 }
 
 template <class T>
+__global__ void softmax_forward_kernel(T* att, const T* preatt, int rows, int Tn, AttnParams o) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // (bh, t)
+  if (row >= rows) return;  // whole warp; no block barrier here
+  const int lane = threadIdx.x % 32;
+  const int t = row % Tn, lo = attn_first_key(t, o.window);  // columns [lo, t] are visible
+  const T* p = preatt + (size_t)row * Tn;
+  T* a = att + (size_t)row * Tn;
+  float mx = -INFINITY;
+  for (int s = lo + lane; s <= t; s += 32) mx = fmaxf(mx, capped_score(to_f32(p[s]), o));
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int s = lo + lane; s <= t; s += 32) sum += expf(capped_score(to_f32(p[s]), o) - mx);
+  const float inv = 1.0f / warp_sum(sum);
+  for (int s = lane; s < Tn; s += 32)
+    a[s] = from_f32<T>(s >= lo && s <= t ? expf(capped_score(to_f32(p[s]), o) - mx) * inv : 0.0f);
+}
+
+// q, k (BH,T,HS): read only under a soft-cap (the slope's scores).
+template <class T>
 __global__ void softmax_backward_kernel(T* dpreatt, const T* datt, const T* att, int rows,
-                                        int Tn, float scale) {
+                                        int Tn, AttnParams o, const T* q, const T* k, int HS) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
-  const int t = row % Tn;
+  const int t = row % Tn, lo = attn_first_key(t, o.window);
   const size_t off = (size_t)row * Tn;
   float dot = 0.0f;
-  for (int s = lane; s <= t; s += 32) dot += to_f32(att[off + s]) * to_f32(datt[off + s]);
+  for (int s = lo + lane; s <= t; s += 32) dot += to_f32(att[off + s]) * to_f32(datt[off + s]);
   dot = warp_sum(dot);
+  const size_t head = (size_t)(row / Tn) * Tn * HS;  // this (b,h)'s q, k rows
   for (int s = lane; s < Tn; s += 32) {
-    float g = s <= t ? scale * to_f32(att[off + s]) * (to_f32(datt[off + s]) - dot) : 0.0f;
+    float g = 0.0f;
+    if (s >= lo && s <= t) {
+      g = o.scale * to_f32(att[off + s]) * (to_f32(datt[off + s]) - dot);
+      if (o.softcap > 0.0f) {
+        float qk = 0.0f;
+        for (int d = 0; d < HS; d++)
+          qk += to_f32(q[head + (size_t)t * HS + d]) * to_f32(k[head + (size_t)s * HS + d]);
+        const float th = tanhf(o.scale * to_f32(from_f32<T>(qk)) / o.softcap);
+        g *= 1.0f - th * th;
+      }
+    }
     dpreatt[off + s] = from_f32<T>(g);
   }
 }
@@ -181,25 +205,48 @@ void attention_unpermute_backward(T* dy, const T* dout, int B, int Tn, int NH, i
 }
 
 template <class T>
-void attention_softmax_forward(T* att, const T* preatt, int BH, int Tn, float scale,
+void attention_softmax_forward(T* att, const T* preatt, int BH, int Tn, const AttnParams& o,
                                cudaStream_t stream) {
   RATCHET_NVTX_RANGE("attention_softmax_forward");
   RATCHET_REQUIRE(BH > 0 && Tn > 0, "attention_softmax_forward: BH, T must be positive");
+  RATCHET_REQUIRE(o.window >= 0 && o.softcap >= 0.0f,
+                  "attention_softmax_forward: window and soft-cap must be >= 0 (0: none)");
   int rows = BH * Tn;
   RATCHET_LAUNCH((softmax_forward_kernel<T>), (unsigned)ceil_div(rows, kWarpsPerBlock),
-                 32 * kWarpsPerBlock, 0, stream, att, preatt, rows, Tn, scale);
+                 32 * kWarpsPerBlock, 0, stream, att, preatt, rows, Tn, o);
   RATCHET_CHECK_LAUNCH();
 }
 
 template <class T>
 void attention_softmax_backward(T* dpreatt, const T* datt, const T* att, int BH, int Tn,
-                                float scale, cudaStream_t stream) {
+                                const AttnParams& o, const T* q, const T* k, int HS,
+                                cudaStream_t stream) {
   RATCHET_NVTX_RANGE("attention_softmax_backward");
   RATCHET_REQUIRE(BH > 0 && Tn > 0, "attention_softmax_backward: BH, T must be positive");
+  RATCHET_REQUIRE(o.window >= 0 && o.softcap >= 0.0f,
+                  "attention_softmax_backward: window and soft-cap must be >= 0 (0: none)");
+  RATCHET_REQUIRE(o.softcap == 0.0f || (q && k && HS > 0),
+                  "attention_softmax_backward: a soft-cap needs q, k and HS (the scores)");
   int rows = BH * Tn;
   RATCHET_LAUNCH((softmax_backward_kernel<T>), (unsigned)ceil_div(rows, kWarpsPerBlock),
-                 32 * kWarpsPerBlock, 0, stream, dpreatt, datt, att, rows, Tn, scale);
+                 32 * kWarpsPerBlock, 0, stream, dpreatt, datt, att, rows, Tn, o, q, k, HS);
   RATCHET_CHECK_LAUNCH();
+}
+
+template <class T>
+void attention_softmax_forward(T* att, const T* preatt, int BH, int Tn, float scale,
+                               cudaStream_t stream) {
+  AttnParams o;
+  o.scale = scale;
+  attention_softmax_forward(att, preatt, BH, Tn, o, stream);
+}
+
+template <class T>
+void attention_softmax_backward(T* dpreatt, const T* datt, const T* att, int BH, int Tn,
+                                float scale, cudaStream_t stream) {
+  AttnParams o;
+  o.scale = scale;
+  attention_softmax_backward<T>(dpreatt, datt, att, BH, Tn, o, nullptr, nullptr, 0, stream);
 }
 
 #define RATCHET_INSTANTIATE(T)                                                                 \
@@ -212,6 +259,11 @@ void attention_softmax_backward(T* dpreatt, const T* datt, const T* att, int BH,
                                                 cudaStream_t);                                 \
   template void attention_softmax_forward<T>(T*, const T*, int, int, float, cudaStream_t);     \
   template void attention_softmax_backward<T>(T*, const T*, const T*, int, int, float,         \
+                                              cudaStream_t);                                   \
+  template void attention_softmax_forward<T>(T*, const T*, int, int, const AttnParams&,        \
+                                             cudaStream_t);                                    \
+  template void attention_softmax_backward<T>(T*, const T*, const T*, int, int,                \
+                                              const AttnParams&, const T*, const T*, int,      \
                                               cudaStream_t);
 RATCHET_INSTANTIATE(float)
 RATCHET_INSTANTIATE(bf16)

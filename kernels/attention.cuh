@@ -1,6 +1,7 @@
 // Attention support for the cuBLAS path: the GEMMs (q k^T, att v and their
 // backward) are cuBLAS batched GEMMs; these kernels do everything around them.
 #pragma once
+#include "attn_mask.h"
 #include "common.cuh"
 
 namespace ratchet::kernels {
@@ -33,5 +34,19 @@ void attention_softmax_forward(T* att, const T* preatt, int BH, int Tn, float sc
 template <class T>
 void attention_softmax_backward(T* dpreatt, const T* datt, const T* att, int BH, int Tn,
                                 float scale, cudaStream_t stream);
+
+// With issue 38's options (kernels/attn_mask.h): the softmax of
+// y = scale·preatt, soft-capped to c·tanh(y/c) when c > 0, over the columns
+// t-W < s <= t of a window W (0 elsewhere).
+template <class T>
+void attention_softmax_forward(T* att, const T* preatt, int BH, int Tn, const AttnParams& o,
+                               cudaStream_t stream);
+// Its backward; under a soft-cap each entry is multiplied by 1 - tanh² of its
+// score, recomputed from q, k (BH,T,HS) (the permuted copies; unused, may be
+// null, without a soft-cap).
+template <class T>
+void attention_softmax_backward(T* dpreatt, const T* datt, const T* att, int BH, int Tn,
+                                const AttnParams& o, const T* q, const T* k, int HS,
+                                cudaStream_t stream);
 
 }  // namespace ratchet::kernels

@@ -1,8 +1,16 @@
 // Causal flash attention (FlashAttention-2 scheme); math, shapes and costs in
-// flash_attention.cuh. Block layout shared by the three tile kernels: Br = Bc
-// = 2048/HS rows per tile, 4 threads per row (tid/4 = row, tid%4 = part),
-// part p owning output columns [p*HS/4, (p+1)*HS/4) in registers.
+// flash_attention.cuh. Options (AttnParams, kernels/attn_mask.h): a window
+// starts the key loops (forward, dq) at the first tile any row of the query
+// tile sees and ends the dk/dv query loop past the last row that sees the key
+// tile; entries left of a row's window are masked like those right of the
+// diagonal. A soft-cap c maps s to y = c·tanh(s/c) before the softmax, and
+// backward multiplies ds by dy/ds = 1 - tanh² (recomputed with p).
+// Block layout shared by the three tile kernels: Br = Bc = 2048/HS rows per
+// tile, 4 threads per row (tid/4 = row, tid%4 = part), part p owning output
+// columns [p*HS/4, (p+1)*HS/4) in registers.
 #include "flash_attention.cuh"
+
+#include <cmath>
 
 namespace ratchet::kernels {
 
@@ -32,11 +40,10 @@ template <int HS>
 struct HeadTile {
   int row, part, bh, b, h, r0;
   int C, W;  // small: ints keep the tile kernels' register use as before GQA
-  float scale;
   __device__ HeadTile(int NH, int KV, int heads_per_y)
       : row(threadIdx.x / 4), part(threadIdx.x % 4), bh(blockIdx.y), b(bh / heads_per_y),
         h(bh % heads_per_y), r0(blockIdx.x * Tile<HS>::rows), C((size_t)NH * HS),
-        W((size_t)(NH + 2 * KV) * HS), scale(1.0f / sqrtf((float)HS)) {}
+        W((size_t)(NH + 2 * KV) * HS) {}
   // Rows of head h in a (B,T,ld) tensor: q (ld W), out, dout (ld C).
   template <class T>
   __device__ const T* head(const T* x, int Tn, size_t ld, int hh) const {
@@ -55,6 +62,27 @@ __device__ __forceinline__ float dot_row(const float* a, const float* b) {
   for (int d = 0; d < HS; d++) s += a[d] * b[d];
   return s;
 }
+
+// The score of a visible pair from the dot product: scale·dot, soft-capped
+// when c > 0.
+__device__ __forceinline__ float attn_score(float dot, const AttnParams& o) {
+  const float s = o.scale * dot;
+  return o.softcap > 0.0f ? o.softcap * tanhf(s / o.softcap) : s;
+}
+// Backward: p = exp(y - lse) and ds = p·(dp - D)·scale·dy/ds, dy/ds = 1 - tanh²
+// under a soft-cap (exactly 1 without: the same bits as the plain kernel).
+__device__ __forceinline__ float attn_ds(float qk, float dp, float L, float D,
+                                         const AttnParams& o, float* p) {
+  const float s = o.scale * qk;
+  float y = s, slope = 1.0f;
+  if (o.softcap > 0.0f) {
+    const float t = tanhf(s / o.softcap);
+    y = o.softcap * t;
+    slope = 1.0f - t * t;
+  }
+  *p = expf(y - L);
+  return *p * (dp - D) * o.scale * slope;
+}
 }  // namespace
 
 // ==== forward ====================================================================================
@@ -62,7 +90,8 @@ __device__ __forceinline__ float dot_row(const float* a, const float* b) {
 // a K/V tile and reading it (test only: the planted bug).
 template <class T, int HS, bool kBarrier = true>
 __global__ void __launch_bounds__(Tile<HS>::threads)
-    flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int NH, int KV) {
+    flash_forward_kernel(T* out, float* lse, const T* qkv, int Tn, int NH, int KV,
+                         AttnParams opt) {
   constexpr int R = Tile<HS>::rows, CPT = Tile<HS>::cols;
   __shared__ float Qs[R][HS];  // (Br,HS) this block's queries
   __shared__ float Ks[R][HS];  // (Bc,HS) the current key tile
@@ -71,7 +100,6 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   const HeadTile<HS> t(NH, KV, NH);
   const int row = t.row, part = t.part, bh = t.bh, i0 = t.r0, i = i0 + row;
   const int C = t.C, W = t.W, VO = KV * HS;  // VO: value head after its key head
-  const float scale = t.scale;
   const T* q = t.head(qkv, Tn, W, t.h);
   const T* k = t.key(qkv, Tn, t.h / (NH / KV));
   load_tile<T, R, HS>(Qs, q, W, i0, Tn);
@@ -79,19 +107,21 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   for (int d = 0; d < CPT; d++) o[d] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   const int last = min(i0 + R, Tn) - 1;  // the tile's last query row
-  for (int j0 = 0; j0 <= last; j0 += R) {
+  for (int j0 = flash_key_tile_start(i0, opt.window, R); j0 <= last; j0 += R) {
     __syncthreads();  // the previous tile's Ks, Vs, S are read (and Qs is loaded)
     load_tile<T, R, HS>(Ks, k, W, j0, Tn);
     load_tile<T, R, HS>(Vs, k + VO, W, j0, Tn);
     if (kBarrier) __syncthreads();
     for (int c = part; c < R; c += 4) {
       const int j = j0 + c;
-      S[row][c] = (i < Tn && j <= i) ? scale * dot_row<HS>(Qs[row], Ks[c]) : -INFINITY;
+      S[row][c] = (i < Tn && attn_visible(i, j, opt.window))
+                      ? attn_score(dot_row<HS>(Qs[row], Ks[c]), opt)
+                      : -INFINITY;
     }
     __syncthreads();
     float mx = m;
     for (int c = 0; c < R; c++) mx = fmaxf(mx, S[row][c]);
-    const float base = mx == -INFINITY ? 0.0f : mx;  // rows past T see no key
+    const float base = mx == -INFINITY ? 0.0f : mx;  // no visible key (yet, or past T)
     const float alpha = expf(m - base);               // 0 on the first tile
     float sum = 0.0f;
     for (int d = 0; d < CPT; d++) o[d] *= alpha;
@@ -131,7 +161,7 @@ __global__ void flash_backward_dot_kernel(float* D, const T* dout, const T* out,
 template <class T, int HS>
 __global__ void __launch_bounds__(Tile<HS>::threads)
     flash_backward_dkdv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                               const float* D, int Tn, int NH, int KV) {
+                               const float* D, int Tn, int NH, int KV, AttnParams opt) {
   constexpr int R = Tile<HS>::rows, CPT = Tile<HS>::cols;
   __shared__ float Ks[R][HS], Vs[R][HS];   // (Bc,HS) this block's keys, values
   __shared__ float Qs[R][HS], dOs[R][HS];  // (Br,HS) the current query tile
@@ -140,7 +170,6 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   const HeadTile<HS> t(NH, KV, KV);
   const int c = t.row, part = t.part, g = t.h, j0 = t.r0, j = j0 + c;  // c: the key row
   const int C = t.C, W = t.W, VO = KV * HS;
-  const float scale = t.scale;
   const int group = NH / KV;
   const T* k = t.key(qkv, Tn, g);
   load_tile<T, R, HS>(Ks, k, W, j0, Tn);
@@ -148,8 +177,9 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   float dk[CPT], dv[CPT];
   for (int d = 0; d < CPT; d++) dk[d] = dv[d] = 0.0f;
   // One flat loop over (query head of the group, query tile at or below the
-  // diagonal): fewer live values than two nested loops (no spills on sm_80).
-  const int tiles = ceil_div(Tn - j0, R);
+  // diagonal, before the rows past every key's window): fewer live values
+  // than two nested loops (no spills on sm_80).
+  const int tiles = ceil_div(flash_query_row_end(j0, R, Tn, opt.window) - j0, R);
   for (int it = 0; it < group * tiles; it++) {
     const int h = g * group + it / tiles, i0 = j0 + (it % tiles) * R;  // Br == Bc
     const T* q = t.head(qkv, Tn, W, h);
@@ -167,10 +197,9 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
     for (int r = part; r < R; r += 4) {
       const int i = i0 + r;
       float p = 0.0f, ds = 0.0f;
-      if (i < Tn && j <= i) {
-        p = expf(scale * dot_row<HS>(Qs[r], Ks[c]) - Ls[r]);
-        ds = p * (dot_row<HS>(dOs[r], Vs[c]) - Ds[r]) * scale;
-      }
+      if (i < Tn && attn_visible(i, j, opt.window))
+        ds = attn_ds(dot_row<HS>(Qs[r], Ks[c]), dot_row<HS>(dOs[r], Vs[c]), Ls[r], Ds[r], opt,
+                     &p);
       Ps[r][c] = p;
       dSs[r][c] = ds;
     }
@@ -195,7 +224,7 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
 template <class T, int HS>
 __global__ void __launch_bounds__(Tile<HS>::threads)
     flash_backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                             const float* D, int Tn, int NH, int KV) {
+                             const float* D, int Tn, int NH, int KV, AttnParams opt) {
   constexpr int R = Tile<HS>::rows, CPT = Tile<HS>::cols;
   __shared__ float Qs[R][HS], dOs[R][HS];  // (Br,HS) this block's queries
   __shared__ float Ks[R][HS], Vs[R][HS];   // (Bc,HS) the current key tile
@@ -203,7 +232,6 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   const HeadTile<HS> t(NH, KV, NH);
   const int row = t.row, part = t.part, bh = t.bh, i0 = t.r0, i = i0 + row;
   const int C = t.C, W = t.W, VO = KV * HS;
-  const float scale = t.scale;
   const T* q = t.head(qkv, Tn, W, t.h);
   const T* k = t.key(qkv, Tn, t.h / (NH / KV));
   load_tile<T, R, HS>(Qs, q, W, i0, Tn);
@@ -213,7 +241,7 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
   float dq[CPT];
   for (int d = 0; d < CPT; d++) dq[d] = 0.0f;
   const int last = min(i0 + R, Tn) - 1;
-  for (int j0 = 0; j0 <= last; j0 += R) {
+  for (int j0 = flash_key_tile_start(i0, opt.window, R); j0 <= last; j0 += R) {
     __syncthreads();  // the previous Ks, Vs, dSs are read (and Qs, dOs loaded)
     load_tile<T, R, HS>(Ks, k, W, j0, Tn);
     load_tile<T, R, HS>(Vs, k + VO, W, j0, Tn);
@@ -221,9 +249,9 @@ __global__ void __launch_bounds__(Tile<HS>::threads)
     for (int c = part; c < R; c += 4) {
       const int j = j0 + c;
       float ds = 0.0f;
-      if (i < Tn && j <= i) {
-        const float p = expf(scale * dot_row<HS>(Qs[row], Ks[c]) - L);
-        ds = p * (dot_row<HS>(dOs[row], Vs[c]) - Di) * scale;
+      if (i < Tn && attn_visible(i, j, opt.window)) {
+        float p;
+        ds = attn_ds(dot_row<HS>(Qs[row], Ks[c]), dot_row<HS>(dOs[row], Vs[c]), L, Di, opt, &p);
       }
       dSs[row][c] = ds;
     }
@@ -251,62 +279,71 @@ void require_flash_shape(int B, int Tn, int NH, int KV, int HS) {
   RATCHET_REQUIRE(flash_attention_supports(HS),
                   "flash attention: head size must be 8, 16, 32, 64 or 128");
 }
+void require_params(const AttnParams& o) {
+  RATCHET_REQUIRE(o.window >= 0, "flash attention: the window must be >= 0 (0: none)");
+  RATCHET_REQUIRE(o.scale != 0.0f && std::isfinite(o.scale),
+                  "flash attention: the score scale must be finite and nonzero");
+  RATCHET_REQUIRE(o.softcap >= 0.0f && std::isfinite(o.softcap),
+                  "flash attention: the soft-cap must be >= 0 (0: none) and finite");
+}
 
 template <class T, int HS, bool kBarrier>
 void forward_hs(T* out, float* lse, const T* qkv, int B, int Tn, int NH, int KV,
-                cudaStream_t stream) {
+                const AttnParams& o, cudaStream_t stream) {
   constexpr int R = Tile<HS>::rows;
   const dim3 grid((unsigned)ceil_div(Tn, R), (unsigned)(B * NH));
   RATCHET_LAUNCH((flash_forward_kernel<T, HS, kBarrier>), grid, Tile<HS>::threads, 0, stream, out,
-                 lse, qkv, Tn, NH, KV);
+                 lse, qkv, Tn, NH, KV, o);
   RATCHET_CHECK_LAUNCH();
 }
 
 template <class T, int HS>
 void backward_hs(T* dqkv, const float* D, const T* dout, const T* qkv, const float* lse, int B,
-                 int Tn, int NH, int KV, cudaStream_t stream) {
+                 int Tn, int NH, int KV, const AttnParams& o, cudaStream_t stream) {
   constexpr int R = Tile<HS>::rows;
   const dim3 grid_kv((unsigned)ceil_div(Tn, R), (unsigned)(B * KV));
   RATCHET_LAUNCH((flash_backward_dkdv_kernel<T, HS>), grid_kv, Tile<HS>::threads, 0, stream, dqkv,
-                 dout, qkv, lse, D, Tn, NH, KV);
+                 dout, qkv, lse, D, Tn, NH, KV, o);
   RATCHET_CHECK_LAUNCH();
   const dim3 grid((unsigned)ceil_div(Tn, R), (unsigned)(B * NH));
   RATCHET_LAUNCH((flash_backward_dq_kernel<T, HS>), grid, Tile<HS>::threads, 0, stream, dqkv,
-                 dout, qkv, lse, D, Tn, NH, KV);
+                 dout, qkv, lse, D, Tn, NH, KV, o);
   RATCHET_CHECK_LAUNCH();
 }
 }  // namespace
 
 template <class T>
 void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int NH, int KV,
-                             int HS, cudaStream_t stream) {
+                             int HS, const AttnParams& o, cudaStream_t stream) {
   RATCHET_NVTX_RANGE("flash_attention_forward");
   require_flash_shape(B, Tn, NH, KV, HS);
+  require_params(o);
   switch (HS) {
-    case 8: return forward_hs<T, 8, true>(out, lse, qkv, B, Tn, NH, KV, stream);
-    case 16: return forward_hs<T, 16, true>(out, lse, qkv, B, Tn, NH, KV, stream);
-    case 32: return forward_hs<T, 32, true>(out, lse, qkv, B, Tn, NH, KV, stream);
-    case 64: return forward_hs<T, 64, true>(out, lse, qkv, B, Tn, NH, KV, stream);
-    default: return forward_hs<T, 128, true>(out, lse, qkv, B, Tn, NH, KV, stream);
+    case 8: return forward_hs<T, 8, true>(out, lse, qkv, B, Tn, NH, KV, o, stream);
+    case 16: return forward_hs<T, 16, true>(out, lse, qkv, B, Tn, NH, KV, o, stream);
+    case 32: return forward_hs<T, 32, true>(out, lse, qkv, B, Tn, NH, KV, o, stream);
+    case 64: return forward_hs<T, 64, true>(out, lse, qkv, B, Tn, NH, KV, o, stream);
+    default: return forward_hs<T, 128, true>(out, lse, qkv, B, Tn, NH, KV, o, stream);
   }
 }
 
 template <class T>
 void flash_attention_backward(T* dqkv, float* D, const T* dout, const T* qkv, const T* out,
                               const float* lse, int B, int Tn, int NH, int KV, int HS,
-                              cudaStream_t stream) {
+                              const AttnParams& o, cudaStream_t stream) {
   RATCHET_NVTX_RANGE("flash_attention_backward");
   require_flash_shape(B, Tn, NH, KV, HS);
+  require_params(o);
   const size_t total = (size_t)B * NH * Tn;
   RATCHET_LAUNCH((flash_backward_dot_kernel<T>), (unsigned)ceil_div<size_t>(total, 256), 256, 0,
                  stream, D, dout, out, Tn, NH, HS, total);
   RATCHET_CHECK_LAUNCH();
   switch (HS) {
-    case 8: return backward_hs<T, 8>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, stream);
-    case 16: return backward_hs<T, 16>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, stream);
-    case 32: return backward_hs<T, 32>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, stream);
-    case 64: return backward_hs<T, 64>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, stream);
-    default: return backward_hs<T, 128>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, stream);
+    case 8: return backward_hs<T, 8>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, o, stream);
+    case 16: return backward_hs<T, 16>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, o, stream);
+    case 32: return backward_hs<T, 32>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, o, stream);
+    case 64: return backward_hs<T, 64>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, o, stream);
+    default: return backward_hs<T, 128>(dqkv, D, dout, qkv, lse, B, Tn, NH, KV, o, stream);
   }
 }
 
@@ -315,15 +352,16 @@ void flash_attention_forward_missing_barrier(float* out, float* lse, const float
                                              int Tn, int NH, int HS) {
   require_flash_shape(B, Tn, NH, NH, HS);
   RATCHET_REQUIRE(HS == 64, "the planted-bug forward is built for head size 64 only");
-  forward_hs<float, 64, false>(out, lse, qkv, B, Tn, NH, NH, nullptr);
+  forward_hs<float, 64, false>(out, lse, qkv, B, Tn, NH, NH, flash_causal_params(64), nullptr);
 }
 #endif
 
 #define RATCHET_INSTANTIATE(T)                                                                   \
   template void flash_attention_forward<T>(T*, float*, const T*, int, int, int, int, int,        \
-                                           cudaStream_t);                                        \
+                                           const AttnParams&, cudaStream_t);                     \
   template void flash_attention_backward<T>(T*, float*, const T*, const T*, const T*,            \
-                                            const float*, int, int, int, int, int, cudaStream_t);
+                                            const float*, int, int, int, int, int,               \
+                                            const AttnParams&, cudaStream_t);
 RATCHET_INSTANTIATE(float)
 RATCHET_INSTANTIATE(bf16)
 #undef RATCHET_INSTANTIATE

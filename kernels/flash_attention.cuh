@@ -9,7 +9,10 @@
 // sum, max, exp and log is FP32 (inputs converted on load into FP32 shared
 // tiles), outputs rounded once to T at the store.
 //
-// Math, per (b,h), scale = 1/sqrt(HS), causal j <= i:
+// Math, per (b,h), scale = 1/sqrt(HS) by default, causal j <= i (options:
+// AttnParams below, a window W keeps i-W < j <= i, a soft-cap c replaces s_ij
+// by y_ij = c·tanh(s_ij/c) and backward's ds by ds·(1 - (y/c)²); the window
+// skips whole tiles, so the costs below become ~T·W instead of T²/2):
 //   forward: s_ij = scale q_i.k_j ;  lse_i = log sum_j exp(s_ij)
 //            out_i = sum_j exp(s_ij - lse_i) v_j
 //     Tiles of Br query rows (in shared memory) sweep the key/value tiles of
@@ -38,6 +41,9 @@
 // and tested under simt; their GPU speed against cuDNN is measured by
 // bench/kernels on a GPU (not here).
 #pragma once
+#include <cmath>
+
+#include "attn_mask.h"
 #include "common.cuh"
 #include "scratch_bytes.h"
 
@@ -47,15 +53,35 @@ namespace ratchet::kernels {
 bool flash_attention_supports(int HS);
 
 // out (B,T,C), lse (B,NH,T) from qkv (B,T,(NH+2KV)*HS).           (overwritten)
+// o: issue 38's window, scale, soft-cap (kernels/attn_mask.h; scale resolved, > 0).
 template <class T>
 void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int NH, int KV,
-                             int HS, cudaStream_t stream);
+                             int HS, const AttnParams& o, cudaStream_t stream);
 // dqkv (B,T,(NH+2KV)*HS) from dout (B,T,C), qkv, out, lse; D (B,NH,T) FP32 scratch.
 template <class T>
 void flash_attention_backward(T* dqkv, float* D, const T* dout, const T* qkv, const T* out,
                               const float* lse, int B, int Tn, int NH, int KV, int HS,
-                              cudaStream_t stream);
+                              const AttnParams& o, cudaStream_t stream);
 // Its scratch (D): kernels/scratch_bytes.h.
+
+// The plain causal attention (no window, scale 1/sqrt(HS), no soft-cap).
+inline AttnParams flash_causal_params(int HS) {
+  AttnParams o;
+  o.scale = 1.0f / std::sqrt((float)HS);
+  return o;
+}
+template <class T>
+void flash_attention_forward(T* out, float* lse, const T* qkv, int B, int Tn, int NH, int KV,
+                             int HS, cudaStream_t stream) {
+  flash_attention_forward(out, lse, qkv, B, Tn, NH, KV, HS, flash_causal_params(HS), stream);
+}
+template <class T>
+void flash_attention_backward(T* dqkv, float* D, const T* dout, const T* qkv, const T* out,
+                              const float* lse, int B, int Tn, int NH, int KV, int HS,
+                              cudaStream_t stream) {
+  flash_attention_backward(dqkv, D, dout, qkv, out, lse, B, Tn, NH, KV, HS,
+                           flash_causal_params(HS), stream);
+}
 
 #if RATCHET_SIMT
 // Test only: the forward with the barrier after the K/V tile load removed

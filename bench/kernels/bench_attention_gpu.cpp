@@ -6,6 +6,9 @@
 //
 //   bench_attention_gpu [--B 8] [--NH 12] [--KV NH] [--HS 64] [--T 512,1024,2048,4096]
 //                   [--impl flash,cudnn,materialized] [--iters 20] [--warmup 3] [--json]
+//                   [--window W] [--softcap c]
+// --window, --softcap: issue 38's AttnOpts (a sliding window of W keys; scores
+// c·tanh(s/c)); cudnn refuses both (reported as "not run").
 //
 // Per shape and implementation:
 //   1. correctness, a separate pass: the same inputs (BF16-representable) on
@@ -16,7 +19,8 @@
 //      events on the backend's stream: ms per forward, per backward.
 // FLOPs (causal, the FlashAttention papers' convention): forward
 // 4·B·NH·T²·HS / 2 (QK^T and PV over the lower triangle), backward 2.5x the
-// forward (five GEMMs instead of two). TFLOP/s = FLOPs / time.
+// forward (five GEMMs instead of two). TFLOP/s = FLOPs / time. With a window
+// W < T the visible pairs T·W - W(W-1)/2 replace T²/2.
 //
 // Exit codes: 0 measured (every implementation that ran was correct); 1 an
 // implementation gave wrong results; 2 bad usage; 69 no GPU (EX_UNAVAILABLE,
@@ -45,6 +49,8 @@ using ratchet::Backend;
 
 struct Opts {
   int B = 8, NH = 12, KV = 0, HS = 64, iters = 20, warmup = 3;  // KV 0: NH (no GQA)
+  int window = 0;      // --window: 0 none
+  float softcap = 0;   // --softcap: 0 none
   std::vector<int> T = {512, 1024, 2048, 4096};
   std::vector<AttentionImpl> impls = {AttentionImpl::flash, AttentionImpl::cudnn,
                                       AttentionImpl::materialized};
@@ -56,7 +62,7 @@ struct Opts {
                "bench_attention_gpu: %s\nusage: bench_attention_gpu [--B 8] [--NH 12] [--KV NH] "
                "[--HS 64] "
                "[--T 512,1024,2048,4096] [--impl flash,cudnn,materialized] [--iters 20] "
-               "[--warmup 3] [--json]\n",
+               "[--warmup 3] [--json] [--window W] [--softcap c]\n",
                why.c_str());
   std::exit(2);
 }
@@ -97,6 +103,13 @@ Opts parse(int argc, char** argv) {
     else if (a == "--HS") o.HS = positive(a, v);
     else if (a == "--iters") o.iters = positive(a, v);
     else if (a == "--warmup") o.warmup = positive(a, v);
+    else if (a == "--window") o.window = positive(a, v);
+    else if (a == "--softcap") {
+      char* end = nullptr;
+      o.softcap = std::strtof(v, &end);
+      if (!*v || *end || !(o.softcap > 0) || !std::isfinite(o.softcap))
+        usage(a + " '" + v + "' is not a positive number");
+    }
     else if (a == "--T") {
       o.T.clear();
       for (auto& t : split(v)) o.T.push_back(positive(a, t.c_str()));
@@ -122,10 +135,11 @@ Opts parse(int argc, char** argv) {
 struct Buffers {
   Backend& be;
   int B, T, NH, KV, HS;
+  ratchet::AttnOpts ao;
   size_t nq, no, nl;
   void *qkv, *out, *dout, *dqkv, *saved;
-  Buffers(Backend& b, int B_, int T_, int NH_, int KV_, int HS_)
-      : be(b), B(B_), T(T_), NH(NH_), KV(KV_), HS(HS_) {
+  Buffers(Backend& b, int B_, int T_, int NH_, int KV_, int HS_, const ratchet::AttnOpts& o)
+      : be(b), B(B_), T(T_), NH(NH_), KV(KV_), HS(HS_), ao(o) {
     const size_t sb = be.memory_model().storage_bytes;
     nq = (size_t)B * T * (NH + 2 * KV) * HS;  // q | k | v heads
     no = (size_t)B * T * NH * HS;
@@ -139,8 +153,10 @@ struct Buffers {
   ~Buffers() {
     for (void* p : {qkv, out, dout, dqkv, saved}) be.release(p);
   }
-  void forward() { be.attention_forward(out, saved, qkv, B, T, NH * HS, NH, KV); }
-  void backward() { be.attention_backward(dqkv, dout, qkv, out, saved, B, T, NH * HS, NH, KV); }
+  void forward() { be.attention_forward(out, saved, qkv, B, T, NH * HS, NH, KV, ao); }
+  void backward() {
+    be.attention_backward(dqkv, dout, qkv, out, saved, B, T, NH * HS, NH, KV, ao);
+  }
 };
 
 std::vector<float> bf16_values(ratchet::Rng& rng, size_t n) {
@@ -160,9 +176,10 @@ double nmse(const std::vector<float>& a, const std::vector<float>& ref) {
 }
 
 // Correctness at B=1: out and dqkv against the cpu backend. "" when within limits.
-std::string check(Backend& be, Backend& cpu, int T, int NH, int KV, int HS) {
+std::string check(Backend& be, Backend& cpu, int T, int NH, int KV, int HS,
+                  const ratchet::AttnOpts& ao) {
   ratchet::Rng rng(1234 + T);
-  Buffers d(be, 1, T, NH, KV, HS), c(cpu, 1, T, NH, KV, HS);
+  Buffers d(be, 1, T, NH, KV, HS, ao), c(cpu, 1, T, NH, KV, HS, ao);
   const auto qkv = bf16_values(rng, d.nq), dout = bf16_values(rng, d.no);
   for (Buffers* b : {&d, &c}) {
     b->be.upload_f32(b->qkv, qkv.data(), b->nq);
@@ -199,21 +216,29 @@ static int run_main(int argc, char** argv) {
                 "%-13s %6s %10s %10s %12s %12s  %s\n",
                 dev.c_str(), o.B, o.NH, o.KV, o.HS, o.iters, o.warmup, "impl", "T", "fwd ms",
                 "bwd ms", "fwd TFLOP/s", "bwd TFLOP/s", "check");
+  ratchet::AttnOpts ao;
+  ao.window = o.window;
+  ao.softcap = o.softcap;
+  if (!o.json && (o.window || o.softcap))
+    std::printf("window %d, soft-cap %g\n", o.window, o.softcap);
   int rc = 0;
   for (int T : o.T) {
-    const double fwd_flop = 2.0 * o.B * o.NH * (double)T * T * o.HS, bwd_flop = 2.5 * fwd_flop;
+    const double W = o.window, pairs = o.window > 0 && o.window < T
+                                           ? (double)T * W - W * (W - 1) / 2
+                                           : (double)T * T / 2;
+    const double fwd_flop = 4.0 * o.B * o.NH * pairs * o.HS, bwd_flop = 2.5 * fwd_flop;
     for (AttentionImpl impl : o.impls) {
       const char* name = ratchet::attention_name(impl);
       std::string status, err;
       double fwd_ms = 0, bwd_ms = 0;
       try {
         auto be = ratchet::make_cuda_backend("bf16", impl);
-        err = check(*be, *cpu, T, o.NH, o.KV, o.HS);
+        err = check(*be, *cpu, T, o.NH, o.KV, o.HS, ao);
         if (!err.empty()) {
           status = "WRONG: " + err;
           rc = 1;
         } else {
-          Buffers b(*be, o.B, T, o.NH, o.KV, o.HS);
+          Buffers b(*be, o.B, T, o.NH, o.KV, o.HS, ao);
           ratchet::Rng rng(7);
           const auto qkv = bf16_values(rng, b.nq), dout = bf16_values(rng, b.no);
           be->upload_f32(b.qkv, qkv.data(), b.nq);
@@ -253,7 +278,8 @@ static int run_main(int argc, char** argv) {
                    bt = bwd_ms > 0 ? bwd_flop / (bwd_ms * 1e9) : 0;
       if (o.json) {
         nlohmann::json j = {{"device", dev}, {"impl", name}, {"B", o.B}, {"NH", o.NH}, {"KV", o.KV},
-                            {"HS", o.HS}, {"T", T}, {"fwd_ms", fwd_ms}, {"bwd_ms", bwd_ms},
+                            {"HS", o.HS}, {"T", T}, {"window", o.window},
+                            {"softcap", o.softcap}, {"fwd_ms", fwd_ms}, {"bwd_ms", bwd_ms},
                             {"fwd_tflops", ft}, {"bwd_tflops", bt}, {"status", status}};
         std::printf("%s\n", j.dump().c_str());
       } else {

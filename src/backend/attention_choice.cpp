@@ -42,6 +42,10 @@ std::string cudnn_blocked(const AttentionDevice& d, size_t storage_bytes,
   if (d.cc_major < 8)
     return "the GPU (" + d.name + ", " + sm(d) + ") is older than sm80, which cuDNN's fused "
            "attention needs";
+  if (h.window > 0)
+    return "the model's sliding-window attention (window " + std::to_string(h.window) +
+           ") is not wired into ratchet's cuDNN graph";
+  if (h.softcap > 0) return "ratchet's cuDNN graph has no attention soft-cap";
   if (h.HS > 0) {
     const char* why = cudnn_heads_unsupported(h);
     if (*why)

@@ -21,20 +21,22 @@ size_t BackendMemoryModel::workspace_bytes(const OpShapes& s) const {
 size_t BackendMemoryModel::cudnn_workspace(const OpShapes& s, bool backward) const {
   if (cudnn_source) return cudnn_source->workspace(s, backward);
   const int KV = s.KV > 0 ? s.KV : s.NH;
-  return cuda_scratch::cudnn_workspace_formula(s.B, s.T, s.NH, KV, s.C / s.NH, backward,
+  return cuda_scratch::cudnn_workspace_formula(s.B, s.T, s.NH, KV, s.head_size(), backward,
                                                deterministic);
 }
 
 size_t BackendMemoryModel::attention_forward_scratch(const OpShapes& s) const {
   if (attention != AttentionImpl::cudnn)
-    return cuda_scratch::attention_forward(attention, s.B, s.T, s.C, storage_bytes);
+    return cuda_scratch::attention_forward(attention, s.B, s.T, s.attn_channels(), storage_bytes);
   return round_up(cudnn_workspace(s, false), kCudaAllocAlign);
 }
 
 size_t BackendMemoryModel::attention_backward_scratch(const OpShapes& s) const {
   if (attention != AttentionImpl::cudnn)
-    return cuda_scratch::attention_backward(attention, s.B, s.T, s.C, s.NH, storage_bytes);
-  const size_t acc = deterministic ? 0 : cuda_scratch::cudnn_dq_accumulator(s.B, s.T, s.C);
+    return cuda_scratch::attention_backward(attention, s.B, s.T, s.attn_channels(), s.NH,
+                                            storage_bytes);
+  const size_t acc =
+      deterministic ? 0 : cuda_scratch::cudnn_dq_accumulator(s.B, s.T, s.attn_channels());
   return acc + round_up(cudnn_workspace(s, true), kCudaAllocAlign);
 }
 

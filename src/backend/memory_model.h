@@ -15,10 +15,16 @@ namespace ratchet {
 
 // Shapes of one micro-batch of a GPT-2 or Llama model, for the scratch its ops need.
 // KV: key/value heads (grouped-query attention; 0: NH). H: the Llama SwiGLU
-// hidden size (the fc layer is 2H wide; 0: a GPT-2 MLP, 4C).
+// hidden size (the fc layer is 2H wide; 0: a GPT-2 MLP, 4C). HS: the
+// attention head size (0: C/NH); Qwen3's and Gemma 3's head_dim make the
+// attention's width NH·HS differ from the model channels C.
 struct OpShapes {
   int B = 0, T = 0, C = 0, NH = 0, Vp = 0;
   int KV = 0, H = 0;
+  int HS = 0;
+  int head_size() const { return HS > 0 ? HS : NH > 0 ? C / NH : 0; }
+  // The attention's q and output width, NH·HS (C when there are no heads).
+  int attn_channels() const { return NH > 0 ? NH * head_size() : C; }
 };
 
 // The workspace cuDNN's fused attention engines need (--attention cudnn), as

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "model/attention_heads.h"
 #include "tokenizer/gpt2_tokenizer.h"
 #include "tokenizer/tokenizer_json.h"
 #include "eval/data_score.h"
@@ -213,7 +214,7 @@ int cmd_eval(int argc, char** argv) {
   bo.storage = f.storage;
   bo.attention_auto = f.attention == "auto";
   if (!bo.attention_auto) bo.attention = parse_attention(f.attention);
-  bo.heads = AttentionHeads{src.cfg.num_heads, src.cfg.kv_heads(), src.cfg.channels / src.cfg.num_heads};
+  bo.heads = attention_heads(src.cfg);
   if (comm->world() > 1 && (f.device == "cuda" || f.device == "auto"))
     select_device_for_local_rank(comm->local_rank(), comm->local_world());
   std::string note;

@@ -17,6 +17,7 @@
 #include "cli/options_util.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/attention_heads.h"
 #include "tokenizer/tokenizer_json.h"
 #include "tokenizer/tokenizer.h"
 #include "eval/model_source.h"
@@ -98,7 +99,7 @@ Examples:
   BackendOptions bo;
   bo.device = "cpu";
   bo.threads = threads > 0 ? threads : std::max(1, (int)std::thread::hardware_concurrency());
-  bo.heads = AttentionHeads{src.cfg.num_heads, src.cfg.kv_heads(), src.cfg.channels / src.cfg.num_heads};
+  bo.heads = attention_heads(src.cfg);
   std::string note;
   auto be = make_backend(bo, &note);
   GPT model(src.cfg, *be);

@@ -256,6 +256,7 @@ Backend::OpShapes op_shapes(const GPTConfig& cfg, int B, int T) {
   s.C = cfg.channels;
   s.NH = cfg.num_heads;
   s.KV = cfg.kv_heads();
+  s.HS = cfg.head_size();  // the attention's width NH·HS may differ from C (head_dim)
   s.H = cfg.llama() ? cfg.ffn() : 0;  // 0: a GPT-2 MLP
   s.Vp = cfg.padded_vocab;
   return s;

@@ -11,6 +11,7 @@
 #include "ckpt/young_daly.h"
 #include "core/error.h"
 #include "distributed/strategy.h"
+#include "model/attention_heads.h"
 #include "model/gpt.h"
 #include "model/memory.h"
 #include "model/param_layout.h"
@@ -124,9 +125,7 @@ AttentionChoice auto_attention(const Device& d, const GPTConfig& cfg) {
     dev.cc_minor = d.cc_minor;
     dev.cudnn_built = true;
   }
-  const int NH = cfg.num_heads > 0 ? cfg.num_heads : 1;
-  return choose_attention("auto", dev, d.storage_bytes,
-                          AttentionHeads{NH, cfg.kv_heads(), cfg.channels / NH});
+  return choose_attention("auto", dev, d.storage_bytes, attention_heads(cfg));
 }
 
 BackendMemoryModel backend_memory_model(const Device& d, const GPTConfig& cfg) {

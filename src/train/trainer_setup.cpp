@@ -1,6 +1,8 @@
 // Trainer::setup and the memory it plans (train/trainer_impl.h).
 #include "train/trainer_impl.h"
 
+#include "model/attention_heads.h"
+
 namespace ratchet::train_detail {
 
 // MemAvailable of /proc/meminfo in bytes (0 when unknown).
@@ -220,7 +222,7 @@ void Trainer::open_backend() {
     bo.tf32 = o_.tf32;
     bo.attention_auto = o_.attention == "auto";
     if (!bo.attention_auto) bo.attention = parse_attention(o_.attention);
-    bo.heads = AttentionHeads{cfg_.num_heads, cfg_.kv_heads(), cfg_.channels / cfg_.num_heads};
+    bo.heads = attention_heads(cfg_);
     bo.deterministic = o_.deterministic;
     // One GPU per rank: the local rank's device is made current before the
     // backend allocates on it (distributed/communicator.h).

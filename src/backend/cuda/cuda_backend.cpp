@@ -79,11 +79,35 @@ constexpr bool kCudnnBuilt = false;
 #endif
 
 namespace {
-// Issue 38's options the kernels do not have yet: refused by name, never run wrong.
-void refuse_attn_opts(const AttnOpts& o) {
-  if (o.window != 0 || o.scale != 0 || o.softcap != 0)
-    fail("the cuda backend's attention has no sliding window, scale or soft-cap option yet: run "
-         "this model with --backend cpu");
+// Issue 38's attention options as the kernels take them (the scale resolved).
+kernels::AttnParams attn_params(const AttnOpts& o, int HS) {
+  if (o.window < 0) fail("attention window ", o.window, ": must be >= 0 (0: no window)");
+  if (!(o.softcap >= 0) || !std::isfinite(o.softcap))
+    fail("attention soft-cap ", o.softcap, ": must be >= 0 (0: none) and finite");
+  kernels::AttnParams p;
+  p.window = o.window;
+  p.scale = o.scale_for(HS);
+  p.softcap = o.softcap;
+  if (p.scale == 0 || !std::isfinite(p.scale))
+    fail("attention scale ", o.scale, ": must be finite (0: 1/sqrt(head size))");
+  return p;
+}
+// cuDNN (checked against the installed 9.19.0 headers): ratchet builds the
+// SDPA graph itself with the backend API (cudnn_attention.cpp: no frontend
+// library, so no set_diagonal_band_left_bound / sliding_window_length). The
+// scale is a runtime scalar of that graph and is passed through; a window
+// would need a second index mask (GEN_INDEX, CMP, BINARY_SELECT) in both
+// graphs, and a soft-cap a tanh between the scale and the mask, which the
+// fused engines' pattern matching may not take: neither is wired (nor can be
+// checked without a GPU), both refused by name.
+[[maybe_unused]] void refuse_cudnn_attn_opts(const kernels::AttnParams& p) {
+  if (p.window > 0)
+    fail("--attention cudnn: this model's sliding-window attention (window ", p.window,
+         ") is not wired into ratchet's cuDNN graph (cuDNN 9.19 backend API); use --attention "
+         "flash (or materialized)");
+  if (p.softcap > 0)
+    fail("--attention cudnn: this model's attention soft-cap (", p.softcap,
+         ") is not supported by ratchet's cuDNN graph; use --attention flash (or materialized)");
 }
 }  // namespace
 
@@ -111,7 +135,7 @@ class CudnnPlansWorkspace final : public CudnnWorkspaceSource {
  public:
   explicit CudnnPlansWorkspace(CudnnAttention* a) : a_(a) {}
   size_t workspace(const OpShapes& s, bool backward) const override {
-    return a_->workspace(SdpaShape{s.B, s.T, s.NH, s.KV > 0 ? s.KV : s.NH, s.C / s.NH},
+    return a_->workspace(SdpaShape{s.B, s.T, s.NH, s.KV > 0 ? s.KV : s.NH, s.head_size()},
                          backward);
   }
 
@@ -584,12 +608,13 @@ template <class T>
 void CudaBackend<T>::attention_forward(dptr out, void* saved, cdptr qkv, int B, int T_, int C,
                                        int NH, int KV, const AttnOpts& o) {
   RATCHET_ASSERT(NH > 0 && C % NH == 0 && KV > 0 && NH % KV == 0);
-  refuse_attn_opts(o);
-  const int HS = C / NH, BH = B * NH;
+  const int HS = C / NH, BH = B * NH;  // C = NH·HS: the attention's width, not the model's
+  const kernels::AttnParams ap = attn_params(o, HS);
 #if RATCHET_CUDNN && !RATCHET_SIMT
   if (attention_ == AttentionImpl::cudnn) {
+    refuse_cudnn_attn_opts(ap);
     // GQA: cuDNN reads the KV heads through strided views (cudnn_attention.h).
-    cudnn_->forward(out, static_cast<float*>(saved), qkv, SdpaShape{B, T_, NH, KV, HS},
+    cudnn_->forward(out, static_cast<float*>(saved), qkv, SdpaShape{B, T_, NH, KV, HS}, ap.scale,
                     scratch(model_.attention_forward_scratch(OpShapes{B, T_, C, NH, 0, KV})));
     return;
   }
@@ -597,7 +622,7 @@ void CudaBackend<T>::attention_forward(dptr out, void* saved, cdptr qkv, int B, 
   if (attention_ == AttentionImpl::flash) {
     check_flash_head_size(HS);
     kernels::flash_attention_forward<T>(P<T>(out), static_cast<float*>(saved), P<T>(qkv), B, T_,
-                                        NH, KV, HS, stream_);
+                                        NH, KV, HS, ap, stream_);
     return;
   }
   dptr att = saved;  // (B,NH,T,T)
@@ -605,12 +630,11 @@ void CudaBackend<T>::attention_forward(dptr out, void* saved, cdptr qkv, int B, 
   const size_t n = (size_t)B * T_ * C, nb = round_up(n * sizeof(T), kAllocAlign);
   char* s = static_cast<char*>(scratch(attention_forward_scratch(attention_, B, T_, C)));
   T *q = (T*)s, *k = (T*)(s + nb), *v = (T*)(s + 2 * nb), *y = (T*)(s + 3 * nb);
-  const float scale = 1.0f / std::sqrt((float)HS);
   const long long sh = (long long)T_ * HS, st = (long long)T_ * T_;
   kernels::attention_permute<T>(q, k, v, P<T>(qkv), B, T_, NH, KV, HS, stream_);
   // preatt (T,T) = q (T,HS) @ k^T, straight into att; softmax in place
   mm_.run(head_gemm(false, true, T_, T_, HS, q, HS, sh, k, HS, sh, att, T_, st, BH));
-  kernels::attention_softmax_forward<T>(P<T>(att), P<T>(att), BH, T_, scale, stream_);
+  kernels::attention_softmax_forward<T>(P<T>(att), P<T>(att), BH, T_, ap, stream_);
   // y (T,HS) = att (T,T) @ v (T,HS)
   mm_.run(head_gemm(false, false, T_, HS, T_, att, T_, st, v, HS, sh, y, HS, sh, BH));
   kernels::attention_unpermute<T>(P<T>(out), y, B, T_, NH, HS, stream_);
@@ -621,12 +645,13 @@ void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr 
                                         const void* saved, int B, int T_, int C, int NH,
                                         int KV, const AttnOpts& o) {
   RATCHET_ASSERT(NH > 0 && C % NH == 0 && KV > 0 && NH % KV == 0);
-  refuse_attn_opts(o);
-  const int HS = C / NH, BH = B * NH;
+  const int HS = C / NH, BH = B * NH;  // C = NH·HS: the attention's width, not the model's
+  const kernels::AttnParams ap = attn_params(o, HS);
 #if RATCHET_CUDNN && !RATCHET_SIMT
   if (attention_ == AttentionImpl::cudnn) {
+    refuse_cudnn_attn_opts(ap);
     cudnn_->backward(dqkv, dout, qkv, out, static_cast<const float*>(saved),
-                     SdpaShape{B, T_, NH, KV, HS},
+                     SdpaShape{B, T_, NH, KV, HS}, ap.scale,
                      scratch(model_.attention_backward_scratch(OpShapes{B, T_, C, NH, 0, KV})));
     return;
   }
@@ -636,7 +661,7 @@ void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr 
     float* D = static_cast<float*>(scratch(attention_backward_scratch(attention_, B, T_, C, NH)));
     kernels::flash_attention_backward<T>(P<T>(dqkv), D, P<T>(dout), P<T>(qkv), P<T>(out),
                                          static_cast<const float*>(saved), B, T_, NH, KV, HS,
-                                         stream_);
+                                         ap, stream_);
     return;
   }
   cdptr att = saved;  // (B,NH,T,T)
@@ -646,14 +671,14 @@ void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr 
   T *q = (T*)s, *k = (T*)(s + nb), *v = (T*)(s + 2 * nb), *dq = (T*)(s + 3 * nb),
     *dk = (T*)(s + 4 * nb), *dv = (T*)(s + 5 * nb), *dy = (T*)(s + 6 * nb),
     *datt = (T*)(s + 7 * nb);
-  const float scale = 1.0f / std::sqrt((float)HS);
   const long long sh = (long long)T_ * HS, st = (long long)T_ * T_;
   kernels::attention_permute<T>(q, k, v, P<T>(qkv), B, T_, NH, KV, HS, stream_);
   kernels::attention_unpermute_backward<T>(dy, P<T>(dout), B, T_, NH, HS, stream_);
   // datt (T,T) = dy (T,HS) @ v^T ; dv (T,HS) = att^T @ dy
   mm_.run(head_gemm(false, true, T_, T_, HS, dy, HS, sh, v, HS, sh, datt, T_, st, BH));
   mm_.run(head_gemm(true, false, T_, HS, T_, att, T_, st, dy, HS, sh, dv, HS, sh, BH));
-  kernels::attention_softmax_backward<T>(datt, datt, P<T>(att), BH, T_, scale, stream_);
+  // a soft-cap's slope recomputes the scores from the permuted q, k (live until the GEMMs below)
+  kernels::attention_softmax_backward<T>(datt, datt, P<T>(att), BH, T_, ap, q, k, HS, stream_);
   // dq = dpreatt @ k ; dk = dpreatt^T @ q
   mm_.run(head_gemm(false, false, T_, HS, T_, datt, T_, st, k, HS, sh, dq, HS, sh, BH));
   mm_.run(head_gemm(true, false, T_, HS, T_, datt, T_, st, q, HS, sh, dk, HS, sh, BH));

@@ -575,11 +575,11 @@ void execute(cudnnHandle_t h, const CudnnAttention::Plan& p, const std::vector<v
 }  // namespace
 
 void CudnnAttention::forward(void* out, float* stats, const void* qkv, const SdpaShape& s,
-                             void* scratch) {
+                             float scale, void* scratch) {
   const Plan& p = plan(false, s);
   using bf = kernels::bf16;
   bf* base = const_cast<bf*>(static_cast<const bf*>(qkv));
-  float scale = 1.0f / std::sqrt((float)s.HS), lowest = std::numeric_limits<float>::lowest();
+  float lowest = std::numeric_limits<float>::lowest();
   // The order of build_forward's uids: Q, K, V, O, stats, scale, lowest.
   const std::vector<void*> ptrs = {base, base + (size_t)s.NH * s.HS,
                                    base + (size_t)(s.NH + s.KV) * s.HS, out, stats, &scale,
@@ -588,14 +588,14 @@ void CudnnAttention::forward(void* out, float* stats, const void* qkv, const Sdp
 }
 
 void CudnnAttention::backward(void* dqkv, const void* dout, const void* qkv, const void* out,
-                              const float* stats, const SdpaShape& s, void* scratch) {
+                              const float* stats, const SdpaShape& s, float scale,
+                              void* scratch) {
   const Plan& p = plan(true, s);
   using bf = kernels::bf16;
   bf* base = const_cast<bf*>(static_cast<const bf*>(qkv));
   bf* dbase = static_cast<bf*>(dqkv);
   const size_t k_off = (size_t)s.NH * s.HS, v_off = (size_t)(s.NH + s.KV) * s.HS;
-  float scale = 1.0f / std::sqrt((float)s.HS), lowest = std::numeric_limits<float>::lowest(),
-        one = 1.0f;
+  float lowest = std::numeric_limits<float>::lowest(), one = 1.0f;
   char* sc = static_cast<char*>(scratch);
   // build_backward's order: Q, K, V, O, dO, stats, dQ, dK, dV, [dQacc,] scale, lowest, one.
   std::vector<void*> ptrs = {base, base + k_off, base + v_off,

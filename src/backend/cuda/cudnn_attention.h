@@ -5,7 +5,7 @@
 // CMake finds cuDNN (RATCHET_CUDNN=1); the simt build never links it.
 //
 // Math (per batch b, query head h, query row i, key rows j <= i; g = h / (NH/KV)):
-//   s_ij  = (q_i . k_j) / sqrt(HS)                   (FP32)
+//   s_ij  = (q_i . k_j) / sqrt(HS)                   (FP32; or a given scale)
 //   lse_i = log sum_{j<=i} exp(s_ij)                 stats (B,NH,T) FP32, kept
 //   out_i = sum_{j<=i} exp(s_ij - lse_i) v_j         (B,T,NH*HS) BF16
 // Backward recomputes the probabilities from lse (nothing T x T is stored):
@@ -82,12 +82,15 @@ class CudnnAttention {
   // out (B,T,NH*HS) and stats (B,NH,T) FP32 from qkv (B,T,(NH+2KV)*HS), all BF16
   // except stats. scratch: BackendMemoryModel::attention_forward_scratch bytes
   // (backend/memory_model.h), 256-byte aligned: the engine workspace.
-  void forward(void* out, float* stats, const void* qkv, const SdpaShape& s, void* scratch);
+  // scale: the score scale (1/sqrt(HS) by default; issue 38's AttnOpts::scale),
+  // a runtime scalar of the graph (the plans do not depend on it).
+  void forward(void* out, float* stats, const void* qkv, const SdpaShape& s, float scale,
+               void* scratch);
   // dqkv (B,T,(NH+2KV)*HS) overwritten from dout (B,T,NH*HS), qkv, forward's out
   // and stats. scratch: BackendMemoryModel::attention_backward_scratch bytes:
   // when not deterministic dQ's FP32 accumulator (B,NH,T,HS), then the engine workspace.
   void backward(void* dqkv, const void* dout, const void* qkv, const void* out,
-                const float* stats, const SdpaShape& s, void* scratch);
+                const float* stats, const SdpaShape& s, float scale, void* scratch);
 
   struct Plan;  // an execution plan and the unique ids of its variant pack
 

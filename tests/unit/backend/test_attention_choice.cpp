@@ -8,6 +8,7 @@
 #include "backend/attention_choice.h"
 #include "backend/backend.h"
 #include "core/error.h"
+#include "model/attention_heads.h"
 #include "plan/plan.h"
 #include "testing/tiny_model.h"
 
@@ -59,6 +60,9 @@ TEST(AttentionChoice, AutoFallsBackToFlashAndSaysWhy) {
       {gpu("Tesla T4", 7, 5), 2, kD12, "(Tesla T4, sm75) is older than sm80"},
       {gpu("NVIDIA H100", 9, 0), 2, AttentionHeads{4, 4, 256}, "at most 128"},
       {gpu("NVIDIA H100", 9, 0), 2, AttentionHeads{6, 4, 64}, "divide"},
+      // issue 38: a sliding window or a soft-cap, which ratchet's cuDNN graph lacks
+      {gpu("NVIDIA H100", 9, 0), 2, AttentionHeads{8, 4, 128, 4096, 0}, "(window 4096)"},
+      {gpu("NVIDIA H100", 9, 0), 2, AttentionHeads{8, 4, 128, 0, 50.0f}, "soft-cap"},
   };
   for (const Case& c : cases) {
     const AttentionChoice got = choose_attention("auto", c.d, c.sb, c.h);
@@ -135,6 +139,29 @@ TEST(AttentionChoice, PlanFollowsTheSameChoice) {
   const plan::Plan p = plan::make_plan(in);
   EXPECT_TRUE(has(p.attention_note, "attention: cudnn (auto: ")) << p.attention_note;
   EXPECT_TRUE(has(plan::plan_table(p), p.attention_note));
+}
+
+// A model's heads as auto sees them (model/attention_heads.h): head_dim, not
+// C/NH; the widest sliding window of its layers and its soft-cap, for which
+// `ratchet plan` on an h100 falls back to flash instead of cudnn.
+TEST(AttentionChoice, ModelHeadsCarryHeadDimWindowAndSoftcap) {
+  GPTConfig cfg = ratchet::testing::tiny_config(2, 4, 256, 97, 64);
+  cfg.head_dim = 32;  // NH·hs = 128 != C = 256
+  AttentionHeads h = attention_heads(cfg);
+  EXPECT_EQ(h.HS, 32);
+  EXPECT_EQ(h.window, 0);
+  EXPECT_EQ(plan::auto_attention(plan::find_device("h100"), cfg).impl, AttentionImpl::cudnn);
+  cfg.sliding_window = 512;
+  cfg.layer_sliding = {0, 1};
+  h = attention_heads(cfg);
+  EXPECT_EQ(h.window, 512);
+  const AttentionChoice w = plan::auto_attention(plan::find_device("h100"), cfg);
+  EXPECT_EQ(w.impl, AttentionImpl::flash);
+  EXPECT_TRUE(has(w.note, "(window 512)")) << w.note;
+  cfg.layer_sliding.clear();
+  cfg.attn_softcap = 50.0f;
+  EXPECT_EQ(attention_heads(cfg).softcap, 50.0f);
+  EXPECT_EQ(plan::auto_attention(plan::find_device("h100"), cfg).impl, AttentionImpl::flash);
 }
 
 }  // namespace
