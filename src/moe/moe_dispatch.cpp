@@ -30,10 +30,10 @@ void build_dispatch(const MoeShape& s, const int* idx, Dispatch& d) {
   }
 }
 
-void gather_rows(const MoeShape& s, const Dispatch& d, const float* x, float* xp) {
+void gather_rows(CpuBackend& be, const MoeShape& s, const Dispatch& d, const float* x, float* xp) {
   const long rows = (long)s.N * s.k;
   const int C = s.C;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(be.threads()) schedule(static)
   for (long r = 0; r < rows; r++) {
     const float* src = x + (size_t)(d.slot_of[r] / s.k) * C;
     float* dst = xp + (size_t)r * C;
@@ -41,9 +41,9 @@ void gather_rows(const MoeShape& s, const Dispatch& d, const float* x, float* xp
   }
 }
 
-void combine(const MoeShape& s, const Dispatch& d, const float* w, const float* y, float* out) {
+void combine(CpuBackend& be, const MoeShape& s, const Dispatch& d, const float* w, const float* y, float* out) {
   const int C = s.C, k = s.k;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(be.threads()) schedule(static)
   for (int n = 0; n < s.N; n++) {
     float* o = out + (size_t)n * C;
     for (int c = 0; c < C; c++) o[c] = 0.0f;

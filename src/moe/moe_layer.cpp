@@ -20,9 +20,9 @@ void moe_forward(CpuBackend& be, const MoeShape& s, const float* x, const float*
   c.y.resize(Nk * s.C);
   router_forward(be, s, x, gate, c.logits.data(), c.probs.data(), c.idx.data(), c.w.data());
   build_dispatch(s, c.idx.data(), c.dispatch);
-  gather_rows(s, c.dispatch, x, c.xp.data());
+  gather_rows(be, s, c.dispatch, x, c.xp.data());
   experts_forward(be, s, c.dispatch, w1, w2, c.xp.data(), c.h.data(), c.a.data(), c.y.data());
-  combine(s, c.dispatch, c.w.data(), c.y.data(), out);
+  combine(be, s, c.dispatch, c.w.data(), c.y.data(), out);
 }
 
 void moe_backward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,

@@ -81,9 +81,9 @@ struct Dispatch {
 };
 void build_dispatch(const MoeShape& s, const int* idx, Dispatch& d);
 // xp (N*k,C) overwritten: xp[row] = x[slot_of[row] / k].
-void gather_rows(const MoeShape& s, const Dispatch& d, const float* x, float* xp);
+void gather_rows(CpuBackend& be, const MoeShape& s, const Dispatch& d, const float* x, float* xp);
 // out (N,C) overwritten: out[n] = sum_j w[n,j] y[row_of[n*k+j]], j in order.
-void combine(const MoeShape& s, const Dispatch& d, const float* w, const float* y, float* out);
+void combine(CpuBackend& be, const MoeShape& s, const Dispatch& d, const float* w, const float* y, float* out);
 
 // ---- experts (moe_experts.cpp) -----------------------------------------------
 // w1 (E,2I,C), w2 (E,C,I); xp (N*k,C); h (N*k,2I), a (N*k,I), y (N*k,C)
