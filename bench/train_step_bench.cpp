@@ -3,6 +3,7 @@
 //
 //   bench_train_step --model d12|l12|qwen3-0.6b|... -B 4 -T 64 [--steps 5] [--warmup 2]
 //                    [--threads 0] [--json] [--profile] [--layers N] [--as-llama]
+//                    [--family F] [--sliding-window W] [--vocab-size V]
 //
 // Warm-up steps first (page faults, OpenBLAS buffers), then the timed steps.
 // FLOPs per step = 6·(params used in matmuls)·tokens + 12·L·C·T·tokens
@@ -42,7 +43,8 @@ static int run_main(int argc, char** argv) {
   std::string model = "d12", arch;
   int B = 4, T = 64, steps = 5, warmup = 2, threads = 0;
   bool json = false, profile = false, as_llama = false;
-  int layers = 0;
+  int layers = 0, window = 0, vocab = 50257;
+  std::string family;
   po::options_description desc("bench_train_step: CPU training-step benchmark");
   desc.add_options()("help,h", "help")("model", po::value(&model)->default_value(model),
                                        "preset dN (GPT-2), lN (Llama), smollm-135m, llama3.2-1b (vocab 50257 for dN/lN)")(
@@ -55,7 +57,10 @@ static int run_main(int argc, char** argv) {
       "json", po::bool_switch(&json), "one JSON object instead of the table")(
       "profile", po::bool_switch(&profile), "per-op time table over the timed steps (stderr)")(
       "layers", po::value(&layers), "override the preset's layer count")(
-      "as-llama", po::bool_switch(&as_llama), "the same shape without the family's options");
+      "as-llama", po::bool_switch(&as_llama), "the same shape without the family's options")(
+      "family", po::value(&family), "a family's options on the preset's shape (train's --family)")(
+      "sliding-window", po::value(&window), "--family mistral / gemma3: the window")(
+      "vocab-size", po::value(&vocab)->default_value(vocab), "vocab of dN/lN presets");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -71,7 +76,8 @@ static int run_main(int argc, char** argv) {
   ModelFlags f;
   f.model = model;
   f.arch = arch;
-  f.vocab_size = 50257;
+  f.vocab_size = vocab;
+  f.family = family, f.sliding_window = window;
   f.max_seq_len = std::max(1024, T);
   f.layers = layers;
   GPTConfig cfg;
@@ -137,7 +143,7 @@ static int run_main(int argc, char** argv) {
     std::printf("%-6s %10s %4s %5s %10s %10s %9s %10s\n", "model", "params", "B", "T", "ms/step",
                 "tok/s", "GFLOP/s", "peak RSS");
     std::printf("%-6s %9.1fM %4d %5d %10.1f %10.0f %9.1f %8.0f MB\n",
-                (model + (as_llama ? " (as llama)" : "")).c_str(),
+                (model + (family.empty() ? "" : "+" + family) + (as_llama ? " (as llama)" : "")).c_str(),
                 m.num_params() / 1e6, B, T, ms, tokens / (ms / 1e3), gflops, rss_mb);
   }
   return 0;
