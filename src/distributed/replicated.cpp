@@ -52,6 +52,9 @@ void Replicated::grad_ready(int layer) {
       comm.group_start();
       for (int i : kBlockTensors) {
         const size_t n = layout_.per_layer(i, L);
+        // A tensor this model does not have (issue 38's four for a GPT-2 or a
+        // Llama): no collective. Those it has keep their order.
+        if (n == 0 && i >= P_QNORMW) continue;
         comm.all_reduce_start(g + (layout_.offsets[i] + (size_t)layer * n) * sb, n, t, ReduceOp::Sum);
       }
       comm.group_end();

@@ -202,11 +202,7 @@ def check_config(cfg, where):
 
 
 def read_params(path, cfg):
-    n = sum(math.prod(s) for _, s in param_shapes(cfg))
-    data = np.fromfile(path, dtype="<f4")
-    if data.size != n:
-        sys.exit(f"{path}: expected {n} floats for this config, found {data.size}")
-    return torch.from_numpy(data.astype(np.float64))
+    return lr.read_params(path, cfg, param_shapes)
 
 
 def main(argv=None):

@@ -125,8 +125,10 @@ def read_config(path):
     return cfg
 
 
-def read_params(path, cfg):
-    n = sum(math.prod(s) for _, s in param_shapes(cfg))
+def read_params(path, cfg, shapes=None):
+    """The flat float32 parameters of `cfg` (laid out as `shapes`, default
+    param_shapes) from `path`, as one float64 tensor."""
+    n = sum(math.prod(s) for _, s in (shapes or param_shapes)(cfg))
     data = np.fromfile(path, dtype="<f4")
     if data.size != n:
         sys.exit(f"{path}: expected {n} floats for this config, found {data.size}")
