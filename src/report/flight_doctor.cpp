@@ -97,6 +97,14 @@ std::string flight_verdict(const std::vector<OrderedJson>& records) {
   double waited_s = 0;
   std::string behind;
   for (const auto& [rank, r] : by_rank) {
+    const auto frozen = r->find("frozen_s");
+    if (frozen != r->end() && frozen->is_number() && frozen->get<double>() > 0) {
+      behind += (behind.empty() ? "" : "; ") + who(*r) + " was frozen for " +
+                fmt_s(frozen->get<double>()) +
+                " (the process did not run: stopped, or its node hung; its last record: " +
+                where(*r) + ")";
+      continue;
+    }
     if (r->value("entered", 0ULL) < seq) {
       behind += (behind.empty() ? "" : "; ") + who(*r) + " never entered " + op + " #" +
                 std::to_string(seq) + " (its last record: " + where(*r) + ", " +

@@ -6,7 +6,9 @@
 // The verdict compares collective sequence numbers across ranks: every rank
 // enters the job's collectives in the same order (communicator.h), so the
 // rank whose count stops short of the collective the others wait in is the
-// one that never joined. A rank with no record is named as such.
+// one that never joined. A rank whose record says it was frozen (its monitor
+// thread did not run: SIGSTOP, a hung node) is the culprit whatever it did
+// after waking. A rank with no record is named as such.
 #pragma once
 #include <string>
 #include <vector>

@@ -75,8 +75,10 @@ std::string Watchdog::record_path() const {
 }
 
 void Watchdog::write_record(const OrderedJson& hang) const {
-  const OrderedJson j =
+  OrderedJson j =
       flight_record_json(rec_.snapshot(), host_, o_.rank, o_.world, (long)getpid(), flight_clock(), hang);
+  const double frozen = frozen_s_.load();
+  j["frozen_s"] = frozen > 0 ? json_number(std::round(frozen * 1000) / 1000) : OrderedJson(nullptr);
   const std::string path = record_path();
   const std::string tmp = path + ".tmp";
   {
@@ -95,12 +97,20 @@ void Watchdog::loop() {
   const double poll = std::clamp(o_.timeout / 10, 0.05, 1.0);
   const double write_every = std::clamp(o_.timeout / 4, poll, 10.0);
   double last_write = -1e300;
+  double last_tick = flight_clock();
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     cv_.wait_for(lock, std::chrono::duration<double>(poll));
     if (stop_) break;
     const double now = flight_clock();
     const FlightSnapshot s = rec_.snapshot();
+    // This thread did not run for half an allowance: the whole process was
+    // stopped (SIGSTOP, a frozen node or VM). Its record says so from now on:
+    // its peers' wait is its fault, whatever it did after waking.
+    const double gap = now - last_tick;
+    last_tick = now;
+    if (gap > std::max(0.5 * hang_allowance(s, o_.timeout), 5 * poll))
+      frozen_s_.store(std::max(frozen_s_.load(), gap));
     double age = 0, allowance = 0;
     const std::string why = hang_reason(s, o_.timeout, now, &age, &allowance);
     if (!why.empty()) {

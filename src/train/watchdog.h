@@ -5,7 +5,9 @@
 // rank_R.json, "hang" filled in) and ends the whole job with exit 75
 // (kExitRequeue: the Slurm wrapper requeues; MPI_Abort under MPI). While
 // all is well it rewrites the record every few seconds, so that a rank that
-// is stopped or dead still leaves its last state for `ratchet doctor`.
+// is stopped or dead still leaves its last state for `ratchet doctor`. A
+// monitor that finds it has not run for half an allowance notes "frozen_s"
+// (the process was stopped: SIGSTOP, a frozen node) in every later record.
 //
 // The allowance (hang_allowance below), with T = --hang-timeout (default 120 s):
 //   step                    max(T, 10 x the slowest step so far)
@@ -14,6 +16,7 @@
 //   save, ...)            at least 5T
 // A collective is bounded by the allowance of the phase it is running in.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -71,6 +74,7 @@ class Watchdog {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  std::atomic<double> frozen_s_{0};  // the longest stretch this process did not run
   std::thread thread_;
 };
 

@@ -55,6 +55,16 @@ TEST(FlightDoctor, EveryRankInTheCollectiveIsNotOneRanksFault) {
   EXPECT_NE(v.find("ranks 0, 1 waited"), std::string::npos) << v;
 }
 
+// A rank stopped (SIGSTOP) and continued by the job's kill: it finished the
+// collective and entered the next, but its record says it was frozen.
+TEST(FlightDoctor, AFrozenRankIsTheCulpritWhateverItDidAfterWaking) {
+  OrderedJson r1 = record(1, "n2", 171, "step", 2, true);
+  r1["frozen_s"] = 1.1;
+  const std::string v = flight_verdict({record(0, "n1", 170, "step", 2, true), r1});
+  EXPECT_NE(v.find("rank 1 (n2) was frozen for 1.1 s"), std::string::npos) << v;
+  EXPECT_NE(v.find("rank 0 waited 63.0 s in all_reduce #170"), std::string::npos) << v;
+}
+
 TEST(FlightDoctor, APhaseHangAndAMissingRank) {
   OrderedJson r0 = record(0, "n1", 4, "save", 10, false, 3);
   r0["hang"] = {{"reason", "phase save (step 10) for 700.0 s"}};
