@@ -133,7 +133,7 @@ FlightDoctor flight_doctor(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    fail("ratchet doctor: ", dir, " is not a directory (give a run directory, the --run-dir of "
+    fail(dir, " is not a directory (give a run directory, the --run-dir of "
          "`ratchet train`)");
   fs::path flight = fs::path(dir) / "flight";
   if (!fs::is_directory(flight, ec)) flight = dir;
