@@ -44,7 +44,7 @@ std::string hang_reason(const FlightSnapshot& s, double t, double now, double* a
 
 struct WatchdogOptions {
   double timeout = kDefaultHangTimeout;  // T, > 0
-  std::string dir;                       // where rank_R.json goes (created)
+  std::string dir;                       // where rank_R.json goes (created); "": none
   int rank = 0;
   int world = 1;
   // Ends the job (every rank) with the code: the communicator's abort_job.
@@ -82,7 +82,7 @@ struct TrainOptions;
 class Communicator;
 // The training run's watchdog (null when --hang-timeout is 0): the record
 // goes to RUN_DIR/flight (--run-dir), else next to --ckpt-dir (its parent's
-// flight/), else ./flight; the abort is the job's (MPI_Abort on every rank;
+// flight/), else nowhere (the watchdog still aborts); the abort is the job's (MPI_Abort on every rank;
 // one process: _exit).
 std::unique_ptr<Watchdog> start_run_watchdog(const TrainOptions& o, Communicator& comm);
 
