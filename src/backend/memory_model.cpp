@@ -120,10 +120,12 @@ size_t max_over_ops(const OpShapes& s, const BackendMemoryModel& m) {
   if (s.NH > 0) w = std::max(w, m.attention_backward_scratch(s));
   // The bias gradients of matmul_backward (and _gelu), at the widths of the
   // matmuls that have a bias: GPT-2's qkv 3C, attproj C, fc 4C, fcproj C (the
-  // DGELU one). The lm head has no bias, nor has any Llama matmul (H > 0), so
-  // they ask for no bias-gradient scratch and none is counted.
+  // DGELU one). The lm head has no bias, nor has any Llama matmul (H > 0)
+  // but Qwen2.5's q/k/v projection (QKVB), so only that one is counted then.
   if (s.H <= 0)
     for (int oc : {C, 3 * C, 4 * C}) w = std::max(w, matmul_backward(BT, oc, true, sb));
+  if (s.QKVB > 0) w = std::max(w, matmul_backward(BT, s.QKVB, true, sb));  // Qwen2.5's q/k/v bias
+  if (s.QN > 0) w = std::max(w, kernels::qk_norm_backward_scratch_bytes(BT, s.QN, s.KN));
   return w;
 }
 

@@ -22,6 +22,10 @@ struct OpShapes {
   int B = 0, T = 0, C = 0, NH = 0, Vp = 0;
   int KV = 0, H = 0;
   int HS = 0;
+  // Issue 38's ops with scratch: the q/k/v bias width (Qwen2.5; 0: none) and
+  // the q / k RMSNorm weight lengths (hs each per head, NH·hs and KV·hs full
+  // width; 0: no q/k norm).
+  int QKVB = 0, QN = 0, KN = 0;
   int head_size() const { return HS > 0 ? HS : NH > 0 ? C / NH : 0; }
   // The attention's q and output width, NH·HS (C when there are no heads).
   int attn_channels() const { return NH > 0 ? NH * head_size() : C; }

@@ -259,6 +259,12 @@ Backend::OpShapes op_shapes(const GPTConfig& cfg, int B, int T) {
   s.HS = cfg.head_size();  // the attention's width NH·HS may differ from C (head_dim)
   s.H = cfg.llama() ? cfg.ffn() : 0;  // 0: a GPT-2 MLP
   s.Vp = cfg.padded_vocab;
+  if (cfg.llama()) {
+    const int hs = cfg.head_size();
+    s.QKVB = cfg.qkv_bias ? cfg.qkv_channels() : 0;
+    s.QN = cfg.qk_norm == QkNorm::per_head ? hs : cfg.qk_norm == QkNorm::full_width ? cfg.num_heads * hs : 0;
+    s.KN = cfg.qk_norm == QkNorm::per_head ? hs : cfg.qk_norm == QkNorm::full_width ? cfg.kv_heads() * hs : 0;
+  }
   return s;
 }
 

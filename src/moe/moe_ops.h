@@ -1,0 +1,128 @@
+// Mixture-of-Experts layer ops on the CPU backend (issue 39, first slice):
+// the router, dropless dispatch, SwiGLU experts on packed rows, the combine,
+// their backward, and the load-balancing loss's statistics. Free functions on
+// a CpuBackend; the model does not use them yet (see docs/moe.md).
+//
+// The math (transformers' Qwen3MoeSparseMoeBlock / OlmoeSparseMoeBlock /
+// MixtralSparseMoeBlock), N tokens, C channels, E experts, k per token,
+// I = moe_intermediate_size:
+//   logits (N,E) = x (N,C) @ gate (E,C)^T
+//   probs  (N,E) = softmax(logits) over all E, FP32
+//   idx    (N,k) = the k largest probs, descending; ties go to the lower
+//                  expert index (torch.topk leaves ties unspecified)
+//   w      (N,k) = probs[idx], divided by their sum when norm_topk_prob
+//                  (Qwen3-MoE and OLMoE configs choose; Mixtral always does)
+//   expert e on its rows r: h (2I) = x_r @ w1_e^T, rows gate | up of w1_e
+//                  (2I,C); a (I) = silu(g) * u; y_r (C) = a @ w2_e^T, w2_e (C,I)
+//   out[n] (C)   = sum_{j<k} w[n,j] * y[(n,j)], summed in slot order j
+// Dispatch: slot (n,j) goes to expert idx[n,j]; the packed rows are grouped
+// by expert (a counting sort, so token order is kept within an expert), and
+// row = offsets[e] + rank of (n,j) among e's slots.
+//
+// Backward (parameter gradients ACCUMULATE, +=; activation gradients are
+// overwritten):
+//   dy[(n,j)]  = w[n,j] * dout[n];   dw[n,j] = dout[n] . y[(n,j)]
+//   per expert: da = dy @ w2_e, dw2_e += dy^T a, dh = swiglu'(h, da),
+//               dxp = dh @ w1_e, dw1_e += dh^T x_p
+//   dx[n]      = sum_j dxp[(n,j)] (slot order) + dlogits[n] @ gate
+//   dprobs     : only the selected experts carry gradient; without
+//                renormalisation dp[idx_j] = dw_j, with it (S = sum_j p[idx_j])
+//                dp[idx_j] = (dw_j - sum_l dw_l w_l) / S; plus the aux loss's
+//                per-expert term aux_dprob[e] on every token
+//   dlogits    = p * (dp - sum_e p_e dp_e);  dgate += dlogits^T x
+//   An expert with no rows is skipped: no gemm, no gradient added.
+// Determinism: every sum has a fixed order (slot order, token order, one
+// sgemm per output element), so 1 and 2 threads give the same bits.
+//
+// Load-balancing loss (transformers' load_balancing_loss_func without an
+// attention mask): over the T router rows it sees (all MoE layers'
+// logits concatenated), f_e = (number of top-k selections of e) / T and
+// P_e = (sum of probs[:,e]) / T; loss = E * sum_e f_e P_e. It sums to k when
+// the probabilities are uniform (P_e = 1/E, sum_e f_e = k) or the selections
+// are (f_e = k/E, sum_e P_e = 1). The op outputs counts and sums (+=), so
+// layers, micro-batches and ranks add them (an all-reduce) before the loss.
+// f is a count and carries no gradient: dloss/dprobs[n,e] = E count_e / T^2.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace ratchet::moe {
+
+struct MoeShape {
+  int N = 0;  // tokens
+  int C = 0;  // channels
+  int E = 0;  // experts
+  int k = 0;  // experts per token
+  int I = 0;  // expert intermediate size (moe_intermediate_size)
+  bool norm_topk_prob = true;
+};
+// Throws Error naming the bad value (k < 1, k > E, E < 1, a size < 0).
+void check_shape(const MoeShape& s);
+
+// ---- router (moe_router.cpp) -------------------------------------------------
+// logits (N,E), probs (N,E), idx (N,k), w (N,k): all overwritten.
+void router_forward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
+                    float* logits, float* probs, int* idx, float* w);
+// dw (N,k) gradient of the routing weights; aux_dprob (E) or null: the aux
+// loss's gradient per probability (moe_aux_loss). dlogits (N,E) and dx (N,C)
+// overwritten, dgate (E,C) accumulated.
+void router_backward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
+                     const float* probs, const int* idx, const float* w, const float* dw,
+                     const float* aux_dprob, float* dlogits, float* dx, float* dgate);
+
+// ---- dispatch and combine (moe_dispatch.cpp) ---------------------------------
+struct Dispatch {
+  std::vector<int> counts;   // (E) rows per expert
+  std::vector<int> offsets;  // (E+1) first packed row of each expert
+  std::vector<int> slot_of;  // (N*k) packed row -> slot n*k+j
+  std::vector<int> row_of;   // (N*k) slot n*k+j -> packed row
+};
+void build_dispatch(const MoeShape& s, const int* idx, Dispatch& d);
+// xp (N*k,C) overwritten: xp[row] = x[slot_of[row] / k].
+void gather_rows(CpuBackend& be, const MoeShape& s, const Dispatch& d, const float* x, float* xp);
+// out (N,C) overwritten: out[n] = sum_j w[n,j] y[row_of[n*k+j]], j in order.
+void combine(CpuBackend& be, const MoeShape& s, const Dispatch& d, const float* w, const float* y, float* out);
+
+// ---- experts (moe_experts.cpp) -----------------------------------------------
+// w1 (E,2I,C), w2 (E,C,I); xp (N*k,C); h (N*k,2I), a (N*k,I), y (N*k,C)
+// overwritten (rows of experts with no tokens untouched).
+void experts_forward(CpuBackend& be, const MoeShape& s, const Dispatch& d, const float* w1,
+                     const float* w2, const float* xp, float* h, float* a, float* y);
+// dy (N*k,C) in (clobbered: reused as scratch); dxp (N*k,C) overwritten;
+// dw1, dw2 accumulated.
+void experts_backward(CpuBackend& be, const MoeShape& s, const Dispatch& d, const float* w1,
+                      const float* w2, const float* xp, const float* h, const float* a,
+                      float* dy, float* dxp, float* dw1, float* dw2);
+
+// ---- the whole layer (moe_layer.cpp) -----------------------------------------
+// What the forward keeps for the backward.
+struct MoeCache {
+  std::vector<float> logits, probs, w;  // (N,E) (N,E) (N,k)
+  std::vector<int> idx;                 // (N,k)
+  Dispatch dispatch;
+  std::vector<float> xp, h, a, y;       // (N*k,C) (N*k,2I) (N*k,I) (N*k,C)
+};
+// out (N,C) overwritten.
+void moe_forward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
+                 const float* w1, const float* w2, float* out, MoeCache& cache);
+// dx (N,C) overwritten; dgate, dw1, dw2 accumulated; aux_dprob (E) or null.
+// dw_route (N,k) or null: receives the routing weights' gradient (for tests).
+void moe_backward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
+                  const float* w1, const float* w2, const float* dout, const MoeCache& cache,
+                  const float* aux_dprob, float* dx, float* dgate, float* dw1, float* dw2,
+                  float* dw_route = nullptr);
+
+// ---- load-balancing statistics (moe_aux_loss.cpp) ------------------------------
+// counts (E) += top-k selections per expert, prob_sums (E) += column sums of
+// probs (N,E), tokens in the order n = 0..N-1.
+void aux_stats(const MoeShape& s, const float* probs, const int* idx, double* counts,
+               double* prob_sums);
+// The loss E sum_e (counts_e/T)(prob_sums_e/T) for T router rows, and
+// dprob (E, overwritten, or null) = coef * E * counts_e / T^2, the gradient of
+// coef * loss w.r.t. each probability of column e (router_backward's aux_dprob).
+double aux_loss(int E, const double* counts, const double* prob_sums, double T, float coef,
+                float* dprob);
+
+}  // namespace ratchet::moe

@@ -1,0 +1,87 @@
+// The router: gate projection, FP32 softmax over all experts, deterministic
+// top-k, optional renormalisation, and their backward (math in moe_ops.h).
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "moe/moe_ops.h"
+
+namespace ratchet::moe {
+
+void check_shape(const MoeShape& s) {
+  if (s.N < 0 || s.C < 1 || s.I < 1)
+    fail("MoE layer: tokens ", s.N, ", channels ", s.C, ", moe_intermediate_size ", s.I,
+         ": channels and moe_intermediate_size must be >= 1 and tokens >= 0");
+  if (s.E < 1) fail("MoE layer: num_experts is ", s.E, "; it must be at least 1");
+  if (s.k < 1 || s.k > s.E)
+    fail("MoE layer: num_experts_per_tok (top-k) is ", s.k, " with ", s.E,
+         " experts; it must be between 1 and num_experts");
+}
+
+void router_forward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
+                    float* logits, float* probs, int* idx, float* w) {
+  check_shape(s);
+  const int N = s.N, E = s.E, k = s.k;
+  be.matmul_forward(logits, nullptr, x, gate, nullptr, N, s.C, E);
+#pragma omp parallel for num_threads(be.threads()) schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* l = logits + (size_t)n * E;
+    float* p = probs + (size_t)n * E;
+    float mx = l[0];
+    for (int e = 1; e < E; e++) mx = std::fmax(mx, l[e]);
+    float sum = 0.0f;
+    for (int e = 0; e < E; e++) sum += (p[e] = std::exp(l[e] - mx));
+    const float inv = 1.0f / sum;
+    for (int e = 0; e < E; e++) p[e] *= inv;
+    // Top-k by selection: k passes, each the largest not yet taken; the strict
+    // '>' keeps the lowest index among equal probabilities.
+    int* ix = idx + (size_t)n * k;
+    float* wr = w + (size_t)n * k;
+    float wsum = 0.0f;
+    for (int j = 0; j < k; j++) {
+      int best = -1;
+      for (int e = 0; e < E; e++) {
+        bool taken = false;
+        for (int t = 0; t < j; t++) taken |= ix[t] == e;
+        if (!taken && (best < 0 || p[e] > p[best])) best = e;
+      }
+      ix[j] = best;
+      wsum += (wr[j] = p[best]);
+    }
+    if (s.norm_topk_prob)
+      for (int j = 0; j < k; j++) wr[j] /= wsum;
+  }
+}
+
+void router_backward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
+                     const float* probs, const int* idx, const float* w, const float* dw,
+                     const float* aux_dprob, float* dlogits, float* dx, float* dgate) {
+  check_shape(s);
+  const int N = s.N, E = s.E, k = s.k;
+#pragma omp parallel for num_threads(be.threads()) schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float* p = probs + (size_t)n * E;
+    const int* ix = idx + (size_t)n * k;
+    const float* wr = w + (size_t)n * k;
+    const float* dwr = dw + (size_t)n * k;
+    float* dl = dlogits + (size_t)n * E;  // holds dprobs first, then dlogits
+    for (int e = 0; e < E; e++) dl[e] = aux_dprob ? aux_dprob[e] : 0.0f;
+    if (s.norm_topk_prob) {
+      // w_j = p_j / S: dp_j = (dw_j - sum_l dw_l w_l) / S
+      float S = 0.0f, dot = 0.0f;
+      for (int j = 0; j < k; j++) {
+        S += p[ix[j]];
+        dot += dwr[j] * wr[j];
+      }
+      for (int j = 0; j < k; j++) dl[ix[j]] += (dwr[j] - dot) / S;
+    } else {
+      for (int j = 0; j < k; j++) dl[ix[j]] += dwr[j];
+    }
+    float pd = 0.0f;  // sum_e p_e dp_e
+    for (int e = 0; e < E; e++) pd += p[e] * dl[e];
+    for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - pd);
+  }
+  be.matmul_backward(dx, dgate, nullptr, dlogits, x, gate, N, s.C, E);
+}
+
+}  // namespace ratchet::moe
