@@ -253,7 +253,13 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "stop (save, exit 75) before this much wall time: seconds or [D-]HH:MM:SS; default: the "
      "Slurm job's limit; 'none' to ignore it")
     ("stop-margin", po::value(&o.stop_margin)->default_value(o.stop_margin, default_text(o.stop_margin)),
-     "seconds kept free before the time limit, beyond one step and one save");
+     "seconds kept free before the time limit, beyond one step and one save")
+    ("hang-timeout", po::value(&o.hang_timeout)->default_value(o.hang_timeout, default_text(o.hang_timeout)),
+     "hang watchdog, seconds (0: off): a step running longer than max(T, 10 x the slowest step) "
+     "or a load, data wait, save or evaluation longer than max(5T, 10 x the slowest of its kind) "
+     "(the first of each kind: 5T), or a collective waiting as long, writes RUN_DIR/flight/"
+     "rank_R.json and ends the job with exit 75 (requeue); `ratchet doctor RUN_DIR` reads the "
+     "records (docs/resilience.md)");
 
   ckpt.add_options()
     ("ckpt-every", po::value(&ckpt_every),

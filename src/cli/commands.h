@@ -15,6 +15,7 @@ int cmd_report(int argc, char** argv);
 int cmd_sweep(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_sample(int argc, char** argv);  // src/cli/cmd_sample.cpp
+int cmd_doctor(int argc, char** argv);  // src/cli/cmd_doctor.cpp
 
 // The long option names `ratchet train` accepts (a sweep's hyperparameters must be one).
 std::vector<std::string> train_option_names();

@@ -34,6 +34,7 @@ const Subcommand kCommands[] = {
     {"ckpt", ratchet::cmd_ckpt, "list, inspect, verify, prune or export checkpoints"},
     {"plan", ratchet::cmd_plan, "before a run: compute-optimal size, memory, step time, cost"},
     {"report", ratchet::cmd_report, "after a run: summary of the log and ledger, loss plots"},
+    {"doctor", ratchet::cmd_doctor, "after a hang: which rank stopped where (flight records)"},
     {"sweep", ratchet::cmd_sweep, "budgeted hyperparameter sweeps (ASHA) of preemptible trials"},
     {"eval", ratchet::cmd_eval, "a model on multiple-choice tasks (HellaSwag) and token shards"},
     {"sample", ratchet::cmd_sample, "text from a trained model, decoded with its tokenizer"},

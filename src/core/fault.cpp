@@ -3,10 +3,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <sstream>
+#include <thread>
 
 namespace ratchet {
 
@@ -37,8 +39,12 @@ void fault_point(const std::string& point) {
     const auto at = item.find('@');
     if (at != std::string::npos && item.substr(at + 1) == point) {
       const std::string sig = item.substr(0, at);
+      if (sig.rfind("SLEEP", 0) == 0) {  // "SLEEPms@point": a stall of that many ms
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(sig.c_str() + 5)));
+        continue;
+      }
       const int num = sig == "USR1" ? SIGUSR1 : sig == "USR2" ? SIGUSR2 : sig == "TERM" ? SIGTERM
-                    : sig == "INT" ? SIGINT : 0;
+                    : sig == "INT" ? SIGINT : sig == "STOP" ? SIGSTOP : 0;
       if (num) raise(num);
       continue;
     }

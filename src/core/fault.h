@@ -5,6 +5,7 @@
 //   ckpt-before-commit  everything is written, the commit marker is not
 //   ckpt-before-latest  committed and renamed, `latest` not yet updated
 //   step-N              just after optimizer step N completes
+//   data-N              before each micro-batch of step N is read (N from 1)
 //   attempt-start       `train` holds the run lock and has counted the last attempt in
 //                       the ledger, before it opens the data (setup)
 //   setup-model         setup has opened the data and the backend, before the model
@@ -16,7 +17,10 @@
 // An item "point*N" fires only the N-th time the point is reached
 // (e.g. "ckpt-mid-write*2": the second save dies). An item "SIG@point" (e.g. "USR1@step-5", "TERM@ckpt-mid-write") raises that
 // signal instead of killing: the process's own handlers then run, as when a
-// scheduler signals it at that moment. An item "NAN@step-N" (fault_flag) makes
+// scheduler signals it at that moment ("STOP@point" freezes the process, as a
+// hung node: the hang watchdog's tests). An item "SLEEPms@point" (e.g.
+// "SLEEP3000@data-4") stalls there for that many milliseconds: a slow file
+// system, a data stall, a slow save. An item "NAN@step-N" (fault_flag) makes
 // the trainer put a NaN into the weights after step N, as a diverged update
 // would: the saves and exports that follow must refuse them; "NANGRAD@step-N"
 // puts a NaN into step N's gradients before the optimizer step. A prefix "rankR/" (e.g.

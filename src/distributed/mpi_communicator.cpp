@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "distributed/flight_recorder.h"
 
 namespace ratchet {
 
@@ -234,6 +235,7 @@ class MpiCommunicator final : public Communicator {
 
   void all_reduce(void* buf, size_t n, DType t, ReduceOp op) override {
     const size_t eb = dtype_bytes(t);
+    FlightCollective fc("all_reduce", n * eb);
     for (size_t off = 0; off < n; off += kMaxCount) {
       const int c = (int)std::min(kMaxCount, n - off);
       mpiCheck(MPI_Allreduce(MPI_IN_PLACE, (char*)buf + off * eb, c, mpi_dtype(t),
@@ -245,6 +247,7 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(const void* send, void* recv, size_t n, DType t, ReduceOp op) override {
     RATCHET_ASSERT(n <= (size_t)INT_MAX);
     RATCHET_ASSERT(send != recv);
+    FlightCollective fc("reduce_scatter", n * dtype_bytes(t));
     mpiCheck(
         MPI_Reduce_scatter_block(send, recv, (int)n, mpi_dtype(t), mpi_op(op, t), comm_));
     if (op == ReduceOp::Avg) divide(recv, n, t, world_);
@@ -255,10 +258,12 @@ class MpiCommunicator final : public Communicator {
     // In place when send is this rank's slot of recv.
     const void* s = send == (const char*)recv + (size_t)rank_ * n * dtype_bytes(t) ? MPI_IN_PLACE
                                                                                     : send;
+    FlightCollective fc("all_gather", n * dtype_bytes(t));
     mpiCheck(MPI_Allgather(s, (int)n, mpi_dtype(t), recv, (int)n, mpi_dtype(t), comm_));
   }
 
   void broadcast(void* buf, size_t bytes, int root) override {
+    FlightCollective fc("broadcast", bytes);
     for (size_t off = 0; off < bytes || off == 0; off += kMaxCount) {
       const int c = (int)std::min(kMaxCount, bytes - off);
       mpiCheck(MPI_Bcast((char*)buf + off, c, MPI_BYTE, root, comm_));
@@ -273,6 +278,7 @@ class MpiCommunicator final : public Communicator {
     const size_t eb = dtype_bytes(t);
     Started s;
     s.id = ++last_ticket_;
+    s.flight = flight_begin("all_reduce", n * eb);
     for (size_t off = 0; off < n; off += kMaxCount) {
       const int c = (int)std::min(kMaxCount, n - off);
       MPI_Request req;
@@ -290,9 +296,11 @@ class MpiCommunicator final : public Communicator {
     RATCHET_ASSERT(n <= (size_t)INT_MAX);
     RATCHET_ASSERT(send != recv);
     MPI_Request req;
+    const uint64_t flight = flight_begin("reduce_scatter", n * dtype_bytes(t));
     mpiCheck(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_dtype(t), mpi_op(op, t), comm_,
                                        &req));
-    return add_started(req, op == ReduceOp::Avg ? Pending{recv, n, t} : Pending{nullptr, 0, t});
+    return add_started(req, op == ReduceOp::Avg ? Pending{recv, n, t} : Pending{nullptr, 0, t},
+                       flight);
   }
 
   Ticket all_gather_start(const void* send, void* recv, size_t n, DType t) override {
@@ -300,8 +308,9 @@ class MpiCommunicator final : public Communicator {
     const void* s = send == (const char*)recv + (size_t)rank_ * n * dtype_bytes(t) ? MPI_IN_PLACE
                                                                                     : send;
     MPI_Request req;
+    const uint64_t flight = flight_begin("all_gather", n * dtype_bytes(t));
     mpiCheck(MPI_Iallgather(s, (int)n, mpi_dtype(t), recv, (int)n, mpi_dtype(t), comm_, &req));
-    return add_started(req, Pending{nullptr, 0, t});
+    return add_started(req, Pending{nullptr, 0, t}, flight);
   }
 
   // Lets MPI move the outstanding requests along (Open MPI progresses
@@ -320,6 +329,7 @@ class MpiCommunicator final : public Communicator {
       if (!reqs.empty())
         mpiCheck(MPI_Waitall((int)reqs.size(), reqs.data(), MPI_STATUSES_IGNORE));
       const Pending p = started_[i].avg;
+      flight_end(started_[i].flight);
       started_.erase(started_.begin() + (long)i);
       if (p.buf) divide(p.buf, p.n, p.t, world_);
       return;
@@ -330,9 +340,13 @@ class MpiCommunicator final : public Communicator {
     while (!started_.empty()) wait(started_.front().id);
   }
 
-  void barrier() override { mpiCheck(MPI_Barrier(comm_)); }
+  void barrier() override {
+    FlightCollective fc("barrier", 0);
+    mpiCheck(MPI_Barrier(comm_));
+  }
 
   bool agree(bool flag) override {
+    FlightCollective fc("agree", sizeof(int));
     int v = flag ? 1 : 0;
     mpiCheck(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_LOR, comm_));
     return v != 0;
@@ -356,10 +370,12 @@ class MpiCommunicator final : public Communicator {
     Ticket id = 0;
     std::vector<MPI_Request> reqs;
     Pending avg{nullptr, 0, DType::F32};  // buf null unless ReduceOp::Avg
+    uint64_t flight = 0;                   // its flight-recorder seq (0: none)
   };
-  Ticket add_started(MPI_Request req, Pending avg) {
+  Ticket add_started(MPI_Request req, Pending avg, uint64_t flight) {
     Started s;
     s.id = ++last_ticket_;
+    s.flight = flight;
     s.reqs.push_back(req);
     s.avg = avg;
     started_.push_back(std::move(s));

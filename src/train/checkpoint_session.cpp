@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "distributed/flight_recorder.h"
 #include "train/checkpoint_restore.h"
 #include "train/resume_discovery.h"
 #include "train/run_identity_diff.h"
@@ -36,6 +37,7 @@ bool CheckpointSession::resume(const TrainState& s) {
 }
 
 void CheckpointSession::save(const TrainState& s, const char* why) {
+  PhaseScope phase(Phase::Save, s.step);  // the hang watchdog's allowance for saves
   if (writer_) writer_->save(s, why);
 }
 

@@ -125,6 +125,7 @@ CheckedOptions check_train_options(const TrainOptions& given, int world) {
     fail("--total-batch-tokens must be positive (got ", o.total_batch_tokens, ")");
   check_range("--early-stop-min-delta", o.early_stop_min_delta, 0, inf, false, "a number >= 0");
   check_range("--stop-margin", o.stop_margin, 0, inf, false, "a number of seconds >= 0");
+  check_range("--hang-timeout", o.hang_timeout, 0, inf, false, "a number of seconds >= 0 (0: off)");
   check_range("--memory-budget-mb", o.memory_budget_mb, 0, inf, false, "a number >= 0");
   if (o.warmup_steps < 0) fail("--warmup-steps must be >= 0");
   if (o.eval_batches < 1) fail("--eval-batches must be at least 1");

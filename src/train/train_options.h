@@ -99,6 +99,7 @@ struct TrainOptions {
   std::string preempt_signal = "USR1";
   std::string time_limit;       // "" : from Slurm inside a job; "none"; seconds or HH:MM:SS
   double stop_margin = 10;      // seconds kept free before the time limit
+  double hang_timeout = 120;    // the hang watchdog's T (train/watchdog.h); 0 = off
   bool ckpt_every_auto = false; // Young/Daly interval from the save time and preemption rate
   bool ckpt_async = false;      // periodic saves written in the background (train/checkpoint_writer.h)
   double expected_preemptions_per_hour = 1.0;

@@ -92,6 +92,8 @@ float Trainer::train_step(int step) {
   double loss_sum = 0;
   for (int m = 0; m < accum_; m++) {
     const double t_wait = now_s();
+    PhaseScope data(Phase::Data, step);  // a data stall runs under its own allowance
+    fault_point("data-" + std::to_string(step + 1));
     train_loader_->next_batch(x_.data(), y_.data());
     ledger_->data_wait_seconds += now_s() - t_wait;
     // Each micro-batch contributes 1/(accum·W) of the mean loss of the global
@@ -126,6 +128,7 @@ int Trainer::run() {
 }
 
 int Trainer::train() {
+  watchdog_ = start_run_watchdog(o_, comm_);  // --hang-timeout (train/watchdog.h); phase load
   setup();
   fault_point("resume");
   TrainState st = state();
@@ -157,6 +160,7 @@ int Trainer::train() {
   double t_profiled = 0;
   ckpt_->start_clock();
   for (; step_ < o_.steps; ) {
+    flight_phase(Phase::Step, step_);  // the hang watchdog's phase (train/watchdog.h)
     if (evaluating() && o_.eval_every > 0 && step_ % o_.eval_every == 0) {
       after_eval(run_evaluations(""));
       if (comm_.agree(early_.out_of_patience(o_.early_stop_patience))) {
@@ -244,6 +248,7 @@ int Trainer::train() {
     if (comm_.agree(ckpt_->periodic_save_due(step_) && step_ < o_.steps))
       ckpt_->save(st, "periodic");
   }
+  flight_phase(Phase::Done, step_);  // the end's evaluation and save have their own phases
 
   // ---- end: evaluation, sample, final checkpoint, export -------------------
   if (evaluating()) {

@@ -28,6 +28,7 @@
 #include "core/fault.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "distributed/flight_recorder.h"
 #include "data/tokenizer_identity.h"
 #include "data/loader.h"
 #include "data/mixture.h"
@@ -55,6 +56,7 @@
 #include "train/stop_policy.h"
 #include "train/stop_signals.h"
 #include "train/tokenizer_checks.h"
+#include "train/watchdog.h"
 
 namespace ratchet::train_detail {
 
@@ -175,6 +177,7 @@ class Trainer {
   std::vector<int32_t> x_, y_;
   int step_ = 0;  // optimizer steps completed
   double max_step_seconds_ = 0;
+  std::unique_ptr<Watchdog> watchdog_;  // --hang-timeout; declared last: stopped first
 };
 
 }  // namespace ratchet::train_detail

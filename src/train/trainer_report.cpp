@@ -179,6 +179,7 @@ double metric_value(const Metrics& m, const std::string& name) {
 }
 
 Metrics Trainer::run_evaluations(const char* which) {
+  PhaseScope phase(Phase::Eval, step_);  // the hang watchdog's allowance for evaluations
   const double t0 = now_s();
   Metrics m;
   if (val_loader_) {

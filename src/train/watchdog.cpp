@@ -1,0 +1,162 @@
+#include "train/watchdog.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/exit_code.h"
+#include "distributed/communicator.h"
+#include "train/train_options.h"
+
+namespace ratchet {
+
+double hang_allowance(const FlightSnapshot& s, double t) {
+  const int k = (int)s.phase;
+  // The step is compute and collectives only; loading, data, saves and
+  // evaluations depend on file systems and may legitimately take longer.
+  const double base = s.phase == Phase::Step && s.completed[k] ? t : kHangOutsideFactor * t;
+  return std::max(base, s.completed[k] ? kHangSlowestFactor * s.slowest[k] : 0.0);
+}
+
+std::string hang_reason(const FlightSnapshot& s, double t, double now, double* age,
+                        double* allowance) {
+  if (s.phase == Phase::Done) return "";
+  const double allow = hang_allowance(s, t);
+  char buf[256];
+  // The oldest collective still in flight first: it names what the rank waits on.
+  for (const CollectiveEntry& e : s.last) {
+    if (e.end >= 0 || now - e.start <= allow) continue;
+    *age = now - e.start;
+    *allowance = allow;
+    std::snprintf(buf, sizeof buf, "%s #%llu in flight for %.1f s (allowance %.1f s)",
+                  e.op.c_str(), (unsigned long long)e.seq, *age, allow);
+    return buf;
+  }
+  if (now - s.phase_start > allow) {
+    *age = now - s.phase_start;
+    *allowance = allow;
+    std::snprintf(buf, sizeof buf, "phase %s (step %lld) for %.1f s (allowance %.1f s)",
+                  phase_name(s.phase), (long long)s.step, *age, allow);
+    return buf;
+  }
+  return "";
+}
+
+Watchdog::Watchdog(WatchdogOptions o) : o_(std::move(o)) {
+  char h[256] = "?";
+  if (gethostname(h, sizeof h - 1) != 0) h[0] = '?', h[1] = 0;
+  host_ = h;
+  std::error_code ec;
+  if (!o_.dir.empty()) std::filesystem::create_directories(o_.dir, ec);
+  FlightRecorder::set_active(&rec_);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  FlightRecorder::set_active(nullptr);
+  // The run ended normally: its last record says so (phase done, no hang).
+  rec_.set_phase(Phase::Done, rec_.snapshot().step);
+  write_record(nullptr);
+}
+
+std::string Watchdog::record_path() const {
+  return (std::filesystem::path(o_.dir) / ("rank_" + std::to_string(o_.rank) + ".json"))
+      .string();
+}
+
+void Watchdog::write_record(const OrderedJson& hang) const {
+  if (o_.dir.empty()) return;
+  OrderedJson j =
+      flight_record_json(rec_.snapshot(), host_, o_.rank, o_.world, (long)getpid(), flight_clock(), hang);
+  const double frozen = frozen_s_.load();
+  j["frozen_s"] = frozen > 0 ? json_number(std::round(frozen * 1000) / 1000) : OrderedJson(nullptr);
+  const std::string path = record_path();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    if (!f) return;  // best effort: the watchdog never fails the run over its record
+    f << j.dump(1) << "\n";
+    if (!f) return;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+}
+
+void Watchdog::loop() {
+  // Checks ten times per timeout (at most once a second); the record is
+  // rewritten every few checks, so a stopped rank's is at most that old.
+  const double poll = std::clamp(o_.timeout / 10, 0.05, 1.0);
+  const double write_every = std::clamp(o_.timeout / 4, poll, 10.0);
+  double last_write = -1e300;
+  double last_tick = flight_clock();
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, std::chrono::duration<double>(poll));
+    if (stop_) break;
+    const double now = flight_clock();
+    const FlightSnapshot s = rec_.snapshot();
+    // This thread did not run for half an allowance: the whole process was
+    // stopped (SIGSTOP, a frozen node or VM). Its record says so from now on:
+    // its peers' wait is its fault, whatever it did after waking.
+    const double gap = now - last_tick;
+    last_tick = now;
+    if (gap > std::max(0.5 * hang_allowance(s, o_.timeout), 5 * poll))
+      frozen_s_.store(std::max(frozen_s_.load(), gap));
+    double age = 0, allowance = 0;
+    const std::string why = hang_reason(s, o_.timeout, now, &age, &allowance);
+    if (!why.empty()) {
+      OrderedJson hang;
+      hang["reason"] = why;
+      hang["age_s"] = json_number(std::round(age * 1000) / 1000);
+      hang["allowance_s"] = json_number(std::round(allowance * 1000) / 1000);
+      write_record(hang);
+      std::fprintf(stderr,
+                   "ratchet: rank %d (%s): hang watchdog: %s; flight record %s; ending the job "
+                   "with exit %d (requeue; `ratchet doctor` reads the records)\n",
+                   o_.rank, host_.c_str(), why.c_str(), record_path().c_str(), kExitRequeue);
+      std::fflush(stderr);
+      if (o_.abort) o_.abort(kExitRequeue);
+      std::_Exit(kExitRequeue);
+    }
+    if (now - last_write >= write_every) {
+      write_record(nullptr);
+      last_write = now;
+    }
+  }
+}
+
+std::unique_ptr<Watchdog> start_run_watchdog(const TrainOptions& o, Communicator& comm) {
+  if (o.hang_timeout <= 0) return nullptr;
+  WatchdogOptions w;
+  w.timeout = o.hang_timeout;
+  namespace fs = std::filesystem;
+  if (!o.run_dir.empty()) {
+    w.dir = (fs::path(o.run_dir) / "flight").string();
+  } else if (!o.ckpt_dir.empty()) {
+    const fs::path parent = fs::path(o.ckpt_dir).lexically_normal().parent_path();
+    w.dir = ((parent.empty() ? fs::path(".") : parent) / "flight").string();
+  }  // neither: no records (the stderr line still says what hung)
+  w.rank = comm.rank();
+  w.world = comm.world();
+  Communicator* c = &comm;
+  // From the monitor thread: MPI_Abort ends every rank (mpirun/srun then
+  // exit with the code); one process ends at once, without running the
+  // exit handlers under the training thread's feet.
+  w.abort = [c](int code) {
+    if (c->world() > 1) c->abort_job(code);
+    std::_Exit(code);
+  };
+  return std::make_unique<Watchdog>(std::move(w));
+}
+
+}  // namespace ratchet
