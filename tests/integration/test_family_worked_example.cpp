@@ -17,6 +17,7 @@
 
 #include "core/json.h"
 #include "testing/test_util.h"
+#include "testing/worked_example.h"
 
 using namespace ratchet;
 using namespace ratchet::testing;
@@ -24,37 +25,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string worked_example_block() {
-  std::ifstream f(std::string(RATCHET_TESTS_DIR) + "/../docs/model-families.md");
-  std::string line, block;
-  bool heading = false, in = false;
-  while (std::getline(f, line)) {
-    if (!heading) {
-      heading = line.rfind("## Worked example", 0) == 0;
-    } else if (!in) {
-      in = line == "```sh";
-    } else if (line == "```") {
-      return block;
-    } else {
-      block += line + "\n";
-    }
-  }
-  return "";
-}
-
-void replace_once(std::string& s, const std::string& from, const std::string& to) {
-  const size_t at = s.find(from);
-  ASSERT_NE(at, std::string::npos) << "the worked example lost '" << from << "':\n" << s;
-  ASSERT_EQ(s.find(from, at + 1), std::string::npos) << "'" << from << "' twice:\n" << s;
-  s.replace(at, from.size(), to);
-}
-
 TEST(FamilyWorkedExample, Qwen3RunsAsWrittenAndExports) {
   if (!fs::exists("/usr/local/share/ratchet/hf-tokenizers/qwen3/tokenizer.json"))
     GTEST_SKIP() << "Qwen3's tokenizer.json is not installed (scripts/install-deps.sh)";
   if (system("command -v bible >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "bible-kjv is not installed (scripts/install-deps.sh)";
-  std::string block = worked_example_block();
+  std::string block = worked_example_block("docs/model-families.md");
   ASSERT_FALSE(block.empty()) << "docs/model-families.md has no ```sh block after '## Worked example'";
   replace_once(block, "--steps 200", "--steps 4");
   replace_once(block, "--eval-every 100", "--eval-every 2");

@@ -30,6 +30,7 @@
 #include "core/sha256.h"
 #include "testing/hf_reference.h"
 #include "testing/test_util.h"
+#include "testing/worked_example.h"
 
 using namespace ratchet;
 using namespace ratchet::testing;
@@ -37,37 +38,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The page that holds the worked example, and the ```sh block after its
-// "## Worked example" heading.
-const char* const kExamplePage = "/../docs/tokenizers.md";
-std::string worked_example_block() {
-  std::ifstream f(std::string(RATCHET_TESTS_DIR) + kExamplePage);
-  std::string line, block;
-  bool heading = false, in = false;
-  while (std::getline(f, line)) {
-    if (!heading) {
-      heading = line.rfind("## Worked example", 0) == 0;
-    } else if (!in) {
-      in = line == "```sh";
-    } else if (line == "```") {
-      return block;
-    } else {
-      block += line + "\n";
-    }
-  }
-  return "";
-}
-
-// Replaces `from` by `to`, which must occur exactly once.
-void replace_once(std::string& s, const std::string& from, const std::string& to) {
-  const size_t at = s.find(from);
-  ASSERT_NE(at, std::string::npos) << "docs/tokenizers.md's worked example lost '" << from << "':\n" << s;
-  ASSERT_EQ(s.find(from, at + 1), std::string::npos) << "'" << from << "' twice:\n" << s;
-  s.replace(at, from.size(), to);
-}
+const char* const kExamplePage = "docs/tokenizers.md";
 
 TEST(ReadmeWorkedExample, RunsAsWrittenAndExportsACompleteDirectory) {
-  std::string block = worked_example_block();
+  std::string block = worked_example_block(kExamplePage);
   ASSERT_FALSE(block.empty()) << "docs/tokenizers.md has no ```sh block after '## Worked example'";
   replace_once(block, "--steps 300", "--steps 4");
   replace_once(block, "--eval-every 100", "--eval-every 2");

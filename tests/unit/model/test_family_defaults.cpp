@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "model/family_defaults.h"
+#include "testing/expect_error.h"
 #include "testing/tiny_model.h"
 
 using namespace ratchet;
@@ -13,18 +14,7 @@ using namespace ratchet::testing;
 
 namespace {
 
-// The message of the Error `f` throws ("(accepted)" if none).
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(accepted)";
-}
-#define EXPECT_THROW_MSG(stmt, text) \
-  EXPECT_NE(error_of([&] { stmt; }).find(text), std::string::npos) << error_of([&] { stmt; })
+#define EXPECT_THROW_MSG(stmt, text) expect_error([&] { stmt; }, {text})
 
 GPTConfig with(Family f, int layers, int window = 0) {
   GPTConfig c = tiny_llama_config(true, layers);
