@@ -30,6 +30,7 @@
 #include "model/recompute.h"
 #include "optim/adamw.h"
 #include "plan/zero_plan.h"
+#include "testing/family_configs.h"
 #include "testing/strategy_testing.h"
 #include "testing/tiny_model.h"
 #include "mpi_gtest_main.h"
@@ -260,14 +261,19 @@ TEST(ShardGroups, GradientSumTreeIsEqualWhereTheAdditionsAre) {
 // backward; one micro-batch, so the bucket sums are the flat ones per element).
 // Each rank's own gradient comes from a flat-gradient probe with the same
 // parameters (stage 2's model keeps no flat gradient).
+// Also for two issue-38 families whose block tensors include the appended
+// ones (q/k norms, post norms; OLMo 2 without ln1w/ln2w, untied).
 TEST(ShardGroups, HybridStepEqualsTheReplay) {
-  const GPTConfig c = ratchet::testing::tiny_config(1, 3, 15);  // odd P: padded shards
   const int W = g_comm->world(), r = g_comm->rank();
   auto be = make_cpu_backend(1);
   std::unique_ptr<Communicator> single = make_single_communicator();
+  for (const GPTConfig& c : {ratchet::testing::tiny_config(1, 3, 15),  // odd P: padded shards
+                             ratchet::testing::tiny_family_config(Family::gemma3, true, 2),
+                             ratchet::testing::tiny_family_config(Family::olmo2, false, 2)})
   for (int stage : {1, 2})
   for (int N : divisors(W)) {
-    SCOPED_TRACE("stage " + std::to_string(stage) + ", groups of " + std::to_string(N) + " on " +
+    SCOPED_TRACE(std::string(family_name(c.family)) + " " + arch_name(c.arch) + ", stage " +
+                 std::to_string(stage) + ", groups of " + std::to_string(N) + " on " +
                  std::to_string(W) + " ranks");
     auto groups = make_shard_groups(*g_comm, nullptr, std::to_string(N));
     GPT a(c, *be, ratchet::testing::flat_grads(stage)), probe(c, *be), ref(c, *be);
