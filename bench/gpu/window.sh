@@ -26,6 +26,8 @@
 #         llmc       llm.c's train_gpt2cu, d12 B=16 T=1024 from random init, built
 #                    here with cuDNN when its frontend headers are found, else without
 #         kernels    bench_kernels: GB/s of the memory-bound kernels
+#         window     bench_attention_gpu --impl flash at T=8192: W=1024 against
+#                    full attention (issue 38: the cost grows with T·W)
 #         profile    ratchet train d12 B=16 T=1024 --profile (per-op time)
 #         determinism the same run with --deterministic off: the cost of exactness
 #         bench      gpu-check --only bench (recompute policies, cuDNN, T=8192
@@ -220,6 +222,17 @@ s_kernels() {
   gpu_only
   "$bundle/bin/bench_kernels" --B 8 --T 1024 --json | tee "$out/kernels.jsonl" | tail -2
 }
+s_window() {
+  gpu_only
+  local full win
+  "$bundle/bin/bench_attention_gpu" --B 1 --NH 12 --HS 64 --T 8192 --impl flash --json \
+    > "$out/window-full.jsonl" || return 1
+  "$bundle/bin/bench_attention_gpu" --B 1 --NH 12 --HS 64 --T 8192 --impl flash --window 1024 --json \
+    > "$out/window-1024.jsonl" || return 1
+  full=$(tail -1 "$out/window-full.jsonl"); win=$(tail -1 "$out/window-1024.jsonl")
+  echo "flash T=8192 full: $full"
+  echo "flash T=8192 W=1024: $win"
+}
 s_profile() {
   "$exe" train --device "$dev" "${model[@]}" --train-data "$data/train_*.h5" --batch-size $B --seq-len $T \
     --steps $steps --lr 6e-4 --warmup-steps 5 --quiet --profile --log-jsonl "$out/profile.jsonl" \
@@ -256,6 +269,7 @@ step train 150 s_train
 step compare 150 s_compare
 step llmc 150 s_llmc
 step kernels 40 s_kernels
+step window 40 s_window
 step profile 60 s_profile
 step determinism 90 s_determinism
 step bench 150 s_bench
