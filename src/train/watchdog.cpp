@@ -143,8 +143,10 @@ std::unique_ptr<Watchdog> start_run_watchdog(const TrainOptions& o, Communicator
   if (!o.run_dir.empty()) {
     w.dir = (fs::path(o.run_dir) / "flight").string();
   } else if (!o.ckpt_dir.empty()) {
-    const fs::path parent = fs::path(o.ckpt_dir).lexically_normal().parent_path();
-    w.dir = ((parent.empty() ? fs::path(".") : parent) / "flight").string();
+    // Inside the run's own checkpoint directory (its step_* entries are all
+    // the checkpoint code reads there): never its parent, which the sbatch
+    // templates share between jobs ($SLURM_SUBMIT_DIR/checkpoints/<job>).
+    w.dir = (fs::path(o.ckpt_dir) / "flight").string();
   }  // neither: no records (the stderr line still says what hung)
   w.rank = comm.rank();
   w.world = comm.world();

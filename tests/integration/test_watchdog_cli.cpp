@@ -38,6 +38,21 @@ TEST_F(WatchdogCli, AStalledStepEndsTheRunWithExit75AndARecord) {
   EXPECT_NE(d.output.find("hung in step 2, phase step"), std::string::npos) << d.output;
 }
 
+// Without --run-dir the records go inside --ckpt-dir (the sbatch templates
+// keep every job's checkpoints in one parent: records there would mix jobs).
+TEST_F(WatchdogCli, WithoutRunDirRecordsGoInsideTheCheckpointDirectory) {
+  TempDir run;
+  const auto r = run_shell("RATCHET_FAULT=SLEEP20000@step-3 " RATCHET_EXE " " +
+                           tiny_train_args(4, 64, run.path, 8) + " --hang-timeout 1 --ckpt-dir " +
+                           run / "jobs/a" + " 2>&1");
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_TRUE(fs::exists(run / "jobs/a/flight/rank_0.json"));
+  EXPECT_FALSE(fs::exists(run / "jobs/flight")) << "records in the shared parent";
+  const auto d = run_ratchet("doctor " + run / "jobs/a");
+  EXPECT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("hung in step 2, phase step"), std::string::npos) << d.output;
+}
+
 TEST_F(WatchdogCli, UsageErrorsAndNoRecords) {
   TempDir run;
   auto r = run_ratchet(tiny_train_args(4, 64, run.path, 2) + " --hang-timeout -1");
