@@ -46,9 +46,7 @@ TEST(ReadmeWorkedExample, RunsAsWrittenAndExportsACompleteDirectory) {
   replace_once(block, "--steps 300", "--steps 4");
   replace_once(block, "--eval-every 100", "--eval-every 2");
   TempDir d;
-  write_file(d / "example.sh", block);
-  const std::string bin = fs::path(RATCHET_EXE).parent_path().string();
-  const RunResult r = run_shell("cd " + d.path + " && PATH=" + bin + ":$PATH bash -e -o pipefail example.sh");
+  const RunResult r = run_worked_example(d.path, block);
   ASSERT_EQ(r.exit_code, 0) << block << "\n" << r.output;
 
   // The shards: the token counts the page states, and its framing.

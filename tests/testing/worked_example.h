@@ -5,8 +5,11 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "testing/test_util.h"
 
 namespace ratchet::testing {
 
@@ -36,6 +39,14 @@ inline void replace_once(std::string& s, const std::string& from, const std::str
   ASSERT_NE(at, std::string::npos) << "the worked example lost '" << from << "':\n" << s;
   ASSERT_EQ(s.find(from, at + 1), std::string::npos) << "'" << from << "' twice:\n" << s;
   s.replace(at, from.size(), to);
+}
+
+// Runs `block` as example.sh in `dir` with this build's ratchet first on PATH,
+// as a reader would (bash -e -o pipefail).
+inline RunResult run_worked_example(const std::string& dir, const std::string& block) {
+  write_file(dir + "/example.sh", block);
+  const std::string bin = std::filesystem::path(RATCHET_EXE).parent_path().string();
+  return run_shell("cd " + dir + " && PATH=" + bin + ":$PATH bash -e -o pipefail example.sh");
 }
 
 }  // namespace ratchet::testing
