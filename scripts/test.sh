@@ -42,6 +42,13 @@ if [ $# -eq 0 ] && [ -n "$sanitizers" ]; then
   # shellcheck disable=SC2086
   scripts/sanitize.sh $sanitizers || rc=$?
 fi
+# The failing tests once more, last, where CI's tail shows them (their first
+# output scrolls away under the sanitizer builds). The rerun only informs:
+# rc stays failed whatever it gives.
+if [ $rc -ne 0 ] && [ -s build/Testing/Temporary/LastTestsFailed.log ]; then
+  echo "test.sh: rerunning the failed tests for their output (the run stays failed):"
+  (cd build && ctest --rerun-failed --output-on-failure --timeout 900 2>&1 | tail -n 200) || true
+fi
 # said again at the end, where it is read
 [ -z "$not_required" ] || echo "test.sh: NOT TESTED on this machine: $not_required" >&2
 exit $rc

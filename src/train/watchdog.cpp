@@ -78,8 +78,14 @@ void Watchdog::write_record(const OrderedJson& hang) const {
   if (o_.dir.empty()) return;
   OrderedJson j =
       flight_record_json(rec_.snapshot(), host_, o_.rank, o_.world, (long)getpid(), flight_clock(), hang);
+  // A freeze is reported while it is recent (ended within one allowance):
+  // an old hiccup the rank has long recovered from (swap, a VM pause at step
+  // 1) must not blame it for a later hang that another rank caused.
+  const FlightSnapshot s = rec_.snapshot();
   const double frozen = frozen_s_.load();
-  j["frozen_s"] = frozen > 0 ? json_number(std::round(frozen * 1000) / 1000) : OrderedJson(nullptr);
+  const bool recent = flight_clock() - frozen_end_.load() <= hang_allowance(s, o_.timeout);
+  j["frozen_s"] = frozen > 0 && recent ? json_number(std::round(frozen * 1000) / 1000)
+                                       : OrderedJson(nullptr);
   const std::string path = record_path();
   const std::string tmp = path + ".tmp";
   {
@@ -106,12 +112,16 @@ void Watchdog::loop() {
     const double now = flight_clock();
     const FlightSnapshot s = rec_.snapshot();
     // This thread did not run for half an allowance: the whole process was
-    // stopped (SIGSTOP, a frozen node or VM). Its record says so from now on:
-    // its peers' wait is its fault, whatever it did after waking.
+    // stopped (SIGSTOP, a frozen node or VM). Its records say so for one
+    // allowance after it woke: its peers' wait is its fault, whatever it did
+    // after waking.
     const double gap = now - last_tick;
     last_tick = now;
-    if (gap > std::max(0.5 * hang_allowance(s, o_.timeout), 5 * poll))
-      frozen_s_.store(std::max(frozen_s_.load(), gap));
+    if (gap > std::max(0.5 * hang_allowance(s, o_.timeout), 5 * poll)) {
+      const bool recent = now - frozen_end_.load() <= hang_allowance(s, o_.timeout);
+      frozen_s_.store(recent ? std::max(frozen_s_.load(), gap) : gap);
+      frozen_end_.store(now);
+    }
     double age = 0, allowance = 0;
     const std::string why = hang_reason(s, o_.timeout, now, &age, &allowance);
     if (!why.empty()) {

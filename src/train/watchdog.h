@@ -7,7 +7,8 @@
 // all is well it rewrites the record every few seconds, so that a rank that
 // is stopped or dead still leaves its last state for `ratchet doctor`. A
 // monitor that finds it has not run for half an allowance notes "frozen_s"
-// (the process was stopped: SIGSTOP, a frozen node) in every later record.
+// (the process was stopped: SIGSTOP, a frozen node) in its records for one
+// allowance after it woke (an old hiccup blames no rank for a later hang).
 //
 // The allowance (hang_allowance below), with T = --hang-timeout (default 120 s):
 //   step                    max(T, 10 x the slowest step so far)
@@ -74,7 +75,8 @@ class Watchdog {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  std::atomic<double> frozen_s_{0};  // the longest stretch this process did not run
+  std::atomic<double> frozen_s_{0};       // the longest recent stretch this process did not run
+  std::atomic<double> frozen_end_{-1e300};  // flight_clock() when it woke from it
   std::thread thread_;
 };
 
