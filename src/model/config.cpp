@@ -27,13 +27,16 @@ const char* family_name(Family f) {
     case Family::smollm3: return "smollm3";
     case Family::mistral: return "mistral";
     case Family::gemma3: return "gemma3_text";
+    case Family::qwen3_moe: return "qwen3_moe";
+    case Family::olmoe: return "olmoe";
+    case Family::mixtral: return "mixtral";
   }
   return "llama";
 }
 
 bool parse_family(const std::string& t, Family* f) {
   for (Family x : {Family::llama, Family::qwen2, Family::qwen3, Family::olmo2, Family::smollm3,
-                   Family::mistral, Family::gemma3})
+                   Family::mistral, Family::gemma3, Family::qwen3_moe, Family::olmoe, Family::mixtral})
     if (t == family_name(x)) return *f = x, true;
   return false;
 }
@@ -45,6 +48,12 @@ const ConfigFieldNames kFlagNames = {"--layers",     "--heads",      "--channels
 const ConfigFieldNames kCheckpointNames = {
     "num_layers", "num_heads",   "channels", "num_kv_heads", "ffn_hidden",
     "vocab_size", "max_seq_len", "norm_eps", "rope_theta",   "rope_original_max_pos"};
+
+int GPTConfig::moe_layer_count() const {
+  int n = 0;
+  for (int l = 0; l < num_layers; l++) n += layer_is_moe(l);
+  return n;
+}
 
 double GPTConfig::param_count() const {
   const double C = channels, L = num_layers, V = std::max(padded_vocab, vocab_size),
@@ -58,8 +67,16 @@ double GPTConfig::param_count() const {
     const double norms = (has_pre_norms() ? 2 * C : 0) + (has_post_norms() ? 2 * C : 0);
     const double qk = qk_norm == QkNorm::per_head ? 2 * hs : qk_norm == QkNorm::full_width ? QC + KVC : 0;
     const double bias = qkv_bias ? QC + 2 * KVC : 0;
+    // MoE (issue 39): a MoE layer's MLP is the gate (E·C) and E experts
+    // (3·C·I each) instead of the dense 3·C·H. Counted as the model has them
+    // (ParamLayout allocates (L, ...) slices; see param_layout.h).
+    double mlp = L * 3 * C * H;
+    if (num_experts > 0) {
+      const double Lm = moe_layer_count(), E = num_experts, I = moe_ffn_hidden;
+      mlp = (L - Lm) * 3 * C * H + Lm * (E * C + E * 3 * C * I);
+    }
     return V * C * (tied_embeddings ? 1 : 2) +
-           L * (2 * C * QC + 2 * C * KVC + 3 * C * H + norms + qk + bias) + C;
+           L * (2 * C * QC + 2 * C * KVC + norms + qk + bias) + mlp + C;
   }
   return V * C + (double)max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
 }
@@ -115,7 +132,7 @@ void GPTConfig::finalize(const ConfigFieldNames& n) {
         norm_placement != NormPlacement::pre || norm_unit_offset || embed_scale ||
         attn_scale != 0 || mlp_act != MlpAct::silu || attn_softcap != 0 || final_softcap != 0 ||
         sliding_window != 0 || !layer_sliding.empty() || !layer_rope.empty() ||
-        rope_local_theta != 0)
+        rope_local_theta != 0 || num_experts != 0 || clip_qkv != 0)
       fail("a llama-family option (", family_name(family), ") is set on a GPT-2 config");
     return;
   }
@@ -139,6 +156,24 @@ void GPTConfig::finalize(const ConfigFieldNames& n) {
     if (!(v >= 0) || !std::isfinite(v)) fail(what, " must be a positive finite number (got ", v, ")");
   if (rope_local_theta != 0 && !(rope_local_theta > 1))
     fail("rope_local_base_freq must be greater than 1 (got ", rope_local_theta, ")");
+  if (num_experts != 0 || experts_per_tok != 0 || moe_ffn_hidden != 0 || !mlp_only_layers.empty()) {
+    if (num_experts < 1 || num_experts > kMaxExperts)
+      fail("num_experts ", num_experts, " must be between 1 and ", kMaxExperts);
+    if (experts_per_tok < 1 || experts_per_tok > num_experts)
+      fail("num_experts_per_tok ", experts_per_tok, " must be between 1 and num_experts ",
+           num_experts, " (each token goes to that many experts)");
+    if (moe_ffn_hidden < 1 || moe_ffn_hidden > kMaxFfnHidden)
+      fail("moe_intermediate_size ", moe_ffn_hidden, " must be between 1 and ", kMaxFfnHidden);
+    if (decoder_sparse_step < 1)
+      fail("decoder_sparse_step ", decoder_sparse_step, " must be at least 1");
+    for (int d : mlp_only_layers)
+      if (d < 0 || d >= num_layers)
+        fail("mlp_only_layers names layer ", d, " but the model has layers 0..", num_layers - 1);
+  }
+  if (!(router_aux_loss_coef >= 0) || !std::isfinite(router_aux_loss_coef))
+    fail("router_aux_loss_coef must be a finite number >= 0 (got ", router_aux_loss_coef, ")");
+  if (!(clip_qkv >= 0) || !std::isfinite(clip_qkv))
+    fail("clip_qkv must be a positive finite number, or 0 for none (got ", clip_qkv, ")");
   if (!(norm_eps > 0) || !std::isfinite(norm_eps))
     fail(n.norm_eps, " must be a positive finite number (got ", norm_eps, ")");
   if (!(rope_theta > 1) || !std::isfinite(rope_theta))
@@ -167,6 +202,9 @@ std::string GPTConfig::describe() const {
     if (family != Family::llama) os << " family=" << family_name(family);
     if (head_dim != 0) os << " head_dim=" << head_dim;
     if (sliding_window != 0) os << " window=" << sliding_window;
+    if (num_experts > 0)
+      os << " experts=" << num_experts << " top" << experts_per_tok << " moe_ffn=" << moe_ffn_hidden
+         << " moe_layers=" << moe_layer_count();
   }
   return os.str();
 }
@@ -414,6 +452,15 @@ std::string first_config_difference(const GPTConfig& a, const GPTConfig& b) {
       if (a.layer_has_rope(l) != b.layer_has_rope(l)) return "layer_rope";
     }
     if (a.rope_local_theta != b.rope_local_theta) return "rope_local_theta";
+    if (a.num_experts != b.num_experts) return "num_experts";
+    if (a.num_experts > 0) {
+      if (a.experts_per_tok != b.experts_per_tok) return "experts_per_tok";
+      if (a.moe_ffn_hidden != b.moe_ffn_hidden) return "moe_ffn_hidden";
+      if (a.norm_topk_prob != b.norm_topk_prob) return "norm_topk_prob";
+      for (int l = 0; l < a.num_layers; l++)
+        if (a.layer_is_moe(l) != b.layer_is_moe(l)) return "mlp_only_layers";
+    }
+    if (a.clip_qkv != b.clip_qkv) return "clip_qkv";
   }
   return "";
 }

@@ -30,7 +30,7 @@ enum class Arch { gpt2, llama };
 // imports from and exports to; the fields below say what differs, so that
 // the model code asks about a feature, never about a family
 // (docs/model-families.md has the table of which family sets what).
-enum class Family { llama, qwen2, qwen3, olmo2, smollm3, mistral, gemma3 };
+enum class Family { llama, qwen2, qwen3, olmo2, smollm3, mistral, gemma3, qwen3_moe, olmoe, mixtral };
 // q/k RMSNorm after the projection, before RoPE: none; per_head (Qwen3,
 // Gemma 3: over head_dim, one [head_dim] weight shared by every head);
 // full_width (OLMo 2: over all NH*hs of q and all KV*hs of k).
@@ -53,6 +53,7 @@ constexpr int kMaxHeads = 1 << 16;
 constexpr int kMaxChannels = 1 << 24;
 constexpr int kMaxFfnHidden = 1 << 26;  // 4 x kMaxChannels: GPT-2's 4C
 constexpr int kMaxVocab = 1 << 24;
+constexpr int kMaxExperts = 1 << 16;
 constexpr int kMaxSeqLen = 1 << 24;
 constexpr double kMaxParams = 70368744177664.0;  // 2^46 (7.0e13): 40 bytes each fit 2^52
 
@@ -107,6 +108,20 @@ struct GPTConfig {
   std::vector<uint8_t> layer_sliding, layer_rope;
   float rope_local_theta = 0.f;  // sliding layers' RoPE base (Gemma 3 rope_local_base_freq); 0 -> rope_theta
 
+  // ---- Mixture-of-Experts (issue 39, docs/moe.md); num_experts 0 = dense ---
+  // A MoE layer replaces the dense MLP by a router gate (E, C) and E SwiGLU
+  // experts of hidden size moe_ffn_hidden; each token goes to its top
+  // experts_per_tok experts. Which layers are MoE follows transformers:
+  // layer l is MoE iff l is not in mlp_only_layers and (l+1) % decoder_sparse_step == 0.
+  int num_experts = 0;           // E (HF num_experts; Mixtral num_local_experts)
+  int experts_per_tok = 0;       // k (HF num_experts_per_tok)
+  int moe_ffn_hidden = 0;        // I (HF moe_intermediate_size; Mixtral: intermediate_size)
+  bool norm_topk_prob = false;   // renormalise the k routing weights (Mixtral: always)
+  int decoder_sparse_step = 1;   // HF decoder_sparse_step
+  std::vector<int> mlp_only_layers;  // HF mlp_only_layers: layers kept dense
+  float router_aux_loss_coef = 0.f;  // HF router_aux_loss_coef: the aux loss's weight in training
+  float clip_qkv = 0.f;          // OLMoE clip_qkv: q, k, v clamped to [-c, c]; 0 = off
+
   int head_size() const { return head_dim > 0 ? head_dim : channels / num_heads; }
   // What attention writes and o_proj reads: NH·hs (C unless head_dim says otherwise).
   int attn_channels() const { return num_heads * head_size(); }
@@ -123,6 +138,15 @@ struct GPTConfig {
   bool llama() const { return arch == Arch::llama; }
   // Rows of the fused qkv projection: (NH + 2·KV)·hs (3C for GPT-2).
   int qkv_channels() const { return (num_heads + 2 * kv_heads()) * head_size(); }
+  bool moe() const { return num_experts > 0; }
+  // Whether layer l's MLP is a MoE layer (transformers' rule, above).
+  bool layer_is_moe(int l) const {
+    if (num_experts <= 0 || decoder_sparse_step < 1 || (l + 1) % decoder_sparse_step != 0) return false;
+    for (int d : mlp_only_layers)
+      if (d == l) return false;
+    return true;
+  }
+  int moe_layer_count() const;  // how many layers are MoE
   // Fills padded_vocab from vocab_size and checks the shape (bounds
   // included); throws Error naming the offending field as `names` calls it.
   void finalize(const ConfigFieldNames& names = kFlagNames);

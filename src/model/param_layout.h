@@ -42,6 +42,18 @@
 //  19 attnpostw (L, C) RMSNorm on the attention output (post / sandwich norms)
 //  20 mlppostw (L, C)  RMSNorm on the MLP output
 // ln1w and ln2w are size 0 where norm_placement is post (OLMo 2).
+// Mixture-of-Experts (issue 39; E = num_experts, I = moe_ffn_hidden), also
+// appended, size 0 for a dense model:
+//  21 routerw (L, E, C)        the router gate (HF mlp.gate.weight)
+//  22 expw1   (L, E, 2I, C)    each expert's rows gate_proj | up_proj (Mixtral w1 | w3)
+//  23 expw2   (L, E, C, I)     each expert's down_proj (Mixtral w2)
+// Every layered tensor keeps one slice per layer (the shards, buckets and
+// per-block gathers rely on it), so a model that mixes dense and MoE layers
+// (mlp_only_layers, decoder_sparse_step > 1) holds fcw/fcprojw and the
+// expert tensors for all L layers; the slices a layer does not use stay zero
+// (zero gradient, zero weight decay: AdamW leaves them zero) and are neither
+// exported nor counted by param_count(). fcw/fcprojw are size 0 when every
+// layer is MoE (Qwen3-MoE, OLMoE, Mixtral as published).
 // [out][in] row-major is Hugging Face's nn.Linear layout: HF tensors copy in
 // as row blocks.
 #pragma once
@@ -54,12 +66,12 @@
 
 namespace ratchet {
 
-constexpr int kNumParamTensors = 21;
+constexpr int kNumParamTensors = 24;
 
 enum ParamIndex {
   P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
   P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, P_LMHEAD,
-  P_QNORMW, P_KNORMW, P_ATTNPOSTW, P_MLPPOSTW
+  P_QNORMW, P_KNORMW, P_ATTNPOSTW, P_MLPPOSTW, P_ROUTERW, P_EXPW1, P_EXPW2
 };
 
 // The tensors a transformer block owns (an (L, ...) tensor: one slice per
@@ -68,7 +80,8 @@ enum ParamIndex {
 // this list, so a tensor added here is carried everywhere.
 constexpr int kBlockTensors[] = {P_LN1W,  P_LN1B,     P_QKVW,   P_QKVB,   P_ATTPROJW, P_ATTPROJB,
                                  P_LN2W,  P_LN2B,     P_FCW,    P_FCB,    P_FCPROJW,  P_FCPROJB,
-                                 P_QNORMW, P_KNORMW, P_ATTNPOSTW, P_MLPPOSTW};
+                                 P_QNORMW, P_KNORMW, P_ATTNPOSTW, P_MLPPOSTW,
+                                 P_ROUTERW, P_EXPW1,  P_EXPW2};
 inline bool is_block_tensor(int i) { return (i >= P_LN1W && i <= P_FCPROJB) || i >= P_QNORMW; }
 
 struct ParamLayout {

@@ -1,0 +1,97 @@
+// The MoE fields of GPTConfig (issue 39, docs/moe.md): transformers' rule for
+// which layers are MoE, the parameter count against the flat layout, and the
+// refusals that name the field.
+#include <gtest/gtest.h>
+
+#include "model/config.h"
+#include "model/param_layout.h"
+#include "testing/expect_error.h"
+
+using namespace ratchet;
+
+namespace {
+
+GPTConfig tiny_moe() {
+  GPTConfig c;
+  c.arch = Arch::llama, c.family = Family::qwen3_moe;
+  c.num_layers = 4, c.num_heads = 2, c.channels = 32, c.num_kv_heads = 1, c.ffn_hidden = 64;
+  c.vocab_size = 100, c.max_seq_len = 16;
+  c.num_experts = 4, c.experts_per_tok = 2, c.moe_ffn_hidden = 24;
+  c.padded_vocab = 0;
+  return c;
+}
+
+TEST(MoeConfig, LayerRuleIsTransformers) {
+  GPTConfig c = tiny_moe();
+  c.decoder_sparse_step = 2, c.mlp_only_layers = {3};
+  c.finalize();
+  // (l+1) % 2 == 0 -> layers 1 and 3; 3 is mlp-only.
+  EXPECT_FALSE(c.layer_is_moe(0));
+  EXPECT_TRUE(c.layer_is_moe(1));
+  EXPECT_FALSE(c.layer_is_moe(2));
+  EXPECT_FALSE(c.layer_is_moe(3));
+  EXPECT_EQ(c.moe_layer_count(), 1);
+  GPTConfig dense = tiny_moe();
+  dense.num_experts = 0, dense.experts_per_tok = 0, dense.moe_ffn_hidden = 0;
+  dense.finalize();
+  EXPECT_FALSE(dense.layer_is_moe(1));
+}
+
+TEST(MoeConfig, AllMoeLayersHaveNoDenseMlpTensors) {
+  GPTConfig c = tiny_moe();
+  c.finalize();
+  const ParamLayout lay(c);
+  EXPECT_EQ(lay.sizes[P_FCW], 0u);
+  EXPECT_EQ(lay.sizes[P_FCPROJW], 0u);
+  EXPECT_EQ(lay.sizes[P_ROUTERW], 4u * 4 * 32);
+  EXPECT_EQ(lay.sizes[P_EXPW1], 4u * 4 * 2 * 24 * 32);
+  EXPECT_EQ(lay.sizes[P_EXPW2], 4u * 4 * 32 * 24);
+  // Every parameter the layout holds is one the model has.
+  EXPECT_EQ((double)lay.total, c.param_count());
+}
+
+TEST(MoeConfig, MixedLayersCountOnlyTheSlicesInUse) {
+  GPTConfig c = tiny_moe();
+  c.mlp_only_layers = {0};
+  c.finalize();
+  const ParamLayout lay(c);
+  // Both MLPs are held for all 4 layers; the model uses 1 dense and 3 MoE.
+  const size_t dense_slice = 3 * 64 * 32, moe_slice = 4 * 32 + 4 * 3 * 24 * 32;
+  EXPECT_EQ(lay.sizes[P_FCW] + lay.sizes[P_FCPROJW], 4 * dense_slice);
+  EXPECT_EQ((double)lay.total - c.param_count(), (double)(3 * dense_slice + 1 * moe_slice));
+  EXPECT_TRUE(ParamLayout::decayed(P_EXPW1));
+  EXPECT_FALSE(ParamLayout::decayed(P_LN1W));
+}
+
+TEST(MoeConfig, RefusalsNameTheField) {
+  auto refuse = [](void (*edit)(GPTConfig&), const char* needle) {
+    GPTConfig c = tiny_moe();
+    edit(c);
+    ratchet::testing::expect_error([&] { c.finalize(); }, {needle});
+  };
+  refuse([](GPTConfig& c) { c.experts_per_tok = 5; }, "num_experts_per_tok 5");
+  refuse([](GPTConfig& c) { c.experts_per_tok = 0; }, "num_experts_per_tok 0");
+  refuse([](GPTConfig& c) { c.moe_ffn_hidden = 0; }, "moe_intermediate_size 0");
+  refuse([](GPTConfig& c) { c.decoder_sparse_step = 0; }, "decoder_sparse_step 0");
+  refuse([](GPTConfig& c) { c.mlp_only_layers = {7}; }, "mlp_only_layers names layer 7");
+  refuse([](GPTConfig& c) { c.router_aux_loss_coef = -1; }, "router_aux_loss_coef");
+  refuse([](GPTConfig& c) { c.num_experts = 0; }, "num_experts 0");
+  refuse([](GPTConfig& c) { c.arch = Arch::gpt2, c.family = Family::llama, c.num_kv_heads = 0,
+                            c.ffn_hidden = 0; }, "a llama-family option");
+}
+
+TEST(MoeConfig, DifferenceNamesTheMoeField) {
+  GPTConfig a = tiny_moe(), b = tiny_moe();
+  a.finalize();
+  b.mlp_only_layers = {2};
+  b.finalize();
+  EXPECT_EQ(first_config_difference(a, b), "mlp_only_layers");
+  b = a, b.experts_per_tok = 1;
+  EXPECT_EQ(first_config_difference(a, b), "experts_per_tok");
+  Family f;
+  ASSERT_TRUE(parse_family("olmoe", &f));
+  EXPECT_EQ(f, Family::olmoe);
+  EXPECT_STREQ(family_name(Family::mixtral), "mixtral");
+}
+
+}  // namespace
