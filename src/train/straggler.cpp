@@ -99,8 +99,10 @@ void StragglerMonitor::check(int64_t step) {
          (long long)step, detail,
          requeue_on_ ? "; --on-straggler requeue: saving and exiting 75 to requeue without it"
                      : "");
+    // "straggler_step", not "step": `ratchet report` reads a line with a
+    // step and no loss as an evaluation's metrics; this is an event.
     if (jlog_ && jlog_->enabled())
-      jlog_->write({{"step", (double)step},
+      jlog_->write({{"straggler_step", (double)step},
                     {"straggler_rank", (double)r},
                     {"straggler_step_s", own[(size_t)r]},
                     {"straggler_median_s", med},

@@ -3,8 +3,8 @@
 // the window (the step's wall time less the time blocked in collectives,
 // distributed/flight_recorder.h: collective_wait_seconds). A rank slower
 // than --straggler-threshold x the median for --straggler-windows windows in
-// a row is named on stderr with its node, in the --log-jsonl log
-// ("straggler_rank", ...) and, by rank 0, in RUN_DIR/suspect_nodes.jsonl
+// a row is named in rank 0's log with its node, in the --log-jsonl log
+// ("straggler_step", "straggler_rank", ...) and, by rank 0, in RUN_DIR/suspect_nodes.jsonl
 // (train/suspect_nodes.h). --on-straggler requeue then stops the run at this
 // step boundary through the stop protocol (save, exit 75), and the Slurm
 // wrapper requeues it with that node excluded.

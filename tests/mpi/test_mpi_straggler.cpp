@@ -63,6 +63,8 @@ TEST_F(MpiStraggler, ASlowRankIsNamedWithItsNode) {
     if (j.contains("straggler_rank")) {
       logged = true;
       EXPECT_EQ(j["straggler_rank"], 1) << j.dump();
+      EXPECT_FALSE(j.contains("step")) << "read as metrics by ratchet report: " << j.dump();
+      EXPECT_EQ(j["straggler_step"].get<int>() % 2, 0) << j.dump();  // at a window's end
       EXPECT_GT(j["straggler_ratio"].get<double>(), 1.3) << j.dump();
     }
   EXPECT_TRUE(logged);
