@@ -245,14 +245,19 @@ _ratchet_plan_exclusion() {
   local dir=${RATCHET_RUN_DIR:-${CKPT_DIR:-}} doctor=${RATCHET_DOCTOR_BIN:-${RATCHET_BIN:-ratchet}}
   local info part exc="" pnodes="" nodes=${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}} out err rc=0 line
   [ -n "$dir" ] && [ -d "$dir" ] || return 0
+  # Neither flight records nor suspects: nothing to exclude, nothing to ask.
+  [ -e "$dir/suspect_nodes.jsonl" ] || [ -d "$dir/flight" ] || return 0
   info=$(timeout 60 scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null) || info=""
   part=$(sed -n 's/.* Partition=\([^ ]*\).*/\1/p' <<<"$info")
   exc=$(sed -n 's/.* ExcNodeList=\([^ ]*\).*/\1/p' <<<"$info")
   [ "$exc" != "(null)" ] || exc=""
   if [ -n "$exc" ]; then exc=$(timeout 60 scontrol show hostnames "$exc" 2>/dev/null | paste -sd, -) || exc=""; fi
-  # The partition's nodes, one per line (sinfo -N), whatever their state.
+  # The partition's usable nodes (sinfo -N: one line per node and partition):
+  # a node down, drained, draining or failed cannot take the job anyway, so it
+  # does not count towards the bound (and excluding it costs nothing).
   if [ -n "$part" ]; then
-    pnodes=$(timeout 60 sinfo -h -N -p "$part" -o %N 2>/dev/null | sort -u | paste -sd, -) || pnodes=""
+    pnodes=$(timeout 60 sinfo -h -N -p "$part" -o '%N %t' 2>/dev/null |
+      awk '$2 !~ /^(down|drain|drng|fail|inval|futr)/ {print $1}' | sort -u | paste -sd, -) || pnodes=""
   fi
   err=$(mktemp "${TMPDIR:-/tmp}/ratchet-doctor.XXXXXX") || return 0
   out=$(timeout 120 "$doctor" doctor "$dir" --exclude --job-nodes "$nodes" \

@@ -4,7 +4,8 @@
 # their calls, the real `ratchet doctor --exclude` decides. Checks: the
 # suspect node is excluded with `scontrol update ExcNodeList=` AFTER
 # `scontrol requeue` (Slurm takes it only from a pending job); the bound
-# (partition nodes left >= the job's) keeps it in and the log says so;
+# (partition nodes left >= the job's; a down node does not count) keeps it
+# in and the log says so;
 # earlier exclusions accumulate; RATCHET_EXCLUDE_SUSPECTS=0 leaves the job
 # alone. The real Slurm path: tests/slurm (requeue.sh exclude-bound,
 # twonode.sh exclude).
@@ -28,7 +29,10 @@ STUB
 cat >"$work/bin/sinfo" <<'STUB'
 #!/bin/bash
 echo "sinfo $*" >>"$STUB_LOG"
-tr ',' '\n' <<<"$STUB_PARTITION"
+# "NODE STATE" lines; STUB_DOWN names a node that is down.
+for n in $(tr ',' ' ' <<<"$STUB_PARTITION"); do
+  if [ "$n" = "${STUB_DOWN:-}" ]; then echo "$n down*"; else echo "$n idle"; fi
+done
 STUB
 chmod +x "$work/bin/scontrol" "$work/bin/sinfo"
 
@@ -46,7 +50,7 @@ run() {
   done
   : >"$dir/calls"
   rc=0
-  out=$(PATH=$work/bin:$PATH STUB_LOG=$dir/calls STUB_PARTITION=$partition STUB_JOB_NODES=$nodes \
+  out=$(PATH=$work/bin:$PATH STUB_LOG=$dir/calls STUB_DOWN=${STUB_DOWN:-} STUB_PARTITION=$partition STUB_JOB_NODES=$nodes \
     STUB_EXC=$exc SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=$nodes CKPT_DIR=$dir RATCHET_BIN=$exe \
     bash -c 'set -euo pipefail; . "$1"; ratchet_finish 75' _ "$lib" 2>&1) || rc=$?
   echo "---- $name (exit $rc)"
@@ -69,6 +73,11 @@ grep -q "not excluding suspect node(s) n2: the partition has 2 node(s), 0 exclud
 
 run accumulated n1,n2,n3,n4,n5 2 n2 n2 n3
 grep -q "^scontrol update JobId=42 ExcNodeList=n2,n3$" "$dir/calls" || fail "accumulated: expected ExcNodeList=n2,n3"
+
+# A down node does not count: 3 nodes, one down, a 2-node job: n2 stays in.
+STUB_DOWN=n3 run down n1,n2,n3 2 "" n2
+grep -q "^scontrol update" "$dir/calls" && fail "down: excluded n2 though n3 is down"
+grep -q "the partition has 2 node(s)" <<<"$out" || fail "down: the down node was counted"
 
 RATCHET_EXCLUDE_SUSPECTS=0 run off n1,n2,n3 1 "" n2
 grep -q "^scontrol update" "$dir/calls" && fail "off: updated with RATCHET_EXCLUDE_SUSPECTS=0"
