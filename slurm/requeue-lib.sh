@@ -12,6 +12,12 @@
 #   3. On 75 the shell runs `scontrol requeue` (at most RATCHET_MAX_REQUEUES
 #      times per job, counted by SLURM_RESTART_COUNT); Slurm reruns the script
 #      from the top and `ratchet train --resume auto` continues from `latest`.
+#   4. Before it requeues, the shell asks `ratchet doctor RUN_DIR --exclude`
+#      which nodes the next run must avoid (the culprit of a hang, from the
+#      flight records; a straggler the trainer recorded): RUN_DIR/
+#      suspect_nodes.jsonl, bounded so that the job still fits its partition.
+#      After `scontrol requeue` it sets them with `scontrol update
+#      ExcNodeList=` (docs/resilience.md, "Excluding the bad node").
 #
 # Exit codes of the trainer, as the wrapper reads them:
 #   0   done                                    -> the job ends, COMPLETED
@@ -26,6 +32,8 @@ RATCHET_EXIT_BUDGET=76
 
 # Defaults for the settings both templates share (the templates set the rest).
 : "${RATCHET_MAX_REQUEUES:=10}"
+# Exclude suspect nodes on requeue (1) or only log them (0).
+: "${RATCHET_EXCLUDE_SUSPECTS:=1}"
 : "${RATCHET_STOP_SIGNAL:=USR1}"
 RATCHET_STOP_SIGNAL=${RATCHET_STOP_SIGNAL#SIG}
 
@@ -208,6 +216,80 @@ _ratchet_job_cancelled() {
   return 0
 }
 
+# ratchet_note_run_dir ARGS...: the trainer's --run-dir among its arguments
+# (RATCHET_RUN_DIR, unless set already): where the flight records and
+# suspect_nodes.jsonl are; without one they are in CKPT_DIR.
+ratchet_note_run_dir() {
+  [ -z "${RATCHET_RUN_DIR:-}" ] || return 0
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --run-dir) RATCHET_RUN_DIR=${2:-}; shift ;;
+      --run-dir=*) RATCHET_RUN_DIR=${1#--run-dir=} ;;
+    esac
+    shift
+  done
+  return 0
+}
+
+# _ratchet_plan_exclusion: sets _ratchet_exclude to the ExcNodeList the
+# requeued job should have, and _ratchet_excluded_now to the one it has; both
+# empty when there is nothing to change. `ratchet doctor --exclude` records
+# the culprit of a hang (flight records) in RUN_DIR/suspect_nodes.jsonl and
+# decides (train/suspect_nodes.h): most-blamed suspects first, never so many
+# that the partition's nodes left are fewer than the job's. Its messages go
+# to the log. Any failure here only means no exclusion: the requeue goes on.
+_ratchet_exclude="" _ratchet_excluded_now=""
+_ratchet_plan_exclusion() {
+  _ratchet_exclude="" _ratchet_excluded_now=""
+  [ "$RATCHET_EXCLUDE_SUSPECTS" = 1 ] || return 0
+  local dir=${RATCHET_RUN_DIR:-${CKPT_DIR:-}} doctor=${RATCHET_DOCTOR_BIN:-${RATCHET_BIN:-ratchet}}
+  local info part exc="" pnodes="" nodes=${SLURM_JOB_NUM_NODES:-${SLURM_NNODES:-1}} out err rc=0 line
+  [ -n "$dir" ] && [ -d "$dir" ] || return 0
+  # Neither flight records nor suspects: nothing to exclude, nothing to ask.
+  [ -e "$dir/suspect_nodes.jsonl" ] || [ -d "$dir/flight" ] || return 0
+  info=$(timeout 60 scontrol show job -o "$SLURM_JOB_ID" 2>/dev/null) || info=""
+  part=$(sed -n 's/.* Partition=\([^ ]*\).*/\1/p' <<<"$info")
+  exc=$(sed -n 's/.* ExcNodeList=\([^ ]*\).*/\1/p' <<<"$info")
+  [ "$exc" != "(null)" ] || exc=""
+  if [ -n "$exc" ]; then exc=$(timeout 60 scontrol show hostnames "$exc" 2>/dev/null | paste -sd, -) || exc=""; fi
+  # The partition's usable nodes (sinfo -N: one line per node and partition):
+  # a node down, drained, draining or failed cannot take the job anyway, so it
+  # does not count towards the bound (and excluding it costs nothing).
+  if [ -n "$part" ]; then
+    pnodes=$(timeout 60 sinfo -h -N -p "$part" -o '%N %t' 2>/dev/null |
+      awk '$2 !~ /^(down|drain|drng|fail|inval|futr)/ {print $1}' | sort -u | paste -sd, -) || pnodes=""
+  fi
+  err=$(mktemp "${TMPDIR:-/tmp}/ratchet-doctor.XXXXXX") || return 0
+  out=$(timeout 120 "$doctor" doctor "$dir" --exclude --job-nodes "$nodes" \
+    --partition-nodes "$pnodes" --excluded "$exc" 2>"$err") || rc=$?
+  while IFS= read -r line; do ratchet_log "$line"; done <"$err"
+  rm -f "$err"
+  if [ $rc -ne 0 ]; then
+    ratchet_log "warning: '$doctor doctor $dir --exclude' failed (exit $rc): not excluding any node"
+    return 0
+  fi
+  out=$(head -n1 <<<"$out")
+  if [ "$out" != "$exc" ]; then
+    _ratchet_exclude=$out
+    _ratchet_excluded_now=$exc
+  fi
+  return 0
+}
+
+# _ratchet_apply_exclusion: after the requeue (Slurm takes ExcNodeList only
+# from a pending job: a running one gets "Job is no longer pending"). The
+# requeued job cannot start again before this script has ended (it is
+# completing until then), so it never starts on the excluded node.
+_ratchet_apply_exclusion() {
+  [ -n "$_ratchet_exclude" ] || return 0
+  if timeout 60 scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$_ratchet_exclude"; then
+    ratchet_log "the next run excludes node(s) ${_ratchet_exclude} (ExcNodeList was ${_ratchet_excluded_now:-empty})"
+  else
+    ratchet_log "warning: 'scontrol update JobId=$SLURM_JOB_ID ExcNodeList=$_ratchet_exclude' failed:" \
+      "the next run may use the suspect node(s) again"
+  fi
+}
+
 # ratchet_finish RC: ends the batch script according to the trainer's exit code.
 ratchet_finish() {
   local rc=$1 restarts=${SLURM_RESTART_COUNT:-0}
@@ -239,11 +321,13 @@ ratchet_finish() {
       "is kept; sbatch again to continue"
     exit "$rc"
   fi
+  _ratchet_plan_exclusion
   # Slurm answers the requeue with CONT+TERM to this shell: nothing left to forward.
   trap '' TERM "$RATCHET_STOP_SIGNAL"
   if timeout 120 scontrol requeue "$SLURM_JOB_ID"; then
     ratchet_log "requeued (restart $((restarts + 1)) of at most $RATCHET_MAX_REQUEUES);" \
       "the next run resumes from the latest checkpoint"
+    _ratchet_apply_exclusion
     exit 0
   fi
   ratchet_log "error: 'scontrol requeue $SLURM_JOB_ID' failed (is --requeue allowed here?);" \

@@ -1,32 +1,89 @@
 // `ratchet doctor RUN_DIR`: what the hang watchdog's flight records say
-// happened, in one line (report/flight_doctor.h, docs/resilience.md).
+// happened, in one line (report/flight_doctor.h, docs/resilience.md), and
+// the suspect nodes of the run (train/suspect_nodes.h). With --exclude, the
+// Slurm wrapper's question before a requeue: which nodes to exclude.
 #include <boost/program_options.hpp>
+#include <ctime>
 #include <iostream>
+#include <map>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/options_util.h"
 #include "core/error.h"
 #include "report/flight_doctor.h"
+#include "train/suspect_nodes.h"
 
 namespace po = boost::program_options;
 
 namespace ratchet {
 
+namespace {
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+// "rnode2 (hang x1, straggler x2)" for each suspect node, in first-seen order.
+std::string suspects_summary(const std::vector<SuspectNode>& suspects) {
+  std::vector<std::string> order;
+  std::map<std::string, std::map<std::string, int>> causes;
+  for (const SuspectNode& s : suspects) {
+    if (!causes.count(s.node)) order.push_back(s.node);
+    causes[s.node][s.cause.empty() ? "?" : s.cause]++;
+  }
+  std::string out;
+  for (const std::string& n : order) {
+    std::string c;
+    for (const auto& [cause, k] : causes[n]) c += (c.empty() ? "" : ", ") + cause + " x" + std::to_string(k);
+    out += (out.empty() ? "" : "; ") + n + " (" + c + ")";
+  }
+  return out;
+}
+
+}  // namespace
+
 int cmd_doctor(int argc, char** argv) {
-  std::string run_dir;
+  std::string run_dir, job_id, partition_nodes, excluded;
+  int job_nodes = 0;
   po::options_description desc("ratchet doctor options");
   desc.add_options()
     ("help,h", "print this help")
-    ("run-dir", po::value(&run_dir), "the run directory (also the first positional argument)");
+    ("run-dir", po::value(&run_dir), "the run directory (also the first positional argument)")
+    ("exclude", "record the culprits of a hang in RUN_DIR/suspect_nodes.jsonl and print the "
+     "nodes the requeued job should exclude, comma-separated, on one line (the Slurm wrapper's "
+     "question; messages on stderr)")
+    ("job-id", po::value(&job_id), "with --exclude: the job's id for the record (default $SLURM_JOB_ID)")
+    ("job-nodes", po::value(&job_nodes), "with --exclude: the nodes the job needs")
+    ("partition-nodes", po::value(&partition_nodes),
+     "with --exclude: the nodes of the job's partition, comma-separated (expanded: "
+     "`scontrol show hostnames`); none: no suspect is excluded")
+    ("excluded", po::value(&excluded),
+     "with --exclude: the job's ExcNodeList now, comma-separated (expanded); the user's own "
+     "exclusions are kept");
   po::positional_options_description pos;
   pos.add("run-dir", 1);
   po::variables_map vm;
   if (!parse_options(argc, argv, desc, vm, "doctor", &pos, false)) return kExitUsage;
   if (vm.count("help")) {
-    std::cout << "usage: ratchet doctor RUN_DIR\n\nReads the hang watchdog's flight records "
+    std::cout << "usage: ratchet doctor RUN_DIR\n"
+                 "       ratchet doctor RUN_DIR --exclude --job-nodes N --partition-nodes LIST "
+                 "[--excluded LIST]\n\nReads the hang watchdog's flight records "
                  "(RUN_DIR/flight/rank_R.json, written by\n`ratchet train --hang-timeout`) and "
                  "says in one line which rank stopped where,\ne.g. \"rank 1 (node2) never "
-                 "entered all_reduce #5812 (...); rank 0 waited 63.0 s\".\nExit 0, also when "
+                 "entered all_reduce #5812 (...); rank 0 waited 63.0 s\",\nthen the run's "
+                 "suspect nodes (RUN_DIR/suspect_nodes.jsonl).\nExit 0, also when "
                  "there are no records (it says so); damaged records are named\non stderr and "
                  "left out. docs/resilience.md.\n\n"
               << desc;
@@ -34,14 +91,54 @@ int cmd_doctor(int argc, char** argv) {
   }
   po::notify(vm);
   if (run_dir.empty()) fail("give the run directory: ratchet doctor RUN_DIR");
+  const bool exclude = vm.count("exclude") > 0;
+  if (!exclude && (vm.count("job-id") || vm.count("job-nodes") || vm.count("partition-nodes") ||
+                   vm.count("excluded")))
+    fail("--job-id, --job-nodes, --partition-nodes and --excluded go with --exclude");
+  if (exclude && job_nodes < 1)
+    fail("--exclude needs --job-nodes N (N >= 1: the nodes the job needs; got ", job_nodes, ")");
   const FlightDoctor d = flight_doctor(run_dir);
   for (const std::string& why : d.damaged) std::cerr << "damaged flight record " << why << "\n";
-  if (d.records == 0)
-    std::cout << "no flight records in " << run_dir
-              << "/flight (the run had no hang watchdog, --hang-timeout 0, or never started one)"
-              << "\n";
-  else
-    std::cout << d.verdict << "\n";
+  std::vector<std::string> damaged;
+  if (!exclude) {
+    if (d.records == 0)
+      std::cout << "no flight records in " << run_dir
+                << "/flight (the run had no hang watchdog, --hang-timeout 0, or never started one)"
+                << "\n";
+    else
+      std::cout << d.verdict << "\n";
+    const std::vector<SuspectNode> suspects = read_suspects(run_dir, &damaged);
+    for (const std::string& why : damaged) std::cerr << "damaged suspect line " << why << "\n";
+    if (!suspects.empty()) std::cout << "suspect nodes: " << suspects_summary(suspects) << "\n";
+    return kExitOk;
+  }
+
+  // --exclude: the wrapper's log gets every line on stderr; stdout is the list.
+  if (job_id.empty())
+    if (const char* j = std::getenv("SLURM_JOB_ID")) job_id = j;
+  if (d.records > 0 && !d.culprits.empty()) std::cerr << "ratchet doctor: " << d.verdict << "\n";
+  for (const FlightCulprit& c : d.culprits) {
+    if (c.host.empty()) continue;  // a record without a host: nothing to exclude
+    SuspectNode s;
+    s.node = c.host;
+    s.rank = c.rank;
+    s.cause = "hang";
+    s.job_id = job_id;
+    s.time = c.time;
+    s.detail = d.verdict;
+    if (append_suspect(run_dir, s))
+      std::cerr << "ratchet doctor: recorded suspect node " << s.node << " (rank " << s.rank
+                << ", hang) in " << suspect_nodes_path(run_dir) << "\n";
+  }
+  const std::vector<SuspectNode> suspects = read_suspects(run_dir, &damaged);
+  for (const std::string& why : damaged) std::cerr << "damaged suspect line " << why << "\n";
+  const ExclusionPlan plan =
+      plan_exclusion(suspects, split_list(excluded), split_list(partition_nodes), job_nodes);
+  if (!plan.added.empty())
+    std::cerr << "ratchet doctor: excluding suspect node(s) " << join(plan.added) << " ("
+              << suspects_summary(suspects) << ")\n";
+  if (!plan.message.empty()) std::cerr << "ratchet doctor: " << plan.message << "\n";
+  std::cout << join(plan.exclude) << "\n";
   return kExitOk;
 }
 

@@ -259,7 +259,17 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "or a load, data wait, save or evaluation longer than max(5T, 10 x the slowest of its kind) "
      "(the first of each kind: 5T), or a collective waiting as long, writes RUN_DIR/flight/"
      "rank_R.json and ends the job with exit 75 (requeue); `ratchet doctor RUN_DIR` reads the "
-     "records (docs/resilience.md)");
+     "records (docs/resilience.md)")
+    ("straggler-every", po::value(&o.straggler_every)->default_value(o.straggler_every),
+     "straggler check every N steps (0: off; one rank: none): the ranks share their own time per "
+     "step, less the time blocked in collectives (docs/resilience.md)")
+    ("straggler-threshold", po::value(&o.straggler_threshold)->default_value(o.straggler_threshold, default_text(o.straggler_threshold)),
+     "a rank this many times slower than the median (and 50 ms a step slower) is slow in a window")
+    ("straggler-windows", po::value(&o.straggler_windows)->default_value(o.straggler_windows),
+     "slow windows in a row that name a rank a straggler (log, --log-jsonl, RUN_DIR/suspect_nodes.jsonl)")
+    ("on-straggler", po::value(&o.on_straggler)->default_value(o.on_straggler),
+     "warn: name it only; requeue: also save and exit 75, so the Slurm wrapper requeues without "
+     "its node");
 
   ckpt.add_options()
     ("ckpt-every", po::value(&ckpt_every),

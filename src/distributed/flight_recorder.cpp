@@ -4,7 +4,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
+
+#include <unistd.h>
 
 namespace ratchet {
 
@@ -93,6 +96,21 @@ FlightSnapshot FlightRecorder::snapshot() const {
 
 namespace {
 std::atomic<FlightRecorder*> g_active{nullptr};
+// Nanoseconds, so that the sum is one lock-free atomic add.
+std::atomic<int64_t> g_wait_ns{0};
+}  // namespace
+
+double collective_wait_seconds() { return (double)g_wait_ns.load(std::memory_order_relaxed) * 1e-9; }
+void add_collective_wait(double seconds) {
+  if (seconds > 0) g_wait_ns.fetch_add((int64_t)(seconds * 1e9), std::memory_order_relaxed);
+}
+
+std::string flight_node_name() {
+  if (const char* n = std::getenv("SLURMD_NODENAME"); n && *n) return n;
+  char h[256] = "?";
+  if (gethostname(h, sizeof h - 1) != 0) h[0] = '?', h[1] = 0;
+  h[sizeof h - 1] = 0;
+  return h;
 }
 
 FlightRecorder* FlightRecorder::active() { return g_active.load(std::memory_order_acquire); }

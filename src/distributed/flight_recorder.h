@@ -85,17 +85,36 @@ class FlightRecorder {
 // Hooks for the communicator: no-ops when no recorder is active.
 uint64_t flight_begin(const char* op, uint64_t bytes);
 void flight_end(uint64_t seq);
-// RAII over flight_begin/flight_end for a blocking collective.
+
+// The seconds this process has spent blocked in host collectives so far:
+// inside a blocking call (FlightCollective) or waiting for a started one
+// (the MPI communicator's wait). Counted always, recorder or not (two clock
+// reads per collective): the straggler check (train/straggler.h) takes a
+// rank's own time per step as its step time less this.
+double collective_wait_seconds();
+void add_collective_wait(double seconds);
+
+// RAII over flight_begin/flight_end for a blocking collective; its time
+// counts as collective wait.
 class FlightCollective {
  public:
-  FlightCollective(const char* op, uint64_t bytes) : seq_(flight_begin(op, bytes)) {}
-  ~FlightCollective() { flight_end(seq_); }
+  FlightCollective(const char* op, uint64_t bytes)
+      : seq_(flight_begin(op, bytes)), start_(flight_clock()) {}
+  ~FlightCollective() {
+    flight_end(seq_);
+    add_collective_wait(flight_clock() - start_);
+  }
   FlightCollective(const FlightCollective&) = delete;
   FlightCollective& operator=(const FlightCollective&) = delete;
 
  private:
   uint64_t seq_;
+  double start_;
 };
+
+// The node this process runs on, as the scheduler names it: $SLURMD_NODENAME
+// (the name `scontrol update ExcNodeList=` takes), else the host name.
+std::string flight_node_name();
 
 // Hooks for the trainer: a phase for the lifetime of the scope (restoring
 // the enclosing one), or a plain change of phase.

@@ -326,8 +326,11 @@ class MpiCommunicator final : public Communicator {
     for (size_t i = 0; i < started_.size(); i++) {
       if (started_[i].id != id) continue;
       std::vector<MPI_Request>& reqs = started_[i].reqs;
-      if (!reqs.empty())
+      if (!reqs.empty()) {
+        const double t0 = flight_clock();  // blocked here: collective wait (straggler check)
         mpiCheck(MPI_Waitall((int)reqs.size(), reqs.data(), MPI_STATUSES_IGNORE));
+        add_collective_wait(flight_clock() - t0);
+      }
       const Pending p = started_[i].avg;
       flight_end(started_[i].flight);
       started_.erase(started_.begin() + (long)i);

@@ -129,6 +129,33 @@ std::string flight_verdict(const std::vector<OrderedJson>& records) {
          " #" + std::to_string(seq);
 }
 
+std::vector<FlightCulprit> flight_culprits(const std::vector<OrderedJson>& records) {
+  std::vector<const OrderedJson*> hung;
+  for (const OrderedJson& r : records)
+    if (r.contains("hang") && !r["hang"].is_null()) hung.push_back(&r);
+  std::vector<FlightCulprit> out;
+  if (hung.empty()) return out;
+  const auto culprit = [&](const OrderedJson& r, const OrderedJson& detector) {
+    out.push_back({r.value("rank", -1), r.value("host", ""), detector.value("time", (int64_t)0)});
+  };
+  const OrderedJson* waited = nullptr;
+  const OrderedJson* detector = nullptr;
+  for (const OrderedJson* r : hung)
+    if (const OrderedJson* c = oldest_in_flight(*r))
+      if (!waited || c->value("seq", 0ULL) < waited->value("seq", 0ULL)) waited = c, detector = r;
+  if (!waited) {  // a phase past its allowance: that rank, when it is the only one
+    if (hung.size() == 1) culprit(*hung.front(), *hung.front());
+    return out;
+  }
+  const uint64_t seq = waited->value("seq", 0ULL);
+  for (const OrderedJson& r : records) {
+    const auto frozen = r.find("frozen_s");
+    const bool was_frozen = frozen != r.end() && frozen->is_number() && frozen->get<double>() > 0;
+    if (was_frozen || r.value("entered", 0ULL) < seq) culprit(r, *detector);
+  }
+  return out;
+}
+
 FlightDoctor flight_doctor(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -165,6 +192,7 @@ FlightDoctor flight_doctor(const std::string& dir) {
   d.records = (int)records.size();
   try {
     d.verdict = flight_verdict(records);
+    d.culprits = flight_culprits(records);
   } catch (const std::exception& e) {  // a field of the wrong type in a parsed record
     d.verdict = "";
     d.damaged.push_back(flight.string() + ": a record has a field of the wrong type (" +

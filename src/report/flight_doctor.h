@@ -10,6 +10,7 @@
 // thread did not run: SIGSTOP, a hung node) is the culprit whatever it did
 // after waking. A rank with no record is named as such.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,22 @@
 
 namespace ratchet {
 
+// The ranks a hang is blamed on, from the same records as flight_verdict:
+// those that were frozen or never entered the collective the others waited
+// in, or the one rank whose phase ran past its allowance with no collective
+// pending. None when no record has a hang, or when every rank entered the
+// collective (a network fault, not a node). `time` is the detecting rank's
+// record time (Unix seconds): the same hang gives the same time.
+struct FlightCulprit {
+  int rank = -1;
+  std::string host;
+  int64_t time = 0;
+};
+std::vector<FlightCulprit> flight_culprits(const std::vector<OrderedJson>& records);
+
 struct FlightDoctor {
   int records = 0;                   // records read
+  std::vector<FlightCulprit> culprits;  // flight_culprits
   std::vector<std::string> damaged;  // "FILE: why", one per unreadable record
   std::string verdict;               // one line; "" when there are no records
 };

@@ -126,6 +126,15 @@ CheckedOptions check_train_options(const TrainOptions& given, int world) {
   check_range("--early-stop-min-delta", o.early_stop_min_delta, 0, inf, false, "a number >= 0");
   check_range("--stop-margin", o.stop_margin, 0, inf, false, "a number of seconds >= 0");
   check_range("--hang-timeout", o.hang_timeout, 0, inf, false, "a number of seconds >= 0 (0: off)");
+  if (o.straggler_every < 0)
+    fail("--straggler-every must be a number of steps >= 0 (0: off; got ", o.straggler_every, ")");
+  if (!(o.straggler_threshold > 1) || !std::isfinite(o.straggler_threshold))
+    fail("--straggler-threshold must be a factor above 1 (a rank this many times slower than the "
+         "median is a straggler; got ", o.straggler_threshold, ")");
+  if (o.straggler_windows < 1)
+    fail("--straggler-windows must be at least 1 (got ", o.straggler_windows, ")");
+  if (o.on_straggler != "warn" && o.on_straggler != "requeue")
+    fail("--on-straggler must be warn or requeue (got '", o.on_straggler, "')");
   check_range("--memory-budget-mb", o.memory_budget_mb, 0, inf, false, "a number >= 0");
   if (o.warmup_steps < 0) fail("--warmup-steps must be >= 0");
   if (o.eval_batches < 1) fail("--eval-batches must be at least 1");

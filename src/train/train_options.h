@@ -100,6 +100,12 @@ struct TrainOptions {
   std::string time_limit;       // "" : from Slurm inside a job; "none"; seconds or HH:MM:SS
   double stop_margin = 10;      // seconds kept free before the time limit
   double hang_timeout = 120;    // the hang watchdog's T (train/watchdog.h); 0 = off
+  // Straggler detection (train/straggler.h): every N steps (0 = off), a rank
+  // slower than threshold x the median for `windows` windows in a row.
+  int straggler_every = 50;
+  double straggler_threshold = 1.3;
+  int straggler_windows = 3;
+  std::string on_straggler = "warn";  // warn | requeue
   bool ckpt_every_auto = false; // Young/Daly interval from the save time and preemption rate
   bool ckpt_async = false;      // periodic saves written in the background (train/checkpoint_writer.h)
   double expected_preemptions_per_hour = 1.0;

@@ -151,6 +151,9 @@ int Trainer::train() {
 
   const double flops_per_step = train_flops_per_token(cfg_, T_) * (double)total_;
   log_run(resumed);
+  // --straggler-every (train/straggler.h); collective: gathers the ranks' nodes.
+  stragglers_ = std::make_unique<StragglerMonitor>(
+      o_, comm_, jlog_.get(), !o_.run_dir.empty() ? o_.run_dir : o_.ckpt_dir);
 
   const bool do_sample = o_.sample_tokens > 0;
   double t_train = 0;
@@ -195,6 +198,7 @@ int Trainer::train() {
     const bool profiled = o_.profile && steps_run > 0;
     model_->set_profiling(profiled);
     const double t0 = now_s();
+    const OwnTimer own;  // this rank's own time in the step: the straggler check's measure
     const float loss = train_step(step_);
     const float lr = c_.sched.at(step_);
     if (fault_flag("NANGRAD", "step-" + std::to_string(step_ + 1))) {  // tests: a NaN gradient
@@ -235,12 +239,18 @@ int Trainer::train() {
       w[0] = NAN;
       model_->set_params(w.data());
     }
+    stragglers_->after_step(step_, own.seconds());  // every --straggler-every steps: collective
 
     // ---- the stop protocol, at the step boundary --------------------------
     std::string why;
-    const Stop local = step_ < o_.steps ? stop_->decide(ledger_.get(), max_step_seconds_,
-                                                        ckpt_->longest_save_seconds(), &why)
-                                        : Stop::kNone;
+    Stop local = step_ < o_.steps ? stop_->decide(ledger_.get(), max_step_seconds_,
+                                                  ckpt_->longest_save_seconds(), &why)
+                                  : Stop::kNone;
+    // --on-straggler requeue: the same answer on every rank (the check is collective).
+    if (local == Stop::kNone && step_ < o_.steps && !stragglers_->requeue_reason().empty()) {
+      local = Stop::kRequeue;
+      why = stragglers_->requeue_reason();
+    }
     const Stop stop = StopPolicy::agree(comm_, local, &why);
     if (stop != Stop::kNone) return stop_run(stop, why, st);
     ckpt_->poll(st);  // --ckpt-async: commits a background write that has finished
@@ -273,9 +283,10 @@ int Trainer::train() {
 // export where the run ends here, the ledger; returns the exit code.
 int Trainer::stop_run(Stop stop, const std::string& why, TrainState& st) {
   RLOG("stopping at step %d: %s\n", step_, why.c_str());
-  ckpt_->save(st, stop == Stop::kBudget      ? "budget"
-                  : stop_signal_received() ? "stop signal"
-                                           : "time limit");
+  ckpt_->save(st, stop == Stop::kBudget                    ? "budget"
+                  : stop_signal_received()               ? "stop signal"
+                  : !stragglers_->requeue_reason().empty() ? "straggler"
+                                                         : "time limit");
   // "Requeue me" only with a checkpoint to continue from.
   const int code = stop == Stop::kBudget ? kExitBudget
                    : ckpt_->active()     ? kExitRequeue

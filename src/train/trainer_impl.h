@@ -55,6 +55,7 @@
 #include "train/sampler.h"
 #include "train/stop_policy.h"
 #include "train/stop_signals.h"
+#include "train/straggler.h"
 #include "train/tokenizer_checks.h"
 #include "train/watchdog.h"
 
@@ -173,6 +174,7 @@ class Trainer {
   RunLedger ledger_;  // rank 0 writes ledger.json
   std::unique_ptr<CheckpointSession> ckpt_;
   std::unique_ptr<StopPolicy> stop_;
+  std::unique_ptr<StragglerMonitor> stragglers_;  // --straggler-every (train/straggler.h)
   EarlyStop early_;
   std::vector<int32_t> x_, y_;
   int step_ = 0;  // optimizer steps completed

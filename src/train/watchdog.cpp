@@ -47,9 +47,7 @@ std::string hang_reason(const FlightSnapshot& s, double t, double now, double* a
 }
 
 Watchdog::Watchdog(WatchdogOptions o) : o_(std::move(o)) {
-  char h[256] = "?";
-  if (gethostname(h, sizeof h - 1) != 0) h[0] = '?', h[1] = 0;
-  host_ = h;
+  host_ = flight_node_name();  // Slurm's node name: what an exclusion takes
   std::error_code ec;
   if (!o_.dir.empty()) std::filesystem::create_directories(o_.dir, ec);
   FlightRecorder::set_active(&rec_);

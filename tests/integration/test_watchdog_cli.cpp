@@ -1,8 +1,9 @@
 // The hang watchdog through `ratchet train` in one process (train/watchdog.h)
 // and `ratchet doctor` (cli/cmd_doctor.cpp): a step that stalls past the
-// allowance ends the run with exit 75 and a flight record doctor reads; a
-// bad --hang-timeout is a usage error; doctor without records or without
-// the directory.
+// allowance ends the run with exit 75 and a flight record doctor reads, and
+// `doctor --exclude` records and excludes its node; a bad --hang-timeout or
+// straggler flag is a usage error; doctor without records or without the
+// directory.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -36,6 +37,33 @@ TEST_F(WatchdogCli, AStalledStepEndsTheRunWithExit75AndARecord) {
   EXPECT_EQ(d.exit_code, 0) << d.output;
   EXPECT_NE(d.output.find("rank 0 ("), std::string::npos) << d.output;
   EXPECT_NE(d.output.find("hung in step 2, phase step"), std::string::npos) << d.output;
+
+  // The wrapper's question before a requeue: the hung rank's node is
+  // recorded as a suspect (once, however often it asks) and excluded, as the
+  // partition has another node for this one-node job.
+  const std::string host = j["host"].get<std::string>();
+  const std::string ask = "doctor " + run / "rd" + " --exclude --job-nodes 1 --job-id 7 " +
+                          "--partition-nodes " + host + ",othernode";
+  for (int i = 0; i < 2; i++) {
+    const auto x = run_shell("{ " RATCHET_EXE " " + ask + " 2>/dev/null; }");  // stdout alone
+    EXPECT_EQ(x.exit_code, 0) << x.output;
+    EXPECT_EQ(x.output, host + "\n");
+  }
+  std::ifstream sf(run / "rd/suspect_nodes.jsonl");
+  std::string line, last;
+  int lines = 0;
+  while (std::getline(sf, line)) lines++, last = line;
+  EXPECT_EQ(lines, 1) << "the same hang recorded twice";
+  const auto s = ratchet::OrderedJson::parse(last, nullptr, false);
+  ASSERT_FALSE(s.is_discarded()) << last;
+  EXPECT_EQ(s["node"], host);
+  EXPECT_EQ(s["rank"], 0);
+  EXPECT_EQ(s["cause"], "hang");
+  EXPECT_EQ(s["job_id"], "7");
+  // Its only node: it stays in, and the reason is on stderr.
+  const auto b = run_ratchet("doctor " + run / "rd" + " --exclude --job-nodes 1 --partition-nodes " + host);
+  EXPECT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("the exclusion bound is reached"), std::string::npos) << b.output;
 }
 
 // Without --run-dir the records go inside --ckpt-dir (the sbatch templates
@@ -66,6 +94,20 @@ TEST_F(WatchdogCli, UsageErrorsAndNoRecords) {
   EXPECT_NE(r.output.find("is not a directory"), std::string::npos) << r.output;
   r = run_ratchet("doctor");
   EXPECT_EQ(r.exit_code, 2) << r.output;
+  r = run_ratchet("doctor " + run.path + " --exclude");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--exclude needs --job-nodes"), std::string::npos) << r.output;
+  r = run_ratchet("doctor " + run.path + " --job-nodes 2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("go with --exclude"), std::string::npos) << r.output;
+  for (const char* bad : {"--straggler-threshold 1", "--straggler-windows 0",
+                          "--straggler-every -1", "--on-straggler retry"}) {
+    r = run_ratchet(tiny_train_args(4, 64, run.path, 2) + " " + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find(std::string(bad).substr(0, std::string(bad).find(' '))),
+              std::string::npos)
+        << r.output;
+  }
 }
 
 }  // namespace

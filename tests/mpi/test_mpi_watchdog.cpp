@@ -2,7 +2,8 @@
 // rank 1 freezes itself (SIGSTOP, as a hung node) after step 3; rank 0's
 // watchdog finds its collective in flight past the allowance, writes its
 // flight record and ends the job with exit 75; rank 1's last periodic record
-// is there too, and `ratchet doctor` names rank 1. And no false alarm: a data
+// is there too, and `ratchet doctor` names rank 1 (and `doctor --exclude`
+// records its node as the suspect). And no false alarm: a data
 // stall on every rank (2 s) and a slow save (1.5 s at each of its two
 // mid-write points) against --hang-timeout 1
 // run to the end.
@@ -65,6 +66,20 @@ TEST_F(MpiWatchdog, AStoppedRankEndsTheJobWithExit75AndDoctorNamesIt) {
               d.output.find("was frozen") != std::string::npos)
       << d.output;
   EXPECT_NE(d.output.find("rank 0 waited"), std::string::npos) << d.output;
+
+  // Before a requeue the wrapper asks which node to exclude: rank 1's is
+  // recorded as the hang's suspect (train/suspect_nodes.h).
+  const auto x = run_ratchet("doctor " + run / "rd" + " --exclude --job-nodes 1 --job-id 9");
+  EXPECT_EQ(x.exit_code, 0) << x.output;
+  std::ifstream sf(run / "rd/suspect_nodes.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(sf, line)) << x.output;
+  const auto s = ratchet::OrderedJson::parse(line, nullptr, false);
+  ASSERT_FALSE(s.is_discarded()) << line;
+  EXPECT_EQ(s["rank"], 1) << line;
+  EXPECT_EQ(s["cause"], "hang") << line;
+  EXPECT_EQ(s["node"], r1["host"]) << line;
+  EXPECT_FALSE(std::getline(sf, line)) << "only rank 1 is to blame: " << line;
 }
 
 TEST_F(MpiWatchdog, ADataStallAndASlowSaveAreNotHangs) {

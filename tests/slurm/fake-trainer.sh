@@ -9,6 +9,8 @@
 #   FAKE_DIE_ON_SIGNAL=1   on run 1, wait up to 100 s without handlers, so USR1 or
 #                          TERM kills it (a trainer still loading, before main()
 #                          installs its handlers); 0 on later runs
+#   FAKE_SUSPECT=1         on run 1, record its own node in D/suspect_nodes.jsonl
+#                          (as the trainer does for a straggler) and exit 75; 0 after
 set -u
 ckpt=""
 while [ $# -gt 0 ]; do
@@ -24,6 +26,17 @@ echo "$n" >"$ckpt/runs.$rank"
 say() { echo "fake-trainer rank $rank run $n: $*"; }
 say "start (SLURM_RESTART_COUNT=${SLURM_RESTART_COUNT:-unset} PMIX_RANK=${PMIX_RANK:-unset})"
 
+if [ "${FAKE_SUSPECT:-0}" = 1 ]; then
+  if [ "$n" -eq 1 ]; then
+    node=${SLURMD_NODENAME:-$(hostname)}
+    echo "{\"node\": \"$node\", \"rank\": $rank, \"cause\": \"straggler\", \"job_id\": \"${SLURM_JOB_ID:-}\", \"time\": $(date +%s), \"detail\": \"fake\"}" \
+      >>"$ckpt/suspect_nodes.jsonl"
+    say "recorded suspect node $node, exit 75 (requeue me)"
+    exit 75
+  fi
+  say "on $(hostname), done, exit 0"
+  exit 0
+fi
 if [ -n "${FAKE_EXIT:-}" ]; then
   say "exit $FAKE_EXIT"
   exit "$FAKE_EXIT"

@@ -17,6 +17,10 @@
 #                          time limit is forwarded, requeued (60-90 s)
 #   requeue.sh scancel     plain `scancel`: the trainer saves, no requeue
 #   requeue.sh multinode   train-multinode.sbatch, 2 ranks via srun --mpi=pmix
+#   requeue.sh exclude-bound  the trainer records its node as a suspect and exits
+#                          75; the real `ratchet doctor --exclude` (RATCHET_DOCTOR_BIN)
+#                          keeps it (one node in the partition, the job needs one),
+#                          says so, and the job is requeued and completes
 # shellcheck source-path=SCRIPTDIR source=common.sh
 . "$(dirname "$0")/common.sh"
 name=${1:?case}
@@ -130,6 +134,16 @@ case $name in
     expect_log "step: srun --mpi=pmix --kill-on-bad-exit=1 "
     expect_log "fake-trainer rank 1 run 1: start \(SLURM_RESTART_COUNT=unset PMIX_RANK=1\)"
     expect_log "fake-trainer rank 1 run 2: start \(SLURM_RESTART_COUNT=1 PMIX_RANK=1\)"
+    ;;
+  exclude-bound)
+    : "${RATCHET_BUILT_EXE:?run through ctest}"
+    id=$(submit "$SLURM_DIR/train.sbatch" FAKE_SUSPECT=1 RATCHET_DOCTOR_BIN="$RATCHET_BUILT_EXE")
+    wait_job "$id" 60 >/dev/null
+    expect_job "$id" COMPLETED 1 0:0
+    expect_log "recorded suspect node [^ ]+, exit 75"
+    expect_log "not excluding suspect node\(s\) [^ ]+: the partition has 1 node\(s\), 0 excluded already, and the job needs 1"
+    expect_log "requeued \(restart 1 of at most 10\)"
+    [ "$(job_field "$id" ExcNodeList)" = "(null)" ] || fail "ExcNodeList=$(job_field "$id" ExcNodeList), expected none"
     ;;
   *) fail "unknown case $name" ;;
 esac

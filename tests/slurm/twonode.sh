@@ -22,6 +22,11 @@
 #                          script and rank 0 (the checkpoint lock's holder):
 #                          the rerun on rnode2 takes the lock over from a
 #                          holder on another host once its heartbeat is stale
+#   twonode.sh exclude     train.sbatch on one node with the fake trainer, which
+#                          records its node as a suspect and exits 75: the
+#                          wrapper requeues with that node excluded (`scontrol
+#                          update ExcNodeList=` after the requeue, read back with
+#                          `scontrol show job`) and the rerun lands on the other
 #   twonode.sh no-namespaces  the two cases above, run without CAP_SYS_ADMIN
 #                          and as a non-root user, skip and say why
 # Every case exits 77 (CTest: skipped) with the reason when network namespaces
@@ -108,7 +113,7 @@ rnode2 10.77.0.12/24" ] || fail "srun -N2: expected rnode1/rnode2 on their own a
     log "ok"
     exit 0
     ;;
-  requeue | node-death | batch-host-death) ;;
+  requeue | node-death | batch-host-death | exclude) ;;
   *) fail "unknown case $name" ;;
 esac
 
@@ -126,9 +131,30 @@ export OMPI_MCA_mpi_yield_when_idle=1
 # Whatever happens, both nodes serve the next test again.
 extra_cleanup() {
   timeout 30 scontrol update nodename=rnode2 state=resume 2>/dev/null || true
-  if [ "$name" != requeue ]; then timeout 90 "$CLUSTER2" start >/dev/null || true; fi
+  if [ "$name" != requeue ] && [ "$name" != exclude ]; then timeout 90 "$CLUSTER2" start >/dev/null || true; fi
 }
 trap on_exit EXIT  # common.sh: a failed test cancels its job
+
+# ---- exclude: the suspect node is left out of the rerun (fake trainer) ---------
+if [ "$name" = exclude ]; then
+  ckpt=$TEST_DIR/ckpt
+  vars="ALL,RATCHET_BIN=$FAKE,RATCHET_DOCTOR_BIN=$exe,RATCHET_MODULES=,RATCHET_CKPT_DIR=$ckpt"
+  vars+=",RATCHET_CONFIG=$TEST_DIR/train.ini,RATCHET_SLURM_LIB=$SLURM_DIR/requeue-lib.sh,FAKE_SUSPECT=1"
+  id=$(timeout 60 sbatch --parsable -J twonode-exclude --nodes=1 --ntasks=1 -c1 -t5 \
+    --export="$vars" "$SLURM_DIR/train.sbatch") || fail "sbatch failed"
+  wait_job "$id" 120 >/dev/null
+  expect_job "$id" COMPLETED 1 0:0
+  bad=$(sed -n 's/.*recorded suspect node \([^ ,]*\), exit 75.*/\1/p' "$TEST_DIR"/*.out | head -n1)
+  [ -n "$bad" ] || fail "the fake trainer recorded no suspect node"
+  expect_log "excluding suspect node\(s\) $bad "
+  expect_log "the next run excludes node\(s\) $bad \(ExcNodeList was empty\)"
+  [ "$(job_field "$id" ExcNodeList)" = "$bad" ] || fail "ExcNodeList=$(job_field "$id" ExcNodeList), expected $bad"
+  second=$(sed -n 's/.*fake-trainer rank 0 run 2: on \([^ ,]*\), done.*/\1/p' "$TEST_DIR"/*.out | head -n1)
+  if [ -z "$second" ] || [ "$second" = "$bad" ]; then fail "the rerun ran on '$second', not on the node other than $bad"; fi
+  cat "$TEST_DIR"/*.out
+  log "ok: $bad excluded, the rerun ran on $second"
+  exit 0
+fi
 
 # ---- data and config ----------------------------------------------------------
 bible -f 'Gen1:1-Gen11:32' >gen.txt
