@@ -4,6 +4,8 @@
 // shapes, and the same bits on a second run. Skips without a device.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "moe_layer_cases.h"
 #include "skip_without_device.h"
 
@@ -45,6 +47,8 @@ TEST(CudaBackendGpuMoe, SameBitsEveryRun) {
     EXPECT_TRUE(same_bits(a.dw1, b.dw1));
     EXPECT_TRUE(same_bits(a.dw2, b.dw2));
     EXPECT_TRUE(same_bits(a.dw_route, b.dw_route));
+    EXPECT_EQ(a.aux_counts, b.aux_counts);
+    EXPECT_EQ(0, std::memcmp(a.aux_sums.data(), b.aux_sums.data(), a.aux_sums.size() * 8));
   }
 }
 

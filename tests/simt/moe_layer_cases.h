@@ -92,6 +92,8 @@ inline Inputs make_inputs(const MoeShape& s, size_t sb, uint64_t seed, int empty
 struct Outputs {
   std::vector<float> out, dx, dgate, dw1, dw2, dw_route;
   std::vector<int> idx, counts;
+  // aux_stats onto a prefill of 1 per expert: selection counts, probability sums.
+  std::vector<double> aux_counts, aux_sums;
 };
 
 inline Outputs run_cpu(const MoeShape& s, const Inputs& in) {
@@ -111,6 +113,10 @@ inline Outputs run_cpu(const MoeShape& s, const Inputs& in) {
                              o.dw1.data(), o.dw2.data(), o.dw_route.data());
   o.idx = cache.idx;
   o.counts = cache.dispatch.counts;
+  o.aux_counts.assign(s.E, 1.0);
+  o.aux_sums.assign(s.E, 1.0);
+  ratchet::moe::aux_stats(s, cache.probs.data(), cache.idx.data(), o.aux_counts.data(),
+                          o.aux_sums.data());
   return o;
 }
 
@@ -166,6 +172,19 @@ Outputs run_cuda(const MoeShape& s, const Inputs& in) {
     o.idx.resize((size_t)s.N * s.k);
     if (s.N) be.download_bytes(o.idx.data(), cache.idx.p, o.idx.size() * 4);
     o.counts = cache.counts;
+    o.aux_counts.assign(s.E, 1.0);
+    o.aux_sums.assign(s.E, 1.0);
+    void* dc = be.alloc(s.E * 8);
+    void* ds = be.alloc(s.E * 8);
+    be.upload_bytes(dc, o.aux_counts.data(), s.E * 8);
+    be.upload_bytes(ds, o.aux_sums.data(), s.E * 8);
+    ratchet::moe::aux_stats<T>(be, s, static_cast<const float*>(cache.probs.p),
+                               static_cast<const int*>(cache.idx.p), static_cast<double*>(dc),
+                               static_cast<double*>(ds));
+    be.download_bytes(o.aux_counts.data(), dc, s.E * 8);
+    be.download_bytes(o.aux_sums.data(), ds, s.E * 8);
+    be.release(dc);
+    be.release(ds);
   }
   return o;
 }
@@ -215,6 +234,11 @@ void compare_case(const Case& c) {
   expect_close("dw2", d.dw2, r.dw2, lim);
   // FP32 dot products of stored dout and y: y carries the storage's rounding.
   expect_close("dw_route", d.dw_route, r.dw_route, lim);
+  // Counts exactly; FP64 sums of FP32 probabilities (the same on both sides:
+  // exact logits, FP32 softmax) to 1e-6: the two softmaxes sum in other
+  // orders, a few FP32 ulp per probability.
+  EXPECT_EQ(d.aux_counts, r.aux_counts);
+  for (int e = 0; e < s.E; e++) EXPECT_NEAR(d.aux_sums[e], r.aux_sums[e], 1e-6 * r.aux_sums[e]);
   if (c.empty_expert >= 0) {
     ASSERT_EQ(d.counts[c.empty_expert], 0);
     // No call for it: its weight gradients keep their prefill bit for bit.

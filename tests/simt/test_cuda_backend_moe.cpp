@@ -4,6 +4,8 @@
 // shapes the cuda path cannot take refused by name.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <string>
 
 #include "core/error.h"
@@ -44,6 +46,8 @@ TEST(CudaBackendSimtMoe, SameBitsEveryRun) {
     EXPECT_TRUE(same_bits(a.dw1, b.dw1));
     EXPECT_TRUE(same_bits(a.dw2, b.dw2));
     EXPECT_TRUE(same_bits(a.dw_route, b.dw_route));
+    EXPECT_EQ(a.aux_counts, b.aux_counts);
+    EXPECT_EQ(0, std::memcmp(a.aux_sums.data(), b.aux_sums.data(), a.aux_sums.size() * 8));
   }
 }
 
