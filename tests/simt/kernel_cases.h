@@ -190,9 +190,15 @@ constexpr float kRmsEps = 1e-5f;
 
 inline double limit_for(DType d, double bf16_limit) { return d == DType::f32 ? kF32 : bf16_limit; }
 
+// The Mixture-of-Experts cases: moe_kernel_cases.h (included at the end).
+template <class R>
+void moe_case(R& r, const Case& c);
+inline std::vector<Case> moe_cases();
+
 // ---- the cases ------------------------------------------------------------------------------------
 template <class Mem, class T>
 struct Runner {
+  using Storage = T;
   Mem& mem;
   Cpu cpu;
   Rng rng{12345};
@@ -804,6 +810,7 @@ struct Runner {
     else if (c.op == "adamw") adamw(s[0], s[1]);
     else if (c.op == "global_norm") global_norm(s[0]);
     else if (c.op == "cast") cast(s[0]);
+    else if (c.op.rfind("moe_", 0) == 0) moe_case(*this, c);
     else rep.fail("unknown op " + c.op);
     std::string g = mem.check_guards();
     if (!g.empty()) rep.fail("out-of-bounds write: " + g);
@@ -879,6 +886,7 @@ inline std::vector<Case> all_cases() {
     for (auto& [op, shapes] : ops)
       for (auto& s : shapes) cases.push_back({op, s, d});
   for (int n : {1, 7, 1000, 4099}) cases.push_back({"cast", {n}, DType::bf16});
+  for (auto& c : moe_cases()) cases.push_back(c);
   return cases;
 }
 
@@ -895,3 +903,5 @@ Report run_case(Mem& mem, const Case& c) {
 }
 
 }  // namespace ratchet::testing::kcases
+
+#include "moe_kernel_cases.h"

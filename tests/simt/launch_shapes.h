@@ -16,6 +16,8 @@
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/layernorm.cuh"
+#include "kernels/moe_dispatch.cuh"
+#include "kernels/moe_router.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope.cuh"
 #include "kernels/softcap.cuh"
@@ -81,6 +83,16 @@ inline std::vector<LaunchRecord> dry_run_step(const Shape& s) {
   softcap_forward<T>(p, (size_t)BT * s.Vp, 30.0f, nullptr);
   fused_classifier<T>(p, f, ids, BT, s.Vp - 47, s.Vp, 1.0f / BT, nullptr);
   fused_classifier<T>(p, f, ids, BT, s.Vp - 47, s.Vp, 1.0f / BT, nullptr, 30.0f);
+  // Mixture-of-Experts at Qwen3-30B-A3B's routing (E 128, k 8) on every token.
+  const int E = 128, k = 8;
+  moe_router_forward<T>(f, ids, f, p, BT, E, k, true, nullptr);
+  moe_router_backward<T>(p, f, ids, f, f, f, BT, E, k, true, nullptr);
+  moe_aux_stats(fake<double>(), fake<double>(), f, ids, BT, E, k, nullptr);
+  moe_dispatch(ids, ids, ids, ids, f, ids, BT * k, E, nullptr);
+  moe_gather<T>(p, p, ids, BT * k, k, C, nullptr);
+  moe_gather_backward<T>(p, p, ids, BT, k, C, nullptr);
+  moe_combine<T>(p, f, p, ids, BT, k, C, nullptr);
+  moe_combine_backward<T>(p, f, p, f, p, ids, BT, k, C, nullptr);
   AdamWHyper h;
   adamw_update<T>(p, std::is_same<T, float>::value ? nullptr : f, p, f, f, s.params, h, 1,
                   nullptr);

@@ -146,6 +146,8 @@ class CudaBackend final : public Backend {
   long ranges_opened() const { return ranges_opened_; }    // range_push calls so far
 
   Matmul& matmul() { return mm_; }
+  // The stream every op is enqueued on (ops outside the class, e.g. cuda_moe.h, launch on it).
+  cudaStream_t stream() const { return stream_; }
   // Whether matmul_backward got its bias gradient from the GEMM epilogue
   // (BGRADB) the last time, or from the bias_grad kernel.
   bool last_dbias_by_epilogue() const { return last_dbias_epilogue_; }

@@ -1,0 +1,187 @@
+// The MoE router kernels (math, shapes and accumulation: moe_router.cuh).
+// Each warp owns a token row. The top-k loop follows the CPU's selection
+// (k passes, each taking the largest probability not yet taken, the lowest
+// index among equals), so the experts chosen and the order of w are the CPU's
+// whenever the probabilities are.
+#include "moe_router.cuh"
+
+namespace ratchet::kernels {
+
+// ==== kernels ====================================================================================
+
+constexpr int kRouterRowsPerBlock = 8;  // warps per 256-thread block, one row each
+
+template <class T>
+__global__ void moe_router_forward_kernel(float* probs, int* idx, float* w, const T* logits, int N,
+                                          int E, int k, bool norm) {
+  const int lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kRouterRowsPerBlock + threadIdx.x / 32;
+  if (n >= N) return;  // the whole warp: every warp collective below has all 32 lanes
+  const T* l = logits + (size_t)n * E;
+  float* p = probs + (size_t)n * E;
+  float mx = to_f32(l[0]);
+  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, to_f32(l[e]));
+  mx = warp_max(mx);
+  float sum = 0.0f;
+  for (int e = lane; e < E; e += 32) {
+    const float v = expf(to_f32(l[e]) - mx);
+    p[e] = v;
+    sum += v;
+  }
+  sum = warp_sum(sum);
+  const float inv = 1.0f / sum;
+  for (int e = lane; e < E; e += 32) p[e] *= inv;  // this lane's own entries: no barrier needed
+
+  int* ix = idx + (size_t)n * k;
+  float* wr = w + (size_t)n * k;
+  unsigned taken = 0;  // bit t: expert lane + 32 t is chosen
+  float wsum = 0.0f;
+  for (int j = 0; j < k; j++) {
+    // The lane's best among its free experts (ascending e: strict '>' keeps the lowest)...
+    float bp = -1.0f;  // below every probability: a lane with no free expert never wins
+    int be = 0x7fffffff;
+    for (int t = 0, e = lane; e < E; t++, e += 32)
+      if (!(taken >> t & 1u) && p[e] > bp) {
+        bp = p[e];
+        be = e;
+      }
+    // ...then the warp's: (prob desc, index asc) is a total order, so every
+    // lane ends with the same winner whatever the butterfly's pairing.
+    for (int off = 16; off > 0; off >>= 1) {
+      const float op = __shfl_xor_sync(0xffffffffu, bp, off);
+      const int oe = __shfl_xor_sync(0xffffffffu, be, off);
+      if (op > bp || (op == bp && oe < be)) {
+        bp = op;
+        be = oe;
+      }
+    }
+    if (be % 32 == lane) taken |= 1u << (be / 32);
+    wsum += bp;  // slot order, as the CPU
+    if (lane == 0) {
+      ix[j] = be;
+      wr[j] = bp;
+    }
+  }
+  if (norm && lane == 0)
+    for (int j = 0; j < k; j++) wr[j] /= wsum;
+}
+
+// dprob of expert e (moe_router.cuh): the aux term plus its slot's term, if selected.
+__device__ __forceinline__ float router_dprob(int e, const int* ix, const float* dwr, int k,
+                                              bool norm, float dot, float S, const float* aux) {
+  float d = aux ? aux[e] : 0.0f;
+  for (int j = 0; j < k; j++)
+    if (ix[j] == e) d += norm ? (dwr[j] - dot) / S : dwr[j];
+  return d;
+}
+
+template <class T>
+__global__ void moe_router_backward_kernel(T* dlogits, const float* probs, const int* idx,
+                                           const float* w, const float* dw, const float* aux,
+                                           int N, int E, int k, bool norm) {
+  const int lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kRouterRowsPerBlock + threadIdx.x / 32;
+  if (n >= N) return;
+  const float* p = probs + (size_t)n * E;
+  const int* ix = idx + (size_t)n * k;
+  const float* wr = w + (size_t)n * k;
+  const float* dwr = dw + (size_t)n * k;
+  float S = 0.0f, dot = 0.0f;  // every lane the same, in slot order
+  if (norm)
+    for (int j = 0; j < k; j++) {
+      S += p[ix[j]];
+      dot += dwr[j] * wr[j];
+    }
+  float pd = 0.0f;  // sum_e p_e dprob_e
+  for (int e = lane; e < E; e += 32) pd += p[e] * router_dprob(e, ix, dwr, k, norm, dot, S, aux);
+  pd = warp_sum(pd);
+  T* dl = dlogits + (size_t)n * E;
+  for (int e = lane; e < E; e += 32)
+    dl[e] = from_f32<T>(p[e] * (router_dprob(e, ix, dwr, k, norm, dot, S, aux) - pd));
+}
+
+constexpr int kStatsWarps = 16;
+
+__global__ void moe_aux_stats_kernel(double* counts, double* prob_sums, const float* probs,
+                                     const int* idx, int N, int E, int k) {
+  __shared__ double psum[kStatsWarps][32];
+  __shared__ int pcount[kStatsWarps][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int e = blockIdx.x * 32 + lane;
+  double s = 0.0;
+  int c = 0;
+  if (e < E)
+    for (int n = warp; n < N; n += kStatsWarps) {
+      s += probs[(size_t)n * E + e];
+      for (int j = 0; j < k; j++) c += idx[(size_t)n * k + j] == e;
+    }
+  psum[warp][lane] = s;
+  pcount[warp][lane] = c;
+  __syncthreads();
+  if (warp != 0 || e >= E) return;
+  double t = 0.0;
+  int tc = 0;
+  for (int r = 0; r < kStatsWarps; r++) {
+    t += psum[r][lane];
+    tc += pcount[r][lane];
+  }
+  prob_sums[e] += t;
+  counts[e] += tc;
+}
+
+// ==== launchers ==================================================================================
+
+namespace {
+void check_router_shape(const char* what, int N, int E, int k) {
+  RATCHET_REQUIRE(N >= 0, what);
+  RATCHET_REQUIRE(E >= 1 && E <= kMoeMaxExperts, what);
+  RATCHET_REQUIRE(k >= 1 && k <= E, what);
+}
+}  // namespace
+
+template <class T>
+void moe_router_forward(float* probs, int* idx, float* w, const T* logits, int N, int E, int k,
+                        bool norm_topk_prob, cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("moe_router_forward");
+  check_router_shape("moe_router_forward: N >= 0, 1 <= E <= 1024, 1 <= k <= E", N, E, k);
+  if (N == 0) return;
+  RATCHET_LAUNCH((moe_router_forward_kernel<T>), (unsigned)ceil_div(N, kRouterRowsPerBlock),
+                 32 * kRouterRowsPerBlock, 0, stream, probs, idx, w, logits, N, E, k,
+                 norm_topk_prob);
+  RATCHET_CHECK_LAUNCH();
+}
+
+template <class T>
+void moe_router_backward(T* dlogits, const float* probs, const int* idx, const float* w,
+                         const float* dw, const float* aux_dprob, int N, int E, int k,
+                         bool norm_topk_prob, cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("moe_router_backward");
+  check_router_shape("moe_router_backward: N >= 0, 1 <= E <= 1024, 1 <= k <= E", N, E, k);
+  if (N == 0) return;
+  RATCHET_LAUNCH((moe_router_backward_kernel<T>), (unsigned)ceil_div(N, kRouterRowsPerBlock),
+                 32 * kRouterRowsPerBlock, 0, stream, dlogits, probs, idx, w, dw, aux_dprob, N, E,
+                 k, norm_topk_prob);
+  RATCHET_CHECK_LAUNCH();
+}
+
+void moe_aux_stats(double* counts, double* prob_sums, const float* probs, const int* idx, int N,
+                   int E, int k, cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("moe_aux_stats");
+  RATCHET_REQUIRE(N >= 0 && E >= 1 && k >= 1 && k <= E,
+                  "moe_aux_stats: N >= 0, E >= 1, 1 <= k <= E");
+  if (N == 0) return;
+  RATCHET_LAUNCH(moe_aux_stats_kernel, (unsigned)ceil_div(E, 32), 32 * kStatsWarps, 0, stream,
+                 counts, prob_sums, probs, idx, N, E, k);
+  RATCHET_CHECK_LAUNCH();
+}
+
+#define RATCHET_INSTANTIATE(T)                                                                   \
+  template void moe_router_forward<T>(float*, int*, float*, const T*, int, int, int, bool,       \
+                                      cudaStream_t);                                             \
+  template void moe_router_backward<T>(T*, const float*, const int*, const float*, const float*, \
+                                       const float*, int, int, int, bool, cudaStream_t);
+RATCHET_INSTANTIATE(float)
+RATCHET_INSTANTIATE(bf16)
+#undef RATCHET_INSTANTIATE
+
+}  // namespace ratchet::kernels

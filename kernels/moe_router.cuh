@@ -1,0 +1,46 @@
+// Mixture-of-Experts router: FP32 softmax over all E experts, deterministic
+// top-k with optional renormalisation, its backward, and the load-balancing
+// loss's statistics. The CUDA side of src/moe/moe_router.cpp and
+// moe_aux_loss.cpp (the math and its sources: src/moe/moe_ops.h).
+//
+// N tokens, E experts (1 <= E <= kMoeMaxExperts), k per token (1 <= k <= E):
+//   forward   probs (N,E) = softmax(logits) in FP32
+//             idx (N,k)   = the k largest probs, descending; among equal
+//                           probabilities the lower expert index comes first
+//             w (N,k)     = probs[idx], divided by their sum (in slot order)
+//                           when norm_topk_prob
+//             logits (N,E) storage T; probs, w FP32; idx int      all overwritten
+//   backward  dprob[e] = aux_dprob[e] (or 0) + (selected e = idx[j]):
+//                          norm: (dw_j - sum_l dw_l w_l) / sum_l probs[idx_l]
+//                          else: dw_j
+//             dlogits[e] = p_e (dprob_e - sum_f p_f dprob_f)
+//             dlogits (N,E) storage T, overwritten; dw (N,k), aux_dprob (E) FP32
+//   stats     counts (E)    += number of (n, j) with idx[n,j] == e
+//             prob_sums (E) += sum_n probs[n,e]                  both FP64, ACCUMULATE
+// One warp per token row (lane l owns experts l, l+32, ...); every sum has a
+// fixed order (lane partials, then a butterfly), so each run gives the same
+// bits. Top-k compares (prob, -index) pairs, a total order, so the choice
+// does not depend on the reduction order at all and equals the CPU's.
+#pragma once
+#include "common.cuh"
+
+namespace ratchet::kernels {
+
+// A lane keeps one bit per expert it owns (which are taken): 32 lanes x 32.
+constexpr int kMoeMaxExperts = 1024;
+
+template <class T>
+void moe_router_forward(float* probs, int* idx, float* w, const T* logits, int N, int E, int k,
+                        bool norm_topk_prob, cudaStream_t stream);
+
+template <class T>
+void moe_router_backward(T* dlogits, const float* probs, const int* idx, const float* w,
+                         const float* dw, const float* aux_dprob, int N, int E, int k,
+                         bool norm_topk_prob, cudaStream_t stream);
+
+// Column e: warp r of a block sums rows r, r+16, ... in order, then the 16
+// partials are added in warp order: the bits depend on N and E only.
+void moe_aux_stats(double* counts, double* prob_sums, const float* probs, const int* idx, int N,
+                   int E, int k, cudaStream_t stream);
+
+}  // namespace ratchet::kernels

@@ -1,0 +1,181 @@
+// The MoE layer on the cuda backend (cuda_moe.h; math in src/moe/moe_ops.h).
+#include "backend/cuda/cuda_moe.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "core/error.h"
+#include "kernels/moe_dispatch.cuh"
+#include "kernels/moe_router.cuh"
+
+namespace ratchet::moe {
+
+using kernels::bf16;
+
+CudaMoeCache::~CudaMoeCache() {
+  if (!be_) return;
+  for (Buf* b : {&logits, &probs, &w, &idx, &counts_dev, &offsets_dev, &row_of, &slot_of,
+                 &dispatch_scratch, &xp, &h, &a, &y, &dy, &dxp, &dw, &dlogits, &da, &dh})
+    if (b->p) be_->release(b->p);
+}
+
+void* CudaMoeCache::need(Backend& be, Buf& b, size_t bytes) const {
+  if (be_ && be_ != &be)
+    fail("MoE (cuda): a CudaMoeCache is used with two backends; keep one cache per backend");
+  be_ = &be;
+  bytes = std::max<size_t>(bytes, 16);  // never a null buffer, even for N = 0
+  if (bytes > b.bytes) {
+    if (b.p) be.release(b.p);
+    b.p = be.alloc(bytes);
+    b.bytes = bytes;
+  }
+  return b.p;
+}
+
+void check_cuda_shape(const MoeShape& s, size_t storage_bytes) {
+  check_shape(s);
+  const int pack = (int)(16 / storage_bytes);
+  if (s.C % pack != 0 || s.I % pack != 0)
+    fail("MoE layer (cuda, ", storage_bytes == 2 ? "bf16" : "f32", " storage): channels ", s.C,
+         " and moe_intermediate_size ", s.I, " must be multiples of ", pack,
+         " (each expert's rows of the packed buffers start 16-byte aligned for cuBLASLt); "
+         "use --device cpu for this shape");
+  if (s.E > kernels::kMoeMaxExperts)
+    fail("MoE layer (cuda): num_experts is ", s.E, "; the cuda router takes at most ",
+         kernels::kMoeMaxExperts, " experts; use --device cpu");
+  if ((long long)s.N * s.k > INT_MAX)
+    fail("MoE layer (cuda): ", s.N, " tokens x top-k ", s.k,
+         " slots exceed 2^31 - 1; use a smaller batch");
+}
+
+namespace {
+template <class T>
+T* at(cdptr p, size_t elems) {
+  return static_cast<T*>(const_cast<void*>(p)) + elems;
+}
+}  // namespace
+
+template <class T>
+void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gate, cdptr w1,
+                 cdptr w2, dptr out, CudaMoeCache& c) {
+  check_cuda_shape(s, sizeof(T));
+  const int N = s.N, C = s.C, E = s.E, k = s.k, I = s.I, slots = N * k;
+  const size_t NE = (size_t)N * E, Nk = (size_t)slots, tb = sizeof(T);
+  cudaStream_t st = be.stream();
+  c.shape = s;
+  T* logits = static_cast<T*>(c.need(be, c.logits, NE * tb));
+  float* probs = static_cast<float*>(c.need(be, c.probs, NE * 4));
+  float* w = static_cast<float*>(c.need(be, c.w, Nk * 4));
+  int* idx = static_cast<int*>(c.need(be, c.idx, Nk * 4));
+  int* counts = static_cast<int*>(c.need(be, c.counts_dev, (size_t)(E + 1) * 4));
+  int* offsets = static_cast<int*>(c.need(be, c.offsets_dev, (size_t)(E + 1) * 4));
+  int* row_of = static_cast<int*>(c.need(be, c.row_of, Nk * 4));
+  int* slot_of = static_cast<int*>(c.need(be, c.slot_of, Nk * 4));
+  void* dscratch = c.need(be, c.dispatch_scratch, kernels::moe_dispatch_scratch_bytes(slots, E));
+  T* xp = static_cast<T*>(c.need(be, c.xp, Nk * C * tb));
+  T* h = static_cast<T*>(c.need(be, c.h, Nk * 2 * I * tb));
+  T* a = static_cast<T*>(c.need(be, c.a, Nk * I * tb));
+  T* y = static_cast<T*>(c.need(be, c.y, Nk * C * tb));
+  c.counts.assign(E, 0);
+  c.offsets.assign(E + 1, 0);
+  if (N == 0) return;
+
+  be.matmul_forward(logits, nullptr, x, gate, nullptr, N, C, E);
+  kernels::moe_router_forward<T>(probs, idx, w, logits, N, E, k, s.norm_topk_prob, st);
+  kernels::moe_dispatch(counts, offsets, row_of, slot_of, dscratch, idx, slots, E, st);
+  // The per-expert GEMM loop needs the rows per expert on the host.
+  std::vector<int> host(2 * (E + 1));
+  be.download_bytes(host.data(), counts, (size_t)(E + 1) * 4);
+  be.download_bytes(host.data() + E + 1, offsets, (size_t)(E + 1) * 4);
+  if (host[E] != 0)  // the router never writes one: a bug, not an input error
+    fail("MoE dispatch (cuda): ", host[E], " of ", slots,
+         " slots route to an expert outside [0, ", E, ")");
+  std::copy(host.begin(), host.begin() + E, c.counts.begin());
+  std::copy(host.begin() + E + 1, host.end(), c.offsets.begin());
+  kernels::moe_gather<T>(xp, static_cast<const T*>(x), slot_of, slots, k, C, st);
+  for (int e = 0; e < E; e++) {
+    const int rows = c.counts[e];
+    if (rows == 0) continue;  // no tokens: no call
+    const size_t r0 = c.offsets[e];
+    T* he = h + r0 * 2 * I;
+    T* ae = a + r0 * I;
+    be.matmul_forward(he, nullptr, xp + r0 * C, at<T>(w1, (size_t)e * 2 * I * C), nullptr, rows,
+                      C, 2 * I);
+    be.swiglu_forward(ae, he, rows, I);
+    be.matmul_forward(y + r0 * C, nullptr, ae, at<T>(w2, (size_t)e * C * I), nullptr, rows, I, C);
+  }
+  kernels::moe_combine<T>(static_cast<T*>(out), w, y, row_of, N, k, C, st);
+}
+
+template <class T>
+void moe_backward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gate, cdptr w1,
+                  cdptr w2, cdptr dout, const CudaMoeCache& c, const float* aux_dprob, dptr dx,
+                  dptr dgate, dptr dw1, dptr dw2, float* dw_route) {
+  check_cuda_shape(s, sizeof(T));
+  const MoeShape& f = c.shape;
+  if (f.N != s.N || f.C != s.C || f.E != s.E || f.k != s.k || f.I != s.I ||
+      f.norm_topk_prob != s.norm_topk_prob)
+    fail("MoE backward (cuda): the cache holds a forward of another shape (N ", f.N, ", C ", f.C,
+         ", E ", f.E, ", k ", f.k, ", I ", f.I, "; this call N ", s.N, ", C ", s.C, ", E ", s.E,
+         ", k ", s.k, ", I ", s.I, "): run moe_forward with this shape first");
+  const int N = s.N, C = s.C, E = s.E, k = s.k, I = s.I, slots = N * k;
+  const size_t Nk = (size_t)slots, tb = sizeof(T);
+  if (N == 0) return;
+  cudaStream_t st = be.stream();
+  int most = 0;
+  for (int e = 0; e < E; e++) most = std::max(most, c.counts[e]);
+  T* dy = static_cast<T*>(c.need(be, c.dy, Nk * C * tb));
+  T* dxp = static_cast<T*>(c.need(be, c.dxp, Nk * C * tb));
+  float* dw = static_cast<float*>(c.need(be, c.dw, Nk * 4));
+  T* dlogits = static_cast<T*>(c.need(be, c.dlogits, (size_t)N * E * tb));
+  T* da = static_cast<T*>(c.need(be, c.da, (size_t)most * I * tb));
+  T* dh = static_cast<T*>(c.need(be, c.dh, (size_t)most * 2 * I * tb));
+  const T* xp = static_cast<const T*>(c.xp.p);
+  const T* h = static_cast<const T*>(c.h.p);
+  const T* a = static_cast<const T*>(c.a.p);
+  const int* row_of = static_cast<const int*>(c.row_of.p);
+  const float* probs = static_cast<const float*>(c.probs.p);
+  const float* w = static_cast<const float*>(c.w.p);
+  const int* idx = static_cast<const int*>(c.idx.p);
+
+  kernels::moe_combine_backward<T>(dy, dw, static_cast<const T*>(dout), w,
+                                   static_cast<const T*>(c.y.p), row_of, N, k, C, st);
+  if (dw_route) be.copy(dw_route, dw, Nk * 4);
+  for (int e = 0; e < E; e++) {
+    const int rows = c.counts[e];
+    if (rows == 0) continue;  // no tokens: no gradient added
+    const size_t r0 = c.offsets[e];
+    be.matmul_backward(da, at<T>(dw2, (size_t)e * C * I), nullptr, dy + r0 * C, a + r0 * I,
+                       at<T>(w2, (size_t)e * C * I), rows, I, C);
+    be.swiglu_backward(dh, h + r0 * 2 * I, da, rows, I);
+    be.matmul_backward(dxp + r0 * C, at<T>(dw1, (size_t)e * 2 * I * C), nullptr, dh, xp + r0 * C,
+                       at<T>(w1, (size_t)e * 2 * I * C), rows, C, 2 * I);
+  }
+  kernels::moe_router_backward<T>(dlogits, probs, idx, w, dw, aux_dprob, N, E, k,
+                                  s.norm_topk_prob, st);
+  // The router's dx overwrites dx, then the experts' rows are added per token
+  // in slot order (the CPU's order).
+  be.matmul_backward(dx, dgate, nullptr, dlogits, x, gate, N, C, E);
+  kernels::moe_gather_backward<T>(static_cast<T*>(dx), dxp, row_of, N, k, C, st);
+}
+
+template <class T>
+void aux_stats(cuda::CudaBackend<T>& be, const MoeShape& s, const float* probs, const int* idx,
+               double* counts, double* prob_sums) {
+  check_shape(s);
+  kernels::moe_aux_stats(counts, prob_sums, probs, idx, s.N, s.E, s.k, be.stream());
+}
+
+#define RATCHET_INSTANTIATE(T)                                                                   \
+  template void moe_forward<T>(cuda::CudaBackend<T>&, const MoeShape&, cdptr, cdptr, cdptr,      \
+                               cdptr, dptr, CudaMoeCache&);                                      \
+  template void moe_backward<T>(cuda::CudaBackend<T>&, const MoeShape&, cdptr, cdptr, cdptr,     \
+                                cdptr, cdptr, const CudaMoeCache&, const float*, dptr, dptr,     \
+                                dptr, dptr, float*);                                             \
+  template void aux_stats<T>(cuda::CudaBackend<T>&, const MoeShape&, const float*, const int*,   \
+                             double*, double*);
+RATCHET_INSTANTIATE(float)
+RATCHET_INSTANTIATE(bf16)
+#undef RATCHET_INSTANTIATE
+
+}  // namespace ratchet::moe

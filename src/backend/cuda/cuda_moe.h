@@ -1,0 +1,103 @@
+// The Mixture-of-Experts layer on the cuda backend: the CUDA counterpart of
+// src/moe/moe_ops.h's moe_forward / moe_backward / aux_stats (same math,
+// same buffer shapes, same accumulation: see the top comment there), so that
+// the model calls one overload per backend. FP32 or BF16 storage (T of the
+// CudaBackend); probabilities, routing weights and their gradients are FP32
+// whatever T is (the router's softmax is FP32, as in transformers).
+//
+// Steps, forward: the gate GEMM (backend matmul) -> kernels/moe_router.cuh
+// (softmax, top-k) -> kernels/moe_dispatch.cuh (histogram, stable
+// permutation, gather) -> per expert with rows: GEMM, SwiGLU kernel, GEMM ->
+// combine. Backward: combine' -> per expert GEMMs and SwiGLU' -> router' ->
+// the gate's GEMMs (dx overwritten) -> gather' adds the experts' rows into dx.
+//
+// Expert GEMMs: one cuBLASLt call per expert that has rows, through the
+// backend's matmul (its CPU stand-in under simt); experts with no rows are
+// skipped (no call, no gradient). The host needs the rows per expert for
+// that loop, so the forward copies the (E+1) counts and offsets to the host
+// once (a stream synchronisation) and the backward reuses them.
+// cuBLASLt's grouped matmul (cublasLtMatmul with grouped matrix layouts,
+// CUDA 13.1 and later) would take all experts in one call without the
+// copy; the issue reports that groups of size zero (an expert with no
+// tokens) are mishandled before cuBLAS 13.3. This build's toolkit is CUDA
+// 13.0 (nvcc V13.0.88, checked with nvcc --version), which has no grouped
+// matmul, so the per-expert loop is the only path for now.
+//
+// Requirements (refused with a message naming the value): C and I multiples
+// of 16 / sizeof(T) (each expert's slice of the packed (N*k, C), (N*k, 2I)
+// and (N*k, I) buffers must start 16-byte aligned for cuBLASLt), E <= 1024
+// (the router keeps a bitmask of 32 experts per lane), N*k < 2^31.
+//
+// Pointers: x, gate, w1, w2, out, dout, dx, dgate, dw1, dw2 are device
+// tensors in storage T (dptr/cdptr, as Backend ops); aux_dprob (E) and
+// dw_route (N*k) are device FP32; aux_stats' counts and prob_sums (E) are
+// device FP64. The cache's buffers come from the backend's alloc() and are
+// released by the cache's destructor: the backend must outlive the cache.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "moe/moe_ops.h"
+
+namespace ratchet::moe {
+
+// What the CUDA forward keeps for the backward (device memory unless noted),
+// and the backward's scratch. Sized by the first call and grown when a later
+// call needs more.
+class CudaMoeCache {
+ public:
+  CudaMoeCache() = default;
+  ~CudaMoeCache();
+  CudaMoeCache(const CudaMoeCache&) = delete;
+  CudaMoeCache& operator=(const CudaMoeCache&) = delete;
+
+  // One device buffer: grown (released and allocated again) when too small.
+  struct Buf {
+    void* p = nullptr;
+    size_t bytes = 0;
+  };
+  // const: the backward grows its (mutable) scratch through a const cache.
+  void* need(Backend& be, Buf& b, size_t bytes) const;
+
+  MoeShape shape;                  // of the last forward
+  Buf logits;                      // (N,E) T
+  Buf probs, w;                    // (N,E) (N,k) FP32
+  Buf idx;                         // (N,k) int
+  Buf counts_dev, offsets_dev;     // (E+1) (E+1) int; counts[E]: out-of-range slots
+  Buf row_of, slot_of;             // (N*k) int
+  Buf dispatch_scratch;            // kernels::moe_dispatch_scratch_bytes
+  Buf xp, h, a, y;                 // (N*k,C) (N*k,2I) (N*k,I) (N*k,C) T
+  std::vector<int> counts;         // host (E): rows per expert
+  std::vector<int> offsets;        // host (E+1): first packed row of each expert
+  // Backward scratch (mutable: moe_backward takes the cache const, as the CPU's).
+  mutable Buf dy, dxp, dw, dlogits, da, dh;
+
+ private:
+  mutable Backend* be_ = nullptr;  // the backend the buffers came from
+};
+
+// Throws Error naming the value when the cuda path cannot take s (the
+// requirements above), after check_shape(s). storage_bytes: sizeof(T).
+void check_cuda_shape(const MoeShape& s, size_t storage_bytes);
+
+// out (N,C) overwritten.
+template <class T>
+void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gate, cdptr w1,
+                 cdptr w2, dptr out, CudaMoeCache& cache);
+
+// dx (N,C) overwritten; dgate, dw1, dw2 accumulated; aux_dprob (E, device
+// FP32) or null; dw_route (N*k, device FP32) or null: the routing weights'
+// gradient (tests).
+template <class T>
+void moe_backward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gate, cdptr w1,
+                  cdptr w2, cdptr dout, const CudaMoeCache& cache, const float* aux_dprob,
+                  dptr dx, dptr dgate, dptr dw1, dptr dw2, float* dw_route = nullptr);
+
+// counts (E) += top-k selections per expert, prob_sums (E) += column sums of
+// probs (N,E): device FP64 (kernels/moe_router.cuh, fixed summation order).
+template <class T>
+void aux_stats(cuda::CudaBackend<T>& be, const MoeShape& s, const float* probs, const int* idx,
+               double* counts, double* prob_sums);
+
+}  // namespace ratchet::moe
