@@ -214,7 +214,7 @@ void CheckpointWriter::save(const TrainState& s, const char* why) {
   meta.model = s.model.config();
   meta.identity = s.identity;
   meta.settings = s.settings;
-  s.ledger.record_time_and_write(step);
+  s.ledger.checkpoint_at(step);  // the steps after it are lost progress if it is resumed
   meta.counters = s.ledger.get().to_map();
   meta.counters["early_stop.bad_evals"] = s.early.bad_evals;
 
