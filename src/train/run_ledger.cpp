@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -160,7 +161,26 @@ void RunLedger::account_gap(Ledger& l) const {
     l.part(Cause::LostProgress) += (held - hang) * l.devices;
     gap_from = abort_unix;
   }
-  l.part(Cause::RequeueGap) += (start_unix - gap_from) * l.devices;
+  // Slurm 23.02 and later say when this job (this run of a requeued job)
+  // started. One that started after the last attempt ended is this
+  // attempt's allocation: the time from it to this process (prolog, the job
+  // script's lines, srun's launch) is billed start-up, not gap. Without it,
+  // or one that started earlier (a sweep's trials in a longer allocation),
+  // the whole interval is the gap.
+  double gap_to = start_unix;
+  if (const char* env = std::getenv("SLURM_JOB_START_TIME")) {
+    char* end = nullptr;
+    const double job_start = std::strtod(env, &end);
+    if (end != env && *end == '\0' && job_start > gap_from && job_start < start_unix) {
+      const double pre = start_unix - job_start;
+      l.wall_seconds += pre;
+      l.device_seconds += pre * l_.devices;
+      l.cost = l.device_hours() * l.price_per_device_hour;
+      l.part(Cause::Startup) += pre * l_.devices;
+      gap_to = job_start;
+    }
+  }
+  l.part(Cause::RequeueGap) += (gap_to - gap_from) * l.devices;
 }
 
 double RunLedger::merge_after_resume(const std::map<std::string, double>& ckpt_counters,

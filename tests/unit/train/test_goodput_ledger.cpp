@@ -5,6 +5,7 @@
 // still read, with an estimated one.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -155,6 +156,34 @@ TEST(GoodputLedger, WithoutACheckpointEveryStepIsLost) {
   ASSERT_TRUE(b.keep_unsaved_attempts());
   EXPECT_DOUBLE_EQ(part(b.get(), Cause::LostProgress), 3);
   EXPECT_DOUBLE_EQ(part(b.get(), Cause::Productive), 0);
+}
+
+// Under Slurm 23.02+ (SLURM_JOB_START_TIME): the job's run started after the
+// last attempt ended, so the time from it to this process is billed
+// start-up, and the gap ends at it. A job start before the last write (a
+// sweep's trials in one allocation) changes nothing.
+TEST(GoodputLedger, SlurmsJobStartSplitsTheGapFromTheStartUp) {
+  for (const double job_ago : {30.0, 500.0}) {
+    TempDir d;
+    Ledger l;
+    l.devices = 2;
+    l.last_write_unix = unix_now_s() - 100;
+    ASSERT_TRUE(l.write_json(d / "ledger.json"));
+    ::setenv("SLURM_JOB_START_TIME", std::to_string((long long)(unix_now_s() - job_ago)).c_str(), 1);
+    RunLedger b(d / "ledger.json", 1.0, 4);
+    b.start_attempt();
+    ::unsetenv("SLURM_JOB_START_TIME");
+    const Ledger after = *Ledger::read_json(d / "ledger.json");
+    // 1.5 s: the job start is whole seconds (1 s) plus the test's run time.
+    if (job_ago == 30) {
+      EXPECT_NEAR(part(after, Cause::RequeueGap), 70 * 2, 1.5 * 2);
+      EXPECT_NEAR(part(after, Cause::Startup), 30 * 4, 1.5 * 4);  // at this attempt's devices
+      EXPECT_NEAR(after.device_seconds, 30 * 4, 1.5 * 4);
+    } else {
+      EXPECT_NEAR(part(after, Cause::RequeueGap), 100 * 2, 0.5 * 2);
+      EXPECT_EQ(part(after, Cause::Startup), 0);
+    }
+  }
 }
 
 // A finished (or failed) attempt rerun later is a new decision, not a
