@@ -1,6 +1,7 @@
 #include "train/run_ledger.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -17,7 +18,10 @@ namespace {
 const double kProcessStart = now_s();  // static initialisation: before main()
 }  // namespace
 
-double process_start_s() { return kProcessStart; }
+double attempt_start_s() {
+  static std::atomic<bool> first{true};
+  return first.exchange(false) ? kProcessStart : now_s();
+}
 
 double unix_now_s() {
   using namespace std::chrono;

@@ -20,9 +20,11 @@
 
 namespace ratchet {
 
-// When this process started, on now_s()'s clock (taken as the program's
-// static objects are built, before MPI_Init).
-double process_start_s();
+// When this attempt started, on now_s()'s clock: for the first call in a
+// process, the process start (taken as the program's static objects are
+// built, before MPI_Init); for a later one (a second run in one process, as
+// tests do), now.
+double attempt_start_s();
 // Unix seconds now.
 double unix_now_s();
 // The productive device-seconds of the steps a resume from `ckpt_step`
@@ -42,7 +44,7 @@ class RunLedger {
  public:
   // path: ledger.json ("" on ranks other than 0, or without --run-dir/--ckpt-dir).
   // attempt_start_s: when this attempt began on now_s()'s clock (the trainer
-  // passes the process start, process_start_s()).
+  // passes the process start, attempt_start_s()).
   RunLedger(std::string path, double price_per_device_hour, int devices,
             double attempt_start_s = now_s());
 
