@@ -39,6 +39,9 @@ const char* kExamples = R"(examples:
   # what model and how many tokens for $500 of A100 time? (nearest dN preset)
   ratchet plan --budget-money 500 --device a100 --price-per-device-hour 1.8 --seq-len 1024
 
+  # the cost at the goodput a run measured (its ledger's breakdown by cause)
+  ratchet plan --model d12 --device h100 --goodput-from runs/d12
+
   # the same flags as a training run, from its INI file (unknown keys are ignored)
   ratchet plan --config run.ini --json
 
@@ -63,6 +66,7 @@ struct Flags {
   bool untied = false;
   bool json = false;
   std::string reshard = "on";
+  std::string goodput_from;
 };
 
 po::options_description make_options(plan::PlanInputs& in, Flags& f) {
@@ -147,7 +151,10 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
     ("save-seconds", po::value(&in.save_seconds),
      "seconds to save a checkpoint (default: 12 bytes/parameter at 1 GB/s)")
     ("restart-seconds", po::value(&in.restart_seconds),
-     "seconds from restart to the first step after a preemption (default: the save time)");
+     "seconds from restart to the first step after a preemption (default: the save time)")
+    ("goodput-from", po::value(&f.goodput_from),
+     "RUN_DIR of a run that ran: its ledger's measured goodput (productive share of the "
+     "device-seconds) gives one more cost estimate (docs/resilience.md)");
 
   po::options_description budget("budget (at most one; decides the tokens)");
   budget.add_options()
@@ -246,6 +253,7 @@ int cmd_plan(int argc, char** argv) {
   }
   po::notify(vm);
   check_plan_values(vm, in, f);
+  if (vm.count("goodput-from")) in.measured = plan::read_measured_goodput(f.goodput_from);
 
   // Budgets without --model choose the model.
   in.model_given = vm["model"].defaulted() == false || vm.count("layers") ||

@@ -13,6 +13,7 @@
 #include "cli/options_util.h"
 #include "core/error.h"
 #include "report/cost_per_point.h"
+#include "report/goodput_report.h"
 #include "report/metric_plots.h"
 #include "report/objective.h"
 #include "report/report.h"
@@ -167,6 +168,12 @@ int cmd_report(int argc, char** argv) {
   const std::string ledger_path = (fs::path(run_dir) / "ledger.json").string();
   const bool has_ledger = fs::exists(ledger_path);
   const OrderedJson ledger = has_ledger ? report::read_ledger(ledger_path) : OrderedJson();
+  // Goodput by cause (train/ledger.h), for a trainer's ledger that has spent
+  // anything; an older one gets its breakdown estimated.
+  std::optional<Breakdown> goodput;
+  if (has_ledger)
+    if (const std::optional<Ledger> l = Ledger::from_json(nlohmann::json::parse(ledger.dump())); l && l->device_seconds > 0)
+      goodput = l->breakdown();
 
   // Cost per point of the objective (issue 31).
   if (objective_name.empty()) {
@@ -202,7 +209,7 @@ int cmd_report(int argc, char** argv) {
     if (exe.empty()) std::cerr << report::plots_skipped_warning(gnuplot, "ratchet report " + run_dir);
   }
   const bool plot = !exe.empty();
-  std::string png, svg, mpng, msvg;
+  std::string png, svg, mpng, msvg, gpng, gsvg;
   if (plot) {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
@@ -222,6 +229,14 @@ int cmd_report(int argc, char** argv) {
       report::run_gnuplot(exe, report::metric_plots_script(log, "ratchet run: " + title + ": every metric",
                                                            mpng, msvg));
       written.insert(written.end(), {mpng, msvg});
+    }
+    if (goodput) {
+      gpng = (fs::path(out_dir) / "report_goodput.png").string();
+      gsvg = (fs::path(out_dir) / "report_goodput.svg").string();
+      fs::remove(gpng, ec);
+      fs::remove(gsvg, ec);
+      report::run_gnuplot(exe, report::goodput_plot_script(*goodput, "ratchet run: " + title, gpng, gsvg));
+      written.insert(written.end(), {gpng, gsvg});
     }
     for (const auto& p : written)
       if (!fs::exists(p) || fs::file_size(p) == 0)
@@ -255,6 +270,7 @@ int cmd_report(int argc, char** argv) {
     o["metrics"] = metrics;
     if (cpp) o["cost_per_point"] = cost_json(*cpp);
     if (has_ledger) o["ledger"] = ledger;
+    if (goodput) o["goodput"] = report::breakdown_json(*goodput);
     if (!disagree.empty()) o["ledger_disagrees"] = disagree;
     if (!no_plot && !plot) o["plots_skipped"] = "gnuplot not found";
     if (plot) {
@@ -263,6 +279,10 @@ int cmd_report(int argc, char** argv) {
       if (!mpng.empty()) {
         o["metrics_png"] = mpng;
         o["metrics_svg"] = msvg;
+      }
+      if (!gpng.empty()) {
+        o["goodput_png"] = gpng;
+        o["goodput_svg"] = gsvg;
       }
     }
     std::cout << json_line(o) << "\n";
@@ -313,16 +333,19 @@ int cmd_report(int argc, char** argv) {
     o << "ledger:      " << ledger_path << "\n";
     for (const auto& why : disagree) o << "  WARNING: disagrees with the log: " << why << "\n";
     for (const auto& [k, v] : ledger.items()) {
+      if (k == "device_seconds_by_cause" && goodput) continue;  // the goodput lines below
       // Keys and strings are the file's (tags from the command line): escaped.
       std::string key = report::printable(k);
       key.resize(std::max<size_t>(key.size(), 26), ' ');
       o << "  " << key << " " << report::printable(ledger_value(v)) << "\n";
     }
+    if (goodput) o << "goodput:     " << report::format_breakdown(*goodput, "             ").substr(13);
   } else {
     o << "ledger:      none (" << ledger_path << " not found)\n";
   }
   if (plot) o << "plots:       " << png << "\n             " << svg << "\n";
   if (!mpng.empty()) o << "             " << mpng << "\n             " << msvg << "\n";
+  if (!gpng.empty()) o << "             " << gpng << "\n             " << gsvg << "\n";
   std::cout << o.str();
   return kExitOk;
 }

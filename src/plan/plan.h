@@ -37,6 +37,12 @@
 //                         checkpoint), so wall = work · (1 + save/interval +
 //                         rate · (interval/2 + restart)), billed at
 //                         price · spot fraction.
+//                         Measured (--goodput-from RUN_DIR): the goodput of a
+//                         run that ran (its ledger's productive share,
+//                         train/ledger.h) replaces the model: wall = work /
+//                         goodput (requeue gaps included), device-hours =
+//                         work · world / billed goodput (productive share of
+//                         the allocation, gaps excluded), at on-demand price.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -103,6 +109,18 @@ struct CostEstimate {
 // no periodic checkpoints (and is only allowed with no preemptions).
 CostEstimate on_demand_cost(double work_hours, int world, double price, double interval_s,
                             double save_s);
+// A run's measured goodput (--goodput-from RUN_DIR).
+struct MeasuredGoodput {
+  std::string run_dir;  // "" : none
+  double goodput = 0;   // productive / (allocation + requeue gaps)
+  double billed = 0;    // productive / allocation
+  double device_hours = 0;  // of the run measured (the whole)
+  bool estimated = false;   // its ledger predates the breakdown
+};
+// RUN_DIR/ledger.json's breakdown; Error naming the flag and the file when
+// there is none or it has no productive time yet.
+MeasuredGoodput read_measured_goodput(const std::string& run_dir);
+CostEstimate measured_cost(double work_hours, int world, double price, const MeasuredGoodput& g);
 CostEstimate spot_cost(double work_hours, int world, double price, double spot_fraction,
                        double preemptions_per_hour, double interval_s, double save_s,
                        double restart_s);
@@ -172,6 +190,7 @@ struct PlanInputs {
   double eval_tokens = 0;
   // budgets (0: none); at most one
   double budget_flops = 0, budget_device_hours = 0, budget_money = 0;
+  MeasuredGoodput measured;  // --goodput-from RUN_DIR (run_dir "" : none)
 };
 
 struct Plan {
@@ -210,6 +229,7 @@ struct Plan {
   double ckpt_bytes = 0, save_s = 0, restart_s = 0, interval_s = 0;
   bool interval_from_young_daly = false;
   CostEstimate on_demand, spot;
+  CostEstimate measured;  // with in.measured (--goodput-from): at its goodput, on-demand price
   // ZeRO stages 0-3 per rank, their collectives and overlapped step time, the
   // stage --zero asks for or auto picks, scaling over 1-8 nodes (zero_plan.h).
   ZeroPlan zero;

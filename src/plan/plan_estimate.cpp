@@ -400,6 +400,8 @@ Plan make_plan(const PlanInputs& in_) {
   p.on_demand = on_demand_cost(p.work_hours, in.world, in.price, p.interval_s, p.save_s);
   p.spot = spot_cost(p.work_hours, in.world, in.price, in.spot_fraction, in.preemptions_per_hour,
                      p.interval_s, p.save_s, p.restart_s);
+  if (!in.measured.run_dir.empty())
+    p.measured = measured_cost(p.work_hours, in.world, in.price, in.measured);
   return p;
 }
 

@@ -151,6 +151,14 @@ std::string plan_json(const Plan& p) {
   };
   j["on_demand"] = cost(p.on_demand, in.price, 0.0);
   j["spot"] = cost(p.spot, in.price * in.spot_fraction, in.preemptions_per_hour);
+  if (!in.measured.run_dir.empty()) {
+    OrderedJson m = cost(p.measured, in.price, 0.0);
+    m["goodput_from"] = in.measured.run_dir;
+    m["goodput"] = json_number(in.measured.goodput);
+    m["billed_goodput"] = json_number(in.measured.billed);
+    m["estimated"] = in.measured.estimated;
+    j["measured_goodput"] = m;
+  }
   return json_line(j) + "\n";
 }
 

@@ -319,6 +319,15 @@ std::string plan_table(const Plan& p) {
       << (r <= 1 ? "" : " more") << " (wall time x" << fmt("%.3f", p.spot.wall_factor)
       << " for saves, lost work and restarts)\n";
   }
+  if (!in.measured.run_dir.empty()) {
+    const MeasuredGoodput& g = in.measured;
+    o << "  measured goodput   " << fmt("%.1f%%", 100 * g.goodput) << " (" << fmt("%.1f%%", 100 * g.billed)
+      << " of the allocation) in " << g.run_dir << "/ledger.json"
+      << (g.estimated ? " (estimated: a ledger from before the breakdown)" : "") << "\n";
+    o << "    at it, on-demand: wall time " << duration(p.measured.wall_hours * 3600) << ", "
+      << fmt("%.4g", p.measured.device_hours) << " device-hours, cost " << money(p.measured.cost)
+      << " (wall time x" << fmt("%.3f", p.measured.wall_factor) << ")\n";
+  }
   return o.str();
 }
 

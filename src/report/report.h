@@ -10,9 +10,11 @@
 //                metric, except those four. A requeued run appends to its log and replays
 //                the steps after its last checkpoint: the LAST record of each
 //                step wins, and the replayed count is reported.
-//   ledger.json  optional: the run's cost ledger, a flat JSON object
+//   ledger.json  optional: the run's cost ledger, a JSON object
 //                (wall_hours, device_hours, tokens, cost, preemptions, ...),
-//                printed key by key in file order.
+//                printed key by key in file order, and its goodput by cause
+//                (device_seconds_by_cause) as a table and report_goodput.png
+//                (report/goodput_report.h).
 // Outputs: a summary on stdout (or JSON), and RUN_DIR/report.png and
 // report.svg drawn by gnuplot: loss (train, smoothed train, val) against step
 // above, tokens/s against step below.

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "report/goodput_report.h"
 #include "report/report.h"  // printable
 
 namespace fs = std::filesystem;
@@ -51,12 +52,17 @@ SpendByTag spend_by_tag(const std::string& dir) {
     s.runs++;
     s.device_hours += dh;
     s.cost += cost;
+    // A ledger that is not the trainer's (no device_seconds) adds no breakdown.
+    Breakdown b;
+    if (const std::optional<Ledger> l = Ledger::from_json(j); l && l->device_seconds > 0) b = l->breakdown();
+    add_breakdown(s.goodput, b);
     for (const auto& [k, v] : j.items())
       if (k.rfind("tag.", 0) == 0 && v.is_string()) {
         TagSpend& t = s.by_tag[k.substr(4) + "=" + v.get<std::string>()];
         t.runs++;
         t.device_hours += dh;
         t.cost += cost;
+        add_breakdown(t.goodput, b);
       }
   }
   if (s.runs == 0) {
@@ -76,16 +82,25 @@ std::string format_spend_by_tag(const SpendByTag& s) {
     o << tag << " " << std::string(runs.size() < 6 ? 6 - runs.size() : 0, ' ') << runs << rest << "\n";
   };
   char nums[1024];  // %f of a huge (finite) spend is long
-  std::snprintf(nums, sizeof nums, " %14s %12s", "device-hours", "cost");
+  // goodput: the productive share of the tag's runs' device-seconds
+  // (requeue gaps included), "-" without a breakdown.
+  auto gp = [](const Breakdown& b) {
+    char g[32];
+    if (b.whole > 0) std::snprintf(g, sizeof g, "%.1f%%", 100 * b.goodput());
+    else std::snprintf(g, sizeof g, "-");
+    return std::string(g);
+  };
+  std::snprintf(nums, sizeof nums, " %14s %12s %8s", "device-hours", "cost", "goodput");
   row("tag", "runs", nums);
   for (const auto& [tag, t] : s.by_tag) {
-    std::snprintf(nums, sizeof nums, " %14.6f %12.4f", t.device_hours, t.cost);
+    std::snprintf(nums, sizeof nums, " %14.6f %12.4f %8s", t.device_hours, t.cost, gp(t.goodput).c_str());
     // Tags come from command lines and files: printed escaped (no ANSI
     // escapes or newlines reach the terminal).
     row(printable(tag), std::to_string(t.runs), nums);
   }
-  std::snprintf(nums, sizeof nums, " %14.6f %12.4f", s.device_hours, s.cost);
+  std::snprintf(nums, sizeof nums, " %14.6f %12.4f %8s", s.device_hours, s.cost, gp(s.goodput).c_str());
   row("(all runs)", std::to_string(s.runs), nums);
+  if (s.goodput.whole > 0) o << "\nall runs, by cause: " << format_breakdown(s.goodput, "");
   if (!s.skipped.empty())
     o << "(" << s.skipped.size() << " ledger" << (s.skipped.size() > 1 ? "s" : "")
       << " skipped, not in these sums: see the warnings)\n";

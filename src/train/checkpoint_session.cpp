@@ -36,17 +36,27 @@ bool CheckpointSession::resume(const TrainState& s) {
   return true;
 }
 
+// The ledger's ckpt_save_seconds (a goodput cause) is the time the step loop
+// was held by saves: the snapshot, a synchronous write, and every commit
+// (renames, fsyncs, the ranks' agreement), also a background save's,
+// committed in poll() or before the next save.
 void CheckpointSession::save(const TrainState& s, const char* why) {
   PhaseScope phase(Phase::Save, s.step);  // the hang watchdog's allowance for saves
+  const double t0 = now_s();
   if (writer_) writer_->save(s, why);
+  s.ledger->ckpt_save_seconds += now_s() - t0;
 }
 
 void CheckpointSession::poll(const TrainState& s) {
+  const double t0 = now_s();
   if (writer_) writer_->poll(s);
+  s.ledger->ckpt_save_seconds += now_s() - t0;
 }
 
 void CheckpointSession::wait_pending(const TrainState& s) {
+  const double t0 = now_s();
   if (writer_) writer_->wait_pending(s);
+  s.ledger->ckpt_save_seconds += now_s() - t0;
 }
 
 void CheckpointSession::read_committed_params(float* out, size_t n) const {

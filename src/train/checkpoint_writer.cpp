@@ -169,7 +169,8 @@ void CheckpointWriter::commit(const TrainState& s, Pending& p) {
   committed_path_ = dir_.path() + "/" + CheckpointDir::entry_name(step);
   comm_.broadcast(&stats.seconds, sizeof stats.seconds, 0);  // the same save time on every rank
   stats.seconds = std::max(stats.seconds, now_s() - p.t0);
-  s.ledger->ckpt_save_seconds += p.stall;  // what the run lost to it
+  // The ledger's save time is counted by CheckpointSession (the whole time
+  // the loop was held, commit included).
   schedule_.save_committed(stats.seconds, p.stall);  // --ckpt-every auto logs its interval
   if (p.background)
     RLOG("checkpoint (%s): step %lld, %.1f MB in %.2f s -> %s (written in the background; the "
@@ -214,7 +215,7 @@ void CheckpointWriter::save(const TrainState& s, const char* why) {
   meta.model = s.model.config();
   meta.identity = s.identity;
   meta.settings = s.settings;
-  s.ledger.record_time_and_write(step);
+  s.ledger.checkpoint_at(step);  // the steps after it are lost progress if it is resumed
   meta.counters = s.ledger.get().to_map();
   meta.counters["early_stop.bad_evals"] = s.early.bad_evals;
 

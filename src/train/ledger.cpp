@@ -1,5 +1,6 @@
 #include "train/ledger.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -30,10 +31,21 @@ const Field kFields[] = {
     {"data_wait_seconds", &Ledger::data_wait_seconds},
     {"step_seconds", &Ledger::step_seconds},
     {"eval_seconds", &Ledger::eval_seconds},
+    {"collective_wait_seconds", &Ledger::collective_wait_seconds},
+    {"by_cause_estimated", &Ledger::by_cause_estimated},
+    {"since_ckpt_step", &Ledger::since_ckpt_step},
+    {"since_ckpt_device_seconds", &Ledger::since_ckpt_device_seconds},
+    {"last_write_unix", &Ledger::last_write_unix},
     {"max_step", &Ledger::max_step},
     {"state", &Ledger::state},
 };
 constexpr const char* kMetricPrefix = "metric.";
+// The breakdown: "device_seconds_by_cause" in ledger.json (an object, with the
+// derived "other"), "ledger.device_seconds_by_cause.NAME" in checkpoints.
+constexpr const char* kByCause = "device_seconds_by_cause";
+const char* const kCauseNames[kCauses + 1] = {
+    "productive", "startup", "ckpt_load", "ckpt_save", "data_wait", "eval",
+    "lost_progress", "hang_detection", "collective_wait", "requeue_gap", "other"};
 
 // Checkpoint counters are "key = value" lines: a source's glob is kept in
 // the key with '%', '=' and line ends escaped as %XX.
@@ -66,6 +78,41 @@ std::string unescape_key(const std::string& k) {
 }
 }  // namespace
 
+const char* cause_name(int c) { return c >= 0 && c <= kCauses ? kCauseNames[c] : "?"; }
+
+Breakdown Ledger::breakdown() const {
+  Breakdown b;
+  double named = 0;
+  for (int c = 0; c < kCauses; c++) {
+    b.part[c] = by_cause[c];
+    named += by_cause[c];
+  }
+  // The gap between attempts is not billed (no allocation holds it), so it
+  // is not in device_seconds; the whole is what the result waited for.
+  b.whole = device_seconds + by_cause[(int)Cause::RequeueGap];
+  b.part[kCauses] = b.whole - named;
+  b.estimated = by_cause_estimated != 0;
+  return b;
+}
+
+void Ledger::estimate_breakdown() {
+  // What older ledgers measured, at their devices; lost progress at the mean
+  // productive time of a step trained; the rest (start-up, hangs, gaps) is
+  // in "other", since nobody measured it.
+  for (double& v : by_cause) v = 0;
+  const double productive = std::max(0.0, step_seconds - data_wait_seconds - collective_wait_seconds) * devices;
+  const double trained = max_step + steps_lost;
+  const double lost = trained > 0 ? productive * steps_lost / trained : 0;
+  part(Cause::Productive) = productive - lost;
+  part(Cause::LostProgress) = lost;
+  part(Cause::CkptSave) = ckpt_save_seconds * devices;
+  part(Cause::CkptLoad) = ckpt_load_seconds * devices;
+  part(Cause::DataWait) = data_wait_seconds * devices;
+  part(Cause::Eval) = eval_seconds * devices;
+  part(Cause::CollectiveWait) = collective_wait_seconds * devices;
+  by_cause_estimated = 1;
+}
+
 void Ledger::record_metric(const std::string& name, double step, double value) {
   metrics[name + ".last"] = value;
   metrics[name + ".last_step"] = step;
@@ -83,6 +130,8 @@ std::map<std::string, double> Ledger::to_map() const {
   for (const auto& f : kFields) m[std::string("ledger.") + f.name] = this->*f.member;
   for (const auto& [k, v] : metrics) m[std::string("ledger.") + kMetricPrefix + k] = v;
   for (const auto& [src, n] : tokens_by_source) m[kSourcePrefix + escape_key(src)] = n;
+  for (int c = 0; c < kCauses; c++)
+    m[std::string("ledger.") + kByCause + "." + kCauseNames[c]] = by_cause[c];
   return m;
 }
 
@@ -97,6 +146,14 @@ Ledger Ledger::from_map(const std::map<std::string, double>& m) {
     l.metrics[it->first.substr(prefix.size())] = it->second;
   for (auto it = m.lower_bound(kSourcePrefix); it != m.end() && it->first.rfind(kSourcePrefix, 0) == 0; ++it)
     l.tokens_by_source[unescape_key(it->first.substr(kSourcePrefix.size()))] = it->second;
+  bool has_causes = false;
+  for (int c = 0; c < kCauses; c++) {
+    auto it = m.find(std::string("ledger.") + kByCause + "." + kCauseNames[c]);
+    if (it == m.end()) continue;
+    l.by_cause[c] = it->second;
+    has_causes = true;
+  }
+  if (!has_causes) l.estimate_breakdown();  // a checkpoint from before the breakdown
   return l;
 }
 
@@ -114,6 +171,11 @@ bool Ledger::write_json(const std::string& path) const {
   j["wall_hours"] = json_number(wall_hours());
   j["device_hours"] = json_number(device_hours());
   j["data_stall_percent"] = json_number(data_stall_percent());
+  const Breakdown b = breakdown();
+  j["goodput"] = json_number(b.goodput());
+  OrderedJson causes = OrderedJson::object();
+  for (int c = 0; c <= kCauses; c++) causes[kCauseNames[c]] = json_number(b.part[c]);  // "other": derived
+  j[kByCause] = causes;
   for (const auto& [k, v] : metrics) j[kMetricPrefix + k] = json_number(v);
   if (!tokens_by_source.empty()) {
     OrderedJson src = OrderedJson::object();
@@ -134,7 +196,10 @@ bool Ledger::write_json(const std::string& path) const {
 std::optional<Ledger> Ledger::read_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return from_json(nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false));
+}
+
+std::optional<Ledger> Ledger::from_json(const nlohmann::json& j) {
   if (!j.is_object()) return std::nullopt;  // torn or foreign: the checkpoint's ledger stands
   Ledger l;
   for (const auto& f : kFields) {
@@ -151,6 +216,18 @@ std::optional<Ledger> Ledger::read_json(const std::string& path) {
     for (auto it = src->begin(); it != src->end(); ++it) {
       if (!it->is_number()) return std::nullopt;
       l.tokens_by_source[it.key()] = it->get<double>();
+    }
+  }
+  auto causes = j.find(kByCause);  // absent in ledgers written before the breakdown
+  if (causes == j.end()) {
+    l.estimate_breakdown();
+  } else {
+    if (!causes->is_object()) return std::nullopt;
+    for (int c = 0; c < kCauses; c++) {  // "other" is derived: not read
+      auto it = causes->find(kCauseNames[c]);
+      if (it == causes->end()) continue;
+      if (!it->is_number()) return std::nullopt;
+      l.by_cause[c] = it->get<double>();
     }
   }
   return l;
@@ -172,6 +249,17 @@ std::string Ledger::summary() const {
     out += "\n        tokens by source:";
     for (const auto& [src, n] : tokens_by_source) {
       std::snprintf(buf, sizeof buf, " %s %.0f (%.1f%%);", src.c_str(), n, tokens > 0 ? 100 * n / tokens : 0.0);
+      out += buf;
+    }
+    out.pop_back();
+  }
+  const Breakdown b = breakdown();
+  if (b.whole > 0) {
+    std::snprintf(buf, sizeof buf, "\n        goodput %.1f%% of %.1f device-seconds%s; the rest:",
+                  100 * b.goodput(), b.whole, b.estimated ? " (estimated for older attempts)" : "");
+    out += buf;
+    for (int c = 1; c <= kCauses; c++) {
+      std::snprintf(buf, sizeof buf, " %s %.1f;", kCauseNames[c], b.part[c]);
       out += buf;
     }
     out.pop_back();

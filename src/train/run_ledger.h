@@ -2,14 +2,40 @@
 // step times to it directly; record_time_and_write() adds the wall and device
 // time since its last call and rewrites RUN_DIR/ledger.json (rank 0); on
 // resume it is merged with the checkpoint's copy and ledger.json.
+//
+// Goodput by cause (Ledger::by_cause, docs/resilience.md): each record
+// attributes the seconds the trainer added since the last one (steps, data
+// waits, collective waits, saves, loads, evaluations) to their causes at this
+// attempt's devices; begin_training() adds the start-up; a resume moves the
+// productive time of the steps it recomputes to lost progress; the next
+// attempt's start_attempt() adds the hang detection (from the flight records
+// beside ledger.json) and the requeue gap.
 #pragma once
 #include <cstdint>
 #include <map>
 #include <string>
 
+#include "core/log.h"
 #include "train/ledger.h"
 
 namespace ratchet {
+
+// When this attempt started, on now_s()'s clock: for the first call in a
+// process, the process start (taken as the program's static objects are
+// built, before MPI_Init); for a later one (a second run in one process, as
+// tests do), now.
+double attempt_start_s();
+// Unix seconds now.
+double unix_now_s();
+// The productive device-seconds of the steps a resume from `ckpt_step`
+// recomputes (lost_steps of them): exact when the ledger's since_ckpt_step
+// is that checkpoint, else at the mean productive time of a step.
+double lost_device_seconds(const Ledger& l, double ckpt_step, double lost_steps);
+// The hang before an abort, from the flight records in `flight_dir`: the
+// earliest record whose watchdog fired after `after_unix` (Unix seconds):
+// its time and hang age. False when none fired.
+bool find_watchdog_abort(const std::string& flight_dir, double after_unix, double* abort_unix,
+                         double* hang_age_s);
 
 // Ledger::state values besides the exit codes 75 and 76.
 constexpr double kLedgerRunning = 0, kLedgerDone = 1, kLedgerFailed = 2;
@@ -17,7 +43,10 @@ constexpr double kLedgerRunning = 0, kLedgerDone = 1, kLedgerFailed = 2;
 class RunLedger {
  public:
   // path: ledger.json ("" on ranks other than 0, or without --run-dir/--ckpt-dir).
-  RunLedger(std::string path, double price_per_device_hour, int devices);
+  // attempt_start_s: when this attempt began on now_s()'s clock (the trainer
+  // passes the process start, attempt_start_s()).
+  RunLedger(std::string path, double price_per_device_hour, int devices,
+            double attempt_start_s = now_s());
 
   Ledger* operator->() { return &l_; }
   const Ledger& get() const { return l_; }
@@ -27,6 +56,12 @@ class RunLedger {
   // and a rename: cheap next to a step). A failed write warns once; the run
   // goes on (checkpoints keep the ledger too).
   void record_time_and_write(int step);
+  // A checkpoint of `step` is being taken: records, and from now on the
+  // productive time counts as lost should the next attempt resume from it.
+  void checkpoint_at(int step);
+  // The step loop begins: the time since the attempt started, less the
+  // checkpoint load, is start-up.
+  void begin_training();
 
   // A resume from the checkpoint at `ckpt_step` whose counters are given: the
   // checkpoint covers spend up to it, ledger.json also what came after (until a
@@ -58,7 +93,21 @@ class RunLedger {
   void mark_failed(int step);
 
  private:
+  // The seconds already attributed to causes (record_time_and_write adds
+  // what the trainer added since).
+  struct Marks {
+    double step = 0, data = 0, collective = 0, save = 0, load = 0, eval = 0;
+  };
+  void attribute();
+  void write();
+  void adopt(const Ledger& l);  // l_ = l, its seconds attributed already
+  // The requeue gap and hang detection before this attempt, into l.
+  void account_gap(Ledger& l) const;
+
   Ledger l_;
+  Marks marks_;
+  double attempt_start_s_;
+  double load_base_ = 0;  // ckpt_load_seconds before this attempt's load
   std::string path_;
   double last_record_s_;
   bool write_warned_ = false;

@@ -103,9 +103,14 @@ float Trainer::train_step(int step) {
   }
   test_failure_point(comm_.rank(), "step-" + std::to_string(step + 1));
   const bool bad_here = !std::isfinite(loss_sum);
+  // The first collective after this rank's forward and backward: here it
+  // waits for the slowest rank (the ledger's collective wait, a goodput cause).
+  const double t_sync = now_s();
   loss_sum = comm_.all_reduce_sum(loss_sum) / comm_.world();
   const float loss = (float)(loss_sum / accum_);
-  if (comm_.agree(!std::isfinite(loss)))  // the same answer on every rank
+  const bool bad_loss = comm_.agree(!std::isfinite(loss));  // the same answer on every rank
+  if (comm_.world() > 1) ledger_->collective_wait_seconds += now_s() - t_sync;
+  if (bad_loss)
     throw std::runtime_error("loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") +
                              " at step " + std::to_string(step + 1) +
                              (bad_here && comm_.world() > 1
@@ -161,6 +166,7 @@ int Trainer::train() {
   // --profile: the time of the steps in the table, every step of this run but
   // its first (one-time cuBLASLt/cuDNN plan builds and lazy loads).
   double t_profiled = 0;
+  ledger_.begin_training();  // the start-up ends here (the ledger's goodput)
   ckpt_->start_clock();
   for (; step_ < o_.steps; ) {
     flight_phase(Phase::Step, step_);  // the hang watchdog's phase (train/watchdog.h)

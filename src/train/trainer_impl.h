@@ -81,7 +81,8 @@ class Trainer {
       : c_(check_train_options(o, comm.world())),
         o_(c_.o),
         comm_(comm),
-        ledger_(ledger_path(o_, comm.rank()), o_.price_per_device_hour, comm.world()) {
+        ledger_(ledger_path(o_, comm.rank()), o_.price_per_device_hour, comm.world(),
+                attempt_start_s()) {
     if (comm.rank() == 0) check_output_paths(o_);  // rank 0 writes them
     ledger_->set_tags(o_.tags);  // --tag key=value, sweep and trial ids, Slurm job and account
     early_.reset(c_.early.maximize);  // --early-stop-metric's direction

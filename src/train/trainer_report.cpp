@@ -147,8 +147,12 @@ void Trainer::sample(int step) {
   Rng rng(o_.seed ^ (0x5A17ull * (uint64_t)(step + 1)));
   // From the token that starts a document: BOS where the shards have one.
   std::vector<int32_t> tokens{sample_start_token(train_ds_->meta())};
+  const double t0 = now_s();
   run_on_rank0(*model_, comm_,
                [&] { generate(*model_, tokens, o_.sample_tokens, T_, o_.temperature, rng); });
+  // A sample is a look at the model, not training: the ledger's evaluation
+  // time (goodput by cause), counted at the next ledger write.
+  ledger_->eval_seconds += now_s() - t0;
   if (!rank0()) return;
   std::vector<uint32_t> ids(tokens.begin() + 1, tokens.end());
   RLOG("---- sample at step %d (%d tokens, temperature %.2f) ----\n", step, o_.sample_tokens,

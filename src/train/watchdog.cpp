@@ -127,6 +127,12 @@ void Watchdog::loop() {
       hang["reason"] = why;
       hang["age_s"] = json_number(std::round(age * 1000) / 1000);
       hang["allowance_s"] = json_number(std::round(allowance * 1000) / 1000);
+      // When it fired, to the millisecond ("time" is whole seconds): the next
+      // attempt's ledger splits the time after its last write at it (hang
+      // detection, then the requeue gap; train/run_ledger.h).
+      hang["at_unix"] = json_number(
+          std::round(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() *
+                     1000) / 1000);
       write_record(hang);
       std::fprintf(stderr,
                    "ratchet: rank %d (%s): hang watchdog: %s; flight record %s; ending the job "
