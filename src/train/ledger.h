@@ -63,7 +63,7 @@ struct Ledger {
   double step_seconds = 0;       // time inside training steps (the useful part)
   double eval_seconds = 0;       // time in evaluations (val loss, --eval-task, --eval-data):
                                  // not in step_seconds; absent (0) in older ledgers
-  double collective_wait_seconds = 0;  // inside step_seconds: the step's loss all-reduce
+  double collective_wait_seconds = 0;  // inside step_seconds: blocked in the step's host collectives
   // Goodput by cause (Cause), device-seconds over every attempt. Ledgers
   // from before it have none: read, they get one estimated from the
   // seconds above (by_cause_estimated = 1; everything unmeasured is "other").

@@ -88,6 +88,10 @@ TrainState Trainer::state() {
 }
 
 float Trainer::train_step(int step) {
+  // Every host collective this step blocks in (the gradients' reductions and
+  // gathers inside backward under MPI, the loss all-reduce below): the
+  // ledger's collective wait, a goodput cause (flight_recorder.h's counter).
+  const double wait0 = collective_wait_seconds();
   model_->zero_grad();
   double loss_sum = 0;
   for (int m = 0; m < accum_; m++) {
@@ -104,12 +108,11 @@ float Trainer::train_step(int step) {
   test_failure_point(comm_.rank(), "step-" + std::to_string(step + 1));
   const bool bad_here = !std::isfinite(loss_sum);
   // The first collective after this rank's forward and backward: here it
-  // waits for the slowest rank (the ledger's collective wait, a goodput cause).
-  const double t_sync = now_s();
+  // waits for the slowest rank.
   loss_sum = comm_.all_reduce_sum(loss_sum) / comm_.world();
   const float loss = (float)(loss_sum / accum_);
   const bool bad_loss = comm_.agree(!std::isfinite(loss));  // the same answer on every rank
-  if (comm_.world() > 1) ledger_->collective_wait_seconds += now_s() - t_sync;
+  if (comm_.world() > 1) ledger_->collective_wait_seconds += collective_wait_seconds() - wait0;
   if (bad_loss)
     throw std::runtime_error("loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") +
                              " at step " + std::to_string(step + 1) +
