@@ -208,6 +208,20 @@ struct Case {
   int empty_expert;  // -1: none forced
 };
 
+// Two runs of the same layer gave the same bits in every output (the
+// determinism both the simt and the GPU tests assert).
+inline void expect_same_bits(const Outputs& a, const Outputs& b) {
+  EXPECT_EQ(a.idx, b.idx);
+  EXPECT_TRUE(same_bits(a.out, b.out));
+  EXPECT_TRUE(same_bits(a.dx, b.dx));
+  EXPECT_TRUE(same_bits(a.dgate, b.dgate));
+  EXPECT_TRUE(same_bits(a.dw1, b.dw1));
+  EXPECT_TRUE(same_bits(a.dw2, b.dw2));
+  EXPECT_TRUE(same_bits(a.dw_route, b.dw_route));
+  EXPECT_EQ(a.aux_counts, b.aux_counts);
+  EXPECT_EQ(0, std::memcmp(a.aux_sums.data(), b.aux_sums.data(), a.aux_sums.size() * 8));
+}
+
 inline const Case kCases[] = {
     {"E 4, k 2, norm", {40, 16, 4, 2, 8, true}, -1},
     {"E 4, k 2, expert 1 gets no token", {24, 16, 4, 2, 8, true}, 1},

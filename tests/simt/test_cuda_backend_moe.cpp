@@ -39,15 +39,7 @@ TEST(CudaBackendSimtMoe, SameBitsEveryRun) {
     simt::set_seed(99);
     simt::set_threads(3);
     const Outputs b = bf ? run_cuda<bf16>(s, in) : run_cuda<float>(s, in);
-    EXPECT_EQ(a.idx, b.idx);
-    EXPECT_TRUE(same_bits(a.out, b.out));
-    EXPECT_TRUE(same_bits(a.dx, b.dx));
-    EXPECT_TRUE(same_bits(a.dgate, b.dgate));
-    EXPECT_TRUE(same_bits(a.dw1, b.dw1));
-    EXPECT_TRUE(same_bits(a.dw2, b.dw2));
-    EXPECT_TRUE(same_bits(a.dw_route, b.dw_route));
-    EXPECT_EQ(a.aux_counts, b.aux_counts);
-    EXPECT_EQ(0, std::memcmp(a.aux_sums.data(), b.aux_sums.data(), a.aux_sums.size() * 8));
+    expect_same_bits(a, b);
   }
 }
 
