@@ -1,7 +1,7 @@
 // Mixture-of-Experts models (issue 39) on the cuda backend, run under simt:
 // the model's MoE layers through Backend::moe_* (cuda_moe_ops.cpp over
 // cuda_moe.h) against the cpu backend for a training step; recompute policies
-// bitwise in FP32 and BF16; and the memory accounting: after a step the
+// bitwise in FP32 and BF16; clip_qkv refused by name; and the memory accounting: after a step the
 // backend holds exactly step_memory's total (StepMemory::moe counts every
 // MoE state's device buffers), so the arena a run sizes from it suffices.
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
 #include "model/gpt.h"
 #include "model/memory.h"
 #include "optim/adamw.h"
@@ -115,6 +116,23 @@ TEST(CudaBackendMoeModel, StepMemoryCountsTheMoeStates) {
         EXPECT_EQ(be->peak_bytes_in_use(), want.total());
       }
     }
+}
+
+// OLMoE's clip_qkv has no cuda kernel yet: the model is refused by name at
+// its first forward, not run without the clamp.
+TEST(CudaBackendMoeModel, ClipQkvIsRefusedByName) {
+  const GPTConfig cfg = tiny_moe_config(Family::olmoe);
+  ASSERT_GT(cfg.clip_qkv, 0.f);
+  auto be = make_cuda_backend("f32");
+  GPT m(cfg, *be);
+  m.init_random(1);
+  const auto t = random_tokens(2 * 8 + 1, cfg.vocab_size, 2);
+  try {
+    m.forward(t.data(), t.data() + 1, 2, 8);
+    FAIL() << "a clip_qkv model ran on the cuda backend";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("clip_qkv"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
