@@ -180,7 +180,7 @@ void Trainer::open_data() {
   if (!std::isnan(o_.router_aux_loss_coef)) {
     if (!cfg_.moe())
       fail("--router-aux-loss-coef needs a Mixture-of-Experts model (this one is dense: ",
-           cfg_.describe(), ")");
+           cfg_.describe(), "): drop the flag, or train a --family qwen3_moe, olmoe or mixtral model");
     cfg_.router_aux_loss_coef = o_.router_aux_loss_coef;
   }
   // The model's tokenizer is the data's (issue 29): refused, naming both digests, when not.
