@@ -92,7 +92,7 @@ model="layers = 1
 heads = 2
 channels = 32"
 if [ "$name" = slow-node ]; then
-  steps=40
+  steps=24
   model="layers = 2
 heads = 4
 channels = 256"
