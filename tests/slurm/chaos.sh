@@ -25,10 +25,12 @@
 #                        --straggler-windows 2 --on-straggler requeue: named, saved, 75,
 #                        its node excluded
 #   chaos.sh dead-node   slurmd of rank 1's node killed (only slurmd) while both ranks sit
-#                        in a 15 s data stall (RATCHET_FAULT=SLEEP15000@data-31, first run):
-#                        Slurm marks the node DOWN after SlurmdTimeout (10 s) and requeues
-#                        the job itself (--requeue); the rerun resumes from the last
-#                        checkpoint on the other nodes; slurmd is restarted afterwards
+#                        in a 60 s data stall (RATCHET_FAULT=SLEEP60000@data-31, first run;
+#                        --hang-timeout 13: a data allowance of 65 s): Slurm marks the node
+#                        DOWN (SlurmdTimeout 10 s) and requeues the job itself (--requeue);
+#                        the rerun resumes from the last checkpoint on the other nodes. The
+#                        rank left on the node (its slurmstepd outlives slurmd) is killed
+#                        once the rerun runs; slurmd is restarted afterwards
 # Runs on the fixture slurm_cluster_2node (tests/slurm/twonode.sh start, which
 # starts three nodes). Exits 77 (skipped) with the reason where namespaces
 # cannot be made here, as twonode.sh does.
@@ -284,18 +286,32 @@ case $name in
     finished_without_victim
     ;;
   dead-node)
-    id=$(submit RATCHET_FAULT=SLEEP15000@data-31 -- --hang-timeout 5)
+    # The stall holds the job while Slurm notices (about 20 s: SlurmdTimeout
+    # 10 s and its pings); without it the job would end first and COMPLETE
+    # (slurmstepd, not slurmd, runs the ranks and reports their end).
+    # 60 s: room for a slow controller; the job is killed as soon as the node
+    # is DOWN (29 s after the kill when measured), so it costs no more.
+    id=$(submit RATCHET_FAULT=SLEEP60000@data-31 -- --hang-timeout 13)
     running_on_two
     step_reached 30
-    sleep 0.5  # both ranks inside the stall of step 31 (15 s, under the data allowance of 25 s)
+    sleep 0.5  # both ranks inside the stall of step 31 (60 s, under the data allowance of 65 s)
     pidfile=/run/ratchet-slurm-2node/slurmd-$victim.pid
     kill -KILL "$(cat "$pidfile")" || fail "kill slurmd of $victim"
     t_kill=$SECONDS
     log "slurmd of $victim killed at step $(ledger_step)"
+    # Slurm's detection: the node DOWN and the job requeued within the stall.
     restarted 120
-    log "job $id rerun $((SECONDS - t_kill)) s after the kill (reason of the requeue: Slurm's; node states: $(timeout 15 sinfo -h -N -p $part -o '%N=%T' | paste -sd' ' -))"
+    ((SECONDS - t_kill < 75)) || fail "the rerun began $((SECONDS - t_kill)) s after the kill: the stall (60 s) had ended"
+    log "job $id rerun $((SECONDS - t_kill)) s after the kill; node states: $(timeout 15 sinfo -h -N -p $part -o '%N=%T' | paste -sd' ' -)"
     state=$(timeout 15 sinfo -h -n "$victim" -o %T)
-    [[ $state == down* ]] || log "note: $victim is '$state', not down"
+    [[ $state == down* ]] || fail "$victim is '$state' after its slurmd died, not down"
+    # The first run's rank 1 still sleeps on the dead node (nobody told its
+    # slurmstepd); a real node would be rebooted or its slurmd would kill it
+    # when it comes back. Killed here so that it cannot touch the run.
+    for p in $(ip netns pids "ratchet-$victim" 2>/dev/null); do
+      if [ "$(readlink "/proc/$p/exe" 2>/dev/null)" = "$exe" ]; then log "killing the first run's rank left on $victim (pid $p)"; kill -KILL "$p"; fi
+    done
+    expect_log "JOB $id ON [a-z0-9]+ CANCELLED AT .* DUE TO NODE FAILURE"
     finished_without_victim
     ;;
 esac
