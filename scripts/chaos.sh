@@ -353,7 +353,7 @@ run_scenario() {
         bad "$name: attempt $attempt ($kind, fault '$fault') ended with rc $rc, not 75 (the watchdog's): $log"
       elif ! grep -q "hang watchdog: " "$log"; then
         bad "$name: attempt $attempt: no hang watchdog line in $log"
-      elif ! grep -qE "^rank $hang_rank \(.*\) (never entered|was frozen)" <<<"$verdict"; then
+      elif ! grep -qE "^rank $hang_rank( \([^)]*\))? (left no record and )?(never entered|never joined|was frozen)" <<<"$verdict"; then
         bad "$name: attempt $attempt: doctor does not blame rank $hang_rank: $verdict"
       fi
       # The watchdog fires within its allowance plus a margin (1.5 s on
