@@ -32,34 +32,43 @@
 # Under mpirun every rank writes its own shard of each checkpoint: a KILL
 # inside a save at ckpt-mid-write goes to one random rank (the others are
 # ended by mpirun), in the middle of its shard (in async, on its writer thread).
+#   hang    mpirun -np 2 at ZeRO-1 with --hang-timeout 1: every kill is a hang
+#           instead, one random rank frozen (SIGSTOP, RATCHET_FAULT STOP@point*K)
+#           inside its K-th parameter all-gather (K among the steps left), its
+#           K-th save (mid-write of its shard) or the first evaluation it
+#           reaches; its peer waits in the collective, its hang watchdog ends
+#           the job with 75, and `ratchet doctor` must blame the frozen rank.
+#           Compared byte for byte with the uninterrupted run at ZeRO-1.
 #
 #   scripts/chaos.sh [--exe build/ratchet] [--work DIR] [--full | --quick]
 #                    [--steps N] [--kills K] [--mpi-kills K] [--zero-kills K]
-#                    [--async-kills K] [--scenarios single,mpi,zero,async] [--seed S]
-#   --full (default): 2000 steps, 50 kills; 3 x 12 more in mpi, zero and async
-#   --quick (CTest, label chaos): 200 steps, 8 kills; 4 in mpi, zero and async
+#                    [--async-kills K] [--hang-kills K]
+#                    [--scenarios single,mpi,zero,async,hang] [--seed S]
+#   --full (default): 2000 steps, 50 kills; 3 x 12 more in mpi, zero and async; 12 hangs
+#   --quick (CTest, label chaos): 200 steps, 8 kills; 4 in mpi, zero and async; 3 hangs
 # Exit 0: every check passed; 1: a check failed (the log says which).
 set -euo pipefail
 
 exe=build/ratchet
 work=""
-steps=2000 kills=50 mpi_kills=12 zero_kills=12 async_kills=12
-scenarios=single,mpi,zero,async
+steps=2000 kills=50 mpi_kills=12 zero_kills=12 async_kills=12 hang_kills=12
+scenarios=single,mpi,zero,async,hang
 seed=$(( $(date +%s) % 32768 ))
 while [ $# -gt 0 ]; do
   case $1 in
     --exe) exe=$2; shift ;;
     --work) work=$2; shift ;;
-    --full) steps=2000 kills=50 mpi_kills=12 zero_kills=12 async_kills=12 ;;
-    --quick) steps=200 kills=8 mpi_kills=4 zero_kills=4 async_kills=4 ;;
+    --full) steps=2000 kills=50 mpi_kills=12 zero_kills=12 async_kills=12 hang_kills=12 ;;
+    --quick) steps=200 kills=8 mpi_kills=4 zero_kills=4 async_kills=4 hang_kills=3 ;;
     --steps) steps=$2; shift ;;
     --kills) kills=$2; shift ;;
     --mpi-kills) mpi_kills=$2; shift ;;
     --zero-kills) zero_kills=$2; shift ;;
     --async-kills) async_kills=$2; shift ;;
+    --hang-kills) hang_kills=$2; shift ;;
     --scenarios) scenarios=$2; shift ;;
     --seed) seed=$2; shift ;;
-    -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,49p' "$0"; exit 0 ;;
     *) echo "chaos.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -161,6 +170,9 @@ run_scenario() {
   # async: the zero scenario's attempts with --ckpt-async (the reference and the replay without).
   local async_args=()
   [ "$mode" = a ] && mode=z && async_args=(--ckpt-async)
+  # hang: two ranks at ZeRO-1 (all-gathers every step), every kill a hang.
+  local hang=0 hang_args=() hang_timeout=1
+  [ "$mode" = h ] && mode=2 && hang=1 && hang_args=(--zero 1 --hang-timeout "$hang_timeout")
   local dir="$work/$name" ref="$work/$name-ref"
   rm -rf "$dir" "$ref"; mkdir -p "$dir/logs"
   local zero_args=() ref_world=$mode
@@ -170,7 +182,7 @@ run_scenario() {
   # The uninterrupted reference.
   local t0; t0=$(now)
   train_args "$ref" $((rows / (ref_world > 0 ? ref_world : 2)))
-  launch "$ref_world" "$work/$name-ref.log" "${TARGS[@]}" "${zero_args[@]}"
+  launch "$ref_world" "$work/$name-ref.log" "${TARGS[@]}" "${zero_args[@]}" ${hang_args[@]+"${hang_args[@]}"}
   wait "$pid" || { bad "$name: the uninterrupted run failed (rc $?, $work/$name-ref.log)"; return; }
   local ref_s; ref_s=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { print b - a }')
   echo "chaos: $name: uninterrupted run: $steps steps in ${ref_s}s"
@@ -178,6 +190,8 @@ run_scenario() {
   local attempt=0 landed=0 done_rc=-1 sum_wall=0 preempt_expected=0 resumes_seen=0 printed=0 preempt_maybe=0
   local segments=()  # "start_step:world[:stage[:group]]" of the attempts whose work the final weights keep
   local kinds=(KILL USR1 TERM save-KILL save-TERM)
+  [ "$hang" = 1 ] && kinds=(hang-gather hang-save hang-eval)
+  local hang_rank=""
   local points=(ckpt-mid-write ckpt-before-commit ckpt-before-latest)
   local starts=(attempt-start setup-model resume)  # reached by every attempt before its steps
   while :; do
@@ -219,6 +233,25 @@ run_scenario() {
       elif [ "$target" -le "$from" ]; then kind=save-KILL  # no step to stop at: the final save
       fi
       [ "$kind" = save-TERM ] && [ "$stop_saves" -eq 0 ] && kind=save-KILL
+      if [ "$hang" = 1 ]; then
+        # Every attempt reaches a gather each step, a save and an evaluation
+        # (the final ones at least): the frozen rank's peer waits in the
+        # collective until its watchdog ends the job.
+        kind=${kinds[RANDOM % ${#kinds[@]}]}
+        hang_rank=$((RANDOM % 2))
+        saves=$(( saves > 3 ? 3 : saves ))
+        case $kind in
+          hang-gather) fault="rank$hang_rank/STOP@zero-all-gather*$((1 + RANDOM % (steps - from)))" ;;
+          hang-save) fault="rank$hang_rank/STOP@ckpt-mid-write*$((1 + RANDOM % saves))" ;;
+          hang-eval) fault="rank$hang_rank/STOP@eval" ;;
+        esac
+        if [ "$from" -ge "$steps" ]; then
+          # The final checkpoint is committed: the attempt only ends the run,
+          # no gather or save is left to hang in. No more hangs.
+          echo "chaos: $name: the final checkpoint is saved: no hang left to land ($landed of $want_kills)"
+          want_kills=$landed kind=none fault=""
+        fi
+      fi
       case $kind in
         KILL | USR1 | TERM)
           # At step $target, in one random rank under mpirun: SIGKILL, or the
@@ -247,6 +280,7 @@ run_scenario() {
           fault="$who$point*$((1 + RANDOM % saves))" ;;
         save-TERM) fault="TERM@${points[RANDOM % 3]}" ;;  # at the first save, a periodic one
         start-KILL) fault=${starts[RANDOM % ${#starts[@]}]} ;;
+        hang-*) ;;
       esac
       # zero, async at stage >= 1: half of the step kills go to one rank as it
       # enters a gradient reduce-scatter or a parameter all-gather instead (its
@@ -277,7 +311,8 @@ run_scenario() {
     train_args "$dir" $((rows / (world > 0 ? world : 2)))
     local args=("${TARGS[@]}")
     local a0; a0=$(now)
-    RATCHET_FAULT=$fault launch "$world" "$log" "${args[@]}" "${zero_args[@]}" ${async_args[@]+"${async_args[@]}"}
+    RATCHET_FAULT=$fault launch "$world" "$log" "${args[@]}" "${zero_args[@]}" ${async_args[@]+"${async_args[@]}"} \
+      ${hang_args[@]+"${hang_args[@]}"}
     case $when in
       *s\|step*)  # from outside after the delay, unless the step came first (the
         # attempt is not waited for yet, so its pid cannot be reused meanwhile)
@@ -309,6 +344,27 @@ run_scenario() {
     printf 'chaos: %s: attempt %3d world %s%s%s %-9s at %-9s fault %-24s prune %d: steps %4d -> %4d, rc %s\n' \
       "$name" "$attempt" "$world" "${stage:+ zero $stage}" "${group:+ group $group}" "$kind" "$when" "${fault:--}" "$pruning" "$start" \
       "$reached" "$rc"
+    # A hang: the watchdog ended the job (75), within the allowance, and
+    # `ratchet doctor` blames the frozen rank.
+    if [ "$kind" != none ] && [ "$hang" = 1 ]; then
+      local verdict; verdict=$("$exe" doctor "$dir" 2>&1 | head -n 1)
+      echo "chaos: $name: attempt $attempt: doctor: $verdict"
+      if [ "$rc" -ne 75 ]; then
+        bad "$name: attempt $attempt ($kind, fault '$fault') ended with rc $rc, not 75 (the watchdog's): $log"
+      elif ! grep -q "hang watchdog: " "$log"; then
+        bad "$name: attempt $attempt: no hang watchdog line in $log"
+      elif ! grep -qE "^rank $hang_rank( \([^)]*\))? (left no record and )?(never entered|never joined|was frozen)" <<<"$verdict"; then
+        bad "$name: attempt $attempt: doctor does not blame rank $hang_rank: $verdict"
+      fi
+      # The watchdog fires within its allowance plus a margin (1.5 s on
+      # 2 shared cores); the line says by how much.
+      local late; late=$(sed -n 's/.*hang watchdog: .* for \([0-9.]*\) s (allowance \([0-9.]*\) s).*/\1 \2/p' "$log" |
+        awk 'BEGIN { w = -1 } { d = $1 - $2; if (d > w) w = d } END { if (w >= 0) printf "%.1f", w }')
+      if [ -n "$late" ] && ! awk -v w="$late" 'BEGIN { exit !(w <= 1.5) }'; then
+        bad "$name: attempt $attempt: the watchdog fired $late s after its allowance (margin 1.5 s)"
+      fi
+      rm -rf "$dir/flight"  # the next attempt's records start over
+    fi
     case $rc in
       0) done_rc=0; break ;;
       75) ;;                                        # stopped by a signal and saved
@@ -423,14 +479,15 @@ t_all=$(now)
 for s in ${scenarios//,/ }; do
   case $s in
     single) run_scenario single "$kills" 0 ;;
-    mpi | zero | async)
+    mpi | zero | async | hang)
       if [ -z "$mpirun" ]; then echo "chaos: $s: skipped (no mpirun)"; continue; fi
       case $s in
         mpi) run_scenario mpi "$mpi_kills" 2 ;;
+        hang) run_scenario hang "$hang_kills" h ;;
         zero) run_scenario zero "$zero_kills" z ;;
         async) run_scenario async "$async_kills" a ;;
       esac ;;
-    *) echo "chaos.sh: unknown scenario '$s' (single, mpi, zero, async)" >&2; exit 2 ;;
+    *) echo "chaos.sh: unknown scenario '$s' (single, mpi, zero, async, hang)" >&2; exit 2 ;;
   esac
 done
 echo "chaos: $(awk -v a="$t_all" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }') s in all, $failures failure(s), seed $seed"

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# A real two-node Slurm cluster on one machine, for the multi-node test
-# (tests/slurm/twonode.sh) and for trying slurm/train-multinode.sbatch:
-# two slurmd, each in its own network and UTS namespace (hostnames rnode1 and
-# rnode2, addresses 10.77.0.11 and .12 on a bridge), one slurmctld and one
-# munged in the machine's own namespaces. Nothing in it touches the
+# A real multi-node Slurm cluster on one machine, for the multi-node tests
+# (tests/slurm/twonode.sh, tests/slurm/chaos.sh) and for trying
+# slurm/train-multinode.sbatch: two (or RATCHET_SLURM2_NODES) slurmd, each in
+# its own network and UTS namespace (hostnames rnode1, rnode2, ..., addresses
+# 10.77.0.11, .12, ... on a bridge), one slurmctld and one munged in the
+# machine's own namespaces. Partition `debug` (the default) holds rnode1 and
+# rnode2 whatever the count, so the two-node tests see two nodes; with three or
+# more, partition `all` holds every node (the chaos tests: a 2-node job there
+# still fits when one node is excluded or down). Nothing in it touches the
 # single-node cluster of scripts/slurm-cluster.sh: own config, ports, munge
 # socket, spool, logs; the two run side by side.
 #
@@ -12,6 +16,7 @@
 #   sudo scripts/slurm-cluster-2node.sh status   # exit 0 when every daemon runs and both nodes are up
 #   sudo scripts/slurm-cluster-2node.sh crash rnode2  # SIGKILL everything in that node's namespace (a power cut)
 #   sudo scripts/slurm-cluster-2node.sh stop     # daemons by pid file, the namespaces' processes, links, namespaces
+#                                                # (every node found, whatever RATCHET_SLURM2_NODES says)
 #   eval "$(scripts/slurm-cluster-2node.sh env)" # SLURM_CONF for sbatch/srun/squeue against this cluster
 #
 # Open MPI between the nodes goes over TCP on the bridge: the test exports
@@ -25,6 +30,9 @@
 #   RATCHET_SLURM2_NET            first three octets of the /24 (default 10.77.0):
 #                                 .1 the bridge and slurmctld, .11/.12 the nodes
 #   RATCHET_SLURM2_CPUS           CPUs each node advertises (default 2)
+#   RATCHET_SLURM2_NODES          number of nodes, 2 to 9 (default 2); a start with another
+#                                 count rewrites slurm.conf and restarts the daemons (a node
+#                                 no longer listed is stopped and its namespace removed)
 #   RATCHET_SLURM2_START_TIMEOUT  seconds to wait for both nodes to be idle (default 40)
 #   RATCHET_SLURM2_SHARE          more paths (colon separated) that the nodes must see
 #                                 although they lie under /tmp (e.g. a build directory)
@@ -41,7 +49,11 @@ prog=slurm-cluster-2node.sh
 net=${RATCHET_SLURM2_NET:-10.77.0}
 cpus=${RATCHET_SLURM2_CPUS:-2}
 start_timeout=${RATCHET_SLURM2_START_TIMEOUT:-40}
-nodes=(rnode1 rnode2)
+nnodes=${RATCHET_SLURM2_NODES:-2}
+[[ $nnodes =~ ^[2-9]$ ]] ||
+  { echo "$prog: error: RATCHET_SLURM2_NODES='$nnodes' is not a node count from 2 to 9" >&2; exit 2; }
+nodes=()
+for ((i = 1; i <= nnodes; i++)); do nodes+=("rnode$i"); done
 ctld_port=6827   # the single-node cluster has 6817/6818
 slurmd_port=6828
 bridge=ratchet-br0
@@ -174,10 +186,35 @@ InactiveLimit=0
 SlurmdTimeout=10
 # Bound into each node's own /tmp at the same path (scripts/slurm-cluster-2node.sh):
 #   ${shared_tmp:-none}
-NodeName=rnode1 NodeAddr=$(addr_of rnode1) CPUs=${cpus} RealMemory=1000 State=UNKNOWN
-NodeName=rnode2 NodeAddr=$(addr_of rnode2) CPUs=${cpus} RealMemory=1000 State=UNKNOWN
+$(for n in "${nodes[@]}"; do echo "NodeName=$n NodeAddr=$(addr_of "$n") CPUs=${cpus} RealMemory=1000 State=UNKNOWN"; done)
 PartitionName=debug Nodes=rnode[1-2] Default=YES MaxTime=INFINITE State=UP
+$( ((nnodes > 2)) && echo "PartitionName=all Nodes=rnode[1-$nnodes] MaxTime=INFINITE State=UP")
 EOF
+}
+
+# Every node this cluster may have left behind: the ones configured now and
+# any with a namespace or a slurmd pid file (a start or stop with another
+# RATCHET_SLURM2_NODES).
+all_known_nodes() {
+  {
+    printf '%s\n' "${nodes[@]}"
+    find /run/netns -maxdepth 1 -name "ratchet-rnode[0-9]" -printf "%f\n" 2>/dev/null | sed "s/^ratchet-//"
+    find "$run_dir" -maxdepth 1 -name "slurmd-rnode[0-9].pid" -printf "%f\n" 2>/dev/null | sed "s/^slurmd-//; s/\.pid$//"
+  } | sort -u
+}
+
+# remove_node NODE: its slurmd, its processes, its link and namespace.
+remove_node() {
+  local n=$1 ns i
+  ns=$(ns_of "$n")
+  stop_daemon "$(slurmd_pid_of "$n")" slurmd
+  kill_namespace "$n"
+  ip link del "$(veth_of "$n")" 2>/dev/null || true
+  if [ -e "/run/netns/$ns" ]; then
+    # A killed process takes a moment to leave the namespace.
+    for ((i = 0; i < 50; i++)); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
+    ip netns del "$ns" && say "deleted network namespace $ns"
+  fi
 }
 
 start_munge() {
@@ -298,6 +335,12 @@ cmd_start() {
     say "wrote $conf"
   fi
   if ((changed)); then
+    for n in $(all_known_nodes); do
+      if [[ " ${nodes[*]} " != *" $n "* ]]; then
+        say "$n is no longer a node of this cluster: removing it"
+        remove_node "$n"
+      fi
+    done
     for n in "${nodes[@]}"; do
       alive "$(slurmd_pid_of "$n")" slurmd && { say "configuration changed: restarting"; stop_daemon "$(slurmd_pid_of "$n")" slurmd; }
     done
@@ -333,7 +376,7 @@ cmd_crash() {
 }
 
 cmd_stop() {
-  local n ns i jobs
+  local n jobs
   # Jobs left in the queue would be recovered from the state files and run
   # again at the next start: a teardown cancels them (all are this cluster's).
   if alive "$ctld_pid" slurmctld; then
@@ -344,20 +387,14 @@ cmd_stop() {
       say "cancelled jobs $jobs"
     fi
   fi
-  for n in "${nodes[@]}"; do stop_daemon "$(slurmd_pid_of "$n")" slurmd; done
+  local known
+  known=$(all_known_nodes)
+  for n in $known; do stop_daemon "$(slurmd_pid_of "$n")" slurmd; done
   # Job processes left behind by a killed slurmd.
-  for n in "${nodes[@]}"; do kill_namespace "$n"; done
+  for n in $known; do kill_namespace "$n"; done
   stop_daemon "$ctld_pid" slurmctld
   stop_daemon "$munge_pid" munged
-  for n in "${nodes[@]}"; do
-    ns=$(ns_of "$n")
-    ip link del "$(veth_of "$n")" 2>/dev/null || true
-    if [ -e "/run/netns/$ns" ]; then
-      # A killed process takes a moment to leave the namespace.
-      for ((i = 0; i < 50; i++)); do [ -z "$(ip netns pids "$ns" 2>/dev/null)" ] && break; sleep 0.1; done
-      ip netns del "$ns" && say "deleted network namespace $ns"
-    fi
-  done
+  for n in $known; do remove_node "$n" >/dev/null; done
   if ip link show "$bridge" >/dev/null 2>&1; then
     ip link del "$bridge" && say "deleted bridge $bridge"
   fi

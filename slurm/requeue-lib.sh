@@ -276,13 +276,32 @@ _ratchet_plan_exclusion() {
   return 0
 }
 
+# _ratchet_scontrol_after_requeue ARGS...: `scontrol ARGS` once the requeue
+# is under way. Slurm answers a requeue with CONT+TERM to every process of the
+# job, then KILL after KillWait (30 s by default): the shell ignores TERM by
+# then (ratchet_finish), and so does scontrol, which inherits that. Not under
+# `timeout`: it installs its own TERM handler and passes the TERM on to
+# scontrol (the update was killed so on the test cluster, and the rerun ran
+# on the suspect node). Bounded here instead: 60 s, then KILL.
+_ratchet_scontrol_after_requeue() {
+  scontrol "$@" &
+  local pid=$! i rc=0
+  for ((i = 0; i < 600; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+  wait "$pid" || rc=$?
+  return $rc
+}
+
 # _ratchet_apply_exclusion: after the requeue (Slurm takes ExcNodeList only
 # from a pending job: a running one gets "Job is no longer pending"). The
 # requeued job cannot start again before this script has ended (it is
 # completing until then), so it never starts on the excluded node.
 _ratchet_apply_exclusion() {
   [ -n "$_ratchet_exclude" ] || return 0
-  if timeout 60 scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$_ratchet_exclude"; then
+  if _ratchet_scontrol_after_requeue update JobId="$SLURM_JOB_ID" ExcNodeList="$_ratchet_exclude"; then
     ratchet_log "the next run excludes node(s) ${_ratchet_exclude} (ExcNodeList was ${_ratchet_excluded_now:-empty})"
   else
     ratchet_log "warning: 'scontrol update JobId=$SLURM_JOB_ID ExcNodeList=$_ratchet_exclude' failed:" \
@@ -324,7 +343,9 @@ ratchet_finish() {
   _ratchet_plan_exclusion
   # Slurm answers the requeue with CONT+TERM to this shell: nothing left to forward.
   trap '' TERM "$RATCHET_STOP_SIGNAL"
-  if timeout 120 scontrol requeue "$SLURM_JOB_ID"; then
+  # The requeue's own TERM may come before scontrol has returned: not under
+  # `timeout` either (a killed scontrol would read as a failed requeue).
+  if _ratchet_scontrol_after_requeue requeue "$SLURM_JOB_ID"; then
     ratchet_log "requeued (restart $((restarts + 1)) of at most $RATCHET_MAX_REQUEUES);" \
       "the next run resumes from the latest checkpoint"
     _ratchet_apply_exclusion

@@ -37,7 +37,15 @@ void fault_point(const std::string& point) {
       item = item.substr(item.find('/') + 1);
     }
     const auto at = item.find('@');
-    if (at != std::string::npos && item.substr(at + 1) == point) {
+    // "SIG@point*N": only the N-th time (scripts/chaos.sh: a hang inside the
+    // K-th gather or save of an attempt).
+    std::string at_point = at == std::string::npos ? "" : item.substr(at + 1);
+    int at_nth = 0;
+    if (const auto st = at_point.find('*'); st != std::string::npos) {
+      at_nth = std::atoi(at_point.c_str() + st + 1);
+      at_point.resize(st);
+    }
+    if (at != std::string::npos && at_point == point && (at_nth == 0 || at_nth == nth)) {
       const std::string sig = item.substr(0, at);
       if (sig.rfind("SLEEP", 0) == 0) {  // "SLEEPms@point": a stall of that many ms
         std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(sig.c_str() + 5)));

@@ -14,8 +14,10 @@
 //                       peers enter it and wait), including one rank's copy
 //   zero-all-gather     ZeRO-1/2/3: as a rank enters a parameter all-gather (ZeRO-3:
 //                       each block's gather in the forward and the backward)
+//   eval                as an evaluation starts (its peers wait in its all-reduce)
 // An item "point*N" fires only the N-th time the point is reached
-// (e.g. "ckpt-mid-write*2": the second save dies). An item "SIG@point" (e.g. "USR1@step-5", "TERM@ckpt-mid-write") raises that
+// (e.g. "ckpt-mid-write*2": the second save dies; "STOP@zero-all-gather*7"
+// freezes the process in its seventh all-gather). An item "SIG@point" (e.g. "USR1@step-5", "TERM@ckpt-mid-write") raises that
 // signal instead of killing: the process's own handlers then run, as when a
 // scheduler signals it at that moment ("STOP@point" freezes the process, as a
 // hung node: the hang watchdog's tests). An item "SLEEPms@point" (e.g.

@@ -145,6 +145,7 @@ void Trainer::report_end(int steps_run, double t_train, double t_profiled, doubl
 
 float Trainer::evaluate() {
   val_loader_->reset();  // every evaluation sees the same batches: comparable numbers
+  fault_point("eval");   // scripts/chaos.sh: a rank hangs inside an evaluation
   // The ranks split the batches (batch i on rank i mod W) and sum: the same
   // number, to rounding, on any world size.
   double sum = 0;

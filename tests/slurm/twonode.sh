@@ -40,6 +40,11 @@ CLUSTER2=$RATCHET_SOURCE_DIR/scripts/slurm-cluster-2node.sh
 # the checkout and these paths into the nodes (every call below passes them, so
 # a restart keeps the binds). A clone under /tmp passes as any other.
 export RATCHET_SLURM2_SHARE=$RATCHET_BUILD_DIR${RATCHET_TEST_WORK:+:$RATCHET_TEST_WORK}
+# Three nodes: the default partition `debug` holds rnode1 and rnode2 (the cases
+# here), partition `all` the three (tests/slurm/chaos.sh: a 2-node job still
+# fits when one node is excluded). Every call passes the same count, so no
+# case restarts the cluster with another.
+export RATCHET_SLURM2_NODES=${RATCHET_SLURM2_NODES:-3}
 mkdir -p "$RATCHET_TEST_WORK" 2>/dev/null || true
 marker=$RATCHET_TEST_WORK/cluster-2node-started-by-tests
 
@@ -98,6 +103,11 @@ case $name in
     [ "$out" = "rnode1 10.77.0.11/24
 rnode2 10.77.0.12/24" ] || fail "srun -N2: expected rnode1/rnode2 on their own addresses, got: $out"
     log "ok: two nodes: $(tr '\n' ' ' <<<"$out")"
+    if [ "$RATCHET_SLURM2_NODES" -ge 3 ]; then
+      out=$(timeout 30 srun -p all -N3 -n3 -c1 -t1 hostname | sort | paste -sd' ' -)
+      [ "$out" = "rnode1 rnode2 rnode3" ] || fail "srun -p all -N3: expected rnode1 rnode2 rnode3, got: $out"
+      log "ok: partition all: $out"
+    fi
     exit 0
     ;;
   stop)
