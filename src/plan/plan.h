@@ -6,7 +6,8 @@
 //   compute-optimal size  C = 6·N·D with D = 20·N (Chinchilla, Hoffmann et al.
 //                         2022): N = sqrt(C/120), D = 20·N. N counts every
 //                         parameter of the flat buffer (padded wte included).
-//   training FLOPs        train_flops_per_token(cfg, T) · tokens (+ recompute)
+//   training FLOPs        train_flops_per_token(cfg, T) · tokens (+ recompute);
+//                         a MoE model's on its active parameters (moe_cost.h)
 //   memory per rank       model/memory.h's step_memory with the backend's
 //                         description (backend/memory_model.h: the cpu backend,
 //                         or the cuda backend with its cuBLASLt workspace for
@@ -178,6 +179,10 @@ struct Plan {
   PlanInputs in;             // with defaults filled in
   const Device* device = nullptr;
   double n_params = 0;
+  // Mixture-of-Experts (issue 39; plan/moe_cost.h): the parameters a token
+  // uses (= param_count() for a dense model). flops_per_token, MFU and the
+  // step time follow them; memory, gradients and checkpoints follow n_params.
+  double active_params = 0;
   // budget
   bool has_budget = false;
   double budget_flops = 0;
