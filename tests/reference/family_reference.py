@@ -38,13 +38,16 @@ OlmoeSparseMoeBlock, MixtralSparseMoeBlock, load_balancing_loss_func):
   clip_qkv            OLMoE: q, k, v clamped to [-c, c] after the q/k norms
   aux_coef            the loss trained on is CE + aux_coef * E * sum_e f_e P_e
                       over the concatenated router logits of every MoE layer
+  report_ce           the loss reported (the output file's loss and losses) is
+                      the cross-entropy alone (default), or with false the
+                      whole CE + aux_coef * aux
 
 The router: logits = x @ gate^T, softmax over all E, top k, then each
 selected expert's SwiGLU output times its weight, summed per token. The
 oracle runs it in float64 and records the smallest gap between the k-th and
-(k+1)-th probability of any token; a gap below MIN_ROUTING_GAP (where float32
-could choose another expert) fails the run rather than compare two models
-that route differently.
+(k+1)-th router logit of any token (the log of their probabilities' ratio);
+a gap below MIN_ROUTING_GAP (where float32 could choose another expert)
+fails the run rather than compare two models that route differently.
 
 Parameters come in ratchet's ParamLayout order with the empty slots left out
 (see tests/reference/README.md); the output file is gpt2_reference.py's.
@@ -69,9 +72,10 @@ import gpt2_reference as g2  # noqa: E402  (read_batch, unflatten, gradcheck, ru
 import llama_reference as lr  # noqa: E402  (inv_freq, rope)
 
 DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead", "routerw", "expw1", "expw2"}
-# The smallest top-k probability gap the comparison accepts: float32's
-# softmax is accurate to ~1e-7 relative, so a gap 100x wider cannot flip.
-MIN_ROUTING_GAP = 1e-5
+# The smallest gap between a token's k-th and (k+1)-th router logit the
+# comparison accepts: float32 logits (C-term dot products of O(1) values)
+# are accurate to ~1e-6, so a gap 100x wider cannot flip a top-k choice.
+MIN_ROUTING_GAP = 1e-4
 routing_gaps = []  # the smallest gap of each MoE forward (for the check in main)
 
 # The fields a config must have, with the Llama value a family leaves alone.
@@ -80,7 +84,8 @@ FAMILY_DEFAULTS = dict(head_dim=0, qkv_bias=False, qk_norm="none", norm_placemen
                        mlp_act="silu", attn_softcap=0.0, final_softcap=0.0, sliding_window=0,
                        layer_types=None, no_rope_layers=None, rope_local_theta=0.0,
                        num_experts=0, experts_per_tok=0, moe_ffn=0, norm_topk_prob=False,
-                       decoder_sparse_step=1, mlp_only_layers=[], clip_qkv=0.0, aux_coef=0.0)
+                       decoder_sparse_step=1, mlp_only_layers=[], clip_qkv=0.0, aux_coef=0.0,
+                       report_ce=True)
 
 
 def layer_is_moe(cfg, l):
@@ -142,8 +147,8 @@ def moe_block(h, gate_w, w1, w2, cfg):
     logits = x @ gate_w.T
     probs = logits.softmax(-1)
     top, idx = torch.topk(probs, k, dim=-1)
-    if k < E:
-        srt = probs.detach().sort(-1, descending=True).values
+    if k < E:  # the k-th and (k+1)-th logits' gap: the log of the probabilities' ratio
+        srt = logits.detach().sort(-1, descending=True).values
         routing_gaps.append((srt[:, k - 1] - srt[:, k]).min().item())
     if cfg["norm_topk_prob"]:
         top = top / top.sum(-1, keepdim=True)
@@ -264,7 +269,11 @@ def forward(flat, cfg, inputs, targets):
     logits = softcap(x @ (p["wte"] if cfg["tied"] else p["lmhead"]).T, cfg["final_softcap"])
     loss = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
     if router_logits and cfg["aux_coef"] > 0:
-        loss = loss + cfg["aux_coef"] * aux_loss(router_logits, cfg)
+        # Trained on CE + coef * aux, reported as CE (ratchet's `loss`, like
+        # its JSONL's, is the cross-entropy): the value of a - a.detach() is
+        # exactly 0 and its gradient is a's.
+        a = cfg["aux_coef"] * aux_loss(router_logits, cfg)
+        loss = loss + (a - a.detach()) if cfg["report_ce"] else loss + a
     return logits, loss
 
 
@@ -321,7 +330,7 @@ def main(argv=None):
     r = g2.run(cfg, flat, inputs, targets, a, fwd=forward,
                wd=weight_decay_mask(cfg, a.weight_decay))
     if routing_gaps and min(routing_gaps) < MIN_ROUTING_GAP:
-        sys.exit(f"routing near-tie: a token's k-th and (k+1)-th router probabilities differ by "
+        sys.exit(f"routing near-tie: a token's k-th and (k+1)-th router logits differ by "
                  f"{min(routing_gaps):.3g} < {MIN_ROUTING_GAP} in some forward; float32 may choose "
                  f"another expert there: widen the router's margins or change the inputs")
     g2.write_output(a.out, cfg, inputs.shape[0], inputs.shape[1], a.steps, r)
@@ -349,9 +358,9 @@ SELF_TEST_FAMILIES = {
     # 3 dense by mlp_only_layers; OLMoE clipping about half of q/k/v.
     "qwen3_moe": dict(L=4, head_dim=12, qk_norm="per_head", tied=False, num_experts=4,
                       experts_per_tok=2, moe_ffn=8, norm_topk_prob=True, decoder_sparse_step=2,
-                      mlp_only_layers=[3], aux_coef=0.01),
+                      mlp_only_layers=[3], aux_coef=0.01, report_ce=False),
     "olmoe": dict(L=2, qk_norm="full_width", tied=False, num_experts=4, experts_per_tok=2,
-                  moe_ffn=8, clip_qkv=0.6, aux_coef=0.01),
+                  moe_ffn=8, clip_qkv=0.6, aux_coef=0.01, report_ce=False),
     "mixtral": dict(L=2, num_experts=4, experts_per_tok=2, moe_ffn=8, norm_topk_prob=True,
                     sliding_window=3, layer_types=[SW, SW], tied=False),
 }
@@ -380,6 +389,17 @@ def moe_self_test(gen, inputs, targets):
         aux = aux_loss([x @ torch.zeros(E, cfg["C"], dtype=torch.float64).T], c)
         assert abs(aux.item() - k) < 1e-12, (E, k, aux.item())
     print("[ok] aux loss = k under uniform routing (E, k) = (4, 2), (5, 3), (8, 1)")
+
+    # report_ce: the loss reported is the cross-entropy, the gradient still
+    # the whole CE + coef * aux's (the finite differences above check that one).
+    cfg = check_config(dict(BASE, **SELF_TEST_FAMILIES["qwen3_moe"]), "qwen3_moe")
+    flat = random_params(cfg, gen)
+    _, whole, g_whole = g2.loss_and_grad(flat, cfg, inputs, targets, forward)
+    _, ce, g_ce = g2.loss_and_grad(flat, dict(cfg, report_ce=True), inputs, targets, forward)
+    _, ce_only, g_ce_only = g2.loss_and_grad(flat, dict(cfg, aux_coef=0.0), inputs, targets, forward)
+    assert ce == ce_only and whole > ce, (whole, ce, ce_only)
+    assert torch.equal(g_ce, g_whole) and not torch.equal(g_ce, g_ce_only)
+    print(f"[ok] report_ce: loss {ce:.6f} is the CE (CE + coef*aux {whole:.6f}), gradients the whole's")
 
     # One expert, top 1: the MoE block is the dense SwiGLU MLP with its weights.
     cfg = check_config(dict(BASE, num_experts=1, experts_per_tok=1, moe_ffn=BASE["H"]), "e1")
