@@ -5,9 +5,10 @@
 // configuration_<family>.py; the tensor names are in hf_checkpoint.cpp.
 //
 // A field that changes the math and that ratchet does not implement is
-// refused by name and value (rope_scaling "yarn", clip_qkv, an attention
-// bias on o_proj, another activation), never ignored: an ignored field would
-// train a different model than the one the user named.
+// refused by name and value (rope_scaling "yarn", clip_qkv outside OLMoE, an
+// attention bias on o_proj, another activation, router_jitter_noise, a
+// shared expert), never ignored: an ignored field would train a different
+// model than the one the user named.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
