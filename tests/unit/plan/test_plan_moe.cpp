@@ -84,6 +84,21 @@ TEST(PlanMoe, Qwen3_30B_A3B_OnTwoNodes) {
   EXPECT_NE(j.find("\"expert_parallel\":null"), std::string::npos) << j;
 }
 
+TEST(PlanMoe, NothingFitsSaysExpertParallelismIsMissing) {
+  // Mixtral 8x7B on one H100: 46.7B parameters' states are far beyond 80 GB
+  // at every ZeRO stage (one rank shards nothing); the plan says what is
+  // missing instead of inventing an expert-parallel size.
+  PlanInputs in;
+  in.cfg = preset_config("mixtral-8x7b", 257, 4096);
+  in.model_name = "mixtral-8x7b";
+  in.T = 4096, in.B = 1, in.steps = 10, in.device = "h100";
+  const Plan p = make_plan(in);
+  EXPECT_LT(p.zero.chosen, 0);
+  const std::string t = plan_table(p);
+  EXPECT_NE(t.find("no stage fits: this model needs expert parallelism or more devices, which this plan cannot "
+                   "size yet"), std::string::npos) << t;
+}
+
 TEST(PlanMoe, EveryMoePresetPlans) {
   for (const char* name : {"qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"}) {
     PlanInputs in;
