@@ -65,6 +65,20 @@ struct AttnOpts {
   float scale_for(int hs) const;  // scale, or 1/sqrt(hs) when 0
 };
 
+// A Mixture-of-Experts layer's shape (Backend::moe_forward): N tokens, C
+// channels, E experts, k per token, I the experts' hidden size (HF
+// moe_intermediate_size); norm_topk_prob renormalises the k routing weights.
+struct MoeDims {
+  int N = 0, C = 0, E = 0, k = 0, I = 0;
+  bool norm_topk_prob = true;
+};
+// What one MoE layer's forward keeps for its backward, in the backend's own
+// form (the cpu backend: host vectors; cuda: device buffers). Opaque.
+class MoeState {
+ public:
+  virtual ~MoeState() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -233,6 +247,34 @@ class Backend {
   virtual void geglu_forward(dptr out, cdptr inp, int N, int H);
   // dinp (N,2H) overwritten: dgate = dout * up * gelu_tanh'(g), dup = dout * gelu_tanh(g)
   virtual void geglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H);
+
+  // OLMoE's clip_qkv: out (n) = min(max(in, -c), c), c > 0 (out may alias in).
+  virtual void clip_forward(dptr out, cdptr in, size_t n, float c);
+  // dx (n) zeroed in place where the clamp's input x (n) lies outside [-c, c]
+  // (torch.clamp's gradient: 1 inside the closed interval, 0 outside).
+  virtual void clip_backward(dptr dx, cdptr x, size_t n, float c);
+
+  // ---- Mixture-of-Experts (issue 39; math and shapes in src/moe/moe_ops.h) ----
+  // One MoE layer on N tokens: router gate (E,C), experts w1 (E,2I,C) rows
+  // gate | up and w2 (E,C,I), top-k dropless token choice. What a layer's
+  // forward keeps for its backward (probabilities, choices, the dispatch, the
+  // packed expert rows) is a MoeState the backend makes (moe_state) and
+  // sizes itself; the model keeps one per MoE layer and never looks inside.
+  // moe_forward: out (N,C) overwritten.
+  // moe_backward: dx (N,C) overwritten; dgate, dw1, dw2 ACCUMULATE;
+  //   aux_dprob: HOST FP32 (E) or null, the aux loss's gradient per
+  //   probability of each expert's column (moe::aux_loss), added on every token.
+  // moe_aux_stats: HOST FP64 counts (E) += top-k selections per expert and
+  //   prob_sums (E) += column sums of the probabilities, of st's last forward.
+  // The defaults refuse by name (a backend without MoE).
+  virtual std::unique_ptr<MoeState> moe_state();
+  virtual void moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, dptr out,
+                           MoeState& st);
+  virtual void moe_backward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, cdptr dout,
+                            const MoeState& st, const float* aux_dprob, dptr dx, dptr dgate,
+                            dptr dw1, dptr dw2);
+  virtual void moe_aux_stats(const MoeDims& d, const MoeState& st, double* counts,
+                             double* prob_sums);
 
   // Fused softmax + cross-entropy over the first V of Vp columns.
   // logits (BT,Vp); targets (BT); losses (BT) = -log softmax(logits)[target].

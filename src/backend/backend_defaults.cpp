@@ -29,5 +29,18 @@ void Backend::scale(dptr, size_t, float) { missing(*this, "scale"); }
 void Backend::softcap_forward(dptr, size_t, float) { missing(*this, "softcap_forward"); }
 void Backend::geglu_forward(dptr, cdptr, int, int) { missing(*this, "geglu_forward"); }
 void Backend::geglu_backward(dptr, cdptr, cdptr, int, int) { missing(*this, "geglu_backward"); }
+void Backend::clip_forward(dptr, cdptr, size_t, float) { missing(*this, "clip_forward (clip_qkv)"); }
+void Backend::clip_backward(dptr, cdptr, size_t, float) { missing(*this, "clip_backward (clip_qkv)"); }
+std::unique_ptr<MoeState> Backend::moe_state() { missing(*this, "moe_forward (Mixture-of-Experts)"); }
+void Backend::moe_forward(const MoeDims&, cdptr, cdptr, cdptr, cdptr, dptr, MoeState&) {
+  missing(*this, "moe_forward");
+}
+void Backend::moe_backward(const MoeDims&, cdptr, cdptr, cdptr, cdptr, cdptr, const MoeState&,
+                           const float*, dptr, dptr, dptr, dptr) {
+  missing(*this, "moe_backward");
+}
+void Backend::moe_aux_stats(const MoeDims&, const MoeState&, double*, double*) {
+  missing(*this, "moe_aux_stats");
+}
 
 }  // namespace ratchet

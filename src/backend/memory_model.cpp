@@ -44,10 +44,28 @@ bool BackendMemoryModel::operator==(const BackendMemoryModel& o) const {
   return storage_bytes == o.storage_bytes && alloc_align == o.alloc_align &&
          extra_bytes_per_param == o.extra_bytes_per_param &&
          overhead_bytes == o.overhead_bytes && workspace == o.workspace &&
-         attention == o.attention && deterministic == o.deterministic;
+         attention == o.attention && deterministic == o.deterministic &&
+         moe_state_in_alloc == o.moe_state_in_alloc;
 }
 
 BackendMemoryModel cpu_memory_model() { return BackendMemoryModel{}; }
+
+size_t BackendMemoryModel::moe_state_bytes(long N, int C, int E, int k, int I) const {
+  if (!moe_state_in_alloc) return 0;
+  const size_t tb = storage_bytes, Nk = (size_t)N * k, n = (size_t)N;
+  // CudaMoeCache::need asks for at least 16 bytes (never a null buffer).
+  auto a = [&](size_t bytes) { return alloc_size(std::max<size_t>(bytes, 16)); };
+  // kernels::moe_dispatch_scratch_bytes: one (E+1) row of int counts per
+  // 256-slot chunk.
+  const size_t chunks = std::max<size_t>(1, (Nk + 255) / 256);
+  return a(n * E * tb) + a(n * E * 4) + a(Nk * 4) + a(Nk * 4)          // logits probs w idx
+         + 2 * a((size_t)(E + 1) * 4) + 2 * a(Nk * 4)                  // counts offsets row_of slot_of
+         + a(chunks * (E + 1) * 4)                                     // dispatch scratch
+         + a(Nk * C * tb) + a(Nk * 2 * I * tb) + a(Nk * I * tb) + a(Nk * C * tb)  // xp h a y
+         + 2 * a(Nk * C * tb) + a(Nk * 4) + a(n * E * tb)              // dy dxp dw dlogits
+         + a(n * I * tb) + a(n * 2 * I * tb)                           // da dh
+         + a((size_t)E * 4) + a((size_t)E * 2 * 8);                    // aux dprob, statistics
+}
 
 BackendMemoryModel cuda_memory_model(size_t storage_bytes, size_t gemm_workspace_bytes,
                                      AttentionImpl attention, bool deterministic) {
@@ -61,6 +79,7 @@ BackendMemoryModel cuda_memory_model(size_t storage_bytes, size_t gemm_workspace
   // The FP64 result of sum_squares (one cudaMalloc) and cuBLASLt's workspace.
   m.overhead_bytes = m.alloc_size(sizeof(double)) + gemm_workspace_bytes;
   m.workspace = BackendMemoryModel::Workspace::kCudaOps;
+  m.moe_state_in_alloc = true;
   return m;
 }
 

@@ -61,6 +61,16 @@ struct BackendMemoryModel {
   // Not part of ==: the description is the same, the source only measures it.
   const CudnnWorkspaceSource* cudnn_source = nullptr;
 
+  // Whether a MoE layer's state (Backend::moe_state) takes its buffers from
+  // alloc() (cuda: device buffers, inside the arena); false: host memory of
+  // its own (the cpu backend's vectors), outside the accounting.
+  bool moe_state_in_alloc = false;
+  // Bytes one MoE layer's state takes from alloc() for N tokens, C channels,
+  // E experts, top k, expert hidden size I (0 unless moe_state_in_alloc):
+  // every buffer of cuda_moe.h's CudaMoeCache at its largest (the backward's
+  // per-expert scratch for N rows, the most one expert can get) and the
+  // backend's aux-loss buffers, each rounded as alloc() rounds it.
+  size_t moe_state_bytes(long N, int C, int E, int k, int I) const;
   // Bytes one alloc(bytes) really takes.
   size_t alloc_size(size_t bytes) const;
   // Bytes of scratch the ops need at most for these shapes (0: none).

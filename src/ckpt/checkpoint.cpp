@@ -173,6 +173,18 @@ void put_model_extras(hid_t f, const GPTConfig& c, const std::string& ctx) {
   put_str(f, "layer_sliding", per_layer_flags(c.layer_sliding), ctx);
   put_str(f, "layer_rope", per_layer_flags(c.layer_rope), ctx);
   put_f64(f, "rope_local_theta", c.rope_local_theta, ctx);
+  // Issue 39's Mixture-of-Experts fields; a checkpoint without num_experts
+  // predates them (a dense model). mlp_only_layers: "3,7" ("" none).
+  put_i64(f, "num_experts", c.num_experts, ctx);
+  put_i64(f, "experts_per_tok", c.experts_per_tok, ctx);
+  put_i64(f, "moe_ffn_hidden", c.moe_ffn_hidden, ctx);
+  put_i64(f, "norm_topk_prob", c.norm_topk_prob ? 1 : 0, ctx);
+  put_i64(f, "decoder_sparse_step", c.decoder_sparse_step, ctx);
+  std::string only;
+  for (int l : c.mlp_only_layers) only += (only.empty() ? "" : ",") + std::to_string(l);
+  put_str(f, "mlp_only_layers", only, ctx);
+  put_f64(f, "router_aux_loss_coef", c.router_aux_loss_coef, ctx);
+  put_f64(f, "clip_qkv", c.clip_qkv, ctx);
 }
 void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
   auto arch = h5_string_attr(f, "arch", ctx, "");
@@ -216,6 +228,24 @@ void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
   c->layer_sliding = parse_per_layer_flags(get_str(f, "layer_sliding", ctx), "layer_sliding", ctx);
   c->layer_rope = parse_per_layer_flags(get_str(f, "layer_rope", ctx), "layer_rope", ctx);
   c->rope_local_theta = (float)get_f64(f, "rope_local_theta", ctx);
+  if (!h5_int_attr(f, "num_experts", ctx, "")) return;  // before issue 39: dense
+  c->num_experts = get_int(f, "num_experts", ctx);
+  c->experts_per_tok = get_int(f, "experts_per_tok", ctx);
+  c->moe_ffn_hidden = get_int(f, "moe_ffn_hidden", ctx);
+  c->norm_topk_prob = get_i64(f, "norm_topk_prob", ctx) != 0;
+  c->decoder_sparse_step = get_int(f, "decoder_sparse_step", ctx);
+  c->mlp_only_layers.clear();
+  const std::string only = get_str(f, "mlp_only_layers", ctx);
+  for (size_t at = 0; at < only.size();) {
+    const size_t comma = std::min(only.find(',', at), only.size());
+    const std::string item = only.substr(at, comma - at);
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos || item.size() > 9)
+      fail(ctx, ": attribute mlp_only_layers is '", only, "', not a comma-separated list of layers");
+    c->mlp_only_layers.push_back(std::stoi(item));
+    at = comma + 1;
+  }
+  c->router_aux_loss_coef = (float)get_f64(f, "router_aux_loss_coef", ctx);
+  c->clip_qkv = (float)get_f64(f, "clip_qkv", ctx);
 }
 
 }  // namespace ckpt_io

@@ -59,6 +59,7 @@ struct Flags {
   std::string model = "d12", device = "cpu", recompute = "none", config_path, arch;
   int layers = 0, heads = 0, channels = 0, vocab_size = 50257, max_seq_len = 1024;
   int kv_heads = 0, ffn_hidden = 0, head_dim = 0, sliding_window = 0;
+  int num_experts = 0, experts_per_tok = 0, moe_ffn_hidden = 0;
   std::string family;
   bool untied = false;
   bool json = false;
@@ -80,6 +81,9 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
     ("family", po::value(&f.family), "llama: a 2026 family's options on this shape (as in `ratchet train`)")
     ("head-dim", po::value(&f.head_dim), "llama: head size, if not channels / heads")
     ("sliding-window", po::value(&f.sliding_window), "--family mistral or gemma3: the window")
+    ("num-experts", po::value(&f.num_experts), "--family qwen3_moe, olmoe or mixtral: experts per MoE layer")
+    ("experts-per-tok", po::value(&f.experts_per_tok), "MoE: experts each token goes to (top k)")
+    ("moe-ffn-hidden", po::value(&f.moe_ffn_hidden), "MoE: each expert's SwiGLU hidden size")
     ("layers", po::value(&f.layers), "number of transformer blocks (overrides the preset)")
     ("heads", po::value(&f.heads), "attention heads (overrides the preset)")
     ("channels", po::value(&f.channels), "embedding width (overrides the preset)")
@@ -209,6 +213,8 @@ void check_plan_values(const po::variables_map& vm, const plan::PlanInputs& in, 
       {"channels", f.channels}, {"vocab-size", f.vocab_size}, {"max-seq-len", f.max_seq_len},
       {"kv-heads", f.kv_heads}, {"ffn-hidden", f.ffn_hidden},
       {"head-dim", f.head_dim}, {"sliding-window", f.sliding_window},
+      {"num-experts", f.num_experts}, {"experts-per-tok", f.experts_per_tok},
+      {"moe-ffn-hidden", f.moe_ffn_hidden},
       {"gpus-per-node", in.zero.gpus_per_node}, {"eval-every", in.eval_every},
       {"eval-batches", in.eval_batches}};
   for (const auto& [flag, v] : counts)
@@ -260,6 +266,8 @@ int cmd_plan(int argc, char** argv) {
   mf.kv_heads = f.kv_heads, mf.ffn_hidden = f.ffn_hidden, mf.untied = f.untied;
   mf.vocab_size = f.vocab_size, mf.max_seq_len = f.max_seq_len;
   mf.family = f.family, mf.head_dim = f.head_dim, mf.sliding_window = f.sliding_window;
+  mf.num_experts = f.num_experts, mf.experts_per_tok = f.experts_per_tok;
+  mf.moe_ffn_hidden = f.moe_ffn_hidden;
   // As `ratchet train` (issue 36): a --seq-len beyond the model's longest
   // sequence is refused, not planned as a larger model (GPT-2's wpe grows
   // with it, Llama's RoPE tables too).

@@ -96,6 +96,12 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("head-dim", po::value(&o.head_dim), "llama: head size, if not channels / heads (Qwen3, Gemma 3)")
     ("sliding-window", po::value(&o.sliding_window),
      "--family mistral or gemma3: the sliding window in tokens")
+    ("num-experts", po::value(&o.num_experts),
+     "--family qwen3_moe, olmoe or mixtral: experts per MoE layer (docs/moe.md)")
+    ("experts-per-tok", po::value(&o.experts_per_tok), "MoE: experts each token goes to (top k)")
+    ("moe-ffn-hidden", po::value(&o.moe_ffn_hidden), "MoE: each expert's SwiGLU hidden size")
+    ("router-aux-loss-coef", po::value(&o.router_aux_loss_coef),
+     "MoE: the load-balancing loss's weight (default: the model's router_aux_loss_coef)")
     ("layers", po::value(&o.layers), "number of transformer blocks (overrides the preset)")
     ("heads", po::value(&o.heads), "attention heads (overrides the preset)")
     ("channels", po::value(&o.channels), "embedding width (overrides the preset)")
@@ -405,13 +411,18 @@ int cmd_train(int argc, char** argv) {
   const std::pair<const char*, long> counts[] = {{"layers", o.layers},         {"heads", o.heads},
                                                  {"channels", o.channels},     {"kv-heads", o.kv_heads},
                                                  {"ffn-hidden", o.ffn_hidden}, {"vocab-size", o.vocab_size},
-                                                 {"head-dim", o.head_dim},     {"sliding-window", o.sliding_window}};
+                                                 {"head-dim", o.head_dim},     {"sliding-window", o.sliding_window},
+                                                 {"num-experts", o.num_experts}, {"experts-per-tok", o.experts_per_tok},
+                                                 {"moe-ffn-hidden", o.moe_ffn_hidden}};
   for (const auto& [flag, v] : counts)
     if (vm.count(flag) && v < 1) fail("--", flag, " must be at least 1 (got ", v, ")");
   const std::pair<const char*, double> reals[] = {{"rope-theta", o.rope_theta}, {"norm-eps", o.norm_eps}};
   for (const auto& [flag, v] : reals)
     if (vm.count(flag) && !(std::isfinite(v) && v > 0))
       fail("--", flag, " must be a positive finite number (got ", v, ")");
+  if (vm.count("router-aux-loss-coef") &&
+      !(std::isfinite(o.router_aux_loss_coef) && o.router_aux_loss_coef >= 0))
+    fail("--router-aux-loss-coef must be a finite number >= 0 (got ", o.router_aux_loss_coef, ")");
   o.model_given = !vm["model"].defaulted();
   o.max_seq_len_given = !vm["max-seq-len"].defaulted();
   o.lr_schedule = schedule;

@@ -415,6 +415,22 @@ GPTConfig config_from_flags(const ModelFlags& f) {
   } else if (f.sliding_window != 0) {
     fail("--sliding-window needs --family mistral or gemma3");
   }
+  if (f.num_experts != 0 || f.experts_per_tok != 0 || f.moe_ffn_hidden != 0) {
+    if (!c.llama() || !family_is_moe(c.family))
+      fail(f.num_experts != 0 ? "--num-experts" : f.experts_per_tok != 0 ? "--experts-per-tok" : "--moe-ffn-hidden",
+           " needs a Mixture-of-Experts family: --family qwen3_moe, olmoe or mixtral");
+    if (f.num_experts != 0) c.num_experts = f.num_experts;
+    if (f.experts_per_tok != 0) c.experts_per_tok = f.experts_per_tok;
+    if (f.moe_ffn_hidden != 0) c.moe_ffn_hidden = f.moe_ffn_hidden;
+  }
+  if (c.llama() && family_is_moe(c.family)) {
+    if (c.num_experts < 1 || c.experts_per_tok < 1 || c.moe_ffn_hidden < 1)
+      fail("--family ", family_name(c.family), " needs --num-experts, --experts-per-tok and "
+           "--moe-ffn-hidden (the experts of every MoE layer)");
+    if (c.experts_per_tok > c.num_experts)
+      fail("--experts-per-tok ", c.experts_per_tok, " exceeds --num-experts ", c.num_experts,
+           ": each token goes to that many distinct experts");
+  }
   if (f.head_dim != 0) {
     if (!c.llama()) fail("--head-dim needs --arch llama (GPT-2's head size is channels / heads)");
     c.head_dim = f.head_dim;

@@ -176,6 +176,8 @@ struct ModelFlags {
   std::string family;                // "" (the preset's), or a family's options on this shape
   int head_dim = 0;                  // llama only; 0: the preset's (or channels / heads)
   int sliding_window = 0;            // --family mistral / gemma3: the window (0: none)
+  // --family qwen3_moe / olmoe / mixtral: E, k and I of every MoE layer (0: the preset's)
+  int num_experts = 0, experts_per_tok = 0, moe_ffn_hidden = 0;
 };
 // The finalized config the flags describe; throws Error naming the flag.
 GPTConfig config_from_flags(const ModelFlags& f);

@@ -8,8 +8,12 @@ Family parse_family_flag(const std::string& s, const char* flag) {
   Family f;
   if (s == "gemma3") return Family::gemma3;
   if (parse_family(s, &f)) return f;
-  fail(flag, " '", s, "' is not a model family: use llama, qwen2, qwen3, olmo2, smollm3, mistral "
-       "or gemma3");
+  fail(flag, " '", s, "' is not a model family: use llama, qwen2, qwen3, olmo2, smollm3, mistral, "
+       "gemma3, qwen3_moe, olmoe or mixtral");
+}
+
+bool family_is_moe(Family f) {
+  return f == Family::qwen3_moe || f == Family::olmoe || f == Family::mixtral;
 }
 
 void apply_family_defaults(GPTConfig& c, Family f, int window) {
@@ -47,6 +51,15 @@ void apply_family_defaults(GPTConfig& c, Family f, int window) {
         c.rope_local_theta = 10000.f;
       }
       break;
+    case Family::qwen3_moe:
+      c.qk_norm = QkNorm::per_head;
+      c.norm_topk_prob = true;
+      break;
+    case Family::olmoe:
+      c.qk_norm = QkNorm::full_width;
+      c.norm_topk_prob = false;
+      break;
+    case Family::mixtral: c.norm_topk_prob = true; break;
   }
   if (window > 0 && f != Family::mistral && f != Family::gemma3)
     fail("--sliding-window is for --family mistral or gemma3 (", family_name(f),

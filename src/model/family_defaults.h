@@ -14,6 +14,16 @@
 //            times sqrt(C), GeGLU (gelu_pytorch_tanh), tied embeddings, and
 //            5 sliding layers to 1 full (sliding_window_pattern 6) with the
 //            sliding layers' RoPE base 10000 and the full ones' 1e6
+//   qwen3_moe  Qwen3's per-head q/k RMSNorm; MoE MLPs whose k routing
+//              weights are renormalised (norm_topk_prob: Qwen3-30B-A3B's
+//              config sets it; an imported config.json says per model)
+//   olmoe      full-width q/k RMSNorm with pre norms (OLMoE keeps Llama's
+//              input norms); norm_topk_prob off; clip_qkv only as a
+//              config.json says (OLMoE-1B-7B has none)
+//   mixtral    Llama's attention; MoE MLPs, always renormalised
+//              (norm_topk_prob on: MixtralSparseMoeBlock divides by the sum)
+//   The MoE families' E, k and I come from --num-experts, --experts-per-tok
+//   and --moe-ffn-hidden (or a preset); every layer is MoE.
 // `window`: the sliding window for the families that slide (mistral, gemma3;
 // 0 there: none, every layer full). Throws Error naming --family.
 #pragma once
@@ -26,5 +36,7 @@ namespace ratchet {
 void apply_family_defaults(GPTConfig& c, Family f, int window);
 // "qwen3" -> Family::qwen3 (also "gemma3" for gemma3_text); Error naming `flag` otherwise.
 Family parse_family_flag(const std::string& s, const char* flag);
+// Whether f's MLPs are Mixture-of-Experts (qwen3_moe, olmoe, mixtral).
+bool family_is_moe(Family f);
 
 }  // namespace ratchet

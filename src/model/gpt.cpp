@@ -109,6 +109,9 @@ void GPT::set_recompute(const Recompute& p) {
   if (acts_) be_.release(acts_);  // the layout changed: re-allocate on the next step
   acts_ = nullptr;
   acts_bytes_ = 0;
+  // Which MoE layers share a state follows the policy: made again on use.
+  moe_states_.clear();
+  moe_shared_.reset();
 }
 
 size_t GPT::param_bytes(const GPTConfig& cfg, size_t storage_bytes) {
@@ -132,7 +135,13 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
   const bool llama = cfg.llama();
   const size_t F = llama ? 2 * (size_t)cfg.ffn() : 4 * C, A = llama ? cfg.ffn() : 4 * C;
   const size_t Cq = llama ? (size_t)cfg.attn_channels() : C;  // what attention writes
-  const bool qkn = llama && cfg.qk_norm != QkNorm::none, post = llama && cfg.has_post_norms();
+  // qkvr keeps the projection before the q/k norm, and before it the
+  // clip_qkv clamp (whose backward reads the clamped values).
+  const bool qkn = llama && (cfg.qk_norm != QkNorm::none || cfg.clip_qkv > 0),
+             post = llama && cfg.has_post_norms();
+  // MoE layers have no fch / fch_gelu (their state is the backend's MoeState);
+  // the dense MLP's buffers exist when some layer is dense.
+  const bool dense_mlp = !cfg.moe() || cfg.moe_layer_count() < (int)L;
   const size_t R = cfg.qk_norm == QkNorm::per_head ? NH + cfg.kv_heads() : 2;
   Acts a{};
   char* base = (char*)acts;
@@ -153,7 +162,7 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
   if (llama) a.zero_pos = st((size_t)T * C);
   a.encoded = st(BT * C);
   // Shared buffers of the policy (taken only when the policy uses them).
-  dptr gelu_shared = p.shares_gelu() ? st(BT * A) : nullptr;  // (BT,A)
+  dptr gelu_shared = p.shares_gelu() && dense_mlp ? st(BT * A) : nullptr;  // (BT,A)
   const bool pre_norms = !llama || cfg.has_pre_norms();  // OLMo 2 has no ln1, ln2
   dptr ln_shared = p.shares_ln() && pre_norms ? st(BT * C) : nullptr;  // (BT,C)
   // One block's working set (every per-layer buffer but r3 and mlpo), laid
@@ -162,7 +171,7 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
     dptr ln1, qkv, atty, att, r2, ln2, fch, fch_gelu, qkvr, attno;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *qk_rstd, *attno_rstd;
   };
-  auto take_block = [&](bool gelu_own, bool ln_own) {
+  auto take_block = [&](bool gelu_own, bool ln_own, bool mlp) {
     Block k{};
     if (pre_norms) {
       k.ln1 = ln_own ? st(BT * C) : ln_shared;
@@ -180,15 +189,18 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
       k.ln2_mean = llama ? nullptr : f32(BT);
       k.ln2_rstd = f32(BT);
     }
-    k.fch = st(BT * F);
-    k.fch_gelu = gelu_own ? st(BT * A) : gelu_shared;
+    if (mlp) {
+      k.fch = st(BT * F);
+      k.fch_gelu = gelu_own ? st(BT * A) : gelu_shared;
+    }
     return k;
   };
   Block shared_block{};
-  if (p.blocks_recomputed((int)L) > 0) shared_block = take_block(true, true);
+  if (p.blocks_recomputed((int)L) > 0) shared_block = take_block(true, true, dense_mlp);
   for (size_t l = 0; l < L; l++) {
     const Block k = p.recomputes_block((int)l) ? shared_block
-                                               : take_block(!p.shares_gelu(), !p.shares_ln());
+                                               : take_block(!p.shares_gelu(), !p.shares_ln(),
+                                                            !cfg.layer_is_moe((int)l));
     if (count_only) {
       if (post) st(BT * C), f32(BT);  // mlpo, mlpo_rstd
       st(BT * C);  // r3
@@ -224,8 +236,8 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
   a.dresidual = st(BT * C);
   a.dbtc = st(BT * std::max(C, Cq));
   a.dqkv = st(BT * QKV);
-  a.dfch = st(BT * F);
-  if (llama) a.dact = st(BT * A);
+  if (dense_mlp) a.dfch = st(BT * F);
+  if (llama && dense_mlp) a.dact = st(BT * A);
   if (post) a.postn = st(BT * C), a.dpost = st(BT * C);
   if (qkn) a.dqkvr = st(BT * QKV);
   a.bytes = off;
@@ -304,7 +316,13 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int B
   be_.upload_bytes(a.inputs, inputs, sizeof(int) * B * T);
   be_.upload_bytes(a.targets, targets, sizeof(int) * B * T);
   // d(mean loss)/d(loss at one position) = 1/(B*T)
+  moe_collect_ = cfg_.moe();
+  if (moe_collect_) {  // the MoE layers' statistics: counts | prob_sums | rows
+    moe_buf_.assign((size_t)(cfg_.moe_layer_count() + 1) * cfg_.num_experts + 1, 0.0);
+  }
   run_forward(a, B, T, true, loss_scale / (float)(B * T));
+  moe_collect_ = false;
+  if (cfg_.moe()) moe_collect_stats(a, B * T, loss_scale);
   run_backward(a, B, T);
   // Host synchronisations per micro-batch on a device, and why each stays:
   // - the mean loss is read AFTER the backward is enqueued (only the forward's

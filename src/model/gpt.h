@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -154,6 +155,29 @@ class GPT {
   // rank must then make the same passes (distributed/forward_balance.h).
   bool collective_forward() const { return pstore_ && pstore_->collective(); }
 
+  // ---- Mixture-of-Experts (docs/moe.md) ----------------------------------------
+  // The load-balancing statistics of one training micro-batch, after the
+  // reducer: counts (Lm·E, the MoE layers in layer order, E each) of top-k
+  // selections per expert, prob_sums (E) the router probabilities' column
+  // sums pooled over the MoE layers, rows the router rows they cover (tokens
+  // x MoE layers), and aux_loss = transformers' load_balancing_loss_func of
+  // them (E·sum_e f_e·P_e with f, P pooled over the layers; unweighted).
+  struct MoeStats {
+    std::vector<double> counts, prob_sums;
+    double rows = 0, aux_loss = 0;
+  };
+  // Sums the statistics buffer (n doubles) over the data-parallel group in
+  // place (an all-reduce), so that the aux loss of every rank is the global
+  // micro-batch's; `world` ranks each add their gradient (the trainer's
+  // gradients SUM over ranks). Unset: one rank.
+  using MoeStatsReducer = std::function<void(double* buf, size_t n)>;
+  void set_moe_stats_reducer(MoeStatsReducer r, int world) {
+    moe_reduce_ = std::move(r);
+    moe_world_ = world;
+  }
+  // Of the last forward_backward() (empty for a dense model).
+  const MoeStats& moe_stats() const { return moe_stats_; }
+
   // Profiling: when on, every op is timed (with a backend synchronize).
   void set_profiling(bool on) { profiling_ = on; }
   const std::map<std::string, OpStat>& profile() const { return prof_; }
@@ -189,6 +213,11 @@ class GPT {
   AttnOpts attn_opts(int l) const;
   const float* rope_table(const Acts& a, int l) const;
   cdptr param(int i, int layer = 0) const;
+  // MoE layers (llama_block.cpp): layer l's state (the shared one for a
+  // layer the policy recomputes), its shape, the forward and backward.
+  MoeState& moe_state(int l);
+  MoeDims moe_dims(int BT) const;
+  void moe_collect_stats(const Acts& a, int BT, float loss_scale);
   dptr grad(int i, int layer = 0);
 
   GPTConfig cfg_;
@@ -205,6 +234,14 @@ class GPT {
   GradReadyHook grad_ready_;
   GradStore* store_ = nullptr;
   ParamStore* pstore_ = nullptr;
+  std::vector<std::unique_ptr<MoeState>> moe_states_;  // per layer (null: dense)
+  std::unique_ptr<MoeState> moe_shared_;  // layers the blocks policy recomputes
+  bool moe_collect_ = false;              // forward_backward: gather statistics
+  std::vector<double> moe_buf_;           // the reducer's buffer: counts | prob_sums | rows
+  std::vector<float> aux_dprob_;          // (E) host: coef · d aux / d prob, or empty
+  MoeStats moe_stats_;
+  MoeStatsReducer moe_reduce_;
+  int moe_world_ = 1;
   dptr slots_[kNumParamTensors] = {};  // the store's destinations, this pass
   int slot_layer_ = -1;                // the block slots_ holds
   friend class OpScope;

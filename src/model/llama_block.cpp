@@ -7,6 +7,8 @@
 //                                              otherwise the previous block wrote ln1)
 //   qkv  = in qkvw^T [+ qkvb]  (BT,QKV)        [qkv_bias: Qwen2.5]
 //          [q/k norm: qkvr keeps this, qkv = qk_norm(qkvr)]   (Qwen3, Gemma 3, OLMo 2)
+//          [clip_qkv c: qkv = clamp(qkv, -c, c), after the q/k norm as
+//           transformers' OlmoeAttention does; qkvr keeps the projection]
 //          rope(q, k) in place, unless the layer is NoPE (SmolLM3); the layer's
 //          table (Gemma 3: sliding layers have their own base)
 //   atty = attention(qkv; NH, KV, window, scale, soft-cap)  (BT,Cq)
@@ -15,6 +17,9 @@
 //   mid  = pre norms ? ln2 = n(r2; ln2w) : r2
 //   fch  = mid fcw^T (BT,2H) gate|up; act = swiglu | geglu (fch) (BT,H)
 //   m    = act fcprojw^T (BT,C)
+//          [a MoE layer (cfg.layer_is_moe(l)): m = Backend::moe_forward(mid;
+//           routerw, expw1, expw2), its state in moe_state(l); the forward of
+//           a training step adds the router statistics (GPT::MoeStats)]
 //   r3   = r2 + (post norms ? n(m; mlppostw) : m)      (m kept as mlpo when normed)
 //   then the next layer's ln1 (or lnf) = n(r3), fused with the add where it exists.
 // Backward mirrors it; the policy's shared buffers are refilled with the same
@@ -23,6 +28,7 @@
 
 #include "core/error.h"
 #include "model/gpt_internals.h"
+#include "moe/moe_ops.h"
 
 namespace ratchet {
 
@@ -43,10 +49,10 @@ void GPT::qkv_forward(const Acts& a, int l, int B, int T, cdptr in) {
   const int C = cfg_.channels, NH = cfg_.num_heads, KV = cfg_.kv_heads(), hs = cfg_.head_size(),
             QKV = cfg_.qkv_channels(), BT = B * T;
   const double sb = be_.storage_bytes();
-  const bool qkn = cfg_.qk_norm != QkNorm::none;
+  const bool qkn = cfg_.qk_norm != QkNorm::none, clip = cfg_.clip_qkv > 0;
   {
     OpScope s(*this, "matmul_fwd", 2.0 * BT * C * QKV, 0);
-    be_.matmul_forward(qkn ? a.qkvr[l] : a.qkv[l], nullptr, in, param(P_QKVW, l),
+    be_.matmul_forward(qkn || clip ? a.qkvr[l] : a.qkv[l], nullptr, in, param(P_QKVW, l),
                        cfg_.qkv_bias ? param(P_QKVB, l) : nullptr, BT, C, QKV);
   }
   if (qkn) {
@@ -54,6 +60,10 @@ void GPT::qkv_forward(const Acts& a, int l, int B, int T, cdptr in) {
     be_.qk_norm_forward(a.qkv[l], a.qk_rstd[l], a.qkvr[l], param(P_QNORMW, l),
                         param(P_KNORMW, l), BT, NH, KV, hs, cfg_.qk_norm == QkNorm::per_head,
                         cfg_.norm_eps, cfg_.norm_offset());
+  }
+  if (clip) {  // OLMoE: q, k (normed) and v clamped; qkvr keeps the projection
+    OpScope s(*this, "clip_qkv_fwd", 0, 2.0 * BT * QKV * sb);
+    be_.clip_forward(a.qkv[l], qkn ? a.qkv[l] : a.qkvr[l], (size_t)BT * QKV, cfg_.clip_qkv);
   }
   if (cfg_.layer_has_rope(l)) {
     OpScope s(*this, "rope_fwd", 0, 2.0 * BT * (NH + KV) * hs * sb);
@@ -67,10 +77,20 @@ void GPT::qkv_backward(const Acts& a, int l, int B, int T, cdptr in) {
   const int C = cfg_.channels, NH = cfg_.num_heads, KV = cfg_.kv_heads(), hs = cfg_.head_size(),
             QKV = cfg_.qkv_channels(), BT = B * T;
   const double sb = be_.storage_bytes();
-  const bool qkn = cfg_.qk_norm != QkNorm::none;
+  const bool qkn = cfg_.qk_norm != QkNorm::none, clip = cfg_.clip_qkv > 0;
   if (cfg_.layer_has_rope(l)) {
     OpScope s(*this, "rope_bwd", 0, 2.0 * BT * (NH + KV) * hs * sb);
     be_.rope_backward(a.dqkv, rope_table(a, l), B, T, NH, KV, hs, cfg_.max_seq_len);
+  }
+  if (clip) {
+    // The clamp's input again: the projection, or its q/k norm (written into
+    // dqkvr, free until qk_norm_backward; the rstd rewritten with its bits).
+    OpScope s(*this, "clip_qkv_bwd", 0, 3.0 * BT * QKV * sb);
+    if (qkn)
+      be_.qk_norm_forward(a.dqkvr, a.qk_rstd[l], a.qkvr[l], param(P_QNORMW, l),
+                          param(P_KNORMW, l), BT, NH, KV, hs, cfg_.qk_norm == QkNorm::per_head,
+                          cfg_.norm_eps, cfg_.norm_offset());
+    be_.clip_backward(a.dqkv, qkn ? a.dqkvr : a.qkvr[l], (size_t)BT * QKV, cfg_.clip_qkv);
   }
   if (qkn) {
     OpScope s(*this, "qk_norm_bwd", 0, 4.0 * BT * QKV * sb);
@@ -136,17 +156,35 @@ void GPT::forward_block_llama(const Acts& a, int l, int B, int T, bool to_act) {
     OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
     be_.residual_forward(a.r2[l], x, a.postn, (size_t)BT * C);
   }
-  {
-    OpScope s(*this, "matmul_fwd", mm * C * 2 * H, 0);
-    be_.matmul_forward(a.fch[l], nullptr, pre ? a.ln2[l] : a.r2[l], param(P_FCW, l), nullptr, BT,
-                       C, 2 * H);
-  }
-  {
-    OpScope s(*this, glu_name(cfg_.mlp_act, "_fwd"), 0, 3.0 * BT * H * sb);
-    act_forward(be_, cfg_.mlp_act, a.fch_gelu[l], a.fch[l], BT, H);
-  }
-  if (to_act) return;
-  {
+  const bool moe = cfg_.layer_is_moe(l);
+  if (moe) {
+    // The whole MoE MLP in one backend op. A recompute (to_act) only refills
+    // the layer's state: its output goes to the backward's free dbtc scratch.
+    const int k = cfg_.experts_per_tok, I = cfg_.moe_ffn_hidden;
+    OpScope s(*this, "moe_fwd", mm * C * (cfg_.num_experts + (double)k * 3 * I), 0);
+    MoeState& st = moe_state(l);
+    be_.moe_forward(moe_dims(BT), pre ? a.ln2[l] : a.r2[l], param(P_ROUTERW, l),
+                    param(P_EXPW1, l), param(P_EXPW2, l),
+                    to_act ? a.dbtc : post ? a.mlpo[l] : a.r3[l], st);
+    if (to_act) return;
+    if (moe_collect_) {  // this layer's counts, the pooled probability sums, its rows
+      int m = 0;
+      for (int j = 0; j < l; j++) m += cfg_.layer_is_moe(j);
+      const size_t E = cfg_.num_experts, Lm = cfg_.moe_layer_count();
+      be_.moe_aux_stats(moe_dims(BT), st, moe_buf_.data() + m * E, moe_buf_.data() + Lm * E);
+      moe_buf_.back() += BT;
+    }
+  } else {
+    {
+      OpScope s(*this, "matmul_fwd", mm * C * 2 * H, 0);
+      be_.matmul_forward(a.fch[l], nullptr, pre ? a.ln2[l] : a.r2[l], param(P_FCW, l), nullptr,
+                         BT, C, 2 * H);
+    }
+    {
+      OpScope s(*this, glu_name(cfg_.mlp_act, "_fwd"), 0, 3.0 * BT * H * sb);
+      act_forward(be_, cfg_.mlp_act, a.fch_gelu[l], a.fch[l], BT, H);
+    }
+    if (to_act) return;
     OpScope s(*this, "matmul_fwd", mm * H * C, 0);
     be_.matmul_forward(post ? a.mlpo[l] : a.r3[l], nullptr, a.fch_gelu[l], param(P_FCPROJW, l),
                        nullptr, BT, H, C);
@@ -179,10 +217,10 @@ void GPT::backward_block_llama(const Acts& a, int l, int B, int T) {
   const Recompute& rp = recompute_;
   cdptr x = l == 0 ? a.encoded : a.r3[l - 1];
   // Refill what the policy did not keep (same ops, same inputs: same bits).
-  const bool block = rp.recomputes_block(l);
+  const bool block = rp.recomputes_block(l), moe = cfg_.layer_is_moe(l);
   if (block) {
     forward_block_llama(a, l, B, T, /*to_act=*/true);
-  } else if (rp.shares_gelu()) {
+  } else if (rp.shares_gelu() && !moe) {
     OpScope s(*this, glu_name(cfg_.mlp_act, "_recompute"), 0, 3.0 * BT * H * sb);
     act_forward(be_, cfg_.mlp_act, a.fch_gelu[l], a.fch[l], BT, H);
   }
@@ -195,23 +233,34 @@ void GPT::backward_block_llama(const Acts& a, int l, int B, int T) {
   };
   // The MLP branch.
   if (post) post_norm_backward(grad(P_MLPPOSTW, l), P_MLPPOSTW, a.mlpo[l], a.mlpo_rstd[l]);
-  {
-    OpScope s(*this, "matmul_bwd", mm * H * C, 0);
-    be_.matmul_backward(a.dact, grad(P_FCPROJW, l), nullptr, post ? a.dpost : a.dresidual,
-                        a.fch_gelu[l], param(P_FCPROJW, l), BT, H, C);
-  }
-  {
-    OpScope s(*this, glu_name(cfg_.mlp_act, "_bwd"), 0, 5.0 * BT * H * sb);
-    if (cfg_.mlp_act == MlpAct::gelu_tanh)
-      be_.geglu_backward(a.dfch, a.fch[l], a.dact, BT, H);
-    else
-      be_.swiglu_backward(a.dfch, a.fch[l], a.dact, BT, H);
-  }
-  if (pre && rp.shares_ln() && !block) {
-    OpScope s(*this, "rmsnorm_recompute", 0, 2.0 * BT * C * sb);
-    be_.rmsnorm_forward(a.ln2[l], a.ln2_rstd[l], a.r2[l], param(P_LN2W, l), BT, C, eps, off);
-  }
-  {
+  if (moe) {
+    if (pre && rp.shares_ln() && !block) {  // the layer's input, before the MoE backward reads it
+      OpScope s(*this, "rmsnorm_recompute", 0, 2.0 * BT * C * sb);
+      be_.rmsnorm_forward(a.ln2[l], a.ln2_rstd[l], a.r2[l], param(P_LN2W, l), BT, C, eps, off);
+    }
+    const int k = cfg_.experts_per_tok, I = cfg_.moe_ffn_hidden;
+    OpScope s(*this, "moe_bwd", mm * C * (cfg_.num_experts + (double)k * 3 * I), 0);
+    be_.moe_backward(moe_dims(BT), pre ? a.ln2[l] : a.r2[l], param(P_ROUTERW, l),
+                     param(P_EXPW1, l), param(P_EXPW2, l), post ? a.dpost : a.dresidual,
+                     moe_state(l), aux_dprob_.empty() ? nullptr : aux_dprob_.data(), a.dbtc,
+                     grad(P_ROUTERW, l), grad(P_EXPW1, l), grad(P_EXPW2, l));
+  } else {
+    {
+      OpScope s(*this, "matmul_bwd", mm * H * C, 0);
+      be_.matmul_backward(a.dact, grad(P_FCPROJW, l), nullptr, post ? a.dpost : a.dresidual,
+                          a.fch_gelu[l], param(P_FCPROJW, l), BT, H, C);
+    }
+    {
+      OpScope s(*this, glu_name(cfg_.mlp_act, "_bwd"), 0, 5.0 * BT * H * sb);
+      if (cfg_.mlp_act == MlpAct::gelu_tanh)
+        be_.geglu_backward(a.dfch, a.fch[l], a.dact, BT, H);
+      else
+        be_.swiglu_backward(a.dfch, a.fch[l], a.dact, BT, H);
+    }
+    if (pre && rp.shares_ln() && !block) {
+      OpScope s(*this, "rmsnorm_recompute", 0, 2.0 * BT * C * sb);
+      be_.rmsnorm_forward(a.ln2[l], a.ln2_rstd[l], a.r2[l], param(P_LN2W, l), BT, C, eps, off);
+    }
     OpScope s(*this, "matmul_bwd", mm * C * 2 * H, 0);
     be_.matmul_backward(a.dbtc, grad(P_FCW, l), nullptr, a.dfch, pre ? a.ln2[l] : a.r2[l],
                         param(P_FCW, l), BT, C, 2 * H);
@@ -249,6 +298,51 @@ void GPT::backward_block_llama(const Acts& a, int l, int B, int T) {
     OpScope s(*this, "residual_bwd", 0, 3.0 * BT * C * sb);
     be_.residual_forward(a.dresidual, a.dresidual, a.dbtc, (size_t)BT * C);
   }
+}
+
+MoeState& GPT::moe_state(int l) {
+  if (recompute_.recomputes_block(l)) {  // refilled by the block's recompute before its backward
+    if (!moe_shared_) moe_shared_ = be_.moe_state();
+    return *moe_shared_;
+  }
+  if (moe_states_.size() != (size_t)cfg_.num_layers) moe_states_.resize(cfg_.num_layers);
+  if (!moe_states_[l]) moe_states_[l] = be_.moe_state();
+  return *moe_states_[l];
+}
+
+MoeDims GPT::moe_dims(int BT) const {
+  MoeDims d;
+  d.N = BT;
+  d.C = cfg_.channels;
+  d.E = cfg_.num_experts;
+  d.k = cfg_.experts_per_tok;
+  d.I = cfg_.moe_ffn_hidden;
+  d.norm_topk_prob = cfg_.norm_topk_prob;
+  return d;
+}
+
+// After a training forward: the statistics summed over the data-parallel
+// group (the reducer), the aux loss of the global micro-batch, and its
+// gradient per probability for the backward. The trainer's gradients SUM
+// over ranks (each rank's CE is scaled by loss_scale = 1/(accum·W)); the aux
+// loss is already global, so each rank backpropagates its own tokens' part of
+// coef·accum⁻¹·d aux/d p = coef·loss_scale·W·E·count_e/T², and the sum over
+// ranks is exactly the gradient of the global aux loss.
+void GPT::moe_collect_stats(const Acts& /*a*/, int /*BT*/, float loss_scale) {
+  const int E = cfg_.num_experts, Lm = cfg_.moe_layer_count();
+  if (moe_reduce_) moe_reduce_(moe_buf_.data(), moe_buf_.size());
+  MoeStats& st = moe_stats_;
+  st.counts.assign(moe_buf_.begin(), moe_buf_.begin() + (size_t)Lm * E);
+  st.prob_sums.assign(moe_buf_.begin() + (size_t)Lm * E, moe_buf_.begin() + (size_t)(Lm + 1) * E);
+  st.rows = moe_buf_.back();
+  std::vector<double> pooled(E, 0.0);  // f counts every MoE layer's selections
+  for (int m = 0; m < Lm; m++)
+    for (int e = 0; e < E; e++) pooled[e] += st.counts[(size_t)m * E + e];
+  const float coef = cfg_.router_aux_loss_coef;
+  aux_dprob_.assign(coef != 0 ? E : 0, 0.0f);
+  st.aux_loss = moe::aux_loss(E, pooled.data(), st.prob_sums.data(), st.rows,
+                              coef * loss_scale * (float)moe_world_,
+                              coef != 0 ? aux_dprob_.data() : nullptr);
 }
 
 }  // namespace ratchet

@@ -29,6 +29,19 @@ StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
                    ? be.alloc_size(std::max<size_t>(1, moment_elems) * be.extra_bytes_per_param)
                    : be.alloc_size(m.params / sb * be.extra_bytes_per_param);
   m.dp_buffers = dp_buffer_bytes;
+  if (cfg.moe()) {
+    int states = 0, shared = 0;
+    for (int l = 0; l < cfg.num_layers; l++) {
+      if (!cfg.layer_is_moe(l)) continue;
+      if (policy.recomputes_block(l))
+        shared = 1;
+      else
+        states++;
+    }
+    m.moe = (size_t)(states + shared) *
+            be.moe_state_bytes((long)B * T, cfg.channels, cfg.num_experts, cfg.experts_per_tok,
+                               cfg.moe_ffn_hidden);
+  }
   m.overhead = be.overhead_bytes;
   return m;
 }

@@ -18,6 +18,10 @@
 //                   sharded_master (ZeRO-1/2 on several shards) of the
 //                   rank's owned elements only: moment_elems of them
 //   dp_buffers      data-parallel staging buffers (StrategyNeeds::buffer_bytes, distributed/strategy.h)
+//   moe             the MoE layers' states (Backend::moe_state) where the
+//                   backend allocates them (BackendMemoryModel::moe_state_bytes:
+//                   cuda), one per MoE layer the policy keeps and one shared
+//                   by the layers blocks:k recomputes (GPT::moe_state)
 // plus overhead: what the backend holds from construction (reduction results,
 // GEMM workspace), outside the arena.
 #pragma once
@@ -32,11 +36,11 @@ namespace ratchet {
 
 struct StepMemory {
   size_t params = 0, grads = 0, activations = 0, workspace = 0, moments = 0, master = 0,
-         dp_buffers = 0;
+         dp_buffers = 0, moe = 0;
   size_t overhead = 0;
   // Everything allocated once the backend exists: what an arena must hold.
   size_t arena() const {
-    return params + grads + activations + workspace + moments + master + dp_buffers;
+    return params + grads + activations + workspace + moments + master + dp_buffers + moe;
   }
   size_t total() const { return arena() + overhead; }  // bytes_in_use at its peak
 };

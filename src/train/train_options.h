@@ -1,6 +1,7 @@
 // Everything `ratchet train` can be told. Filled by cli/cmd_train.cpp from
 // the command line and an optional INI file (--config); defaults here.
 #pragma once
+#include <limits>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,6 +18,10 @@ struct TrainOptions {
   float rope_theta = 0, norm_eps = 0;  // llama: 0 from the preset
   std::string family;                  // --family: a family's options on the shape ("" none)
   int head_dim = 0, sliding_window = 0;  // --head-dim, --sliding-window (0: unset)
+  // --num-experts, --experts-per-tok, --moe-ffn-hidden (0: unset; MoE families)
+  int num_experts = 0, experts_per_tok = 0, moe_ffn_hidden = 0;
+  // --router-aux-loss-coef: the MoE aux loss's weight; NaN: the config's
+  float router_aux_loss_coef = std::numeric_limits<float>::quiet_NaN();
   bool model_given = false;  // --model given (not its default): checked against --init-from
   int vocab_size = 0;           // 0: from the training shards' vocab_size
   int max_seq_len = 1024;

@@ -90,6 +90,8 @@ TrainState Trainer::state() {
 float Trainer::train_step(int step) {
   model_->zero_grad();
   double loss_sum = 0;
+  moe_aux_ = 0;
+  moe_counts_.assign(cfg_.moe() ? (size_t)cfg_.moe_layer_count() * cfg_.num_experts : 0, 0.0);
   for (int m = 0; m < accum_; m++) {
     const double t_wait = now_s();
     PhaseScope data(Phase::Data, step);  // a data stall runs under its own allowance
@@ -100,6 +102,11 @@ float Trainer::train_step(int step) {
     // batch: the gradients' SUM over ranks is the global batch's gradient.
     loss_sum += model_->forward_backward(x_.data(), y_.data(), B_, T_,
                                          1.0f / (accum_ * comm_.world()));
+    if (cfg_.moe()) {  // already global (the model's reducer): the same on every rank
+      const GPT::MoeStats& ms = model_->moe_stats();
+      moe_aux_ += ms.aux_loss / accum_;
+      for (size_t i = 0; i < moe_counts_.size(); i++) moe_counts_[i] += ms.counts[i];
+    }
   }
   test_failure_point(comm_.rank(), "step-" + std::to_string(step + 1));
   const bool bad_here = !std::isfinite(loss_sum);

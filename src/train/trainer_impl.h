@@ -171,6 +171,11 @@ class Trainer {
   std::unique_ptr<DistributedStrategy> dp_;  // gradient sums over ranks; owns the optimizer
   int threads_ = 0;                   // CPU threads of this rank
   std::unique_ptr<JsonlLog> jlog_;
+  // The MoE statistics of the last step (docs/moe.md): the micro-batches'
+  // aux losses (each of its global micro-batch) averaged, and the selections
+  // per expert of each MoE layer summed over the step's micro-batches (global).
+  double moe_aux_ = 0;
+  std::vector<double> moe_counts_;  // (Lm, E)
   RunLedger ledger_;  // rank 0 writes ledger.json
   std::unique_ptr<CheckpointSession> ckpt_;
   std::unique_ptr<StopPolicy> stop_;

@@ -98,6 +98,25 @@ void Trainer::report_step(float loss, float lr, float norm, double dt, double me
                                                      {"tokens_per_s", tok_s},
                                                      {"gflops", flops_per_step / dt / 1e9}};
   if (peak > 0) rec.push_back({"mfu", mfu});
+  if (cfg_.moe()) {
+    // docs/moe.md: aux_loss (unweighted) and, per MoE layer l, the tokens of
+    // its least and most loaded expert over the step and their coefficient
+    // of variation (population std / mean over the E experts).
+    rec.push_back({"aux_loss", moe_aux_});
+    const int E = cfg_.num_experts;
+    for (int l = 0, m = 0; l < cfg_.num_layers; l++) {
+      if (!cfg_.layer_is_moe(l)) continue;
+      const double* c = moe_counts_.data() + (size_t)m++ * E;
+      double lo = c[0], hi = c[0], sum = 0, sq = 0;
+      for (int e = 0; e < E; e++) lo = std::min(lo, c[e]), hi = std::max(hi, c[e]), sum += c[e];
+      const double mean = sum / E;
+      for (int e = 0; e < E; e++) sq += (c[e] - mean) * (c[e] - mean);
+      const std::string at = "/" + std::to_string(l);
+      rec.push_back({"moe_min" + at, lo});
+      rec.push_back({"moe_max" + at, hi});
+      rec.push_back({"moe_cv" + at, mean > 0 ? std::sqrt(sq / E) / mean : 0.0});
+    }
+  }
   for (const auto& [src, n] : ledger_->tokens_by_source) rec.push_back({"tokens/" + src, n});
   rec.push_back({"device_hours", ledger_.get().device_hours()});  // `ratchet report`'s cost axis
   jlog_->write(rec);

@@ -59,6 +59,8 @@ GPTConfig Trainer::resolve_config() const {
   f.kv_heads = o_.kv_heads, f.ffn_hidden = o_.ffn_hidden, f.untied = o_.untied;
   f.rope_theta = o_.rope_theta, f.norm_eps = o_.norm_eps;
   f.family = o_.family, f.head_dim = o_.head_dim, f.sliding_window = o_.sliding_window;
+  f.num_experts = o_.num_experts, f.experts_per_tok = o_.experts_per_tok;
+  f.moe_ffn_hidden = o_.moe_ffn_hidden;
   f.vocab_size = o_.vocab_size > 0 ? o_.vocab_size : train_ds_->vocab_size();
   f.max_seq_len = o_.max_seq_len;
   c = config_from_flags(f);
@@ -175,6 +177,12 @@ void Trainer::open_data() {
   comm_.broadcast_string(&shard_ini, 0);
   shard_identity_ = from_ini(shard_ini);
   cfg_ = resolve_config();
+  if (!std::isnan(o_.router_aux_loss_coef)) {
+    if (!cfg_.moe())
+      fail("--router-aux-loss-coef needs a Mixture-of-Experts model (this one is dense: ",
+           cfg_.describe(), ")");
+    cfg_.router_aux_loss_coef = o_.router_aux_loss_coef;
+  }
   // The model's tokenizer is the data's (issue 29): refused, naming both digests, when not.
   if (const std::string m = check_init_tokenizer(o_.init_from, train_ds_->meta(),
                                                  "--train-data '" + o_.train_data + "'",
@@ -339,6 +347,12 @@ void Trainer::make_model() {
   model_ = std::make_unique<GPT>(cfg_, *be_, needs.flat_grads, needs.flat_params,
                                  needs.master_sharded ? &owned : nullptr);
   dp_->attach(*model_, accum_);
+  // MoE: each micro-batch's router statistics are summed over the data-parallel
+  // group (every rank holds other data) before its aux loss (docs/moe.md).
+  if (cfg_.moe())
+    model_->set_moe_stats_reducer(
+        [this](double* buf, size_t n) { comm_.all_reduce(buf, n, DType::F64, ReduceOp::Sum); },
+        comm_.world());
   // Which library paths the ops take (cuDNN engines and workspaces, BGRADB), once.
   {
     const std::string report = be_->setup_report(op_shapes(cfg_, B_, T_));

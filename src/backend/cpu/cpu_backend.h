@@ -13,6 +13,7 @@
 //   cpu_attention.cpp   causal grouped-query self-attention, blocked (online softmax)
 //   cpu_elementwise.cpp GELU, SwiGLU (forward, backward) and the residual add
 //   cpu_classifier.cpp  fused softmax + cross-entropy (+ its gradient)
+//   cpu_moe.cpp         the Mixture-of-Experts layer (src/moe's ops)
 //   cpu_optim.cpp       AdamW and the sum of squares (gradient norm)
 //   cpu_math.h          vectorisable exp and GELU shared by the above
 //   cpu_norm_grads.h    the weight/bias gradient loop of layernorm and RMSNorm
@@ -56,6 +57,18 @@ class CpuBackend : public Backend {
   void softcap_forward(dptr x, size_t n, float c) override;
   void geglu_forward(dptr out, cdptr inp, int N, int H) override;
   void geglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) override;
+  // Issue 39's ops: clip_qkv (cpu_elementwise.cpp) and the MoE layer
+  // (cpu_moe.cpp: src/moe's ops).
+  void clip_forward(dptr out, cdptr in, size_t n, float c) override;
+  void clip_backward(dptr dx, cdptr x, size_t n, float c) override;
+  std::unique_ptr<MoeState> moe_state() override;
+  void moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, dptr out,
+                   MoeState& st) override;
+  void moe_backward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, cdptr dout,
+                    const MoeState& st, const float* aux_dprob, dptr dx, dptr dgate, dptr dw1,
+                    dptr dw2) override;
+  void moe_aux_stats(const MoeDims& d, const MoeState& st, double* counts,
+                     double* prob_sums) override;
 
  private:
   // C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major, as cblas_sgemm;

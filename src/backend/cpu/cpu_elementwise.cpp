@@ -9,8 +9,10 @@
 //   geglu_forward:   out (N,H) = gelu(g) * u  (Gemma's gelu_pytorch_tanh gate)
 //   geglu_backward:  dg = dout * u * gelu'(g),  du = dout * gelu(g)
 //   scale:           x *= s;   softcap_forward: x = c tanh(x / c)
+//   clip_forward:    out = min(max(in, -c), c); clip_backward: dx = 0 where |x| > c
 // GELU is evaluated in the cancellation-free sigmoid form of cpu_math.h.
 // Small arrays run on the calling thread (the result is the same either way).
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -126,6 +128,23 @@ void CpuBackend::softcap_forward(dptr x_, size_t n, float c) {
   const float inv = 1.0f / c;
 #pragma omp parallel for num_threads(threads_) schedule(static) if (len >= kParallelMin)
   for (long i = 0; i < len; i++) x[i] = c * std::tanh(x[i] * inv);
+}
+
+void CpuBackend::clip_forward(dptr out_, cdptr in_, size_t n, float c) {
+  float* out = static_cast<float*>(out_);
+  const float* in = static_cast<const float*>(in_);
+  const long len = (long)n;
+#pragma omp parallel for num_threads(threads_) schedule(static) if (len >= kParallelMin)
+  for (long i = 0; i < len; i++) out[i] = std::min(std::max(in[i], -c), c);
+}
+
+void CpuBackend::clip_backward(dptr dx_, cdptr x_, size_t n, float c) {
+  float* dx = static_cast<float*>(dx_);
+  const float* x = static_cast<const float*>(x_);
+  const long len = (long)n;
+#pragma omp parallel for num_threads(threads_) schedule(static) if (len >= kParallelMin)
+  for (long i = 0; i < len; i++)
+    if (x[i] < -c || x[i] > c) dx[i] = 0.0f;
 }
 
 }  // namespace ratchet

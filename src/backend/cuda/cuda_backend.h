@@ -123,6 +123,17 @@ class CudaBackend final : public Backend {
   void softcap_forward(dptr x, size_t n, float c) override;
   void geglu_forward(dptr out, cdptr inp, int N, int H) override;
   void geglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) override;
+  // Issue 39's MoE layer (cuda_moe_ops.cpp over cuda_moe.h; its buffers from
+  // alloc(), counted by BackendMemoryModel::moe_state_bytes). clip_qkv has no
+  // kernel yet: the base class refuses it by name.
+  std::unique_ptr<MoeState> moe_state() override;
+  void moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, dptr out,
+                   MoeState& st) override;
+  void moe_backward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, cdptr dout,
+                    const MoeState& st, const float* aux_dprob, dptr dx, dptr dgate, dptr dw1,
+                    dptr dw2) override;
+  void moe_aux_stats(const MoeDims& d, const MoeState& st, double* counts,
+                     double* prob_sums) override;
 
   // Backend's memory functions and ops (backend.h), and the fused GEMM + GELU
   // backward (DGELU epilogue).

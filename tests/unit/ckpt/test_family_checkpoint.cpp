@@ -22,6 +22,7 @@
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "testing/family_configs.h"
+#include "testing/moe_configs.h"
 #include "testing/test_util.h"
 
 using namespace ratchet;
@@ -143,6 +144,35 @@ TEST(FamilyCheckpoint, CustomLayerListsResume) {
   g.layer_sliding = {1, 0, 1, 0};
   g.finalize();
   resumes_bit_identically("gemma3 alternating windows", g, true);
+}
+
+// The Mixture-of-Experts families (issue 39): the MoE fields (num_experts,
+// experts_per_tok, moe_ffn_hidden, norm_topk_prob, decoder_sparse_step,
+// mlp_only_layers, router_aux_loss_coef, clip_qkv) travel as checkpoint
+// attributes, and the expert tensors 21-23 are cut across the shards; the
+// aux loss is on, so the resumed steps use it too.
+TEST(FamilyCheckpoint, MoeFamiliesResumeBitIdentically) {
+  for (const auto& [name, f] : moe_families())
+    for (bool sharded : {false, true}) {
+      const GPTConfig c = tiny_moe_config(f, 0.25f);
+      resumes_bit_identically(name, c, sharded);
+      TempDir d;
+      Checkpoint ck;
+      ck.meta.model = c;
+      ck.params.assign(ParamLayout(c).total, 0.0f);
+      ck.adam_m = ck.params;
+      ck.adam_v = ck.params;
+      write_checkpoint_files(d.path, ck);
+      const GPTConfig back = read_checkpoint(d.path).meta.model;
+      EXPECT_EQ(back.num_experts, c.num_experts);
+      EXPECT_EQ(back.experts_per_tok, c.experts_per_tok);
+      EXPECT_EQ(back.moe_ffn_hidden, c.moe_ffn_hidden);
+      EXPECT_EQ(back.norm_topk_prob, c.norm_topk_prob);
+      EXPECT_EQ(back.decoder_sparse_step, c.decoder_sparse_step);
+      EXPECT_EQ(back.mlp_only_layers, c.mlp_only_layers);
+      EXPECT_EQ(back.router_aux_loss_coef, c.router_aux_loss_coef);
+      EXPECT_EQ(back.clip_qkv, c.clip_qkv);
+    }
 }
 
 }  // namespace

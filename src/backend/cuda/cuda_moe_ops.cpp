@@ -1,0 +1,123 @@
+// Backend::moe_* on the cuda backend (backend.h): the model's MoE layer
+// through cuda_moe.h's moe_forward / moe_backward / aux_stats. The state is a
+// CudaMoeCache plus two small device buffers: the aux loss's gradient per
+// probability (uploaded from the host's E floats) and the statistics (FP64,
+// downloaded and added to the host's sums). Every buffer comes from alloc()
+// at its largest size on first use (the backward's per-expert scratch for N
+// rows, the most one expert can get), so the arena holds exactly
+// BackendMemoryModel::moe_state_bytes per state and never sees one grow.
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_moe.h"
+#include "core/error.h"
+
+namespace ratchet::cuda {
+
+namespace {
+struct CudaMoeState : MoeState {
+  moe::CudaMoeCache cache;
+  mutable moe::CudaMoeCache::Buf aux_dprob, stats;  // (E) FP32, (2E) FP64
+  mutable Backend* be = nullptr;
+  ~CudaMoeState() override {
+    if (!be) return;
+    if (aux_dprob.p) be->release(aux_dprob.p);
+    if (stats.p) be->release(stats.p);
+  }
+};
+
+CudaMoeState& state_of(const MoeState& st) {
+  const auto* c = dynamic_cast<const CudaMoeState*>(&st);
+  RATCHET_ASSERT(c != nullptr);  // a state from another backend
+  return const_cast<CudaMoeState&>(*c);
+}
+
+moe::MoeShape shape_of(const MoeDims& d) {
+  moe::MoeShape s;
+  s.N = d.N, s.C = d.C, s.E = d.E, s.k = d.k, s.I = d.I;
+  s.norm_topk_prob = d.norm_topk_prob;
+  return s;
+}
+
+// The state's own buffers (not the cache's), allocated once at their size.
+void* own(Backend& be, CudaMoeState& s, moe::CudaMoeCache::Buf& b, size_t bytes) {
+  s.be = &be;
+  if (b.bytes < bytes) {
+    if (b.p) be.release(b.p);
+    b.p = be.alloc(bytes);
+    b.bytes = bytes;
+  }
+  return b.p;
+}
+}  // namespace
+
+template <class T>
+std::unique_ptr<MoeState> CudaBackend<T>::moe_state() {
+  return std::make_unique<CudaMoeState>();
+}
+
+template <class T>
+void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2,
+                                 dptr out, MoeState& st) {
+  CudaMoeState& s = state_of(st);
+  moe::CudaMoeCache& c = s.cache;
+  // The backward's scratch at its largest now (memory accounting: no growth later).
+  const size_t n = (size_t)std::max(d.N, 0), tb = sizeof(T), Nk = n * std::max(d.k, 0);
+  c.need(*this, c.dy, Nk * d.C * tb);
+  c.need(*this, c.dxp, Nk * d.C * tb);
+  c.need(*this, c.dw, Nk * 4);
+  c.need(*this, c.dlogits, n * d.E * tb);
+  c.need(*this, c.da, n * d.I * tb);
+  c.need(*this, c.dh, n * 2 * d.I * tb);
+  own(*this, s, s.aux_dprob, (size_t)std::max(d.E, 4) * 4);
+  own(*this, s, s.stats, (size_t)std::max(d.E, 1) * 2 * 8);
+  moe::moe_forward(*this, shape_of(d), x, gate, w1, w2, out, c);
+}
+
+template <class T>
+void CudaBackend<T>::moe_backward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2,
+                                  cdptr dout, const MoeState& st, const float* aux_dprob, dptr dx,
+                                  dptr dgate, dptr dw1, dptr dw2) {
+  CudaMoeState& s = state_of(st);
+  float* dev = nullptr;
+  if (aux_dprob) {
+    dev = static_cast<float*>(own(*this, s, s.aux_dprob, (size_t)std::max(d.E, 4) * 4));
+    upload_bytes(dev, aux_dprob, (size_t)d.E * sizeof(float));
+  }
+  moe::moe_backward(*this, shape_of(d), x, gate, w1, w2, dout, s.cache, dev, dx, dgate, dw1, dw2);
+}
+
+template <class T>
+void CudaBackend<T>::moe_aux_stats(const MoeDims& d, const MoeState& st, double* counts,
+                                   double* prob_sums) {
+  CudaMoeState& s = state_of(st);
+  const size_t E = d.E;
+  double* dev = static_cast<double*>(own(*this, s, s.stats, std::max<size_t>(E, 1) * 2 * 8));
+  zero(dev, E * 2 * sizeof(double));
+  moe::aux_stats(*this, shape_of(d), static_cast<const float*>(s.cache.probs.p),
+                 static_cast<const int*>(s.cache.idx.p), dev, dev + E);
+  std::vector<double> host(2 * E);
+  download_bytes(host.data(), dev, host.size() * sizeof(double));
+  for (size_t e = 0; e < E; e++) {
+    counts[e] += host[e];
+    prob_sums[e] += host[E + e];
+  }
+}
+
+// The members defined here, for both storage types (cuda_backend.cpp
+// instantiates the class with the members it defines).
+#define RATCHET_MOE_OPS(T)                                                                      \
+  template std::unique_ptr<MoeState> CudaBackend<T>::moe_state();                               \
+  template void CudaBackend<T>::moe_forward(const MoeDims&, cdptr, cdptr, cdptr, cdptr, dptr,   \
+                                            MoeState&);                                         \
+  template void CudaBackend<T>::moe_backward(const MoeDims&, cdptr, cdptr, cdptr, cdptr, cdptr, \
+                                             const MoeState&, const float*, dptr, dptr, dptr,   \
+                                             dptr);                                             \
+  template void CudaBackend<T>::moe_aux_stats(const MoeDims&, const MoeState&, double*, double*);
+RATCHET_MOE_OPS(float)
+RATCHET_MOE_OPS(kernels::bf16)
+#undef RATCHET_MOE_OPS
+
+}  // namespace ratchet::cuda
