@@ -122,7 +122,8 @@ struct MemoryPlan {
   size_t dp_buffers_zero1 = 0;              // ZeRO-1's staging buffers
   size_t workspace = 0;                     // the ops' scratch at this (B, T); 0 on cpu
   size_t overhead = 0;                      // held from construction (cuBLASLt workspace)
-  // Activations and total (everything the backend holds) for a listed policy.
+  // Activations (a MoE model's kept router and expert buffers, StepMemory::moe,
+  // included) and total (everything the backend holds) for a listed policy.
   size_t activations_of(const Recompute& r) const;
   size_t total_of(const Recompute& r, bool zero1) const;
 };

@@ -179,7 +179,10 @@ double recompute_flops_on(const Device& d, const GPTConfig& cfg, int T, const Re
 }
 
 size_t MemoryPlan::activations_of(const Recompute& r) const {
-  return plain[index_of(policies, r)].activations;
+  // A MoE model's layers keep their router and expert buffers for backward
+  // (StepMemory::moe, by policy): counted with the activations.
+  const StepMemory& m = plain[index_of(policies, r)];
+  return m.activations + m.moe;
 }
 
 size_t MemoryPlan::total_of(const Recompute& r, bool z1) const {

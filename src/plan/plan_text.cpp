@@ -94,7 +94,8 @@ std::string zero_table(const Plan& p) {
   row("AdamW m, v (fp32)", [](const ZeroMemory& m) { return (double)m.moments; });
   row("ZeRO-1 staging buffers", [](const ZeroMemory& m) { return (double)m.staging; });
   row("op scratch and backend", [](const ZeroMemory& m) { return (double)(m.workspace + m.overhead); });
-  o << "  activations and total by recompute policy (B=" << p.in.B << ", T=" << p.in.T << "):\n";
+  o << "  activations" << (p.in.cfg.moe() ? " (with the MoE layers' router and expert buffers)" : "")
+    << " and total by recompute policy (B=" << p.in.B << ", T=" << p.in.T << "):\n";
   for (size_t q = 0; q < z.policies.size(); q++) {
     std::snprintf(buf, sizeof buf, "    activations %-16s", z.policies[q].name().c_str());
     o << buf;
@@ -244,7 +245,8 @@ std::string plan_table(const Plan& p) {
   row("ZeRO-1 staging buffers", 0, p.mem.dp_buffers_zero1);
   if (p.mem.workspace) row("op scratch (attention, ...)", p.mem.workspace, p.mem.workspace);
   if (p.mem.overhead) row("backend (cuBLASLt workspace)", p.mem.overhead, p.mem.overhead);
-  o << "  activations by recompute policy (B=" << in.B << ", T=" << in.T << "):\n";
+  o << "  activations" << (in.cfg.moe() ? " (with the MoE layers' router and expert buffers)" : "")
+    << " by recompute policy (B=" << in.B << ", T=" << in.T << "):\n";
   const double usable = p.device_memory_bytes - p.device_reserve_bytes;
   if (p.device_reserve_bytes > 0)
     row("kept free (CUDA, cuBLASLt, NCCL)", p.device_reserve_bytes, p.device_reserve_bytes);

@@ -51,6 +51,14 @@ TEST(PlanMoe, FlopsFollowActiveMemoryFollowsTotal) {
   EXPECT_EQ(p.n_params, (double)ParamLayout(in.cfg).total);
   EXPECT_EQ(p.mem.params, ParamLayout(in.cfg).total * 2);  // BF16 storage
   EXPECT_EQ(p.ckpt_bytes, 12.0 * p.n_params);
+  // The MoE layers' kept buffers (router probabilities, packed expert rows:
+  // StepMemory::moe, on the cuda backend) count with the activations, in the
+  // plan's table and in every ZeRO stage's.
+  const StepMemory& s = p.mem.plain.front();
+  EXPECT_GT(s.moe, 0u);
+  EXPECT_EQ(p.mem.activations_of(p.mem.policies.front()), s.activations + s.moe);
+  EXPECT_EQ(p.mem.total_of(p.mem.policies.front(), false), s.total());
+  for (const ZeroRow& r : p.zero.rows) EXPECT_EQ(r.by_policy.front().activations, s.activations + s.moe);
   // Recomputing every block runs each block's active matmuls again (2 per
   // parameter a token uses) and a third of its attention.
   Recompute blocks;
