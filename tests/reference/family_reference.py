@@ -77,6 +77,7 @@ DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead", "routerw", "ex
 # are accurate to ~1e-6, so a gap 100x wider cannot flip a top-k choice.
 MIN_ROUTING_GAP = 1e-4
 routing_gaps = []  # the smallest gap of each MoE forward (for the check in main)
+last_aux = [None]  # the unweighted aux loss of the last forward (MoE models)
 
 # The fields a config must have, with the Llama value a family leaves alone.
 FAMILY_DEFAULTS = dict(head_dim=0, qkv_bias=False, qk_norm="none", norm_placement="pre",
@@ -268,6 +269,8 @@ def forward(flat, cfg, inputs, targets):
     x = norm(x, p["lnfw"], cfg)
     logits = softcap(x @ (p["wte"] if cfg["tied"] else p["lmhead"]).T, cfg["final_softcap"])
     loss = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
+    if router_logits:
+        last_aux[0] = aux_loss(router_logits, cfg).item()
     if router_logits and cfg["aux_coef"] > 0:
         # Trained on CE + coef * aux, reported as CE (ratchet's `loss`, like
         # its JSONL's, is the cross-entropy): the value of a - a.detach() is
@@ -335,6 +338,9 @@ def main(argv=None):
                  f"another expert there: widen the router's margins or change the inputs")
     g2.write_output(a.out, cfg, inputs.shape[0], inputs.shape[1], a.steps, r)
     print(f"loss0={r['loss']:.10f} params={r['grads'].numel()} -> {a.out}")
+    if cfg["num_experts"] > 0:  # the initial parameters' aux loss, unweighted, for the caller to compare
+        forward(flat, cfg, inputs, targets)
+        print(f"aux0={last_aux[0]:.17g}")
     return 0
 
 

@@ -160,6 +160,16 @@ void check_against_oracle(const GPTConfig& c, bool zero_norms = false, double pa
   m.set_params(p0.data());
   expect_forward_matches(m, x, y, B, T, ref);
   expect_backward_matches(m, x, y, B, T, ref);
+  if (c.moe()) {
+    // The aux loss (unweighted) of that forward_backward against the oracle's
+    // "aux0=": the counts are exact and the probabilities float32, summed
+    // in double: 1e-6 relative is float32's rounding with room.
+    const size_t at = run.output.find("aux0=");
+    ASSERT_NE(at, std::string::npos) << run.output;
+    const double aux = std::stod(run.output.substr(at + 5));
+    EXPECT_NEAR(m.moe_stats().aux_loss, aux, 1e-6 * aux);
+    EXPECT_GT(aux, c.experts_per_tok);  // not uniform routing: the gradient through it matters
+  }
   const std::vector<float> p =
       adamw_steps_matching(m, *be, p0, x, y, B, T, lr, /*wd=*/0.1f, /*clip=*/1.0f, ref);
   expect_final_params(p, ref, m.layout(), params_tol);
