@@ -132,12 +132,25 @@ void expect_final_params(const std::vector<float>& p, const Reference& ref, cons
   }
 }
 
-void check_against_oracle(const GPTConfig& c, bool zero_norms = false, double params_tol = 1e-10) {
+// With top 1, gate rows a, -a, b, 0 in every MoE layer: expert 3's logit 0
+// is below max(x.a, -x.a) for every token, so expert 3 gets no token.
+void empty_expert_3(const GPTConfig& c, std::vector<float>& p) {
+  const ParamLayout lay(c);
+  for (int l = 0; l < c.num_layers; l++) {
+    if (!c.layer_is_moe(l)) continue;
+    float* g = p.data() + lay.offsets[P_ROUTERW] + (size_t)l * c.num_experts * c.channels;
+    for (int j = 0; j < c.channels; j++) g[c.channels + j] = -g[j], g[3 * c.channels + j] = 0.f;
+  }
+}
+
+void check_against_oracle(const GPTConfig& c, bool zero_norms = false, double params_tol = 1e-10,
+                          bool empty_expert = false) {
   const int T = 11;
   TempDir d;
   const int B = 3, steps = 10;
   const float lr = 1e-3f;
-  const auto p0 = family_params(c, zero_norms);
+  auto p0 = family_params(c, zero_norms);
+  if (empty_expert) empty_expert_3(c, p0);
   const auto x = random_tokens(B * T, c.vocab_size, 5), y = random_tokens(B * T, c.vocab_size, 6);
   write_config(d / "config.json", c);
   {
@@ -169,6 +182,9 @@ void check_against_oracle(const GPTConfig& c, bool zero_norms = false, double pa
     const double aux = std::stod(run.output.substr(at + 5));
     EXPECT_NEAR(m.moe_stats().aux_loss, aux, 1e-6 * aux);
     EXPECT_GT(aux, c.experts_per_tok);  // not uniform routing: the gradient through it matters
+    if (empty_expert)
+      for (int l = 0; l < c.moe_layer_count(); l++)
+        EXPECT_EQ(m.moe_stats().counts.at((size_t)l * c.num_experts + 3), 0.0) << "MoE layer " << l;
   }
   const std::vector<float> p =
       adamw_steps_matching(m, *be, p0, x, y, B, T, lr, /*wd=*/0.1f, /*clip=*/1.0f, ref);
@@ -294,5 +310,16 @@ TEST(FamilyPyTorchReference, OlmoeClipQkv) { check_against_oracle(hf_moe_config(
 
 // Mixtral: every layer MoE and renormalised, every layer sliding at W = 6 < T.
 TEST(FamilyPyTorchReference, MixtralWindow) { check_against_oracle(hf_moe_config(Family::mixtral)); }
+
+// An expert with no tokens: OLMoE at top 1 with expert 3's gate row zero and
+// rows 0 and 1 opposite (empty_expert_3), so expert 3 is never chosen; its
+// w1/w2 gradients are zero on both sides, and the router's row 3 still
+// learns through the softmax and the aux loss.
+TEST(FamilyPyTorchReference, OlmoeTop1EmptyExpert) {
+  GPTConfig c = hf_moe_config(Family::olmoe);
+  c.experts_per_tok = 1;
+  c.finalize();
+  check_against_oracle(c, /*zero_norms=*/false, 1e-10, /*empty_expert=*/true);
+}
 
 }  // namespace
