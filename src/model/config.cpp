@@ -429,7 +429,7 @@ GPTConfig config_from_flags(const ModelFlags& f) {
            "--moe-ffn-hidden (the experts of every MoE layer)");
     if (c.experts_per_tok > c.num_experts)
       fail("--experts-per-tok ", c.experts_per_tok, " exceeds --num-experts ", c.num_experts,
-           ": each token goes to that many distinct experts");
+           ": each token goes to that many distinct experts; lower --experts-per-tok or raise --num-experts");
   }
   if (f.head_dim != 0) {
     if (!c.llama()) fail("--head-dim needs --arch llama (GPT-2's head size is channels / heads)");

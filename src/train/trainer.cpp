@@ -79,6 +79,8 @@ std::map<std::string, std::string> Trainer::settings() const {
   // The gradient's summation order and the strategy (a resume that changes
   // them says so).
   for (auto& kv : dp_->settings(accum_)) s.insert(kv);
+  // MoE: the aux loss's weight (--router-aux-loss-coef may change on a resume).
+  if (cfg_.moe()) s.insert({"router_aux_loss_coef", num(cfg_.router_aux_loss_coef)});
   return s;
 }
 

@@ -180,7 +180,7 @@ void Trainer::open_data() {
   if (!std::isnan(o_.router_aux_loss_coef)) {
     if (!cfg_.moe())
       fail("--router-aux-loss-coef needs a Mixture-of-Experts model (this one is dense: ",
-           cfg_.describe(), ")");
+           cfg_.describe(), "): drop the flag, or train a --family qwen3_moe, olmoe or mixtral model");
     cfg_.router_aux_loss_coef = o_.router_aux_loss_coef;
   }
   // The model's tokenizer is the data's (issue 29): refused, naming both digests, when not.
@@ -297,9 +297,11 @@ void Trainer::size_memory() {
     }
     be_->use_arena(need.arena());
     RLOG("device memory: %.1f MB arena (params+grads %.1f, activations %.1f, optimizer %.1f, "
-         "workspace %.1f MB), %.1f MB kept in reserve\n",
+         "workspace %.1f MB%s), %.1f MB kept in reserve\n",
          need.arena() / 1e6, (need.params + need.grads) / 1e6, need.activations / 1e6,
-         (need.moments + need.master) / 1e6, need.workspace / 1e6, reserve / 1e6);
+         (need.moments + need.master) / 1e6, need.workspace / 1e6,
+         need.moe > 0 ? (", MoE states " + std::to_string(need.moe / 1e6).substr(0, 5) + " MB").c_str() : "",
+         reserve / 1e6);
   }
 }
 

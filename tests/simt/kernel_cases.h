@@ -685,6 +685,22 @@ struct Runner {
     }
     rep.compare("x", get(k_x, n), cpu.get(r_x, n), lim(kBf16));
   }
+  // clip_qkv: x ~ N(0, 2^2) against c = 1.5 (about half clamped), out of
+  // place; its backward zeroes dout ~ N(0, 1) where x lies outside [-c, c].
+  // Both are exact selections (min/max, a mask): equal to the cpu's.
+  void clip(const std::string& op, int n) {
+    auto x = q(randn(rng, n, 2.0f)), d = q(randn(rng, n, 1.0f));
+    float* r_out = cpu.f32(op == "clip_forward" ? std::vector<float>(n) : d);
+    T* k_out = dev(op == "clip_forward" ? std::vector<float>(n, NAN) : d);
+    if (op == "clip_forward") {
+      cpu.be->clip_forward(r_out, cpu.f32(x), n, 1.5f);
+      kernels::clip_forward(k_out, dev(x), n, 1.5f, nullptr);
+    } else {
+      cpu.be->clip_backward(r_out, cpu.f32(x), n, 1.5f);
+      kernels::clip_backward(k_out, dev(x), n, 1.5f, nullptr);
+    }
+    rep.compare(op == "clip_forward" ? "out" : "dx", get(k_out, n), cpu.get(r_out, n), lim(0.0));
+  }
 
   // ---- classifier ----
   // softcap c > 0: the logits are already capped, y = c tanh(x/c) (x ~ N(0, 3^2)
@@ -800,6 +816,7 @@ struct Runner {
     else if (c.op == "geglu_forward") geglu_forward(s[0], s[1]);
     else if (c.op == "geglu_backward") geglu_backward(s[0], s[1]);
     else if (c.op == "scale" || c.op == "softcap_forward") pointwise(c.op, s[0]);
+    else if (c.op == "clip_forward" || c.op == "clip_backward") clip(c.op, s[0]);
     else if (c.op == "classifier_softcap") classifier(s[0], s[1], s[2], true, 4.0f);
     else if (c.op == "rope_forward") rope(s[0], s[1], s[2], s[3], s[4], false);
     else if (c.op == "rope_backward") rope(s[0], s[1], s[2], s[3], s[4], true);
@@ -876,6 +893,8 @@ inline std::vector<Case> all_cases() {
       {"geglu_backward", {{1, 1}, {3, 7}, {17, 96}, {33, 1536}}},
       {"scale", {{1}, {7}, {4099}}},
       {"softcap_forward", {{1}, {7}, {4099}}},
+      {"clip_forward", {{1}, {7}, {4099}}},
+      {"clip_backward", {{1}, {7}, {4099}}},
       // (BT, V, Vp): the capped classifier, packs and element-wise (41).
       {"classifier_softcap", {{1, 1, 1}, {3, 37, 41}, {7, 100, 128}, {4, 4099, 4224}}},
       {"adamw", {{1, 1}, {7, 1}, {1000, 3}, {5001, 10}}},

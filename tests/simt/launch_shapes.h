@@ -81,6 +81,9 @@ inline std::vector<LaunchRecord> dry_run_step(const Shape& s) {
   geglu_backward<T>(p, p, p, BT, 4 * C, nullptr);
   scale<T>(p, (size_t)BT * C, 40.0f, nullptr);
   softcap_forward<T>(p, (size_t)BT * s.Vp, 30.0f, nullptr);
+  // OLMoE's clip_qkv on a projection of 3C.
+  clip_forward<T>(p, p, (size_t)BT * 3 * C, 8.0f, nullptr);
+  clip_backward<T>(p, p, (size_t)BT * 3 * C, 8.0f, nullptr);
   fused_classifier<T>(p, f, ids, BT, s.Vp - 47, s.Vp, 1.0f / BT, nullptr);
   fused_classifier<T>(p, f, ids, BT, s.Vp - 47, s.Vp, 1.0f / BT, nullptr, 30.0f);
   // Mixture-of-Experts at Qwen3-30B-A3B's routing (E 128, k 8) on every token.

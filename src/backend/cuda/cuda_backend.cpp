@@ -732,6 +732,16 @@ void CudaBackend<T>::scale(dptr x, size_t n, float s) {
 }
 
 template <class T>
+void CudaBackend<T>::clip_forward(dptr out, cdptr in, size_t n, float c) {
+  kernels::clip_forward<T>(P<T>(out), P<T>(in), n, c, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::clip_backward(dptr dx, cdptr x, size_t n, float c) {
+  kernels::clip_backward<T>(P<T>(dx), P<T>(x), n, c, stream_);
+}
+
+template <class T>
 void CudaBackend<T>::softcap_forward(dptr x, size_t n, float c) {
   kernels::softcap_forward<T>(P<T>(x), n, c, stream_);
 }

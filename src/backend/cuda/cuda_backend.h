@@ -123,9 +123,11 @@ class CudaBackend final : public Backend {
   void softcap_forward(dptr x, size_t n, float c) override;
   void geglu_forward(dptr out, cdptr inp, int N, int H) override;
   void geglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) override;
-  // Issue 39's MoE layer (cuda_moe_ops.cpp over cuda_moe.h; its buffers from
-  // alloc(), counted by BackendMemoryModel::moe_state_bytes). clip_qkv has no
-  // kernel yet: the base class refuses it by name.
+  // Issue 39: OLMoE's clip_qkv (kernels/softcap.cuh), and the MoE layer
+  // (cuda_moe_ops.cpp over cuda_moe.h; its buffers from alloc(), counted by
+  // BackendMemoryModel::moe_state_bytes).
+  void clip_forward(dptr out, cdptr in, size_t n, float c) override;
+  void clip_backward(dptr dx, cdptr x, size_t n, float c) override;
   std::unique_ptr<MoeState> moe_state() override;
   void moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, dptr out,
                    MoeState& st) override;
