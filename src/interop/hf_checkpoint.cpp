@@ -99,7 +99,7 @@ class ExportDirLock {
 
 }  // namespace
 
-std::vector<HfTensor> hf_tensor_map(const GPTConfig& c) {
+std::vector<HfTensor> hf_tensor_map(const GPTConfig& c, bool fused_experts) {
   RATCHET_ASSERT(c.arch == Arch::llama);
   const ParamLayout lay(c);
   const int64_t C = c.channels, L = c.num_layers, NH = c.num_heads, KV = c.kv_heads(),
@@ -111,8 +111,15 @@ std::vector<HfTensor> hf_tensor_map(const GPTConfig& c) {
   // The layout must be the contract's (model/param_layout.h) for the blocks below to be right.
   RATCHET_ASSERT(lay.sizes[P_QKVW] == (size_t)(L * qkv_rows * C));
   RATCHET_ASSERT(lay.sizes[P_QKVB] == (c.qkv_bias ? (size_t)(L * qkv_rows) : 0));
-  RATCHET_ASSERT(lay.sizes[P_FCW] == (size_t)(L * 2 * H * C));
-  RATCHET_ASSERT(lay.sizes[P_FCPROJW] == (size_t)(L * C * H));
+  // MoE (issue 39): the dense MLP's tensors exist where some layer is dense,
+  // the experts' where some layer is MoE, each with a slice for every layer.
+  const int64_t E = c.num_experts, I = c.moe_ffn_hidden, Lm = c.moe_layer_count();
+  const bool any_dense = Lm < L, any_moe = Lm > 0;
+  RATCHET_ASSERT(lay.sizes[P_FCW] == (any_dense ? (size_t)(L * 2 * H * C) : 0));
+  RATCHET_ASSERT(lay.sizes[P_FCPROJW] == (any_dense ? (size_t)(L * C * H) : 0));
+  RATCHET_ASSERT(lay.sizes[P_ROUTERW] == (any_moe ? (size_t)(L * E * C) : 0));
+  RATCHET_ASSERT(lay.sizes[P_EXPW1] == (any_moe ? (size_t)(L * E * 2 * I * C) : 0));
+  RATCHET_ASSERT(lay.sizes[P_EXPW2] == (any_moe ? (size_t)(L * E * C * I) : 0));
   RATCHET_ASSERT(lay.sizes[P_LMHEAD] == (c.tied_embeddings ? 0 : (size_t)(c.padded_vocab * C)));
   RATCHET_ASSERT(lay.sizes[P_QNORMW] == (c.qk_norm == QkNorm::none ? 0 : (size_t)(L * qn)));
   RATCHET_ASSERT(lay.sizes[P_KNORMW] == (c.qk_norm == QkNorm::none ? 0 : (size_t)(L * kn)));
@@ -125,6 +132,7 @@ std::vector<HfTensor> hf_tensor_map(const GPTConfig& c) {
   // the branches' outputs; sandwich (Gemma 3): input_layernorm,
   // post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm.
   const bool sandwich = c.norm_placement == NormPlacement::sandwich;
+  const bool mixtral = c.family == Family::mixtral;
   std::vector<HfTensor> m;
   m.push_back({"model.embed_tokens.weight", {V, C}, lay.offsets[P_WTE]});
   for (int64_t l = 0; l < L; ++l) {
@@ -151,9 +159,31 @@ std::vector<HfTensor> hf_tensor_map(const GPTConfig& c) {
     if (c.has_pre_norms())
       m.push_back({p + (sandwich ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"), {C},
                    lay.offsets[P_LN2W] + l * C});
-    m.push_back({p + "mlp.gate_proj.weight", {H, C}, fc});
-    m.push_back({p + "mlp.up_proj.weight", {H, C}, fc + H * C});
-    m.push_back({p + "mlp.down_proj.weight", {C, H}, lay.offsets[P_FCPROJW] + l * C * H});
+    if (!c.layer_is_moe((int)l)) {
+      m.push_back({p + "mlp.gate_proj.weight", {H, C}, fc});
+      m.push_back({p + "mlp.up_proj.weight", {H, C}, fc + H * C});
+      m.push_back({p + "mlp.down_proj.weight", {C, H}, lay.offsets[P_FCPROJW] + l * C * H});
+    } else {
+      // The router and each expert as the hub's files name them (per expert;
+      // Mixtral's w1 = gate_proj, w3 = up_proj, w2 = down_proj), or
+      // transformers' fused in-memory tensors: gate_up_proj (E, 2I, C), gate
+      // rows first, and down_proj (E, C, I), which are expw1[l] and expw2[l]
+      // as they stand.
+      const size_t w1 = lay.offsets[P_EXPW1] + l * E * 2 * I * C, w2 = lay.offsets[P_EXPW2] + l * E * C * I;
+      const std::string moe = p + (mixtral && !fused_experts ? "block_sparse_moe." : "mlp.");
+      m.push_back({moe + "gate.weight", {E, C}, lay.offsets[P_ROUTERW] + l * E * C});
+      if (fused_experts) {
+        m.push_back({moe + "experts.gate_up_proj", {E, 2 * I, C}, w1});
+        m.push_back({moe + "experts.down_proj", {E, C, I}, w2});
+      } else {
+        for (int64_t e = 0; e < E; ++e) {
+          const std::string x = moe + "experts." + std::to_string(e) + ".";
+          m.push_back({x + (mixtral ? "w1" : "gate_proj") + ".weight", {I, C}, w1 + e * 2 * I * C});
+          m.push_back({x + (mixtral ? "w3" : "up_proj") + ".weight", {I, C}, w1 + e * 2 * I * C + I * C});
+          m.push_back({x + (mixtral ? "w2" : "down_proj") + ".weight", {C, I}, w2 + e * C * I});
+        }
+      }
+    }
     if (c.has_post_norms())
       m.push_back({p + "post_feedforward_layernorm.weight", {C}, lay.offsets[P_MLPPOSTW] + l * C});
   }
@@ -206,6 +236,16 @@ OpenedHf open_hf_checkpoint(const std::string& path) {
 
   o.ck = std::make_unique<SafetensorsCheckpoint>(path);
   const SafetensorsCheckpoint& ck = *o.ck;
+  // MoE experts per expert (the hub's files) or fused (transformers' own
+  // parameters, as a checkpoint saved without its conversion has them): the
+  // first MoE layer's names say which.
+  bool fused = false;
+  for (int l = 0; l < c.num_layers; l++)
+    if (c.layer_is_moe(l)) {
+      const SafetensorsFile* f = nullptr;
+      fused = ck.find("model.layers." + std::to_string(l) + ".mlp.experts.gate_up_proj", &f) != nullptr;
+      break;
+    }
   // The files' tensors bound the model before its map of 9 tensors per layer
   // is built: a config.json saying 10^6 layers over a few tensors is refused
   // here, not after a gigabyte of names (issue 25). Within twice what the
@@ -218,13 +258,15 @@ OpenedHf open_hf_checkpoint(const std::string& path) {
                 name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0);
     const double per_layer = 7.0 + (c.has_pre_norms() ? 2 : 0) + (c.has_post_norms() ? 2 : 0) +
                              (c.qkv_bias ? 3 : 0) + (c.qk_norm != QkNorm::none ? 2 : 0);
-    const double implied = per_layer * c.num_layers + 2 + (c.tied_embeddings ? 0 : 1);
+    // A MoE layer has the router and 3 tensors per expert (or 2 fused) for the MLP's 3.
+    const double moe_extra = fused ? 0.0 : 3.0 * c.num_experts - 2.0;
+    const double implied = per_layer * c.num_layers + moe_extra * c.moe_layer_count() + 2 + (c.tied_embeddings ? 0 : 1);
     if (implied > 2.0 * held)
       fail(path, " holds ", held, " tensors but ", config_path, " (num_hidden_layers ", c.num_layers,
            c.tied_embeddings ? ", tied" : ", untied", " embeddings) implies ", (long long)implied,
            ": the checkpoint is incomplete or config.json belongs to another model");
   }
-  o.map = hf_tensor_map(c);
+  o.map = hf_tensor_map(c, fused);
   const auto& map = o.map;
   std::set<std::string> expected;
   for (const auto& t : map) expected.insert(t.name);

@@ -1,5 +1,6 @@
 // Hugging Face checkpoints of the Llama family in and out (issue 38: llama,
-// qwen2, qwen3, olmo2, smollm3, mistral, gemma3_text): config.json <->
+// qwen2, qwen3, olmo2, smollm3, mistral, gemma3_text; issue 39: qwen3_moe,
+// olmoe, mixtral): config.json <->
 // GPTConfig (Arch::llama, `family` from model_type; hf_config.cpp), HF
 // tensor names <-> the flat parameter buffer (model/param_layout.h),
 // safetensors files (interop/safetensors.h).
@@ -18,6 +19,13 @@
 //   model.layers.N.mlp.{gate,up}_proj.weight       (H, C)      fcw[N] row blocks
 //   model.layers.N.mlp.down_proj.weight            (C, H)      fcprojw[N]
 //   model.layers.N.post_feedforward_layernorm.weight (C)       mlppostw[N] (OLMo 2, Gemma 3)
+// and a MoE layer's MLP (issue 39; qwen3_moe, olmoe, mixtral) instead of the
+// three mlp.*_proj tensors (E experts, I = moe_intermediate_size):
+//   model.layers.N.mlp.gate.weight                 (E, C)      routerw[N]
+//   model.layers.N.mlp.experts.M.{gate,up}_proj.weight (I, C)  expw1[N][M] row blocks
+//   model.layers.N.mlp.experts.M.down_proj.weight  (C, I)      expw2[N][M]
+//   Mixtral: model.layers.N.block_sparse_moe.gate.weight, and
+//   block_sparse_moe.experts.M.w1 (gate), w3 (up), w2 (down)
 //   model.norm.weight                              (C)         lnfw
 //   lm_head.weight                                 (V, C)      lmhead (untied only)
 // RoPE uses HF's rotate_half convention here too, so q/k need no permutation.
@@ -40,7 +48,11 @@ struct HfTensor {
 };
 
 // Every tensor of a llama config, in HF's order (embedding, layers, norm, head).
-std::vector<HfTensor> hf_tensor_map(const GPTConfig& c);
+// A MoE layer's experts are named per expert as the hub's files have them,
+// or, with `fused_experts`, as transformers' fused parameters
+// mlp.experts.gate_up_proj (E, 2I, C) and mlp.experts.down_proj (E, C, I)
+// (what an import also accepts; an export writes the hub's names).
+std::vector<HfTensor> hf_tensor_map(const GPTConfig& c, bool fused_experts = false);
 
 // config.json -> GPTConfig (finalized), the family from model_type. Throws
 // Error naming `path` and the field: a missing or bad field, an unknown

@@ -1,12 +1,14 @@
 // config.json <-> GPTConfig for every family ratchet imports (issue 38):
-// llama, qwen2, qwen3, olmo2, smollm3, mistral, gemma3_text. Field names,
+// llama, qwen2, qwen3, olmo2, smollm3, mistral, gemma3_text, and issue 39's
+// MoE families qwen3_moe, olmoe, mixtral. Field names,
 // meanings and the defaults of absent fields follow transformers'
 // configuration_<family>.py; the tensor names are in hf_checkpoint.cpp.
 //
 // A field that changes the math and that ratchet does not implement is
-// refused by name and value (rope_scaling "yarn", clip_qkv, an attention
-// bias on o_proj, another activation), never ignored: an ignored field would
-// train a different model than the one the user named.
+// refused by name and value (rope_scaling "yarn", clip_qkv outside OLMoE, an
+// attention bias on o_proj, another activation, router_jitter_noise, a
+// shared expert), never ignored: an ignored field would train a different
+// model than the one the user named.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -38,7 +40,29 @@ constexpr FamilyDefaults kFamilies[] = {
     {Family::smollm3, "SmolLM3ForCausalLM", 4, 0, 32768, 1e-6, 2000000.0, true},
     {Family::mistral, "MistralForCausalLM", 8, 0, 131072, 1e-6, 10000.0, false},
     {Family::gemma3, "Gemma3ForCausalLM", 4, 256, 131072, 1e-6, 1000000.0, true},
+    // Issue 39's MoE families. Qwen3MoeConfig has no head_dim of its own
+    // (attention takes hidden / heads where config.json gives none).
+    {Family::qwen3_moe, "Qwen3MoeForCausalLM", 4, 0, 32768, 1e-6, 10000.0, false},
+    {Family::olmoe, "OlmoeForCausalLM", 0, 0, 4096, 1e-5, 10000.0, false},
+    {Family::mixtral, "MixtralForCausalLM", 8, 0, 131072, 1e-5, 1000000.0, false},
 };
+// transformers' MoE defaults where config.json leaves a field out.
+struct MoeDefaults {
+  Family family;
+  int experts, per_tok, moe_ffn;  // moe_ffn 0: intermediate_size is the experts' size (required)
+  bool norm_topk_prob;
+  double aux_coef;                // router_aux_loss_coef
+};
+constexpr MoeDefaults kMoeFamilies[] = {
+    {Family::qwen3_moe, 128, 8, 768, false, 0.001},
+    {Family::olmoe, 64, 8, 0, false, 0.01},
+    {Family::mixtral, 8, 2, 0, true, 0.001},
+};
+const MoeDefaults* moe_defaults_of(Family f) {
+  for (const auto& d : kMoeFamilies)
+    if (d.family == f) return &d;
+  return nullptr;
+}
 const FamilyDefaults& defaults_of(Family f) {
   for (const auto& d : kFamilies)
     if (d.family == f) return d;
@@ -184,6 +208,71 @@ void read_rope_dict(const Reader& r, const nlohmann::json& d, const std::string&
                                                where + " original_max_position_embeddings", kMaxSeqLen);
 }
 
+// The MoE fields (issue 39) of a qwen3_moe, olmoe or mixtral config.json,
+// after the shape's: transformers' meaning and defaults for each; a field
+// that changes the math and that ratchet does not implement is refused.
+void read_moe(const Reader& r, const MoeDefaults& md, GPTConfig* c) {
+  const Family f = c->family;
+  const std::string& path = r.path();
+  // The expert count: num_experts (Qwen3-MoE, OLMoE) or num_local_experts
+  // (Mixtral); each config class maps the other spelling onto its own.
+  const char* key = f == Family::mixtral ? "num_local_experts" : "num_experts";
+  const char* alias = f == Family::mixtral ? "num_experts" : "num_local_experts";
+  c->num_experts = r.integer(key, r.has(alias) ? r.integer(alias, 0, false, kMaxExperts) : md.experts, false, kMaxExperts);
+  if (r.has(key) && r.has(alias) && r[key] != r[alias])
+    fail(path, ": \"", key, "\" is ", r[key].dump(), " but \"", alias, "\" is ", r[alias].dump(),
+         ": they name the same expert count; give one");
+  c->experts_per_tok = r.integer("num_experts_per_tok", md.per_tok, false, kMaxExperts);
+  // Qwen3-MoE's experts have their own size; OLMoE's and Mixtral's are intermediate_size.
+  c->moe_ffn_hidden = md.moe_ffn > 0 ? r.integer("moe_intermediate_size", md.moe_ffn, false, kMaxFfnHidden)
+                                     : c->ffn_hidden;
+  // Mixtral always renormalises the top-k weights (MixtralConfig has no norm_topk_prob).
+  c->norm_topk_prob = f == Family::mixtral ? true : r.boolean("norm_topk_prob", md.norm_topk_prob);
+  double coef = md.aux_coef;
+  if (r.has("router_aux_loss_coef")) {
+    const auto& v = r["router_aux_loss_coef"];
+    if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>()))
+      fail(path, ": \"router_aux_loss_coef\" must be a number >= 0 (got ", v.dump(), ")");
+    coef = v.get<double>();
+  }
+  c->router_aux_loss_coef = (float)coef;
+  // Which layers are MoE: Qwen3-MoE's decoder_sparse_step and mlp_only_layers
+  // (OLMoE and Mixtral have experts on every layer and no such fields).
+  if (f == Family::qwen3_moe) {
+    c->decoder_sparse_step = r.integer("decoder_sparse_step", 1, false, kMaxLayers);
+    c->mlp_only_layers.clear();
+    if (r.has("mlp_only_layers")) {
+      const auto& v = r["mlp_only_layers"];
+      if (!v.is_array()) fail(path, ": \"mlp_only_layers\" must be a list of layer indices (got ", v.dump(), ")");
+      for (size_t i = 0; i < v.size(); i++) {
+        const bool ok = v[i].is_number_integer() && v[i].get<int64_t>() >= 0 && v[i].get<int64_t>() < c->num_layers;
+        if (!ok)
+          fail(path, ": \"mlp_only_layers\"[", i, "] is ", v[i].dump(), ": a layer index from 0 to ",
+               c->num_layers - 1, " (num_hidden_layers ", c->num_layers, ")");
+        c->mlp_only_layers.push_back(v[i].get<int>());
+      }
+    }
+    // Qwen2-MoE's shared expert is not Qwen3-MoE's (and not implemented).
+    if (r.has("shared_expert_intermediate_size") && r["shared_expert_intermediate_size"] != 0)
+      fail(path, ": \"shared_expert_intermediate_size\" is ", r["shared_expert_intermediate_size"].dump(),
+           ", which ratchet does not implement (it needs 0 or none: no shared expert)");
+  } else {
+    c->ffn_hidden = c->moe_ffn_hidden;  // no dense MLP; kept equal so that an export reads back the same
+  }
+  // Mixtral's router jitter multiplies the MoE input by noise in training.
+  if (r.has("router_jitter_noise") &&
+      !(r["router_jitter_noise"].is_number() && r["router_jitter_noise"].get<double>() == 0))
+    fail(path, ": \"router_jitter_noise\" is ", r["router_jitter_noise"].dump(),
+         ", which ratchet does not implement (it needs 0: no noise on the router's input)");
+  // OLMoE's clip_qkv clamps q, k and v to [-c, c] after the q/k norms.
+  if (f == Family::olmoe && r.has("clip_qkv")) {
+    const auto& v = r["clip_qkv"];
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+      fail(path, ": \"clip_qkv\" must be a positive number, or null for none (got ", v.dump(), ")");
+    c->clip_qkv = (float)v.get<double>();
+  }
+}
+
 // The supported model_types, for the message on any other.
 std::string supported_model_types() {
   std::string s;
@@ -199,9 +288,9 @@ std::string hf_family_mismatch(const GPTConfig& c) {
   const Family f = c.family;
   const bool gemma = f == Family::gemma3;
   if (c.qkv_bias != (f == Family::qwen2)) return "qkv_bias";
-  const QkNorm qk = f == Family::qwen3 || gemma ? QkNorm::per_head
-                    : f == Family::olmo2        ? QkNorm::full_width
-                                                : QkNorm::none;
+  const QkNorm qk = f == Family::qwen3 || f == Family::qwen3_moe || gemma ? QkNorm::per_head
+                    : f == Family::olmo2 || f == Family::olmoe                ? QkNorm::full_width
+                                                                              : QkNorm::none;
   if (c.qk_norm != qk) return "qk_norm";
   const NormPlacement np = f == Family::olmo2 ? NormPlacement::post : gemma ? NormPlacement::sandwich
                                                                              : NormPlacement::pre;
@@ -221,8 +310,21 @@ std::string hf_family_mismatch(const GPTConfig& c) {
   bool any = false, all = true;
   for (int l = 0; l < c.num_layers; l++) any |= c.window(l) > 0, all &= c.window(l) > 0;
   if (any && (f == Family::llama || f == Family::olmo2)) return "layer_sliding";
-  if (f == Family::mistral && any && !all) return "layer_sliding";
+  if ((f == Family::mistral || f == Family::mixtral) && any && !all) return "layer_sliding";
+  if (any && f == Family::olmoe) return "layer_sliding";
   if (c.rope_factor != 0 && f != Family::llama) return "rope_factor";
+  // MoE (issue 39): the three MoE families have experts, no other family
+  // does; OLMoE and Mixtral have them on every layer, Mixtral always
+  // renormalises its top-k weights, only OLMoE clips q/k/v, and OLMoE's
+  // full-width q norm is over hidden_size (so head_dim is hidden / heads).
+  const bool moe_family = moe_defaults_of(f) != nullptr;
+  if ((c.num_experts > 0) != moe_family) return "num_experts";
+  if ((f == Family::olmoe || f == Family::mixtral) && c.moe_layer_count() != c.num_layers)
+    return "mlp_only_layers";
+  if (f == Family::mixtral && !c.norm_topk_prob) return "norm_topk_prob";
+  if (c.clip_qkv != 0 && f != Family::olmoe) return "clip_qkv";
+  if (f == Family::olmoe && c.head_dim != 0) return "head_dim";
+  if (f == Family::qwen3_moe && any) return "layer_sliding";
   return "";
 }
 
@@ -255,7 +357,7 @@ GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) 
   if (f != Family::qwen2)  // Qwen2 has no such field: its q/k/v always have a bias, o_proj none
     r.must_be("attention_bias", false, "no attention biases in this family");
   r.must_be("mlp_bias", false, "no MLP biases");
-  r.must_be("clip_qkv", nullptr, "unclipped q/k/v");
+  if (f != Family::olmoe) r.must_be("clip_qkv", nullptr, "unclipped q/k/v");
 
   c.channels = r.integer("hidden_size", 0, true, kMaxChannels);
   c.ffn_hidden = r.integer("intermediate_size", 0, true, kMaxFfnHidden);
@@ -273,6 +375,10 @@ GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) 
   if (c.head_size() % 2 != 0)
     fail(path, ": head_dim ", c.head_size(), hd > 0 ? "" : " (hidden_size / num_attention_heads)",
          " is odd: RoPE rotates pairs of a head's channels, so it must be even");
+  if (f == Family::olmoe && c.head_dim != 0)
+    fail(path, ": \"head_dim\" is ", hd, " but an olmoe model's heads are hidden_size / num_attention_heads = ",
+         c.channels / c.num_heads, " wide (its q_norm is over hidden_size): drop head_dim");
+  if (const MoeDefaults* md = moe_defaults_of(f)) read_moe(r, *md, &c);
   c.norm_eps = (float)r.number("rms_norm_eps", d.norm_eps);
   c.tied_embeddings = r.boolean("tie_word_embeddings", d.tied);
 
@@ -351,12 +457,24 @@ GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) 
       if (!types.empty()) c.sliding_window = W;
       break;
     }
-    case Family::mistral: {
-      // Every layer slides (MistralAttention takes config.sliding_window on each).
-      const int W = r.window(4096);
+    case Family::mistral:
+    case Family::mixtral: {
+      // Every layer slides (MistralAttention takes config.sliding_window on
+      // each); MixtralConfig's default is null (none), Mistral's 4096.
+      const int W = r.window(f == Family::mixtral ? 0 : 4096);
       if (W > 0) c.sliding_window = W, types.assign(L, 1);
       break;
     }
+    case Family::olmoe:  // OlmoeModel builds a plain causal mask whatever config.json says
+      break;
+    case Family::qwen3_moe:
+      // Qwen3-MoE's sliding layers are not the same across transformers
+      // versions (every layer, or those from max_window_layers on); no
+      // published model turns them on.
+      if (r.boolean("use_sliding_window", false) && r.window(4096) > 0)
+        fail(path, ": \"use_sliding_window\" is true, which ratchet does not implement for qwen3_moe (it needs "
+             "false: every published Qwen3-MoE attends over the full sequence)");
+      break;
     case Family::gemma3: {
       const int W = r.window(4096);
       if (!r.layer_types(L, &types)) {
@@ -389,8 +507,9 @@ GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) 
   if (any_sliding) c.layer_sliding = types;
   else c.sliding_window = 0;
   if (f == Family::qwen2) c.qkv_bias = true;
-  if (f == Family::qwen3) c.qk_norm = QkNorm::per_head;
+  if (f == Family::qwen3 || f == Family::qwen3_moe) c.qk_norm = QkNorm::per_head;
   if (f == Family::olmo2) c.qk_norm = QkNorm::full_width, c.norm_placement = NormPlacement::post;
+  if (f == Family::olmoe) c.qk_norm = QkNorm::full_width;
 
   c.padded_vocab = 0;
   // Checks of the fields together (divisibility, the parameter count) name
@@ -422,7 +541,8 @@ OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
   j["architectures"] = {hf_architecture(f)};
   j["model_type"] = family_name(f);
   j["hidden_size"] = c.channels;
-  j["intermediate_size"] = c.ffn();
+  // OLMoE's and Mixtral's intermediate_size is their experts' size.
+  j["intermediate_size"] = f == Family::olmoe || f == Family::mixtral ? c.moe_ffn_hidden : c.ffn();
   j["num_hidden_layers"] = L;
   j["num_attention_heads"] = c.num_heads;
   j["num_key_value_heads"] = c.kv_heads();
@@ -445,6 +565,21 @@ OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
   if (f != Family::qwen2 && f != Family::mistral) j["attention_bias"] = false;
   if (f == Family::llama || f == Family::smollm3) j["mlp_bias"] = false;
   if (f == Family::olmo2) j["clip_qkv"] = nullptr;
+  if (c.num_experts > 0) {  // issue 39
+    j[f == Family::mixtral ? "num_local_experts" : "num_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.experts_per_tok;
+    if (f == Family::qwen3_moe) {
+      j["moe_intermediate_size"] = c.moe_ffn_hidden;
+      j["decoder_sparse_step"] = c.decoder_sparse_step;
+      j["mlp_only_layers"] = c.mlp_only_layers;
+    }
+    if (f != Family::mixtral) j["norm_topk_prob"] = c.norm_topk_prob;
+    j["router_aux_loss_coef"] = shortest_decimal(c.router_aux_loss_coef);
+    j["output_router_logits"] = false;
+    if (f == Family::mixtral) j["router_jitter_noise"] = 0.0;
+    if (f == Family::olmoe)
+      j["clip_qkv"] = c.clip_qkv > 0 ? nlohmann::json(shortest_decimal(c.clip_qkv)) : nlohmann::json(nullptr);
+  }
 
   int first_sliding = L;
   bool any = false;
@@ -476,7 +611,14 @@ OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
       j["layer_types"] = types;
       break;
     case Family::mistral:
+    case Family::mixtral:
       j["sliding_window"] = window;
+      break;
+    case Family::olmoe:
+      break;
+    case Family::qwen3_moe:
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = nullptr;
       break;
     case Family::gemma3: {
       j["query_pre_attn_scalar"] = c.attn_scale == 0 ? (double)c.head_size() : scalar_of_scale(c.attn_scale);

@@ -212,7 +212,7 @@ std::string GPTConfig::describe() const {
 // The named presets (published models), for the messages listing them.
 static const char* const kNamedModels =
     "smollm-135m, llama3.2-1b, llama3.1-8b, qwen2.5-0.5b, qwen3-0.6b, qwen3-1.7b, qwen3-8b, olmo2-1b, "
-    "smollm3-3b, mistral-7b, gemma3-270m, gemma3-1b";
+    "smollm3-3b, mistral-7b, gemma3-270m, gemma3-1b, qwen3-30b-a3b, olmoe-1b-7b, mixtral-8x7b";
 
 // "d12" -> 12, "l6" -> 6 for prefix 'd'/'l'; 0 if `name` is not that form.
 static int depth_of(const std::string& name, char prefix) {
@@ -277,6 +277,23 @@ static bool family_preset(const std::string& name, GPTConfig* c) {
     gemma3_shape(c, 18, 640, 2048);
   } else if (name == "gemma3-1b") {  // google/gemma-3-1b-pt
     gemma3_shape(c, 26, 1152, 6912);
+  } else if (name == "qwen3-30b-a3b") {  // Qwen/Qwen3-30B-A3B (issue 39): 128 experts, top 8, every layer MoE
+    qwen3_shape(c, 48, 2048, 32, 4, 6144, false);  // intermediate_size 6144: the dense MLP no layer uses
+    c->family = Family::qwen3_moe;
+    c->num_experts = 128, c->experts_per_tok = 8, c->moe_ffn_hidden = 768, c->norm_topk_prob = true;
+    c->router_aux_loss_coef = 0.001f;
+  } else if (name == "olmoe-1b-7b") {  // allenai/OLMoE-1B-7B-0924: 64 experts, top 8, clip_qkv null
+    c->family = Family::olmoe, c->qk_norm = QkNorm::full_width;
+    c->num_layers = 16, c->channels = 2048, c->num_heads = 16, c->num_kv_heads = 16, c->ffn_hidden = 1024;
+    c->vocab_size = 50304, c->rope_theta = 10000.f, c->norm_eps = 1e-5f, c->tied_embeddings = false;
+    c->num_experts = 64, c->experts_per_tok = 8, c->moe_ffn_hidden = 1024, c->norm_topk_prob = false;
+    c->router_aux_loss_coef = 0.01f;
+  } else if (name == "mixtral-8x7b") {  // mistralai/Mixtral-8x7B-v0.1: 8 experts, top 2, no sliding window
+    c->family = Family::mixtral;
+    c->num_layers = 32, c->channels = 4096, c->num_heads = 32, c->num_kv_heads = 8, c->ffn_hidden = 14336;
+    c->vocab_size = 32000, c->rope_theta = 1000000.f, c->norm_eps = 1e-5f, c->tied_embeddings = false;
+    c->num_experts = 8, c->experts_per_tok = 2, c->moe_ffn_hidden = 14336, c->norm_topk_prob = true;
+    c->router_aux_loss_coef = 0.02f;
   } else {
     return false;
   }

@@ -6,7 +6,8 @@
 //   compute-optimal size  C = 6·N·D with D = 20·N (Chinchilla, Hoffmann et al.
 //                         2022): N = sqrt(C/120), D = 20·N. N counts every
 //                         parameter of the flat buffer (padded wte included).
-//   training FLOPs        train_flops_per_token(cfg, T) · tokens (+ recompute)
+//   training FLOPs        train_flops_per_token(cfg, T) · tokens (+ recompute);
+//                         a MoE model's on its active parameters (moe_cost.h)
 //   memory per rank       model/memory.h's step_memory with the backend's
 //                         description (backend/memory_model.h: the cpu backend,
 //                         or the cuda backend with its cuBLASLt workspace for
@@ -139,7 +140,8 @@ struct MemoryPlan {
   size_t dp_buffers_zero1 = 0;              // ZeRO-1's staging buffers
   size_t workspace = 0;                     // the ops' scratch at this (B, T); 0 on cpu
   size_t overhead = 0;                      // held from construction (cuBLASLt workspace)
-  // Activations and total (everything the backend holds) for a listed policy.
+  // Activations (a MoE model's kept router and expert buffers, StepMemory::moe,
+  // included) and total (everything the backend holds) for a listed policy.
   size_t activations_of(const Recompute& r) const;
   size_t total_of(const Recompute& r, bool zero1) const;
 };
@@ -197,6 +199,10 @@ struct Plan {
   PlanInputs in;             // with defaults filled in
   const Device* device = nullptr;
   double n_params = 0;
+  // Mixture-of-Experts (issue 39; plan/moe_cost.h): the parameters a token
+  // uses (= param_count() for a dense model). flops_per_token, MFU and the
+  // step time follow them; memory, gradients and checkpoints follow n_params.
+  double active_params = 0;
   // budget
   bool has_budget = false;
   double budget_flops = 0;

@@ -15,6 +15,7 @@
 #include "model/gpt.h"
 #include "model/memory.h"
 #include "model/param_layout.h"
+#include "plan/moe_cost.h"
 
 namespace ratchet::plan {
 
@@ -171,11 +172,17 @@ size_t index_of(const std::vector<Recompute>& v, const Recompute& r) {
 // A GPU in BF16 takes GELU from the fc GEMM's epilogue, so its gelu
 // recompute re-runs that GEMM (Backend::gelu_recompute).
 double recompute_flops_on(const Device& d, const GPTConfig& cfg, int T, const Recompute& r) {
-  return recompute_flops_per_token(cfg, T, r, /*gelu_by_gemm=*/d.storage_bytes == 2);
+  double unused = 0;  // a MoE block recomputes its active experts only (moe_cost.h)
+  for (int l = 0; cfg.moe() && r.blocks_recomputed(cfg.num_layers) > 0 && l < cfg.num_layers; l++)
+    if (r.recomputes_block(l)) unused += unused_matmul_params_of_layer(cfg, l);
+  return recompute_flops_per_token(cfg, T, r, /*gelu_by_gemm=*/d.storage_bytes == 2) - 2.0 * unused;
 }
 
 size_t MemoryPlan::activations_of(const Recompute& r) const {
-  return plain[index_of(policies, r)].activations;
+  // A MoE model's layers keep their router and expert buffers for backward
+  // (StepMemory::moe, by policy): counted with the activations.
+  const StepMemory& m = plain[index_of(policies, r)];
+  return m.activations + m.moe;
 }
 
 size_t MemoryPlan::total_of(const Recompute& r, bool z1) const {
@@ -296,7 +303,8 @@ Plan make_plan(const PlanInputs& in_) {
          in.B, "*", in.T, "*", in.world, " = ", micro);
   p.accum = (int)(in.total_batch_tokens / micro);
   p.tokens_per_step = in.total_batch_tokens;
-  p.flops_per_token = train_flops_per_token(cfg, in.T);
+  p.flops_per_token = active_train_flops_per_token(cfg, in.T);
+  p.active_params = active_param_count(cfg);
   p.recompute_flops_per_token = recompute_flops_on(*p.device, cfg, in.T, in.recompute);
   const double fpt = p.flops_per_token + p.recompute_flops_per_token;
   // Steps in floating point first: a count beyond what a long and a double

@@ -22,6 +22,14 @@ std::string plan_json(const Plan& p) {
                 {"padded_vocab", in.cfg.padded_vocab},
                 {"max_seq_len", in.cfg.max_seq_len},
                 {"params", json_number(p.n_params)}};
+  if (p.in.cfg.moe()) {  // issue 39: what a token uses; flops_per_token counts these
+    auto& model = j["model"];
+    model["active_params"] = json_number(p.active_params);
+    model["experts"] = p.in.cfg.num_experts;
+    model["experts_per_token"] = p.in.cfg.experts_per_tok;
+    model["moe_layers"] = p.in.cfg.moe_layer_count();
+    model["expert_parallel"] = nullptr;  // --expert-parallel does not exist yet
+  }
   j["device"] = {{"name", p.device->name},
                  {"world_size", in.world},
                  {"peak_tflops", json_number(in.peak_tflops)},

@@ -94,7 +94,8 @@ std::string zero_table(const Plan& p) {
   row("AdamW m, v (fp32)", [](const ZeroMemory& m) { return (double)m.moments; });
   row("ZeRO-1 staging buffers", [](const ZeroMemory& m) { return (double)m.staging; });
   row("op scratch and backend", [](const ZeroMemory& m) { return (double)(m.workspace + m.overhead); });
-  o << "  activations and total by recompute policy (B=" << p.in.B << ", T=" << p.in.T << "):\n";
+  o << "  activations" << (p.in.cfg.moe() ? " (with the MoE layers' router and expert buffers)" : "")
+    << " and total by recompute policy (B=" << p.in.B << ", T=" << p.in.T << "):\n";
   for (size_t q = 0; q < z.policies.size(); q++) {
     std::snprintf(buf, sizeof buf, "    activations %-16s", z.policies[q].name().c_str());
     o << buf;
@@ -159,6 +160,12 @@ std::string zero_table(const Plan& p) {
       << " + collectives not hidden " << duration(c.time.exposed_s) << "), efficiency "
       << fmt("%.1f%%", c.time.efficiency * 100) << "\n";
   }
+  if (p.in.cfg.moe())  // issue 39: expert parallelism is the next slice; nothing here assumes it
+    o << "  expert parallel: none (--expert-parallel does not exist yet); the experts are sharded only as\n"
+      << "    ZeRO shards every parameter" << (z.chosen < 0 ? ", and no stage fits: this model needs expert "
+                                                           "parallelism or more devices, which this plan cannot size yet"
+                                                         : "")
+      << "\n";
   const ZeroStage& ss = z.chosen >= 0 ? z.rows[z.chosen].stage : z.rows.back().stage;
   o << "  scaling of " << ss.name() << " (same B, T and micro-batches per rank; --link-gbps "
     << fmt("%g", p.in.link_gbps) << "):\n";
@@ -186,6 +193,11 @@ std::string plan_table(const Plan& p) {
   o << "model:   " << in.model_name << " (" << in.cfg.describe() << "), " << count(p.n_params)
     << " parameters (" << commas(p.n_params) << ")"
     << (in.model_given ? "" : "  <- nearest preset to the budget's optimum") << "\n";
+  if (in.cfg.moe())  // issue 39 (plan/moe_cost.h)
+    o << "moe:     " << in.cfg.num_experts << " experts, top " << in.cfg.experts_per_tok << ", "
+      << in.cfg.moe_layer_count() << " of " << in.cfg.num_layers << " layers MoE; " << count(p.active_params)
+      << " active parameters per token (" << commas(p.active_params)
+      << "): FLOPs, MFU and step time count these, memory holds all " << count(p.n_params) << "\n";
   o << "device:  " << in.world << " x " << dev.name << " (" << dev.description << "), peak "
     << fmt("%g", in.peak_tflops) << " TFLOP/s, MFU " << fmt("%.2f", in.mfu)
     << " (assumed), " << fmt("%.1f", p.device_memory_bytes / 1e9) << " GB each, "
@@ -211,7 +223,8 @@ std::string plan_table(const Plan& p) {
   o << "  tokens             " << count(p.tokens) << " (" << fmt("%.1f", p.tokens_per_param)
     << " tokens/parameter)\n";
   o << "  FLOPs per token    " << fmt("%.4g", p.flops_per_token)
-    << " (6N + 12LCT, forward + backward)";
+    << (in.cfg.moe() ? " (6N + 12LCT with N the active parameters, forward + backward)"
+                     : " (6N + 12LCT, forward + backward)");
   if (p.recompute_flops_per_token > 0)
     o << " + " << fmt("%.4g", p.recompute_flops_per_token) << " recompute ("
       << in.recompute.name() << ")";
@@ -232,7 +245,8 @@ std::string plan_table(const Plan& p) {
   row("ZeRO-1 staging buffers", 0, p.mem.dp_buffers_zero1);
   if (p.mem.workspace) row("op scratch (attention, ...)", p.mem.workspace, p.mem.workspace);
   if (p.mem.overhead) row("backend (cuBLASLt workspace)", p.mem.overhead, p.mem.overhead);
-  o << "  activations by recompute policy (B=" << in.B << ", T=" << in.T << "):\n";
+  o << "  activations" << (in.cfg.moe() ? " (with the MoE layers' router and expert buffers)" : "")
+    << " by recompute policy (B=" << in.B << ", T=" << in.T << "):\n";
   const double usable = p.device_memory_bytes - p.device_reserve_bytes;
   if (p.device_reserve_bytes > 0)
     row("kept free (CUDA, cuBLASLt, NCCL)", p.device_reserve_bytes, p.device_reserve_bytes);

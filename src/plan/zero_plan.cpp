@@ -81,7 +81,7 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   d.overlap = true;
   const StepMemory s = strategy_step_memory(strategy_needs(d, be, cfg, N, 0), cfg, B, T, policy, be);
   ZeroMemory m;
-  m.activations = s.activations;
+  m.activations = s.activations + s.moe;  // a MoE model's kept router and expert buffers with them
   m.workspace = s.workspace;
   m.overhead = s.overhead;
   auto bytes = [&](size_t elems) { return be.alloc_size(elems * sb); };

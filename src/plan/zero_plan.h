@@ -121,7 +121,7 @@ struct ZeroMemory {
   size_t master = 0;          // FP32 master (whole for 0, owned elements for 1-3; 0 on cpu)
   size_t moments = 0;         // AdamW m + v, FP32
   size_t staging = 0;         // stage 1: train's reduce-scatter staging buffers
-  size_t activations = 0, workspace = 0, overhead = 0;  // as step_memory
+  size_t activations = 0, workspace = 0, overhead = 0;  // as step_memory (activations + moe)
   size_t model_states() const {
     return params + gather + grads + buckets + master + moments + staging;
   }

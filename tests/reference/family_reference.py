@@ -27,6 +27,28 @@ Gemma 3 change, written from Hugging Face transformers' modeling files
   no_rope_layers      SmolLM3: 1 = the layer has RoPE, 0 = NoPE (null: all RoPE)
   rope_local_theta    Gemma 3's rope_local_base_freq for sliding layers (0: theta)
 
+and the Mixture-of-Experts families of issue 39 (models/{qwen3_moe, qwen2_moe,
+olmoe, mixtral}: Qwen3MoeSparseMoeBlock / Qwen2MoeTopKRouter,
+OlmoeSparseMoeBlock, MixtralSparseMoeBlock, load_balancing_loss_func):
+
+  num_experts, experts_per_tok, moe_ffn   E experts of SwiGLU size I, top k
+  norm_topk_prob      the k routing weights divided by their sum (Mixtral: true)
+  decoder_sparse_step, mlp_only_layers    layer l is MoE iff l not in
+                      mlp_only_layers and (l+1) % step == 0; others dense (H)
+  clip_qkv            OLMoE: q, k, v clamped to [-c, c] after the q/k norms
+  aux_coef            the loss trained on is CE + aux_coef * E * sum_e f_e P_e
+                      over the concatenated router logits of every MoE layer
+  report_ce           the loss reported (the output file's loss and losses) is
+                      the cross-entropy alone (default), or with false the
+                      whole CE + aux_coef * aux
+
+The router: logits = x @ gate^T, softmax over all E, top k, then each
+selected expert's SwiGLU output times its weight, summed per token. The
+oracle runs it in float64 and records the smallest gap between the k-th and
+(k+1)-th router logit of any token (the log of their probabilities' ratio);
+a gap below MIN_ROUTING_GAP (where float32 could choose another expert)
+fails the run rather than compare two models that route differently.
+
 Parameters come in ratchet's ParamLayout order with the empty slots left out
 (see tests/reference/README.md); the output file is gpt2_reference.py's.
 
@@ -49,13 +71,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_reference as g2  # noqa: E402  (read_batch, unflatten, gradcheck, run (AdamW), I/O)
 import llama_reference as lr  # noqa: E402  (inv_freq, rope)
 
-DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead"}
+DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead", "routerw", "expw1", "expw2"}
+# The smallest gap between a token's k-th and (k+1)-th router logit the
+# comparison accepts: float32 logits (C-term dot products of O(1) values)
+# are accurate to ~1e-6, so a gap 100x wider cannot flip a top-k choice.
+MIN_ROUTING_GAP = 1e-4
+routing_gaps = []  # the smallest gap of each MoE forward (for the check in main)
+last_aux = [None]  # the unweighted aux loss of the last forward (MoE models)
 
 # The fields a config must have, with the Llama value a family leaves alone.
 FAMILY_DEFAULTS = dict(head_dim=0, qkv_bias=False, qk_norm="none", norm_placement="pre",
                        norm_unit_offset=False, embed_scale=False, query_pre_attn_scalar=None,
                        mlp_act="silu", attn_softcap=0.0, final_softcap=0.0, sliding_window=0,
-                       layer_types=None, no_rope_layers=None, rope_local_theta=0.0)
+                       layer_types=None, no_rope_layers=None, rope_local_theta=0.0,
+                       num_experts=0, experts_per_tok=0, moe_ffn=0, norm_topk_prob=False,
+                       decoder_sparse_step=1, mlp_only_layers=[], clip_qkv=0.0, aux_coef=0.0,
+                       report_ce=True)
+
+
+def layer_is_moe(cfg, l):
+    """transformers' rule (Qwen2MoeDecoderLayer): experts on layer l iff l is
+    not in mlp_only_layers and (l + 1) % decoder_sparse_step == 0."""
+    return (cfg["num_experts"] > 0 and l not in cfg["mlp_only_layers"]
+            and (l + 1) % cfg["decoder_sparse_step"] == 0)
 
 
 def head_dim(cfg):
@@ -78,7 +116,13 @@ def param_shapes(cfg):
     s.append(("attprojw", (L, C, NH * hs)))
     if pre:
         s.append(("ln2w", (L, C)))                    # post_attention_layernorm (Llama) /
-    s += [("fcw", (L, 2 * H, C)), ("fcprojw", (L, C, H)), ("lnfw", (C,))]  # pre_feedforward (Gemma)
+    # pre_feedforward (Gemma). A model with MoE layers holds the dense MLP
+    # only if some layer is dense, and then for every layer (the MoE layers'
+    # slices unused), as ratchet's flat buffer does.
+    moe = [layer_is_moe(cfg, l) for l in range(L)]
+    if not all(moe):
+        s += [("fcw", (L, 2 * H, C)), ("fcprojw", (L, C, H))]
+    s.append(("lnfw", (C,)))
     if not cfg["tied"]:
         s.append(("lmhead", (Vp, C)))
     if cfg["qk_norm"] == "per_head":
@@ -87,7 +131,50 @@ def param_shapes(cfg):
         s += [("qnormw", (L, NH * hs)), ("knormw", (L, KV * hs))]
     if post:
         s += [("attnpostw", (L, C)), ("mlppostw", (L, C))]  # post_attention / post_feedforward
+    if any(moe):  # the gate (E, C); per expert gate_proj | up_proj rows (2I, C); down_proj (C, I)
+        E, I = cfg["num_experts"], cfg["moe_ffn"]
+        s += [("routerw", (L, E, C)), ("expw1", (L, E, 2 * I, C)), ("expw2", (L, E, C, I))]
     return s
+
+
+def moe_block(h, gate_w, w1, w2, cfg):
+    """transformers' sparse MoE block on h (B, T, C): the router's softmax
+    over all experts, top k (renormalised with norm_topk_prob), each expert's
+    SwiGLU on the tokens routed to it, times the routing weight, summed per
+    token. Returns the output and the router logits (N, E)."""
+    B, T, C = h.shape
+    E, k, I = cfg["num_experts"], cfg["experts_per_tok"], cfg["moe_ffn"]
+    x = h.reshape(-1, C)
+    logits = x @ gate_w.T
+    probs = logits.softmax(-1)
+    top, idx = torch.topk(probs, k, dim=-1)
+    if k < E:  # the k-th and (k+1)-th logits' gap: the log of the probabilities' ratio
+        srt = logits.detach().sort(-1, descending=True).values
+        routing_gaps.append((srt[:, k - 1] - srt[:, k]).min().item())
+    if cfg["norm_topk_prob"]:
+        top = top / top.sum(-1, keepdim=True)
+    out = torch.zeros_like(x)
+    for e in range(E):
+        tok, slot = torch.where(idx == e)
+        if tok.numel() == 0:
+            continue
+        gu = x[tok] @ w1[e].T
+        gate, up = gu[:, :I], gu[:, I:]
+        y = (gate * torch.sigmoid(gate) * up) @ w2[e].T
+        out = out.index_add(0, tok, y * top[tok, slot, None])
+    return out.view(B, T, C), logits
+
+
+def aux_loss(router_logits, cfg):
+    """load_balancing_loss_func without an attention mask: the logits of all
+    MoE layers concatenated, f = the fraction of tokens that select each
+    expert (summed over the k slots, no gradient), P = the mean probability,
+    E * sum_e f_e P_e."""
+    E, k = cfg["num_experts"], cfg["experts_per_tok"]
+    probs = torch.cat(router_logits, 0).softmax(-1)
+    _, sel = torch.topk(probs, k, dim=-1)
+    tokens_per_expert = F.one_hot(sel, E).double().mean(0)          # (k, E)
+    return (tokens_per_expert * probs.mean(0).unsqueeze(0)).sum() * E
 
 
 def norm(x, w, cfg):
@@ -143,6 +230,7 @@ def forward(flat, cfg, inputs, targets):
     glob = rope_tables(cfg, T, cfg["theta"])
     local = rope_tables(cfg, T, cfg["rope_local_theta"]) if cfg["rope_local_theta"] > 0 else glob
     x = p["wte"][inputs]
+    router_logits = []
     if cfg["embed_scale"]:
         x = x * float(np.float32(math.sqrt(C)))
     for l in range(cfg["L"]):
@@ -152,8 +240,11 @@ def forward(flat, cfg, inputs, targets):
         if cfg["qkv_bias"]:
             qkv = qkv + p["qkvb"][l]
         q, k, v = qkv.split([NH * hs, KV * hs, KV * hs], dim=-1)
-        if cfg["qk_norm"] == "full_width":            # OLMo 2: before the view into heads
+        if cfg["qk_norm"] == "full_width":            # OLMo 2, OLMoE: before the view into heads
             q, k = norm(q, p["qnormw"][l], cfg), norm(k, p["knormw"][l], cfg)
+        if cfg["clip_qkv"] > 0:                       # OLMoE: after the norms
+            c = cfg["clip_qkv"]
+            q, k, v = q.clamp(-c, c), k.clamp(-c, c), v.clamp(-c, c)
         q, k, v = (t.view(B, T, -1, hs) for t in (q, k, v))
         if cfg["qk_norm"] == "per_head":              # Qwen3 / Gemma 3: over head_dim
             q, k = norm(q, p["qnormw"][l], cfg), norm(k, p["knormw"][l], cfg)
@@ -166,14 +257,26 @@ def forward(flat, cfg, inputs, targets):
         o = y.transpose(1, 2).reshape(B, T, NH * hs) @ p["attprojw"][l].T
         x = x + (norm(o, p["attnpostw"][l], cfg) if post else o)
         h = norm(x, p["ln2w"][l], cfg) if pre else x
-        gate_up = h @ p["fcw"][l].T
-        gate, up = gate_up[..., :H], gate_up[..., H:]
-        act = gelu_tanh(gate) if cfg["mlp_act"] == "gelu_tanh" else gate * torch.sigmoid(gate)
-        m = (act * up) @ p["fcprojw"][l].T
+        if layer_is_moe(cfg, l):
+            m, rl = moe_block(h, p["routerw"][l], p["expw1"][l], p["expw2"][l], cfg)
+            router_logits.append(rl)
+        else:
+            gate_up = h @ p["fcw"][l].T
+            gate, up = gate_up[..., :H], gate_up[..., H:]
+            act = gelu_tanh(gate) if cfg["mlp_act"] == "gelu_tanh" else gate * torch.sigmoid(gate)
+            m = (act * up) @ p["fcprojw"][l].T
         x = x + (norm(m, p["mlppostw"][l], cfg) if post else m)
     x = norm(x, p["lnfw"], cfg)
     logits = softcap(x @ (p["wte"] if cfg["tied"] else p["lmhead"]).T, cfg["final_softcap"])
     loss = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
+    if router_logits:
+        last_aux[0] = aux_loss(router_logits, cfg).item()
+    if router_logits and cfg["aux_coef"] > 0:
+        # Trained on CE + coef * aux, reported as CE (ratchet's `loss`, like
+        # its JSONL's, is the cross-entropy): the value of a - a.detach() is
+        # exactly 0 and its gradient is a's.
+        a = cfg["aux_coef"] * aux_loss(router_logits, cfg)
+        loss = loss + (a - a.detach()) if cfg["report_ce"] else loss + a
     return logits, loss
 
 
@@ -193,6 +296,11 @@ def check_config(cfg, where):
     for key in ("layer_types", "no_rope_layers"):
         if cfg[key] is not None and len(cfg[key]) != cfg["L"]:
             sys.exit(f"{where}: {key} has {len(cfg[key])} entries for {cfg['L']} layers")
+    if cfg["num_experts"] > 0:
+        E, k = cfg["num_experts"], cfg["experts_per_tok"]
+        if not (1 <= k <= E) or cfg["moe_ffn"] < 1 or cfg["decoder_sparse_step"] < 1:
+            sys.exit(f"{where}: experts_per_tok {k} must be in 1..num_experts {E}, moe_ffn "
+                     f"{cfg['moe_ffn']} and decoder_sparse_step {cfg['decoder_sparse_step']} >= 1")
     for key, ok in (("qk_norm", ("none", "per_head", "full_width")),
                     ("norm_placement", ("pre", "post", "sandwich")),
                     ("mlp_act", ("silu", "gelu_tanh"))):
@@ -224,8 +332,15 @@ def main(argv=None):
         sys.exit(f"T={inputs.shape[1]} exceeds max_seq_len={cfg['maxT']}")
     r = g2.run(cfg, flat, inputs, targets, a, fwd=forward,
                wd=weight_decay_mask(cfg, a.weight_decay))
+    if routing_gaps and min(routing_gaps) < MIN_ROUTING_GAP:
+        sys.exit(f"routing near-tie: a token's k-th and (k+1)-th router logits differ by "
+                 f"{min(routing_gaps):.3g} < {MIN_ROUTING_GAP} in some forward; float32 may choose "
+                 f"another expert there: widen the router's margins or change the inputs")
     g2.write_output(a.out, cfg, inputs.shape[0], inputs.shape[1], a.steps, r)
     print(f"loss0={r['loss']:.10f} params={r['grads'].numel()} -> {a.out}")
+    if cfg["num_experts"] > 0:  # the initial parameters' aux loss, unweighted, for the caller to compare
+        forward(flat, cfg, inputs, targets)
+        print(f"aux0={last_aux[0]:.17g}")
     return 0
 
 
@@ -245,6 +360,15 @@ SELF_TEST_FAMILIES = {
                    norm_unit_offset=True, embed_scale=True, query_pre_attn_scalar=11.0,
                    mlp_act="gelu_tanh", attn_softcap=7.0, final_softcap=5.0, sliding_window=4,
                    layer_types=[SW, SW, FULL], rope_local_theta=300.0),
+    # Issue 39: 4 layers; Qwen3-MoE's layer 1 MoE, 0 and 2 dense by the step,
+    # 3 dense by mlp_only_layers; OLMoE clipping about half of q/k/v.
+    "qwen3_moe": dict(L=4, head_dim=12, qk_norm="per_head", tied=False, num_experts=4,
+                      experts_per_tok=2, moe_ffn=8, norm_topk_prob=True, decoder_sparse_step=2,
+                      mlp_only_layers=[3], aux_coef=0.01, report_ce=False),
+    "olmoe": dict(L=2, qk_norm="full_width", tied=False, num_experts=4, experts_per_tok=2,
+                  moe_ffn=8, clip_qkv=0.6, aux_coef=0.01, report_ce=False),
+    "mixtral": dict(L=2, num_experts=4, experts_per_tok=2, moe_ffn=8, norm_topk_prob=True,
+                    sliding_window=3, layer_types=[SW, SW], tied=False),
 }
 
 
@@ -258,6 +382,109 @@ def random_params(cfg, gen):
             w[cfg["V"]:] = 0.0
         parts.append(w.reshape(-1))
     return torch.cat(parts)
+
+
+def moe_self_test(gen, inputs, targets):
+    """Properties of the MoE block that pin it down apart from the gradients."""
+    # The aux loss is exactly k under uniform routing (a zero gate: every
+    # probability 1/E, so sum_e f_e P_e = k / E whatever top-k picks).
+    cfg = check_config(dict(BASE, **SELF_TEST_FAMILIES["olmoe"]), "olmoe")
+    for E, k in ((4, 2), (5, 3), (8, 1)):
+        c = dict(cfg, num_experts=E, experts_per_tok=k)
+        x = torch.randn(13, cfg["C"], generator=gen, dtype=torch.float64)
+        aux = aux_loss([x @ torch.zeros(E, cfg["C"], dtype=torch.float64).T], c)
+        assert abs(aux.item() - k) < 1e-12, (E, k, aux.item())
+    print("[ok] aux loss = k under uniform routing (E, k) = (4, 2), (5, 3), (8, 1)")
+
+    # report_ce: the loss reported is the cross-entropy, the gradient still
+    # the whole CE + coef * aux's (the finite differences above check that one).
+    cfg = check_config(dict(BASE, **SELF_TEST_FAMILIES["qwen3_moe"]), "qwen3_moe")
+    flat = random_params(cfg, gen)
+    _, whole, g_whole = g2.loss_and_grad(flat, cfg, inputs, targets, forward)
+    _, ce, g_ce = g2.loss_and_grad(flat, dict(cfg, report_ce=True), inputs, targets, forward)
+    _, ce_only, g_ce_only = g2.loss_and_grad(flat, dict(cfg, aux_coef=0.0), inputs, targets, forward)
+    assert ce == ce_only and whole > ce, (whole, ce, ce_only)
+    assert torch.equal(g_ce, g_whole) and not torch.equal(g_ce, g_ce_only)
+    print(f"[ok] report_ce: loss {ce:.6f} is the CE (CE + coef*aux {whole:.6f}), gradients the whole's")
+
+    # One expert, top 1: the MoE block is the dense SwiGLU MLP with its weights.
+    cfg = check_config(dict(BASE, num_experts=1, experts_per_tok=1, moe_ffn=BASE["H"]), "e1")
+    flat = random_params(cfg, gen)
+    p = g2.unflatten(flat, param_shapes(cfg))
+    dense = check_config(dict(BASE), "dense")
+    parts = []
+    for name, shape in param_shapes(dense):
+        parts.append({"fcw": p["expw1"][:, 0], "fcprojw": p["expw2"][:, 0]}.get(name, p.get(name)).reshape(-1))
+    a = forward(flat, cfg, inputs, targets)[1].item()
+    b = forward(torch.cat(parts), dense, inputs, targets)[1].item()
+    assert abs(a - b) < 1e-12, (a, b)
+    print("[ok] E = 1, k = 1 is the dense SwiGLU MLP")
+
+    # norm_topk_prob changes the model (k < E); with k = E it cannot (the weights sum to 1).
+    cfg = check_config(dict(BASE, **SELF_TEST_FAMILIES["mixtral"]), "mixtral")
+    flat = random_params(cfg, gen)
+    a = forward(flat, cfg, inputs, targets)[1].item()
+    b = forward(flat, dict(cfg, norm_topk_prob=False), inputs, targets)[1].item()
+    assert abs(a - b) > 1e-6, (a, b)
+    c4 = dict(cfg, experts_per_tok=4)
+    a = forward(flat, c4, inputs, targets)[1].item()
+    b = forward(flat, dict(c4, norm_topk_prob=False), inputs, targets)[1].item()
+    assert abs(a - b) < 1e-12, (a, b)
+    print("[ok] norm_topk_prob matters for k < E and not for k = E")
+
+    # An expert no token chooses gets no gradient, and the finite differences
+    # still pass: top 1 of 4 with gate rows a, -a, b, 0 -> expert 3's logit 0
+    # is below max(x.a, -x.a) for every token.
+    cfg = check_config(dict(BASE, **dict(SELF_TEST_FAMILIES["mixtral"], experts_per_tok=1)), "empty")
+    flat = random_params(cfg, gen)
+    p = g2.unflatten(flat, param_shapes(cfg))
+    for l in range(cfg["L"]):
+        p["routerw"][l, 1] = -p["routerw"][l, 0]
+        p["routerw"][l, 3] = 0.0
+    flat = torch.cat([p[name].reshape(-1) for name, _ in param_shapes(cfg)])
+    routed = routing_counts(flat, cfg, inputs)
+    assert all(counts[3] == 0 for counts in routed), routed
+    _, _, grads = g2.loss_and_grad(flat, cfg, inputs, targets, forward)
+    gp = g2.unflatten(grads, param_shapes(cfg))
+    assert gp["expw1"][:, 3].abs().max().item() == 0.0 and gp["expw2"][:, 3].abs().max().item() == 0.0
+    worst = g2.gradcheck(lambda z: forward(z, cfg, inputs, targets)[1].item(), flat, grads,
+                         param_shapes(cfg), gen, real={"wte": cfg["V"] * cfg["C"], "lmhead": cfg["V"] * cfg["C"]})
+    print(f"[ok] an expert with no tokens (tokens per expert by layer {routed}) gets zero "
+          f"gradients; gradcheck worst rel err {worst:.2e}")
+
+    # Layer pattern: decoder_sparse_step 2 with mlp_only_layers [3] of 4 layers -> only layer 1.
+    cfg = check_config(dict(BASE, **SELF_TEST_FAMILIES["qwen3_moe"]), "qwen3_moe")
+    assert [layer_is_moe(cfg, l) for l in range(4)] == [False, True, False, False]
+    assert [layer_is_moe(dict(cfg, mlp_only_layers=[]), l) for l in range(4)] == [False, True, False, True]
+    print("[ok] decoder_sparse_step 2, mlp_only_layers [3]: MoE layers [1]")
+
+    # clip_qkv bounds: a tiny clip makes the attention's values (hence the
+    # output before o_proj) at most c; a huge one is no clip.
+    cfg = check_config(dict(BASE, **SELF_TEST_FAMILIES["olmoe"]), "olmoe")
+    flat = random_params(cfg, gen)
+    a = forward(flat, dict(cfg, clip_qkv=1e9), inputs, targets)[1].item()
+    b = forward(flat, dict(cfg, clip_qkv=0.0), inputs, targets)[1].item()
+    c = forward(flat, cfg, inputs, targets)[1].item()
+    assert a == b and abs(c - b) > 1e-6, (a, b, c)
+    print("[ok] clip_qkv: a clip above every value is none; clip 0.6 changes the model")
+
+
+def routing_counts(flat, cfg, inputs):
+    """Tokens per expert of each MoE layer for this forward."""
+    counts = []
+    orig = moe_block
+
+    def spy(h, gate_w, w1, w2, c):
+        out, logits = orig(h, gate_w, w1, w2, c)
+        _, idx = torch.topk(logits.softmax(-1), c["experts_per_tok"], dim=-1)
+        counts.append([int((idx == e).sum()) for e in range(c["num_experts"])])
+        return out, logits
+    globals()["moe_block"] = spy
+    try:
+        forward(flat, cfg, inputs, torch.zeros_like(inputs))
+    finally:
+        globals()["moe_block"] = orig
+    return counts
 
 
 def self_test():
@@ -323,6 +550,8 @@ def self_test():
     c = forward(flat, dict(ncfg, no_rope_layers=[0, 1, 0]), inputs, targets)[1].item()
     assert abs(a - c) > 1e-6, (a, c)
     print("[ok] NoPE layers ignore theta; a RoPE layer among them does not")
+
+    moe_self_test(gen, inputs, targets)
 
     # The file path end to end on the Gemma config.
     cfg = dict(BASE, **SELF_TEST_FAMILIES["gemma3"])

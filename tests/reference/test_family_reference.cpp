@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "model/gpt.h"
 #include "testing/family_configs.h"
+#include "testing/hf_moe_configs.h"
 #include "testing/reference_output.h"
 #include "testing/reference_run.h"
 #include "testing/test_util.h"
@@ -73,7 +74,16 @@ void write_config(const std::string& path, const GPTConfig& c) {
     for (int l = 0; l < c.num_layers; l++) j << (l ? ", " : "") << (int)c.layer_rope[l];
     j << "]";
   }
-  j << ", \"rope_local_theta\": " << c.rope_local_theta << "}\n";
+  j << ", \"rope_local_theta\": " << c.rope_local_theta;
+  // MoE (issue 39): the router, experts and layer rule as HF's config.json
+  // has them; the oracle trains on CE + router_aux_loss_coef * aux and
+  // reports the CE, as the trainer does.
+  j << ", \"num_experts\": " << c.num_experts << ", \"experts_per_tok\": " << c.experts_per_tok
+    << ", \"moe_ffn\": " << c.moe_ffn_hidden << ", \"norm_topk_prob\": " << b(c.norm_topk_prob)
+    << ", \"decoder_sparse_step\": " << c.decoder_sparse_step << ", \"mlp_only_layers\": [";
+  for (size_t i = 0; i < c.mlp_only_layers.size(); i++) j << (i ? ", " : "") << c.mlp_only_layers[i];
+  j << "], \"clip_qkv\": " << c.clip_qkv << ", \"aux_coef\": " << (c.moe() ? c.router_aux_loss_coef : 0.f)
+    << "}\n";
 }
 
 bool is_norm(int i) {
@@ -96,6 +106,18 @@ std::vector<float> family_params(const GPTConfig& c, bool zero_norms = false) {
       w = zero_norms ? 0.f : c.norm_unit_offset ? noise : 1 + noise;
     }
   }
+  // MoE: a layer's unused MLP slices zero, as GPT::init_random and an HF
+  // import leave them (param_layout.h; AdamW keeps them zero); the router
+  // 8x wider than reference_params' N(0, 0.1), so that the logits spread
+  // (std ~4.5 at C = 32) and no top-k choice sits near a tie (the oracle
+  // refuses a gap below 1e-4 between the k-th and (k+1)-th logit).
+  for (int l = 0; c.moe() && l < c.num_layers; l++)
+    for (int i : {P_FCW, P_FCPROJW, P_ROUTERW, P_EXPW1, P_EXPW2}) {
+      const size_t n = lay.per_layer(i, c.num_layers);
+      float* s = p.data() + lay.offsets[i] + l * n;
+      const bool used = (i == P_FCW || i == P_FCPROJW) != c.layer_is_moe(l);
+      for (size_t j = 0; j < n; j++) s[j] = !used ? 0.f : i == P_ROUTERW ? 8.f * s[j] : s[j];
+    }
   return p;
 }
 
@@ -110,12 +132,25 @@ void expect_final_params(const std::vector<float>& p, const Reference& ref, cons
   }
 }
 
-void check_against_oracle(const GPTConfig& c, bool zero_norms = false, double params_tol = 1e-10) {
+// With top 1, gate rows a, -a, b, 0 in every MoE layer: expert 3's logit 0
+// is below max(x.a, -x.a) for every token, so expert 3 gets no token.
+void empty_expert_3(const GPTConfig& c, std::vector<float>& p) {
+  const ParamLayout lay(c);
+  for (int l = 0; l < c.num_layers; l++) {
+    if (!c.layer_is_moe(l)) continue;
+    float* g = p.data() + lay.offsets[P_ROUTERW] + (size_t)l * c.num_experts * c.channels;
+    for (int j = 0; j < c.channels; j++) g[c.channels + j] = -g[j], g[3 * c.channels + j] = 0.f;
+  }
+}
+
+void check_against_oracle(const GPTConfig& c, bool zero_norms = false, double params_tol = 1e-10,
+                          bool empty_expert = false) {
   const int T = 11;
   TempDir d;
   const int B = 3, steps = 10;
   const float lr = 1e-3f;
-  const auto p0 = family_params(c, zero_norms);
+  auto p0 = family_params(c, zero_norms);
+  if (empty_expert) empty_expert_3(c, p0);
   const auto x = random_tokens(B * T, c.vocab_size, 5), y = random_tokens(B * T, c.vocab_size, 6);
   write_config(d / "config.json", c);
   {
@@ -138,6 +173,19 @@ void check_against_oracle(const GPTConfig& c, bool zero_norms = false, double pa
   m.set_params(p0.data());
   expect_forward_matches(m, x, y, B, T, ref);
   expect_backward_matches(m, x, y, B, T, ref);
+  if (c.moe()) {
+    // The aux loss (unweighted) of that forward_backward against the oracle's
+    // "aux0=": the counts are exact and the probabilities float32, summed
+    // in double: 1e-6 relative is float32's rounding with room.
+    const size_t at = run.output.find("aux0=");
+    ASSERT_NE(at, std::string::npos) << run.output;
+    const double aux = std::stod(run.output.substr(at + 5));
+    EXPECT_NEAR(m.moe_stats().aux_loss, aux, 1e-6 * aux);
+    EXPECT_GT(aux, c.experts_per_tok);  // not uniform routing: the gradient through it matters
+    if (empty_expert)
+      for (int l = 0; l < c.moe_layer_count(); l++)
+        EXPECT_EQ(m.moe_stats().counts.at((size_t)l * c.num_experts + 3), 0.0) << "MoE layer " << l;
+  }
   const std::vector<float> p =
       adamw_steps_matching(m, *be, p0, x, y, B, T, lr, /*wd=*/0.1f, /*clip=*/1.0f, ref);
   expect_final_params(p, ref, m.layout(), params_tol);
@@ -223,6 +271,55 @@ TEST(FamilyPyTorchReference, Gemma3TightSoftcaps) {
   c.final_softcap = 1.f;
   c.finalize();
   check_against_oracle(c, /*zero_norms=*/false, 1e-7);
+}
+
+// ---- Mixture-of-Experts (issue 39) -----------------------------------------
+// tests/testing/hf_moe_configs.h's configs: E = 4 experts of I = 24, top 2,
+// router_aux_loss_coef 0.01 (the gradients are those of CE + 0.01 aux, the
+// losses the CE), T = 11, B = 3: 33 tokens route through each MoE layer.
+// The tolerances are the dense families' (reference_run.h): a token's
+// output sums at most k = 2 experts' SwiGLU rows, no longer than a dense
+// MLP's, and the routing is the same on both sides (the oracle refuses a
+// gap below 1e-4 between a token's k-th and (k+1)-th router logit, where
+// float32's ~1e-6 logit error could choose another expert).
+
+// Qwen3-MoE, 6 layers: decoder_sparse_step 2 makes 1, 3, 5 MoE and
+// mlp_only_layers {3} keeps 3 dense, so layers 1 and 5 are MoE and 0, 2, 3, 4
+// dense (their intermediate_size 40); head_dim 12, per-head q/k norm,
+// norm_topk_prob; untied.
+TEST(FamilyPyTorchReference, Qwen3MoeMixedLayers) {
+  GPTConfig c = hf_moe_config(Family::qwen3_moe, /*tied=*/false, 6);
+  c.mlp_only_layers = {3};
+  c.finalize();
+  ASSERT_EQ(c.moe_layer_count(), 2);
+  check_against_oracle(c);
+}
+
+// Qwen3-MoE without renormalising the top-k weights (norm_topk_prob false:
+// the published Qwen3 MoEs set it true, OLMoE false), tied.
+TEST(FamilyPyTorchReference, Qwen3MoeNoTopkNorm) {
+  GPTConfig c = hf_moe_config(Family::qwen3_moe, /*tied=*/true);
+  c.norm_topk_prob = false;
+  c.finalize();
+  check_against_oracle(c);
+}
+
+// OLMoE: every layer MoE, full-width q/k norm, clip_qkv 0.75 after the norms
+// (about half of the normed q/k entries beyond it), no renormalisation.
+TEST(FamilyPyTorchReference, OlmoeClipQkv) { check_against_oracle(hf_moe_config(Family::olmoe)); }
+
+// Mixtral: every layer MoE and renormalised, every layer sliding at W = 6 < T.
+TEST(FamilyPyTorchReference, MixtralWindow) { check_against_oracle(hf_moe_config(Family::mixtral)); }
+
+// An expert with no tokens: OLMoE at top 1 with expert 3's gate row zero and
+// rows 0 and 1 opposite (empty_expert_3), so expert 3 is never chosen; its
+// w1/w2 gradients are zero on both sides, and the router's row 3 still
+// learns through the softmax and the aux loss.
+TEST(FamilyPyTorchReference, OlmoeTop1EmptyExpert) {
+  GPTConfig c = hf_moe_config(Family::olmoe);
+  c.experts_per_tok = 1;
+  c.finalize();
+  check_against_oracle(c, /*zero_norms=*/false, 1e-10, /*empty_expert=*/true);
 }
 
 }  // namespace

@@ -1,0 +1,123 @@
+// `ratchet plan` for Mixture-of-Experts models (issue 39): FLOPs per token
+// (and so MFU and step time) on the active parameters, memory on all of
+// them; the qwen3-30b-a3b preset sized on two 8-GPU nodes; no expert
+// parallel size is invented (--expert-parallel does not exist yet).
+#include <gtest/gtest.h>
+
+#include "model/config.h"
+#include "model/gpt.h"
+#include "model/param_layout.h"
+#include "model/recompute.h"
+#include "plan/moe_cost.h"
+#include "plan/plan.h"
+#include "testing/hf_moe_configs.h"
+
+using namespace ratchet;
+using namespace ratchet::plan;
+
+namespace {
+
+TEST(PlanMoe, ActiveParametersByHand) {
+  // qwen3-30b-a3b per layer: attention 2·2048·(32+4)·128 = 18,874,368, norms
+  // 2·2048 + q/k norms 2·128, router 128·2048, 8 of 128 experts of 3·2048·768.
+  const GPTConfig q = preset_config("qwen3-30b-a3b", 257, 4096);
+  const double layer = 18874368.0 + 4096 + 256 + 262144 + 8 * 3 * 2048 * 768.0;
+  EXPECT_EQ(active_param_count(q), 48 * layer + 2 * 151936.0 * 2048 + 2048);
+  EXPECT_EQ(unused_matmul_params(q), 48 * 120 * 3 * 2048 * 768.0);
+  // A dense model is all active.
+  const GPTConfig d = preset_config("qwen3-8b", 257, 4096);
+  EXPECT_EQ(active_param_count(d), d.param_count());
+  EXPECT_EQ(unused_matmul_params(d), 0);
+  // A mixed model: the zero slices are unused too (layers 0, 2, 3 dense, 1 MoE).
+  const GPTConfig m = ratchet::testing::hf_moe_config(Family::qwen3_moe);
+  const double C = 32, H = 40, E = 4, k = 2, I = 24;
+  EXPECT_EQ(unused_matmul_params(m), 1 * (E - k) * 3 * C * I + 1 * 3 * C * H + 3 * (E * C + 3 * E * C * I));
+  EXPECT_EQ(active_param_count(m), m.param_count() - (E - k) * 3 * C * I);
+}
+
+TEST(PlanMoe, FlopsFollowActiveMemoryFollowsTotal) {
+  PlanInputs in;
+  in.cfg = preset_config("qwen3-30b-a3b", 257, 4096);
+  in.model_name = "qwen3-30b-a3b";
+  in.T = 4096, in.B = 1, in.steps = 10, in.device = "h100";
+  const Plan p = make_plan(in);
+  // 6 per active matmul parameter (wte is a lookup: untied) + attention over T keys, NH·hs = 4096.
+  const double active_matmul = active_param_count(in.cfg) - 151936.0 * 2048;
+  EXPECT_DOUBLE_EQ(p.flops_per_token, 6 * active_matmul + 12.0 * 4096 * 48 * 4096);
+  EXPECT_EQ(p.flops_per_token, active_train_flops_per_token(in.cfg, 4096));
+  EXPECT_LT(p.flops_per_token, train_flops_per_token(in.cfg, 4096) / 5);  // 3.35B of 30.5B
+  EXPECT_EQ(p.active_params, active_param_count(in.cfg));
+  // Memory, gradients and checkpoints hold every parameter.
+  EXPECT_EQ(p.n_params, (double)ParamLayout(in.cfg).total);
+  EXPECT_EQ(p.mem.params, ParamLayout(in.cfg).total * 2);  // BF16 storage
+  EXPECT_EQ(p.ckpt_bytes, 12.0 * p.n_params);
+  // The MoE layers' kept buffers (router probabilities, packed expert rows:
+  // StepMemory::moe, on the cuda backend) count with the activations, in the
+  // plan's table and in every ZeRO stage's.
+  const StepMemory& s = p.mem.plain.front();
+  EXPECT_GT(s.moe, 0u);
+  EXPECT_EQ(p.mem.activations_of(p.mem.policies.front()), s.activations + s.moe);
+  EXPECT_EQ(p.mem.total_of(p.mem.policies.front(), false), s.total());
+  for (const ZeroRow& r : p.zero.rows) EXPECT_EQ(r.by_policy.front().activations, s.activations + s.moe);
+  // Recomputing every block runs each block's active matmuls again (2 per
+  // parameter a token uses) and a third of its attention.
+  Recompute blocks;
+  blocks.kind = Recompute::kBlocks;
+  const ParamLayout lay(in.cfg);
+  double layered = 0;
+  for (int i : kBlockTensors) layered += (double)lay.sizes[i];
+  EXPECT_DOUBLE_EQ(recompute_flops_on(find_device("h100"), in.cfg, 4096, blocks),
+                   2.0 * (layered - unused_matmul_params(in.cfg)) + 4.0 * 4096 * 48 * 4096);
+}
+
+TEST(PlanMoe, Qwen3_30B_A3B_OnTwoNodes) {
+  // The issue's sizing: 16 H100 in two nodes of 8, T 4096.
+  PlanInputs in;
+  in.cfg = preset_config("qwen3-30b-a3b", 257, 4096);
+  in.model_name = "qwen3-30b-a3b";
+  in.T = 4096, in.B = 1, in.steps = 100, in.device = "h100", in.world = 16;
+  in.zero.gpus_per_node = 8;
+  const Plan p = make_plan(in);
+  EXPECT_EQ(p.zero.nodes, 2);
+  // 30.5B parameters' 16 bytes (BF16 params and grads, FP32 master, m, v)
+  // are 488 GB: no stage short of sharding the model states fits 80 GB.
+  ASSERT_GE(p.zero.chosen, 0) << plan_table(p);
+  EXPECT_GE(p.zero.rows[p.zero.chosen].stage.stage, 2) << plan_table(p);
+  const std::string t = plan_table(p);
+  EXPECT_NE(t.find("moe:     128 experts, top 8, 48 of 48 layers MoE"), std::string::npos) << t;
+  EXPECT_NE(t.find("active parameters per token (3,353,032,704)"), std::string::npos) << t;
+  EXPECT_NE(t.find("expert parallel: none (--expert-parallel does not exist yet)"), std::string::npos) << t;
+  const std::string j = plan_json(p);
+  EXPECT_NE(j.find("\"active_params\""), std::string::npos) << j;
+  EXPECT_NE(j.find("\"expert_parallel\":null"), std::string::npos) << j;
+}
+
+TEST(PlanMoe, NothingFitsSaysExpertParallelismIsMissing) {
+  // Mixtral 8x7B on one H100: 46.7B parameters' states are far beyond 80 GB
+  // at every ZeRO stage (one rank shards nothing); the plan says what is
+  // missing instead of inventing an expert-parallel size.
+  PlanInputs in;
+  in.cfg = preset_config("mixtral-8x7b", 257, 4096);
+  in.model_name = "mixtral-8x7b";
+  in.T = 4096, in.B = 1, in.steps = 10, in.device = "h100";
+  const Plan p = make_plan(in);
+  EXPECT_LT(p.zero.chosen, 0);
+  const std::string t = plan_table(p);
+  EXPECT_NE(t.find("no stage fits: this model needs expert parallelism or more devices, which this plan cannot "
+                   "size yet"), std::string::npos) << t;
+}
+
+TEST(PlanMoe, EveryMoePresetPlans) {
+  for (const char* name : {"qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"}) {
+    PlanInputs in;
+    in.cfg = preset_config(name, 257, 4096);
+    in.model_name = name;
+    in.T = 4096, in.B = 1, in.steps = 10, in.device = "h100";
+    const Plan p = make_plan(in);
+    EXPECT_EQ(p.n_params, in.cfg.param_count()) << name;  // no padding, every layer MoE: no zero slices
+    EXPECT_LT(p.active_params, p.n_params) << name;
+    EXPECT_GT(p.step_s, 0) << name;
+  }
+}
+
+}  // namespace
