@@ -454,7 +454,11 @@ std::string first_config_difference(const GPTConfig& a, const GPTConfig& b) {
   if (a.num_heads != b.num_heads) return "num_heads";
   if (a.channels != b.channels) return "channels";
   if (a.kv_heads() != b.kv_heads()) return "num_kv_heads";
-  if (a.ffn() != b.ffn()) return "ffn_hidden";
+  // A model whose every layer is MoE has no dense MLP: its ffn_hidden means
+  // nothing (Mixtral's intermediate_size is the experts' size, and an export
+  // and re-import sets it so).
+  const auto all_moe = [](const GPTConfig& c) { return c.moe() && c.moe_layer_count() == c.num_layers; };
+  if (a.ffn() != b.ffn() && !(all_moe(a) && all_moe(b))) return "ffn_hidden";
   if (a.vocab_size != b.vocab_size) return "vocab_size";
   if (a.padded_vocab != b.padded_vocab) return "padded_vocab";
   if (a.max_seq_len != b.max_seq_len) return "max_seq_len";

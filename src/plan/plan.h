@@ -199,7 +199,7 @@ struct Plan {
   PlanInputs in;             // with defaults filled in
   const Device* device = nullptr;
   double n_params = 0;
-  // Mixture-of-Experts (issue 39; plan/moe_cost.h): the parameters a token
+  // Mixture-of-Experts (issue 39; model/moe_cost.h): the parameters a token
   // uses (= param_count() for a dense model). flops_per_token, MFU and the
   // step time follow them; memory, gradients and checkpoints follow n_params.
   double active_params = 0;

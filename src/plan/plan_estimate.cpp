@@ -15,7 +15,7 @@
 #include "model/gpt.h"
 #include "model/memory.h"
 #include "model/param_layout.h"
-#include "plan/moe_cost.h"
+#include "model/moe_cost.h"
 
 namespace ratchet::plan {
 

@@ -193,7 +193,7 @@ std::string plan_table(const Plan& p) {
   o << "model:   " << in.model_name << " (" << in.cfg.describe() << "), " << count(p.n_params)
     << " parameters (" << commas(p.n_params) << ")"
     << (in.model_given ? "" : "  <- nearest preset to the budget's optimum") << "\n";
-  if (in.cfg.moe())  // issue 39 (plan/moe_cost.h)
+  if (in.cfg.moe())  // issue 39 (model/moe_cost.h)
     o << "moe:     " << in.cfg.num_experts << " experts, top " << in.cfg.experts_per_tok << ", "
       << in.cfg.moe_layer_count() << " of " << in.cfg.num_layers << " layers MoE; " << count(p.active_params)
       << " active parameters per token (" << commas(p.active_params)

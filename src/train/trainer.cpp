@@ -10,6 +10,7 @@
 //   run_ledger          the cost ledger and ledger.json
 #include "train/trainer.h"
 
+#include "model/moe_cost.h"
 #include "train/trainer_impl.h"
 
 namespace ratchet {
@@ -166,7 +167,8 @@ int Trainer::train() {
   if (!o_.log_jsonl.empty() && rank0()) jlog_ = std::make_unique<JsonlLog>(o_.log_jsonl, resumed);
   else jlog_ = std::make_unique<JsonlLog>();
 
-  const double flops_per_step = train_flops_per_token(cfg_, T_) * (double)total_;
+  // A MoE model: the FLOPs of the active parameters (model/moe_cost.h).
+  const double flops_per_step = active_train_flops_per_token(cfg_, T_) * (double)total_;
   log_run(resumed);
   // --straggler-every (train/straggler.h); collective: gathers the ranks' nodes.
   stragglers_ = std::make_unique<StragglerMonitor>(

@@ -95,7 +95,9 @@ TEST(MpiMoe, RanksEqualOneProcessWithTheWholeBatch) {
       // W·B-row GEMM may differ from two B-row ones by an ulp, and the FP64
       // sums add them in another order: 1e-6 relative.
       EXPECT_NEAR(aux, one.moe_stats().aux_loss, 1e-6 * aux) << "step " << s;
-      if (W == 1) EXPECT_EQ(aux, one.moe_stats().aux_loss);
+      if (W == 1) {
+        EXPECT_EQ(aux, one.moe_stats().aux_loss);
+      }
     }
     const std::vector<float> p1 = params_of(one), pr = run.f32();
     // test_mpi_zero_families' bound: the CE mean of W·B rows vs the sum of W

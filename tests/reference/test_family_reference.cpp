@@ -182,9 +182,10 @@ void check_against_oracle(const GPTConfig& c, bool zero_norms = false, double pa
     const double aux = std::stod(run.output.substr(at + 5));
     EXPECT_NEAR(m.moe_stats().aux_loss, aux, 1e-6 * aux);
     EXPECT_GT(aux, c.experts_per_tok);  // not uniform routing: the gradient through it matters
-    if (empty_expert)
+    if (empty_expert) {
       for (int l = 0; l < c.moe_layer_count(); l++)
         EXPECT_EQ(m.moe_stats().counts.at((size_t)l * c.num_experts + 3), 0.0) << "MoE layer " << l;
+    }
   }
   const std::vector<float> p =
       adamw_steps_matching(m, *be, p0, x, y, B, T, lr, /*wd=*/0.1f, /*clip=*/1.0f, ref);

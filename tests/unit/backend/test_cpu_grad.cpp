@@ -706,7 +706,9 @@ void qk_norm_grad_case(Backend& be, int N, int NH, int KV, int hs, bool per_head
   const auto got = d_out.host();
   expect_near_all(got, want, 1e-6, 1e-5, "out");
   for (size_t i = 0; i < n; i++)  // v copied bit for bit
-    if ((int)(i % W) >= (NH + KV) * hs) ASSERT_EQ(got[i], x[i]) << "v changed at " << i;
+    if ((int)(i % W) >= (NH + KV) * hs) {
+      ASSERT_EQ(got[i], x[i]) << "v changed at " << i;
+    }
   // rstd layout: per head (N, NH+KV) q heads first; full width (N, 2).
   const auto rstd = d_rstd.host();
   for (int r = 0; r < N; r++)

@@ -86,6 +86,9 @@ TEST(MoeConfig, DifferenceNamesTheMoeField) {
   b.mlp_only_layers = {2};
   b.finalize();
   EXPECT_EQ(first_config_difference(a, b), "mlp_only_layers");
+  // Every layer MoE: the dense ffn_hidden is not part of the model.
+  b = a, b.ffn_hidden = 96;
+  EXPECT_EQ(first_config_difference(a, b), "");
   b = a, b.experts_per_tok = 1;
   EXPECT_EQ(first_config_difference(a, b), "experts_per_tok");
   Family f;

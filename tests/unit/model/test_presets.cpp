@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "model/param_layout.h"
-#include "plan/moe_cost.h"
+#include "model/moe_cost.h"
 
 using namespace ratchet;
 
@@ -101,23 +101,23 @@ TEST(Presets, Gemma3) {
 }
 
 TEST(Presets, MoeTotalAndActive) {
-  // Issue 39. Active: the parameters a token uses (plan/moe_cost.h):
+  // Issue 39. Active: the parameters a token uses (model/moe_cost.h):
   // embeddings and lm_head, attention, norms, the router and k experts.
   // Qwen/Qwen3-30B-A3B: "30.5B in total and 3.3B activated" (48 layers, 128
   // experts of 768, top 8, head_dim 128, untied): 30,532,122,624 and 3,353,032,704.
   EXPECT_EQ(count("qwen3-30b-a3b"), 30532122624.0);
   EXPECT_EQ(round_to(count("qwen3-30b-a3b"), 1e8), 30.5e9);
-  EXPECT_EQ(plan::active_param_count(preset_config("qwen3-30b-a3b", 257, 1024)), 3353032704.0);
+  EXPECT_EQ(active_param_count(preset_config("qwen3-30b-a3b", 257, 1024)), 3353032704.0);
   EXPECT_EQ(std::floor(3353032704.0 / 1e8) * 1e8, 3.3e9);  // the card truncates 3.35 to 3.3
   // allenai/OLMoE-1B-7B-0924: 6.9B total, 1.3B active (16 layers, 64 experts of 1024, top 8).
   EXPECT_EQ(count("olmoe-1b-7b"), 6919161856.0);
   EXPECT_EQ(round_to(count("olmoe-1b-7b"), 1e8), 6.9e9);
-  EXPECT_EQ(plan::active_param_count(preset_config("olmoe-1b-7b", 257, 1024)), 1282017280.0);
+  EXPECT_EQ(active_param_count(preset_config("olmoe-1b-7b", 257, 1024)), 1282017280.0);
   EXPECT_EQ(round_to(1282017280.0, 1e8), 1.3e9);
   // mistralai/Mixtral-8x7B-v0.1: 46.7B total, 12.9B active (32 layers, 8 experts of 14336, top 2).
   EXPECT_EQ(count("mixtral-8x7b"), 46702792704.0);
   EXPECT_EQ(round_to(count("mixtral-8x7b"), 1e8), 46.7e9);
-  EXPECT_EQ(plan::active_param_count(preset_config("mixtral-8x7b", 257, 1024)), 12879925248.0);
+  EXPECT_EQ(active_param_count(preset_config("mixtral-8x7b", 257, 1024)), 12879925248.0);
   EXPECT_EQ(round_to(12879925248.0, 1e8), 12.9e9);
   for (const char* n : {"qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"}) {
     const GPTConfig c = preset_config(n, 257, 1024);

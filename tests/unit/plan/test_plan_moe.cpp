@@ -8,7 +8,7 @@
 #include "model/gpt.h"
 #include "model/param_layout.h"
 #include "model/recompute.h"
-#include "plan/moe_cost.h"
+#include "model/moe_cost.h"
 #include "plan/plan.h"
 #include "testing/hf_moe_configs.h"
 

@@ -1,5 +1,5 @@
 // What a Mixture-of-Experts model (issue 39) costs per token, for `ratchet
-// plan` and MFU: a token runs the router and k of a MoE layer's E experts,
+// plan` and the trainer's MFU: a token runs the router and k of a MoE layer's E experts,
 // so its FLOPs follow the active parameters while memory (weights, grads,
 // AdamW state) holds the total.
 //
@@ -20,7 +20,7 @@
 #pragma once
 #include "model/config.h"
 
-namespace ratchet::plan {
+namespace ratchet {
 
 double active_param_count(const GPTConfig& c);
 double unused_matmul_params(const GPTConfig& c);
@@ -29,4 +29,4 @@ double unused_matmul_params_of_layer(const GPTConfig& c, int l);  // layer l's s
 // the active parameters for a MoE model.
 double active_train_flops_per_token(const GPTConfig& c, int T);
 
-}  // namespace ratchet::plan
+}  // namespace ratchet

@@ -1,8 +1,8 @@
-#include "plan/moe_cost.h"
+#include "model/moe_cost.h"
 
 #include "model/gpt.h"
 
-namespace ratchet::plan {
+namespace ratchet {
 
 double active_param_count(const GPTConfig& c) {
   if (!c.llama() || !c.moe()) return c.param_count();
@@ -29,4 +29,4 @@ double active_train_flops_per_token(const GPTConfig& c, int T) {
   return train_flops_per_token(c, T) - 6.0 * unused_matmul_params(c);
 }
 
-}  // namespace ratchet::plan
+}  // namespace ratchet
