@@ -114,6 +114,14 @@ class Communicator {
   // run_training (train/trainer.cpp). mpi and single: nothing to abort.
   virtual void abort_collectives() {}
 
+  // An error the library found outside any call (nccl: ncclCommGetAsyncError
+  // on this communicator and its splits: a peer or link failed while a
+  // collective was in flight), as a message; "" when none (mpi and single:
+  // errors surface in the calls). Thread-safe: the hang watchdog polls it
+  // from its monitor thread while collectives run, and ends the job at once
+  // instead of waiting out the hang timeout.
+  virtual std::string async_error() { return ""; }
+
   // Ends the whole job now (every rank), exit code `code`: MPI_Abort for mpi.
   // For a failing rank, so that no other rank is left waiting in a collective.
   [[noreturn]] virtual void abort_job(int code) = 0;

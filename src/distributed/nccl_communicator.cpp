@@ -46,6 +46,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -217,9 +219,32 @@ class NcclCommunicator final : public Communicator {
   // The splits first (they are destroyed before this one), then this one.
   void abort_collectives() override {
     for (NcclCommunicator* c : children_) c->abort_collectives();
+    std::lock_guard<std::mutex> lock(abort_mu_);  // not under async_error()'s feet
     if (!comm_) return;
     ncclCommAbort(comm_);  // does not wait for the other ranks
     comm_ = nullptr;
+  }
+  // NCCL's documented error path: ncclCommGetAsyncError reports a failure of
+  // the communicator's asynchronous work (a network error, a remote peer
+  // gone) in asyncError; after one, nothing can be assumed about the enqueued
+  // operations and the communicator must be aborted (ncclCommAbort), which the
+  // watchdog's abort_job does. ncclInProgress only means a nonblocking call
+  // has not finished. The communicator is blocking (ncclCommInitRank), which
+  // reports asynchronous errors all the same.
+  std::string async_error() override {
+    for (NcclCommunicator* c : children_) {
+      std::string e = c->async_error();
+      if (!e.empty()) return e;
+    }
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    if (!comm_) return "";
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+    if (r != ncclSuccess) state = r;
+    if (state == ncclSuccess || state == ncclInProgress) return "";
+    const char* last = ncclGetLastError(comm_);
+    return std::string("NCCL asynchronous error: ") + ncclGetErrorString(state) +
+           (last && *last ? std::string(" (") + last + ")" : "");
   }
   // On the communication stream after the compute stream's work so far; an
   // event recorded after it is the ticket's (wait: the compute stream waits
@@ -339,6 +364,7 @@ class NcclCommunicator final : public Communicator {
   std::vector<NcclCommunicator*> children_;  // its live splits (aborted with it)
   Communicator& host_;
   ncclComm_t comm_ = nullptr;
+  std::mutex abort_mu_;  // abort_collectives() against async_error() (the monitor thread)
   cudaStream_t stream_ = nullptr;      // communication
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
   bool pending_ = false;               // async collectives not yet waited for

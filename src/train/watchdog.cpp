@@ -121,7 +121,9 @@ void Watchdog::loop() {
       frozen_end_.store(now);
     }
     double age = 0, allowance = 0;
-    const std::string why = hang_reason(s, o_.timeout, now, &age, &allowance);
+    std::string why = o_.async_error ? o_.async_error() : "";
+    if (!why.empty()) age = 0, allowance = 0;  // found by the library, not by the clock
+    else why = hang_reason(s, o_.timeout, now, &age, &allowance);
     if (!why.empty()) {
       OrderedJson hang;
       hang["reason"] = why;
@@ -168,6 +170,7 @@ std::unique_ptr<Watchdog> start_run_watchdog(const TrainOptions& o, Communicator
   // From the monitor thread: MPI_Abort ends every rank (mpirun/srun then
   // exit with the code); one process ends at once, without running the
   // exit handlers under the training thread's feet.
+  w.async_error = [c] { return c->async_error(); };
   w.abort = [c](int code) {
     if (c->world() > 1) c->abort_job(code);
     std::_Exit(code);

@@ -50,6 +50,10 @@ struct WatchdogOptions {
   int world = 1;
   // Ends the job (every rank) with the code: the communicator's abort_job.
   std::function<void(int)> abort;
+  // Polled at every check: a collective library's asynchronous error
+  // (Communicator::async_error, NCCL's); non-empty ends the job at once,
+  // as a hang, without waiting for the timeout. Empty function: none.
+  std::function<std::string()> async_error;
 };
 
 // Starts the monitor thread and installs its recorder as the active one; the

@@ -7,9 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include "distributed/flight_recorder.h"
@@ -145,6 +147,45 @@ TEST(Watchdog, FiresWritesTheRecordAndExits75) {
   ASSERT_FALSE(j["hang"].is_null());
   EXPECT_NE(j["hang"]["reason"].get<std::string>().find("all_reduce #1"), std::string::npos);
   EXPECT_EQ(j["collectives"][0]["state"], "in_flight");
+  std::filesystem::remove_all(dir);
+}
+
+// A collective library's asynchronous error (NCCL's ncclCommGetAsyncError,
+// through Communicator::async_error) ends the job at once with 75, long
+// before the 60 s timeout, and the record's reason is the library's message.
+TEST(Watchdog, AnAsyncLibraryErrorEndsTheJobWithoutWaitingForTheTimeout) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("wd_async_" + std::to_string(getpid()))).string();
+  std::filesystem::remove_all(dir);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    WatchdogOptions o;
+    o.timeout = 60;
+    o.dir = dir;
+    auto polls = std::make_shared<std::atomic<int>>(0);
+    // No error for the first polls (a healthy communicator), then one.
+    o.async_error = [polls]() -> std::string {
+      return ++*polls < 3 ? "" : "NCCL asynchronous error: remote process exited or there was a network error";
+    };
+    Watchdog w(o);
+    flight_phase(Phase::Step, 0);
+    flight_begin("all_reduce", 16);
+    std::this_thread::sleep_for(std::chrono::seconds(30));
+    _exit(0);  // not reached when the watchdog polls the library
+  }
+  int status = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 75);
+  EXPECT_LT(took, 10.0);  // 3 polls of 1 s (T/10, at most 1 s), not the 60 s timeout
+  std::ifstream f(dir + "/rank_0.json");
+  ASSERT_TRUE(f) << dir;
+  const OrderedJson j = OrderedJson::parse(f);
+  ASSERT_FALSE(j["hang"].is_null());
+  EXPECT_NE(j["hang"]["reason"].get<std::string>().find("NCCL asynchronous error"), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
