@@ -116,7 +116,9 @@ int cmd_doctor(int argc, char** argv) {
   // --exclude: the wrapper's log gets every line on stderr; stdout is the list.
   if (job_id.empty())
     if (const char* j = std::getenv("SLURM_JOB_ID")) job_id = j;
-  if (d.records > 0 && !d.culprits.empty()) std::cerr << "ratchet doctor: " << d.verdict << "\n";
+  // The verdict goes to the wrapper's log whenever a record reports a hang,
+  // also when it blames no rank (a network fault: nothing to exclude).
+  if (d.records > 0 && d.verdict.rfind("no hang", 0) != 0) std::cerr << "ratchet doctor: " << d.verdict << "\n";
   for (const FlightCulprit& c : d.culprits) {
     if (c.host.empty()) continue;  // a record without a host: nothing to exclude
     SuspectNode s;

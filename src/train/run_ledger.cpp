@@ -57,7 +57,11 @@ bool find_watchdog_abort(const std::string& flight_dir, double after_unix, doubl
   bool found = false;
   for (auto it = fs::directory_iterator(flight_dir, ec); !ec && it != fs::end(it); it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.rfind("rank_", 0) != 0 || it->path().extension() != ".json") continue;
+    // This attempt's records and the previous attempt's (the watchdog keeps
+    // them as previous_rank_R.json when it starts).
+    if ((name.rfind("rank_", 0) != 0 && name.rfind("previous_rank_", 0) != 0) ||
+        it->path().extension() != ".json")
+      continue;
     std::ifstream in(it->path());
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     // A damaged record is left to `ratchet doctor` to name: not counted here.

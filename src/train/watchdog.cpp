@@ -51,6 +51,19 @@ Watchdog::Watchdog(WatchdogOptions o) : o_(std::move(o)) {
   std::error_code ec;
   if (!o_.dir.empty()) std::filesystem::create_directories(o_.dir, ec);
   FlightRecorder::set_active(&rec_);
+  // A first record now, before the first poll: a rank that freezes or dies
+  // early (within T/10 of starting) still leaves its host and state for
+  // `ratchet doctor`, which can then name its node for exclusion. The
+  // previous attempt's record (a requeued job's hang) is kept beside it as
+  // previous_rank_R.json: the ledger reads its abort time (run_ledger.cpp),
+  // `ratchet doctor` reads only this attempt's rank_R.json.
+  if (!o_.dir.empty()) {
+    std::error_code ec;
+    const std::filesystem::path cur = record_path();
+    if (std::filesystem::exists(cur, ec))
+      std::filesystem::rename(cur, cur.parent_path() / ("previous_" + cur.filename().string()), ec);
+  }
+  write_record(nullptr);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -62,7 +75,13 @@ Watchdog::~Watchdog() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   FlightRecorder::set_active(nullptr);
-  // The run ended normally: its last record says so (phase done, no hang).
+  // A process woken from a freeze by the job's kill (Slurm and Open MPI send
+  // SIGCONT before TERM) may end before its monitor ticked again: the stretch
+  // since its last tick is the freeze, and the last record must say so (else
+  // it reads "done" with the collective the others waited in entered after
+  // waking, and `ratchet doctor` blames nobody).
+  note_freeze(rec_.snapshot(), flight_clock());
+  // The run ended: its last record says so (phase done, no hang).
   rec_.set_phase(Phase::Done, rec_.snapshot().step);
   write_record(nullptr);
 }
@@ -96,13 +115,23 @@ void Watchdog::write_record(const OrderedJson& hang) const {
   std::filesystem::rename(tmp, path, ec);
 }
 
+double Watchdog::poll_seconds() const { return std::clamp(o_.timeout / 10, 0.05, 1.0); }
+
+void Watchdog::note_freeze(const FlightSnapshot& s, double now) {
+  const double gap = now - last_tick_.exchange(now);
+  if (gap > std::max(0.5 * hang_allowance(s, o_.timeout), 5 * poll_seconds())) {
+    const bool recent = now - frozen_end_.load() <= hang_allowance(s, o_.timeout);
+    frozen_s_.store(recent ? std::max(frozen_s_.load(), gap) : gap);
+    frozen_end_.store(now);
+  }
+}
+
 void Watchdog::loop() {
   // Checks ten times per timeout (at most once a second); the record is
   // rewritten every few checks, so a stopped rank's is at most that old.
   const double poll = std::clamp(o_.timeout / 10, 0.05, 1.0);
   const double write_every = std::clamp(o_.timeout / 4, poll, 10.0);
   double last_write = -1e300;
-  double last_tick = flight_clock();
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     cv_.wait_for(lock, std::chrono::duration<double>(poll));
@@ -113,13 +142,7 @@ void Watchdog::loop() {
     // stopped (SIGSTOP, a frozen node or VM). Its records say so for one
     // allowance after it woke: its peers' wait is its fault, whatever it did
     // after waking.
-    const double gap = now - last_tick;
-    last_tick = now;
-    if (gap > std::max(0.5 * hang_allowance(s, o_.timeout), 5 * poll)) {
-      const bool recent = now - frozen_end_.load() <= hang_allowance(s, o_.timeout);
-      frozen_s_.store(recent ? std::max(frozen_s_.load(), gap) : gap);
-      frozen_end_.store(now);
-    }
+    note_freeze(s, now);
     double age = 0, allowance = 0;
     std::string why = o_.async_error ? o_.async_error() : "";
     if (!why.empty()) age = 0, allowance = 0;  // found by the library, not by the clock

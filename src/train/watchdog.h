@@ -81,6 +81,10 @@ class Watchdog {
   bool stop_ = false;
   std::atomic<double> frozen_s_{0};       // the longest recent stretch this process did not run
   std::atomic<double> frozen_end_{-1e300};  // flight_clock() when it woke from it
+  std::atomic<double> last_tick_{flight_clock()};  // the monitor's last check
+  double poll_seconds() const;
+  // Notes a freeze when the monitor has not checked for half an allowance.
+  void note_freeze(const FlightSnapshot& s, double now);
   std::thread thread_;
 };
 
