@@ -47,7 +47,7 @@ class ExpertParallel final : public MoeExchange {
   // The model's MoE layers use this exchange in forward_backward() from now
   // on (the model must not outlive this object while it is set).
   void apply(GPT& model);
-  // For the log: "expert parallel: 2 groups of 2 ranks; this rank holds experts 4..7 of 8".
+  // For the log: "expert parallel: 2 group(s) of 2 ranks; this rank holds experts 4..7 of 8".
   std::string describe(int num_experts) const;
 
   int size() const override { return n_; }
