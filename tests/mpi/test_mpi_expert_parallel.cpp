@@ -13,6 +13,7 @@
 //     against 1 process x N·B rows and against N ranks without it, 3 AdamW
 //     steps.
 //   - The exchange with N = 1 equals no exchange bit for bit.
+//   - Recomputed blocks (blocks:2) equal kept ones bit for bit.
 //   - Bad --expert-parallel values refused, naming the flag and num_experts.
 #include <gtest/gtest.h>
 
@@ -29,6 +30,7 @@
 #include "distributed/expert_parallel.h"
 #include "distributed/strategy.h"
 #include "model/gpt.h"
+#include "model/recompute.h"
 #include "moe/moe_ops.h"
 #include "optim/adamw.h"
 #include "testing/moe_configs.h"
@@ -158,12 +160,14 @@ TEST(MpiExpertParallel, RankWhoseExpertsGetNoTokens) {
 // A model built for `stage` as train builds it (test_mpi_moe's StageRun),
 // with the statistics reducer and, when ep > 0, the expert exchange.
 struct EpRun {
-  EpRun(Backend& be, const GPTConfig& c, int stage, int ep, uint64_t seed)
+  EpRun(Backend& be, const GPTConfig& c, int stage, int ep, uint64_t seed,
+        const Recompute& rp = Recompute())
       : owned(ratchet::testing::owned_ranges(c, g_comm->world(), g_comm->rank(), stage, true)),
         m(c, be, ratchet::testing::flat_grads(stage), ratchet::testing::flat_params(stage),
           ratchet::testing::master_sharded(stage, g_comm->world()) ? &owned : nullptr),
         dp(ratchet::testing::make_dp(*g_comm, be, m.layout(), AdamWConfig(), stage, nullptr,
                                      nullptr, true)) {
+    m.set_recompute(rp);
     dp->attach(m, 1);
     m.set_moe_stats_reducer(
         [](double* b, size_t n) { g_comm->all_reduce(b, n, DType::F64, ReduceOp::Sum); },
@@ -257,6 +261,30 @@ TEST(MpiExpertParallel, ModelEqualsOneProcessAndPlainDataParallel) {
         EXPECT_LT(max_diff(pe, pp), steps * 1e-2 / 300) << "expert parallel vs plain";
       }
       }
+    }
+  }
+}
+
+// Recomputed blocks (the layers share one MoE state, refilled by the
+// backward's recompute, which exchanges again) give the kept blocks' bits,
+// at stage 0 and stage 3.
+TEST(MpiExpertParallel, RecomputedBlocksEqualKeptBlocksBitwise) {
+  const int W = g_comm->world();
+  const int B = 2, T = 8, steps = 2;
+  for (const auto& [name, f] : ratchet::testing::moe_families()) {
+    SCOPED_TRACE(name);
+    const GPTConfig c = ratchet::testing::tiny_moe_config(f, 0.5f);
+    if (c.num_experts % W != 0) GTEST_SKIP() << c.num_experts << " experts over " << W << " ranks";
+    auto be = make_cpu_backend(1);
+    for (int stage : {0, 3}) {
+      SCOPED_TRACE("stage " + std::to_string(stage));
+      EpRun kept(*be, c, stage, W, 8), recomputed(*be, c, stage, W, 8, parse_recompute("blocks:2"));
+      for (int s = 0; s < steps; s++) {
+        kept.step(c, s, B, T);
+        recomputed.step(c, s, B, T);
+      }
+      const std::vector<float> a = kept.f32(), b = recomputed.f32();
+      EXPECT_TRUE(a == b) << "max difference " << max_diff(a, b);
     }
   }
 }

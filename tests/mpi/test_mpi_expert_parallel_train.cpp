@@ -6,12 +6,13 @@
 //   - a run stopped at step 3 resumes on ONE process without expert
 //     parallelism (the checkpoint holds every expert) and ends where the
 //     uninterrupted run ends;
+//   - with two micro-batches per step (B = 1) it equals the same without it;
 //   - E not divisible by N is refused (exit 2) naming --expert-parallel and
 //     num_experts.
 // Tolerances (test_mpi_train's): the expert gradients are one GEMM over both
-// ranks' rows instead of a + b of two, a few FP32 ulps per step that AdamW
-// can magnify where gradients are near zero: losses 1e-5 relative;
-// parameters 1/300 of lr per step.
+// ranks' rows instead of a + b of two (or accumulated over micro-batches),
+// a few FP32 ulps per step that AdamW can magnify where gradients are near
+// zero: losses 1e-5 relative; parameters 1/300 of lr per step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,7 +83,23 @@ TEST_F(MpiExpertParallelTrain, EqualsPlainDataParallelAndResumesOnOneProcess) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("continuing from step 3"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("expert_parallel changed from 2 to 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--expert-parallel changed from 2 to 1 since the checkpoint"),
+            std::string::npos) << "the resume must say it is not bit-identical\n" << r.output;
   expect_close(ep.path, run.path, "2 ranks --expert-parallel 2 -> stop at 3 -> 1 process");
+}
+
+// Two micro-batches of 1 row per rank and step: each micro-batch exchanges
+// its own rows, and the experts' gradients accumulate over both. Against
+// the same micro-batches without the flag (not against B = 2 in one: each
+// micro-batch's aux loss has its own statistics, docs/moe.md).
+TEST_F(MpiExpertParallelTrain, AccumulatesOverMicroBatches) {
+  TempDir plain, acc;
+  auto r = mpirun_ratchet(2, cmd(plain.path, 1, ""));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = mpirun_ratchet(2, cmd(acc.path, 1, "--expert-parallel 2"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 micro-batch(es) per step"), std::string::npos) << r.output;
+  expect_close(plain.path, acc.path, "--expert-parallel 2 with 2 micro-batches vs 1, 2 ranks");
 }
 
 TEST_F(MpiExpertParallelTrain, ExpertsNotDivisibleByTheGroupAreRefused) {
