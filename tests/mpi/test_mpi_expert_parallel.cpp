@@ -9,9 +9,9 @@
 //     Also with an expert that receives no tokens, and with a rank whose
 //     experts receive none.
 //   - The model (GPT with the exchange applied, ZeRO 0-3 as train builds
-//     them): N ranks x B rows with --expert-parallel N (and 2 on 4 ranks)
-//     against 1 process x N·B rows and against N ranks without it, 3 AdamW
-//     steps.
+//     them; 6 experts on 3 ranks, else 4): N ranks x B rows with
+//     --expert-parallel N (and 2 on 4 ranks) against 1 process x N·B rows
+//     and against N ranks without it, 3 AdamW steps.
 //   - The exchange with N = 1 equals no exchange bit for bit.
 //   - Recomputed blocks (blocks:2) equal kept ones bit for bit.
 //   - Bad --expert-parallel values refused, naming the flag and num_experts.
@@ -157,6 +157,17 @@ TEST(MpiExpertParallel, RankWhoseExpertsGetNoTokens) {
   check_layer(dead);
 }
 
+// The tiny MoE config of family f with a number of experts the W ranks
+// divide: its 4, or 6 on 3 ranks.
+GPTConfig config_for(Family f, int W) {
+  GPTConfig c = ratchet::testing::tiny_moe_config(f, 0.5f);
+  if (c.num_experts % W != 0) {
+    c.num_experts = 6;
+    c.finalize();
+  }
+  return c;
+}
+
 // A model built for `stage` as train builds it (test_mpi_moe's StageRun),
 // with the statistics reducer and, when ep > 0, the expert exchange.
 struct EpRun {
@@ -202,8 +213,8 @@ TEST(MpiExpertParallel, ModelEqualsOneProcessAndPlainDataParallel) {
   const int B = 2, T = 8, steps = 3;
   for (const auto& [name, f] : ratchet::testing::moe_families()) {
     SCOPED_TRACE(name);
-    const GPTConfig c = ratchet::testing::tiny_moe_config(f, 0.5f);
-    // Expert-parallel sizes dividing both the world and the 4 experts: all
+    const GPTConfig c = config_for(f, W);
+    // Expert-parallel sizes dividing both the world and the experts: all
     // ranks in one group, and (4 ranks) 2 groups of 2, whose experts'
     // gradients are summed over the 2 replicas of each shard.
     std::vector<int> sizes;
@@ -273,7 +284,7 @@ TEST(MpiExpertParallel, RecomputedBlocksEqualKeptBlocksBitwise) {
   const int B = 2, T = 8, steps = 2;
   for (const auto& [name, f] : ratchet::testing::moe_families()) {
     SCOPED_TRACE(name);
-    const GPTConfig c = ratchet::testing::tiny_moe_config(f, 0.5f);
+    const GPTConfig c = config_for(f, W);
     if (c.num_experts % W != 0) GTEST_SKIP() << c.num_experts << " experts over " << W << " ranks";
     auto be = make_cpu_backend(1);
     for (int stage : {0, 3}) {
