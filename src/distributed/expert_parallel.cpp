@@ -1,6 +1,7 @@
 // Expert parallelism's groups and exchange (expert_parallel.h).
 #include "distributed/expert_parallel.h"
 
+#include <chrono>
 #include <sstream>
 
 #include "core/error.h"
@@ -43,13 +44,32 @@ std::string ExpertParallel::describe(int num_experts) const {
   return os.str();
 }
 
+namespace {
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+ExpertParallel::Traffic ExpertParallel::take_traffic() {
+  const Traffic t = traffic_;
+  traffic_ = Traffic();
+  return t;
+}
+
 void ExpertParallel::counts(const int* send, int* recv, int n) {
+  const double t0 = seconds_now();
   group_->all_to_all(send, recv, (size_t)n, DType::I32);
+  traffic_.seconds += seconds_now() - t0;
+  traffic_.bytes += (double)(n_ - 1) * n * sizeof(int);
 }
 
 void ExpertParallel::rows(const float* send, const size_t* send_counts, float* recv,
                           const size_t* recv_counts) {
+  const double t0 = seconds_now();
   group_->all_to_allv(send, send_counts, recv, recv_counts, DType::F32);
+  traffic_.seconds += seconds_now() - t0;
+  for (int q = 0; q < n_; q++)
+    if (q != rank()) traffic_.bytes += (double)send_counts[q] * sizeof(float);
 }
 
 std::unique_ptr<ExpertParallel> make_expert_parallel(Communicator& world, int n) {

@@ -50,6 +50,15 @@ class ExpertParallel final : public MoeExchange {
   // For the log: "expert parallel: 2 group(s) of 2 ranks; this rank holds experts 4..7 of 8".
   std::string describe(int num_experts) const;
 
+  // This rank's exchange traffic since the last call (then reset): bytes it
+  // sent to the other ranks of its group (rows and counts; its own block
+  // stays local) and seconds inside the exchanges (waiting for the slowest
+  // rank included). For the step's JSONL record (a2a_bytes, a2a_ms).
+  struct Traffic {
+    double bytes = 0, seconds = 0;
+  };
+  Traffic take_traffic();
+
   int size() const override { return n_; }
   int rank() const override { return group_->rank(); }
   void counts(const int* send, int* recv, int n) override;
@@ -59,6 +68,7 @@ class ExpertParallel final : public MoeExchange {
  private:
   int n_ = 1, groups_ = 1;
   std::unique_ptr<Communicator> group_;
+  Traffic traffic_;
 };
 
 // The trainer's entry point: null for N = 1 (no exchange), else the groups.

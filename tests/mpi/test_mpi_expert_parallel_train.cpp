@@ -2,7 +2,8 @@
 // model (qwen3_moe, 3 layers all MoE, 4 experts, top 2; docs/moe.md):
 //   - it equals the same run without expert parallelism (losses and the
 //     final checkpoint's parameters), with evaluation in between (which runs
-//     every expert locally, no exchange);
+//     every expert locally, no exchange), and logs its all-to-all traffic
+//     (a2a_bytes within the bound of the routed rows, a2a_ms);
 //   - a run stopped at step 3 resumes on ONE process without expert
 //     parallelism (the checkpoint holds every expert) and ends where the
 //     uninterrupted run ends;
@@ -76,6 +77,23 @@ TEST_F(MpiExpertParallelTrain, EqualsPlainDataParallelAndResumesOnOneProcess) {
   EXPECT_NE(r.output.find("expert parallel: 1 group(s) of 2 ranks; this rank holds experts 0..1 of 4"),
             std::string::npos) << r.output;
   expect_close(plain.path, ep.path, "--expert-parallel 2 vs 1, 2 ranks");
+  // Rank 0's all-to-all traffic per step. Per MoE layer (3) and micro-batch
+  // (1): its counts (El = 2 ints to the other rank) and 4 row exchanges (to
+  // the experts and back, forward and backward), each at most the N·k = 64
+  // rows of C = 32 floats one rank routes: <= 3 (8 + 4 · 64 · 32 · 4) bytes.
+  int records = 0;
+  for (const nlohmann::json& j : read_jsonl(ep / "log.jsonl")) {
+    if (!j.contains("grad_norm")) continue;  // an evaluation record
+    records++;
+    ASSERT_TRUE(j.contains("a2a_bytes") && j.contains("a2a_ms")) << j.dump();
+    const double bytes = j["a2a_bytes"], ms = j["a2a_ms"];
+    EXPECT_GT(bytes, 0) << j.dump();
+    EXPECT_LE(bytes, 3 * (8 + 4 * 64 * 32 * 4)) << j.dump();
+    EXPECT_GE(ms, 0) << j.dump();
+  }
+  EXPECT_EQ(records, kSteps);
+  for (const nlohmann::json& j : read_jsonl(plain / "log.jsonl"))
+    EXPECT_FALSE(j.contains("a2a_bytes")) << "no exchange without the flag: " << j.dump();
 
   r = mpirun_ratchet(2, cmd(run.path, 2, "--expert-parallel 2"), "RATCHET_FAULT=USR1@step-3");
   ASSERT_EQ(r.exit_code, 75) << r.output;
