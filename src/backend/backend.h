@@ -68,9 +68,14 @@ struct AttnOpts {
 // A Mixture-of-Experts layer's shape (Backend::moe_forward): N tokens, C
 // channels, E experts, k per token, I the experts' hidden size (HF
 // moe_intermediate_size); norm_topk_prob renormalises the k routing weights.
+// exchange: the experts sharded over its ranks (--expert-parallel,
+// distributed/expert_parallel.h; src/moe/moe_exchange.h), null: every expert
+// here. The forward and backward of one state get the same one.
+class MoeExchange;
 struct MoeDims {
   int N = 0, C = 0, E = 0, k = 0, I = 0;
   bool norm_topk_prob = true;
+  MoeExchange* exchange = nullptr;
 };
 // What one MoE layer's forward keeps for its backward, in the backend's own
 // form (the cpu backend: host vectors; cuda: device buffers). Opaque.

@@ -224,6 +224,10 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "N | node: hybrid sharding, ZeRO-k inside groups of N ranks (node: the ranks of a host), "
      "the gradient shards all-reduced across groups (default: the world, plain ZeRO-k; "
      "1 = ZeRO-0)")
+    ("expert-parallel", po::value(&o.expert_parallel)->default_value(o.expert_parallel),
+     "N: a Mixture-of-Experts model's experts sharded over groups of N consecutive ranks, "
+     "rows exchanged all-to-all (N divides the world size and num_experts; cpu backend; "
+     "every rank still keeps every expert's weights in this version: docs/moe.md)")
     ("overlap-comm", po::value<std::string>()->default_value("on"),
      "data parallel: on = reduce each layer's gradients while the backward of the layers below "
      "runs (--zero 0: all-reduce; --zero 1 and 2: reduce-scatter into bucket-aligned shards); "

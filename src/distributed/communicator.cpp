@@ -74,6 +74,16 @@ std::unique_ptr<Communicator> Communicator::split_node() {
   fail("the ", name(), " communicator cannot be split by node: --shard-group node needs MPI");
 }
 
+void Communicator::all_to_all(const void*, void*, size_t n, DType t) {
+  fail("the ", name(), " communicator has no all_to_all (", n, " ", dtype_name(t),
+       " per rank): --expert-parallel needs the mpi communicator");
+}
+
+void Communicator::all_to_allv(const void*, const size_t*, void*, const size_t*, DType t) {
+  fail("the ", name(), " communicator has no all_to_allv (", dtype_name(t),
+       "): --expert-parallel needs the mpi communicator");
+}
+
 // ---- launcher variables -------------------------------------------------------
 
 int slurm_tasks_on_node(const std::string& list, int node) {
@@ -185,6 +195,16 @@ class SingleCommunicator final : public Communicator {
   void broadcast(void*, size_t, int root) override { RATCHET_ASSERT(root == 0); }
   void barrier() override {}
   bool agree(bool flag) override { return flag; }
+  // One rank: its own block, copied.
+  void all_to_all(const void* send, void* recv, size_t n, DType t) override {
+    if (send != recv) std::memmove(recv, send, n * dtype_bytes(t));
+  }
+  void all_to_allv(const void* send, const size_t* sc, void* recv, const size_t* rc,
+                   DType t) override {
+    if (sc[0] != rc[0])
+      fail("all_to_allv on one rank: sends ", sc[0], " elements but expects ", rc[0]);
+    if (send != recv && sc[0] > 0) std::memmove(recv, send, sc[0] * dtype_bytes(t));
+  }
   [[noreturn]] void abort_job(int code) override { std::exit(code); }
   std::unique_ptr<Communicator> split(int color, int) override {
     RATCHET_ASSERT(color >= 0);

@@ -45,6 +45,16 @@ const char* dtype_name(DType t);
 //   agree(flag)                            logical OR of flag over ranks: every
 //                                          stop decision goes through it, so all
 //                                          ranks stop at the same step
+//   all_to_all(send, recv, n)              send (W·n) -> recv (W·n): block q of
+//                                          send goes to rank q, block q of recv
+//                                          came from rank q
+//   all_to_allv(send, sc, recv, rc)        the same with W block sizes per side
+//                                          (sc, rc: host arrays, elements), the
+//                                          blocks packed in rank order; rc must
+//                                          match what the ranks send (exchange
+//                                          the counts first with all_to_all).
+//                                          Expert parallelism's dispatch and
+//                                          combine (distributed/expert_parallel.h)
 // ReduceOp::Avg divides the sum by W after reducing.
 //
 // Asynchronous collectives, one spelling: start -> ticket -> wait.
@@ -82,6 +92,10 @@ class Communicator {
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   virtual bool agree(bool flag) = 0;
+  // Defaults: an Error naming the communicator (a test double without them).
+  virtual void all_to_all(const void* send, void* recv, size_t n, DType t);
+  virtual void all_to_allv(const void* send, const size_t* send_counts, void* recv,
+                           const size_t* recv_counts, DType t);
 
   // Asynchronous collectives (see the top of this file). Defaults: the
   // blocking collective, ticket 0, nothing to wait for.

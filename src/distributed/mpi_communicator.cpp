@@ -343,6 +343,35 @@ class MpiCommunicator final : public Communicator {
     while (!started_.empty()) wait(started_.front().id);
   }
 
+  void all_to_all(const void* send, void* recv, size_t n, DType t) override {
+    RATCHET_ASSERT(n <= (size_t)INT_MAX);
+    RATCHET_ASSERT(send != recv);
+    FlightCollective fc("all_to_all", n * world_ * dtype_bytes(t));
+    mpiCheck(MPI_Alltoall(send, (int)n, mpi_dtype(t), recv, (int)n, mpi_dtype(t), comm_));
+  }
+
+  // MPI's counts and displacements are int: a block or an offset past
+  // INT_MAX elements is refused (an expert exchange that large would be
+  // split into several calls by the caller).
+  void all_to_allv(const void* send, const size_t* sc, void* recv, const size_t* rc,
+                   DType t) override {
+    std::vector<int> scount(world_), sdisp(world_), rcount(world_), rdisp(world_);
+    size_t so = 0, ro = 0;
+    for (int q = 0; q < world_; q++) {
+      if (so + sc[q] > (size_t)INT_MAX || ro + rc[q] > (size_t)INT_MAX)
+        fail("all_to_allv: more than ", INT_MAX, " elements per call (MPI counts are int)");
+      scount[q] = (int)sc[q];
+      sdisp[q] = (int)so;
+      rcount[q] = (int)rc[q];
+      rdisp[q] = (int)ro;
+      so += sc[q];
+      ro += rc[q];
+    }
+    FlightCollective fc("all_to_allv", so * dtype_bytes(t));
+    mpiCheck(MPI_Alltoallv(send, scount.data(), sdisp.data(), mpi_dtype(t), recv, rcount.data(),
+                           rdisp.data(), mpi_dtype(t), comm_));
+  }
+
   void barrier() override {
     FlightCollective fc("barrier", 0);
     mpiCheck(MPI_Barrier(comm_));

@@ -310,6 +310,35 @@ class NcclCommunicator final : public Communicator {
       if (t.second == e) return;
     free_events_.push_back(e);
   }
+  // Grouped ncclSend/ncclRecv, one pair per peer (NCCL has no all-to-all).
+  // The counts are host arrays: the caller exchanged them first (an
+  // all_to_all of the counts, then copied to the host). Blocking like the
+  // other blocking collectives. NOT YET RUN ON A GPU (docs/moe.md): compiled
+  // only; the CPU path (mpi) is what the tests exercise.
+  void all_to_all(const void* send, void* recv, size_t n, DType t) override {
+    RATCHET_ASSERT(send != recv);
+    std::vector<size_t> c(world(), n);
+    all_to_allv(send, c.data(), recv, c.data(), t);
+  }
+  void all_to_allv(const void* send, const size_t* sc, void* recv, const size_t* rc,
+                   DType t) override {
+    const size_t eb = dtype_bytes(t);
+    after_compute();
+    ncclCheckComm(ncclGroupStart(), comm_);
+    size_t so = 0, ro = 0;
+    for (int q = 0; q < world(); q++) {
+      if (sc[q] > 0)
+        ncclCheckComm(ncclSend((const char*)send + so * eb, sc[q], nccl_dtype(t), q, comm_, stream_),
+                      comm_);
+      if (rc[q] > 0)
+        ncclCheckComm(ncclRecv((char*)recv + ro * eb, rc[q], nccl_dtype(t), q, comm_, stream_),
+                      comm_);
+      so += sc[q];
+      ro += rc[q];
+    }
+    ncclCheckComm(ncclGroupEnd(), comm_);
+    cudaCheck(cudaStreamSynchronize(stream_));
+  }
   void barrier() override { host_.barrier(); }
   bool agree(bool flag) override { return host_.agree(flag); }
   [[noreturn]] void abort_job(int code) override {

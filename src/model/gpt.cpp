@@ -316,6 +316,13 @@ float GPT::forward_backward(const int32_t* inputs, const int32_t* targets, int B
   be_.upload_bytes(a.inputs, inputs, sizeof(int) * B * T);
   be_.upload_bytes(a.targets, targets, sizeof(int) * B * T);
   // d(mean loss)/d(loss at one position) = 1/(B*T)
+  // The expert exchange (if any) in this forward and backward only; reset
+  // on the way out, an exception included.
+  struct Training {
+    bool& on;
+    explicit Training(bool& b) : on(b) { on = true; }
+    ~Training() { on = false; }
+  } training(moe_training_);
   moe_collect_ = cfg_.moe();
   if (moe_collect_) {  // the MoE layers' statistics: counts | prob_sums | rows
     moe_buf_.assign((size_t)(cfg_.moe_layer_count() + 1) * cfg_.num_experts + 1, 0.0);

@@ -177,6 +177,14 @@ class GPT {
   }
   // Of the last forward_backward() (empty for a dense model).
   const MoeStats& moe_stats() const { return moe_stats_; }
+  // Expert parallelism (distributed/expert_parallel.h applies it): the MoE
+  // layers of forward_backward() compute only this rank's experts and
+  // exchange rows with the other ranks holding the rest. Every rank keeps
+  // every expert's weights, so forward() (evaluation, sampling: not made by
+  // every rank alike) computes all experts locally with no exchange. Null:
+  // every expert here. The exchange must outlive its use.
+  void set_moe_exchange(MoeExchange* ex) { moe_exchange_ = ex; }
+  MoeExchange* moe_exchange() const { return moe_exchange_; }
 
   // Profiling: when on, every op is timed (with a backend synchronize).
   void set_profiling(bool on) { profiling_ = on; }
@@ -242,6 +250,8 @@ class GPT {
   MoeStats moe_stats_;
   MoeStatsReducer moe_reduce_;
   int moe_world_ = 1;
+  MoeExchange* moe_exchange_ = nullptr;
+  bool moe_training_ = false;  // inside forward_backward: the exchange applies
   dptr slots_[kNumParamTensors] = {};  // the store's destinations, this pass
   int slot_layer_ = -1;                // the block slots_ holds
   friend class OpScope;

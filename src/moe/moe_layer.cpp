@@ -2,12 +2,13 @@
 // and its backward (math in moe_ops.h).
 #include <vector>
 
+#include "core/error.h"
 #include "moe/moe_ops.h"
 
 namespace ratchet::moe {
 
 void moe_forward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
-                 const float* w1, const float* w2, float* out, MoeCache& c) {
+                 const float* w1, const float* w2, float* out, MoeCache& c, MoeExchange* ex) {
   check_shape(s);
   const size_t NE = (size_t)s.N * s.E, Nk = (size_t)s.N * s.k;
   c.logits.resize(NE);
@@ -21,15 +22,23 @@ void moe_forward(CpuBackend& be, const MoeShape& s, const float* x, const float*
   router_forward(be, s, x, gate, c.logits.data(), c.probs.data(), c.idx.data(), c.w.data());
   build_dispatch(s, c.idx.data(), c.dispatch);
   gather_rows(be, s, c.dispatch, x, c.xp.data());
-  experts_forward(be, s, c.dispatch, w1, w2, c.xp.data(), c.h.data(), c.a.data(), c.y.data());
+  c.sharded = ex != nullptr;
+  if (ex)
+    expert_parallel_forward(be, s, c.dispatch, *ex, w1, w2, c.xp.data(), c.h, c.a, c.y.data(),
+                            c.shard);
+  else
+    experts_forward(be, s, c.dispatch, w1, w2, c.xp.data(), c.h.data(), c.a.data(), c.y.data());
   combine(be, s, c.dispatch, c.w.data(), c.y.data(), out);
 }
 
 void moe_backward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
                   const float* w1, const float* w2, const float* dout, const MoeCache& c,
                   const float* aux_dprob, float* dx, float* dgate, float* dw1, float* dw2,
-                  float* dw_route) {
+                  float* dw_route, MoeExchange* ex) {
   check_shape(s);
+  if (c.sharded != (ex != nullptr))
+    fail("MoE backward: the forward ran ", c.sharded ? "with" : "without",
+         " expert parallelism but the backward ", ex ? "has" : "has no", " exchange");
   const int N = s.N, C = s.C, k = s.k;
   const Dispatch& d = c.dispatch;
   const size_t Nk = (size_t)N * k;
@@ -53,8 +62,12 @@ void moe_backward(CpuBackend& be, const MoeShape& s, const float* x, const float
   }
   if (dw_route)
     for (size_t i = 0; i < Nk; i++) dw_route[i] = dw[i];
-  experts_backward(be, s, d, w1, w2, c.xp.data(), c.h.data(), c.a.data(), dy.data(), dxp.data(),
-                   dw1, dw2);
+  if (ex)
+    expert_parallel_backward(be, s, *ex, w1, w2, c.h, c.a, c.shard, dy.data(), dxp.data(), dw1,
+                             dw2);
+  else
+    experts_backward(be, s, d, w1, w2, c.xp.data(), c.h.data(), c.a.data(), dy.data(),
+                     dxp.data(), dw1, dw2);
   // The router's dx into dy's first N*C floats (dy is spent), then the
   // experts' rows added per token in slot order.
   std::vector<float> dlogits((size_t)N * s.E);

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "moe/moe_exchange.h"
 
 namespace ratchet::moe {
 
@@ -96,23 +97,62 @@ void experts_backward(CpuBackend& be, const MoeShape& s, const Dispatch& d, cons
                       const float* w2, const float* xp, const float* h, const float* a,
                       float* dy, float* dxp, float* dw1, float* dw2);
 
+// ---- expert parallelism (moe_expert_parallel.cpp) ----------------------------
+// The experts sharded over the P ranks of a MoeExchange: this rank computes
+// its E/P experts on every row the P ranks route to them. The packed rows xp
+// are grouped by expert, so block q (experts of rank q) goes to rank q. The
+// received rows are reordered to (local expert, source rank, slot): the order
+// one process would have for the concatenation of the P ranks' tokens, so an
+// expert's GEMMs see the same rows in the same order as on one rank with
+// P·N tokens. The results go back (the reverse exchange) into the local
+// packed order, and the combine is the local one.
+struct ExpertShard {
+  int P = 1, El = 0;              // ranks, experts per rank
+  std::vector<int> recv_split;    // (P*El) rows from rank p for local expert i
+  std::vector<size_t> send_n;     // (P) floats of C-rows to each rank
+  std::vector<size_t> recv_n;     // (P) floats of C-rows from each rank
+  Dispatch local;                 // counts / offsets over the El local experts
+  std::vector<int> perm;          // received row -> expert-ordered row
+  std::vector<float> xe;          // (R,C) received rows in expert order
+};
+// Throws Error when E is not a multiple of P.
+void check_expert_shards(const MoeShape& s, int P);
+// Fills y (N*k,C, local packed order) from xp; h, a hold the local experts'
+// (R rows) hidden states; sh what the backward needs.
+void expert_parallel_forward(CpuBackend& be, const MoeShape& s, const Dispatch& d, MoeExchange& ex,
+                             const float* w1, const float* w2, const float* xp,
+                             std::vector<float>& h, std::vector<float>& a, float* y,
+                             ExpertShard& sh);
+// dy (N*k,C, local packed order) in; dxp (N*k,C) overwritten; dw1, dw2 (the
+// whole (E,..) tensors) accumulated in this rank's experts' slices only.
+void expert_parallel_backward(CpuBackend& be, const MoeShape& s, MoeExchange& ex, const float* w1,
+                              const float* w2, const std::vector<float>& h,
+                              const std::vector<float>& a, const ExpertShard& sh, const float* dy,
+                              float* dxp, float* dw1, float* dw2);
+
 // ---- the whole layer (moe_layer.cpp) -----------------------------------------
 // What the forward keeps for the backward.
 struct MoeCache {
   std::vector<float> logits, probs, w;  // (N,E) (N,E) (N,k)
   std::vector<int> idx;                 // (N,k)
   Dispatch dispatch;
-  std::vector<float> xp, h, a, y;       // (N*k,C) (N*k,2I) (N*k,I) (N*k,C)
+  std::vector<float> xp, h, a, y;       // (N*k,C) (N*k,2I) (N*k,I) (N*k,C); with
+                                        // experts sharded, h and a are (R,2I) (R,I)
+  bool sharded = false;                 // the forward ran with a MoeExchange
+  ExpertShard shard;
 };
-// out (N,C) overwritten.
+// out (N,C) overwritten. ex: the experts sharded over its ranks (null: all
+// experts here).
 void moe_forward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
-                 const float* w1, const float* w2, float* out, MoeCache& cache);
+                 const float* w1, const float* w2, float* out, MoeCache& cache,
+                 MoeExchange* ex = nullptr);
 // dx (N,C) overwritten; dgate, dw1, dw2 accumulated; aux_dprob (E) or null.
 // dw_route (N,k) or null: receives the routing weights' gradient (for tests).
+// ex: as the forward's (checked against the cache).
 void moe_backward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
                   const float* w1, const float* w2, const float* dout, const MoeCache& cache,
                   const float* aux_dprob, float* dx, float* dgate, float* dw1, float* dw2,
-                  float* dw_route = nullptr);
+                  float* dw_route = nullptr, MoeExchange* ex = nullptr);
 
 // ---- load-balancing statistics (moe_aux_loss.cpp) ------------------------------
 // counts (E) += top-k selections per expert, prob_sums (E) += column sums of

@@ -160,8 +160,8 @@ std::string zero_table(const Plan& p) {
       << " + collectives not hidden " << duration(c.time.exposed_s) << "), efficiency "
       << fmt("%.1f%%", c.time.efficiency * 100) << "\n";
   }
-  if (p.in.cfg.moe())  // issue 39: expert parallelism is the next slice; nothing here assumes it
-    o << "  expert parallel: none (--expert-parallel does not exist yet); the experts are sharded only as\n"
+  if (p.in.cfg.moe())  // issue 39: train's --expert-parallel does not shard memory yet; nothing here assumes it
+    o << "  expert parallel: none (train's --expert-parallel shards the expert computation, not yet the memory); the experts are sharded only as\n"
       << "    ZeRO shards every parameter" << (z.chosen < 0 ? ", and no stage fits: this model needs expert "
                                                            "parallelism or more devices, which this plan cannot size yet"
                                                          : "")

@@ -41,6 +41,17 @@ std::string resume_bit_identity_warning(const std::map<std::string, std::string>
   if (trees ? tree_was != tree_is : !sum_was.empty() && !sum_is.empty() && sum_was != sum_is)
     add("the gradient is summed in another order: " + sum_was + " when saved, " + sum_is +
         " now");
+  // --expert-parallel (MoE): an expert's gradient is one GEMM over its
+  // group's rows instead of per-rank GEMMs added by the strategy. Absent
+  // (dense models, older checkpoints): 1.
+  {
+    std::string a = get(saved, "expert_parallel"), b = get(now, "expert_parallel");
+    if (a.empty()) a = "1";
+    if (b.empty()) b = "1";
+    if (a != b)
+      add("--expert-parallel changed from " + a + " to " + b +
+          " since the checkpoint (the experts' gradients are summed in another order)");
+  }
   if (why.empty()) return "";
   return "this resume will not be bit-identical to an uninterrupted run (" + why +
          "). For bit-identical resumes keep --deterministic on and the checkpoint's "

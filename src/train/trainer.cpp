@@ -82,6 +82,8 @@ std::map<std::string, std::string> Trainer::settings() const {
   for (auto& kv : dp_->settings(accum_)) s.insert(kv);
   // MoE: the aux loss's weight (--router-aux-loss-coef may change on a resume).
   if (cfg_.moe()) s.insert({"router_aux_loss_coef", num(cfg_.router_aux_loss_coef)});
+  // --expert-parallel may change on a resume (every checkpoint holds every expert).
+  if (cfg_.moe()) s.insert({"expert_parallel", std::to_string(o_.expert_parallel)});
   return s;
 }
 

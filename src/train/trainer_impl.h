@@ -39,6 +39,7 @@
 #include "tokenizer/tokenizer.h"
 #include "distributed/communicator.h"
 #include "distributed/forward_balance.h"
+#include "distributed/expert_parallel.h"
 #include "distributed/shard_groups.h"
 #include "distributed/strategy.h"
 #include "model/gpt.h"
@@ -166,6 +167,7 @@ class Trainer {
   GPTConfig cfg_;
   std::unique_ptr<Backend> be_;
   std::unique_ptr<GPT> model_;
+  std::unique_ptr<ExpertParallel> ep_;  // --expert-parallel N > 1 (applied to model_), else null
   std::unique_ptr<Communicator> grad_comm_;  // NCCL for device gradients (cuda, > 1 rank)
   std::unique_ptr<ShardGroups> groups_;      // --shard-group (distributed/shard_groups.h), else null
   DistributedConfig dist_;                   // the data-parallel strategy's settings

@@ -117,6 +117,11 @@ void Trainer::report_step(float loss, float lr, float norm, double dt, double me
       rec.push_back({"moe_cv" + at, mean > 0 ? std::sqrt(sq / E) / mean : 0.0});
     }
   }
+  if (ep_) {  // --expert-parallel: this rank's (rank 0's) all-to-all traffic this step
+    const ExpertParallel::Traffic t = ep_->take_traffic();
+    rec.push_back({"a2a_bytes", t.bytes});
+    rec.push_back({"a2a_ms", t.seconds * 1e3});
+  }
   for (const auto& [src, n] : ledger_->tokens_by_source) rec.push_back({"tokens/" + src, n});
   rec.push_back({"device_hours", ledger_.get().device_hours()});  // `ratchet report`'s cost axis
   jlog_->write(rec);

@@ -338,6 +338,7 @@ void Trainer::make_model() {
   test_failure_point(comm_.rank(), "setup");
   fault_point("setup-model");
   test_failure_point(comm_.rank(), "setup-model");
+  check_expert_parallel(o_.expert_parallel, comm_.world(), cfg_, be_->name());  // before any collective
   // The strategy first, then the model built as it needs (flat gradients and
   // parameters or not, the FP32 master of the owned ranges only); attach()
   // installs its hooks and stores before anything sets the parameters
@@ -355,6 +356,13 @@ void Trainer::make_model() {
     model_->set_moe_stats_reducer(
         [this](double* buf, size_t n) { comm_.all_reduce(buf, n, DType::F64, ReduceOp::Sum); },
         comm_.world());
+  // --expert-parallel: the MoE layers' experts sharded over groups of ranks,
+  // applied to the model like the strategy (distributed/expert_parallel.h).
+  ep_ = make_expert_parallel(comm_, o_.expert_parallel);
+  if (ep_) {
+    ep_->apply(*model_);
+    RLOG("%s\n", ep_->describe(cfg_.num_experts).c_str());
+  }
   // Which library paths the ops take (cuDNN engines and workspaces, BGRADB), once.
   {
     const std::string report = be_->setup_report(op_shapes(cfg_, B_, T_));

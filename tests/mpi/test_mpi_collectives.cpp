@@ -84,6 +84,36 @@ TEST(Collectives, ReduceScatterAndAllGather) {
   EXPECT_EQ(inplace, all);
 }
 
+// all_to_all, and all_to_allv with uneven blocks and empty ones (expert
+// parallelism's exchanges): rank r sends (r + q) % 3 values r·100 + q + i/8
+// to rank q, so some blocks are empty, the sizes differ between peers, and every
+// value says where it came from.
+TEST(Collectives, AllToAllAndAllToAllv) {
+  const int W = g_comm->world(), r = g_comm->rank();
+  std::vector<int> send(2 * W), recv(2 * W, -1);
+  for (int q = 0; q < W; q++) send[2 * q] = r * 10 + q, send[2 * q + 1] = -(r * 10 + q);
+  g_comm->all_to_all(send.data(), recv.data(), 2, DType::I32);
+  for (int p = 0; p < W; p++) {
+    EXPECT_EQ(recv[2 * p], p * 10 + r) << "from rank " << p;
+    EXPECT_EQ(recv[2 * p + 1], -(p * 10 + r)) << "from rank " << p;
+  }
+  std::vector<size_t> sc(W), rc(W);
+  std::vector<float> sv, rv;
+  for (int q = 0; q < W; q++) {
+    sc[q] = (size_t)((r + q) % 3);
+    rc[q] = (size_t)((q + r) % 3);
+    for (size_t i = 0; i < sc[q]; i++) sv.push_back((float)(r * 100 + q) + (float)i / 8);
+  }
+  size_t total = 0;
+  for (size_t c : rc) total += c;
+  rv.assign(total, -1.0f);
+  g_comm->all_to_allv(sv.data(), sc.data(), rv.data(), rc.data(), DType::F32);
+  size_t at = 0;
+  for (int p = 0; p < W; p++)
+    for (size_t i = 0; i < rc[p]; i++, at++)
+      EXPECT_EQ(rv[at], (float)(p * 100 + r) + (float)i / 8) << "from rank " << p << " value " << i;
+}
+
 // BF16: small integers are exact, so sums are too; Avg divides after; the
 // user-defined sum rounds to nearest even once (1 + 3·2^-8 is a tie between
 // 1 + 2^-7 and 1 + 2^-6: even is 1 + 2^-6; truncation would give 1 + 2^-7).

@@ -40,7 +40,7 @@ void CpuBackend::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cd
   moe::moe_forward(*this, shape_of(d), static_cast<const float*>(x),
                    static_cast<const float*>(gate), static_cast<const float*>(w1),
                    static_cast<const float*>(w2), static_cast<float*>(out),
-                   const_cast<moe::MoeCache&>(cache_of(st)));
+                   const_cast<moe::MoeCache&>(cache_of(st)), d.exchange);
 }
 
 void CpuBackend::moe_backward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2,
@@ -50,7 +50,7 @@ void CpuBackend::moe_backward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, c
                     static_cast<const float*>(gate), static_cast<const float*>(w1),
                     static_cast<const float*>(w2), static_cast<const float*>(dout), cache_of(st),
                     aux_dprob, static_cast<float*>(dx), static_cast<float*>(dgate),
-                    static_cast<float*>(dw1), static_cast<float*>(dw2));
+                    static_cast<float*>(dw1), static_cast<float*>(dw2), nullptr, d.exchange);
 }
 
 void CpuBackend::moe_aux_stats(const MoeDims& d, const MoeState& st, double* counts,

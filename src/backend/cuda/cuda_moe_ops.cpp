@@ -61,6 +61,9 @@ std::unique_ptr<MoeState> CudaBackend<T>::moe_state() {
 template <class T>
 void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2,
                                  dptr out, MoeState& st) {
+  if (d.exchange)  // the trainer refuses it earlier (check_expert_parallel); a library caller here
+    fail("--expert-parallel runs on the cpu backend only in this slice (docs/moe.md): the cuda "
+         "backend has no expert exchange yet; run --expert-parallel 1 or --device cpu");
   CudaMoeState& s = state_of(st);
   moe::CudaMoeCache& c = s.cache;
   // The backward's scratch at its largest now (memory accounting: no growth later).

@@ -1,7 +1,7 @@
 // `ratchet plan` for Mixture-of-Experts models (issue 39): FLOPs per token
 // (and so MFU and step time) on the active parameters, memory on all of
 // them; the qwen3-30b-a3b preset sized on two 8-GPU nodes; no expert
-// parallel size is invented (--expert-parallel does not exist yet).
+// parallel size is invented (train's --expert-parallel does not shard memory yet).
 #include <gtest/gtest.h>
 
 #include "model/config.h"
@@ -86,7 +86,7 @@ TEST(PlanMoe, Qwen3_30B_A3B_OnTwoNodes) {
   const std::string t = plan_table(p);
   EXPECT_NE(t.find("moe:     128 experts, top 8, 48 of 48 layers MoE"), std::string::npos) << t;
   EXPECT_NE(t.find("active parameters per token (3,353,032,704)"), std::string::npos) << t;
-  EXPECT_NE(t.find("expert parallel: none (--expert-parallel does not exist yet)"), std::string::npos) << t;
+  EXPECT_NE(t.find("expert parallel: none (train's --expert-parallel shards the expert computation, not yet the memory)"), std::string::npos) << t;
   const std::string j = plan_json(p);
   EXPECT_NE(j.find("\"active_params\""), std::string::npos) << j;
   EXPECT_NE(j.find("\"expert_parallel\":null"), std::string::npos) << j;

@@ -72,4 +72,16 @@ TEST(Reproducibility, ResumeComparesTheGradientSumOrdersThemselves) {
   EXPECT_EQ(resume_bit_identity_warning({{"gradient_sum", "2 ranks (a+b)"}}, two), "");
 }
 
+// --expert-parallel sums the experts' gradients in another order: a change
+// warns; absent (a dense model, an older checkpoint) reads as 1.
+TEST(Reproducibility, ResumeWarnsWhenTheExpertParallelSizeChanges) {
+  const std::map<std::string, std::string> one = {{"expert_parallel", "1"}},
+                                           two = {{"expert_parallel", "2"}}, none;
+  EXPECT_EQ(resume_bit_identity_warning(two, two), "");
+  EXPECT_EQ(resume_bit_identity_warning(none, one), "");
+  EXPECT_EQ(resume_bit_identity_warning(one, none), "");
+  EXPECT_TRUE(has(resume_bit_identity_warning(two, one), "--expert-parallel changed from 2 to 1"));
+  EXPECT_TRUE(has(resume_bit_identity_warning(none, two), "--expert-parallel changed from 1 to 2"));
+}
+
 }  // namespace

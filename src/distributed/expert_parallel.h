@@ -1,0 +1,77 @@
+// Expert parallelism (--expert-parallel N, issue 39 item 4; docs/moe.md):
+// the experts of every MoE layer are sharded over N ranks of the
+// data-parallel group, as torchtitan does. Ranks [g·N, g·N + N) form
+// expert-parallel group g; rank q of a group computes experts
+// [q·E/N, (q+1)·E/N) of every MoE layer on every row the group routes to
+// them, through two exchanges each way (moe/moe_expert_parallel.cpp):
+//   forward   the counts (all_to_all), the rows (all_to_allv), the expert
+//             outputs back (all_to_allv); the combine is the local one
+//   backward  dy to the experts, dx back (all_to_allv each)
+//
+// This first slice shards the COMPUTATION, not the memory: every rank keeps
+// every expert's weights (and the strategy's gradient and optimizer state of
+// them, ZeRO 0-3 as for the rest). A rank adds gradient only to its own
+// experts' slices; the others stay zero, so the strategy's sum over the
+// world is the sum over the world/N ranks holding each expert (the data
+// parallel replicas of that shard), plus zeros. Consequences:
+//   - forward() (evaluation, samples) needs no exchange: every rank can
+//     compute every expert (GPT::set_moe_exchange);
+//   - checkpoints hold the full expert tensors as before, so a run resumes
+//     at any expert-parallel size and world size;
+//   - memory per rank is that of --expert-parallel 1 (a later slice keeps
+//     only E/N experts' weights, gradients and moments per rank).
+// The trainer applies it to the model like a strategy (apply); the training
+// loop does not branch on it.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "distributed/communicator.h"
+#include "moe/moe_exchange.h"
+
+namespace ratchet {
+
+class GPT;
+struct GPTConfig;
+
+// Checks --expert-parallel N for `world` ranks, the model and the backend,
+// without any collective: an Error (exit 2) naming the flag and the value
+// when N < 1, N does not divide the world size, N > 1 for a dense model, N
+// does not divide num_experts, or the backend is not the cpu one.
+void check_expert_parallel(int n, int world, const GPTConfig& cfg, const std::string& backend);
+
+class ExpertParallel final : public MoeExchange {
+ public:
+  // Collective over `world`: splits it into the expert-parallel groups.
+  ExpertParallel(Communicator& world, int n);
+  // The model's MoE layers use this exchange in forward_backward() from now
+  // on (the model must not outlive this object while it is set).
+  void apply(GPT& model);
+  // For the log: "expert parallel: 2 group(s) of 2 ranks; this rank holds experts 4..7 of 8".
+  std::string describe(int num_experts) const;
+
+  // This rank's exchange traffic since the last call (then reset): bytes it
+  // sent to the other ranks of its group (rows and counts; its own block
+  // stays local) and seconds inside the exchanges (waiting for the slowest
+  // rank included). For the step's JSONL record (a2a_bytes, a2a_ms).
+  struct Traffic {
+    double bytes = 0, seconds = 0;
+  };
+  Traffic take_traffic();
+
+  int size() const override { return n_; }
+  int rank() const override { return group_->rank(); }
+  void counts(const int* send, int* recv, int n) override;
+  void rows(const float* send, const size_t* send_counts, float* recv,
+            const size_t* recv_counts) override;
+
+ private:
+  int n_ = 1, groups_ = 1;
+  std::unique_ptr<Communicator> group_;
+  Traffic traffic_;
+};
+
+// The trainer's entry point: null for N = 1 (no exchange), else the groups.
+std::unique_ptr<ExpertParallel> make_expert_parallel(Communicator& world, int n);
+
+}  // namespace ratchet

@@ -1,0 +1,108 @@
+// Expert parallelism inside the MoE layer: the packed rows go to the rank
+// holding their expert, that rank's experts run on every row routed to them,
+// and the results come back in the local packed order (moe_ops.h). Two
+// exchanges forward (counts, then rows; results back) and two backward (dy
+// there, dx back), through a MoeExchange.
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "moe/moe_ops.h"
+
+namespace ratchet::moe {
+
+void check_expert_shards(const MoeShape& s, int P) {
+  if (P < 1 || s.E % P != 0)
+    fail("--expert-parallel ", P, " must divide num_experts ", s.E,
+         ": each rank holds the same number of experts (choose a divisor of ", s.E, ")");
+}
+
+namespace {
+// out[dst[r]] = in[r] for R rows of C floats (dst a permutation), or the
+// inverse (out[r] = in[dst[r]]).
+void scatter_rows(CpuBackend& be, const std::vector<int>& dst, const float* in, float* out, int C,
+                  bool inverse) {
+  const long R = (long)dst.size();
+#pragma omp parallel for num_threads(be.threads()) schedule(static)
+  for (long r = 0; r < R; r++) {
+    const float* src = in + (size_t)(inverse ? dst[r] : r) * C;
+    float* o = out + (size_t)(inverse ? r : dst[r]) * C;
+    std::copy(src, src + C, o);
+  }
+}
+}  // namespace
+
+void expert_parallel_forward(CpuBackend& be, const MoeShape& s, const Dispatch& d, MoeExchange& ex,
+                             const float* w1, const float* w2, const float* xp,
+                             std::vector<float>& h, std::vector<float>& a, float* y,
+                             ExpertShard& sh) {
+  const int P = ex.size(), me = ex.rank(), C = s.C, I = s.I;
+  check_expert_shards(s, P);
+  const int El = s.E / P;
+  sh.P = P;
+  sh.El = El;
+  // Counts: d.counts (E) is already P blocks of El (expert e lives on rank e / El).
+  sh.recv_split.assign((size_t)P * El, 0);
+  ex.counts(d.counts.data(), sh.recv_split.data(), El);
+  sh.send_n.assign(P, 0);
+  sh.recv_n.assign(P, 0);
+  std::vector<int> recv_rows(P, 0), recv_first(P + 1, 0);
+  for (int q = 0; q < P; q++) {
+    sh.send_n[q] = (size_t)(d.offsets[(q + 1) * El] - d.offsets[q * El]) * C;
+    for (int i = 0; i < El; i++) recv_rows[q] += sh.recv_split[(size_t)q * El + i];
+    sh.recv_n[q] = (size_t)recv_rows[q] * C;
+    recv_first[q + 1] = recv_first[q] + recv_rows[q];
+  }
+  const int R = recv_first[P];
+  // Rows: received grouped by (source rank, local expert, slot).
+  std::vector<float> xr((size_t)R * C);
+  ex.rows(xp, sh.send_n.data(), xr.data(), sh.recv_n.data());
+  // Expert order (local expert, source rank, slot): the one-process order.
+  Dispatch& l = sh.local;
+  l.counts.assign(El, 0);
+  l.offsets.assign(El + 1, 0);
+  for (int i = 0; i < El; i++) {
+    for (int p = 0; p < P; p++) l.counts[i] += sh.recv_split[(size_t)p * El + i];
+    l.offsets[i + 1] = l.offsets[i] + l.counts[i];
+  }
+  sh.perm.assign(R, 0);
+  std::vector<int> next(l.offsets.begin(), l.offsets.end() - 1);
+  for (int p = 0; p < P; p++) {
+    int r = recv_first[p];
+    for (int i = 0; i < El; i++)
+      for (int n = 0; n < sh.recv_split[(size_t)p * El + i]; n++) sh.perm[r++] = next[i]++;
+  }
+  sh.xe.resize((size_t)R * C);
+  scatter_rows(be, sh.perm, xr.data(), sh.xe.data(), C, false);
+  h.resize((size_t)R * 2 * I);
+  a.resize((size_t)R * I);
+  std::vector<float> ye((size_t)R * C);
+  MoeShape ls = s;
+  ls.E = El;
+  experts_forward(be, ls, l, w1 + (size_t)me * El * 2 * I * C, w2 + (size_t)me * El * C * I,
+                  sh.xe.data(), h.data(), a.data(), ye.data());
+  // Back in the received order, then to the ranks the rows came from.
+  scatter_rows(be, sh.perm, ye.data(), xr.data(), C, true);
+  ex.rows(xr.data(), sh.recv_n.data(), y, sh.send_n.data());
+}
+
+void expert_parallel_backward(CpuBackend& be, const MoeShape& s, MoeExchange& ex, const float* w1,
+                              const float* w2, const std::vector<float>& h,
+                              const std::vector<float>& a, const ExpertShard& sh, const float* dy,
+                              float* dxp, float* dw1, float* dw2) {
+  const int P = sh.P, El = sh.El, me = ex.rank(), C = s.C, I = s.I;
+  RATCHET_ASSERT(P == ex.size());
+  const size_t R = sh.perm.size();
+  std::vector<float> dr(R * C), de(R * C), dxe(R * C);
+  ex.rows(dy, sh.send_n.data(), dr.data(), sh.recv_n.data());
+  scatter_rows(be, sh.perm, dr.data(), de.data(), C, false);
+  MoeShape ls = s;
+  ls.E = El;
+  const size_t w1e = (size_t)me * El * 2 * I * C, w2e = (size_t)me * El * C * I;
+  experts_backward(be, ls, sh.local, w1 + w1e, w2 + w2e, sh.xe.data(), h.data(), a.data(),
+                   de.data(), dxe.data(), dw1 + w1e, dw2 + w2e);
+  scatter_rows(be, sh.perm, dxe.data(), dr.data(), C, true);
+  ex.rows(dr.data(), sh.recv_n.data(), dxp, sh.send_n.data());
+}
+
+}  // namespace ratchet::moe

@@ -1,0 +1,329 @@
+// Expert parallelism (--expert-parallel, distributed/expert_parallel.h) as N
+// ranks under mpirun (CTest: N = 1, 2, 3, 4): the experts of each MoE layer
+// sharded over the N ranks, rows exchanged all-to-all.
+//   - The layer (moe::moe_forward / moe_backward with the exchange) on each
+//     rank's tokens against one process computing every expert on all ranks'
+//     tokens concatenated: the expert rows arrive in the one-process order,
+//     so the outputs, dx and the experts' weight gradients are the same bits
+//     (the router's GEMM is the same rows' too: see the note at the check).
+//     Also with an expert that receives no tokens, and with a rank whose
+//     experts receive none.
+//   - The model (GPT with the exchange applied, ZeRO 0-3 as train builds
+//     them; 6 experts on 3 ranks, else 4): N ranks x B rows with
+//     --expert-parallel N (and 2 on 4 ranks) against 1 process x N·B rows
+//     and against N ranks without it, 3 AdamW steps.
+//   - The exchange with N = 1 equals no exchange bit for bit.
+//   - Recomputed blocks (blocks:2) equal kept ones bit for bit.
+//   - Bad --expert-parallel values refused, naming the flag and num_experts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "distributed/communicator.h"
+#include "distributed/expert_parallel.h"
+#include "distributed/strategy.h"
+#include "model/gpt.h"
+#include "model/recompute.h"
+#include "moe/moe_ops.h"
+#include "optim/adamw.h"
+#include "testing/moe_configs.h"
+#include "testing/strategy_testing.h"
+#include "mpi_gtest_main.h"
+#include "zero_step_util.h"
+
+using namespace ratchet;
+using namespace ratchet::zero_testing;
+
+namespace {
+
+Communicator* g_comm = nullptr;
+
+std::vector<float> randn(size_t n, uint64_t seed, float scale) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+bool same_bits(const float* a, const float* b, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!(a[i] == b[i])) return false;
+  return true;
+}
+
+// One MoE layer: every rank's tokens (seeded by rank), the same weights.
+// `dead` experts get no tokens: channel 0 of every token is 1 and their gate
+// has -100 there (the other experts' 0), so they are never in the top k.
+void check_layer(const std::vector<int>& dead) {
+  const int W = g_comm->world(), me = g_comm->rank();
+  moe::MoeShape s;
+  s.N = 12;
+  s.C = 16;
+  s.E = 12;  // divisible by 1, 2, 3 and 4 ranks
+  s.k = 2;
+  s.I = 8;
+  s.norm_topk_prob = true;
+  const size_t NC = (size_t)s.N * s.C, w1n = (size_t)s.E * 2 * s.I * s.C,
+               w2n = (size_t)s.E * s.C * s.I, gn = (size_t)s.E * s.C;
+  std::vector<float> gate = randn(gn, 1, 0.5f), w1 = randn(w1n, 2, 0.2f), w2 = randn(w2n, 3, 0.2f);
+  for (int e = 0; e < s.E; e++) gate[(size_t)e * s.C] = 0.0f;
+  for (int e : dead) gate[(size_t)e * s.C] = -100.0f;
+  auto tokens_of = [&](int r) {
+    std::vector<float> x = randn(NC, 100 + r, 1.0f);
+    for (int n = 0; n < s.N; n++) x[(size_t)n * s.C] = 1.0f;
+    return x;
+  };
+  auto dout_of = [&](int r) { return randn(NC, 200 + r, 1.0f); };
+  std::vector<float> aux(s.E);
+  for (int e = 0; e < s.E; e++) aux[e] = 0.01f * (float)(e + 1);
+
+  CpuBackend cpu(1);
+  // One process: every rank's tokens, all experts.
+  moe::MoeShape all = s;
+  all.N = s.N * W;
+  std::vector<float> xa, da;
+  for (int r = 0; r < W; r++) {
+    const std::vector<float> x = tokens_of(r), d = dout_of(r);
+    xa.insert(xa.end(), x.begin(), x.end());
+    da.insert(da.end(), d.begin(), d.end());
+  }
+  moe::MoeCache ca;
+  std::vector<float> out_a(xa.size()), dx_a(xa.size()), dg_a(gn, 0.0f), dw1_a(w1n, 0.0f),
+      dw2_a(w2n, 0.0f);
+  moe::moe_forward(cpu, all, xa.data(), gate.data(), w1.data(), w2.data(), out_a.data(), ca);
+  moe::moe_backward(cpu, all, xa.data(), gate.data(), w1.data(), w2.data(), da.data(), ca,
+                    aux.data(), dx_a.data(), dg_a.data(), dw1_a.data(), dw2_a.data());
+  for (int e : dead) ASSERT_EQ(ca.dispatch.counts[e], 0) << "expert " << e << " has tokens";
+
+  // Expert parallel over the W ranks: this rank's tokens.
+  ExpertParallel ep(*g_comm, W);
+  const std::vector<float> x = tokens_of(me), d = dout_of(me);
+  moe::MoeCache c;
+  std::vector<float> out(NC), dx(NC), dg(gn, 0.0f), dw1(w1n, 0.0f), dw2(w2n, 0.0f);
+  moe::moe_forward(cpu, s, x.data(), gate.data(), w1.data(), w2.data(), out.data(), c, &ep);
+  moe::moe_backward(cpu, s, x.data(), gate.data(), w1.data(), w2.data(), d.data(), c, aux.data(),
+                    dx.data(), dg.data(), dw1.data(), dw2.data(), nullptr, &ep);
+  // OpenBLAS's sgemm adds each output element over the inner dimension in
+  // the same order whatever the number of rows, so the router's N-row GEMM
+  // gives this rank's rows of the W·N-row one bit for bit; the expert GEMMs
+  // see the same rows in the same order as one process (the exchange's
+  // order). Hence bitwise: out, dx and the owned experts' gradients.
+  const size_t at = (size_t)me * NC;
+  EXPECT_TRUE(same_bits(out.data(), out_a.data() + at, NC)) << "out of rank " << me;
+  EXPECT_TRUE(same_bits(dx.data(), dx_a.data() + at, NC)) << "dx of rank " << me;
+  const int El = s.E / W;
+  const size_t w1e = (size_t)2 * s.I * s.C, w2e = (size_t)s.C * s.I;
+  for (int e = 0; e < s.E; e++) {
+    const bool mine = e / El == me;
+    std::vector<float> zero1(w1e, 0.0f), zero2(w2e, 0.0f);
+    EXPECT_TRUE(same_bits(dw1.data() + e * w1e, mine ? dw1_a.data() + e * w1e : zero1.data(), w1e))
+        << "dw1 of expert " << e << (mine ? " (mine)" : " (not mine: stays zero)");
+    EXPECT_TRUE(same_bits(dw2.data() + e * w2e, mine ? dw2_a.data() + e * w2e : zero2.data(), w2e))
+        << "dw2 of expert " << e << (mine ? " (mine)" : " (not mine: stays zero)");
+  }
+  // The router's gradient: each rank's tokens' part, summed over the ranks
+  // in another order than one process's W·N-row GEMM: 1e-5 relative to the
+  // largest entry (a few FP32 roundings of sums of W·N terms).
+  g_comm->all_reduce(dg.data(), gn, DType::F32, ReduceOp::Sum);
+  double big = 0, diff = 0;
+  for (size_t i = 0; i < gn; i++) {
+    big = std::max(big, (double)std::fabs(dg_a[i]));
+    diff = std::max(diff, (double)std::fabs(dg[i] - dg_a[i]));
+  }
+  EXPECT_LE(diff, 1e-5 * big) << "dgate summed over ranks vs one process";
+  for (int e : dead) {
+    for (size_t i = 0; i < w1e; i++) ASSERT_EQ(dw1[e * w1e + i], 0.0f) << "dead expert " << e;
+    for (size_t i = 0; i < w2e; i++) ASSERT_EQ(dw2[e * w2e + i], 0.0f) << "dead expert " << e;
+  }
+}
+
+TEST(MpiExpertParallel, LayerEqualsOneProcessBitwise) { check_layer({}); }
+
+TEST(MpiExpertParallel, ExpertWithNoTokens) { check_layer({5}); }
+
+TEST(MpiExpertParallel, RankWhoseExpertsGetNoTokens) {
+  const int W = g_comm->world();
+  if (W == 1) GTEST_SKIP() << "needs a second rank to route the tokens to";
+  std::vector<int> dead;  // every expert of the last rank
+  for (int e = 12 - 12 / W; e < 12; e++) dead.push_back(e);
+  check_layer(dead);
+}
+
+// The tiny MoE config of family f with a number of experts the W ranks
+// divide: its 4, or 6 on 3 ranks.
+GPTConfig config_for(Family f, int W) {
+  GPTConfig c = ratchet::testing::tiny_moe_config(f, 0.5f);
+  if (c.num_experts % W != 0) {
+    c.num_experts = 6;
+    c.finalize();
+  }
+  return c;
+}
+
+// A model built for `stage` as train builds it (test_mpi_moe's StageRun),
+// with the statistics reducer and, when ep > 0, the expert exchange.
+struct EpRun {
+  EpRun(Backend& be, const GPTConfig& c, int stage, int ep, uint64_t seed,
+        const Recompute& rp = Recompute())
+      : owned(ratchet::testing::owned_ranges(c, g_comm->world(), g_comm->rank(), stage, true)),
+        m(c, be, ratchet::testing::flat_grads(stage), ratchet::testing::flat_params(stage),
+          ratchet::testing::master_sharded(stage, g_comm->world()) ? &owned : nullptr),
+        dp(ratchet::testing::make_dp(*g_comm, be, m.layout(), AdamWConfig(), stage, nullptr,
+                                     nullptr, true)) {
+    m.set_recompute(rp);
+    dp->attach(m, 1);
+    m.set_moe_stats_reducer(
+        [](double* b, size_t n) { g_comm->all_reduce(b, n, DType::F64, ReduceOp::Sum); },
+        g_comm->world());
+    if (ep > 0) {
+      ex = std::make_unique<ExpertParallel>(*g_comm, ep);
+      ex->apply(m);
+    }
+    m.init_random(seed);
+  }
+  double step(const GPTConfig& c, int s, int B, int T) {
+    const int W = g_comm->world(), r = g_comm->rank();
+    m.zero_grad();
+    const Pair t = tokens(c, B, T, 1000 * s + r);
+    m.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / W);
+    dp->step(m, 1e-2f);
+    return m.moe_stats().aux_loss;
+  }
+  std::vector<float> f32() {
+    std::vector<float> p(m.num_params());
+    dp->params_f32(m, p.data());
+    return p;
+  }
+  std::vector<std::pair<size_t, size_t>> owned;
+  GPT m;
+  std::unique_ptr<DistributedStrategy> dp;
+  std::unique_ptr<ExpertParallel> ex;
+};
+
+TEST(MpiExpertParallel, ModelEqualsOneProcessAndPlainDataParallel) {
+  const int W = g_comm->world();
+  const int B = 2, T = 8, steps = 3;
+  for (const auto& [name, f] : ratchet::testing::moe_families()) {
+    SCOPED_TRACE(name);
+    const GPTConfig c = config_for(f, W);
+    // Expert-parallel sizes dividing both the world and the experts: all
+    // ranks in one group, and (4 ranks) 2 groups of 2, whose experts'
+    // gradients are summed over the 2 replicas of each shard.
+    std::vector<int> sizes;
+    for (int n = 1; n <= W; n++)
+      if (W % n == 0 && c.num_experts % n == 0 && (n > 1 || W == 1)) sizes.push_back(n);
+    if (sizes.empty()) GTEST_SKIP() << c.num_experts << " experts over " << W << " ranks";
+    auto be = make_cpu_backend(1);
+    for (const int n : sizes) {
+      for (int stage : {0, 1, 2, 3}) {
+      SCOPED_TRACE("stage " + std::to_string(stage) + ", --expert-parallel " + std::to_string(n));
+      EpRun ep(*be, c, stage, n, 8), plain(*be, c, stage, 0, 8);
+      GPT one(c, *be);  // every rank's rows in one micro-batch of W·B rows
+      one.init_random(8);
+      AdamW opt(*be, one.layout(), AdamWConfig());
+      for (int s = 0; s < steps; s++) {
+        const double aux_ep = ep.step(c, s, B, T), aux_plain = plain.step(c, s, B, T);
+        Pair all;
+        for (int q = 0; q < W; q++) {
+          const Pair t = tokens(c, B, T, 1000 * s + q);
+          all.x.insert(all.x.end(), t.x.begin(), t.x.end());
+          all.y.insert(all.y.end(), t.y.begin(), t.y.end());
+        }
+        one.zero_grad();
+        one.forward_backward(all.x.data(), all.y.data(), W * B, T, 1.0f);
+        opt.step(one.params(), one.grads(), 1e-2f);
+        // The statistics of the whole global batch in all three. Not
+        // bitwise: an expert's GEMM over B rows (plain) and over W·B rows
+        // (expert parallel, one process) may round differently, and that
+        // reaches the next MoE layer's router: 1e-6 relative, as test_mpi_moe.
+        const double aux_one = one.moe_stats().aux_loss;
+        EXPECT_NEAR(aux_ep, aux_one, 1e-6 * aux_one) << "step " << s;
+        EXPECT_NEAR(aux_plain, aux_one, 1e-6 * aux_one) << "step " << s;
+        if (W == 1) {
+          EXPECT_EQ(aux_ep, aux_one) << "step " << s;
+        }
+      }
+      const std::vector<float> p1 = params_of(one), pe = ep.f32(), pp = plain.f32();
+      if (g_comm->rank() == 0)
+        std::printf("[ %s stage %d, --expert-parallel %d of %d ranks ] max parameter difference: "
+                    "expert parallel vs one process %.2e, vs plain %.2e; plain vs one process "
+                    "%.2e\n", name.c_str(), stage, n, W, max_diff(pe, p1), max_diff(pe, pp),
+                    max_diff(pp, p1));
+      if (W == 1) {
+        // One rank: the exchange path (P = 1) is the plain one bit for bit.
+        EXPECT_TRUE(pe == pp) << "max difference " << max_diff(pe, pp);
+        EXPECT_TRUE(pe == p1) << "max difference " << max_diff(pe, p1);
+      } else {
+        // test_mpi_moe's bound (its RanksEqualOneProcessWithTheWholeBatch):
+        // the CE mean of W·B rows vs the sum of W means scaled by 1/W, and
+        // the gradient sums over ranks in another order (plain data
+        // parallel: each rank's expert gradient over its own rows, then
+        // a + b; expert parallel: one GEMM over every row), magnified by
+        // AdamW where gradients are near zero: 1/300 of lr per step.
+        EXPECT_LT(max_diff(pe, p1), steps * 1e-2 / 300) << "expert parallel vs one process";
+        EXPECT_LT(max_diff(pe, pp), steps * 1e-2 / 300) << "expert parallel vs plain";
+      }
+      }
+    }
+  }
+}
+
+// Recomputed blocks (the layers share one MoE state, refilled by the
+// backward's recompute, which exchanges again) give the kept blocks' bits,
+// at stage 0 and stage 3.
+TEST(MpiExpertParallel, RecomputedBlocksEqualKeptBlocksBitwise) {
+  const int W = g_comm->world();
+  const int B = 2, T = 8, steps = 2;
+  for (const auto& [name, f] : ratchet::testing::moe_families()) {
+    SCOPED_TRACE(name);
+    const GPTConfig c = config_for(f, W);
+    if (c.num_experts % W != 0) GTEST_SKIP() << c.num_experts << " experts over " << W << " ranks";
+    auto be = make_cpu_backend(1);
+    for (int stage : {0, 3}) {
+      SCOPED_TRACE("stage " + std::to_string(stage));
+      EpRun kept(*be, c, stage, W, 8), recomputed(*be, c, stage, W, 8, parse_recompute("blocks:2"));
+      for (int s = 0; s < steps; s++) {
+        kept.step(c, s, B, T);
+        recomputed.step(c, s, B, T);
+      }
+      const std::vector<float> a = kept.f32(), b = recomputed.f32();
+      EXPECT_TRUE(a == b) << "max difference " << max_diff(a, b);
+    }
+  }
+}
+
+TEST(MpiExpertParallel, BadValuesRefusedNamingTheFlag) {
+  const GPTConfig c = ratchet::testing::tiny_moe_config(Family::qwen3_moe);  // 4 experts
+  auto refused = [&](int n, int world, const GPTConfig& cfg, const std::string& backend,
+                     const std::string& words) {
+    try {
+      check_expert_parallel(n, world, cfg, backend);
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("--expert-parallel"), std::string::npos) << m;
+      EXPECT_NE(m.find(words), std::string::npos) << m;
+      return;
+    }
+    ADD_FAILURE() << "--expert-parallel " << n << " on " << world << " ranks was accepted";
+  };
+  refused(3, 3, c, "cpu", "must divide num_experts 4");
+  refused(2, 3, c, "cpu", "must divide the world size 3");
+  refused(0, 2, c, "cpu", "at least 1");
+  refused(2, 2, c, "cuda (bf16)", "cpu backend only");
+  refused(2, 2, ratchet::testing::tiny_llama_config(true, 2, 4, 2, 32, 40, 37, 16),
+          "cpu", "needs a Mixture-of-Experts model");
+  EXPECT_NO_THROW(check_expert_parallel(2, 4, c, "cpu"));
+  EXPECT_NO_THROW(check_expert_parallel(1, 3, c, "cuda (bf16)"));  // 1: nothing to check
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return ratchet::testing::run_mpi_gtests(argc, argv, &g_comm); }
