@@ -38,6 +38,8 @@ moe::MoeShape shape_of(const MoeDims& d) {
   moe::MoeShape s;
   s.N = d.N, s.C = d.C, s.E = d.E, s.k = d.k, s.I = d.I;
   s.norm_topk_prob = d.norm_topk_prob;
+  s.sigmoid = d.sigmoid;
+  s.routed_scale = d.routed_scale;
   return s;
 }
 
@@ -64,15 +66,6 @@ void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1
   if (d.exchange)  // the trainer refuses it earlier (check_expert_parallel); a library caller here
     fail("--expert-parallel runs on the cpu backend only in this slice (docs/moe.md): the cuda "
          "backend has no expert exchange yet; run --expert-parallel 1 or --device cpu");
-  // DeepSeek-V3's options run on the cpu backend only so far (docs/moe.md);
-  // the kernels (kernels/moe_router.cuh) are softmax with unit scaling.
-  if (d.sigmoid)
-    fail("scoring_func \"sigmoid\" (DeepSeek-V3 routing) runs on the cpu backend only so far: "
-         "the cuda MoE kernels have softmax scores; run --device cpu");
-  if (d.routed_scale != 1.f)
-    fail("routed_scaling_factor ", d.routed_scale,
-         " runs on the cpu backend only so far: the cuda MoE kernels do not scale the routing "
-         "weights; run --device cpu");
   CudaMoeState& s = state_of(st);
   moe::CudaMoeCache& c = s.cache;
   // The backward's scratch at its largest now (memory accounting: no growth later).
