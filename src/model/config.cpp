@@ -239,6 +239,8 @@ std::string GPTConfig::describe() const {
     if (num_experts > 0)
       os << " experts=" << num_experts << " top" << experts_per_tok << " moe_ffn=" << moe_ffn_hidden
          << " moe_layers=" << moe_layer_count();
+    if (moe_sigmoid) os << " scoring=sigmoid";  // DeepSeek-V3 routing: only when not the default
+    if (routed_scaling_factor != 1.f) os << " routed_scale=" << routed_scaling_factor;
   }
   return os.str();
 }

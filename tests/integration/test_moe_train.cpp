@@ -97,6 +97,8 @@ TEST_F(MoeTrain, SigmoidRoutingTrainsAndIsCheckpointed) {
               "--router-aux-loss-coef 0 --moe-scoring sigmoid --routed-scaling-factor 2.5");
   const auto r = run_ratchet(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("moe_layers=3 scoring=sigmoid routed_scale=2.5"), std::string::npos)
+      << r.output;
   const Checkpoint ck = read_checkpoint(d / "ck/step_00000002");
   EXPECT_TRUE(ck.meta.model.moe_sigmoid);
   EXPECT_EQ(ck.meta.model.routed_scaling_factor, 2.5f);
