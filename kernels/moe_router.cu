@@ -13,24 +13,28 @@ constexpr int kRouterRowsPerBlock = 8;  // warps per 256-thread block, one row e
 
 template <class T>
 __global__ void moe_router_forward_kernel(float* probs, int* idx, float* w, const T* logits, int N,
-                                          int E, int k, bool norm) {
+                                          int E, int k, bool norm, bool sigmoid, float scale) {
   const int lane = threadIdx.x % 32;
   const int n = blockIdx.x * kRouterRowsPerBlock + threadIdx.x / 32;
   if (n >= N) return;  // the whole warp: every warp collective below has all 32 lanes
   const T* l = logits + (size_t)n * E;
   float* p = probs + (size_t)n * E;
-  float mx = to_f32(l[0]);
-  for (int e = lane; e < E; e += 32) mx = fmaxf(mx, to_f32(l[e]));
-  mx = warp_max(mx);
-  float sum = 0.0f;
-  for (int e = lane; e < E; e += 32) {
-    const float v = expf(to_f32(l[e]) - mx);
-    p[e] = v;
-    sum += v;
+  if (sigmoid) {  // uniform over the warp: no collective is skipped by some lanes only
+    for (int e = lane; e < E; e += 32) p[e] = 1.0f / (1.0f + expf(-to_f32(l[e])));
+  } else {
+    float mx = to_f32(l[0]);
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, to_f32(l[e]));
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int e = lane; e < E; e += 32) {
+      const float v = expf(to_f32(l[e]) - mx);
+      p[e] = v;
+      sum += v;
+    }
+    sum = warp_sum(sum);
+    const float inv = 1.0f / sum;
+    for (int e = lane; e < E; e += 32) p[e] *= inv;  // this lane's own entries: no barrier needed
   }
-  sum = warp_sum(sum);
-  const float inv = 1.0f / sum;
-  for (int e = lane; e < E; e += 32) p[e] *= inv;  // this lane's own entries: no barrier needed
 
   int* ix = idx + (size_t)n * k;
   float* wr = w + (size_t)n * k;
@@ -62,42 +66,56 @@ __global__ void moe_router_forward_kernel(float* probs, int* idx, float* w, cons
       wr[j] = bp;
     }
   }
-  if (norm && lane == 0)
-    for (int j = 0; j < k; j++) wr[j] /= wsum;
+  if (lane == 0) {
+    if (norm) {
+      const float S = sigmoid ? wsum + 1e-20f : wsum;  // DeepSeek-V3's + 1e-20, as the CPU
+      for (int j = 0; j < k; j++) wr[j] /= S;
+    }
+    for (int j = 0; j < k; j++) wr[j] *= scale;  // x * 1.0f is x
+  }
 }
 
 // dprob of expert e (moe_router.cuh): the aux term plus its slot's term, if selected.
 __device__ __forceinline__ float router_dprob(int e, const int* ix, const float* dwr, int k,
-                                              bool norm, float dot, float S, const float* aux) {
+                                              bool norm, float dot, float S, const float* aux,
+                                              float scale) {
   float d = aux ? aux[e] : 0.0f;
   for (int j = 0; j < k; j++)
-    if (ix[j] == e) d += norm ? (dwr[j] - dot) / S : dwr[j];
+    if (ix[j] == e) d += norm ? (scale * dwr[j] - dot) / S : scale * dwr[j];
   return d;
 }
 
 template <class T>
 __global__ void moe_router_backward_kernel(T* dlogits, const float* probs, const int* idx,
                                            const float* w, const float* dw, const float* aux,
-                                           int N, int E, int k, bool norm) {
+                                           int N, int E, int k, bool norm, bool sigmoid,
+                                           float scale) {
   const int lane = threadIdx.x % 32;
   const int n = blockIdx.x * kRouterRowsPerBlock + threadIdx.x / 32;
   if (n >= N) return;
   const float* p = probs + (size_t)n * E;
   const int* ix = idx + (size_t)n * k;
-  const float* wr = w + (size_t)n * k;
+  (void)w;  // the unscaled weights p / S are recomputed to the bit, as on the CPU
   const float* dwr = dw + (size_t)n * k;
   float S = 0.0f, dot = 0.0f;  // every lane the same, in slot order
-  if (norm)
-    for (int j = 0; j < k; j++) {
-      S += p[ix[j]];
-      dot += dwr[j] * wr[j];
-    }
-  float pd = 0.0f;  // sum_e p_e dprob_e
-  for (int e = lane; e < E; e += 32) pd += p[e] * router_dprob(e, ix, dwr, k, norm, dot, S, aux);
-  pd = warp_sum(pd);
+  if (norm) {
+    for (int j = 0; j < k; j++) S += p[ix[j]];
+    if (sigmoid) S += 1e-20f;
+    for (int j = 0; j < k; j++) dot += (scale * dwr[j]) * (p[ix[j]] / S);
+  }
   T* dl = dlogits + (size_t)n * E;
+  if (sigmoid) {  // element-wise: no warp sum (uniform over the warp)
+    for (int e = lane; e < E; e += 32)
+      dl[e] = from_f32<T>(router_dprob(e, ix, dwr, k, norm, dot, S, aux, scale) * p[e] *
+                          (1.0f - p[e]));
+    return;
+  }
+  float pd = 0.0f;  // sum_e p_e dprob_e
   for (int e = lane; e < E; e += 32)
-    dl[e] = from_f32<T>(p[e] * (router_dprob(e, ix, dwr, k, norm, dot, S, aux) - pd));
+    pd += p[e] * router_dprob(e, ix, dwr, k, norm, dot, S, aux, scale);
+  pd = warp_sum(pd);
+  for (int e = lane; e < E; e += 32)
+    dl[e] = from_f32<T>(p[e] * (router_dprob(e, ix, dwr, k, norm, dot, S, aux, scale) - pd));
 }
 
 constexpr int kStatsWarps = 16;
@@ -141,26 +159,26 @@ void check_router_shape(const char* what, int N, int E, int k) {
 
 template <class T>
 void moe_router_forward(float* probs, int* idx, float* w, const T* logits, int N, int E, int k,
-                        bool norm_topk_prob, cudaStream_t stream) {
+                        bool norm_topk_prob, cudaStream_t stream, bool sigmoid, float scale) {
   RATCHET_NVTX_RANGE("moe_router_forward");
   check_router_shape("moe_router_forward: N >= 0, 1 <= E <= 1024, 1 <= k <= E", N, E, k);
   if (N == 0) return;
   RATCHET_LAUNCH((moe_router_forward_kernel<T>), (unsigned)ceil_div(N, kRouterRowsPerBlock),
                  32 * kRouterRowsPerBlock, 0, stream, probs, idx, w, logits, N, E, k,
-                 norm_topk_prob);
+                 norm_topk_prob, sigmoid, scale);
   RATCHET_CHECK_LAUNCH();
 }
 
 template <class T>
 void moe_router_backward(T* dlogits, const float* probs, const int* idx, const float* w,
                          const float* dw, const float* aux_dprob, int N, int E, int k,
-                         bool norm_topk_prob, cudaStream_t stream) {
+                         bool norm_topk_prob, cudaStream_t stream, bool sigmoid, float scale) {
   RATCHET_NVTX_RANGE("moe_router_backward");
   check_router_shape("moe_router_backward: N >= 0, 1 <= E <= 1024, 1 <= k <= E", N, E, k);
   if (N == 0) return;
   RATCHET_LAUNCH((moe_router_backward_kernel<T>), (unsigned)ceil_div(N, kRouterRowsPerBlock),
                  32 * kRouterRowsPerBlock, 0, stream, dlogits, probs, idx, w, dw, aux_dprob, N, E,
-                 k, norm_topk_prob);
+                 k, norm_topk_prob, sigmoid, scale);
   RATCHET_CHECK_LAUNCH();
 }
 
@@ -177,9 +195,10 @@ void moe_aux_stats(double* counts, double* prob_sums, const float* probs, const 
 
 #define RATCHET_INSTANTIATE(T)                                                                   \
   template void moe_router_forward<T>(float*, int*, float*, const T*, int, int, int, bool,       \
-                                      cudaStream_t);                                             \
+                                      cudaStream_t, bool, float);                                \
   template void moe_router_backward<T>(T*, const float*, const int*, const float*, const float*, \
-                                       const float*, int, int, int, bool, cudaStream_t);
+                                       const float*, int, int, int, bool, cudaStream_t, bool,    \
+                                       float);
 RATCHET_INSTANTIATE(float)
 RATCHET_INSTANTIATE(bf16)
 #undef RATCHET_INSTANTIATE

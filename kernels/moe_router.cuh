@@ -10,10 +10,15 @@
 //             w (N,k)     = probs[idx], divided by their sum (in slot order)
 //                           when norm_topk_prob
 //             logits (N,E) storage T; probs, w FP32; idx int      all overwritten
-//   backward  dprob[e] = aux_dprob[e] (or 0) + (selected e = idx[j]):
-//                          norm: (dw_j - sum_l dw_l w_l) / sum_l probs[idx_l]
-//                          else: dw_j
-//             dlogits[e] = p_e (dprob_e - sum_f p_f dprob_f)
+//   DeepSeek-V3 (src/moe/moe_ops.h): sigmoid: probs = sigmoid(logits) per
+//             element, and the renormalising sum gets + 1e-20; scale: w *= scale
+//             after the renormalisation (1: the bits above)
+//   backward  dprob[e] = aux_dprob[e] (or 0) + (selected e = idx[j]), with
+//             dv_j = scale dw_j and S = sum_l probs[idx_l] (+ 1e-20 if sigmoid):
+//                          norm: (dv_j - sum_l dv_l probs[idx_l] / S) / S
+//                          else: dv_j
+//             dlogits[e] = p_e (dprob_e - sum_f p_f dprob_f); sigmoid:
+//                          dprob_e p_e (1 - p_e)
 //             dlogits (N,E) storage T, overwritten; dw (N,k), aux_dprob (E) FP32
 //   stats     counts (E)    += number of (n, j) with idx[n,j] == e
 //             prob_sums (E) += sum_n probs[n,e]                  both FP64, ACCUMULATE
@@ -31,12 +36,14 @@ constexpr int kMoeMaxExperts = 1024;
 
 template <class T>
 void moe_router_forward(float* probs, int* idx, float* w, const T* logits, int N, int E, int k,
-                        bool norm_topk_prob, cudaStream_t stream);
+                        bool norm_topk_prob, cudaStream_t stream, bool sigmoid = false,
+                        float scale = 1.0f);
 
 template <class T>
 void moe_router_backward(T* dlogits, const float* probs, const int* idx, const float* w,
                          const float* dw, const float* aux_dprob, int N, int E, int k,
-                         bool norm_topk_prob, cudaStream_t stream);
+                         bool norm_topk_prob, cudaStream_t stream, bool sigmoid = false,
+                         float scale = 1.0f);
 
 // Column e: warp r of a block sums rows r, r+16, ... in order, then the 16
 // partials are added in warp order: the bits depend on N and E only.

@@ -72,9 +72,13 @@ struct AttnOpts {
 // distributed/expert_parallel.h; src/moe/moe_exchange.h), null: every expert
 // here. The forward and backward of one state get the same one.
 class MoeExchange;
+// sigmoid / routed_scale: DeepSeek-V3's scoring_func "sigmoid" and
+// routed_scaling_factor (moe_ops.h); the defaults are the softmax families'.
 struct MoeDims {
   int N = 0, C = 0, E = 0, k = 0, I = 0;
   bool norm_topk_prob = true;
+  bool sigmoid = false;
+  float routed_scale = 1.f;
   MoeExchange* exchange = nullptr;
 };
 // What one MoE layer's forward keeps for its backward, in the backend's own

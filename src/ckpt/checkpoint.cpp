@@ -185,6 +185,9 @@ void put_model_extras(hid_t f, const GPTConfig& c, const std::string& ctx) {
   put_str(f, "mlp_only_layers", only, ctx);
   put_f64(f, "router_aux_loss_coef", c.router_aux_loss_coef, ctx);
   put_f64(f, "clip_qkv", c.clip_qkv, ctx);
+  // DeepSeek-V3 routing (docs/moe.md); absent in older checkpoints: softmax, 1.
+  put_str(f, "scoring_func", c.moe_sigmoid ? "sigmoid" : "softmax", ctx);
+  put_f64(f, "routed_scaling_factor", c.routed_scaling_factor, ctx);
 }
 void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
   auto arch = h5_string_attr(f, "arch", ctx, "");
@@ -246,6 +249,12 @@ void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
   }
   c->router_aux_loss_coef = (float)get_f64(f, "router_aux_loss_coef", ctx);
   c->clip_qkv = (float)get_f64(f, "clip_qkv", ctx);
+  if (auto sf = h5_string_attr(f, "scoring_func", ctx, "")) {
+    if (*sf != "softmax" && *sf != "sigmoid")
+      fail(ctx, ": attribute scoring_func is '", *sf, "', not softmax or sigmoid");
+    c->moe_sigmoid = *sf == "sigmoid";
+    c->routed_scaling_factor = (float)get_f64(f, "routed_scaling_factor", ctx);
+  }
 }
 
 }  // namespace ckpt_io

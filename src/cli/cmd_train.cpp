@@ -100,6 +100,10 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "--family qwen3_moe, olmoe or mixtral: experts per MoE layer (docs/moe.md)")
     ("experts-per-tok", po::value(&o.experts_per_tok), "MoE: experts each token goes to (top k)")
     ("moe-ffn-hidden", po::value(&o.moe_ffn_hidden), "MoE: each expert's SwiGLU hidden size")
+    ("moe-scoring", po::value(&o.moe_scoring),
+     "MoE: router scores, softmax (default) or sigmoid (DeepSeek-V3's scoring_func; cpu backend)")
+    ("routed-scaling-factor", po::value(&o.routed_scaling_factor),
+     "MoE: the routing weights times this (DeepSeek-V3's routed_scaling_factor; default 1)")
     ("router-aux-loss-coef", po::value(&o.router_aux_loss_coef),
      "MoE: the load-balancing loss's weight (default: the model's router_aux_loss_coef)")
     ("layers", po::value(&o.layers), "number of transformer blocks (overrides the preset)")
@@ -424,6 +428,10 @@ int cmd_train(int argc, char** argv) {
   for (const auto& [flag, v] : reals)
     if (vm.count(flag) && !(std::isfinite(v) && v > 0))
       fail("--", flag, " must be a positive finite number (got ", v, ")");
+  if (vm.count("routed-scaling-factor") &&
+      !(std::isfinite(o.routed_scaling_factor) && o.routed_scaling_factor > 0))
+    fail("--routed-scaling-factor must be a positive finite number (got ", o.routed_scaling_factor,
+         ")");
   if (vm.count("router-aux-loss-coef") &&
       !(std::isfinite(o.router_aux_loss_coef) && o.router_aux_loss_coef >= 0))
     fail("--router-aux-loss-coef must be a finite number >= 0 (got ", o.router_aux_loss_coef, ")");

@@ -121,6 +121,7 @@ void GPTConfig::finalize(const ConfigFieldNames& n) {
     fail("the model has ", params, " parameters (", n.layers, " ", num_layers, ", ", n.channels, " ",
          channels, ", ", n.vocab_size, " ", vocab_size, "), more than ratchet holds (",
          kMaxParams, " = 2^46): choose a smaller model");
+  check_deepseek_routing();  // before GPT-2 returns: its configs must not carry them either
   if (arch == Arch::gpt2) {
     // GPT-2 has none of the llama options; refuse them rather than ignore them.
     if (kv_heads() != num_heads)
@@ -190,6 +191,39 @@ void GPTConfig::finalize(const ConfigFieldNames& n) {
   }
 }
 
+// DeepSeek-V3's routing options (docs/moe.md): sigmoid scores and the
+// routed scaling run in the model; the shared experts, the selection bias and
+// group-limited selection are refused by name until they do.
+void GPTConfig::check_deepseek_routing() const {
+  if (!(routed_scaling_factor > 0) || !std::isfinite(routed_scaling_factor))
+    fail("routed_scaling_factor must be a positive finite number (got ", routed_scaling_factor,
+         "); 1 leaves the routing weights as they are");
+  if (!(moe_bias_update_rate >= 0) || !std::isfinite(moe_bias_update_rate))
+    fail("the selection bias's update rate must be a finite number >= 0 (got ",
+         moe_bias_update_rate, ")");
+  const bool deepseek = moe_sigmoid || routed_scaling_factor != 1.f || n_shared_experts != 0 ||
+                        moe_selection_bias || moe_bias_update_rate != 0 || n_group != 1 ||
+                        topk_group != 1;
+  if (!deepseek) return;
+  if (!moe())
+    fail("scoring_func, routed_scaling_factor, n_shared_experts, e_score_correction_bias and "
+         "n_group are MoE options, but the model has no experts (num_experts 0)");
+  if (n_group != 1 || topk_group != 1)
+    fail("n_group ", n_group, " / topk_group ", topk_group,
+         ": group-limited expert selection is not implemented; ratchet routes over all experts "
+         "(n_group 1, topk_group 1)");
+  if (n_shared_experts < 0)
+    fail("n_shared_experts ", n_shared_experts, " must be >= 0");
+  if (n_shared_experts > 0)
+    fail("n_shared_experts ", n_shared_experts,
+         ": shared experts are not implemented in the model yet (src/moe has the layer op); "
+         "use n_shared_experts 0");
+  if (moe_selection_bias || moe_bias_update_rate != 0)
+    fail("e_score_correction_bias (topk_method \"noaux_tc\", the selection bias and its update "
+         "rate ", moe_bias_update_rate, ") is not implemented in the model yet (src/moe has the "
+         "op and the update rule); route without it");
+}
+
 std::string GPTConfig::describe() const {
   std::ostringstream os;
   if (arch == Arch::llama) os << "llama ";
@@ -205,6 +239,8 @@ std::string GPTConfig::describe() const {
     if (num_experts > 0)
       os << " experts=" << num_experts << " top" << experts_per_tok << " moe_ffn=" << moe_ffn_hidden
          << " moe_layers=" << moe_layer_count();
+    if (moe_sigmoid) os << " scoring=sigmoid";  // DeepSeek-V3 routing: only when not the default
+    if (routed_scaling_factor != 1.f) os << " routed_scale=" << routed_scaling_factor;
   }
   return os.str();
 }
@@ -423,6 +459,17 @@ GPTConfig config_from_flags(const ModelFlags& f) {
     if (f.experts_per_tok != 0) c.experts_per_tok = f.experts_per_tok;
     if (f.moe_ffn_hidden != 0) c.moe_ffn_hidden = f.moe_ffn_hidden;
   }
+  if (!f.moe_scoring.empty() || f.routed_scaling_factor != 0) {
+    if (!c.moe())
+      fail(!f.moe_scoring.empty() ? "--moe-scoring" : "--routed-scaling-factor",
+           " needs a Mixture-of-Experts family: --family qwen3_moe, olmoe or mixtral");
+    if (!f.moe_scoring.empty()) {
+      if (f.moe_scoring != "softmax" && f.moe_scoring != "sigmoid")
+        fail("--moe-scoring is '", f.moe_scoring, "'; it must be softmax or sigmoid");
+      c.moe_sigmoid = f.moe_scoring == "sigmoid";
+    }
+    if (f.routed_scaling_factor != 0) c.routed_scaling_factor = f.routed_scaling_factor;
+  }
   if (c.llama() && family_is_moe(c.family)) {
     if (c.num_experts < 1 || c.experts_per_tok < 1 || c.moe_ffn_hidden < 1)
       fail("--family ", family_name(c.family), " needs --num-experts, --experts-per-tok and "
@@ -498,6 +545,10 @@ std::string first_config_difference(const GPTConfig& a, const GPTConfig& b) {
         if (a.layer_is_moe(l) != b.layer_is_moe(l)) return "mlp_only_layers";
     }
     if (a.clip_qkv != b.clip_qkv) return "clip_qkv";
+    if (a.moe_sigmoid != b.moe_sigmoid) return "moe_sigmoid";
+    if (a.routed_scaling_factor != b.routed_scaling_factor) return "routed_scaling_factor";
+    if (a.n_shared_experts != b.n_shared_experts) return "n_shared_experts";
+    if (a.moe_selection_bias != b.moe_selection_bias) return "moe_selection_bias";
   }
   return "";
 }

@@ -121,6 +121,16 @@ struct GPTConfig {
   std::vector<int> mlp_only_layers;  // HF mlp_only_layers: layers kept dense
   float router_aux_loss_coef = 0.f;  // HF router_aux_loss_coef: the aux loss's weight in training
   float clip_qkv = 0.f;          // OLMoE clip_qkv: q, k, v clamped to [-c, c]; 0 = off
+  // DeepSeek-V3-style routing (transformers' DeepseekV3TopkRouter; the
+  // defaults keep the softmax families' math bit for bit):
+  bool moe_sigmoid = false;      // HF scoring_func "sigmoid": scores = sigmoid(logits); false: softmax
+  float routed_scaling_factor = 1.f;  // HF routed_scaling_factor: the k weights times this
+  // Implemented in src/moe (moe_ops.h: MoeExtra, bias_update) but not yet in
+  // the model: finalize() refuses anything but the defaults, naming the field.
+  int n_shared_experts = 0;      // HF n_shared_experts: one SwiGLU of moe_ffn_hidden·n on every token
+  bool moe_selection_bias = false;  // HF e_score_correction_bias (topk_method "noaux_tc")
+  float moe_bias_update_rate = 0.f; // the bias's per-step update rate (aux-loss-free balancing)
+  int n_group = 1, topk_group = 1;  // HF group-limited selection: only 1 / 1 (no groups)
 
   int head_size() const { return head_dim > 0 ? head_dim : channels / num_heads; }
   // What attention writes and o_proj reads: NH·hs (C unless head_dim says otherwise).
@@ -150,6 +160,7 @@ struct GPTConfig {
   // Fills padded_vocab from vocab_size and checks the shape (bounds
   // included); throws Error naming the offending field as `names` calls it.
   void finalize(const ConfigFieldNames& names = kFlagNames);
+  void check_deepseek_routing() const;  // finalize's part for the DeepSeek-V3 options
   // Parameters of this shape, in floating point (no overflow for any field
   // values): what finalize() bounds before any exact count is made.
   double param_count() const;
@@ -178,6 +189,9 @@ struct ModelFlags {
   int sliding_window = 0;            // --family mistral / gemma3: the window (0: none)
   // --family qwen3_moe / olmoe / mixtral: E, k and I of every MoE layer (0: the preset's)
   int num_experts = 0, experts_per_tok = 0, moe_ffn_hidden = 0;
+  // --moe-scoring softmax|sigmoid and --routed-scaling-factor ("" / 0: the model's)
+  std::string moe_scoring;
+  float routed_scaling_factor = 0;
 };
 // The finalized config the flags describe; throws Error naming the flag.
 GPTConfig config_from_flags(const ModelFlags& f);

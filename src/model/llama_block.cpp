@@ -318,6 +318,8 @@ MoeDims GPT::moe_dims(int BT) const {
   d.k = cfg_.experts_per_tok;
   d.I = cfg_.moe_ffn_hidden;
   d.norm_topk_prob = cfg_.norm_topk_prob;
+  d.sigmoid = cfg_.moe_sigmoid;
+  d.routed_scale = cfg_.routed_scaling_factor;
   d.exchange = moe_training_ ? moe_exchange_ : nullptr;
   return d;
 }

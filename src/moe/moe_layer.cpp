@@ -1,5 +1,5 @@
 // The whole MoE layer: router -> dispatch -> gather -> experts -> combine,
-// and its backward (math in moe_ops.h).
+// plus DeepSeek-V3's shared expert, and its backward (math in moe_ops.h).
 #include <vector>
 
 #include "core/error.h"
@@ -7,9 +7,20 @@
 
 namespace ratchet::moe {
 
+namespace {
+void check_extra(const MoeShape& s, const MoeExtra* extra) {
+  if (s.Is < 0) fail("MoE layer: shared expert hidden size ", s.Is, " must be >= 0");
+  if (s.Is > 0 && (!extra || !extra->sw1 || !extra->sw2))
+    fail("MoE layer: n_shared_experts > 0 (shared hidden ", s.Is,
+         ") but no shared expert weights were given");
+}
+}  // namespace
+
 void moe_forward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
-                 const float* w1, const float* w2, float* out, MoeCache& c, MoeExchange* ex) {
+                 const float* w1, const float* w2, float* out, MoeCache& c, MoeExchange* ex,
+                 const MoeExtra* extra) {
   check_shape(s);
+  check_extra(s, extra);
   const size_t NE = (size_t)s.N * s.E, Nk = (size_t)s.N * s.k;
   c.logits.resize(NE);
   c.probs.resize(NE);
@@ -19,7 +30,8 @@ void moe_forward(CpuBackend& be, const MoeShape& s, const float* x, const float*
   c.h.resize(Nk * 2 * s.I);
   c.a.resize(Nk * s.I);
   c.y.resize(Nk * s.C);
-  router_forward(be, s, x, gate, c.logits.data(), c.probs.data(), c.idx.data(), c.w.data());
+  router_forward(be, s, x, gate, c.logits.data(), c.probs.data(), c.idx.data(), c.w.data(),
+                 extra ? extra->bias : nullptr);
   build_dispatch(s, c.idx.data(), c.dispatch);
   gather_rows(be, s, c.dispatch, x, c.xp.data());
   c.sharded = ex != nullptr;
@@ -29,13 +41,33 @@ void moe_forward(CpuBackend& be, const MoeShape& s, const float* x, const float*
   else
     experts_forward(be, s, c.dispatch, w1, w2, c.xp.data(), c.h.data(), c.a.data(), c.y.data());
   combine(be, s, c.dispatch, c.w.data(), c.y.data(), out);
+  if (s.Is > 0) {
+    // DeepseekV3MoE: routed output + shared_experts(x), added per element
+    // after the routed combine. h and a are kept for the backward; the
+    // shared output is scratch.
+    const int N = s.N, C = s.C, Is = s.Is;
+    c.sh_h.resize((size_t)N * 2 * Is);
+    c.sh_a.resize((size_t)N * Is);
+    std::vector<float> sy((size_t)N * C);
+    be.matmul_forward(c.sh_h.data(), nullptr, x, extra->sw1, nullptr, N, C, 2 * Is);
+    be.swiglu_forward(c.sh_a.data(), c.sh_h.data(), N, Is);
+    be.matmul_forward(sy.data(), nullptr, c.sh_a.data(), extra->sw2, nullptr, N, Is, C);
+    for (size_t i = 0; i < (size_t)N * C; i++) out[i] += sy[i];
+  } else {
+    c.sh_h.clear();
+    c.sh_a.clear();
+  }
 }
 
 void moe_backward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
                   const float* w1, const float* w2, const float* dout, const MoeCache& c,
                   const float* aux_dprob, float* dx, float* dgate, float* dw1, float* dw2,
-                  float* dw_route, MoeExchange* ex) {
+                  float* dw_route, MoeExchange* ex, const MoeExtra* extra, float* dsw1,
+                  float* dsw2) {
   check_shape(s);
+  check_extra(s, extra);
+  if (s.Is > 0 && (!dsw1 || !dsw2))
+    fail("MoE backward: the shared expert (hidden ", s.Is, ") needs its gradient buffers");
   if (c.sharded != (ex != nullptr))
     fail("MoE backward: the forward ran ", c.sharded ? "with" : "without",
          " expert parallelism but the backward ", ex ? "has" : "has no", " exchange");
@@ -83,6 +115,18 @@ void moe_backward(CpuBackend& be, const MoeShape& s, const float* x, const float
       const float* src = dxp.data() + (size_t)d.row_of[(size_t)n * k + j] * C;
       for (int i = 0; i < C; i++) o[i] += src[i];
     }
+  }
+  if (s.Is > 0) {
+    // The shared expert: a dense SwiGLU MLP on all N tokens; its dx is added
+    // after the routed and router terms.
+    const int Is = s.Is;
+    if (c.sh_h.size() != (size_t)N * 2 * Is)
+      fail("MoE backward: the forward ran without the shared expert");
+    std::vector<float> da((size_t)N * Is), dh((size_t)N * 2 * Is), dxs((size_t)N * C);
+    be.matmul_backward(da.data(), dsw2, nullptr, dout, c.sh_a.data(), extra->sw2, N, Is, C);
+    be.swiglu_backward(dh.data(), c.sh_h.data(), da.data(), N, Is);
+    be.matmul_backward(dxs.data(), dsw1, nullptr, dh.data(), x, extra->sw1, N, C, 2 * Is);
+    for (size_t i = 0; i < (size_t)N * C; i++) dx[i] += dxs[i];
   }
 }
 

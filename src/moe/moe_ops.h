@@ -42,6 +42,22 @@
 // are (f_e = k/E, sum_e P_e = 1). The op outputs counts and sums (+=), so
 // layers, micro-batches and ranks add them (an all-reduce) before the loss.
 // f is a count and carries no gradient: dloss/dprobs[n,e] = E count_e / T^2.
+//
+// DeepSeek-V3-style options (transformers' DeepseekV3TopkRouter and
+// DeepseekV3MoE; every default keeps the math above bit for bit):
+//   sigmoid      probs = sigmoid(logits), element-wise, FP32, instead of the
+//                softmax; dlogits = dp * p * (1 - p)
+//   bias (E)     a selection bias (HF e_score_correction_bias): the top k are
+//                chosen on probs + bias, the weights are the UNBIASED probs
+//                of the chosen experts; no gradient flows into the bias
+//   renormalise  with sigmoid, w = p / (sum + 1e-20) as DeepSeek-V3 writes it
+//                (the softmax families divide by the plain sum)
+//   routed_scale w *= routed_scaling_factor after the renormalisation
+//   shared       Is = I * n_shared_experts: one SwiGLU MLP sw1 (2Is,C),
+//                sw2 (C,Is) on every token, its output added to the routed
+//                output (HF shared_experts, gate | up rows as in w1)
+// The bias is updated outside the layer (bias_update below), from the global
+// load, after each optimizer step.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -58,14 +74,26 @@ struct MoeShape {
   int k = 0;  // experts per token
   int I = 0;  // expert intermediate size (moe_intermediate_size)
   bool norm_topk_prob = true;
+  bool sigmoid = false;         // DeepSeek-V3 scoring_func "sigmoid" (default softmax)
+  float routed_scale = 1.0f;    // HF routed_scaling_factor
+  int Is = 0;                   // shared expert hidden size I * n_shared_experts; 0: none
+};
+// The DeepSeek-V3 parameters of one layer beside gate/w1/w2 (null: unused).
+// bias (E): the selection bias; sw1 (2Is,C), sw2 (C,Is): the shared expert.
+struct MoeExtra {
+  const float* bias = nullptr;
+  const float* sw1 = nullptr;
+  const float* sw2 = nullptr;
 };
 // Throws Error naming the bad value (k < 1, k > E, E < 1, a size < 0).
 void check_shape(const MoeShape& s);
 
 // ---- router (moe_router.cpp) -------------------------------------------------
 // logits (N,E), probs (N,E), idx (N,k), w (N,k): all overwritten.
+// bias (E) or null: the selection bias (top-k on probs + bias, weights from probs).
 void router_forward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
-                    float* logits, float* probs, int* idx, float* w);
+                    float* logits, float* probs, int* idx, float* w,
+                    const float* bias = nullptr);
 // dw (N,k) gradient of the routing weights; aux_dprob (E) or null: the aux
 // loss's gradient per probability (moe_aux_loss). dlogits (N,E) and dx (N,C)
 // overwritten, dgate (E,C) accumulated.
@@ -140,19 +168,25 @@ struct MoeCache {
                                         // experts sharded, h and a are (R,2I) (R,I)
   bool sharded = false;                 // the forward ran with a MoeExchange
   ExpertShard shard;
+  std::vector<float> sh_h, sh_a;        // the shared expert's (N,2Is) (N,Is); empty: none
 };
 // out (N,C) overwritten. ex: the experts sharded over its ranks (null: all
 // experts here).
+// extra: the bias and the shared expert (null: neither; the shared expert's
+// weights are required when s.Is > 0).
 void moe_forward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
                  const float* w1, const float* w2, float* out, MoeCache& cache,
-                 MoeExchange* ex = nullptr);
+                 MoeExchange* ex = nullptr, const MoeExtra* extra = nullptr);
 // dx (N,C) overwritten; dgate, dw1, dw2 accumulated; aux_dprob (E) or null.
 // dw_route (N,k) or null: receives the routing weights' gradient (for tests).
-// ex: as the forward's (checked against the cache).
+// ex: as the forward's (checked against the cache). extra as the forward's;
+// dsw1 (2Is,C), dsw2 (C,Is): the shared expert's gradients, accumulated
+// (required when s.Is > 0). The bias gets no gradient.
 void moe_backward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
                   const float* w1, const float* w2, const float* dout, const MoeCache& cache,
                   const float* aux_dprob, float* dx, float* dgate, float* dw1, float* dw2,
-                  float* dw_route = nullptr, MoeExchange* ex = nullptr);
+                  float* dw_route = nullptr, MoeExchange* ex = nullptr,
+                  const MoeExtra* extra = nullptr, float* dsw1 = nullptr, float* dsw2 = nullptr);
 
 // ---- load-balancing statistics (moe_aux_loss.cpp) ------------------------------
 // counts (E) += top-k selections per expert, prob_sums (E) += column sums of
@@ -164,5 +198,15 @@ void aux_stats(const MoeShape& s, const float* probs, const int* idx, double* co
 // coef * loss w.r.t. each probability of column e (router_backward's aux_dprob).
 double aux_loss(int E, const double* counts, const double* prob_sums, double T, float coef,
                 float* dprob);
+
+// ---- the selection bias's update (moe_bias_update.cpp) -------------------------
+// DeepSeek-V3's auxiliary-loss-free balancing, as torchtitan writes it: from
+// load (E), the GLOBAL top-k selections per expert of one layer over the
+// step (all ranks, all micro-batches), delta_e = rate * sign(mean(load) -
+// load_e), then delta -= mean(delta), and bias (E) += delta. Computed in
+// double from exact counts, so every rank that has the same counts (the
+// all-reduced statistics) makes the same bits. A step with no tokens
+// (every load 0) leaves the bias unchanged.
+void bias_update(int E, const double* load, float rate, float* bias);
 
 }  // namespace ratchet::moe

@@ -1,5 +1,6 @@
-// The router: gate projection, FP32 softmax over all experts, deterministic
-// top-k, optional renormalisation, and their backward (math in moe_ops.h).
+// The router: gate projection, FP32 softmax over all experts (or DeepSeek-V3's
+// sigmoid), deterministic top-k (optionally on biased scores), optional
+// renormalisation and routed scaling, and their backward (math in moe_ops.h).
 #include <cmath>
 #include <vector>
 
@@ -19,7 +20,7 @@ void check_shape(const MoeShape& s) {
 }
 
 void router_forward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
-                    float* logits, float* probs, int* idx, float* w) {
+                    float* logits, float* probs, int* idx, float* w, const float* bias) {
   check_shape(s);
   const int N = s.N, E = s.E, k = s.k;
   be.matmul_forward(logits, nullptr, x, gate, nullptr, N, s.C, E);
@@ -27,29 +28,46 @@ void router_forward(CpuBackend& be, const MoeShape& s, const float* x, const flo
   for (int n = 0; n < N; n++) {
     const float* l = logits + (size_t)n * E;
     float* p = probs + (size_t)n * E;
-    float mx = l[0];
-    for (int e = 1; e < E; e++) mx = std::fmax(mx, l[e]);
-    float sum = 0.0f;
-    for (int e = 0; e < E; e++) sum += (p[e] = std::exp(l[e] - mx));
-    const float inv = 1.0f / sum;
-    for (int e = 0; e < E; e++) p[e] *= inv;
+    if (s.sigmoid) {
+      // DeepSeek-V3: independent scores, logits.sigmoid() in FP32.
+      for (int e = 0; e < E; e++) p[e] = 1.0f / (1.0f + std::exp(-l[e]));
+    } else {
+      float mx = l[0];
+      for (int e = 1; e < E; e++) mx = std::fmax(mx, l[e]);
+      float sum = 0.0f;
+      for (int e = 0; e < E; e++) sum += (p[e] = std::exp(l[e] - mx));
+      const float inv = 1.0f / sum;
+      for (int e = 0; e < E; e++) p[e] *= inv;
+    }
     // Top-k by selection: k passes, each the largest not yet taken; the strict
-    // '>' keeps the lowest index among equal probabilities.
+    // '>' keeps the lowest index among equal scores. With a bias the choice
+    // is on p + bias (HF scores_for_choice), the weight the unbiased p.
     int* ix = idx + (size_t)n * k;
     float* wr = w + (size_t)n * k;
     float wsum = 0.0f;
     for (int j = 0; j < k; j++) {
       int best = -1;
+      float best_score = 0.0f;
       for (int e = 0; e < E; e++) {
         bool taken = false;
         for (int t = 0; t < j; t++) taken |= ix[t] == e;
-        if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        const float sc = bias ? p[e] + bias[e] : p[e];
+        if (!taken && (best < 0 || sc > best_score)) {
+          best = e;
+          best_score = sc;
+        }
       }
       ix[j] = best;
       wsum += (wr[j] = p[best]);
     }
-    if (s.norm_topk_prob)
-      for (int j = 0; j < k; j++) wr[j] /= wsum;
+    if (s.norm_topk_prob) {
+      // DeepSeek-V3 divides by sum + 1e-20 (sigmoid scores need not sum to 1);
+      // the softmax families by the plain sum.
+      const float S = s.sigmoid ? wsum + 1e-20f : wsum;
+      for (int j = 0; j < k; j++) wr[j] /= S;
+    }
+    // routed_scaling_factor; x * 1.0f is x, so the default changes no bit.
+    for (int j = 0; j < k; j++) wr[j] *= s.routed_scale;
   }
 }
 
@@ -57,29 +75,39 @@ void router_backward(CpuBackend& be, const MoeShape& s, const float* x, const fl
                      const float* probs, const int* idx, const float* w, const float* dw,
                      const float* aux_dprob, float* dlogits, float* dx, float* dgate) {
   check_shape(s);
+  (void)w;  // the unscaled weights are recomputed from probs, to the bit
   const int N = s.N, E = s.E, k = s.k;
 #pragma omp parallel for num_threads(be.threads()) schedule(static)
   for (int n = 0; n < N; n++) {
     const float* p = probs + (size_t)n * E;
     const int* ix = idx + (size_t)n * k;
-    const float* wr = w + (size_t)n * k;
     const float* dwr = dw + (size_t)n * k;
     float* dl = dlogits + (size_t)n * E;  // holds dprobs first, then dlogits
     for (int e = 0; e < E; e++) dl[e] = aux_dprob ? aux_dprob[e] : 0.0f;
+    // w_j = scale * p_j [/ S]: dw'_j = scale * dw_j is the gradient of the
+    // unscaled weight w'_j = w_j / scale.
+    const float sc = s.routed_scale;
     if (s.norm_topk_prob) {
-      // w_j = p_j / S: dp_j = (dw_j - sum_l dw_l w_l) / S
+      // w'_j = p_j / S: dp_j = (dw'_j - sum_l dw'_l w'_l) / S
       float S = 0.0f, dot = 0.0f;
-      for (int j = 0; j < k; j++) {
-        S += p[ix[j]];
-        dot += dwr[j] * wr[j];
-      }
-      for (int j = 0; j < k; j++) dl[ix[j]] += (dwr[j] - dot) / S;
+      for (int j = 0; j < k; j++) S += p[ix[j]];
+      if (s.sigmoid) S += 1e-20f;
+      // p_j / S is the forward's w'_j to the bit (the same sum, the same
+      // division), and sc * dw_j is dw_j when sc is 1: the default path
+      // gives the bits it gave before these options.
+      for (int j = 0; j < k; j++) dot += (sc * dwr[j]) * (p[ix[j]] / S);
+      for (int j = 0; j < k; j++) dl[ix[j]] += (sc * dwr[j] - dot) / S;
     } else {
-      for (int j = 0; j < k; j++) dl[ix[j]] += dwr[j];
+      for (int j = 0; j < k; j++) dl[ix[j]] += sc * dwr[j];
     }
-    float pd = 0.0f;  // sum_e p_e dp_e
-    for (int e = 0; e < E; e++) pd += p[e] * dl[e];
-    for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - pd);
+    if (s.sigmoid) {
+      // Element-wise: dlogit_e = dp_e * p_e * (1 - p_e).
+      for (int e = 0; e < E; e++) dl[e] = dl[e] * p[e] * (1.0f - p[e]);
+    } else {
+      float pd = 0.0f;  // sum_e p_e dp_e
+      for (int e = 0; e < E; e++) pd += p[e] * dl[e];
+      for (int e = 0; e < E; e++) dl[e] = p[e] * (dl[e] - pd);
+    }
   }
   be.matmul_backward(dx, dgate, nullptr, dlogits, x, gate, N, s.C, E);
 }

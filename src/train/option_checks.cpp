@@ -234,6 +234,12 @@ void check_model_flags_match(const TrainOptions& o, const GPTConfig& c) {
   for (const auto& [flag, v] : ints)
     if (v.first != 0 && v.first != v.second) refuse(flag, std::to_string(v.first), std::to_string(v.second));
   if (o.untied && c.tied_embeddings) refuse("--untied", "", "tied embeddings");
+  if (!o.moe_scoring.empty() && o.moe_scoring != (c.moe_sigmoid ? "sigmoid" : "softmax"))
+    refuse("--moe-scoring", o.moe_scoring,
+           std::string("scoring_func ") + (c.moe_sigmoid ? "sigmoid" : "softmax"));
+  if (o.routed_scaling_factor != 0 && o.routed_scaling_factor != c.routed_scaling_factor)
+    refuse("--routed-scaling-factor", num(o.routed_scaling_factor),
+           "routed_scaling_factor " + num(c.routed_scaling_factor));
   if (!o.family.empty() && (!c.llama() || parse_family_flag(o.family, "--family") != c.family))
     refuse("--family", o.family, std::string("family ") + (c.llama() ? family_name(c.family) : "gpt2"));
   if (o.head_dim != 0 && (!c.llama() || o.head_dim != c.head_size()))

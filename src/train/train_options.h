@@ -20,6 +20,9 @@ struct TrainOptions {
   int head_dim = 0, sliding_window = 0;  // --head-dim, --sliding-window (0: unset)
   // --num-experts, --experts-per-tok, --moe-ffn-hidden (0: unset; MoE families)
   int num_experts = 0, experts_per_tok = 0, moe_ffn_hidden = 0;
+  // --moe-scoring softmax|sigmoid, --routed-scaling-factor ("" / 0: the model's)
+  std::string moe_scoring;
+  float routed_scaling_factor = 0;
   // --router-aux-loss-coef: the MoE aux loss's weight; NaN: the config's
   float router_aux_loss_coef = std::numeric_limits<float>::quiet_NaN();
   bool model_given = false;  // --model given (not its default): checked against --init-from

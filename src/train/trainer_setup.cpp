@@ -61,6 +61,7 @@ GPTConfig Trainer::resolve_config() const {
   f.family = o_.family, f.head_dim = o_.head_dim, f.sliding_window = o_.sliding_window;
   f.num_experts = o_.num_experts, f.experts_per_tok = o_.experts_per_tok;
   f.moe_ffn_hidden = o_.moe_ffn_hidden;
+  f.moe_scoring = o_.moe_scoring, f.routed_scaling_factor = o_.routed_scaling_factor;
   f.vocab_size = o_.vocab_size > 0 ? o_.vocab_size : train_ds_->vocab_size();
   f.max_seq_len = o_.max_seq_len;
   c = config_from_flags(f);
@@ -183,6 +184,12 @@ void Trainer::open_data() {
            cfg_.describe(), "): drop the flag, or train a --family qwen3_moe, olmoe or mixtral model");
     cfg_.router_aux_loss_coef = o_.router_aux_loss_coef;
   }
+  // transformers' load_balancing_loss_func is defined on softmax
+  // probabilities, and DeepSeek-V3 trains without it: refused, not invented.
+  if (cfg_.moe_sigmoid && cfg_.router_aux_loss_coef != 0)
+    fail("router_aux_loss_coef ", cfg_.router_aux_loss_coef,
+         " with --moe-scoring sigmoid: the load-balancing loss is defined on softmax "
+         "probabilities, and DeepSeek-V3 trains without it; add --router-aux-loss-coef 0");
   // The model's tokenizer is the data's (issue 29): refused, naming both digests, when not.
   if (const std::string m = check_init_tokenizer(o_.init_from, train_ds_->meta(),
                                                  "--train-data '" + o_.train_data + "'",

@@ -86,6 +86,26 @@ TEST_F(MoeTrain, LogsAuxLossAndLoadAndResumesBitIdentically) {
       << "resumed MoE weights differ";
 }
 
+// DeepSeek-V3 routing through the binary: sigmoid scores and
+// routed_scaling_factor train (without the aux loss) and land in the
+// checkpoint.
+TEST_F(MoeTrain, SigmoidRoutingTrainsAndIsCheckpointed) {
+  TempDir d;
+  std::string cmd = train_cmd(d.path, 2);
+  const std::string from = "--router-aux-loss-coef 0.02";
+  cmd.replace(cmd.find(from), from.size(),
+              "--router-aux-loss-coef 0 --moe-scoring sigmoid --routed-scaling-factor 2.5");
+  const auto r = run_ratchet(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("moe_layers=3 scoring=sigmoid routed_scale=2.5"), std::string::npos)
+      << r.output;
+  const Checkpoint ck = read_checkpoint(d / "ck/step_00000002");
+  EXPECT_TRUE(ck.meta.model.moe_sigmoid);
+  EXPECT_EQ(ck.meta.model.routed_scaling_factor, 2.5f);
+  for (const nlohmann::json& j : read_jsonl(d / "log.jsonl"))
+    if (j.contains("grad_norm")) EXPECT_TRUE(std::isfinite((double)j["loss"])) << j.dump();
+}
+
 TEST_F(MoeTrain, BadMoeFlagsAreRefusedNamingTheFlag) {
   struct Bad {
     std::string from, to, says;
@@ -97,6 +117,13 @@ TEST_F(MoeTrain, BadMoeFlagsAreRefusedNamingTheFlag) {
       {"--router-aux-loss-coef 0.02", "--router-aux-loss-coef -1", "--router-aux-loss-coef must be"},
       {"--family qwen3_moe", "--family qwen3", "--num-experts needs a Mixture-of-Experts family"},
       {"--num-experts 4 ", "", "--family qwen3_moe needs --num-experts"},
+      // DeepSeek-V3 routing (docs/moe.md)
+      {"--router-aux-loss-coef 0.02", "--router-aux-loss-coef 0.02 --moe-scoring tanh",
+       "--moe-scoring is 'tanh'; it must be softmax or sigmoid"},
+      {"--router-aux-loss-coef 0.02", "--router-aux-loss-coef 0.02 --moe-scoring sigmoid",
+       "add --router-aux-loss-coef 0"},
+      {"--router-aux-loss-coef 0.02", "--routed-scaling-factor 0",
+       "--routed-scaling-factor must be a positive finite number"},
   };
   for (const Bad& b : bad) {
     TempDir d;

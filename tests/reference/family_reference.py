@@ -38,6 +38,11 @@ OlmoeSparseMoeBlock, MixtralSparseMoeBlock, load_balancing_loss_func):
   clip_qkv            OLMoE: q, k, v clamped to [-c, c] after the q/k norms
   aux_coef            the loss trained on is CE + aux_coef * E * sum_e f_e P_e
                       over the concatenated router logits of every MoE layer
+  scoring_func        "softmax" (default) or "sigmoid": DeepSeek-V3's
+                      DeepseekV3TopkRouter scores (models/deepseek_v3), whose
+                      renormalisation divides by sum + 1e-20
+  routed_scaling_factor   DeepSeek-V3: the k routing weights times this
+                      (after the renormalisation; default 1)
   report_ce           the loss reported (the output file's loss and losses) is
                       the cross-entropy alone (default), or with false the
                       whole CE + aux_coef * aux
@@ -86,7 +91,7 @@ FAMILY_DEFAULTS = dict(head_dim=0, qkv_bias=False, qk_norm="none", norm_placemen
                        layer_types=None, no_rope_layers=None, rope_local_theta=0.0,
                        num_experts=0, experts_per_tok=0, moe_ffn=0, norm_topk_prob=False,
                        decoder_sparse_step=1, mlp_only_layers=[], clip_qkv=0.0, aux_coef=0.0,
-                       report_ce=True)
+                       scoring_func="softmax", routed_scaling_factor=1.0, report_ce=True)
 
 
 def layer_is_moe(cfg, l):
@@ -146,13 +151,15 @@ def moe_block(h, gate_w, w1, w2, cfg):
     E, k, I = cfg["num_experts"], cfg["experts_per_tok"], cfg["moe_ffn"]
     x = h.reshape(-1, C)
     logits = x @ gate_w.T
-    probs = logits.softmax(-1)
+    sigmoid = cfg["scoring_func"] == "sigmoid"
+    probs = logits.sigmoid() if sigmoid else logits.softmax(-1)
     top, idx = torch.topk(probs, k, dim=-1)
     if k < E:  # the k-th and (k+1)-th logits' gap: the log of the probabilities' ratio
         srt = logits.detach().sort(-1, descending=True).values
         routing_gaps.append((srt[:, k - 1] - srt[:, k]).min().item())
     if cfg["norm_topk_prob"]:
-        top = top / top.sum(-1, keepdim=True)
+        top = top / (top.sum(-1, keepdim=True) + (1e-20 if sigmoid else 0.0))
+    top = top * cfg["routed_scaling_factor"]
     out = torch.zeros_like(x)
     for e in range(E):
         tok, slot = torch.where(idx == e)
@@ -171,7 +178,10 @@ def aux_loss(router_logits, cfg):
     expert (summed over the k slots, no gradient), P = the mean probability,
     E * sum_e f_e P_e."""
     E, k = cfg["num_experts"], cfg["experts_per_tok"]
-    probs = torch.cat(router_logits, 0).softmax(-1)
+    # With sigmoid scores (DeepSeek-V3, which trains without this loss) P is
+    # the mean sigmoid score: what ratchet's statistics hold, for the report.
+    logits = torch.cat(router_logits, 0)
+    probs = logits.sigmoid() if cfg["scoring_func"] == "sigmoid" else logits.softmax(-1)
     _, sel = torch.topk(probs, k, dim=-1)
     tokens_per_expert = F.one_hot(sel, E).double().mean(0)          # (k, E)
     return (tokens_per_expert * probs.mean(0).unsqueeze(0)).sum() * E
@@ -301,6 +311,9 @@ def check_config(cfg, where):
         if not (1 <= k <= E) or cfg["moe_ffn"] < 1 or cfg["decoder_sparse_step"] < 1:
             sys.exit(f"{where}: experts_per_tok {k} must be in 1..num_experts {E}, moe_ffn "
                      f"{cfg['moe_ffn']} and decoder_sparse_step {cfg['decoder_sparse_step']} >= 1")
+        if cfg["scoring_func"] not in ("softmax", "sigmoid") or not cfg["routed_scaling_factor"] > 0:
+            sys.exit(f"{where}: scoring_func {cfg['scoring_func']!r} must be softmax or sigmoid "
+                     f"and routed_scaling_factor {cfg['routed_scaling_factor']} > 0")
     for key, ok in (("qk_norm", ("none", "per_head", "full_width")),
                     ("norm_placement", ("pre", "post", "sandwich")),
                     ("mlp_act", ("silu", "gelu_tanh"))):

@@ -83,7 +83,8 @@ void write_config(const std::string& path, const GPTConfig& c) {
     << ", \"decoder_sparse_step\": " << c.decoder_sparse_step << ", \"mlp_only_layers\": [";
   for (size_t i = 0; i < c.mlp_only_layers.size(); i++) j << (i ? ", " : "") << c.mlp_only_layers[i];
   j << "], \"clip_qkv\": " << c.clip_qkv << ", \"aux_coef\": " << (c.moe() ? c.router_aux_loss_coef : 0.f)
-    << "}\n";
+    << ", \"scoring_func\": \"" << (c.moe_sigmoid ? "sigmoid" : "softmax")
+    << "\", \"routed_scaling_factor\": " << c.routed_scaling_factor << "}\n";
 }
 
 bool is_norm(int i) {
@@ -110,13 +111,16 @@ std::vector<float> family_params(const GPTConfig& c, bool zero_norms = false) {
   // import leave them (param_layout.h; AdamW keeps them zero); the router
   // 8x wider than reference_params' N(0, 0.1), so that the logits spread
   // (std ~4.5 at C = 32) and no top-k choice sits near a tie (the oracle
-  // refuses a gap below 1e-4 between the k-th and (k+1)-th logit).
+  // refuses a gap below 1e-4 between the k-th and (k+1)-th logit). Sigmoid
+  // scores only 4x (logit std ~2.2): at 8x some logits would pass ~16, where
+  // float32's sigmoid rounds to 1 and two experts would tie in float32 only.
+  const float wide = c.moe_sigmoid ? 4.f : 8.f;
   for (int l = 0; c.moe() && l < c.num_layers; l++)
     for (int i : {P_FCW, P_FCPROJW, P_ROUTERW, P_EXPW1, P_EXPW2}) {
       const size_t n = lay.per_layer(i, c.num_layers);
       float* s = p.data() + lay.offsets[i] + l * n;
       const bool used = (i == P_FCW || i == P_FCPROJW) != c.layer_is_moe(l);
-      for (size_t j = 0; j < n; j++) s[j] = !used ? 0.f : i == P_ROUTERW ? 8.f * s[j] : s[j];
+      for (size_t j = 0; j < n; j++) s[j] = !used ? 0.f : i == P_ROUTERW ? wide * s[j] : s[j];
     }
   return p;
 }
@@ -181,7 +185,9 @@ void check_against_oracle(const GPTConfig& c, bool zero_norms = false, double pa
     ASSERT_NE(at, std::string::npos) << run.output;
     const double aux = std::stod(run.output.substr(at + 5));
     EXPECT_NEAR(m.moe_stats().aux_loss, aux, 1e-6 * aux);
-    EXPECT_GT(aux, c.experts_per_tok);  // not uniform routing: the gradient through it matters
+    // Not uniform routing: the gradient through it matters (softmax: the
+    // loss is k at uniform; sigmoid scores do not sum to 1, so no such bound).
+    if (!c.moe_sigmoid) EXPECT_GT(aux, c.experts_per_tok);
     if (empty_expert) {
       for (int l = 0; l < c.moe_layer_count(); l++)
         EXPECT_EQ(m.moe_stats().counts.at((size_t)l * c.num_experts + 3), 0.0) << "MoE layer " << l;
@@ -316,6 +322,33 @@ TEST(FamilyPyTorchReference, MixtralWindow) { check_against_oracle(hf_moe_config
 // rows 0 and 1 opposite (empty_expert_3), so expert 3 is never chosen; its
 // w1/w2 gradients are zero on both sides, and the router's row 3 still
 // learns through the softmax and the aux loss.
+// DeepSeek-V3's router options on Qwen3-MoE's layers (transformers'
+// DeepseekV3TopkRouter): sigmoid scores, top 2 of 4 renormalised by sum +
+// 1e-20, times routed_scaling_factor 2.5, without the aux loss (DeepSeek-V3
+// trains without it; the trainer refuses the pair). The router's logit gap
+// is checked as for softmax: sigmoid is monotone, so the order of the logits
+// is the order of the scores.
+TEST(FamilyPyTorchReference, Qwen3MoeSigmoidRoutedScaling) {
+  GPTConfig c = hf_moe_config(Family::qwen3_moe, /*tied=*/false);
+  c.moe_sigmoid = true;
+  c.routed_scaling_factor = 2.5f;
+  c.router_aux_loss_coef = 0.f;
+  c.finalize();
+  check_against_oracle(c);
+}
+
+// The same without renormalisation: the weights are raw sigmoid scores
+// times 0.5; tied embeddings.
+TEST(FamilyPyTorchReference, Qwen3MoeSigmoidNoNorm) {
+  GPTConfig c = hf_moe_config(Family::qwen3_moe, /*tied=*/true);
+  c.moe_sigmoid = true;
+  c.norm_topk_prob = false;
+  c.routed_scaling_factor = 0.5f;
+  c.router_aux_loss_coef = 0.f;
+  c.finalize();
+  check_against_oracle(c);
+}
+
 TEST(FamilyPyTorchReference, OlmoeTop1EmptyExpert) {
   GPTConfig c = hf_moe_config(Family::olmoe);
   c.experts_per_tok = 1;

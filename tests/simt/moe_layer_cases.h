@@ -229,6 +229,10 @@ inline const Case kCases[] = {
     {"k = E = 4", {20, 16, 4, 4, 8, true}, -1},
     {"E 8, k 2, 600 slots (3 dispatch chunks), expert 5 empty", {300, 32, 8, 2, 16, false}, 5},
     {"E 1, k 1", {9, 8, 1, 1, 8, true}, -1},
+    // DeepSeek-V3 routing: sigmoid scores, routed_scaling_factor (norm on and off).
+    {"sigmoid, scale 2.5, norm", {40, 16, 4, 2, 8, true, true, 2.5f}, -1},
+    {"sigmoid, scale 0.5, no norm, expert 2 empty", {24, 16, 4, 2, 8, false, true, 0.5f}, 2},
+    {"softmax, scale 3, norm", {20, 16, 4, 2, 8, true, false, 3.0f}, -1},
 };
 
 template <class T>

@@ -66,6 +66,8 @@ TEST(CudaBackendSimtMoe, ShapesTheCudaPathCannotTakeAreRefused) {
   expect_refused({4, 8, 4, 2, 6, true}, false, "must be multiples of 4");
   expect_refused({4, 8, 2000, 2, 8, true}, false, "num_experts is 2000");
   expect_refused({4, 8, 4, 5, 8, true}, false, "num_experts_per_tok (top-k) is 5");
+  // DeepSeek-V3's shared expert is in the cpu ops only.
+  expect_refused({4, 8, 4, 2, 8, true, true, 1.0f, 8}, false, "shared experts (n_shared_experts)");
   // The layer itself refuses before touching memory.
   auto owner = ratchet::make_cuda_backend("bf16");
   auto& be = dynamic_cast<ratchet::cuda::CudaBackend<bf16>&>(*owner);

@@ -23,6 +23,8 @@ moe::MoeShape shape_of(const MoeDims& d) {
   s.k = d.k;
   s.I = d.I;
   s.norm_topk_prob = d.norm_topk_prob;
+  s.sigmoid = d.sigmoid;
+  s.routed_scale = d.routed_scale;
   return s;
 }
 

@@ -40,6 +40,9 @@ void check_cuda_shape(const MoeShape& s, size_t storage_bytes) {
          " and moe_intermediate_size ", s.I, " must be multiples of ", pack,
          " (each expert's rows of the packed buffers start 16-byte aligned for cuBLASLt); "
          "use --device cpu for this shape");
+  if (s.Is != 0)
+    fail("MoE layer (cuda): shared experts (n_shared_experts) run on the cpu ops only so far; "
+         "use --device cpu");
   if (s.E > kernels::kMoeMaxExperts)
     fail("MoE layer (cuda): num_experts is ", s.E, "; the cuda router takes at most ",
          kernels::kMoeMaxExperts, " experts; use --device cpu");
@@ -81,7 +84,8 @@ void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gat
   if (N == 0) return;
 
   be.matmul_forward(logits, nullptr, x, gate, nullptr, N, C, E);
-  kernels::moe_router_forward<T>(probs, idx, w, logits, N, E, k, s.norm_topk_prob, st);
+  kernels::moe_router_forward<T>(probs, idx, w, logits, N, E, k, s.norm_topk_prob, st, s.sigmoid,
+                                 s.routed_scale);
   kernels::moe_dispatch(counts, offsets, row_of, slot_of, dscratch, idx, slots, E, st);
   // The per-expert GEMM loop needs the rows per expert on the host.
   std::vector<int> host(2 * (E + 1));
@@ -114,7 +118,8 @@ void moe_backward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr ga
   check_cuda_shape(s, sizeof(T));
   const MoeShape& f = c.shape;
   if (f.N != s.N || f.C != s.C || f.E != s.E || f.k != s.k || f.I != s.I ||
-      f.norm_topk_prob != s.norm_topk_prob)
+      f.norm_topk_prob != s.norm_topk_prob || f.sigmoid != s.sigmoid ||
+      f.routed_scale != s.routed_scale)
     fail("MoE backward (cuda): the cache holds a forward of another shape (N ", f.N, ", C ", f.C,
          ", E ", f.E, ", k ", f.k, ", I ", f.I, "; this call N ", s.N, ", C ", s.C, ", E ", s.E,
          ", k ", s.k, ", I ", s.I, "): run moe_forward with this shape first");
@@ -152,7 +157,7 @@ void moe_backward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr ga
                        at<T>(w1, (size_t)e * 2 * I * C), rows, C, 2 * I);
   }
   kernels::moe_router_backward<T>(dlogits, probs, idx, w, dw, aux_dprob, N, E, k,
-                                  s.norm_topk_prob, st);
+                                  s.norm_topk_prob, st, s.sigmoid, s.routed_scale);
   // The router's dx overwrites dx, then the experts' rows are added per token
   // in slot order (the CPU's order).
   be.matmul_backward(dx, dgate, nullptr, dlogits, x, gate, N, C, E);

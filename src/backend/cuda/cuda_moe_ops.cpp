@@ -38,6 +38,8 @@ moe::MoeShape shape_of(const MoeDims& d) {
   moe::MoeShape s;
   s.N = d.N, s.C = d.C, s.E = d.E, s.k = d.k, s.I = d.I;
   s.norm_topk_prob = d.norm_topk_prob;
+  s.sigmoid = d.sigmoid;
+  s.routed_scale = d.routed_scale;
   return s;
 }
 

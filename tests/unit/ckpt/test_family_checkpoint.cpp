@@ -175,4 +175,24 @@ TEST(FamilyCheckpoint, MoeFamiliesResumeBitIdentically) {
     }
 }
 
+// DeepSeek-V3 routing (docs/moe.md): scoring_func and routed_scaling_factor
+// travel as attributes, and a sigmoid model resumes bit for bit.
+TEST(FamilyCheckpoint, SigmoidRoutingResumesBitIdentically) {
+  GPTConfig c = tiny_moe_config(Family::qwen3_moe, 0.0f);
+  c.moe_sigmoid = true;
+  c.routed_scaling_factor = 2.5f;
+  c.finalize();
+  TempDir d;
+  Checkpoint ck;
+  ck.meta.model = c;
+  ck.params.assign(ParamLayout(c).total, 0.0f);
+  ck.adam_m = ck.params;
+  ck.adam_v = ck.params;
+  write_checkpoint_files(d.path, ck);
+  const GPTConfig back = read_checkpoint(d.path).meta.model;
+  EXPECT_TRUE(back.moe_sigmoid);
+  EXPECT_EQ(back.routed_scaling_factor, 2.5f);
+  for (bool sharded : {false, true}) resumes_bit_identically("qwen3_moe sigmoid", c, sharded);
+}
+
 }  // namespace

@@ -3,6 +3,10 @@
 // refusals that name the field.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "model/config.h"
 #include "model/param_layout.h"
 #include "testing/expect_error.h"
@@ -78,6 +82,66 @@ TEST(MoeConfig, RefusalsNameTheField) {
   refuse([](GPTConfig& c) { c.num_experts = 0; }, "num_experts 0");
   refuse([](GPTConfig& c) { c.arch = Arch::gpt2, c.family = Family::llama, c.num_kv_heads = 0,
                             c.ffn_hidden = 0; }, "a llama-family option");
+}
+
+// DeepSeek-V3's routing options: sigmoid and routed_scaling_factor are
+// accepted on a MoE model; what the model does not implement yet (shared
+// experts, the selection bias, group-limited selection) is refused naming
+// the field, and so is any of them on a dense model.
+TEST(MoeConfig, DeepSeekRoutingFields) {
+  GPTConfig ok = tiny_moe();
+  ok.moe_sigmoid = true, ok.routed_scaling_factor = 2.5f;
+  ok.finalize();
+  auto refuse = [](void (*edit)(GPTConfig&), std::vector<std::string> needles) {
+    GPTConfig c = tiny_moe();
+    edit(c);
+    ratchet::testing::expect_error([&] { c.finalize(); }, needles);
+  };
+  refuse([](GPTConfig& c) { c.n_group = 8, c.topk_group = 4; }, {"n_group 8", "not implemented"});
+  refuse([](GPTConfig& c) { c.n_shared_experts = 1; }, {"n_shared_experts 1", "not implemented"});
+  refuse([](GPTConfig& c) { c.n_shared_experts = -1; }, {"n_shared_experts -1"});
+  refuse([](GPTConfig& c) { c.moe_selection_bias = true; }, {"e_score_correction_bias"});
+  refuse([](GPTConfig& c) { c.moe_bias_update_rate = 0.001f; }, {"e_score_correction_bias"});
+  refuse([](GPTConfig& c) { c.moe_bias_update_rate = -1.f; }, {"update rate"});
+  refuse([](GPTConfig& c) { c.routed_scaling_factor = 0.f; }, {"routed_scaling_factor"});
+  refuse([](GPTConfig& c) { c.routed_scaling_factor = NAN; }, {"routed_scaling_factor"});
+  refuse([](GPTConfig& c) {
+    c.num_experts = 0, c.experts_per_tok = 0, c.moe_ffn_hidden = 0, c.moe_sigmoid = true;
+  }, {"no experts"});
+  refuse([](GPTConfig& c) {
+    c.arch = Arch::gpt2, c.family = Family::llama, c.num_kv_heads = 0, c.ffn_hidden = 0;
+    c.num_experts = 0, c.experts_per_tok = 0, c.moe_ffn_hidden = 0;
+    c.routed_scaling_factor = 2.f;
+  }, {"no experts"});
+  // first_config_difference names them (an --init-from or resume check).
+  GPTConfig a = tiny_moe();
+  a.finalize();
+  EXPECT_EQ(first_config_difference(a, ok), "moe_sigmoid");
+  GPTConfig b = a;
+  b.routed_scaling_factor = 2.f;
+  EXPECT_EQ(first_config_difference(a, b), "routed_scaling_factor");
+}
+
+// The flags: --moe-scoring and --routed-scaling-factor on a MoE family.
+TEST(MoeConfig, DeepSeekRoutingFlags) {
+  ModelFlags f;
+  f.model = "custom", f.arch = "llama", f.layers = 2, f.heads = 2, f.channels = 32;
+  f.family = "qwen3_moe", f.num_experts = 4, f.experts_per_tok = 2, f.moe_ffn_hidden = 16;
+  f.vocab_size = 100, f.max_seq_len = 16;
+  GPTConfig c = config_from_flags(f);
+  EXPECT_FALSE(c.moe_sigmoid);
+  EXPECT_EQ(c.routed_scaling_factor, 1.f);
+  f.moe_scoring = "sigmoid", f.routed_scaling_factor = 2.5f;
+  c = config_from_flags(f);
+  EXPECT_TRUE(c.moe_sigmoid);
+  EXPECT_EQ(c.routed_scaling_factor, 2.5f);
+  f.moe_scoring = "tanh";
+  ratchet::testing::expect_error([&] { config_from_flags(f); }, {"--moe-scoring", "tanh"});
+  ModelFlags d;
+  d.model = "custom", d.arch = "llama", d.layers = 2, d.heads = 2, d.channels = 32;
+  d.vocab_size = 100, d.max_seq_len = 16, d.moe_scoring = "sigmoid";
+  ratchet::testing::expect_error([&] { config_from_flags(d); },
+                                 {"--moe-scoring", "Mixture-of-Experts"});
 }
 
 TEST(MoeConfig, DifferenceNamesTheMoeField) {

@@ -141,5 +141,27 @@ TEST(CheckTrainOptions, EarlyStoppingFollowsALoggedMetric) {
                         {"--early-stop-patience needs --eval-every"});
 }
 
+// --moe-scoring and --routed-scaling-factor with --init-from must agree with
+// the model the checkpoint holds (DeepSeek-V3 routing, docs/moe.md).
+TEST(CheckModelFlagsMatch, DeepSeekRoutingFlagsAgreeWithTheCheckpoint) {
+  GPTConfig c;
+  c.arch = Arch::llama, c.family = Family::qwen3_moe;
+  c.num_layers = 2, c.num_heads = 2, c.channels = 32, c.vocab_size = 100, c.max_seq_len = 16;
+  c.num_experts = 4, c.experts_per_tok = 2, c.moe_ffn_hidden = 16;
+  c.moe_sigmoid = true, c.routed_scaling_factor = 2.5f;
+  c.finalize();
+  TrainOptions o = valid();
+  o.init_from = "ck/step_00000010";
+  o.moe_scoring = "sigmoid", o.routed_scaling_factor = 2.5f;
+  check_model_flags_match(o, c);  // the same: accepted
+  o.moe_scoring = "softmax";
+  testing::expect_error([&] { check_model_flags_match(o, c); },
+                        {"--moe-scoring softmax disagrees with --init-from", "scoring_func sigmoid"});
+  o.moe_scoring = "";
+  o.routed_scaling_factor = 1.f;
+  testing::expect_error([&] { check_model_flags_match(o, c); },
+                        {"--routed-scaling-factor 1 disagrees", "routed_scaling_factor 2.5"});
+}
+
 }  // namespace
 }  // namespace ratchet
