@@ -298,10 +298,12 @@ int cmd_plan(int argc, char** argv) {
   in.zero.reshard_given = !vm["reshard-after-forward"].defaulted();
   if (!vm.count("gpus-per-node")) in.zero.gpus_per_node = f.device == "cpu" ? 1 : 8;
 
-  if (f.expert_parallel < 1 || (f.expert_parallel > 1 && !in.cfg.moe()) ||
-      (in.cfg.moe() && in.cfg.num_experts % f.expert_parallel != 0))
+  if (f.expert_parallel < 1 || (f.expert_parallel > 1 && !in.cfg.moe()))
     fail("--expert-parallel ", f.expert_parallel, " must be at least 1, and above 1 only for a "
-         "Mixture-of-Experts model whose num_experts it divides");
+         "Mixture-of-Experts model (as `ratchet train`)");
+  if (in.cfg.moe() && in.cfg.num_experts % f.expert_parallel != 0)
+    fail("--expert-parallel ", f.expert_parallel, " must divide num_experts ",
+         in.cfg.num_experts, " (as `ratchet train`): choose a divisor");
   const plan::Plan p = plan::make_plan(in);
   std::cout << (f.json ? plan::plan_json(p) : plan::plan_table(p));
   if (!f.json && f.expert_parallel > 1)  // docs/moe.md; bench/cpu/moe_a2a.sh measures it

@@ -11,9 +11,9 @@
 // Every rank keeps every expert's weights. A rank adds gradient only to its
 // own experts' slices; the others stay zero, so the strategy's sum over the
 // world is the sum over the world/N ranks holding each expert (the data
-// parallel replicas of that shard), plus zeros. At ZeRO-0 a rank keeps the
-// AdamW moments of its own experts only and the group all-gathers the
-// updated expert weights after each step (expert_shards.h); at ZeRO 1-3 the
+// parallel replicas of that shard), plus zeros. At ZeRO 0-1 a rank keeps
+// the AdamW moments of its own experts only and the group all-gathers the
+// updated expert weights after each step (expert_shards.h); at ZeRO 2-3 the
 // strategy keeps every expert's state, sharded as the rest. Consequences:
 //   - forward() (evaluation, samples) needs no exchange: every rank can
 //     compute every expert (GPT::set_moe_exchange);

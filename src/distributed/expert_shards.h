@@ -2,7 +2,7 @@
 // (issue 39 item 4; docs/moe.md "What each rank keeps"). Rank q of an
 // expert-parallel group computes experts [q·E/N, (q+1)·E/N) of every MoE
 // layer, so only it has their gradient: the ZeRO-0 strategy, and ZeRO-1's
-// flat shards, give it the AdamW moments of those slices of expw1 and expw2
+// shards (not with --shard-group), give it the AdamW moments of those slices of expw1 and expw2
 // and none of the other experts' (ZeRO-1: its shard of the rest beside
 // them), and after each update the group all-gathers the updated expert
 // weights (every rank keeps every expert's weights, for evaluation, samples

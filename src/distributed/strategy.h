@@ -70,7 +70,7 @@ struct DistributedConfig {
   // --shard-group (distributed/shard_groups.h): shard inside groups, the
   // groups replicas of one another; null: one group, the world.
   const ShardGroups* groups = nullptr;
-  // --expert-parallel N > 1 (distributed/expert_shards.h): at ZeRO-0 this
+  // --expert-parallel N > 1 (distributed/expert_shards.h): at ZeRO 0-1 this
   // rank keeps AdamW state only for its own experts; null (or n 1): for all.
   const ExpertShards* experts = nullptr;
 
@@ -169,7 +169,7 @@ class DistributedStrategy {
 
   // --expert-parallel's shards (DistributedConfig::experts) when this
   // strategy keeps only this rank's experts' state (ZeRO-0, and ZeRO-1
-  // without buckets or --shard-group); null when it keeps every expert's.
+  // without --shard-group); null when it keeps every expert's.
   const ExpertShards* experts() const { return experts_; }
   // The log's line ("ZeRO-1: optimizer state sharded", ...).
   virtual std::string describe() const = 0;
