@@ -14,8 +14,8 @@
 //     log's "expert state" line: half at N 2), and ZeRO 1-3 equal it too;
 //   - a 6-expert run resumes from N 2 on 2 ranks at N 3 on 3 ranks and the
 //     reverse, ending where one process ends;
-//   - a checkpoint whose expert moments' shard is damaged is refused naming
-//     the file, and the run resumes from the one before.
+//   - a checkpoint whose expert moments' shard is damaged or missing is
+//     refused naming the file, and the run resumes from the one before.
 // Tolerances (test_mpi_train's): the expert gradients are one GEMM over both
 // ranks' rows instead of a + b of two (or accumulated over micro-batches),
 // a few FP32 ulps per step that AdamW can magnify where gradients are near
@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <regex>
 #include <string>
@@ -226,28 +227,38 @@ TEST_F(MpiExpertParallelTrain, ResumesAtAnotherExpertParallelAndWorldSize) {
   }
 }
 
-// The newest checkpoint's shard 1 (rank 1's experts' moments) damaged: the
-// resume names the file, skips that checkpoint and continues from the one
-// before, ending where the uninterrupted run ends.
-TEST_F(MpiExpertParallelTrain, ADamagedExpertShardFallsBackToTheOlderCheckpoint) {
-  TempDir straight, run;
+// The newest checkpoint's shard 1 (rank 1's experts' moments) damaged (a
+// flipped byte) or missing: the resume names the file, skips that
+// checkpoint and continues from the one before, ending where the
+// uninterrupted run ends.
+TEST_F(MpiExpertParallelTrain, ADamagedOrMissingExpertShardFallsBackToTheOlderCheckpoint) {
+  TempDir straight;
   const std::string every = " --ckpt-every-steps 2 --keep-last 5";
   auto r = mpirun_ratchet(2, cmd(straight.path, 2, "--expert-parallel 2" + every));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = mpirun_ratchet(2, cmd(run.path, 2, "--expert-parallel 2" + every), "RATCHET_FAULT=USR1@step-5");
-  ASSERT_EQ(r.exit_code, 75) << r.output;
-  const std::string ck = run / "ck";
-  const std::string shard = ck + "/step_00000005/shard_00001.h5";
-  std::string bytes = read_file(shard);
-  bytes[bytes.size() / 2] ^= 0x10;
-  write_file(shard, bytes);
-  r = mpirun_ratchet(2, cmd(run.path, 2, "--expert-parallel 2" + every));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const size_t skip = r.output.find("skipping " + ck + "/step_00000005: checkpoint ");
-  ASSERT_NE(skip, std::string::npos) << r.output;
-  EXPECT_NE(r.output.find(shard, skip), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
-  expect_close(straight.path, run.path, "a damaged expert shard: resumed from step 4", false);
+  for (const std::string damage : {"flip", "missing"}) {
+    TempDir run;
+    r = mpirun_ratchet(2, cmd(run.path, 2, "--expert-parallel 2" + every),
+                       "RATCHET_FAULT=USR1@step-5");
+    ASSERT_EQ(r.exit_code, 75) << r.output;
+    const std::string ck = run / "ck";
+    const std::string shard = ck + "/step_00000005/shard_00001.h5";
+    if (damage == "flip") {
+      std::string bytes = read_file(shard);
+      bytes[bytes.size() / 2] ^= 0x10;
+      write_file(shard, bytes);
+    } else {
+      ASSERT_EQ(std::remove(shard.c_str()), 0) << shard;
+    }
+    r = mpirun_ratchet(2, cmd(run.path, 2, "--expert-parallel 2" + every));
+    ASSERT_EQ(r.exit_code, 0) << damage << "\n" << r.output;
+    const size_t skip = r.output.find("skipping " + ck + "/step_00000005: checkpoint ");
+    ASSERT_NE(skip, std::string::npos) << damage << "\n" << r.output;
+    EXPECT_NE(r.output.find(shard, skip), std::string::npos) << damage << "\n" << r.output;
+    EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+    expect_close(straight.path, run.path, "an expert shard " + damage + ": resumed from step 4",
+                 false);
+  }
 }
 
 TEST_F(MpiExpertParallelTrain, ExpertsNotDivisibleByTheGroupAreRefused) {
