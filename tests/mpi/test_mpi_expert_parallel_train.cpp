@@ -196,34 +196,50 @@ TEST_F(MpiExpertParallelTrain, ZeroStagesAndTwoGroupsEqualPlainDataParallel) {
 // 6 experts, 96 tokens a step (1 x 6, 2 x 3 or 3 x 2 rows of 16): a run
 // stopped at step 3 at one expert-parallel size and world size resumes at
 // another and ends where one uninterrupted process ends. The checkpoint at
-// N 2 has each expert's moments only from its owner (rank 1's shard lists
-// its experts' ranges); N 3 reads them from both shards.
+// N 2 has each expert's moments only from its owner (each shard lists its
+// experts' ranges); N 3 reads them from both shards. And 4 experts, 64
+// tokens, 4 ranks in 2 groups of 2 at ZeRO 0 and 1 (group 1's replicas of
+// the experts write nothing) resuming on one process.
 TEST_F(MpiExpertParallelTrain, ResumesAtAnotherExpertParallelAndWorldSize) {
-  TempDir one;
-  auto r = run_ratchet(cmd(one.path, 6, "", 6, 96));
+  TempDir one6, one4;
+  auto r = run_ratchet(cmd(one6.path, 6, "", 6, 96));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet(cmd(one4.path, 4, "", 4, 64));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   struct Case {
-    int from, to;
+    int from_ranks, from_n, to_ranks, to_n;
+    std::string zero;
+    int experts, tokens;
   };
-  for (const Case c : {Case{2, 3}, Case{3, 2}, Case{3, 1}}) {
+  for (const Case& c : {Case{2, 2, 3, 3, "0", 6, 96}, Case{3, 3, 2, 2, "0", 6, 96},
+                        Case{3, 3, 1, 1, "0", 6, 96}, Case{2, 2, 3, 3, "1", 6, 96},
+                        Case{4, 2, 1, 1, "0", 4, 64}, Case{4, 2, 1, 1, "1", 4, 64}}) {
     TempDir run;
-    const std::string what = "--expert-parallel " + std::to_string(c.from) + " on " +
-                             std::to_string(c.from) + " ranks -> stop at 3 -> " +
-                             std::to_string(c.to);
-    r = mpirun_ratchet(c.from, cmd(run.path, 6 / c.from, "--expert-parallel " + std::to_string(c.from), 6, 96),
+    const std::string what = "--expert-parallel " + std::to_string(c.from_n) + " --zero " +
+                             c.zero + " on " + std::to_string(c.from_ranks) +
+                             " ranks -> stop at 3 -> --expert-parallel " + std::to_string(c.to_n) +
+                             " on " + std::to_string(c.to_ranks);
+    const int rows = c.tokens / 16;
+    r = mpirun_ratchet(c.from_ranks,
+                       cmd(run.path, rows / c.from_ranks,
+                           "--zero " + c.zero + " --expert-parallel " + std::to_string(c.from_n),
+                           c.experts, c.tokens),
                        "RATCHET_FAULT=USR1@step-3");
     ASSERT_EQ(r.exit_code, 75) << what << "\n" << r.output;
     const CheckpointReader reader(run / "ck/step_00000003");
-    ASSERT_EQ(reader.shards().size(), (size_t)c.from) << what;
-    // Each rank's shard: its share of the rest and its experts' slices of
-    // expw1 and expw2 in each of the 3 layers (beside the rest's pieces).
-    for (const auto& sh : reader.shards()) EXPECT_GE(sh.ranges.size(), 6u) << what;
-    const std::string resume = cmd(run.path, 6 / c.to,
-                                   c.to > 1 ? "--expert-parallel " + std::to_string(c.to) : "", 6, 96);
-    r = c.to > 1 ? mpirun_ratchet(c.to, resume) : run_ratchet(resume);
+    // A rank of group 1 whose even share is all experts writes no shard.
+    ASSERT_GE(reader.shards().size(), (size_t)c.from_n) << what;
+    ASSERT_LE(reader.shards().size(), (size_t)c.from_ranks) << what;
+    // Group 0's shards: their share of the rest and their experts' slices of
+    // expw1 and expw2 in each of the 3 layers.
+    for (size_t i = 0; i < (size_t)c.from_n; i++) EXPECT_GE(reader.shards()[i].ranges.size(), 6u) << what;
+    const std::string resume =
+        cmd(run.path, rows / c.to_ranks,
+            c.to_n > 1 ? "--expert-parallel " + std::to_string(c.to_n) : "", c.experts, c.tokens);
+    r = c.to_ranks > 1 ? mpirun_ratchet(c.to_ranks, resume) : run_ratchet(resume);
     ASSERT_EQ(r.exit_code, 0) << what << "\n" << r.output;
     EXPECT_NE(r.output.find("continuing from step 3"), std::string::npos) << r.output;
-    expect_close(one.path, run.path, what, false);
+    expect_close(c.experts == 6 ? one6.path : one4.path, run.path, what, false);
   }
 }
 
