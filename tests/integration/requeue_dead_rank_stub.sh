@@ -9,7 +9,9 @@
 # and excluded, and the job is requeued; a previous step's messages in the
 # same log are not read; a task that exited with an error, and
 # RATCHET_REQUEUE_DEAD_RANK=0, leave the failure as it was (not requeued);
-# a third death in one job is not requeued (it follows the run).
+# a third death in one job is not requeued (it follows the run); a sweep
+# trial (slurm/sweep-trial.sbatch) finds its run directory in the segment's
+# --run-dir, is requeued without the node and writes no exit code.
 # The real Slurm path: tests/slurm/chaos.sh dead-rank, crash-rank.
 #   requeue_dead_rank_stub.sh RATCHET_EXE
 set -euo pipefail
@@ -101,4 +103,21 @@ done
 run third 143 "$killed"
 not_requeued 143
 grep -q "lost a rank 2 times before this" "$dir/job.out" || fail "third: the reason is not logged"
+# A sweep trial's segment (ratchet sweep run --executor sbatch): the trial
+# template takes the run directory from the segment script's --run-dir.
+name=sweep-trial dir=$work/sweep-trial
+mkdir -p "$dir/trial 0"
+: >"$dir/calls"
+printf '%s\n' '#!/bin/bash' "exec '$exe' 'train' '--run-dir' '$dir/trial 0' '--steps' '10'" >"$dir/seg.sh"
+rc=0
+PATH=$work/bin:$PATH STUB_LOG=$dir/calls STUB_SRUN_MESSAGES=$killed STUB_SRUN_RC=143 \
+  SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=2 RATCHET_SWEEP_SEGMENT=$dir/seg RATCHET_SLURM_LIB=$lib \
+  RATCHET_MODULES= RATCHET_DOCTOR_BIN=$exe bash "$(dirname "$lib")/sweep-trial.sbatch" 2>>"$dir/job.out" || rc=$?
+echo "---- $name (exit $rc)"
+cat "$dir/job.out"
+[ $rc -eq 0 ] || fail "sweep-trial: the template exited $rc, not 0 after a requeue"
+grep -q "^scontrol update JobId=42 ExcNodeList=n2$" "$dir/calls" || fail "sweep-trial: no ExcNodeList=n2"
+grep -q '"node": *"n2".*"cause": *"dead"' "$dir/trial 0/suspect_nodes.jsonl" ||
+  fail "sweep-trial: the trial's suspect_nodes.jsonl does not name n2"
+[ ! -e "$dir/seg.exit" ] || fail "sweep-trial: a requeued segment wrote an exit code ($(cat "$dir/seg.exit"))"
 echo "ok"
