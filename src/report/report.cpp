@@ -27,8 +27,12 @@ std::string find_run_log(const std::string& run_dir) {
   const fs::path preferred = fs::path(run_dir) / "train.jsonl";
   if (fs::is_regular_file(preferred, ec)) return preferred.string();
   std::vector<std::string> found;
+  // suspect_nodes.jsonl (train/suspect_nodes.h) lives in a run directory
+  // too, but is no training log.
   for (const auto& e : fs::directory_iterator(run_dir, ec))
-    if (e.is_regular_file() && e.path().extension() == ".jsonl") found.push_back(e.path().string());
+    if (e.is_regular_file() && e.path().extension() == ".jsonl" &&
+        e.path().filename() != "suspect_nodes.jsonl")
+      found.push_back(e.path().string());
   std::sort(found.begin(), found.end());
   if (found.size() == 1) return found[0];
   if (found.empty())
