@@ -38,12 +38,23 @@
 // agree(), barrier() and abort_job() go through the host communicator: flags
 // live on the host.
 // Splits (ncclCommSplit) are aborted with the communicator they came from.
+//
+// Device waits (issue 40: the straggler check's own time and the ledger's
+// collective wait). wait()/wait_all() make the compute stream wait for the
+// communication stream, so the host never blocks there and a fast rank's wait
+// for a slow peer would otherwise count as its own compute. Each such wait is
+// bracketed by two timing events on the compute stream: CUDA completes an
+// event when the stream reaches it, so elapsed(begin, end) is how long the
+// stream stood at the wait (the peers' lateness plus the rest of the
+// transfer). Pairs are read without blocking (cudaEventQuery) at the next
+// wait and their time goes to add_collective_wait(), one step late at most.
 #include "distributed/nccl_communicator.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -52,6 +63,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "distributed/flight_recorder.h"
 
 namespace ratchet {
 
@@ -162,6 +174,8 @@ class NcclCommunicator final : public Communicator {
         release_event(e);
       }
       for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+      for (const WaitPair& w : open_waits_) free_waits_.push_back(w);
+      for (const WaitPair& w : free_waits_) cudaEventDestroy(w.begin), cudaEventDestroy(w.end);
       cudaStreamDestroy(stream_);
       ncclCommDestroy(comm_);
     }
@@ -287,16 +301,17 @@ class NcclCommunicator final : public Communicator {
     for (size_t i = 0; i < tickets_.size(); i++) {
       if (tickets_[i].first != id) continue;
       const cudaEvent_t e = tickets_[i].second;
-      cudaCheck(cudaStreamWaitEvent(kCompute, e, 0));
+      timed_compute_wait(e);
       tickets_.erase(tickets_.begin() + (long)i);
       release_event(e);
       return;
     }
   }
   void wait_all() override {
+    harvest_waits();
     if (!pending_) return;
     cudaCheck(cudaEventRecord(done_, stream_));
-    cudaCheck(cudaStreamWaitEvent(kCompute, done_, 0));
+    timed_compute_wait(done_);
     while (!tickets_.empty()) {
       const cudaEvent_t e = tickets_.back().second;
       tickets_.pop_back();
@@ -349,6 +364,41 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // The compute stream waits for `e` (on the communication stream), between
+  // two timing events (see "Device waits" at the top).
+  struct WaitPair {
+    cudaEvent_t begin, end;
+  };
+  void timed_compute_wait(cudaEvent_t e) {
+    harvest_waits();
+    WaitPair w{};
+    if (free_waits_.empty()) {
+      cudaCheck(cudaEventCreate(&w.begin));  // timing on: cudaEventElapsedTime needs it
+      cudaCheck(cudaEventCreate(&w.end));
+    } else {
+      w = free_waits_.back();
+      free_waits_.pop_back();
+    }
+    cudaCheck(cudaEventRecord(w.begin, kCompute));
+    cudaCheck(cudaStreamWaitEvent(kCompute, e, 0));
+    cudaCheck(cudaEventRecord(w.end, kCompute));
+    open_waits_.push_back(w);
+  }
+  // The finished pairs' times into the collective wait, oldest first; they
+  // finish in order (one stream), so the first unfinished one ends the scan.
+  void harvest_waits() {
+    while (!open_waits_.empty()) {
+      const WaitPair w = open_waits_.front();
+      const cudaError_t q = cudaEventQuery(w.end);
+      if (q == cudaErrorNotReady) return;
+      cudaCheck(q);
+      float ms = 0;
+      cudaCheck(cudaEventElapsedTime(&ms, w.begin, w.end));
+      add_collective_wait((double)ms * 1e-3);
+      open_waits_.pop_front();
+      free_waits_.push_back(w);
+    }
+  }
   // The communication stream waits for the compute stream's work so far.
   void after_compute() {
     cudaCheck(cudaEventRecord(ready_, kCompute));
@@ -398,6 +448,8 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream_ = nullptr;      // communication
   cudaEvent_t ready_ = nullptr, done_ = nullptr;
   bool pending_ = false;               // async collectives not yet waited for
+  std::deque<WaitPair> open_waits_;    // timed compute-stream waits not yet read
+  std::vector<WaitPair> free_waits_;   // their events, for reuse
   std::vector<std::pair<Ticket, cudaEvent_t>> tickets_;  // started, not yet waited for
   std::vector<Ticket> group_tickets_;  // started inside the open group
   std::vector<cudaEvent_t> free_events_;

@@ -5,6 +5,7 @@
 // driver) or finds no GPU.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "core/error.h"
 #include "distributed/communicator.h"
+#include "distributed/flight_recorder.h"
 #include "distributed/nccl_communicator.h"
 #include "testing/bf16_bits.h"
 
@@ -319,6 +321,36 @@ TEST(NcclDevice, AsyncErrorIsEmptyWhenHealthyAndAbortFromAnotherThreadEndsIt) {
   EXPECT_EQ(nccl->async_error(), "");
   EXPECT_EQ(alone->async_error(), "");
   nccl->abort_collectives();  // again: nothing left to abort
+  cudaFree(d);
+}
+
+// Device waits count as collective wait (nccl_communicator.cpp, "Device
+// waits"): rank 1 starts its all-reduce 300 ms late, so rank 0's compute
+// stream stands at wait_all() until then; the next wait_all() reads that
+// stall into collective_wait_seconds() (what the straggler check subtracts
+// from a rank's own time), and rank 1, which did not wait, gets less.
+// Needs 2 GPUs (2 ranks); skips otherwise.
+TEST(NcclDevice, AStallAtWaitAllCountsAsCollectiveWait) {
+  std::string why;
+  if (no_gpu_anywhere(&why)) GTEST_SKIP() << "no CUDA device (" << why << ")";
+  if (g_host->world() < 2) GTEST_SKIP() << "needs 2 ranks (mpirun -np 2, one GPU each)";
+  auto nccl = make_nccl_communicator(*g_host);
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 1024 * 4), cudaSuccess);
+  cudaMemset(d, 0, 1024 * 4);
+  cudaDeviceSynchronize();
+  g_host->barrier();
+  const double w0 = collective_wait_seconds();
+  if (nccl->rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  nccl->all_reduce_start(d, 1024, DType::F32, ReduceOp::Sum);
+  nccl->wait_all();
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  nccl->wait_all();  // nothing pending: reads the finished pair
+  const double waited = collective_wait_seconds() - w0;
+  std::printf("rank %d: device wait %.3f s\n", nccl->rank(), waited);
+  // 300 ms late, less 100 ms for the launch skew between the ranks' hosts.
+  if (nccl->rank() == 0) EXPECT_GT(waited, 0.2);
+  else EXPECT_LT(waited, 0.2);
   cudaFree(d);
 }
 
