@@ -88,7 +88,8 @@ void flight_end(uint64_t seq);
 
 // The seconds this process has spent blocked in host collectives so far:
 // inside a blocking call (FlightCollective) or waiting for a started one
-// (the MPI communicator's wait). Counted always, recorder or not (two clock
+// (the MPI communicator's wait), and the NCCL communicator's compute-stream
+// waits, timed by CUDA events. Counted always, recorder or not (two clock
 // reads per collective): the straggler check (train/straggler.h) takes a
 // rank's own time per step as its step time less this.
 double collective_wait_seconds();
