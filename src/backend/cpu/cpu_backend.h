@@ -47,28 +47,9 @@ class CpuBackend : public Backend {
   // Backend's memory functions (cpu_backend.cpp) and ops (backend.h), one op
   // family per file as listed above.
 #include "backend/backend_ops.inc"
-  // Issue 38's ops (the base class refuses them on a backend without them).
-  void qk_norm_forward(dptr out, float* rstd, cdptr inp, cdptr qw, cdptr kw, int N, int NH, int KV,
-                       int hs, bool per_head, float eps, float w_offset) override;
-  void qk_norm_backward(dptr dinp, dptr dqw, dptr dkw, cdptr dout, cdptr inp, cdptr qw, cdptr kw,
-                        const float* rstd, int N, int NH, int KV, int hs, bool per_head,
-                        float w_offset) override;
-  void scale(dptr x, size_t n, float s) override;
-  void softcap_forward(dptr x, size_t n, float c) override;
-  void geglu_forward(dptr out, cdptr inp, int N, int H) override;
-  void geglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) override;
-  // Issue 39's ops: clip_qkv (cpu_elementwise.cpp) and the MoE layer
-  // (cpu_moe.cpp: src/moe's ops).
-  void clip_forward(dptr out, cdptr in, size_t n, float c) override;
-  void clip_backward(dptr dx, cdptr x, size_t n, float c) override;
-  std::unique_ptr<MoeState> moe_state() override;
-  void moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, dptr out,
-                   MoeState& st) override;
-  void moe_backward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, cdptr dout,
-                    const MoeState& st, const float* aux_dprob, dptr dx, dptr dgate, dptr dw1,
-                    dptr dw2) override;
-  void moe_aux_stats(const MoeDims& d, const MoeState& st, double* counts,
-                     double* prob_sums) override;
+  // Issue 38's and 39's ops are in the list too: cpu_elementwise.cpp,
+  // cpu_rmsnorm.cpp, cpu_moe.cpp (src/moe's ops).
+
   // Host bytes the MoE states hold beyond alloc()'s blocks (cpu_moe.cpp),
   // counted in bytes_in_use: a state adds what it grew by, and its end what
   // it held.

@@ -112,31 +112,10 @@ class CudaBackend final : public Backend {
   // One kernel (kernels/layernorm.cuh) instead of the default's two.
   void residual_layernorm_forward(dptr resid, dptr out, float* mean, float* rstd, cdptr a, cdptr b,
                                   cdptr w, cdptr bias, int N, int C) override;
-  // Issue 38's ops (backend.h): kernels/rmsnorm.cuh (qk_norm), kernels/softcap.cuh
-  // (scale, softcap_forward), kernels/geglu.cuh.
-  void qk_norm_forward(dptr out, float* rstd, cdptr inp, cdptr qw, cdptr kw, int N, int NH, int KV,
-                       int hs, bool per_head, float eps, float w_offset) override;
-  void qk_norm_backward(dptr dinp, dptr dqw, dptr dkw, cdptr dout, cdptr inp, cdptr qw, cdptr kw,
-                        const float* rstd, int N, int NH, int KV, int hs, bool per_head,
-                        float w_offset) override;
-  void scale(dptr x, size_t n, float s) override;
-  void softcap_forward(dptr x, size_t n, float c) override;
-  void geglu_forward(dptr out, cdptr inp, int N, int H) override;
-  void geglu_backward(dptr dinp, cdptr inp, cdptr dout, int N, int H) override;
-  // Issue 39: OLMoE's clip_qkv (kernels/softcap.cuh), and the MoE layer
-  // (cuda_moe_ops.cpp over cuda_moe.h; its buffers from alloc(), counted by
-  // BackendMemoryModel::moe_state_bytes).
-  void clip_forward(dptr out, cdptr in, size_t n, float c) override;
-  void clip_backward(dptr dx, cdptr x, size_t n, float c) override;
-  std::unique_ptr<MoeState> moe_state() override;
-  void moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, dptr out,
-                   MoeState& st) override;
-  void moe_backward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, cdptr dout,
-                    const MoeState& st, const float* aux_dprob, dptr dx, dptr dgate, dptr dw1,
-                    dptr dw2) override;
-  void moe_aux_stats(const MoeDims& d, const MoeState& st, double* counts,
-                     double* prob_sums) override;
-
+  // Issue 38's ops (in backend_ops.inc): kernels/rmsnorm.cuh (qk_norm),
+  // kernels/softcap.cuh (scale, softcap_forward, clip), kernels/geglu.cuh;
+  // issue 39's MoE layer: cuda_moe_ops.cpp over cuda_moe.h (its buffers from
+  // alloc(), counted by BackendMemoryModel::moe_state_bytes).
   // Backend's memory functions and ops (backend.h), and the fused GEMM + GELU
   // backward (DGELU epilogue).
 #include "backend/backend_ops.inc"
