@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <fstream>
+#include <cmath>
 #include <iomanip>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -84,7 +86,8 @@ void write_config(const std::string& path, const GPTConfig& c) {
   for (size_t i = 0; i < c.mlp_only_layers.size(); i++) j << (i ? ", " : "") << c.mlp_only_layers[i];
   j << "], \"clip_qkv\": " << c.clip_qkv << ", \"aux_coef\": " << (c.moe() ? c.router_aux_loss_coef : 0.f)
     << ", \"scoring_func\": \"" << (c.moe_sigmoid ? "sigmoid" : "softmax")
-    << "\", \"routed_scaling_factor\": " << c.routed_scaling_factor << "}\n";
+    << "\", \"routed_scaling_factor\": " << c.routed_scaling_factor
+    << ", \"bias_update_rate\": " << (c.moe_selection_bias ? c.moe_bias_update_rate : 0.f) << "}\n";
 }
 
 bool is_norm(int i) {
@@ -197,6 +200,23 @@ void check_against_oracle(const GPTConfig& c, bool zero_norms = false, double pa
       adamw_steps_matching(m, *be, p0, x, y, B, T, lr, /*wd=*/0.1f, /*clip=*/1.0f, ref);
   expect_final_params(p, ref, m.layout(), params_tol);
   EXPECT_LT(ref.losses[steps - 1], ref.losses[0]) << "the reference itself did not learn";
+  if (c.moe_selection_bias) {  // the bias after the 10 updates against the oracle's "bias="
+    const size_t at = run.output.find("bias=");
+    ASSERT_NE(at, std::string::npos) << run.output;
+    std::vector<double> want;
+    std::istringstream in(run.output.substr(at + 5, run.output.find('\n', at) - at - 5));
+    for (std::string v; std::getline(in, v, ',');) want.push_back(std::stod(v));
+    const std::vector<float>& got = m.moe_bias();
+    ASSERT_EQ(got.size(), want.size());
+    double moved = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+      // The same counts give the same float32 bias; the mean of the deltas
+      // is summed in another order (torch vs a loop): an ulp of 0.1, at most.
+      EXPECT_NEAR(got[i], want[i], 1e-7) << "bias " << i;
+      moved += std::fabs(want[i]);
+    }
+    EXPECT_GT(moved, 0.0) << "the bias never moved";
+  }
 }
 
 // Every family of tests/testing/family_configs.h as it is there: GQA (4 heads,
@@ -345,6 +365,34 @@ TEST(FamilyPyTorchReference, Qwen3MoeSigmoidNoNorm) {
   c.norm_topk_prob = false;
   c.routed_scaling_factor = 0.5f;
   c.router_aux_loss_coef = 0.f;
+  c.finalize();
+  check_against_oracle(c);
+}
+
+// DeepSeek-V3's selection bias with its update over the 10 AdamW steps
+// (GPT::moe_bias_update after each, from that step's counts) on Qwen3-MoE's
+// layers, softmax scores and the aux loss on: the choice is made on the
+// scores + bias, the weights are the scores. At rate 0.02 over 10 steps the
+// bias (up to ~0.2) passes the gaps of some tokens' k-th and (k+1)-th
+// probabilities, so it changes the routing; the oracle refuses a biased-score
+// gap below 1e-4 (probability units: float32's error is ~1e-7).
+TEST(FamilyPyTorchReference, Qwen3MoeSelectionBiasUpdate) {
+  GPTConfig c = hf_moe_config(Family::qwen3_moe, /*tied=*/false);
+  c.moe_selection_bias = true;
+  c.moe_bias_update_rate = 0.02f;
+  c.finalize();
+  check_against_oracle(c);
+}
+
+// The same under sigmoid scores and routed_scaling_factor, as DeepSeek-V3
+// routes (no aux loss).
+TEST(FamilyPyTorchReference, Qwen3MoeSigmoidSelectionBiasUpdate) {
+  GPTConfig c = hf_moe_config(Family::qwen3_moe, /*tied=*/true);
+  c.moe_sigmoid = true;
+  c.routed_scaling_factor = 2.5f;
+  c.router_aux_loss_coef = 0.f;
+  c.moe_selection_bias = true;
+  c.moe_bias_update_rate = 0.02f;
   c.finalize();
   check_against_oracle(c);
 }
