@@ -119,16 +119,16 @@ TEST_F(MoeTrain, SelectionBiasUpdatesAndResumesBitIdentically) {
   const Checkpoint ck = read_checkpoint(ref / "ck/step_00000006");
   EXPECT_TRUE(ck.meta.model.moe_selection_bias);
   ASSERT_EQ(ck.meta.moe_bias.size(), 3u * 4u);  // (L, E)
+  double mag = 0;
   for (int l = 0; l < 3; l++) {
-    double sum = 0, mag = 0;
+    double sum = 0;
     for (int e = 0; e < 4; e++) sum += ck.meta.moe_bias[l * 4 + e], mag += std::fabs(ck.meta.moe_bias[l * 4 + e]);
-    // Each update is rate·sign(...) minus its mean: the row moves (6 steps of
-    // 0.01 with 128 selections over 4 experts: an exact tie every step is
-    // not what a trained router gives) and keeps a zero sum, to FP32 rounding
-    // of a few 0.01-sized terms.
-    EXPECT_GT(mag, 0.005) << "layer " << l << ": the bias did not move";
+    // Each update is rate·sign(...) minus its mean: a row keeps a zero sum,
+    // to the FP32 rounding of a few 0.01-sized terms. (A row may be back at
+    // exactly 0: sign updates oscillate, -0.01 + 0.01 is 0.)
     EXPECT_NEAR(sum, 0.0, 1e-6) << "layer " << l;
   }
+  EXPECT_GT(mag, 0.005) << "the bias did not move";
 
   r = run_shell("RATCHET_FAULT=USR1@step-3 " RATCHET_EXE " " + train_cmd(run.path, 6, rate));
   ASSERT_EQ(r.exit_code, 75) << r.output;

@@ -59,7 +59,8 @@ The router: logits = x @ gate^T, softmax over all E, top k, then each
 selected expert's SwiGLU output times its weight, summed per token. The
 oracle runs it in float64 and records the smallest gap between the k-th and
 (k+1)-th router logit of any token (the log of their probabilities' ratio);
-a gap below MIN_ROUTING_GAP (where float32 could choose another expert)
+a gap below MIN_ROUTING_GAP (where float32 could choose another expert;
+with a selection bias: of the biased scores, below MIN_BIASED_GAP)
 fails the run rather than compare two models that route differently.
 
 Parameters come in ratchet's ParamLayout order with the empty slots left out
@@ -89,10 +90,16 @@ DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead", "routerw", "ex
 # comparison accepts: float32 logits (C-term dot products of O(1) values)
 # are accurate to ~1e-6, so a gap 100x wider cannot flip a top-k choice.
 MIN_ROUTING_GAP = 1e-4
+# With a selection bias the gap is of scores + bias, in probability units:
+# float32's scores are within ~1e-7 of float64's there (values <= 1, a few
+# ulps), so 1e-5 leaves a margin of 100.
+MIN_BIASED_GAP = 1e-5
+biased_gaps = []   # the smallest biased-score gap of each MoE forward with a bias
 routing_gaps = []  # the smallest gap of each MoE forward (for the check in main)
 last_aux = [None]  # the unweighted aux loss of the last forward (MoE models)
 sel_bias = {}      # bias_update_rate > 0: layer -> its selection bias (E,), float32 values
 sel_counts = {}    # layer -> the last forward's top-k selections per expert (E,)
+sel_idx = []       # the biased choices (N, k) of this forward's MoE layers, in order
 
 # The fields a config must have, with the Llama value a family leaves alone.
 FAMILY_DEFAULTS = dict(head_dim=0, qkv_bias=False, qk_norm="none", norm_placement="pre",
@@ -170,10 +177,11 @@ def moe_block(h, gate_w, w1, w2, cfg, bias=None, layer=None):
         _, idx = torch.topk(probs.detach() + bias, k, dim=-1)
         top = probs.gather(-1, idx)
         sel_counts[layer] = F.one_hot(idx, E).sum((0, 1)).double()  # for bias_update
+        sel_idx.append(idx)  # the aux loss's f: the tokens each expert gets
     if k < E:  # the k-th and (k+1)-th logits' gap: the log of the probabilities' ratio
         # (with a bias: the biased scores' gap, in probability units)
         srt = (logits if bias is None else probs + bias).detach().sort(-1, descending=True).values
-        routing_gaps.append((srt[:, k - 1] - srt[:, k]).min().item())
+        (routing_gaps if bias is None else biased_gaps).append((srt[:, k - 1] - srt[:, k]).min().item())
     if cfg["norm_topk_prob"]:
         top = top / (top.sum(-1, keepdim=True) + (1e-20 if sigmoid else 0.0))
     top = top * cfg["routed_scaling_factor"]
@@ -189,7 +197,7 @@ def moe_block(h, gate_w, w1, w2, cfg, bias=None, layer=None):
     return out.view(B, T, C), logits
 
 
-def aux_loss(router_logits, cfg):
+def aux_loss(router_logits, cfg, sel=None):
     """load_balancing_loss_func without an attention mask: the logits of all
     MoE layers concatenated, f = the fraction of tokens that select each
     expert (summed over the k slots, no gradient), P = the mean probability,
@@ -199,7 +207,9 @@ def aux_loss(router_logits, cfg):
     # the mean sigmoid score: what ratchet's statistics hold, for the report.
     logits = torch.cat(router_logits, 0)
     probs = logits.sigmoid() if cfg["scoring_func"] == "sigmoid" else logits.softmax(-1)
-    _, sel = torch.topk(probs, k, dim=-1)
+    # With a selection bias, f counts the experts each token was dispatched to
+    # (chosen on scores + bias), as ratchet's statistics do.
+    sel = torch.cat(sel, 0) if sel else torch.topk(probs, k, dim=-1)[1]
     tokens_per_expert = F.one_hot(sel, E).double().mean(0)          # (k, E)
     return (tokens_per_expert * probs.mean(0).unsqueeze(0)).sum() * E
 
@@ -258,6 +268,7 @@ def forward(flat, cfg, inputs, targets):
     local = rope_tables(cfg, T, cfg["rope_local_theta"]) if cfg["rope_local_theta"] > 0 else glob
     x = p["wte"][inputs]
     router_logits = []
+    sel_idx.clear()
     if cfg["embed_scale"]:
         x = x * float(np.float32(math.sqrt(C)))
     for l in range(cfg["L"]):
@@ -300,12 +311,12 @@ def forward(flat, cfg, inputs, targets):
     logits = softcap(x @ (p["wte"] if cfg["tied"] else p["lmhead"]).T, cfg["final_softcap"])
     loss = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
     if router_logits:
-        last_aux[0] = aux_loss(router_logits, cfg).item()
+        last_aux[0] = aux_loss(router_logits, cfg, sel_idx).item()
     if router_logits and cfg["aux_coef"] > 0:
         # Trained on CE + coef * aux, reported as CE (ratchet's `loss`, like
         # its JSONL's, is the cross-entropy): the value of a - a.detach() is
         # exactly 0 and its gradient is a's.
-        a = cfg["aux_coef"] * aux_loss(router_logits, cfg)
+        a = cfg["aux_coef"] * aux_loss(router_logits, cfg, sel_idx)
         loss = loss + (a - a.detach()) if cfg["report_ce"] else loss + a
     return logits, loss
 
@@ -396,6 +407,10 @@ def main(argv=None):
         final_bias = [v for l in range(cfg["L"])
                       for v in (sel_bias[l].tolist() if l in sel_bias else [0.0] * E)]
         sel_bias.clear()  # aux0 below is of the initial parameters and bias
+    if biased_gaps and min(biased_gaps) < MIN_BIASED_GAP:
+        sys.exit(f"routing near-tie: a token's k-th and (k+1)-th biased scores (scores + "
+                 f"selection bias) differ by {min(biased_gaps):.3g} < {MIN_BIASED_GAP} in some "
+                 f"forward; float32 may choose another expert there: change the rate or the inputs")
     if routing_gaps and min(routing_gaps) < MIN_ROUTING_GAP:
         sys.exit(f"routing near-tie: a token's k-th and (k+1)-th router logits differ by "
                  f"{min(routing_gaps):.3g} < {MIN_ROUTING_GAP} in some forward; float32 may choose "
@@ -540,8 +555,8 @@ def routing_counts(flat, cfg, inputs):
     counts = []
     orig = moe_block
 
-    def spy(h, gate_w, w1, w2, c):
-        out, logits = orig(h, gate_w, w1, w2, c)
+    def spy(h, gate_w, w1, w2, c, bias=None, layer=None):
+        out, logits = orig(h, gate_w, w1, w2, c, bias, layer)
         _, idx = torch.topk(logits.softmax(-1), c["experts_per_tok"], dim=-1)
         counts.append([int((idx == e).sum()) for e in range(c["num_experts"])])
         return out, logits
