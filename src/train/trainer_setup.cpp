@@ -215,6 +215,13 @@ void Trainer::open_data() {
   if (!o_.export_hf.empty() && cfg_.arch != Arch::llama)
     fail("--export-hf writes Llama models (--arch llama); this run's model is GPT-2: use --export "
          "for llm.c's format");
+  // What the export would refuse after training (DeepSeek-V3 routing in a
+  // family without the field: hf_family_mismatch), refused before it.
+  if (!o_.export_hf.empty())
+    if (const std::string bad = hf_family_mismatch(cfg_); !bad.empty())
+      fail("--export-hf ", o_.export_hf, ": this model's ", bad, " is not what a Hugging Face \"",
+           family_name(cfg_.family), "\" model has, so it cannot be exported as one; drop "
+           "--export-hf (the checkpoint keeps the model)");
   if (T_ > cfg_.max_seq_len) {
     if (o_.init_from.empty())
       fail("--seq-len ", T_, " exceeds the model's max_seq_len ", cfg_.max_seq_len,

@@ -168,6 +168,7 @@ TEST_F(MoeTrain, BadMoeFlagsAreRefusedNamingTheFlag) {
   struct Bad {
     std::string from, to, says;
   };
+  TempDir out;  // where an --export-hf would write (refused before it does)
   const std::vector<Bad> bad = {
       {"--num-experts 4", "--num-experts 0", "--num-experts must be at least 1"},
       {"--experts-per-tok 2", "--experts-per-tok 5", "--experts-per-tok 5 exceeds --num-experts 4"},
@@ -184,6 +185,12 @@ TEST_F(MoeTrain, BadMoeFlagsAreRefusedNamingTheFlag) {
        "--routed-scaling-factor must be a positive finite number"},
       {"--router-aux-loss-coef 0.02", "--router-aux-loss-coef 0.02 --moe-bias-update-rate -1",
        "--moe-bias-update-rate must be a finite number >= 0"},
+      // HF qwen3_moe has no field for them: refused before training, not after
+      {"--router-aux-loss-coef 0.02", "--moe-bias-update-rate 0.01 --export-hf " + out.path + "/hf",
+       "this model's moe_selection_bias is not what a Hugging Face \"qwen3_moe\" model has"},
+      {"--router-aux-loss-coef 0.02",
+       "--router-aux-loss-coef 0 --moe-scoring sigmoid --export-hf " + out.path + "/hf",
+       "this model's scoring_func is not"},
   };
   for (const Bad& b : bad) {
     TempDir d;
