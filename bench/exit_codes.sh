@@ -68,6 +68,10 @@ for arg in "$@"; do
     bench_attention)
       expect 2 "usage: bench_attention" "$exe" --no-such-flag 1
       expect 2 "need positive" "$exe" -B x ;;
+    bench_moe_layer)
+      expect 2 "usage: bench_moe_layer" "$exe" --no-such-flag 1
+      expect 2 "-N 'x' is not an integer" "$exe" -N x
+      expect 2 "between 1 and num_experts" "$exe" -E 4 -k 5 ;;
     bench_loader)
       expect 2 "usage: bench_loader" "$exe"
       expect 2 "unknown option '--no-such-flag'" "$exe" 'none_*.h5' --no-such-flag

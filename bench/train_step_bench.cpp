@@ -4,10 +4,12 @@
 //   bench_train_step --model d12|l12|qwen3-0.6b|... -B 4 -T 64 [--steps 5] [--warmup 2]
 //                    [--threads 0] [--json] [--profile] [--layers N] [--as-llama]
 //                    [--family F] [--sliding-window W] [--vocab-size V]
+//                    [--num-experts E --experts-per-tok k --moe-ffn-hidden I] [--ffn-hidden H]
 //
 // Warm-up steps first (page faults, OpenBLAS buffers), then the timed steps.
 // FLOPs per step = 6·(params used in matmuls)·tokens + 12·L·C·T·tokens
-// (train_flops_per_token); GFLOP/s is that over the mean step time. Peak RSS
+// (train_flops_per_token; a MoE model's active FLOPs, active_train_flops_per_token);
+// GFLOP/s is that over the mean step time. Peak RSS
 // is the process's high-water mark (getrusage) at the end. cpu_ms is the
 // process's user+sys CPU time per timed step (all threads): on a machine shared
 // with other jobs it moves far less than step_ms, so before/after comparisons
@@ -16,7 +18,10 @@
 // the preset's depth (a family's step at a size a CPU runs); --as-llama keeps
 // the shape (head_dim included) and drops every family option (bias, q/k
 // norms, post norms, GeGLU, windows, NoPE, soft-caps, scales): the Llama a
-// family's step is compared with (issue 38: within 10% per FLOP).
+// family's step is compared with (issue 38: within 10% per FLOP). The MoE
+// flags (with --family qwen3_moe, olmoe or mixtral) and --ffn-hidden are
+// train's: bench/cpu/moe.sh compares a MoE step with the dense one of the
+// same active shape (--family qwen3 --ffn-hidden k·I).
 #include <sys/resource.h>
 
 #include <boost/program_options.hpp>
@@ -33,6 +38,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "model/gpt.h"
+#include "model/moe_cost.h"
 #include "optim/adamw.h"
 #include "train/profile_report.h"
 
@@ -44,6 +50,7 @@ static int run_main(int argc, char** argv) {
   int B = 4, T = 64, steps = 5, warmup = 2, threads = 0;
   bool json = false, profile = false, as_llama = false;
   int layers = 0, window = 0, vocab = 50257;
+  int num_experts = 0, experts_per_tok = 0, moe_ffn_hidden = 0, ffn_hidden = 0;
   std::string family;
   po::options_description desc("bench_train_step: CPU training-step benchmark");
   desc.add_options()("help,h", "help")("model", po::value(&model)->default_value(model),
@@ -60,7 +67,11 @@ static int run_main(int argc, char** argv) {
       "as-llama", po::bool_switch(&as_llama), "the same shape without the family's options")(
       "family", po::value(&family), "a family's options on the preset's shape (train's --family)")(
       "sliding-window", po::value(&window), "--family mistral / gemma3: the window")(
-      "vocab-size", po::value(&vocab)->default_value(vocab), "vocab of dN/lN presets");
+      "vocab-size", po::value(&vocab)->default_value(vocab), "vocab of dN/lN presets")(
+      "num-experts", po::value(&num_experts), "MoE family: experts per MoE layer")(
+      "experts-per-tok", po::value(&experts_per_tok), "MoE family: top k")(
+      "moe-ffn-hidden", po::value(&moe_ffn_hidden), "MoE family: each expert's SwiGLU hidden size")(
+      "ffn-hidden", po::value(&ffn_hidden), "llama: the dense SwiGLU hidden size");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -80,6 +91,8 @@ static int run_main(int argc, char** argv) {
   f.family = family, f.sliding_window = window;
   f.max_seq_len = std::max(1024, T);
   f.layers = layers;
+  f.num_experts = num_experts, f.experts_per_tok = experts_per_tok, f.moe_ffn_hidden = moe_ffn_hidden;
+  f.ffn_hidden = ffn_hidden;
   GPTConfig cfg;
   try {
     cfg = config_from_flags(f);
@@ -126,7 +139,7 @@ static int run_main(int argc, char** argv) {
   }
   if (profile) print_profile(m.profile(), timed);
   const double ms = timed / steps * 1e3, tokens = (double)B * T;
-  const double gflops = train_flops_per_token(cfg, T) * tokens / (ms / 1e3) / 1e9;
+  const double gflops = active_train_flops_per_token(cfg, T) * tokens / (ms / 1e3) / 1e9;
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const double rss_mb = ru.ru_maxrss / 1024.0;

@@ -18,12 +18,19 @@
 #      suspect_nodes.jsonl, bounded so that the job still fits its partition.
 #      After `scontrol requeue` it sets them with `scontrol update
 #      ExcNodeList=` (docs/resilience.md, "Excluding the bad node").
+#   5. A step that failed otherwise (not 0, 75 or 76, and no stop request) is
+#      asked about too: `ratchet doctor RUN_DIR --dead-rank` reads srun's
+#      messages of the step and the ranks' fatal records; a rank that died of
+#      a signal (SIGKILL, SIGSEGV, ...) or a device error has its node recorded
+#      as a suspect, and the job is requeued as after 75, without that node
+#      (docs/resilience.md, "A dead rank"; RATCHET_REQUEUE_DEAD_RANK=0: never).
 #
 # Exit codes of the trainer, as the wrapper reads them:
 #   0   done                                    -> the job ends, COMPLETED
 #   75  checkpoint saved, run me again          -> requeue (EX_TEMPFAIL, sysexits.h)
 #   76  budget reached (steps, time, cost)      -> the job ends, never requeued
-#   any other                                   -> a failure; passed through, not requeued
+#   any other                                   -> a failure; passed through, not requeued,
+#                                                  unless a rank died (5. above)
 # The batch script exits with the trainer's code, except after a successful
 # requeue (0; the job is PENDING again by then).
 
@@ -34,11 +41,15 @@ RATCHET_EXIT_BUDGET=76
 : "${RATCHET_MAX_REQUEUES:=10}"
 # Exclude suspect nodes on requeue (1) or only log them (0).
 : "${RATCHET_EXCLUDE_SUSPECTS:=1}"
+# Requeue (without its node) a job whose rank died of a signal or a device error (1), or fail it (0).
+: "${RATCHET_REQUEUE_DEAD_RANK:=1}"
 : "${RATCHET_STOP_SIGNAL:=USR1}"
 RATCHET_STOP_SIGNAL=${RATCHET_STOP_SIGNAL#SIG}
 
 _ratchet_step_pid=""
 _ratchet_stop_requested=""
+_ratchet_step_start=""       # when the step started (Unix seconds)
+_ratchet_step_log_offset=""  # the job log's size then (this shell's stderr, a file)
 
 ratchet_log() {
   echo "ratchet-slurm[$(date '+%F %T')] job ${SLURM_JOB_ID:-?} run $((${SLURM_RESTART_COUNT:-0} + 1)): $*" >&2
@@ -152,6 +163,14 @@ ratchet_run_step() {
     return 0
   fi
   ratchet_log "step: $*"
+  # Where this step's messages begin in the job log (srun writes to this
+  # shell's stderr, the file of --output): a failed step's srun messages are
+  # read back from there (_ratchet_dead_rank). Not a file: not read.
+  _ratchet_step_start=$(date +%s)
+  _ratchet_step_log_offset=""
+  if [ -f "/proc/$$/fd/2" ]; then
+    _ratchet_step_log_offset=$(stat -L -c %s "/proc/$$/fd/2" 2>/dev/null) || _ratchet_step_log_offset=""
+  fi
   "$@" &
   _ratchet_step_pid=$!
   local rc rc2
@@ -309,9 +328,54 @@ _ratchet_apply_exclusion() {
   fi
 }
 
+# _ratchet_dead_rank: true when the failed step lost a rank to a signal or a
+# device error: `ratchet doctor RUN_DIR --dead-rank` (report/dead_rank.h)
+# reads srun's messages of this step from the job log and the ranks' fatal
+# records (RUN_DIR/flight/fatal_rank_R.json), and records the rank's node as
+# a suspect (cause "dead"); the requeue then excludes it as after a hang.
+# False (a failure, not requeued) when no rank is to blame or on any doubt.
+_ratchet_dead_rank() {
+  [ "$RATCHET_REQUEUE_DEAD_RANK" = 1 ] || return 1
+  # A stop we asked for (preemption, time limit, scancel): not a death.
+  [ -z "$_ratchet_stop_requested" ] || return 1
+  local dir=${RATCHET_RUN_DIR:-${CKPT_DIR:-}} doctor=${RATCHET_DOCTOR_BIN:-${RATCHET_BIN:-ratchet}}
+  local msgs err rc=0 line
+  [ -n "$dir" ] && [ -d "$dir" ] || return 1
+  msgs=$(mktemp "${TMPDIR:-/tmp}/ratchet-srun.XXXXXX") || return 1
+  err=$(mktemp "${TMPDIR:-/tmp}/ratchet-doctor.XXXXXX") || { rm -f "$msgs"; return 1; }
+  if [ -n "$_ratchet_step_log_offset" ]; then
+    tail -c +$((_ratchet_step_log_offset + 1)) "/proc/$$/fd/2" 2>/dev/null | grep -a 'srun: ' >"$msgs" || true
+  fi
+  timeout 120 "$doctor" doctor "$dir" --dead-rank "$msgs" --since "${_ratchet_step_start:-0}" 2>"$err" || rc=$?
+  while IFS= read -r line; do ratchet_log "$line"; done <"$err"
+  rm -f "$msgs" "$err"
+  [ $rc -eq 0 ] || return 1
+  ratchet_log "a rank died: requeueing without its node, as after exit $RATCHET_EXIT_REQUEUE"
+  return 0
+}
+
+# ratchet_check_dead_rank: after ratchet_run_step, turns RATCHET_STEP_RC into
+# 75 (requeue) when the failed step lost a rank (_ratchet_dead_rank), for a
+# template that acts on the code before ratchet_finish (sweep-trial.sbatch
+# writes the segment's exit code). ratchet_finish does the same on its own.
+_ratchet_dead_rank_asked=""
+ratchet_check_dead_rank() {
+  case $RATCHET_STEP_RC in
+    0 | "$RATCHET_EXIT_BUDGET" | "$RATCHET_EXIT_REQUEUE") return 0 ;;
+  esac
+  [ -z "$_ratchet_dead_rank_asked" ] || return 0
+  _ratchet_dead_rank_asked=1
+  if _ratchet_dead_rank; then RATCHET_STEP_RC=$RATCHET_EXIT_REQUEUE; fi
+  return 0
+}
+
 # ratchet_finish RC: ends the batch script according to the trainer's exit code.
 ratchet_finish() {
   local rc=$1 restarts=${SLURM_RESTART_COUNT:-0}
+  case $rc in
+    0 | "$RATCHET_EXIT_BUDGET" | "$RATCHET_EXIT_REQUEUE") ;;
+    *) if [ -z "$_ratchet_dead_rank_asked" ] && _ratchet_dead_rank; then rc=$RATCHET_EXIT_REQUEUE; fi ;;
+  esac
   case $rc in
     0)
       ratchet_log "training finished"

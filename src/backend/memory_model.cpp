@@ -45,12 +45,24 @@ bool BackendMemoryModel::operator==(const BackendMemoryModel& o) const {
          extra_bytes_per_param == o.extra_bytes_per_param &&
          overhead_bytes == o.overhead_bytes && workspace == o.workspace &&
          attention == o.attention && deterministic == o.deterministic &&
-         moe_state_in_alloc == o.moe_state_in_alloc;
+         moe_state_in_alloc == o.moe_state_in_alloc && moe_state_host == o.moe_state_host;
 }
 
-BackendMemoryModel cpu_memory_model() { return BackendMemoryModel{}; }
+BackendMemoryModel cpu_memory_model() {
+  BackendMemoryModel m;
+  m.moe_state_host = true;
+  return m;
+}
 
 size_t BackendMemoryModel::moe_state_bytes(long N, int C, int E, int k, int I) const {
+  if (moe_state_host) {
+    // moe::MoeCache's vectors, each sized exactly by its first forward:
+    // logits, probs (N,E); w, idx (N,k); the dispatch's counts (E), offsets
+    // (E+1), slot_of, row_of (N*k); xp, y (N*k,C), h (N*k,2I), a (N*k,I).
+    const size_t n = (size_t)N, Nk = n * k, f = sizeof(float), i = sizeof(int);
+    return 2 * n * E * f + Nk * (f + i) + (size_t)(2 * E + 1) * i + 2 * Nk * i +
+           Nk * ((size_t)2 * C + 3 * (size_t)I) * f;
+  }
   if (!moe_state_in_alloc) return 0;
   const size_t tb = storage_bytes, Nk = (size_t)N * k, n = (size_t)N;
   // CudaMoeCache::need asks for at least 16 bytes (never a null buffer).

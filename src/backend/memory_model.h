@@ -62,11 +62,18 @@ struct BackendMemoryModel {
   const CudnnWorkspaceSource* cudnn_source = nullptr;
 
   // Whether a MoE layer's state (Backend::moe_state) takes its buffers from
-  // alloc() (cuda: device buffers, inside the arena); false: host memory of
-  // its own (the cpu backend's vectors), outside the accounting.
+  // alloc() (cuda: device buffers, inside the arena); false: memory of its
+  // own (the cpu backend's vectors: moe_state_host below).
   bool moe_state_in_alloc = false;
-  // Bytes one MoE layer's state takes from alloc() for N tokens, C channels,
-  // E experts, top k, expert hidden size I (0 unless moe_state_in_alloc):
+  // The cpu backend: a MoE state's buffers are host vectors of its own
+  // (moe::MoeCache), not alloc() blocks, but bytes_in_use counts what they
+  // hold (cpu_moe.cpp), so the step's accounting includes them.
+  bool moe_state_host = false;
+  // Bytes one MoE layer's state takes for N tokens, C channels, E experts,
+  // top k, expert hidden size I (0 unless moe_state_in_alloc or
+  // moe_state_host). moe_state_host: what moe::MoeCache holds after a forward
+  // without expert parallelism (the backward's scratch is freed before the
+  // step ends). moe_state_in_alloc, from alloc():
   // every buffer of cuda_moe.h's CudaMoeCache at its largest (the backward's
   // per-expert scratch for N rows, the most one expert can get) and the
   // backend's aux-loss buffers, each rounded as alloc() rounds it.

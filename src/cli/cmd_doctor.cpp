@@ -4,6 +4,8 @@
 // Slurm wrapper's question before a requeue: which nodes to exclude.
 #include <boost/program_options.hpp>
 #include <ctime>
+#include <fstream>
+#include <iterator>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -11,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/options_util.h"
 #include "core/error.h"
+#include "report/dead_rank.h"
 #include "report/flight_doctor.h"
 #include "train/suspect_nodes.h"
 
@@ -52,11 +55,60 @@ std::string suspects_summary(const std::vector<SuspectNode>& suspects) {
   return out;
 }
 
+// A job whose ranks died this many times already (each a requeue without
+// the node) fails the next time: a crash that follows the run from node to
+// node is the program's or the data's, not a node's.
+constexpr int kMaxDeadRankRequeues = 2;
+
+// --dead-rank: exit 0 and the suspect recorded when a rank died; 3 when none
+// is to blame. Messages on stderr (the wrapper's log).
+int doctor_dead_rank(const std::string& run_dir, const std::string& step_log, int64_t since,
+                     std::string job_id) {
+  if (job_id.empty())
+    if (const char* j = std::getenv("SLURM_JOB_ID")) job_id = j;
+  std::string text;
+  if (!step_log.empty()) {
+    std::ifstream f(step_log);
+    if (!f) fail("--dead-rank ", step_log, ": cannot read it (srun's messages of the step)");
+    text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  std::vector<std::string> damaged;
+  const std::vector<FatalRecord> records = read_fatal_records(run_dir, &damaged);
+  for (const std::string& why : damaged) std::cerr << "damaged fatal record " << why << "\n";
+  const DeadRank d = find_dead_rank(records, since, text);
+  if (!d.found) {
+    std::cerr << "ratchet doctor: no dead rank to blame: " << d.why_not << "\n";
+    return 3;
+  }
+  std::cerr << "ratchet doctor: " << d.detail << "\n";
+  std::vector<SuspectNode> before = read_suspects(run_dir, &damaged);
+  int deaths = 0;
+  for (const SuspectNode& s : before) deaths += s.cause == "dead" && s.job_id == job_id;
+  if (!job_id.empty() && deaths >= kMaxDeadRankRequeues) {
+    std::cerr << "ratchet doctor: job " << job_id << " lost a rank " << deaths
+              << " times before this: a crash that follows the run from node to node is not "
+                 "a node's fault; not requeueing\n";
+    return 3;
+  }
+  SuspectNode s;
+  s.node = d.host;
+  s.rank = d.rank;
+  s.cause = "dead";
+  s.job_id = job_id;
+  s.time = d.time > 0 ? d.time : (int64_t)std::time(nullptr);
+  s.detail = d.detail;
+  if (append_suspect(run_dir, s))
+    std::cerr << "ratchet doctor: recorded suspect node " << s.node << " (rank " << s.rank
+              << ", dead) in " << suspect_nodes_path(run_dir) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int cmd_doctor(int argc, char** argv) {
-  std::string run_dir, job_id, partition_nodes, excluded;
+  std::string run_dir, job_id, partition_nodes, excluded, step_log;
   int job_nodes = 0;
+  int64_t since = 0;
   po::options_description desc("ratchet doctor options");
   desc.add_options()
     ("help,h", "print this help")
@@ -71,7 +123,16 @@ int cmd_doctor(int argc, char** argv) {
      "`scontrol show hostnames`); none: no suspect is excluded")
     ("excluded", po::value(&excluded),
      "with --exclude: the job's ExcNodeList now, comma-separated (expanded); the user's own "
-     "exclusions are kept");
+     "exclusions are kept")
+    ("dead-rank", po::value(&step_log),
+     "the Slurm wrapper's question after a failed job step: FILE holds srun's messages of the "
+     "step; with this attempt's fatal records (RUN_DIR/flight/fatal_rank_R.json) it names the "
+     "rank that died of a signal or a device error, records its node in "
+     "RUN_DIR/suspect_nodes.jsonl (cause \"dead\") and exits 0 (requeue); exit 3 when no rank "
+     "is to blame (a failure: not requeued)")
+    ("since", po::value(&since),
+     "with --dead-rank: when the step started (Unix seconds); older fatal records are another "
+     "attempt's");
   po::positional_options_description pos;
   pos.add("run-dir", 1);
   po::variables_map vm;
@@ -79,7 +140,8 @@ int cmd_doctor(int argc, char** argv) {
   if (vm.count("help")) {
     std::cout << "usage: ratchet doctor RUN_DIR\n"
                  "       ratchet doctor RUN_DIR --exclude --job-nodes N --partition-nodes LIST "
-                 "[--excluded LIST]\n\nReads the hang watchdog's flight records "
+                 "[--excluded LIST]\n"
+                 "       ratchet doctor RUN_DIR --dead-rank SRUN_MESSAGES --since UNIX_SECONDS\n\nReads the hang watchdog's flight records "
                  "(RUN_DIR/flight/rank_R.json, written by\n`ratchet train --hang-timeout`) and "
                  "says in one line which rank stopped where,\ne.g. \"rank 1 (node2) never "
                  "entered all_reduce #5812 (...); rank 0 waited 63.0 s\",\nthen the run's "
@@ -92,6 +154,11 @@ int cmd_doctor(int argc, char** argv) {
   po::notify(vm);
   if (run_dir.empty()) fail("give the run directory: ratchet doctor RUN_DIR");
   const bool exclude = vm.count("exclude") > 0;
+  if (vm.count("dead-rank")) {
+    if (exclude) fail("--dead-rank and --exclude are separate questions: ask one at a time");
+    return doctor_dead_rank(run_dir, step_log, since, job_id);
+  }
+  if (vm.count("since")) fail("--since goes with --dead-rank");
   if (!exclude && (vm.count("job-id") || vm.count("job-nodes") || vm.count("partition-nodes") ||
                    vm.count("excluded")))
     fail("--job-id, --job-nodes, --partition-nodes and --excluded go with --exclude");
@@ -107,6 +174,13 @@ int cmd_doctor(int argc, char** argv) {
                 << "\n";
     else
       std::cout << d.verdict << "\n";
+    // A rank's last word, when it died of a signal or a failed library call.
+    for (const FatalRecord& r : read_fatal_records(run_dir, &damaged))
+      std::cout << "fatal record: rank " << r.rank << " (" << r.host << ") "
+                << (r.cause == "library" ? r.lib + " error: " + r.what : r.what) << " at "
+                << r.time << " (Unix seconds)\n";
+    for (const std::string& why : damaged) std::cerr << "damaged fatal record " << why << "\n";
+    damaged.clear();
     const std::vector<SuspectNode> suspects = read_suspects(run_dir, &damaged);
     for (const std::string& why : damaged) std::cerr << "damaged suspect line " << why << "\n";
     if (!suspects.empty()) std::cout << "suspect nodes: " << suspects_summary(suspects) << "\n";

@@ -66,6 +66,7 @@ struct Flags {
   std::string family;
   bool untied = false;
   bool json = false;
+  int expert_parallel = 1;
   std::string reshard = "on";
   std::string goodput_from;
 };
@@ -129,6 +130,9 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
 
   po::options_description zero("ZeRO (the stages of `ratchet train --zero`)");
   zero.add_options()
+    ("expert-parallel", po::value(&f.expert_parallel)->default_value(f.expert_parallel),
+     "MoE: experts sharded over N ranks (as `ratchet train --expert-parallel`): adds the "
+     "all-to-all bytes a rank sends per step under uniform routing (table only)")
     ("zero", po::value(&in.zero.zero)->default_value(in.zero.zero),
      "0 | 1 | 2 | 3 | auto: the stage to plan (auto: the lowest that fits at --recompute, else "
      "with the least recompute that fits); every stage's memory and time is shown")
@@ -294,8 +298,18 @@ int cmd_plan(int argc, char** argv) {
   in.zero.reshard_given = !vm["reshard-after-forward"].defaulted();
   if (!vm.count("gpus-per-node")) in.zero.gpus_per_node = f.device == "cpu" ? 1 : 8;
 
+  if (f.expert_parallel < 1 || (f.expert_parallel > 1 && !in.cfg.moe()))
+    fail("--expert-parallel ", f.expert_parallel, " must be at least 1, and above 1 only for a "
+         "Mixture-of-Experts model (as `ratchet train`)");
+  if (in.cfg.moe() && in.cfg.num_experts % f.expert_parallel != 0)
+    fail("--expert-parallel ", f.expert_parallel, " must divide num_experts ",
+         in.cfg.num_experts, " (as `ratchet train`): choose a divisor");
   const plan::Plan p = plan::make_plan(in);
   std::cout << (f.json ? plan::plan_json(p) : plan::plan_table(p));
+  if (!f.json && f.expert_parallel > 1)  // docs/moe.md; bench/cpu/moe_a2a.sh measures it
+    std::cout << "all-to-all (--expert-parallel " << f.expert_parallel << "): "
+              << (long long)plan::moe_a2a_bytes(in.cfg, in.B, in.T, p.accum, f.expert_parallel)
+              << " bytes per step sent by each rank (uniform routing, no recompute)\n";
   // Not silent (issue 25): a plan one `ratchet train` run cannot carry out as given.
   if (p.steps > INT_MAX)
     std::cerr << "warning: " << p.steps << " steps of " << p.tokens_per_step

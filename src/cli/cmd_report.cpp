@@ -13,6 +13,7 @@
 #include "cli/options_util.h"
 #include "core/error.h"
 #include "report/cost_per_point.h"
+#include "report/expert_load.h"
 #include "report/goodput_report.h"
 #include "report/metric_plots.h"
 #include "report/objective.h"
@@ -46,6 +47,8 @@ const char* kExamples = R"(examples:
 Reads RUN_DIR/train.jsonl (or the only *.jsonl there) and, if present, RUN_DIR/ledger.json.
 Every metric of the log (val_loss, --eval-task's NAME/acc_norm, --eval-data's data/NAME/loss)
 is summarised (last, best) and plotted against step and device-hours in report_metrics.png/.svg.
+A MoE run's expert load (moe_cv/L, moe_min/L, moe_max/L, aux_loss) is summarised per layer and
+plotted against step in report_expert_load.png/.svg.
 Cost per point: a point is 0.01 of the metric (one percentage point of an accuracy, 0.01 nats
 of a loss); an interval without improvement has none (n/a).
 A requeued run's replayed steps count once (the last record of each step wins).
@@ -209,7 +212,7 @@ int cmd_report(int argc, char** argv) {
     if (exe.empty()) std::cerr << report::plots_skipped_warning(gnuplot, "ratchet report " + run_dir);
   }
   const bool plot = !exe.empty();
-  std::string png, svg, mpng, msvg, gpng, gsvg;
+  std::string png, svg, mpng, msvg, gpng, gsvg, epng, esvg;
   if (plot) {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
@@ -237,6 +240,15 @@ int cmd_report(int argc, char** argv) {
       fs::remove(gsvg, ec);
       report::run_gnuplot(exe, report::goodput_plot_script(*goodput, "ratchet run: " + title, gpng, gsvg));
       written.insert(written.end(), {gpng, gsvg});
+    }
+    if (!log.expert_load.empty()) {  // a MoE run (docs/moe.md): its expert load per layer
+      epng = (fs::path(out_dir) / "report_expert_load.png").string();
+      esvg = (fs::path(out_dir) / "report_expert_load.svg").string();
+      fs::remove(epng, ec);
+      fs::remove(esvg, ec);
+      report::run_gnuplot(exe, report::expert_load_plot_script(log, "ratchet run: " + title + ": expert load",
+                                                               epng, esvg));
+      written.insert(written.end(), {epng, esvg});
     }
     for (const auto& p : written)
       if (!fs::exists(p) || fs::file_size(p) == 0)
@@ -271,6 +283,7 @@ int cmd_report(int argc, char** argv) {
     if (cpp) o["cost_per_point"] = cost_json(*cpp);
     if (has_ledger) o["ledger"] = ledger;
     if (goodput) o["goodput"] = report::breakdown_json(*goodput);
+    if (!log.expert_load.empty()) o["expert_load"] = report::expert_load_json(log);
     if (!disagree.empty()) o["ledger_disagrees"] = disagree;
     if (!no_plot && !plot) o["plots_skipped"] = "gnuplot not found";
     if (plot) {
@@ -283,6 +296,10 @@ int cmd_report(int argc, char** argv) {
       if (!gpng.empty()) {
         o["goodput_png"] = gpng;
         o["goodput_svg"] = gsvg;
+      }
+      if (!epng.empty()) {
+        o["expert_load_png"] = epng;
+        o["expert_load_svg"] = esvg;
       }
     }
     std::cout << json_line(o) << "\n";
@@ -329,6 +346,7 @@ int cmd_report(int argc, char** argv) {
       << num(s.mean_gflops, "%.2f") << " GFLOP/s, " << num(s.mean_step_ms, "%.1f")
       << " ms/step (mean" << (s.steps > 1 ? " over steps after the first" : "") << "); "
       << num(s.train_seconds, "%.1f") << " s in steps\n";
+  if (!log.expert_load.empty()) o << report::format_expert_load(log);
   if (has_ledger) {
     o << "ledger:      " << ledger_path << "\n";
     for (const auto& why : disagree) o << "  WARNING: disagrees with the log: " << why << "\n";
@@ -346,6 +364,7 @@ int cmd_report(int argc, char** argv) {
   if (plot) o << "plots:       " << png << "\n             " << svg << "\n";
   if (!mpng.empty()) o << "             " << mpng << "\n             " << msvg << "\n";
   if (!gpng.empty()) o << "             " << gpng << "\n             " << gsvg << "\n";
+  if (!epng.empty()) o << "             " << epng << "\n             " << esvg << "\n";
   std::cout << o.str();
   return kExitOk;
 }

@@ -1,4 +1,5 @@
 #include "core/error.h"
+#include "core/fatal_record_hook.h"
 
 #include <unistd.h>
 
@@ -11,6 +12,7 @@ namespace {
 int g_rank = 0, g_world = 1;
 int (*g_device_probe)() = nullptr;
 void (*g_fatal_hook)() = nullptr;
+void (*g_fatal_record_hook)(const char*, const char*) = nullptr;
 
 std::string host_name() {
   char host[256] = "?";
@@ -27,6 +29,7 @@ void set_log_rank(int rank, int world) {
 int log_rank() { return g_rank; }
 void set_device_probe(int (*probe)()) { g_device_probe = probe; }
 void set_fatal_hook(void (*hook)()) { g_fatal_hook = hook; }
+void set_fatal_record_hook(void (*hook)(const char*, const char*)) { g_fatal_record_hook = hook; }
 
 std::string where_am_i() {
   std::string s = "rank " + std::to_string(g_rank) + " of " + std::to_string(g_world) +
@@ -43,6 +46,7 @@ void check_failed(const char* lib, const char* stmt, const std::string& detail, 
   std::fprintf(stderr, "[ratchet %s error] %s\n  in %s at %s:%d (%s)\n  %s\n", lib,
                detail.c_str(), func, file, line, where_am_i().c_str(), stmt);
   std::fflush(stderr);
+  if (g_fatal_record_hook) g_fatal_record_hook(lib, detail.c_str());
   if (g_fatal_hook) g_fatal_hook();  // a dead rank ends an mpirun/srun job
   std::abort();
 }

@@ -20,7 +20,9 @@
 // freezes the process in its seventh all-gather). An item "SIG@point" (e.g. "USR1@step-5", "TERM@ckpt-mid-write") raises that
 // signal instead of killing: the process's own handlers then run, as when a
 // scheduler signals it at that moment ("STOP@point" freezes the process, as a
-// hung node: the hang watchdog's tests). An item "SLEEPms@point" (e.g.
+// hung node: the hang watchdog's tests; "SEGV@point", "BUS@point" and
+// "ABRT@point" crash it, as bad memory would: the fatal record's tests, chaos
+// crash-rank). An item "SLEEPms@point" (e.g.
 // "SLEEP3000@data-4") stalls there for that many milliseconds: a slow file
 // system, a data stall, a slow save. An item "NAN@step-N" (fault_flag) makes
 // the trainer put a NaN into the weights after step N, as a diverged update

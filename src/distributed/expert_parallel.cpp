@@ -31,7 +31,20 @@ ExpertParallel::ExpertParallel(Communicator& world, int n) : n_(n), groups_(worl
   RATCHET_ASSERT(n >= 1 && world.world() % n == 0);
   // Consecutive ranks (mpirun and srun place them on one node).
   group_ = world.split(world.rank() / n, world.rank());
+  shards_.group = world.rank() / n;
+  // Rank q of every group: the replicas of the same experts.
+  replicas_ = world.split(world.rank() % n, world.rank());
   RATCHET_ASSERT(group_->world() == n);
+}
+
+const ExpertShards& ExpertParallel::shards(const GPTConfig& cfg) {
+  shards_.n = n_;
+  shards_.index = rank();
+  shards_.group_comm = group_.get();
+  shards_.replicas = replicas_.get();
+  shards_.all = expert_ranges(cfg, n_, -1);
+  shards_.own = expert_ranges(cfg, n_, rank());
+  return shards_;
 }
 
 void ExpertParallel::apply(GPT& model) { model.set_moe_exchange(this); }

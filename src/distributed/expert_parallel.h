@@ -8,18 +8,19 @@
 //             outputs back (all_to_allv); the combine is the local one
 //   backward  dy to the experts, dx back (all_to_allv each)
 //
-// This first slice shards the COMPUTATION, not the memory: every rank keeps
-// every expert's weights (and the strategy's gradient and optimizer state of
-// them, ZeRO 0-3 as for the rest). A rank adds gradient only to its own
-// experts' slices; the others stay zero, so the strategy's sum over the
+// Every rank keeps every expert's weights. A rank adds gradient only to its
+// own experts' slices; the others stay zero, so the strategy's sum over the
 // world is the sum over the world/N ranks holding each expert (the data
-// parallel replicas of that shard), plus zeros. Consequences:
+// parallel replicas of that shard), plus zeros. At ZeRO 0-1 a rank keeps
+// the AdamW moments of its own experts only and the group all-gathers the
+// updated expert weights after each step (expert_shards.h); at ZeRO 2-3 the
+// strategy keeps every expert's state, sharded as the rest. Consequences:
 //   - forward() (evaluation, samples) needs no exchange: every rank can
 //     compute every expert (GPT::set_moe_exchange);
-//   - checkpoints hold the full expert tensors as before, so a run resumes
-//     at any expert-parallel size and world size;
-//   - memory per rank is that of --expert-parallel 1 (a later slice keeps
-//     only E/N experts' weights, gradients and moments per rank).
+//   - checkpoints hold the full expert tensors, each expert's moments
+//     written by its owner in group 0, so a run resumes at any
+//     expert-parallel size and world size;
+//   - the flat gradient buffer stays whole (the model's, at ZeRO 0-1).
 // The trainer applies it to the model like a strategy (apply); the training
 // loop does not branch on it.
 #pragma once
@@ -27,6 +28,7 @@
 #include <string>
 
 #include "distributed/communicator.h"
+#include "distributed/expert_shards.h"
 #include "moe/moe_exchange.h"
 
 namespace ratchet {
@@ -47,6 +49,9 @@ class ExpertParallel final : public MoeExchange {
   // The model's MoE layers use this exchange in forward_backward() from now
   // on (the model must not outlive this object while it is set).
   void apply(GPT& model);
+  // Which experts' optimizer state this rank keeps (DistributedConfig::
+  // experts), for a model of `cfg`; valid while this object lives.
+  const ExpertShards& shards(const GPTConfig& cfg);
   // For the log: "expert parallel: 2 group(s) of 2 ranks; this rank holds experts 4..7 of 8".
   std::string describe(int num_experts) const;
 
@@ -67,8 +72,9 @@ class ExpertParallel final : public MoeExchange {
 
  private:
   int n_ = 1, groups_ = 1;
-  std::unique_ptr<Communicator> group_;
+  std::unique_ptr<Communicator> group_, replicas_;
   Traffic traffic_;
+  ExpertShards shards_;
 };
 
 // The trainer's entry point: null for N = 1 (no exchange), else the groups.

@@ -313,8 +313,9 @@ class NcclCommunicator final : public Communicator {
   // Grouped ncclSend/ncclRecv, one pair per peer (NCCL has no all-to-all).
   // The counts are host arrays: the caller exchanged them first (an
   // all_to_all of the counts, then copied to the host). Blocking like the
-  // other blocking collectives. NOT YET RUN ON A GPU (docs/moe.md): compiled
-  // only; the CPU path (mpi) is what the tests exercise.
+  // other blocking collectives. NOT YET RUN ON A GPU (docs/moe.md): its GPU
+  // test is NcclDevice.AllToAllAndAllToAllvMoveEveryBlock (test_mpi_nccl,
+  // skipped without a device); the CPU path (mpi) is what CI exercises.
   void all_to_all(const void* send, void* recv, size_t n, DType t) override {
     RATCHET_ASSERT(send != recv);
     std::vector<size_t> c(world(), n);

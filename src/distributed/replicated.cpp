@@ -2,16 +2,41 @@
 #include "distributed/replicated.h"
 
 #include "core/error.h"
+#include "distributed/expert_shards.h"
 #include "model/gpt.h"
 
 namespace ratchet {
+
+namespace {
+// --expert-parallel N > 1: AdamW's moments for everything but the experts
+// this rank does not compute (their gradient is zero here: another rank of
+// the group holds it); the all-reduce still sums the whole flat gradient,
+// so each owned expert's gradient is its sum over every group's tokens.
+std::unique_ptr<AdamW> make_optimizer(const DistributedConfig& c, Backend& be,
+                                      const ParamLayout& layout) {
+  if (!c.experts || c.experts->n <= 1) return std::make_unique<AdamW>(be, layout, c.adamw);
+  std::vector<AdamWPiece> pieces;
+  for (const auto& [lo, hi] : merge_ranges(
+           subtract_ranges({{0, layout.total}}, c.experts->all), c.experts->own))
+    pieces.push_back({lo, hi - lo, lo});
+  return std::make_unique<AdamW>(be, layout, c.adamw, std::move(pieces));
+}
+}  // namespace
 
 Replicated::Replicated(const DistributedConfig& c, Backend& be, const ParamLayout& layout)
     : DistributedStrategy(c),
       be_(be),
       comms_(ShardComms::of(c)),
       layout_(layout),
-      opt_(std::make_unique<AdamW>(be, layout, c.adamw)) {}
+      opt_(make_optimizer(c, be, layout)) {
+  if (c.experts && c.experts->n > 1) experts_ = c.experts;
+}
+
+OwnedRanges Replicated::owned_ranges() const {
+  OwnedRanges out;
+  for (const AdamWPiece& p : opt_->pieces()) out.push_back({p.lo, p.lo + p.n});
+  return out;
+}
 
 StrategyNeeds Replicated::needs(const GPTConfig& cfg) {
   StrategyNeeds n;
@@ -96,7 +121,14 @@ float Replicated::step(GPT& model, float lr) {
     }
   }
   pass_ = launched_ = 0;
-  return opt_->step(model.params(), grads, lr);
+  const ExpertShards* x = experts_;
+  if (!x) return opt_->step(model.params(), grads, lr);
+  // The norm of the whole summed gradient (every expert's included), the
+  // update of the owned pieces, then every expert's new weights from its owner.
+  const float norm = opt_->step_shard(model.params(), grads, lr, opt_->grad_norm(grads));
+  RATCHET_ASSERT(be_.storage_bytes() == sizeof(float));  // check_expert_parallel: cpu only
+  gather_expert_weights(*x, model.config(), static_cast<float*>(model.params()));
+  return norm;
 }
 
 void Replicated::download_params(float* dst, GPT& model, size_t lo, size_t n) const {

@@ -20,7 +20,9 @@ class Replicated final : public DistributedStrategy {
   float step(GPT& model, float lr) override;
   AdamW& optimizer() override { return *opt_; }
   int zero_stage() const override { return 0; }
-  OwnedRanges owned_ranges() const override { return {{0, layout_.total}}; }
+  // With --expert-parallel (DistributedConfig::experts): everything but the
+  // other ranks' experts (distributed/expert_shards.h).
+  OwnedRanges owned_ranges() const override;
   // Everything everywhere: the checkpoint writer splits it over all ranks.
   bool shard_writer() const override { return true; }
   int shard_count() const override { return 1; }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "distributed/expert_shards.h"
 #include "distributed/gather_ranges.h"
 #include "model/gpt.h"
 
@@ -24,20 +25,55 @@ std::vector<AdamWPiece> pieces_at_lo(const BucketLayout& bk, int r) {
 }
 }  // namespace
 
+namespace {
+// --expert-parallel: the pieces less every expert (their gradient where it
+// was), and this rank's experts' slices, whose gradient is in the `extra`
+// buffer (own_elems on return), sorted by lo.
+std::vector<AdamWPiece> with_own_experts(const std::vector<AdamWPiece>& shard,
+                                         const ExpertShards& x, size_t* own_elems) {
+  std::vector<AdamWPiece> out;
+  for (const AdamWPiece& p : shard)
+    for (const auto& [lo, hi] : subtract_ranges({{p.lo, p.lo + p.n}}, x.all))
+      out.push_back({lo, hi - lo, p.grad + (lo - p.lo)});
+  *own_elems = 0;
+  for (const auto& [lo, hi] : x.own) {
+    out.push_back({lo, hi - lo, *own_elems, AdamWPiece::kAtLo, true});
+    *own_elems += hi - lo;
+  }
+  std::sort(out.begin(), out.end(),
+            [](const AdamWPiece& a, const AdamWPiece& b) { return a.lo < b.lo; });
+  return out;
+}
+}  // namespace
+
 ShardedOptimizer::ShardedOptimizer(const DistributedConfig& c, Backend& be, const ParamLayout& layout)
     : DistributedStrategy(c), be_(be), coll_(be, ShardComms::of(c)), layout_(layout) {
   const int W = coll_.count();
+  // --expert-parallel (not with --shard-group: its replicas are another
+  // split): this rank's experts' moments instead of its shard's part of
+  // every expert's (distributed/expert_shards.h).
+  if (c.experts && c.experts->n > 1 && !c.groups) experts_ = c.experts;
+  std::vector<AdamWPiece> pieces;
   if (bucketed(c.overlap, W)) {
     buckets_ = std::make_unique<GradBuckets>(be_, coll_, layout_, false, true);
-    opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, pieces_at_lo(buckets_->layout(), coll_.index()));
-    return;
+    pieces = pieces_at_lo(buckets_->layout(), coll_.index());
+  } else {
+    range_ = shard_range(layout_.total, W, coll_.index());
+    pieces = {{range_.lo, range_.hi - range_.lo, 0}};
+    const size_t sb = be_.storage_bytes();
+    const std::vector<size_t> n = flat_elems(layout_.total, W);
+    pad_ = be_.alloc(n[0] * sb);  // zero-filled: the tail [P, W·S) stays zero
+    gshard_ = be_.alloc(n[1] * sb);
   }
-  range_ = shard_range(layout_.total, W, coll_.index());
-  opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, range_.lo, range_.hi);
-  const size_t sb = be_.storage_bytes();
-  const std::vector<size_t> n = flat_elems(layout_.total, W);
-  pad_ = be_.alloc(n[0] * sb);  // zero-filled: the tail [P, W·S) stays zero
-  gshard_ = be_.alloc(n[1] * sb);
+  if (experts_) {
+    pieces = with_own_experts(pieces, *experts_, &own_elems_);
+    egrad_.resize(std::max<size_t>(1, own_elems_));
+    opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, std::move(pieces));
+  } else if (buckets_) {
+    opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, std::move(pieces));
+  } else {
+    opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, range_.lo, range_.hi);
+  }
 }
 
 ShardedOptimizer::~ShardedOptimizer() {
@@ -65,6 +101,11 @@ StrategyNeeds ShardedOptimizer::needs(const BackendMemoryModel& be, const GPTCon
 }
 
 OwnedRanges ShardedOptimizer::owned_ranges() const {
+  if (experts_) {
+    OwnedRanges out;
+    for (const AdamWPiece& p : opt_->pieces()) out.push_back({p.lo, p.lo + p.n});
+    return out;
+  }
   if (buckets_) return buckets_->layout().owned_ranges(coll_.index());
   return {{range_.lo, range_.hi}};
 }
@@ -112,9 +153,13 @@ float ShardedOptimizer::step(GPT& model, float lr) {
       for (size_t b = 0; b < nb; b++) buckets_->pack_and_reduce(b + 1 == nb ? -1 : (int)b, grads);
     }
     const double norm = coll_.norm(buckets_->complete());
+    pass_ = launched_ = 0;
+    if (experts_) {
+      step_with_experts(model, buckets_->shard(), lr, norm);
+      return (float)norm;
+    }
     opt_->step_shard(params, buckets_->shard(), lr, norm);
     buckets_->gather_into(params);
-    pass_ = launched_ = 0;
     return (float)norm;
   }
   pass_ = launched_ = 0;
@@ -128,9 +173,49 @@ float ShardedOptimizer::step(GPT& model, float lr) {
   const double ssq = n ? be_.sum_squares(gshard_, n) : 0.0;
   // Over the shards of one copy: every group holds the same ones.
   const double norm = coll_.norm(ssq);
+  if (experts_) {
+    step_with_experts(model, gshard_, lr, norm);
+    return (float)norm;
+  }
   opt_->step_shard(params, gshard_, lr, norm);
   gather_params(params);
   return (float)norm;
+}
+
+// --expert-parallel: the shard's sum covered every expert (its owners'
+// gradients plus zeros), so `norm` is whole; this rank's experts' gradient
+// is its own (its group's rows all came to it) summed over the replicas.
+// The shards' all-gather then brings each expert's weights as the shard's
+// rank had them: this rank's updated ones are kept across it, and every
+// expert comes from its owner after.
+void ShardedOptimizer::step_with_experts(GPT& model, cdptr shard, float lr, double norm) {
+  RATCHET_ASSERT(be_.storage_bytes() == sizeof(float));  // check_expert_parallel: cpu only
+  const float* g = static_cast<const float*>(model.grads());
+  float* p = static_cast<float*>(model.params());
+  size_t at = 0;
+  for (const auto& [lo, hi] : experts_->own) {
+    std::copy(g + lo, g + hi, egrad_.begin() + at);
+    at += hi - lo;
+  }
+  if (experts_->replicas->world() > 1)
+    experts_->replicas->all_reduce(egrad_.data(), own_elems_, DType::F32, ReduceOp::Sum);
+  opt_->step_shard(p, shard, lr, norm, 1.0f, egrad_.data());
+  stash_.resize(own_elems_);
+  at = 0;
+  for (const auto& [lo, hi] : experts_->own) {
+    std::copy(p + lo, p + hi, stash_.begin() + at);
+    at += hi - lo;
+  }
+  if (buckets_)
+    buckets_->gather_into(p);
+  else
+    gather_params(p);
+  at = 0;
+  for (const auto& [lo, hi] : experts_->own) {
+    std::copy(stash_.begin() + at, stash_.begin() + at + (hi - lo), p + lo);
+    at += hi - lo;
+  }
+  gather_expert_weights(*experts_, model.config(), p);
 }
 
 // Every rank's updated shard of params to every rank, through pad: slot r

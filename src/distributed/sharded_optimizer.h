@@ -10,6 +10,7 @@
 //             the last micro-batch's backward
 #pragma once
 #include <memory>
+#include <vector>
 
 #include "distributed/backward_hook.h"
 #include "distributed/grad_buckets.h"
@@ -53,6 +54,12 @@ class ShardedOptimizer final : public DistributedStrategy {
   std::unique_ptr<AdamW> opt_;
   // Flat layout.
   ShardRange range_;
+  // --expert-parallel (experts_ set): this rank's experts' summed gradient
+  // (host FP32: the cpu backend only), and their updated weights kept across
+  // the shards' all-gather.
+  void step_with_experts(GPT& model, cdptr shard, float lr, double norm);
+  size_t own_elems_ = 0;
+  std::vector<float> egrad_, stash_;
   void* pad_ = nullptr;     // W·S elements
   void* gshard_ = nullptr;  // S elements
   // Bucketed layout.

@@ -30,6 +30,7 @@ namespace ratchet {
 
 class GPT;
 struct ShardGroups;
+struct ExpertShards;
 
 // [lo, hi) ranges of the flat parameter vector, ascending and disjoint.
 using OwnedRanges = std::vector<std::pair<size_t, size_t>>;
@@ -69,6 +70,9 @@ struct DistributedConfig {
   // --shard-group (distributed/shard_groups.h): shard inside groups, the
   // groups replicas of one another; null: one group, the world.
   const ShardGroups* groups = nullptr;
+  // --expert-parallel N > 1 (distributed/expert_shards.h): at ZeRO 0-1 this
+  // rank keeps AdamW state only for its own experts; null (or n 1): for all.
+  const ExpertShards* experts = nullptr;
 
   // The ranks the state is sharded over at stages 1-3 (the group's size, or
   // the world), and this rank's shard.
@@ -163,6 +167,10 @@ class DistributedStrategy {
   // them, so a resumed BF16 run continues bit for bit.
   virtual void restore_params(GPT& model) = 0;
 
+  // --expert-parallel's shards (DistributedConfig::experts) when this
+  // strategy keeps only this rank's experts' state (ZeRO-0, and ZeRO-1
+  // without --shard-group); null when it keeps every expert's.
+  const ExpertShards* experts() const { return experts_; }
   // The log's line ("ZeRO-1: optimizer state sharded", ...).
   virtual std::string describe() const = 0;
   // What a checkpoint records about the strategy (settings zero_stage,
@@ -172,6 +180,7 @@ class DistributedStrategy {
  protected:
   explicit DistributedStrategy(const DistributedConfig& c) : config_(c) {}
   DistributedConfig config_;
+  const ExpertShards* experts_ = nullptr;  // set by the strategies that use it
 };
 
 // The strategy of c.stage for a model of `layout` on backend `be` (which must

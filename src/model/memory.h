@@ -20,7 +20,8 @@
 //   dp_buffers      data-parallel staging buffers (StrategyNeeds::buffer_bytes, distributed/strategy.h)
 //   moe             the MoE layers' states (Backend::moe_state) where the
 //                   backend allocates them (BackendMemoryModel::moe_state_bytes:
-//                   cuda), one per MoE layer the policy keeps and one shared
+//                   cuda's device buffers, the cpu's host vectors, which its
+//                   bytes_in_use counts), one per MoE layer the policy keeps and one shared
 //                   by the layers blocks:k recomputes (GPT::moe_state)
 // plus overhead: what the backend holds from construction (reduction results,
 // GEMM workspace), outside the arena.

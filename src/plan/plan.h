@@ -247,4 +247,13 @@ Plan make_plan(const PlanInputs& in);
 std::string plan_table(const Plan& p);
 std::string plan_json(const Plan& p);
 
+// --expert-parallel N (issue 39 item 4, docs/moe.md): the bytes one rank
+// sends to the other N - 1 ranks of its group in a training step, as the
+// JSONL's a2a_bytes counts them, under uniform routing and without block
+// recomputation. Per MoE layer and micro-batch: its per-expert counts
+// ((N - 1)·E/N ints) and four row exchanges (rows to the experts and the
+// outputs back, forward; dy to the experts and dx back, backward), each
+// sending (N - 1)/N of its B·T·k routed rows of C FP32 values. 0 for N 1.
+double moe_a2a_bytes(const GPTConfig& cfg, int B, int T, int accum, int N);
+
 }  // namespace ratchet::plan

@@ -28,7 +28,7 @@ std::string plan_json(const Plan& p) {
     model["experts"] = p.in.cfg.num_experts;
     model["experts_per_token"] = p.in.cfg.experts_per_tok;
     model["moe_layers"] = p.in.cfg.moe_layer_count();
-    model["expert_parallel"] = nullptr;  // --expert-parallel does not shard memory yet (docs/moe.md)
+    model["expert_parallel"] = nullptr;  // the plan picks no expert-parallel size (docs/moe.md)
   }
   j["device"] = {{"name", p.device->name},
                  {"world_size", in.world},

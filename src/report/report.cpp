@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "report/expert_load.h"
 
 namespace fs = std::filesystem;
 
@@ -27,8 +28,12 @@ std::string find_run_log(const std::string& run_dir) {
   const fs::path preferred = fs::path(run_dir) / "train.jsonl";
   if (fs::is_regular_file(preferred, ec)) return preferred.string();
   std::vector<std::string> found;
+  // suspect_nodes.jsonl (train/suspect_nodes.h) lives in a run directory
+  // too, but is no training log.
   for (const auto& e : fs::directory_iterator(run_dir, ec))
-    if (e.is_regular_file() && e.path().extension() == ".jsonl") found.push_back(e.path().string());
+    if (e.is_regular_file() && e.path().extension() == ".jsonl" &&
+        e.path().filename() != "suspect_nodes.jsonl")
+      found.push_back(e.path().string());
   std::sort(found.begin(), found.end());
   if (found.size() == 1) return found[0];
   if (found.empty())
@@ -65,6 +70,8 @@ RunLog read_run_log(const std::string& path) {
   std::map<double, StepRecord> steps;
   std::map<double, EvalRecord> evals;
   std::map<std::string, std::map<double, MetricPoint>> metric_at;
+  std::map<int, std::map<double, LoadPoint>> load_at;
+  std::map<double, double> aux_at;
   std::string line;
   size_t lineno = 0;
   while (std::getline(f, line)) {
@@ -137,6 +144,7 @@ RunLog read_run_log(const std::string& path) {
     get("device_hours", r.device_hours);
     if (steps.count(r.step)) log.replayed_steps++;
     steps[r.step] = r;
+    read_expert_load(o, at, path, lineno, load_at, aux_at);
   }
   if (log.lines == 0)
     fail("training log ", path, " is empty: did the run start? (its first step writes a line)");
@@ -144,6 +152,9 @@ RunLog read_run_log(const std::string& path) {
   for (auto& [s, e] : evals) log.evals.push_back(e);
   for (auto& [name, at] : metric_at)
     for (auto& [s, p] : at) log.metrics[name].push_back(p);
+  for (auto& [layer, at] : load_at)
+    for (auto& [s, p] : at) log.expert_load[layer].push_back(p);
+  for (auto& [s, a] : aux_at) log.aux_loss.push_back({s, a});
   if (log.steps.empty() && log.evals.empty() && log.metrics.empty())
     fail("training log ", path, " has no step or evaluation records (expected lines like "
          "{\"step\": 1, \"loss\": ...})");

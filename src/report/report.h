@@ -7,7 +7,9 @@
 //                {"step","val_loss", other metrics ("hellaswag/acc_norm",
 //                "data/books/loss": report/objective.h), "device_hours","cost",
 //                "eval_seconds"}: every number of a record without "loss" is a
-//                metric, except those four. A requeued run appends to its log and replays
+//                metric, except those four. A MoE run's step records also
+//                carry aux_loss and each MoE layer's moe_min/L, moe_max/L,
+//                moe_cv/L: its expert load (report/expert_load.h). A requeued run appends to its log and replays
 //                the steps after its last checkpoint: the LAST record of each
 //                step wins, and the replayed count is reported.
 //   ledger.json  optional: the run's cost ledger, a JSON object
@@ -41,6 +43,11 @@ struct MetricPoint {
 struct EvalRecord {
   double step = 0, val_loss = 0;
 };
+// One step's expert load in one MoE layer: the tokens of its least and most
+// loaded expert and their coefficient of variation (NaN: not in the record).
+struct LoadPoint {
+  double step = 0, min = NAN, max = NAN, cv = NAN;
+};
 
 struct RunLog {
   std::string path;
@@ -51,6 +58,11 @@ struct RunLog {
   // Every evaluation metric (val_loss included), by name: sorted by step, the
   // last record of each step wins.
   std::map<std::string, std::vector<MetricPoint>> metrics;
+  // A MoE run's expert load per MoE layer index, sorted by step (the last
+  // record of each step wins), and its aux_loss per step: empty for a dense
+  // run (report/expert_load.h).
+  std::map<int, std::vector<LoadPoint>> expert_load;
+  std::vector<std::pair<double, double>> aux_loss;  // (step, aux_loss)
   std::vector<std::string> metric_names() const;
 };
 // Throws Error naming the file (and line) if it is missing, empty, or holds

@@ -9,6 +9,7 @@
 #include "ckpt/checkpoint_reader.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "distributed/expert_shards.h"
 
 namespace ratchet {
 
@@ -100,11 +101,22 @@ FlatRanges CheckpointWriter::write_ranges(const TrainState& s) const {
     // Every rank holds everything: an even 1/W each, so the ranks share the writing.
     const ShardRange r = shard_range(s.model.num_params(), comm_.world(), comm_.rank());
     if (r.hi > r.lo) out.push_back({r.lo, r.hi});
+    // --expert-parallel: each expert's moments are only on its owners, so
+    // the expert slices leave the even split and the owner in group 0
+    // writes its own (the manifest lists each rank's experts).
+    if (const ExpertShards* x = s.dp.experts()) {
+      out = subtract_ranges(out, x->all);
+      if (x->group == 0) out = merge_ranges(out, x->own);
+    }
     return out;
   }
   if (!s.dp.shard_writer()) return out;  // hybrid sharding: another group's replica writes it
   for (const auto& [lo, hi] : s.dp.owned_ranges())
     if (hi > lo) out.push_back({lo, hi});
+  // --expert-parallel at ZeRO-1: rank q of every group holds experts q's
+  // moments; group 0's writes them.
+  if (const ExpertShards* x = s.dp.experts())
+    if (x->group != 0) out = subtract_ranges(out, x->own);
   return out;
 }
 

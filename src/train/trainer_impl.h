@@ -105,6 +105,8 @@ class Trainer {
   void size_memory();
   void open_loaders();
   void make_model();
+  // MoE: the bytes of expert optimizer state this rank holds (the log's line).
+  void log_expert_state() const;
   GPTConfig resolve_config() const;
   std::vector<float> load_init_weights() const;
   std::map<std::string, std::string> identity() const;

@@ -371,6 +371,10 @@ void Trainer::make_model() {
   // parameters or not, the FP32 master of the owned ranges only); attach()
   // installs its hooks and stores before anything sets the parameters
   // (--init-from below, random weights or a checkpoint in train()).
+  // --expert-parallel first (a collective split): at ZeRO 0-1 the strategy
+  // keeps AdamW state only for this rank's experts (distributed/expert_shards.h).
+  ep_ = make_expert_parallel(comm_, o_.expert_parallel);
+  if (ep_) dist_.experts = &ep_->shards(cfg_);
   dp_ = make_strategy(dist_, *be_, ParamLayout(cfg_));
   const StrategyNeeds needs =
       strategy_needs(dist_, be_->memory_model(), cfg_, dist_.shards(), dist_.shard_index());
@@ -386,11 +390,11 @@ void Trainer::make_model() {
         comm_.world());
   // --expert-parallel: the MoE layers' experts sharded over groups of ranks,
   // applied to the model like the strategy (distributed/expert_parallel.h).
-  ep_ = make_expert_parallel(comm_, o_.expert_parallel);
   if (ep_) {
     ep_->apply(*model_);
     RLOG("%s\n", ep_->describe(cfg_.num_experts).c_str());
   }
+  if (cfg_.moe()) log_expert_state();
   // Which library paths the ops take (cuDNN engines and workspaces, BGRADB), once.
   {
     const std::string report = be_->setup_report(op_shapes(cfg_, B_, T_));
@@ -411,6 +415,19 @@ void Trainer::make_model() {
   model_->set_recompute(c_.recompute);
   x_.resize((size_t)B_ * T_);
   y_.resize((size_t)B_ * T_);
+}
+
+// "expert state: AdamW m and v of 2048 of 4096 expert parameters on this
+// rank (16384 bytes)": the expert slices among the rank's owned ranges
+// (--expert-parallel at ZeRO 0-1 keeps only its own experts'; rank 0's line).
+void Trainer::log_expert_state() const {
+  const FlatRangeList all = expert_ranges(cfg_, 1, -1);
+  size_t total = 0, held = 0;
+  for (const auto& [lo, hi] : all) total += hi - lo;
+  held = total;
+  for (const auto& [lo, hi] : subtract_ranges(all, dp_->owned_ranges())) held -= hi - lo;
+  RLOG("expert state: AdamW m and v of %zu of %zu expert parameters on this rank (%zu bytes)\n",
+       held, total, held * 2 * sizeof(float));
 }
 
 // Host memory (cpu, simt): a step that cannot fit in what the host has

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "core/exit_code.h"
 #include "distributed/communicator.h"
+#include "train/fatal_record.h"
 #include "train/train_options.h"
 
 namespace ratchet {
@@ -64,6 +66,11 @@ Watchdog::Watchdog(WatchdogOptions o) : o_(std::move(o)) {
       std::filesystem::rename(cur, cur.parent_path() / ("previous_" + cur.filename().string()), ec);
   }
   write_record(nullptr);
+  // A rank that dies of a signal it can catch, or of a failed library call,
+  // says so in fatal_rank_R.json beside this record: the wrapper then
+  // excludes its node (report/dead_rank.h).
+  const char* job = std::getenv("SLURM_JOB_ID");
+  install_fatal_record(o_.dir, o_.rank, host_, job ? job : "");
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -75,6 +82,7 @@ Watchdog::~Watchdog() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   FlightRecorder::set_active(nullptr);
+  uninstall_fatal_record();
   // A process woken from a freeze by the job's kill (Slurm and Open MPI send
   // SIGCONT before TERM) may end before its monitor ticked again: the stretch
   // since its last tick is the freeze, and the last record must say so (else

@@ -271,6 +271,20 @@ TEST(ReportSynthetic, LogWithoutValidation) {
   EXPECT_NE(read_file(d / "report.svg").find(">train loss"), std::string::npos);
 }
 
+// A run directory holds suspect_nodes.jsonl after a hang, a straggler or a
+// dead rank (docs/resilience.md): the training log is still the other one.
+TEST(ReportRunDir, TheSuspectNodesFileIsNotTakenForTheTrainingLog) {
+  TempDir d;
+  write_file(d / "metrics.jsonl",
+             "{\"step\": 1, \"loss\": 5.0, \"step_ms\": 10, \"tokens_per_s\": 100}\n"
+             "{\"step\": 2, \"loss\": 4.0, \"step_ms\": 10, \"tokens_per_s\": 120}\n");
+  write_file(d / "suspect_nodes.jsonl",
+             "{\"node\": \"n2\", \"rank\": 1, \"cause\": \"dead\", \"job_id\": \"4\", \"time\": 1, \"detail\": \"x\"}\n");
+  auto r = run_ratchet("report " + d.path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("metrics.jsonl"), std::string::npos) << r.output;
+}
+
 TEST(ReportErrors, BadInputsAreNamed) {
   TempDir d;
   expect_usage_error(run_ratchet("report " + (d / "nope")), "does not exist");

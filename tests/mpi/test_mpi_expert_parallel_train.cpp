@@ -9,7 +9,13 @@
 //     uninterrupted run ends;
 //   - with two micro-batches per step (B = 1) it equals the same without it;
 //   - E not divisible by N is refused (exit 2) naming --expert-parallel and
-//     num_experts.
+//     num_experts;
+//   - at ZeRO-0 each rank keeps the AdamW state of its own experts only (the
+//     log's "expert state" line: half at N 2), and ZeRO 1-3 equal it too;
+//   - a 6-expert run resumes from N 2 on 2 ranks at N 3 on 3 ranks and the
+//     reverse, ending where one process ends;
+//   - a checkpoint whose expert moments' shard is damaged or missing is
+//     refused naming the file, and the run resumes from the one before.
 // Tolerances (test_mpi_train's): the expert gradients are one GEMM over both
 // ranks' rows instead of a + b of two (or accumulated over micro-batches),
 // a few FP32 ulps per step that AdamW can magnify where gradients are near
@@ -18,10 +24,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_reader.h"
 #include "mpi_testing.h"
 #include "testing/bible_shards_suite.h"
 #include "testing/test_util.h"
@@ -38,19 +48,43 @@ class MpiExpertParallelTrain : public BibleShardsSuite {
  protected:
   // B rows per rank, 64 tokens per step (2 ranks x 2 rows x T 16, or 1 x 4).
   static std::string cmd(const std::string& run, int B, const std::string& extra,
-                         int experts = 4) {
+                         int experts = 4, int tokens = 64) {
     return "train --model custom --arch llama --family qwen3_moe --layers 3 --heads 4 --kv-heads 2 "
            "--channels 32 --num-experts " + std::to_string(experts) + " --experts-per-tok 2 "
            "--moe-ffn-hidden 16 --router-aux-loss-coef 0.02 --max-seq-len 32 --seq-len 16 "
-           "--batch-size " + std::to_string(B) + " --total-batch-tokens 64 --threads 1 "
+           "--batch-size " + std::to_string(B) + " --total-batch-tokens " + std::to_string(tokens) +
+           " --threads 1 "
            "--train-data '" + (*dir_ / "data/train_*.h5") + "' --val-data '" +
            (*dir_ / "data/val_*.h5") + "' --eval-every 3 --eval-batches 4 --warmup-steps 2 "
            "--steps " + std::to_string(kSteps) + " --lr 3e-3 --quiet --ckpt-dir " + run +
            "/ck --log-jsonl " + run + "/log.jsonl " + extra;
   }
-  static void expect_close(const std::string& a, const std::string& b, const std::string& what) {
-    const std::vector<double> la = jsonl_values(a + "/log.jsonl", "loss"),
-                              lb = jsonl_values(b + "/log.jsonl", "loss");
+  // Each step's training loss, the last record of each step (a run resumed
+  // from an earlier checkpoint than its stop appends those steps again).
+  // With `val`, the evaluations' val_loss too (every expert run locally: the
+  // experts other ranks updated must have come back to this one). Only
+  // between uninterrupted runs on as many ranks: each rank evaluates its own
+  // batches, and a stopped run's last evaluation is a final one.
+  static std::vector<double> losses(const std::string& run, bool val) {
+    std::map<std::pair<int, int>, double> by_step;
+    for (const nlohmann::json& j : read_jsonl(run + "/log.jsonl")) {
+      if (j.contains("grad_norm") && j.contains("loss")) by_step[{j["step"].get<int>(), 0}] = j["loss"];
+      if (val && j.contains("val_loss")) by_step[{j["step"].get<int>(), 1}] = j["val_loss"];
+    }
+    std::vector<double> out;
+    for (const auto& [step, loss] : by_step) out.push_back(loss);
+    return out;
+  }
+  // The log's "expert state: AdamW m and v of H of T expert parameters".
+  static std::pair<long, long> expert_state(const std::string& out) {
+    std::smatch m;
+    if (!std::regex_search(out, m, std::regex("expert state: AdamW m and v of ([0-9]+) of ([0-9]+)")))
+      return {-1, -1};
+    return {std::stol(m[1]), std::stol(m[2])};
+  }
+  static void expect_close(const std::string& a, const std::string& b, const std::string& what,
+                           bool val = true) {
+    const std::vector<double> la = losses(a, val), lb = losses(b, val);
     ASSERT_EQ(la.size(), lb.size()) << what;
     ASSERT_FALSE(la.empty()) << what;
     double worst = 0;
@@ -76,6 +110,12 @@ TEST_F(MpiExpertParallelTrain, EqualsPlainDataParallelAndResumesOnOneProcess) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("expert parallel: 1 group(s) of 2 ranks; this rank holds experts 0..1 of 4"),
             std::string::npos) << r.output;
+  // Rank 0 keeps AdamW state for 2 of the 4 experts: 3 layers x 2 experts x
+  // (w1 2I·C + w2 C·I) = 3 · 2 · (32·32 + 32·16) elements of 3 · 4 · 1536.
+  const auto held = expert_state(r.output);
+  EXPECT_EQ(held.second, 3 * 4 * (32 * 32 + 32 * 16)) << r.output;
+  EXPECT_EQ(held.first * 2, held.second) << "--expert-parallel 2 halves the expert state\n"
+                                         << r.output;
   expect_close(plain.path, ep.path, "--expert-parallel 2 vs 1, 2 ranks");
   // Rank 0's all-to-all traffic per step. Per MoE layer (3) and micro-batch
   // (1): its counts (El = 2 ints to the other rank) and 4 row exchanges (to
@@ -103,7 +143,7 @@ TEST_F(MpiExpertParallelTrain, EqualsPlainDataParallelAndResumesOnOneProcess) {
   EXPECT_NE(r.output.find("expert_parallel changed from 2 to 1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--expert-parallel changed from 2 to 1 since the checkpoint"),
             std::string::npos) << "the resume must say it is not bit-identical\n" << r.output;
-  expect_close(ep.path, run.path, "2 ranks --expert-parallel 2 -> stop at 3 -> 1 process");
+  expect_close(ep.path, run.path, "2 ranks --expert-parallel 2 -> stop at 3 -> 1 process", false);
 }
 
 // Two micro-batches of 1 row per rank and step: each micro-batch exchanges
@@ -118,6 +158,123 @@ TEST_F(MpiExpertParallelTrain, AccumulatesOverMicroBatches) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("2 micro-batch(es) per step"), std::string::npos) << r.output;
   expect_close(plain.path, acc.path, "--expert-parallel 2 with 2 micro-batches vs 1, 2 ranks");
+}
+
+// ZeRO-1 (bucketed shards, and flat ones with --overlap-comm off) keeps the
+// moments of its shard less every expert and of its own experts; ZeRO 2-3
+// keep every expert's state, sharded as the rest. Each equals the plain
+// run (4 ranks: the plain run on 4), and so do 4 ranks in 2 groups of 2 at ZeRO 0 and 1 (each expert's
+// gradient summed over its 2 replicas).
+TEST_F(MpiExpertParallelTrain, ZeroStagesAndTwoGroupsEqualPlainDataParallel) {
+  TempDir plain2, plain4;
+  auto r = mpirun_ratchet(2, cmd(plain2.path, 2, ""));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = mpirun_ratchet(4, cmd(plain4.path, 1, ""));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  struct Case {
+    int ranks;
+    std::string flags;
+    bool half;  // the log says half the experts' state
+  };
+  for (const Case& c : {Case{2, "--zero 1", true}, Case{2, "--zero 1 --overlap-comm off", true},
+                        Case{2, "--zero 2", false}, Case{2, "--zero 3", false},
+                        Case{4, "--zero 0", true}, Case{4, "--zero 1", true},
+                        Case{4, "--zero 1 --overlap-comm off", true}}) {
+    TempDir ep;
+    const std::string what = std::to_string(c.ranks) + " ranks --expert-parallel 2 " + c.flags;
+    r = mpirun_ratchet(c.ranks, cmd(ep.path, 4 / c.ranks, "--expert-parallel 2 " + c.flags));
+    ASSERT_EQ(r.exit_code, 0) << what << "\n" << r.output;
+    if (c.half) {
+      const auto held = expert_state(r.output);
+      EXPECT_GT(held.second, 0) << r.output;
+      EXPECT_EQ(held.first * 2, held.second) << what << ": half the experts' state\n" << r.output;
+    }
+    expect_close(c.ranks == 2 ? plain2.path : plain4.path, ep.path, what);
+  }
+}
+
+// 6 experts, 96 tokens a step (1 x 6, 2 x 3 or 3 x 2 rows of 16): a run
+// stopped at step 3 at one expert-parallel size and world size resumes at
+// another and ends where one uninterrupted process ends. The checkpoint at
+// N 2 has each expert's moments only from its owner (each shard lists its
+// experts' ranges); N 3 reads them from both shards. And 4 experts, 64
+// tokens, 4 ranks in 2 groups of 2 at ZeRO 0 and 1 (group 1's replicas of
+// the experts write nothing) resuming on one process.
+TEST_F(MpiExpertParallelTrain, ResumesAtAnotherExpertParallelAndWorldSize) {
+  TempDir one6, one4;
+  auto r = run_ratchet(cmd(one6.path, 6, "", 6, 96));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_ratchet(cmd(one4.path, 4, "", 4, 64));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  struct Case {
+    int from_ranks, from_n, to_ranks, to_n;
+    std::string zero;
+    int experts, tokens;
+  };
+  for (const Case& c : {Case{2, 2, 3, 3, "0", 6, 96}, Case{3, 3, 2, 2, "0", 6, 96},
+                        Case{3, 3, 1, 1, "0", 6, 96}, Case{2, 2, 3, 3, "1", 6, 96},
+                        Case{4, 2, 1, 1, "0", 4, 64}, Case{4, 2, 1, 1, "1", 4, 64}}) {
+    TempDir run;
+    const std::string what = "--expert-parallel " + std::to_string(c.from_n) + " --zero " +
+                             c.zero + " on " + std::to_string(c.from_ranks) +
+                             " ranks -> stop at 3 -> --expert-parallel " + std::to_string(c.to_n) +
+                             " on " + std::to_string(c.to_ranks);
+    const int rows = c.tokens / 16;
+    r = mpirun_ratchet(c.from_ranks,
+                       cmd(run.path, rows / c.from_ranks,
+                           "--zero " + c.zero + " --expert-parallel " + std::to_string(c.from_n),
+                           c.experts, c.tokens),
+                       "RATCHET_FAULT=USR1@step-3");
+    ASSERT_EQ(r.exit_code, 75) << what << "\n" << r.output;
+    const CheckpointReader reader(run / "ck/step_00000003");
+    // A rank of group 1 whose even share is all experts writes no shard.
+    ASSERT_GE(reader.shards().size(), (size_t)c.from_n) << what;
+    ASSERT_LE(reader.shards().size(), (size_t)c.from_ranks) << what;
+    // Group 0's shards: their share of the rest and their experts' slices of
+    // expw1 and expw2 in each of the 3 layers.
+    for (size_t i = 0; i < (size_t)c.from_n; i++) EXPECT_GE(reader.shards()[i].ranges.size(), 6u) << what;
+    const std::string resume =
+        cmd(run.path, rows / c.to_ranks,
+            c.to_n > 1 ? "--expert-parallel " + std::to_string(c.to_n) : "", c.experts, c.tokens);
+    r = c.to_ranks > 1 ? mpirun_ratchet(c.to_ranks, resume) : run_ratchet(resume);
+    ASSERT_EQ(r.exit_code, 0) << what << "\n" << r.output;
+    EXPECT_NE(r.output.find("continuing from step 3"), std::string::npos) << r.output;
+    expect_close(c.experts == 6 ? one6.path : one4.path, run.path, what, false);
+  }
+}
+
+// The newest checkpoint's shard 1 (rank 1's experts' moments) damaged (a
+// flipped byte) or missing: the resume names the file, skips that
+// checkpoint and continues from the one before, ending where the
+// uninterrupted run ends.
+TEST_F(MpiExpertParallelTrain, ADamagedOrMissingExpertShardFallsBackToTheOlderCheckpoint) {
+  TempDir straight;
+  const std::string every = " --ckpt-every-steps 2 --keep-last 5";
+  auto r = mpirun_ratchet(2, cmd(straight.path, 2, "--expert-parallel 2" + every));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string damage : {"flip", "missing"}) {
+    TempDir run;
+    r = mpirun_ratchet(2, cmd(run.path, 2, "--expert-parallel 2" + every),
+                       "RATCHET_FAULT=USR1@step-5");
+    ASSERT_EQ(r.exit_code, 75) << r.output;
+    const std::string ck = run / "ck";
+    const std::string shard = ck + "/step_00000005/shard_00001.h5";
+    if (damage == "flip") {
+      std::string bytes = read_file(shard);
+      bytes[bytes.size() / 2] ^= 0x10;
+      write_file(shard, bytes);
+    } else {
+      ASSERT_EQ(std::remove(shard.c_str()), 0) << shard;
+    }
+    r = mpirun_ratchet(2, cmd(run.path, 2, "--expert-parallel 2" + every));
+    ASSERT_EQ(r.exit_code, 0) << damage << "\n" << r.output;
+    const size_t skip = r.output.find("skipping " + ck + "/step_00000005: checkpoint ");
+    ASSERT_NE(skip, std::string::npos) << damage << "\n" << r.output;
+    EXPECT_NE(r.output.find(shard, skip), std::string::npos) << damage << "\n" << r.output;
+    EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
+    expect_close(straight.path, run.path, "an expert shard " + damage + ": resumed from step 4",
+                 false);
+  }
 }
 
 TEST_F(MpiExpertParallelTrain, ExpertsNotDivisibleByTheGroupAreRefused) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -241,6 +242,83 @@ TEST(NcclDevice, SplitCommunicatorsReduceWithinTheirRanks) {
   cudaMemcpy(out.data(), d, count * 4, cudaMemcpyDeviceToHost);
   for (float x : out) ASSERT_EQ(x, W * (W + 1) / 2.0f);
   EXPECT_TRUE(all->agree(r == 0));  // through the split host communicator
+  cudaFree(d);
+}
+
+// Expert parallelism's exchanges on NCCL (grouped ncclSend/ncclRecv per peer,
+// src/distributed/nccl_communicator.cpp): all_to_all of I32 counts, then
+// all_to_allv of F32 rows with uneven and empty blocks, in device memory; the
+// same values as Collectives.AllToAllAndAllToAllv checks on MPI. One rank
+// sends to itself (one GPU suffices).
+TEST(NcclDevice, AllToAllAndAllToAllvMoveEveryBlock) {
+  std::string why;
+  if (no_gpu_anywhere(&why)) GTEST_SKIP() << "no CUDA device (" << why << ")";
+  auto nccl = make_nccl_communicator(*g_host);
+  const int W = nccl->world(), r = nccl->rank();
+  std::vector<int> send(2 * W), recv(2 * W, -1);
+  for (int q = 0; q < W; q++) send[2 * q] = r * 10 + q, send[2 * q + 1] = -(r * 10 + q);
+  int *ds = nullptr, *dr = nullptr;
+  ASSERT_EQ(cudaMalloc(&ds, send.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dr, recv.size() * 4), cudaSuccess);
+  cudaMemcpy(ds, send.data(), send.size() * 4, cudaMemcpyHostToDevice);
+  nccl->all_to_all(ds, dr, 2, DType::I32);
+  cudaMemcpy(recv.data(), dr, recv.size() * 4, cudaMemcpyDeviceToHost);
+  for (int p = 0; p < W; p++) {
+    EXPECT_EQ(recv[2 * p], p * 10 + r) << "from rank " << p;
+    EXPECT_EQ(recv[2 * p + 1], -(p * 10 + r)) << "from rank " << p;
+  }
+  std::vector<size_t> sc(W), rc(W);
+  std::vector<float> sv, rv;
+  for (int q = 0; q < W; q++) {
+    // 0..3 rows (empty blocks from 3 ranks on; one rank still moves a row)
+    sc[q] = (size_t)((r + q) % 3 + (q % 2 == 0));
+    rc[q] = (size_t)((q + r) % 3 + (r % 2 == 0));
+    for (size_t i = 0; i < sc[q]; i++) sv.push_back((float)(r * 100 + q) + (float)i / 8);
+  }
+  size_t total = 0;
+  for (size_t c : rc) total += c;
+  rv.assign(total, -1.0f);
+  float *dsv = nullptr, *drv = nullptr;
+  ASSERT_EQ(cudaMalloc(&dsv, (sv.size() + 1) * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&drv, (rv.size() + 1) * 4), cudaSuccess);
+  cudaMemcpy(dsv, sv.data(), sv.size() * 4, cudaMemcpyHostToDevice);
+  nccl->all_to_allv(dsv, sc.data(), drv, rc.data(), DType::F32);
+  cudaMemcpy(rv.data(), drv, rv.size() * 4, cudaMemcpyDeviceToHost);
+  size_t at = 0;
+  for (int p = 0; p < W; p++)
+    for (size_t i = 0; i < rc[p]; i++, at++)
+      EXPECT_EQ(rv[at], (float)(p * 100 + r) + (float)i / 8) << "from rank " << p << " value " << i;
+  cudaFree(ds);
+  cudaFree(dr);
+  cudaFree(dsv);
+  cudaFree(drv);
+}
+
+// The hang watchdog's NCCL path (train/watchdog.cpp, issue 40): it polls
+// async_error() (ncclCommGetAsyncError on the communicator and its splits)
+// at every check, and its abort calls abort_collectives() (ncclCommAbort,
+// splits first) from the monitor thread. A healthy communicator reports no
+// error, also after a collective; the abort may come from another thread
+// while the owner is idle; afterwards async_error() is empty (the handle is
+// gone, not polled) and a second abort is a no-op, as the destructor's is.
+TEST(NcclDevice, AsyncErrorIsEmptyWhenHealthyAndAbortFromAnotherThreadEndsIt) {
+  std::string why;
+  if (no_gpu_anywhere(&why)) GTEST_SKIP() << "no CUDA device (" << why << ")";
+  auto nccl = make_nccl_communicator(*g_host);
+  auto alone = nccl->split(nccl->rank(), 0);
+  EXPECT_EQ(nccl->async_error(), "");
+  float* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 64 * 4), cudaSuccess);
+  cudaMemset(d, 0, 64 * 4);
+  nccl->all_reduce(d, 64, DType::F32, ReduceOp::Sum);
+  alone->all_reduce(d, 64, DType::F32, ReduceOp::Sum);
+  EXPECT_EQ(nccl->async_error(), "");
+  EXPECT_EQ(alone->async_error(), "");
+  std::thread monitor([&] { nccl->abort_collectives(); });
+  monitor.join();
+  EXPECT_EQ(nccl->async_error(), "");
+  EXPECT_EQ(alone->async_error(), "");
+  nccl->abort_collectives();  // again: nothing left to abort
   cudaFree(d);
 }
 

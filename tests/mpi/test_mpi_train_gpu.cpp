@@ -12,7 +12,8 @@
 //              rank: another world size, the FP32 state re-sharded.
 //   TwoGpus*:  2 ranks (needs 2 GPUs; skips otherwise, and gpu-check runs it
 //              only on nodes with 2): --zero 1 == --zero 0 bit for bit (BF16,
-//              2 ranks: a + b = b + a), and a stop at step 4 resumed on 1 rank.
+//              2 ranks: a + b = b + a), and a stop at step 4 resumed on 1 rank;
+//              and a frozen rank ended by the watchdog through NCCL (exit 75).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -117,4 +118,21 @@ TEST_F(MpiTrainGpu, TwoGpusZero1EqualsZero0AndResumesOnOneRank) {
   for (size_t i = 0; i < a.size(); i++) EXPECT_NEAR(a[i], b[i], 1e-3 * a[i]) << i;
 }
 
+// Issue 40's abort path on GPUs: rank 1 freezes (SIGSTOP) after step 3 while
+// rank 0 waits in an NCCL all-reduce; rank 0's watchdog (polling the NCCL
+// communicator's async error, then ncclCommAbort, then MPI_Abort) ends the
+// job with 75 and `ratchet doctor` names rank 1. The same as
+// MpiWatchdog.AStoppedRank* on the CPU, here through NCCL.
+TEST_F(MpiTrainGpu, TwoGpusAStoppedRankIsAbortedThroughNcclWithExit75) {
+  SKIP_UNLESS_GPUS(2);
+  TempDir run;
+  const auto r = mpirun_ratchet(
+      2, args("cuda", 2, 128, run.path, 40) + " --hang-timeout 2 --run-dir " + run / "rd",
+      "RATCHET_FAULT=rank1/STOP@step-3");
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("hang watchdog"), std::string::npos) << r.output;
+  const auto d = run_ratchet("doctor " + run / "rd");
+  EXPECT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("rank 1 ("), std::string::npos) << d.output;
+}
 }  // namespace

@@ -31,17 +31,26 @@
 #                        the rerun resumes from the last checkpoint on the other nodes. The
 #                        rank left on the node (its slurmstepd outlives slurmd) is killed
 #                        once the rerun runs; slurmd is restarted afterwards
+#   chaos.sh dead-rank   rank 1 SIGKILLed (RATCHET_FAULT=rank1/step-25: uncatchable, as the
+#                        OOM killer's): the step fails; the wrapper reads srun's "task 1:
+#                        Killed" (`ratchet doctor --dead-rank`), records rank 1's node as a
+#                        suspect (cause "dead") and requeues the job without it
+#   chaos.sh crash-rank  rank 1 dies of SIGSEGV (RATCHET_FAULT=rank1/SEGV@step-25): its
+#                        fatal record (flight/fatal_rank_1.json) names it; the same requeue
+# Every case also checks the ledger (ledger_accounts below): the breakdown by
+# cause sums to the whole within 1 %, and the causes the fault implies (hang
+# detection, lost progress, the requeue gap, ...) are nonzero, the others zero.
 # Runs on the fixture slurm_cluster_2node (tests/slurm/twonode.sh start, which
 # starts three nodes). Exits 77 (skipped) with the reason where namespaces
 # cannot be made here, as twonode.sh does.
 # shellcheck source-path=SCRIPTDIR source=common.sh
 . "$(dirname "$0")/common.sh"
-name=${1:?node-hang|link-down|slow-node|dead-node}
+name=${1:?node-hang|link-down|slow-node|dead-node|dead-rank|crash-rank}
 CLUSTER2=$RATCHET_SOURCE_DIR/scripts/slurm-cluster-2node.sh
 export RATCHET_SLURM2_NODES=${RATCHET_SLURM2_NODES:-3}
 export RATCHET_SLURM2_SHARE=$RATCHET_BUILD_DIR${RATCHET_TEST_WORK:+:$RATCHET_TEST_WORK}
 case $name in
-  node-hang | link-down | slow-node | dead-node) ;;
+  node-hang | link-down | slow-node | dead-node | dead-rank | crash-rank) ;;
   *) fail "unknown case $name" ;;
 esac
 if ! why=$("$CLUSTER2" check); then
@@ -226,6 +235,41 @@ excluded_by_wrapper() {
   [ "$(job_field "$id" ExcNodeList)" = "$1" ] || fail "ExcNodeList=$(job_field "$id" ExcNodeList), expected $1"
 }
 
+# ledger_accounts NONZERO ZERO: the ledger's breakdown (ckpt/ledger.json,
+# device_seconds_by_cause) accounts for the time lost: its parts sum to the
+# whole (device_seconds + requeue_gap, docs/resilience.md "Goodput by
+# cause") within 1 % (the issue's bound), each cause named in NONZERO
+# (space-separated) is above zero, each in ZERO is zero. Logs the breakdown.
+ledger_accounts() {
+  local out
+  out=$(awk -v nz="$1" -v z="$2" '
+    /"device_seconds_by_cause"/ { inb = 1; next }
+    inb && /}/ { inb = 0; next }
+    inb { line = $0; gsub(/[",]/, "", line); split(line, a, ":"); k = a[1]; gsub(/ /, "", k)
+          part[k] = a[2] + 0; sum += a[2]; order = order " " k }
+    /^  "device_seconds":/ { line = $0; gsub(/[",]/, "", line); split(line, a, ":"); ds = a[2] + 0 }
+    END {
+      if (order == "") { print "FAIL no device_seconds_by_cause in the ledger"; exit }
+      whole = ds + part["requeue_gap"]
+      n = split(order, ks, " ")
+      msg = sprintf("ledger: whole %.2f device-s, parts sum %.2f:", whole, sum)
+      for (i = 1; i <= n; i++) msg = msg sprintf(" %s %.3f", ks[i], part[ks[i]])
+      print msg
+      d = sum - whole; if (d < 0) d = -d
+      if (d > 0.01 * whole) printf "FAIL the parts sum to %.3f, the whole is %.3f (beyond 1%%)\n", sum, whole
+      n = split(nz, c, " ")
+      for (i = 1; i <= n; i++) if (!(part[c[i]] > 0)) printf "FAIL %s is %s, expected above zero\n", c[i], part[c[i]]
+      n = split(z, c, " ")
+      for (i = 1; i <= n; i++) if (part[c[i]] != 0) printf "FAIL %s is %s, expected zero\n", c[i], part[c[i]]
+    }' ckpt/ledger.json) || fail "cannot read ckpt/ledger.json"
+  log "$(grep -v '^FAIL' <<<"$out")"
+  if grep -q '^FAIL' <<<"$out"; then
+    cat ckpt/ledger.json
+    fail "the ledger's breakdown: $(sed -n 's/^FAIL //p' <<<"$out" | paste -sd';' -)"
+  fi
+  log "the ledger accounts for the time lost (nonzero: $1; zero: ${2:-none})"
+}
+
 # The margin of a hang's detection: the monitor polls several times per
 # allowance, and 2 cores shared with the rest of CI delay it; 1.5 s is the
 # bound asserted on top of the allowance (--hang-timeout 2: a step allowance
@@ -244,6 +288,8 @@ case $name in
     grep -q "\"node\": *\"$victim\".*\"cause\": *\"hang\"" ckpt/suspect_nodes.jsonl ||
       fail "ckpt/suspect_nodes.jsonl does not name $victim for a hang"
     finished_without_victim
+    # Frozen at step 25, the last checkpoint at 20: steps 21-25 recomputed.
+    ledger_accounts "productive hang_detection lost_progress requeue_gap" ""
     "$exe" doctor ckpt | sed 's/^/doctor: /'
     ;;
   link-down)
@@ -261,6 +307,7 @@ case $name in
     expect_log "hang watchdog: .* in flight for"
     detected_within $margin
     finished_without_victim
+    ledger_accounts "productive hang_detection lost_progress requeue_gap" ""
     ;;
   slow-node)
     id=$(submit -- --hang-timeout 5 --straggler-every 4 --straggler-windows 2 --on-straggler requeue)
@@ -284,6 +331,9 @@ case $name in
     expect_log "stopping at step [0-9]+: .*straggler"
     excluded_by_wrapper "$victim"
     finished_without_victim
+    # Saved at the straggler step and resumed from it: nothing recomputed, no
+    # hang; the waits for the slow rank are collective_wait.
+    ledger_accounts "productive collective_wait requeue_gap" "hang_detection lost_progress"
     ;;
   dead-node)
     # The stall holds the job while Slurm notices (about 20 s: SlurmdTimeout
@@ -307,12 +357,49 @@ case $name in
     [[ $state == down* ]] || fail "$victim is '$state' after its slurmd died, not down"
     # The first run's rank 1 still sleeps on the dead node (nobody told its
     # slurmstepd); a real node would be rebooted or its slurmd would kill it
-    # when it comes back. Killed here so that it cannot touch the run.
+    # when it comes back. Frozen here so that it cannot touch the run, and
+    # killed only once the job has ended: killed now, its slurmstepd reports
+    # the end of step N.0 to the controller, which then cancelled the rerun's
+    # own step N.0 as it launched (seen once: "StepId=N.0 aborted before step
+    # completely launched", the job FAILED with 137).
+    leftover=""
     for p in $(ip netns pids "ratchet-$victim" 2>/dev/null); do
-      if [ "$(readlink "/proc/$p/exe" 2>/dev/null)" = "$exe" ]; then log "killing the first run's rank left on $victim (pid $p)"; kill -KILL "$p"; fi
+      if [ "$(readlink "/proc/$p/exe" 2>/dev/null)" = "$exe" ]; then
+        log "freezing the first run's rank left on $victim (pid $p) until the job ends"
+        kill -STOP "$p"
+        leftover+=" $p"
+      fi
     done
     expect_log "JOB $id ON [a-z0-9]+ CANCELLED AT .* DUE TO NODE FAILURE"
     finished_without_victim
+    for p in $leftover; do kill -KILL "$p" 2>/dev/null || true; done
+    # Killed inside step 31's data stall, the last checkpoint at 30: the
+    # attempt's end (no ledger write, no flight record of a hang) is the gap.
+    ledger_accounts "productive requeue_gap" "hang_detection"
+    ;;
+  dead-rank | crash-rank)
+    if [ "$name" = dead-rank ]; then fault=rank1/step-25 death="SIGKILL"; else fault=rank1/SEGV@step-25 death="SIGSEGV"; fi
+    id=$(submit RATCHET_FAULT=$fault --)
+    running_on_two
+    restarted 120
+    log "job $id rerun on $(job_nodes | paste -sd' ' -)"
+    if [ "$name" = dead-rank ]; then
+      expect_log "srun: error: $victim: task 1: Killed"
+      expect_log "ratchet doctor: rank 1 \($victim\) died of SIGKILL \(srun: "
+    else
+      expect_log "ratchet doctor: rank 1 \($victim\) died of SIGSEGV \(its fatal record\)"
+      grep -q '"what": "SIGSEGV"' ckpt/flight/fatal_rank_1.json || fail "no fatal record of rank 1's SIGSEGV"
+    fi
+    expect_log "recorded suspect node $victim \(rank 1, dead\)"
+    expect_log "a rank died: requeueing without its node"
+    excluded_by_wrapper "$victim"
+    grep -q "\"node\": *\"$victim\".*\"cause\": *\"dead\"" ckpt/suspect_nodes.jsonl ||
+      fail "ckpt/suspect_nodes.jsonl does not name $victim as dead"
+    finished_without_victim
+    # Died after step 25, the last checkpoint at 20: steps 21-25 recomputed;
+    # no watchdog fired (the default --hang-timeout): no hang detection.
+    ledger_accounts "productive lost_progress requeue_gap" "hang_detection"
+    "$exe" doctor ckpt | sed 's/^/doctor: /'
     ;;
 esac
 cat "$TEST_DIR"/*.out

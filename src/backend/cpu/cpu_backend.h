@@ -69,6 +69,10 @@ class CpuBackend : public Backend {
                     dptr dw2) override;
   void moe_aux_stats(const MoeDims& d, const MoeState& st, double* counts,
                      double* prob_sums) override;
+  // Host bytes the MoE states hold beyond alloc()'s blocks (cpu_moe.cpp),
+  // counted in bytes_in_use: a state adds what it grew by, and its end what
+  // it held.
+  void count_moe_state_bytes(long delta) { bytes_in_use_ = (size_t)((long)bytes_in_use_ + delta); }
 
  private:
   // C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major, as cblas_sgemm;
@@ -91,7 +95,7 @@ class CpuBackend : public Backend {
   size_t scratch_stride_ = 0;  // floats per thread in scratch_
   const BackendMemoryModel model_ = cpu_memory_model();  // 64-byte blocks, FP32
   std::unordered_map<void*, size_t> alloc_sizes_;  // live alloc() blocks -> bytes
-  size_t bytes_in_use_ = 0;                          // sum of alloc_sizes_
+  size_t bytes_in_use_ = 0;  // sum of alloc_sizes_ and of the MoE states' host bytes
 };
 
 }  // namespace ratchet

@@ -1,7 +1,7 @@
 // The Mixture-of-Experts layer on the cpu backend: Backend::moe_* (backend.h)
 // over src/moe's ops (moe_ops.h has the math). The state is moe::MoeCache,
-// host vectors: the cpu backend's memory is host memory anyway, and the
-// cache is sized by the shape of each forward.
+// host vectors sized by the shape of each forward, whose bytes the backend
+// counts in bytes_in_use (CpuMoeState::recount).
 #include <memory>
 
 #include "backend/cpu/cpu_backend.h"
@@ -11,7 +11,36 @@
 namespace ratchet {
 
 namespace {
+template <class V>
+size_t held(const V& v) {
+  return v.capacity() * sizeof(typename V::value_type);
+}
+
+// Every byte moe::MoeCache holds (vector capacities): what bytes_in_use counts.
+size_t held_bytes(const moe::MoeCache& c) {
+  const moe::Dispatch& d = c.dispatch;
+  const moe::ExpertShard& sh = c.shard;
+  return held(c.logits) + held(c.probs) + held(c.w) + held(c.idx) + held(d.counts) +
+         held(d.offsets) + held(d.slot_of) + held(d.row_of) + held(c.xp) + held(c.h) + held(c.a) +
+         held(c.y) + held(sh.recv_split) + held(sh.send_n) + held(sh.recv_n) + held(sh.local.counts) +
+         held(sh.local.offsets) + held(sh.local.slot_of) + held(sh.local.row_of) + held(sh.perm) +
+         held(sh.xe);
+}
+
+// The cache is host vectors, not alloc() blocks; the backend's bytes_in_use
+// counts what they hold (BackendMemoryModel::moe_state_host), so the step's
+// accounting (model/memory.h) and the check against the host's memory see it.
 struct CpuMoeState : MoeState {
+  explicit CpuMoeState(CpuBackend& b) : be(&b) {}
+  ~CpuMoeState() override { be->count_moe_state_bytes(-(long)counted); }
+  // After a forward: the growth of the cache since the last count.
+  void recount() {
+    const size_t now = held_bytes(cache);
+    be->count_moe_state_bytes((long)now - (long)counted);
+    counted = now;
+  }
+  CpuBackend* be;
+  size_t counted = 0;
   moe::MoeCache cache;
 };
 
@@ -35,7 +64,7 @@ const moe::MoeCache& cache_of(const MoeState& st) {
 }
 }  // namespace
 
-std::unique_ptr<MoeState> CpuBackend::moe_state() { return std::make_unique<CpuMoeState>(); }
+std::unique_ptr<MoeState> CpuBackend::moe_state() { return std::make_unique<CpuMoeState>(*this); }
 
 void CpuBackend::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, dptr out,
                              MoeState& st) {
@@ -46,6 +75,7 @@ void CpuBackend::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cd
                    static_cast<const float*>(w2), static_cast<float*>(out),
                    const_cast<moe::MoeCache&>(cache_of(st)), d.exchange,
                    d.bias ? &extra : nullptr);
+  static_cast<CpuMoeState&>(st).recount();
 }
 
 void CpuBackend::moe_backward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2,

@@ -121,3 +121,17 @@ TEST(PlanMoe, EveryMoePresetPlans) {
 }
 
 }  // namespace
+
+// The all-to-all bytes a rank sends per step (moe_a2a_bytes) by hand, for the
+// mixed model (1 MoE layer of 4 experts, top 2, C 32) at B 2, T 16.
+TEST(PlanMoe, AllToAllBytesByHand) {
+  const GPTConfig m = ratchet::testing::hf_moe_config(Family::qwen3_moe);
+  ASSERT_EQ(m.moe_layer_count(), 1);
+  // N 2: counts 1 rank x 2 experts x 4 bytes; rows 4 exchanges x 1/2 of
+  // 2·16·2 rows x 32 floats x 4 bytes.
+  EXPECT_EQ(moe_a2a_bytes(m, 2, 16, 1, 2), 8 + 4 * 0.5 * 64 * 32 * 4);
+  // N 4: 3 ranks x 1 expert; 3/4 of the rows. Two micro-batches: twice.
+  EXPECT_EQ(moe_a2a_bytes(m, 2, 16, 2, 4), 2 * (12 + 4 * 0.75 * 64 * 32 * 4));
+  EXPECT_EQ(moe_a2a_bytes(m, 2, 16, 1, 1), 0);
+  EXPECT_EQ(moe_a2a_bytes(preset_config("qwen3-8b", 257, 4096), 2, 16, 1, 2), 0);  // dense
+}

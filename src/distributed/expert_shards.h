@@ -1,0 +1,47 @@
+// Which experts' optimizer state a rank keeps under --expert-parallel N
+// (issue 39 item 4; docs/moe.md "What each rank keeps"). Rank q of an
+// expert-parallel group computes experts [q·E/N, (q+1)·E/N) of every MoE
+// layer, so only it has their gradient: the ZeRO-0 strategy, and ZeRO-1's
+// shards (not with --shard-group), give it the AdamW moments of those slices of expw1 and expw2
+// and none of the other experts' (ZeRO-1: its shard of the rest beside
+// them), and after each update the group all-gathers the updated expert
+// weights (every rank keeps every expert's weights, for evaluation, samples
+// and checkpoints). The router (routerw) is replicated like any tensor.
+#pragma once
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "distributed/communicator.h"
+#include "model/param_layout.h"
+
+namespace ratchet {
+
+struct GPTConfig;
+
+using FlatRangeList = std::vector<std::pair<size_t, size_t>>;
+
+struct ExpertShards {
+  int n = 1;                         // --expert-parallel
+  int index = 0;                     // this rank's place in its group: its experts
+  int group = 0;                     // its group (group 0 writes the experts into checkpoints)
+  Communicator* group_comm = nullptr;  // the N ranks of the group (weights all-gathered)
+  Communicator* replicas = nullptr;    // the ranks with these experts, one per group (ZeRO-1)
+  FlatRangeList all;                 // every expert slice of expw1 and expw2, ascending
+  FlatRangeList own;                 // this rank's experts' slices, ascending
+};
+
+// The flat ranges of experts [q·E/n, (q+1)·E/n) of expw1 and expw2 over all
+// layers (one per layer and tensor), ascending; q < 0: all experts.
+FlatRangeList expert_ranges(const GPTConfig& cfg, int n, int q);
+// a minus b (both ascending and disjoint), ascending.
+FlatRangeList subtract_ranges(const FlatRangeList& a, const FlatRangeList& b);
+// The ascending union of two disjoint ascending lists.
+FlatRangeList merge_ranges(const FlatRangeList& a, const FlatRangeList& b);
+// The total length of ranges.
+size_t ranges_elems(const FlatRangeList& r);
+// Collective over the group: every expert slice of `params` (FP32 storage,
+// the full flat vector) from its owner.
+void gather_expert_weights(const ExpertShards& x, const GPTConfig& cfg, float* params);
+
+}  // namespace ratchet
