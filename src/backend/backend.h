@@ -74,11 +74,15 @@ struct AttnOpts {
 class MoeExchange;
 // sigmoid / routed_scale: DeepSeek-V3's scoring_func "sigmoid" and
 // routed_scaling_factor (moe_ops.h); the defaults are the softmax families'.
+// bias: HOST (E) FP32, the layer's selection bias (HF e_score_correction_bias:
+// top k on scores + bias, weights from the scores; no gradient), null: none.
+// The cpu backend takes it; cuda refuses it by name.
 struct MoeDims {
   int N = 0, C = 0, E = 0, k = 0, I = 0;
   bool norm_topk_prob = true;
   bool sigmoid = false;
   float routed_scale = 1.f;
+  const float* bias = nullptr;
   MoeExchange* exchange = nullptr;
 };
 // What one MoE layer's forward keeps for its backward, in the backend's own

@@ -31,6 +31,7 @@ namespace ckpt_io {
 
 const char* kStateFile = "state.h5";
 const char* kTensorNames[3] = {"params", "adam_m", "adam_v"};
+const char* kMoeBiasDataset = "moe_selection_bias";
 
 uint32_t crc_of(const float* data, size_t count) { return crc_update(0, data, count); }
 
@@ -304,6 +305,48 @@ void ckpt_io::check_room(const std::string& dir, uint64_t need) {
          rl.rlim_cur / 1e6, " MB (ulimit -f)");
 }
 
+// The MoE selection bias (CheckpointMeta::moe_bias): a small (L·E) dataset
+// with its crc32, written whatever the format.
+static void write_moe_bias(hid_t f, const CheckpointMeta& m, const std::string& ctx) {
+  RATCHET_ASSERT(m.moe_bias.size() == (size_t)m.model.num_layers * m.model.num_experts);
+  hsize_t dims[1] = {m.moe_bias.size()};
+  H5Handle space(H5_CHECK(H5Screate_simple(1, dims, nullptr), ctx), H5Sclose);
+  H5Handle d(H5_CHECK(H5Dcreate2(f, kMoeBiasDataset, H5T_IEEE_F32LE, space, H5P_DEFAULT,
+                                 H5P_DEFAULT, H5P_DEFAULT),
+                      ctx, ": /", kMoeBiasDataset),
+             H5Dclose);
+  H5_CHECK(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, m.moe_bias.data()), ctx,
+           ": /", kMoeBiasDataset, " (disk full?)");
+  put_u64(d, "crc32", crc_of(m.moe_bias), ctx);
+}
+
+// Reads /moe_selection_bias when present (then the model has the option on):
+// (L·E) finite values under their crc32. Absent: left empty.
+static void read_moe_bias(hid_t f, CheckpointMeta* m, const std::string& ctx) {
+  if (H5Lexists(f, kMoeBiasDataset, H5P_DEFAULT) <= 0) return;
+  const size_t n = (size_t)m->model.num_layers * m->model.num_experts;
+  if (n == 0) fail(ctx, ": /", kMoeBiasDataset, " is present but the model has no experts");
+  H5Handle d(H5_CHECK(H5Dopen2(f, kMoeBiasDataset, H5P_DEFAULT), ctx, ": /", kMoeBiasDataset),
+             H5Dclose);
+  H5Handle space(H5_CHECK(H5Dget_space(d), ctx), H5Sclose);
+  hsize_t dims[1] = {0};
+  if (H5Sget_simple_extent_ndims(space) != 1 ||
+      H5Sget_simple_extent_dims(space, dims, nullptr) != 1 || dims[0] != n)
+    fail(ctx, ": /", kMoeBiasDataset, " has ", dims[0], " elements, the model needs ", n,
+         " (num_layers x num_experts)");
+  m->moe_bias.resize(n);
+  H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, m->moe_bias.data()), ctx,
+           ": /", kMoeBiasDataset, " is unreadable (truncated?)");
+  const uint64_t want = get_u64(d, "crc32", ctx);
+  const uint32_t got = crc_of(m->moe_bias);
+  if (got != want)
+    fail(ctx, ": /", kMoeBiasDataset, " fails its checksum (crc32 ", got, ", recorded ", want,
+         "): the file is corrupted");
+  for (float v : m->moe_bias)
+    if (!std::isfinite(v)) fail(ctx, ": /", kMoeBiasDataset, " holds a non-finite value ", v);
+  m->model.moe_selection_bias = true;
+}
+
 void write_checkpoint_files(const std::string& dir, const Checkpoint& ck) {
   h5_init();
   const std::string path = dir + "/" + kStateFile;
@@ -337,6 +380,7 @@ void write_checkpoint_files(const std::string& dir, const Checkpoint& ck) {
       if (i == 0) fault_point("ckpt-mid-write");
     }
     const CheckpointMeta& m = ck.meta;
+    if (!m.moe_bias.empty()) write_moe_bias(f, m, ctx);
     put_str(f, "format", "ratchet-checkpoint", ctx);
     put_i64(f, "format_version", v3 ? 3 : shards > 0 ? 2 : 1, ctx);
     if (shards > 0) put_i64(f, "optimizer_shards", shards, ctx);
@@ -589,6 +633,7 @@ CheckpointMeta read_checkpoint_meta(const std::string& dir) {
   m.model.padded_vocab = get_int(f, "padded_vocab", ctx);
   m.model.max_seq_len = get_int(f, "max_seq_len", ctx);
   get_model_extras(f, &m.model, ctx);
+  read_moe_bias(f, &m, ctx);  // before finalize: it sets model.moe_selection_bias
   try {
     m.model.finalize(kCheckpointNames);
   } catch (const Error& e) {

@@ -63,6 +63,10 @@ struct CheckpointMeta {
   int optimizer_shards = 0;
   // Format 3: N shard_*.h5 files hold the parameters and moments (0: format 1/2).
   int param_shards = 0;
+  // The MoE selection bias (GPT::moe_bias, (L,E) FP32; model.moe_selection_bias):
+  // state.h5's dataset /moe_selection_bias in every format (small: not
+  // sharded). Empty: the checkpoint has none (older, or trained without it).
+  std::vector<float> moe_bias;
 };
 
 struct Checkpoint {

@@ -15,6 +15,7 @@ namespace ratchet::ckpt_io {
 
 extern const char* kStateFile;         // "state.h5"
 extern const char* kTensorNames[3];    // "params", "adam_m", "adam_v"
+extern const char* kMoeBiasDataset;    // "moe_selection_bias" (CheckpointMeta::moe_bias)
 
 // zlib crc32 of `count` floats; crc_update continues a running one (start 0).
 uint32_t crc_of(const float* data, size_t count);

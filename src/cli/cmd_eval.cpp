@@ -222,6 +222,7 @@ int cmd_eval(int argc, char** argv) {
   if (!note.empty()) ELOG("%s\n", note.c_str());
   GPT model(src.cfg, *be);
   model.set_params(src.params.data());
+  if (!src.moe_bias.empty()) model.set_moe_bias(src.moe_bias);  // routes as it was trained
   src.params = {};
 
   OrderedJson out;

@@ -104,6 +104,7 @@ Examples:
   auto be = make_backend(bo, &note);
   GPT model(src.cfg, *be);
   model.set_params(src.params.data());
+  if (!src.moe_bias.empty()) model.set_moe_bias(src.moe_bias);  // routes as it was trained
   src.params = {};
   std::fprintf(stderr, "sample: %s (%s), tokenizer %s%s\n", src.path.c_str(), src.cfg.describe().c_str(),
                tok_name.c_str(), src.tokenizer_from.empty() || !tokenizer.empty()

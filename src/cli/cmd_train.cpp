@@ -106,6 +106,9 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "MoE: the routing weights times this (DeepSeek-V3's routed_scaling_factor; default 1)")
     ("router-aux-loss-coef", po::value(&o.router_aux_loss_coef),
      "MoE: the load-balancing loss's weight (default: the model's router_aux_loss_coef)")
+    ("moe-bias-update-rate", po::value(&o.moe_bias_update_rate),
+     "MoE: route with DeepSeek-V3's selection bias (e_score_correction_bias), updated after each "
+     "optimizer step from the step's global expert loads at this rate (0: none; cpu backend)")
     ("layers", po::value(&o.layers), "number of transformer blocks (overrides the preset)")
     ("heads", po::value(&o.heads), "attention heads (overrides the preset)")
     ("channels", po::value(&o.channels), "embedding width (overrides the preset)")
@@ -432,6 +435,10 @@ int cmd_train(int argc, char** argv) {
       !(std::isfinite(o.routed_scaling_factor) && o.routed_scaling_factor > 0))
     fail("--routed-scaling-factor must be a positive finite number (got ", o.routed_scaling_factor,
          ")");
+  if (vm.count("moe-bias-update-rate") &&
+      !(std::isfinite(o.moe_bias_update_rate) && o.moe_bias_update_rate >= 0))
+    fail("--moe-bias-update-rate must be a finite number >= 0 (got ", o.moe_bias_update_rate,
+         "; 0: no selection bias)");
   if (vm.count("router-aux-loss-coef") &&
       !(std::isfinite(o.router_aux_loss_coef) && o.router_aux_loss_coef >= 0))
     fail("--router-aux-loss-coef must be a finite number >= 0 (got ", o.router_aux_loss_coef, ")");

@@ -84,6 +84,7 @@ ModelSource load_model_source(const std::string& path, const std::string& flag, 
     }
     m.cfg = ck.meta.model;
     m.params = std::move(ck.params);
+    m.moe_bias = std::move(ck.meta.moe_bias);
     m.step = ck.meta.step;
     auto it = ck.meta.settings.find("tokenizer");
     if (it != ck.meta.settings.end() && !it->second.empty()) {

@@ -21,6 +21,7 @@ struct ModelSource {
   std::string path;  // what was loaded (the step directory for a CKPT_DIR)
   GPTConfig cfg;
   std::vector<float> params;  // FP32, ParamLayout order
+  std::vector<float> moe_bias;  // a checkpoint's MoE selection bias (L,E) (GPT::set_moe_bias); empty: none
   long step = -1;             // a checkpoint's step
   std::string tokenizer;      // implied tokenizer name, "" when unknown
   std::string tokenizer_from; // where it came from, for the log

@@ -325,6 +325,11 @@ std::string hf_family_mismatch(const GPTConfig& c) {
   if (c.clip_qkv != 0 && f != Family::olmoe) return "clip_qkv";
   if (f == Family::olmoe && c.head_dim != 0) return "head_dim";
   if (f == Family::qwen3_moe && any) return "layer_sliding";
+  // DeepSeek-V3's router options: none of these families has them, and
+  // transformers would route their model with softmax, unscaled, unbiased.
+  if (c.moe_sigmoid) return "scoring_func";
+  if (c.routed_scaling_factor != 1.f) return "routed_scaling_factor";
+  if (c.moe_selection_bias) return "moe_selection_bias";
   return "";
 }
 

@@ -191,8 +191,8 @@ void GPTConfig::finalize(const ConfigFieldNames& n) {
   }
 }
 
-// DeepSeek-V3's routing options (docs/moe.md): sigmoid scores and the
-// routed scaling run in the model; the shared experts, the selection bias and
+// DeepSeek-V3's routing options (docs/moe.md): sigmoid scores, the routed
+// scaling and the selection bias run in the model; the shared experts and
 // group-limited selection are refused by name until they do.
 void GPTConfig::check_deepseek_routing() const {
   if (!(routed_scaling_factor > 0) || !std::isfinite(routed_scaling_factor))
@@ -218,10 +218,9 @@ void GPTConfig::check_deepseek_routing() const {
     fail("n_shared_experts ", n_shared_experts,
          ": shared experts are not implemented in the model yet (src/moe has the layer op); "
          "use n_shared_experts 0");
-  if (moe_selection_bias || moe_bias_update_rate != 0)
-    fail("e_score_correction_bias (topk_method \"noaux_tc\", the selection bias and its update "
-         "rate ", moe_bias_update_rate, ") is not implemented in the model yet (src/moe has the "
-         "op and the update rule); route without it");
+  if (moe_bias_update_rate > 0 && !moe_selection_bias)
+    fail("the selection bias's update rate ", moe_bias_update_rate,
+         " needs the selection bias (moe_selection_bias): --moe-bias-update-rate sets both");
 }
 
 std::string GPTConfig::describe() const {
@@ -548,7 +547,9 @@ std::string first_config_difference(const GPTConfig& a, const GPTConfig& b) {
     if (a.moe_sigmoid != b.moe_sigmoid) return "moe_sigmoid";
     if (a.routed_scaling_factor != b.routed_scaling_factor) return "routed_scaling_factor";
     if (a.n_shared_experts != b.n_shared_experts) return "n_shared_experts";
-    if (a.moe_selection_bias != b.moe_selection_bias) return "moe_selection_bias";
+    // moe_selection_bias is not compared: it is a buffer beside the
+    // parameters (GPT::moe_bias), whose presence a resume checks against the
+    // checkpoint's /moe_selection_bias dataset by name (checkpoint_restore.cpp).
   }
   return "";
 }

@@ -125,11 +125,16 @@ struct GPTConfig {
   // defaults keep the softmax families' math bit for bit):
   bool moe_sigmoid = false;      // HF scoring_func "sigmoid": scores = sigmoid(logits); false: softmax
   float routed_scaling_factor = 1.f;  // HF routed_scaling_factor: the k weights times this
-  // Implemented in src/moe (moe_ops.h: MoeExtra, bias_update) but not yet in
-  // the model: finalize() refuses anything but the defaults, naming the field.
+  // Implemented in src/moe (moe_ops.h: MoeExtra) but not yet in the model:
+  // finalize() refuses anything but the default, naming the field.
   int n_shared_experts = 0;      // HF n_shared_experts: one SwiGLU of moe_ffn_hidden·n on every token
-  bool moe_selection_bias = false;  // HF e_score_correction_bias (topk_method "noaux_tc")
-  float moe_bias_update_rate = 0.f; // the bias's per-step update rate (aux-loss-free balancing)
+  // HF e_score_correction_bias (topk_method "noaux_tc"): a per-layer
+  // per-expert FP32 buffer (GPT::moe_bias, (L,E)), not a parameter: no
+  // gradient, not in AdamW; state.h5's dataset /moe_selection_bias.
+  bool moe_selection_bias = false;
+  // Its update after each optimizer step (moe::bias_update, aux-loss-free
+  // balancing); a training setting (--moe-bias-update-rate), not saved in the model.
+  float moe_bias_update_rate = 0.f;
   int n_group = 1, topk_group = 1;  // HF group-limited selection: only 1 / 1 (no groups)
 
   int head_size() const { return head_dim > 0 ? head_dim : channels / num_heads; }

@@ -21,6 +21,7 @@ GPT::GPT(const GPTConfig& cfg, Backend& be, bool flat_grads, bool flat_params,
     be_.keep_master_copy(params_, master_ranges);
   }
   if (flat_grads) grads_ = be_.alloc(layout_.total * be_.storage_bytes());
+  if (cfg_.moe_selection_bias) moe_bias_.assign((size_t)cfg_.num_layers * cfg_.num_experts, 0.f);
 }
 
 GPT::~GPT() {

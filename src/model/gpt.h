@@ -185,6 +185,17 @@ class GPT {
   // every expert here. The exchange must outlive its use.
   void set_moe_exchange(MoeExchange* ex) { moe_exchange_ = ex; }
   MoeExchange* moe_exchange() const { return moe_exchange_; }
+  // The selection bias (cfg.moe_selection_bias; HF e_score_correction_bias):
+  // (L,E) FP32 on the host, row l the bias of layer l (zeros for dense
+  // layers; empty without the option). Not a parameter: no gradient, not in
+  // AdamW, saved as state.h5's /moe_selection_bias. Starts at zeros.
+  const std::vector<float>& moe_bias() const { return moe_bias_; }
+  void set_moe_bias(const std::vector<float>& b);  // (L,E), asserted
+  // After an optimizer step: moe::bias_update of each MoE layer's row from
+  // counts (Lm,E), the GLOBAL top-k selections of the whole step (every
+  // rank, every micro-batch), at cfg.moe_bias_update_rate. The same counts
+  // make the same bits on every rank.
+  void moe_bias_update(const std::vector<double>& counts);
 
   // Profiling: when on, every op is timed (with a backend synchronize).
   void set_profiling(bool on) { profiling_ = on; }
@@ -224,7 +235,7 @@ class GPT {
   // MoE layers (llama_block.cpp): layer l's state (the shared one for a
   // layer the policy recomputes), its shape, the forward and backward.
   MoeState& moe_state(int l);
-  MoeDims moe_dims(int BT) const;
+  MoeDims moe_dims(int BT, int layer = -1) const;  // layer >= 0: with its selection bias
   void moe_collect_stats(const Acts& a, int BT, float loss_scale);
   dptr grad(int i, int layer = 0);
 
@@ -243,6 +254,7 @@ class GPT {
   GradStore* store_ = nullptr;
   ParamStore* pstore_ = nullptr;
   std::vector<std::unique_ptr<MoeState>> moe_states_;  // per layer (null: dense)
+  std::vector<float> moe_bias_;  // (L,E): the selection bias (empty: none)
   std::unique_ptr<MoeState> moe_shared_;  // layers the blocks policy recomputes
   bool moe_collect_ = false;              // forward_backward: gather statistics
   std::vector<double> moe_buf_;           // the reducer's buffer: counts | prob_sums | rows

@@ -163,7 +163,7 @@ void GPT::forward_block_llama(const Acts& a, int l, int B, int T, bool to_act) {
     const int k = cfg_.experts_per_tok, I = cfg_.moe_ffn_hidden;
     OpScope s(*this, "moe_fwd", mm * C * (cfg_.num_experts + (double)k * 3 * I), 0);
     MoeState& st = moe_state(l);
-    be_.moe_forward(moe_dims(BT), pre ? a.ln2[l] : a.r2[l], param(P_ROUTERW, l),
+    be_.moe_forward(moe_dims(BT, l), pre ? a.ln2[l] : a.r2[l], param(P_ROUTERW, l),
                     param(P_EXPW1, l), param(P_EXPW2, l),
                     to_act ? a.dbtc : post ? a.mlpo[l] : a.r3[l], st);
     if (to_act) return;
@@ -310,7 +310,7 @@ MoeState& GPT::moe_state(int l) {
   return *moe_states_[l];
 }
 
-MoeDims GPT::moe_dims(int BT) const {
+MoeDims GPT::moe_dims(int BT, int layer) const {
   MoeDims d;
   d.N = BT;
   d.C = cfg_.channels;
@@ -321,7 +321,24 @@ MoeDims GPT::moe_dims(int BT) const {
   d.sigmoid = cfg_.moe_sigmoid;
   d.routed_scale = cfg_.routed_scaling_factor;
   d.exchange = moe_training_ ? moe_exchange_ : nullptr;
+  if (layer >= 0 && !moe_bias_.empty()) d.bias = moe_bias_.data() + (size_t)layer * cfg_.num_experts;
   return d;
+}
+
+void GPT::set_moe_bias(const std::vector<float>& b) {
+  RATCHET_ASSERT(b.size() == moe_bias_.size());
+  moe_bias_ = b;
+}
+
+void GPT::moe_bias_update(const std::vector<double>& counts) {
+  const int E = cfg_.num_experts;
+  if (moe_bias_.empty() || cfg_.moe_bias_update_rate == 0) return;
+  RATCHET_ASSERT(counts.size() == (size_t)cfg_.moe_layer_count() * E);
+  int m = 0;  // counts hold the MoE layers in layer order
+  for (int l = 0; l < cfg_.num_layers; l++)
+    if (cfg_.layer_is_moe(l))
+      moe::bias_update(E, counts.data() + (size_t)m++ * E, cfg_.moe_bias_update_rate,
+                       moe_bias_.data() + (size_t)l * E);
 }
 
 // After a training forward: the statistics summed over the data-parallel

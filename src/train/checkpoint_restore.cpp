@@ -10,8 +10,28 @@ namespace ratchet {
 
 namespace {
 
+// The MoE selection bias (GPT::moe_bias): the checkpoint's /moe_selection_bias.
+// A run with the bias resumes only a checkpoint that has it (an older one, or
+// one trained without it, would start the bias over at zeros: refused, by
+// name); a run without it refuses a checkpoint that has one (its routing
+// would change silently).
+void restore_moe_bias(const TrainState& s, const Checkpoint& ck) {
+  const GPTConfig& c = s.model.config();
+  if (c.moe_selection_bias && ck.meta.moe_bias.empty())
+    fail("the checkpoint at step ", ck.meta.step, " has no dataset /moe_selection_bias in state.h5 "
+         "(it was saved without a MoE selection bias, or by an older ratchet), but this run "
+         "routes with one (--moe-bias-update-rate ", c.moe_bias_update_rate,
+         "): resume without --moe-bias-update-rate, or start a new --ckpt-dir");
+  if (!c.moe_selection_bias && !ck.meta.moe_bias.empty())
+    fail("the checkpoint at step ", ck.meta.step, " has a MoE selection bias (dataset "
+         "/moe_selection_bias in state.h5) but this run has none: resume with "
+         "--moe-bias-update-rate R (the rate may change; the bias is kept)");
+  if (c.moe_selection_bias) s.model.set_moe_bias(ck.meta.moe_bias);
+}
+
 void restore_optimizer_and_params(const TrainState& s, const Checkpoint& ck, int world) {
   s.model.set_params(ck.params.data());
+  restore_moe_bias(s, ck);
   // This rank's moments: read_checkpoint_part() read exactly its owned ranges,
   // back to back as the optimizer holds them, from whichever shards hold
   // them, so any world size and stage resumes any checkpoint.

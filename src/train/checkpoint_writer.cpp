@@ -225,6 +225,7 @@ void CheckpointWriter::save(const TrainState& s, const char* why) {
   meta.best_val_loss = s.early.best_val;
   meta.best_step = s.early.best_step;
   meta.model = s.model.config();
+  meta.moe_bias = s.model.moe_bias();  // the MoE selection bias (empty: none)
   meta.identity = s.identity;
   meta.settings = s.settings;
   s.ledger.checkpoint_at(step);  // the steps after it are lost progress if it is resumed

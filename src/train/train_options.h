@@ -25,6 +25,9 @@ struct TrainOptions {
   float routed_scaling_factor = 0;
   // --router-aux-loss-coef: the MoE aux loss's weight; NaN: the config's
   float router_aux_loss_coef = std::numeric_limits<float>::quiet_NaN();
+  // --moe-bias-update-rate R: DeepSeek-V3's selection bias, updated after
+  // each optimizer step at rate R (0: no bias)
+  float moe_bias_update_rate = 0;
   bool model_given = false;  // --model given (not its default): checked against --init-from
   int vocab_size = 0;           // 0: from the training shards' vocab_size
   int max_seq_len = 1024;

@@ -84,6 +84,8 @@ std::map<std::string, std::string> Trainer::settings() const {
   if (cfg_.moe()) s.insert({"router_aux_loss_coef", num(cfg_.router_aux_loss_coef)});
   // --expert-parallel may change on a resume (every checkpoint holds every expert).
   if (cfg_.moe()) s.insert({"expert_parallel", std::to_string(o_.expert_parallel)});
+  // The selection bias's update rate (may change on a resume; the bias is kept).
+  if (cfg_.moe_selection_bias) s.insert({"moe_bias_update_rate", num(cfg_.moe_bias_update_rate)});
   return s;
 }
 
@@ -230,6 +232,11 @@ int Trainer::train() {
       be_->upload_f32(model_->grads(), g.data(), g.size());
     }
     const float norm = dp_->step(*model_, lr);
+    // The MoE selection bias follows the step's loads: moe_counts_ is the
+    // whole optimizer step's (every micro-batch of the accumulation, every
+    // data-parallel rank: the model's reducer made them global), so every
+    // rank makes the same update (docs/moe.md).
+    if (cfg_.moe_selection_bias) model_->moe_bias_update(moe_counts_);
     // A finite loss with a non-finite gradient norm has just updated the
     // weights with NaN or inf: the run ends here, naming the step, and
     // nothing is saved or exported from those weights.

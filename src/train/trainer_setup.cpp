@@ -184,6 +184,16 @@ void Trainer::open_data() {
            cfg_.describe(), "): drop the flag, or train a --family qwen3_moe, olmoe or mixtral model");
     cfg_.router_aux_loss_coef = o_.router_aux_loss_coef;
   }
+  // --moe-bias-update-rate: the model gets a selection bias (GPT::moe_bias),
+  // updated after each step (train_step's counts; docs/moe.md).
+  if (o_.moe_bias_update_rate > 0) {
+    if (!cfg_.moe())
+      fail("--moe-bias-update-rate needs a Mixture-of-Experts model (this one is dense: ",
+           cfg_.describe(), "): drop the flag, or train a --family qwen3_moe, olmoe or mixtral model");
+    cfg_.moe_selection_bias = true;
+    cfg_.moe_bias_update_rate = o_.moe_bias_update_rate;
+    cfg_.finalize();
+  }
   // transformers' load_balancing_loss_func is defined on softmax
   // probabilities, and DeepSeek-V3 trains without it: refused, not invented.
   if (cfg_.moe_sigmoid && cfg_.router_aux_loss_coef != 0)
@@ -205,6 +215,13 @@ void Trainer::open_data() {
   if (!o_.export_hf.empty() && cfg_.arch != Arch::llama)
     fail("--export-hf writes Llama models (--arch llama); this run's model is GPT-2: use --export "
          "for llm.c's format");
+  // What the export would refuse after training (DeepSeek-V3 routing in a
+  // family without the field: hf_family_mismatch), refused before it.
+  if (!o_.export_hf.empty())
+    if (const std::string bad = hf_family_mismatch(cfg_); !bad.empty())
+      fail("--export-hf ", o_.export_hf, ": this model's ", bad, " is not what a Hugging Face \"",
+           family_name(cfg_.family), "\" model has, so it cannot be exported as one; drop "
+           "--export-hf (the checkpoint keeps the model)");
   if (T_ > cfg_.max_seq_len) {
     if (o_.init_from.empty())
       fail("--seq-len ", T_, " exceeds the model's max_seq_len ", cfg_.max_seq_len,
@@ -346,6 +363,10 @@ void Trainer::make_model() {
   fault_point("setup-model");
   test_failure_point(comm_.rank(), "setup-model");
   check_expert_parallel(o_.expert_parallel, comm_.world(), cfg_, be_->name());  // before any collective
+  if (cfg_.moe_selection_bias && be_->name() != "cpu")  // the same answer on every rank
+    fail("--moe-bias-update-rate runs on the cpu backend only in this slice (docs/moe.md): the "
+         "cuda router kernels take no selection bias yet; this run's backend is ", be_->name(),
+         ": use --device cpu, or drop the flag");
   // The strategy first, then the model built as it needs (flat gradients and
   // parameters or not, the FP32 master of the owned ranges only); attach()
   // installs its hooks and stores before anything sets the parameters

@@ -3,8 +3,9 @@
 // --experts-per-tok, --moe-ffn-hidden and --router-aux-loss-coef trains with
 // gradient accumulation, the JSONL keeps `loss` the cross-entropy and logs
 // `aux_loss` and each MoE layer's load (moe_min/l, moe_max/l, moe_cv/l), the
-// checkpoint holds the MoE fields and a preempted run resumes bit for bit;
-// bad MoE flags are refused naming the flag (exit 2).
+// checkpoint holds the MoE fields and a preempted run resumes bit for bit
+// (also with the DeepSeek-V3 selection bias and its update); bad MoE flags are
+// refused naming the flag (exit 2).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -106,10 +107,68 @@ TEST_F(MoeTrain, SigmoidRoutingTrainsAndIsCheckpointed) {
     if (j.contains("grad_norm")) EXPECT_TRUE(std::isfinite((double)j["loss"])) << j.dump();
 }
 
+// DeepSeek-V3's selection bias through the binary (--moe-bias-update-rate,
+// docs/moe.md): it moves after each step, is saved as state.h5's
+// /moe_selection_bias, a preempted run resumes it bit for bit, and a resume
+// that would drop or invent it is refused naming the dataset.
+TEST_F(MoeTrain, SelectionBiasUpdatesAndResumesBitIdentically) {
+  const std::string rate = " --moe-bias-update-rate 0.01";
+  TempDir ref, run;
+  auto r = run_ratchet(train_cmd(ref.path, 6, rate));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const Checkpoint ck = read_checkpoint(ref / "ck/step_00000006");
+  EXPECT_TRUE(ck.meta.model.moe_selection_bias);
+  ASSERT_EQ(ck.meta.moe_bias.size(), 3u * 4u);  // (L, E)
+  double mag = 0;
+  for (int l = 0; l < 3; l++) {
+    double sum = 0;
+    for (int e = 0; e < 4; e++) sum += ck.meta.moe_bias[l * 4 + e], mag += std::fabs(ck.meta.moe_bias[l * 4 + e]);
+    // Each update is rate·sign(...) minus its mean: a row keeps a zero sum,
+    // to the FP32 rounding of a few 0.01-sized terms. (A row may be back at
+    // exactly 0: sign updates oscillate, -0.01 + 0.01 is 0.)
+    EXPECT_NEAR(sum, 0.0, 1e-6) << "layer " << l;
+  }
+  EXPECT_GT(mag, 0.005) << "the bias did not move";
+
+  r = run_shell("RATCHET_FAULT=USR1@step-3 " RATCHET_EXE " " + train_cmd(run.path, 6, rate));
+  ASSERT_EQ(r.exit_code, 75) << r.output;
+  const Checkpoint mid = read_checkpoint(run / "ck/step_00000003");
+  ASSERT_EQ(mid.meta.moe_bias.size(), ck.meta.moe_bias.size());
+  EXPECT_NE(mid.meta.moe_bias, ck.meta.moe_bias) << "the bias must change between steps 3 and 6";
+  r = run_ratchet(train_cmd(run.path, 6, rate));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("continuing from step 3"), std::string::npos) << r.output;
+  const Checkpoint got = read_checkpoint(run / "ck/step_00000006");
+  ASSERT_EQ(got.params.size(), ck.params.size());
+  EXPECT_EQ(std::memcmp(got.params.data(), ck.params.data(), got.params.size() * sizeof(float)), 0)
+      << "resumed weights differ";
+  ASSERT_EQ(got.meta.moe_bias.size(), ck.meta.moe_bias.size());
+  EXPECT_EQ(std::memcmp(got.meta.moe_bias.data(), ck.meta.moe_bias.data(),
+                        got.meta.moe_bias.size() * sizeof(float)),
+            0)
+      << "resumed selection bias differs";
+
+  // Resuming it without the flag would drop the bias: refused, naming the dataset.
+  r = run_ratchet(train_cmd(run.path, 8));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("has a MoE selection bias (dataset /moe_selection_bias"), std::string::npos)
+      << r.output;
+  // A checkpoint without one, resumed with the flag: refused, naming the dataset.
+  TempDir old;
+  r = run_ratchet(train_cmd(old.path, 2));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(read_checkpoint(old / "ck/step_00000002").meta.moe_bias.empty());
+  r = run_ratchet(train_cmd(old.path, 4, rate));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("has no dataset /moe_selection_bias in state.h5"), std::string::npos)
+      << r.output;
+}
+
 TEST_F(MoeTrain, BadMoeFlagsAreRefusedNamingTheFlag) {
   struct Bad {
     std::string from, to, says;
   };
+  TempDir out;  // where an --export-hf would write (refused before it does)
   const std::vector<Bad> bad = {
       {"--num-experts 4", "--num-experts 0", "--num-experts must be at least 1"},
       {"--experts-per-tok 2", "--experts-per-tok 5", "--experts-per-tok 5 exceeds --num-experts 4"},
@@ -124,6 +183,14 @@ TEST_F(MoeTrain, BadMoeFlagsAreRefusedNamingTheFlag) {
        "add --router-aux-loss-coef 0"},
       {"--router-aux-loss-coef 0.02", "--routed-scaling-factor 0",
        "--routed-scaling-factor must be a positive finite number"},
+      {"--router-aux-loss-coef 0.02", "--router-aux-loss-coef 0.02 --moe-bias-update-rate -1",
+       "--moe-bias-update-rate must be a finite number >= 0"},
+      // HF qwen3_moe has no field for them: refused before training, not after
+      {"--router-aux-loss-coef 0.02", "--moe-bias-update-rate 0.01 --export-hf " + out.path + "/hf",
+       "this model's moe_selection_bias is not what a Hugging Face \"qwen3_moe\" model has"},
+      {"--router-aux-loss-coef 0.02",
+       "--router-aux-loss-coef 0 --moe-scoring sigmoid --export-hf " + out.path + "/hf",
+       "this model's scoring_func is not"},
   };
   for (const Bad& b : bad) {
     TempDir d;
@@ -144,6 +211,14 @@ TEST_F(MoeTrain, BadMoeFlagsAreRefusedNamingTheFlag) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--router-aux-loss-coef needs a Mixture-of-Experts model"), std::string::npos)
       << r.output;
+  const auto rb = run_ratchet(
+      "train --model custom --arch llama --layers 1 --heads 2 --channels 16 --seq-len 8 "
+      "--batch-size 1 --steps 1 --threads 1 --moe-bias-update-rate 0.1 --train-data '" +
+      (*dir_ / "data/train_*.h5") + "'");
+  EXPECT_EQ(rb.exit_code, 2) << rb.output;
+  EXPECT_NE(rb.output.find("--moe-bias-update-rate needs a Mixture-of-Experts model"),
+            std::string::npos)
+      << rb.output;
 }
 
 }  // namespace

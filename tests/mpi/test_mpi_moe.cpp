@@ -111,6 +111,65 @@ TEST(MpiMoe, RanksEqualOneProcessWithTheWholeBatch) {
   }
 }
 
+// DeepSeek-V3's selection bias (docs/moe.md): updated after every step from
+// the step's GLOBAL counts (the reducer's), N ranks x B rows make the same
+// bias as 1 process x N·B rows, so every rank holds the same bias and routes
+// as the single process does.
+TEST(MpiMoe, SelectionBiasRanksEqualOneProcess) {
+  const int W = g_comm->world();
+  const int B = 2, T = 8, steps = 4;
+  for (const auto& [name, f] : ratchet::testing::moe_families()) {
+    SCOPED_TRACE(name);
+    GPTConfig c = ratchet::testing::tiny_moe_config(f, 0.5f);
+    c.moe_selection_bias = true;
+    c.moe_bias_update_rate = 0.05f;  // large beside the probabilities: it changes the routing
+    c.finalize();
+    auto be = make_cpu_backend(1);
+    StageRun run(*be, c, 0, 8);
+    GPT one(c, *be);
+    one.init_random(8);
+    AdamW opt(*be, one.layout(), AdamWConfig());
+    for (int s = 0; s < steps; s++) {
+      run.step(c, s, B, T);
+      run.m.moe_bias_update(run.m.moe_stats().counts);
+      Pair all;
+      for (int q = 0; q < W; q++) {
+        const Pair t = tokens(c, B, T, 1000 * s + q);
+        all.x.insert(all.x.end(), t.x.begin(), t.x.end());
+        all.y.insert(all.y.end(), t.y.begin(), t.y.end());
+      }
+      one.zero_grad();
+      one.forward_backward(all.x.data(), all.y.data(), W * B, T, 1.0f);
+      opt.step(one.params(), one.grads(), 1e-2f);
+      one.moe_bias_update(one.moe_stats().counts);
+      // Exact: the counts are integers and the update is computed in double
+      // from them; the choices agree unless an FP32 ulp flips a near tie, which
+      // these seeds do not give (the test would say so here, not silently).
+      EXPECT_EQ(run.m.moe_stats().counts, one.moe_stats().counts) << "step " << s;
+      EXPECT_TRUE(run.m.moe_bias() == one.moe_bias()) << "step " << s;
+    }
+    const std::vector<float>& b = one.moe_bias();
+    ASSERT_EQ(b.size(), (size_t)c.num_layers * c.num_experts);
+    double moved = 0;
+    for (int l = 0; l < c.num_layers; l++)
+      for (int e = 0; e < c.num_experts; e++) {
+        const float v = b[(size_t)l * c.num_experts + e];
+        if (!c.layer_is_moe(l)) EXPECT_EQ(v, 0.f) << "dense layer " << l;
+        moved += std::fabs(v);
+      }
+    EXPECT_GT(moved, 0.0) << "the bias never moved";
+    // The bias is the same on every rank (rank 0's broadcast equals each).
+    std::vector<float> r0 = run.m.moe_bias();
+    g_comm->broadcast(r0.data(), r0.size() * sizeof(float), 0);
+    EXPECT_TRUE(r0 == run.m.moe_bias()) << "rank " << g_comm->rank() << " differs from rank 0";
+    const std::vector<float> p1 = params_of(one), pr = run.f32();
+    if (W == 1)
+      EXPECT_TRUE(p1 == pr) << "max difference " << max_diff(p1, pr);
+    else  // RanksEqualOneProcessWithTheWholeBatch's bound
+      EXPECT_LT(max_diff(p1, pr), steps * 1e-2 / 300) << "one process vs " << W << " ranks";
+  }
+}
+
 TEST(MpiMoe, EveryStageEqualsStage0) {
   if (g_comm->world() > 2) GTEST_SKIP() << "bitwise only on 1 and 2 ranks";
   const int B = 2, T = 8, steps = 3;

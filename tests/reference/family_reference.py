@@ -43,6 +43,14 @@ OlmoeSparseMoeBlock, MixtralSparseMoeBlock, load_balancing_loss_func):
                       renormalisation divides by sum + 1e-20
   routed_scaling_factor   DeepSeek-V3: the k routing weights times this
                       (after the renormalisation; default 1)
+  bias_update_rate    DeepSeek-V3's selection bias (e_score_correction_bias,
+                      topk_method "noaux_tc") with its update: each MoE layer
+                      chooses its top k on scores + bias (weights: the
+                      unbiased scores); after each AdamW step, from that
+                      step's forward's top-k counts per expert,
+                      delta = rate * sign(mean - count), minus its mean, added
+                      (in float32, as ratchet holds it). 0 (default): no bias.
+                      The final bias is printed as "bias=" (L·E, dense rows 0)
   report_ce           the loss reported (the output file's loss and losses) is
                       the cross-entropy alone (default), or with false the
                       whole CE + aux_coef * aux
@@ -51,7 +59,8 @@ The router: logits = x @ gate^T, softmax over all E, top k, then each
 selected expert's SwiGLU output times its weight, summed per token. The
 oracle runs it in float64 and records the smallest gap between the k-th and
 (k+1)-th router logit of any token (the log of their probabilities' ratio);
-a gap below MIN_ROUTING_GAP (where float32 could choose another expert)
+a gap below MIN_ROUTING_GAP (where float32 could choose another expert;
+with a selection bias: of the biased scores, below MIN_BIASED_GAP)
 fails the run rather than compare two models that route differently.
 
 Parameters come in ratchet's ParamLayout order with the empty slots left out
@@ -81,8 +90,16 @@ DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead", "routerw", "ex
 # comparison accepts: float32 logits (C-term dot products of O(1) values)
 # are accurate to ~1e-6, so a gap 100x wider cannot flip a top-k choice.
 MIN_ROUTING_GAP = 1e-4
+# With a selection bias the gap is of scores + bias, in probability units:
+# float32's scores are within ~1e-7 of float64's there (values <= 1, a few
+# ulps), so 1e-5 leaves a margin of 100.
+MIN_BIASED_GAP = 1e-5
+biased_gaps = []   # the smallest biased-score gap of each MoE forward with a bias
 routing_gaps = []  # the smallest gap of each MoE forward (for the check in main)
 last_aux = [None]  # the unweighted aux loss of the last forward (MoE models)
+sel_bias = {}      # bias_update_rate > 0: layer -> its selection bias (E,), float32 values
+sel_counts = {}    # layer -> the last forward's top-k selections per expert (E,)
+sel_idx = []       # the biased choices (N, k) of this forward's MoE layers, in order
 
 # The fields a config must have, with the Llama value a family leaves alone.
 FAMILY_DEFAULTS = dict(head_dim=0, qkv_bias=False, qk_norm="none", norm_placement="pre",
@@ -91,7 +108,8 @@ FAMILY_DEFAULTS = dict(head_dim=0, qkv_bias=False, qk_norm="none", norm_placemen
                        layer_types=None, no_rope_layers=None, rope_local_theta=0.0,
                        num_experts=0, experts_per_tok=0, moe_ffn=0, norm_topk_prob=False,
                        decoder_sparse_step=1, mlp_only_layers=[], clip_qkv=0.0, aux_coef=0.0,
-                       scoring_func="softmax", routed_scaling_factor=1.0, report_ce=True)
+                       scoring_func="softmax", routed_scaling_factor=1.0, bias_update_rate=0.0,
+                       report_ce=True)
 
 
 def layer_is_moe(cfg, l):
@@ -142,7 +160,7 @@ def param_shapes(cfg):
     return s
 
 
-def moe_block(h, gate_w, w1, w2, cfg):
+def moe_block(h, gate_w, w1, w2, cfg, bias=None, layer=None):
     """transformers' sparse MoE block on h (B, T, C): the router's softmax
     over all experts, top k (renormalised with norm_topk_prob), each expert's
     SwiGLU on the tokens routed to it, times the routing weight, summed per
@@ -153,10 +171,17 @@ def moe_block(h, gate_w, w1, w2, cfg):
     logits = x @ gate_w.T
     sigmoid = cfg["scoring_func"] == "sigmoid"
     probs = logits.sigmoid() if sigmoid else logits.softmax(-1)
-    top, idx = torch.topk(probs, k, dim=-1)
+    if bias is None:
+        top, idx = torch.topk(probs, k, dim=-1)
+    else:  # DeepseekV3TopkRouter: chosen on scores + bias, weighted by the scores
+        _, idx = torch.topk(probs.detach() + bias, k, dim=-1)
+        top = probs.gather(-1, idx)
+        sel_counts[layer] = F.one_hot(idx, E).sum((0, 1)).double()  # for bias_update
+        sel_idx.append(idx)  # the aux loss's f: the tokens each expert gets
     if k < E:  # the k-th and (k+1)-th logits' gap: the log of the probabilities' ratio
-        srt = logits.detach().sort(-1, descending=True).values
-        routing_gaps.append((srt[:, k - 1] - srt[:, k]).min().item())
+        # (with a bias: the biased scores' gap, in probability units)
+        srt = (logits if bias is None else probs + bias).detach().sort(-1, descending=True).values
+        (routing_gaps if bias is None else biased_gaps).append((srt[:, k - 1] - srt[:, k]).min().item())
     if cfg["norm_topk_prob"]:
         top = top / (top.sum(-1, keepdim=True) + (1e-20 if sigmoid else 0.0))
     top = top * cfg["routed_scaling_factor"]
@@ -172,7 +197,7 @@ def moe_block(h, gate_w, w1, w2, cfg):
     return out.view(B, T, C), logits
 
 
-def aux_loss(router_logits, cfg):
+def aux_loss(router_logits, cfg, sel=None):
     """load_balancing_loss_func without an attention mask: the logits of all
     MoE layers concatenated, f = the fraction of tokens that select each
     expert (summed over the k slots, no gradient), P = the mean probability,
@@ -182,7 +207,9 @@ def aux_loss(router_logits, cfg):
     # the mean sigmoid score: what ratchet's statistics hold, for the report.
     logits = torch.cat(router_logits, 0)
     probs = logits.sigmoid() if cfg["scoring_func"] == "sigmoid" else logits.softmax(-1)
-    _, sel = torch.topk(probs, k, dim=-1)
+    # With a selection bias, f counts the experts each token was dispatched to
+    # (chosen on scores + bias), as ratchet's statistics do.
+    sel = torch.cat(sel, 0) if sel else torch.topk(probs, k, dim=-1)[1]
     tokens_per_expert = F.one_hot(sel, E).double().mean(0)          # (k, E)
     return (tokens_per_expert * probs.mean(0).unsqueeze(0)).sum() * E
 
@@ -241,6 +268,7 @@ def forward(flat, cfg, inputs, targets):
     local = rope_tables(cfg, T, cfg["rope_local_theta"]) if cfg["rope_local_theta"] > 0 else glob
     x = p["wte"][inputs]
     router_logits = []
+    sel_idx.clear()
     if cfg["embed_scale"]:
         x = x * float(np.float32(math.sqrt(C)))
     for l in range(cfg["L"]):
@@ -268,7 +296,10 @@ def forward(flat, cfg, inputs, targets):
         x = x + (norm(o, p["attnpostw"][l], cfg) if post else o)
         h = norm(x, p["ln2w"][l], cfg) if pre else x
         if layer_is_moe(cfg, l):
-            m, rl = moe_block(h, p["routerw"][l], p["expw1"][l], p["expw2"][l], cfg)
+            bias = None
+            if cfg["bias_update_rate"] > 0:
+                bias = sel_bias.setdefault(l, torch.zeros(cfg["num_experts"], dtype=torch.float64))
+            m, rl = moe_block(h, p["routerw"][l], p["expw1"][l], p["expw2"][l], cfg, bias, l)
             router_logits.append(rl)
         else:
             gate_up = h @ p["fcw"][l].T
@@ -280,14 +311,26 @@ def forward(flat, cfg, inputs, targets):
     logits = softcap(x @ (p["wte"] if cfg["tied"] else p["lmhead"]).T, cfg["final_softcap"])
     loss = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
     if router_logits:
-        last_aux[0] = aux_loss(router_logits, cfg).item()
+        last_aux[0] = aux_loss(router_logits, cfg, sel_idx).item()
     if router_logits and cfg["aux_coef"] > 0:
         # Trained on CE + coef * aux, reported as CE (ratchet's `loss`, like
         # its JSONL's, is the cross-entropy): the value of a - a.detach() is
         # exactly 0 and its gradient is a's.
-        a = cfg["aux_coef"] * aux_loss(router_logits, cfg)
+        a = cfg["aux_coef"] * aux_loss(router_logits, cfg, sel_idx)
         loss = loss + (a - a.detach()) if cfg["report_ce"] else loss + a
     return logits, loss
+
+
+def bias_update(cfg):
+    """ratchet's moe::bias_update (torchtitan's rule) on every MoE layer, from
+    sel_counts: the rate as the float32 it is in ratchet, the bias rounded to
+    float32 after each update."""
+    rate = float(np.float32(cfg["bias_update_rate"]))
+    for l, load in sel_counts.items():
+        if load.sum() == 0:
+            continue
+        delta = rate * torch.sign(load.mean() - load)
+        sel_bias[l] = (sel_bias[l] + (delta - delta.mean())).float().double()
 
 
 def weight_decay_mask(cfg, wd):
@@ -311,6 +354,8 @@ def check_config(cfg, where):
         if not (1 <= k <= E) or cfg["moe_ffn"] < 1 or cfg["decoder_sparse_step"] < 1:
             sys.exit(f"{where}: experts_per_tok {k} must be in 1..num_experts {E}, moe_ffn "
                      f"{cfg['moe_ffn']} and decoder_sparse_step {cfg['decoder_sparse_step']} >= 1")
+        if not cfg["bias_update_rate"] >= 0:
+            sys.exit(f"{where}: bias_update_rate {cfg['bias_update_rate']} must be >= 0")
         if cfg["scoring_func"] not in ("softmax", "sigmoid") or not cfg["routed_scaling_factor"] > 0:
             sys.exit(f"{where}: scoring_func {cfg['scoring_func']!r} must be softmax or sigmoid "
                      f"and routed_scaling_factor {cfg['routed_scaling_factor']} > 0")
@@ -343,8 +388,29 @@ def main(argv=None):
     inputs, targets = g2.read_batch(a.batch)
     if inputs.shape[1] > cfg["maxT"]:
         sys.exit(f"T={inputs.shape[1]} exceeds max_seq_len={cfg['maxT']}")
-    r = g2.run(cfg, flat, inputs, targets, a, fwd=forward,
-               wd=weight_decay_mask(cfg, a.weight_decay))
+    fwd = forward
+    if cfg["num_experts"] > 0 and cfg["bias_update_rate"] > 0:
+        # The update after each AdamW step from that step's counts: before
+        # every forward but the first (g2.run makes one forward per step).
+        calls = [0]
+
+        def fwd(flat, cfg, inputs, targets):
+            if calls[0] > 0:
+                bias_update(cfg)
+            calls[0] += 1
+            return forward(flat, cfg, inputs, targets)
+    r = g2.run(cfg, flat, inputs, targets, a, fwd=fwd, wd=weight_decay_mask(cfg, a.weight_decay))
+    final_bias = None
+    if fwd is not forward:
+        bias_update(cfg)  # after the last step
+        E = cfg["num_experts"]
+        final_bias = [v for l in range(cfg["L"])
+                      for v in (sel_bias[l].tolist() if l in sel_bias else [0.0] * E)]
+        sel_bias.clear()  # aux0 below is of the initial parameters and bias
+    if biased_gaps and min(biased_gaps) < MIN_BIASED_GAP:
+        sys.exit(f"routing near-tie: a token's k-th and (k+1)-th biased scores (scores + "
+                 f"selection bias) differ by {min(biased_gaps):.3g} < {MIN_BIASED_GAP} in some "
+                 f"forward; float32 may choose another expert there: change the rate or the inputs")
     if routing_gaps and min(routing_gaps) < MIN_ROUTING_GAP:
         sys.exit(f"routing near-tie: a token's k-th and (k+1)-th router logits differ by "
                  f"{min(routing_gaps):.3g} < {MIN_ROUTING_GAP} in some forward; float32 may choose "
@@ -354,6 +420,8 @@ def main(argv=None):
     if cfg["num_experts"] > 0:  # the initial parameters' aux loss, unweighted, for the caller to compare
         forward(flat, cfg, inputs, targets)
         print(f"aux0={last_aux[0]:.17g}")
+    if final_bias is not None:
+        print("bias=" + ",".join(f"{v:.9g}" for v in final_bias))
     return 0
 
 
@@ -487,8 +555,8 @@ def routing_counts(flat, cfg, inputs):
     counts = []
     orig = moe_block
 
-    def spy(h, gate_w, w1, w2, c):
-        out, logits = orig(h, gate_w, w1, w2, c)
+    def spy(h, gate_w, w1, w2, c, bias=None, layer=None):
+        out, logits = orig(h, gate_w, w1, w2, c, bias, layer)
         _, idx = torch.topk(logits.softmax(-1), c["experts_per_tok"], dim=-1)
         counts.append([int((idx == e).sum()) for e in range(c["num_experts"])])
         return out, logits

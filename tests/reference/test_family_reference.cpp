@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <fstream>
+#include <cmath>
 #include <iomanip>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -84,7 +86,8 @@ void write_config(const std::string& path, const GPTConfig& c) {
   for (size_t i = 0; i < c.mlp_only_layers.size(); i++) j << (i ? ", " : "") << c.mlp_only_layers[i];
   j << "], \"clip_qkv\": " << c.clip_qkv << ", \"aux_coef\": " << (c.moe() ? c.router_aux_loss_coef : 0.f)
     << ", \"scoring_func\": \"" << (c.moe_sigmoid ? "sigmoid" : "softmax")
-    << "\", \"routed_scaling_factor\": " << c.routed_scaling_factor << "}\n";
+    << "\", \"routed_scaling_factor\": " << c.routed_scaling_factor
+    << ", \"bias_update_rate\": " << (c.moe_selection_bias ? c.moe_bias_update_rate : 0.f) << "}\n";
 }
 
 bool is_norm(int i) {
@@ -114,7 +117,10 @@ std::vector<float> family_params(const GPTConfig& c, bool zero_norms = false) {
   // refuses a gap below 1e-4 between the k-th and (k+1)-th logit). Sigmoid
   // scores only 4x (logit std ~2.2): at 8x some logits would pass ~16, where
   // float32's sigmoid rounds to 1 and two experts would tie in float32 only.
-  const float wide = c.moe_sigmoid ? 4.f : 8.f;
+  // A selection bias is added to the probabilities: at 8x a softmax's
+  // smallest ones are ~1e-8 apart, below float32's resolution beside a bias
+  // of ~0.02, so the biased choice would tie in float32; 4x keeps them apart.
+  const float wide = c.moe_sigmoid || c.moe_selection_bias ? 4.f : 8.f;
   for (int l = 0; c.moe() && l < c.num_layers; l++)
     for (int i : {P_FCW, P_FCPROJW, P_ROUTERW, P_EXPW1, P_EXPW2}) {
       const size_t n = lay.per_layer(i, c.num_layers);
@@ -197,6 +203,23 @@ void check_against_oracle(const GPTConfig& c, bool zero_norms = false, double pa
       adamw_steps_matching(m, *be, p0, x, y, B, T, lr, /*wd=*/0.1f, /*clip=*/1.0f, ref);
   expect_final_params(p, ref, m.layout(), params_tol);
   EXPECT_LT(ref.losses[steps - 1], ref.losses[0]) << "the reference itself did not learn";
+  if (c.moe_selection_bias) {  // the bias after the 10 updates against the oracle's "bias="
+    const size_t at = run.output.find("bias=");
+    ASSERT_NE(at, std::string::npos) << run.output;
+    std::vector<double> want;
+    std::istringstream in(run.output.substr(at + 5, run.output.find('\n', at) - at - 5));
+    for (std::string v; std::getline(in, v, ',');) want.push_back(std::stod(v));
+    const std::vector<float>& got = m.moe_bias();
+    ASSERT_EQ(got.size(), want.size());
+    double moved = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+      // The same counts give the same float32 bias; the mean of the deltas
+      // is summed in another order (torch vs a loop): an ulp of 0.1, at most.
+      EXPECT_NEAR(got[i], want[i], 1e-7) << "bias " << i;
+      moved += std::fabs(want[i]);
+    }
+    EXPECT_GT(moved, 0.0) << "the bias never moved";
+  }
 }
 
 // Every family of tests/testing/family_configs.h as it is there: GQA (4 heads,
@@ -345,6 +368,40 @@ TEST(FamilyPyTorchReference, Qwen3MoeSigmoidNoNorm) {
   c.norm_topk_prob = false;
   c.routed_scaling_factor = 0.5f;
   c.router_aux_loss_coef = 0.f;
+  c.finalize();
+  check_against_oracle(c);
+}
+
+// DeepSeek-V3's selection bias with its update over the 10 AdamW steps
+// (GPT::moe_bias_update after each, from that step's counts) on Qwen3-MoE's
+// layers, softmax scores and the aux loss on: the choice is made on the
+// scores + bias, the weights are the scores. At rate 0.02 over 10 steps the
+// bias (up to ~0.2) passes the gaps of some tokens' k-th and (k+1)-th
+// probabilities, so it changes the routing; the oracle refuses a biased-score
+// gap below 1e-5 (probability units: float32's error is ~1e-7). The
+// aux loss's f counts the tokens each expert was dispatched to (the biased
+// choice), as ratchet's statistics do. Params at NMSE 1e-9, not 1e-10: the
+// router 4x (not 8x) wide leaves fcprojw at NMSE 4.2e-10 with any rate
+// (0.02 and 0.03 measured alike: FP32 noise through the softer softmax);
+// an oracle that ignores the bias in the choice fails at NMSE >= 4.9e-8 and
+// in the losses from step 2.
+TEST(FamilyPyTorchReference, Qwen3MoeSelectionBiasUpdate) {
+  GPTConfig c = hf_moe_config(Family::qwen3_moe, /*tied=*/false);
+  c.moe_selection_bias = true;
+  c.moe_bias_update_rate = 0.02f;
+  c.finalize();
+  check_against_oracle(c, /*zero_norms=*/false, 1e-9);
+}
+
+// The same under sigmoid scores and routed_scaling_factor, as DeepSeek-V3
+// routes (no aux loss).
+TEST(FamilyPyTorchReference, Qwen3MoeSigmoidSelectionBiasUpdate) {
+  GPTConfig c = hf_moe_config(Family::qwen3_moe, /*tied=*/true);
+  c.moe_sigmoid = true;
+  c.routed_scaling_factor = 2.5f;
+  c.router_aux_loss_coef = 0.f;
+  c.moe_selection_bias = true;
+  c.moe_bias_update_rate = 0.02f;
   c.finalize();
   check_against_oracle(c);
 }

@@ -80,6 +80,8 @@ inline std::vector<float> adamw_steps_matching(GPT& m, Backend& be, const std::v
     // drifts by at most ~1e-5 over ten steps.
     EXPECT_NEAR(l, ref.losses[s], 2e-5) << "loss before update " << s + 1;
     opt.step(m.params(), m.grads(), lr);
+    // A MoE selection bias follows each step's counts, as the trainer does it.
+    if (m.config().moe_selection_bias) m.moe_bias_update(m.moe_stats().counts);
   }
   std::vector<float> p(m.num_params());
   m.get_params(p.data());

@@ -68,10 +68,13 @@ std::unique_ptr<MoeState> CpuBackend::moe_state() { return std::make_unique<CpuM
 
 void CpuBackend::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, dptr out,
                              MoeState& st) {
+  moe::MoeExtra extra;  // the selection bias (the backward needs none: the cache has the choice)
+  extra.bias = d.bias;
   moe::moe_forward(*this, shape_of(d), static_cast<const float*>(x),
                    static_cast<const float*>(gate), static_cast<const float*>(w1),
                    static_cast<const float*>(w2), static_cast<float*>(out),
-                   const_cast<moe::MoeCache&>(cache_of(st)), d.exchange);
+                   const_cast<moe::MoeCache&>(cache_of(st)), d.exchange,
+                   d.bias ? &extra : nullptr);
   static_cast<CpuMoeState&>(st).recount();
 }
 

@@ -66,6 +66,10 @@ void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1
   if (d.exchange)  // the trainer refuses it earlier (check_expert_parallel); a library caller here
     fail("--expert-parallel runs on the cpu backend only in this slice (docs/moe.md): the cuda "
          "backend has no expert exchange yet; run --expert-parallel 1 or --device cpu");
+  if (d.bias)  // the trainer refuses it earlier (trainer_setup.cpp); a library caller here
+    fail("the MoE selection bias (--moe-bias-update-rate, HF e_score_correction_bias) runs on "
+         "the cpu backend only in this slice (docs/moe.md): the cuda router kernels take no "
+         "bias yet; drop --moe-bias-update-rate or run --device cpu");
   CudaMoeState& s = state_of(st);
   moe::CudaMoeCache& c = s.cache;
   // The backward's scratch at its largest now (memory accounting: no growth later).

@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "ckpt/checkpoint.h"
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/checkpoint_reader.h"
 #include "ckpt/checkpoint_shards.h"
 #include "ckpt/retention.h"
 #include "distributed/buckets.h"
@@ -193,6 +194,50 @@ TEST(FamilyCheckpoint, SigmoidRoutingResumesBitIdentically) {
   EXPECT_TRUE(back.moe_sigmoid);
   EXPECT_EQ(back.routed_scaling_factor, 2.5f);
   for (bool sharded : {false, true}) resumes_bit_identically("qwen3_moe sigmoid", c, sharded);
+}
+
+// The MoE selection bias (docs/moe.md): state.h5's /moe_selection_bias, read
+// back bit for bit by every reader (the resume's, eval's), in format 1 and in
+// format 3's metadata-only state.h5; its presence sets moe_selection_bias,
+// and a checkpoint without it reads as none.
+TEST(FamilyCheckpoint, SelectionBiasIsADatasetInEveryFormat) {
+  GPTConfig c = tiny_moe_config(Family::mixtral, 0.0f);
+  c.moe_selection_bias = true;
+  c.finalize();
+  Checkpoint ck;
+  ck.meta.model = c;
+  ck.params.assign(ParamLayout(c).total, 0.0f);
+  ck.adam_m = ck.params;
+  ck.adam_v = ck.params;
+  for (int i = 0; i < c.num_layers * c.num_experts; i++)
+    ck.meta.moe_bias.push_back(c.layer_is_moe(i / c.num_experts) ? 0.01f * (i % 7) - 0.03f : 0.f);
+  {
+    TempDir d;
+    write_checkpoint_files(d.path, ck);
+    const Checkpoint back = read_checkpoint(d.path);
+    EXPECT_TRUE(back.meta.model.moe_selection_bias);
+    EXPECT_TRUE(back.meta.moe_bias == ck.meta.moe_bias);
+    EXPECT_TRUE(read_checkpoint_params(d.path).meta.moe_bias == ck.meta.moe_bias);
+  }
+  {
+    TempDir d;
+    Checkpoint v3 = ck;
+    v3.meta.param_shards = 1;  // format 3: state.h5 holds the metadata (and the bias) only
+    write_checkpoint_files(d.path, v3);
+    const CheckpointMeta m = read_checkpoint_meta(d.path);
+    EXPECT_TRUE(m.model.moe_selection_bias);
+    EXPECT_TRUE(m.moe_bias == ck.meta.moe_bias);
+  }
+  {
+    TempDir d;
+    Checkpoint none = ck;
+    none.meta.moe_bias.clear();
+    none.meta.model.moe_selection_bias = false;
+    write_checkpoint_files(d.path, none);
+    const Checkpoint back = read_checkpoint(d.path);
+    EXPECT_FALSE(back.meta.model.moe_selection_bias);
+    EXPECT_TRUE(back.meta.moe_bias.empty());
+  }
 }
 
 }  // namespace

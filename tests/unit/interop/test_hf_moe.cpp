@@ -175,6 +175,22 @@ std::vector<float> random_params(const GPTConfig& c, uint32_t seed) {
   return p;
 }
 
+// DeepSeek-V3's router options (docs/moe.md) have no field in these
+// families: a model trained with them is refused on export, naming the
+// field, rather than written as a softmax router transformers would run.
+TEST(HfMoe, DeepSeekRoutingIsRefusedOnExport) {
+  const auto refused = [](void (*edit)(GPTConfig&), const std::string& field) {
+    GPTConfig c = testing::hf_moe_config(Family::qwen3_moe);
+    edit(c);
+    c.finalize();
+    expect_error([&] { hf_config_to_json(c, StDtype::F32); }, {field, "cannot be exported"});
+  };
+  refused([](GPTConfig& c) { c.moe_sigmoid = true, c.router_aux_loss_coef = 0; }, "scoring_func");
+  refused([](GPTConfig& c) { c.routed_scaling_factor = 2.5f; }, "routed_scaling_factor");
+  refused([](GPTConfig& c) { c.moe_selection_bias = true; }, "moe_selection_bias");
+  hf_config_to_json(testing::hf_moe_config(Family::qwen3_moe), StDtype::F32);  // the plain one exports
+}
+
 TEST(HfMoe, TensorMapCoversEveryUsedElementOnce) {
   for (const auto& [name, fam] : testing::hf_moe_families())
     for (bool fused : {false, true}) {

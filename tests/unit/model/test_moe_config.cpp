@@ -84,14 +84,26 @@ TEST(MoeConfig, RefusalsNameTheField) {
                             c.ffn_hidden = 0; }, "a llama-family option");
 }
 
-// DeepSeek-V3's routing options: sigmoid and routed_scaling_factor are
-// accepted on a MoE model; what the model does not implement yet (shared
-// experts, the selection bias, group-limited selection) is refused naming
-// the field, and so is any of them on a dense model.
+// DeepSeek-V3's routing options: sigmoid, routed_scaling_factor and the
+// selection bias (with or without its update rate) are accepted on a MoE
+// model; what the model does not implement yet (shared experts,
+// group-limited selection) is refused naming the field, and so is any of
+// them on a dense model.
 TEST(MoeConfig, DeepSeekRoutingFields) {
   GPTConfig ok = tiny_moe();
   ok.moe_sigmoid = true, ok.routed_scaling_factor = 2.5f;
   ok.finalize();
+  {
+    GPTConfig biased = tiny_moe();
+    biased.moe_selection_bias = true;  // a checkpoint's bias, kept fixed (rate 0)
+    biased.finalize();
+    biased.moe_bias_update_rate = 0.001f;
+    biased.finalize();
+    // A buffer beside the parameters: a resume checks its dataset instead (checkpoint_restore.cpp).
+    GPTConfig plain = tiny_moe();
+    plain.finalize();
+    EXPECT_EQ(first_config_difference(plain, biased), "");
+  }
   auto refuse = [](void (*edit)(GPTConfig&), std::vector<std::string> needles) {
     GPTConfig c = tiny_moe();
     edit(c);
@@ -100,8 +112,11 @@ TEST(MoeConfig, DeepSeekRoutingFields) {
   refuse([](GPTConfig& c) { c.n_group = 8, c.topk_group = 4; }, {"n_group 8", "not implemented"});
   refuse([](GPTConfig& c) { c.n_shared_experts = 1; }, {"n_shared_experts 1", "not implemented"});
   refuse([](GPTConfig& c) { c.n_shared_experts = -1; }, {"n_shared_experts -1"});
-  refuse([](GPTConfig& c) { c.moe_selection_bias = true; }, {"e_score_correction_bias"});
-  refuse([](GPTConfig& c) { c.moe_bias_update_rate = 0.001f; }, {"e_score_correction_bias"});
+  refuse([](GPTConfig& c) { c.moe_bias_update_rate = 0.001f; },
+         {"update rate 0.001", "needs the selection bias"});
+  refuse([](GPTConfig& c) {
+    c.num_experts = 0, c.experts_per_tok = 0, c.moe_ffn_hidden = 0, c.moe_selection_bias = true;
+  }, {"no experts"});
   refuse([](GPTConfig& c) { c.moe_bias_update_rate = -1.f; }, {"update rate"});
   refuse([](GPTConfig& c) { c.routed_scaling_factor = 0.f; }, {"routed_scaling_factor"});
   refuse([](GPTConfig& c) { c.routed_scaling_factor = NAN; }, {"routed_scaling_factor"});
