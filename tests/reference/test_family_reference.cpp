@@ -193,7 +193,9 @@ void check_against_oracle(const GPTConfig& c, bool zero_norms = false, double pa
     EXPECT_NEAR(m.moe_stats().aux_loss, aux, 1e-6 * aux);
     // Not uniform routing: the gradient through it matters (softmax: the
     // loss is k at uniform; sigmoid scores do not sum to 1, so no such bound).
-    if (!c.moe_sigmoid) EXPECT_GT(aux, c.experts_per_tok);
+    if (!c.moe_sigmoid) {
+      EXPECT_GT(aux, c.experts_per_tok);
+    }
     if (empty_expert) {
       for (int l = 0; l < c.moe_layer_count(); l++)
         EXPECT_EQ(m.moe_stats().counts.at((size_t)l * c.num_experts + 3), 0.0) << "MoE layer " << l;
