@@ -150,8 +150,9 @@ int Trainer::run() {
 }
 
 int Trainer::train() {
-  watchdog_ = start_run_watchdog(o_, comm_);  // --hang-timeout (train/watchdog.h); phase load
+  watchdog_ = start_run_watchdog(o_, comm_, watched_device_);  // --hang-timeout (train/watchdog.h); phase load
   setup();
+  watched_device_->store(grad_comm_.get());  // its async errors polled, its abort first
   fault_point("resume");
   TrainState st = state();
   const bool resumed = ckpt_->resume(st);

@@ -182,7 +182,8 @@ void Watchdog::loop() {
   }
 }
 
-std::unique_ptr<Watchdog> start_run_watchdog(const TrainOptions& o, Communicator& comm) {
+std::unique_ptr<Watchdog> start_run_watchdog(const TrainOptions& o, Communicator& comm,
+                                             std::shared_ptr<std::atomic<Communicator*>> device) {
   if (o.hang_timeout <= 0) return nullptr;
   WatchdogOptions w;
   w.timeout = o.hang_timeout;
@@ -201,8 +202,20 @@ std::unique_ptr<Watchdog> start_run_watchdog(const TrainOptions& o, Communicator
   // From the monitor thread: MPI_Abort ends every rank (mpirun/srun then
   // exit with the code); one process ends at once, without running the
   // exit handlers under the training thread's feet.
-  w.async_error = [c] { return c->async_error(); };
-  w.abort = [c](int code) {
+  w.async_error = [c, device] {
+    Communicator* d = device ? device->load() : nullptr;
+    std::string e = d ? d->async_error() : "";
+    return e.empty() ? c->async_error() : e;
+  };
+  w.abort = [c, device](int code) {
+    // ncclCommAbort should return at once; should it block (a thread inside
+    // NCCL holding what it needs), this ends the job after 10 s anyway.
+    std::thread([c, code] {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      if (c->world() > 1) c->abort_job(code);
+      std::_Exit(code);
+    }).detach();
+    if (Communicator* d = device ? device->load() : nullptr) d->abort_collectives();
     if (c->world() > 1) c->abort_job(code);
     std::_Exit(code);
   };

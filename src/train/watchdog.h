@@ -94,6 +94,13 @@ class Communicator;
 // goes to RUN_DIR/flight (--run-dir), else next to --ckpt-dir (its parent's
 // flight/), else nowhere (the watchdog still aborts); the abort is the job's (MPI_Abort on every rank;
 // one process: _exit).
-std::unique_ptr<Watchdog> start_run_watchdog(const TrainOptions& o, Communicator& comm);
+// `device` is where the trainer puts its device communicator (NCCL) once
+// setup has made it (it does not exist yet when the watchdog starts, so that
+// a hang while loading is caught too): the monitor then polls its
+// asynchronous error, and the abort ends its collectives (ncclCommAbort)
+// before the job's MPI_Abort. The trainer clears it before destroying the
+// communicator (the watchdog is stopped first anyway).
+std::unique_ptr<Watchdog> start_run_watchdog(const TrainOptions& o, Communicator& comm,
+                                             std::shared_ptr<std::atomic<Communicator*>> device);
 
 }  // namespace ratchet

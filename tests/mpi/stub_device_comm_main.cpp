@@ -9,6 +9,9 @@
 // $RATCHET_STUB_NCCL_DIR: each rank writes destroy-<rank> and waits (up to
 // 60 s, then says so) until all ranks have; abort writes nothing.
 // Prints "stub nccl: ..." lines the tests look for.
+// RATCHET_STUB_NCCL_ASYNC_ERROR=R@N: from rank R's N-th collective on,
+// async_error() reports an error, as ncclCommGetAsyncError does after a peer
+// or link failed (the hang watchdog polls it from its monitor thread).
 // Under simt's device-memory guard (RATCHET_SIMT_GUARD=1) the stub stands in
 // for NCCL's kernels: its collectives open device access (DeviceAccess) around
 // the MPI calls, and everything else (the host communicator on host scalars,
@@ -16,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +45,11 @@ class StubNccl final : public Communicator {
   explicit StubNccl(Communicator& host) : host_(host) {
     const char* d = std::getenv("RATCHET_STUB_NCCL_DIR");
     dir_ = d ? d : ".";
+    if (const char* a = std::getenv("RATCHET_STUB_NCCL_ASYNC_ERROR")) {
+      int r = -1;
+      long n = 0;
+      if (std::sscanf(a, "%d@%ld", &r, &n) == 2 && r == rank()) error_after_ = n;
+    }
     std::fprintf(stderr, "stub nccl: up on rank %d of %d\n", rank(), world());
   }
   // A split (ncclCommSplit): owns the host communicator's same split; its
@@ -87,7 +96,13 @@ class StubNccl final : public Communicator {
   int world() const override { return host_.world(); }
   int local_rank() const override { return host_.local_rank(); }
   int local_world() const override { return host_.local_world(); }
+  std::string async_error() override {
+    if (error_after_ < 0 || calls_.load() < error_after_) return "";
+    return "stub nccl: injected asynchronous error (remote process exited or there was a "
+           "network error)";
+  }
   void all_reduce(void* b, size_t n, DType t, ReduceOp op) override {
+    calls_++;
     simt::DeviceAccess device;
     host_.all_reduce(b, n, t, op);
   }
@@ -105,7 +120,10 @@ class StubNccl final : public Communicator {
   }
   void barrier() override { host_.barrier(); }
   bool agree(bool flag) override { return host_.agree(flag); }
-  void group_start() override { groups_++; }
+  void group_start() override {
+    groups_++;
+    calls_++;
+  }
   // As NCCL's: the splits with it.
   void abort_collectives() override {
     for (StubNccl* c : children_) c->abort_collectives();
@@ -128,6 +146,8 @@ class StubNccl final : public Communicator {
   StubNccl* parent_ = nullptr;
   std::vector<StubNccl*> children_;
   long groups_ = 0;
+  long error_after_ = -1;         // RATCHET_STUB_NCCL_ASYNC_ERROR on this rank
+  std::atomic<long> calls_{0};    // collectives so far (read by the monitor thread)
 };
 
 std::unique_ptr<Communicator> make_stub(Communicator& host) {

@@ -413,6 +413,29 @@ TEST_F(MpiTrainStubNccl, AFailingRankAbortsNcclAndEndsTheJobPromptly) {
   // abort the stub's destroy alone would add 60 s (and print "still waiting").
   EXPECT_LT(took, 55.0) << r.output;
 }
+
+// The hang watchdog polls the device communicator's asynchronous error
+// (ncclCommGetAsyncError; train/watchdog.h: start_run_watchdog's `device`):
+// rank 1's stub reports one from its 6th collective on, while the training
+// itself goes on; the watchdog ends the job at once with 75 (not after the
+// 120 s --hang-timeout), aborting the device communicator first, and its
+// flight record gives the library's message as the reason.
+TEST_F(MpiTrainStubNccl, AnAsyncDeviceErrorEndsTheJobThroughTheWatchdog) {
+  TempDir d;
+  const double t0 = now_seconds();
+  std::string args = simt_args(2, 64, d.path);
+  // Long enough (minutes of simt) that only the abort ends it in time.
+  args.replace(args.find("--steps 8 "), 10, "--steps 60 ");
+  auto r = runN(2, args + " --hang-timeout 120 --run-dir " + d / "rd",
+                "RATCHET_STUB_NCCL_DIR=" + d.path + " RATCHET_STUB_NCCL_ASYNC_ERROR=1@6");
+  const double took = now_seconds() - t0;
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("hang watchdog"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("stub nccl: ncclCommAbort on rank 1"), std::string::npos) << r.output;
+  const std::string rec = read_file(d / "rd/flight/rank_1.json");
+  EXPECT_NE(rec.find("injected asynchronous error"), std::string::npos) << rec;
+  EXPECT_LT(took, 100.0) << r.output;  // well inside the 120 s timeout
+}
 // Two ranks under the device-memory guard, gradients through the stand-in
 // NCCL (which alone may touch device memory, as NCCL's kernels do): ZeRO-1
 // equals the all-reduce bit for bit (BF16, see the top), and its sharded
