@@ -11,8 +11,8 @@
 #   train.sh time-limit     a 1-minute --time: the trainer reads the limit from
 #                           squeue, stops itself before it (exit 75), is requeued
 #   train.sh mid-save       the trainer is SIGKILLed halfway through writing a
-#                           checkpoint; `scontrol requeue` of the failed job
-#                           resumes from the previous checkpoint
+#                           checkpoint (dead-rank requeue off); the job
+#                           submitted again resumes from the previous checkpoint
 # shellcheck source-path=SCRIPTDIR source=common.sh
 . "$(dirname "$0")/common.sh"
 name=${1:?case}
@@ -146,8 +146,11 @@ case $name in
   mid-save)
     reference
     # The first job dies inside its second save (step 400), as on a node
-    # failure: SIGKILL, exit 137, which the wrapper does not requeue.
-    id=$(EXTRA_ENV="RATCHET_FAULT=ckpt-mid-write*2" submit -t5)
+    # failure: SIGKILL, exit 137. The wrapper would requeue a dead rank
+    # (docs/resilience.md, "A dead rank"; the chaos cases test that), and the
+    # fault would kill every rerun too: RATCHET_REQUEUE_DEAD_RANK=0 leaves
+    # the job failed, so that the resubmission below is what resumes.
+    id=$(EXTRA_ENV="RATCHET_FAULT=ckpt-mid-write*2,RATCHET_REQUEUE_DEAD_RANK=0" submit -t5)
     wait_job "$id" 240 >/dev/null
     expect_job "$id" FAILED 0 137:0   # the batch script passes the step's 137 on
     [ -f ckpt/step_00000200/COMMITTED ] || fail "no checkpoint before the killed save"
