@@ -30,13 +30,15 @@ const char* family_name(Family f) {
     case Family::qwen3_moe: return "qwen3_moe";
     case Family::olmoe: return "olmoe";
     case Family::mixtral: return "mixtral";
+    case Family::dots1: return "dots1";
   }
   return "llama";
 }
 
 bool parse_family(const std::string& t, Family* f) {
   for (Family x : {Family::llama, Family::qwen2, Family::qwen3, Family::olmo2, Family::smollm3,
-                   Family::mistral, Family::gemma3, Family::qwen3_moe, Family::olmoe, Family::mixtral})
+                   Family::mistral, Family::gemma3, Family::qwen3_moe, Family::olmoe, Family::mixtral,
+                   Family::dots1})
     if (t == family_name(x)) return *f = x, true;
   return false;
 }
@@ -73,7 +75,9 @@ double GPTConfig::param_count() const {
     double mlp = L * 3 * C * H;
     if (num_experts > 0) {
       const double Lm = moe_layer_count(), E = num_experts, I = moe_ffn_hidden;
-      mlp = (L - Lm) * 3 * C * H + Lm * (E * C + E * 3 * C * I);
+      // plus the shared experts (3·C·Is, Is = I·n_shared_experts) of each MoE layer
+      const double Is = n_shared_experts > 0 ? (double)n_shared_experts * I : 0;
+      mlp = (L - Lm) * 3 * C * H + Lm * (E * C + E * 3 * C * I + 3 * C * Is);
     }
     return V * C * (tied_embeddings ? 1 : 2) +
            L * (2 * C * QC + 2 * C * KVC + norms + qk + bias) + mlp + C;
@@ -192,8 +196,8 @@ void GPTConfig::finalize(const ConfigFieldNames& n) {
 }
 
 // DeepSeek-V3's routing options (docs/moe.md): sigmoid scores, the routed
-// scaling and the selection bias run in the model; the shared experts and
-// group-limited selection are refused by name until they do.
+// scaling, the selection bias and the shared experts run in the model;
+// group-limited selection is refused by name until it does.
 void GPTConfig::check_deepseek_routing() const {
   if (!(routed_scaling_factor > 0) || !std::isfinite(routed_scaling_factor))
     fail("routed_scaling_factor must be a positive finite number (got ", routed_scaling_factor,
@@ -214,10 +218,9 @@ void GPTConfig::check_deepseek_routing() const {
          "(n_group 1, topk_group 1)");
   if (n_shared_experts < 0)
     fail("n_shared_experts ", n_shared_experts, " must be >= 0");
-  if (n_shared_experts > 0)
-    fail("n_shared_experts ", n_shared_experts,
-         ": shared experts are not implemented in the model yet (src/moe has the layer op); "
-         "use n_shared_experts 0");
+  if ((double)n_shared_experts * moe_ffn_hidden > kMaxFfnHidden)
+    fail("n_shared_experts ", n_shared_experts, " times moe_intermediate_size ", moe_ffn_hidden,
+         " (the shared experts' hidden size) must be at most ", kMaxFfnHidden);
   if (moe_bias_update_rate > 0 && !moe_selection_bias)
     fail("the selection bias's update rate ", moe_bias_update_rate,
          " needs the selection bias (moe_selection_bias): --moe-bias-update-rate sets both");
@@ -240,6 +243,7 @@ std::string GPTConfig::describe() const {
          << " moe_layers=" << moe_layer_count();
     if (moe_sigmoid) os << " scoring=sigmoid";  // DeepSeek-V3 routing: only when not the default
     if (routed_scaling_factor != 1.f) os << " routed_scale=" << routed_scaling_factor;
+    if (n_shared_experts > 0) os << " shared_experts=" << n_shared_experts;
   }
   return os.str();
 }
@@ -468,6 +472,14 @@ GPTConfig config_from_flags(const ModelFlags& f) {
       c.moe_sigmoid = f.moe_scoring == "sigmoid";
     }
     if (f.routed_scaling_factor != 0) c.routed_scaling_factor = f.routed_scaling_factor;
+  }
+  if (f.n_shared_experts != 0) {
+    if (!c.moe())
+      fail("--n-shared-experts needs a Mixture-of-Experts family: --family qwen3_moe, olmoe, "
+           "mixtral or dots1");
+    if (f.n_shared_experts < 0)
+      fail("--n-shared-experts ", f.n_shared_experts, " must be >= 0");
+    c.n_shared_experts = f.n_shared_experts;
   }
   if (c.llama() && family_is_moe(c.family)) {
     if (c.num_experts < 1 || c.experts_per_tok < 1 || c.moe_ffn_hidden < 1)

@@ -23,6 +23,7 @@ struct TrainOptions {
   // --moe-scoring softmax|sigmoid, --routed-scaling-factor ("" / 0: the model's)
   std::string moe_scoring;
   float routed_scaling_factor = 0;
+  int n_shared_experts = 0;  // --n-shared-experts N: shared experts per MoE layer (0: the model's)
   // --router-aux-loss-coef: the MoE aux loss's weight; NaN: the config's
   float router_aux_loss_coef = std::numeric_limits<float>::quiet_NaN();
   // --moe-bias-update-rate R: DeepSeek-V3's selection bias, updated after
