@@ -196,6 +196,23 @@ TEST(FamilyCheckpoint, SigmoidRoutingResumesBitIdentically) {
   for (bool sharded : {false, true}) resumes_bit_identically("qwen3_moe sigmoid", c, sharded);
 }
 
+// Shared experts (docs/moe.md): n_shared_experts travels as an attribute,
+// the tensors shw1 / shw2 are cut across the shards like the others, and the
+// model resumes bit for bit; a checkpoint without the attribute has none.
+TEST(FamilyCheckpoint, SharedExpertsResumeBitIdentically) {
+  const GPTConfig c = tiny_shared_config(Family::mixtral, 0.25f);
+  ASSERT_GT(ParamLayout(c).sizes[P_SHW2], 0u);
+  TempDir d;
+  Checkpoint ck;
+  ck.meta.model = c;
+  ck.params.assign(ParamLayout(c).total, 0.0f);
+  ck.adam_m = ck.params;
+  ck.adam_v = ck.params;
+  write_checkpoint_files(d.path, ck);
+  EXPECT_EQ(read_checkpoint(d.path).meta.model.n_shared_experts, 3);
+  for (bool sharded : {false, true}) resumes_bit_identically("mixtral shared experts", c, sharded);
+}
+
 // The MoE selection bias (docs/moe.md): state.h5's /moe_selection_bias, read
 // back bit for bit by every reader (the resume's, eval's), in format 1 and in
 // format 3's metadata-only state.h5; its presence sets moe_selection_bias,
