@@ -251,7 +251,7 @@ std::string GPTConfig::describe() const {
 // The named presets (published models), for the messages listing them.
 static const char* const kNamedModels =
     "smollm-135m, llama3.2-1b, llama3.1-8b, qwen2.5-0.5b, qwen3-0.6b, qwen3-1.7b, qwen3-8b, olmo2-1b, "
-    "smollm3-3b, mistral-7b, gemma3-270m, gemma3-1b, qwen3-30b-a3b, olmoe-1b-7b, mixtral-8x7b";
+    "smollm3-3b, mistral-7b, gemma3-270m, gemma3-1b, qwen3-30b-a3b, olmoe-1b-7b, mixtral-8x7b, dots.llm1";
 
 // "d12" -> 12, "l6" -> 6 for prefix 'd'/'l'; 0 if `name` is not that form.
 static int depth_of(const std::string& name, char prefix) {
@@ -333,6 +333,15 @@ static bool family_preset(const std::string& name, GPTConfig* c) {
     c->vocab_size = 32000, c->rope_theta = 1000000.f, c->norm_eps = 1e-5f, c->tied_embeddings = false;
     c->num_experts = 8, c->experts_per_tok = 2, c->moe_ffn_hidden = 14336, c->norm_topk_prob = true;
     c->router_aux_loss_coef = 0.02f;
+  } else if (name == "dots.llm1") {  // rednote-hilab/dots.llm1.base: 128 experts, top 6, 2 shared, layer 0 dense
+    qwen3_shape(c, 62, 4096, 32, 32, 10944, false);
+    c->family = Family::dots1, c->head_dim = 0;  // 4096 / 32 = 128: hidden / heads
+    c->vocab_size = 152064, c->rope_theta = 10000000.f, c->norm_eps = 1e-5f;
+    c->num_experts = 128, c->experts_per_tok = 6, c->moe_ffn_hidden = 1408, c->norm_topk_prob = true;
+    c->n_shared_experts = 2, c->mlp_only_layers = {0};  // first_k_dense_replace 1
+    // DeepSeek-V3's router without the selection bias: --moe-bias-update-rate adds it
+    // (an HF import always has it: e_score_correction_bias).
+    c->moe_sigmoid = true, c->routed_scaling_factor = 2.5f;
   } else {
     return false;
   }
