@@ -298,8 +298,8 @@ int count_field(const Reader& r, const char* k, int fallback, bool required, int
 // bias, its values in the safetensors), renormalised by sum + 1e-20 with
 // norm_topk_prob, times routed_scaling_factor; n_shared_experts shared
 // experts of moe_intermediate_size each; layers below first_k_dense_replace
-// dense (intermediate_size), the rest MoE. Group-limited selection
-// (n_group, topk_group other than 1) is refused by name.
+// dense (intermediate_size), the rest MoE; group-limited selection n_group /
+// topk_group (null or absent: 1, no groups; the published configs have null).
 void read_dots1_moe(const Reader& r, const MoeDefaults& md, GPTConfig* c) {
   const std::string& path = r.path();
   c->num_experts = r.integer("n_routed_experts", 0, true, kMaxExperts);
@@ -310,12 +310,8 @@ void read_dots1_moe(const Reader& r, const MoeDefaults& md, GPTConfig* c) {
   c->moe_ffn_hidden = r.integer("moe_intermediate_size", md.moe_ffn, false, kMaxFfnHidden);
   c->norm_topk_prob = r.boolean("norm_topk_prob", md.norm_topk_prob);
   c->n_shared_experts = count_field(r, "n_shared_experts", 0, true, kMaxExperts);
-  for (const char* k : {"n_group", "topk_group"}) {
-    const int v = r.integer(k, 1, false, kMaxExperts);
-    if (v != 1)
-      fail(path, ": \"", k, "\" is ", v, ", which ratchet does not implement yet (it needs 1: "
-           "group-limited expert selection; ratchet routes over all experts)");
-  }
+  c->n_group = r.integer("n_group", 1, false, kMaxExperts);  // finalize() checks them together
+  c->topk_group = r.integer("topk_group", 1, false, kMaxExperts);
   c->routed_scaling_factor = (float)r.number("routed_scaling_factor", 1.0);
   const int k = count_field(r, "first_k_dense_replace", 0, false, kMaxLayers);
   if (k > c->num_layers)
@@ -416,6 +412,7 @@ std::string hf_family_mismatch(const GPTConfig& c) {
   if (c.routed_scaling_factor != 1.f) return "routed_scaling_factor";
   if (c.moe_selection_bias) return "moe_selection_bias";
   if (c.n_shared_experts != 0) return "n_shared_experts";
+  if (c.n_group != 1 || c.topk_group != 1) return "n_group";
   return "";
 }
 
@@ -681,8 +678,8 @@ OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
     j["num_experts_per_tok"] = c.experts_per_tok;
     j["moe_intermediate_size"] = c.moe_ffn_hidden;
     j["n_shared_experts"] = c.n_shared_experts;
-    j["n_group"] = 1;
-    j["topk_group"] = 1;
+    j["n_group"] = c.n_group;
+    j["topk_group"] = c.topk_group;
     j["first_k_dense_replace"] = k;
     j["norm_topk_prob"] = c.norm_topk_prob;
     j["routed_scaling_factor"] = shortest_decimal(c.routed_scaling_factor);

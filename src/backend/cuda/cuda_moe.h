@@ -81,10 +81,12 @@ class CudaMoeCache {
 // requirements above), after check_shape(s). storage_bytes: sizeof(T).
 void check_cuda_shape(const MoeShape& s, size_t storage_bytes);
 
-// out (N,C) overwritten.
+// out (N,C) overwritten. bias (E, device FP32) or null: the selection bias
+// (the top k chosen on probs + bias, the weights the unbiased probs; no
+// gradient). s.n_group / s.topk_group: group-limited selection (n_group <= 32).
 template <class T>
 void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gate, cdptr w1,
-                 cdptr w2, dptr out, CudaMoeCache& cache);
+                 cdptr w2, dptr out, CudaMoeCache& cache, const float* bias = nullptr);
 
 // dx (N,C) overwritten; dgate, dw1, dw2 accumulated; aux_dprob (E, device
 // FP32) or null; dw_route (N*k, device FP32) or null: the routing weights'

@@ -2,8 +2,8 @@
 // Qwen3 attention, DeepSeek-V3's MoE): config.json's fields as transformers
 // reads them (first_k_dense_replace onto the dense/MoE layer pattern,
 // sigmoid scores with the selection bias, routed_scaling_factor, the shared
-// experts), the refusals (n_group / topk_group other than 1, a negative
-// n_shared_experts, a missing required field), the tensor names of the
+// experts, group-limited selection), the refusals (n_group / topk_group that
+// do not fit the experts, a negative n_shared_experts, a missing required field), the tensor names of the
 // shared experts and of mlp.gate.e_score_correction_bias (the selection
 // bias, outside the flat parameters), the round trip import -> export ->
 // import byte-exact in FP32 with the bias, a missing bias tensor named with
@@ -72,6 +72,11 @@ TEST(HfDots1, Fields) {
   EXPECT_FALSE(d.norm_topk_prob);
   EXPECT_EQ(d.routed_scaling_factor, 1.f);
   EXPECT_EQ(d.moe_ffn_hidden, 1408);
+  // Group-limited selection (DeepseekV3TopkRouter): 2 groups of 2, one kept.
+  const GPTConfig g = parse(dots1({{"n_group", 2}, {"topk_group", 1}}));
+  EXPECT_EQ(g.n_group, 2);
+  EXPECT_EQ(g.topk_group, 1);
+  EXPECT_EQ(parse(dots1({{"n_group", nullptr}, {"topk_group", nullptr}})).n_group, 1);  // the hub's null
   // n_shared_experts 0: no shared experts.
   EXPECT_EQ(parse(dots1({{"n_shared_experts", 0}})).shared_ffn(), 0);
   // Sliding layers from max_window_layers on, by sliding_window.
@@ -82,8 +87,9 @@ TEST(HfDots1, Fields) {
 
 TEST(HfDots1, RefusalsNameFileFieldAndValue) {
   const std::string f = "m/config.json";
-  expect_error([&] { parse(dots1({{"n_group", 4}})); }, {f, "n_group", "4", "group-limited"});
-  expect_error([&] { parse(dots1({{"topk_group", 2}})); }, {f, "topk_group", "2"});
+  expect_error([&] { parse(dots1({{"n_group", 3}})); }, {f, "n_group", "3", "divide num_experts"});
+  expect_error([&] { parse(dots1({{"n_group", 2}, {"topk_group", 3}})); }, {f, "topk_group", "3"});
+  expect_error([&] { parse(dots1({{"n_group", 0}})); }, {f, "n_group", "0"});
   expect_error([&] { parse(dots1({{"n_shared_experts", -1}})); }, {f, "n_shared_experts", "-1"});
   J j = dots1();
   j.erase("n_routed_experts");
@@ -137,7 +143,7 @@ TEST(HfDots1, RoundTripIsByteExactWithTheSelectionBias) {
   TempDir d;
   for (bool tied : {false, true}) {
     SCOPED_TRACE(tied ? "tied" : "untied");
-    const GPTConfig c = parse(dots1({{"tie_word_embeddings", tied}}));
+    const GPTConfig c = parse(dots1({{"tie_word_embeddings", tied}, {"n_group", 2}, {"topk_group", 1}}));
     std::vector<float> params(ParamLayout(c).total, 0.f), bias((size_t)c.num_layers * c.num_experts, 0.f);
     random_fill(hf_tensor_map(c), params, 11);
     random_fill(hf_bias_map(c), bias, 12);
@@ -151,6 +157,8 @@ TEST(HfDots1, RoundTripIsByteExactWithTheSelectionBias) {
     EXPECT_EQ(j["first_k_dense_replace"], 1);
     EXPECT_EQ(j["routed_scaling_factor"], 2.5);
     EXPECT_EQ(j["intermediate_size"], 40);
+    EXPECT_EQ(j["n_group"], 2);
+    EXPECT_EQ(j["topk_group"], 1);
     GPTConfig c1;
     std::vector<float> bias1;
     const auto p1 = load_hf_checkpoint(a, &c1, &bias1);
