@@ -88,11 +88,15 @@ TEST(CudaBackendMoeModel, Fp32StepMatchesTheCpuBackend) {
 // backend: the same routing (counts), losses and gradients to the test
 // above's tolerances. The bias (+-0.3, far above FP32 noise) decides choices.
 TEST(CudaBackendMoeModel, Fp32BiasAndGroupsMatchTheCpuBackend) {
+  // Also as dots1 routes: with 2 shared experts and a routed scale (shared).
+  for (bool shared : {false, true}) {
+  SCOPED_TRACE(shared ? "dots1: shared experts, scale 2.5" : "routed only");
   GPTConfig cfg = tiny_moe_config(Family::qwen3_moe, 0.f);
   cfg.moe_sigmoid = true;
   cfg.moe_selection_bias = true;
   cfg.n_group = 2;
   cfg.topk_group = 1;
+  if (shared) cfg.n_shared_experts = 2, cfg.routed_scaling_factor = 2.5f;
   cfg.finalize();
   auto cpu = make_cpu_backend(2);
   auto cuda = make_cuda_backend("f32", AttentionImpl::materialized);
@@ -122,6 +126,7 @@ TEST(CudaBackendMoeModel, Fp32BiasAndGroupsMatchTheCpuBackend) {
     if (lay.sizes[i] == 0) continue;
     EXPECT_LT(rel_to_max(gd.data() + lay.offsets[i], gr.data() + lay.offsets[i], lay.sizes[i]), 1e-5)
         << ParamLayout::name(i);
+  }
   }
 }
 
