@@ -317,15 +317,17 @@ OpenedHf open_hf_checkpoint(const std::string& path) {
     const StTensor* st = ck.find(t.name, &f);
     if (!st)
       fail(path, " has no tensor '", t.name, "' that ", config_path, " implies",
-           t.name == "lm_head.weight" ? " (tie_word_embeddings is false)"
-           : tp >= o.bias_map.data() && tp < o.bias_map.data() + o.bias_map.size()
-               ? " (a dots1 router's selection bias, e_score_correction_bias)"
-               : "",
+           t.name == "lm_head.weight"                                   ? " (tie_word_embeddings is false)"
+           : tp >= o.bias_map.data() && tp < o.bias_map.data() + o.bias_map.size() ? " (a dots1 router's selection bias, e_score_correction_bias)"
+                                                                                    : "",
            ": the checkpoint is incomplete or config.json belongs to another model");
     if (st->shape != t.shape)
       fail(f->path(), ": tensor '", t.name, "' has shape ", shape_str(st->shape), " but ", config_path,
            " implies ", shape_str(t.shape));
-    if (check_dtype && st->dtype != want_dtype)
+    // DeepSeek-style checkpoints keep the selection bias in F32 beside BF16
+    // weights (it is a buffer, read widened to FP32 either way).
+    const bool bias = tp >= o.bias_map.data() && tp < o.bias_map.data() + o.bias_map.size();
+    if (check_dtype && st->dtype != want_dtype && !(bias && st->dtype == StDtype::F32))
       fail(f->path(), ": tensor '", t.name, "' is ", st_dtype_name(st->dtype), " but ", config_path,
            " says ", dtype_key(j), " ", j[dtype_key(j)].dump());
   }

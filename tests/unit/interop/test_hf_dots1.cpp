@@ -191,6 +191,42 @@ TEST(HfDots1, ExportWithoutABiasWritesZeros) {
   for (float v : bias) EXPECT_EQ(v, 0.f);
 }
 
+// BF16 weights with the bias in F32 (as DeepSeek-style checkpoints keep
+// it: two files and an index here) import, the bias exactly; a BF16 weight
+// file claiming F32 is still refused.
+TEST(HfDots1, Bf16WeightsWithAnF32Bias) {
+  TempDir d;
+  const GPTConfig c = parse(dots1());
+  std::vector<float> params(ParamLayout(c).total, 0.f), bias((size_t)c.num_layers * c.num_experts, 0.f);
+  random_fill(hf_tensor_map(c), params, 7);
+  random_fill(hf_bias_map(c), bias, 8);
+  for (float& b : bias) b *= 1e-3f;  // values BF16 would round
+  std::vector<StWrite> w, b;
+  J index = {{"metadata", J::object()}, {"weight_map", J::object()}};
+  for (const auto& t : hf_tensor_map(c)) {
+    w.push_back({t.name, t.shape, params.data() + t.offset});
+    index["weight_map"][t.name] = "model-00001-of-00002.safetensors";
+  }
+  for (const auto& t : hf_bias_map(c)) {
+    b.push_back({t.name, t.shape, bias.data() + t.offset});
+    index["weight_map"][t.name] = "model-00002-of-00002.safetensors";
+  }
+  const std::string dir = d / "m";
+  std::filesystem::create_directories(dir);
+  write_safetensors(dir + "/model-00001-of-00002.safetensors", w, StDtype::BF16, {{"format", "pt"}});
+  write_safetensors(dir + "/model-00002-of-00002.safetensors", b, StDtype::F32, {{"format", "pt"}});
+  write_text_atomically(dir + "/model.safetensors.index.json", index.dump());
+  write_text_atomically(dir + "/config.json", hf_config_to_json(c, StDtype::BF16).dump(2));
+  GPTConfig got;
+  std::vector<float> bias_back;
+  load_hf_checkpoint(dir, &got, &bias_back);
+  ASSERT_EQ(bias_back.size(), bias.size());
+  EXPECT_EQ(std::memcmp(bias_back.data(), bias.data(), bias.size() * 4), 0);
+  J j = hf_config_to_json(c, StDtype::F32);  // the weights are BF16: refused
+  write_text_atomically(dir + "/config.json", j.dump(2));
+  expect_error([&] { load_hf_checkpoint(dir, &got); }, {"BF16", "float32"});
+}
+
 TEST(HfDots1, MissingBiasTensorIsNamedWithTheFile) {
   TempDir d;
   const GPTConfig c = parse(dots1());
