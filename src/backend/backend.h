@@ -84,6 +84,10 @@ struct MoeDims {
   float routed_scale = 1.f;
   const float* bias = nullptr;
   MoeExchange* exchange = nullptr;
+  // The exchange's size whenever the model has one, also in a call without
+  // it (evaluation runs every expert here): the cuda state sizes its
+  // buffers for the exchange's rows on its first call, whichever comes first.
+  int expert_parallel = 1;
 };
 // What one MoE layer's forward keeps for its backward, in the backend's own
 // form (the cpu backend: host vectors; cuda: device buffers). Opaque.

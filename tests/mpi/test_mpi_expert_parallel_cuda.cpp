@@ -11,6 +11,8 @@
 //     on a GPU) in the N 2 cases;
 //   - plain ratchet-simt under mpirun (no device communicator: the host one
 //     on simt's memory) at N 2 equals it too;
+//   - the evaluations (every expert run locally) equal the plain 2-rank
+//     run's: the other ranks' updated experts came back;
 //   - BF16 storage at ZeRO 0-1 is refused naming the flag (exit 2).
 // Real NCCL (MpiExpertParallelGpu.TwoGpus*): the same at N 2 on 2 GPUs
 // against one GPU process; skipped without 2 GPUs.
@@ -57,17 +59,21 @@ class MpiExpertParallelCuda : public BibleShardsSuite {
            " --lr 3e-3 --quiet --ckpt-dir " + run + "/ck --log-jsonl " + run + "/log.jsonl " +
            extra;
   }
-  static std::vector<double> losses(const std::string& run) {
-    std::map<int, double> by_step;
-    for (const nlohmann::json& j : read_jsonl(run + "/log.jsonl"))
-      if (j.contains("grad_norm") && j.contains("loss")) by_step[j["step"].get<int>()] = j["loss"];
+  // Each step's training loss; with `val` the evaluations' val_loss too.
+  static std::vector<double> losses(const std::string& run, bool val = false) {
+    std::map<std::pair<int, int>, double> by_step;
+    for (const nlohmann::json& j : read_jsonl(run + "/log.jsonl")) {
+      if (j.contains("grad_norm") && j.contains("loss")) by_step[{j["step"].get<int>(), 0}] = j["loss"];
+      if (val && j.contains("val_loss")) by_step[{j["step"].get<int>(), 1}] = j["val_loss"];
+    }
     std::vector<double> out;
     for (const auto& [step, loss] : by_step) out.push_back(loss);
     return out;
   }
-  static void expect_close(const std::string& a, const std::string& b, const std::string& what) {
-    const std::vector<double> la = losses(a), lb = losses(b);
-    ASSERT_EQ(la.size(), (size_t)kSteps) << what;
+  static void expect_close(const std::string& a, const std::string& b, const std::string& what,
+                           bool val = false) {
+    const std::vector<double> la = losses(a, val), lb = losses(b, val);
+    ASSERT_EQ(la.size(), (size_t)kSteps + (val ? kSteps / 2 + 1 : 0)) << what;
     ASSERT_EQ(la.size(), lb.size()) << what;
     double worst = 0;
     for (size_t i = 0; i < la.size(); i++)
@@ -142,6 +148,25 @@ TEST_F(MpiExpertParallelCuda, ThreeRanksThroughTheStandInNcclEqualOneProcess) {
         << r.output;
     expect_close(one.path, ep.path, what);
   }
+}
+
+// Evaluation runs every expert locally (no exchange), so it sees the other
+// ranks' experts only if their updated weights were all-gathered (on the
+// device communicator): val_loss of the expert-parallel run equals the
+// plain 2-rank run's (each rank evaluates its own batches, so only
+// between runs on as many ranks). ZeRO-1, guarded.
+TEST_F(MpiExpertParallelCuda, EvaluationSeesEveryRanksUpdatedExperts) {
+  TempDir plain, ep;
+  const std::string eval = std::string("--val-data '") + (*dir_ / "data/val_*.h5") +
+                           "' --eval-every 2 --eval-batches 2 --zero 1 ";
+  auto r = stubN(2, cmd("simt", plain.path, 2, 4, 64, eval),
+                 "RATCHET_SIMT_GUARD=1 RATCHET_STUB_NCCL_DIR=" + plain.path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = stubN(2, cmd("simt", ep.path, 2, 4, 64, eval + "--expert-parallel 2"),
+            "RATCHET_SIMT_GUARD=1 RATCHET_STUB_NCCL_DIR=" + ep.path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_close(plain.path, ep.path, "stub-nccl 2 ranks, evaluations, --expert-parallel 2 vs 1",
+               true);
 }
 
 // Without a device communicator (plain ratchet-simt under mpirun: simt's

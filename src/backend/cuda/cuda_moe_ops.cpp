@@ -77,11 +77,14 @@ void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1
   c.need(*this, c.dxp, Nk * d.C * tb);
   c.need(*this, c.dw, Nk * 4);
   c.need(*this, c.dlogits, n * d.E * tb);
-  // One expert's rows: at most one per token of each rank whose rows come here.
-  const size_t P = d.exchange ? (size_t)d.exchange->size() : 1;
+  // One expert's rows: at most one per token of each rank whose rows come
+  // here. Sized for the exchange on the first call even without it (an
+  // evaluation before the first step): no buffer is reallocated later, so
+  // the arena never fragments.
+  const size_t P = (size_t)std::max(d.expert_parallel, d.exchange ? d.exchange->size() : 1);
   c.need(*this, c.da, P * n * d.I * tb);
   c.need(*this, c.dh, P * n * 2 * d.I * tb);
-  if (d.exchange) moe::reserve_expert_parallel(*this, shape_of(d), (int)P, tb, c);
+  if (P > 1) moe::reserve_expert_parallel(*this, shape_of(d), (int)P, tb, c);
   own(*this, s, s.aux_dprob, (size_t)std::max(d.E, 4) * 4);
   own(*this, s, s.stats, (size_t)std::max(d.E, 1) * 2 * 8);
   moe::moe_forward(*this, shape_of(d), x, gate, w1, w2, out, c, d.exchange);
