@@ -2,8 +2,12 @@
 // Each warp owns a token row. The top-k loop follows the CPU's selection
 // (k passes, each taking the largest probability not yet taken, the lowest
 // index among equals), so the experts chosen and the order of w are the CPU's
-// whenever the probabilities are.
+// whenever the probabilities are. With a selection bias or groups the passes
+// compare the CPU's choice scores (p + bias, 0.0 outside the kept groups),
+// computed with the same FP32 adds.
 #include "moe_router.cuh"
+
+#include <cmath>
 
 namespace ratchet::kernels {
 
@@ -13,7 +17,8 @@ constexpr int kRouterRowsPerBlock = 8;  // warps per 256-thread block, one row e
 
 template <class T>
 __global__ void moe_router_forward_kernel(float* probs, int* idx, float* w, const T* logits, int N,
-                                          int E, int k, bool norm, bool sigmoid, float scale) {
+                                          int E, int k, bool norm, bool sigmoid, float scale,
+                                          const float* bias, int n_group, int topk_group) {
   const int lane = threadIdx.x % 32;
   const int n = blockIdx.x * kRouterRowsPerBlock + threadIdx.x / 32;
   if (n >= N) return;  // the whole warp: every warp collective below has all 32 lanes
@@ -36,34 +41,81 @@ __global__ void moe_router_forward_kernel(float* probs, int* idx, float* w, cons
     for (int e = lane; e < E; e += 32) p[e] *= inv;  // this lane's own entries: no barrier needed
   }
 
+  // Every lane reads other lanes' probabilities below (the group scores, the
+  // winner's weight): make this warp's writes visible first.
+  __syncwarp();
+  // The choice score of expert e: p + bias (HF scores_for_choice), 0.0 in a
+  // group not kept (moe_ops.h). Plain adds, as the CPU's: the same bits.
+  const int G = E / n_group;
+  unsigned keep = 0xffffffffu;  // bit g: group g kept (n_group <= 32)
+  if (n_group > 1) {            // uniform over the warp
+    // Lane g scores group g: the sum of its two largest choice scores.
+    float gs = -INFINITY;
+    if (lane < n_group) {
+      float v0 = -INFINITY, v1 = -INFINITY;
+      for (int e = lane * G; e < (lane + 1) * G; e++) {
+        const float c = bias ? p[e] + bias[e] : p[e];
+        if (c > v0) {
+          v1 = v0;
+          v0 = c;
+        } else if (c > v1) {
+          v1 = c;
+        }
+      }
+      gs = G >= 2 ? v0 + v1 : v0;
+    }
+    // topk_group passes of a warp argmax over (score desc, group asc): the
+    // CPU's order. Lanes at or past n_group never win (index INT_MAX).
+    keep = 0;
+    for (int j = 0; j < topk_group; j++) {
+      const bool free = lane < n_group && !(keep >> lane & 1u);
+      float bs = free ? gs : -INFINITY;
+      int bg = free ? lane : 0x7fffffff;
+      for (int off = 16; off > 0; off >>= 1) {
+        const float os = __shfl_xor_sync(0xffffffffu, bs, off);
+        const int og = __shfl_xor_sync(0xffffffffu, bg, off);
+        if (og != 0x7fffffff && (bg == 0x7fffffff || os > bs || (os == bs && og < bg))) {
+          bs = os;
+          bg = og;
+        }
+      }
+      keep |= 1u << bg;
+    }
+  }
+
   int* ix = idx + (size_t)n * k;
   float* wr = w + (size_t)n * k;
   unsigned taken = 0;  // bit t: expert lane + 32 t is chosen
   float wsum = 0.0f;
   for (int j = 0; j < k; j++) {
-    // The lane's best among its free experts (ascending e: strict '>' keeps the lowest)...
-    float bp = -1.0f;  // below every probability: a lane with no free expert never wins
+    // The lane's best among its free experts (ascending e: strict '>' keeps the
+    // lowest). be = INT_MAX: none yet (biased scores may be below any constant).
+    float bp = -INFINITY;
     int be = 0x7fffffff;
-    for (int t = 0, e = lane; e < E; t++, e += 32)
-      if (!(taken >> t & 1u) && p[e] > bp) {
-        bp = p[e];
+    for (int t = 0, e = lane; e < E; t++, e += 32) {
+      if (taken >> t & 1u) continue;
+      const float sc = !(keep >> (e / G) & 1u) ? 0.0f : bias ? p[e] + bias[e] : p[e];
+      if (be == 0x7fffffff || sc > bp) {
+        bp = sc;
         be = e;
       }
-    // ...then the warp's: (prob desc, index asc) is a total order, so every
+    }
+    // ...then the warp's: (score desc, index asc) is a total order, so every
     // lane ends with the same winner whatever the butterfly's pairing.
     for (int off = 16; off > 0; off >>= 1) {
       const float op = __shfl_xor_sync(0xffffffffu, bp, off);
       const int oe = __shfl_xor_sync(0xffffffffu, be, off);
-      if (op > bp || (op == bp && oe < be)) {
+      if (oe != 0x7fffffff && (be == 0x7fffffff || op > bp || (op == bp && oe < be))) {
         bp = op;
         be = oe;
       }
     }
     if (be % 32 == lane) taken |= 1u << (be / 32);
-    wsum += bp;  // slot order, as the CPU
+    const float pw = p[be];  // the weight is the unbiased probability
+    wsum += pw;              // slot order, as the CPU
     if (lane == 0) {
       ix[j] = be;
-      wr[j] = bp;
+      wr[j] = pw;
     }
   }
   if (lane == 0) {
@@ -155,17 +207,25 @@ void check_router_shape(const char* what, int N, int E, int k) {
   RATCHET_REQUIRE(E >= 1 && E <= kMoeMaxExperts, what);
   RATCHET_REQUIRE(k >= 1 && k <= E, what);
 }
+void check_groups(int E, int k, int n_group, int topk_group) {
+  RATCHET_REQUIRE(n_group >= 1 && n_group <= kMoeMaxGroups && E % n_group == 0,
+                  "moe_router_forward: 1 <= n_group <= 32, n_group divides E");
+  RATCHET_REQUIRE(topk_group >= 1 && topk_group <= n_group && k <= topk_group * (E / n_group),
+                  "moe_router_forward: 1 <= topk_group <= n_group, k <= topk_group * E / n_group");
+}
 }  // namespace
 
 template <class T>
 void moe_router_forward(float* probs, int* idx, float* w, const T* logits, int N, int E, int k,
-                        bool norm_topk_prob, cudaStream_t stream, bool sigmoid, float scale) {
+                        bool norm_topk_prob, cudaStream_t stream, bool sigmoid, float scale,
+                        const float* bias, int n_group, int topk_group) {
   RATCHET_NVTX_RANGE("moe_router_forward");
   check_router_shape("moe_router_forward: N >= 0, 1 <= E <= 1024, 1 <= k <= E", N, E, k);
+  check_groups(E, k, n_group, topk_group);
   if (N == 0) return;
   RATCHET_LAUNCH((moe_router_forward_kernel<T>), (unsigned)ceil_div(N, kRouterRowsPerBlock),
                  32 * kRouterRowsPerBlock, 0, stream, probs, idx, w, logits, N, E, k,
-                 norm_topk_prob, sigmoid, scale);
+                 norm_topk_prob, sigmoid, scale, bias, n_group, topk_group);
   RATCHET_CHECK_LAUNCH();
 }
 
@@ -195,7 +255,7 @@ void moe_aux_stats(double* counts, double* prob_sums, const float* probs, const 
 
 #define RATCHET_INSTANTIATE(T)                                                                   \
   template void moe_router_forward<T>(float*, int*, float*, const T*, int, int, int, bool,       \
-                                      cudaStream_t, bool, float);                                \
+                                      cudaStream_t, bool, float, const float*, int, int);        \
   template void moe_router_backward<T>(T*, const float*, const int*, const float*, const float*, \
                                        const float*, int, int, int, bool, cudaStream_t, bool,    \
                                        float);

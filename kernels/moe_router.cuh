@@ -13,6 +13,12 @@
 //   DeepSeek-V3 (src/moe/moe_ops.h): sigmoid: probs = sigmoid(logits) per
 //             element, and the renormalising sum gets + 1e-20; scale: w *= scale
 //             after the renormalisation (1: the bits above)
+//             bias (E, device FP32, or null): the top k are chosen on probs +
+//             bias (HF e_score_correction_bias), w stays the unbiased probs
+//             n_group > 1 (<= kMoeMaxGroups, dividing E), topk_group: the
+//             choice scores of all but the topk_group groups with the largest
+//             sum of their two largest choice scores become 0.0 before the
+//             top k (DeepseekV3TopkRouter; ties: the lower group index)
 //   backward  dprob[e] = aux_dprob[e] (or 0) + (selected e = idx[j]), with
 //             dv_j = scale dw_j and S = sum_l probs[idx_l] (+ 1e-20 if sigmoid):
 //                          norm: (dv_j - sum_l dv_l probs[idx_l] / S) / S
@@ -33,11 +39,14 @@ namespace ratchet::kernels {
 
 // A lane keeps one bit per expert it owns (which are taken): 32 lanes x 32.
 constexpr int kMoeMaxExperts = 1024;
+// Group-limited selection: lane g scores group g, one warp argmax per kept group.
+constexpr int kMoeMaxGroups = 32;
 
 template <class T>
 void moe_router_forward(float* probs, int* idx, float* w, const T* logits, int N, int E, int k,
                         bool norm_topk_prob, cudaStream_t stream, bool sigmoid = false,
-                        float scale = 1.0f);
+                        float scale = 1.0f, const float* bias = nullptr, int n_group = 1,
+                        int topk_group = 1);
 
 template <class T>
 void moe_router_backward(T* dlogits, const float* probs, const int* idx, const float* w,

@@ -3,9 +3,11 @@
 #   asan  build-asan: ratchet and the unit + integration tests with
 #         -fsanitize=address,undefined (-O1, no CUDA, no MPI), then those labels.
 #         The integration tests run the sanitized ratchet binary too.
-#   tsan  build-tsan: the loader's prefetch thread (test_loader_prefetch) and
-#         the MPI collectives with the asynchronous all-reduce
-#         (test_mpi_collectives, 2 ranks) under ThreadSanitizer.
+#   tsan  build-tsan: the loader's prefetch thread (test_loader_prefetch),
+#         the hang watchdog's monitor thread against the training thread
+#         (test_watchdog_threads) and the MPI collectives with the
+#         asynchronous all-reduce (test_mpi_collectives, 2 ranks) under
+#         ThreadSanitizer.
 # Every report is fatal. ASan, LSan and TSan write theirs to
 # BUILD/sanitizer-logs/ (a child process's too, whatever exit code its test
 # expected); UBSan ignores log_path next to ASan, so its reports exit with 87,
@@ -64,7 +66,7 @@ for w in "${what[@]}"; do
       ;;
     tsan)
       t0=$SECONDS
-      RATCHET_BUILD_DIR=build-tsan RATCHET_BUILD_TARGETS="test_loader_prefetch test_mpi_collectives" \
+      RATCHET_BUILD_DIR=build-tsan RATCHET_BUILD_TARGETS="test_loader_prefetch test_watchdog_threads test_mpi_collectives" \
         scripts/build.sh -DRATCHET_SANITIZE=thread "${common[@]}"
       logs=$root/build-tsan/sanitizer-logs
       rm -rf "$logs"; mkdir -p "$logs"
@@ -75,7 +77,7 @@ for w in "${what[@]}"; do
       export OMP_NUM_THREADS=1
       export TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp"
       rc=0
-      run_tests build-tsan tsan -R 'LoaderPrefetch|LoaderResume|mpi_collectives_np[12]$' || rc=1
+      run_tests build-tsan tsan -R 'LoaderPrefetch|LoaderResume|WatchdogThreads|mpi_collectives_np[12]$' || rc=1
       unset TSAN_OPTIONS OMP_NUM_THREADS
       echo "sanitize: tsan: build $((t1 - t0)) s, tests $((SECONDS - t1)) s"
       [ "$rc" -eq 0 ] || exit "$rc"

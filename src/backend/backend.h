@@ -82,6 +82,7 @@ struct MoeDims {
   bool norm_topk_prob = true;
   bool sigmoid = false;
   float routed_scale = 1.f;
+  int n_group = 1, topk_group = 1;  // DeepSeek-V3's group-limited selection (1 / 1: none)
   const float* bias = nullptr;
   MoeExchange* exchange = nullptr;
   // The exchange's size whenever the model has one, also in a call without

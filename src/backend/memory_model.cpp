@@ -82,7 +82,7 @@ size_t BackendMemoryModel::moe_state_bytes(long N, int C, int E, int k, int I) c
          + a(Nk * C * tb) + a(Nk * 2 * I * tb) + a(Nk * I * tb) + a(Nk * C * tb)  // xp h a y
          + 2 * a(Nk * C * tb) + a(Nk * 4) + a(n * E * tb)              // dy dxp dw dlogits
          + a(P * n * I * tb) + a(P * n * 2 * I * tb)                   // da dh
-         + a((size_t)E * 4) + a((size_t)E * 2 * 8);                    // aux dprob, statistics
+         + a((size_t)E * 2 * 4) + a((size_t)E * 2 * 8);  // aux dprob | selection bias, statistics
 }
 
 BackendMemoryModel cuda_memory_model(size_t storage_bytes, size_t gemm_workspace_bytes,

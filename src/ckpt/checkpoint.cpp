@@ -189,6 +189,9 @@ void put_model_extras(hid_t f, const GPTConfig& c, const std::string& ctx) {
   // DeepSeek-V3 routing (docs/moe.md); absent in older checkpoints: softmax, 1.
   put_str(f, "scoring_func", c.moe_sigmoid ? "sigmoid" : "softmax", ctx);
   put_f64(f, "routed_scaling_factor", c.routed_scaling_factor, ctx);
+  // Group-limited selection; absent in older checkpoints: 1 / 1 (no groups).
+  put_i64(f, "n_group", c.n_group, ctx);
+  put_i64(f, "topk_group", c.topk_group, ctx);
 }
 void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
   auto arch = h5_string_attr(f, "arch", ctx, "");
@@ -255,6 +258,10 @@ void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
       fail(ctx, ": attribute scoring_func is '", *sf, "', not softmax or sigmoid");
     c->moe_sigmoid = *sf == "sigmoid";
     c->routed_scaling_factor = (float)get_f64(f, "routed_scaling_factor", ctx);
+  }
+  if (h5_int_attr(f, "n_group", ctx, "")) {
+    c->n_group = get_int(f, "n_group", ctx);
+    c->topk_group = get_int(f, "topk_group", ctx);
   }
 }
 

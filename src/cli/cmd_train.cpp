@@ -104,11 +104,16 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "MoE: router scores, softmax (default) or sigmoid (DeepSeek-V3's scoring_func; cpu backend)")
     ("routed-scaling-factor", po::value(&o.routed_scaling_factor),
      "MoE: the routing weights times this (DeepSeek-V3's routed_scaling_factor; default 1)")
+    ("moe-n-group", po::value(&o.moe_n_group),
+     "MoE: DeepSeek-V3's group-limited selection: the experts in this many groups (n_group; "
+     "default 1, no groups)")
+    ("moe-topk-group", po::value(&o.moe_topk_group),
+     "MoE: with --moe-n-group, each token's top k among this many best groups (topk_group)")
     ("router-aux-loss-coef", po::value(&o.router_aux_loss_coef),
      "MoE: the load-balancing loss's weight (default: the model's router_aux_loss_coef)")
     ("moe-bias-update-rate", po::value(&o.moe_bias_update_rate),
      "MoE: route with DeepSeek-V3's selection bias (e_score_correction_bias), updated after each "
-     "optimizer step from the step's global expert loads at this rate (0: none; cpu backend)")
+     "optimizer step from the step's global expert loads at this rate (0: none)")
     ("layers", po::value(&o.layers), "number of transformer blocks (overrides the preset)")
     ("heads", po::value(&o.heads), "attention heads (overrides the preset)")
     ("channels", po::value(&o.channels), "embedding width (overrides the preset)")
@@ -424,7 +429,8 @@ int cmd_train(int argc, char** argv) {
                                                  {"ffn-hidden", o.ffn_hidden}, {"vocab-size", o.vocab_size},
                                                  {"head-dim", o.head_dim},     {"sliding-window", o.sliding_window},
                                                  {"num-experts", o.num_experts}, {"experts-per-tok", o.experts_per_tok},
-                                                 {"moe-ffn-hidden", o.moe_ffn_hidden}};
+                                                 {"moe-ffn-hidden", o.moe_ffn_hidden},
+                                                 {"moe-n-group", o.moe_n_group}, {"moe-topk-group", o.moe_topk_group}};
   for (const auto& [flag, v] : counts)
     if (vm.count(flag) && v < 1) fail("--", flag, " must be at least 1 (got ", v, ")");
   const std::pair<const char*, double> reals[] = {{"rope-theta", o.rope_theta}, {"norm-eps", o.norm_eps}};

@@ -330,6 +330,7 @@ std::string hf_family_mismatch(const GPTConfig& c) {
   if (c.moe_sigmoid) return "scoring_func";
   if (c.routed_scaling_factor != 1.f) return "routed_scaling_factor";
   if (c.moe_selection_bias) return "moe_selection_bias";
+  if (c.n_group != 1 || c.topk_group != 1) return "n_group";
   return "";
 }
 

@@ -208,10 +208,19 @@ void GPTConfig::check_deepseek_routing() const {
   if (!moe())
     fail("scoring_func, routed_scaling_factor, n_shared_experts, e_score_correction_bias and "
          "n_group are MoE options, but the model has no experts (num_experts 0)");
-  if (n_group != 1 || topk_group != 1)
-    fail("n_group ", n_group, " / topk_group ", topk_group,
-         ": group-limited expert selection is not implemented; ratchet routes over all experts "
-         "(n_group 1, topk_group 1)");
+  // Group-limited selection: the flags' names too, since that is where a
+  // custom model's values come from (HF configs name the fields the same).
+  if (n_group < 1 || num_experts % n_group != 0)
+    fail("n_group (--moe-n-group) is ", n_group, " with ", num_experts,
+         " experts; it must be >= 1 and divide num_experts (--num-experts)");
+  if (topk_group < 1 || topk_group > n_group)
+    fail("topk_group (--moe-topk-group) is ", topk_group, " with n_group ", n_group,
+         "; it must be between 1 and n_group");
+  if ((long long)experts_per_tok > (long long)topk_group * (num_experts / n_group))
+    fail("num_experts_per_tok (--experts-per-tok) ", experts_per_tok, " exceeds topk_group ",
+         topk_group, " x ", num_experts / n_group,
+         " experts per group (num_experts / n_group): raise --moe-topk-group or lower "
+         "--experts-per-tok");
   if (n_shared_experts < 0)
     fail("n_shared_experts ", n_shared_experts, " must be >= 0");
   if (n_shared_experts > 0)
@@ -240,6 +249,7 @@ std::string GPTConfig::describe() const {
          << " moe_layers=" << moe_layer_count();
     if (moe_sigmoid) os << " scoring=sigmoid";  // DeepSeek-V3 routing: only when not the default
     if (routed_scaling_factor != 1.f) os << " routed_scale=" << routed_scaling_factor;
+    if (n_group != 1) os << " groups=" << topk_group << "/" << n_group;
   }
   return os.str();
 }
@@ -469,6 +479,13 @@ GPTConfig config_from_flags(const ModelFlags& f) {
     }
     if (f.routed_scaling_factor != 0) c.routed_scaling_factor = f.routed_scaling_factor;
   }
+  if (f.moe_n_group != 0 || f.moe_topk_group != 0) {
+    if (!c.moe())
+      fail(f.moe_n_group != 0 ? "--moe-n-group" : "--moe-topk-group",
+           " needs a Mixture-of-Experts family: --family qwen3_moe, olmoe or mixtral");
+    if (f.moe_n_group != 0) c.n_group = f.moe_n_group;
+    if (f.moe_topk_group != 0) c.topk_group = f.moe_topk_group;
+  }
   if (c.llama() && family_is_moe(c.family)) {
     if (c.num_experts < 1 || c.experts_per_tok < 1 || c.moe_ffn_hidden < 1)
       fail("--family ", family_name(c.family), " needs --num-experts, --experts-per-tok and "
@@ -546,6 +563,8 @@ std::string first_config_difference(const GPTConfig& a, const GPTConfig& b) {
     if (a.clip_qkv != b.clip_qkv) return "clip_qkv";
     if (a.moe_sigmoid != b.moe_sigmoid) return "moe_sigmoid";
     if (a.routed_scaling_factor != b.routed_scaling_factor) return "routed_scaling_factor";
+    if (a.n_group != b.n_group) return "n_group";
+    if (a.topk_group != b.topk_group) return "topk_group";
     if (a.n_shared_experts != b.n_shared_experts) return "n_shared_experts";
     // moe_selection_bias is not compared: it is a buffer beside the
     // parameters (GPT::moe_bias), whose presence a resume checks against the

@@ -135,7 +135,9 @@ struct GPTConfig {
   // Its update after each optimizer step (moe::bias_update, aux-loss-free
   // balancing); a training setting (--moe-bias-update-rate), not saved in the model.
   float moe_bias_update_rate = 0.f;
-  int n_group = 1, topk_group = 1;  // HF group-limited selection: only 1 / 1 (no groups)
+  // HF group-limited selection (DeepseekV3TopkRouter; moe_ops.h): the experts
+  // in n_group groups, top k among the topk_group best; 1 / 1: no groups.
+  int n_group = 1, topk_group = 1;
 
   int head_size() const { return head_dim > 0 ? head_dim : channels / num_heads; }
   // What attention writes and o_proj reads: NH·hs (C unless head_dim says otherwise).
@@ -197,6 +199,8 @@ struct ModelFlags {
   // --moe-scoring softmax|sigmoid and --routed-scaling-factor ("" / 0: the model's)
   std::string moe_scoring;
   float routed_scaling_factor = 0;
+  // --moe-n-group and --moe-topk-group (0: the model's)
+  int moe_n_group = 0, moe_topk_group = 0;
 };
 // The finalized config the flags describe; throws Error naming the flag.
 GPTConfig config_from_flags(const ModelFlags& f);

@@ -53,6 +53,15 @@
 //   renormalise  with sigmoid, w = p / (sum + 1e-20) as DeepSeek-V3 writes it
 //                (the softmax families divide by the plain sum)
 //   routed_scale w *= routed_scaling_factor after the renormalisation
+//   n_group,     group-limited selection (DeepseekV3TopkRouter.get_topk_indices):
+//   topk_group   the E experts are n_group contiguous groups of G = E/n_group;
+//                a group's score is the sum of its two largest choice scores
+//                (probs + bias; its one score when G = 1); the topk_group
+//                best groups are kept (ties: the lower group index), the
+//                other groups' choice scores become 0.0 (HF's masked_fill
+//                value; DeepSeek's own inference code uses -inf: the two
+//                differ only when a kept expert's biased score is below 0),
+//                then the top k as above. The weights stay the unbiased probs.
 //   shared       Is = I * n_shared_experts: one SwiGLU MLP sw1 (2Is,C),
 //                sw2 (C,Is) on every token, its output added to the routed
 //                output (HF shared_experts, gate | up rows as in w1)
@@ -77,6 +86,9 @@ struct MoeShape {
   bool sigmoid = false;         // DeepSeek-V3 scoring_func "sigmoid" (default softmax)
   float routed_scale = 1.0f;    // HF routed_scaling_factor
   int Is = 0;                   // shared expert hidden size I * n_shared_experts; 0: none
+  // DeepSeek-V3's group-limited selection (HF n_group, topk_group): 1 / 1 is
+  // plain top-k over all experts (the bits above).
+  int n_group = 1, topk_group = 1;
 };
 // The DeepSeek-V3 parameters of one layer beside gate/w1/w2 (null: unused).
 // bias (E): the selection bias; sw1 (2Is,C), sw2 (C,Is): the shared expert.
@@ -85,8 +97,13 @@ struct MoeExtra {
   const float* sw1 = nullptr;
   const float* sw2 = nullptr;
 };
-// Throws Error naming the bad value (k < 1, k > E, E < 1, a size < 0).
+// Throws Error naming the bad value (k < 1, k > E, E < 1, a size < 0; n_group
+// not dividing E, topk_group outside [1, n_group], k above topk_group * E/n_group).
 void check_shape(const MoeShape& s);
+// The group-limited mask of one token (n_group > 1): keep (n_group) gets 1 for
+// the topk_group groups whose sum of their two largest choice[e] is largest.
+// choice (E): probs + bias (or probs). Exposed for the tests.
+void group_mask(const MoeShape& s, const float* choice, unsigned char* keep);
 
 // ---- router (moe_router.cpp) -------------------------------------------------
 // logits (N,E), probs (N,E), idx (N,k), w (N,k): all overwritten.

@@ -17,6 +17,45 @@ void check_shape(const MoeShape& s) {
   if (s.k < 1 || s.k > s.E)
     fail("MoE layer: num_experts_per_tok (top-k) is ", s.k, " with ", s.E,
          " experts; it must be between 1 and num_experts");
+  if (s.n_group < 1 || s.E % s.n_group != 0)
+    fail("MoE layer: n_group (--moe-n-group) is ", s.n_group, " with ", s.E,
+         " experts; it must be >= 1 and divide num_experts");
+  if (s.topk_group < 1 || s.topk_group > s.n_group)
+    fail("MoE layer: topk_group (--moe-topk-group) is ", s.topk_group, " with n_group ",
+         s.n_group, "; it must be between 1 and n_group");
+  if ((long long)s.k > (long long)s.topk_group * (s.E / s.n_group))
+    fail("MoE layer: num_experts_per_tok (top-k) ", s.k, " exceeds the ", s.topk_group,
+         " kept groups x ", s.E / s.n_group, " experts each (topk_group x num_experts / n_group); "
+         "raise --moe-topk-group or lower --experts-per-tok");
+}
+
+void group_mask(const MoeShape& s, const float* choice, unsigned char* keep) {
+  const int G = s.E / s.n_group;
+  std::vector<float> gs(s.n_group);
+  for (int g = 0; g < s.n_group; g++) {
+    // The two largest of the group (a multiset: equal values count twice);
+    // HF topk(2).sum(): v0 + v1, one FP32 add, the same in either order.
+    float v0 = -INFINITY, v1 = -INFINITY;
+    for (int e = g * G; e < (g + 1) * G; e++) {
+      const float c = choice[e];
+      if (c > v0) {
+        v1 = v0;
+        v0 = c;
+      } else if (c > v1) {
+        v1 = c;
+      }
+    }
+    gs[g] = G >= 2 ? v0 + v1 : v0;
+  }
+  for (int g = 0; g < s.n_group; g++) keep[g] = 0;
+  // topk_group passes, each the best group not yet kept; strict '>' keeps the
+  // lower group index among equal scores (torch.topk leaves ties unspecified).
+  for (int j = 0; j < s.topk_group; j++) {
+    int best = -1;
+    for (int g = 0; g < s.n_group; g++)
+      if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+    keep[best] = 1;
+  }
 }
 
 void router_forward(CpuBackend& be, const MoeShape& s, const float* x, const float* gate,
@@ -24,8 +63,12 @@ void router_forward(CpuBackend& be, const MoeShape& s, const float* x, const flo
   check_shape(s);
   const int N = s.N, E = s.E, k = s.k;
   be.matmul_forward(logits, nullptr, x, gate, nullptr, N, s.C, E);
+  const bool grouped = s.n_group > 1;
+  const int G = E / s.n_group;
 #pragma omp parallel for num_threads(be.threads()) schedule(static)
   for (int n = 0; n < N; n++) {
+    std::vector<float> choice(grouped ? E : 0);  // grouped: the (masked) choice scores
+    std::vector<unsigned char> keep(grouped ? s.n_group : 0);
     const float* l = logits + (size_t)n * E;
     float* p = probs + (size_t)n * E;
     if (s.sigmoid) {
@@ -42,6 +85,13 @@ void router_forward(CpuBackend& be, const MoeShape& s, const float* x, const flo
     // Top-k by selection: k passes, each the largest not yet taken; the strict
     // '>' keeps the lowest index among equal scores. With a bias the choice
     // is on p + bias (HF scores_for_choice), the weight the unbiased p.
+    // Grouped: the choice scores of the groups not kept are 0.0 (moe_ops.h).
+    if (grouped) {
+      for (int e = 0; e < E; e++) choice[e] = bias ? p[e] + bias[e] : p[e];
+      group_mask(s, choice.data(), keep.data());
+      for (int e = 0; e < E; e++)
+        if (!keep[e / G]) choice[e] = 0.0f;
+    }
     int* ix = idx + (size_t)n * k;
     float* wr = w + (size_t)n * k;
     float wsum = 0.0f;
@@ -51,7 +101,7 @@ void router_forward(CpuBackend& be, const MoeShape& s, const float* x, const flo
       for (int e = 0; e < E; e++) {
         bool taken = false;
         for (int t = 0; t < j; t++) taken |= ix[t] == e;
-        const float sc = bias ? p[e] + bias[e] : p[e];
+        const float sc = grouped ? choice[e] : bias ? p[e] + bias[e] : p[e];
         if (!taken && (best < 0 || sc > best_score)) {
           best = e;
           best_score = sc;

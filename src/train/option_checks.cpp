@@ -230,7 +230,9 @@ void check_model_flags_match(const TrainOptions& o, const GPTConfig& c) {
       {"--ffn-hidden", {o.ffn_hidden, c.ffn()}},    {"--vocab-size", {o.vocab_size, c.vocab_size}},
       {"--num-experts", {o.num_experts, c.num_experts}},
       {"--experts-per-tok", {o.experts_per_tok, c.experts_per_tok}},
-      {"--moe-ffn-hidden", {o.moe_ffn_hidden, c.moe_ffn_hidden}}};
+      {"--moe-ffn-hidden", {o.moe_ffn_hidden, c.moe_ffn_hidden}},
+      {"--moe-n-group", {o.moe_n_group, c.n_group}},
+      {"--moe-topk-group", {o.moe_topk_group, c.topk_group}}};
   for (const auto& [flag, v] : ints)
     if (v.first != 0 && v.first != v.second) refuse(flag, std::to_string(v.first), std::to_string(v.second));
   if (o.untied && c.tied_embeddings) refuse("--untied", "", "tied embeddings");

@@ -23,6 +23,8 @@ struct TrainOptions {
   // --moe-scoring softmax|sigmoid, --routed-scaling-factor ("" / 0: the model's)
   std::string moe_scoring;
   float routed_scaling_factor = 0;
+  // --moe-n-group, --moe-topk-group: DeepSeek-V3's group-limited selection (0: the model's)
+  int moe_n_group = 0, moe_topk_group = 0;
   // --router-aux-loss-coef: the MoE aux loss's weight; NaN: the config's
   float router_aux_loss_coef = std::numeric_limits<float>::quiet_NaN();
   // --moe-bias-update-rate R: DeepSeek-V3's selection bias, updated after

@@ -64,6 +64,7 @@ GPTConfig Trainer::resolve_config() const {
   f.num_experts = o_.num_experts, f.experts_per_tok = o_.experts_per_tok;
   f.moe_ffn_hidden = o_.moe_ffn_hidden;
   f.moe_scoring = o_.moe_scoring, f.routed_scaling_factor = o_.routed_scaling_factor;
+  f.moe_n_group = o_.moe_n_group, f.moe_topk_group = o_.moe_topk_group;
   f.vocab_size = o_.vocab_size > 0 ? o_.vocab_size : train_ds_->vocab_size();
   f.max_seq_len = o_.max_seq_len;
   c = config_from_flags(f);
@@ -369,10 +370,6 @@ void Trainer::make_model() {
   test_failure_point(comm_.rank(), "setup-model");
   check_expert_parallel(o_.expert_parallel, comm_.world(), cfg_, be_->name(),
                         dist_.stage);  // before any collective
-  if (cfg_.moe_selection_bias && be_->name() != "cpu")  // the same answer on every rank
-    fail("--moe-bias-update-rate runs on the cpu backend only in this slice (docs/moe.md): the "
-         "cuda router kernels take no selection bias yet; this run's backend is ", be_->name(),
-         ": use --device cpu, or drop the flag");
   // The strategy first, then the model built as it needs (flat gradients and
   // parameters or not, the FP32 master of the owned ranges only); attach()
   // installs its hooks and stores before anything sets the parameters

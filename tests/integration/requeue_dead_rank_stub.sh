@@ -21,19 +21,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/bin"
 
-cat >"$work/bin/scontrol" <<'STUB'
-#!/bin/bash
-echo "scontrol $*" >>"$STUB_LOG"
-case "$1 ${2:-}" in
-  "show job") echo "JobId=42 JobName=t UserId=u(0) JobState=RUNNING Reason=None Partition=part NumNodes=2 ExcNodeList=(null) Command=/x/train.sbatch" ;;
-  "show hostnames") tr ',' '\n' <<<"$3" ;;
-esac
-exit 0
-STUB
-cat >"$work/bin/sinfo" <<'STUB'
-#!/bin/bash
-for n in n1 n2 n3; do echo "$n idle"; done
-STUB
+# Stand-in scontrol and sinfo (their answers: slurm_query_stubs.sh).
+# shellcheck source-path=SCRIPTDIR source=slurm_query_stubs.sh
+source "$(dirname "$0")/slurm_query_stubs.sh"
+write_slurm_query_stubs "$work/bin"
 # srun: STUB_SRUN_MESSAGES on stderr (as srun writes them), a fatal record
 # when STUB_FATAL is set, then exit STUB_SRUN_RC.
 cat >"$work/bin/srun" <<'STUB'
@@ -112,7 +103,7 @@ printf '%s\n' '#!/bin/bash' "exec '$exe' 'train' '--run-dir' '$dir/trial 0' '--s
 rc=0
 PATH=$work/bin:$PATH STUB_LOG=$dir/calls STUB_SRUN_MESSAGES=$killed STUB_SRUN_RC=143 \
   SLURM_JOB_ID=42 SLURM_JOB_NUM_NODES=2 RATCHET_SWEEP_SEGMENT=$dir/seg RATCHET_SLURM_LIB=$lib \
-  RATCHET_MODULES= RATCHET_DOCTOR_BIN=$exe bash "$(dirname "$lib")/sweep-trial.sbatch" 2>>"$dir/job.out" || rc=$?
+  RATCHET_MODULES='' RATCHET_DOCTOR_BIN=$exe bash "$(dirname "$lib")/sweep-trial.sbatch" 2>>"$dir/job.out" || rc=$?
 echo "---- $name (exit $rc)"
 cat "$dir/job.out"
 [ $rc -eq 0 ] || fail "sweep-trial: the template exited $rc, not 0 after a requeue"

@@ -17,24 +17,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/bin"
 
-cat >"$work/bin/scontrol" <<'STUB'
-#!/bin/bash
-echo "scontrol $*" >>"$STUB_LOG"
-case "$1 ${2:-}" in
-  "show job") echo "JobId=42 JobName=t UserId=u(0) JobState=RUNNING Reason=None Partition=part NumNodes=$STUB_JOB_NODES ExcNodeList=${STUB_EXC:-(null)} Command=/x/train.sbatch" ;;
-  "show hostnames") tr ',' '\n' <<<"$3" ;;
-esac
-exit 0
-STUB
-cat >"$work/bin/sinfo" <<'STUB'
-#!/bin/bash
-echo "sinfo $*" >>"$STUB_LOG"
-# "NODE STATE" lines; STUB_DOWN names a node that is down.
-for n in $(tr ',' ' ' <<<"$STUB_PARTITION"); do
-  if [ "$n" = "${STUB_DOWN:-}" ]; then echo "$n down*"; else echo "$n idle"; fi
-done
-STUB
-chmod +x "$work/bin/scontrol" "$work/bin/sinfo"
+# Stand-in scontrol and sinfo (their answers: slurm_query_stubs.sh).
+# shellcheck source-path=SCRIPTDIR source=slurm_query_stubs.sh
+source "$(dirname "$0")/slurm_query_stubs.sh"
+write_slurm_query_stubs "$work/bin"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 

@@ -51,6 +51,13 @@ OlmoeSparseMoeBlock, MixtralSparseMoeBlock, load_balancing_loss_func):
                       delta = rate * sign(mean - count), minus its mean, added
                       (in float32, as ratchet holds it). 0 (default): no bias.
                       The final bias is printed as "bias=" (L·E, dense rows 0)
+  n_group, topk_group DeepSeek-V3's group-limited selection
+                      (DeepseekV3TopkRouter.get_topk_indices): the E experts in
+                      n_group contiguous groups, each scored by the sum of its
+                      two largest choice scores (scores + bias); the topk_group
+                      best groups kept, the others' choice scores set to 0.0
+                      (transformers' masked_fill value), then the top k.
+                      1 / 1 (default): no groups
   report_ce           the loss reported (the output file's loss and losses) is
                       the cross-entropy alone (default), or with false the
                       whole CE + aux_coef * aux
@@ -109,7 +116,7 @@ FAMILY_DEFAULTS = dict(head_dim=0, qkv_bias=False, qk_norm="none", norm_placemen
                        num_experts=0, experts_per_tok=0, moe_ffn=0, norm_topk_prob=False,
                        decoder_sparse_step=1, mlp_only_layers=[], clip_qkv=0.0, aux_coef=0.0,
                        scoring_func="softmax", routed_scaling_factor=1.0, bias_update_rate=0.0,
-                       report_ce=True)
+                       report_ce=True, n_group=1, topk_group=1)
 
 
 def layer_is_moe(cfg, l):
@@ -160,6 +167,25 @@ def param_shapes(cfg):
     return s
 
 
+def group_limited_choice(choice, cfg):
+    """DeepseekV3TopkRouter.get_topk_indices' group mask on the choice scores
+    (N, E): each of the n_group groups scored by the sum of its top 2, the
+    topk_group best kept, the others' scores 0.0. Records the smallest gap
+    between the kept and the best dropped group score (biased_gaps), so that
+    a near-tie cannot flip which groups float32 keeps."""
+    N, E = choice.shape
+    G, ng, tg = E // cfg["n_group"], cfg["n_group"], cfg["topk_group"]
+    grouped = choice.view(N, ng, G)
+    group_scores = grouped.topk(min(2, G), dim=-1).values.sum(-1)
+    if tg < ng:
+        srt = group_scores.sort(-1, descending=True).values
+        biased_gaps.append((srt[:, tg - 1] - srt[:, tg]).min().item())
+    keep_idx = torch.topk(group_scores, tg, dim=-1).indices
+    keep = torch.zeros_like(group_scores).scatter_(1, keep_idx, 1.0)
+    mask = keep.unsqueeze(-1).expand(N, ng, G).reshape(N, E)
+    return choice.masked_fill(mask == 0, 0.0)
+
+
 def moe_block(h, gate_w, w1, w2, cfg, bias=None, layer=None):
     """transformers' sparse MoE block on h (B, T, C): the router's softmax
     over all experts, top k (renormalised with norm_topk_prob), each expert's
@@ -171,14 +197,24 @@ def moe_block(h, gate_w, w1, w2, cfg, bias=None, layer=None):
     logits = x @ gate_w.T
     sigmoid = cfg["scoring_func"] == "sigmoid"
     probs = logits.sigmoid() if sigmoid else logits.softmax(-1)
-    if bias is None:
+    grouped = cfg["n_group"] > 1
+    if grouped:  # group-limited: chosen on the masked (biased) scores, weighted by the scores
+        choice = group_limited_choice(probs.detach() + (0.0 if bias is None else bias), cfg)
+        _, idx = torch.topk(choice, k, dim=-1)
+        top = probs.gather(-1, idx)
+        if bias is not None:
+            sel_counts[layer] = F.one_hot(idx, E).sum((0, 1)).double()
+        sel_idx.append(idx)  # the aux loss's f: the experts each token was dispatched to
+        srt = choice.sort(-1, descending=True).values
+        biased_gaps.append((srt[:, k - 1] - srt[:, k]).min().item())
+    elif bias is None:
         top, idx = torch.topk(probs, k, dim=-1)
     else:  # DeepseekV3TopkRouter: chosen on scores + bias, weighted by the scores
         _, idx = torch.topk(probs.detach() + bias, k, dim=-1)
         top = probs.gather(-1, idx)
         sel_counts[layer] = F.one_hot(idx, E).sum((0, 1)).double()  # for bias_update
         sel_idx.append(idx)  # the aux loss's f: the tokens each expert gets
-    if k < E:  # the k-th and (k+1)-th logits' gap: the log of the probabilities' ratio
+    if k < E and not grouped:  # the k-th and (k+1)-th logits' gap: the log of the probabilities' ratio
         # (with a bias: the biased scores' gap, in probability units)
         srt = (logits if bias is None else probs + bias).detach().sort(-1, descending=True).values
         (routing_gaps if bias is None else biased_gaps).append((srt[:, k - 1] - srt[:, k]).min().item())
@@ -354,6 +390,10 @@ def check_config(cfg, where):
         if not (1 <= k <= E) or cfg["moe_ffn"] < 1 or cfg["decoder_sparse_step"] < 1:
             sys.exit(f"{where}: experts_per_tok {k} must be in 1..num_experts {E}, moe_ffn "
                      f"{cfg['moe_ffn']} and decoder_sparse_step {cfg['decoder_sparse_step']} >= 1")
+        ng, tg = cfg["n_group"], cfg["topk_group"]
+        if ng < 1 or E % ng or not 1 <= tg <= ng or k > tg * (E // ng):
+            sys.exit(f"{where}: n_group {ng} must divide num_experts {E}, topk_group {tg} be in "
+                     f"1..n_group and experts_per_tok {k} <= topk_group * E / n_group")
         if not cfg["bias_update_rate"] >= 0:
             sys.exit(f"{where}: bias_update_rate {cfg['bias_update_rate']} must be >= 0")
         if cfg["scoring_func"] not in ("softmax", "sigmoid") or not cfg["routed_scaling_factor"] > 0:

@@ -10,6 +10,15 @@
 //                    apart in probability, so summation order cannot flip a
 //                    choice. The CPU's router sees them through x = logits,
 //                    gate = the identity (an exact sgemm).
+//   router_select    the selection bias and group-limited selection (softmax or
+//                    sigmoid): idx exactly, probs and w as router_forward. Each
+//                    token's logits are drawn again until, in double, its
+//                    choice scores (p + bias, masked) in the top k + 1 and its
+//                    group scores at the kept/dropped boundary are 1e-5 apart
+//                    or exactly equal (FP32 puts p within ~1e-7 of it on both
+//                    sides), so no near-tie can flip a choice. The case also
+//                    asserts that the bias / the groups change some token's
+//                    choice against the plain top k.
 //   router_backward  dlogits from the CPU's probs/idx/w, random dw and aux term.
 //   aux_stats        counts exactly, prob_sums to 1e-12 relative (FP64 sums
 //                    of at most a few thousand positive terms, grouped otherwise).
@@ -95,6 +104,101 @@ struct MoeCases {
     int* k_idx = r.mem.template alloc<int>((size_t)N * k);
     float* k_w = r.mem.template alloc<float>((size_t)N * k);
     kernels::moe_router_forward<T>(k_probs, k_idx, k_w, r.dev(l), N, E, k, norm, nullptr);
+    exact("idx", r.get_raw(k_idx, (size_t)N * k), idx);
+    r.rep.compare("probs", r.get_raw(k_probs, (size_t)N * E), probs, kF32);
+    r.rep.compare("w", r.get_raw(k_w, (size_t)N * k), w, kF32);
+  }
+
+  // The choice scores of one row in double (moe_ops.h): p + bias, the groups
+  // not kept set to 0; false when a near-tie could flip a choice.
+  static bool wide_margins(const moe::MoeShape& s, const float* l, const float* bias) {
+    const int E = s.E, G = E / s.n_group;
+    std::vector<double> p(E), c(E);
+    if (s.sigmoid) {
+      for (int e = 0; e < E; e++) p[e] = 1.0 / (1.0 + std::exp(-(double)l[e]));
+    } else {
+      double mx = l[0], sum = 0;
+      for (int e = 1; e < E; e++) mx = std::max(mx, (double)l[e]);
+      for (int e = 0; e < E; e++) sum += (p[e] = std::exp((double)l[e] - mx));
+      for (auto& v : p) v /= sum;
+    }
+    for (int e = 0; e < E; e++) c[e] = p[e] + (bias ? (double)bias[e] : 0.0);
+    auto apart = [](const std::vector<double>& v, int upto) {  // sorted desc, first upto+1
+      for (int i = 0; i + 1 < (int)v.size() && i < upto; i++)
+        if (v[i] != v[i + 1] && v[i] - v[i + 1] < 1e-5) return false;
+      return true;
+    };
+    if (s.n_group > 1) {
+      std::vector<double> gs(s.n_group);
+      for (int g = 0; g < s.n_group; g++) {
+        std::vector<double> m(c.begin() + g * G, c.begin() + (g + 1) * G);
+        std::sort(m.rbegin(), m.rend());
+        gs[g] = G >= 2 ? m[0] + m[1] : m[0];
+      }
+      std::vector<double> sg = gs;
+      std::sort(sg.rbegin(), sg.rend());
+      if (s.topk_group < s.n_group && sg[s.topk_group - 1] != sg[s.topk_group] &&
+          sg[s.topk_group - 1] - sg[s.topk_group] < 1e-5)
+        return false;
+      // Equal group scores at the boundary: the lower index is kept on both sides.
+      std::vector<char> keep(s.n_group, 0);
+      for (int j = 0; j < s.topk_group; j++) {
+        int best = -1;
+        for (int g = 0; g < s.n_group; g++)
+          if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+        keep[best] = 1;
+      }
+      for (int e = 0; e < E; e++)
+        if (!keep[e / G]) c[e] = 0.0;
+    }
+    std::sort(c.rbegin(), c.rend());
+    return apart(c, s.k);
+  }
+
+  void router_select(int N, int E, int k, int n_group, int topk_group, bool sigmoid,
+                     bool with_bias) {
+    moe::MoeShape s{N, 1, E, k, 1, true};
+    s.sigmoid = sigmoid;
+    s.n_group = n_group, s.topk_group = topk_group;
+    std::vector<float> bias(E);
+    for (auto& b : bias) b = with_bias ? (float)((int)r.rng.below(9) - 4) / 16.0f : 0.0f;
+    std::vector<float> l((size_t)N * E);
+    for (int n = 0; n < N; n++) {
+      float* row = l.data() + (size_t)n * E;
+      int tries = 0;
+      do {
+        // Multiples of 1/64 below 4 in magnitude: at most 8 significant bits, exact in BF16.
+        for (int e = 0; e < E; e++)
+          row[e] = std::clamp(std::round(r.rng.normal() * 64.0f) / 64.0f, -255.0f / 64, 255.0f / 64);
+        if (++tries > 200) {
+          r.rep.fail("no logits with wide routing margins in 200 draws");
+          return;
+        }
+      } while (!wide_margins(s, row, with_bias ? bias.data() : nullptr));
+    }
+    // The CPU's router with the bias (x = logits, gate = identity).
+    std::vector<float> eye((size_t)E * E, 0.0f), lg((size_t)N * E), probs((size_t)N * E),
+        w((size_t)N * k);
+    std::vector<int> idx((size_t)N * k);
+    for (int e = 0; e < E; e++) eye[(size_t)e * E + e] = 1.0f;
+    moe::MoeShape sc = s;
+    sc.C = E;
+    moe::router_forward(cpu_be(), sc, l.data(), eye.data(), lg.data(), probs.data(), idx.data(),
+                        w.data(), with_bias ? bias.data() : nullptr);
+    // The same without the bias and the groups: some choice must differ.
+    moe::MoeShape plain = sc;
+    plain.n_group = plain.topk_group = 1;
+    std::vector<float> p2((size_t)N * E), w2((size_t)N * k);
+    std::vector<int> idx2((size_t)N * k);
+    moe::router_forward(cpu_be(), plain, l.data(), eye.data(), lg.data(), p2.data(), idx2.data(),
+                        w2.data());
+    if (N > 8 && idx2 == idx) r.rep.fail("the bias / groups changed no token's choice");
+    float* k_probs = r.mem.template alloc<float>((size_t)N * E);
+    int* k_idx = r.mem.template alloc<int>((size_t)N * k);
+    float* k_w = r.mem.template alloc<float>((size_t)N * k);
+    kernels::moe_router_forward<T>(k_probs, k_idx, k_w, r.dev(l), N, E, k, true, nullptr, sigmoid,
+                                   1.0f, with_bias ? r.dev_raw(bias) : nullptr, n_group,
+                                   topk_group);
     exact("idx", r.get_raw(k_idx, (size_t)N * k), idx);
     r.rep.compare("probs", r.get_raw(k_probs, (size_t)N * E), probs, kF32);
     r.rep.compare("w", r.get_raw(k_w, (size_t)N * k), w, kF32);
@@ -239,6 +343,8 @@ struct MoeCases {
   void run(const Case& c) {
     const auto& s = c.shape;
     if (c.op == "moe_router_forward") router_forward(s[0], s[1], s[2], s[3] != 0, s[4] != 0);
+    else if (c.op == "moe_router_select")
+      router_select(s[0], s[1], s[2], s[3], s[4], s[5] != 0, s[6] != 0);
     else if (c.op == "moe_router_backward") router_backward(s[0], s[1], s[2], s[3] != 0, s[4] != 0);
     else if (c.op == "moe_aux_stats") aux_stats(s[0], s[1], s[2]);
     else if (c.op == "moe_dispatch") dispatch(s[0], s[1], s[2], s[3] != 0);
@@ -262,6 +368,13 @@ inline std::vector<Case> moe_cases() {
       {"moe_router_forward", {{1, 1, 1, 1, 0}, {7, 4, 2, 1, 0}, {7, 4, 2, 0, 1}, {33, 5, 5, 1, 1},
                               {100, 8, 1, 0, 0}, {101, 60, 4, 1, 0}, {64, 64, 8, 1, 1},
                               {17, 128, 8, 0, 0}}},
+      // (N, E, k, n_group, topk_group, sigmoid, bias): the bias alone (a
+      // choice it flips), groups alone, both; a group per lane (E = 64 in
+      // 32 groups of 2), groups of one, E = 256 in 8 groups (DeepSeek-V3's
+      // shape), N not a multiple of the 8 rows per block.
+      {"moe_router_select", {{33, 8, 2, 1, 1, 1, 1}, {33, 8, 2, 1, 1, 0, 1}, {50, 8, 2, 4, 2, 1, 0},
+                             {50, 8, 2, 4, 2, 1, 1}, {17, 16, 3, 4, 2, 0, 1}, {41, 64, 4, 32, 3, 1, 1},
+                             {20, 6, 2, 6, 3, 1, 1}, {9, 256, 8, 8, 4, 1, 1}}},
       // (N, E, k, norm_topk_prob, aux term)
       {"moe_router_backward", {{1, 1, 1, 1, 1}, {7, 4, 2, 1, 1}, {7, 4, 2, 0, 0}, {33, 5, 5, 1, 0},
                                {101, 60, 4, 1, 1}, {17, 128, 8, 0, 1}}},

@@ -190,7 +190,7 @@ Outputs run_cuda(const MoeShape& s, const Inputs& in, bool self_exchange = false
         dx(be, std::vector<float>((size_t)s.N * s.C, NAN)),
         dw_route(be, std::vector<float>((size_t)s.N * s.k, NAN), true);
     ratchet::moe::CudaMoeCache cache;
-    ratchet::moe::moe_forward<T>(be, s, x.p, gate.p, w1.p, w2.p, out.p, cache, ex);
+    ratchet::moe::moe_forward<T>(be, s, x.p, gate.p, w1.p, w2.p, out.p, cache, nullptr, ex);
     ratchet::moe::moe_backward<T>(be, s, x.p, gate.p, w1.p, w2.p, dout.p, cache,
                                   static_cast<float*>(aux.p), dx.p, dgate.p, dw1.p, dw2.p,
                                   static_cast<float*>(dw_route.p), ex);

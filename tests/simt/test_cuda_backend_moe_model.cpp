@@ -75,6 +75,49 @@ TEST(CudaBackendMoeModel, Fp32StepMatchesTheCpuBackend) {
   }
 }
 
+// DeepSeek-V3's router on the cuda backend through the model: sigmoid
+// scores, the selection bias (GPT::moe_bias, uploaded per forward) and
+// group-limited selection (2 groups of 2, one kept), FP32, against the cpu
+// backend: the same routing (counts), losses and gradients to the test
+// above's tolerances. The bias (+-0.3, far above FP32 noise) decides choices.
+TEST(CudaBackendMoeModel, Fp32BiasAndGroupsMatchTheCpuBackend) {
+  GPTConfig cfg = tiny_moe_config(Family::qwen3_moe, 0.f);
+  cfg.moe_sigmoid = true;
+  cfg.moe_selection_bias = true;
+  cfg.n_group = 2;
+  cfg.topk_group = 1;
+  cfg.finalize();
+  auto cpu = make_cpu_backend(2);
+  auto cuda = make_cuda_backend("f32", AttentionImpl::materialized);
+  GPT ref(cfg, *cpu), dut(cfg, *cuda);
+  ref.init_random(5);
+  widen_router(ref, 60.0f);
+  std::vector<float> p(ref.num_params());
+  ref.get_params(p.data());
+  dut.set_params(p.data());
+  std::vector<float> bias = ref.moe_bias();
+  for (size_t i = 0; i < bias.size(); i++) bias[i] = (i % 3 == 0) ? 0.3f : (i % 3 == 1) ? -0.3f : 0.f;
+  ref.set_moe_bias(bias);
+  dut.set_moe_bias(bias);
+  const int B = 2, T = 16;
+  const auto t = random_tokens((size_t)B * T + 1, cfg.vocab_size, 8);
+  ref.zero_grad();
+  dut.zero_grad();
+  const float lr = ref.forward_backward(t.data(), t.data() + 1, B, T, 1.0f);
+  const float ld = dut.forward_backward(t.data(), t.data() + 1, B, T, 1.0f);
+  EXPECT_NEAR(ld, lr, 1e-5 * std::fabs(lr));  // the test above's tolerance
+  EXPECT_EQ(dut.moe_stats().counts, ref.moe_stats().counts);  // the same routing
+  std::vector<float> gr(ref.num_params()), gd(dut.num_params());
+  ref.get_grads(gr.data());
+  dut.get_grads(gd.data());
+  const ParamLayout& lay = ref.layout();
+  for (int i = 0; i < kNumParamTensors; i++) {
+    if (lay.sizes[i] == 0) continue;
+    EXPECT_LT(rel_to_max(gd.data() + lay.offsets[i], gr.data() + lay.offsets[i], lay.sizes[i]), 1e-5)
+        << ParamLayout::name(i);
+  }
+}
+
 TEST(CudaBackendMoeModel, RecomputeIsBitwiseUnderEveryPolicy) {
   for (const char* storage : {"f32", "bf16"}) {
     SCOPED_TRACE(storage);

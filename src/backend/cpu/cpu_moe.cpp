@@ -54,6 +54,8 @@ moe::MoeShape shape_of(const MoeDims& d) {
   s.norm_topk_prob = d.norm_topk_prob;
   s.sigmoid = d.sigmoid;
   s.routed_scale = d.routed_scale;
+  s.n_group = d.n_group;
+  s.topk_group = d.topk_group;
   return s;
 }
 

@@ -44,6 +44,9 @@ void check_cuda_shape(const MoeShape& s, size_t storage_bytes) {
   if (s.Is != 0)
     fail("MoE layer (cuda): shared experts (n_shared_experts) run on the cpu ops only so far; "
          "use --device cpu");
+  if (s.n_group > kernels::kMoeMaxGroups)
+    fail("MoE layer (cuda): n_group (--moe-n-group) is ", s.n_group, "; the cuda router takes at "
+         "most ", kernels::kMoeMaxGroups, " groups (one lane each); use --device cpu");
   if (s.E > kernels::kMoeMaxExperts)
     fail("MoE layer (cuda): num_experts is ", s.E, "; the cuda router takes at most ",
          kernels::kMoeMaxExperts, " experts; use --device cpu");
@@ -153,7 +156,7 @@ void reserve_expert_parallel(Backend& be, const MoeShape& s, int P, size_t tb, C
 
 template <class T>
 void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gate, cdptr w1,
-                 cdptr w2, dptr out, CudaMoeCache& c, MoeExchange* ex) {
+                 cdptr w2, dptr out, CudaMoeCache& c, const float* bias, MoeExchange* ex) {
   check_cuda_shape(s, sizeof(T));
   const int N = s.N, C = s.C, E = s.E, k = s.k, I = s.I, slots = N * k;
   const size_t NE = (size_t)N * E, Nk = (size_t)slots, tb = sizeof(T);
@@ -181,7 +184,7 @@ void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gat
 
   be.matmul_forward(logits, nullptr, x, gate, nullptr, N, C, E);
   kernels::moe_router_forward<T>(probs, idx, w, logits, N, E, k, s.norm_topk_prob, st, s.sigmoid,
-                                 s.routed_scale);
+                                 s.routed_scale, bias, s.n_group, s.topk_group);
   kernels::moe_dispatch(counts, offsets, row_of, slot_of, dscratch, idx, slots, E, st);
   // The per-expert GEMM loop needs the rows per expert on the host.
   std::vector<int> host(2 * (E + 1));
@@ -223,7 +226,7 @@ void moe_backward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr ga
   const MoeShape& f = c.shape;
   if (f.N != s.N || f.C != s.C || f.E != s.E || f.k != s.k || f.I != s.I ||
       f.norm_topk_prob != s.norm_topk_prob || f.sigmoid != s.sigmoid ||
-      f.routed_scale != s.routed_scale)
+      f.routed_scale != s.routed_scale || f.n_group != s.n_group || f.topk_group != s.topk_group)
     fail("MoE backward (cuda): the cache holds a forward of another shape (N ", f.N, ", C ", f.C,
          ", E ", f.E, ", k ", f.k, ", I ", f.I, "; this call N ", s.N, ", C ", s.C, ", E ", s.E,
          ", k ", s.k, ", I ", s.I, "): run moe_forward with this shape first");
@@ -281,7 +284,7 @@ void aux_stats(cuda::CudaBackend<T>& be, const MoeShape& s, const float* probs, 
 
 #define RATCHET_INSTANTIATE(T)                                                                   \
   template void moe_forward<T>(cuda::CudaBackend<T>&, const MoeShape&, cdptr, cdptr, cdptr,      \
-                               cdptr, dptr, CudaMoeCache&, MoeExchange*);                        \
+                               cdptr, dptr, CudaMoeCache&, const float*, MoeExchange*);          \
   template void moe_backward<T>(cuda::CudaBackend<T>&, const MoeShape&, cdptr, cdptr, cdptr,     \
                                 cdptr, cdptr, const CudaMoeCache&, const float*, dptr, dptr,     \
                                 dptr, dptr, float*, MoeExchange*);                               \

@@ -100,11 +100,14 @@ class CudaMoeCache {
 // requirements above), after check_shape(s). storage_bytes: sizeof(T).
 void check_cuda_shape(const MoeShape& s, size_t storage_bytes);
 
-// out (N,C) overwritten. ex: the experts sharded over its ranks (null:
-// every expert here).
+// out (N,C) overwritten. bias (E, device FP32) or null: the selection bias
+// (the top k chosen on probs + bias, the weights the unbiased probs; no
+// gradient). s.n_group / s.topk_group: group-limited selection (n_group <= 32).
+// ex: the experts sharded over its ranks (null: every expert here).
 template <class T>
 void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gate, cdptr w1,
-                 cdptr w2, dptr out, CudaMoeCache& cache, MoeExchange* ex = nullptr);
+                 cdptr w2, dptr out, CudaMoeCache& cache, const float* bias = nullptr,
+                 MoeExchange* ex = nullptr);
 // The device buffers the exchange needs for N tokens over P ranks, allocated
 // now at their largest (the rows one rank can receive: P·N·k).
 void reserve_expert_parallel(Backend& be, const MoeShape& s, int P, size_t storage_bytes,

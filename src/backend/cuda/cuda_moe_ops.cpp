@@ -21,7 +21,7 @@ namespace ratchet::cuda {
 namespace {
 struct CudaMoeState : MoeState {
   moe::CudaMoeCache cache;
-  mutable moe::CudaMoeCache::Buf aux_dprob, stats;  // (E) FP32, (2E) FP64
+  mutable moe::CudaMoeCache::Buf aux_dprob, stats;  // (2E) FP32: aux dprob | bias; (2E) FP64
   mutable Backend* be = nullptr;
   ~CudaMoeState() override {
     if (!be) return;
@@ -42,8 +42,14 @@ moe::MoeShape shape_of(const MoeDims& d) {
   s.norm_topk_prob = d.norm_topk_prob;
   s.sigmoid = d.sigmoid;
   s.routed_scale = d.routed_scale;
+  s.n_group = d.n_group;
+  s.topk_group = d.topk_group;
   return s;
 }
+
+// The aux loss's gradient per probability (E FP32), then the selection bias
+// (E FP32): one buffer (BackendMemoryModel::moe_state_bytes counts 2E floats).
+size_t aux_bias_bytes(int E) { return (size_t)std::max(E, 2) * 2 * sizeof(float); }
 
 // The state's own buffers (not the cache's), allocated once at their size.
 void* own(Backend& be, CudaMoeState& s, moe::CudaMoeCache::Buf& b, size_t bytes) {
@@ -65,10 +71,6 @@ std::unique_ptr<MoeState> CudaBackend<T>::moe_state() {
 template <class T>
 void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2,
                                  dptr out, MoeState& st) {
-  if (d.bias)  // the trainer refuses it earlier (trainer_setup.cpp); a library caller here
-    fail("the MoE selection bias (--moe-bias-update-rate, HF e_score_correction_bias) runs on "
-         "the cpu backend only in this slice (docs/moe.md): the cuda router kernels take no "
-         "bias yet; drop --moe-bias-update-rate or run --device cpu");
   CudaMoeState& s = state_of(st);
   moe::CudaMoeCache& c = s.cache;
   // The backward's scratch at its largest now (memory accounting: no growth later).
@@ -85,9 +87,23 @@ void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1
   c.need(*this, c.da, P * n * d.I * tb);
   c.need(*this, c.dh, P * n * 2 * d.I * tb);
   if (P > 1) moe::reserve_expert_parallel(*this, shape_of(d), (int)P, tb, c);
-  own(*this, s, s.aux_dprob, (size_t)std::max(d.E, 4) * 4);
+  float* small = static_cast<float*>(own(*this, s, s.aux_dprob, aux_bias_bytes(d.E)));
   own(*this, s, s.stats, (size_t)std::max(d.E, 1) * 2 * 8);
-  moe::moe_forward(*this, shape_of(d), x, gate, w1, w2, out, c, d.exchange);
+  // The selection bias (GPT::moe_bias) lives on the host: the trainer updates
+  // it there after each optimizer step from the all-reduced counts
+  // (moe::bias_update, double math, the same bits on every rank and on the
+  // cpu backend), and it is saved from there. Uploading the layer's E floats
+  // before each forward keeps one copy of the truth, needs no device update
+  // kernel and no device-to-host copy at checkpoints, and costs E floats per
+  // MoE layer per micro-batch (a synchronous upload; the forward synchronises
+  // once anyway for the expert loop). It goes in the second half of the
+  // aux_dprob buffer, so the state's bytes stay moe_state_bytes'.
+  const float* bias_dev = nullptr;
+  if (d.bias) {
+    upload_bytes(small + d.E, d.bias, (size_t)d.E * sizeof(float));
+    bias_dev = small + d.E;
+  }
+  moe::moe_forward(*this, shape_of(d), x, gate, w1, w2, out, c, bias_dev, d.exchange);
 }
 
 template <class T>
@@ -97,7 +113,7 @@ void CudaBackend<T>::moe_backward(const MoeDims& d, cdptr x, cdptr gate, cdptr w
   CudaMoeState& s = state_of(st);
   float* dev = nullptr;
   if (aux_dprob) {
-    dev = static_cast<float*>(own(*this, s, s.aux_dprob, (size_t)std::max(d.E, 4) * 4));
+    dev = static_cast<float*>(own(*this, s, s.aux_dprob, aux_bias_bytes(d.E)));
     upload_bytes(dev, aux_dprob, (size_t)d.E * sizeof(float));
   }
   moe::moe_backward(*this, shape_of(d), x, gate, w1, w2, dout, s.cache, dev, dx, dgate, dw1, dw2,

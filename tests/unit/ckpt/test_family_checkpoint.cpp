@@ -196,6 +196,31 @@ TEST(FamilyCheckpoint, SigmoidRoutingResumesBitIdentically) {
   for (bool sharded : {false, true}) resumes_bit_identically("qwen3_moe sigmoid", c, sharded);
 }
 
+// Group-limited selection (docs/moe.md): n_group and topk_group travel as
+// attributes (absent: 1 / 1), and such a model resumes bit for bit.
+TEST(FamilyCheckpoint, GroupLimitedSelectionResumesBitIdentically) {
+  GPTConfig c = tiny_moe_config(Family::qwen3_moe, 0.0f);
+  c.moe_sigmoid = true;
+  c.n_group = 2;
+  c.topk_group = 1;
+  c.finalize();
+  TempDir d;
+  Checkpoint ck;
+  ck.meta.model = c;
+  ck.params.assign(ParamLayout(c).total, 0.0f);
+  ck.adam_m = ck.params;
+  ck.adam_v = ck.params;
+  write_checkpoint_files(d.path, ck);
+  const GPTConfig back = read_checkpoint(d.path).meta.model;
+  EXPECT_EQ(back.n_group, 2);
+  EXPECT_EQ(back.topk_group, 1);
+  EXPECT_EQ(first_config_difference(back, c), "");
+  GPTConfig other = c;
+  other.topk_group = 2;
+  EXPECT_EQ(first_config_difference(other, c), "topk_group");
+  for (bool sharded : {false, true}) resumes_bit_identically("qwen3_moe groups", c, sharded);
+}
+
 // The MoE selection bias (docs/moe.md): state.h5's /moe_selection_bias, read
 // back bit for bit by every reader (the resume's, eval's), in format 1 and in
 // format 3's metadata-only state.h5; its presence sets moe_selection_bias,

@@ -109,7 +109,12 @@ TEST(MoeConfig, DeepSeekRoutingFields) {
     edit(c);
     ratchet::testing::expect_error([&] { c.finalize(); }, needles);
   };
-  refuse([](GPTConfig& c) { c.n_group = 8, c.topk_group = 4; }, {"n_group 8", "not implemented"});
+  // Group-limited selection (E = 4, k = 2): the shape rules, naming the flags.
+  refuse([](GPTConfig& c) { c.n_group = 3; }, {"n_group (--moe-n-group) is 3 with 4 experts"});
+  refuse([](GPTConfig& c) { c.n_group = 2, c.topk_group = 3; },
+         {"topk_group (--moe-topk-group) is 3 with n_group 2"});
+  refuse([](GPTConfig& c) { c.n_group = 4, c.topk_group = 1; },
+         {"(--experts-per-tok) 2 exceeds topk_group 1 x 1 experts per group"});
   refuse([](GPTConfig& c) { c.n_shared_experts = 1; }, {"n_shared_experts 1", "not implemented"});
   refuse([](GPTConfig& c) { c.n_shared_experts = -1; }, {"n_shared_experts -1"});
   refuse([](GPTConfig& c) { c.moe_bias_update_rate = 0.001f; },

@@ -161,6 +161,16 @@ TEST(CheckModelFlagsMatch, DeepSeekRoutingFlagsAgreeWithTheCheckpoint) {
   o.routed_scaling_factor = 1.f;
   testing::expect_error([&] { check_model_flags_match(o, c); },
                         {"--routed-scaling-factor 1 disagrees", "routed_scaling_factor 2.5"});
+  // Group-limited selection: --moe-n-group / --moe-topk-group likewise.
+  o.routed_scaling_factor = 0;
+  c.n_group = 2, c.topk_group = 1;
+  o.moe_n_group = 2, o.moe_topk_group = 1;
+  check_model_flags_match(o, c);
+  o.moe_n_group = 4;
+  testing::expect_error([&] { check_model_flags_match(o, c); },
+                        {"--moe-n-group 4 disagrees with --init-from"});
+  o.moe_n_group = 0, o.moe_topk_group = 2;
+  testing::expect_error([&] { check_model_flags_match(o, c); }, {"--moe-topk-group 2 disagrees"});
 }
 
 }  // namespace
