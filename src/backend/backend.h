@@ -85,6 +85,10 @@ struct MoeDims {
   int n_group = 1, topk_group = 1;  // DeepSeek-V3's group-limited selection (1 / 1: none)
   const float* bias = nullptr;
   MoeExchange* exchange = nullptr;
+  // The exchange's size whenever the model has one, also in a call without
+  // it (evaluation runs every expert here): the cuda state sizes its
+  // buffers for the exchange's rows on its first call, whichever comes first.
+  int expert_parallel = 1;
 };
 // What one MoE layer's forward keeps for its backward, in the backend's own
 // form (the cpu backend: host vectors; cuda: device buffers). Opaque.

@@ -70,12 +70,18 @@ size_t BackendMemoryModel::moe_state_bytes(long N, int C, int E, int k, int I) c
   // kernels::moe_dispatch_scratch_bytes: one (E+1) row of int counts per
   // 256-slot chunk.
   const size_t chunks = std::max<size_t>(1, (Nk + 255) / 256);
-  return a(n * E * tb) + a(n * E * 4) + a(Nk * 4) + a(Nk * 4)          // logits probs w idx
+  // --expert-parallel: one expert's rows come from P ranks; the exchange
+  // holds perm and its inverse (R ints), xe xr ye (R,C), he (R,2I), ae (R,I)
+  // for the R = P·N·k rows one rank can receive.
+  const size_t P = (size_t)std::max(expert_parallel, 1), R = P * Nk;
+  const size_t ep = P > 1 ? 2 * a(R * 4) + 3 * a(R * C * tb) + a(R * 2 * I * tb) + a(R * I * tb)
+                          : 0;
+  return ep + a(n * E * tb) + a(n * E * 4) + a(Nk * 4) + a(Nk * 4)          // logits probs w idx
          + 2 * a((size_t)(E + 1) * 4) + 2 * a(Nk * 4)                  // counts offsets row_of slot_of
          + a(chunks * (E + 1) * 4)                                     // dispatch scratch
          + a(Nk * C * tb) + a(Nk * 2 * I * tb) + a(Nk * I * tb) + a(Nk * C * tb)  // xp h a y
          + 2 * a(Nk * C * tb) + a(Nk * 4) + a(n * E * tb)              // dy dxp dw dlogits
-         + a(n * I * tb) + a(n * 2 * I * tb)                           // da dh
+         + a(P * n * I * tb) + a(P * n * 2 * I * tb)                   // da dh
          + a((size_t)E * 2 * 4) + a((size_t)E * 2 * 8);  // aux dprob | selection bias, statistics
 }
 

@@ -69,6 +69,11 @@ struct BackendMemoryModel {
   // (moe::MoeCache), not alloc() blocks, but bytes_in_use counts what they
   // hold (cpu_moe.cpp), so the step's accounting includes them.
   bool moe_state_host = false;
+  // --expert-parallel P (the trainer sets it on its copy): with
+  // moe_state_in_alloc, the exchange's buffers for the rows of P ranks
+  // (cuda_moe.h's reserve_expert_parallel) and the backward's per-expert
+  // scratch for P·N rows. A run's setting, not the backend's: not in ==.
+  int expert_parallel = 1;
   // Bytes one MoE layer's state takes for N tokens, C channels, E experts,
   // top k, expert hidden size I (0 unless moe_state_in_alloc or
   // moe_state_host). moe_state_host: what moe::MoeCache holds after a forward

@@ -10,7 +10,8 @@
 
 namespace ratchet {
 
-void check_expert_parallel(int n, int world, const GPTConfig& cfg, const std::string& backend) {
+void check_expert_parallel(int n, int world, const GPTConfig& cfg, const std::string& backend,
+                           int zero) {
   if (n < 1) fail("--expert-parallel ", n, " must be at least 1 (1: no expert parallelism)");
   if (n == 1) return;
   if (world % n != 0)
@@ -22,12 +23,20 @@ void check_expert_parallel(int n, int world, const GPTConfig& cfg, const std::st
     fail("--expert-parallel ", n, " must divide num_experts ", cfg.num_experts,
          ": each rank holds the same number of experts (choose a divisor of ", cfg.num_experts,
          ")");
-  if (backend != "cpu")
-    fail("--expert-parallel runs on the cpu backend only in this slice (docs/moe.md); this run's "
-         "backend is ", backend, ": use --device cpu or --expert-parallel 1");
+  const bool device = backend.rfind("cuda", 0) == 0 || backend.rfind("simt", 0) == 0;
+  if (backend != "cpu" && !device)
+    fail("--expert-parallel runs on the cpu and cuda backends (docs/moe.md); this run's backend "
+         "is ", backend, ": use --device cpu or --expert-parallel 1");
+  if (device && backend.find("bf16") != std::string::npos && zero <= 1)
+    fail("--expert-parallel ", n, " with --storage bf16 at --zero ", zero,
+         " is not supported on the ", backend,
+         " backend yet: ZeRO 0-1 keep only this rank's experts' optimizer state, and the "
+         "other experts' FP32 master copy would go stale (docs/moe.md); use --storage f32, or "
+         "--zero 2 or 3");
 }
 
-ExpertParallel::ExpertParallel(Communicator& world, int n) : n_(n), groups_(world.world() / n) {
+ExpertParallel::ExpertParallel(Communicator& world, int n, Communicator* device)
+    : n_(n), groups_(world.world() / n) {
   RATCHET_ASSERT(n >= 1 && world.world() % n == 0);
   // Consecutive ranks (mpirun and srun place them on one node).
   group_ = world.split(world.rank() / n, world.rank());
@@ -35,13 +44,20 @@ ExpertParallel::ExpertParallel(Communicator& world, int n) : n_(n), groups_(worl
   // Rank q of every group: the replicas of the same experts.
   replicas_ = world.split(world.rank() % n, world.rank());
   RATCHET_ASSERT(group_->world() == n);
+  if (device) {  // the same groups on device buffers (every rank splits alike)
+    RATCHET_ASSERT(device->world() == world.world() && device->rank() == world.rank());
+    dgroup_ = device->split(world.rank() / n, world.rank());
+    dreplicas_ = device->split(world.rank() % n, world.rank());
+  }
 }
 
 const ExpertShards& ExpertParallel::shards(const GPTConfig& cfg) {
   shards_.n = n_;
   shards_.index = rank();
-  shards_.group_comm = group_.get();
-  shards_.replicas = replicas_.get();
+  // The weights and gradients they move are the backend's: device memory
+  // with a device communicator.
+  shards_.group_comm = dgroup_ ? dgroup_.get() : group_.get();
+  shards_.replicas = dreplicas_ ? dreplicas_.get() : replicas_.get();
   shards_.all = expert_ranges(cfg, n_, -1);
   shards_.own = expert_ranges(cfg, n_, rank());
   return shards_;
@@ -85,9 +101,21 @@ void ExpertParallel::rows(const float* send, const size_t* send_counts, float* r
     if (q != rank()) traffic_.bytes += (double)send_counts[q] * sizeof(float);
 }
 
-std::unique_ptr<ExpertParallel> make_expert_parallel(Communicator& world, int n) {
+void ExpertParallel::device_rows(const void* send, const size_t* send_counts, void* recv,
+                                 const size_t* recv_counts, int elem_bytes) {
+  RATCHET_ASSERT(elem_bytes == 4 || elem_bytes == 2);
+  const double t0 = seconds_now();
+  Communicator& c = dgroup_ ? *dgroup_ : *group_;
+  c.all_to_allv(send, send_counts, recv, recv_counts, elem_bytes == 2 ? DType::BF16 : DType::F32);
+  traffic_.seconds += seconds_now() - t0;
+  for (int q = 0; q < n_; q++)
+    if (q != rank()) traffic_.bytes += (double)send_counts[q] * elem_bytes;
+}
+
+std::unique_ptr<ExpertParallel> make_expert_parallel(Communicator& world, int n,
+                                                     Communicator* device) {
   if (n <= 1) return nullptr;
-  return std::make_unique<ExpertParallel>(world, n);
+  return std::make_unique<ExpertParallel>(world, n, device);
 }
 
 }  // namespace ratchet

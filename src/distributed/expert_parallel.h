@@ -23,6 +23,16 @@
 //   - the flat gradient buffer stays whole (the model's, at ZeRO 0-1).
 // The trainer applies it to the model like a strategy (apply); the training
 // loop does not branch on it.
+//
+// On the cuda backend (docs/moe.md "Expert parallelism on CUDA") the rows
+// are device buffers: device_rows() moves them over the device
+// communicator's split (NCCL's grouped send/recv; the stand-in NCCL under
+// simt), and the expert shards' weight all-gather and replica all-reduce
+// run on its splits too. The counts stay on the host communicator: the
+// forward has them on the host already (its per-expert GEMM loop needs
+// them), so no device round trip is added for them. Without a device
+// communicator (simt's memory is host memory under plain MPI) everything
+// goes over the host one.
 #pragma once
 #include <memory>
 #include <string>
@@ -39,13 +49,18 @@ struct GPTConfig;
 // Checks --expert-parallel N for `world` ranks, the model and the backend,
 // without any collective: an Error (exit 2) naming the flag and the value
 // when N < 1, N does not divide the world size, N > 1 for a dense model, N
-// does not divide num_experts, or the backend is not the cpu one.
-void check_expert_parallel(int n, int world, const GPTConfig& cfg, const std::string& backend);
+// does not divide num_experts, or the backend cannot run it: the cuda
+// backend (and simt) with BF16 storage at ZeRO 0-1 (`zero`), where the
+// rank's own experts' FP32 master copy is all it keeps (use --storage f32
+// or --zero 2/3); any backend other than cpu, cuda and simt.
+void check_expert_parallel(int n, int world, const GPTConfig& cfg, const std::string& backend,
+                           int zero = 0);
 
 class ExpertParallel final : public MoeExchange {
  public:
-  // Collective over `world`: splits it into the expert-parallel groups.
-  ExpertParallel(Communicator& world, int n);
+  // Collective over `world` (and `device`, when given: the same ranks on
+  // device buffers, e.g. NCCL): splits it into the expert-parallel groups.
+  ExpertParallel(Communicator& world, int n, Communicator* device = nullptr);
   // The model's MoE layers use this exchange in forward_backward() from now
   // on (the model must not outlive this object while it is set).
   void apply(GPT& model);
@@ -69,15 +84,20 @@ class ExpertParallel final : public MoeExchange {
   void counts(const int* send, int* recv, int n) override;
   void rows(const float* send, const size_t* send_counts, float* recv,
             const size_t* recv_counts) override;
+  void device_rows(const void* send, const size_t* send_counts, void* recv,
+                   const size_t* recv_counts, int elem_bytes) override;
 
  private:
   int n_ = 1, groups_ = 1;
   std::unique_ptr<Communicator> group_, replicas_;
+  std::unique_ptr<Communicator> dgroup_, dreplicas_;  // the device communicator's (or null)
   Traffic traffic_;
   ExpertShards shards_;
 };
 
 // The trainer's entry point: null for N = 1 (no exchange), else the groups.
-std::unique_ptr<ExpertParallel> make_expert_parallel(Communicator& world, int n);
+// device: the device communicator over the same ranks (null: none).
+std::unique_ptr<ExpertParallel> make_expert_parallel(Communicator& world, int n,
+                                                     Communicator* device = nullptr);
 
 }  // namespace ratchet

@@ -54,19 +54,19 @@ size_t ranges_elems(const FlatRangeList& r) {
 }
 
 // Per layer and tensor the group's blocks are consecutive in rank order, so
-// one all-gather of each rank's block fills the layer's E experts.
-void gather_expert_weights(const ExpertShards& x, const GPTConfig& cfg, float* params) {
+// one all-gather of each rank's block, in place, fills the layer's E experts.
+void gather_expert_weights(const ExpertShards& x, const GPTConfig& cfg, void* params,
+                           size_t storage_bytes) {
   if (x.n <= 1) return;
+  RATCHET_ASSERT(storage_bytes == 4 || storage_bytes == 2);
   const ParamLayout layout(cfg);
   const int L = cfg.num_layers;
-  std::vector<float> mine;
-  for (int t : {P_EXPW1, P_EXPW2}) {
-    const size_t per = layout.per_layer(t, L), block = per / (size_t)x.n;
-    mine.resize(block);
+  const DType t = storage_bytes == 2 ? DType::BF16 : DType::F32;
+  for (int tensor : {P_EXPW1, P_EXPW2}) {
+    const size_t per = layout.per_layer(tensor, L), block = per / (size_t)x.n;
     for (int l = 0; l < L; l++) {
-      float* layer = params + layout.offsets[t] + (size_t)l * per;
-      std::copy(layer + x.index * block, layer + (x.index + 1) * block, mine.begin());
-      x.group_comm->all_gather(mine.data(), layer, block, DType::F32);
+      char* layer = static_cast<char*>(params) + (layout.offsets[tensor] + (size_t)l * per) * storage_bytes;
+      x.group_comm->all_gather(layer + (size_t)x.index * block * storage_bytes, layer, block, t);
     }
   }
 }

@@ -40,8 +40,11 @@ FlatRangeList subtract_ranges(const FlatRangeList& a, const FlatRangeList& b);
 FlatRangeList merge_ranges(const FlatRangeList& a, const FlatRangeList& b);
 // The total length of ranges.
 size_t ranges_elems(const FlatRangeList& r);
-// Collective over the group: every expert slice of `params` (FP32 storage,
-// the full flat vector) from its owner.
-void gather_expert_weights(const ExpertShards& x, const GPTConfig& cfg, float* params);
+// Collective over the group: every expert slice of `params` (the full flat
+// vector in the backend's storage, storage_bytes 4: FP32, 2: BF16) from its
+// owner, all-gathered in place on group_comm, so `params` is in the memory
+// group_comm works on (device memory with the device communicator's split).
+void gather_expert_weights(const ExpertShards& x, const GPTConfig& cfg, void* params,
+                           size_t storage_bytes);
 
 }  // namespace ratchet

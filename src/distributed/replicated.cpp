@@ -126,8 +126,7 @@ float Replicated::step(GPT& model, float lr) {
   // The norm of the whole summed gradient (every expert's included), the
   // update of the owned pieces, then every expert's new weights from its owner.
   const float norm = opt_->step_shard(model.params(), grads, lr, opt_->grad_norm(grads));
-  RATCHET_ASSERT(be_.storage_bytes() == sizeof(float));  // check_expert_parallel: cpu only
-  gather_expert_weights(*x, model.config(), static_cast<float*>(model.params()));
+  gather_expert_weights(*x, model.config(), model.params(), be_.storage_bytes());
   return norm;
 }
 

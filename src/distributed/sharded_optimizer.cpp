@@ -28,7 +28,8 @@ std::vector<AdamWPiece> pieces_at_lo(const BucketLayout& bk, int r) {
 namespace {
 // --expert-parallel: the pieces less every expert (their gradient where it
 // was), and this rank's experts' slices, whose gradient is in the `extra`
-// buffer (own_elems on return), sorted by lo.
+// buffer (the model's whole gradient, at their own offsets; own_elems on
+// return), sorted by lo.
 std::vector<AdamWPiece> with_own_experts(const std::vector<AdamWPiece>& shard,
                                          const ExpertShards& x, size_t* own_elems) {
   std::vector<AdamWPiece> out;
@@ -37,7 +38,7 @@ std::vector<AdamWPiece> with_own_experts(const std::vector<AdamWPiece>& shard,
       out.push_back({lo, hi - lo, p.grad + (lo - p.lo)});
   *own_elems = 0;
   for (const auto& [lo, hi] : x.own) {
-    out.push_back({lo, hi - lo, *own_elems, AdamWPiece::kAtLo, true});
+    out.push_back({lo, hi - lo, lo, AdamWPiece::kAtLo, true});
     *own_elems += hi - lo;
   }
   std::sort(out.begin(), out.end(),
@@ -67,7 +68,7 @@ ShardedOptimizer::ShardedOptimizer(const DistributedConfig& c, Backend& be, cons
   }
   if (experts_) {
     pieces = with_own_experts(pieces, *experts_, &own_elems_);
-    egrad_.resize(std::max<size_t>(1, own_elems_));
+    stash_ = be_.alloc(std::max<size_t>(1, own_elems_) * be_.storage_bytes());
     opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, std::move(pieces));
   } else if (buckets_) {
     opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, std::move(pieces));
@@ -79,6 +80,7 @@ ShardedOptimizer::ShardedOptimizer(const DistributedConfig& c, Backend& be, cons
 ShardedOptimizer::~ShardedOptimizer() {
   be_.release(pad_);
   be_.release(gshard_);
+  if (stash_) be_.release(stash_);
 }
 
 StrategyNeeds ShardedOptimizer::needs(const BackendMemoryModel& be, const GPTConfig& cfg,
@@ -189,21 +191,21 @@ float ShardedOptimizer::step(GPT& model, float lr) {
 // rank had them: this rank's updated ones are kept across it, and every
 // expert comes from its owner after.
 void ShardedOptimizer::step_with_experts(GPT& model, cdptr shard, float lr, double norm) {
-  RATCHET_ASSERT(be_.storage_bytes() == sizeof(float));  // check_expert_parallel: cpu only
-  const float* g = static_cast<const float*>(model.grads());
-  float* p = static_cast<float*>(model.params());
+  // Backend memory throughout (device memory on cuda): the replicas'
+  // communicator works on it (expert_parallel.cpp), and copies go through
+  // the backend.
+  const size_t sb = be_.storage_bytes();
+  const DType t = sb == 2 ? DType::BF16 : DType::F32;
+  char* g = static_cast<char*>(model.grads());
+  char* p = static_cast<char*>(model.params());
+  if (experts_->replicas->world() > 1)
+    for (const auto& [lo, hi] : experts_->own)
+      experts_->replicas->all_reduce(g + lo * sb, hi - lo, t, ReduceOp::Sum);
+  opt_->step_shard(p, shard, lr, norm, 1.0f, g);
+  char* stash = static_cast<char*>(stash_);
   size_t at = 0;
   for (const auto& [lo, hi] : experts_->own) {
-    std::copy(g + lo, g + hi, egrad_.begin() + at);
-    at += hi - lo;
-  }
-  if (experts_->replicas->world() > 1)
-    experts_->replicas->all_reduce(egrad_.data(), own_elems_, DType::F32, ReduceOp::Sum);
-  opt_->step_shard(p, shard, lr, norm, 1.0f, egrad_.data());
-  stash_.resize(own_elems_);
-  at = 0;
-  for (const auto& [lo, hi] : experts_->own) {
-    std::copy(p + lo, p + hi, stash_.begin() + at);
+    be_.copy(stash + at * sb, p + lo * sb, (hi - lo) * sb);
     at += hi - lo;
   }
   if (buckets_)
@@ -212,10 +214,10 @@ void ShardedOptimizer::step_with_experts(GPT& model, cdptr shard, float lr, doub
     gather_params(p);
   at = 0;
   for (const auto& [lo, hi] : experts_->own) {
-    std::copy(stash_.begin() + at, stash_.begin() + at + (hi - lo), p + lo);
+    be_.copy(p + lo * sb, stash + at * sb, (hi - lo) * sb);
     at += hi - lo;
   }
-  gather_expert_weights(*experts_, model.config(), p);
+  gather_expert_weights(*experts_, model.config(), p, sb);
 }
 
 // Every rank's updated shard of params to every rank, through pad: slot r

@@ -54,12 +54,13 @@ class ShardedOptimizer final : public DistributedStrategy {
   std::unique_ptr<AdamW> opt_;
   // Flat layout.
   ShardRange range_;
-  // --expert-parallel (experts_ set): this rank's experts' summed gradient
-  // (host FP32: the cpu backend only), and their updated weights kept across
-  // the shards' all-gather.
+  // --expert-parallel (experts_ set): this rank's experts' gradient is
+  // summed over the replicas in place in the model's gradient (the pieces'
+  // `extra` buffer), and their updated weights are kept across the shards'
+  // all-gather in stash_ (the backend's memory, own_elems_ elements).
   void step_with_experts(GPT& model, cdptr shard, float lr, double norm);
   size_t own_elems_ = 0;
-  std::vector<float> egrad_, stash_;
+  void* stash_ = nullptr;
   void* pad_ = nullptr;     // W·S elements
   void* gshard_ = nullptr;  // S elements
   // Bucketed layout.

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "distributed/expert_shards.h"
 #include "distributed/fully_sharded.h"
 #include "distributed/replicated.h"
 #include "distributed/shard_groups.h"
@@ -31,11 +32,37 @@ int DistributedConfig::shard_index() const {
   return groups ? groups->member : host->rank();
 }
 
+namespace {
+// --expert-parallel at ZeRO 0, and ZeRO 1 without --shard-group
+// (expert_shards.h): the moments of the owned pieces less every expert plus
+// this rank's experts (what replicated.cpp's and sharded_optimizer.cpp's
+// pieces hold), and ZeRO-1's stash of its experts' updated weights.
+StrategyNeeds with_experts(StrategyNeeds n, const DistributedConfig& c,
+                           const BackendMemoryModel& be, const GPTConfig& cfg) {
+  const int ep = c.experts ? c.experts->n : c.expert_parallel;
+  if (ep <= 1 || !cfg.moe() || c.stage > 1 || (c.stage == 1 && c.groups)) return n;
+  const int q = c.experts ? c.experts->index : c.expert_index;
+  const FlatRangeList all = expert_ranges(cfg, ep, -1), own = expert_ranges(cfg, ep, q);
+  FlatRangeList rest;
+  const OwnedRanges owned =
+      c.stage == 0 ? OwnedRanges{{0, ParamLayout(cfg).total}} : n.owned;
+  for (const auto& r : owned)
+    for (const auto& piece : subtract_ranges({r}, all)) rest.push_back(piece);
+  const FlatRangeList pieces = merge_ranges(rest, own);
+  n.moment_elems = ranges_elems(pieces);
+  n.owned = pieces;  // the strategies' owned_ranges()
+  if (c.stage == 1) {
+    n.buffer_bytes += be.alloc_size(std::max<size_t>(1, ranges_elems(own)) * be.storage_bytes);
+  }
+  return n;
+}
+}  // namespace
+
 StrategyNeeds strategy_needs(const DistributedConfig& c, const BackendMemoryModel& be,
                              const GPTConfig& cfg, int shards, int index) {
   switch (c.stage) {
-    case 0: return Replicated::needs(cfg);
-    case 1: return ShardedOptimizer::needs(be, cfg, c.overlap, shards, index);
+    case 0: return with_experts(Replicated::needs(cfg), c, be, cfg);
+    case 1: return with_experts(ShardedOptimizer::needs(be, cfg, c.overlap, shards, index), c, be, cfg);
     case 2: return ShardedGradients::needs(be, cfg, shards, index);
     case 3: return FullySharded::needs(be, cfg, c.reshard_after_forward, shards, index);
   }

@@ -73,6 +73,10 @@ struct DistributedConfig {
   // --expert-parallel N > 1 (distributed/expert_shards.h): at ZeRO 0-1 this
   // rank keeps AdamW state only for its own experts; null (or n 1): for all.
   const ExpertShards* experts = nullptr;
+  // The same known before `experts` exists (the memory is counted first):
+  // --expert-parallel N and this rank's place in its group (rank % N).
+  int expert_parallel = 1;
+  int expert_index = 0;
 
   // The ranks the state is sharded over at stages 1-3 (the group's size, or
   // the world), and this rank's shard.

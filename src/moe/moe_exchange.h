@@ -1,7 +1,10 @@
 // The expert-parallel exchange a MoE layer calls when its experts are sharded
 // over P ranks (issue 39 item 4; distributed/expert_parallel.h implements it
 // over a Communicator). Rank q of the P holds experts [q·E/P, (q+1)·E/P).
-// Both calls are collective over the P ranks, in the same order on each.
+// Every call is collective over the P ranks, in the same order on each.
+// The cpu ops call counts() and rows() (host memory); the cuda ops call
+// counts() with host counts and device_rows() with the backend's storage
+// (device memory: NCCL's grouped send/recv on a GPU).
 #pragma once
 #include <cstddef>
 
@@ -18,6 +21,11 @@ class MoeExchange {
   // block p of recv (recv_counts[p] floats) came from rank p (all_to_allv).
   virtual void rows(const float* send, const size_t* send_counts, float* recv,
                     const size_t* recv_counts) = 0;
+  // As rows(), on buffers in a device backend's memory and storage type
+  // (elem_bytes 4: FP32, 2: BF16), counts in elements. Default: an Error
+  // (an exchange without a device path).
+  virtual void device_rows(const void* send, const size_t* send_counts, void* recv,
+                           const size_t* recv_counts, int elem_bytes);
 };
 
 }  // namespace ratchet

@@ -9,6 +9,15 @@
 #include "core/error.h"
 #include "moe/moe_ops.h"
 
+namespace ratchet {
+
+void MoeExchange::device_rows(const void*, const size_t*, void*, const size_t*, int) {
+  fail("this expert exchange moves host rows only (the cpu backend); the cuda backend needs one "
+       "with a device path (distributed/expert_parallel.h): run --device cpu");
+}
+
+}  // namespace ratchet
+
 namespace ratchet::moe {
 
 void check_expert_shards(const MoeShape& s, int P) {
@@ -32,31 +41,26 @@ void scatter_rows(CpuBackend& be, const std::vector<int>& dst, const float* in, 
 }
 }  // namespace
 
-void expert_parallel_forward(CpuBackend& be, const MoeShape& s, const Dispatch& d, MoeExchange& ex,
-                             const float* w1, const float* w2, const float* xp,
-                             std::vector<float>& h, std::vector<float>& a, float* y,
-                             ExpertShard& sh) {
-  const int P = ex.size(), me = ex.rank(), C = s.C, I = s.I;
+void plan_expert_shard(const MoeShape& s, const int* counts, const int* offsets, MoeExchange& ex,
+                       ExpertShard& sh) {
+  const int P = ex.size(), C = s.C;
   check_expert_shards(s, P);
   const int El = s.E / P;
   sh.P = P;
   sh.El = El;
-  // Counts: d.counts (E) is already P blocks of El (expert e lives on rank e / El).
+  // Counts: counts (E) is already P blocks of El (expert e lives on rank e / El).
   sh.recv_split.assign((size_t)P * El, 0);
-  ex.counts(d.counts.data(), sh.recv_split.data(), El);
+  ex.counts(counts, sh.recv_split.data(), El);
   sh.send_n.assign(P, 0);
   sh.recv_n.assign(P, 0);
   std::vector<int> recv_rows(P, 0), recv_first(P + 1, 0);
   for (int q = 0; q < P; q++) {
-    sh.send_n[q] = (size_t)(d.offsets[(q + 1) * El] - d.offsets[q * El]) * C;
+    sh.send_n[q] = (size_t)(offsets[(q + 1) * El] - offsets[q * El]) * C;
     for (int i = 0; i < El; i++) recv_rows[q] += sh.recv_split[(size_t)q * El + i];
     sh.recv_n[q] = (size_t)recv_rows[q] * C;
     recv_first[q + 1] = recv_first[q] + recv_rows[q];
   }
   const int R = recv_first[P];
-  // Rows: received grouped by (source rank, local expert, slot).
-  std::vector<float> xr((size_t)R * C);
-  ex.rows(xp, sh.send_n.data(), xr.data(), sh.recv_n.data());
   // Expert order (local expert, source rank, slot): the one-process order.
   Dispatch& l = sh.local;
   l.counts.assign(El, 0);
@@ -72,6 +76,20 @@ void expert_parallel_forward(CpuBackend& be, const MoeShape& s, const Dispatch& 
     for (int i = 0; i < El; i++)
       for (int n = 0; n < sh.recv_split[(size_t)p * El + i]; n++) sh.perm[r++] = next[i]++;
   }
+}
+
+void expert_parallel_forward(CpuBackend& be, const MoeShape& s, const Dispatch& d, MoeExchange& ex,
+                             const float* w1, const float* w2, const float* xp,
+                             std::vector<float>& h, std::vector<float>& a, float* y,
+                             ExpertShard& sh) {
+  const int me = ex.rank(), C = s.C, I = s.I;
+  plan_expert_shard(s, d.counts.data(), d.offsets.data(), ex, sh);
+  const int El = sh.El;
+  const Dispatch& l = sh.local;
+  const int R = (int)sh.perm.size();
+  // Rows: received grouped by (source rank, local expert, slot).
+  std::vector<float> xr((size_t)R * C);
+  ex.rows(xp, sh.send_n.data(), xr.data(), sh.recv_n.data());
   sh.xe.resize((size_t)R * C);
   scatter_rows(be, sh.perm, xr.data(), sh.xe.data(), C, false);
   h.resize((size_t)R * 2 * I);

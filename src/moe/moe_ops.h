@@ -162,6 +162,12 @@ struct ExpertShard {
 };
 // Throws Error when E is not a multiple of P.
 void check_expert_shards(const MoeShape& s, int P);
+// The host-side bookkeeping every backend shares: exchanges the counts per
+// expert (counts (E), offsets (E+1): the local dispatch, host memory) over
+// ex and fills sh's P, El, recv_split, send_n, recv_n, local and perm (not
+// xe). Collective over ex's ranks.
+void plan_expert_shard(const MoeShape& s, const int* counts, const int* offsets, MoeExchange& ex,
+                       ExpertShard& sh);
 // Fills y (N*k,C, local packed order) from xp; h, a hold the local experts'
 // (R rows) hidden states; sh what the backward needs.
 void expert_parallel_forward(CpuBackend& be, const MoeShape& s, const Dispatch& d, MoeExchange& ex,

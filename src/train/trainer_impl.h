@@ -170,13 +170,15 @@ class Trainer {
   GPTConfig cfg_;
   std::unique_ptr<Backend> be_;
   std::unique_ptr<GPT> model_;
-  std::unique_ptr<ExpertParallel> ep_;  // --expert-parallel N > 1 (applied to model_), else null
   std::unique_ptr<Communicator> grad_comm_;  // NCCL for device gradients (cuda, > 1 rank)
   // grad_comm_ for the hang watchdog's monitor thread, once setup made it
   // (train/watchdog.h: start_run_watchdog); the watchdog stops before it goes.
   std::shared_ptr<std::atomic<Communicator*>> watched_device_ =
       std::make_shared<std::atomic<Communicator*>>(nullptr);
   std::unique_ptr<ShardGroups> groups_;      // --shard-group (distributed/shard_groups.h), else null
+  // --expert-parallel N > 1 (applied to model_), else null. After grad_comm_:
+  // its device splits go before it.
+  std::unique_ptr<ExpertParallel> ep_;
   DistributedConfig dist_;                   // the data-parallel strategy's settings
   std::unique_ptr<DistributedStrategy> dp_;  // gradient sums over ranks; owns the optimizer
   int threads_ = 0;                   // CPU threads of this rank

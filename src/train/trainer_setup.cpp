@@ -15,8 +15,10 @@ double host_available_bytes() {
 }
 
 StepMemory Trainer::memory_for(const GPTConfig& cfg, int B, const DistributedConfig& d) const {
-  const StrategyNeeds needs = strategy_needs(d, be_->memory_model(), cfg, d.shards(), d.shard_index());
-  return strategy_step_memory(needs, cfg, B, T_, c_.recompute, be_->memory_model());
+  BackendMemoryModel m = be_->memory_model();
+  m.expert_parallel = o_.expert_parallel;  // the MoE states' exchange buffers
+  const StrategyNeeds needs = strategy_needs(d, m, cfg, d.shards(), d.shard_index());
+  return strategy_step_memory(needs, cfg, B, T_, c_.recompute, m);
 }
 
 // The model shape: from --init-from (its config or header only: the
@@ -289,6 +291,9 @@ void Trainer::open_backend() {
   dist_.host = &comm_;
   dist_.device = grad_comm_.get();
   dist_.groups = groups_.get();
+  // --expert-parallel's state split, counted before its groups exist.
+  dist_.expert_parallel = std::max(1, o_.expert_parallel);
+  dist_.expert_index = comm_.rank() % dist_.expert_parallel;
   if (o_.zero_auto) choose_strategy();
   if (B_ == 0) {
     B_ = choose_batch_size();
@@ -365,14 +370,17 @@ void Trainer::make_model() {
   test_failure_point(comm_.rank(), "setup");
   fault_point("setup-model");
   test_failure_point(comm_.rank(), "setup-model");
-  check_expert_parallel(o_.expert_parallel, comm_.world(), cfg_, be_->name());  // before any collective
+  check_expert_parallel(o_.expert_parallel, comm_.world(), cfg_, be_->name(),
+                        dist_.stage);  // before any collective
   // The strategy first, then the model built as it needs (flat gradients and
   // parameters or not, the FP32 master of the owned ranges only); attach()
   // installs its hooks and stores before anything sets the parameters
   // (--init-from below, random weights or a checkpoint in train()).
   // --expert-parallel first (a collective split): at ZeRO 0-1 the strategy
   // keeps AdamW state only for this rank's experts (distributed/expert_shards.h).
-  ep_ = make_expert_parallel(comm_, o_.expert_parallel);
+  // On a device its rows and expert weights go through the device
+  // communicator's splits (NCCL), when there is one.
+  ep_ = make_expert_parallel(comm_, o_.expert_parallel, grad_comm_.get());
   if (ep_) dist_.experts = &ep_->shards(cfg_);
   dp_ = make_strategy(dist_, *be_, ParamLayout(cfg_));
   const StrategyNeeds needs =

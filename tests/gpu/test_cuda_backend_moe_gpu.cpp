@@ -44,4 +44,16 @@ TEST(CudaBackendGpuMoe, SameBitsEveryRun) {
   }
 }
 
+// --expert-parallel's device path (cuda_moe.h: uploaded permutations, the
+// gather kernels, the experts' slices, device-to-device rows) over an
+// exchange of one rank: the local path's bits (one GPU has no peer; real
+// NCCL: tests/mpi/test_mpi_expert_parallel_cuda.cpp, 2 GPUs).
+TEST(CudaBackendGpuMoe, ExpertParallelPathOverOneRankIsBitwiseTheLocalPath) {
+  SKIP_WITHOUT_DEVICE();
+  for (const Case& c : kGpuCases) {
+    expect_self_exchange_same_bits<float>(c);
+    expect_self_exchange_same_bits<bf16>(c);
+  }
+}
+
 }  // namespace

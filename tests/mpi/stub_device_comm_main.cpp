@@ -114,6 +114,18 @@ class StubNccl final : public Communicator {
     simt::DeviceAccess device;
     host_.all_gather(s, r, n, t);
   }
+  // Expert parallelism's exchange (NCCL: grouped ncclSend/ncclRecv).
+  void all_to_all(const void* s, void* r, size_t n, DType t) override {
+    calls_++;
+    simt::DeviceAccess device;
+    host_.all_to_all(s, r, n, t);
+  }
+  void all_to_allv(const void* s, const size_t* sc, void* r, const size_t* rc,
+                   DType t) override {
+    calls_++;
+    simt::DeviceAccess device;
+    host_.all_to_allv(s, sc, r, rc, t);
+  }
   void broadcast(void* b, size_t bytes, int root) override {
     simt::DeviceAccess device;
     host_.broadcast(b, bytes, root);

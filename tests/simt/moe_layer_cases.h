@@ -147,10 +147,41 @@ struct Dev {
   }
 };
 
+// An expert exchange over one rank: what the layer sends comes back to it
+// (device rows copied by the backend). It runs the cuda layer's
+// expert-parallel path (cuda_moe.h: the shared bookkeeping, the uploaded
+// permutations, the gathers, the experts' slices, device_rows) in one
+// process, which has no peer; with one rank that path must give the local
+// path's bits.
+class SelfExchange final : public ratchet::MoeExchange {
+ public:
+  explicit SelfExchange(Backend& be) : be_(be) {}
+  int size() const override { return 1; }
+  int rank() const override { return 0; }
+  void counts(const int* send, int* recv, int n) override { std::copy(send, send + n, recv); }
+  void rows(const float* send, const size_t* sc, float* recv, const size_t*) override {
+    std::copy(send, send + sc[0], recv);
+  }
+  void device_rows(const void* send, const size_t* sc, void* recv, const size_t* rc,
+                   int elem_bytes) override {
+    EXPECT_EQ(sc[0], rc[0]);
+    EXPECT_EQ((size_t)elem_bytes, be_.storage_bytes());
+    if (sc[0] > 0) be_.copy(recv, send, sc[0] * elem_bytes);
+    calls++;
+  }
+  int calls = 0;  // device_rows calls: 2 forward, 2 backward
+
+ private:
+  Backend& be_;
+};
+
+// self_exchange: through SelfExchange (the expert-parallel path, one rank).
 template <class T>
-Outputs run_cuda(const MoeShape& s, const Inputs& in) {
+Outputs run_cuda(const MoeShape& s, const Inputs& in, bool self_exchange = false) {
   auto owner = ratchet::make_cuda_backend(sizeof(T) == 2 ? "bf16" : "f32");
   auto& be = dynamic_cast<ratchet::cuda::CudaBackend<T>&>(*owner);
+  SelfExchange self(be);
+  ratchet::MoeExchange* ex = self_exchange ? &self : nullptr;
   Outputs o;
   {
     Dev x(be, in.x), gate(be, in.gate), w1(be, in.w1), w2(be, in.w2), dout(be, in.dout),
@@ -159,10 +190,13 @@ Outputs run_cuda(const MoeShape& s, const Inputs& in) {
         dx(be, std::vector<float>((size_t)s.N * s.C, NAN)),
         dw_route(be, std::vector<float>((size_t)s.N * s.k, NAN), true);
     ratchet::moe::CudaMoeCache cache;
-    ratchet::moe::moe_forward<T>(be, s, x.p, gate.p, w1.p, w2.p, out.p, cache);
+    ratchet::moe::moe_forward<T>(be, s, x.p, gate.p, w1.p, w2.p, out.p, cache, nullptr, ex);
     ratchet::moe::moe_backward<T>(be, s, x.p, gate.p, w1.p, w2.p, dout.p, cache,
                                   static_cast<float*>(aux.p), dx.p, dgate.p, dw1.p, dw2.p,
-                                  static_cast<float*>(dw_route.p));
+                                  static_cast<float*>(dw_route.p), ex);
+    if (ex) {
+      EXPECT_EQ(self.calls, 4) << "rows to the experts and back, forward and backward";
+    }
     o.out = out.get((size_t)s.N * s.C);
     o.dx = dx.get((size_t)s.N * s.C);
     o.dgate = dgate.get(in.dgate.size());
@@ -234,6 +268,14 @@ inline const Case kCases[] = {
     {"sigmoid, scale 0.5, no norm, expert 2 empty", {24, 16, 4, 2, 8, false, true, 0.5f}, 2},
     {"softmax, scale 3, norm", {20, 16, 4, 2, 8, true, false, 3.0f}, -1},
 };
+
+// The expert-parallel path over one rank gives the local path's bits.
+template <class T>
+void expect_self_exchange_same_bits(const Case& c) {
+  SCOPED_TRACE(std::string(c.name) + (sizeof(T) == 2 ? ", bf16" : ", f32"));
+  const Inputs in = make_inputs(c.s, sizeof(T), 13, c.empty_expert);
+  expect_same_bits(run_cuda<T>(c.s, in), run_cuda<T>(c.s, in, true));
+}
 
 template <class T>
 void compare_case(const Case& c) {

@@ -43,6 +43,16 @@ TEST(CudaBackendSimtMoe, SameBitsEveryRun) {
   }
 }
 
+// --expert-parallel's path (cuda_moe.h) over an exchange of one rank: the
+// same bits as the local path, every case, FP32 and BF16 (the multi-rank
+// exchange: tests/mpi/test_mpi_expert_parallel_cuda.cpp).
+TEST(CudaBackendSimtMoe, ExpertParallelPathOverOneRankIsBitwiseTheLocalPath) {
+  for (const Case& c : kCases) {
+    expect_self_exchange_same_bits<float>(c);
+    expect_self_exchange_same_bits<bf16>(c);
+  }
+}
+
 // No tokens: nothing runs, nothing is written, nothing fails.
 TEST(CudaBackendSimtMoe, NoTokens) {
   const MoeShape s{0, 8, 4, 2, 8, true};

@@ -10,8 +10,12 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "distributed/communicator.h"
+#include "distributed/expert_shards.h"
+#include "distributed/sharded_gradients.h"
+#include "distributed/sharded_optimizer.h"
 #include "distributed/strategy.h"
 #include "model/gpt.h"
+#include "testing/moe_configs.h"
 #include "testing/strategy_testing.h"
 #include "testing/tiny_model.h"
 
@@ -78,6 +82,40 @@ TEST(StrategyNeeds, WhatEachStageAsksOfTheModel) {
   DistributedConfig d;
   d.stage = 4;
   EXPECT_THROW(strategy_needs(d, be, c, 1, 0), Error);
+}
+
+// --expert-parallel N counted before its groups exist (DistributedConfig::
+// expert_parallel / expert_index): ZeRO-0 holds the moments of everything
+// but the other ranks' experts; ZeRO-1 its shard less every expert plus its
+// own experts, and a stash of its own experts' weights; ZeRO-2 as without.
+TEST(StrategyNeeds, ExpertParallelCountsTheRanksOwnExpertsState) {
+  const GPTConfig c = testing::tiny_moe_config(Family::qwen3_moe);  // 4 experts
+  const size_t P = ParamLayout(c).total;
+  const BackendMemoryModel be;
+  const size_t experts = ranges_elems(expert_ranges(c, 1, -1));
+  ASSERT_GT(experts, 0u);
+  for (int q : {0, 1}) {
+    DistributedConfig d;
+    d.expert_parallel = 2;
+    d.expert_index = q;
+    const size_t own = ranges_elems(expert_ranges(c, 2, q));
+    EXPECT_EQ(own * 2, experts);
+    d.stage = 0;
+    StrategyNeeds n = strategy_needs(d, be, c, 2, q);
+    EXPECT_EQ(n.moment_elems, P - experts + own);
+    EXPECT_EQ(ranges_elems(n.owned), n.moment_elems);
+    d.stage = 1;
+    const StrategyNeeds plain = ShardedOptimizer::needs(be, c, false, 2, q);
+    n = strategy_needs(d, be, c, 2, q);
+    const size_t shard_experts =
+        ranges_elems(expert_ranges(c, 1, -1)) -
+        ranges_elems(subtract_ranges(expert_ranges(c, 1, -1), plain.owned));
+    EXPECT_EQ(n.moment_elems, plain.moment_elems - shard_experts + own);
+    EXPECT_EQ(n.buffer_bytes, plain.buffer_bytes + be.alloc_size(own * be.storage_bytes));
+    d.stage = 2;
+    EXPECT_EQ(strategy_needs(d, be, c, 2, q).moment_elems,
+              ShardedGradients::needs(be, c, 2, q).moment_elems);
+  }
 }
 
 // On one rank every stage computes the same update (nothing to sum): the

@@ -15,7 +15,8 @@ using kernels::bf16;
 CudaMoeCache::~CudaMoeCache() {
   if (!be_) return;
   for (Buf* b : {&logits, &probs, &w, &idx, &counts_dev, &offsets_dev, &row_of, &slot_of,
-                 &dispatch_scratch, &xp, &h, &a, &y, &dy, &dxp, &dw, &dlogits, &da, &dh})
+                 &dispatch_scratch, &xp, &h, &a, &y, &dy, &dxp, &dw, &dlogits, &da, &dh, &perm,
+                 &inv, &xe, &he, &ae, &xr, &ye})
     if (b->p) be_->release(b->p);
 }
 
@@ -59,11 +60,103 @@ template <class T>
 T* at(cdptr p, size_t elems) {
   return static_cast<T*>(const_cast<void*>(p)) + elems;
 }
+
+// This rank's experts (El of them, from expert me·El) on the rows the group
+// routes to them, moe_ops.h's expert_parallel_forward on device buffers:
+// xp (N*k,C) local packed order in, y (N*k,C) out in the same order.
+template <class T>
+void expert_parallel_forward(cuda::CudaBackend<T>& be, const MoeShape& s, CudaMoeCache& c,
+                             MoeExchange& ex, cdptr w1, cdptr w2, const T* xp, T* y) {
+  const int C = s.C, I = s.I, me = ex.rank();
+  ExpertShard& sh = c.shard;
+  plan_expert_shard(s, c.counts.data(), c.offsets.data(), ex, sh);
+  const int El = sh.El, R = (int)sh.perm.size();
+  reserve_expert_parallel(be, s, sh.P, sizeof(T), c);  // sized already: no allocation
+  cudaStream_t st = be.stream();
+  int* perm = static_cast<int*>(c.perm.p);
+  int* inv = static_cast<int*>(c.inv.p);
+  if (R > 0) {
+    std::vector<int> back(R);
+    for (int r = 0; r < R; r++) back[sh.perm[r]] = r;
+    be.upload_bytes(perm, sh.perm.data(), (size_t)R * sizeof(int));
+    be.upload_bytes(inv, back.data(), (size_t)R * sizeof(int));
+  }
+  T* xr = static_cast<T*>(c.xr.p);
+  T* xe = static_cast<T*>(c.xe.p);
+  T* he = static_cast<T*>(c.he.p);
+  T* ae = static_cast<T*>(c.ae.p);
+  T* ye = static_cast<T*>(c.ye.p);
+  // Received grouped by (source rank, local expert, slot); xe[perm[r]] = xr[r].
+  ex.device_rows(xp, sh.send_n.data(), xr, sh.recv_n.data(), (int)sizeof(T));
+  if (R > 0) kernels::moe_gather<T>(xe, xr, inv, R, 1, C, st);
+  for (int i = 0; i < El; i++) {
+    const int rows = sh.local.counts[i];
+    if (rows == 0) continue;  // no tokens on any rank: no call
+    const size_t r0 = sh.local.offsets[i], e = (size_t)me * El + i;
+    be.matmul_forward(he + r0 * 2 * I, nullptr, xe + r0 * C, at<T>(w1, e * 2 * I * C), nullptr,
+                      rows, C, 2 * I);
+    be.swiglu_forward(ae + r0 * I, he + r0 * 2 * I, rows, I);
+    be.matmul_forward(ye + r0 * C, nullptr, ae + r0 * I, at<T>(w2, e * C * I), nullptr, rows, I,
+                      C);
+  }
+  // Back in the received order (xr[r] = ye[perm[r]]), then to the ranks the rows came from.
+  if (R > 0) kernels::moe_gather<T>(xr, ye, perm, R, 1, C, st);
+  ex.device_rows(xr, sh.recv_n.data(), y, sh.send_n.data(), (int)sizeof(T));
+}
+
+// Its backward: dy (N*k,C) local packed order in, dxp (N*k,C) out; dw1 and
+// dw2 accumulated in this rank's experts' slices only.
+template <class T>
+void expert_parallel_backward(cuda::CudaBackend<T>& be, const MoeShape& s, const CudaMoeCache& c,
+                              MoeExchange& ex, cdptr w1, cdptr w2, const T* dy, T* dxp, dptr dw1,
+                              dptr dw2) {
+  const int C = s.C, I = s.I, me = ex.rank();
+  const ExpertShard& sh = c.shard;
+  if (sh.P != ex.size())
+    fail("MoE backward (cuda): the forward exchanged over ", sh.P, " ranks, this exchange has ",
+         ex.size());
+  const int El = sh.El, R = (int)sh.perm.size();
+  cudaStream_t st = be.stream();
+  const int* perm = static_cast<const int*>(c.perm.p);
+  const int* inv = static_cast<const int*>(c.inv.p);
+  const T* xe = static_cast<const T*>(c.xe.p);
+  const T* he = static_cast<const T*>(c.he.p);
+  const T* ae = static_cast<const T*>(c.ae.p);
+  T* dr = static_cast<T*>(c.xr.p);  // received dy, then the experts' dx
+  T* de = static_cast<T*>(c.ye.p);  // dy in expert order, then dx in received order
+  T* da = static_cast<T*>(c.da.p);
+  T* dh = static_cast<T*>(c.dh.p);
+  ex.device_rows(dy, sh.send_n.data(), dr, sh.recv_n.data(), (int)sizeof(T));
+  if (R > 0) kernels::moe_gather<T>(de, dr, inv, R, 1, C, st);
+  for (int i = 0; i < El; i++) {
+    const int rows = sh.local.counts[i];
+    if (rows == 0) continue;  // no tokens: no gradient added
+    const size_t r0 = sh.local.offsets[i], e = (size_t)me * El + i;
+    be.matmul_backward(da, at<T>(dw2, e * C * I), nullptr, de + r0 * C, ae + r0 * I,
+                       at<T>(w2, e * C * I), rows, I, C);
+    be.swiglu_backward(dh, he + r0 * 2 * I, da, rows, I);
+    be.matmul_backward(dr + r0 * C, at<T>(dw1, e * 2 * I * C), nullptr, dh, xe + r0 * C,
+                       at<T>(w1, e * 2 * I * C), rows, C, 2 * I);
+  }
+  if (R > 0) kernels::moe_gather<T>(de, dr, perm, R, 1, C, st);
+  ex.device_rows(de, sh.recv_n.data(), dxp, sh.send_n.data(), (int)sizeof(T));
+}
 }  // namespace
+
+void reserve_expert_parallel(Backend& be, const MoeShape& s, int P, size_t tb, CudaMoeCache& c) {
+  const size_t R = (size_t)P * std::max(s.N, 0) * std::max(s.k, 0);
+  c.need(be, c.perm, R * sizeof(int));
+  c.need(be, c.inv, R * sizeof(int));
+  c.need(be, c.xe, R * s.C * tb);
+  c.need(be, c.he, R * 2 * s.I * tb);
+  c.need(be, c.ae, R * s.I * tb);
+  c.need(be, c.xr, R * s.C * tb);
+  c.need(be, c.ye, R * s.C * tb);
+}
 
 template <class T>
 void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gate, cdptr w1,
-                 cdptr w2, dptr out, CudaMoeCache& c, const float* bias) {
+                 cdptr w2, dptr out, CudaMoeCache& c, const float* bias, MoeExchange* ex) {
   check_cuda_shape(s, sizeof(T));
   const int N = s.N, C = s.C, E = s.E, k = s.k, I = s.I, slots = N * k;
   const size_t NE = (size_t)N * E, Nk = (size_t)slots, tb = sizeof(T);
@@ -84,7 +177,10 @@ void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gat
   T* y = static_cast<T*>(c.need(be, c.y, Nk * C * tb));
   c.counts.assign(E, 0);
   c.offsets.assign(E + 1, 0);
-  if (N == 0) return;
+  c.sharded = ex != nullptr;
+  // With an exchange every rank takes part in it, whatever its N (the
+  // trainer's N = B·T is never 0).
+  if (N == 0 && !ex) return;
 
   be.matmul_forward(logits, nullptr, x, gate, nullptr, N, C, E);
   kernels::moe_router_forward<T>(probs, idx, w, logits, N, E, k, s.norm_topk_prob, st, s.sigmoid,
@@ -100,6 +196,11 @@ void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gat
   std::copy(host.begin(), host.begin() + E, c.counts.begin());
   std::copy(host.begin() + E + 1, host.end(), c.offsets.begin());
   kernels::moe_gather<T>(xp, static_cast<const T*>(x), slot_of, slots, k, C, st);
+  if (ex) {
+    expert_parallel_forward(be, s, c, *ex, w1, w2, xp, y);
+    kernels::moe_combine<T>(static_cast<T*>(out), w, y, row_of, N, k, C, st);
+    return;
+  }
   for (int e = 0; e < E; e++) {
     const int rows = c.counts[e];
     if (rows == 0) continue;  // no tokens: no call
@@ -117,8 +218,11 @@ void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gat
 template <class T>
 void moe_backward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gate, cdptr w1,
                   cdptr w2, cdptr dout, const CudaMoeCache& c, const float* aux_dprob, dptr dx,
-                  dptr dgate, dptr dw1, dptr dw2, float* dw_route) {
+                  dptr dgate, dptr dw1, dptr dw2, float* dw_route, MoeExchange* ex) {
   check_cuda_shape(s, sizeof(T));
+  if (c.sharded != (ex != nullptr))
+    fail("MoE backward (cuda): the forward ran ", c.sharded ? "with" : "without",
+         " expert parallelism but the backward ", ex ? "has" : "has no", " exchange");
   const MoeShape& f = c.shape;
   if (f.N != s.N || f.C != s.C || f.E != s.E || f.k != s.k || f.I != s.I ||
       f.norm_topk_prob != s.norm_topk_prob || f.sigmoid != s.sigmoid ||
@@ -128,10 +232,13 @@ void moe_backward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr ga
          ", k ", s.k, ", I ", s.I, "): run moe_forward with this shape first");
   const int N = s.N, C = s.C, E = s.E, k = s.k, I = s.I, slots = N * k;
   const size_t Nk = (size_t)slots, tb = sizeof(T);
-  if (N == 0) return;
+  if (N == 0 && !ex) return;
   cudaStream_t st = be.stream();
   int most = 0;
-  for (int e = 0; e < E; e++) most = std::max(most, c.counts[e]);
+  if (ex)
+    for (int n : c.shard.local.counts) most = std::max(most, n);
+  else
+    for (int e = 0; e < E; e++) most = std::max(most, c.counts[e]);
   T* dy = static_cast<T*>(c.need(be, c.dy, Nk * C * tb));
   T* dxp = static_cast<T*>(c.need(be, c.dxp, Nk * C * tb));
   float* dw = static_cast<float*>(c.need(be, c.dw, Nk * 4));
@@ -149,7 +256,8 @@ void moe_backward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr ga
   kernels::moe_combine_backward<T>(dy, dw, static_cast<const T*>(dout), w,
                                    static_cast<const T*>(c.y.p), row_of, N, k, C, st);
   if (dw_route) be.copy(dw_route, dw, Nk * 4);
-  for (int e = 0; e < E; e++) {
+  if (ex) expert_parallel_backward(be, s, c, *ex, w1, w2, dy, dxp, dw1, dw2);
+  for (int e = 0; e < E && !ex; e++) {
     const int rows = c.counts[e];
     if (rows == 0) continue;  // no tokens: no gradient added
     const size_t r0 = c.offsets[e];
@@ -176,10 +284,10 @@ void aux_stats(cuda::CudaBackend<T>& be, const MoeShape& s, const float* probs, 
 
 #define RATCHET_INSTANTIATE(T)                                                                   \
   template void moe_forward<T>(cuda::CudaBackend<T>&, const MoeShape&, cdptr, cdptr, cdptr,      \
-                               cdptr, dptr, CudaMoeCache&, const float*);                        \
+                               cdptr, dptr, CudaMoeCache&, const float*, MoeExchange*);          \
   template void moe_backward<T>(cuda::CudaBackend<T>&, const MoeShape&, cdptr, cdptr, cdptr,     \
                                 cdptr, cdptr, const CudaMoeCache&, const float*, dptr, dptr,     \
-                                dptr, dptr, float*);                                             \
+                                dptr, dptr, float*, MoeExchange*);                               \
   template void aux_stats<T>(cuda::CudaBackend<T>&, const MoeShape&, const float*, const int*,   \
                              double*, double*);
 RATCHET_INSTANTIATE(float)

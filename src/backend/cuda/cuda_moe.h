@@ -23,6 +23,17 @@
 // 13.0 (nvcc V13.0.88, checked with nvcc --version), which has no grouped
 // matmul, so the per-expert loop is the only path for now.
 //
+// Expert parallelism (an exchange, moe_ops.h's expert_parallel_forward for
+// the math and the order): the same bookkeeping (moe::plan_expert_shard: the
+// counts exchanged over the host, where the forward has them already), the
+// rows moved by MoeExchange::device_rows (device buffers: NCCL's grouped
+// send/recv), the received rows put in expert order and back by
+// kernels::moe_gather with k = 1 on uploaded permutations, this rank's El
+// experts computed by the same per-expert loop on slices me·El.. of w1, w2.
+// The exchange's buffers are sized for the most rows a rank can receive
+// (P·N·k), once, as the others (BackendMemoryModel::moe_state_bytes with
+// expert_parallel P).
+//
 // Requirements (refused with a message naming the value): C and I multiples
 // of 16 / sizeof(T) (each expert's slice of the packed (N*k, C), (N*k, 2I)
 // and (N*k, I) buffers must start 16-byte aligned for cuBLASLt), E <= 1024
@@ -72,6 +83,14 @@ class CudaMoeCache {
   std::vector<int> offsets;        // host (E+1): first packed row of each expert
   // Backward scratch (mutable: moe_backward takes the cache const, as the CPU's).
   mutable Buf dy, dxp, dw, dlogits, da, dh;
+  // Expert parallelism: the bookkeeping (host) and, for R received rows,
+  // perm (R) received -> expert order and its inverse, xe (R,C) the rows in
+  // expert order, he (R,2I), ae (R,I) the local experts' hidden states, and
+  // two (R,C) buffers for the exchanges (xr, ye; backward scratch too).
+  bool sharded = false;
+  ExpertShard shard;
+  Buf perm, inv, xe, he, ae;
+  mutable Buf xr, ye;
 
  private:
   mutable Backend* be_ = nullptr;  // the backend the buffers came from
@@ -84,9 +103,15 @@ void check_cuda_shape(const MoeShape& s, size_t storage_bytes);
 // out (N,C) overwritten. bias (E, device FP32) or null: the selection bias
 // (the top k chosen on probs + bias, the weights the unbiased probs; no
 // gradient). s.n_group / s.topk_group: group-limited selection (n_group <= 32).
+// ex: the experts sharded over its ranks (null: every expert here).
 template <class T>
 void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gate, cdptr w1,
-                 cdptr w2, dptr out, CudaMoeCache& cache, const float* bias = nullptr);
+                 cdptr w2, dptr out, CudaMoeCache& cache, const float* bias = nullptr,
+                 MoeExchange* ex = nullptr);
+// The device buffers the exchange needs for N tokens over P ranks, allocated
+// now at their largest (the rows one rank can receive: P·N·k).
+void reserve_expert_parallel(Backend& be, const MoeShape& s, int P, size_t storage_bytes,
+                             CudaMoeCache& cache);
 
 // dx (N,C) overwritten; dgate, dw1, dw2 accumulated; aux_dprob (E, device
 // FP32) or null; dw_route (N*k, device FP32) or null: the routing weights'
@@ -94,7 +119,8 @@ void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gat
 template <class T>
 void moe_backward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gate, cdptr w1,
                   cdptr w2, cdptr dout, const CudaMoeCache& cache, const float* aux_dprob,
-                  dptr dx, dptr dgate, dptr dw1, dptr dw2, float* dw_route = nullptr);
+                  dptr dx, dptr dgate, dptr dw1, dptr dw2, float* dw_route = nullptr,
+                  MoeExchange* ex = nullptr);
 
 // counts (E) += top-k selections per expert, prob_sums (E) += column sums of
 // probs (N,E): device FP64 (kernels/moe_router.cuh, fixed summation order).

@@ -6,6 +6,8 @@
 // at its largest size on first use (the backward's per-expert scratch for N
 // rows, the most one expert can get), so the arena holds exactly
 // BackendMemoryModel::moe_state_bytes per state and never sees one grow.
+// With an exchange (--expert-parallel P) the expert side is sized for the
+// rows of P ranks (cuda_moe.h).
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -69,9 +71,6 @@ std::unique_ptr<MoeState> CudaBackend<T>::moe_state() {
 template <class T>
 void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2,
                                  dptr out, MoeState& st) {
-  if (d.exchange)  // the trainer refuses it earlier (check_expert_parallel); a library caller here
-    fail("--expert-parallel runs on the cpu backend only in this slice (docs/moe.md): the cuda "
-         "backend has no expert exchange yet; run --expert-parallel 1 or --device cpu");
   CudaMoeState& s = state_of(st);
   moe::CudaMoeCache& c = s.cache;
   // The backward's scratch at its largest now (memory accounting: no growth later).
@@ -80,8 +79,14 @@ void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1
   c.need(*this, c.dxp, Nk * d.C * tb);
   c.need(*this, c.dw, Nk * 4);
   c.need(*this, c.dlogits, n * d.E * tb);
-  c.need(*this, c.da, n * d.I * tb);
-  c.need(*this, c.dh, n * 2 * d.I * tb);
+  // One expert's rows: at most one per token of each rank whose rows come
+  // here. Sized for the exchange on the first call even without it (an
+  // evaluation before the first step): no buffer is reallocated later, so
+  // the arena never fragments.
+  const size_t P = (size_t)std::max(d.expert_parallel, d.exchange ? d.exchange->size() : 1);
+  c.need(*this, c.da, P * n * d.I * tb);
+  c.need(*this, c.dh, P * n * 2 * d.I * tb);
+  if (P > 1) moe::reserve_expert_parallel(*this, shape_of(d), (int)P, tb, c);
   float* small = static_cast<float*>(own(*this, s, s.aux_dprob, aux_bias_bytes(d.E)));
   own(*this, s, s.stats, (size_t)std::max(d.E, 1) * 2 * 8);
   // The selection bias (GPT::moe_bias) lives on the host: the trainer updates
@@ -98,7 +103,7 @@ void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1
     upload_bytes(small + d.E, d.bias, (size_t)d.E * sizeof(float));
     bias_dev = small + d.E;
   }
-  moe::moe_forward(*this, shape_of(d), x, gate, w1, w2, out, c, bias_dev);
+  moe::moe_forward(*this, shape_of(d), x, gate, w1, w2, out, c, bias_dev, d.exchange);
 }
 
 template <class T>
@@ -111,7 +116,8 @@ void CudaBackend<T>::moe_backward(const MoeDims& d, cdptr x, cdptr gate, cdptr w
     dev = static_cast<float*>(own(*this, s, s.aux_dprob, aux_bias_bytes(d.E)));
     upload_bytes(dev, aux_dprob, (size_t)d.E * sizeof(float));
   }
-  moe::moe_backward(*this, shape_of(d), x, gate, w1, w2, dout, s.cache, dev, dx, dgate, dw1, dw2);
+  moe::moe_backward(*this, shape_of(d), x, gate, w1, w2, dout, s.cache, dev, dx, dgate, dw1, dw2,
+                    nullptr, d.exchange);
 }
 
 template <class T>
