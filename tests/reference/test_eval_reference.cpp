@@ -28,8 +28,7 @@ const std::string kPy = "/usr/bin/python3 " RATCHET_TESTS_DIR "/reference/eval_r
 const std::string kData = RATCHET_TESTS_DIR "/data/eval/";
 
 std::string simt_exe() {
-  const std::string exe = RATCHET_EXE;
-  return exe.substr(0, exe.find_last_of('/') + 1) + "ratchet-simt";
+  return sibling_program(RATCHET_EXE, "ratchet-simt");
 }
 
 // Per token: the mean log-probability of an ending's tokens agrees to 1e-6

@@ -23,20 +23,10 @@ using namespace ratchet::testing;
 
 namespace {
 
-std::vector<double> losses(const std::string& out) {
-  std::vector<double> v;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto p = line.find("| loss ");
-    if (line.rfind("step", 0) == 0 && p != std::string::npos) v.push_back(std::stod(line.substr(p + 7)));
-  }
-  return v;
-}
+std::vector<double> losses(const std::string& out) { return printed_losses(out); }
 
 std::string simt_exe() {
-  const std::string exe = RATCHET_EXE;
-  return exe.substr(0, exe.find_last_of('/') + 1) + "ratchet-simt";
+  return sibling_program(RATCHET_EXE, "ratchet-simt");
 }
 
 class CudaBackendMoeTrain : public BibleShardsSuite {

@@ -53,8 +53,7 @@ TEST(PinnedSnapshotSimt, CpuBackendBufferIsPlainMemory) {
 class AsyncSnapshotSave : public BibleShardsSuite {
  protected:
   static std::string simt_exe() {
-    const std::string exe = RATCHET_EXE;
-    return exe.substr(0, exe.find_last_of('/') + 1) + "ratchet-simt";
+    return sibling_program(RATCHET_EXE, "ratchet-simt");
   }
   static std::string args(const std::string& run, const std::string& extra) {
     return "train --model custom --layers 2 --heads 2 --channels 16 --max-seq-len 32 "

@@ -128,4 +128,19 @@ std::vector<double> jsonl_values(const std::string& path, const std::string& key
   return out;
 }
 
+std::vector<double> printed_losses(const std::string& output) {
+  std::vector<double> v;
+  std::istringstream in(output);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto p = line.find("| loss ");
+    if (line.rfind("step", 0) == 0 && p != std::string::npos) v.push_back(std::stod(line.substr(p + 7)));
+  }
+  return v;
+}
+
+std::string sibling_program(const std::string& exe, const std::string& name) {
+  return exe.substr(0, exe.find_last_of('/') + 1) + name;
+}
+
 }  // namespace ratchet::testing

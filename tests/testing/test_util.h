@@ -45,6 +45,13 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path);
 // The numbers under `key` in the JSONL lines that have it, in order.
 std::vector<double> jsonl_values(const std::string& path, const std::string& key);
 
+// The losses `ratchet train` printed, in order: its "step N | loss X | ..."
+// lines (the JSONL log has them too: jsonl_values(path, "loss")).
+std::vector<double> printed_losses(const std::string& output);
+// The program `name` built beside `exe` (a test's RATCHET_EXE): ratchet-simt,
+// ratchet-stub-nccl.
+std::string sibling_program(const std::string& exe, const std::string& name);
+
 // Wall-clock seconds (steady clock).
 double now_seconds();
 
