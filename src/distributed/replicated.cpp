@@ -143,6 +143,8 @@ void Replicated::restore_params(GPT& model) {
   // --expert-parallel: the other experts are not this rank's pieces, so
   // their BF16 values are still the upload's round-to-nearest; from their
   // owners' rounding (the master is the checkpoint's everywhere already).
+  // The training step never reads them here (their owners compute them),
+  // but an evaluation or a sample before the next update does.
   if (experts_)
     gather_expert_weights(*experts_, model.config(), be_, model.params(), opt_->steps_taken());
   be_.synchronize();
