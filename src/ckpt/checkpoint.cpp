@@ -189,6 +189,8 @@ void put_model_extras(hid_t f, const GPTConfig& c, const std::string& ctx) {
   // DeepSeek-V3 routing (docs/moe.md); absent in older checkpoints: softmax, 1.
   put_str(f, "scoring_func", c.moe_sigmoid ? "sigmoid" : "softmax", ctx);
   put_f64(f, "routed_scaling_factor", c.routed_scaling_factor, ctx);
+  // Shared experts (absent in older checkpoints: none).
+  put_i64(f, "n_shared_experts", c.n_shared_experts, ctx);
   // Group-limited selection; absent in older checkpoints: 1 / 1 (no groups).
   put_i64(f, "n_group", c.n_group, ctx);
   put_i64(f, "topk_group", c.topk_group, ctx);
@@ -259,6 +261,7 @@ void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
     c->moe_sigmoid = *sf == "sigmoid";
     c->routed_scaling_factor = (float)get_f64(f, "routed_scaling_factor", ctx);
   }
+  if (h5_int_attr(f, "n_shared_experts", ctx, "")) c->n_shared_experts = get_int(f, "n_shared_experts", ctx);
   if (h5_int_attr(f, "n_group", ctx, "")) {
     c->n_group = get_int(f, "n_group", ctx);
     c->topk_group = get_int(f, "topk_group", ctx);

@@ -300,7 +300,7 @@ int do_export(const std::string& path, const std::string& out, bool overwrite, c
     const StDtype dt = parse_export_dtype("--dtype", dtype);
     check_hf_export_dir("--output", out, overwrite);
     Checkpoint ck = read_verified(path);
-    save_hf_checkpoint(out, ck.meta.model, ck.params, dt, overwrite);
+    save_hf_checkpoint(out, ck.meta.model, ck.params, dt, overwrite, 5'000'000'000ull, ck.meta.moe_bias);
     std::printf("wrote %s (Hugging Face Llama, config.json + safetensors %s, step %lld)\n", out.c_str(),
                 st_dtype_name(dt), (long long)ck.meta.step);
     // A complete model directory: the training shards' tokenizer files beside the weights.

@@ -62,7 +62,7 @@ struct Flags {
   std::string model = "d12", device = "cpu", recompute = "none", config_path, arch;
   int layers = 0, heads = 0, channels = 0, vocab_size = 50257, max_seq_len = 1024;
   int kv_heads = 0, ffn_hidden = 0, head_dim = 0, sliding_window = 0;
-  int num_experts = 0, experts_per_tok = 0, moe_ffn_hidden = 0;
+  int num_experts = 0, experts_per_tok = 0, moe_ffn_hidden = 0, n_shared_experts = 0;
   std::string family;
   bool untied = false;
   bool json = false;
@@ -89,6 +89,8 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
     ("num-experts", po::value(&f.num_experts), "--family qwen3_moe, olmoe or mixtral: experts per MoE layer")
     ("experts-per-tok", po::value(&f.experts_per_tok), "MoE: experts each token goes to (top k)")
     ("moe-ffn-hidden", po::value(&f.moe_ffn_hidden), "MoE: each expert's SwiGLU hidden size")
+    ("n-shared-experts", po::value(&f.n_shared_experts),
+     "MoE: shared experts per MoE layer (DeepSeek-V3's n_shared_experts; active on every token)")
     ("layers", po::value(&f.layers), "number of transformer blocks (overrides the preset)")
     ("heads", po::value(&f.heads), "attention heads (overrides the preset)")
     ("channels", po::value(&f.channels), "embedding width (overrides the preset)")
@@ -280,6 +282,9 @@ int cmd_plan(int argc, char** argv) {
   mf.family = f.family, mf.head_dim = f.head_dim, mf.sliding_window = f.sliding_window;
   mf.num_experts = f.num_experts, mf.experts_per_tok = f.experts_per_tok;
   mf.moe_ffn_hidden = f.moe_ffn_hidden;
+  if (f.n_shared_experts < 0)
+    fail("--n-shared-experts must be >= 0 (got ", f.n_shared_experts, ")");
+  mf.n_shared_experts = f.n_shared_experts;
   // As `ratchet train` (issue 36): a --seq-len beyond the model's longest
   // sequence is refused, not planned as a larger model (GPT-2's wpe grows
   // with it, Llama's RoPE tables too).

@@ -104,6 +104,9 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "MoE: router scores, softmax (default) or sigmoid (DeepSeek-V3's scoring_func; cpu backend)")
     ("routed-scaling-factor", po::value(&o.routed_scaling_factor),
      "MoE: the routing weights times this (DeepSeek-V3's routed_scaling_factor; default 1)")
+    ("n-shared-experts", po::value(&o.n_shared_experts),
+     "MoE: shared experts per MoE layer, a SwiGLU of --moe-ffn-hidden x N on every token "
+     "(DeepSeek-V3's n_shared_experts; default: the model's)")
     ("moe-n-group", po::value(&o.moe_n_group),
      "MoE: DeepSeek-V3's group-limited selection: the experts in this many groups (n_group; "
      "default 1, no groups)")
@@ -441,6 +444,8 @@ int cmd_train(int argc, char** argv) {
       !(std::isfinite(o.routed_scaling_factor) && o.routed_scaling_factor > 0))
     fail("--routed-scaling-factor must be a positive finite number (got ", o.routed_scaling_factor,
          ")");
+  if (vm.count("n-shared-experts") && o.n_shared_experts < 0)
+    fail("--n-shared-experts must be >= 0 (got ", o.n_shared_experts, ")");
   if (vm.count("moe-bias-update-rate") &&
       !(std::isfinite(o.moe_bias_update_rate) && o.moe_bias_update_rate >= 0))
     fail("--moe-bias-update-rate must be a finite number >= 0 (got ", o.moe_bias_update_rate,

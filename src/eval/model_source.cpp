@@ -99,7 +99,7 @@ ModelSource load_model_source(const std::string& path, const std::string& flag, 
     if (dir && !fs::exists(path + "/config.json"))
       fail(flag, " ", path, " is a directory but neither a ratchet checkpoint (state.h5, or step_* "
            "directories) nor a Hugging Face export (config.json): pass one of those, or an llm.c .bin");
-    m.params = load_hf_checkpoint(path, &m.cfg);
+    m.params = load_hf_checkpoint(path, &m.cfg, &m.moe_bias);  // dots1: its selection bias
     // A complete model directory carries its tokenizer (--export-hf writes it).
     const fs::path json = (dir ? fs::path(path) : fs::path(path).parent_path()) / "tokenizer.json";
     if (fs::is_regular_file(json, ec)) {

@@ -120,6 +120,8 @@ std::vector<HfTensor> hf_tensor_map(const GPTConfig& c, bool fused_experts) {
   RATCHET_ASSERT(lay.sizes[P_ROUTERW] == (any_moe ? (size_t)(L * E * C) : 0));
   RATCHET_ASSERT(lay.sizes[P_EXPW1] == (any_moe ? (size_t)(L * E * 2 * I * C) : 0));
   RATCHET_ASSERT(lay.sizes[P_EXPW2] == (any_moe ? (size_t)(L * E * C * I) : 0));
+  const int64_t Is = c.shared_ffn();
+  RATCHET_ASSERT(lay.sizes[P_SHW1] == (any_moe ? (size_t)(L * 2 * Is * C) : 0));
   RATCHET_ASSERT(lay.sizes[P_LMHEAD] == (c.tied_embeddings ? 0 : (size_t)(c.padded_vocab * C)));
   RATCHET_ASSERT(lay.sizes[P_QNORMW] == (c.qk_norm == QkNorm::none ? 0 : (size_t)(L * qn)));
   RATCHET_ASSERT(lay.sizes[P_KNORMW] == (c.qk_norm == QkNorm::none ? 0 : (size_t)(L * kn)));
@@ -183,12 +185,29 @@ std::vector<HfTensor> hf_tensor_map(const GPTConfig& c, bool fused_experts) {
           m.push_back({x + (mixtral ? "w2" : "down_proj") + ".weight", {C, I}, w2 + e * C * I});
         }
       }
+      if (Is > 0) {  // DeepSeek-V3's shared experts (dots1): one MLP of Is
+        const size_t s1 = lay.offsets[P_SHW1] + l * 2 * Is * C;
+        m.push_back({moe + "shared_experts.gate_proj.weight", {Is, C}, s1});
+        m.push_back({moe + "shared_experts.up_proj.weight", {Is, C}, s1 + Is * C});
+        m.push_back({moe + "shared_experts.down_proj.weight", {C, Is}, lay.offsets[P_SHW2] + l * C * Is});
+      }
     }
     if (c.has_post_norms())
       m.push_back({p + "post_feedforward_layernorm.weight", {C}, lay.offsets[P_MLPPOSTW] + l * C});
   }
   m.push_back({"model.norm.weight", {C}, lay.offsets[P_LNFW]});
   if (!c.tied_embeddings) m.push_back({"lm_head.weight", {V, C}, lay.offsets[P_LMHEAD]});
+  return m;
+}
+
+std::vector<HfTensor> hf_bias_map(const GPTConfig& c) {
+  std::vector<HfTensor> m;
+  if (c.family != Family::dots1) return m;
+  const int64_t E = c.num_experts;
+  for (int l = 0; l < c.num_layers; l++)
+    if (c.layer_is_moe(l))
+      m.push_back({"model.layers." + std::to_string(l) + ".mlp.gate.e_score_correction_bias", {E},
+                   (size_t)l * E});
   return m;
 }
 
@@ -207,6 +226,7 @@ struct OpenedHf {
   GPTConfig c;
   std::unique_ptr<SafetensorsCheckpoint> ck;
   std::vector<HfTensor> map;
+  std::vector<HfTensor> bias_map;  // hf_bias_map: offsets into the (L,E) selection bias
 };
 
 OpenedHf open_hf_checkpoint(const std::string& path) {
@@ -267,9 +287,11 @@ OpenedHf open_hf_checkpoint(const std::string& path) {
            ": the checkpoint is incomplete or config.json belongs to another model");
   }
   o.map = hf_tensor_map(c, fused);
+  o.bias_map = hf_bias_map(c);
   const auto& map = o.map;
   std::set<std::string> expected;
   for (const auto& t : map) expected.insert(t.name);
+  for (const auto& t : o.bias_map) expected.insert(t.name);
   for (const auto& name : ck.names()) {
     if (expected.count(name)) continue;
     // Older exports keep RoPE's inverse frequencies as a buffer; they follow from rope_theta.
@@ -286,17 +308,26 @@ OpenedHf open_hf_checkpoint(const std::string& path) {
          "'s shape does not have (", c.num_layers, " layers", c.tied_embeddings ? ", tied" : ", untied",
          " embeddings): wrong config.json, or not a ", family_name(c.family), " checkpoint");
   }
-  for (const auto& t : map) {
+  std::vector<const HfTensor*> all;
+  for (const auto& t : map) all.push_back(&t);
+  for (const auto& t : o.bias_map) all.push_back(&t);
+  for (const HfTensor* tp : all) {
+    const HfTensor& t = *tp;
     const SafetensorsFile* f = nullptr;
     const StTensor* st = ck.find(t.name, &f);
     if (!st)
       fail(path, " has no tensor '", t.name, "' that ", config_path, " implies",
-           t.name == "lm_head.weight" ? " (tie_word_embeddings is false)" : "",
+           t.name == "lm_head.weight"                                   ? " (tie_word_embeddings is false)"
+           : tp >= o.bias_map.data() && tp < o.bias_map.data() + o.bias_map.size() ? " (a dots1 router's selection bias, e_score_correction_bias)"
+                                                                                    : "",
            ": the checkpoint is incomplete or config.json belongs to another model");
     if (st->shape != t.shape)
       fail(f->path(), ": tensor '", t.name, "' has shape ", shape_str(st->shape), " but ", config_path,
            " implies ", shape_str(t.shape));
-    if (check_dtype && st->dtype != want_dtype)
+    // DeepSeek-style checkpoints keep the selection bias in F32 beside BF16
+    // weights (it is a buffer, read widened to FP32 either way).
+    const bool bias = tp >= o.bias_map.data() && tp < o.bias_map.data() + o.bias_map.size();
+    if (check_dtype && st->dtype != want_dtype && !(bias && st->dtype == StDtype::F32))
       fail(f->path(), ": tensor '", t.name, "' is ", st_dtype_name(st->dtype), " but ", config_path,
            " says ", dtype_key(j), " ", j[dtype_key(j)].dump());
   }
@@ -310,22 +341,27 @@ GPTConfig read_hf_checkpoint_config(const std::string& path, std::string* note) 
   return o.c;
 }
 
-std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg) {
+std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg,
+                                      std::vector<float>* moe_bias) {
   const OpenedHf o = open_hf_checkpoint(path);
   const GPTConfig& c = o.c;
   std::vector<float> params(ParamLayout(c).total, 0.0f);  // padded vocab rows stay zero
-  for (const auto& t : o.map) {
+  std::vector<float> bias;
+  if (!o.bias_map.empty()) bias.assign((size_t)c.num_layers * c.num_experts, 0.f);  // dense rows 0
+  auto read = [&](const HfTensor& t, float* dst) {
     const SafetensorsFile* f = nullptr;
     const StTensor* st = o.ck->find(t.name, &f);
-    f->read_f32(*st, params.data() + t.offset);
+    f->read_f32(*st, dst);
     // A NaN or inf would train (or fail later, naming a step) from damaged weights.
-    const float* v = params.data() + t.offset;
     for (int64_t i = 0; i < st->numel(); ++i)
-      if (!std::isfinite(v[i]))
-        fail(f->path(), ": tensor '", t.name, "' holds ", v[i], " at element ", i,
+      if (!std::isfinite(dst[i]))
+        fail(f->path(), ": tensor '", t.name, "' holds ", dst[i], " at element ", i,
              ": the checkpoint is damaged (or was saved after a diverged run); ratchet imports finite weights only");
-  }
+  };
+  for (const auto& t : o.map) read(t, params.data() + t.offset);
+  for (const auto& t : o.bias_map) read(t, bias.data() + t.offset);
   *cfg = c;
+  if (moe_bias) *moe_bias = std::move(bias);
   return params;
 }
 
@@ -344,7 +380,8 @@ void check_hf_export_dir(const char* flag, const std::string& dir, bool overwrit
 }
 
 void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const std::vector<float>& params,
-                        StDtype dtype, bool overwrite, uint64_t max_shard_bytes) {
+                        StDtype dtype, bool overwrite, uint64_t max_shard_bytes,
+                        const std::vector<float>& moe_bias) {
   if (cfg.arch != Arch::llama)
     fail("the Hugging Face export writes Llama-family models (--arch llama); this model is GPT-2: use "
          "--export / ckpt export --format llmc for llm.c's format");
@@ -367,6 +404,12 @@ void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const std:
 
   std::vector<StWrite> ts;
   for (const auto& t : hf_tensor_map(cfg)) ts.push_back({t.name, t.shape, params.data() + t.offset});
+  // dots1's selection bias: the model's, or zeros (routing without one is routing with zeros).
+  const std::vector<HfTensor> bias_map = hf_bias_map(cfg);
+  const std::vector<float> zeros(bias_map.empty() || !moe_bias.empty() ? 0 : (size_t)cfg.num_layers * cfg.num_experts, 0.f);
+  const std::vector<float>& bias = moe_bias.empty() ? zeros : moe_bias;
+  RATCHET_ASSERT(bias_map.empty() || bias.size() == (size_t)cfg.num_layers * cfg.num_experts);
+  for (const auto& t : bias_map) ts.push_back({t.name, t.shape, bias.data() + t.offset});
   // config.json is written before the weights and renamed after them, so that
   // a failure (a full disk) leaves an earlier export whole (safetensors.h).
   const std::string config = (fs::path(dir) / "config.json").string();

@@ -26,6 +26,11 @@
 //   model.layers.N.mlp.experts.M.down_proj.weight  (C, I)      expw2[N][M]
 //   Mixtral: model.layers.N.block_sparse_moe.gate.weight, and
 //   block_sparse_moe.experts.M.w1 (gate), w3 (up), w2 (down)
+//   dots1 (DeepSeek-V3's MoE), besides the router and experts:
+//   model.layers.N.mlp.shared_experts.{gate,up}_proj.weight (Is, C)  shw1[N] row blocks
+//   model.layers.N.mlp.shared_experts.down_proj.weight (C, Is)       shw2[N]
+//   model.layers.N.mlp.gate.e_score_correction_bias (E): the selection
+//   bias, not a parameter: GPT::moe_bias()'s row N (hf_bias_map)
 //   model.norm.weight                              (C)         lnfw
 //   lm_head.weight                                 (V, C)      lmhead (untied only)
 // RoPE uses HF's rotate_half convention here too, so q/k need no permutation.
@@ -53,6 +58,10 @@ struct HfTensor {
 // mlp.experts.gate_up_proj (E, 2I, C) and mlp.experts.down_proj (E, C, I)
 // (what an import also accepts; an export writes the hub's names).
 std::vector<HfTensor> hf_tensor_map(const GPTConfig& c, bool fused_experts = false);
+// The selection bias's tensors (dots1: mlp.gate.e_score_correction_bias of
+// each MoE layer; none for the other families): offsets into the (L,E)
+// bias GPT::moe_bias() holds, not into the flat parameters.
+std::vector<HfTensor> hf_bias_map(const GPTConfig& c);
 
 // config.json -> GPTConfig (finalized), the family from model_type. Throws
 // Error naming `path` and the field: a missing or bad field, an unknown
@@ -82,7 +91,10 @@ GPTConfig read_hf_checkpoint_config(const std::string& path, std::string* note =
 // Errors name the file and tensor: a missing or extra tensor, a shape or
 // dtype that does not match config.json, a NaN or inf value, and every
 // safetensors error.
-std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg);
+// moe_bias (or null): the selection bias (L,E), read from hf_bias_map's
+// tensors where the family has them (dots1), else left empty.
+std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg,
+                                      std::vector<float>* moe_bias = nullptr);
 
 // Before a run: DIR can take an export (creatable; no earlier export's files
 // unless `overwrite`). Error naming `flag` and DIR.
@@ -92,8 +104,11 @@ void check_hf_export_dir(const char* flag, const std::string& dir, bool overwrit
 // max_shard_bytes + index) into dir, atomically per file; dtype F32 or BF16.
 // Files of an earlier export are replaced only with `overwrite`; stale shards
 // of an earlier export are then removed.
+// moe_bias: the model's selection bias (L,E), written as hf_bias_map's
+// tensors (dots1); empty: zeros there (a model routed without one).
 void save_hf_checkpoint(const std::string& dir, const GPTConfig& cfg, const std::vector<float>& params,
-                        StDtype dtype, bool overwrite, uint64_t max_shard_bytes = 5'000'000'000ull);
+                        StDtype dtype, bool overwrite, uint64_t max_shard_bytes = 5'000'000'000ull,
+                        const std::vector<float>& moe_bias = {});
 
 // "f32" | "bf16" (any case) -> dtype; Error naming `flag` otherwise.
 StDtype parse_export_dtype(const char* flag, const std::string& s);

@@ -1,6 +1,7 @@
 // config.json <-> GPTConfig for every family ratchet imports (issue 38):
 // llama, qwen2, qwen3, olmo2, smollm3, mistral, gemma3_text, and issue 39's
-// MoE families qwen3_moe, olmoe, mixtral. Field names,
+// MoE families qwen3_moe, olmoe, mixtral and dots1 (rednote's dots.llm1:
+// Qwen3 attention, DeepSeek-V3's MoE with shared experts). Field names,
 // meanings and the defaults of absent fields follow transformers'
 // configuration_<family>.py; the tensor names are in hf_checkpoint.cpp.
 //
@@ -45,6 +46,9 @@ constexpr FamilyDefaults kFamilies[] = {
     {Family::qwen3_moe, "Qwen3MoeForCausalLM", 4, 0, 32768, 1e-6, 10000.0, false},
     {Family::olmoe, "OlmoeForCausalLM", 0, 0, 4096, 1e-5, 10000.0, false},
     {Family::mixtral, "MixtralForCausalLM", 8, 0, 131072, 1e-5, 1000000.0, false},
+    // Dots1Config: num_key_value_heads 32, no head_dim (Qwen3's attention
+    // takes hidden / heads), max_position_embeddings 2048.
+    {Family::dots1, "Dots1ForCausalLM", 32, 0, 2048, 1e-6, 10000.0, false},
 };
 // transformers' MoE defaults where config.json leaves a field out.
 struct MoeDefaults {
@@ -57,6 +61,9 @@ constexpr MoeDefaults kMoeFamilies[] = {
     {Family::qwen3_moe, 128, 8, 768, false, 0.001},
     {Family::olmoe, 64, 8, 0, false, 0.01},
     {Family::mixtral, 8, 2, 0, true, 0.001},
+    // Dots1Config: n_routed_experts and num_experts_per_tok have no default
+    // (None; read as required); no aux loss (Dots1ForCausalLM has none).
+    {Family::dots1, 0, 0, 1408, false, 0.0},
 };
 const MoeDefaults* moe_defaults_of(Family f) {
   for (const auto& d : kMoeFamilies)
@@ -211,9 +218,12 @@ void read_rope_dict(const Reader& r, const nlohmann::json& d, const std::string&
 // The MoE fields (issue 39) of a qwen3_moe, olmoe or mixtral config.json,
 // after the shape's: transformers' meaning and defaults for each; a field
 // that changes the math and that ratchet does not implement is refused.
+void read_dots1_moe(const Reader& r, const MoeDefaults& md, GPTConfig* c);
+
 void read_moe(const Reader& r, const MoeDefaults& md, GPTConfig* c) {
   const Family f = c->family;
   const std::string& path = r.path();
+  if (f == Family::dots1) return read_dots1_moe(r, md, c);
   // The expert count: num_experts (Qwen3-MoE, OLMoE) or num_local_experts
   // (Mixtral); each config class maps the other spelling onto its own.
   const char* key = f == Family::mixtral ? "num_local_experts" : "num_experts";
@@ -273,6 +283,66 @@ void read_moe(const Reader& r, const MoeDefaults& md, GPTConfig* c) {
   }
 }
 
+// A count that may be 0: a non-negative integer (bounded), or `fallback` when absent.
+int count_field(const Reader& r, const char* k, int fallback, bool required, int64_t most) {
+  if (!r.has(k)) {
+    if (required) fail(r.path(), " has no \"", k, "\", which ratchet needs (transformers has no default for it)");
+    return fallback;
+  }
+  if (r[k] == 0) return 0;
+  return r.integer_value(r[k], k, most);
+}
+
+// dots1 (Dots1Config; DeepseekV3TopkRouter / DeepseekV3MoE): sigmoid scores
+// chosen on scores + e_score_correction_bias (always there: the selection
+// bias, its values in the safetensors), renormalised by sum + 1e-20 with
+// norm_topk_prob, times routed_scaling_factor; n_shared_experts shared
+// experts of moe_intermediate_size each; layers below first_k_dense_replace
+// dense (intermediate_size), the rest MoE; group-limited selection n_group /
+// topk_group (null or absent: 1, no groups; the published configs have null).
+void read_dots1_moe(const Reader& r, const MoeDefaults& md, GPTConfig* c) {
+  const std::string& path = r.path();
+  c->num_experts = r.integer("n_routed_experts", 0, true, kMaxExperts);
+  if (r.has("num_local_experts") && r["num_local_experts"] != r["n_routed_experts"])
+    fail(path, ": \"n_routed_experts\" is ", r["n_routed_experts"].dump(), " but \"num_local_experts\" is ",
+         r["num_local_experts"].dump(), ": they name the same expert count; give one");
+  c->experts_per_tok = r.integer("num_experts_per_tok", 0, true, kMaxExperts);
+  c->moe_ffn_hidden = r.integer("moe_intermediate_size", md.moe_ffn, false, kMaxFfnHidden);
+  c->norm_topk_prob = r.boolean("norm_topk_prob", md.norm_topk_prob);
+  c->n_shared_experts = count_field(r, "n_shared_experts", 0, true, kMaxExperts);
+  c->n_group = r.integer("n_group", 1, false, kMaxExperts);  // finalize() checks them together
+  c->topk_group = r.integer("topk_group", 1, false, kMaxExperts);
+  c->routed_scaling_factor = (float)r.number("routed_scaling_factor", 1.0);
+  const int k = count_field(r, "first_k_dense_replace", 0, false, kMaxLayers);
+  if (k > c->num_layers)
+    fail(path, ": \"first_k_dense_replace\" is ", k, " but num_hidden_layers is ", c->num_layers,
+         ": at most every layer is dense");
+  c->decoder_sparse_step = 1;
+  c->mlp_only_layers.clear();
+  for (int l = 0; l < k; l++) c->mlp_only_layers.push_back(l);
+  c->moe_sigmoid = true;
+  c->moe_selection_bias = true;
+  c->router_aux_loss_coef = 0.f;
+  if (k == c->num_layers)
+    fail(path, ": \"first_k_dense_replace\" is ", k, " = num_hidden_layers: no layer has experts; "
+         "import it as a dense model instead");
+}
+
+// Whether c's MoE layers are the layers from some k on (dots1's
+// first_k_dense_replace); k, the first MoE layer, into *k.
+bool first_k_dense(const GPTConfig& c, int* k) {
+  int first = c.num_layers;
+  for (int l = 0; l < c.num_layers; l++)
+    if (c.layer_is_moe(l)) {
+      first = l;
+      break;
+    }
+  for (int l = first; l < c.num_layers; l++)
+    if (!c.layer_is_moe(l)) return false;
+  *k = first;
+  return true;
+}
+
 // The supported model_types, for the message on any other.
 std::string supported_model_types() {
   std::string s;
@@ -288,7 +358,8 @@ std::string hf_family_mismatch(const GPTConfig& c) {
   const Family f = c.family;
   const bool gemma = f == Family::gemma3;
   if (c.qkv_bias != (f == Family::qwen2)) return "qkv_bias";
-  const QkNorm qk = f == Family::qwen3 || f == Family::qwen3_moe || gemma ? QkNorm::per_head
+  const QkNorm qk = f == Family::qwen3 || f == Family::qwen3_moe || f == Family::dots1 || gemma
+                        ? QkNorm::per_head
                     : f == Family::olmo2 || f == Family::olmoe                ? QkNorm::full_width
                                                                               : QkNorm::none;
   if (c.qk_norm != qk) return "qk_norm";
@@ -325,11 +396,22 @@ std::string hf_family_mismatch(const GPTConfig& c) {
   if (c.clip_qkv != 0 && f != Family::olmoe) return "clip_qkv";
   if (f == Family::olmoe && c.head_dim != 0) return "head_dim";
   if (f == Family::qwen3_moe && any) return "layer_sliding";
+  if (f == Family::dots1) {
+    // DeepSeek-V3's router: always sigmoid scores (the selection bias is
+    // exported as zeros where the model has none); layers dense below
+    // first_k_dense_replace, MoE from there on.
+    int k = 0;
+    if (!c.moe_sigmoid) return "scoring_func";
+    if (!first_k_dense(c, &k)) return "mlp_only_layers";
+    return "";
+  }
   // DeepSeek-V3's router options: none of these families has them, and
-  // transformers would route their model with softmax, unscaled, unbiased.
+  // transformers would route their model with softmax, unscaled, unbiased,
+  // without shared experts.
   if (c.moe_sigmoid) return "scoring_func";
   if (c.routed_scaling_factor != 1.f) return "routed_scaling_factor";
   if (c.moe_selection_bias) return "moe_selection_bias";
+  if (c.n_shared_experts != 0) return "n_shared_experts";
   if (c.n_group != 1 || c.topk_group != 1) return "n_group";
   return "";
 }
@@ -473,6 +555,24 @@ GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) 
     }
     case Family::olmoe:  // OlmoeModel builds a plain causal mask whatever config.json says
       break;
+    case Family::dots1: {
+      // Dots1Config: layer_types, else the layers from max_window_layers
+      // (default 62) on slide, by sliding_window (default 4096); no
+      // use_sliding_window switch.
+      const int W = r.window(4096);
+      if (!r.layer_types(L, &types)) {
+        const bool zero = r.has("max_window_layers") && j["max_window_layers"] == 0;
+        const int from = zero ? 0
+                         : r.has("max_window_layers")
+                             ? r.integer_value(j["max_window_layers"], "max_window_layers", kMaxLayers)
+                             : 62;
+        types.assign(L, 0);
+        for (int l = from; l < L; l++) types[l] = 1;
+      }
+      if (W == 0) types.clear();
+      if (!types.empty()) c.sliding_window = W;
+      break;
+    }
     case Family::qwen3_moe:
       // Qwen3-MoE's sliding layers are not the same across transformers
       // versions (every layer, or those from max_window_layers on); no
@@ -513,7 +613,7 @@ GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) 
   if (any_sliding) c.layer_sliding = types;
   else c.sliding_window = 0;
   if (f == Family::qwen2) c.qkv_bias = true;
-  if (f == Family::qwen3 || f == Family::qwen3_moe) c.qk_norm = QkNorm::per_head;
+  if (f == Family::qwen3 || f == Family::qwen3_moe || f == Family::dots1) c.qk_norm = QkNorm::per_head;
   if (f == Family::olmo2) c.qk_norm = QkNorm::full_width, c.norm_placement = NormPlacement::post;
   if (f == Family::olmoe) c.qk_norm = QkNorm::full_width;
 
@@ -571,7 +671,19 @@ OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
   if (f != Family::qwen2 && f != Family::mistral) j["attention_bias"] = false;
   if (f == Family::llama || f == Family::smollm3) j["mlp_bias"] = false;
   if (f == Family::olmo2) j["clip_qkv"] = nullptr;
-  if (c.num_experts > 0) {  // issue 39
+  if (f == Family::dots1) {  // Dots1Config's names (DeepSeek-V3's)
+    int k = 0;
+    first_k_dense(c, &k);
+    j["n_routed_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.experts_per_tok;
+    j["moe_intermediate_size"] = c.moe_ffn_hidden;
+    j["n_shared_experts"] = c.n_shared_experts;
+    j["n_group"] = c.n_group;
+    j["topk_group"] = c.topk_group;
+    j["first_k_dense_replace"] = k;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    j["routed_scaling_factor"] = shortest_decimal(c.routed_scaling_factor);
+  } else if (c.num_experts > 0) {  // issue 39
     j[f == Family::mixtral ? "num_local_experts" : "num_experts"] = c.num_experts;
     j["num_experts_per_tok"] = c.experts_per_tok;
     if (f == Family::qwen3_moe) {
@@ -621,6 +733,11 @@ OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
       j["sliding_window"] = window;
       break;
     case Family::olmoe:
+      break;
+    case Family::dots1:
+      j["sliding_window"] = window;
+      j["max_window_layers"] = first_sliding;
+      j["layer_types"] = types;
       break;
     case Family::qwen3_moe:
       j["use_sliding_window"] = false;

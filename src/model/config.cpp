@@ -30,13 +30,15 @@ const char* family_name(Family f) {
     case Family::qwen3_moe: return "qwen3_moe";
     case Family::olmoe: return "olmoe";
     case Family::mixtral: return "mixtral";
+    case Family::dots1: return "dots1";
   }
   return "llama";
 }
 
 bool parse_family(const std::string& t, Family* f) {
   for (Family x : {Family::llama, Family::qwen2, Family::qwen3, Family::olmo2, Family::smollm3,
-                   Family::mistral, Family::gemma3, Family::qwen3_moe, Family::olmoe, Family::mixtral})
+                   Family::mistral, Family::gemma3, Family::qwen3_moe, Family::olmoe, Family::mixtral,
+                   Family::dots1})
     if (t == family_name(x)) return *f = x, true;
   return false;
 }
@@ -73,7 +75,9 @@ double GPTConfig::param_count() const {
     double mlp = L * 3 * C * H;
     if (num_experts > 0) {
       const double Lm = moe_layer_count(), E = num_experts, I = moe_ffn_hidden;
-      mlp = (L - Lm) * 3 * C * H + Lm * (E * C + E * 3 * C * I);
+      // plus the shared experts (3·C·Is, Is = I·n_shared_experts) of each MoE layer
+      const double Is = n_shared_experts > 0 ? (double)n_shared_experts * I : 0;
+      mlp = (L - Lm) * 3 * C * H + Lm * (E * C + E * 3 * C * I + 3 * C * Is);
     }
     return V * C * (tied_embeddings ? 1 : 2) +
            L * (2 * C * QC + 2 * C * KVC + norms + qk + bias) + mlp + C;
@@ -192,8 +196,8 @@ void GPTConfig::finalize(const ConfigFieldNames& n) {
 }
 
 // DeepSeek-V3's routing options (docs/moe.md): sigmoid scores, the routed
-// scaling and the selection bias run in the model; the shared experts and
-// group-limited selection are refused by name until they do.
+// scaling, the selection bias and the shared experts run in the model;
+// group-limited selection is refused by name until it does.
 void GPTConfig::check_deepseek_routing() const {
   if (!(routed_scaling_factor > 0) || !std::isfinite(routed_scaling_factor))
     fail("routed_scaling_factor must be a positive finite number (got ", routed_scaling_factor,
@@ -223,10 +227,9 @@ void GPTConfig::check_deepseek_routing() const {
          "--experts-per-tok");
   if (n_shared_experts < 0)
     fail("n_shared_experts ", n_shared_experts, " must be >= 0");
-  if (n_shared_experts > 0)
-    fail("n_shared_experts ", n_shared_experts,
-         ": shared experts are not implemented in the model yet (src/moe has the layer op); "
-         "use n_shared_experts 0");
+  if ((double)n_shared_experts * moe_ffn_hidden > kMaxFfnHidden)
+    fail("n_shared_experts ", n_shared_experts, " times moe_intermediate_size ", moe_ffn_hidden,
+         " (the shared experts' hidden size) must be at most ", kMaxFfnHidden);
   if (moe_bias_update_rate > 0 && !moe_selection_bias)
     fail("the selection bias's update rate ", moe_bias_update_rate,
          " needs the selection bias (moe_selection_bias): --moe-bias-update-rate sets both");
@@ -249,6 +252,7 @@ std::string GPTConfig::describe() const {
          << " moe_layers=" << moe_layer_count();
     if (moe_sigmoid) os << " scoring=sigmoid";  // DeepSeek-V3 routing: only when not the default
     if (routed_scaling_factor != 1.f) os << " routed_scale=" << routed_scaling_factor;
+    if (n_shared_experts > 0) os << " shared_experts=" << n_shared_experts;
     if (n_group != 1) os << " groups=" << topk_group << "/" << n_group;
   }
   return os.str();
@@ -257,7 +261,7 @@ std::string GPTConfig::describe() const {
 // The named presets (published models), for the messages listing them.
 static const char* const kNamedModels =
     "smollm-135m, llama3.2-1b, llama3.1-8b, qwen2.5-0.5b, qwen3-0.6b, qwen3-1.7b, qwen3-8b, olmo2-1b, "
-    "smollm3-3b, mistral-7b, gemma3-270m, gemma3-1b, qwen3-30b-a3b, olmoe-1b-7b, mixtral-8x7b";
+    "smollm3-3b, mistral-7b, gemma3-270m, gemma3-1b, qwen3-30b-a3b, olmoe-1b-7b, mixtral-8x7b, dots.llm1";
 
 // "d12" -> 12, "l6" -> 6 for prefix 'd'/'l'; 0 if `name` is not that form.
 static int depth_of(const std::string& name, char prefix) {
@@ -339,6 +343,15 @@ static bool family_preset(const std::string& name, GPTConfig* c) {
     c->vocab_size = 32000, c->rope_theta = 1000000.f, c->norm_eps = 1e-5f, c->tied_embeddings = false;
     c->num_experts = 8, c->experts_per_tok = 2, c->moe_ffn_hidden = 14336, c->norm_topk_prob = true;
     c->router_aux_loss_coef = 0.02f;
+  } else if (name == "dots.llm1") {  // rednote-hilab/dots.llm1.base: 128 experts, top 6, 2 shared, layer 0 dense
+    qwen3_shape(c, 62, 4096, 32, 32, 10944, false);
+    c->family = Family::dots1, c->head_dim = 0;  // 4096 / 32 = 128: hidden / heads
+    c->vocab_size = 152064, c->rope_theta = 10000000.f, c->norm_eps = 1e-5f;
+    c->num_experts = 128, c->experts_per_tok = 6, c->moe_ffn_hidden = 1408, c->norm_topk_prob = true;
+    c->n_shared_experts = 2, c->mlp_only_layers = {0};  // first_k_dense_replace 1
+    // DeepSeek-V3's router without the selection bias: --moe-bias-update-rate adds it
+    // (an HF import always has it: e_score_correction_bias).
+    c->moe_sigmoid = true, c->routed_scaling_factor = 2.5f;
   } else {
     return false;
   }
@@ -478,6 +491,14 @@ GPTConfig config_from_flags(const ModelFlags& f) {
       c.moe_sigmoid = f.moe_scoring == "sigmoid";
     }
     if (f.routed_scaling_factor != 0) c.routed_scaling_factor = f.routed_scaling_factor;
+  }
+  if (f.n_shared_experts != 0) {
+    if (!c.moe())
+      fail("--n-shared-experts needs a Mixture-of-Experts family: --family qwen3_moe, olmoe, "
+           "mixtral or dots1");
+    if (f.n_shared_experts < 0)
+      fail("--n-shared-experts ", f.n_shared_experts, " must be >= 0");
+    c.n_shared_experts = f.n_shared_experts;
   }
   if (f.moe_n_group != 0 || f.moe_topk_group != 0) {
     if (!c.moe())

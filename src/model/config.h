@@ -30,7 +30,7 @@ enum class Arch { gpt2, llama };
 // imports from and exports to; the fields below say what differs, so that
 // the model code asks about a feature, never about a family
 // (docs/model-families.md has the table of which family sets what).
-enum class Family { llama, qwen2, qwen3, olmo2, smollm3, mistral, gemma3, qwen3_moe, olmoe, mixtral };
+enum class Family { llama, qwen2, qwen3, olmo2, smollm3, mistral, gemma3, qwen3_moe, olmoe, mixtral, dots1 };
 // q/k RMSNorm after the projection, before RoPE: none; per_head (Qwen3,
 // Gemma 3: over head_dim, one [head_dim] weight shared by every head);
 // full_width (OLMo 2: over all NH*hs of q and all KV*hs of k).
@@ -125,9 +125,10 @@ struct GPTConfig {
   // defaults keep the softmax families' math bit for bit):
   bool moe_sigmoid = false;      // HF scoring_func "sigmoid": scores = sigmoid(logits); false: softmax
   float routed_scaling_factor = 1.f;  // HF routed_scaling_factor: the k weights times this
-  // Implemented in src/moe (moe_ops.h: MoeExtra) but not yet in the model:
-  // finalize() refuses anything but the default, naming the field.
-  int n_shared_experts = 0;      // HF n_shared_experts: one SwiGLU of moe_ffn_hidden·n on every token
+  // HF n_shared_experts (DeepseekV3MoE.shared_experts): every MoE layer also
+  // runs one dense SwiGLU MLP of hidden size moe_ffn_hidden·n on every token,
+  // its output added to the routed output (layout tensors shw1 / shw2).
+  int n_shared_experts = 0;
   // HF e_score_correction_bias (topk_method "noaux_tc"): a per-layer
   // per-expert FP32 buffer (GPT::moe_bias, (L,E)), not a parameter: no
   // gradient, not in AdamW; state.h5's dataset /moe_selection_bias.
@@ -164,6 +165,8 @@ struct GPTConfig {
     return true;
   }
   int moe_layer_count() const;  // how many layers are MoE
+  // The shared experts' hidden size Is (0: none).
+  int shared_ffn() const { return num_experts > 0 ? n_shared_experts * moe_ffn_hidden : 0; }
   // Fills padded_vocab from vocab_size and checks the shape (bounds
   // included); throws Error naming the offending field as `names` calls it.
   void finalize(const ConfigFieldNames& names = kFlagNames);
@@ -199,6 +202,7 @@ struct ModelFlags {
   // --moe-scoring softmax|sigmoid and --routed-scaling-factor ("" / 0: the model's)
   std::string moe_scoring;
   float routed_scaling_factor = 0;
+  int n_shared_experts = 0;  // --n-shared-experts (0: the model's)
   // --moe-n-group and --moe-topk-group (0: the model's)
   int moe_n_group = 0, moe_topk_group = 0;
 };

@@ -9,11 +9,11 @@ Family parse_family_flag(const std::string& s, const char* flag) {
   if (s == "gemma3") return Family::gemma3;
   if (parse_family(s, &f)) return f;
   fail(flag, " '", s, "' is not a model family: use llama, qwen2, qwen3, olmo2, smollm3, mistral, "
-       "gemma3, qwen3_moe, olmoe or mixtral");
+       "gemma3, qwen3_moe, olmoe, mixtral or dots1");
 }
 
 bool family_is_moe(Family f) {
-  return f == Family::qwen3_moe || f == Family::olmoe || f == Family::mixtral;
+  return f == Family::qwen3_moe || f == Family::olmoe || f == Family::mixtral || f == Family::dots1;
 }
 
 void apply_family_defaults(GPTConfig& c, Family f, int window) {
@@ -60,6 +60,11 @@ void apply_family_defaults(GPTConfig& c, Family f, int window) {
       c.norm_topk_prob = false;
       break;
     case Family::mixtral: c.norm_topk_prob = true; break;
+    case Family::dots1:  // Qwen3's attention, DeepSeek-V3's router (sigmoid scores)
+      c.qk_norm = QkNorm::per_head;
+      c.norm_topk_prob = true;
+      c.moe_sigmoid = true;
+      break;
   }
   if (window > 0 && f != Family::mistral && f != Family::gemma3)
     fail("--sliding-window is for --family mistral or gemma3 (", family_name(f),

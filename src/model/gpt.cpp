@@ -70,7 +70,7 @@ void GPT::init_random(uint64_t seed) {
   // A model mixing dense and MoE layers holds both MLPs' tensors for every
   // layer (param_layout.h); the slices a layer does not use stay zero.
   for (int l = 0; cfg_.moe() && l < cfg_.num_layers; l++)
-    for (int i : {P_FCW, P_FCPROJW, P_ROUTERW, P_EXPW1, P_EXPW2}) {
+    for (int i : {P_FCW, P_FCPROJW, P_ROUTERW, P_EXPW1, P_EXPW2, P_SHW1, P_SHW2}) {
       const bool used = (i == P_FCW || i == P_FCPROJW) != cfg_.layer_is_moe(l);
       const size_t n = layout_.per_layer(i, cfg_.num_layers);
       if (!used && n > 0) std::fill_n(host.data() + layout_.offsets[i] + l * n, n, 0.0f);
@@ -134,15 +134,20 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
   const size_t BT = (size_t)B * T, C = cfg.channels, NH = cfg.num_heads,
                Vp = cfg.padded_vocab, L = cfg.num_layers, QKV = cfg.qkv_channels();
   const bool llama = cfg.llama();
-  const size_t F = llama ? 2 * (size_t)cfg.ffn() : 4 * C, A = llama ? cfg.ffn() : 4 * C;
+  // MoE layers have no fch / fch_gelu of their own (their state is the
+  // backend's MoeState); the dense MLP's buffers exist when some layer is
+  // dense, and the shared experts (Is wide, llama_block.cpp) use the same
+  // buffers on the MoE layers, so the width is the larger of the two.
+  const bool dense_mlp = !cfg.moe() || cfg.moe_layer_count() < (int)L;
+  const size_t Is = llama ? (size_t)cfg.shared_ffn() : 0;
+  const bool mlp_bufs = dense_mlp || Is > 0;
+  const size_t Hw = std::max(dense_mlp || Is == 0 ? (size_t)cfg.ffn() : 0, Is);
+  const size_t F = llama ? 2 * Hw : 4 * C, A = llama ? Hw : 4 * C;
   const size_t Cq = llama ? (size_t)cfg.attn_channels() : C;  // what attention writes
   // qkvr keeps the projection before the q/k norm, and before it the
   // clip_qkv clamp (whose backward reads the clamped values).
   const bool qkn = llama && (cfg.qk_norm != QkNorm::none || cfg.clip_qkv > 0),
              post = llama && cfg.has_post_norms();
-  // MoE layers have no fch / fch_gelu (their state is the backend's MoeState);
-  // the dense MLP's buffers exist when some layer is dense.
-  const bool dense_mlp = !cfg.moe() || cfg.moe_layer_count() < (int)L;
   const size_t R = cfg.qk_norm == QkNorm::per_head ? NH + cfg.kv_heads() : 2;
   Acts a{};
   char* base = (char*)acts;
@@ -163,7 +168,7 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
   if (llama) a.zero_pos = st((size_t)T * C);
   a.encoded = st(BT * C);
   // Shared buffers of the policy (taken only when the policy uses them).
-  dptr gelu_shared = p.shares_gelu() && dense_mlp ? st(BT * A) : nullptr;  // (BT,A)
+  dptr gelu_shared = p.shares_gelu() && mlp_bufs ? st(BT * A) : nullptr;  // (BT,A)
   const bool pre_norms = !llama || cfg.has_pre_norms();  // OLMo 2 has no ln1, ln2
   dptr ln_shared = p.shares_ln() && pre_norms ? st(BT * C) : nullptr;  // (BT,C)
   // One block's working set (every per-layer buffer but r3 and mlpo), laid
@@ -197,11 +202,11 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
     return k;
   };
   Block shared_block{};
-  if (p.blocks_recomputed((int)L) > 0) shared_block = take_block(true, true, dense_mlp);
+  if (p.blocks_recomputed((int)L) > 0) shared_block = take_block(true, true, mlp_bufs);
   for (size_t l = 0; l < L; l++) {
     const Block k = p.recomputes_block((int)l) ? shared_block
                                                : take_block(!p.shares_gelu(), !p.shares_ln(),
-                                                            !cfg.layer_is_moe((int)l));
+                                                            !cfg.layer_is_moe((int)l) || Is > 0);
     if (count_only) {
       if (post) st(BT * C), f32(BT);  // mlpo, mlpo_rstd
       st(BT * C);  // r3
@@ -237,8 +242,9 @@ GPT::Acts GPT::layout_acts(const GPTConfig& cfg, int B, int T, size_t sb, const 
   a.dresidual = st(BT * C);
   a.dbtc = st(BT * std::max(C, Cq));
   a.dqkv = st(BT * QKV);
-  if (dense_mlp) a.dfch = st(BT * F);
-  if (llama && dense_mlp) a.dact = st(BT * A);
+  if (mlp_bufs) a.dfch = st(BT * F);
+  if (llama && mlp_bufs) a.dact = st(BT * A);
+  if (Is > 0) a.shout = st(BT * C);
   if (post) a.postn = st(BT * C), a.dpost = st(BT * C);
   if (qkn) a.dqkvr = st(BT * QKV);
   a.bytes = off;

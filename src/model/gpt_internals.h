@@ -11,7 +11,8 @@ namespace ratchet {
 
 // Activation layout for one micro-batch of (B, T). Shapes use BT = B*T,
 // QKV = (NH+2KV)·hs (3C for GPT-2), F = 4C (GPT-2) or 2H (llama: gate|up),
-// A = 4C (GPT-2) or H (llama). Storage-dtype tensors unless marked f32.
+// A = 4C (GPT-2) or H (llama); with shared experts H is the larger of the
+// dense ffn() (if any layer is dense) and the shared experts' Is. Storage-dtype tensors unless marked f32.
 struct GPT::Acts {
   int* inputs;         // (B,T) token ids
   int* targets;        // (B,T)
@@ -47,6 +48,7 @@ struct GPT::Acts {
   dptr postn;          // post norms: (BT,C) a branch output after its norm (forward scratch)
   dptr dpost;          // post norms: (BT,C) gradient of a branch output before its norm
   dptr dqkvr;          // qk_norm: (BT,QKV) gradient of the projection before the q/k norm
+  dptr shout;          // shared experts: (BT,C) their output (forward), their dx (backward)
   size_t bytes;        // total (for allocation)
 };
 

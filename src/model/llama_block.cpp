@@ -19,7 +19,9 @@
 //   m    = act fcprojw^T (BT,C)
 //          [a MoE layer (cfg.layer_is_moe(l)): m = Backend::moe_forward(mid;
 //           routerw, expw1, expw2), its state in moe_state(l); the forward of
-//           a training step adds the router statistics (GPT::MoeStats)]
+//           a training step adds the router statistics (GPT::MoeStats);
+//           with shared experts m += swiglu(mid shw1^T) shw2^T, in fch /
+//           fch_gelu like a dense MLP (DeepseekV3MoE's shared_experts)]
 //   r3   = r2 + (post norms ? n(m; mlppostw) : m)      (m kept as mlpo when normed)
 //   then the next layer's ln1 (or lnf) = n(r3), fused with the add where it exists.
 // Backward mirrors it; the policy's shared buffers are refilled with the same
@@ -160,13 +162,36 @@ void GPT::forward_block_llama(const Acts& a, int l, int B, int T, bool to_act) {
   if (moe) {
     // The whole MoE MLP in one backend op. A recompute (to_act) only refills
     // the layer's state: its output goes to the backward's free dbtc scratch.
-    const int k = cfg_.experts_per_tok, I = cfg_.moe_ffn_hidden;
-    OpScope s(*this, "moe_fwd", mm * C * (cfg_.num_experts + (double)k * 3 * I), 0);
+    const int k = cfg_.experts_per_tok, I = cfg_.moe_ffn_hidden, Is = cfg_.shared_ffn();
+    cdptr mid = pre ? a.ln2[l] : a.r2[l];
+    const dptr out = to_act ? a.dbtc : post ? a.mlpo[l] : a.r3[l];
     MoeState& st = moe_state(l);
-    be_.moe_forward(moe_dims(BT, l), pre ? a.ln2[l] : a.r2[l], param(P_ROUTERW, l),
-                    param(P_EXPW1, l), param(P_EXPW2, l),
-                    to_act ? a.dbtc : post ? a.mlpo[l] : a.r3[l], st);
+    {
+      OpScope s(*this, "moe_fwd", mm * C * (cfg_.num_experts + (double)k * 3 * I), 0);
+      be_.moe_forward(moe_dims(BT, l), mid, param(P_ROUTERW, l), param(P_EXPW1, l),
+                      param(P_EXPW2, l), out, st);
+    }
+    if (Is > 0) {
+      // DeepSeek-V3's shared experts: a dense SwiGLU MLP (shw1, shw2) of
+      // width Is on every token, through the dense MLP's ops and buffers
+      // (fch, fch_gelu); its output is added to the routed output below.
+      {
+        OpScope s(*this, "matmul_fwd", mm * C * 2 * Is, 0);
+        be_.matmul_forward(a.fch[l], nullptr, mid, param(P_SHW1, l), nullptr, BT, C, 2 * Is);
+      }
+      OpScope s(*this, "swiglu_fwd", 0, 3.0 * BT * Is * sb);
+      act_forward(be_, MlpAct::silu, a.fch_gelu[l], a.fch[l], BT, Is);
+    }
     if (to_act) return;
+    if (Is > 0) {
+      {
+        OpScope s(*this, "matmul_fwd", mm * Is * C, 0);
+        be_.matmul_forward(a.shout, nullptr, a.fch_gelu[l], param(P_SHW2, l), nullptr, BT, Is, C);
+      }
+      // routed + shared, as DeepseekV3MoE adds them
+      OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
+      be_.residual_forward(out, out, a.shout, (size_t)BT * C);
+    }
     if (moe_collect_) {  // this layer's counts, the pooled probability sums, its rows
       int m = 0;
       for (int j = 0; j < l; j++) m += cfg_.layer_is_moe(j);
@@ -218,11 +243,15 @@ void GPT::backward_block_llama(const Acts& a, int l, int B, int T) {
   cdptr x = l == 0 ? a.encoded : a.r3[l - 1];
   // Refill what the policy did not keep (same ops, same inputs: same bits).
   const bool block = rp.recomputes_block(l), moe = cfg_.layer_is_moe(l);
+  const int Is = moe ? cfg_.shared_ffn() : 0;  // the shared experts' width (0: none)
   if (block) {
     forward_block_llama(a, l, B, T, /*to_act=*/true);
   } else if (rp.shares_gelu() && !moe) {
     OpScope s(*this, glu_name(cfg_.mlp_act, "_recompute"), 0, 3.0 * BT * H * sb);
     act_forward(be_, cfg_.mlp_act, a.fch_gelu[l], a.fch[l], BT, H);
+  } else if (rp.shares_gelu() && Is > 0) {  // the shared experts' activation
+    OpScope s(*this, "swiglu_recompute", 0, 3.0 * BT * Is * sb);
+    act_forward(be_, MlpAct::silu, a.fch_gelu[l], a.fch[l], BT, Is);
   }
   // d of a normed branch output: dpost = n'(branch) dresidual (zeroed first:
   // rmsnorm_backward accumulates).
@@ -239,11 +268,32 @@ void GPT::backward_block_llama(const Acts& a, int l, int B, int T) {
       be_.rmsnorm_forward(a.ln2[l], a.ln2_rstd[l], a.r2[l], param(P_LN2W, l), BT, C, eps, off);
     }
     const int k = cfg_.experts_per_tok, I = cfg_.moe_ffn_hidden;
-    OpScope s(*this, "moe_bwd", mm * C * (cfg_.num_experts + (double)k * 3 * I), 0);
-    be_.moe_backward(moe_dims(BT), pre ? a.ln2[l] : a.r2[l], param(P_ROUTERW, l),
-                     param(P_EXPW1, l), param(P_EXPW2, l), post ? a.dpost : a.dresidual,
-                     moe_state(l), aux_dprob_.empty() ? nullptr : aux_dprob_.data(), a.dbtc,
-                     grad(P_ROUTERW, l), grad(P_EXPW1, l), grad(P_EXPW2, l));
+    cdptr mid = pre ? a.ln2[l] : a.r2[l], dout = post ? a.dpost : a.dresidual;
+    {
+      OpScope s(*this, "moe_bwd", mm * C * (cfg_.num_experts + (double)k * 3 * I), 0);
+      be_.moe_backward(moe_dims(BT), mid, param(P_ROUTERW, l), param(P_EXPW1, l),
+                       param(P_EXPW2, l), dout, moe_state(l),
+                       aux_dprob_.empty() ? nullptr : aux_dprob_.data(), a.dbtc,
+                       grad(P_ROUTERW, l), grad(P_EXPW1, l), grad(P_EXPW2, l));
+    }
+    if (Is > 0) {  // the shared experts: the dense MLP's backward, its dx added to dbtc
+      {
+        OpScope s(*this, "matmul_bwd", mm * Is * C, 0);
+        be_.matmul_backward(a.dact, grad(P_SHW2, l), nullptr, dout, a.fch_gelu[l],
+                            param(P_SHW2, l), BT, Is, C);
+      }
+      {
+        OpScope s(*this, "swiglu_bwd", 0, 5.0 * BT * Is * sb);
+        be_.swiglu_backward(a.dfch, a.fch[l], a.dact, BT, Is);
+      }
+      {
+        OpScope s(*this, "matmul_bwd", mm * C * 2 * Is, 0);
+        be_.matmul_backward(a.shout, grad(P_SHW1, l), nullptr, a.dfch, mid, param(P_SHW1, l),
+                            BT, C, 2 * Is);
+      }
+      OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
+      be_.residual_forward(a.dbtc, a.dbtc, a.shout, (size_t)BT * C);
+    }
   } else {
     {
       OpScope s(*this, "matmul_bwd", mm * H * C, 0);

@@ -48,7 +48,7 @@ StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
 
 void check_step_in_range(const GPTConfig& c, long B, int T) {
   const double C = c.channels, L = c.num_layers, V = c.padded_vocab, NH = c.num_heads,
-               H = c.ffn();
+               H = std::max(c.ffn(), c.shared_ffn());  // the MLP buffers' width (gpt.cpp)
   // Everything a step holds is below ~40 bytes per parameter (FP32 params,
   // grads, master, m, v) plus the activations (< 40 values per token, layer
   // and channel, the attention matrix, the logits), at 4 bytes.

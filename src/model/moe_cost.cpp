@@ -16,7 +16,8 @@ double unused_matmul_params_of_layer(const GPTConfig& c, int l) {
   const int Lm = c.moe_layer_count();
   const bool mixed = Lm < c.num_layers;  // both MLPs held for every layer (param_layout.h)
   if (c.layer_is_moe(l)) return (E - k) * 3 * C * I + (mixed ? 3 * C * H : 0);
-  return E * C + 3 * E * C * I;  // a dense layer of a mixed model: its router and expert slices
+  // a dense layer of a mixed model: its router, expert and shared-expert slices
+  return E * C + 3 * E * C * I + 3 * C * (double)c.shared_ffn();
 }
 
 double unused_matmul_params(const GPTConfig& c) {

@@ -6,12 +6,13 @@
 //   active parameters  param_count() less (E - k) experts (3·C·I each) per
 //                      MoE layer: attention, norms, embeddings (and lm_head
 //                      when untied) as param_count() counts them, the router
-//                      whole, k experts; a dense model's is param_count().
+//                      whole, k experts, the shared experts (every token
+//                      runs them); a dense model's is param_count().
 //   unused matmul      the flat buffer's matmul elements a token never
 //                      multiplies: the E - k experts of each MoE layer, and
 //                      in a model mixing dense and MoE layers the zero slices
 //                      (param_layout.h: the dense MLP's on MoE layers, the
-//                      router's and experts' on dense layers).
+//                      router's, experts' and shared experts' on dense layers).
 //   FLOPs per token    train_flops_per_token (model/gpt.h: 6 per matmul
 //                      parameter of the flat buffer, plus attention) less
 //                      6 · unused matmul; a recomputed block's forward

@@ -15,16 +15,16 @@ ParamLayout::ParamLayout(const GPTConfig& c) {
     const size_t kn = c.qk_norm == QkNorm::per_head ? L * hs : c.qk_norm == QkNorm::full_width ? L * KV * hs : 0;
     const int Lm = c.moe_layer_count();
     const size_t dense = Lm < c.num_layers ? L : 0, moe = Lm > 0 ? L : 0;  // see the header
-    const size_t E = c.num_experts, I = c.moe_ffn_hidden;
+    const size_t E = c.num_experts, I = c.moe_ffn_hidden, Is = c.shared_ffn();
     sizes = {Vp * C,  0, pre, 0, L * (NH + 2 * KV) * hs * C,
              c.qkv_bias ? L * (NH + 2 * KV) * hs : 0, L * C * NH * hs, 0,
              pre,   0, dense * 2 * H * C, 0, dense * C * H, 0, C, 0,
              c.tied_embeddings ? 0 : Vp * C, qn, kn, post, post,
-             moe * E * C, moe * E * 2 * I * C, moe * E * C * I};
+             moe * E * C, moe * E * 2 * I * C, moe * E * C * I, moe * 2 * Is * C, moe * C * Is};
   } else {
     sizes = {Vp * C,     maxT * C,  L * C,         L * C, L * 3 * C * C, L * 3 * C,
              L * C * C,  L * C,     L * C,         L * C, L * 4 * C * C, L * 4 * C,
-             L * C * 4 * C, L * C,  C,             C,     0, 0, 0, 0, 0, 0, 0, 0};
+             L * C * 4 * C, L * C,  C,             C,     0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   }
   size_t off = 0;
   for (int i = 0; i < kNumParamTensors; i++) {
@@ -38,7 +38,7 @@ const char* ParamLayout::name(int i) {
   static const char* names[kNumParamTensors] = {
       "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
       "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lmhead",
-      "qnormw", "knormw", "attnpostw", "mlppostw", "routerw", "expw1", "expw2"};
+      "qnormw", "knormw", "attnpostw", "mlppostw", "routerw", "expw1", "expw2", "shw1", "shw2"};
   return names[i];
 }
 
@@ -59,7 +59,7 @@ std::string first_non_finite(const ParamLayout& layout, const float* p) {
 
 bool ParamLayout::decayed(int i) {
   return i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW ||
-         i == P_FCPROJW || i == P_LMHEAD || i == P_ROUTERW || i == P_EXPW1 || i == P_EXPW2;
+         i == P_FCPROJW || i == P_LMHEAD || i == P_ROUTERW || i == P_EXPW1 || i == P_EXPW2 || i == P_SHW1 || i == P_SHW2;
 }
 
 }  // namespace ratchet

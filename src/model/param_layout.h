@@ -47,6 +47,10 @@
 //  21 routerw (L, E, C)        the router gate (HF mlp.gate.weight)
 //  22 expw1   (L, E, 2I, C)    each expert's rows gate_proj | up_proj (Mixtral w1 | w3)
 //  23 expw2   (L, E, C, I)     each expert's down_proj (Mixtral w2)
+//  24 shw1    (L, 2Is, C)      the shared experts' gate_proj | up_proj rows
+//                              (HF mlp.shared_experts; Is = I·n_shared_experts)
+//  25 shw2    (L, C, Is)       the shared experts' down_proj
+// (shw1/shw2 are size 0 without shared experts.)
 // Every layered tensor keeps one slice per layer (the shards, buckets and
 // per-block gathers rely on it), so a model that mixes dense and MoE layers
 // (mlp_only_layers, decoder_sparse_step > 1) holds fcw/fcprojw and the
@@ -66,12 +70,12 @@
 
 namespace ratchet {
 
-constexpr int kNumParamTensors = 24;
+constexpr int kNumParamTensors = 26;
 
 enum ParamIndex {
   P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
   P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, P_LMHEAD,
-  P_QNORMW, P_KNORMW, P_ATTNPOSTW, P_MLPPOSTW, P_ROUTERW, P_EXPW1, P_EXPW2
+  P_QNORMW, P_KNORMW, P_ATTNPOSTW, P_MLPPOSTW, P_ROUTERW, P_EXPW1, P_EXPW2, P_SHW1, P_SHW2
 };
 
 // The tensors a transformer block owns (an (L, ...) tensor: one slice per
@@ -81,7 +85,7 @@ enum ParamIndex {
 constexpr int kBlockTensors[] = {P_LN1W,  P_LN1B,     P_QKVW,   P_QKVB,   P_ATTPROJW, P_ATTPROJB,
                                  P_LN2W,  P_LN2B,     P_FCW,    P_FCB,    P_FCPROJW,  P_FCPROJB,
                                  P_QNORMW, P_KNORMW, P_ATTNPOSTW, P_MLPPOSTW,
-                                 P_ROUTERW, P_EXPW1,  P_EXPW2};
+                                 P_ROUTERW, P_EXPW1,  P_EXPW2,  P_SHW1,   P_SHW2};
 inline bool is_block_tensor(int i) { return (i >= P_LN1W && i <= P_FCPROJB) || i >= P_QNORMW; }
 
 struct ParamLayout {

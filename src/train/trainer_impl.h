@@ -109,7 +109,7 @@ class Trainer {
   // MoE: the bytes of expert optimizer state this rank holds (the log's line).
   void log_expert_state() const;
   GPTConfig resolve_config() const;
-  std::vector<float> load_init_weights() const;
+  std::vector<float> load_init_weights(std::vector<float>* moe_bias = nullptr) const;
   std::map<std::string, std::string> identity() const;
   std::map<std::string, std::string> settings() const;
   int choose_batch_size() const;

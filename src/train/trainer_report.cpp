@@ -280,8 +280,9 @@ void Trainer::export_weights() {
       RLOG("exported llm.c checkpoint: %s\n", o_.export_path.c_str());
     }
     if (!o_.export_hf.empty()) {
+      // The selection bias (dots1's e_score_correction_bias) as the model holds it now.
       save_hf_checkpoint(o_.export_hf, cfg_, params, parse_export_dtype("--export-dtype", o_.export_dtype),
-                         o_.overwrite);
+                         o_.overwrite, 5'000'000'000ull, model_->moe_bias());
       // A complete model directory: the shards' tokenizer files beside the weights.
       const std::vector<std::string> copied =
           export_tokenizer_from_.empty() ? std::vector<std::string>{}

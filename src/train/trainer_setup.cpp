@@ -64,6 +64,7 @@ GPTConfig Trainer::resolve_config() const {
   f.num_experts = o_.num_experts, f.experts_per_tok = o_.experts_per_tok;
   f.moe_ffn_hidden = o_.moe_ffn_hidden;
   f.moe_scoring = o_.moe_scoring, f.routed_scaling_factor = o_.routed_scaling_factor;
+  f.n_shared_experts = o_.n_shared_experts;
   f.moe_n_group = o_.moe_n_group, f.moe_topk_group = o_.moe_topk_group;
   f.vocab_size = o_.vocab_size > 0 ? o_.vocab_size : train_ds_->vocab_size();
   f.max_seq_len = o_.max_seq_len;
@@ -76,9 +77,10 @@ GPTConfig Trainer::resolve_config() const {
 
 // The --init-from weights for cfg_ (whose max_seq_len may be --max-seq-len's:
 // a Llama's parameters do not depend on it). Readers refuse non-finite values.
-std::vector<float> Trainer::load_init_weights() const {
+// moe_bias: the selection bias an HF dots1 checkpoint carries (else empty).
+std::vector<float> Trainer::load_init_weights(std::vector<float>* moe_bias) const {
   GPTConfig c;
-  std::vector<float> w = is_hf_checkpoint_path(o_.init_from) ? load_hf_checkpoint(o_.init_from, &c)
+  std::vector<float> w = is_hf_checkpoint_path(o_.init_from) ? load_hf_checkpoint(o_.init_from, &c, moe_bias)
                                                              : load_llmc_checkpoint(o_.init_from, &c);
   RATCHET_ASSERT(w.size() == ParamLayout(cfg_).total);
   return w;
@@ -411,7 +413,11 @@ void Trainer::make_model() {
   // Random weights only once train() knows that no checkpoint replaces them
   // (6.5 ms of a short resumed segment's start-up at 0.23M parameters).
   // The imported weights, read now that the memory check has passed.
-  if (!o_.init_from.empty()) model_->set_params(load_init_weights().data());
+  if (!o_.init_from.empty()) {
+    std::vector<float> bias;
+    model_->set_params(load_init_weights(&bias).data());
+    if (!bias.empty() && cfg_.moe_selection_bias) model_->set_moe_bias(bias);  // dots1's e_score_correction_bias
+  }
   // --profile times the training steps of the steady state only: on from
   // this run's second step, around each step (evaluation and sampling are
   // not in the table). See the loop.

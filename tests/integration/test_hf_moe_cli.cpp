@@ -83,6 +83,60 @@ TEST_F(HfMoeCli, EachFamilyTrainsExportsAndSamples) {
   }
 }
 
+// dots1 (DeepSeek-V3's MoE on Qwen3's attention): 2 shared experts, layer 0
+// dense (first_k_dense_replace 1), sigmoid scores times 2.5, and a random
+// selection bias (mlp.gate.e_score_correction_bias). Fine-tuned on the cpu
+// with the bias fixed (no --moe-bias-update-rate), the export (--export-hf
+// and ckpt export) gives back the weights and the bias bit for bit, and
+// eval reads it; n_group 3 (not dividing the 4 experts) is refused with
+// exit 2 naming the key.
+TEST_F(HfMoeCli, Dots1TrainsWithItsBiasAndExportsIt) {
+  TempDir d;
+  GPTConfig c = hf_moe_config(Family::qwen3_moe);
+  c.family = Family::dots1;
+  c.vocab_size = 300, c.padded_vocab = 0;
+  c.decoder_sparse_step = 1, c.mlp_only_layers = {0};
+  c.n_shared_experts = 2, c.moe_sigmoid = true, c.routed_scaling_factor = 2.5f;
+  c.moe_selection_bias = true, c.router_aux_loss_coef = 0.f;
+  c.finalize();
+  std::vector<float> p(ParamLayout(c).total, 0.f), bias((size_t)c.num_layers * c.num_experts, 0.f);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n(0.f, 0.1f);
+  for (const auto& t : hf_tensor_map(c)) {
+    size_t k = 1;
+    for (auto dd : t.shape) k *= dd;
+    for (size_t i = 0; i < k; i++) p[t.offset + i] = n(rng);
+  }
+  for (const auto& t : hf_bias_map(c))
+    for (int e = 0; e < c.num_experts; e++) bias[t.offset + e] = n(rng);
+  save_hf_checkpoint(d / "src", c, p, StDtype::F32, false, 5'000'000'000ull, bias);
+  const std::string out = d / "out", ck = d / "ck";
+  auto r = run_ratchet(train(d / "src", "--device cpu --steps 1 --lr 1e-30 --ckpt-dir " + ck +
+                                            " --export-hf " + out));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_json_file(out + "/config.json")["model_type"], "dots1");
+  GPTConfig back;
+  std::vector<float> bias_back;
+  const auto q = load_hf_checkpoint(out, &back, &bias_back);
+  EXPECT_EQ(first_config_difference(back, c), "");
+  ASSERT_EQ(q.size(), p.size());
+  EXPECT_EQ(std::memcmp(q.data(), p.data(), p.size() * 4), 0);
+  ASSERT_EQ(bias_back.size(), bias.size());
+  EXPECT_EQ(std::memcmp(bias_back.data(), bias.data(), bias.size() * 4), 0) << "the selection bias";
+  r = run_ratchet("ckpt export " + ck + "/step_00000001 --format hf --output " + (d / "ckhf"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(read_file(out + "/model.safetensors") == read_file(d / "ckhf/model.safetensors"));
+  r = run_ratchet("eval --init-from " + out + " --tokenizer byte --data val='" + (*dir_ / "data/val_*.h5") +
+                  "' --seq-len 16 --threads 2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto j = read_json_file(d / "src/config.json");
+  j["n_group"] = 3;
+  write_file(d / "src/config.json", j.dump());
+  r = run_ratchet(train(d / "src", "--device cpu --steps 1"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("n_group"), std::string::npos) << r.output;
+}
+
 TEST_F(HfMoeCli, UnsupportedFieldsAreRefusedBeforeTraining) {
   TempDir d;
   GPTConfig c;

@@ -159,13 +159,22 @@ TEST(MpiExpertParallel, RankWhoseExpertsGetNoTokens) {
 
 // The tiny MoE config of family f with a number of experts the W ranks
 // divide: its 4, or 6 on 3 ranks.
-GPTConfig config_for(Family f, int W) {
-  GPTConfig c = ratchet::testing::tiny_moe_config(f, 0.5f);
+GPTConfig config_for(Family f, int W, bool shared = false) {
+  GPTConfig c = shared ? ratchet::testing::tiny_shared_config(f, 0.5f)
+                       : ratchet::testing::tiny_moe_config(f, 0.5f);
   if (c.num_experts % W != 0) {
     c.num_experts = 6;
     c.finalize();
   }
   return c;
+}
+// The three families, and mixtral with shared experts (not sharded: every
+// rank runs them on its own tokens, beside the exchange, like attention).
+std::vector<std::pair<std::string, GPTConfig>> ep_cases(int W) {
+  std::vector<std::pair<std::string, GPTConfig>> v;
+  for (const auto& [name, f] : ratchet::testing::moe_families()) v.push_back({name, config_for(f, W)});
+  v.push_back({"mixtral shared experts", config_for(Family::mixtral, W, true)});
+  return v;
 }
 
 // A model built for `stage` as train builds it (test_mpi_moe's StageRun),
@@ -211,9 +220,8 @@ struct EpRun {
 TEST(MpiExpertParallel, ModelEqualsOneProcessAndPlainDataParallel) {
   const int W = g_comm->world();
   const int B = 2, T = 8, steps = 3;
-  for (const auto& [name, f] : ratchet::testing::moe_families()) {
+  for (const auto& [name, c] : ep_cases(W)) {
     SCOPED_TRACE(name);
-    const GPTConfig c = config_for(f, W);
     // Expert-parallel sizes dividing both the world and the experts: all
     // ranks in one group, and (4 ranks) 2 groups of 2, whose experts'
     // gradients are summed over the 2 replicas of each shard.
@@ -282,9 +290,8 @@ TEST(MpiExpertParallel, ModelEqualsOneProcessAndPlainDataParallel) {
 TEST(MpiExpertParallel, RecomputedBlocksEqualKeptBlocksBitwise) {
   const int W = g_comm->world();
   const int B = 2, T = 8, steps = 2;
-  for (const auto& [name, f] : ratchet::testing::moe_families()) {
+  for (const auto& [name, c] : ep_cases(W)) {
     SCOPED_TRACE(name);
-    const GPTConfig c = config_for(f, W);
     if (c.num_experts % W != 0) GTEST_SKIP() << c.num_experts << " experts over " << W << " ranks";
     auto be = make_cpu_backend(1);
     for (int stage : {0, 3}) {

@@ -146,6 +146,19 @@ TEST_F(MpiExpertParallelCuda, TwoRanksThroughTheStandInNcclEqualOneProcess) {
   }
 }
 
+// Shared experts (--n-shared-experts 2): replicated on every rank, run on
+// its own rows beside the exchange; 2 ranks at ZeRO 1 (guarded) equal one
+// process, as above.
+TEST_F(MpiExpertParallelCuda, SharedExpertsTwoRanksEqualOneProcess) {
+  TempDir one, ep;
+  auto r = simt1(cmd("simt", one.path, 4, 4, 64, "--n-shared-experts 2"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = stubN(2, cmd("simt", ep.path, 2, 4, 64, "--n-shared-experts 2 --expert-parallel 2 --zero 1"),
+            "RATCHET_SIMT_GUARD=1 RATCHET_STUB_NCCL_DIR=" + ep.path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_close(one.path, ep.path, "stub-nccl 2 ranks --expert-parallel 2 --zero 1, 2 shared experts");
+}
+
 // 3 ranks, 6 experts, 96 tokens a step (3 x 2 rows, or 1 x 6).
 TEST_F(MpiExpertParallelCuda, ThreeRanksThroughTheStandInNcclEqualOneProcess) {
   TempDir one;

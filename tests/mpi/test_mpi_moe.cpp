@@ -7,7 +7,7 @@
 //     same aux loss (the statistics of the whole global batch) and the same
 //     parameters after 3 AdamW steps, within rounding;
 //   - ZeRO stages 1, 2 and 3 equal stage 0 bit for bit (1 and 2 ranks), also
-//     with recomputed blocks at stage 3.
+//     with recomputed blocks at stage 3, and with shared experts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -173,9 +173,13 @@ TEST(MpiMoe, SelectionBiasRanksEqualOneProcess) {
 TEST(MpiMoe, EveryStageEqualsStage0) {
   if (g_comm->world() > 2) GTEST_SKIP() << "bitwise only on 1 and 2 ranks";
   const int B = 2, T = 8, steps = 3;
-  for (const auto& [name, f] : ratchet::testing::moe_families()) {
+  auto cases = ratchet::testing::moe_families();
+  cases.push_back({"mixtral shared experts", Family::mixtral});  // shw1 / shw2 sharded too
+  for (size_t k = 0; k < cases.size(); k++) {
+    const auto& [name, f] = cases[k];
     SCOPED_TRACE(name);
-    const GPTConfig c = ratchet::testing::tiny_moe_config(f, 0.5f);
+    const GPTConfig c = k + 1 == cases.size() ? ratchet::testing::tiny_shared_config(f, 0.5f)
+                                              : ratchet::testing::tiny_moe_config(f, 0.5f);
     auto be = make_cpu_backend(1);
     std::vector<std::vector<float>> final(5);
     for (int stage = 0; stage <= 3; stage++) {

@@ -51,6 +51,11 @@ OlmoeSparseMoeBlock, MixtralSparseMoeBlock, load_balancing_loss_func):
                       delta = rate * sign(mean - count), minus its mean, added
                       (in float32, as ratchet holds it). 0 (default): no bias.
                       The final bias is printed as "bias=" (L·E, dense rows 0)
+  n_shared_experts    DeepSeek-V3's shared experts (DeepseekV3MoE.shared_experts,
+                      as dots1 has them): one SwiGLU MLP of hidden size
+                      moe_ffn * n on every token of a MoE layer, its output
+                      added to the routed output (tensors shw1 (L, 2Is, C)
+                      gate | up rows, shw2 (L, C, Is)). 0 (default): none.
   n_group, topk_group DeepSeek-V3's group-limited selection
                       (DeepseekV3TopkRouter.get_topk_indices): the E experts in
                       n_group contiguous groups, each scored by the sum of its
@@ -92,7 +97,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_reference as g2  # noqa: E402  (read_batch, unflatten, gradcheck, run (AdamW), I/O)
 import llama_reference as lr  # noqa: E402  (inv_freq, rope)
 
-DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead", "routerw", "expw1", "expw2"}
+DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead", "routerw", "expw1", "expw2",
+           "shw1", "shw2"}
 # The smallest gap between a token's k-th and (k+1)-th router logit the
 # comparison accepts: float32 logits (C-term dot products of O(1) values)
 # are accurate to ~1e-6, so a gap 100x wider cannot flip a top-k choice.
@@ -116,7 +122,7 @@ FAMILY_DEFAULTS = dict(head_dim=0, qkv_bias=False, qk_norm="none", norm_placemen
                        num_experts=0, experts_per_tok=0, moe_ffn=0, norm_topk_prob=False,
                        decoder_sparse_step=1, mlp_only_layers=[], clip_qkv=0.0, aux_coef=0.0,
                        scoring_func="softmax", routed_scaling_factor=1.0, bias_update_rate=0.0,
-                       report_ce=True, n_group=1, topk_group=1)
+                       n_shared_experts=0, report_ce=True, n_group=1, topk_group=1)
 
 
 def layer_is_moe(cfg, l):
@@ -164,6 +170,9 @@ def param_shapes(cfg):
     if any(moe):  # the gate (E, C); per expert gate_proj | up_proj rows (2I, C); down_proj (C, I)
         E, I = cfg["num_experts"], cfg["moe_ffn"]
         s += [("routerw", (L, E, C)), ("expw1", (L, E, 2 * I, C)), ("expw2", (L, E, C, I))]
+        Is = I * cfg["n_shared_experts"]
+        if Is > 0:  # the shared experts' gate_proj | up_proj rows (2Is, C); down_proj (C, Is)
+            s += [("shw1", (L, 2 * Is, C)), ("shw2", (L, C, Is))]
     return s
 
 
@@ -337,6 +346,11 @@ def forward(flat, cfg, inputs, targets):
                 bias = sel_bias.setdefault(l, torch.zeros(cfg["num_experts"], dtype=torch.float64))
             m, rl = moe_block(h, p["routerw"][l], p["expw1"][l], p["expw2"][l], cfg, bias, l)
             router_logits.append(rl)
+            if cfg["n_shared_experts"] > 0:  # DeepseekV3MoE: routed + shared_experts(h)
+                Is = cfg["moe_ffn"] * cfg["n_shared_experts"]
+                gu = h @ p["shw1"][l].T
+                g, u = gu[..., :Is], gu[..., Is:]
+                m = m + (g * torch.sigmoid(g) * u) @ p["shw2"][l].T
         else:
             gate_up = h @ p["fcw"][l].T
             gate, up = gate_up[..., :H], gate_up[..., H:]
@@ -390,6 +404,8 @@ def check_config(cfg, where):
         if not (1 <= k <= E) or cfg["moe_ffn"] < 1 or cfg["decoder_sparse_step"] < 1:
             sys.exit(f"{where}: experts_per_tok {k} must be in 1..num_experts {E}, moe_ffn "
                      f"{cfg['moe_ffn']} and decoder_sparse_step {cfg['decoder_sparse_step']} >= 1")
+        if not (isinstance(cfg["n_shared_experts"], int) and cfg["n_shared_experts"] >= 0):
+            sys.exit(f"{where}: n_shared_experts {cfg['n_shared_experts']!r} must be an integer >= 0")
         ng, tg = cfg["n_group"], cfg["topk_group"]
         if ng < 1 or E % ng or not 1 <= tg <= ng or k > tg * (E // ng):
             sys.exit(f"{where}: n_group {ng} must divide num_experts {E}, topk_group {tg} be in "

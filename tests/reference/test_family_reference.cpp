@@ -87,7 +87,8 @@ void write_config(const std::string& path, const GPTConfig& c) {
   j << "], \"clip_qkv\": " << c.clip_qkv << ", \"aux_coef\": " << (c.moe() ? c.router_aux_loss_coef : 0.f)
     << ", \"scoring_func\": \"" << (c.moe_sigmoid ? "sigmoid" : "softmax")
     << "\", \"routed_scaling_factor\": " << c.routed_scaling_factor
-    << ", \"bias_update_rate\": " << (c.moe_selection_bias ? c.moe_bias_update_rate : 0.f);
+    << ", \"bias_update_rate\": " << (c.moe_selection_bias ? c.moe_bias_update_rate : 0.f)
+    << ", \"n_shared_experts\": " << (c.moe() ? c.n_shared_experts : 0);
   // DeepSeek-V3's group-limited selection (1 / 1: none).
   j << ", \"n_group\": " << c.n_group << ", \"topk_group\": " << c.topk_group << "}\n";
 }
@@ -124,7 +125,7 @@ std::vector<float> family_params(const GPTConfig& c, bool zero_norms = false) {
   // of ~0.02, so the biased choice would tie in float32; 4x keeps them apart.
   const float wide = c.moe_sigmoid || c.moe_selection_bias ? 4.f : 8.f;
   for (int l = 0; c.moe() && l < c.num_layers; l++)
-    for (int i : {P_FCW, P_FCPROJW, P_ROUTERW, P_EXPW1, P_EXPW2}) {
+    for (int i : {P_FCW, P_FCPROJW, P_ROUTERW, P_EXPW1, P_EXPW2, P_SHW1, P_SHW2}) {
       const size_t n = lay.per_layer(i, c.num_layers);
       float* s = p.data() + lay.offsets[i] + l * n;
       const bool used = (i == P_FCW || i == P_FCPROJW) != c.layer_is_moe(l);
@@ -406,6 +407,36 @@ TEST(FamilyPyTorchReference, Qwen3MoeSigmoidSelectionBiasUpdate) {
   c.router_aux_loss_coef = 0.f;
   c.moe_selection_bias = true;
   c.moe_bias_update_rate = 0.02f;
+  c.finalize();
+  check_against_oracle(c);
+}
+
+// DeepSeek-V3's shared experts (DeepseekV3MoE.shared_experts, dots1's MoE):
+// on Qwen3-MoE's mixed layers (1 and 5 MoE; the dense layers' ffn 40 and the
+// shared experts' Is = 2·24 = 48 share the dense MLP's buffers at the larger
+// width), n_shared_experts 2, sigmoid scores times 2.5 with the selection
+// bias and its update, as dots1 routes; the aux loss off (DeepSeek-V3 and
+// dots1 train without it). Params at NMSE 1e-9 as Qwen3MoeSelectionBiasUpdate
+// (the router 4x wide).
+TEST(FamilyPyTorchReference, Qwen3MoeSharedExpertsSigmoidBias) {
+  GPTConfig c = hf_moe_config(Family::qwen3_moe, /*tied=*/false, 6);
+  c.mlp_only_layers = {3};
+  c.n_shared_experts = 2;
+  c.moe_sigmoid = true;
+  c.routed_scaling_factor = 2.5f;
+  c.router_aux_loss_coef = 0.f;
+  c.moe_selection_bias = true;
+  c.moe_bias_update_rate = 0.02f;
+  c.finalize();
+  ASSERT_EQ(c.shared_ffn(), 48);
+  check_against_oracle(c, /*zero_norms=*/false, 1e-9);
+}
+
+// Shared experts alone beside softmax routing and the aux loss (Mixtral's
+// all-MoE layers, one shared expert).
+TEST(FamilyPyTorchReference, MixtralOneSharedExpert) {
+  GPTConfig c = hf_moe_config(Family::mixtral);
+  c.n_shared_experts = 1;
   c.finalize();
   check_against_oracle(c);
 }

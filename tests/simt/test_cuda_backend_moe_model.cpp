@@ -40,10 +40,17 @@ double rel_to_max(const float* a, const float* b, size_t n) {
 // gradient tensor 1e-5 of its largest entry; other GEMM and reduction orders
 // give FP32 rounding, a wrong term is O(1); measured up to 1.6e-6:
 // test_cuda_backend_moe_model --gtest_filter='*Fp32*').
+// The shared experts (tiny_shared_config) run through the dense MLP's ops:
+// mixtral with 3 (wider than the dense MLP); qwen3_moe's shared config has
+// sigmoid scores and a routed scale.
 TEST(CudaBackendMoeModel, Fp32StepMatchesTheCpuBackend) {
-  for (Family f : {Family::qwen3_moe, Family::olmoe, Family::mixtral}) {
-    SCOPED_TRACE(family_name(f));
-    const GPTConfig cfg = tiny_moe_config(f, 0.5f);
+  const Family fams[] = {Family::qwen3_moe, Family::olmoe, Family::mixtral, Family::mixtral,
+                         Family::qwen3_moe};
+  for (int c = 0; c < 5; c++) {
+    const Family f = fams[c];
+    const bool shared = c >= 3;
+    SCOPED_TRACE(std::string(family_name(f)) + (shared ? " shared experts" : ""));
+    const GPTConfig cfg = shared ? tiny_shared_config(f, 0.5f) : tiny_moe_config(f, 0.5f);
     auto cpu = make_cpu_backend(2);
     auto cuda = make_cuda_backend(
         "f32", f == Family::qwen3_moe ? AttentionImpl::materialized : AttentionImpl::flash);
@@ -81,11 +88,15 @@ TEST(CudaBackendMoeModel, Fp32StepMatchesTheCpuBackend) {
 // backend: the same routing (counts), losses and gradients to the test
 // above's tolerances. The bias (+-0.3, far above FP32 noise) decides choices.
 TEST(CudaBackendMoeModel, Fp32BiasAndGroupsMatchTheCpuBackend) {
+  // Also as dots1 routes: with 2 shared experts and a routed scale (shared).
+  for (bool shared : {false, true}) {
+  SCOPED_TRACE(shared ? "dots1: shared experts, scale 2.5" : "routed only");
   GPTConfig cfg = tiny_moe_config(Family::qwen3_moe, 0.f);
   cfg.moe_sigmoid = true;
   cfg.moe_selection_bias = true;
   cfg.n_group = 2;
   cfg.topk_group = 1;
+  if (shared) cfg.n_shared_experts = 2, cfg.routed_scaling_factor = 2.5f;
   cfg.finalize();
   auto cpu = make_cpu_backend(2);
   auto cuda = make_cuda_backend("f32", AttentionImpl::materialized);
@@ -116,19 +127,24 @@ TEST(CudaBackendMoeModel, Fp32BiasAndGroupsMatchTheCpuBackend) {
     EXPECT_LT(rel_to_max(gd.data() + lay.offsets[i], gr.data() + lay.offsets[i], lay.sizes[i]), 1e-5)
         << ParamLayout::name(i);
   }
+  }
 }
 
 TEST(CudaBackendMoeModel, RecomputeIsBitwiseUnderEveryPolicy) {
   for (const char* storage : {"f32", "bf16"}) {
     SCOPED_TRACE(storage);
     auto be = make_cuda_backend(storage);
-    const GPTConfig cfg = tiny_moe_config(Family::mixtral, 0.5f);
+    for (bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "shared experts" : "routed only");
+    const GPTConfig cfg = shared ? tiny_shared_config(Family::mixtral, 0.5f)
+                                 : tiny_moe_config(Family::mixtral, 0.5f);
     const PolicyStep ref = run_policy_step(*be, cfg, Recompute(), 2, 16);
     for (const std::string& pol : policies_to_test()) {
       const PolicyStep got = run_policy_step(*be, cfg, parse_recompute(pol), 2, 16);
       EXPECT_EQ(first_bit_difference(got.losses, ref.losses), "") << pol << " losses";
       EXPECT_EQ(first_bit_difference(got.grads, ref.grads), "") << pol << " gradients";
       EXPECT_EQ(first_bit_difference(got.params, ref.params), "") << pol << " params";
+    }
     }
   }
 }
@@ -137,11 +153,13 @@ TEST(CudaBackendMoeModel, RecomputeIsBitwiseUnderEveryPolicy) {
 // for byte, the MoE states included (one per kept MoE layer, one shared by
 // the layers blocks:k recomputes), and its peak is no more.
 TEST(CudaBackendMoeModel, StepMemoryCountsTheMoeStates) {
-  const GPTConfig cfg = tiny_moe_config(Family::mixtral, 0.5f);
-  const int B = 2, T = 16;
+  for (bool shared : {false, true})  // the shared experts' activations too
   for (const char* storage : {"bf16", "f32"})
     for (const char* pol : {"none", "blocks:2"}) {
-      SCOPED_TRACE(std::string(storage) + " " + pol);
+      SCOPED_TRACE(std::string(storage) + " " + pol + (shared ? " shared experts" : ""));
+      const GPTConfig cfg = shared ? tiny_shared_config(Family::mixtral, 0.5f)
+                                   : tiny_moe_config(Family::mixtral, 0.5f);
+      const int B = 2, T = 16;
       auto be = make_cuda_backend(storage);
       const Recompute r = parse_recompute(pol);
       {

@@ -1,8 +1,9 @@
 // DeepSeek-V3's router options through `ratchet-simt train` (the cuda
 // backend's host code on simt; docs/moe.md): the selection bias with its
-// update (--moe-bias-update-rate) and group-limited selection (--moe-n-group,
-// --moe-topk-group) train like `ratchet train --device cpu`, and a preempted
-// run with the bias resumes bit for bit.
+// update (--moe-bias-update-rate), group-limited selection (--moe-n-group,
+// --moe-topk-group) and shared experts (--n-shared-experts) train like
+// `ratchet train --device cpu`, and a preempted run with the bias resumes
+// bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -92,6 +93,12 @@ TEST_F(CudaBackendMoeTrain, SelectionBiasTrainsLikeCpu) {
 TEST_F(CudaBackendMoeTrain, GroupLimitedSelectionWithBiasTrainsLikeCpu) {
   if (!std::ifstream(simt_exe()).good()) GTEST_SKIP() << simt_exe() << " was not built";
   simt_equals_cpu("--moe-bias-update-rate 0.01 --moe-n-group 2 --moe-topk-group 1", true);
+}
+
+// As dots1 routes: 2 shared experts beside the routed ones, scale 2.5, the bias.
+TEST_F(CudaBackendMoeTrain, SharedExpertsTrainLikeCpu) {
+  if (!std::ifstream(simt_exe()).good()) GTEST_SKIP() << simt_exe() << " was not built";
+  simt_equals_cpu("--n-shared-experts 2 --routed-scaling-factor 2.5 --moe-bias-update-rate 0.01", true);
 }
 
 // MoeTrain.SelectionBiasUpdatesAndResumesBitIdentically on the cuda backend

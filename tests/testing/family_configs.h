@@ -58,6 +58,7 @@ inline GPTConfig tiny_family_config(Family f, bool tied = true, int layers = 3) 
     case Family::qwen3_moe:  // the MoE families: testing/moe_configs.h
     case Family::olmoe:
     case Family::mixtral:
+    case Family::dots1:
       break;
   }
   c.finalize();

@@ -52,6 +52,18 @@ inline GPTConfig tiny_moe_config(Family f, float aux_coef = 0.05f) {
   return c;
 }
 
+// With DeepSeek-V3's shared experts (n_shared_experts, Is = 16·n): qwen3_moe
+// with 2 (Is 32, narrower than the dense layers' ffn 40) and sigmoid scores
+// scaled by 2.5; mixtral with 3 (Is 48, wider than ffn 40: the dense MLP's
+// buffers take the larger width) and softmax.
+inline GPTConfig tiny_shared_config(Family f, float aux_coef = 0.05f) {
+  GPTConfig c = tiny_moe_config(f, aux_coef);
+  c.n_shared_experts = f == Family::mixtral ? 3 : 2;
+  if (f == Family::qwen3_moe) c.moe_sigmoid = true, c.routed_scaling_factor = 2.5f;
+  c.finalize();
+  return c;
+}
+
 inline std::vector<std::pair<std::string, Family>> moe_families() {
   return {{"qwen3_moe", Family::qwen3_moe}, {"olmoe", Family::olmoe}, {"mixtral", Family::mixtral}};
 }

@@ -196,6 +196,23 @@ TEST(FamilyCheckpoint, SigmoidRoutingResumesBitIdentically) {
   for (bool sharded : {false, true}) resumes_bit_identically("qwen3_moe sigmoid", c, sharded);
 }
 
+// Shared experts (docs/moe.md): n_shared_experts travels as an attribute,
+// the tensors shw1 / shw2 are cut across the shards like the others, and the
+// model resumes bit for bit; a checkpoint without the attribute has none.
+TEST(FamilyCheckpoint, SharedExpertsResumeBitIdentically) {
+  const GPTConfig c = tiny_shared_config(Family::mixtral, 0.25f);
+  ASSERT_GT(ParamLayout(c).sizes[P_SHW2], 0u);
+  TempDir d;
+  Checkpoint ck;
+  ck.meta.model = c;
+  ck.params.assign(ParamLayout(c).total, 0.0f);
+  ck.adam_m = ck.params;
+  ck.adam_v = ck.params;
+  write_checkpoint_files(d.path, ck);
+  EXPECT_EQ(read_checkpoint(d.path).meta.model.n_shared_experts, 3);
+  for (bool sharded : {false, true}) resumes_bit_identically("mixtral shared experts", c, sharded);
+}
+
 // Group-limited selection (docs/moe.md): n_group and topk_group travel as
 // attributes (absent: 1 / 1), and such a model resumes bit for bit.
 TEST(FamilyCheckpoint, GroupLimitedSelectionResumesBitIdentically) {

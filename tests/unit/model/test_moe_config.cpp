@@ -115,8 +115,21 @@ TEST(MoeConfig, DeepSeekRoutingFields) {
          {"topk_group (--moe-topk-group) is 3 with n_group 2"});
   refuse([](GPTConfig& c) { c.n_group = 4, c.topk_group = 1; },
          {"(--experts-per-tok) 2 exceeds topk_group 1 x 1 experts per group"});
-  refuse([](GPTConfig& c) { c.n_shared_experts = 1; }, {"n_shared_experts 1", "not implemented"});
   refuse([](GPTConfig& c) { c.n_shared_experts = -1; }, {"n_shared_experts -1"});
+  refuse([](GPTConfig& c) { c.n_shared_experts = 1 << 30; }, {"n_shared_experts 1073741824", "at most"});
+  {  // shared experts are in the model now
+    GPTConfig s = tiny_moe();
+    s.n_shared_experts = 2;
+    s.finalize();
+    EXPECT_EQ(s.shared_ffn(), 2 * s.moe_ffn_hidden);
+    EXPECT_EQ(ParamLayout(s).sizes[P_SHW1], (size_t)s.num_layers * 2 * s.shared_ffn() * s.channels);
+    EXPECT_EQ(ParamLayout(s).sizes[P_SHW2], (size_t)s.num_layers * s.channels * s.shared_ffn());
+    EXPECT_EQ(ParamLayout(tiny_moe()).sizes[P_SHW1], 0u);
+    EXPECT_TRUE(ParamLayout::decayed(P_SHW1) && ParamLayout::decayed(P_SHW2));
+    GPTConfig a = tiny_moe();
+    a.finalize();
+    EXPECT_EQ(first_config_difference(a, s), "n_shared_experts");
+  }
   refuse([](GPTConfig& c) { c.moe_bias_update_rate = 0.001f; },
          {"update rate 0.001", "needs the selection bias"});
   refuse([](GPTConfig& c) {
@@ -155,6 +168,17 @@ TEST(MoeConfig, DeepSeekRoutingFlags) {
   c = config_from_flags(f);
   EXPECT_TRUE(c.moe_sigmoid);
   EXPECT_EQ(c.routed_scaling_factor, 2.5f);
+  f.n_shared_experts = 2;  // --n-shared-experts
+  EXPECT_EQ(config_from_flags(f).n_shared_experts, 2);
+  f.n_shared_experts = -1;
+  ratchet::testing::expect_error([&] { config_from_flags(f); }, {"--n-shared-experts", "-1"});
+  f.n_shared_experts = 0;
+  f.family = "dots1";  // --family dots1: per-head q/k norm, sigmoid scores
+  c = config_from_flags(f);
+  EXPECT_EQ(c.family, Family::dots1);
+  EXPECT_TRUE(c.moe_sigmoid);
+  EXPECT_EQ(c.qk_norm, QkNorm::per_head);
+  f.family = "qwen3_moe";
   f.moe_scoring = "tanh";
   ratchet::testing::expect_error([&] { config_from_flags(f); }, {"--moe-scoring", "tanh"});
   ModelFlags d;
@@ -162,6 +186,9 @@ TEST(MoeConfig, DeepSeekRoutingFlags) {
   d.vocab_size = 100, d.max_seq_len = 16, d.moe_scoring = "sigmoid";
   ratchet::testing::expect_error([&] { config_from_flags(d); },
                                  {"--moe-scoring", "Mixture-of-Experts"});
+  d.moe_scoring = "", d.n_shared_experts = 1;
+  ratchet::testing::expect_error([&] { config_from_flags(d); },
+                                 {"--n-shared-experts", "Mixture-of-Experts"});
 }
 
 TEST(MoeConfig, DifferenceNamesTheMoeField) {

@@ -17,6 +17,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "model/gpt.h"
+#include "model/moe_cost.h"
 #include "testing/moe_configs.h"
 #include "testing/recompute_cases.h"
 #include "testing/tiny_model.h"
@@ -128,7 +129,8 @@ void expect_fd_gradients(const GPTConfig& cfg) {
       // The expert tensors of a MoE layer (a dense layer's slice is zero and
       // unused: its gradient must be exactly 0, checked below).
       const int layer = is_block_tensor(t) ? (int)((i - m.layout().offsets[t]) / per) : -1;
-      const bool moe_tensor = t == P_ROUTERW || t == P_EXPW1 || t == P_EXPW2;
+      const bool moe_tensor =
+          t == P_ROUTERW || t == P_EXPW1 || t == P_EXPW2 || t == P_SHW1 || t == P_SHW2;
       const bool dense_tensor = t == P_FCW || t == P_FCPROJW;
       if ((moe_tensor && !cfg.layer_is_moe(layer)) || (dense_tensor && cfg.layer_is_moe(layer))) {
         EXPECT_EQ(g[i], 0.0f) << ParamLayout::name(t) << " of layer " << layer << " is unused";
@@ -163,6 +165,58 @@ TEST(MoeModel, GradientsMatchFiniteDifferences) {
     SCOPED_TRACE(name);
     expect_fd_gradients(tiny_moe_config(f));
   }
+}
+
+// Shared experts (shw1, shw2 on the MoE layers; zero and unused on the dense
+// ones), with sigmoid scores and a routed scale (qwen3_moe) and wider than
+// the dense MLP (mixtral).
+TEST(MoeModel, SharedExpertGradientsMatchFiniteDifferences) {
+  for (Family f : {Family::qwen3_moe, Family::mixtral}) {
+    SCOPED_TRACE(family_name(f));
+    const GPTConfig cfg = tiny_shared_config(f);
+    ASSERT_GT(ParamLayout(cfg).sizes[P_SHW1], 0u);
+    expect_fd_gradients(cfg);
+  }
+}
+
+// The shared experts change the output: zeroing shw2 gives the model
+// without them (a config with n_shared_experts 0 and the same other
+// tensors) bit for bit, and any nonzero shw2 changes the loss.
+TEST(MoeModel, SharedExpertAddsToTheRoutedOutput) {
+  const GPTConfig cfg = tiny_shared_config(Family::mixtral);
+  GPTConfig none = cfg;
+  none.n_shared_experts = 0;
+  none.finalize();
+  CpuBackend be(1);
+  GPT m(cfg, be), n(none, be);
+  m.init_random(3);
+  std::vector<float> p = params_of(m), q(n.num_params());
+  const ParamLayout &lm = m.layout(), &ln = n.layout();
+  for (int t = 0; t < kNumParamTensors; t++)
+    if (t != P_SHW1 && t != P_SHW2) {
+      ASSERT_EQ(lm.sizes[t], ln.sizes[t]) << ParamLayout::name(t);
+      std::copy_n(p.begin() + lm.offsets[t], lm.sizes[t], q.begin() + ln.offsets[t]);
+    }
+  n.set_params(q.data());
+  const auto in = random_tokens(kB * kT, cfg.vocab_size, 1), tg = random_tokens(kB * kT, cfg.vocab_size, 2);
+  const float with = m.forward(in.data(), tg.data(), kB, kT);
+  std::fill_n(p.begin() + lm.offsets[P_SHW2], lm.sizes[P_SHW2], 0.0f);
+  m.set_params(p.data());
+  const float zeroed = m.forward(in.data(), tg.data(), kB, kT);
+  const float without = n.forward(in.data(), tg.data(), kB, kT);
+  EXPECT_EQ(zeroed, without);  // + 0 exactly
+  EXPECT_NE(with, without);
+}
+
+// Parameter counts: each MoE layer adds 3·C·Is, all of it active.
+TEST(MoeModel, SharedExpertsCountAsActiveParameters) {
+  const GPTConfig cfg = tiny_shared_config(Family::mixtral);
+  GPTConfig none = cfg;
+  none.n_shared_experts = 0;
+  none.finalize();
+  const double extra = (double)cfg.moe_layer_count() * 3 * cfg.channels * cfg.shared_ffn();
+  EXPECT_EQ(cfg.param_count() - none.param_count(), extra);
+  EXPECT_EQ(active_param_count(cfg) - active_param_count(none), extra);
 }
 
 // The gradient the aux loss adds (coef·d aux: the gradients with coef minus
@@ -280,9 +334,12 @@ TEST(MoeModel, StatisticsCountEveryMoeLayer) {
 // MoE state without counting its statistics again).
 TEST(MoeModel, GradientsAreBitwiseTheSameUnderEveryPolicy) {
   auto be = make_cpu_backend(2);
-  for (const auto& [name, f] : moe_families()) {
+  auto cases = moe_families();
+  cases.push_back({"mixtral shared", Family::mixtral});  // with shared experts (last)
+  for (size_t c = 0; c < cases.size(); c++) {
+    const auto& [name, f] = cases[c];
     SCOPED_TRACE(name);
-    const GPTConfig cfg = tiny_moe_config(f, 0.5f);
+    const GPTConfig cfg = c + 1 == cases.size() ? tiny_shared_config(f, 0.5f) : tiny_moe_config(f, 0.5f);
     const PolicyStep ref = run_policy_step(*be, cfg, Recompute(), 2, 9);
     for (const std::string& pol : policies_to_test()) {
       const PolicyStep got = run_policy_step(*be, cfg, parse_recompute(pol), 2, 9);

@@ -119,6 +119,22 @@ TEST(Presets, MoeTotalAndActive) {
   EXPECT_EQ(round_to(count("mixtral-8x7b"), 1e8), 46.7e9);
   EXPECT_EQ(active_param_count(preset_config("mixtral-8x7b", 257, 1024)), 12879925248.0);
   EXPECT_EQ(round_to(12879925248.0, 1e8), 12.9e9);
+  // rednote-hilab/dots.llm1: "activates 14B parameters out of a total of
+  // 142B" (62 layers, layer 0 dense of 10944, 128 experts of 1408, top 6, 2
+  // shared experts; the shape as its config.json has it). Its flat buffer
+  // holds more (param_layout.h: a model mixing dense and MoE layers keeps
+  // both MLPs' slices on every layer, the unused ones zero): 153.2B.
+  const GPTConfig dots = preset_config("dots.llm1", 257, 1024);
+  EXPECT_EQ(dots.param_count(), 142774373888.0);
+  EXPECT_EQ(active_param_count(dots), 14016581120.0);
+  EXPECT_EQ(std::floor(dots.param_count() / 1e9) * 1e9, 142e9);  // 142.77B: the card truncates
+  EXPECT_EQ(round_to((double)ParamLayout(dots).total, 1e8), 153.2e9);
+  EXPECT_EQ(std::floor(active_param_count(dots) / 1e9) * 1e9, 14e9) << active_param_count(dots);
+  EXPECT_EQ(dots.family, Family::dots1);
+  EXPECT_EQ(dots.moe_layer_count(), 61);
+  EXPECT_EQ(dots.shared_ffn(), 2816);
+  EXPECT_TRUE(dots.moe_sigmoid);
+  EXPECT_EQ(dots.routed_scaling_factor, 2.5f);
   for (const char* n : {"qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"}) {
     const GPTConfig c = preset_config(n, 257, 1024);
     EXPECT_EQ(c.moe_layer_count(), c.num_layers) << n;

@@ -36,6 +36,22 @@ TEST(PlanMoe, ActiveParametersByHand) {
   EXPECT_EQ(active_param_count(m), m.param_count() - (E - k) * 3 * C * I);
 }
 
+// Shared experts (n_shared_experts, Is = I·n): 3·C·Is per MoE layer, all of
+// it active; the dense layers of a mixed model hold unused zero slices of
+// them. FLOPs follow: 6 per active shared parameter.
+TEST(PlanMoe, SharedExpertsAreActive) {
+  GPTConfig m = ratchet::testing::hf_moe_config(Family::qwen3_moe);  // layers 0, 2, 3 dense, 1 MoE
+  GPTConfig s = m;
+  s.n_shared_experts = 2;
+  s.finalize();
+  const double C = 32, E = 4, k = 2, I = 24, Is = 48;
+  EXPECT_EQ(s.param_count() - m.param_count(), 1 * 3 * C * Is);
+  EXPECT_EQ(active_param_count(s), s.param_count() - (E - k) * 3 * C * I);
+  EXPECT_EQ(unused_matmul_params(s), unused_matmul_params(m) + 3 * 3 * C * Is);
+  EXPECT_DOUBLE_EQ(active_train_flops_per_token(s, 16) - active_train_flops_per_token(m, 16),
+                   6 * 3 * C * Is);
+}
+
 TEST(PlanMoe, FlopsFollowActiveMemoryFollowsTotal) {
   PlanInputs in;
   in.cfg = preset_config("qwen3-30b-a3b", 257, 4096);
