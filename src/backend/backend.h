@@ -365,6 +365,12 @@ class Backend {
   virtual void round_from_master(dptr /*params*/, size_t /*n*/, int /*step*/,
                                  size_t /*round_offset*/ = 0,
                                  size_t /*tensor_offset*/ = (size_t)-1) {}
+  // The FP32 master copy of params[0, n) in backend memory, when this backend
+  // keeps one that holds all of them back to back (the whole master, or one
+  // kept range covering them); null otherwise (FP32 storage, the cpu
+  // backend, or elements outside the kept ranges). Written through it by a
+  // collective (--expert-parallel's master all-gather), then round_from_master.
+  virtual float* master_of(cdptr /*params*/, size_t /*n*/) { return nullptr; }
   // Copy `bytes` within backend memory (dst and src do not overlap).
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
 

@@ -309,6 +309,7 @@ int cmd_plan(int argc, char** argv) {
   if (in.cfg.moe() && in.cfg.num_experts % f.expert_parallel != 0)
     fail("--expert-parallel ", f.expert_parallel, " must divide num_experts ",
          in.cfg.num_experts, " (as `ratchet train`): choose a divisor");
+  in.expert_parallel = f.expert_parallel;
   const plan::Plan p = plan::make_plan(in);
   std::cout << (f.json ? plan::plan_json(p) : plan::plan_table(p));
   if (!f.json && f.expert_parallel > 1)  // docs/moe.md; bench/cpu/moe_a2a.sh measures it

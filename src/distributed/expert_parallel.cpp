@@ -10,8 +10,7 @@
 
 namespace ratchet {
 
-void check_expert_parallel(int n, int world, const GPTConfig& cfg, const std::string& backend,
-                           int zero) {
+void check_expert_parallel(int n, int world, const GPTConfig& cfg, const std::string& backend) {
   if (n < 1) fail("--expert-parallel ", n, " must be at least 1 (1: no expert parallelism)");
   if (n == 1) return;
   if (world % n != 0)
@@ -27,12 +26,6 @@ void check_expert_parallel(int n, int world, const GPTConfig& cfg, const std::st
   if (backend != "cpu" && !device)
     fail("--expert-parallel runs on the cpu and cuda backends (docs/moe.md); this run's backend "
          "is ", backend, ": use --device cpu or --expert-parallel 1");
-  if (device && backend.find("bf16") != std::string::npos && zero <= 1)
-    fail("--expert-parallel ", n, " with --storage bf16 at --zero ", zero,
-         " is not supported on the ", backend,
-         " backend yet: ZeRO 0-1 keep only this rank's experts' optimizer state, and the "
-         "other experts' FP32 master copy would go stale (docs/moe.md); use --storage f32, or "
-         "--zero 2 or 3");
 }
 
 ExpertParallel::ExpertParallel(Communicator& world, int n, Communicator* device)

@@ -49,12 +49,9 @@ struct GPTConfig;
 // Checks --expert-parallel N for `world` ranks, the model and the backend,
 // without any collective: an Error (exit 2) naming the flag and the value
 // when N < 1, N does not divide the world size, N > 1 for a dense model, N
-// does not divide num_experts, or the backend cannot run it: the cuda
-// backend (and simt) with BF16 storage at ZeRO 0-1 (`zero`), where the
-// rank's own experts' FP32 master copy is all it keeps (use --storage f32
-// or --zero 2/3); any backend other than cpu, cuda and simt.
-void check_expert_parallel(int n, int world, const GPTConfig& cfg, const std::string& backend,
-                           int zero = 0);
+// does not divide num_experts, or the backend cannot run it (any backend
+// other than cpu, cuda and simt; both storages run at every ZeRO stage).
+void check_expert_parallel(int n, int world, const GPTConfig& cfg, const std::string& backend);
 
 class ExpertParallel final : public MoeExchange {
  public:

@@ -17,6 +17,7 @@
 
 namespace ratchet {
 
+class Backend;
 struct GPTConfig;
 
 using FlatRangeList = std::vector<std::pair<size_t, size_t>>;
@@ -41,10 +42,19 @@ FlatRangeList merge_ranges(const FlatRangeList& a, const FlatRangeList& b);
 // The total length of ranges.
 size_t ranges_elems(const FlatRangeList& r);
 // Collective over the group: every expert slice of `params` (the full flat
-// vector in the backend's storage, storage_bytes 4: FP32, 2: BF16) from its
-// owner, all-gathered in place on group_comm, so `params` is in the memory
-// group_comm works on (device memory with the device communicator's split).
-void gather_expert_weights(const ExpertShards& x, const GPTConfig& cfg, void* params,
-                           size_t storage_bytes);
+// vector in `be`'s storage) from its owner, all-gathered in place on
+// group_comm, so `params` is in the memory group_comm works on (device
+// memory with the device communicator's split). `step`: the optimizer's
+// steps taken (the stochastic rounding's step, BF16 storage).
+// BF16 storage with a WHOLE FP32 master on every rank (ZeRO 0): the owners'
+// master slices are all-gathered (FP32, in place in the master) and every
+// rank rounds the other ranks' experts from them with the owner's seed
+// (Backend::round_from_master), which gives the owner's BF16 bits exactly:
+// every rank then holds the master and the weights one process would,
+// for 4 bytes an element moved instead of 6 (the master and the BF16
+// weights both all-gathered). Without a master of the experts here (ZeRO-1's
+// master of the owned ranges only, or FP32 storage): the storage values.
+void gather_expert_weights(const ExpertShards& x, const GPTConfig& cfg, Backend& be,
+                           void* params, int step);
 
 }  // namespace ratchet

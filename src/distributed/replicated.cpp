@@ -125,8 +125,10 @@ float Replicated::step(GPT& model, float lr) {
   if (!x) return opt_->step(model.params(), grads, lr);
   // The norm of the whole summed gradient (every expert's included), the
   // update of the owned pieces, then every expert's new weights from its owner.
+  // BF16: every rank keeps the whole FP32 master, so the experts' master
+  // slices come from their owners too (expert_shards.h), as one process's.
   const float norm = opt_->step_shard(model.params(), grads, lr, opt_->grad_norm(grads));
-  gather_expert_weights(*x, model.config(), model.params(), be_.storage_bytes());
+  gather_expert_weights(*x, model.config(), be_, model.params(), opt_->steps_taken());
   return norm;
 }
 
@@ -138,6 +140,13 @@ void Replicated::params_f32(GPT& model, float* host) { model.get_params(host); }
 
 void Replicated::restore_params(GPT& model) {
   opt_->restore_rounding(model.params());
+  // --expert-parallel: the other experts are not this rank's pieces, so
+  // their BF16 values are still the upload's round-to-nearest; from their
+  // owners' rounding (the master is the checkpoint's everywhere already).
+  // The training step never reads them here (their owners compute them),
+  // but an evaluation or a sample before the next update does.
+  if (experts_)
+    gather_expert_weights(*experts_, model.config(), be_, model.params(), opt_->steps_taken());
   be_.synchronize();
 }
 

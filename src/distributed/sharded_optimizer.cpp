@@ -202,6 +202,16 @@ void ShardedOptimizer::step_with_experts(GPT& model, cdptr shard, float lr, doub
     for (const auto& [lo, hi] : experts_->own)
       experts_->replicas->all_reduce(g + lo * sb, hi - lo, t, ReduceOp::Sum);
   opt_->step_shard(p, shard, lr, norm, 1.0f, g);
+  gather_with_experts(model);
+}
+
+// The shards' all-gather (each range as its shard's rank holds it), this
+// rank's experts kept across it, then every expert from its owner: BF16
+// storage keeps the master of the owned ranges only here (no other expert's
+// master to go stale), so the owners' rounded weights are all-gathered.
+void ShardedOptimizer::gather_with_experts(GPT& model) {
+  const size_t sb = be_.storage_bytes();
+  char* p = static_cast<char*>(model.params());
   char* stash = static_cast<char*>(stash_);
   size_t at = 0;
   for (const auto& [lo, hi] : experts_->own) {
@@ -217,7 +227,7 @@ void ShardedOptimizer::step_with_experts(GPT& model, cdptr shard, float lr, doub
     be_.copy(p + lo * sb, stash + at * sb, (hi - lo) * sb);
     at += hi - lo;
   }
-  gather_expert_weights(*experts_, model.config(), p, sb);
+  gather_expert_weights(*experts_, model.config(), be_, p, opt_->steps_taken());
 }
 
 // Every rank's updated shard of params to every rank, through pad: slot r
@@ -244,11 +254,19 @@ void ShardedOptimizer::params_f32(GPT& model, float* host) {
   if (N == 1 || be_.storage_bytes() == sizeof(float)) return model.get_params(host);
   const size_t sb = be_.storage_bytes();
   const char* p = static_cast<const char*>(model.params());
+  // --expert-parallel: shard q's ranges less every expert, and for the ranks
+  // of the first group (q < n; shard q is world rank q) their experts, whose
+  // master they keep (the other groups' replicas hold the same values).
+  const GPTConfig& cfg = model.config();
   gather_ranges_f32(coll_.comms().shard_host, N, coll_.index(),
                     [&](int q) {
-                      return buckets_ ? buckets_->layout().owned_ranges(q)
-                                      : OwnedRanges{{shard_range(layout_.total, N, q).lo,
-                                                     shard_range(layout_.total, N, q).hi}};
+                      OwnedRanges r = buckets_ ? buckets_->layout().owned_ranges(q)
+                                               : OwnedRanges{{shard_range(layout_.total, N, q).lo,
+                                                              shard_range(layout_.total, N, q).hi}};
+                      if (!experts_) return r;
+                      r = subtract_ranges(r, experts_->all);
+                      if (q < experts_->n) r = merge_ranges(r, expert_ranges(cfg, experts_->n, q));
+                      return r;
                     },
                     [&](float* dst, size_t lo, size_t n) { be_.download_f32(dst, p + lo * sb, n); },
                     host);
@@ -269,7 +287,11 @@ void ShardedOptimizer::sync_master(GPT& model) {
 void ShardedOptimizer::restore_params(GPT& model) {
   dptr params = model.params();
   opt_->restore_rounding(params);
-  if (buckets_)
+  // --expert-parallel: a shard's rank rounded only its own experts, so the
+  // others come from their owners as after a step.
+  if (experts_)
+    gather_with_experts(model);
+  else if (buckets_)
     buckets_->gather_into(params);
   else if (coll_.count() > 1)
     gather_params(params);

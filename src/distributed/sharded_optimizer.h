@@ -59,6 +59,7 @@ class ShardedOptimizer final : public DistributedStrategy {
   // `extra` buffer), and their updated weights are kept across the shards'
   // all-gather in stash_ (the backend's memory, own_elems_ elements).
   void step_with_experts(GPT& model, cdptr shard, float lr, double norm);
+  void gather_with_experts(GPT& model);  // after the update: every range from its owner
   size_t own_elems_ = 0;
   void* stash_ = nullptr;
   void* pad_ = nullptr;     // W·S elements

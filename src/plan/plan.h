@@ -185,6 +185,10 @@ struct PlanInputs {
   double spot_fraction = 0.35;
   Recompute recompute;       // used for step time and cost (default none)
   ZeroInputs zero;           // --zero, --shard-group, --gpus-per-node, ... (plan/zero_plan.h)
+  // --expert-parallel N (issue 39): the cuda backend's exchange buffers
+  // (BackendMemoryModel::moe_state_bytes) in every MoE state; the split of
+  // the experts' optimizer state is not counted (docs/moe.md).
+  int expert_parallel = 1;
   // evaluation during training (issue 31): every eval_every steps (0: none),
   // eval_tokens forwarded (0: eval_batches x B x T, the val loss's)
   long eval_every = 0;

@@ -345,7 +345,12 @@ Plan make_plan(const PlanInputs& in_) {
 
   // ---- memory --------------------------------------------------------------
   const size_t sb = p.device->storage_bytes;
-  p.mem = memory_per_rank(cfg, in.B, in.T, backend_memory_model(*p.device, cfg), in.world,
+  // As `ratchet train` counts it (Trainer::memory_for): the MoE states' exchange buffers.
+  auto model_of = [&](BackendMemoryModel m) {
+    m.expert_parallel = std::max(1, in.expert_parallel);
+    return m;
+  };
+  p.mem = memory_per_rank(cfg, in.B, in.T, model_of(backend_memory_model(*p.device, cfg)), in.world,
                           in.recompute);
   p.attention_note = auto_attention(*p.device, cfg).note;
   if (in.device_memory_gb >= 0) p.device_memory_bytes = in.device_memory_gb * 1e9;
@@ -354,7 +359,7 @@ Plan make_plan(const PlanInputs& in_) {
   if (sb == 2)  // a GPU (the cuda backend's BF16 storage)
     p.device_reserve_bytes = (double)device_memory_reserve((size_t)p.device_memory_bytes);
   for (AttentionImpl a : {AttentionImpl::flash, AttentionImpl::cudnn, AttentionImpl::materialized})
-    p.attention.push_back(attention_memory(cfg, in.B, in.T, backend_memory_model(*p.device),
+    p.attention.push_back(attention_memory(cfg, in.B, in.T, model_of(backend_memory_model(*p.device)),
                                            in.world, in.recompute, a, p.device_memory_bytes));
 
   // ---- time ----------------------------------------------------------------
@@ -370,7 +375,7 @@ Plan make_plan(const PlanInputs& in_) {
     ZeroPlanInputs z;
     z.cfg = cfg;
     z.B = in.B, z.T = in.T;
-    z.be = backend_memory_model(*p.device, cfg);
+    z.be = model_of(backend_memory_model(*p.device, cfg));
     z.policies = p.mem.policies;
     z.policy = in.recompute;
     z.world = in.world, z.accum = p.accum;

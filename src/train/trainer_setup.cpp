@@ -370,8 +370,7 @@ void Trainer::make_model() {
   test_failure_point(comm_.rank(), "setup");
   fault_point("setup-model");
   test_failure_point(comm_.rank(), "setup-model");
-  check_expert_parallel(o_.expert_parallel, comm_.world(), cfg_, be_->name(),
-                        dist_.stage);  // before any collective
+  check_expert_parallel(o_.expert_parallel, comm_.world(), cfg_, be_->name());  // before any collective
   // The strategy first, then the model built as it needs (flat gradients and
   // parameters or not, the FP32 master of the owned ranges only); attach()
   // installs its hooks and stores before anything sets the parameters

@@ -324,14 +324,14 @@ TEST(MpiExpertParallel, BadValuesRefusedNamingTheFlag) {
   refused(3, 3, c, "cpu", "must divide num_experts 4");
   refused(2, 3, c, "cpu", "must divide the world size 3");
   refused(0, 2, c, "cpu", "at least 1");
-  refused(2, 2, c, "cuda (bf16)", "with --storage bf16 at --zero 0");
   refused(2, 2, c, "metal", "runs on the cpu and cuda backends");
   refused(2, 2, ratchet::testing::tiny_llama_config(true, 2, 4, 2, 32, 40, 37, 16),
           "cpu", "needs a Mixture-of-Experts model");
   EXPECT_NO_THROW(check_expert_parallel(2, 4, c, "cpu"));
   EXPECT_NO_THROW(check_expert_parallel(1, 3, c, "cuda (bf16)"));  // 1: nothing to check
-  EXPECT_NO_THROW(check_expert_parallel(2, 2, c, "cuda (f32)", 1));
-  EXPECT_NO_THROW(check_expert_parallel(2, 2, c, "simt (bf16)", 2));
+  EXPECT_NO_THROW(check_expert_parallel(2, 2, c, "cuda (f32)"));
+  EXPECT_NO_THROW(check_expert_parallel(2, 2, c, "cuda (bf16)"));  // every ZeRO stage
+  EXPECT_NO_THROW(check_expert_parallel(2, 2, c, "simt (bf16)"));
 }
 
 }  // namespace

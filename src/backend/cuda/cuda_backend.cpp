@@ -947,6 +947,20 @@ void CudaBackend<T>::round_from_master(dptr params, size_t n, int step, size_t r
   }
 }
 
+template <class T>
+float* CudaBackend<T>::master_of(cdptr params, size_t n) {
+  if constexpr (std::is_same<T, float>::value) {
+    return nullptr;  // FP32 storage: the parameters are their own master
+  } else {
+    auto [base, bytes] = owner(params);
+    auto it = base ? masters_.find(base) : masters_.end();
+    if (it == masters_.end()) return nullptr;
+    const size_t off = (static_cast<const char*>(params) - base) / sizeof(T);
+    RATCHET_ASSERT((off + n) * sizeof(T) <= bytes);
+    return it->second.find(off, n);  // no master is made here
+  }
+}
+
 // ---- setup report ------------------------------------------------------------------------
 
 template <class T>

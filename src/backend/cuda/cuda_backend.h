@@ -101,6 +101,7 @@ class CudaBackend final : public Backend {
                         const std::vector<std::pair<size_t, size_t>>* ranges = nullptr) override;
   void round_from_master(dptr params, size_t n, int step, size_t round_offset = 0,
                          size_t tensor_offset = (size_t)-1) override;
+  float* master_of(cdptr params, size_t n) override;
   void synchronize() override;
   // The --ckpt-async snapshot (ckpt/host_snapshot.h): cudaHostAlloc'ed host
   // memory (simt: plain host memory) and device-to-host copies enqueued on

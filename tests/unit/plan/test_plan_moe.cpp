@@ -4,6 +4,7 @@
 // parallel size is invented (train's --expert-parallel does not shard memory yet).
 #include <gtest/gtest.h>
 
+#include "backend/memory_model.h"
 #include "model/config.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
@@ -106,6 +107,37 @@ TEST(PlanMoe, Qwen3_30B_A3B_OnTwoNodes) {
   const std::string j = plan_json(p);
   EXPECT_NE(j.find("\"active_params\""), std::string::npos) << j;
   EXPECT_NE(j.find("\"expert_parallel\":null"), std::string::npos) << j;
+}
+
+// --expert-parallel N counts the cuda backend's exchange buffers in every
+// MoE state, as `ratchet train` does (Trainer::memory_for): N 2 adds
+// exactly moe_state_bytes at N 2 less at N 1 per MoE layer, in the plan's
+// table and in every ZeRO stage's activations.
+TEST(PlanMoe, ExpertParallelCountsTheExchangeBuffers) {
+  PlanInputs in;
+  in.cfg = ratchet::testing::hf_moe_config(Family::olmoe);  // 4 layers, all MoE
+  in.model_name = "custom";
+  in.T = 16, in.B = 2, in.steps = 10, in.device = "h100", in.world = 2;
+  const Plan one = make_plan(in);
+  in.expert_parallel = 2;
+  const Plan two = make_plan(in);
+  BackendMemoryModel m = backend_memory_model(find_device("h100"), in.cfg);
+  const GPTConfig& c = in.cfg;
+  const size_t a = m.moe_state_bytes(2 * 16, c.channels, c.num_experts, c.experts_per_tok,
+                                     c.moe_ffn_hidden);
+  m.expert_parallel = 2;
+  const size_t b = m.moe_state_bytes(2 * 16, c.channels, c.num_experts, c.experts_per_tok,
+                                     c.moe_ffn_hidden);
+  ASSERT_GT(b, a);
+  const size_t more = (size_t)c.moe_layer_count() * (b - a);
+  EXPECT_EQ(c.moe_layer_count(), 4);
+  EXPECT_EQ(two.mem.plain.front().moe, one.mem.plain.front().moe + more);
+  ASSERT_EQ(two.zero.rows.size(), one.zero.rows.size());
+  ASSERT_FALSE(one.zero.rows.empty());
+  for (size_t i = 0; i < one.zero.rows.size(); i++)
+    EXPECT_EQ(two.zero.rows[i].by_policy.front().activations,
+              one.zero.rows[i].by_policy.front().activations + more)
+        << "row " << i;
 }
 
 TEST(PlanMoe, NothingFitsSaysExpertParallelismIsMissing) {
