@@ -1,9 +1,16 @@
 // Sum of squares, deterministic:
 //   out = sum_i x_i^2       (out[0], FP64, overwritten)
 // Pass 1: a FIXED grid of kBlocks x kThreads threads (independent of the
-// device), thread j sums x_i^2 for i = j (mod kBlocks*kThreads) in FP32; each
+// device), thread j sums x_i^2 for i = j (mod kBlocks*kThreads) in FP64; each
 // block reduces its threads in FP64 (butterfly, fixed order) into scratch.
 // Pass 2: one block sums the kBlocks partials in FP64 in a fixed order.
+// Why FP64 from the first product: the same gradients held in another order
+// (ZeRO-2/3 keep them bucket by bucket, ZeRO-0 in the flat layout) must give
+// the same norm, since the clip scale multiplies every update. Each square is
+// exact in FP64 (24-bit mantissas squared fit in 53), and the sums round at
+// 1e-16, far under the FP32 the clip scale is used in. Per-thread FP32 sums
+// (the kernel until 2026-11) rounded at 6e-8 each: on an H200, d12 under
+// --zero 2 had a grad norm 2 ulps off --zero 0's, and every weight moved.
 #include "global_norm.cuh"
 
 namespace ratchet::kernels {
@@ -18,13 +25,13 @@ constexpr int kThreads = 512;
 template <class T>
 __global__ void norm_partial_kernel(double* partial, const T* x, size_t n) {
   __shared__ double scratch[32];
-  float acc = 0.0f;
+  double acc = 0.0;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    float v = to_f32(x[i]);
+    const double v = (double)to_f32(x[i]);
     acc += v * v;
   }
-  double s = block_sum((double)acc, scratch);
+  double s = block_sum(acc, scratch);
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 

@@ -357,7 +357,9 @@ PY
   # Every family (issue 38) through transformers and back: tests/gpu/hf_autoload_check.sh
   # (its tokenizer and AutoModelForCausalLM checks, then each family's tiny model).
   in_time "hf families in transformers" || return
-  local tok=/usr/local/share/ratchet/hf-tokenizers/llama3_1
+  # GPU_CHECK_TOKENIZER: another copy (bench/gpu/window.sh carries one in its bundle: a GPU
+  # node has no scripts/install-deps.sh tokenizers).
+  local tok=${GPU_CHECK_TOKENIZER:-/usr/local/share/ratchet/hf-tokenizers/llama3_1}
   if ! python3 -c 'import transformers, torch' >/dev/null 2>&1; then
     line "hf families in transformers" NOT-RUN "python3 cannot import transformers and torch"
   elif [ ! -e "$tok" ]; then
@@ -491,7 +493,12 @@ else
     if [ $np = 2 ] && [ "$gpus" -lt 2 ]; then
       line "NCCL on 2 ranks" NOT-RUN "1 GPU (needs 2)"; continue
     fi
-    run "$work/nccl-np$np.log" "$mpirun_cmd" -np $np --bind-to none "$nccl"
+    # Two tests cannot run at one rank on a GPU node, and skip by design: the
+    # no-device error (it needs a node without a GPU: CI runs it) and the stall
+    # between two ranks (run at -np 2). Left out by name, any other skip fails.
+    local_filter=()
+    [ $np = 1 ] && local_filter=(--gtest_filter=-NcclBootstrap.NoDeviceIsAClearError:NcclDevice.AStallAtWaitAllCountsAsCollectiveWait)
+    run "$work/nccl-np$np.log" "$mpirun_cmd" -np $np --bind-to none "$nccl" ${local_filter[@]+"${local_filter[@]}"}
     rc=$?
     if [ $rc -eq 0 ] && ! grep -q 'SKIPPED' "$work/nccl-np$np.log"; then
       line "NCCL on $np rank(s)" PASS "NcclBootstrap, NcclDevice under mpirun -np $np"

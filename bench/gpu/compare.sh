@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ratchet against PyTorch on one GPU node, in one run, at issue 23's target rows:
 #   bench/gpu/compare.sh [--prebuilt DIR | --build-dir DIR] [--rows r1,r2] [--steps N] [--warmup N]
-#                        [--python PY] [--peak-tflops X] [--json] [--help]
+#                        [--python PY] [--peak-tflops X] [--json] [--json-to FILE] [--help]
 # Rows (name: model, batch, sequence):
 #   d12-b16 d12 16 1024 | d12-b64 d12 64 1024 | d12-t8192 d12 2 8192 (--max-seq-len 8192)
 #   d24-b8 d24 8 1024 | d48-b8 d48 8 1024 | smollm-b16 smollm-135m 16 1024
@@ -14,6 +14,7 @@
 # default 989 = H100 SXM dense BF16), peak device memory, and ratchet's speed-up over each peer
 # (peer ms / ratchet ms: above 1, ratchet is faster). A run that fails (OOM, transformers missing)
 # shows its reason in its row, never a number. --json: one JSON line per (row, implementation).
+# --json-to FILE: the table printed and those JSON lines written to FILE, from the same runs.
 # Programs: --prebuilt DIR is the .gpu bundle of scripts/gpu-bundle.sh (its env.sh is
 # sourced, as scripts/gpu-check.sh does), else --build-dir (default ./build).
 # Exit codes: 0 every row ran (a failed peer is reported, not an error); 1 ratchet failed at a
@@ -26,14 +27,15 @@ bad() { echo "compare.sh: $*" >&2; usage >&2; exit 2; }
 
 all_rows="d12-b16,d12-b64,d12-t8192,d24-b8,d48-b8,smollm-b16"
 build=./build; prebuilt=""; rows=$all_rows; steps=10; warmup=3; python=python3; peak=989
-json=0; selftest=0
+json=0; json_to=""; selftest=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --prebuilt|--build-dir|--rows|--steps|--warmup|--python|--peak-tflops)
+    --prebuilt|--build-dir|--rows|--steps|--warmup|--python|--peak-tflops|--json-to)
       [ $# -ge 2 ] && [ -n "$2" ] || bad "$1 needs a value"
       case "$1" in
         --prebuilt) prebuilt=$2 ;; --build-dir) build=$2 ;; --rows) rows=$2 ;;
         --steps) steps=$2 ;; --warmup) warmup=$2 ;; --python) python=$2 ;; --peak-tflops) peak=$2 ;;
+        --json-to) json_to=$2 ;;
       esac
       shift 2 ;;
     --json) json=1; shift ;;
@@ -158,15 +160,18 @@ for r in "${row_list[@]}"; do
   done
 done
 
-"$python" - "$res" "$json" "$peak" <<'EOF'
+"$python" - "$res" "$json" "$peak" "$json_to" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-want_json, peak = sys.argv[2] == "1", float(sys.argv[3])
+want_json, peak, json_to = sys.argv[2] == "1", float(sys.argv[3]), sys.argv[4]
 ratchet = {d["row"]: d for d in rows if d["impl"] == "ratchet" and "error" not in d}
 for d in rows:  # ratchet's speed-up over each peer: peer ms / ratchet ms
     r = ratchet.get(d["row"])
     if d["impl"] != "ratchet" and r and "error" not in d:
         d["ratchet_speedup"] = d["step_ms"] / r["step_ms"]
+if json_to:
+    with open(json_to, "w") as f:
+        f.writelines(json.dumps(d) + "\n" for d in rows)
 if want_json:
     for d in rows:
         print(json.dumps(d))

@@ -11,7 +11,7 @@
 #       Debian's bible-kjv), DIR/data/llmc (its first 2M tokens as llm.c token
 #       files) and, with --llmc, llm.c's source in DIR/llmc (SRC: a checkout, or
 #       a git directory whose HEAD is exported; nothing of llm.c is tracked here).
-#   bench/gpu/window.sh run --bundle DIR --out OUT [--budget SECONDS] [--selftest-cpu]
+#   bench/gpu/window.sh run --bundle DIR --out OUT [--budget SECONDS] [--steps LIST] [--selftest-cpu]
 #       On the GPU node, after `source DIR/env.sh`. The steps, in this order;
 #       a step that cannot finish inside the budget (its own limit) is not
 #       started and says so:
@@ -21,6 +21,10 @@
 #                    SIGUSR1 + resume bit-identical, mpirun -np 1 --zero 1/2/3 ==
 #                    --zero 0, a 2-rank checkpoint on 1 rank, a Llama, --export-hf
 #                    read by transformers
+#         families   tests/gpu/hf_autoload_check.sh --family-device cuda: each 2026
+#                    family written by transformers, imported, trained a step and
+#                    exported by ratchet's CUDA backend (FP32), and loaded back,
+#                    the losses within 1e-4 of transformers'
 #         compare    bench/gpu/compare.sh --rows d12-b16: ratchet (peak memory ==
 #                    the plan's accounting, or it fails), PyTorch eager, torch.compile
 #         llmc       llm.c's train_gpt2cu, d12 B=16 T=1024 from random init, built
@@ -34,6 +38,10 @@
 #                    memory == plan, attention kernels)
 #         sanitizer  gpu-check --only sanitizer (compute-sanitizer's four tools)
 #         curve      gpu-check --only curve (d12 BF16 vs the CPU's FP32 loss curve)
+#       Only by name (--steps): zero, where --zero 2 and 3 part from --zero 0 on
+#       one GPU (each tensor's differing elements, the first differing step;
+#       run twice, with --overlap-comm off and with CUDA_LAUNCH_BLOCKING=1).
+#       --steps LIST (comma-separated): only those steps, in the order above.
 #       OUT/summary.md gets one line per step as it ends (PASS, FAIL, NOT-RUN,
 #       with seconds and a detail); OUT/<step>.log and the step's own files
 #       beside it. --budget (default 540) counts from the start of `run`.
@@ -53,19 +61,23 @@ case $mode in
   prepare|run) ;;
   *) usage "unknown mode '$mode' (prepare or run)" ;;
 esac
-bundle=$root/.gpu; out=""; budget=540; selftest=0; llmc_src=""; build=""
+bundle=$root/.gpu; out=""; budget=540; selftest=0; llmc_src=""; build=""; only=""
 while [ $# -gt 0 ]; do
   case $1 in
-    --bundle|--out|--budget|--llmc|--build)
+    --bundle|--out|--budget|--llmc|--build|--steps)
       [ $# -ge 2 ] || usage "$1 needs a value"
       case $1 in --bundle) bundle=$2 ;; --out) out=$2 ;; --budget) budget=$2 ;;
-                 --llmc) llmc_src=$2 ;; --build) build=$2 ;; esac
+                 --llmc) llmc_src=$2 ;; --build) build=$2 ;; --steps) only=$2 ;; esac
       shift 2 ;;
     --selftest-cpu) selftest=1; shift ;;
     *) usage "unknown option '$1'" ;;
   esac
 done
 case $budget in ''|*[!0-9]*) usage "--budget '$budget' is not a number of seconds" ;; esac
+all_steps="machine tests train families compare llmc kernels window profile determinism bench sanitizer curve zero"
+for s_ in ${only//,/ }; do
+  case " $all_steps " in *" $s_ "*) ;; *) usage "--steps: unknown step '$s_' (steps: $all_steps)" ;; esac
+done
 
 # ---- prepare -------------------------------------------------------------------------
 if [ "$mode" = prepare ]; then
@@ -94,6 +106,12 @@ for name, part in (("train", data[:2_000_000]), ("val", data[2_000_000:2_200_000
         f.write(struct.pack(f"<{len(part)}H", *part))
 PY
   rm "$bundle/data/kjv.txt"
+  # Llama 3.1's tokenizer (scripts/install-deps.sh put it here) for gpu-check's
+  # transformers checks: the node has none. Packed: 9 MB as JSON, about 2 as xz.
+  tokdir=/usr/local/share/ratchet/hf-tokenizers
+  if [ -f "$tokdir/llama3_1/tokenizer.json" ]; then
+    tar -cJf "$bundle/data/llama3_1.tar.xz" -C "$tokdir" llama3_1/tokenizer.json llama3_1/tokenizer_config.json
+  fi
   if [ -n "$llmc_src" ]; then
     rm -rf "$bundle/llmc"; mkdir -p "$bundle/llmc"
     if [ -f "$llmc_src/HEAD" ] && [ -d "$llmc_src/objects" ]; then
@@ -103,6 +121,11 @@ PY
       cp -r "$llmc_src"/. "$bundle/llmc/"
     fi
     rm -rf "$bundle/llmc/.git" "$bundle/llmc/dev/data" "$bundle/llmc/doc"
+    # CUDA 13 takes a cudaMemLocation where CUDA 12 took a device number (cudaCpuDeviceId
+    # = host): llm.c's managed-memory fallback no longer compiles as it stands (seen on
+    # the H200, nvcc 13.0). The host location, spelled the CUDA 13 way.
+    sed -i 's/cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)/cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})/' \
+      "$bundle/llmc/llmc/cuda_utils.cuh"
   fi
   size=$(du -sb "$bundle" | cut -f1)
   echo "$prog: $bundle ready: $((size / 1024 / 1024)) MiB$([ -d "$bundle/llmc" ] && echo ", llm.c $(cat "$bundle/llmc/COMMIT" 2>/dev/null | cut -c1-7)")"
@@ -134,6 +157,8 @@ note() {  # note STEP RESULT SECONDS DETAIL: one summary line, now
 # line last and returns 0 for PASS.
 step() {
   local name=$1 limit=$2 fn=$3 left s rc detail
+  if [ -n "$only" ]; then case ",$only," in *",$name,"*) ;; *) return ;; esac
+  elif [ "$name" = zero ]; then return; fi  # a diagnosis: only when named
   left=$((deadline - $(date +%s)))
   if [ "$left" -lt "$limit" ]; then
     note "$name" NOT-RUN 0 "needs ${limit}s, ${left}s left in the window"; return
@@ -157,9 +182,18 @@ helpers_() {
   if [ "$selftest" = 1 ]; then
     dev=cpu; model=(--model custom --layers 2 --heads 2 --channels 32 --max-seq-len 64 --threads 1); B=4; T=64; steps=6
   else
-    dev=cuda; model=(--model d12); B=16; T=1024; steps=30
+    # GPT-2's vocabulary (the byte shards' ids are valid in it), so that profile and
+    # determinism time the shape compare and llm.c run (the shards alone say V=257).
+    dev=cuda; model=(--model d12 --vocab-size 50257); B=16; T=1024; steps=30
   fi
   gpu_only() { [ "$selftest" = 0 ] || { echo "--selftest-cpu: needs a GPU"; exit 77; }; }
+  # The tokenizer prepare carried (the node has no scripts/install-deps.sh ones):
+  # GPU_CHECK_TOKENIZER names it.
+  carried_tokenizer() {
+    [ -f "$bundle/data/llama3_1.tar.xz" ] || return 0
+    local tk=${TMPDIR:-/tmp}/window-tokenizer; rm -rf "$tk"; mkdir -p "$tk"
+    tar -xJf "$bundle/data/llama3_1.tar.xz" -C "$tk" && export GPU_CHECK_TOKENIZER=$tk/llama3_1
+  }
   # ms_per_step JSONL: the mean step time after the first 5 steps (warm-up).
   ms_per_step() {
     python3 - "$1" <<'PY'
@@ -177,27 +211,45 @@ s_machine() {
   [ -f "$bundle/MANIFEST" ] && head -5 "$bundle/MANIFEST"
   [ -f "$bundle/llmc/COMMIT" ] && echo "llm.c $(cat "$bundle/llmc/COMMIT")"
   "$exe" --version
+  # The cuDNN ratchet loads (the node's, not the bundle's): plan sizes depend on it.
+  ldd "$exe" 2>/dev/null | grep -i -E 'cudnn|cublas|nccl' | sed 's/ (0x.*//'
   echo "$("$exe" --version | head -1); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 }
 s_tests() {
   gpu_only
-  "$root/scripts/gpu-check.sh" --prebuilt "$bundle" --only tests --deadline "$deadline" \
+  GPU_CHECK_WORK=$out/tests-work "$root/scripts/gpu-check.sh" --prebuilt "$bundle" --only tests --deadline "$deadline" \
     --report "$out/tests.md" && tail -3 "$out/tests.md" | grep '|' | tail -1
 }
 s_train() {
   local sc=(--prebuilt "$bundle"); [ "$selftest" = 1 ] && sc+=(--selftest-cpu)
+  carried_tokenizer
   GPU_CHECK_WORK=$out/train-work "$root/scripts/gpu-check.sh" "${sc[@]}" --only train \
     --deadline "$deadline" --report "$out/train.md"
   local rc=$?
   echo "$(grep -c '| PASS |' "$out/train.md") PASS, $(grep -c '| FAIL |' "$out/train.md") FAIL, $(grep -c '| NOT-RUN |' "$out/train.md") NOT-RUN (train.md)"
   return $rc
 }
+s_families() {
+  gpu_only
+  carried_tokenizer
+  local tok=${GPU_CHECK_TOKENIZER:-/usr/local/share/ratchet/hf-tokenizers/llama3_1}
+  python3 -c 'import transformers, torch' 2>/dev/null || { echo "python3 cannot import transformers and torch"; exit 77; }
+  "$root/tests/gpu/hf_autoload_check.sh" "$exe" "$tok" --device cuda --family-device cuda \
+    --work "$out/families-work" > "$out/families.txt" 2>&1
+  local rc=$?
+  grep -E '^(PASS|FAIL)' "$out/families.txt"
+  echo "$(grep -c '^PASS' "$out/families.txt") PASS, $(grep -c '^FAIL' "$out/families.txt") FAIL (families.txt)"
+  return $rc
+}
 s_compare() {
   local sc=(--prebuilt "$bundle" --rows d12-b16 --steps 20 --warmup 5)
   # The rehearsal's PyTorch is Debian's (another python3 may come first on PATH).
   [ "$selftest" = 1 ] && sc=(--selftest-cpu --python "$(command -v /usr/bin/python3 || command -v python3)")
-  "$here/compare.sh" "${sc[@]}" --json > "$out/compare.jsonl" || return
-  "$here/compare.sh" "${sc[@]}" | tee "$out/compare.txt" | tail -3 | tr '\n' ';'
+  # One run: the table to compare.txt, the same figures as JSON lines to compare.jsonl.
+  "$here/compare.sh" "${sc[@]}" --json-to "$out/compare.jsonl" > "$out/compare.txt"
+  local rc=$?
+  tail -3 "$out/compare.txt" | tr '\n' ';'
+  return $rc
 }
 s_llmc() {
   gpu_only
@@ -257,6 +309,25 @@ s_gpucheck() {  # the rest of gpu-check, one section at a time
   echo "$(grep -c '| PASS |' "$out/$1.md") PASS, $(grep -c '| FAIL |' "$out/$1.md") FAIL ($1.md)"
   return $rc
 }
+s_zero() {
+  gpu_only
+  local d=$out/zero-work; rm -rf "$d"; mkdir -p "$d"
+  local base=(train --device cuda --train-data "$data/train_*.h5" --lr 6e-4 --warmup-steps 2 --quiet
+              --model d12 --seq-len 1024 --batch-size 8 --seed 1234 --steps 4)
+  one() {  # one NAME ARGS...: a run under mpirun -np 1, its weights in NAME.bin, its steps in NAME.jsonl
+    local n=$1; shift
+    mpirun -np 1 --bind-to none "$exe" "${base[@]}" --log-jsonl "$d/$n.jsonl" --export "$d/$n.bin" "$@" \
+      > "$d/$n.log" 2>&1 || echo "$n failed: $(tail -1 "$d/$n.log")"
+  }
+  one z0; one z0-again; one z1 --zero 1
+  one z2 --zero 2; one z2-again --zero 2; one z2-no-overlap --zero 2 --overlap-comm off
+  CUDA_LAUNCH_BLOCKING=1 one z2-blocking --zero 2
+  one z3 --zero 3; one z3-again --zero 3; one z3-no-overlap --zero 3 --overlap-comm off
+  python3 "$here/ckpt_diff.py" "$d/z0.bin" "$d"/{z0-again,z1,z2,z2-again,z2-no-overlap,z2-blocking,z3,z3-again,z3-no-overlap}.bin \
+    | tee "$out/zero.txt"
+  rm -f "$d"/*.bin
+  echo "$(grep -c bit-identical "$out/zero.txt") of 9 bit-identical to --zero 0 (zero.txt)"
+}
 s_bench() { s_gpucheck bench; }
 s_sanitizer() { s_gpucheck sanitizer; }
 s_curve() { s_gpucheck curve; }
@@ -266,6 +337,7 @@ export -f helpers_ $(declare -F | awk '{print $3}' | grep '^s_')
 step machine 30 s_machine
 step tests 120 s_tests
 step train 150 s_train
+step families 90 s_families
 step compare 150 s_compare
 step llmc 150 s_llmc
 step kernels 40 s_kernels
@@ -275,6 +347,7 @@ step determinism 90 s_determinism
 step bench 150 s_bench
 step sanitizer 200 s_sanitizer
 step curve 300 s_curve
+step zero 90 s_zero
 echo >> "$summary"
 echo "Took $(( $(date +%s) - t0 )) s of ${budget}." >> "$summary"
 cat "$summary"

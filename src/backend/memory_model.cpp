@@ -122,11 +122,13 @@ size_t cudnn_dq_accumulator(int B, int T, int C) {
 
 size_t cudnn_workspace_formula(int B, int T, int NH, int KV, int HS, bool backward,
                                bool deterministic) {
-  (void)KV;  // the figures depend on the query heads only (dK, dV of GQA are summed in-kernel)
-  if (!backward) return 0;
+  constexpr size_t kBlock = 256;  // every plan's, forward and backward
+  if (!backward) return kBlock;
   const size_t rows = (size_t)B * NH * T;  // one FP32 per query row: the dO.O row sums
-  if (!deterministic) return 4 * rows * (HS + 1);
-  return 2 * (size_t)B * NH * round_up(T, 64) * round_up(T, 128) + 4 * rows;
+  size_t ws = kBlock + 4 * rows;
+  if (KV < NH) ws += 4 * rows * (size_t)HS;  // grouped-query: dQ in FP32
+  if (deterministic) ws += 2 * (size_t)B * NH * round_up(T, 64) * round_up(T, 128);
+  return ws;
 }
 
 size_t attention_forward(AttentionImpl a, int B, int T, int C, size_t sb) {

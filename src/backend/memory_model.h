@@ -133,21 +133,20 @@ size_t attention_backward(AttentionImpl a, int B, int T, int C, int NH, size_t s
 size_t cudnn_dq_accumulator(int B, int T, int C);
 // The workspace a cuDNN fused-attention engine is predicted to need, without
 // a device (`ratchet plan`; the real backend asks its plans). Fitted to the
-// one recorded real size and cudnn-frontend's own workspace arithmetic; the
-// GPU test CudnnAttentionGpu.WorkspaceFormulaMatchesThePlans compares it with
-// real plans over several shapes:
-//   forward                      0 (the fprop engines keep nothing beyond the
-//                                stats output)
-//   backward, nondeterministic   4·B·NH·T·(HS+1): an FP32 (B,NH,T,HS) buffer
-//                                and an FP32 (B,NH,T) row sum. smollm-135m
-//                                (NH 9, HS 64) at B=16, T=1024 gives 38,338,560
-//                                bytes: issue 24 recorded "38.3 MB" for every
-//                                backward engine there.
-//   backward, deterministic      2·B·NH·ceil64(T)·ceil128(T) + 4·B·NH·T: the
-//                                (B,NH,T,T) BF16 dP workspace of the
-//                                deterministic lowering (cudnn-frontend sizes
-//                                it with the query length rounded to 64 and
-//                                the key length to 128 on Hopper), and the row sum.
+// real plans' sizes on an H200 (bench/gpu/results/2026-11-30-h200: 24 sizes,
+// 6 shapes, both modes, every one reproduced to the byte; the unit test
+// PlanMemoryModel.CudnnWorkspaceFormulaMatchesTheH200Plans holds them), and
+// checked on each GPU by CudnnAttentionGpu.WorkspaceFormulaMatchesThePlans:
+//   forward                      256 (a 256-byte block, the fprop engines keep
+//                                nothing else beyond the stats output)
+//   backward                     256 + 4·B·NH·T (an FP32 (B,NH,T) row sum)
+//     + grouped-query (KV < NH)  4·B·NH·T·HS: an FP32 (B,NH,T,HS) dQ buffer
+//     + deterministic            2·B·NH·ceil64(T)·ceil128(T): the (B,NH,T,T)
+//                                BF16 dP workspace of the deterministic
+//                                lowering (the query length rounded to 64 and
+//                                the key length to 128 on Hopper).
+// The H100 record of issue 24 (smollm-135m, NH 9, KV 3, HS 64, B=16, T=1024,
+// nondeterministic: "38.3 MB") is 38,338,816 bytes by this formula.
 size_t cudnn_workspace_formula(int B, int T, int NH, int KV, int HS, bool backward,
                                bool deterministic);
 size_t sum_squares();

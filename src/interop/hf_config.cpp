@@ -744,7 +744,14 @@ OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
       j["sliding_window"] = nullptr;
       break;
     case Family::gemma3: {
-      j["query_pre_attn_scalar"] = c.attn_scale == 0 ? (double)c.head_size() : scalar_of_scale(c.attn_scale);
+    {
+      // transformers types the field int (Gemma3TextConfig: `query_pre_attn_scalar: int`), and its
+      // strict config refuses 24.0 (seen on the GPU node, transformers 5.17): an integral scalar is
+      // written as an integer, any other as the shortest decimal of the same scale.
+      const double q = c.attn_scale == 0 ? (double)c.head_size() : scalar_of_scale(c.attn_scale);
+      if (q == std::floor(q) && q > 0 && q < 9.0e15) j["query_pre_attn_scalar"] = (std::int64_t)q;
+      else j["query_pre_attn_scalar"] = q;
+    }
       j["sliding_window"] = any ? c.sliding_window : 4096;  // unused without sliding layers
       j["layer_types"] = types;
       // The older spelling, where the layers follow one (every N-th full).

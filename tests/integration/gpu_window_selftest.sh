@@ -35,11 +35,11 @@ cat "$tmp/o/summary.md"
 check "the rehearsal exits 0 (got $rc)" '[ $rc = 0 ]'
 order=$(grep -oE '^\| [a-z]+ \|' "$tmp/o/summary.md" | tr -d '| ' | tr '\n' ' ')
 check "every step, in priority order (got: $order)" \
-  '[ "$order" = "step machine tests train compare llmc kernels window profile determinism bench sanitizer curve " ]'
+  '[ "$order" = "step machine tests train families compare llmc kernels window profile determinism bench sanitizer curve " ]'
 for s in machine train profile determinism; do
   check "$s PASS" 'grep -q "^| $s | PASS |" "$tmp/o/summary.md"'
 done
-for s in tests llmc kernels window bench sanitizer curve; do
+for s in tests families llmc kernels window bench sanitizer curve; do
   check "$s NOT-RUN for want of a GPU" 'grep -q "^| $s | NOT-RUN | .* | --selftest-cpu: needs a GPU |" "$tmp/o/summary.md"'
 done
 check "train's own report is kept" 'grep -q "| mpirun -np 1 --zero 3 | PASS |" "$tmp/o/train.md"'
@@ -50,6 +50,14 @@ check "with 100 s the 150 s training step is not started" \
   'grep -q "^| train | NOT-RUN | 0 | needs 150s" "$tmp/o2/summary.md"'
 check "nor anything after it that needs more than is left" \
   'grep -q "^| curve | NOT-RUN | 0 | needs 300s" "$tmp/o2/summary.md"'
+
+"$w" run --bundle "$tmp/b" --out "$tmp/o4" --selftest-cpu --steps profile,zero --budget 100 > "$tmp/run4" 2>&1
+order=$(grep -oE '^\| [a-z]+ \|' "$tmp/o4/summary.md" | tr -d '| ' | tr '\n' ' ')
+check "--steps runs only the steps named, zero (a diagnosis) included (got: $order)" \
+  '[ "$order" = "step profile zero " ] && grep -q "^| zero | NOT-RUN | .* | --selftest-cpu: needs a GPU |" "$tmp/o4/summary.md"'
+"$w" run --bundle "$tmp/b" --out "$tmp/o5" --steps profile,bogus > "$tmp/u" 2>&1
+rc=$?
+check "an unknown step exits 2 naming it (got $rc)" '[ $rc = 2 ] && grep -q "unknown step .bogus." "$tmp/u"'
 
 "$w" run --bundle "$tmp/b" --budget 10 > "$tmp/u" 2>&1
 rc=$?

@@ -282,6 +282,11 @@ TEST_F(MpiTrainZero2, SimtTwoRanksEqualStage0Bitwise) {
   expect_simt_stage_equals_stage0(dir_->path, 2, 6);
 }
 
+// One rank, a model larger than the gradient norm's grid: bitwise (see the check).
+TEST_F(MpiTrainZero2, SimtOneRankAboveTheNormGridEqualsStage0Bitwise) {
+  expect_simt_stage_equals_stage0_above_norm_grid(dir_->path, 2);
+}
+
 #ifdef RATCHET_STUB_NCCL_EXE
 // Through the stand-in NCCL (the device communicator) under the device-memory
 // guard: stage 2 equals stage 0 bitwise, and its checkpoint resumes on one rank.

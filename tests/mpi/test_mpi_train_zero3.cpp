@@ -152,9 +152,10 @@ TEST_F(MpiTrainZero3, CheckpointResumesAtAnyStageAndWorldSize) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("continuing from step 4"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("will not be bit-identical"), std::string::npos) << r.output;
-    if (stage != 3)
+    if (stage != 3) {
       EXPECT_NE(r.output.find("resume: zero_stage changed from 3 to " + std::to_string(stage)),
                 std::string::npos) << r.output;
+    }
     const Diff d = diff(straight.path, again.path);
     EXPECT_TRUE(d.bitwise) << "stage " << stage << ": loss " << d.loss << " params " << d.param;
   }
@@ -238,6 +239,11 @@ TEST_F(MpiTrainZero3, ReshardFlagIsCheckedAndNeedsStage3) {
 // bit for bit (BF16's stochastic rounding of the shard's master included).
 TEST_F(MpiTrainZero3, SimtTwoRanksEqualStage0Bitwise) {
   expect_simt_stage_equals_stage0(dir_->path, 3, 5);
+}
+
+// One rank, a model larger than the gradient norm's grid: bitwise (see the check).
+TEST_F(MpiTrainZero3, SimtOneRankAboveTheNormGridEqualsStage0Bitwise) {
+  expect_simt_stage_equals_stage0_above_norm_grid(dir_->path, 3);
 }
 
 #ifdef RATCHET_STUB_NCCL_EXE

@@ -33,6 +33,29 @@ inline void expect_simt_stage_equals_stage0(const std::string& base, int stage, 
   }
 }
 
+// One rank (gpu-check's `mpirun -np 1 --zero N` == --zero 0), BF16, a model of
+// 1.6M parameters: more than the gradient norm's fixed grid of 131072 threads,
+// so each thread sums many squares, of the flat layout (stage 0) in one order
+// and of the buckets (stages 2 and 3) in another. The norm must not depend on
+// that order (kernels/global_norm.cu: FP64 from the first square); with FP32
+// per-thread sums it did, and this run parted after step 1, as d12 did on an
+// H200 (bench/gpu/results/2026-11-30-h200).
+inline void expect_simt_stage_equals_stage0_above_norm_grid(const std::string& base, int stage) {
+  const std::string args = "train --device simt --storage bf16 --model custom --layers 2 --heads 4 "
+                           "--channels 256 --max-seq-len 64 --seq-len 64 --batch-size 4 --threads 1 "
+                           "--train-data '" + base + "/data/train_*.h5' --steps 2 --seed 1 --lr 1e-3 "
+                           "--warmup-steps 1 --quiet";
+  TempDir plain, zero;
+  auto r = run_shell(mpirun_prefix(1) + RATCHET_SIMT_EXE + " " + args + " --log-jsonl " + plain.path +
+                     "/log.jsonl --export " + plain.path + "/out.bin");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_shell(mpirun_prefix(1) + RATCHET_SIMT_EXE + " " + args + " --zero " + std::to_string(stage) +
+                " --log-jsonl " + zero.path + "/log.jsonl --export " + zero.path + "/out.bin");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const RunDiff d = diff_runs(plain.path, zero.path);
+  EXPECT_TRUE(d.bitwise) << "ZeRO-" << stage << " on one rank: loss " << d.loss << " params " << d.param;
+}
+
 #ifdef RATCHET_STUB_NCCL_EXE
 // Through the stand-in NCCL (the device communicator) under the device-memory
 // guard, in an arena sized by the accounting: `--zero stage` equals --zero 0

@@ -17,6 +17,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -757,14 +758,28 @@ struct Runner {
 
   // ---- global norm ----
   void global_norm(int n) {
-    auto x = q(randn(rng, n));
+    // Gradient-like magnitudes: a spread of 2^-20..2^4 over N(0,1).
+    auto x = randn(rng, n);
+    for (int i = 0; i < n; i++) x[i] *= std::ldexp(1.0f, (int)rng.below(25) - 20);
+    x = q(x);
     double ref = cpu.be->sum_squares(cpu.f32(x), n);
     double* k_out = mem.template alloc<double>(1);
     void* scratch = mem.template alloc<unsigned char>(kernels::global_norm_scratch_bytes());
     kernels::global_norm_squared(k_out, scratch, dev(x), n, nullptr);
-    double got = get_raw(k_out, 1)[0];
-    // FP32 per-thread partial sums against the reference's FP64: relative 1e-6.
-    rep.compare("sum_squares", {(float)got}, {(float)ref}, 1e-12);
+    const double got = get_raw(k_out, 1)[0];
+    // Exact squares summed in FP64 both sides, in other orders: relative 1e-12
+    // (FP32 partial sums, as the kernel once had, miss it by 1e-8 and more).
+    if (!(std::fabs(got - ref) <= 1e-12 * ref))
+      rep.fail("sum_squares " + std::to_string(got) + " vs the cpu's " + std::to_string(ref));
+    // The same values in another order (reversed: ZeRO-2's buckets hold the
+    // gradients in another order than the flat layout) give the same FP32
+    // norm, the value the clip scale is made from.
+    std::reverse(x.begin(), x.end());
+    kernels::global_norm_squared(k_out, scratch, dev(x), n, nullptr);
+    const double rev = get_raw(k_out, 1)[0];
+    if ((float)std::sqrt(rev) != (float)std::sqrt(got) || !(std::fabs(rev - got) <= 1e-13 * got))
+      rep.fail("the norm depends on the order of the values: " + std::to_string(std::sqrt(got)) +
+               " forward, " + std::to_string(std::sqrt(rev)) + " reversed");
   }
 
   // ---- casts (reference: CUDA's host conversions) ----
@@ -898,7 +913,7 @@ inline std::vector<Case> all_cases() {
       // (BT, V, Vp): the capped classifier, packs and element-wise (41).
       {"classifier_softcap", {{1, 1, 1}, {3, 37, 41}, {7, 100, 128}, {4, 4099, 4224}}},
       {"adamw", {{1, 1}, {7, 1}, {1000, 3}, {5001, 10}}},
-      {"global_norm", {{1}, {7}, {1000}, {300001}}},
+      {"global_norm", {{1}, {7}, {1000}, {300001}, {4194319}}},
   };
   std::vector<Case> cases;
   for (DType d : {DType::f32, DType::bf16})

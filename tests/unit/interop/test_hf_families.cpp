@@ -5,6 +5,7 @@
 // import -> export -> import byte-exact in FP32 for every family.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -235,6 +236,20 @@ TEST(HfFamilies, RoundTripIsByteExactForEveryFamily) {
       const J j = testing::read_json_file(a + "/config.json");
       EXPECT_EQ(j["model_type"], family_name(fam));
       EXPECT_EQ(j["architectures"][0], hf_architecture(fam));
+      // transformers' strict Gemma3TextConfig refuses a float here ("expected int, got float
+      // (value: 24.0)", transformers 5.17 on the GPU node): an integral scalar is written as
+      // an integer (this tiny config's 11.11111 cannot be, and stays a decimal).
+      if (fam == Family::gemma3) {
+        const double q = j["query_pre_attn_scalar"].get<double>();
+        EXPECT_EQ(j["query_pre_attn_scalar"].is_number_integer(), q == std::floor(q)) << q;
+        GPTConfig c16 = c;
+        c16.attn_scale = 0.25f;  // query_pre_attn_scalar 16
+        const std::string d16 = d / (name + std::to_string(tied) + "q16");
+        save_hf_checkpoint(d16, c16, params, StDtype::F32, false);
+        const J j16 = testing::read_json_file(d16 + "/config.json");
+        EXPECT_TRUE(j16["query_pre_attn_scalar"].is_number_integer()) << j16["query_pre_attn_scalar"];
+        EXPECT_EQ(j16["query_pre_attn_scalar"].get<int64_t>(), 16);
+      }
       GPTConfig c1;
       const auto p1 = load_hf_checkpoint(a, &c1);
       EXPECT_EQ(first_config_difference(c1, c), "");

@@ -69,23 +69,28 @@ TEST(PlanMemoryModel, CudnnAttentionScratchIsAccounted) {
   }
 }
 
-// The formula against the one engine workspace recorded on a GPU (issue 24):
-// smollm-135m (9 query heads, 3 KV heads, head size 64) at B=16, T=1024, the
-// nondeterministic backward: "every backward engine needs 38.3 MB". The
-// formula gives 4·16·9·1024·65 = 38,338,560 bytes. Tolerance: the record has
-// three significant figures (38.25e6 to 38.35e6). An FP32 (B,NH,T,HS) buffer
-// alone (37,748,736) would round to 37.7 MB: the row sum term is needed.
-TEST(PlanMemoryModel, CudnnWorkspaceFormulaMatchesTheRecordedSize) {
-  const size_t ws = cuda_scratch::cudnn_workspace_formula(16, 1024, 9, 3, 64, true, false);
-  EXPECT_EQ(ws, 38338560u);
-  EXPECT_NEAR((double)ws, 38.3e6, 0.05e6);
-  EXPECT_GT(std::fabs((double)16 * 9 * 1024 * 64 * 4 - 38.3e6), 0.05e6);
-  // Deterministic at the same shape: the BF16 dP workspace dominates (302 MB).
-  EXPECT_EQ(cuda_scratch::cudnn_workspace_formula(16, 1024, 9, 3, 64, true, true),
-            2ull * 16 * 9 * 1024 * 1024 + 4ull * 16 * 9 * 1024);
-  // Rounding: the query length to 64, the key length to 128 (cudnn-frontend's sizing).
-  EXPECT_EQ(cuda_scratch::cudnn_workspace_formula(1, 65, 2, 2, 64, true, true),
-            2ull * 2 * 128 * 128 + 4ull * 2 * 65);
+// The formula against the real plans' workspace sizes on an H200 (the 24
+// lines of CudnnAttentionGpu.WorkspaceFormulaMatchesThePlans in
+// bench/gpu/results/2026-11-30-h200/tests-work/test_cudnn_attention.log):
+// exact, since the arena holds exactly the plan's figure.
+TEST(PlanMemoryModel, CudnnWorkspaceFormulaMatchesTheH200Plans) {
+  struct Seen { int B, T, NH, KV, HS; bool det; size_t fwd, bwd; };
+  const Seen seen[] = {
+      {16, 1024, 9, 3, 64, false, 256, 38338816},  {8, 1024, 12, 12, 64, false, 256, 393472},
+      {4, 2048, 12, 12, 64, false, 256, 393472},   {2, 512, 16, 16, 128, false, 256, 65792},
+      {2, 8192, 12, 12, 64, false, 256, 786688},   {3, 200, 4, 2, 64, false, 256, 624256},
+      {16, 1024, 9, 3, 64, true, 256, 340328704},  {8, 1024, 12, 12, 64, true, 256, 201720064},
+      {4, 2048, 12, 12, 64, true, 256, 403046656}, {2, 512, 16, 16, 128, true, 256, 16843008},
+      {2, 8192, 12, 12, 64, true, 256, 3222012160}, {3, 200, 4, 2, 64, true, 256, 2197120},
+  };
+  for (const Seen& s : seen) {
+    SCOPED_TRACE(std::to_string(s.B) + "x" + std::to_string(s.T) + " NH " + std::to_string(s.NH) +
+                 " KV " + std::to_string(s.KV) + (s.det ? " deterministic" : ""));
+    EXPECT_EQ(cuda_scratch::cudnn_workspace_formula(s.B, s.T, s.NH, s.KV, s.HS, false, s.det), s.fwd);
+    EXPECT_EQ(cuda_scratch::cudnn_workspace_formula(s.B, s.T, s.NH, s.KV, s.HS, true, s.det), s.bwd);
+  }
+  // Issue 24's H100 record for the first shape, "38.3 MB", three significant figures.
+  EXPECT_NEAR((double)cuda_scratch::cudnn_workspace_formula(16, 1024, 9, 3, 64, true, false), 38.3e6, 0.05e6);
 }
 
 INSTANTIATE_TEST_SUITE_P(
