@@ -4,13 +4,19 @@
 # stopping cleanly at a time budget. Prepared on a machine without a GPU,
 # run on the node with the prepared bundle.
 #
-#   bench/gpu/window.sh prepare [--bundle DIR] [--llmc SRC] [--build DIR]
+#   bench/gpu/window.sh prepare [--bundle DIR] [--llmc SRC] [--cudnn-frontend SRC] [--build DIR]
 #       Here (no GPU needed): scripts/gpu-bundle.sh packs the programs into
 #       DIR (default .gpu) unless DIR holds them (env.sh or bin/ratchet); then adds what the node
 #       lacks: DIR/data/kjv (byte-level shards of the King James Bible, from
 #       Debian's bible-kjv), DIR/data/llmc (its first 2M tokens as llm.c token
 #       files) and, with --llmc, llm.c's source in DIR/llmc (SRC: a checkout, or
 #       a git directory whose HEAD is exported; nothing of llm.c is tracked here).
+#       --cudnn-frontend SRC (NVIDIA's header-only cudnn-frontend, checkout or git
+#       directory) with --llmc: llm.c is also built here with cuDNN (its flash
+#       attention, as its README runs it; sm_90, no MPI or NCCL, linked against
+#       this toolkit's cuDNN 9 and nvrtc), into DIR/llmc/train_gpt2cu_cudnn: the
+#       node has no cudnn-frontend, and llm.c's Makefile links neither nvrtc nor
+#       libcuda, which the current frontend needs.
 #   bench/gpu/window.sh run --bundle DIR --out OUT [--budget SECONDS] [--steps LIST] [--selftest-cpu]
 #       On the GPU node, after `source DIR/env.sh`. The steps, in this order;
 #       a step that cannot finish inside the budget (its own limit) is not
@@ -63,13 +69,14 @@ case $mode in
   prepare|run) ;;
   *) usage "unknown mode '$mode' (prepare or run)" ;;
 esac
-bundle=$root/.gpu; out=""; budget=540; selftest=0; llmc_src=""; build=""; only=""
+bundle=$root/.gpu; out=""; budget=540; selftest=0; llmc_src=""; build=""; only=""; cfe_src=""
 while [ $# -gt 0 ]; do
   case $1 in
-    --bundle|--out|--budget|--llmc|--build|--steps)
+    --bundle|--out|--budget|--llmc|--build|--steps|--cudnn-frontend)
       [ $# -ge 2 ] || usage "$1 needs a value"
       case $1 in --bundle) bundle=$2 ;; --out) out=$2 ;; --budget) budget=$2 ;;
-                 --llmc) llmc_src=$2 ;; --build) build=$2 ;; --steps) only=$2 ;; esac
+                 --llmc) llmc_src=$2 ;; --build) build=$2 ;; --steps) only=$2 ;;
+                 --cudnn-frontend) cfe_src=$2 ;; esac
       shift 2 ;;
     --selftest-cpu) selftest=1; shift ;;
     *) usage "unknown option '$1'" ;;
@@ -128,6 +135,25 @@ PY
     # the H200, nvcc 13.0). The host location, spelled the CUDA 13 way.
     sed -i 's/cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)/cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})/' \
       "$bundle/llmc/llmc/cuda_utils.cuh"
+    if [ -n "$cfe_src" ]; then
+      command -v nvcc >/dev/null || { echo "$prog: --cudnn-frontend needs nvcc here" >&2; exit 1; }
+      fe=$(mktemp -d); trap 'rm -rf "$fe"' EXIT
+      if [ -f "$cfe_src/HEAD" ] && [ -d "$cfe_src/objects" ]; then
+        git --git-dir "$cfe_src" archive HEAD include | tar -x -C "$fe"
+        cfe_rev=$(git --git-dir "$cfe_src" rev-parse HEAD)
+      else
+        cp -r "$cfe_src/include" "$fe/"; cfe_rev=unknown
+      fi
+      # llm.c's own flags (its Makefile: -O3 --use_fast_math, BF16, cuDNN), for sm_90.
+      flags=(--threads=0 -t=0 --use_fast_math -std=c++17 -O3 -DENABLE_BF16 -DENABLE_CUDNN
+             "--generate-code=arch=compute_${GPU_ARCHS:-90},code=[compute_${GPU_ARCHS:-90},sm_${GPU_ARCHS:-90}]")
+      ( cd "$bundle/llmc" && nvcc -c "${flags[@]}" llmc/cudnn_att.cpp -I"$fe/include" -o "$fe/cudnn_att.o" &&
+        nvcc "${flags[@]}" train_gpt2.cu "$fe/cudnn_att.o" -I"$fe/include" -lcublas -lcublasLt -lcudnn \
+          -lnvrtc -L"$(dirname "$(command -v nvcc)")/../lib64/stubs" -lcuda -o train_gpt2cu_cudnn ) \
+        > "$bundle/llmc/cudnn-build.log" 2>&1 ||
+        { tail -5 "$bundle/llmc/cudnn-build.log" >&2; echo "$prog: building llm.c with cuDNN failed" >&2; exit 1; }
+      echo "cudnn-frontend $cfe_rev" >> "$bundle/llmc/COMMIT"
+    fi
   fi
   size=$(du -sb "$bundle" | cut -f1)
   echo "$prog: $bundle ready: $((size / 1024 / 1024)) MiB$([ -d "$bundle/llmc" ] && echo ", llm.c $(cat "$bundle/llmc/COMMIT" 2>/dev/null | cut -c1-7)")"
@@ -258,13 +284,24 @@ s_llmc() {
   [ -f "$bundle/llmc/train_gpt2.cu" ] || { echo "no llm.c source in the bundle (prepare --llmc SRC)"; exit 77; }
   local w=$out/llmc-build; rm -rf "$w"; cp -r "$bundle/llmc" "$w"; cd "$w" || exit 1
   local cc cudnn=0; cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
-  if make train_gpt2cu USE_CUDNN=1 NO_MULTI_GPU=1 GPU_COMPUTE_CAPABILITY="$cc" > build.log 2>&1; then cudnn=1
+  # With cuDNN: the build prepare made (--cudnn-frontend), when it loads here; else
+  # built here, with cuDNN if this node has cudnn-frontend, else without.
+  local prepared=0
+  if [ -x train_gpt2cu_cudnn ] && ! ldd train_gpt2cu_cudnn | grep -q 'not found'; then
+    cp train_gpt2cu_cudnn train_gpt2cu; cudnn=1; prepared=1; echo "llm.c: the cuDNN build prepare made" > build.log
+  elif make train_gpt2cu USE_CUDNN=1 NO_MULTI_GPU=1 GPU_COMPUTE_CAPABILITY="$cc" > build.log 2>&1; then cudnn=1
   else make train_gpt2cu USE_CUDNN=0 NO_MULTI_GPU=1 GPU_COMPUTE_CAPABILITY="$cc" >> build.log 2>&1 || { tail -20 build.log; exit 1; }
   fi
   local cmd=(./train_gpt2cu -e d12 -i "$bundle/data/llmc/kjv_train.bin" -j "$bundle/data/llmc/kjv_val.bin"
              -b 16 -t 1024 -x 30 -v 1000 -s 0 -h 0 -r 0 -l 6e-4)
   echo "llm.c: ${cmd[*]} (cuDNN $cudnn)"
   "${cmd[@]}" 2>&1 | tee run.log | grep -E '^step' | tail -3
+  if [ $prepared = 1 ] && ! grep -q '^step' run.log; then
+    echo "llm.c: the prepared cuDNN build did not run here (run-cudnn.log); built here without cuDNN"
+    mv run.log run-cudnn.log; cudnn=0
+    make train_gpt2cu USE_CUDNN=0 NO_MULTI_GPU=1 GPU_COMPUTE_CAPABILITY="$cc" >> build.log 2>&1 || { tail -20 build.log; exit 1; }
+    "${cmd[@]}" 2>&1 | tee run.log | grep -E '^step' | tail -3
+  fi
   python3 - run.log "$cudnn" <<'PY'
 import re, sys
 ms = [float(m.group(1)) for l in open(sys.argv[1]) for m in [re.search(r"\| ([0-9.]+) ms \|", l)] if m]
