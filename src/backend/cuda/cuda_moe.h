@@ -30,9 +30,13 @@
 // send/recv), the received rows put in expert order and back by
 // kernels::moe_gather with k = 1 on uploaded permutations, this rank's El
 // experts computed by the same per-expert loop on slices me·El.. of w1, w2.
-// The exchange's buffers are sized for the most rows a rank can receive
-// (P·N·k), once, as the others (BackendMemoryModel::moe_state_bytes with
-// expert_parallel P).
+// The exchange's buffers are reserved for moe_ep_received_rows(N, k, P, F)
+// received rows (--moe-ep-capacity F; at most the P·N·k a rank can receive),
+// once, as the others (BackendMemoryModel::moe_state_bytes with
+// expert_parallel P and ep_capacity F). A step that receives more grows
+// them through the backend (routing stays dropless) and logs the growth;
+// when the backend cannot hold them (a device arena sized by the
+// accounting) the Error names --moe-ep-capacity and the factor needed.
 //
 // Requirements (refused with a message naming the value): C and I multiples
 // of 16 / sizeof(T) (each expert's slice of the packed (N*k, C), (N*k, 2I)
@@ -91,6 +95,8 @@ class CudaMoeCache {
   ExpertShard shard;
   Buf perm, inv, xe, he, ae;
   mutable Buf xr, ye;
+  size_t ep_rows = 0;  // the received rows the exchange's buffers hold room for
+  bool hidden_in_ep = false;  // the last forward's h, a live in he, ae (cuda_moe.cpp)
 
  private:
   mutable Backend* be_ = nullptr;  // the backend the buffers came from
@@ -108,10 +114,11 @@ template <class T>
 void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gate, cdptr w1,
                  cdptr w2, dptr out, CudaMoeCache& cache, const float* bias = nullptr,
                  MoeExchange* ex = nullptr);
-// The device buffers the exchange needs for N tokens over P ranks, allocated
-// now at their largest (the rows one rank can receive: P·N·k).
+// The device buffers the exchange needs for R received rows of N tokens over
+// P ranks (and the backward's per-expert scratch for moe_ep_expert_rows),
+// allocated now; cache.ep_rows becomes R. Buffers already large enough stay.
 void reserve_expert_parallel(Backend& be, const MoeShape& s, int P, size_t storage_bytes,
-                             CudaMoeCache& cache);
+                             CudaMoeCache& cache, size_t R);
 
 // dx (N,C) overwritten; dgate, dw1, dw2 accumulated; aux_dprob (E, device
 // FP32) or null; dw_route (N*k, device FP32) or null: the routing weights'
