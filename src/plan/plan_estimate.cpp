@@ -392,7 +392,7 @@ Plan make_plan(const PlanInputs& in_) {
     p.zero = make_zero_plan(z);
   }
   // ---- expert parallelism: every size, at the stage and policy above ---------
-  if (cfg.moe() && !in.expert_parallel_given && !p.zero.rows.empty()) {
+  if (cfg.moe() && !in.expert_parallel_given && in.expert_parallel <= 1 && !p.zero.rows.empty()) {
     ExpertParallelPlan& ep = p.expert_parallel;
     const ZeroPlan& z = p.zero;
     ep.stage_fits = z.chosen >= 0;

@@ -30,7 +30,7 @@ std::string plan_json(const Plan& p) {
     model["moe_layers"] = p.in.cfg.moe_layer_count();
     // --expert-parallel as given, else null and the sizes under "expert_parallel".
     model["expert_parallel"] =
-        in.expert_parallel_given ? OrderedJson(in.expert_parallel) : OrderedJson(nullptr);
+        p.expert_parallel.rows.empty() ? OrderedJson(in.expert_parallel) : OrderedJson(nullptr);
     model["moe_ep_capacity"] = json_number(in.moe_ep_capacity);
   }
   j["device"] = {{"name", p.device->name},
@@ -89,7 +89,7 @@ std::string plan_json(const Plan& p) {
                {"step_s", json_number(p.step_s)},
                {"dp_efficiency", json_number(p.dp_efficiency)},
                {"work_hours", json_number(p.work_hours)}};
-  if (in.cfg.moe() && !in.expert_parallel_given) {  // Plan::expert_parallel (plan.h)
+  if (!p.expert_parallel.rows.empty()) {  // Plan::expert_parallel (plan.h)
     const ExpertParallelPlan& ep = p.expert_parallel;
     OrderedJson& ej = j["expert_parallel"];
     ej["zero_stage"] = ep.stage;

@@ -65,7 +65,7 @@ std::string expert_parallel_text(const Plan& p) {
   const PlanInputs& in = p.in;
   std::ostringstream o;
   const std::string cap = "--moe-ep-capacity " + fmt("%g", in.moe_ep_capacity);
-  if (in.expert_parallel_given) {
+  if (p.expert_parallel.rows.empty()) {  // --expert-parallel given
     o << "  expert parallel: " << in.expert_parallel;
     if (in.expert_parallel > 1)
       o << " (its exchange buffers in the memory above, " << cap
