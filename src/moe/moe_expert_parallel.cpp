@@ -4,6 +4,7 @@
 // exchanges forward (counts, then rows; results back) and two backward (dy
 // there, dx back), through a MoeExchange.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -93,7 +94,8 @@ void ep_growth_failed(const MoeShape& s, size_t R, size_t reserved, const std::s
        " times its N*k = ", (size_t)s.N * s.k, ", more than the ", reserved,
        " its exchange buffers were reserved for (--moe-ep-capacity ", fmt(s.ep_capacity, "%g"),
        "), and the device cannot hold the grown buffers (", why,
-       "). This step needed --moe-ep-capacity ", fmt(factor_of(s, R), "%.2f"),
+       "). This step needed --moe-ep-capacity ",
+       fmt(std::ceil(factor_of(s, R) * 100 - 1e-9) / 100, "%.2f"),  // rounded up: enough
        " or more; rerun with at least that, or a smaller --batch-size (the memory accounting "
        "then reserves it before training). Nothing of this step was saved: the last checkpoint "
        "is intact");

@@ -23,15 +23,15 @@ CudaMoeCache::~CudaMoeCache() {
     if (b->p) be_->release(b->p);
 }
 
-void* CudaMoeCache::need(Backend& be, Buf& b, size_t bytes) const {
+void* CudaMoeCache::need(Backend& be, Buf& b, size_t bytes, Alloc alloc) const {
   if (be_ && be_ != &be)
     fail("MoE (cuda): a CudaMoeCache is used with two backends; keep one cache per backend");
   be_ = &be;
   bytes = std::max<size_t>(bytes, 16);  // never a null buffer, even for N = 0
   if (bytes > b.bytes) {
     if (b.p) be.release(b.p);
-    b = Buf{};  // an alloc that throws (a full arena) leaves no dangling buffer
-    b.p = be.alloc(bytes);
+    b = Buf{};  // an alloc that throws (a full device) leaves no dangling buffer
+    b.p = alloc ? alloc(be, bytes) : be.alloc(bytes);
     b.bytes = bytes;
   }
   return b.p;
@@ -76,11 +76,14 @@ void expert_parallel_forward(cuda::CudaBackend<T>& be, const MoeShape& s, CudaMo
   plan_expert_shard(s, c.counts.data(), c.offsets.data(), ex, sh);
   const int El = sh.El, R = (int)sh.perm.size();
   if ((size_t)R > c.ep_rows) {
-    // More rows than --moe-ep-capacity reserved: grow (dropless). In a device
-    // arena sized by the accounting there may be no room: say what to do.
+    // More rows than --moe-ep-capacity reserved: grow (dropless), beside the
+    // arena (its free blocks belong to the step's later allocations); when
+    // the device has no room, say what to do.
     const size_t had = c.ep_rows;
     try {
-      reserve_expert_parallel(be, s, sh.P, sizeof(T), c, (size_t)R);
+      reserve_expert_parallel(be, s, sh.P, sizeof(T), c, (size_t)R, [](Backend& b, size_t n) {
+        return static_cast<cuda::CudaBackend<T>&>(b).alloc_beyond_arena(n);
+      });
     } catch (const Error& e) {
       ep_growth_failed(s, (size_t)R, had, e.what());
     }
@@ -161,17 +164,17 @@ void expert_parallel_backward(cuda::CudaBackend<T>& be, const MoeShape& s, const
 }  // namespace
 
 void reserve_expert_parallel(Backend& be, const MoeShape& s, int P, size_t tb, CudaMoeCache& c,
-                             size_t R) {
+                             size_t R, CudaMoeCache::Alloc al) {
   const size_t rows1 = moe_ep_expert_rows(s.N, P, R);
-  c.need(be, c.da, rows1 * s.I * tb);
-  c.need(be, c.dh, rows1 * 2 * s.I * tb);
-  c.need(be, c.perm, R * sizeof(int));
-  c.need(be, c.inv, R * sizeof(int));
-  c.need(be, c.xe, R * s.C * tb);
-  c.need(be, c.he, R * 2 * s.I * tb);
-  c.need(be, c.ae, R * s.I * tb);
-  c.need(be, c.xr, R * s.C * tb);
-  c.need(be, c.ye, R * s.C * tb);
+  c.need(be, c.da, rows1 * s.I * tb, al);
+  c.need(be, c.dh, rows1 * 2 * s.I * tb, al);
+  c.need(be, c.perm, R * sizeof(int), al);
+  c.need(be, c.inv, R * sizeof(int), al);
+  c.need(be, c.xe, R * s.C * tb, al);
+  c.need(be, c.he, R * 2 * s.I * tb, al);
+  c.need(be, c.ae, R * s.I * tb, al);
+  c.need(be, c.xr, R * s.C * tb, al);
+  c.need(be, c.ye, R * s.C * tb, al);
   c.ep_rows = std::max(c.ep_rows, R);
 }
 

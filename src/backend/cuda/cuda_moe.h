@@ -34,9 +34,11 @@
 // received rows (--moe-ep-capacity F; at most the P·N·k a rank can receive),
 // once, as the others (BackendMemoryModel::moe_state_bytes with
 // expert_parallel P and ep_capacity F). A step that receives more grows
-// them through the backend (routing stays dropless) and logs the growth;
-// when the backend cannot hold them (a device arena sized by the
-// accounting) the Error names --moe-ep-capacity and the factor needed.
+// them (routing stays dropless) and logs the growth: beside the device
+// arena, which the accounting sized without them and whose free blocks the
+// step's later allocations need (CudaBackend::alloc_beyond_arena: the
+// memory the arena leaves free). When the device cannot hold them the
+// Error names --moe-ep-capacity and the factor that step needed.
 //
 // Requirements (refused with a message naming the value): C and I multiples
 // of 16 / sizeof(T) (each expert's slice of the packed (N*k, C), (N*k, 2I)
@@ -73,7 +75,9 @@ class CudaMoeCache {
     size_t bytes = 0;
   };
   // const: the backward grows its (mutable) scratch through a const cache.
-  void* need(Backend& be, Buf& b, size_t bytes) const;
+  // alloc: where a new block comes from (null: be.alloc()).
+  using Alloc = void* (*)(Backend&, size_t);
+  void* need(Backend& be, Buf& b, size_t bytes, Alloc alloc = nullptr) const;
 
   MoeShape shape;                  // of the last forward
   Buf logits;                      // (N,E) T
@@ -116,9 +120,11 @@ void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gat
                  MoeExchange* ex = nullptr);
 // The device buffers the exchange needs for R received rows of N tokens over
 // P ranks (and the backward's per-expert scratch for moe_ep_expert_rows),
-// allocated now; cache.ep_rows becomes R. Buffers already large enough stay.
+// allocated now (from alloc, null: be.alloc()); cache.ep_rows becomes R.
+// Buffers already large enough stay.
 void reserve_expert_parallel(Backend& be, const MoeShape& s, int P, size_t storage_bytes,
-                             CudaMoeCache& cache, size_t R);
+                             CudaMoeCache& cache, size_t R,
+                             CudaMoeCache::Alloc alloc = nullptr);
 
 // dx (N,C) overwritten; dgate, dw1, dw2 accumulated; aux_dprob (E, device
 // FP32) or null; dw_route (N*k, device FP32) or null: the routing weights'

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "backend/memory_model.h"
+#include "core/error.h"
+#include "moe/moe_ops.h"
 
 using namespace ratchet;
 
@@ -76,6 +78,30 @@ TEST(MoeEpCapacity, CpuStateFollowsTheReservation) {
   EXPECT_EQ(bytes(4) - bytes(1), per_row * (400 - 100));
   EXPECT_EQ(bytes(1.5) - bytes(1), per_row * (150 - 100));
   EXPECT_EQ(bytes(9), bytes(4));  // capped at P·N·k
+}
+
+// What a rank says when a step's routing outgrows the reservation: the
+// logged line (the layer, the rows, the flag) and, when the device cannot
+// hold the grown buffers, the Error (the flag, the factor that step needed,
+// the checkpoint intact).
+TEST(MoeEpCapacity, GrowthLineAndErrorNameTheFlag) {
+  moe::MoeShape s;
+  s.N = 100, s.k = 2, s.E = 8, s.C = 16, s.I = 8;
+  s.expert_parallel = 4, s.ep_capacity = 1.5, s.layer = 3;
+  const std::string note = moe::ep_growth_note(s, 410, 300);
+  for (const char* w : {"MoE layer 3 received 410 rows", "2.05 times its N*k = 200",
+                        "held 300 (--moe-ep-capacity 1.5)", "grow to 410 rows"})
+    EXPECT_NE(note.find(w), std::string::npos) << w << " not in: " << note;
+  try {
+    moe::ep_growth_failed(s, 410, 300, "cudaMalloc of 1 bytes failed");
+    ADD_FAILURE() << "no Error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    for (const char* w : {"MoE layer 3 received 410 rows", "(--moe-ep-capacity 1.5)",
+                          "cudaMalloc of 1 bytes failed", "This step needed --moe-ep-capacity 2.05",
+                          "the last checkpoint is intact"})
+      EXPECT_NE(m.find(w), std::string::npos) << w << " not in: " << m;
+  }
 }
 
 }  // namespace
