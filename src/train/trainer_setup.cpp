@@ -400,7 +400,12 @@ void Trainer::make_model() {
   // applied to the model like the strategy (distributed/expert_parallel.h).
   if (ep_) {
     ep_->apply(*model_);
-    RLOG("%s\n", ep_->describe(cfg_.num_experts).c_str());
+    RLOG("%s; exchange buffers for %zu received rows per MoE layer (--moe-ep-capacity %g), "
+         "grown if a step's routing sends more\n",
+         ep_->describe(cfg_.num_experts).c_str(),
+         moe_ep_received_rows((long)B_ * T_, cfg_.experts_per_tok, o_.expert_parallel,
+                              o_.moe_ep_capacity),
+         o_.moe_ep_capacity);
   }
   if (cfg_.moe()) log_expert_state();
   // Which library paths the ops take (cuDNN engines and workspaces, BGRADB), once.

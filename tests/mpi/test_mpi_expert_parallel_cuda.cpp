@@ -173,12 +173,16 @@ TEST_F(MpiExpertParallelCuda, CapacityOverflowGrowsAndKeepsTheBits) {
   auto r = stubN(2, cmd("simt", tight.path, 2, 4, 64, flags + "--moe-ep-capacity 1"),
                  "RATCHET_SIMT_GUARD=1 RATCHET_STUB_NCCL_DIR=" + tight.path);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* s : {"rows for this rank's experts", "(--moe-ep-capacity 1) and grow to"})
+  // The setup line: B·T = 32 tokens x top 2 = 64 rows at F 1, 128 at F 2 (= P·N·k).
+  for (const char* s : {"exchange buffers for 64 received rows per MoE layer (--moe-ep-capacity 1)",
+                        "rows for this rank's experts", "(--moe-ep-capacity 1) and grow to"})
     EXPECT_NE(r.output.find(s), std::string::npos) << "missing '" << s << "':\n" << r.output;
   r = stubN(2, cmd("simt", roomy.path, 2, 4, 64, flags),
             "RATCHET_SIMT_GUARD=1 RATCHET_STUB_NCCL_DIR=" + roomy.path);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output.find("grow to"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exchange buffers for 128 received rows per MoE layer (--moe-ep-capacity 2)"),
+            std::string::npos) << r.output;
   const std::vector<double> lt = losses(tight.path), lr = losses(roomy.path);
   ASSERT_EQ(lt.size(), (size_t)kSteps);
   EXPECT_EQ(lt, lr) << "losses";
