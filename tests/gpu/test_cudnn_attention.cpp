@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cudnn_attention.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "backend/memory_model.h"
@@ -39,7 +40,7 @@ struct AttnResult {
 
 // One attention forward + backward on `be` from the same host inputs.
 AttnResult run_attention(Backend& be, const std::vector<float>& qkv, const std::vector<float>& dout,
-                         int B, int T, int NH, int KV, int HS) {
+                         int B, int T, int NH, int KV, int HS, const ratchet::AttnOpts& o = {}) {
   const int C = NH * HS;
   const size_t sb = be.memory_model().storage_bytes, nq = (size_t)B * T * (NH + 2 * KV) * HS,
                no = (size_t)B * T * C, nl = (size_t)B * NH * T;
@@ -50,8 +51,8 @@ AttnResult run_attention(Backend& be, const std::vector<float>& qkv, const std::
   void* d_lse = be.alloc(nl * sizeof(float));
   be.upload_f32(d_qkv, qkv.data(), nq);
   be.upload_f32(d_dout, dout.data(), no);
-  be.attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, KV);
-  be.attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, KV);
+  be.attention_forward(d_out, d_lse, d_qkv, B, T, C, NH, KV, o);
+  be.attention_backward(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, KV, o);
   AttnResult r;
   r.out.resize(no);
   r.dqkv.resize(nq);
@@ -107,6 +108,57 @@ TEST(CudnnAttentionGpu, MatchesFlashAndCpuBackend) {
     EXPECT_LT(nmse(cd.out.data(), fl.out.data(), no), 2e-4);
     EXPECT_LT(nmse(cd.dqkv.data(), fl.dqkv.data(), nq), 2e-3);
     for (float x : cd.dqkv) ASSERT_TRUE(std::isfinite(x));
+  }
+}
+
+// Sliding windows (issue 38) through cuDNN's band left bound (cudnn_attention.cpp,
+// written before any GPU ran it), both modes, against the CPU backend and the
+// flash kernels (each verified on an H200, 2026-11-30) with the limits of
+// MatchesFlashAndCpuBackend; W = 1 (each query sees itself), W < T with GQA,
+// W just under T. And the windowed plans' workspace: the memory model asks
+// cuDNN for the plain graph's (OpShapes carry no window), so the two must agree.
+TEST(CudnnAttentionGpu, SlidingWindowMatchesFlashAndCpuBackend) {
+  SKIP_WITHOUT_DEVICE();
+  auto cpu = ratchet::make_cpu_backend(1);
+  auto flash = ratchet::make_cuda_backend("bf16", AttentionImpl::flash);
+  struct Win {
+    Shape sh;
+    int window;
+  };
+  for (bool det : {true, false}) {
+    auto cudnn = ratchet::make_cuda_backend("bf16", AttentionImpl::cudnn, det);
+    for (Win w : {Win{{2, 65, 4, 2, 64}, 16}, Win{{2, 129, 2, 2, 128}, 1},
+                  Win{{2, 1024, 12, 12, 64}, 256}, Win{{1, 1000, 8, 4, 64}, 999}}) {
+      const Shape& sh = w.sh;
+      SCOPED_TRACE("B=" + std::to_string(sh.B) + " T=" + std::to_string(sh.T) + " NH=" +
+                   std::to_string(sh.NH) + " KV=" + std::to_string(sh.KV) + " W=" +
+                   std::to_string(w.window) + (det ? " deterministic" : ""));
+      ratchet::AttnOpts o;
+      o.window = w.window;
+      ratchet::Rng rng(23 + sh.T + w.window);
+      const size_t nq = (size_t)sh.B * sh.T * (sh.NH + 2 * sh.KV) * sh.HS,
+                   no = (size_t)sh.B * sh.T * sh.NH * sh.HS;
+      auto qkv = bf16_rounded(ratchet::testing::randn(rng, nq));
+      auto dout = bf16_rounded(ratchet::testing::randn(rng, no));
+      const AttnResult ref = run_attention(*cpu, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS, o);
+      const AttnResult fl = run_attention(*flash, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS, o);
+      const AttnResult cd = run_attention(*cudnn, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS, o);
+      using ratchet::testing::nmse;
+      EXPECT_LT(nmse(cd.out.data(), ref.out.data(), no), 1e-4);
+      EXPECT_LT(nmse(cd.dqkv.data(), ref.dqkv.data(), nq), 1e-3);
+      EXPECT_LT(ratchet::testing::max_abs_diff(cd.lse.data(), ref.lse.data(), ref.lse.size()), 1e-3);
+      EXPECT_LT(nmse(cd.out.data(), fl.out.data(), no), 2e-4);
+      EXPECT_LT(nmse(cd.dqkv.data(), fl.dqkv.data(), nq), 2e-3);
+      ratchet::cuda::CudnnAttention plans(nullptr, det);
+      const ratchet::cuda::SdpaShape banded{sh.B, sh.T, sh.NH, sh.KV, sh.HS, w.window},
+          plain{sh.B, sh.T, sh.NH, sh.KV, sh.HS};
+      for (bool bwd : {false, true}) {
+        std::printf("%s %s W=%d: workspace %zu bytes (plain causal %zu)\n", det ? "det" : "nondet",
+                    bwd ? "backward" : "forward", w.window, plans.workspace(banded, bwd),
+                    plans.workspace(plain, bwd));
+        EXPECT_EQ(plans.workspace(banded, bwd), plans.workspace(plain, bwd));
+      }
+    }
   }
 }
 

@@ -33,6 +33,29 @@ TEST(CudnnGraph, DescriptorsFinalizeInCudnn) {
   }
 }
 
+// A sliding window W < T adds the band's left bound to the scores both graphs
+// share: GEN_INDEX row and column, column + W, CMP_GT, BINARY_SELECT (5 ops);
+// each finalizes in cuDNN (the window a by-value FLOAT scalar, the frontend's
+// type). W >= T is plain causal attention: the same graph as no window.
+TEST(CudnnGraph, AWindowAddsTheBandsLeftBound) {
+  for (SdpaShape s : {SdpaShape{2, 65, 8, 2, 64, 16}, SdpaShape{1, 129, 2, 2, 128, 1},
+                      SdpaShape{2, 1024, 12, 12, 64, 256}}) {
+    SCOPED_TRACE("T=" + std::to_string(s.T) + " KV=" + std::to_string(s.KV) +
+                 " window=" + std::to_string(s.window));
+    SdpaShape plain = s;
+    plain.window = 0;
+    for (bool bwd : {false, true})
+      for (bool det : {false, true})
+        EXPECT_EQ(ratchet::cuda::cudnn_attention_graph_ops(s, bwd, det),
+                  ratchet::cuda::cudnn_attention_graph_ops(plain, bwd, det) + 5);
+    SdpaShape wide = s;
+    wide.window = s.T;
+    EXPECT_EQ(wide.band(), 0);
+    EXPECT_EQ(ratchet::cuda::cudnn_attention_graph_ops(wide, true),
+              ratchet::cuda::cudnn_attention_graph_ops(plain, true));
+  }
+}
+
 TEST(CudnnGraph, UnsupportedShapesAreRefusedWithAMessage) {
   struct Bad {
     SdpaShape s;

@@ -35,8 +35,8 @@ cat "$tmp/o/summary.md"
 check "the rehearsal exits 0 (got $rc)" '[ $rc = 0 ]'
 order=$(grep -oE '^\| [a-z]+ \|' "$tmp/o/summary.md" | tr -d '| ' | tr '\n' ' ')
 check "every step, in priority order (got: $order)" \
-  '[ "$order" = "step machine tests train families compare llmc kernels window profile determinism bench sanitizer curve " ]'
-for s in machine train profile determinism; do
+  '[ "$order" = "step machine tests train families compare llmc kernels window profile determinism moe bench sanitizer curve " ]'
+for s in machine train profile determinism moe; do
   check "$s PASS" 'grep -q "^| $s | PASS |" "$tmp/o/summary.md"'
 done
 for s in tests families llmc kernels window bench sanitizer curve; do

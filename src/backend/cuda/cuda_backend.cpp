@@ -94,17 +94,11 @@ kernels::AttnParams attn_params(const AttnOpts& o, int HS) {
 }
 // cuDNN (checked against the installed 9.19.0 headers): ratchet builds the
 // SDPA graph itself with the backend API (cudnn_attention.cpp: no frontend
-// library, so no set_diagonal_band_left_bound / sliding_window_length). The
-// scale is a runtime scalar of that graph and is passed through; a window
-// would need a second index mask (GEN_INDEX, CMP, BINARY_SELECT) in both
-// graphs, and a soft-cap a tanh between the scale and the mask, which the
-// fused engines' pattern matching may not take: neither is wired (nor can be
-// checked without a GPU), both refused by name.
+// library). The scale is a runtime scalar of that graph and is passed
+// through; a window is the frontend's band left bound, lowered as it does
+// (cudnn_attention.cpp, SdpaShape::window); a soft-cap would need a tanh
+// between the scale and the mask, which is not wired: refused by name.
 [[maybe_unused]] void refuse_cudnn_attn_opts(const kernels::AttnParams& p) {
-  if (p.window > 0)
-    fail("--attention cudnn: this model's sliding-window attention (window ", p.window,
-         ") is not wired into ratchet's cuDNN graph (cuDNN 9.19 backend API); use --attention "
-         "flash (or materialized)");
   if (p.softcap > 0)
     fail("--attention cudnn: this model's attention soft-cap (", p.softcap,
          ") is not supported by ratchet's cuDNN graph; use --attention flash (or materialized)");
@@ -626,8 +620,8 @@ void CudaBackend<T>::attention_forward(dptr out, void* saved, cdptr qkv, int B, 
   if (attention_ == AttentionImpl::cudnn) {
     refuse_cudnn_attn_opts(ap);
     // GQA: cuDNN reads the KV heads through strided views (cudnn_attention.h).
-    cudnn_->forward(out, static_cast<float*>(saved), qkv, SdpaShape{B, T_, NH, KV, HS}, ap.scale,
-                    scratch(model_.attention_forward_scratch(OpShapes{B, T_, C, NH, 0, KV})));
+    cudnn_->forward(out, static_cast<float*>(saved), qkv, SdpaShape{B, T_, NH, KV, HS, ap.window},
+                    ap.scale, scratch(model_.attention_forward_scratch(OpShapes{B, T_, C, NH, 0, KV})));
     return;
   }
 #endif
@@ -663,7 +657,7 @@ void CudaBackend<T>::attention_backward(dptr dqkv, cdptr dout, cdptr qkv, cdptr 
   if (attention_ == AttentionImpl::cudnn) {
     refuse_cudnn_attn_opts(ap);
     cudnn_->backward(dqkv, dout, qkv, out, static_cast<const float*>(saved),
-                     SdpaShape{B, T_, NH, KV, HS}, ap.scale,
+                     SdpaShape{B, T_, NH, KV, HS, ap.window}, ap.scale,
                      scratch(model_.attention_backward_scratch(OpShapes{B, T_, C, NH, 0, KV})));
     return;
   }

@@ -8,6 +8,7 @@
 // frontend here, so this file is that lowering in C):
 //
 //   forward:  S = Q @ K^T (FP32) ; S *= scale ; S = causal ? S : lowest
+//             [S = col + W > row ? S : lowest: a sliding window W, the band's left bound]
 //             m = max_j S ; E = exp(S - m) ; l = sum_j E ; stats = m + log l
 //             P = E / l (BF16) ; O = P @ V
 //   backward: D = sum_d(dO * O) * 1 ; S as above ; P = exp(S - stats)
@@ -16,6 +17,14 @@
 //               dQ = dS @ K                        (the frontend's dP-workspace graph)
 //             or not (--deterministic off):
 //               dQacc (FP32, F16x16 reordered, zeroed) = dS @ K ; dQ = identity(dQacc)
+// The window's mask is the frontend's composite left bound for cuDNN before
+// 9.21 (CompositeDiagonalBandMaskNode in node/diagonal_band_mask.h, applied by
+// attn::score_modifiers::sliding_window_mask after the causal right bound,
+// top-left aligned: GEN_INDEX row and column, column + W as FLOAT with W a
+// by-value FLOAT scalar, CMP_GT against the row, BINARY_SELECT), in both
+// graphs. Not yet run on a GPU when written (2026-11-30): `--attention auto`
+// keeps flash for windows until CudnnAttentionGpu.SlidingWindowMatchesFlash
+// has passed on one (tests/gpu/test_cudnn_attention.cpp).
 // The "* 1" nodes are the frontend's dropout-free placeholders, kept so that
 // the graph is the one cuDNN's pattern matcher is known to accept. GQA (KV <
 // NH): dK and dV go through a virtual (B,NH,T,HS) tensor and a sum over each
@@ -115,7 +124,7 @@ using TensorD = cudnnBackendDescriptor_t;
 
 // Unique ids of the tensors the variant pack binds (virtual ones count up from kFirstVirtual).
 enum Uid : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kScale, kLowest, kOne, kdO, kdQ, kdK, kdV, kdQAcc,
+  kQ = 1, kK, kV, kO, kStats, kScale, kLowest, kOne, kdO, kdQ, kdK, kdV, kdQAcc, kWindow,
   kFirstVirtual = 100
 };
 
@@ -209,6 +218,20 @@ class GraphBuilder {
     pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, lowest, keep_mask, masked);
     return masked;
   }
+  // scores = column + W > row ? scores : lowest: the band's left bound (a sliding
+  // window W, a by-value FLOAT scalar), as the frontend lowers it.
+  TensorD window_mask(TensorD scores, TensorD lowest, TensorD window, Dims dim, Dims stride) {
+    TensorD row = virt(CUDNN_DATA_INT32, dim, stride), col = virt(CUDNN_DATA_INT32, dim, stride);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, row, CUDNN_DATA_INT32, 2);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, col, CUDNN_DATA_INT32, 3);
+    TensorD shifted = virt(CUDNN_DATA_FLOAT, dim, stride);
+    pointwise(CUDNN_POINTWISE_ADD, col, window, nullptr, shifted, CUDNN_DATA_FLOAT, 3);
+    TensorD keep_mask = virt(CUDNN_DATA_BOOLEAN, dim, stride);
+    pointwise(CUDNN_POINTWISE_CMP_GT, shifted, row, nullptr, keep_mask, CUDNN_DATA_BOOLEAN);
+    TensorD masked = virt(CUDNN_DATA_FLOAT, dim, stride);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, lowest, keep_mask, masked);
+    return masked;
+  }
 
   const std::vector<cudnnBackendDescriptor_t>& ops() const { return ops_; }
 
@@ -240,9 +263,10 @@ class GraphBuilder {
 // The strided views into qkv (B,T,R), R = (NH+2KV)*HS, and into (B,T,NH*HS) buffers.
 struct Views {
   int64_t B, T, NH, KV, HS, R, C;
+  int band;  // SdpaShape::band(): the window the graphs mask (0: none)
   explicit Views(const SdpaShape& s)
       : B(s.B), T(s.T), NH(s.NH), KV(s.KV), HS(s.HS), R((int64_t)(s.NH + 2 * s.KV) * s.HS),
-        C((int64_t)s.NH * s.HS) {}
+        C((int64_t)s.NH * s.HS), band(s.band()) {}
   Dims q_dim() const { return {B, NH, T, HS}; }
   Dims q_stride() const { return {T * R, HS, R, 1}; }
   Dims kv_dim() const { return {B, KV, T, HS}; }
@@ -305,13 +329,15 @@ CudnnAttention::~CudnnAttention() {
 
 namespace {
 
-// S = causal_mask(Q K^T * scale), FP32 (B,NH,T,T): the prologue both graphs share.
+// S = causal_mask(Q K^T * scale) [then window_mask], FP32 (B,NH,T,T): the
+// prologue both graphs share. window: null for plain causal attention.
 TensorD masked_scores(GraphBuilder& g, const Views& v, TensorD q, TensorD kT, TensorD scale,
-                      TensorD lowest) {
+                      TensorD lowest, TensorD window) {
   TensorD s = g.virt(CUDNN_DATA_FLOAT, v.s_dim(), v.s_stride());
   g.matmul(q, kT, s);
   TensorD ss = g.apply(CUDNN_POINTWISE_MUL, s, scale, v.s_dim(), v.s_stride());
-  return g.causal_mask(ss, lowest, v.s_dim(), v.s_stride());
+  TensorD causal = g.causal_mask(ss, lowest, v.s_dim(), v.s_stride());
+  return window ? g.window_mask(causal, lowest, window, v.s_dim(), v.s_stride()) : causal;
 }
 
 // out (B,KV,T,HS) = X^T @ rhs for X (B,NH,T,T) (P for dV, dS for dK): X is
@@ -339,8 +365,9 @@ std::vector<int64_t> build_forward(GraphBuilder& g, const Views& v) {
   TensorD o = g.tensor(kO, bf16, v.o_dim(), v.o_stride(), false);
   TensorD stats = g.tensor(kStats, f32, rd, rs, false);
   TensorD scale = g.scalar(kScale), lowest = g.scalar(kLowest);
+  TensorD window = v.band ? g.scalar(kWindow) : nullptr;
 
-  TensorD sm = masked_scores(g, v, q, kT, scale, lowest);
+  TensorD sm = masked_scores(g, v, q, kT, scale, lowest, window);
   // softmax with stats (the frontend's composite softmax)
   TensorD mx = g.virt(f32, rd, rs);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, sm, mx);
@@ -354,7 +381,9 @@ std::vector<int64_t> build_forward(GraphBuilder& g, const Views& v) {
   TensorD p = g.virt(bf16, sd, ss);
   g.pointwise(CUDNN_POINTWISE_DIV, e, sum, nullptr, p);
   g.matmul(p, val, o);
-  return {kQ, kK, kV, kO, kStats, kScale, kLowest};
+  std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale, kLowest};
+  if (window) uids.push_back(kWindow);
+  return uids;
 }
 
 std::vector<int64_t> build_backward(GraphBuilder& g, const Views& v, bool deterministic) {
@@ -370,6 +399,7 @@ std::vector<int64_t> build_backward(GraphBuilder& g, const Views& v, bool determ
   TensorD dK = g.tensor(kdK, bf16, v.kv_dim(), v.kv_stride(), false);
   TensorD dV = g.tensor(kdV, bf16, v.kv_dim(), v.kv_stride(), false);
   TensorD scale = g.scalar(kScale), lowest = g.scalar(kLowest), one = g.scalar(kOne);
+  TensorD window = v.band ? g.scalar(kWindow) : nullptr;
 
   // D = rowsum(dO * O) * 1
   TensorD dOO = g.apply(CUDNN_POINTWISE_MUL, dO, o, v.o_dim(),
@@ -379,7 +409,7 @@ std::vector<int64_t> build_backward(GraphBuilder& g, const Views& v, bool determ
   TensorD D = g.apply(CUDNN_POINTWISE_MUL, dsum, one, rd, rs);
 
   // P = exp(S - stats); dV = P^T dO
-  TensorD sm = masked_scores(g, v, q, kT, scale, lowest);
+  TensorD sm = masked_scores(g, v, q, kT, scale, lowest, window);
   TensorD p = g.apply(CUDNN_POINTWISE_EXP, g.apply(CUDNN_POINTWISE_SUB, sm, stats, sd, ss),
                       nullptr, sd, ss);
   kv_gradient(g, v, p, dO, dV);
@@ -396,21 +426,25 @@ std::vector<int64_t> build_backward(GraphBuilder& g, const Views& v, bool determ
   // dQ = dS K: straight into dqkv (deterministic), or accumulated in FP32 then cast
   TensorD k = g.virt(bf16, v.kv_dim(), v.kv_stride());
   g.reshape(kT, k);
+  std::vector<int64_t> uids;
   if (deterministic) {
     g.matmul(dS, k, dQ);
-    return {kQ, kK, kV, kO, kdO, kStats, kdQ, kdK, kdV, kScale, kLowest, kOne};
+    uids = {kQ, kK, kV, kO, kdO, kStats, kdQ, kdK, kdV, kScale, kLowest, kOne};
+  } else {
+    TensorD dQacc = g.tensor(kdQAcc, f32, v.full_dim(), v.full_stride(), false, false,
+                             CUDNN_TENSOR_REORDERING_F16x16);
+    g.matmul(dS, k, dQacc);
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, dQacc, nullptr, nullptr, dQ);
+    uids = {kQ, kK, kV, kO, kdO, kStats, kdQ, kdK, kdV, kdQAcc, kScale, kLowest, kOne};
   }
-  TensorD dQacc = g.tensor(kdQAcc, f32, v.full_dim(), v.full_stride(), false, false,
-                           CUDNN_TENSOR_REORDERING_F16x16);
-  g.matmul(dS, k, dQacc);
-  g.pointwise(CUDNN_POINTWISE_IDENTITY, dQacc, nullptr, nullptr, dQ);
-  return {kQ, kK, kV, kO, kdO, kStats, kdQ, kdK, kdV, kdQAcc, kScale, kLowest, kOne};
+  if (window) uids.push_back(kWindow);
+  return uids;
 }
 
 std::string shape_text(const SdpaShape& s) {
   return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) + " heads=" +
          std::to_string(s.NH) + " kv heads=" + std::to_string(s.KV) + " head size=" +
-         std::to_string(s.HS);
+         std::to_string(s.HS) + (s.band() ? " window=" + std::to_string(s.band()) : "");
 }
 
 }  // namespace
@@ -428,7 +462,7 @@ int cudnn_attention_graph_ops(const SdpaShape& s, bool backward, bool determinis
 }
 
 const CudnnAttention::Plan& CudnnAttention::plan(bool backward, const SdpaShape& s) {
-  const auto key = std::make_tuple(backward, s.B, s.T, s.NH, s.KV, s.HS);
+  const auto key = std::make_tuple(backward, s.B, s.T, s.NH, s.KV, s.HS, s.band());
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
 
@@ -579,11 +613,11 @@ void CudnnAttention::forward(void* out, float* stats, const void* qkv, const Sdp
   const Plan& p = plan(false, s);
   using bf = kernels::bf16;
   bf* base = const_cast<bf*>(static_cast<const bf*>(qkv));
-  float lowest = std::numeric_limits<float>::lowest();
-  // The order of build_forward's uids: Q, K, V, O, stats, scale, lowest.
-  const std::vector<void*> ptrs = {base, base + (size_t)s.NH * s.HS,
-                                   base + (size_t)(s.NH + s.KV) * s.HS, out, stats, &scale,
-                                   &lowest};
+  float lowest = std::numeric_limits<float>::lowest(), window = (float)s.band();
+  // The order of build_forward's uids: Q, K, V, O, stats, scale, lowest[, window].
+  std::vector<void*> ptrs = {base, base + (size_t)s.NH * s.HS,
+                             base + (size_t)(s.NH + s.KV) * s.HS, out, stats, &scale, &lowest};
+  if (s.band()) ptrs.push_back(&window);
   execute(static_cast<cudnnHandle_t>(handle_), p, ptrs, scratch);
 }
 
@@ -595,9 +629,9 @@ void CudnnAttention::backward(void* dqkv, const void* dout, const void* qkv, con
   bf* base = const_cast<bf*>(static_cast<const bf*>(qkv));
   bf* dbase = static_cast<bf*>(dqkv);
   const size_t k_off = (size_t)s.NH * s.HS, v_off = (size_t)(s.NH + s.KV) * s.HS;
-  float lowest = std::numeric_limits<float>::lowest(), one = 1.0f;
+  float lowest = std::numeric_limits<float>::lowest(), one = 1.0f, window = (float)s.band();
   char* sc = static_cast<char*>(scratch);
-  // build_backward's order: Q, K, V, O, dO, stats, dQ, dK, dV, [dQacc,] scale, lowest, one.
+  // build_backward's order: Q, K, V, O, dO, stats, dQ, dK, dV, [dQacc,] scale, lowest, one[, window].
   std::vector<void*> ptrs = {base, base + k_off, base + v_off,
                              const_cast<void*>(out), const_cast<void*>(dout),
                              const_cast<float*>(stats), dbase, dbase + k_off, dbase + v_off};
@@ -609,6 +643,7 @@ void CudnnAttention::backward(void* dqkv, const void* dout, const void* qkv, con
     ptrs.push_back(sc);
   }
   for (void* x : {(void*)&scale, (void*)&lowest, (void*)&one}) ptrs.push_back(x);
+  if (s.band()) ptrs.push_back(&window);
   execute(static_cast<cudnnHandle_t>(handle_), p, ptrs, sc + acc);
 }
 

@@ -48,7 +48,11 @@ namespace ratchet::cuda {
 
 struct SdpaShape {
   int B = 0, T = 0, NH = 0, KV = 0, HS = 0;
-  auto key() const { return std::make_tuple(B, T, NH, KV, HS); }
+  // A sliding window (issue 38; kernels/attn_mask.h): key j is seen from query i
+  // iff i - W < j <= i. 0, or W >= T, is plain causal attention.
+  int window = 0;
+  int band() const { return window > 0 && window < T ? window : 0; }  // the W the graph masks
+  auto key() const { return std::make_tuple(B, T, NH, KV, HS, band()); }
 };
 
 // Why cuDNN's fused attention cannot take this shape ("" when it can): head
@@ -99,7 +103,7 @@ class CudnnAttention {
   void* handle_ = nullptr;  // cudnnHandle_t
   cudaStream_t stream_;
   bool deterministic_;
-  std::map<std::tuple<bool, int, int, int, int, int>, std::unique_ptr<Plan>> plans_;
+  std::map<std::tuple<bool, int, int, int, int, int, int>, std::unique_ptr<Plan>> plans_;
 };
 
 }  // namespace ratchet::cuda

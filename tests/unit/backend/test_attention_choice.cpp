@@ -60,7 +60,8 @@ TEST(AttentionChoice, AutoFallsBackToFlashAndSaysWhy) {
       {gpu("Tesla T4", 7, 5), 2, kD12, "(Tesla T4, sm75) is older than sm80"},
       {gpu("NVIDIA H100", 9, 0), 2, AttentionHeads{4, 4, 256}, "at most 128"},
       {gpu("NVIDIA H100", 9, 0), 2, AttentionHeads{6, 4, 64}, "divide"},
-      // issue 38: a sliding window or a soft-cap, which ratchet's cuDNN graph lacks
+      // issue 38: a sliding window (in ratchet's cuDNN graph, not yet run on a GPU) or a
+      // soft-cap (not in it)
       {gpu("NVIDIA H100", 9, 0), 2, AttentionHeads{8, 4, 128, 4096, 0}, "(window 4096)"},
       {gpu("NVIDIA H100", 9, 0), 2, AttentionHeads{8, 4, 128, 0, 50.0f}, "soft-cap"},
   };

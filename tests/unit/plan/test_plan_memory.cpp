@@ -52,13 +52,14 @@ TEST(PlanMemoryModel, CudnnAttentionScratchIsAccounted) {
   const BackendMemoryModel det = cuda_memory_model(2, 0, AttentionImpl::cudnn, true);
   const BackendMemoryModel fast = cuda_memory_model(2, 0, AttentionImpl::cudnn, false);
   EXPECT_FALSE(det == fast);
-  EXPECT_EQ(det.attention_forward_scratch(d12), 0u);  // the formula's forward engines keep nothing
+  EXPECT_EQ(det.attention_forward_scratch(d12), 256u);  // the forward plans' 256-byte block
   // Deterministic: the (B,NH,T,T) BF16 dP workspace (T = 1024 is a multiple of 64
-  // and 128) and an FP32 (B,NH,T) row sum; no dQ accumulator.
+  // and 128), an FP32 (B,NH,T) row sum and the 256-byte block; no dQ accumulator
+  // (d12 is not grouped-query: no FP32 dQ in the workspace either).
   const size_t dp = 2ull * 8 * 12 * 1024 * 1024, rows = 4ull * 8 * 12 * 1024;
-  EXPECT_EQ(det.attention_backward_scratch(d12), dp + rows);
-  // --deterministic off: the accumulator (B,T,C) FP32, then 4·B·NH·T·(HS+1).
-  const size_t acc = 8ull * 1024 * 768 * 4, ws = 4ull * 8 * 12 * 1024 * 65;
+  EXPECT_EQ(det.attention_backward_scratch(d12), dp + rows + 256);
+  // --deterministic off: ratchet's accumulator (B,T,C) FP32, then the row sums and the block.
+  const size_t acc = 8ull * 1024 * 768 * 4, ws = rows + 256;
   EXPECT_EQ(fast.attention_backward_scratch(d12), acc + ws);
   EXPECT_EQ(cuda_scratch::cudnn_dq_accumulator(1, 7, 24), 768u);  // 672 bytes rounded to 256
   for (int T : {1024, 4096}) {
@@ -71,7 +72,7 @@ TEST(PlanMemoryModel, CudnnAttentionScratchIsAccounted) {
 
 // The formula against the real plans' workspace sizes on an H200 (the 24
 // lines of CudnnAttentionGpu.WorkspaceFormulaMatchesThePlans in
-// bench/gpu/results/2026-11-30-h200/tests-work/test_cudnn_attention.log):
+// bench/gpu/results/2026-11-30-h200/window2/test_cudnn_attention.log):
 // exact, since the arena holds exactly the plan's figure.
 TEST(PlanMemoryModel, CudnnWorkspaceFormulaMatchesTheH200Plans) {
   struct Seen { int B, T, NH, KV, HS; bool det; size_t fwd, bwd; };

@@ -30,7 +30,7 @@ const fs::path kRoot = fs::path(RATCHET_TESTS_DIR).parent_path();
 const std::set<std::string> kLibraryHeaders = {
     "cblas.h", "cublasLt.h", "cudnn_graph.h", "mpi.h", "nccl.h",
     // cudnn-frontend's, whose lowering cudnn_attention.cpp writes out in C
-    "node/scaled_dot_product_flash_attention.h", "node/softmax.h"};
+    "node/scaled_dot_product_flash_attention.h", "node/softmax.h", "node/diagonal_band_mask.h"};
 
 bool is_source(const fs::path& p) {
   static const std::set<std::string> exts = {".h", ".cpp", ".cu", ".cuh", ".inc"};
