@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -93,7 +94,7 @@ void ep_growth_failed(const MoeShape& s, size_t R, size_t reserved, const std::s
   fail(layer_name(s), " received ", R, " rows for this rank's experts, ", fmt(factor_of(s, R)),
        " times its N*k = ", (size_t)s.N * s.k, ", more than the ", reserved,
        " its exchange buffers were reserved for (--moe-ep-capacity ", fmt(s.ep_capacity, "%g"),
-       "), and the device cannot hold the grown buffers (", why,
+       "), and this rank cannot hold the grown buffers (", why,
        "). This step needed --moe-ep-capacity ",
        fmt(std::ceil(factor_of(s, R) * 100 - 1e-9) / 100, "%.2f"),  // rounded up: enough
        " or more; rerun with at least that, or a smaller --batch-size (the memory accounting "
@@ -154,10 +155,15 @@ void expert_parallel_forward(CpuBackend& be, const MoeShape& s, const Dispatch& 
       std::printf("%s\n", ep_growth_note(s, R, sh.reserved).c_str());
       std::fflush(stdout);
     }
-    hold(sh.xe, (size_t)R * C);
-    hold(sh.perm, (size_t)R);
-    hold(h, (size_t)R * 2 * I);
-    hold(a, (size_t)R * I);
+    const size_t had = sh.reserved;
+    try {
+      hold(sh.xe, (size_t)R * C);
+      hold(sh.perm, (size_t)R);
+      hold(h, (size_t)R * 2 * I);
+      hold(a, (size_t)R * I);
+    } catch (const std::bad_alloc&) {
+      ep_growth_failed(s, R, had, "the host has no memory for them");
+    }
     sh.reserved = R;
   }
   // Rows: received grouped by (source rank, local expert, slot).
