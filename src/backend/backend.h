@@ -89,6 +89,12 @@ struct MoeDims {
   // it (evaluation runs every expert here): the cuda state sizes its
   // buffers for the exchange's rows on its first call, whichever comes first.
   int expert_parallel = 1;
+  // --moe-ep-capacity F: the received rows' buffers are reserved for
+  // moe_ep_received_rows(N, k, expert_parallel, F) (backend/memory_model.h)
+  // and grow when a step receives more. layer: the model's layer index, for
+  // that growth's message.
+  double ep_capacity = 2.0;
+  int layer = -1;
 };
 // What one MoE layer's forward keeps for its backward, in the backend's own
 // form (the cpu backend: host vectors; cuda: device buffers). Opaque.

@@ -1,6 +1,7 @@
 #include "backend/memory_model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/scratch_bytes.h"
 
@@ -54,14 +55,34 @@ BackendMemoryModel cpu_memory_model() {
   return m;
 }
 
+size_t moe_ep_received_rows(long N, int k, int P, double F) {
+  const size_t Nk = (size_t)std::max(N, 0L) * (size_t)std::max(k, 0);
+  if (P <= 1) return Nk;
+  const double cap = std::ceil(std::max(F, 1.0) * (double)Nk);
+  return std::min((size_t)P * Nk, (size_t)cap);
+}
+
+size_t moe_ep_expert_rows(long N, int P, size_t R) {
+  return std::min((size_t)std::max(P, 1) * (size_t)std::max(N, 0L), R);
+}
+
 size_t BackendMemoryModel::moe_state_bytes(long N, int C, int E, int k, int I) const {
+  const int P = std::max(expert_parallel, 1);
   if (moe_state_host) {
     // moe::MoeCache's vectors, each sized exactly by its first forward:
     // logits, probs (N,E); w, idx (N,k); the dispatch's counts (E), offsets
     // (E+1), slot_of, row_of (N*k); xp, y (N*k,C), h (N*k,2I), a (N*k,I).
     const size_t n = (size_t)N, Nk = n * k, f = sizeof(float), i = sizeof(int);
-    return 2 * n * E * f + Nk * (f + i) + (size_t)(2 * E + 1) * i + 2 * Nk * i +
-           Nk * ((size_t)2 * C + 3 * (size_t)I) * f;
+    const size_t base = 2 * n * E * f + Nk * (f + i) + (size_t)(2 * E + 1) * i + 2 * Nk * i +
+                        Nk * (size_t)2 * C * f;
+    if (P <= 1) return base + Nk * 3 * (size_t)I * f;
+    // --expert-parallel P (cpu_moe.cpp reserves them): h (R,2I), a (R,I),
+    // the received rows xe (R,C) and perm (R) for R = moe_ep_received_rows;
+    // the exchange's bookkeeping: recv_split (E ints), send_n and recv_n (P
+    // size_t each), the local dispatch's counts (E/P) and offsets (E/P + 1).
+    const size_t R = moe_ep_received_rows(N, k, P, ep_capacity), El = (size_t)E / P;
+    return base + R * ((size_t)3 * I + C) * f + R * i + (size_t)E * i +
+           2 * (size_t)P * sizeof(size_t) + (2 * El + 1) * i;
   }
   if (!moe_state_in_alloc) return 0;
   const size_t tb = storage_bytes, Nk = (size_t)N * k, n = (size_t)N;
@@ -70,18 +91,20 @@ size_t BackendMemoryModel::moe_state_bytes(long N, int C, int E, int k, int I) c
   // kernels::moe_dispatch_scratch_bytes: one (E+1) row of int counts per
   // 256-slot chunk.
   const size_t chunks = std::max<size_t>(1, (Nk + 255) / 256);
-  // --expert-parallel: one expert's rows come from P ranks; the exchange
-  // holds perm and its inverse (R ints), xe xr ye (R,C), he (R,2I), ae (R,I)
-  // for the R = P·N·k rows one rank can receive.
-  const size_t P = (size_t)std::max(expert_parallel, 1), R = P * Nk;
+  // --expert-parallel: the exchange holds perm and its inverse (R ints), xe
+  // xr ye (R,C), he (R,2I), ae (R,I) for the R = moe_ep_received_rows rows
+  // reserved (--moe-ep-capacity); one expert's rows (da, dh) come from P ranks.
+  const size_t R = moe_ep_received_rows(N, k, P, ep_capacity);
   const size_t ep = P > 1 ? 2 * a(R * 4) + 3 * a(R * C * tb) + a(R * 2 * I * tb) + a(R * I * tb)
                           : 0;
+  const size_t rows1 = P > 1 ? moe_ep_expert_rows(N, P, R) : n;
   return ep + a(n * E * tb) + a(n * E * 4) + a(Nk * 4) + a(Nk * 4)          // logits probs w idx
          + 2 * a((size_t)(E + 1) * 4) + 2 * a(Nk * 4)                  // counts offsets row_of slot_of
          + a(chunks * (E + 1) * 4)                                     // dispatch scratch
-         + a(Nk * C * tb) + a(Nk * 2 * I * tb) + a(Nk * I * tb) + a(Nk * C * tb)  // xp h a y
+         + a(Nk * C * tb) + a(Nk * C * tb)                             // xp y
+         + (P > 1 ? 0 : a(Nk * 2 * I * tb) + a(Nk * I * tb))           // h a (P > 1: in he, ae)
          + 2 * a(Nk * C * tb) + a(Nk * 4) + a(n * E * tb)              // dy dxp dw dlogits
-         + a(P * n * I * tb) + a(P * n * 2 * I * tb)                   // da dh
+         + a(rows1 * I * tb) + a(rows1 * 2 * I * tb)                   // da dh
          + a((size_t)E * 2 * 4) + a((size_t)E * 2 * 8);  // aux dprob | selection bias, statistics
 }
 

@@ -74,14 +74,21 @@ struct BackendMemoryModel {
   // (cuda_moe.h's reserve_expert_parallel) and the backward's per-expert
   // scratch for P·N rows. A run's setting, not the backend's: not in ==.
   int expert_parallel = 1;
+  // --moe-ep-capacity F (with expert_parallel > 1): the exchange's buffers
+  // for the rows one rank receives are reserved for moe_ep_received_rows(N,
+  // k, P, F) rows, not the worst case P·N·k. A run's setting, not in ==.
+  double ep_capacity = 2.0;
   // Bytes one MoE layer's state takes for N tokens, C channels, E experts,
   // top k, expert hidden size I (0 unless moe_state_in_alloc or
   // moe_state_host). moe_state_host: what moe::MoeCache holds after a forward
-  // without expert parallelism (the backward's scratch is freed before the
-  // step ends). moe_state_in_alloc, from alloc():
-  // every buffer of cuda_moe.h's CudaMoeCache at its largest (the backward's
-  // per-expert scratch for N rows, the most one expert can get) and the
-  // backend's aux-loss buffers, each rounded as alloc() rounds it.
+  // (the backward's scratch is freed before the step ends); with
+  // expert_parallel P > 1 the local experts' rows (xe, h, a, perm) at
+  // moe_ep_received_rows and the exchange's bookkeeping. moe_state_in_alloc,
+  // from alloc(): every buffer of cuda_moe.h's CudaMoeCache as reserved (the
+  // backward's per-expert scratch for N rows, with P > 1 moe_ep_expert_rows;
+  // the exchange's for moe_ep_received_rows) and the backend's aux-loss
+  // buffers, each rounded as alloc() rounds it. A step whose routing needs
+  // more than the reservation grows them (docs/moe.md).
   size_t moe_state_bytes(long N, int C, int E, int k, int I) const;
   // Bytes one alloc(bytes) really takes.
   size_t alloc_size(size_t bytes) const;
@@ -97,6 +104,18 @@ struct BackendMemoryModel {
   size_t cudnn_workspace(const OpShapes& s, bool backward) const;
   bool operator==(const BackendMemoryModel& o) const;
 };
+
+// --moe-ep-capacity (docs/moe.md): the received rows one rank's exchange
+// buffers are reserved for, per MoE layer: ceil(F·N·k) (computed in double)
+// for N tokens per rank, k experts per token, P ranks sharing the experts,
+// never more than the P·N·k a rank can receive at most; N·k for P <= 1.
+// Balanced routing sends each rank about N·k rows, so F = 2 leaves room for
+// twice the balanced load; a step that receives more grows the buffers.
+size_t moe_ep_received_rows(long N, int k, int P, double F);
+// The most rows one of the rank's experts needs scratch for (the backward's
+// per-expert da, dh): one per token of each of the P ranks, and never more
+// than the received rows R.
+size_t moe_ep_expert_rows(long N, int P, size_t R);
 
 // The cpu backend: FP32, 64-byte aligned blocks, no scratch, no extras.
 BackendMemoryModel cpu_memory_model();

@@ -67,6 +67,7 @@ struct Flags {
   bool untied = false;
   bool json = false;
   int expert_parallel = 1;
+  double moe_ep_capacity = 2.0;
   std::string reshard = "on";
   std::string goodput_from;
 };
@@ -134,7 +135,11 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
   zero.add_options()
     ("expert-parallel", po::value(&f.expert_parallel)->default_value(f.expert_parallel),
      "MoE: experts sharded over N ranks (as `ratchet train --expert-parallel`): adds the "
-     "all-to-all bytes a rank sends per step under uniform routing (table only)")
+     "all-to-all bytes a rank sends per step under uniform routing (table only); without it a "
+     "MoE plan lists every size that divides the world and the experts")
+    ("moe-ep-capacity", po::value(&f.moe_ep_capacity)->default_value(f.moe_ep_capacity),
+     "F >= 1 (as `ratchet train`): the exchange buffers hold ceil(F*N*k) received rows per MoE "
+     "layer and rank, at most P*N*k")
     ("zero", po::value(&in.zero.zero)->default_value(in.zero.zero),
      "0 | 1 | 2 | 3 | auto: the stage to plan (auto: the lowest that fits at --recompute, else "
      "with the least recompute that fits); every stage's memory and time is shown")
@@ -310,6 +315,11 @@ int cmd_plan(int argc, char** argv) {
     fail("--expert-parallel ", f.expert_parallel, " must divide num_experts ",
          in.cfg.num_experts, " (as `ratchet train`): choose a divisor");
   in.expert_parallel = f.expert_parallel;
+  in.expert_parallel_given = !vm["expert-parallel"].defaulted();
+  if (!(std::isfinite(f.moe_ep_capacity) && f.moe_ep_capacity >= 1))
+    fail("--moe-ep-capacity must be a finite number >= 1 (got ", f.moe_ep_capacity,
+         "): the received rows reserved per MoE layer, as a multiple of N*k (default 2)");
+  in.moe_ep_capacity = f.moe_ep_capacity;
   const plan::Plan p = plan::make_plan(in);
   std::cout << (f.json ? plan::plan_json(p) : plan::plan_table(p));
   if (!f.json && f.expert_parallel > 1)  // docs/moe.md; bench/cpu/moe_a2a.sh measures it

@@ -243,6 +243,10 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "N: a Mixture-of-Experts model's experts sharded over groups of N consecutive ranks, "
      "rows exchanged all-to-all (N divides the world size and num_experts; cpu backend; "
      "every rank still keeps every expert's weights in this version: docs/moe.md)")
+    ("moe-ep-capacity", po::value(&o.moe_ep_capacity)->default_value(o.moe_ep_capacity),
+     "F >= 1: with --expert-parallel, each MoE layer's buffers for the rows a rank receives are "
+     "reserved for ceil(F*N*k) rows (N tokens per rank, k experts per token; at most the P*N*k "
+     "of the worst case); a step whose routing sends more grows them (dropless) and logs it")
     ("overlap-comm", po::value<std::string>()->default_value("on"),
      "data parallel: on = reduce each layer's gradients while the backward of the layers below "
      "runs (--zero 0: all-reduce; --zero 1 and 2: reduce-scatter into bucket-aligned shards); "
@@ -450,6 +454,9 @@ int cmd_train(int argc, char** argv) {
       !(std::isfinite(o.moe_bias_update_rate) && o.moe_bias_update_rate >= 0))
     fail("--moe-bias-update-rate must be a finite number >= 0 (got ", o.moe_bias_update_rate,
          "; 0: no selection bias)");
+  if (!(std::isfinite(o.moe_ep_capacity) && o.moe_ep_capacity >= 1))
+    fail("--moe-ep-capacity must be a finite number >= 1 (got ", o.moe_ep_capacity,
+         "): the received rows reserved per MoE layer, as a multiple of N*k (default 2)");
   if (vm.count("router-aux-loss-coef") &&
       !(std::isfinite(o.router_aux_loss_coef) && o.router_aux_loss_coef >= 0))
     fail("--router-aux-loss-coef must be a finite number >= 0 (got ", o.router_aux_loss_coef, ")");

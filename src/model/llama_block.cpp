@@ -374,6 +374,8 @@ MoeDims GPT::moe_dims(int BT, int layer) const {
   d.topk_group = cfg_.topk_group;
   d.exchange = moe_training_ ? moe_exchange_ : nullptr;
   d.expert_parallel = moe_exchange_ ? moe_exchange_->size() : 1;
+  d.ep_capacity = moe_exchange_ ? moe_exchange_->capacity : 2.0;
+  d.layer = layer;
   if (layer >= 0 && !moe_bias_.empty()) d.bias = moe_bias_.data() + (size_t)layer * cfg_.num_experts;
   return d;
 }

@@ -15,6 +15,9 @@ class MoeExchange {
   virtual ~MoeExchange() = default;
   virtual int size() const = 0;  // P, the ranks the experts are sharded over
   virtual int rank() const = 0;  // this rank's place among them
+  // --moe-ep-capacity F: the MoE states reserve ceil(F·N·k) received rows
+  // (BackendMemoryModel::moe_state_bytes counts the same); a run's setting.
+  double capacity = 2.0;
   // send (P·n) -> recv (P·n): block q of send goes to rank q (all_to_all).
   virtual void counts(const int* send, int* recv, int n) = 0;
   // Rows of floats: block q of send (send_counts[q] floats) goes to rank q;

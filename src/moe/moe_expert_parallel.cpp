@@ -4,8 +4,13 @@
 // exchanges forward (counts, then rows; results back) and two backward (dy
 // there, dx back), through a MoeExchange.
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <new>
+#include <string>
 #include <vector>
 
+#include "backend/memory_model.h"
 #include "core/error.h"
 #include "moe/moe_ops.h"
 
@@ -40,6 +45,62 @@ void scatter_rows(CpuBackend& be, const std::vector<int>& dst, const float* in, 
   }
 }
 }  // namespace
+
+namespace {
+template <class V>
+void hold(V& v, size_t n) {
+  if (v.capacity() < n) v.reserve(n);  // exactly n (the accounting's figure), not a doubling
+}
+
+std::string layer_name(const MoeShape& s) {
+  return s.layer >= 0 ? "MoE layer " + std::to_string(s.layer) : std::string("a MoE layer");
+}
+
+std::string fmt(double x, const char* f = "%.3g") {
+  char b[32];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+// The reservation's rows for one state, and the received rows' factor of N·k.
+size_t reserved_rows(const MoeShape& s) {
+  return moe_ep_received_rows(s.N, s.k, std::max(s.expert_parallel, 1), s.ep_capacity);
+}
+double factor_of(const MoeShape& s, size_t R) {
+  const double Nk = (double)s.N * s.k;
+  return Nk > 0 ? (double)R / Nk : 0;
+}
+}  // namespace
+
+void reserve_expert_rows(const MoeShape& s, MoeCache& c) {
+  if (s.expert_parallel <= 1 || c.shard.reserved >= reserved_rows(s)) return;
+  const size_t R = reserved_rows(s);
+  hold(c.shard.xe, R * s.C);
+  hold(c.shard.perm, R);
+  hold(c.h, R * 2 * s.I);
+  hold(c.a, R * s.I);
+  c.shard.reserved = R;
+}
+
+std::string ep_growth_note(const MoeShape& s, size_t R, size_t reserved) {
+  return "rank " + std::to_string(log_rank()) + ": " + layer_name(s) + " received " +
+         std::to_string(R) + " rows for this rank's experts, " + fmt(factor_of(s, R)) +
+         " times its N*k = " + std::to_string((size_t)s.N * s.k) + "; its exchange buffers held " +
+         std::to_string(reserved) + " (--moe-ep-capacity " + fmt(s.ep_capacity, "%g") +
+         ") and grow to " + std::to_string(R) + " rows (routing stays dropless)";
+}
+
+void ep_growth_failed(const MoeShape& s, size_t R, size_t reserved, const std::string& why) {
+  fail(layer_name(s), " received ", R, " rows for this rank's experts, ", fmt(factor_of(s, R)),
+       " times its N*k = ", (size_t)s.N * s.k, ", more than the ", reserved,
+       " its exchange buffers were reserved for (--moe-ep-capacity ", fmt(s.ep_capacity, "%g"),
+       "), and this rank cannot hold the grown buffers (", why,
+       "). This step needed --moe-ep-capacity ",
+       fmt(std::ceil(factor_of(s, R) * 100 - 1e-9) / 100, "%.2f"),  // rounded up: enough
+       " or more; rerun with at least that, or a smaller --batch-size (the memory accounting "
+       "then reserves it before training). Nothing of this step was saved: the last checkpoint "
+       "is intact");
+}
 
 void plan_expert_shard(const MoeShape& s, const int* counts, const int* offsets, MoeExchange& ex,
                        ExpertShard& sh) {
@@ -87,6 +148,24 @@ void expert_parallel_forward(CpuBackend& be, const MoeShape& s, const Dispatch& 
   const int El = sh.El;
   const Dispatch& l = sh.local;
   const int R = (int)sh.perm.size();
+  if ((size_t)R > sh.reserved) {
+    // Dropless: more rows than --moe-ep-capacity reserved grow the buffers
+    // (exactly to R: the accounting's figure for a later check stays exact).
+    if (sh.reserved > 0) {
+      std::printf("%s\n", ep_growth_note(s, R, sh.reserved).c_str());
+      std::fflush(stdout);
+    }
+    const size_t had = sh.reserved;
+    try {
+      hold(sh.xe, (size_t)R * C);
+      hold(sh.perm, (size_t)R);
+      hold(h, (size_t)R * 2 * I);
+      hold(a, (size_t)R * I);
+    } catch (const std::bad_alloc&) {
+      ep_growth_failed(s, R, had, "the host has no memory for them");
+    }
+    sh.reserved = R;
+  }
   // Rows: received grouped by (source rank, local expert, slot).
   std::vector<float> xr((size_t)R * C);
   ex.rows(xp, sh.send_n.data(), xr.data(), sh.recv_n.data());

@@ -22,6 +22,7 @@ void moe_forward(CpuBackend& be, const MoeShape& s, const float* x, const float*
   check_shape(s);
   check_extra(s, extra);
   const size_t NE = (size_t)s.N * s.E, Nk = (size_t)s.N * s.k;
+  reserve_expert_rows(s, c);  // before h and a are sized below (their capacity is the reservation)
   c.logits.resize(NE);
   c.probs.resize(NE);
   c.w.resize(Nk);

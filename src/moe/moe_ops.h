@@ -69,6 +69,7 @@
 // load, after each optimizer step.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -89,6 +90,14 @@ struct MoeShape {
   // DeepSeek-V3's group-limited selection (HF n_group, topk_group): 1 / 1 is
   // plain top-k over all experts (the bits above).
   int n_group = 1, topk_group = 1;
+  // --expert-parallel P (the exchange's size, also in a call without it:
+  // evaluation) and --moe-ep-capacity F: the received rows' buffers are
+  // reserved for moe_ep_received_rows(N, k, P, F) rows on the first call and
+  // grown when a step receives more (logged with `layer`, the model's layer
+  // index, for the message only). The math does not depend on them.
+  int expert_parallel = 1;
+  double ep_capacity = 2.0;
+  int layer = -1;
 };
 // The DeepSeek-V3 parameters of one layer beside gate/w1/w2 (null: unused).
 // bias (E): the selection bias; sw1 (2Is,C), sw2 (C,Is): the shared expert.
@@ -159,7 +168,21 @@ struct ExpertShard {
   Dispatch local;                 // counts / offsets over the El local experts
   std::vector<int> perm;          // received row -> expert-ordered row
   std::vector<float> xe;          // (R,C) received rows in expert order
+  size_t reserved = 0;            // received rows xe, perm and the cache's h, a hold room for
 };
+// --moe-ep-capacity: reserves xe, perm, h and a for moe_ep_received_rows(N,
+// k, s.expert_parallel, s.ep_capacity) rows (exactly: vector::reserve), so
+// the memory accounting's figure is what a state holds until a step
+// receives more. No-op for s.expert_parallel <= 1.
+struct MoeCache;
+void reserve_expert_rows(const MoeShape& s, MoeCache& c);
+// A step received R rows, more than the `reserved` ones: the line logged for
+// it (any rank; names the layer, the rows and --moe-ep-capacity), and the
+// Error when the grown buffers cannot be had (names --moe-ep-capacity, the
+// factor this step needed, and that the last checkpoint is intact).
+std::string ep_growth_note(const MoeShape& s, size_t R, size_t reserved);
+[[noreturn]] void ep_growth_failed(const MoeShape& s, size_t R, size_t reserved,
+                                   const std::string& why);
 // Throws Error when E is not a multiple of P.
 void check_expert_shards(const MoeShape& s, int P);
 // The host-side bookkeeping every backend shares: exchanges the counts per

@@ -189,6 +189,12 @@ struct PlanInputs {
   // (BackendMemoryModel::moe_state_bytes) in every MoE state; the split of
   // the experts' optimizer state is not counted (docs/moe.md).
   int expert_parallel = 1;
+  // --moe-ep-capacity F (as train's): the exchange buffers hold ceil(F·N·k)
+  // received rows per MoE layer (BackendMemoryModel::ep_capacity).
+  double moe_ep_capacity = 2.0;
+  // --expert-parallel was given: plan at that size; else a MoE plan lists
+  // every size (Plan::expert_parallel).
+  bool expert_parallel_given = false;
   // evaluation during training (issue 31): every eval_every steps (0: none),
   // eval_tokens forwarded (0: eval_batches x B x T, the val loss's)
   long eval_every = 0;
@@ -197,6 +203,27 @@ struct PlanInputs {
   // budgets (0: none); at most one
   double budget_flops = 0, budget_device_hours = 0, budget_money = 0;
   MeasuredGoodput measured;  // --goodput-from RUN_DIR (run_dir "" : none)
+};
+
+// One expert-parallel size P of a MoE model (`plan` without --expert-parallel):
+// the per-rank memory at the ZeRO stage and recompute policy the plan uses
+// (its exchange buffers at P and --moe-ep-capacity; every rank still holds
+// every expert's weights, and the experts' AdamW moments that ZeRO 0-1 drop
+// at P > 1 are not subtracted), whether it fits, the all-to-all bytes and
+// time a rank spends per step (moe_a2a_bytes over NVLink inside a node and
+// --link-gbps across nodes, not overlapped), and the step time with it.
+struct ExpertParallelRow {
+  int size = 1;
+  size_t bytes = 0;
+  bool fits = false;
+  double a2a_bytes = 0, a2a_s = 0, step_s = 0;
+};
+struct ExpertParallelPlan {
+  std::vector<ExpertParallelRow> rows;  // every P dividing the world size and num_experts
+  std::string stage;                    // the ZeRO stage the rows use ("ZeRO-3", ...)
+  Recompute policy;                     // and the recompute policy
+  bool stage_fits = false;              // that stage was the plan's pick (else: the least memory)
+  int best = -1;                        // the fitting row with the smallest step; -1: none
 };
 
 struct Plan {
@@ -243,7 +270,13 @@ struct Plan {
   // ZeRO stages 0-3 per rank, their collectives and overlapped step time, the
   // stage --zero asks for or auto picks, scaling over 1-8 nodes (zero_plan.h).
   ZeroPlan zero;
+  // A MoE model without --expert-parallel: each expert-parallel size (above).
+  ExpertParallelPlan expert_parallel;
 };
+// Seconds one rank spends in a step's expert all-to-alls of `bytes` over a
+// group of P consecutive ranks, gpus_per_node to a node: the bytes to the
+// ranks of its node at f.intra, the rest at f.inter, both at once.
+double moe_a2a_seconds(double bytes, int P, int gpus_per_node, const Fabric& f);
 
 // Fills defaults and computes everything. Throws Error naming the flag for
 // inconsistent inputs (e.g. --total-batch-tokens not a multiple of B·T·world).
@@ -257,7 +290,9 @@ std::string plan_json(const Plan& p);
 // recomputation. Per MoE layer and micro-batch: its per-expert counts
 // ((N - 1)·E/N ints) and four row exchanges (rows to the experts and the
 // outputs back, forward; dy to the experts and dx back, backward), each
-// sending (N - 1)/N of its B·T·k routed rows of C FP32 values. 0 for N 1.
-double moe_a2a_bytes(const GPTConfig& cfg, int B, int T, int accum, int N);
+// sending (N - 1)/N of its B·T·k routed rows of C FP32 values (elem_bytes:
+// the storage's element, 2 for the cuda backend's BF16 rows). 0 for N 1.
+double moe_a2a_bytes(const GPTConfig& cfg, int B, int T, int accum, int N,
+                     size_t elem_bytes = sizeof(float));
 
 }  // namespace ratchet::plan

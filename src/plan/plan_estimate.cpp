@@ -348,6 +348,7 @@ Plan make_plan(const PlanInputs& in_) {
   // As `ratchet train` counts it (Trainer::memory_for): the MoE states' exchange buffers.
   auto model_of = [&](BackendMemoryModel m) {
     m.expert_parallel = std::max(1, in.expert_parallel);
+    m.ep_capacity = in.moe_ep_capacity;
     return m;
   };
   p.mem = memory_per_rank(cfg, in.B, in.T, model_of(backend_memory_model(*p.device, cfg)), in.world,
@@ -389,6 +390,31 @@ Plan make_plan(const PlanInputs& in_) {
     z.usable_bytes = p.device_memory_bytes - p.device_reserve_bytes;
     z.opts = in.zero;
     p.zero = make_zero_plan(z);
+  }
+  // ---- expert parallelism: every size, at the stage and policy above ---------
+  if (cfg.moe() && !in.expert_parallel_given && in.expert_parallel <= 1 && !p.zero.rows.empty()) {
+    ExpertParallelPlan& ep = p.expert_parallel;
+    const ZeroPlan& z = p.zero;
+    ep.stage_fits = z.chosen >= 0;
+    const ZeroRow& row = z.rows[z.chosen >= 0 ? z.chosen : z.rows.size() - 1];
+    ep.stage = row.stage.name();
+    ep.policy = z.chosen >= 0 ? z.chosen_policy : z.policies.back();
+    for (int P = 1; P <= in.world; P++) {
+      if (in.world % P != 0 || cfg.num_experts % P != 0) continue;
+      BackendMemoryModel be = backend_memory_model(*p.device, cfg);
+      be.expert_parallel = P;
+      be.ep_capacity = in.moe_ep_capacity;
+      ExpertParallelRow r;
+      r.size = P;
+      r.bytes = zero_memory(cfg, in.B, in.T, ep.policy, be, row.stage, z.group).total();
+      r.fits = (double)r.bytes <= z.usable_bytes;
+      r.a2a_bytes = moe_a2a_bytes(cfg, in.B, in.T, p.accum, P, sb);  // rows in the storage dtype
+      r.a2a_s = moe_a2a_seconds(r.a2a_bytes, P, z.gpus_per_node, z.fabric);
+      r.step_s = row.time.step_s + r.a2a_s;
+      ep.rows.push_back(r);
+      const int i = (int)ep.rows.size() - 1;
+      if (r.fits && (ep.best < 0 || r.step_s < ep.rows[ep.best].step_s)) ep.best = i;
+    }
   }
   if (in.eval_every > 0) {
     // Forward only: a third of train_flops_per_token (forward 1 : backward 2),

@@ -28,7 +28,10 @@ std::string plan_json(const Plan& p) {
     model["experts"] = p.in.cfg.num_experts;
     model["experts_per_token"] = p.in.cfg.experts_per_tok;
     model["moe_layers"] = p.in.cfg.moe_layer_count();
-    model["expert_parallel"] = nullptr;  // the plan picks no expert-parallel size (docs/moe.md)
+    // --expert-parallel as given, else null and the sizes under "expert_parallel".
+    model["expert_parallel"] =
+        p.expert_parallel.rows.empty() ? OrderedJson(in.expert_parallel) : OrderedJson(nullptr);
+    model["moe_ep_capacity"] = json_number(in.moe_ep_capacity);
   }
   j["device"] = {{"name", p.device->name},
                  {"world_size", in.world},
@@ -86,6 +89,26 @@ std::string plan_json(const Plan& p) {
                {"step_s", json_number(p.step_s)},
                {"dp_efficiency", json_number(p.dp_efficiency)},
                {"work_hours", json_number(p.work_hours)}};
+  if (!p.expert_parallel.rows.empty()) {  // Plan::expert_parallel (plan.h)
+    const ExpertParallelPlan& ep = p.expert_parallel;
+    OrderedJson& ej = j["expert_parallel"];
+    ej["zero_stage"] = ep.stage;
+    ej["recompute"] = ep.policy.name();
+    ej["stage_fits"] = ep.stage_fits;
+    ej["moe_ep_capacity"] = json_number(in.moe_ep_capacity);
+    ej["expert_weights_on_every_rank"] = true;
+    OrderedJson rows = OrderedJson::array();
+    for (const ExpertParallelRow& r : ep.rows)
+      rows.push_back({{"size", r.size},
+                      {"bytes_per_rank", r.bytes},
+                      {"fits", r.fits},
+                      {"a2a_bytes_per_step", json_number(r.a2a_bytes)},
+                      {"a2a_s", json_number(r.a2a_s)},
+                      {"step_s", json_number(r.step_s)}});
+    ej["sizes"] = rows;
+    ej["fastest_that_fits"] =
+        ep.best >= 0 ? OrderedJson(ep.rows[ep.best].size) : OrderedJson(nullptr);
+  }
   {
     const ZeroPlan& z = p.zero;
     OrderedJson& zj = j["zero"];

@@ -55,6 +55,54 @@ std::string money(double v) { return v >= 100 ? "$" + commas(v) : fmt("$%.2f", v
 
 const char* dtype(size_t sb) { return sb == 2 ? "bf16" : "fp32"; }
 
+// A MoE model's expert parallelism under the ZeRO pick: the size given, or a
+// line per size that divides the world and the experts (Plan::expert_parallel).
+// Every rank still holds every expert's weights (train's --expert-parallel
+// shards the computation and, at ZeRO 0-1, the experts' AdamW moments, which
+// this memory does not subtract), so a larger size only adds the exchange
+// buffers: the table says where that still fits and what the all-to-alls cost.
+std::string expert_parallel_text(const Plan& p) {
+  const PlanInputs& in = p.in;
+  std::ostringstream o;
+  const std::string cap = "--moe-ep-capacity " + fmt("%g", in.moe_ep_capacity);
+  if (p.expert_parallel.rows.empty()) {  // --expert-parallel given
+    o << "  expert parallel: " << in.expert_parallel;
+    if (in.expert_parallel > 1)
+      o << " (its exchange buffers in the memory above, " << cap
+        << ": ceil(F*N*k) received rows per MoE layer)";
+    o << "; every rank still holds every expert's weights\n";
+    return o.str();
+  }
+  const ExpertParallelPlan& ep = p.expert_parallel;
+  o << "  expert parallel (--expert-parallel P; " << ep.stage << " at --recompute " << ep.policy.name()
+    << (ep.stage_fits ? "" : ", the least memory listed") << ", " << cap
+    << "; every rank still holds every\n    expert's weights, and the experts' AdamW moments "
+       "that ZeRO 0-1 drop at P > 1 are not subtracted):\n";
+  o << "        P   memory/rank   fits   all-to-all/step   a2a time   step\n";
+  char buf[160];
+  for (const ExpertParallelRow& r : ep.rows) {
+    std::snprintf(buf, sizeof buf, "    %5d   %8s GiB   %-4s   %12s GB   %-9s  %s\n", r.size,
+                  gib((double)r.bytes).c_str(), r.fits ? "yes" : "no",
+                  fmt("%.2f", r.a2a_bytes / 1e9).c_str(), duration(r.a2a_s).c_str(),
+                  duration(r.step_s).c_str());
+    o << buf;
+  }
+  if (ep.best >= 0) {
+    const ExpertParallelRow& b = ep.rows[ep.best];
+    o << "    fastest that fits: --expert-parallel " << b.size << ", step " << duration(b.step_s)
+      << (b.size == 1 ? " (no all-to-all; with every expert's weights on every rank, a larger P "
+                        "only adds the exchange buffers)"
+                      : "")
+      << "\n";
+  } else {
+    o << "    none fits at " << ep.stage << " with --recompute " << ep.policy.name()
+      << ": a larger P only adds the exchange buffers while every rank holds every expert's "
+         "weights; more devices (--world-size), a smaller --batch-size, or sharding the experts' "
+         "weights (not in train yet) would\n";
+  }
+  return o.str();
+}
+
 // The ZeRO section: per-rank memory of every stage, the pick, the
 // collectives' time with overlap, scaling over nodes (plan/zero_plan.h).
 std::string zero_table(const Plan& p) {
@@ -160,12 +208,7 @@ std::string zero_table(const Plan& p) {
       << " + collectives not hidden " << duration(c.time.exposed_s) << "), efficiency "
       << fmt("%.1f%%", c.time.efficiency * 100) << "\n";
   }
-  if (p.in.cfg.moe())  // issue 39: train's --expert-parallel does not shard memory yet; nothing here assumes it
-    o << "  expert parallel: none (train's --expert-parallel shards the expert computation, not yet the memory); the experts are sharded only as\n"
-      << "    ZeRO shards every parameter" << (z.chosen < 0 ? ", and no stage fits: this model needs expert "
-                                                           "parallelism or more devices, which this plan cannot size yet"
-                                                         : "")
-      << "\n";
+  if (p.in.cfg.moe()) o << expert_parallel_text(p);
   const ZeroStage& ss = z.chosen >= 0 ? z.rows[z.chosen].stage : z.rows.back().stage;
   o << "  scaling of " << ss.name() << " (same B, T and micro-batches per rank; --link-gbps "
     << fmt("%g", p.in.link_gbps) << "):\n";

@@ -91,6 +91,7 @@ struct TrainOptions {
   bool zero_auto = false;       // --zero auto: the trainer picks 0, 1 or 2 by memory (zero stays 0 until then)
   std::string shard_group;      // --shard-group N|node: ZeRO-k in groups (distributed/shard_groups.h); "" = the world
   int expert_parallel = 1;      // --expert-parallel N: MoE experts sharded over N ranks (distributed/expert_parallel.h)
+  double moe_ep_capacity = 2.0; // --moe-ep-capacity F: received rows reserved per MoE layer, ceil(F·N·k) (docs/moe.md)
   bool tf32 = false;             // --storage f32 GEMMs on TF32 tensor cores
   bool reshard_after_forward = true;  // --zero 3: free each block's gathered parameters after its
                                       // forward (gathered again for the backward); false keeps them

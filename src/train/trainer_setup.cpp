@@ -17,6 +17,7 @@ double host_available_bytes() {
 StepMemory Trainer::memory_for(const GPTConfig& cfg, int B, const DistributedConfig& d) const {
   BackendMemoryModel m = be_->memory_model();
   m.expert_parallel = o_.expert_parallel;  // the MoE states' exchange buffers
+  m.ep_capacity = o_.moe_ep_capacity;      // reserved for ceil(F·N·k) received rows
   const StrategyNeeds needs = strategy_needs(d, m, cfg, d.shards(), d.shard_index());
   return strategy_step_memory(needs, cfg, B, T_, c_.recompute, m);
 }
@@ -380,6 +381,7 @@ void Trainer::make_model() {
   // On a device its rows and expert weights go through the device
   // communicator's splits (NCCL), when there is one.
   ep_ = make_expert_parallel(comm_, o_.expert_parallel, grad_comm_.get());
+  if (ep_) ep_->capacity = o_.moe_ep_capacity;  // the MoE states' reservation (memory_for's)
   if (ep_) dist_.experts = &ep_->shards(cfg_);
   dp_ = make_strategy(dist_, *be_, ParamLayout(cfg_));
   const StrategyNeeds needs =
@@ -398,7 +400,12 @@ void Trainer::make_model() {
   // applied to the model like the strategy (distributed/expert_parallel.h).
   if (ep_) {
     ep_->apply(*model_);
-    RLOG("%s\n", ep_->describe(cfg_.num_experts).c_str());
+    RLOG("%s; exchange buffers for %zu received rows per MoE layer (--moe-ep-capacity %g), "
+         "grown if a step's routing sends more\n",
+         ep_->describe(cfg_.num_experts).c_str(),
+         moe_ep_received_rows((long)B_ * T_, cfg_.experts_per_tok, o_.expert_parallel,
+                              o_.moe_ep_capacity),
+         o_.moe_ep_capacity);
   }
   if (cfg_.moe()) log_expert_state();
   // Which library paths the ops take (cuDNN engines and workspaces, BGRADB), once.

@@ -185,6 +185,15 @@ TEST_F(MoeTrain, BadMoeFlagsAreRefusedNamingTheFlag) {
        "--routed-scaling-factor must be a positive finite number"},
       {"--router-aux-loss-coef 0.02", "--router-aux-loss-coef 0.02 --moe-bias-update-rate -1",
        "--moe-bias-update-rate must be a finite number >= 0"},
+      // --moe-ep-capacity F: a finite number >= 1 (docs/moe.md)
+      {"--router-aux-loss-coef 0.02", "--router-aux-loss-coef 0.02 --moe-ep-capacity 0.5",
+       "--moe-ep-capacity must be a finite number >= 1 (got 0.5)"},
+      {"--router-aux-loss-coef 0.02", "--router-aux-loss-coef 0.02 --moe-ep-capacity nan",
+       "--moe-ep-capacity must be a finite number >= 1 (got nan)"},
+      {"--router-aux-loss-coef 0.02", "--router-aux-loss-coef 0.02 --moe-ep-capacity inf",
+       "--moe-ep-capacity must be a finite number >= 1 (got inf)"},
+      {"--router-aux-loss-coef 0.02", "--router-aux-loss-coef 0.02 --moe-ep-capacity two",
+       "the argument ('two') for option '--moe-ep-capacity' is invalid"},
       // Group-limited selection: the shape rules name the flag
       {"--router-aux-loss-coef 0.02", "--router-aux-loss-coef 0.02 --moe-n-group 3",
        "n_group (--moe-n-group) is 3 with 4 experts"},

@@ -182,6 +182,39 @@ TEST(PlanCli, HelpAndBadInput) {
   expect_usage_error(run_ratchet("plan --model e12"), "preset");
   expect_usage_error(run_ratchet("plan --recompute most"), "--recompute");
   expect_usage_error(run_ratchet("plan --no-such-flag"), "no-such-flag");
+  for (const char* f : {"0.99", "nan", "-2"})
+    expect_usage_error(run_ratchet(std::string("plan --model olmoe-1b-7b --moe-ep-capacity ") + f),
+                       std::string("--moe-ep-capacity must be a finite number >= 1 (got ") + f);
+  expect_usage_error(run_ratchet("plan --model olmoe-1b-7b --moe-ep-capacity lots"),
+                     "the argument ('lots') for option '--moe-ep-capacity' is invalid");
+}
+
+// A MoE model without --expert-parallel: one line per size dividing the
+// world and the experts (olmoe, 64 experts, 8 H100: 1, 2, 4, 8), in the
+// table and the JSON, and the fastest that fits named; with the flag, the
+// line for that size only.
+TEST(PlanCli, MoeListsEveryExpertParallelSize) {
+  const std::string cmd =
+      "plan --model olmoe-1b-7b --device h100 --world-size 8 --seq-len 1024 --batch-size 4";
+  auto r = run_ratchet(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"expert parallel (--expert-parallel P; ZeRO-1 at --recompute none, --moe-ep-capacity 2",
+                        "        P   memory/rank   fits   all-to-all/step   a2a time   step",
+                        "        1      53.87 GiB   yes            0.00 GB", "        8      ",
+                        "fastest that fits: --expert-parallel 1, step"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << "missing '" << s << "':\n" << r.output;
+  r = run_ratchet(cmd + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["expert_parallel"]["sizes"].size(), 4u) << r.output;
+  EXPECT_EQ(j["expert_parallel"]["sizes"][3]["size"], 8);
+  EXPECT_EQ(j["expert_parallel"]["fastest_that_fits"], 1);
+  EXPECT_TRUE(j["model"]["expert_parallel"].is_null());
+  r = run_ratchet(cmd + " --expert-parallel 8 --moe-ep-capacity 3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("expert parallel: 8 (its exchange buffers in the memory above, "
+                          "--moe-ep-capacity 3"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("fastest that fits"), std::string::npos) << r.output;
 }
 
 // Issue 30, item 6: Llama 3.1 8B on 8 x 80 GB at T=8192. ZeRO-1 (train's:

@@ -15,6 +15,11 @@
 //   - The exchange with N = 1 equals no exchange bit for bit.
 //   - Recomputed blocks (blocks:2) equal kept ones bit for bit.
 //   - Bad --expert-parallel values refused, naming the flag and num_experts.
+//   - --moe-ep-capacity: buffers reserved for ceil(F·N·k) received rows;
+//     routing that sends a rank more (every token to rank 0's experts, or F
+//     = 1 with the model's own routing) grows them, logs it, and keeps the
+//     bits of the worst-case reservation and of one process; the cpu state
+//     holds the accounting's bytes (plus the growth, exactly).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,6 +30,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/memory_model.h"
 #include "core/error.h"
 #include "distributed/communicator.h"
 #include "distributed/expert_parallel.h"
@@ -62,7 +68,10 @@ bool same_bits(const float* a, const float* b, size_t n) {
 // One MoE layer: every rank's tokens (seeded by rank), the same weights.
 // `dead` experts get no tokens: channel 0 of every token is 1 and their gate
 // has -100 there (the other experts' 0), so they are never in the top k.
-void check_layer(const std::vector<int>& dead) {
+// F > 0: the expert-parallel call reserves its received rows for
+// --moe-ep-capacity F (s.expert_parallel = W) and must grow them, with a
+// logged line, whenever this rank receives more (checked here).
+void check_layer(const std::vector<int>& dead, double F = 0) {
   const int W = g_comm->world(), me = g_comm->rank();
   moe::MoeShape s;
   s.N = 12;
@@ -108,7 +117,27 @@ void check_layer(const std::vector<int>& dead) {
   const std::vector<float> x = tokens_of(me), d = dout_of(me);
   moe::MoeCache c;
   std::vector<float> out(NC), dx(NC), dg(gn, 0.0f), dw1(w1n, 0.0f), dw2(w2n, 0.0f);
-  moe::moe_forward(cpu, s, x.data(), gate.data(), w1.data(), w2.data(), out.data(), c, &ep);
+  moe::MoeShape se = s;
+  if (F > 0) se.expert_parallel = W, se.ep_capacity = F, se.layer = 7;
+  ::testing::internal::CaptureStdout();
+  moe::moe_forward(cpu, se, x.data(), gate.data(), w1.data(), w2.data(), out.data(), c, &ep);
+  const std::string log = ::testing::internal::GetCapturedStdout();
+  if (F > 0 && W > 1) {
+    const size_t R = c.shard.perm.size(), cap = moe_ep_received_rows(s.N, s.k, W, F);
+    if (R > cap) {
+      EXPECT_EQ(c.shard.reserved, R) << "grown to exactly the rows received";
+      EXPECT_EQ(c.shard.xe.capacity(), R * s.C);
+      EXPECT_EQ(c.h.capacity(), R * 2 * s.I);
+      for (const std::string w : {"MoE layer 7 received " + std::to_string(R) + " rows",
+                                  std::string("--moe-ep-capacity ") + (F == 1 ? "1" : "1.5"),
+                                  "grow to " + std::to_string(R) + " rows"})
+        EXPECT_NE(log.find(w), std::string::npos) << w << " not in: " << log;
+    } else {
+      EXPECT_EQ(c.shard.reserved, cap) << "the reservation, not grown";
+      EXPECT_EQ(c.shard.xe.capacity(), cap * s.C);
+      EXPECT_EQ(log.find("grow to"), std::string::npos) << log;
+    }
+  }
   moe::moe_backward(cpu, s, x.data(), gate.data(), w1.data(), w2.data(), d.data(), c, aux.data(),
                     dx.data(), dg.data(), dw1.data(), dw2.data(), nullptr, &ep);
   // OpenBLAS's sgemm adds each output element over the inner dimension in
@@ -148,6 +177,61 @@ void check_layer(const std::vector<int>& dead) {
 TEST(MpiExpertParallel, LayerEqualsOneProcessBitwise) { check_layer({}); }
 
 TEST(MpiExpertParallel, ExpertWithNoTokens) { check_layer({5}); }
+
+// --moe-ep-capacity 1 (and 1.5) with every token routed to rank 0's
+// experts: rank 0 receives W·N·k rows, W times its reservation, and grows;
+// the outputs and gradients keep the one-process bits all the same.
+TEST(MpiExpertParallel, CapacityOverflowGrowsAndKeepsTheBits) {
+  const int W = g_comm->world();
+  if (W == 1) GTEST_SKIP() << "one rank receives only its own rows";
+  std::vector<int> dead;  // every expert but rank 0's
+  for (int e = 12 / W; e < 12; e++) dead.push_back(e);
+  for (double F : {1.0, 1.5}) {
+    SCOPED_TRACE("--moe-ep-capacity " + std::to_string(F));
+    check_layer(dead, F);
+    check_layer({}, F);  // the random routing: grows where a rank gets more than F·N·k
+  }
+}
+
+// The cpu backend's state (Backend::moe_state, moe_forward with an exchange
+// over the W ranks) holds exactly BackendMemoryModel::moe_state_bytes at
+// expert_parallel W and --moe-ep-capacity F after a forward whose rows fit
+// the reservation (F = W: the worst case), and that plus the grown rows'
+// xe, h, a and perm after one that does not (F = 1, every token to rank 0).
+TEST(MpiExpertParallel, CpuStateHoldsTheAccountedReservation) {
+  const int W = g_comm->world(), me = g_comm->rank();
+  if (W == 1) GTEST_SKIP() << "no exchange buffers on one rank";
+  const int N = 12, C = 16, E = 12, k = 2, I = 8;
+  for (const bool skewed : {false, true}) {
+    SCOPED_TRACE(skewed ? "every token to rank 0's experts, F = 1" : "F = W");
+    const double F = skewed ? 1.0 : (double)W;
+    std::vector<float> gate = randn((size_t)E * C, 1, 0.5f);
+    std::vector<float> w1 = randn((size_t)E * 2 * I * C, 2, 0.2f), w2 = randn((size_t)E * C * I, 3, 0.2f);
+    std::vector<float> x = randn((size_t)N * C, 100 + me, 1.0f), out((size_t)N * C);
+    for (int e = 0; e < E; e++) gate[(size_t)e * C] = skewed && e >= E / W ? -100.0f : 0.0f;
+    for (int n = 0; n < N; n++) x[(size_t)n * C] = 1.0f;
+    CpuBackend cpu(1);
+    ExpertParallel ep(*g_comm, W);
+    MoeDims d;
+    d.N = N, d.C = C, d.E = E, d.k = k, d.I = I;
+    d.exchange = &ep;
+    d.expert_parallel = W;
+    d.ep_capacity = F;
+    const size_t before = cpu.bytes_in_use();
+    std::unique_ptr<MoeState> st = cpu.moe_state();
+    ::testing::internal::CaptureStdout();
+    cpu.moe_forward(d, x.data(), gate.data(), w1.data(), w2.data(), out.data(), *st);
+    ::testing::internal::GetCapturedStdout();
+    BackendMemoryModel m = cpu_memory_model();
+    m.expert_parallel = W;
+    m.ep_capacity = F;
+    const size_t want = m.moe_state_bytes(N, C, E, k, I);
+    const size_t cap = moe_ep_received_rows(N, k, W, F);
+    const size_t R = skewed ? (me == 0 ? (size_t)W * N * k : 0) : cap;
+    const size_t grown = R > cap ? (R - cap) * ((3 * (size_t)I + C) * sizeof(float) + sizeof(int)) : 0;
+    EXPECT_EQ(cpu.bytes_in_use() - before, want + grown) << "rank " << me;
+  }
+}
 
 TEST(MpiExpertParallel, RankWhoseExpertsGetNoTokens) {
   const int W = g_comm->world();
@@ -280,6 +364,48 @@ TEST(MpiExpertParallel, ModelEqualsOneProcessAndPlainDataParallel) {
         EXPECT_LT(max_diff(pe, pp), steps * 1e-2 / 300) << "expert parallel vs plain";
       }
       }
+    }
+  }
+}
+
+// --moe-ep-capacity 1 on the model (its own routing, 3 AdamW steps): the
+// received rows outgrow N·k on some rank and layer (asserted: a growth line
+// is logged somewhere), and the run equals the one reserved for the worst
+// case (F = W: never grows) bit for bit, and plain data parallelism within
+// the bound above. The capacity changes where the rows are kept, not the math.
+TEST(MpiExpertParallel, ModelWithCapacityOneEqualsWorstCaseBitwise) {
+  const int W = g_comm->world();
+  if (W == 1) GTEST_SKIP() << "one rank receives only its own rows";
+  const int B = 2, T = 8, steps = 3;
+  for (const auto& [name, c] : ep_cases(W)) {
+    SCOPED_TRACE(name);
+    if (c.num_experts % W != 0) continue;
+    auto be = make_cpu_backend(1);
+    for (int stage : {0, 1}) {
+      SCOPED_TRACE("stage " + std::to_string(stage));
+      EpRun tight(*be, c, stage, W, 8), worst(*be, c, stage, W, 8), plain(*be, c, stage, 0, 8);
+      tight.ex->capacity = 1.0;
+      worst.ex->capacity = (double)W;
+      std::string log;
+      for (int s = 0; s < steps; s++) {
+        ::testing::internal::CaptureStdout();
+        const double a1 = tight.step(c, s, B, T);
+        log += ::testing::internal::GetCapturedStdout();
+        ::testing::internal::CaptureStdout();
+        const double aw = worst.step(c, s, B, T);
+        const std::string wl = ::testing::internal::GetCapturedStdout();
+        EXPECT_EQ(wl.find("grow to"), std::string::npos) << wl;
+        EXPECT_EQ(a1, aw) << "aux loss, step " << s;
+        plain.step(c, s, B, T);
+      }
+      double grew = log.find("grow to") != std::string::npos ? 1 : 0;
+      g_comm->all_reduce(&grew, 1, DType::F64, ReduceOp::Sum);
+      EXPECT_GT(grew, 0) << "no rank's buffers grew at --moe-ep-capacity 1: the test shows nothing";
+      if (g_comm->rank() == 0 && !log.empty()) std::printf("%s", log.substr(0, log.find('\n') + 1).c_str());
+      const std::vector<float> pt = tight.f32(), pw = worst.f32(), pp = plain.f32();
+      EXPECT_TRUE(pt == pw) << "max difference " << max_diff(pt, pw);
+      // The bound of ModelEqualsOneProcessAndPlainDataParallel (its reason there).
+      EXPECT_LT(max_diff(pt, pp), steps * 1e-2 / 300) << "vs plain data parallel";
     }
   }
 }

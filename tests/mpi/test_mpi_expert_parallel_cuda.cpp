@@ -159,6 +159,41 @@ TEST_F(MpiExpertParallelCuda, SharedExpertsTwoRanksEqualOneProcess) {
   expect_close(one.path, ep.path, "stub-nccl 2 ranks --expert-parallel 2 --zero 1, 2 shared experts");
 }
 
+// --moe-ep-capacity 1 on the device (2 ranks, ZeRO 1, guarded): the arena is
+// sized for N·k received rows per MoE layer; a rank that receives more grows
+// its exchange buffers beside the arena (CudaBackend::alloc_beyond_arena),
+// logs it, and the run equals the default --moe-ep-capacity 2 (at P 2 the
+// worst case: nothing grows) bit for bit: losses and the final parameters.
+// Any real routing of 2 x 64 slots over 2 ranks sends one rank more than
+// 64 in some layer unless every layer splits exactly in half (asserted: the
+// growth is logged).
+TEST_F(MpiExpertParallelCuda, CapacityOverflowGrowsAndKeepsTheBits) {
+  TempDir tight, roomy;
+  const std::string flags = "--expert-parallel 2 --zero 1 ";
+  auto r = stubN(2, cmd("simt", tight.path, 2, 4, 64, flags + "--moe-ep-capacity 1"),
+                 "RATCHET_SIMT_GUARD=1 RATCHET_STUB_NCCL_DIR=" + tight.path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The setup line: B·T = 32 tokens x top 2 = 64 rows at F 1, 128 at F 2 (= P·N·k).
+  for (const char* s : {"exchange buffers for 64 received rows per MoE layer (--moe-ep-capacity 1)",
+                        "rows for this rank's experts", "(--moe-ep-capacity 1) and grow to"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << "missing '" << s << "':\n" << r.output;
+  r = stubN(2, cmd("simt", roomy.path, 2, 4, 64, flags),
+            "RATCHET_SIMT_GUARD=1 RATCHET_STUB_NCCL_DIR=" + roomy.path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("grow to"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exchange buffers for 128 received rows per MoE layer (--moe-ep-capacity 2)"),
+            std::string::npos) << r.output;
+  const std::vector<double> lt = losses(tight.path), lr = losses(roomy.path);
+  ASSERT_EQ(lt.size(), (size_t)kSteps);
+  EXPECT_EQ(lt, lr) << "losses";
+  const std::string last = "/ck/step_0000000" + std::to_string(kSteps);
+  const std::vector<float> pt = read_checkpoint(tight.path + last).params,
+                           pr = read_checkpoint(roomy.path + last).params;
+  ASSERT_FALSE(pt.empty());
+  EXPECT_TRUE(pt == pr) << "parameters: max difference "
+                        << max_abs_diff(pt.data(), pr.data(), std::min(pt.size(), pr.size()));
+}
+
 // 3 ranks, 6 experts, 96 tokens a step (3 x 2 rows, or 1 x 6).
 TEST_F(MpiExpertParallelCuda, ThreeRanksThroughTheStandInNcclEqualOneProcess) {
   TempDir one;

@@ -2,6 +2,7 @@
 // over src/moe's ops (moe_ops.h has the math). The state is moe::MoeCache,
 // host vectors sized by the shape of each forward, whose bytes the backend
 // counts in bytes_in_use (CpuMoeState::recount).
+#include <algorithm>
 #include <memory>
 
 #include "backend/cpu/cpu_backend.h"
@@ -56,6 +57,9 @@ moe::MoeShape shape_of(const MoeDims& d) {
   s.routed_scale = d.routed_scale;
   s.n_group = d.n_group;
   s.topk_group = d.topk_group;
+  s.expert_parallel = std::max(d.expert_parallel, d.exchange ? d.exchange->size() : 1);
+  s.ep_capacity = d.ep_capacity;
+  s.layer = d.layer;
   return s;
 }
 

@@ -259,6 +259,18 @@ void* CudaBackend<T>::alloc(size_t bytes) {
 }
 
 template <class T>
+void* CudaBackend<T>::alloc_beyond_arena(size_t bytes) {
+  if (!arena_base_) return alloc(bytes);
+  const size_t rounded = alloc_size(bytes);
+  char* p = static_cast<char*>(device_malloc(rounded));  // give() frees it to the device
+  bytes_in_use_ += rounded;
+  peak_bytes_ = std::max(peak_bytes_, bytes_in_use_);
+  memset_device(p, 0, rounded, stream_);
+  allocs_[p] = rounded;
+  return p;
+}
+
+template <class T>
 void CudaBackend<T>::release(void* p) {
   if (!p) return;
   auto it = allocs_.find(static_cast<char*>(p));

@@ -96,6 +96,12 @@ class CudaBackend final : public Backend {
   void reserve_workspace(size_t bytes) override;
   void use_arena(size_t bytes) override;
   size_t arena_bytes() const { return arena_.size(); }  // 0: no arena
+  // A zero-filled block beside the arena, from the device memory it leaves
+  // free (the reserve), counted in bytes_in_use and freed by release(): for
+  // buffers that outgrow the accounting by design, the MoE exchange's when
+  // a step's routing exceeds --moe-ep-capacity (cuda_moe.h). Without an
+  // arena: alloc(). Throws Error when the device has no room.
+  void* alloc_beyond_arena(size_t bytes);
   size_t scratch_bytes() const { return scratch_bytes_; }
   void keep_master_copy(void* p,
                         const std::vector<std::pair<size_t, size_t>>* ranges = nullptr) override;

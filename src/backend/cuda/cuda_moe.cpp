@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
+
+#include "backend/memory_model.h"
 
 #include "core/error.h"
 #include "kernels/moe_dispatch.cuh"
@@ -20,14 +23,15 @@ CudaMoeCache::~CudaMoeCache() {
     if (b->p) be_->release(b->p);
 }
 
-void* CudaMoeCache::need(Backend& be, Buf& b, size_t bytes) const {
+void* CudaMoeCache::need(Backend& be, Buf& b, size_t bytes, Alloc alloc) const {
   if (be_ && be_ != &be)
     fail("MoE (cuda): a CudaMoeCache is used with two backends; keep one cache per backend");
   be_ = &be;
   bytes = std::max<size_t>(bytes, 16);  // never a null buffer, even for N = 0
   if (bytes > b.bytes) {
     if (b.p) be.release(b.p);
-    b.p = be.alloc(bytes);
+    b = Buf{};  // an alloc that throws (a full device) leaves no dangling buffer
+    b.p = alloc ? alloc(be, bytes) : be.alloc(bytes);
     b.bytes = bytes;
   }
   return b.p;
@@ -71,7 +75,23 @@ void expert_parallel_forward(cuda::CudaBackend<T>& be, const MoeShape& s, CudaMo
   ExpertShard& sh = c.shard;
   plan_expert_shard(s, c.counts.data(), c.offsets.data(), ex, sh);
   const int El = sh.El, R = (int)sh.perm.size();
-  reserve_expert_parallel(be, s, sh.P, sizeof(T), c);  // sized already: no allocation
+  if ((size_t)R > c.ep_rows) {
+    // More rows than --moe-ep-capacity reserved: grow (dropless), beside the
+    // arena (its free blocks belong to the step's later allocations); when
+    // the device has no room, say what to do.
+    const size_t had = c.ep_rows;
+    try {
+      reserve_expert_parallel(be, s, sh.P, sizeof(T), c, (size_t)R, [](Backend& b, size_t n) {
+        return static_cast<cuda::CudaBackend<T>&>(b).alloc_beyond_arena(n);
+      });
+    } catch (const Error& e) {
+      ep_growth_failed(s, (size_t)R, had, e.what());
+    }
+    if (had > 0) {
+      std::printf("%s\n", ep_growth_note(s, (size_t)R, had).c_str());
+      std::fflush(stdout);
+    }
+  }
   cudaStream_t st = be.stream();
   int* perm = static_cast<int*>(c.perm.p);
   int* inv = static_cast<int*>(c.inv.p);
@@ -143,15 +163,19 @@ void expert_parallel_backward(cuda::CudaBackend<T>& be, const MoeShape& s, const
 }
 }  // namespace
 
-void reserve_expert_parallel(Backend& be, const MoeShape& s, int P, size_t tb, CudaMoeCache& c) {
-  const size_t R = (size_t)P * std::max(s.N, 0) * std::max(s.k, 0);
-  c.need(be, c.perm, R * sizeof(int));
-  c.need(be, c.inv, R * sizeof(int));
-  c.need(be, c.xe, R * s.C * tb);
-  c.need(be, c.he, R * 2 * s.I * tb);
-  c.need(be, c.ae, R * s.I * tb);
-  c.need(be, c.xr, R * s.C * tb);
-  c.need(be, c.ye, R * s.C * tb);
+void reserve_expert_parallel(Backend& be, const MoeShape& s, int P, size_t tb, CudaMoeCache& c,
+                             size_t R, CudaMoeCache::Alloc al) {
+  const size_t rows1 = moe_ep_expert_rows(s.N, P, R);
+  c.need(be, c.da, rows1 * s.I * tb, al);
+  c.need(be, c.dh, rows1 * 2 * s.I * tb, al);
+  c.need(be, c.perm, R * sizeof(int), al);
+  c.need(be, c.inv, R * sizeof(int), al);
+  c.need(be, c.xe, R * s.C * tb, al);
+  c.need(be, c.he, R * 2 * s.I * tb, al);
+  c.need(be, c.ae, R * s.I * tb, al);
+  c.need(be, c.xr, R * s.C * tb, al);
+  c.need(be, c.ye, R * s.C * tb, al);
+  c.ep_rows = std::max(c.ep_rows, R);
 }
 
 template <class T>
@@ -172,8 +196,14 @@ void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gat
   int* slot_of = static_cast<int*>(c.need(be, c.slot_of, Nk * 4));
   void* dscratch = c.need(be, c.dispatch_scratch, kernels::moe_dispatch_scratch_bytes(slots, E));
   T* xp = static_cast<T*>(c.need(be, c.xp, Nk * C * tb));
-  T* h = static_cast<T*>(c.need(be, c.h, Nk * 2 * I * tb));
-  T* a = static_cast<T*>(c.need(be, c.a, Nk * I * tb));
+  // With the exchange's buffers reserved for at least N·k rows (--expert-parallel:
+  // F >= 1), a forward that computes every expert here (evaluation) keeps its
+  // hidden states in he and ae: a sharded forward never uses h and a, so no
+  // state holds both (BackendMemoryModel::moe_state_bytes counts one).
+  const bool alias = c.ep_rows >= Nk && c.ep_rows > 0;
+  T* h = static_cast<T*>(alias ? c.he.p : c.need(be, c.h, Nk * 2 * I * tb));
+  T* a = static_cast<T*>(alias ? c.ae.p : c.need(be, c.a, Nk * I * tb));
+  c.hidden_in_ep = alias;
   T* y = static_cast<T*>(c.need(be, c.y, Nk * C * tb));
   c.counts.assign(E, 0);
   c.offsets.assign(E + 1, 0);
@@ -246,8 +276,8 @@ void moe_backward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr ga
   T* da = static_cast<T*>(c.need(be, c.da, (size_t)most * I * tb));
   T* dh = static_cast<T*>(c.need(be, c.dh, (size_t)most * 2 * I * tb));
   const T* xp = static_cast<const T*>(c.xp.p);
-  const T* h = static_cast<const T*>(c.h.p);
-  const T* a = static_cast<const T*>(c.a.p);
+  const T* h = static_cast<const T*>(c.hidden_in_ep ? c.he.p : c.h.p);
+  const T* a = static_cast<const T*>(c.hidden_in_ep ? c.ae.p : c.a.p);
   const int* row_of = static_cast<const int*>(c.row_of.p);
   const float* probs = static_cast<const float*>(c.probs.p);
   const float* w = static_cast<const float*>(c.w.p);

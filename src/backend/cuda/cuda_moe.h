@@ -30,9 +30,15 @@
 // send/recv), the received rows put in expert order and back by
 // kernels::moe_gather with k = 1 on uploaded permutations, this rank's El
 // experts computed by the same per-expert loop on slices me·El.. of w1, w2.
-// The exchange's buffers are sized for the most rows a rank can receive
-// (P·N·k), once, as the others (BackendMemoryModel::moe_state_bytes with
-// expert_parallel P).
+// The exchange's buffers are reserved for moe_ep_received_rows(N, k, P, F)
+// received rows (--moe-ep-capacity F; at most the P·N·k a rank can receive),
+// once, as the others (BackendMemoryModel::moe_state_bytes with
+// expert_parallel P and ep_capacity F). A step that receives more grows
+// them (routing stays dropless) and logs the growth: beside the device
+// arena, which the accounting sized without them and whose free blocks the
+// step's later allocations need (CudaBackend::alloc_beyond_arena: the
+// memory the arena leaves free). When the device cannot hold them the
+// Error names --moe-ep-capacity and the factor that step needed.
 //
 // Requirements (refused with a message naming the value): C and I multiples
 // of 16 / sizeof(T) (each expert's slice of the packed (N*k, C), (N*k, 2I)
@@ -69,7 +75,9 @@ class CudaMoeCache {
     size_t bytes = 0;
   };
   // const: the backward grows its (mutable) scratch through a const cache.
-  void* need(Backend& be, Buf& b, size_t bytes) const;
+  // alloc: where a new block comes from (null: be.alloc()).
+  using Alloc = void* (*)(Backend&, size_t);
+  void* need(Backend& be, Buf& b, size_t bytes, Alloc alloc = nullptr) const;
 
   MoeShape shape;                  // of the last forward
   Buf logits;                      // (N,E) T
@@ -91,6 +99,8 @@ class CudaMoeCache {
   ExpertShard shard;
   Buf perm, inv, xe, he, ae;
   mutable Buf xr, ye;
+  size_t ep_rows = 0;  // the received rows the exchange's buffers hold room for
+  bool hidden_in_ep = false;  // the last forward's h, a live in he, ae (cuda_moe.cpp)
 
  private:
   mutable Backend* be_ = nullptr;  // the backend the buffers came from
@@ -108,10 +118,13 @@ template <class T>
 void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gate, cdptr w1,
                  cdptr w2, dptr out, CudaMoeCache& cache, const float* bias = nullptr,
                  MoeExchange* ex = nullptr);
-// The device buffers the exchange needs for N tokens over P ranks, allocated
-// now at their largest (the rows one rank can receive: P·N·k).
+// The device buffers the exchange needs for R received rows of N tokens over
+// P ranks (and the backward's per-expert scratch for moe_ep_expert_rows),
+// allocated now (from alloc, null: be.alloc()); cache.ep_rows becomes R.
+// Buffers already large enough stay.
 void reserve_expert_parallel(Backend& be, const MoeShape& s, int P, size_t storage_bytes,
-                             CudaMoeCache& cache);
+                             CudaMoeCache& cache, size_t R,
+                             CudaMoeCache::Alloc alloc = nullptr);
 
 // dx (N,C) overwritten; dgate, dw1, dw2 accumulated; aux_dprob (E, device
 // FP32) or null; dw_route (N*k, device FP32) or null: the routing weights'

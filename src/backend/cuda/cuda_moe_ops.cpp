@@ -44,6 +44,9 @@ moe::MoeShape shape_of(const MoeDims& d) {
   s.routed_scale = d.routed_scale;
   s.n_group = d.n_group;
   s.topk_group = d.topk_group;
+  s.expert_parallel = std::max(d.expert_parallel, d.exchange ? d.exchange->size() : 1);
+  s.ep_capacity = d.ep_capacity;
+  s.layer = d.layer;
   return s;
 }
 
@@ -80,13 +83,19 @@ void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1
   c.need(*this, c.dw, Nk * 4);
   c.need(*this, c.dlogits, n * d.E * tb);
   // One expert's rows: at most one per token of each rank whose rows come
-  // here. Sized for the exchange on the first call even without it (an
-  // evaluation before the first step): no buffer is reallocated later, so
-  // the arena never fragments.
-  const size_t P = (size_t)std::max(d.expert_parallel, d.exchange ? d.exchange->size() : 1);
-  c.need(*this, c.da, P * n * d.I * tb);
-  c.need(*this, c.dh, P * n * 2 * d.I * tb);
-  if (P > 1) moe::reserve_expert_parallel(*this, shape_of(d), (int)P, tb, c);
+  // here, and no more than the rows received. Sized for the exchange's
+  // reservation (--moe-ep-capacity) on the first call even without it (an
+  // evaluation before the first step): no buffer is reallocated later
+  // unless a step's routing outgrows the reservation (cuda_moe.h).
+  const moe::MoeShape ms = shape_of(d);
+  const int P = ms.expert_parallel;
+  if (P > 1) {
+    moe::reserve_expert_parallel(*this, ms, P, tb, c,
+                                 moe_ep_received_rows(d.N, d.k, P, d.ep_capacity));
+  } else {
+    c.need(*this, c.da, n * d.I * tb);
+    c.need(*this, c.dh, n * 2 * d.I * tb);
+  }
   float* small = static_cast<float*>(own(*this, s, s.aux_dprob, aux_bias_bytes(d.E)));
   own(*this, s, s.stats, (size_t)std::max(d.E, 1) * 2 * 8);
   // The selection bias (GPT::moe_bias) lives on the host: the trainer updates
@@ -103,7 +112,7 @@ void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1
     upload_bytes(small + d.E, d.bias, (size_t)d.E * sizeof(float));
     bias_dev = small + d.E;
   }
-  moe::moe_forward(*this, shape_of(d), x, gate, w1, w2, out, c, bias_dev, d.exchange);
+  moe::moe_forward(*this, ms, x, gate, w1, w2, out, c, bias_dev, d.exchange);
 }
 
 template <class T>
