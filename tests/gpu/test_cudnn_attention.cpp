@@ -74,6 +74,28 @@ struct Shape {
   int B, T, NH, KV, HS;
 };
 
+// cudnn against the CPU backend and flash on the same random BF16-representable
+// inputs (seeded by `seed`), with the limits MatchesFlashAndCpuBackend states.
+void expect_cudnn_matches(Backend& cpu, Backend& flash, Backend& cudnn, const Shape& sh,
+                          unsigned seed, const ratchet::AttnOpts& o = {}) {
+  ratchet::Rng rng(seed);
+  const size_t nq = (size_t)sh.B * sh.T * (sh.NH + 2 * sh.KV) * sh.HS,
+               no = (size_t)sh.B * sh.T * sh.NH * sh.HS;
+  auto qkv = bf16_rounded(ratchet::testing::randn(rng, nq));
+  auto dout = bf16_rounded(ratchet::testing::randn(rng, no));
+  const AttnResult ref = run_attention(cpu, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS, o);
+  const AttnResult fl = run_attention(flash, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS, o);
+  const AttnResult cd = run_attention(cudnn, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS, o);
+  using ratchet::testing::nmse;
+  EXPECT_LT(nmse(cd.out.data(), ref.out.data(), no), 1e-4);
+  EXPECT_LT(nmse(cd.dqkv.data(), ref.dqkv.data(), nq), 1e-3);
+  EXPECT_LT(ratchet::testing::max_abs_diff(cd.lse.data(), ref.lse.data(), ref.lse.size()), 1e-3);
+  // cudnn against flash: two BF16 implementations, each within the limits above.
+  EXPECT_LT(nmse(cd.out.data(), fl.out.data(), no), 2e-4);
+  EXPECT_LT(nmse(cd.dqkv.data(), fl.dqkv.data(), nq), 2e-3);
+  for (float x : cd.dqkv) ASSERT_TRUE(std::isfinite(x));
+}
+
 // cudnn and flash (both BF16 on the device) against the CPU backend (FP32)
 // on the same BF16-representable inputs. Limits: BF16 storage of out and dqkv
 // (relative rounding 2^-9, NMSE ~1e-5) plus cuDNN's BF16 probabilities inside
@@ -92,22 +114,7 @@ TEST(CudnnAttentionGpu, MatchesFlashAndCpuBackend) {
     SCOPED_TRACE("B=" + std::to_string(sh.B) + " T=" + std::to_string(sh.T) + " NH=" +
                  std::to_string(sh.NH) + " KV=" + std::to_string(sh.KV) +
                  " HS=" + std::to_string(sh.HS));
-    ratchet::Rng rng(11 + sh.T);
-    const size_t nq = (size_t)sh.B * sh.T * (sh.NH + 2 * sh.KV) * sh.HS,
-                 no = (size_t)sh.B * sh.T * sh.NH * sh.HS;
-    auto qkv = bf16_rounded(ratchet::testing::randn(rng, nq));
-    auto dout = bf16_rounded(ratchet::testing::randn(rng, no));
-    const AttnResult ref = run_attention(*cpu, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS);
-    const AttnResult fl = run_attention(*flash, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS);
-    const AttnResult cd = run_attention(*cudnn, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS);
-    using ratchet::testing::nmse;
-    EXPECT_LT(nmse(cd.out.data(), ref.out.data(), no), 1e-4);
-    EXPECT_LT(nmse(cd.dqkv.data(), ref.dqkv.data(), nq), 1e-3);
-    EXPECT_LT(ratchet::testing::max_abs_diff(cd.lse.data(), ref.lse.data(), ref.lse.size()), 1e-3);
-    // cudnn against flash: two BF16 implementations, each within the limits above.
-    EXPECT_LT(nmse(cd.out.data(), fl.out.data(), no), 2e-4);
-    EXPECT_LT(nmse(cd.dqkv.data(), fl.dqkv.data(), nq), 2e-3);
-    for (float x : cd.dqkv) ASSERT_TRUE(std::isfinite(x));
+    expect_cudnn_matches(*cpu, *flash, *cudnn, sh, 11 + sh.T);
   }
 }
 
@@ -135,20 +142,7 @@ TEST(CudnnAttentionGpu, SlidingWindowMatchesFlashAndCpuBackend) {
                    std::to_string(w.window) + (det ? " deterministic" : ""));
       ratchet::AttnOpts o;
       o.window = w.window;
-      ratchet::Rng rng(23 + sh.T + w.window);
-      const size_t nq = (size_t)sh.B * sh.T * (sh.NH + 2 * sh.KV) * sh.HS,
-                   no = (size_t)sh.B * sh.T * sh.NH * sh.HS;
-      auto qkv = bf16_rounded(ratchet::testing::randn(rng, nq));
-      auto dout = bf16_rounded(ratchet::testing::randn(rng, no));
-      const AttnResult ref = run_attention(*cpu, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS, o);
-      const AttnResult fl = run_attention(*flash, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS, o);
-      const AttnResult cd = run_attention(*cudnn, qkv, dout, sh.B, sh.T, sh.NH, sh.KV, sh.HS, o);
-      using ratchet::testing::nmse;
-      EXPECT_LT(nmse(cd.out.data(), ref.out.data(), no), 1e-4);
-      EXPECT_LT(nmse(cd.dqkv.data(), ref.dqkv.data(), nq), 1e-3);
-      EXPECT_LT(ratchet::testing::max_abs_diff(cd.lse.data(), ref.lse.data(), ref.lse.size()), 1e-3);
-      EXPECT_LT(nmse(cd.out.data(), fl.out.data(), no), 2e-4);
-      EXPECT_LT(nmse(cd.dqkv.data(), fl.dqkv.data(), nq), 2e-3);
+      expect_cudnn_matches(*cpu, *flash, *cudnn, sh, 23 + sh.T + w.window, o);
       ratchet::cuda::CudnnAttention plans(nullptr, det);
       const ratchet::cuda::SdpaShape banded{sh.B, sh.T, sh.NH, sh.KV, sh.HS, w.window},
           plain{sh.B, sh.T, sh.NH, sh.KV, sh.HS};

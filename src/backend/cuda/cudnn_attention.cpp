@@ -209,33 +209,39 @@ class GraphBuilder {
 
   // scores = causal ? scores : lowest (row index >= column index keeps a score).
   TensorD causal_mask(TensorD scores, TensorD lowest, Dims dim, Dims stride) {
-    TensorD row = virt(CUDNN_DATA_INT32, dim, stride), col = virt(CUDNN_DATA_INT32, dim, stride);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, row, CUDNN_DATA_INT32, 2);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, col, CUDNN_DATA_INT32, 3);
+    const auto [row, col] = indices(scores, dim, stride);
     TensorD keep_mask = virt(CUDNN_DATA_BOOLEAN, dim, stride);
     pointwise(CUDNN_POINTWISE_CMP_GE, row, col, nullptr, keep_mask, CUDNN_DATA_BOOLEAN);
-    TensorD masked = virt(CUDNN_DATA_FLOAT, dim, stride);
-    pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, lowest, keep_mask, masked);
-    return masked;
+    return select(scores, lowest, keep_mask, dim, stride);
   }
   // scores = column + W > row ? scores : lowest: the band's left bound (a sliding
-  // window W, a by-value FLOAT scalar), as the frontend lowers it.
+  // window W, a by-value FLOAT scalar), as the frontend lowers it: its own index
+  // ops, not the causal mask's (the pattern the fused engines match).
   TensorD window_mask(TensorD scores, TensorD lowest, TensorD window, Dims dim, Dims stride) {
-    TensorD row = virt(CUDNN_DATA_INT32, dim, stride), col = virt(CUDNN_DATA_INT32, dim, stride);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, row, CUDNN_DATA_INT32, 2);
-    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, col, CUDNN_DATA_INT32, 3);
+    const auto [row, col] = indices(scores, dim, stride);
     TensorD shifted = virt(CUDNN_DATA_FLOAT, dim, stride);
     pointwise(CUDNN_POINTWISE_ADD, col, window, nullptr, shifted, CUDNN_DATA_FLOAT, 3);
     TensorD keep_mask = virt(CUDNN_DATA_BOOLEAN, dim, stride);
     pointwise(CUDNN_POINTWISE_CMP_GT, shifted, row, nullptr, keep_mask, CUDNN_DATA_BOOLEAN);
-    TensorD masked = virt(CUDNN_DATA_FLOAT, dim, stride);
-    pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, lowest, keep_mask, masked);
-    return masked;
+    return select(scores, lowest, keep_mask, dim, stride);
   }
 
   const std::vector<cudnnBackendDescriptor_t>& ops() const { return ops_; }
 
  private:
+  // GEN_INDEX of scores' row (axis 2) and column (axis 3), INT32.
+  std::pair<TensorD, TensorD> indices(TensorD scores, Dims dim, Dims stride) {
+    TensorD row = virt(CUDNN_DATA_INT32, dim, stride), col = virt(CUDNN_DATA_INT32, dim, stride);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, row, CUDNN_DATA_INT32, 2);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, scores, nullptr, nullptr, col, CUDNN_DATA_INT32, 3);
+    return {row, col};
+  }
+  // keep ? scores : lowest, FP32.
+  TensorD select(TensorD scores, TensorD lowest, TensorD keep, Dims dim, Dims stride) {
+    TensorD masked = virt(CUDNN_DATA_FLOAT, dim, stride);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, scores, lowest, keep, masked);
+    return masked;
+  }
   // An operation of `type` whose attributes are the given descriptors (null
   // ones, optional inputs, left unset); finalized and appended to the graph.
   void add_op(cudnnBackendDescriptorType_t type,
