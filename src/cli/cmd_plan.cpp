@@ -292,7 +292,10 @@ int cmd_plan(int argc, char** argv) {
   mf.n_shared_experts = f.n_shared_experts;
   // As `ratchet train` (issue 36): a --seq-len beyond the model's longest
   // sequence is refused, not planned as a larger model (GPT-2's wpe grows
-  // with it, Llama's RoPE tables too).
+  // with it), except, without --max-seq-len, for rotary positions, which
+  // have no table: such a model takes the --seq-len, as train does.
+  if (in.T > mf.max_seq_len && vm["max-seq-len"].defaulted() && config_from_flags(mf).llama())
+    mf.max_seq_len = in.T;
   if (in.T > mf.max_seq_len)
     fail("--seq-len ", in.T, " exceeds the model's max_seq_len ", mf.max_seq_len,
          ": lower --seq-len or raise --max-seq-len (as `ratchet train` needs)");

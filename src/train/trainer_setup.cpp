@@ -70,6 +70,15 @@ GPTConfig Trainer::resolve_config() const {
   f.vocab_size = o_.vocab_size > 0 ? o_.vocab_size : train_ds_->vocab_size();
   f.max_seq_len = o_.max_seq_len;
   c = config_from_flags(f);
+  // Rotary positions have no table, so a longer --seq-len than the default
+  // --max-seq-len changes no parameter: such a model takes it (plan does the
+  // same). GPT-2's learned wpe would grow: that is refused below (issue 36).
+  if (c.llama() && !o_.max_seq_len_given && o_.seq_len > c.max_seq_len) {
+    RLOG("model: max_seq_len %d (--seq-len; rotary positions: no parameter changes; the default "
+         "is %d)\n", o_.seq_len, c.max_seq_len);
+    f.max_seq_len = o_.seq_len;
+    c = config_from_flags(f);
+  }
   if (c.llama() && !o_.export_path.empty())
     fail("--export writes llm.c's GPT-2 .bin format, which cannot hold a llama model (",
          c.describe(), "): drop --export, or export Hugging Face safetensors instead");

@@ -270,6 +270,18 @@ TEST_F(HostileFaults, PlanAndTrainAgreeOnSeqLenBeyondTheModel) {
   // Raised explicitly, plan plans it.
   p = run_ratchet("plan --model d12 --seq-len 4096 --max-seq-len 4096");
   EXPECT_EQ(p.exit_code, 0) << p.output;
+  // Rotary positions have no table: without --max-seq-len, a Llama takes the
+  // longer --seq-len in both (no parameter changes), and says so in train.
+  p = run_ratchet("plan --model smollm-135m --seq-len 2048");
+  EXPECT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_TRUE(has(p, "maxT=2048")) << p.output;
+  t = run_ratchet("train --model custom --arch llama --layers 1 --heads 2 --kv-heads 1 --channels 16 "
+                  "--seq-len 1100 --batch-size 1 --steps 1 --threads 1" + data());
+  EXPECT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_TRUE(has(t, "max_seq_len 1100 (--seq-len; rotary positions")) << t.output;
+  // An explicit --max-seq-len still bounds it.
+  p = run_ratchet("plan --model smollm-135m --seq-len 2048 --max-seq-len 1024");
+  EXPECT_EQ(p.exit_code, 2) << p.output;
 }
 
 TEST_F(HostileFaults, MultiRankDefaultBatchIsBTRanks) {
