@@ -44,9 +44,7 @@ void scatter_rows(CpuBackend& be, const std::vector<int>& dst, const float* in, 
     std::copy(src, src + C, o);
   }
 }
-}  // namespace
 
-namespace {
 template <class V>
 void hold(V& v, size_t n) {
   if (v.capacity() < n) v.reserve(n);  // exactly n (the accounting's figure), not a doubling
