@@ -55,6 +55,11 @@ for r in "${row_list[@]}"; do
   [[ ,$all_rows, == *,$r,* ]] || bad "--rows: unknown row '$r' (rows: $all_rows)"
 done
 command -v "$python" >/dev/null 2>&1 || bad "--python '$python' is not a program here"
+# Checked before any run: the results would be lost at the end of them.
+if [ -n "$json_to" ]; then
+  jd=$(dirname -- "$json_to")
+  [ -d "$jd" ] && [ -w "$jd" ] || bad "--json-to '$json_to': its folder '$jd' does not exist or is not writable"
+fi
 if [ -n "$prebuilt" ]; then
   [ -d "$prebuilt" ] || bad "--prebuilt '$prebuilt' is not a directory"
   prebuilt=$(cd "$prebuilt" && pwd)

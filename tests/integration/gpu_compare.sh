@@ -107,5 +107,15 @@ rc=$?
 check "OOM peers still exit 0 (got $rc)" '[ $rc = 0 ]'
 check "the table has its header" 'grep -q "ms/step" "$tmp/t"'
 check "an OOM peer's row says OOM" '[ "$(grep -c "^selftest .* OOM$" "$tmp/t")" = 2 ]'
+# --json-to: the table and the same rows as JSON from one run; an unwritable
+# place is refused (exit 2) before anything runs.
+"$cmp" --selftest-cpu --python "$tmp/py" --steps 1 --warmup 0 --json-to "$tmp/rows.jsonl" > "$tmp/t2" 2>&1
+rc=$?
+check "--json-to exits 0 (got $rc)" '[ $rc = 0 ]'
+check "--json-to prints the table" 'grep -q "ms/step" "$tmp/t2"'
+check "--json-to writes one JSON line per row" '[ "$(grep -c "^{" "$tmp/rows.jsonl")" = 6 ]'
+"$cmp" --selftest-cpu --python "$tmp/py" --json-to /nonexistent-dir/x.jsonl > "$tmp/t3" 2>&1
+rc=$?
+check "an unwritable --json-to exits 2 naming it (got $rc)" '[ $rc = 2 ] && grep -q "json-to" "$tmp/t3"'
 [ $fails = 0 ] && echo "gpu compare: ok"
 exit $fails
