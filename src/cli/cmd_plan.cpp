@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/options_util.h"
 #include "core/error.h"
+#include "model/config.h"
 #include "plan/plan.h"
 
 namespace po = boost::program_options;
@@ -294,6 +295,11 @@ int cmd_plan(int argc, char** argv) {
   // sequence is refused, not planned as a larger model (GPT-2's wpe grows
   // with it), except, without --max-seq-len, for rotary positions, which
   // have no table: such a model takes the --seq-len, as train does.
+  // Bounded here, before a rotary model takes it as its max_seq_len (whose
+  // own bound would then name --max-seq-len, a flag the user did not give).
+  if (in.T > kMaxSeqLen)
+    fail("--seq-len ", in.T, " is out of range (at most ", kMaxSeqLen,
+         ", the longest sequence a ratchet model holds)");
   if (in.T > mf.max_seq_len && vm["max-seq-len"].defaulted() && config_from_flags(mf).llama())
     mf.max_seq_len = in.T;
   if (in.T > mf.max_seq_len)

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "distributed/shard_groups.h"
 #include "interop/hf_checkpoint.h"
+#include "model/config.h"
 #include "model/family_defaults.h"
 #include "report/objective.h"
 #include "train/eval_suite.h"
@@ -106,6 +107,9 @@ CheckedOptions check_train_options(const TrainOptions& given, int world) {
     fail("--batch-size auto needs --total-batch-tokens: the micro-batch is chosen to fit memory "
          "and accumulation keeps the total");
   if (o.seq_len < 1) fail("--seq-len must be at least 1 (got ", o.seq_len, ")");
+  if (o.seq_len > kMaxSeqLen)
+    fail("--seq-len ", o.seq_len, " is out of range (at most ", kMaxSeqLen,
+         ", the longest sequence a ratchet model holds)");
   if (o.steps < 1) fail("--steps must be at least 1 (got ", o.steps, ")");
   if (o.train_data.empty()) fail("--train-data is required (a glob of HDF5 token shards)");
   if (!(o.lr > 0) || !std::isfinite(o.lr)) fail("--lr must be a positive number (got ", o.lr, ")");

@@ -282,6 +282,16 @@ TEST_F(HostileFaults, PlanAndTrainAgreeOnSeqLenBeyondTheModel) {
   // An explicit --max-seq-len still bounds it.
   p = run_ratchet("plan --model smollm-135m --seq-len 2048 --max-seq-len 1024");
   EXPECT_EQ(p.exit_code, 2) << p.output;
+  // Beyond any model: the error names the flag given, not the --max-seq-len
+  // the rotary rule would have raised.
+  p = run_ratchet("plan --model smollm-135m --seq-len 1000000000");
+  t = run_ratchet("train --model custom --arch llama --layers 1 --heads 2 --kv-heads 1 --channels 16 "
+                  "--seq-len 1000000000 --batch-size 1 --steps 1 --threads 1" + data());
+  for (const RunResult* r : {&p, &t}) {
+    EXPECT_EQ(r->exit_code, 2) << r->output;
+    EXPECT_TRUE(has(*r, "--seq-len 1000000000 is out of range (at most 16777216")) << r->output;
+    EXPECT_FALSE(has(*r, "--max-seq-len")) << r->output;
+  }
 }
 
 TEST_F(HostileFaults, MultiRankDefaultBatchIsBTRanks) {
