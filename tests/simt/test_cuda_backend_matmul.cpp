@@ -241,3 +241,26 @@ TEST(CudaBackendMatmulDeathTest, RejectedRequiredPlanFailsNamingTheCall) {
 }
 
 }  // namespace
+
+// RATCHET_GEMM_SWEEP (matmul.h): the bench knob's value is checked before any
+// GEMM; a bad one is an Error naming the variable, never a silent default.
+TEST(CudaBackendMatmulSweep, EnvValueIsCheckedAndNamed) {
+  using ratchet::cuda::gemm_sweep_from_env;
+  unsetenv("RATCHET_GEMM_SWEEP");
+  EXPECT_EQ(gemm_sweep_from_env(), 0);
+  setenv("RATCHET_GEMM_SWEEP", "8", 1);
+  EXPECT_EQ(gemm_sweep_from_env(), 8);
+  setenv("RATCHET_GEMM_SWEEP", "32", 1);
+  EXPECT_EQ(gemm_sweep_from_env(), 32);
+  for (const char* bad : {"1", "33", "-4", "8x", "eight", " 8"}) {
+    setenv("RATCHET_GEMM_SWEEP", bad, 1);
+    try {
+      gemm_sweep_from_env();
+      ADD_FAILURE() << "accepted RATCHET_GEMM_SWEEP=" << bad;
+    } catch (const ratchet::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("RATCHET_GEMM_SWEEP='" + std::string(bad) + "'"),
+                std::string::npos) << e.what();
+    }
+  }
+  unsetenv("RATCHET_GEMM_SWEEP");
+}

@@ -4,8 +4,10 @@
 #include "backend/cuda/matmul.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/device.h"
 #include "backend/memory_model.h"
@@ -13,6 +15,7 @@
 
 #if !RATCHET_SIMT
 #include <cublasLt.h>
+#include <cuda_runtime.h>
 #include <nvtx3/nvToolsExt.h>
 #else
 #include "kernels/simt/device_guard.h"
@@ -48,6 +51,10 @@ struct Matmul::Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulHeuristicResult_t heur{};
+  // RATCHET_GEMM_SWEEP=N: the heuristic's first N answers, timed at the
+  // first launch (sweep_algos); heur is then the fastest.
+  std::vector<cublasLtMatmulHeuristicResult_t> candidates;
+  bool swept = false;
   bool has_algo = false;
   bool ran = false;  // executed successfully at least once
   ~Plan() {
@@ -89,7 +96,20 @@ Matmul::Matmul(DType dtype, void* stream) : dtype_(dtype), stream_(stream) {
   handle_ = h;
   workspace_bytes_ = kWorkspaceBytes;
   workspace_ = device_malloc(workspace_bytes_);
+  sweep_ = gemm_sweep_from_env();
 #endif
+}
+
+int gemm_sweep_from_env() {
+  const char* v = std::getenv("RATCHET_GEMM_SWEEP");
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (!(*v >= '0' && *v <= '9') || *end != '\0' || n < 2 || n > kMaxGemmSweep)
+    fail("RATCHET_GEMM_SWEEP='", v, "' must be a whole number from 2 to ", kMaxGemmSweep,
+         " (how many of cuBLASLt's heuristic algorithms to time per GEMM shape; a bench knob, "
+         "bench/gpu/README.md), or unset");
+  return (int)n;
 }
 
 Matmul::~Matmul() {
@@ -290,15 +310,68 @@ Matmul::Plan& Matmul::plan_for(const LtCall& c) {
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align));
   int found = 0;
+  p->candidates.resize(sweep_ > 1 ? sweep_ : 1);
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p->op, p->a, p->b, p->c, p->c, pref,
-                                                     1, &p->heur, &found);
+                                                     (int)p->candidates.size(),
+                                                     p->candidates.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   p->has_algo = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  p->candidates.resize(p->has_algo ? found : 0);
+  if (p->has_algo) p->heur = p->candidates[0];
   slot = std::move(p);
   return *slot;
 }
 
+// RATCHET_GEMM_SWEEP (matmul.h): times each candidate on this call's own
+// operands, writing D into a scratch buffer so that C (read when beta != 0)
+// is untouched; the epilogue's side outputs (GELU aux, BGRADB's dbias) are
+// overwritten with the same values by every candidate. Keeps the fastest in
+// p.heur for the rest of the run and prints one line per shape.
+void Matmul::sweep_algos(const LtCall& c, Plan& p) {
+  p.swept = true;
+  if (p.candidates.size() < 2) return;
+  const size_t elem = c.dtype == DType::f32 ? 4 : 2;
+  const size_t d_elems = (size_t)c.ldc * c.N + (c.batch > 1 ? (size_t)c.strideC * (c.batch - 1) : 0);
+  void* d = device_malloc(d_elems * elem);
+  cudaStream_t s = static_cast<cudaStream_t>(stream_);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  set_epilogue_pointers(p.op, c);
+  const int reps = 5;
+  std::vector<float> us(p.candidates.size(), -1.f);
+  size_t best = 0;
+  for (size_t i = 0; i < p.candidates.size(); i++) {
+    auto run_once = [&] {
+      return cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.op, &c.alpha, c.A, p.a, c.B,
+                            p.b, &c.beta, c.C, p.c, d, p.c, &p.candidates[i].algo, workspace_,
+                            workspace_bytes_, s);
+    };
+    if (run_once() != CUBLAS_STATUS_SUCCESS) continue;  // warm-up; a refusal drops the candidate
+    cudaEventRecord(e0, s);
+    for (int r = 0; r < reps; r++) run_once();
+    cudaEventRecord(e1, s);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    us[i] = 1000.f * ms / reps;
+    if (us[best] < 0 || us[i] < us[best]) best = i;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  device_free(d);
+  if (us[best] < 0) return;  // none ran here: keep the heuristic's first
+  p.heur = p.candidates[best];
+  std::fprintf(stderr, "ratchet: gemm sweep: %s: heuristic #0 %.1f us, fastest #%zu %.1f us (%zu candidates)\n",
+               last_range_, us[0], best, us[best], p.candidates.size());
+}
+
 const char* Matmul::launch(const LtCall& c, Plan& p) {
+  if (sweep_ > 1 && !p.swept) sweep_algos(c, p);
+  return launch_one(c, p);
+}
+
+const char* Matmul::launch_one(const LtCall& c, Plan& p) {
   // Per-call pointers on the cached descriptor (read when the call is enqueued).
   set_epilogue_pointers(p.op, c);
   const cublasStatus_t st =

@@ -49,6 +49,14 @@
 // into another buffer (recompute policies) then runs the same algorithm and
 // gets the same bits; a key with the alignment class picked another one.
 //
+// RATCHET_GEMM_SWEEP=N (2..32; a bench knob for the GPU window, not a user
+// flag: bench/gpu/README.md): the heuristic is asked for its first N
+// algorithms, and the first launch of each shape times them all (5 runs each,
+// into a scratch output) and keeps the fastest for the rest of the run,
+// printing "gemm sweep: <range>: heuristic #0 .. us, fastest #i .. us". The
+// choice depends on timing, so two runs may differ in their bits: it measures
+// what autotuning would gain; nothing selects it by default. No effect under simt.
+//
 // Each GEMM runs inside an NVTX range named by its epilogue and row-major
 // shape ("matmul DGELU m=64 n=128 k=32"), so that a profile shows which GEMM
 // of an op took the time. The ranges are also counted (ranges_opened(),
@@ -142,6 +150,11 @@ struct LtCall {
   std::string describe() const;  // "M=.. N=.. K=.. A(..) B(..) D(..) epilogue .. dtype .."
 };
 
+// RATCHET_GEMM_SWEEP's value (0 when unset); an Error naming the variable
+// for anything but a whole number from 2 to kMaxGemmSweep.
+constexpr int kMaxGemmSweep = 32;
+int gemm_sweep_from_env();
+
 // Row-major -> column-major translation (pure; tested).
 LtCall to_lt(const Gemm& g, DType dtype);
 
@@ -199,6 +212,9 @@ class Matmul {
   Plan& plan_for(const LtCall& c);  // cached, or made (descriptors + heuristic)
   // Enqueues c on plan p; nullptr on success, else what the library said.
   const char* launch(const LtCall& c, Plan& p);
+  const char* launch_one(const LtCall& c, Plan& p);
+  void sweep_algos(const LtCall& c, Plan& p);  // RATCHET_GEMM_SWEEP (above)
+  int sweep_ = 0;  // RATCHET_GEMM_SWEEP, 0: off
   bool tf32_ = false;
   unsigned rejected_ = 0;  // reject_epilogue() bits (stand-in)
   unsigned forced_ = 0;    // force_fallback() bits
