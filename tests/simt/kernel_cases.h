@@ -780,6 +780,15 @@ struct Runner {
     if ((float)std::sqrt(rev) != (float)std::sqrt(got) || !(std::fabs(rev - got) <= 1e-13 * got))
       rep.fail("the norm depends on the order of the values: " + std::to_string(std::sqrt(got)) +
                " forward, " + std::to_string(std::sqrt(rev)) + " reversed");
+    // One element off a 16-byte boundary the kernel takes its element loads
+    // instead of 16-byte packs, in the same order: the same bits.
+    std::vector<float> shifted(x.size() + 1, 0.0f);
+    std::copy(x.begin(), x.end(), shifted.begin() + 1);
+    kernels::global_norm_squared(k_out, scratch, dev(shifted) + 1, n, nullptr);
+    const double off = get_raw(k_out, 1)[0];
+    if (off != rev)
+      rep.fail("the norm at an unaligned address differs: " + std::to_string(off) + " vs " +
+               std::to_string(rev));
   }
 
   // ---- casts (reference: CUDA's host conversions) ----
@@ -913,7 +922,7 @@ inline std::vector<Case> all_cases() {
       // (BT, V, Vp): the capped classifier, packs and element-wise (41).
       {"classifier_softcap", {{1, 1, 1}, {3, 37, 41}, {7, 100, 128}, {4, 4099, 4224}}},
       {"adamw", {{1, 1}, {7, 1}, {1000, 3}, {5001, 10}}},
-      {"global_norm", {{1}, {7}, {1000}, {300001}, {4194319}}},
+      {"global_norm", {{1}, {7}, {1000}, {300001}, {4194304}, {4194319}}},
   };
   std::vector<Case> cases;
   for (DType d : {DType::f32, DType::bf16})
