@@ -1,5 +1,6 @@
 #include "backend/cuda/kernel_variants.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/error.h"
