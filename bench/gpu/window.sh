@@ -53,7 +53,8 @@
 #       (20 steps) once with RATCHET_KERNEL_VARIANT unset, once per candidate
 #       and once with all, into ab.md: ms/step, each candidate op's us/call,
 #       and whether every step's loss and grad norm equal today's (every candidate
-#       claims it; a difference fails the step). About 40 s at d12. Under
+#       claims it; a difference fails the step). About 40 s at d12
+#       (estimated: 5 x (6.4 s start-up + 20 steps)). Under
 #       --selftest-cpu (6 steps): ratchet-simt --device simt when it lies
 #       beside the bundle's ratchet (the variants run there, on the CPU), else
 #       the CPU backend, which never reads the variable: the variants are
