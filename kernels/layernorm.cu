@@ -158,7 +158,18 @@ void layernorm_backward(T* dinp, T* dw, T* db, void* scratch, const T* dout, con
                                    "layernorm_backward");
 }
 
+// Candidate `layernorm_bwd_v2` (norm_backward.cuh): the same outputs, bit for bit.
+template <class T>
+void layernorm_backward_v2(T* dinp, T* dw, T* db, void* scratch, const T* dout, const T* inp,
+                           const T* w, const float* mean, const float* rstd, int N, int C,
+                           cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("layernorm_backward_v2");
+  layernorm_backward_v2_launch<T>(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C, stream);
+}
+
 #define RATCHET_INSTANTIATE(T)                                                                  \
+  template void layernorm_backward_v2<T>(T*, T*, T*, void*, const T*, const T*, const T*,      \
+                                         const float*, const float*, int, int, cudaStream_t);   \
   template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int, int, \
                                      cudaStream_t);                                             \
   template void residual_layernorm_forward<T>(T*, T*, float*, float*, const T*, const T*,       \

@@ -30,6 +30,15 @@ void layernorm_backward(T* dinp, T* dw, T* db, void* scratch, const T* dout, con
                         const T* w, const float* mean, const float* rstd, int N, int C,
                         cudaStream_t stream);
 
+// Candidate `layernorm_bwd_v2` (issue 41, kernels/norm_backward.cuh; the cuda
+// backend calls it under RATCHET_KERNEL_VARIANT=layernorm_bwd_v2): the same
+// outputs and scratch, bit for bit; one warp per row. Where it does not apply
+// it runs layernorm_backward's kernel.
+template <class T>
+void layernorm_backward_v2(T* dinp, T* dw, T* db, void* scratch, const T* dout, const T* inp,
+                           const T* w, const float* mean, const float* rstd, int N, int C,
+                           cudaStream_t stream);
+
 // ---- bytes per call ----
 // Bytes a call must move at least (s = sizeof(T)): inputs read once, outputs
 // written once, scratch not counted. bench/kernels reports GB/s against them.

@@ -176,4 +176,156 @@ inline void norm_backward(T* dinp, T* dw, T* db, void* scratch, const T* dout, c
   column_sums<T>(dw, db, partial, g.blocks, C, kRms ? C : 2 * C, stream);
 }
 
+
+// ---- candidate `layernorm_bwd_v2` (issue 41) ------------------------------------------------
+// Selected by RATCHET_KERNEL_VARIANT=layernorm_bwd_v2 (the cuda backend's
+// bench-only knob); the kernel above stays the default until a GPU window
+// measures this one faster. LayerNorm only (rmsnorm_backward keeps the above).
+//
+// What it changes: above, a team of tpr threads (3 warps at C = 768 in BF16)
+// covers a row, so every row costs a block-wide barrier between the row sums
+// and dinp, and dinp is loaded only after it: per row two memory latencies
+// back to back, with 5 rows in flight per 480-thread block. Here a team is one
+// warp: lane l owns the packs l, l + 32, ... (W of them, W = the above's warps
+// per team), loads dout, inp AND dinp for all of them before any arithmetic,
+// reduces the row with shuffles (no barrier), writes dinp, and walks its rows
+// without waiting for the other warps. Up to 3x the bytes in flight per
+// thread, no barrier per row.
+// Bytes per row: the same as the kernel above, 4*C*s + 8 (dout, inp, dinp
+// read, dinp written; mean, rstd; w from L1): dinp is accumulated (+=), so
+// reading it is the interface's minimum. Scratch: the same (blocks, 2C).
+//
+// The arithmetic is the above's, in its order, so the outputs are bit for bit
+// the same (tests/simt/kernel_cases.h checks it): the same rows per block,
+// `teams` warps per block (the above's team count) taking rows r0 + team,
+// r0 + team + teams, ... in order; the row sums as the above forms them (each
+// pack's P terms from 0, one warp_sum per pack slot, the slots added from 0 in
+// order, as the above adds its warps); the same partial row per block.
+// Where it does not apply (rows not whole packs, or W above kNormBwdV2MaxW:
+// C > 768 in BF16, > 512 in FP32) the launcher runs the kernel above.
+// Registers (nvcc 13.0 -Xptxas -v, sm_90, at the launch bound's 128): BF16
+// W = 3 uses 128 without spilling, W = 4 spills; FP32 W = 4 uses 120, W = 5 spills.
+template <class T>
+constexpr int kNormBwdV2MaxW = sizeof(T) == 2 ? 3 : 4;
+
+template <class T, int W>
+__global__ void __launch_bounds__(kNormBwdMaxThreads)
+    layernorm_backward_warp_kernel(T* __restrict__ dinp, float* __restrict__ partial,
+                                   const T* __restrict__ dout, const T* __restrict__ inp,
+                                   const T* __restrict__ w, const float* __restrict__ mean,
+                                   const float* __restrict__ rstd, int N, int C,
+                                   int rows_per_block) {
+  constexpr int P = Packed128<T>::size;
+  const int teams = blockDim.x / 32, team = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r0 = blockIdx.x * rows_per_block, r1 = min(N, r0 + rows_per_block);
+
+  float dw[W][P], db[W][P];
+  for (int j = 0; j < W; j++)
+    for (int i = 0; i < P; i++) dw[j][i] = db[j][i] = 0.0f;
+  for (int row = r0 + team; row < r1; row += teams) {
+    const size_t off = (size_t)row * C;
+    const float m = mean[row], s = rstd[row];
+    // Every load of the row first: dinp does not depend on the row sums.
+    Packed128<T> dk[W], xk[W], pk[W];
+    for (int j = 0; j < W; j++) {
+      const int c0 = (lane + j * 32) * P, n = C - c0;
+      dk[j] = load_pack<true, true>(dout + off + c0, n);
+      xk[j] = load_pack<true, true>(inp + off + c0, n);
+      pk[j] = load_pack<true>(dinp + off + c0, n);
+    }
+    float gsum = 0.0f, gxsum = 0.0f;
+    for (int j = 0; j < W; j++) {
+      const int c0 = (lane + j * 32) * P, n = C - c0;
+      const Packed128<T> wk = load_pack<true>(w + c0, n);
+      float gs = 0.0f, gxs = 0.0f;
+      for (int i = 0; i < P; i++) {
+        const float g = pack_f32(wk, i) * pack_f32(dk[j], i);
+        const float xhat = (pack_f32(xk[j], i) - m) * s;
+        gs += g;
+        gxs += g * xhat;
+      }
+      gsum += warp_sum(gs);
+      gxsum += warp_sum(gxs);
+    }
+    const float gmean = gsum / C, gxmean = gxsum / C;
+    for (int j = 0; j < W; j++) {
+      const int c0 = (lane + j * 32) * P, n = C - c0;
+      Packed128<T> d = pk[j];
+      const Packed128<T> wk = load_pack<true>(w + c0, n);
+      for (int i = 0; i < P; i++) {
+        const float dv = pack_f32(dk[j], i);
+        const float g = pack_f32(wk, i) * dv;
+        const float xhat = (pack_f32(xk[j], i) - m) * s;
+        d[i] = from_f32<T>(to_f32(d[i]) + s * (g - gmean - xhat * gxmean));
+        dw[j][i] += dv * xhat;
+        db[j][i] += dv;
+      }
+      store_pack<true>(dinp + off + c0, d, n);
+    }
+  }
+  // The block's partial row: the warps' sums added in warp order (the above's
+  // teams), through (teams, cpad) floats of shared memory.
+  float* sums = dynamic_smem<float>();
+  const int cpad = 32 * W * P;
+  for (int q = 0; q < 2; q++) {
+    for (int j = 0; j < W; j++)
+      for (int i = 0; i < P; i++)
+        sums[(size_t)team * cpad + (lane + j * 32) * P + i] = q == 0 ? dw[j][i] : db[j][i];
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      float acc = 0.0f;
+      for (int g = 0; g < teams; g++) acc += sums[(size_t)g * cpad + c];
+      partial[(size_t)blockIdx.x * 2 * C + q * C + c] = acc;
+    }
+    __syncthreads();
+  }
+}
+
+// Whether layernorm_backward_v2 runs the warp kernel (else the kernel above).
+template <class T>
+inline bool layernorm_backward_v2_applies(int N, int C, const void* dinp, const void* dout,
+                                          const void* inp, const void* w) {
+  if (N <= 0 || C <= 0 || !packs_fit<T>(C, {dinp, dout, inp, w})) return false;
+  constexpr int P = Packed128<T>::size;
+  if (ceil_div(C, P) > 2 * kNormBwdMaxThreads) return false;  // the above refuses it
+  const NormBwdGeometry g = norm_backward_geometry<T>(N, C, "layernorm_backward_v2");
+  return g.K == 1 && g.tpr / 32 <= kNormBwdV2MaxW<T>;
+}
+
+template <class T>
+inline void layernorm_backward_v2_launch(T* dinp, T* dw, T* db, void* scratch, const T* dout,
+                                         const T* inp, const T* w, const float* mean,
+                                         const float* rstd, int N, int C, cudaStream_t stream) {
+  if (!layernorm_backward_v2_applies<T>(N, C, dinp, dout, inp, w)) {
+    norm_backward<T, /*kRms=*/false>(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C,
+                                     stream, "layernorm_backward");
+    return;
+  }
+  RATCHET_REQUIRE(scratch != nullptr, "layernorm_backward_v2: needs scratch");
+  RATCHET_REQUIRE(dinp != dout && dinp != inp, "layernorm_backward_v2: dinp aliases an input");
+  const NormBwdGeometry g = norm_backward_geometry<T>(N, C, "layernorm_backward_v2");
+  const int W = g.tpr / 32;
+  auto* partial = static_cast<float*>(scratch);
+  const unsigned block = (unsigned)(g.teams * 32);
+  const size_t smem = (size_t)g.teams * g.cpad * sizeof(float);  // the same as the above's
+  auto launch = [&](auto kernel, const char* name) {
+    ::ratchet::kernels::launch_kernel(name, kernel, (unsigned)g.blocks, block, smem, stream, dinp,
+                                      partial, dout, inp, w, mean, rstd, N, C, g.rows);
+    RATCHET_CHECK_LAUNCH();
+  };
+#define RATCHET_LN_BWD_V2(k)                                                                   \
+  case k:                                                                                      \
+    launch(layernorm_backward_warp_kernel<T, k>, "layernorm_backward_warp_kernel<T, " #k ">"); \
+    break;
+  switch (W) {
+    RATCHET_LN_BWD_V2(1)
+    RATCHET_LN_BWD_V2(2)
+    RATCHET_LN_BWD_V2(3)
+  }
+  if constexpr (kNormBwdV2MaxW<T> >= 4)  // FP32 only: BF16 W = 4 would spill
+    if (W == 4) launch(layernorm_backward_warp_kernel<T, 4>, "layernorm_backward_warp_kernel<T, 4>");
+#undef RATCHET_LN_BWD_V2
+  column_sums<T>(dw, db, partial, g.blocks, C, 2 * C, stream);
+}
+
 }  // namespace ratchet::kernels

@@ -100,8 +100,23 @@ std::vector<unsigned char> run_reductions(uint64_t seed, int threads) {
   ratchet::kernels::qk_norm_backward(qk_dinp.data(), dqw_f.data(), dkw_f.data(),
                                      qk_scratch.data(), dqkv.data(), qkv.data(), qw.data(),
                                      kw.data(), qk_rstd.data(), N, NH, KV, hs, false, 0.0f, nullptr);
+  // Issue 41's candidates (RATCHET_KERNEL_VARIANT) on the same inputs: their
+  // own outputs, so that a race of theirs shows as a seed-dependent result.
+  std::vector<bf16> dwte2((size_t)V * C), dwpe2((size_t)T * C), dinp2((size_t)N * C), dw2(C), db2(C);
+  ratchet::kernels::encoder_backward_v2(dwte2.data(), dwpe2.data(), sc, dout.data(), tok.data(), B,
+                                        T, C, nullptr);
+  ratchet::kernels::layernorm_backward_v2(dinp2.data(), dw2.data(), db2.data(), sc, dout.data(),
+                                          inp.data(), w.data(), mean.data(), rstd.data(), N, C,
+                                          nullptr);
+  std::vector<float> logits2 = randn(rng, (size_t)N * 128);
+  std::vector<float> losses2(N);
+  ratchet::kernels::fused_classifier_v2(logits2.data(), losses2.data(), tok.data(), N, 100, 128,
+                                        1.0f / N, nullptr);
   std::vector<unsigned char> all;
-  for (auto v : {bits(dqw_h.data(), hs), bits(dkw_h.data(), hs), bits(dqw_f.data(), dqw_f.size()),
+  for (auto v : {bits(dwte2.data(), dwte2.size()), bits(dwpe2.data(), dwpe2.size()),
+                 bits(dinp2.data(), dinp2.size()), bits(dw2.data(), C), bits(db2.data(), C),
+                 bits(logits2.data(), logits2.size()), bits(losses2.data(), losses2.size()),
+                 bits(dqw_h.data(), hs), bits(dkw_h.data(), hs), bits(dqw_f.data(), dqw_f.size()),
                  bits(dkw_f.data(), dkw_f.size()), bits(qk_dinp.data(), qk_dinp.size()),
                  bits(dwte.data(), dwte.size()), bits(dwpe.data(), dwpe.size()),
                  bits(dinp.data(), dinp.size()), bits(dw.data(), C), bits(db.data(), C),
