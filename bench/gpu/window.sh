@@ -59,6 +59,11 @@
 #       beside the bundle's ratchet (the variants run there, on the CPU), else
 #       the CPU backend, which never reads the variable: the variants are
 #       ignored there (ab.md says which).
+#       gemm, what autotuning the GEMMs would gain: the profile run (20 steps)
+#       with cuBLASLt's heuristic #0 and with RATCHET_GEMM_SWEEP=8 (each shape
+#       takes the fastest of the heuristic's first 8), into gemm.md: both
+#       ms/step and every shape's #0 and fastest time. About 20 s at d12
+#       (estimated as ab's). GPU only.
 #       --steps LIST (comma-separated): only those steps, in the order above.
 #       OUT/summary.md gets one line per step as it ends (PASS, FAIL, NOT-RUN,
 #       with seconds and a detail); OUT/<step>.log and the step's own files
@@ -93,7 +98,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $budget in ''|*[!0-9]*) usage "--budget '$budget' is not a number of seconds" ;; esac
-all_steps="machine tests train families compare llmc kernels window profile determinism moe bench sanitizer curve zero ab"
+all_steps="machine tests train families compare llmc kernels window profile determinism moe bench sanitizer curve zero ab gemm"
 for s_ in ${only//,/ }; do
   case " $all_steps " in *" $s_ "*) ;; *) usage "--steps: unknown step '$s_' (steps: $all_steps)" ;; esac
 done
@@ -196,7 +201,7 @@ note() {  # note STEP RESULT SECONDS DETAIL: one summary line, now
 step() {
   local name=$1 limit=$2 fn=$3 left s rc detail
   if [ -n "$only" ]; then case ",$only," in *",$name,"*) ;; *) return ;; esac
-  elif [ "$name" = zero ] || [ "$name" = ab ]; then return; fi  # only when named
+  elif [ "$name" = zero ] || [ "$name" = ab ] || [ "$name" = gemm ]; then return; fi  # only when named
   left=$((deadline - $(date +%s)))
   if [ "$left" -lt "$limit" ]; then
     note "$name" NOT-RUN 0 "needs ${limit}s, ${left}s left in the window"; return
@@ -475,6 +480,42 @@ if bad:
 print("ab: " + summary + " (ab.md)")
 PY
 }
+s_gemm() {
+  gpu_only
+  # RATCHET_GEMM_SWEEP (src/backend/cuda/matmul.h): every GEMM shape of the d12
+  # step times cuBLASLt's first 8 heuristic algorithms at its first launch and
+  # keeps the fastest. What autotuning would gain, against the same run without.
+  local n=20 r
+  for r in heuristic sweep; do
+    ( [ "$r" = sweep ] && export RATCHET_GEMM_SWEEP=8
+      "$exe" train --device "$dev" "${model[@]}" --train-data "$data/train_*.h5" --batch-size $B \
+        --seq-len $T --steps $n --lr 6e-4 --warmup-steps 5 --seed 1234 --quiet --profile \
+        --log-jsonl "$out/gemm-$r.jsonl" > "$out/gemm-$r.txt" 2>&1 ) \
+      || { tail -5 "$out/gemm-$r.txt"; return 1; }
+  done
+  python3 - "$out" <<'PY'
+import json, re, sys
+out = sys.argv[1]
+def ms(r):
+    s = [json.loads(l)["step_ms"] for l in open(f"{out}/gemm-{r}.jsonl") if '"step_ms"' in l][5:]
+    return sum(s) / len(s) if s else float("nan")
+lines = [l for l in open(f"{out}/gemm-sweep.txt") if "gemm sweep:" in l]
+rows = []
+for l in lines:
+    m = re.search(r"gemm sweep: (.*): heuristic #0 ([0-9.]+) us, fastest #(\d+) ([0-9.]+) us \((\d+)", l)
+    if m: rows.append((float(m.group(2)) - float(m.group(4)), m.group(1), m.group(2), m.group(3), m.group(4), m.group(5)))
+rows.sort(reverse=True)
+h, w = ms("heuristic"), ms("sweep")
+with open(f"{out}/gemm.md", "w") as f:
+    f.write("# cuBLASLt's heuristic #0 against the fastest of its first 8 (RATCHET_GEMM_SWEEP=8)\n\n")
+    f.write("d12 B=16 T=1024, 20 steps, --profile: heuristic %.2f ms/step, swept %.2f ms/step (steps 6-20)\n\n" % (h, w))
+    f.write("| GEMM | heuristic #0 us | fastest | us | candidates |\n| --- | --- | --- | --- | --- |\n")
+    for g, name, h0, i, b, c in rows:
+        f.write("| %s | %s | #%s | %s | %s |\n" % (name, h0, i, b, c))
+print("heuristic %.2f ms/step, swept %.2f ms/step; %d shapes, %d faster than #0 (gemm.md)"
+      % (h, w, len(rows), sum(1 for r in rows if r[3] != "0")))
+PY
+}
 s_bench() { s_gpucheck bench; }
 s_sanitizer() { s_gpucheck sanitizer; }
 s_curve() { s_gpucheck curve; }
@@ -497,6 +538,7 @@ step sanitizer 200 s_sanitizer
 step curve 300 s_curve
 step zero 90 s_zero
 step ab 90 s_ab
+step gemm 60 s_gemm
 echo >> "$summary"
 echo "Took $(( $(date +%s) - t0 )) s of ${budget}." >> "$summary"
 cat "$summary"
