@@ -85,17 +85,26 @@ __global__ void permute_backward_kernel(T* dqkv, const T* dq, const T* dk, const
   dqkv[row + C + (size_t)(KV + h) * HS + d] = from_f32<T>(sv);
 }
 
-// forward: out[b,t,h,d] = y[b,h,t,d]; backward the reverse. One thread per element of y.
-template <class T, bool backward>
-__global__ void unpermute_kernel(T* dst, const T* src, int Tn, int NH, int HS, size_t total) {
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= total) return;
-  const auto [b, h, t, d] = bhtd_index(i, Tn, NH, HS);
-  size_t j = ((b * Tn + t) * NH + h) * HS + d;  // index in (B,T,NH,HS)
+// forward: out[b,t,h,d] = y[b,h,t,d]; backward the reverse. One thread per
+// 16-byte pack of a head's row of y (element copies where HS is not whole
+// packs or a pointer is unaligned). The kernel until 2026-11 copied one
+// element per thread: 809 GB/s in BF16 on an H200 (bench/gpu/results/2026-11-30-h200).
+template <class T, bool backward, bool kVec>
+__global__ void unpermute_kernel(T* dst, const T* src, int Tn, int NH, int HS, int packs_per_row,
+                                 size_t packs) {
+  constexpr int P = Packed128<T>::size;
+  const size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (p >= packs) return;
+  const size_t row = p / packs_per_row;  // (b, h, t)
+  const int d0 = (int)(p % packs_per_row) * P, n = HS - d0;
+  const int t = (int)(row % Tn);
+  const size_t bh = row / Tn, b = bh / NH;
+  const int h = (int)(bh % NH);
+  const size_t i = row * HS + d0, j = ((b * Tn + t) * NH + h) * HS + d0;  // j: in (B,T,NH,HS)
   if (backward)
-    dst[i] = src[j];
+    store_pack<kVec>(dst + i, load_pack<kVec, true>(src + j, n), n);
   else
-    dst[j] = src[i];
+    store_pack<kVec>(dst + j, load_pack<kVec, true>(src + i, n), n);
 }
 
 // The softmax's input from a stored score p: scale·p, soft-capped when c > 0.
@@ -183,14 +192,27 @@ void attention_permute_backward(T* dqkv, const T* dq, const T* dk, const T* dv, 
   RATCHET_CHECK_LAUNCH();
 }
 
+namespace {
+template <class T, bool backward>
+void unpermute_launch(T* dst, const T* src, int B, int Tn, int NH, int HS, cudaStream_t stream) {
+  const int ppr = ceil_div(HS, Packed128<T>::size);
+  const size_t packs = (size_t)B * NH * Tn * ppr;
+  const unsigned grid = (unsigned)ceil_div<size_t>(packs, 256);
+  if (packs_fit<T>(HS, {dst, src}))
+    RATCHET_LAUNCH((unpermute_kernel<T, backward, true>), grid, 256, 0, stream, dst, src, Tn, NH,
+                   HS, ppr, packs);
+  else
+    RATCHET_LAUNCH((unpermute_kernel<T, backward, false>), grid, 256, 0, stream, dst, src, Tn, NH,
+                   HS, ppr, packs);
+  RATCHET_CHECK_LAUNCH();
+}
+}  // namespace
+
 template <class T>
 void attention_unpermute(T* out, const T* y, int B, int Tn, int NH, int HS, cudaStream_t stream) {
   RATCHET_NVTX_RANGE("attention_unpermute");
   require_shape(B, Tn, NH, HS);
-  size_t total = (size_t)B * NH * Tn * HS;
-  RATCHET_LAUNCH((unpermute_kernel<T, false>), (unsigned)ceil_div<size_t>(total, 256), 256, 0,
-                 stream, out, y, Tn, NH, HS, total);
-  RATCHET_CHECK_LAUNCH();
+  unpermute_launch<T, false>(out, y, B, Tn, NH, HS, stream);
 }
 
 template <class T>
@@ -198,10 +220,7 @@ void attention_unpermute_backward(T* dy, const T* dout, int B, int Tn, int NH, i
                                   cudaStream_t stream) {
   RATCHET_NVTX_RANGE("attention_unpermute_backward");
   require_shape(B, Tn, NH, HS);
-  size_t total = (size_t)B * NH * Tn * HS;
-  RATCHET_LAUNCH((unpermute_kernel<T, true>), (unsigned)ceil_div<size_t>(total, 256), 256, 0,
-                 stream, dy, dout, Tn, NH, HS, total);
-  RATCHET_CHECK_LAUNCH();
+  unpermute_launch<T, true>(dy, dout, B, Tn, NH, HS, stream);
 }
 
 template <class T>

@@ -21,16 +21,24 @@ constexpr int kEncoderRunBlocks = 2048;  // blocks walking the sorted indices
 
 // ==== kernels ====================================================================================
 
-template <class T>
+// forward: one thread per 16-byte pack of a row (element loads where C is
+// not whole packs or a pointer is unaligned; the same sum either way). The
+// kernel until 2026-11 took one element per thread with 2-byte loads in BF16:
+// 962 GB/s on an H200 (bench/gpu/results/2026-11-30-h200).
+template <bool kVec, class T>
 __global__ void encoder_forward_kernel(T* out, const int* inp, const T* wte, const T* wpe, int Tn,
-                                       int C, size_t total) {
-  size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-    size_t bt = i / C;
-    int c = (int)(i % C);
-    int t = (int)(bt % Tn);
-    int tok = inp[bt];
-    out[i] = from_f32<T>(to_f32(wte[(size_t)tok * C + c]) + to_f32(wpe[(size_t)t * C + c]));
+                                       int C, int packs_per_row, size_t packs) {
+  constexpr int P = Packed128<T>::size;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
+    const size_t bt = i / packs_per_row;
+    const int c0 = (int)(i % packs_per_row) * P, n = C - c0;
+    const int t = (int)(bt % Tn), tok = inp[bt];
+    const Packed128<T> e = load_pack<kVec>(wte + (size_t)tok * C + c0, n),
+                       p = load_pack<kVec>(wpe + (size_t)t * C + c0, n);
+    Packed128<T> o;
+    for (int k = 0; k < P; k++) o[k] = from_f32<T>(pack_f32(e, k) + pack_f32(p, k));
+    store_pack<kVec>(out + bt * C + c0, o, n);
   }
 }
 
@@ -226,11 +234,16 @@ void encoder_forward(T* out, const int* inp, const T* wte, const T* wpe, int B, 
                      cudaStream_t stream) {
   RATCHET_NVTX_RANGE("encoder_forward");
   RATCHET_REQUIRE(B > 0 && Tn > 0 && C > 0, "encoder_forward: B, T, C must be positive");
-  size_t total = (size_t)B * Tn * C;
+  const int ppr = ceil_div(C, Packed128<T>::size);
+  const size_t packs = (size_t)B * Tn * ppr;
   const int block = 256;
-  unsigned grid = (unsigned)std::min<size_t>(ceil_div<size_t>(total, block), 65536);
-  RATCHET_LAUNCH((encoder_forward_kernel<T>), grid, block, 0, stream, out, inp, wte, wpe, Tn, C,
-                 total);
+  const unsigned grid = (unsigned)std::min<size_t>(ceil_div<size_t>(packs, block), 65536);
+  if (packs_fit<T>(C, {out, wte, wpe}))
+    RATCHET_LAUNCH((encoder_forward_kernel<true, T>), grid, block, 0, stream, out, inp, wte, wpe,
+                   Tn, C, ppr, packs);
+  else
+    RATCHET_LAUNCH((encoder_forward_kernel<false, T>), grid, block, 0, stream, out, inp, wte, wpe,
+                   Tn, C, ppr, packs);
   RATCHET_CHECK_LAUNCH();
 }
 

@@ -58,7 +58,7 @@ check "--steps runs only the steps named, zero (a diagnosis) included (got: $ord
   '[ "$order" = "step profile zero " ] && grep -q "^| zero | NOT-RUN | .* | --selftest-cpu: needs a GPU |" "$tmp/o4/summary.md"'
 # ab (issue 41's candidate kernels): only by name; on ratchet-simt when it
 # lies beside RATCHET_EXE (the variants run), else the cpu backend (ignored).
-"$w" run --bundle "$tmp/b" --out "$tmp/o6" --selftest-cpu --steps ab --budget 200 > "$tmp/run6" 2>&1
+"$w" run --bundle "$tmp/b" --out "$tmp/o6" --selftest-cpu --steps ab --budget 450 > "$tmp/run6" 2>&1
 rc=$?
 check "ab PASSes (got $rc: $(grep '^| ab' "$tmp/o6/summary.md"))" '[ $rc = 0 ] && grep -q "^| ab | PASS |" "$tmp/o6/summary.md"'
 check "ab.md has a row per variant, losses equal" \
