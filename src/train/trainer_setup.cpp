@@ -66,6 +66,7 @@ GPTConfig Trainer::resolve_config() const {
   f.moe_ffn_hidden = o_.moe_ffn_hidden;
   f.moe_scoring = o_.moe_scoring, f.routed_scaling_factor = o_.routed_scaling_factor;
   f.n_shared_experts = o_.n_shared_experts;
+  f.shared_expert_ffn = o_.shared_expert_ffn;
   f.moe_n_group = o_.moe_n_group, f.moe_topk_group = o_.moe_topk_group;
   f.vocab_size = o_.vocab_size > 0 ? o_.vocab_size : train_ds_->vocab_size();
   f.max_seq_len = o_.max_seq_len;
