@@ -621,6 +621,26 @@ def moe_self_test(gen, inputs, targets):
     assert [layer_is_moe(dict(cfg, mlp_only_layers=[]), l) for l in range(4)] == [False, True, False, True]
     print("[ok] decoder_sparse_step 2, mlp_only_layers [3]: MoE layers [1]")
 
+    # Qwen2-MoE's gate: at shgate = 0 every token's scale is sigmoid(0) = 1/2,
+    # so the gated model of width 16 is the ungated one (n_shared_experts 2
+    # of moe_ffn 8) with shw2 halved; a nonzero gate row changes the loss.
+    gcfg = check_config(dict(BASE, **dict(SELF_TEST_FAMILIES["qwen2_moe"], shared_expert_ffn=16)), "qwen2_moe")
+    ucfg = check_config(dict(gcfg, shared_expert_ffn=0, n_shared_experts=2), "ungated")
+    gp = g2.unflatten(random_params(gcfg, gen), param_shapes(gcfg))
+    gp["shgate"] = torch.zeros_like(gp["shgate"])
+    up = dict(gp, shw2=gp["shw2"] * 0.5)
+    del up["shgate"]
+    flat_g = torch.cat([gp[n].reshape(-1) for n, _ in param_shapes(gcfg)])
+    flat_u = torch.cat([up[n].reshape(-1) for n, _ in param_shapes(ucfg)])
+    a = forward(flat_g, gcfg, inputs, targets)[1].item()
+    b = forward(flat_u, ucfg, inputs, targets)[1].item()
+    assert abs(a - b) < 1e-12, (a, b)
+    gp["shgate"][1, 0] = 1.0
+    flat_g = torch.cat([gp[n].reshape(-1) for n, _ in param_shapes(gcfg)])
+    c = forward(flat_g, gcfg, inputs, targets)[1].item()
+    assert abs(c - a) > 1e-9, (a, c)
+    print("[ok] qwen2_moe: a zero shared_expert_gate halves the shared expert; a nonzero one changes the loss")
+
     # clip_qkv bounds: a tiny clip makes the attention's values (hence the
     # output before o_proj) at most c; a huge one is no clip.
     cfg = check_config(dict(BASE, **SELF_TEST_FAMILIES["olmoe"]), "olmoe")
