@@ -197,7 +197,7 @@ void Trainer::open_data() {
   if (!std::isnan(o_.router_aux_loss_coef)) {
     if (!cfg_.moe())
       fail("--router-aux-loss-coef needs a Mixture-of-Experts model (this one is dense: ",
-           cfg_.describe(), "): drop the flag, or train a --family qwen3_moe, olmoe or mixtral model");
+           cfg_.describe(), "): drop the flag, or train a --family qwen3_moe, qwen2_moe, olmoe, mixtral or dots1 model");
     cfg_.router_aux_loss_coef = o_.router_aux_loss_coef;
   }
   // --moe-bias-update-rate: the model gets a selection bias (GPT::moe_bias),
@@ -205,7 +205,7 @@ void Trainer::open_data() {
   if (o_.moe_bias_update_rate > 0) {
     if (!cfg_.moe())
       fail("--moe-bias-update-rate needs a Mixture-of-Experts model (this one is dense: ",
-           cfg_.describe(), "): drop the flag, or train a --family qwen3_moe, olmoe or mixtral model");
+           cfg_.describe(), "): drop the flag, or train a --family qwen3_moe, qwen2_moe, olmoe, mixtral or dots1 model");
     cfg_.moe_selection_bias = true;
     cfg_.moe_bias_update_rate = o_.moe_bias_update_rate;
     cfg_.finalize();
