@@ -6,6 +6,7 @@
 // compare the CPU's choice scores (p + bias, 0.0 outside the kept groups),
 // computed with the same FP32 adds.
 #include "moe_router.cuh"
+#include "scratch_bytes.h"
 
 #include <cmath>
 
@@ -199,6 +200,52 @@ __global__ void moe_aux_stats_kernel(double* counts, double* prob_sums, const fl
   counts[e] += tc;
 }
 
+// ---- Qwen2-MoE's shared-expert gate --------------------------------------------------------
+
+template <class T>
+__global__ void moe_shared_gate_forward_kernel(T* out, const T* x, const T* g, const T* y, int N,
+                                               int C) {
+  const int lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kRouterRowsPerBlock + threadIdx.x / 32;
+  if (n >= N) return;  // the whole warp
+  const T* xr = x + (size_t)n * C;
+  float z = 0.0f;
+  for (int c = lane; c < C; c += 32) z += to_f32(xr[c]) * to_f32(g[c]);
+  z = warp_sum(z);
+  const float s = 1.0f / (1.0f + expf(-z));
+  T* o = out + (size_t)n * C;
+  const T* yr = y + (size_t)n * C;
+  for (int c = lane; c < C; c += 32) o[c] = from_f32<T>(to_f32(o[c]) + s * to_f32(yr[c]));
+}
+
+constexpr int kGateBackwardThreads = 256;
+
+template <class T>
+__global__ void moe_shared_gate_backward_kernel(T* dys, T* dx, float* partial, const T* dy,
+                                                const T* x, const T* g, const T* y, int N, int C,
+                                                int rows_per_block) {
+  __shared__ float red[32];
+  const int t0 = blockIdx.x * rows_per_block, t1 = N - t0 < rows_per_block ? N : t0 + rows_per_block;
+  float* part = partial + (size_t)blockIdx.x * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) part[c] = 0.0f;
+  for (int t = t0; t < t1; t++) {  // uniform over the block: every barrier is reached by all
+    const size_t r = (size_t)t * C;
+    float px = 0.0f, pd = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      px += to_f32(x[r + c]) * to_f32(g[c]);
+      pd += to_f32(dy[r + c]) * to_f32(y[r + c]);
+    }
+    const float z = block_sum(px, red), ds = block_sum(pd, red);
+    const float s = 1.0f / (1.0f + expf(-z)), d = ds * s * (1.0f - s);
+    // Each thread writes only the columns it read y from: dys may alias y.
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      dys[r + c] = from_f32<T>(s * to_f32(dy[r + c]));
+      dx[r + c] = from_f32<T>(to_f32(dx[r + c]) + d * to_f32(g[c]));
+      part[c] += d * to_f32(x[r + c]);
+    }
+  }
+}
+
 // ==== launchers ==================================================================================
 
 namespace {
@@ -253,12 +300,45 @@ void moe_aux_stats(double* counts, double* prob_sums, const float* probs, const 
   RATCHET_CHECK_LAUNCH();
 }
 
+template <class T>
+void moe_shared_gate_forward(T* out, const T* x, const T* g, const T* y, int N, int C,
+                             cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("moe_shared_gate_forward");
+  RATCHET_REQUIRE(N >= 0 && C >= 1, "moe_shared_gate_forward: N >= 0, C >= 1");
+  if (N == 0) return;
+  RATCHET_LAUNCH((moe_shared_gate_forward_kernel<T>), (unsigned)ceil_div(N, kRouterRowsPerBlock),
+                 32 * kRouterRowsPerBlock, 0, stream, out, x, g, y, N, C);
+  RATCHET_CHECK_LAUNCH();
+}
+
+template <class T>
+void moe_shared_gate_backward(T* dys, T* dx, T* dg, void* scratch, const T* dy, const T* x,
+                              const T* g, const T* y, int N, int C, cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("moe_shared_gate_backward");
+  RATCHET_REQUIRE(N >= 0 && C >= 1, "moe_shared_gate_backward: N >= 0, C >= 1");
+  if (N == 0) return;
+  const int blocks = column_sum_blocks(N);
+  float* partial = static_cast<float*>(scratch);
+  RATCHET_LAUNCH((moe_shared_gate_backward_kernel<T>), (unsigned)blocks, kGateBackwardThreads, 0,
+                 stream, dys, dx, partial, dy, x, g, y, N, C, column_sum_rows_per_block(N));
+  RATCHET_CHECK_LAUNCH();
+  column_sums<T>(dg, nullptr, partial, blocks, C, C, stream);
+}
+
 #define RATCHET_INSTANTIATE(T)                                                                   \
   template void moe_router_forward<T>(float*, int*, float*, const T*, int, int, int, bool,       \
                                       cudaStream_t, bool, float, const float*, int, int);        \
   template void moe_router_backward<T>(T*, const float*, const int*, const float*, const float*, \
                                        const float*, int, int, int, bool, cudaStream_t, bool,    \
                                        float);
+RATCHET_INSTANTIATE(float)
+RATCHET_INSTANTIATE(bf16)
+#undef RATCHET_INSTANTIATE
+#define RATCHET_INSTANTIATE(T)                                                                   \
+  template void moe_shared_gate_forward<T>(T*, const T*, const T*, const T*, int, int,           \
+                                           cudaStream_t);                                        \
+  template void moe_shared_gate_backward<T>(T*, T*, T*, void*, const T*, const T*, const T*,     \
+                                            const T*, int, int, cudaStream_t);
 RATCHET_INSTANTIATE(float)
 RATCHET_INSTANTIATE(bf16)
 #undef RATCHET_INSTANTIATE

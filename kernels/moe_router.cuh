@@ -32,6 +32,22 @@
 // fixed order (lane partials, then a butterfly), so each run gives the same
 // bits. Top-k compares (prob, -index) pairs, a total order, so the choice
 // does not depend on the reduction order at all and equals the CPU's.
+//
+// Qwen2-MoE's shared-expert gate (Qwen2MoeSparseMoeBlock.shared_expert_gate,
+// a Linear(C, 1) whose row is g; Backend::shared_gate_*):
+//   forward   s_t = sigmoid(x_t · g);  out_t += s_t · y_t     (y: the shared expert's output)
+//   backward  s_t again (the same sums in the same order: the same bits),
+//             ds_t = dy_t · y_t, z'_t = ds_t s_t (1 - s_t);
+//             dys_t = s_t dy_t (overwritten; may alias y), dx_t += z'_t g,
+//             dg += sum_t z'_t x_t
+//             x, g, y, out, dy, dys, dx, dg storage T; the dots and z' FP32.
+// The forward: one warp per row (lane partials, then a butterfly). The
+// backward: one 256-thread block per column_sum_rows_per_block(N) rows
+// (scratch_bytes.h), each thread owning columns c = tid, tid + 256, ...: a
+// row's two dots are block sums of the threads' partials, and the block's
+// partial dg row goes to scratch (column_sum_blocks(N), C) FP32, which
+// column_sums then adds into dg in a fixed order (rmsnorm_backward's scheme:
+// no atomics, the bits depend on N and C only).
 #pragma once
 #include "common.cuh"
 
@@ -53,6 +69,14 @@ void moe_router_backward(T* dlogits, const float* probs, const int* idx, const f
                          const float* dw, const float* aux_dprob, int N, int E, int k,
                          bool norm_topk_prob, cudaStream_t stream, bool sigmoid = false,
                          float scale = 1.0f);
+
+template <class T>
+void moe_shared_gate_forward(T* out, const T* x, const T* g, const T* y, int N, int C,
+                             cudaStream_t stream);
+// scratch: moe_shared_gate_backward_scratch_bytes(N, C) (kernels/scratch_bytes.h).
+template <class T>
+void moe_shared_gate_backward(T* dys, T* dx, T* dg, void* scratch, const T* dy, const T* x,
+                              const T* g, const T* y, int N, int C, cudaStream_t stream);
 
 // Column e: warp r of a block sums rows r, r+16, ... in order, then the 16
 // partials are added in warp order: the bits depend on N and E only.

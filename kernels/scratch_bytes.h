@@ -58,6 +58,13 @@ inline size_t rmsnorm_backward_scratch_bytes(int N, int C) {
   return (size_t)column_sum_blocks(N) * C * sizeof(float);
 }
 
+// moe_shared_gate_backward (Qwen2-MoE's gate): partial dg per block of rows,
+// (blocks, C) FP32: rmsnorm_backward's at the same N and C (the MoE layer's
+// rmsnorm_backward has the same (BT, C), so the op scratch already holds it).
+inline size_t moe_shared_gate_backward_scratch_bytes(int N, int C) {
+  return rmsnorm_backward_scratch_bytes(N, C);
+}
+
 // qk_norm_backward: partial dqw | dkw per block of rows, (blocks, lq + lk) FP32,
 // lq, lk the weights' lengths (hs each per head; NH*hs and KV*hs full width).
 // At most layernorm_backward's (blocks, 2C) whenever lq + lk <= 2C, as in every

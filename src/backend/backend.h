@@ -300,6 +300,19 @@ class Backend {
   virtual void moe_aux_stats(const MoeDims& d, const MoeState& st, double* counts,
                              double* prob_sums);
 
+  // Qwen2-MoE's gated shared expert (Qwen2MoeSparseMoeBlock): g (C) is the
+  // layer's shared_expert_gate row, y (N,C) the shared expert's output, x
+  // (N,C) the MoE layer's input; s_t = sigmoid(x_t · g), one scalar per token.
+  // shared_gate_forward: out (N,C) += s_t · y_t.
+  // shared_gate_backward, s recomputed from x and g (the forward's order:
+  // the same bits), with ds_t = dy_t · y_t and z'_t = ds_t s_t (1 - s_t):
+  //   dys (N,C) = s_t · dy_t (overwritten; may alias y: a row's dot is taken
+  //   before the row is written), dx (N,C) += z'_t g, dg (C) += Σ_t z'_t x_t.
+  // The defaults refuse by name.
+  virtual void shared_gate_forward(dptr out, cdptr x, cdptr g, cdptr y, int N, int C);
+  virtual void shared_gate_backward(dptr dys, dptr dx, dptr dg, cdptr dy, cdptr x, cdptr g, cdptr y,
+                                    int N, int C);
+
   // Fused softmax + cross-entropy over the first V of Vp columns.
   // logits (BT,Vp); targets (BT); losses (BT) = -log softmax(logits)[target].
   // If dloss != 0, logits is OVERWRITTEN with its gradient:

@@ -31,6 +31,12 @@ void Backend::geglu_forward(dptr, cdptr, int, int) { missing(*this, "geglu_forwa
 void Backend::geglu_backward(dptr, cdptr, cdptr, int, int) { missing(*this, "geglu_backward"); }
 void Backend::clip_forward(dptr, cdptr, size_t, float) { missing(*this, "clip_forward (clip_qkv)"); }
 void Backend::clip_backward(dptr, cdptr, size_t, float) { missing(*this, "clip_backward (clip_qkv)"); }
+void Backend::shared_gate_forward(dptr, cdptr, cdptr, cdptr, int, int) {
+  missing(*this, "shared_gate_forward (qwen2_moe's gated shared expert, shared_expert_gate)");
+}
+void Backend::shared_gate_backward(dptr, dptr, dptr, cdptr, cdptr, cdptr, cdptr, int, int) {
+  missing(*this, "shared_gate_backward (qwen2_moe's gated shared expert, shared_expert_gate)");
+}
 std::unique_ptr<MoeState> Backend::moe_state() { missing(*this, "moe_forward (Mixture-of-Experts)"); }
 void Backend::moe_forward(const MoeDims&, cdptr, cdptr, cdptr, cdptr, dptr, MoeState&) {
   missing(*this, "moe_forward");

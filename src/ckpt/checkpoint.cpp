@@ -191,6 +191,9 @@ void put_model_extras(hid_t f, const GPTConfig& c, const std::string& ctx) {
   put_f64(f, "routed_scaling_factor", c.routed_scaling_factor, ctx);
   // Shared experts (absent in older checkpoints: none).
   put_i64(f, "n_shared_experts", c.n_shared_experts, ctx);
+  // Qwen2-MoE's gated shared expert: written only where the model has one,
+  // so that every other model's state.h5 keeps its attributes (absent: none).
+  if (c.shared_expert_ffn > 0) put_i64(f, "shared_expert_ffn", c.shared_expert_ffn, ctx);
   // Group-limited selection; absent in older checkpoints: 1 / 1 (no groups).
   put_i64(f, "n_group", c.n_group, ctx);
   put_i64(f, "topk_group", c.topk_group, ctx);
@@ -262,6 +265,7 @@ void get_model_extras(hid_t f, GPTConfig* c, const std::string& ctx) {
     c->routed_scaling_factor = (float)get_f64(f, "routed_scaling_factor", ctx);
   }
   if (h5_int_attr(f, "n_shared_experts", ctx, "")) c->n_shared_experts = get_int(f, "n_shared_experts", ctx);
+  if (h5_int_attr(f, "shared_expert_ffn", ctx, "")) c->shared_expert_ffn = get_int(f, "shared_expert_ffn", ctx);
   if (h5_int_attr(f, "n_group", ctx, "")) {
     c->n_group = get_int(f, "n_group", ctx);
     c->topk_group = get_int(f, "topk_group", ctx);

@@ -64,6 +64,7 @@ struct Flags {
   int layers = 0, heads = 0, channels = 0, vocab_size = 50257, max_seq_len = 1024;
   int kv_heads = 0, ffn_hidden = 0, head_dim = 0, sliding_window = 0;
   int num_experts = 0, experts_per_tok = 0, moe_ffn_hidden = 0, n_shared_experts = 0;
+  int shared_expert_ffn = 0;
   std::string family;
   bool untied = false;
   bool json = false;
@@ -88,11 +89,13 @@ po::options_description make_options(plan::PlanInputs& in, Flags& f) {
     ("family", po::value(&f.family), "llama: a 2026 family's options on this shape (as in `ratchet train`)")
     ("head-dim", po::value(&f.head_dim), "llama: head size, if not channels / heads")
     ("sliding-window", po::value(&f.sliding_window), "--family mistral or gemma3: the window")
-    ("num-experts", po::value(&f.num_experts), "--family qwen3_moe, olmoe or mixtral: experts per MoE layer")
+    ("num-experts", po::value(&f.num_experts), "--family qwen3_moe, qwen2_moe, olmoe or mixtral: experts per MoE layer")
     ("experts-per-tok", po::value(&f.experts_per_tok), "MoE: experts each token goes to (top k)")
     ("moe-ffn-hidden", po::value(&f.moe_ffn_hidden), "MoE: each expert's SwiGLU hidden size")
     ("n-shared-experts", po::value(&f.n_shared_experts),
      "MoE: shared experts per MoE layer (DeepSeek-V3's n_shared_experts; active on every token)")
+    ("shared-expert-ffn", po::value(&f.shared_expert_ffn),
+     "MoE: --family qwen2_moe's gated shared expert's width (shared_expert_intermediate_size)")
     ("layers", po::value(&f.layers), "number of transformer blocks (overrides the preset)")
     ("heads", po::value(&f.heads), "attention heads (overrides the preset)")
     ("channels", po::value(&f.channels), "embedding width (overrides the preset)")
@@ -291,6 +294,9 @@ int cmd_plan(int argc, char** argv) {
   if (f.n_shared_experts < 0)
     fail("--n-shared-experts must be >= 0 (got ", f.n_shared_experts, ")");
   mf.n_shared_experts = f.n_shared_experts;
+  if (f.shared_expert_ffn < 0)
+    fail("--shared-expert-ffn must be >= 0 (got ", f.shared_expert_ffn, ")");
+  mf.shared_expert_ffn = f.shared_expert_ffn;
   // As `ratchet train` (issue 36): a --seq-len beyond the model's longest
   // sequence is refused, not planned as a larger model (GPT-2's wpe grows
   // with it), except, without --max-seq-len, for rotary positions, which

@@ -97,7 +97,7 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("sliding-window", po::value(&o.sliding_window),
      "--family mistral or gemma3: the sliding window in tokens")
     ("num-experts", po::value(&o.num_experts),
-     "--family qwen3_moe, olmoe or mixtral: experts per MoE layer (docs/moe.md)")
+     "--family qwen3_moe, qwen2_moe, olmoe or mixtral: experts per MoE layer (docs/moe.md)")
     ("experts-per-tok", po::value(&o.experts_per_tok), "MoE: experts each token goes to (top k)")
     ("moe-ffn-hidden", po::value(&o.moe_ffn_hidden), "MoE: each expert's SwiGLU hidden size")
     ("moe-scoring", po::value(&o.moe_scoring),
@@ -107,6 +107,9 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
     ("n-shared-experts", po::value(&o.n_shared_experts),
      "MoE: shared experts per MoE layer, a SwiGLU of --moe-ffn-hidden x N on every token "
      "(DeepSeek-V3's n_shared_experts; default: the model's)")
+    ("shared-expert-ffn", po::value(&o.shared_expert_ffn),
+     "MoE: --family qwen2_moe's shared expert, a SwiGLU of this width on every token scaled by "
+     "sigmoid(x . shared_expert_gate) (Qwen2-MoE's shared_expert_intermediate_size; default: the model's)")
     ("moe-n-group", po::value(&o.moe_n_group),
      "MoE: DeepSeek-V3's group-limited selection: the experts in this many groups (n_group; "
      "default 1, no groups)")
@@ -450,6 +453,8 @@ int cmd_train(int argc, char** argv) {
          ")");
   if (vm.count("n-shared-experts") && o.n_shared_experts < 0)
     fail("--n-shared-experts must be >= 0 (got ", o.n_shared_experts, ")");
+  if (vm.count("shared-expert-ffn") && o.shared_expert_ffn < 0)
+    fail("--shared-expert-ffn must be >= 0 (got ", o.shared_expert_ffn, ")");
   if (vm.count("moe-bias-update-rate") &&
       !(std::isfinite(o.moe_bias_update_rate) && o.moe_bias_update_rate >= 0))
     fail("--moe-bias-update-rate must be a finite number >= 0 (got ", o.moe_bias_update_rate,

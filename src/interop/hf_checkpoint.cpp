@@ -122,6 +122,8 @@ std::vector<HfTensor> hf_tensor_map(const GPTConfig& c, bool fused_experts) {
   RATCHET_ASSERT(lay.sizes[P_EXPW2] == (any_moe ? (size_t)(L * E * C * I) : 0));
   const int64_t Is = c.shared_ffn();
   RATCHET_ASSERT(lay.sizes[P_SHW1] == (any_moe ? (size_t)(L * 2 * Is * C) : 0));
+  const bool gated = c.shared_expert_gated();  // Qwen2-MoE: shared_expert_gate (1, C) per MoE layer
+  RATCHET_ASSERT(lay.sizes[P_SHGATE] == (any_moe && gated ? (size_t)(L * C) : 0));
   RATCHET_ASSERT(lay.sizes[P_LMHEAD] == (c.tied_embeddings ? 0 : (size_t)(c.padded_vocab * C)));
   RATCHET_ASSERT(lay.sizes[P_QNORMW] == (c.qk_norm == QkNorm::none ? 0 : (size_t)(L * qn)));
   RATCHET_ASSERT(lay.sizes[P_KNORMW] == (c.qk_norm == QkNorm::none ? 0 : (size_t)(L * kn)));
@@ -185,11 +187,13 @@ std::vector<HfTensor> hf_tensor_map(const GPTConfig& c, bool fused_experts) {
           m.push_back({x + (mixtral ? "w2" : "down_proj") + ".weight", {C, I}, w2 + e * C * I});
         }
       }
-      if (Is > 0) {  // DeepSeek-V3's shared experts (dots1): one MLP of Is
+      if (Is > 0) {  // DeepSeek-V3's shared experts (dots1) or Qwen2-MoE's one gated shared expert: one MLP of Is
         const size_t s1 = lay.offsets[P_SHW1] + l * 2 * Is * C;
-        m.push_back({moe + "shared_experts.gate_proj.weight", {Is, C}, s1});
-        m.push_back({moe + "shared_experts.up_proj.weight", {Is, C}, s1 + Is * C});
-        m.push_back({moe + "shared_experts.down_proj.weight", {C, Is}, lay.offsets[P_SHW2] + l * C * Is});
+        const std::string sh = moe + (gated ? "shared_expert." : "shared_experts.");
+        m.push_back({sh + "gate_proj.weight", {Is, C}, s1});
+        m.push_back({sh + "up_proj.weight", {Is, C}, s1 + Is * C});
+        m.push_back({sh + "down_proj.weight", {C, Is}, lay.offsets[P_SHW2] + l * C * Is});
+        if (gated) m.push_back({moe + "shared_expert_gate.weight", {1, C}, lay.offsets[P_SHGATE] + l * C});
       }
     }
     if (c.has_post_norms())

@@ -1,6 +1,6 @@
 // Hugging Face checkpoints of the Llama family in and out (issue 38: llama,
 // qwen2, qwen3, olmo2, smollm3, mistral, gemma3_text; issue 39: qwen3_moe,
-// olmoe, mixtral): config.json <->
+// olmoe, mixtral, dots1, qwen2_moe): config.json <->
 // GPTConfig (Arch::llama, `family` from model_type; hf_config.cpp), HF
 // tensor names <-> the flat parameter buffer (model/param_layout.h),
 // safetensors files (interop/safetensors.h).
@@ -31,6 +31,10 @@
 //   model.layers.N.mlp.shared_experts.down_proj.weight (C, Is)       shw2[N]
 //   model.layers.N.mlp.gate.e_score_correction_bias (E): the selection
 //   bias, not a parameter: GPT::moe_bias()'s row N (hf_bias_map)
+//   qwen2_moe (Qwen2MoeSparseMoeBlock), besides the router and experts:
+//   model.layers.N.mlp.shared_expert.{gate,up}_proj.weight (Is, C)  shw1[N] row blocks
+//   model.layers.N.mlp.shared_expert.down_proj.weight (C, Is)       shw2[N]
+//   model.layers.N.mlp.shared_expert_gate.weight   (1, C)      shgate[N]
 //   model.norm.weight                              (C)         lnfw
 //   lm_head.weight                                 (V, C)      lmhead (untied only)
 // RoPE uses HF's rotate_half convention here too, so q/k need no permutation.

@@ -1,14 +1,15 @@
 // config.json <-> GPTConfig for every family ratchet imports (issue 38):
 // llama, qwen2, qwen3, olmo2, smollm3, mistral, gemma3_text, and issue 39's
-// MoE families qwen3_moe, olmoe, mixtral and dots1 (rednote's dots.llm1:
-// Qwen3 attention, DeepSeek-V3's MoE with shared experts). Field names,
+// MoE families qwen3_moe, olmoe, mixtral, dots1 (rednote's dots.llm1:
+// Qwen3 attention, DeepSeek-V3's MoE with shared experts) and qwen2_moe
+// (Qwen2's attention, a sigmoid-gated shared expert). Field names,
 // meanings and the defaults of absent fields follow transformers'
 // configuration_<family>.py; the tensor names are in hf_checkpoint.cpp.
 //
 // A field that changes the math and that ratchet does not implement is
 // refused by name and value (rope_scaling "yarn", clip_qkv outside OLMoE, an
 // attention bias on o_proj, another activation, router_jitter_noise, a
-// shared expert), never ignored: an ignored field would train a different
+// gated shared expert outside qwen2_moe), never ignored: an ignored field would train a different
 // model than the one the user named.
 #include <cmath>
 #include <cstdio>
@@ -49,6 +50,8 @@ constexpr FamilyDefaults kFamilies[] = {
     // Dots1Config: num_key_value_heads 32, no head_dim (Qwen3's attention
     // takes hidden / heads), max_position_embeddings 2048.
     {Family::dots1, "Dots1ForCausalLM", 32, 0, 2048, 1e-6, 10000.0, false},
+    // Qwen2MoeConfig: num_key_value_heads 16, no head_dim (hidden / heads).
+    {Family::qwen2_moe, "Qwen2MoeForCausalLM", 16, 0, 32768, 1e-6, 10000.0, false},
 };
 // transformers' MoE defaults where config.json leaves a field out.
 struct MoeDefaults {
@@ -64,6 +67,8 @@ constexpr MoeDefaults kMoeFamilies[] = {
     // Dots1Config: n_routed_experts and num_experts_per_tok have no default
     // (None; read as required); no aux loss (Dots1ForCausalLM has none).
     {Family::dots1, 0, 0, 1408, false, 0.0},
+    // Qwen2MoeConfig: Qwen1.5-MoE-A2.7B's values; norm_topk_prob off.
+    {Family::qwen2_moe, 60, 4, 1408, false, 0.001},
 };
 const MoeDefaults* moe_defaults_of(Family f) {
   for (const auto& d : kMoeFamilies)
@@ -215,7 +220,7 @@ void read_rope_dict(const Reader& r, const nlohmann::json& d, const std::string&
                                                where + " original_max_position_embeddings", kMaxSeqLen);
 }
 
-// The MoE fields (issue 39) of a qwen3_moe, olmoe or mixtral config.json,
+// The MoE fields (issue 39) of a qwen3_moe, qwen2_moe, olmoe or mixtral config.json,
 // after the shape's: transformers' meaning and defaults for each; a field
 // that changes the math and that ratchet does not implement is refused.
 void read_dots1_moe(const Reader& r, const MoeDefaults& md, GPTConfig* c);
@@ -246,9 +251,9 @@ void read_moe(const Reader& r, const MoeDefaults& md, GPTConfig* c) {
     coef = v.get<double>();
   }
   c->router_aux_loss_coef = (float)coef;
-  // Which layers are MoE: Qwen3-MoE's decoder_sparse_step and mlp_only_layers
-  // (OLMoE and Mixtral have experts on every layer and no such fields).
-  if (f == Family::qwen3_moe) {
+  // Which layers are MoE: Qwen3-MoE's and Qwen2-MoE's decoder_sparse_step and
+  // mlp_only_layers (OLMoE and Mixtral have experts on every layer and no such fields).
+  if (f == Family::qwen3_moe || f == Family::qwen2_moe) {
     c->decoder_sparse_step = r.integer("decoder_sparse_step", 1, false, kMaxLayers);
     c->mlp_only_layers.clear();
     if (r.has("mlp_only_layers")) {
@@ -262,10 +267,10 @@ void read_moe(const Reader& r, const MoeDefaults& md, GPTConfig* c) {
         c->mlp_only_layers.push_back(v[i].get<int>());
       }
     }
-    // Qwen2-MoE's shared expert is not Qwen3-MoE's (and not implemented).
-    if (r.has("shared_expert_intermediate_size") && r["shared_expert_intermediate_size"] != 0)
-      fail(path, ": \"shared_expert_intermediate_size\" is ", r["shared_expert_intermediate_size"].dump(),
-           ", which ratchet does not implement (it needs 0 or none: no shared expert)");
+    // Qwen2-MoE's shared expert (Qwen2MoeSparseMoeBlock builds it on every
+    // MoE layer, gated by sigmoid(shared_expert_gate(x))): its width.
+    if (f == Family::qwen2_moe)
+      c->shared_expert_ffn = r.integer("shared_expert_intermediate_size", 5632, false, kMaxFfnHidden);
   } else {
     c->ffn_hidden = c->moe_ffn_hidden;  // no dense MLP; kept equal so that an export reads back the same
   }
@@ -357,7 +362,7 @@ const char* hf_architecture(Family f) { return defaults_of(f).architecture; }
 std::string hf_family_mismatch(const GPTConfig& c) {
   const Family f = c.family;
   const bool gemma = f == Family::gemma3;
-  if (c.qkv_bias != (f == Family::qwen2)) return "qkv_bias";
+  if (c.qkv_bias != (f == Family::qwen2 || f == Family::qwen2_moe)) return "qkv_bias";
   const QkNorm qk = f == Family::qwen3 || f == Family::qwen3_moe || f == Family::dots1 || gemma
                         ? QkNorm::per_head
                     : f == Family::olmo2 || f == Family::olmoe                ? QkNorm::full_width
@@ -395,7 +400,9 @@ std::string hf_family_mismatch(const GPTConfig& c) {
   if (f == Family::mixtral && !c.norm_topk_prob) return "norm_topk_prob";
   if (c.clip_qkv != 0 && f != Family::olmoe) return "clip_qkv";
   if (f == Family::olmoe && c.head_dim != 0) return "head_dim";
-  if (f == Family::qwen3_moe && any) return "layer_sliding";
+  if ((f == Family::qwen3_moe || f == Family::qwen2_moe) && any) return "layer_sliding";
+  // Qwen2-MoE always has its gated shared expert; no other family has one.
+  if ((f == Family::qwen2_moe) != c.shared_expert_gated()) return "shared_expert_ffn";
   if (f == Family::dots1) {
     // DeepSeek-V3's router: always sigmoid scores (the selection bias is
     // exported as zeros where the model has none); layers dense below
@@ -442,10 +449,19 @@ GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) 
   } else {
     r.must_be("hidden_act", "silu", "the SwiGLU MLP");
   }
-  if (f != Family::qwen2)  // Qwen2 has no such field: its q/k/v always have a bias, o_proj none
+  if (f != Family::qwen2 && f != Family::qwen2_moe)  // no such field: q/k/v have biases, o_proj none
     r.must_be("attention_bias", false, "no attention biases in this family");
   r.must_be("mlp_bias", false, "no MLP biases");
   if (f != Family::olmoe) r.must_be("clip_qkv", nullptr, "unclipped q/k/v");
+  // Qwen2-MoE's gated shared expert belongs to qwen2_moe; another family's
+  // transformers class would build no such expert.
+  if (f != Family::qwen2_moe && r.has("shared_expert_intermediate_size") && j["shared_expert_intermediate_size"] != 0)
+    fail(path, ": \"shared_expert_intermediate_size\" is ", j["shared_expert_intermediate_size"].dump(),
+         ", but a ", family_name(f), " model has no gated shared expert (it needs 0 or none; the "
+         "model_type with one is \"qwen2_moe\")");
+  // Qwen2MoeConfig.qkv_bias: q/k/v biases on (every published Qwen2-MoE; older
+  // transformers have no such field and always add them).
+  if (f == Family::qwen2_moe) r.must_be("qkv_bias", true, "Qwen2-MoE's q/k/v biases");
 
   c.channels = r.integer("hidden_size", 0, true, kMaxChannels);
   c.ffn_hidden = r.integer("intermediate_size", 0, true, kMaxFfnHidden);
@@ -573,13 +589,14 @@ GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) 
       if (!types.empty()) c.sliding_window = W;
       break;
     }
+    case Family::qwen2_moe:
     case Family::qwen3_moe:
-      // Qwen3-MoE's sliding layers are not the same across transformers
+      // Qwen3-MoE's (and Qwen2-MoE's) sliding layers are not the same across transformers
       // versions (every layer, or those from max_window_layers on); no
       // published model turns them on.
       if (r.boolean("use_sliding_window", false) && r.window(4096) > 0)
-        fail(path, ": \"use_sliding_window\" is true, which ratchet does not implement for qwen3_moe (it needs "
-             "false: every published Qwen3-MoE attends over the full sequence)");
+        fail(path, ": \"use_sliding_window\" is true, which ratchet does not implement for ", family_name(f),
+             " (it needs false: every published Qwen3-MoE and Qwen2-MoE attends over the full sequence)");
       break;
     case Family::gemma3: {
       const int W = r.window(4096);
@@ -612,7 +629,7 @@ GPTConfig hf_config_from_json(const nlohmann::json& j, const std::string& path) 
   for (auto x : types) any_sliding |= x;
   if (any_sliding) c.layer_sliding = types;
   else c.sliding_window = 0;
-  if (f == Family::qwen2) c.qkv_bias = true;
+  if (f == Family::qwen2 || f == Family::qwen2_moe) c.qkv_bias = true;
   if (f == Family::qwen3 || f == Family::qwen3_moe || f == Family::dots1) c.qk_norm = QkNorm::per_head;
   if (f == Family::olmo2) c.qk_norm = QkNorm::full_width, c.norm_placement = NormPlacement::post;
   if (f == Family::olmoe) c.qk_norm = QkNorm::full_width;
@@ -668,7 +685,7 @@ OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
   j["torch_dtype"] = dtype == StDtype::BF16 ? "bfloat16" : "float32";
   if (gemma) j["hidden_activation"] = "gelu_pytorch_tanh";
   else j["hidden_act"] = "silu";
-  if (f != Family::qwen2 && f != Family::mistral) j["attention_bias"] = false;
+  if (f != Family::qwen2 && f != Family::mistral && f != Family::qwen2_moe) j["attention_bias"] = false;
   if (f == Family::llama || f == Family::smollm3) j["mlp_bias"] = false;
   if (f == Family::olmo2) j["clip_qkv"] = nullptr;
   if (f == Family::dots1) {  // Dots1Config's names (DeepSeek-V3's)
@@ -686,10 +703,14 @@ OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
   } else if (c.num_experts > 0) {  // issue 39
     j[f == Family::mixtral ? "num_local_experts" : "num_experts"] = c.num_experts;
     j["num_experts_per_tok"] = c.experts_per_tok;
-    if (f == Family::qwen3_moe) {
+    if (f == Family::qwen3_moe || f == Family::qwen2_moe) {
       j["moe_intermediate_size"] = c.moe_ffn_hidden;
       j["decoder_sparse_step"] = c.decoder_sparse_step;
       j["mlp_only_layers"] = c.mlp_only_layers;
+    }
+    if (f == Family::qwen2_moe) {
+      j["shared_expert_intermediate_size"] = c.shared_expert_ffn;
+      j["qkv_bias"] = true;
     }
     if (f != Family::mixtral) j["norm_topk_prob"] = c.norm_topk_prob;
     j["router_aux_loss_coef"] = shortest_decimal(c.router_aux_loss_coef);
@@ -740,6 +761,7 @@ OrderedJson hf_config_to_json(const GPTConfig& c, StDtype dtype) {
       j["layer_types"] = types;
       break;
     case Family::qwen3_moe:
+    case Family::qwen2_moe:
       j["use_sliding_window"] = false;
       j["sliding_window"] = nullptr;
       break;

@@ -31,6 +31,7 @@ const char* family_name(Family f) {
     case Family::olmoe: return "olmoe";
     case Family::mixtral: return "mixtral";
     case Family::dots1: return "dots1";
+    case Family::qwen2_moe: return "qwen2_moe";
   }
   return "llama";
 }
@@ -38,7 +39,7 @@ const char* family_name(Family f) {
 bool parse_family(const std::string& t, Family* f) {
   for (Family x : {Family::llama, Family::qwen2, Family::qwen3, Family::olmo2, Family::smollm3,
                    Family::mistral, Family::gemma3, Family::qwen3_moe, Family::olmoe, Family::mixtral,
-                   Family::dots1})
+                   Family::dots1, Family::qwen2_moe})
     if (t == family_name(x)) return *f = x, true;
   return false;
 }
@@ -75,9 +76,11 @@ double GPTConfig::param_count() const {
     double mlp = L * 3 * C * H;
     if (num_experts > 0) {
       const double Lm = moe_layer_count(), E = num_experts, I = moe_ffn_hidden;
-      // plus the shared experts (3·C·Is, Is = I·n_shared_experts) of each MoE layer
-      const double Is = n_shared_experts > 0 ? (double)n_shared_experts * I : 0;
-      mlp = (L - Lm) * 3 * C * H + Lm * (E * C + E * 3 * C * I + 3 * C * Is);
+      // plus the shared experts (3·C·Is: Is = I·n_shared_experts, or
+      // Qwen2-MoE's shared_expert_ffn with its gate row, C) of each MoE layer
+      const double Is = n_shared_experts > 0 ? (double)n_shared_experts * I : std::max(shared_expert_ffn, 0);
+      const double gate = shared_expert_ffn > 0 ? C : 0;
+      mlp = (L - Lm) * 3 * C * H + Lm * (E * C + E * 3 * C * I + 3 * C * Is + gate);
     }
     return V * C * (tied_embeddings ? 1 : 2) +
            L * (2 * C * QC + 2 * C * KVC + norms + qk + bias) + mlp + C;
@@ -126,6 +129,7 @@ void GPTConfig::finalize(const ConfigFieldNames& n) {
          channels, ", ", n.vocab_size, " ", vocab_size, "), more than ratchet holds (",
          kMaxParams, " = 2^46): choose a smaller model");
   check_deepseek_routing();  // before GPT-2 returns: its configs must not carry them either
+  check_gated_shared_expert();
   if (arch == Arch::gpt2) {
     // GPT-2 has none of the llama options; refuse them rather than ignore them.
     if (kv_heads() != num_heads)
@@ -235,6 +239,23 @@ void GPTConfig::check_deepseek_routing() const {
          " needs the selection bias (moe_selection_bias): --moe-bias-update-rate sets both");
 }
 
+// Qwen2-MoE's gated shared expert (shared_expert_ffn): a width in range, on
+// a model with experts, and not beside DeepSeek-V3's shared experts (the two
+// would share shw1 / shw2).
+void GPTConfig::check_gated_shared_expert() const {
+  if (shared_expert_ffn == 0) return;
+  if (shared_expert_ffn < 0 || shared_expert_ffn > kMaxFfnHidden)
+    fail("shared_expert_intermediate_size (--shared-expert-ffn) ", shared_expert_ffn,
+         " must be between 1 and ", kMaxFfnHidden, ", or 0 for no shared expert");
+  if (!moe())
+    fail("shared_expert_intermediate_size (--shared-expert-ffn) ", shared_expert_ffn,
+         " is a Mixture-of-Experts option, but the model has no experts (num_experts 0)");
+  if (n_shared_experts != 0)
+    fail("shared_expert_intermediate_size (--shared-expert-ffn) ", shared_expert_ffn, " and n_shared_experts (",
+         "--n-shared-experts) ", n_shared_experts, " are both set: a model has Qwen2-MoE's one gated shared "
+         "expert or DeepSeek-V3's ungated shared experts, not both");
+}
+
 std::string GPTConfig::describe() const {
   std::ostringstream os;
   if (arch == Arch::llama) os << "llama ";
@@ -253,6 +274,7 @@ std::string GPTConfig::describe() const {
     if (moe_sigmoid) os << " scoring=sigmoid";  // DeepSeek-V3 routing: only when not the default
     if (routed_scaling_factor != 1.f) os << " routed_scale=" << routed_scaling_factor;
     if (n_shared_experts > 0) os << " shared_experts=" << n_shared_experts;
+    if (shared_expert_ffn > 0) os << " gated_shared_ffn=" << shared_expert_ffn;
     if (n_group != 1) os << " groups=" << topk_group << "/" << n_group;
   }
   return os.str();
@@ -261,7 +283,7 @@ std::string GPTConfig::describe() const {
 // The named presets (published models), for the messages listing them.
 static const char* const kNamedModels =
     "smollm-135m, llama3.2-1b, llama3.1-8b, qwen2.5-0.5b, qwen3-0.6b, qwen3-1.7b, qwen3-8b, olmo2-1b, "
-    "smollm3-3b, mistral-7b, gemma3-270m, gemma3-1b, qwen3-30b-a3b, olmoe-1b-7b, mixtral-8x7b, dots.llm1";
+    "smollm3-3b, mistral-7b, gemma3-270m, gemma3-1b, qwen3-30b-a3b, olmoe-1b-7b, mixtral-8x7b, dots.llm1, qwen1.5-moe-a2.7b";
 
 // "d12" -> 12, "l6" -> 6 for prefix 'd'/'l'; 0 if `name` is not that form.
 static int depth_of(const std::string& name, char prefix) {
@@ -352,6 +374,17 @@ static bool family_preset(const std::string& name, GPTConfig* c) {
     // DeepSeek-V3's router without the selection bias: --moe-bias-update-rate adds it
     // (an HF import always has it: e_score_correction_bias).
     c->moe_sigmoid = true, c->routed_scaling_factor = 2.5f;
+  } else if (name == "qwen1.5-moe-a2.7b") {
+    // Qwen/Qwen1.5-MoE-A2.7B: Qwen2's attention (q/k/v biases), 60 experts,
+    // top 4 unrenormalised, one gated shared expert of 5632 on every layer
+    // (transformers' Qwen2MoeConfig defaults, documented as this model's
+    // values); rope_theta 1e6 as its config.json has it (from memory, not
+    // checked against the hub; the parameter counts do not depend on it).
+    c->family = Family::qwen2_moe, c->qkv_bias = true;
+    c->num_layers = 24, c->channels = 2048, c->num_heads = 16, c->num_kv_heads = 16, c->ffn_hidden = 5632;
+    c->vocab_size = 151936, c->rope_theta = 1000000.f, c->norm_eps = 1e-6f, c->tied_embeddings = false;
+    c->num_experts = 60, c->experts_per_tok = 4, c->moe_ffn_hidden = 1408, c->norm_topk_prob = false;
+    c->shared_expert_ffn = 5632, c->router_aux_loss_coef = 0.001f;
   } else {
     return false;
   }
@@ -476,7 +509,7 @@ GPTConfig config_from_flags(const ModelFlags& f) {
   if (f.num_experts != 0 || f.experts_per_tok != 0 || f.moe_ffn_hidden != 0) {
     if (!c.llama() || !family_is_moe(c.family))
       fail(f.num_experts != 0 ? "--num-experts" : f.experts_per_tok != 0 ? "--experts-per-tok" : "--moe-ffn-hidden",
-           " needs a Mixture-of-Experts family: --family qwen3_moe, olmoe or mixtral");
+           " needs a Mixture-of-Experts family: --family qwen3_moe, qwen2_moe, olmoe or mixtral");
     if (f.num_experts != 0) c.num_experts = f.num_experts;
     if (f.experts_per_tok != 0) c.experts_per_tok = f.experts_per_tok;
     if (f.moe_ffn_hidden != 0) c.moe_ffn_hidden = f.moe_ffn_hidden;
@@ -484,7 +517,7 @@ GPTConfig config_from_flags(const ModelFlags& f) {
   if (!f.moe_scoring.empty() || f.routed_scaling_factor != 0) {
     if (!c.moe())
       fail(!f.moe_scoring.empty() ? "--moe-scoring" : "--routed-scaling-factor",
-           " needs a Mixture-of-Experts family: --family qwen3_moe, olmoe or mixtral");
+           " needs a Mixture-of-Experts family: --family qwen3_moe, qwen2_moe, olmoe or mixtral");
     if (!f.moe_scoring.empty()) {
       if (f.moe_scoring != "softmax" && f.moe_scoring != "sigmoid")
         fail("--moe-scoring is '", f.moe_scoring, "'; it must be softmax or sigmoid");
@@ -494,16 +527,26 @@ GPTConfig config_from_flags(const ModelFlags& f) {
   }
   if (f.n_shared_experts != 0) {
     if (!c.moe())
-      fail("--n-shared-experts needs a Mixture-of-Experts family: --family qwen3_moe, olmoe, "
+      fail("--n-shared-experts needs a Mixture-of-Experts family: --family qwen3_moe, qwen2_moe, olmoe, "
            "mixtral or dots1");
     if (f.n_shared_experts < 0)
       fail("--n-shared-experts ", f.n_shared_experts, " must be >= 0");
     c.n_shared_experts = f.n_shared_experts;
   }
+  if (f.shared_expert_ffn != 0) {
+    if (!c.moe())
+      fail("--shared-expert-ffn needs a Mixture-of-Experts family: --family qwen2_moe");
+    if (f.shared_expert_ffn < 0)
+      fail("--shared-expert-ffn ", f.shared_expert_ffn, " must be >= 0");
+    c.shared_expert_ffn = f.shared_expert_ffn;
+  }
+  if (c.llama() && c.family == Family::qwen2_moe && c.shared_expert_ffn == 0)
+    fail("--family qwen2_moe needs --shared-expert-ffn N (the width of its gated shared expert; "
+         "Qwen1.5-MoE-A2.7B's is 5632)");
   if (f.moe_n_group != 0 || f.moe_topk_group != 0) {
     if (!c.moe())
       fail(f.moe_n_group != 0 ? "--moe-n-group" : "--moe-topk-group",
-           " needs a Mixture-of-Experts family: --family qwen3_moe, olmoe or mixtral");
+           " needs a Mixture-of-Experts family: --family qwen3_moe, qwen2_moe, olmoe or mixtral");
     if (f.moe_n_group != 0) c.n_group = f.moe_n_group;
     if (f.moe_topk_group != 0) c.topk_group = f.moe_topk_group;
   }
@@ -587,6 +630,7 @@ std::string first_config_difference(const GPTConfig& a, const GPTConfig& b) {
     if (a.n_group != b.n_group) return "n_group";
     if (a.topk_group != b.topk_group) return "topk_group";
     if (a.n_shared_experts != b.n_shared_experts) return "n_shared_experts";
+    if (a.shared_expert_ffn != b.shared_expert_ffn) return "shared_expert_ffn";
     // moe_selection_bias is not compared: it is a buffer beside the
     // parameters (GPT::moe_bias), whose presence a resume checks against the
     // checkpoint's /moe_selection_bias dataset by name (checkpoint_restore.cpp).

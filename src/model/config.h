@@ -30,7 +30,7 @@ enum class Arch { gpt2, llama };
 // imports from and exports to; the fields below say what differs, so that
 // the model code asks about a feature, never about a family
 // (docs/model-families.md has the table of which family sets what).
-enum class Family { llama, qwen2, qwen3, olmo2, smollm3, mistral, gemma3, qwen3_moe, olmoe, mixtral, dots1 };
+enum class Family { llama, qwen2, qwen3, olmo2, smollm3, mistral, gemma3, qwen3_moe, olmoe, mixtral, dots1, qwen2_moe };
 // q/k RMSNorm after the projection, before RoPE: none; per_head (Qwen3,
 // Gemma 3: over head_dim, one [head_dim] weight shared by every head);
 // full_width (OLMo 2: over all NH*hs of q and all KV*hs of k).
@@ -129,6 +129,13 @@ struct GPTConfig {
   // runs one dense SwiGLU MLP of hidden size moe_ffn_hidden·n on every token,
   // its output added to the routed output (layout tensors shw1 / shw2).
   int n_shared_experts = 0;
+  // Qwen2-MoE's shared expert (Qwen2MoeSparseMoeBlock.shared_expert, HF
+  // shared_expert_intermediate_size): every MoE layer also runs one dense
+  // SwiGLU MLP of this width (shw1 / shw2; need not be a multiple of
+  // moe_ffn_hidden) on every token, its output scaled per token by
+  // sigmoid(x · g) (HF shared_expert_gate, layout tensor shgate) before it is
+  // added to the routed output. 0: none. Exclusive with n_shared_experts.
+  int shared_expert_ffn = 0;
   // HF e_score_correction_bias (topk_method "noaux_tc"): a per-layer
   // per-expert FP32 buffer (GPT::moe_bias, (L,E)), not a parameter: no
   // gradient, not in AdamW; state.h5's dataset /moe_selection_bias.
@@ -165,12 +172,18 @@ struct GPTConfig {
     return true;
   }
   int moe_layer_count() const;  // how many layers are MoE
-  // The shared experts' hidden size Is (0: none).
-  int shared_ffn() const { return num_experts > 0 ? n_shared_experts * moe_ffn_hidden : 0; }
+  // The shared experts' hidden size Is (0: none): DeepSeek-V3's
+  // n_shared_experts·I, or Qwen2-MoE's gated shared_expert_ffn.
+  int shared_ffn() const {
+    return num_experts <= 0 ? 0 : n_shared_experts > 0 ? n_shared_experts * moe_ffn_hidden : shared_expert_ffn;
+  }
+  // Whether the shared expert's output is scaled by sigmoid(x · g) (Qwen2-MoE).
+  bool shared_expert_gated() const { return num_experts > 0 && shared_expert_ffn > 0; }
   // Fills padded_vocab from vocab_size and checks the shape (bounds
   // included); throws Error naming the offending field as `names` calls it.
   void finalize(const ConfigFieldNames& names = kFlagNames);
   void check_deepseek_routing() const;  // finalize's part for the DeepSeek-V3 options
+  void check_gated_shared_expert() const;  // and for Qwen2-MoE's shared_expert_ffn
   // Parameters of this shape, in floating point (no overflow for any field
   // values): what finalize() bounds before any exact count is made.
   double param_count() const;
@@ -203,6 +216,7 @@ struct ModelFlags {
   std::string moe_scoring;
   float routed_scaling_factor = 0;
   int n_shared_experts = 0;  // --n-shared-experts (0: the model's)
+  int shared_expert_ffn = 0;  // --shared-expert-ffn: Qwen2-MoE's gated shared expert (0: the model's)
   // --moe-n-group and --moe-topk-group (0: the model's)
   int moe_n_group = 0, moe_topk_group = 0;
 };

@@ -9,11 +9,12 @@ Family parse_family_flag(const std::string& s, const char* flag) {
   if (s == "gemma3") return Family::gemma3;
   if (parse_family(s, &f)) return f;
   fail(flag, " '", s, "' is not a model family: use llama, qwen2, qwen3, olmo2, smollm3, mistral, "
-       "gemma3, qwen3_moe, olmoe, mixtral or dots1");
+       "gemma3, qwen3_moe, qwen2_moe, olmoe, mixtral or dots1");
 }
 
 bool family_is_moe(Family f) {
-  return f == Family::qwen3_moe || f == Family::olmoe || f == Family::mixtral || f == Family::dots1;
+  return f == Family::qwen3_moe || f == Family::olmoe || f == Family::mixtral || f == Family::dots1 ||
+         f == Family::qwen2_moe;
 }
 
 void apply_family_defaults(GPTConfig& c, Family f, int window) {
@@ -64,6 +65,10 @@ void apply_family_defaults(GPTConfig& c, Family f, int window) {
       c.qk_norm = QkNorm::per_head;
       c.norm_topk_prob = true;
       c.moe_sigmoid = true;
+      break;
+    case Family::qwen2_moe:  // Qwen2's attention; the gated shared expert's width from --shared-expert-ffn
+      c.qkv_bias = true;
+      c.norm_topk_prob = false;
       break;
   }
   if (window > 0 && f != Family::mistral && f != Family::gemma3)

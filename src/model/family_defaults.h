@@ -22,6 +22,10 @@
 //              config.json says (OLMoE-1B-7B has none)
 //   mixtral    Llama's attention; MoE MLPs, always renormalised
 //              (norm_topk_prob on: MixtralSparseMoeBlock divides by the sum)
+//   qwen2_moe  Qwen2's attention (q/k/v biases); MoE MLPs, norm_topk_prob
+//              off (Qwen2MoeConfig's default), and one shared expert whose
+//              output is scaled by sigmoid(x · shared_expert_gate) on every
+//              MoE layer (its width: --shared-expert-ffn)
 //   The MoE families' E, k and I come from --num-experts, --experts-per-tok
 //   and --moe-ffn-hidden (or a preset); every layer is MoE.
 // `window`: the sliding window for the families that slide (mistral, gemma3;
@@ -36,7 +40,7 @@ namespace ratchet {
 void apply_family_defaults(GPTConfig& c, Family f, int window);
 // "qwen3" -> Family::qwen3 (also "gemma3" for gemma3_text); Error naming `flag` otherwise.
 Family parse_family_flag(const std::string& s, const char* flag);
-// Whether f's MLPs are Mixture-of-Experts (qwen3_moe, olmoe, mixtral).
+// Whether f's MLPs are Mixture-of-Experts (qwen3_moe, qwen2_moe, olmoe, mixtral, dots1).
 bool family_is_moe(Family f);
 
 }  // namespace ratchet

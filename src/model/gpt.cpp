@@ -70,7 +70,7 @@ void GPT::init_random(uint64_t seed) {
   // A model mixing dense and MoE layers holds both MLPs' tensors for every
   // layer (param_layout.h); the slices a layer does not use stay zero.
   for (int l = 0; cfg_.moe() && l < cfg_.num_layers; l++)
-    for (int i : {P_FCW, P_FCPROJW, P_ROUTERW, P_EXPW1, P_EXPW2, P_SHW1, P_SHW2}) {
+    for (int i : {P_FCW, P_FCPROJW, P_ROUTERW, P_EXPW1, P_EXPW2, P_SHW1, P_SHW2, P_SHGATE}) {
       const bool used = (i == P_FCW || i == P_FCPROJW) != cfg_.layer_is_moe(l);
       const size_t n = layout_.per_layer(i, cfg_.num_layers);
       if (!used && n > 0) std::fill_n(host.data() + layout_.offsets[i] + l * n, n, 0.0f);

@@ -188,9 +188,15 @@ void GPT::forward_block_llama(const Acts& a, int l, int B, int T, bool to_act) {
         OpScope s(*this, "matmul_fwd", mm * Is * C, 0);
         be_.matmul_forward(a.shout, nullptr, a.fch_gelu[l], param(P_SHW2, l), nullptr, BT, Is, C);
       }
-      // routed + shared, as DeepseekV3MoE adds them
-      OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
-      be_.residual_forward(out, out, a.shout, (size_t)BT * C);
+      if (cfg_.shared_expert_gated()) {
+        // routed + sigmoid(x · g) · shared, as Qwen2MoeSparseMoeBlock adds them
+        OpScope s(*this, "shared_gate_fwd", 2.0 * BT * C, 4.0 * BT * C * sb);
+        be_.shared_gate_forward(out, mid, param(P_SHGATE, l), a.shout, BT, C);
+      } else {
+        // routed + shared, as DeepseekV3MoE adds them
+        OpScope s(*this, "residual_fwd", 0, 3.0 * BT * C * sb);
+        be_.residual_forward(out, out, a.shout, (size_t)BT * C);
+      }
     }
     if (moe_collect_) {  // this layer's counts, the pooled probability sums, its rows
       int m = 0;
@@ -277,9 +283,24 @@ void GPT::backward_block_llama(const Acts& a, int l, int B, int T) {
                        grad(P_ROUTERW, l), grad(P_EXPW1, l), grad(P_EXPW2, l));
     }
     if (Is > 0) {  // the shared experts: the dense MLP's backward, its dx added to dbtc
+      cdptr dshared = dout;  // d of the shared expert's output
+      if (cfg_.shared_expert_gated()) {
+        // Qwen2-MoE's gate: its backward needs the ungated output y, which
+        // no buffer keeps (shout is scratch): the down projection again,
+        // then d y = s·dout into shout, the gate's d x into dbtc (which
+        // moe_backward has just written) and d g into its gradient.
+        {
+          OpScope s(*this, "matmul_recompute", 2.0 * BT * Is * C, 0);
+          be_.matmul_forward(a.shout, nullptr, a.fch_gelu[l], param(P_SHW2, l), nullptr, BT, Is, C);
+        }
+        OpScope s(*this, "shared_gate_bwd", 8.0 * BT * C, 6.0 * BT * C * sb);
+        be_.shared_gate_backward(a.shout, a.dbtc, grad(P_SHGATE, l), dout, mid, param(P_SHGATE, l),
+                                 a.shout, BT, C);
+        dshared = a.shout;
+      }
       {
         OpScope s(*this, "matmul_bwd", mm * Is * C, 0);
-        be_.matmul_backward(a.dact, grad(P_SHW2, l), nullptr, dout, a.fch_gelu[l],
+        be_.matmul_backward(a.dact, grad(P_SHW2, l), nullptr, dshared, a.fch_gelu[l],
                             param(P_SHW2, l), BT, Is, C);
       }
       {

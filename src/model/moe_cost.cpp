@@ -16,8 +16,9 @@ double unused_matmul_params_of_layer(const GPTConfig& c, int l) {
   const int Lm = c.moe_layer_count();
   const bool mixed = Lm < c.num_layers;  // both MLPs held for every layer (param_layout.h)
   if (c.layer_is_moe(l)) return (E - k) * 3 * C * I + (mixed ? 3 * C * H : 0);
-  // a dense layer of a mixed model: its router, expert and shared-expert slices
-  return E * C + 3 * E * C * I + 3 * C * (double)c.shared_ffn();
+  // a dense layer of a mixed model: its router, expert and shared-expert
+  // slices (and the shared expert's gate row, Qwen2-MoE)
+  return E * C + 3 * E * C * I + 3 * C * (double)c.shared_ffn() + (c.shared_expert_gated() ? C : 0);
 }
 
 double unused_matmul_params(const GPTConfig& c) {

@@ -20,11 +20,12 @@ ParamLayout::ParamLayout(const GPTConfig& c) {
              c.qkv_bias ? L * (NH + 2 * KV) * hs : 0, L * C * NH * hs, 0,
              pre,   0, dense * 2 * H * C, 0, dense * C * H, 0, C, 0,
              c.tied_embeddings ? 0 : Vp * C, qn, kn, post, post,
-             moe * E * C, moe * E * 2 * I * C, moe * E * C * I, moe * 2 * Is * C, moe * C * Is};
+             moe * E * C, moe * E * 2 * I * C, moe * E * C * I, moe * 2 * Is * C, moe * C * Is,
+             c.shared_expert_gated() ? moe * C : 0};
   } else {
     sizes = {Vp * C,     maxT * C,  L * C,         L * C, L * 3 * C * C, L * 3 * C,
              L * C * C,  L * C,     L * C,         L * C, L * 4 * C * C, L * 4 * C,
-             L * C * 4 * C, L * C,  C,             C,     0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+             L * C * 4 * C, L * C,  C,             C,     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   }
   size_t off = 0;
   for (int i = 0; i < kNumParamTensors; i++) {
@@ -38,7 +39,7 @@ const char* ParamLayout::name(int i) {
   static const char* names[kNumParamTensors] = {
       "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
       "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb", "lmhead",
-      "qnormw", "knormw", "attnpostw", "mlppostw", "routerw", "expw1", "expw2", "shw1", "shw2"};
+      "qnormw", "knormw", "attnpostw", "mlppostw", "routerw", "expw1", "expw2", "shw1", "shw2", "shgate"};
   return names[i];
 }
 
@@ -59,7 +60,8 @@ std::string first_non_finite(const ParamLayout& layout, const float* p) {
 
 bool ParamLayout::decayed(int i) {
   return i == P_WTE || i == P_WPE || i == P_QKVW || i == P_ATTPROJW || i == P_FCW ||
-         i == P_FCPROJW || i == P_LMHEAD || i == P_ROUTERW || i == P_EXPW1 || i == P_EXPW2 || i == P_SHW1 || i == P_SHW2;
+         i == P_FCPROJW || i == P_LMHEAD || i == P_ROUTERW || i == P_EXPW1 || i == P_EXPW2 || i == P_SHW1 || i == P_SHW2 ||
+         i == P_SHGATE;  // a Linear(C, 1): decayed as the router's Linear is
 }
 
 }  // namespace ratchet

@@ -48,9 +48,13 @@
 //  22 expw1   (L, E, 2I, C)    each expert's rows gate_proj | up_proj (Mixtral w1 | w3)
 //  23 expw2   (L, E, C, I)     each expert's down_proj (Mixtral w2)
 //  24 shw1    (L, 2Is, C)      the shared experts' gate_proj | up_proj rows
-//                              (HF mlp.shared_experts; Is = I·n_shared_experts)
+//                              (HF mlp.shared_experts; Is = I·n_shared_experts,
+//                              or HF mlp.shared_expert of Qwen2-MoE: Is = shared_expert_ffn)
 //  25 shw2    (L, C, Is)       the shared experts' down_proj
-// (shw1/shw2 are size 0 without shared experts.)
+//  26 shgate  (L, C)          Qwen2-MoE's shared_expert_gate (HF mlp.shared_expert_gate.weight,
+//                              (1, C) per layer): the shared expert's output times sigmoid(x · g)
+// (shw1/shw2 are size 0 without shared experts; Is is then Qwen2-MoE's
+// shared_expert_ffn. shgate is size 0 unless the shared expert is gated.)
 // Every layered tensor keeps one slice per layer (the shards, buckets and
 // per-block gathers rely on it), so a model that mixes dense and MoE layers
 // (mlp_only_layers, decoder_sparse_step > 1) holds fcw/fcprojw and the
@@ -70,12 +74,13 @@
 
 namespace ratchet {
 
-constexpr int kNumParamTensors = 26;
+constexpr int kNumParamTensors = 27;
 
 enum ParamIndex {
   P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
   P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, P_LMHEAD,
-  P_QNORMW, P_KNORMW, P_ATTNPOSTW, P_MLPPOSTW, P_ROUTERW, P_EXPW1, P_EXPW2, P_SHW1, P_SHW2
+  P_QNORMW, P_KNORMW, P_ATTNPOSTW, P_MLPPOSTW, P_ROUTERW, P_EXPW1, P_EXPW2, P_SHW1, P_SHW2,
+  P_SHGATE
 };
 
 // The tensors a transformer block owns (an (L, ...) tensor: one slice per
@@ -85,7 +90,7 @@ enum ParamIndex {
 constexpr int kBlockTensors[] = {P_LN1W,  P_LN1B,     P_QKVW,   P_QKVB,   P_ATTPROJW, P_ATTPROJB,
                                  P_LN2W,  P_LN2B,     P_FCW,    P_FCB,    P_FCPROJW,  P_FCPROJB,
                                  P_QNORMW, P_KNORMW, P_ATTNPOSTW, P_MLPPOSTW,
-                                 P_ROUTERW, P_EXPW1,  P_EXPW2,  P_SHW1,   P_SHW2};
+                                 P_ROUTERW, P_EXPW1,  P_EXPW2,  P_SHW1,   P_SHW2, P_SHGATE};
 inline bool is_block_tensor(int i) { return (i >= P_LN1W && i <= P_FCPROJB) || i >= P_QNORMW; }
 
 struct ParamLayout {

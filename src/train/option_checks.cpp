@@ -236,6 +236,7 @@ void check_model_flags_match(const TrainOptions& o, const GPTConfig& c) {
       {"--experts-per-tok", {o.experts_per_tok, c.experts_per_tok}},
       {"--moe-ffn-hidden", {o.moe_ffn_hidden, c.moe_ffn_hidden}},
       {"--n-shared-experts", {o.n_shared_experts, c.n_shared_experts}},
+      {"--shared-expert-ffn", {o.shared_expert_ffn, c.shared_expert_ffn}},
       {"--moe-n-group", {o.moe_n_group, c.n_group}},
       {"--moe-topk-group", {o.moe_topk_group, c.topk_group}}};
   for (const auto& [flag, v] : ints)

@@ -24,6 +24,7 @@ struct TrainOptions {
   std::string moe_scoring;
   float routed_scaling_factor = 0;
   int n_shared_experts = 0;  // --n-shared-experts N: shared experts per MoE layer (0: the model's)
+  int shared_expert_ffn = 0;  // --shared-expert-ffn N: Qwen2-MoE's gated shared expert's width (0: the model's)
   // --moe-n-group, --moe-topk-group: DeepSeek-V3's group-limited selection (0: the model's)
   int moe_n_group = 0, moe_topk_group = 0;
   // --router-aux-loss-coef: the MoE aux loss's weight; NaN: the config's

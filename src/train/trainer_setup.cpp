@@ -66,6 +66,7 @@ GPTConfig Trainer::resolve_config() const {
   f.moe_ffn_hidden = o_.moe_ffn_hidden;
   f.moe_scoring = o_.moe_scoring, f.routed_scaling_factor = o_.routed_scaling_factor;
   f.n_shared_experts = o_.n_shared_experts;
+  f.shared_expert_ffn = o_.shared_expert_ffn;
   f.moe_n_group = o_.moe_n_group, f.moe_topk_group = o_.moe_topk_group;
   f.vocab_size = o_.vocab_size > 0 ? o_.vocab_size : train_ds_->vocab_size();
   f.max_seq_len = o_.max_seq_len;
@@ -196,7 +197,7 @@ void Trainer::open_data() {
   if (!std::isnan(o_.router_aux_loss_coef)) {
     if (!cfg_.moe())
       fail("--router-aux-loss-coef needs a Mixture-of-Experts model (this one is dense: ",
-           cfg_.describe(), "): drop the flag, or train a --family qwen3_moe, olmoe or mixtral model");
+           cfg_.describe(), "): drop the flag, or train a --family qwen3_moe, qwen2_moe, olmoe, mixtral or dots1 model");
     cfg_.router_aux_loss_coef = o_.router_aux_loss_coef;
   }
   // --moe-bias-update-rate: the model gets a selection bias (GPT::moe_bias),
@@ -204,7 +205,7 @@ void Trainer::open_data() {
   if (o_.moe_bias_update_rate > 0) {
     if (!cfg_.moe())
       fail("--moe-bias-update-rate needs a Mixture-of-Experts model (this one is dense: ",
-           cfg_.describe(), "): drop the flag, or train a --family qwen3_moe, olmoe or mixtral model");
+           cfg_.describe(), "): drop the flag, or train a --family qwen3_moe, qwen2_moe, olmoe, mixtral or dots1 model");
     cfg_.moe_selection_bias = true;
     cfg_.moe_bias_update_rate = o_.moe_bias_update_rate;
     cfg_.finalize();

@@ -157,4 +157,43 @@ TEST_F(HfMoeCli, UnsupportedFieldsAreRefusedBeforeTraining) {
   EXPECT_NE(r.output.find("num_experts_per_tok 9"), std::string::npos) << r.output;
 }
 
+// qwen2_moe from the command line: a shared_expert_intermediate_size of 0
+// (every Qwen2-MoE builds its gated shared expert) and the field in another
+// family are refused (exit 2) naming the file and the field;
+// --shared-expert-ffn against the checkpoint's width is refused naming the
+// flag; --family qwen2_moe from flags needs --shared-expert-ffn, and with it
+// a step runs.
+TEST_F(HfMoeCli, Qwen2MoeSharedExpertFieldsAndFlags) {
+  TempDir d;
+  GPTConfig c;
+  write_family(Family::qwen2_moe, d / "q", &c);
+  auto r = run_ratchet(train(d / "q", "--steps 1 --shared-expert-ffn 32"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--shared-expert-ffn"), std::string::npos) << r.output;
+  auto j = read_json_file(d / "q/config.json");
+  j["shared_expert_intermediate_size"] = 0;
+  write_file(d / "q/config.json", j.dump());
+  r = run_ratchet(train(d / "q", "--steps 1"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(d / "q/config.json"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("shared_expert_intermediate_size"), std::string::npos) << r.output;
+  write_family(Family::qwen3_moe, d / "m", &c);
+  j = read_json_file(d / "m/config.json");
+  j["shared_expert_intermediate_size"] = 64;
+  write_file(d / "m/config.json", j.dump());
+  r = run_ratchet(train(d / "m", "--steps 1"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("shared_expert_intermediate_size"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("qwen2_moe"), std::string::npos) << r.output;
+  const std::string flags = "train --model custom --arch llama --layers 2 --heads 2 --channels 32 "
+                            "--family qwen2_moe --num-experts 4 --experts-per-tok 2 --moe-ffn-hidden 16 "
+                            "--seq-len 16 --batch-size 2 --threads 2 --quiet --device cpu --steps 1 "
+                            "--train-data '" + (*dir_ / "data/train_*.h5") + "'";
+  r = run_ratchet(flags);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--shared-expert-ffn"), std::string::npos) << r.output;
+  r = run_ratchet(flags + " --shared-expert-ffn 24");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 }  // namespace

@@ -252,12 +252,17 @@ GPTConfig config_for(Family f, int W, bool shared = false) {
   }
   return c;
 }
-// The three families, and mixtral with shared experts (not sharded: every
-// rank runs them on its own tokens, beside the exchange, like attention).
+// The three families, mixtral with shared experts and qwen2_moe with its gated
+// one (not sharded: every rank runs them on its own tokens, beside the
+// exchange, like attention).
 std::vector<std::pair<std::string, GPTConfig>> ep_cases(int W) {
   std::vector<std::pair<std::string, GPTConfig>> v;
   for (const auto& [name, f] : ratchet::testing::moe_families()) v.push_back({name, config_for(f, W)});
   v.push_back({"mixtral shared experts", config_for(Family::mixtral, W, true)});
+  // Qwen2-MoE's gated shared expert: shgate replicated like shw1 / shw2.
+  GPTConfig g = ratchet::testing::tiny_gated_config(0.5f);
+  if (g.num_experts % W != 0) g.num_experts = 6, g.finalize();
+  v.push_back({"qwen2_moe gated shared expert", g});
   return v;
 }
 

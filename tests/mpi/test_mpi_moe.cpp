@@ -174,12 +174,15 @@ TEST(MpiMoe, EveryStageEqualsStage0) {
   if (g_comm->world() > 2) GTEST_SKIP() << "bitwise only on 1 and 2 ranks";
   const int B = 2, T = 8, steps = 3;
   auto cases = ratchet::testing::moe_families();
+  const size_t plain = cases.size();
   cases.push_back({"mixtral shared experts", Family::mixtral});  // shw1 / shw2 sharded too
+  cases.push_back({"qwen2_moe gated shared expert", Family::qwen2_moe});  // and shgate
   for (size_t k = 0; k < cases.size(); k++) {
     const auto& [name, f] = cases[k];
     SCOPED_TRACE(name);
-    const GPTConfig c = k + 1 == cases.size() ? ratchet::testing::tiny_shared_config(f, 0.5f)
-                                              : ratchet::testing::tiny_moe_config(f, 0.5f);
+    const GPTConfig c = k < plain                  ? ratchet::testing::tiny_moe_config(f, 0.5f)
+                        : f == Family::qwen2_moe ? ratchet::testing::tiny_gated_config(0.5f)
+                                                 : ratchet::testing::tiny_shared_config(f, 0.5f);
     auto be = make_cpu_backend(1);
     std::vector<std::vector<float>> final(5);
     for (int stage = 0; stage <= 3; stage++) {

@@ -56,6 +56,12 @@ OlmoeSparseMoeBlock, MixtralSparseMoeBlock, load_balancing_loss_func):
                       moe_ffn * n on every token of a MoE layer, its output
                       added to the routed output (tensors shw1 (L, 2Is, C)
                       gate | up rows, shw2 (L, C, Is)). 0 (default): none.
+  shared_expert_ffn   Qwen2-MoE's shared expert (Qwen2MoeSparseMoeBlock): one
+                      SwiGLU MLP of this hidden size on every token of a MoE
+                      layer (shw1, shw2), its output times
+                      sigmoid(h @ shared_expert_gate) (tensor shgate (L, C))
+                      before it is added to the routed output. 0 (default):
+                      none; exclusive with n_shared_experts.
   n_group, topk_group DeepSeek-V3's group-limited selection
                       (DeepseekV3TopkRouter.get_topk_indices): the E experts in
                       n_group contiguous groups, each scored by the sum of its
@@ -98,7 +104,7 @@ import gpt2_reference as g2  # noqa: E402  (read_batch, unflatten, gradcheck, ru
 import llama_reference as lr  # noqa: E402  (inv_freq, rope)
 
 DECAYED = {"wte", "qkvw", "attprojw", "fcw", "fcprojw", "lmhead", "routerw", "expw1", "expw2",
-           "shw1", "shw2"}
+           "shw1", "shw2", "shgate"}
 # The smallest gap between a token's k-th and (k+1)-th router logit the
 # comparison accepts: float32 logits (C-term dot products of O(1) values)
 # are accurate to ~1e-6, so a gap 100x wider cannot flip a top-k choice.
@@ -122,7 +128,8 @@ FAMILY_DEFAULTS = dict(head_dim=0, qkv_bias=False, qk_norm="none", norm_placemen
                        num_experts=0, experts_per_tok=0, moe_ffn=0, norm_topk_prob=False,
                        decoder_sparse_step=1, mlp_only_layers=[], clip_qkv=0.0, aux_coef=0.0,
                        scoring_func="softmax", routed_scaling_factor=1.0, bias_update_rate=0.0,
-                       n_shared_experts=0, report_ce=True, n_group=1, topk_group=1)
+                       n_shared_experts=0, report_ce=True, n_group=1, topk_group=1,
+                       shared_expert_ffn=0)
 
 
 def layer_is_moe(cfg, l):
@@ -170,10 +177,18 @@ def param_shapes(cfg):
     if any(moe):  # the gate (E, C); per expert gate_proj | up_proj rows (2I, C); down_proj (C, I)
         E, I = cfg["num_experts"], cfg["moe_ffn"]
         s += [("routerw", (L, E, C)), ("expw1", (L, E, 2 * I, C)), ("expw2", (L, E, C, I))]
-        Is = I * cfg["n_shared_experts"]
+        Is = shared_width(cfg)
         if Is > 0:  # the shared experts' gate_proj | up_proj rows (2Is, C); down_proj (C, Is)
             s += [("shw1", (L, 2 * Is, C)), ("shw2", (L, C, Is))]
+        if cfg["shared_expert_ffn"] > 0:  # Qwen2-MoE's shared_expert_gate (1, C) per layer
+            s.append(("shgate", (L, C)))
     return s
+
+
+def shared_width(cfg):
+    """The shared expert's hidden size: DeepSeek-V3's moe_ffn * n_shared_experts,
+    or Qwen2-MoE's shared_expert_intermediate_size (0: none)."""
+    return cfg["moe_ffn"] * cfg["n_shared_experts"] or cfg["shared_expert_ffn"]
 
 
 def group_limited_choice(choice, cfg):
@@ -346,11 +361,14 @@ def forward(flat, cfg, inputs, targets):
                 bias = sel_bias.setdefault(l, torch.zeros(cfg["num_experts"], dtype=torch.float64))
             m, rl = moe_block(h, p["routerw"][l], p["expw1"][l], p["expw2"][l], cfg, bias, l)
             router_logits.append(rl)
-            if cfg["n_shared_experts"] > 0:  # DeepseekV3MoE: routed + shared_experts(h)
-                Is = cfg["moe_ffn"] * cfg["n_shared_experts"]
+            Is = shared_width(cfg)
+            if Is > 0:  # DeepseekV3MoE: routed + shared_experts(h)
                 gu = h @ p["shw1"][l].T
                 g, u = gu[..., :Is], gu[..., Is:]
-                m = m + (g * torch.sigmoid(g) * u) @ p["shw2"][l].T
+                sh = (g * torch.sigmoid(g) * u) @ p["shw2"][l].T
+                if cfg["shared_expert_ffn"] > 0:  # Qwen2MoeSparseMoeBlock: sigmoid(shared_expert_gate(h)) * shared
+                    sh = torch.sigmoid(h @ p["shgate"][l].unsqueeze(-1)) * sh
+                m = m + sh
         else:
             gate_up = h @ p["fcw"][l].T
             gate, up = gate_up[..., :H], gate_up[..., H:]
@@ -406,6 +424,10 @@ def check_config(cfg, where):
                      f"{cfg['moe_ffn']} and decoder_sparse_step {cfg['decoder_sparse_step']} >= 1")
         if not (isinstance(cfg["n_shared_experts"], int) and cfg["n_shared_experts"] >= 0):
             sys.exit(f"{where}: n_shared_experts {cfg['n_shared_experts']!r} must be an integer >= 0")
+        sef = cfg["shared_expert_ffn"]
+        if not (isinstance(sef, int) and sef >= 0) or (sef > 0 and cfg["n_shared_experts"] > 0):
+            sys.exit(f"{where}: shared_expert_ffn {sef!r} must be an integer >= 0, and 0 beside "
+                     f"n_shared_experts {cfg['n_shared_experts']}")
         ng, tg = cfg["n_group"], cfg["topk_group"]
         if ng < 1 or E % ng or not 1 <= tg <= ng or k > tg * (E // ng):
             sys.exit(f"{where}: n_group {ng} must divide num_experts {E}, topk_group {tg} be in "
@@ -506,6 +528,10 @@ SELF_TEST_FAMILIES = {
                   moe_ffn=8, clip_qkv=0.6, aux_coef=0.01, report_ce=False),
     "mixtral": dict(L=2, num_experts=4, experts_per_tok=2, moe_ffn=8, norm_topk_prob=True,
                     sliding_window=3, layer_types=[SW, SW], tied=False),
+    # Qwen2-MoE: q/k/v biases, layer 1 MoE by the step (0 dense), a gated
+    # shared expert of width 12 (not a multiple of moe_ffn 8).
+    "qwen2_moe": dict(L=2, qkv_bias=True, tied=False, num_experts=4, experts_per_tok=2, moe_ffn=8,
+                      decoder_sparse_step=2, shared_expert_ffn=12, aux_coef=0.01, report_ce=False),
 }
 
 
@@ -594,6 +620,26 @@ def moe_self_test(gen, inputs, targets):
     assert [layer_is_moe(cfg, l) for l in range(4)] == [False, True, False, False]
     assert [layer_is_moe(dict(cfg, mlp_only_layers=[]), l) for l in range(4)] == [False, True, False, True]
     print("[ok] decoder_sparse_step 2, mlp_only_layers [3]: MoE layers [1]")
+
+    # Qwen2-MoE's gate: at shgate = 0 every token's scale is sigmoid(0) = 1/2,
+    # so the gated model of width 16 is the ungated one (n_shared_experts 2
+    # of moe_ffn 8) with shw2 halved; a nonzero gate row changes the loss.
+    gcfg = check_config(dict(BASE, **dict(SELF_TEST_FAMILIES["qwen2_moe"], shared_expert_ffn=16)), "qwen2_moe")
+    ucfg = check_config(dict(gcfg, shared_expert_ffn=0, n_shared_experts=2), "ungated")
+    gp = g2.unflatten(random_params(gcfg, gen), param_shapes(gcfg))
+    gp["shgate"] = torch.zeros_like(gp["shgate"])
+    up = dict(gp, shw2=gp["shw2"] * 0.5)
+    del up["shgate"]
+    flat_g = torch.cat([gp[n].reshape(-1) for n, _ in param_shapes(gcfg)])
+    flat_u = torch.cat([up[n].reshape(-1) for n, _ in param_shapes(ucfg)])
+    a = forward(flat_g, gcfg, inputs, targets)[1].item()
+    b = forward(flat_u, ucfg, inputs, targets)[1].item()
+    assert abs(a - b) < 1e-12, (a, b)
+    gp["shgate"][1, 0] = 1.0
+    flat_g = torch.cat([gp[n].reshape(-1) for n, _ in param_shapes(gcfg)])
+    c = forward(flat_g, gcfg, inputs, targets)[1].item()
+    assert abs(c - a) > 1e-9, (a, c)
+    print("[ok] qwen2_moe: a zero shared_expert_gate halves the shared expert; a nonzero one changes the loss")
 
     # clip_qkv bounds: a tiny clip makes the attention's values (hence the
     # output before o_proj) at most c; a huge one is no clip.

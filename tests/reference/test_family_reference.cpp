@@ -88,7 +88,8 @@ void write_config(const std::string& path, const GPTConfig& c) {
     << ", \"scoring_func\": \"" << (c.moe_sigmoid ? "sigmoid" : "softmax")
     << "\", \"routed_scaling_factor\": " << c.routed_scaling_factor
     << ", \"bias_update_rate\": " << (c.moe_selection_bias ? c.moe_bias_update_rate : 0.f)
-    << ", \"n_shared_experts\": " << (c.moe() ? c.n_shared_experts : 0);
+    << ", \"n_shared_experts\": " << (c.moe() ? c.n_shared_experts : 0)
+    << ", \"shared_expert_ffn\": " << (c.moe() ? c.shared_expert_ffn : 0);
   // DeepSeek-V3's group-limited selection (1 / 1: none).
   j << ", \"n_group\": " << c.n_group << ", \"topk_group\": " << c.topk_group << "}\n";
 }
@@ -125,7 +126,7 @@ std::vector<float> family_params(const GPTConfig& c, bool zero_norms = false) {
   // of ~0.02, so the biased choice would tie in float32; 4x keeps them apart.
   const float wide = c.moe_sigmoid || c.moe_selection_bias ? 4.f : 8.f;
   for (int l = 0; c.moe() && l < c.num_layers; l++)
-    for (int i : {P_FCW, P_FCPROJW, P_ROUTERW, P_EXPW1, P_EXPW2, P_SHW1, P_SHW2}) {
+    for (int i : {P_FCW, P_FCPROJW, P_ROUTERW, P_EXPW1, P_EXPW2, P_SHW1, P_SHW2, P_SHGATE}) {
       const size_t n = lay.per_layer(i, c.num_layers);
       float* s = p.data() + lay.offsets[i] + l * n;
       const bool used = (i == P_FCW || i == P_FCPROJW) != c.layer_is_moe(l);
@@ -327,7 +328,7 @@ TEST(FamilyPyTorchReference, Qwen3MoeMixedLayers) {
   c.mlp_only_layers = {3};
   c.finalize();
   ASSERT_EQ(c.moe_layer_count(), 2);
-  check_against_oracle(c);
+  check_against_oracle(c, /*zero_norms=*/false, 1e-9);
 }
 
 // Qwen3-MoE without renormalising the top-k weights (norm_topk_prob false:
@@ -429,6 +430,38 @@ TEST(FamilyPyTorchReference, Qwen3MoeSharedExpertsSigmoidBias) {
   c.moe_bias_update_rate = 0.02f;
   c.finalize();
   ASSERT_EQ(c.shared_ffn(), 48);
+  check_against_oracle(c, /*zero_norms=*/false, 1e-9);
+}
+
+// Qwen2-MoE (Qwen2MoeSparseMoeBlock): Qwen2's q/k/v biases, softmax top 2 of
+// 4 not renormalised (the family's default), layer 0 dense by mlp_only_layers,
+// and the shared expert (width 20, not a multiple of I = 24) scaled per token
+// by sigmoid(x · shared_expert_gate) before it joins the routed output; the
+// aux loss on, untied.
+TEST(FamilyPyTorchReference, Qwen2MoeGatedSharedExpert) {
+  const GPTConfig c = hf_moe_config(Family::qwen2_moe, /*tied=*/false);
+  ASSERT_FALSE(c.norm_topk_prob);
+  ASSERT_TRUE(c.shared_expert_gated());
+  ASSERT_EQ(c.shared_ffn(), 20);
+  check_against_oracle(c);
+}
+
+// The same renormalised (norm_topk_prob on), tied, with the layer pattern
+// from both rules: 6 layers, decoder_sparse_step 2 (1, 3, 5) less
+// mlp_only_layers {3}: MoE on 1 and 5; the dense layers' ffn 40 and the
+// shared expert's 20 share the dense MLP's buffers. Params at NMSE 1e-9, not
+// 1e-10: attprojw ends at 3.0e-10 while every other tensor (shgate 3e-12,
+// shw1/shw2 ≤ 2e-11) stays below 2.1e-11, and the same model with a shared
+// expert of 24 has every tensor below 2.1e-11 (measured with tolerance 0):
+// AdamW's m/sqrt(v) on attprojw elements whose gradient is near float32's
+// noise, not the gate.
+TEST(FamilyPyTorchReference, Qwen2MoeTopkNormSparseStep) {
+  GPTConfig c = hf_moe_config(Family::qwen2_moe, /*tied=*/true, 6);
+  c.norm_topk_prob = true;
+  c.decoder_sparse_step = 2;
+  c.mlp_only_layers = {3};
+  c.finalize();
+  ASSERT_EQ(c.moe_layer_count(), 2);
   check_against_oracle(c, /*zero_norms=*/false, 1e-9);
 }
 

@@ -101,6 +101,9 @@ inline std::vector<LaunchRecord> dry_run_step(const Shape& s) {
   moe_gather_backward<T>(p, p, ids, BT, k, C, nullptr);
   moe_combine<T>(p, f, p, ids, BT, k, C, nullptr);
   moe_combine_backward<T>(p, f, p, f, p, ids, BT, k, C, nullptr);
+  // Qwen2-MoE's shared-expert gate on every token.
+  moe_shared_gate_forward<T>(p, p, p, p, BT, C, nullptr);
+  moe_shared_gate_backward<T>(p, p, p, f, p, p, p, p, BT, C, nullptr);
   AdamWHyper h;
   adamw_update<T>(p, std::is_same<T, float>::value ? nullptr : f, p, f, f, s.params, h, 1,
                   nullptr);

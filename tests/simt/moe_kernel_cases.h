@@ -25,6 +25,13 @@
 //   dispatch         counts, offsets, row_of, slot_of equal build_dispatch's.
 //   gather, combine and their backward: the CPU op (or moe_backward's loop,
 //                    transcribed) on the same dispatch.
+//   shared_gate      Qwen2-MoE's shared-expert gate against CpuBackend's
+//                    shared_gate_forward / _backward (double dots there, FP32
+//                    here): out (+=); dys written over y (the alias the model
+//                    uses), dx (+=), dg (+=). g ~ N(0, 1/C), so s = sigmoid(x·g)
+//                    spreads over (0, 1). Shapes: C below, at and above the
+//                    256 threads of a backward block, N across several 32-row
+//                    blocks and not a multiple of 8 rows per forward block.
 // Shapes include an expert with no tokens, k = 1, k = E, slot counts that
 // are not a multiple of the 256-slot dispatch chunk, and N = 0.
 #pragma once
@@ -340,6 +347,33 @@ struct MoeCases {
     r.rep.compare("dw (FP32 dot products)", r.get_raw(k_dw, S), dw, kF32);
   }
 
+  void shared_gate(int N, int C, bool backward) {
+    const size_t n = (size_t)N * C;
+    auto x = r.q(randn(r.rng, n)), y = r.q(randn(r.rng, n));
+    auto g = r.q(randn(r.rng, C, 1.0f / std::sqrt((float)C)));
+    Backend& cpu = *r.cpu.be;
+    float *r_x = r.cpu.f32(x), *r_g = r.cpu.f32(g), *r_y = r.cpu.f32(y);
+    T *k_x = r.dev(x), *k_g = r.dev(g), *k_y = r.dev(y);
+    if (!backward) {
+      auto out = r.q(randn(r.rng, n));
+      float* r_out = r.cpu.f32(out);
+      T* k_out = r.dev(out);
+      cpu.shared_gate_forward(r_out, r_x, r_g, r_y, N, C);
+      kernels::moe_shared_gate_forward<T>(k_out, k_x, k_g, k_y, N, C, nullptr);
+      r.rep.compare("out (+=)", r.get(k_out, n), r.cpu.get(r_out, n), r.lim(kBf16Acc));
+      return;
+    }
+    auto dy = r.q(randn(r.rng, n)), dx = r.q(randn(r.rng, n)), dg = r.q(randn(r.rng, C));
+    float *r_dx = r.cpu.f32(dx), *r_dg = r.cpu.f32(dg);
+    T *k_dx = r.dev(dx), *k_dg = r.dev(dg);
+    cpu.shared_gate_backward(r_y, r_dx, r_dg, r.cpu.f32(dy), r_x, r_g, r_y, N, C);
+    void* scratch = r.mem.template alloc<unsigned char>(kernels::moe_shared_gate_backward_scratch_bytes(N, C));
+    kernels::moe_shared_gate_backward<T>(k_y, k_dx, k_dg, scratch, r.dev(dy), k_x, k_g, k_y, N, C, nullptr);
+    r.rep.compare("dys (over y)", r.get(k_y, n), r.cpu.get(r_y, n), r.lim(kBf16));
+    r.rep.compare("dx (+=)", r.get(k_dx, n), r.cpu.get(r_dx, n), r.lim(kBf16Acc));
+    r.rep.compare("dg (+=)", r.get(k_dg, C), r.cpu.get(r_dg, C), r.lim(kBf16Acc));
+  }
+
   void run(const Case& c) {
     const auto& s = c.shape;
     if (c.op == "moe_router_forward") router_forward(s[0], s[1], s[2], s[3] != 0, s[4] != 0);
@@ -352,6 +386,8 @@ struct MoeCases {
     else if (c.op == "moe_gather_backward") gather(s[0], s[1], s[2], s[3], true);
     else if (c.op == "moe_combine") combine(s[0], s[1], s[2], s[3], false);
     else if (c.op == "moe_combine_backward") combine(s[0], s[1], s[2], s[3], true);
+    else if (c.op == "moe_shared_gate_forward") shared_gate(s[0], s[1], false);
+    else if (c.op == "moe_shared_gate_backward") shared_gate(s[0], s[1], true);
     else r.rep.fail("unknown op " + c.op);
   }
 };
@@ -388,6 +424,9 @@ inline std::vector<Case> moe_cases() {
       {"moe_gather_backward", {{1, 1, 2, 1}, {7, 2, 4, 5}, {100, 3, 8, 33}, {65, 4, 5, 64}}},
       {"moe_combine", {{1, 1, 2, 1}, {7, 2, 4, 5}, {100, 3, 8, 33}, {65, 4, 5, 64}}},
       {"moe_combine_backward", {{1, 1, 2, 1}, {7, 2, 4, 5}, {100, 3, 8, 33}, {65, 4, 5, 100}}},
+      // (N, C): Qwen2-MoE's shared-expert gate.
+      {"moe_shared_gate_forward", {{1, 1}, {7, 5}, {33, 64}, {100, 300}}},
+      {"moe_shared_gate_backward", {{1, 1}, {7, 5}, {33, 256}, {100, 300}, {1100, 40}}},
   };
   std::vector<Case> cases;
   for (DType d : {DType::f32, DType::bf16})

@@ -42,15 +42,19 @@ double rel_to_max(const float* a, const float* b, size_t n) {
 // test_cuda_backend_moe_model --gtest_filter='*Fp32*').
 // The shared experts (tiny_shared_config) run through the dense MLP's ops:
 // mixtral with 3 (wider than the dense MLP); qwen3_moe's shared config has
-// sigmoid scores and a routed scale.
+// sigmoid scores and a routed scale; qwen2_moe's gated shared expert
+// (tiny_gated_config: its sigmoid(x · shgate) scale through
+// kernels/moe_router.cuh's moe_shared_gate_*, q/k/v biases).
 TEST(CudaBackendMoeModel, Fp32StepMatchesTheCpuBackend) {
   const Family fams[] = {Family::qwen3_moe, Family::olmoe, Family::mixtral, Family::mixtral,
-                         Family::qwen3_moe};
-  for (int c = 0; c < 5; c++) {
+                         Family::qwen3_moe, Family::qwen2_moe};
+  for (int c = 0; c < 6; c++) {
     const Family f = fams[c];
     const bool shared = c >= 3;
     SCOPED_TRACE(std::string(family_name(f)) + (shared ? " shared experts" : ""));
-    const GPTConfig cfg = shared ? tiny_shared_config(f, 0.5f) : tiny_moe_config(f, 0.5f);
+    const GPTConfig cfg = f == Family::qwen2_moe ? tiny_gated_config(0.5f)
+                          : shared               ? tiny_shared_config(f, 0.5f)
+                                                 : tiny_moe_config(f, 0.5f);
     auto cpu = make_cpu_backend(2);
     auto cuda = make_cuda_backend(
         "f32", f == Family::qwen3_moe ? AttentionImpl::materialized : AttentionImpl::flash);
@@ -134,10 +138,11 @@ TEST(CudaBackendMoeModel, RecomputeIsBitwiseUnderEveryPolicy) {
   for (const char* storage : {"f32", "bf16"}) {
     SCOPED_TRACE(storage);
     auto be = make_cuda_backend(storage);
-    for (bool shared : {false, true}) {
-    SCOPED_TRACE(shared ? "shared experts" : "routed only");
-    const GPTConfig cfg = shared ? tiny_shared_config(Family::mixtral, 0.5f)
-                                 : tiny_moe_config(Family::mixtral, 0.5f);
+    for (int kind = 0; kind < 3; kind++) {
+    SCOPED_TRACE(kind == 2 ? "gated shared expert" : kind == 1 ? "shared experts" : "routed only");
+    const GPTConfig cfg = kind == 2 ? tiny_gated_config(0.5f)
+                          : kind == 1 ? tiny_shared_config(Family::mixtral, 0.5f)
+                                      : tiny_moe_config(Family::mixtral, 0.5f);
     const PolicyStep ref = run_policy_step(*be, cfg, Recompute(), 2, 16);
     for (const std::string& pol : policies_to_test()) {
       const PolicyStep got = run_policy_step(*be, cfg, parse_recompute(pol), 2, 16);
@@ -153,12 +158,15 @@ TEST(CudaBackendMoeModel, RecomputeIsBitwiseUnderEveryPolicy) {
 // for byte, the MoE states included (one per kept MoE layer, one shared by
 // the layers blocks:k recomputes), and its peak is no more.
 TEST(CudaBackendMoeModel, StepMemoryCountsTheMoeStates) {
-  for (bool shared : {false, true})  // the shared experts' activations too
+  // the shared experts' activations too; the gated one's backward scratch
+  // (rmsnorm_backward's size) must not grow the op scratch
+  for (int kind = 0; kind < 3; kind++)
   for (const char* storage : {"bf16", "f32"})
     for (const char* pol : {"none", "blocks:2"}) {
-      SCOPED_TRACE(std::string(storage) + " " + pol + (shared ? " shared experts" : ""));
-      const GPTConfig cfg = shared ? tiny_shared_config(Family::mixtral, 0.5f)
-                                   : tiny_moe_config(Family::mixtral, 0.5f);
+      SCOPED_TRACE(std::string(storage) + " " + pol + (kind == 2 ? " gated shared expert" : kind == 1 ? " shared experts" : ""));
+      const GPTConfig cfg = kind == 2 ? tiny_gated_config(0.5f)
+                            : kind == 1 ? tiny_shared_config(Family::mixtral, 0.5f)
+                                        : tiny_moe_config(Family::mixtral, 0.5f);
       const int B = 2, T = 16;
       auto be = make_cuda_backend(storage);
       const Recompute r = parse_recompute(pol);

@@ -59,6 +59,7 @@ inline GPTConfig tiny_family_config(Family f, bool tied = true, int layers = 3) 
     case Family::olmoe:
     case Family::mixtral:
     case Family::dots1:
+    case Family::qwen2_moe:
       break;
   }
   c.finalize();

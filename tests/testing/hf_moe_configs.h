@@ -2,7 +2,9 @@
 // for the interop, plan and oracle tests: every option of the family on,
 // shapes small enough for the float64 oracle. qwen3_moe mixes dense and MoE
 // layers (decoder_sparse_step 2 and an mlp_only_layers entry); olmoe clips
-// q/k/v; mixtral slides its window; OLMoE and Mixtral have experts on every
+// q/k/v; mixtral slides its window; qwen2_moe has q/k/v biases, layer 0
+// dense (mlp_only_layers) and a gated shared expert of width 20 (not a
+// multiple of I = 24); OLMoE and Mixtral have experts on every
 // layer, as their transformers classes do (the model tests' moe_configs.h
 // mixes layers in every family).
 #pragma once
@@ -34,6 +36,12 @@ inline GPTConfig hf_moe_config(Family f, bool tied = false, int layers = 4) {
       c.clip_qkv = 0.75f;
       c.ffn_hidden = c.moe_ffn_hidden;  // no dense MLP: intermediate_size is the experts'
       break;
+    case Family::qwen2_moe:
+      c.qkv_bias = true;
+      c.norm_topk_prob = false;   // Qwen2MoeConfig's default
+      c.mlp_only_layers = {0};    // layers 1.. MoE
+      c.shared_expert_ffn = 20;
+      break;
     case Family::mixtral:
       c.norm_topk_prob = true;  // Mixtral always renormalises
       c.sliding_window = 6;
@@ -48,7 +56,8 @@ inline GPTConfig hf_moe_config(Family f, bool tied = false, int layers = 4) {
 }
 
 inline std::vector<std::pair<std::string, Family>> hf_moe_families() {
-  return {{"qwen3_moe", Family::qwen3_moe}, {"olmoe", Family::olmoe}, {"mixtral", Family::mixtral}};
+  return {{"qwen3_moe", Family::qwen3_moe}, {"olmoe", Family::olmoe}, {"mixtral", Family::mixtral},
+          {"qwen2_moe", Family::qwen2_moe}};
 }
 
 }  // namespace ratchet::testing

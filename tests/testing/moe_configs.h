@@ -64,6 +64,20 @@ inline GPTConfig tiny_shared_config(Family f, float aux_coef = 0.05f) {
   return c;
 }
 
+// Qwen2-MoE's gated shared expert (shared_expert_ffn): q/k/v biases, softmax
+// top 2 not renormalised, 4 layers with mlp_only_layers {2} (0, 1, 3 MoE),
+// a shared expert of `width` (24 by default: not a multiple of I = 16)
+// scaled by sigmoid(x · shgate).
+inline GPTConfig tiny_gated_config(float aux_coef = 0.05f, int width = 24) {
+  GPTConfig c = tiny_moe_config(Family::mixtral, aux_coef);
+  c.family = Family::qwen2_moe;
+  c.qkv_bias = true;
+  c.norm_topk_prob = false;
+  c.shared_expert_ffn = width;
+  c.finalize();
+  return c;
+}
+
 inline std::vector<std::pair<std::string, Family>> moe_families() {
   return {{"qwen3_moe", Family::qwen3_moe}, {"olmoe", Family::olmoe}, {"mixtral", Family::mixtral}};
 }

@@ -49,6 +49,10 @@ class CpuBackend : public Backend {
 #include "backend/backend_ops.inc"
   // Issue 38's and 39's ops are in the list too: cpu_elementwise.cpp,
   // cpu_rmsnorm.cpp, cpu_moe.cpp (src/moe's ops).
+  // Qwen2-MoE's gated shared expert (cpu_moe.cpp).
+  void shared_gate_forward(dptr out, cdptr x, cdptr g, cdptr y, int N, int C) override;
+  void shared_gate_backward(dptr dys, dptr dx, dptr dg, cdptr dy, cdptr x, cdptr g, cdptr y, int N,
+                            int C) override;
 
   // Host bytes the MoE states hold beyond alloc()'s blocks (cpu_moe.cpp),
   // counted in bytes_in_use: a state adds what it grew by, and its end what

@@ -3,7 +3,9 @@
 // host vectors sized by the shape of each forward, whose bytes the backend
 // counts in bytes_in_use (CpuMoeState::recount).
 #include <algorithm>
+#include <cmath>
 #include <memory>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
@@ -98,6 +100,55 @@ void CpuBackend::moe_aux_stats(const MoeDims& d, const MoeState& st, double* cou
                                double* prob_sums) {
   const moe::MoeCache& c = cache_of(st);
   moe::aux_stats(shape_of(d), c.probs.data(), c.idx.data(), counts, prob_sums);
+}
+
+// Qwen2-MoE's gated shared expert (backend.h has the math). Each token's dot
+// products are summed in double in channel order, and dg's in token order
+// per channel, so the bits do not depend on the thread count.
+namespace {
+double gate_dot(const float* a, const float* b, int C) {
+  double z = 0;
+  for (int c = 0; c < C; c++) z += (double)a[c] * b[c];
+  return z;
+}
+float sigmoid_of(double z) { return (float)(1.0 / (1.0 + std::exp(-z))); }
+}  // namespace
+
+void CpuBackend::shared_gate_forward(dptr out_, cdptr x_, cdptr g_, cdptr y_, int N, int C) {
+  float* out = static_cast<float*>(out_);
+  const float *x = static_cast<const float*>(x_), *g = static_cast<const float*>(g_),
+              *y = static_cast<const float*>(y_);
+#pragma omp parallel for num_threads(threads_) schedule(static) if ((long)N * C >= (1 << 14))
+  for (int t = 0; t < N; t++) {
+    const float s = sigmoid_of(gate_dot(x + (size_t)t * C, g, C));
+    float* o = out + (size_t)t * C;
+    const float* yt = y + (size_t)t * C;
+    for (int c = 0; c < C; c++) o[c] += s * yt[c];
+  }
+}
+
+void CpuBackend::shared_gate_backward(dptr dys_, dptr dx_, dptr dg_, cdptr dy_, cdptr x_, cdptr g_,
+                                      cdptr y_, int N, int C) {
+  float *dys = static_cast<float*>(dys_), *dx = static_cast<float*>(dx_), *dg = static_cast<float*>(dg_);
+  const float *dy = static_cast<const float*>(dy_), *x = static_cast<const float*>(x_),
+              *g = static_cast<const float*>(g_), *y = static_cast<const float*>(y_);
+  std::vector<float> dz(N);  // z'_t = ds_t s_t (1 - s_t), the gate logit's gradient
+#pragma omp parallel for num_threads(threads_) schedule(static) if ((long)N * C >= (1 << 14))
+  for (int t = 0; t < N; t++) {
+    const size_t r = (size_t)t * C;
+    const float s = sigmoid_of(gate_dot(x + r, g, C));
+    const float ds = (float)gate_dot(dy + r, y + r, C);  // before dys (maybe y) is written
+    const float d = ds * s * (1.0f - s);
+    dz[t] = d;
+    for (int c = 0; c < C; c++) dys[r + c] = s * dy[r + c];
+    for (int c = 0; c < C; c++) dx[r + c] += d * g[c];
+  }
+#pragma omp parallel for num_threads(threads_) schedule(static) if ((long)N * C >= (1 << 14))
+  for (int c = 0; c < C; c++) {
+    double acc = 0;
+    for (int t = 0; t < N; t++) acc += (double)dz[t] * x[(size_t)t * C + c];
+    dg[c] += (float)acc;
+  }
 }
 
 }  // namespace ratchet

@@ -32,6 +32,7 @@
 #include "kernels/geglu.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/global_norm.cuh"
+#include "kernels/moe_router.cuh"
 #include "kernels/layernorm.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope.cuh"
@@ -752,6 +753,19 @@ void CudaBackend<T>::clip_forward(dptr out, cdptr in, size_t n, float c) {
 template <class T>
 void CudaBackend<T>::clip_backward(dptr dx, cdptr x, size_t n, float c) {
   kernels::clip_backward<T>(P<T>(dx), P<T>(x), n, c, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::shared_gate_forward(dptr out, cdptr x, cdptr g, cdptr y, int N, int C) {
+  kernels::moe_shared_gate_forward<T>(P<T>(out), P<T>(x), P<T>(g), P<T>(y), N, C, stream_);
+}
+
+template <class T>
+void CudaBackend<T>::shared_gate_backward(dptr dys, dptr dx, dptr dg, cdptr dy, cdptr x, cdptr g,
+                                          cdptr y, int N, int C) {
+  void* s = scratch(rmsnorm_backward_scratch(N, C));  // == moe_shared_gate_backward_scratch_bytes
+  kernels::moe_shared_gate_backward<T>(P<T>(dys), P<T>(dx), P<T>(dg), s, P<T>(dy), P<T>(x), P<T>(g),
+                                       P<T>(y), N, C, stream_);
 }
 
 template <class T>

@@ -127,6 +127,12 @@ class CudaBackend final : public Backend {
   // Backend's memory functions and ops (backend.h), and the fused GEMM + GELU
   // backward (DGELU epilogue).
 #include "backend/backend_ops.inc"
+  // Qwen2-MoE's gated shared expert: kernels/moe_router.cuh's
+  // moe_shared_gate_*; the backward's scratch is rmsnorm_backward's at the
+  // same (N, C), so the op scratch the memory model counts already holds it.
+  void shared_gate_forward(dptr out, cdptr x, cdptr g, cdptr y, int N, int C) override;
+  void shared_gate_backward(dptr dys, dptr dx, dptr dg, cdptr dy, cdptr x, cdptr g, cdptr y, int N,
+                            int C) override;
   void matmul_backward_gelu(dptr dinp, dptr dw, dptr dbias, cdptr dout, cdptr inp, cdptr w,
                             cdptr pre_gelu, int N, int C, int OC) override;
   // BF16 through the GELU epilogue: the GEMM again (bitwise with the forward);

@@ -213,6 +213,30 @@ TEST(FamilyCheckpoint, SharedExpertsResumeBitIdentically) {
   for (bool sharded : {false, true}) resumes_bit_identically("mixtral shared experts", c, sharded);
 }
 
+// Qwen2-MoE's gated shared expert: shared_expert_ffn travels as an
+// attribute (written only when set, so that other models' files keep theirs),
+// shgate is cut across the shards like the others, and the model resumes bit
+// for bit.
+TEST(FamilyCheckpoint, GatedSharedExpertResumesBitIdentically) {
+  const GPTConfig c = tiny_gated_config(0.25f);
+  ASSERT_GT(ParamLayout(c).sizes[P_SHGATE], 0u);
+  TempDir d;
+  Checkpoint ck;
+  ck.meta.model = c;
+  ck.params.assign(ParamLayout(c).total, 0.0f);
+  ck.adam_m = ck.params;
+  ck.adam_v = ck.params;
+  write_checkpoint_files(d.path, ck);
+  const GPTConfig back = read_checkpoint(d.path).meta.model;
+  EXPECT_EQ(back.shared_expert_ffn, 24);
+  EXPECT_EQ(back.family, Family::qwen2_moe);
+  EXPECT_EQ(first_config_difference(back, c), "");
+  GPTConfig other = c;
+  other.shared_expert_ffn = 16;
+  EXPECT_EQ(first_config_difference(other, c), "shared_expert_ffn");
+  for (bool sharded : {false, true}) resumes_bit_identically("qwen2_moe gated", c, sharded);
+}
+
 // Group-limited selection (docs/moe.md): n_group and topk_group travel as
 // attributes (absent: 1 / 1), and such a model resumes bit for bit.
 TEST(FamilyCheckpoint, GroupLimitedSelectionResumesBitIdentically) {

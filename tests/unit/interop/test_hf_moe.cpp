@@ -210,11 +210,13 @@ TEST(HfMoe, TensorMapCoversEveryUsedElementOnce) {
         never += h == 0;
       }
       // Unnamed: wte's and lm_head's padded rows, and a mixed model's unused
-      // slices (param_layout.h: the dense MLP on MoE layers, the experts on dense ones).
+      // slices (param_layout.h: the dense MLP on MoE layers, the experts, the
+      // shared expert and its gate on dense ones).
       const size_t C = c.channels, H = c.ffn(), E = c.num_experts, I = c.moe_ffn_hidden;
-      const size_t Lm = c.moe_layer_count(), L = c.num_layers;
+      const size_t Lm = c.moe_layer_count(), L = c.num_layers, Is = c.shared_ffn();
+      const size_t gate = c.shared_expert_gated() ? C : 0;
       size_t unused = (size_t)(c.padded_vocab - c.vocab_size) * C * (c.tied_embeddings ? 1 : 2);
-      if (Lm < L) unused += Lm * 3 * C * H + (L - Lm) * (E * C + 3 * E * C * I);
+      if (Lm < L) unused += Lm * 3 * C * H + (L - Lm) * (E * C + 3 * E * C * I + 3 * C * Is + gate);
       EXPECT_EQ(never, unused);
     }
 }
@@ -272,7 +274,7 @@ TEST(HfMoe, RoundTripIsByteExactTiedAndUntied) {
       EXPECT_EQ(j["architectures"][0], hf_architecture(fam));
       EXPECT_EQ(j["num_experts_per_tok"], 2);
       EXPECT_EQ(j[fam == Family::mixtral ? "num_local_experts" : "num_experts"], 4);
-      EXPECT_EQ(j["intermediate_size"], fam == Family::qwen3_moe ? 40 : 24);
+      EXPECT_EQ(j["intermediate_size"], fam == Family::qwen3_moe || fam == Family::qwen2_moe ? 40 : 24);
       GPTConfig c1;
       const auto p1 = load_hf_checkpoint(a, &c1);
       EXPECT_EQ(first_config_difference(c1, c), "");

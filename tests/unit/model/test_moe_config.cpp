@@ -130,6 +130,34 @@ TEST(MoeConfig, DeepSeekRoutingFields) {
     a.finalize();
     EXPECT_EQ(first_config_difference(a, s), "n_shared_experts");
   }
+  // Qwen2-MoE's gated shared expert: a width in range, with experts, not
+  // beside n_shared_experts.
+  refuse([](GPTConfig& c) { c.shared_expert_ffn = -4; }, {"shared_expert_intermediate_size", "-4"});
+  refuse([](GPTConfig& c) { c.shared_expert_ffn = 1 << 30; }, {"shared_expert_intermediate_size", "1073741824"});
+  refuse([](GPTConfig& c) { c.shared_expert_ffn = 24, c.n_shared_experts = 1; },
+         {"shared_expert_intermediate_size", "n_shared_experts", "not both"});
+  refuse([](GPTConfig& c) {
+    c.num_experts = 0, c.experts_per_tok = 0, c.moe_ffn_hidden = 0, c.shared_expert_ffn = 24;
+  }, {"shared_expert_intermediate_size", "no experts"});
+  {
+    GPTConfig g = tiny_moe();
+    g.shared_expert_ffn = 24;
+    g.finalize();
+    EXPECT_EQ(g.shared_ffn(), 24);
+    EXPECT_TRUE(g.shared_expert_gated());
+    EXPECT_EQ(ParamLayout(g).sizes[P_SHW1], (size_t)g.num_layers * 2 * 24 * g.channels);
+    EXPECT_EQ(ParamLayout(g).sizes[P_SHGATE], (size_t)g.num_layers * g.channels);
+    EXPECT_EQ(ParamLayout(tiny_moe()).sizes[P_SHGATE], 0u);
+    // Every tensor before shgate keeps its offset: earlier models' flat buffers are unchanged.
+    GPTConfig s = tiny_moe();
+    s.n_shared_experts = 2;
+    s.finalize();
+    EXPECT_EQ(ParamLayout(s).sizes[P_SHGATE], 0u);
+    EXPECT_EQ(ParamLayout(s).offsets[P_SHGATE], ParamLayout(s).total);
+    GPTConfig a = tiny_moe();
+    a.finalize();
+    EXPECT_EQ(first_config_difference(a, g), "shared_expert_ffn");
+  }
   refuse([](GPTConfig& c) { c.moe_bias_update_rate = 0.001f; },
          {"update rate 0.001", "needs the selection bias"});
   refuse([](GPTConfig& c) {
@@ -173,6 +201,21 @@ TEST(MoeConfig, DeepSeekRoutingFlags) {
   f.n_shared_experts = -1;
   ratchet::testing::expect_error([&] { config_from_flags(f); }, {"--n-shared-experts", "-1"});
   f.n_shared_experts = 0;
+  {  // --family qwen2_moe needs --shared-expert-ffn; the flag needs experts
+    ModelFlags q = f;
+    q.family = "qwen2_moe", q.moe_scoring = "", q.routed_scaling_factor = 0;
+    ratchet::testing::expect_error([&] { config_from_flags(q); }, {"--family qwen2_moe", "--shared-expert-ffn"});
+    q.shared_expert_ffn = 24;
+    const GPTConfig g = config_from_flags(q);
+    EXPECT_EQ(g.shared_expert_ffn, 24);
+    EXPECT_TRUE(g.qkv_bias);
+    EXPECT_FALSE(g.norm_topk_prob);
+    q.shared_expert_ffn = -3;
+    ratchet::testing::expect_error([&] { config_from_flags(q); }, {"--shared-expert-ffn", "-3"});
+    ModelFlags dense;
+    dense.model = "l2", dense.vocab_size = 100, dense.max_seq_len = 16, dense.shared_expert_ffn = 24;
+    ratchet::testing::expect_error([&] { config_from_flags(dense); }, {"--shared-expert-ffn", "qwen2_moe"});
+  }
   f.family = "dots1";  // --family dots1: per-head q/k norm, sigmoid scores
   c = config_from_flags(f);
   EXPECT_EQ(c.family, Family::dots1);

@@ -130,7 +130,7 @@ void expect_fd_gradients(const GPTConfig& cfg) {
       // unused: its gradient must be exactly 0, checked below).
       const int layer = is_block_tensor(t) ? (int)((i - m.layout().offsets[t]) / per) : -1;
       const bool moe_tensor =
-          t == P_ROUTERW || t == P_EXPW1 || t == P_EXPW2 || t == P_SHW1 || t == P_SHW2;
+          t == P_ROUTERW || t == P_EXPW1 || t == P_EXPW2 || t == P_SHW1 || t == P_SHW2 || t == P_SHGATE;
       const bool dense_tensor = t == P_FCW || t == P_FCPROJW;
       if ((moe_tensor && !cfg.layer_is_moe(layer)) || (dense_tensor && cfg.layer_is_moe(layer))) {
         EXPECT_EQ(g[i], 0.0f) << ParamLayout::name(t) << " of layer " << layer << " is unused";
@@ -179,6 +179,61 @@ TEST(MoeModel, SharedExpertGradientsMatchFiniteDifferences) {
   }
 }
 
+// Qwen2-MoE's gated shared expert: shw1, shw2 and the gate row shgate on the
+// MoE layers (zero and unused on the dense layer 2), with q/k/v biases.
+TEST(MoeModel, GatedSharedExpertGradientsMatchFiniteDifferences) {
+  const GPTConfig cfg = tiny_gated_config();
+  ASSERT_EQ(ParamLayout(cfg).sizes[P_SHGATE], (size_t)cfg.num_layers * cfg.channels);
+  expect_fd_gradients(cfg);
+}
+
+// The gate scales the shared expert's output by sigmoid(x · g) per token:
+// with g = 0 (sigmoid exactly 1/2) the gated model of width 32 is the
+// ungated one (n_shared_experts 2 of I = 16) with shw2 halved, bit for bit
+// (halving is exact and commutes with every sum), forward and gradients;
+// any nonzero g changes the loss.
+TEST(MoeModel, GateAtZeroHalvesTheSharedExpert) {
+  const GPTConfig gated = tiny_gated_config(0.05f, 32);
+  GPTConfig plain = gated;
+  plain.shared_expert_ffn = 0, plain.n_shared_experts = 2;
+  plain.finalize();
+  ASSERT_EQ(plain.shared_ffn(), 32);
+  CpuBackend be(1);
+  GPT m(gated, be), n(plain, be);
+  m.init_random(5);
+  widen_router(m, 20.f);
+  std::vector<float> p = params_of(m), q(n.num_params());
+  const ParamLayout &lm = m.layout(), &ln = n.layout();
+  std::fill_n(p.begin() + lm.offsets[P_SHGATE], lm.sizes[P_SHGATE], 0.0f);
+  for (int t = 0; t < kNumParamTensors; t++) {
+    if (t == P_SHGATE) continue;
+    ASSERT_EQ(lm.sizes[t], ln.sizes[t]) << ParamLayout::name(t);
+    for (size_t j = 0; j < lm.sizes[t]; j++)
+      q[ln.offsets[t] + j] = p[lm.offsets[t] + j] * (t == P_SHW2 ? 0.5f : 1.0f);
+  }
+  m.set_params(p.data());
+  n.set_params(q.data());
+  const auto in = random_tokens(kB * kT, gated.vocab_size, 1), tg = random_tokens(kB * kT, gated.vocab_size, 2);
+  m.zero_grad();
+  n.zero_grad();
+  const float lg = m.forward_backward(in.data(), tg.data(), kB, kT, 1.0f);
+  const float lp = n.forward_backward(in.data(), tg.data(), kB, kT, 1.0f);
+  EXPECT_EQ(lg, lp);
+  const std::vector<float> gg = grads_of(m), gp = grads_of(n);
+  for (int t = 0; t < kNumParamTensors; t++) {
+    if (t == P_SHGATE || t == P_SHW2) continue;  // shw2's: d(W/2) = 2·(1/2)·dW: checked by FD instead
+    EXPECT_EQ(std::memcmp(gg.data() + lm.offsets[t], gp.data() + ln.offsets[t], lm.sizes[t] * 4), 0)
+        << ParamLayout::name(t);
+  }
+  // The gate's gradient is not zero at g = 0 (sigmoid'(0) = 1/4).
+  double gate_grad = 0;
+  for (size_t j = 0; j < lm.sizes[P_SHGATE]; j++) gate_grad += std::fabs(gg[lm.offsets[P_SHGATE] + j]);
+  EXPECT_GT(gate_grad, 0.0);
+  p[lm.offsets[P_SHGATE] + lm.per_layer(P_SHGATE, gated.num_layers) + 3] = 0.5f;  // layer 1, channel 3
+  m.set_params(p.data());
+  EXPECT_NE(m.forward(in.data(), tg.data(), kB, kT), lg);
+}
+
 // The shared experts change the output: zeroing shw2 gives the model
 // without them (a config with n_shared_experts 0 and the same other
 // tensors) bit for bit, and any nonzero shw2 changes the loss.
@@ -206,6 +261,21 @@ TEST(MoeModel, SharedExpertAddsToTheRoutedOutput) {
   const float without = n.forward(in.data(), tg.data(), kB, kT);
   EXPECT_EQ(zeroed, without);  // + 0 exactly
   EXPECT_NE(with, without);
+}
+
+// Qwen2-MoE: the shared expert (3·C·Is) and its gate row (C) on each MoE
+// layer, all of it active; the dense layer's slices count as unused FLOPs.
+TEST(MoeModel, GatedSharedExpertCountsAsActiveParameters) {
+  const GPTConfig cfg = tiny_gated_config();
+  GPTConfig none = cfg;
+  none.shared_expert_ffn = 0;
+  none.finalize();
+  const double C = cfg.channels, extra = cfg.moe_layer_count() * (3 * C * cfg.shared_ffn() + C);
+  EXPECT_EQ(cfg.param_count() - none.param_count(), extra);
+  EXPECT_EQ(active_param_count(cfg) - active_param_count(none), extra);
+  // The flat buffer holds them for all 4 layers; layer 2 (dense) never multiplies its slice.
+  EXPECT_EQ((double)(ParamLayout(cfg).total - ParamLayout(none).total), 4 * (3 * C * cfg.shared_ffn() + C));
+  EXPECT_EQ(unused_matmul_params(cfg) - unused_matmul_params(none), 3 * C * cfg.shared_ffn() + C);
 }
 
 // Parameter counts: each MoE layer adds 3·C·Is, all of it active.
@@ -335,11 +405,15 @@ TEST(MoeModel, StatisticsCountEveryMoeLayer) {
 TEST(MoeModel, GradientsAreBitwiseTheSameUnderEveryPolicy) {
   auto be = make_cpu_backend(2);
   auto cases = moe_families();
-  cases.push_back({"mixtral shared", Family::mixtral});  // with shared experts (last)
+  const size_t plain = cases.size();
+  cases.push_back({"mixtral shared", Family::mixtral});  // with shared experts
+  cases.push_back({"qwen2_moe gated", Family::qwen2_moe});  // with the gated shared expert
   for (size_t c = 0; c < cases.size(); c++) {
     const auto& [name, f] = cases[c];
     SCOPED_TRACE(name);
-    const GPTConfig cfg = c + 1 == cases.size() ? tiny_shared_config(f, 0.5f) : tiny_moe_config(f, 0.5f);
+    const GPTConfig cfg = c < plain                 ? tiny_moe_config(f, 0.5f)
+                          : f == Family::qwen2_moe ? tiny_gated_config(0.5f)
+                                                   : tiny_shared_config(f, 0.5f);
     const PolicyStep ref = run_policy_step(*be, cfg, Recompute(), 2, 9);
     for (const std::string& pol : policies_to_test()) {
       const PolicyStep got = run_policy_step(*be, cfg, parse_recompute(pol), 2, 9);

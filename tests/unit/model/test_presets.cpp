@@ -135,7 +135,22 @@ TEST(Presets, MoeTotalAndActive) {
   EXPECT_EQ(dots.shared_ffn(), 2816);
   EXPECT_TRUE(dots.moe_sigmoid);
   EXPECT_EQ(dots.routed_scaling_factor, 2.5f);
-  for (const char* n : {"qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"}) {
+  // Qwen/Qwen1.5-MoE-A2.7B: "14.3B parameters in total and 2.7B activated"
+  // (24 layers, 60 experts of 1408, top 4, a gated shared expert of 5632 on
+  // every layer; the shape as transformers' Qwen2MoeConfig defaults have it).
+  const GPTConfig qm = preset_config("qwen1.5-moe-a2.7b", 257, 1024);
+  EXPECT_EQ(qm.param_count(), 14315784192.0);
+  EXPECT_EQ(round_to(qm.param_count(), 1e8), 14.3e9);
+  EXPECT_EQ(active_param_count(qm), 2689173504.0);
+  EXPECT_EQ(round_to(active_param_count(qm), 1e8), 2.7e9);
+  EXPECT_EQ((double)ParamLayout(qm).total, qm.param_count() + (qm.padded_vocab - qm.vocab_size) * 2.0 * 2048);
+  EXPECT_EQ(qm.family, Family::qwen2_moe);
+  EXPECT_TRUE(qm.qkv_bias);
+  EXPECT_FALSE(qm.norm_topk_prob);
+  EXPECT_EQ(qm.shared_ffn(), 5632);
+  EXPECT_TRUE(qm.shared_expert_gated());
+  EXPECT_EQ(ParamLayout(qm).sizes[P_SHGATE], 24u * 2048);
+  for (const char* n : {"qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b", "qwen1.5-moe-a2.7b"}) {
     const GPTConfig c = preset_config(n, 257, 1024);
     EXPECT_EQ(c.moe_layer_count(), c.num_layers) << n;
     EXPECT_EQ(ParamLayout(c).sizes[P_FCW], 0u) << n;  // no dense MLP held
@@ -167,7 +182,7 @@ TEST(Presets, UnknownNameListsThemAll) {
     const std::string m = e.what();
     for (const char* n : {"qwen2.5-0.5b", "qwen3-0.6b", "qwen3-1.7b", "qwen3-8b", "olmo2-1b", "smollm3-3b",
                           "mistral-7b", "gemma3-270m", "gemma3-1b", "llama3.1-8b", "qwen3-30b-a3b",
-                          "olmoe-1b-7b", "mixtral-8x7b"})
+                          "olmoe-1b-7b", "mixtral-8x7b", "qwen1.5-moe-a2.7b"})
       EXPECT_NE(m.find(n), std::string::npos) << n << " missing from: " << m;
   }
 }
