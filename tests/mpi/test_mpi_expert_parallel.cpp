@@ -128,7 +128,7 @@ void check_layer(const std::vector<int>& dead, double F = 0) {
       EXPECT_EQ(c.shard.reserved, R) << "grown to exactly the rows received";
       EXPECT_EQ(c.shard.xe.capacity(), R * s.C);
       EXPECT_EQ(c.h.capacity(), R * 2 * s.I);
-      for (const std::string w : {"MoE layer 7 received " + std::to_string(R) + " rows",
+      for (const std::string& w : {"MoE layer 7 received " + std::to_string(R) + " rows",
                                   std::string("--moe-ep-capacity ") + (F == 1 ? "1" : "1.5"),
                                   "grow to " + std::to_string(R) + " rows"})
         EXPECT_NE(log.find(w), std::string::npos) << w << " not in: " << log;
