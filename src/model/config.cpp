@@ -378,8 +378,9 @@ static bool family_preset(const std::string& name, GPTConfig* c) {
     // Qwen/Qwen1.5-MoE-A2.7B: Qwen2's attention (q/k/v biases), 60 experts,
     // top 4 unrenormalised, one gated shared expert of 5632 on every layer
     // (transformers' Qwen2MoeConfig defaults, documented as this model's
-    // values); rope_theta 1e6 as its config.json has it (from memory, not
-    // checked against the hub; the parameter counts do not depend on it).
+    // values); rope_theta 1e6, Qwen2MoeConfig's default, which configs of
+    // this model quoted in public code agree with (the hub itself was not
+    // reachable from here; the parameter counts do not depend on it).
     c->family = Family::qwen2_moe, c->qkv_bias = true;
     c->num_layers = 24, c->channels = 2048, c->num_heads = 16, c->num_kv_heads = 16, c->ffn_hidden = 5632;
     c->vocab_size = 151936, c->rope_theta = 1000000.f, c->norm_eps = 1e-6f, c->tied_embeddings = false;
