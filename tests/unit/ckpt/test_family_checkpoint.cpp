@@ -74,6 +74,19 @@ std::string save_sharded(const std::string& root, const Checkpoint& ck) {
   return dir.commit_sharded_save(staging, ck.meta, shards, keep).path;
 }
 
+// Writes a checkpoint of c (zero tensors) and returns the model config read
+// back from it: what the file's attributes carry.
+GPTConfig config_written_and_read(const GPTConfig& c) {
+  TempDir d;
+  Checkpoint ck;
+  ck.meta.model = c;
+  ck.params.assign(ParamLayout(c).total, 0.0f);
+  ck.adam_m = ck.params;
+  ck.adam_v = ck.params;
+  write_checkpoint_files(d.path, ck);
+  return read_checkpoint(d.path).meta.model;
+}
+
 void resumes_bit_identically(const std::string& name, const GPTConfig& c, bool sharded) {
   SCOPED_TRACE(name + (sharded ? " format 3, 2 shards" : " format 1"));
   TempDir d;
@@ -156,14 +169,7 @@ TEST(FamilyCheckpoint, MoeFamiliesResumeBitIdentically) {
   for (const auto& [name, f] : moe_families())
     for (bool sharded : {false, true}) {
       const GPTConfig c = tiny_moe_config(f, 0.25f);
-      TempDir d;
-      Checkpoint ck;
-      ck.meta.model = c;
-      ck.params.assign(ParamLayout(c).total, 0.0f);
-      ck.adam_m = ck.params;
-      ck.adam_v = ck.params;
-      write_checkpoint_files(d.path, ck);
-      const GPTConfig back = read_checkpoint(d.path).meta.model;
+      const GPTConfig back = config_written_and_read(c);
       EXPECT_EQ(back.num_experts, c.num_experts);
       EXPECT_EQ(back.experts_per_tok, c.experts_per_tok);
       EXPECT_EQ(back.moe_ffn_hidden, c.moe_ffn_hidden);
@@ -183,14 +189,7 @@ TEST(FamilyCheckpoint, SigmoidRoutingResumesBitIdentically) {
   c.moe_sigmoid = true;
   c.routed_scaling_factor = 2.5f;
   c.finalize();
-  TempDir d;
-  Checkpoint ck;
-  ck.meta.model = c;
-  ck.params.assign(ParamLayout(c).total, 0.0f);
-  ck.adam_m = ck.params;
-  ck.adam_v = ck.params;
-  write_checkpoint_files(d.path, ck);
-  const GPTConfig back = read_checkpoint(d.path).meta.model;
+  const GPTConfig back = config_written_and_read(c);
   EXPECT_TRUE(back.moe_sigmoid);
   EXPECT_EQ(back.routed_scaling_factor, 2.5f);
   for (bool sharded : {false, true}) resumes_bit_identically("qwen3_moe sigmoid", c, sharded);
@@ -202,14 +201,8 @@ TEST(FamilyCheckpoint, SigmoidRoutingResumesBitIdentically) {
 TEST(FamilyCheckpoint, SharedExpertsResumeBitIdentically) {
   const GPTConfig c = tiny_shared_config(Family::mixtral, 0.25f);
   ASSERT_GT(ParamLayout(c).sizes[P_SHW2], 0u);
-  TempDir d;
-  Checkpoint ck;
-  ck.meta.model = c;
-  ck.params.assign(ParamLayout(c).total, 0.0f);
-  ck.adam_m = ck.params;
-  ck.adam_v = ck.params;
-  write_checkpoint_files(d.path, ck);
-  EXPECT_EQ(read_checkpoint(d.path).meta.model.n_shared_experts, 3);
+  const GPTConfig back = config_written_and_read(c);
+  EXPECT_EQ(back.n_shared_experts, 3);
   for (bool sharded : {false, true}) resumes_bit_identically("mixtral shared experts", c, sharded);
 }
 
@@ -220,14 +213,7 @@ TEST(FamilyCheckpoint, SharedExpertsResumeBitIdentically) {
 TEST(FamilyCheckpoint, GatedSharedExpertResumesBitIdentically) {
   const GPTConfig c = tiny_gated_config(0.25f);
   ASSERT_GT(ParamLayout(c).sizes[P_SHGATE], 0u);
-  TempDir d;
-  Checkpoint ck;
-  ck.meta.model = c;
-  ck.params.assign(ParamLayout(c).total, 0.0f);
-  ck.adam_m = ck.params;
-  ck.adam_v = ck.params;
-  write_checkpoint_files(d.path, ck);
-  const GPTConfig back = read_checkpoint(d.path).meta.model;
+  const GPTConfig back = config_written_and_read(c);
   EXPECT_EQ(back.shared_expert_ffn, 24);
   EXPECT_EQ(back.family, Family::qwen2_moe);
   EXPECT_EQ(first_config_difference(back, c), "");
@@ -245,14 +231,7 @@ TEST(FamilyCheckpoint, GroupLimitedSelectionResumesBitIdentically) {
   c.n_group = 2;
   c.topk_group = 1;
   c.finalize();
-  TempDir d;
-  Checkpoint ck;
-  ck.meta.model = c;
-  ck.params.assign(ParamLayout(c).total, 0.0f);
-  ck.adam_m = ck.params;
-  ck.adam_v = ck.params;
-  write_checkpoint_files(d.path, ck);
-  const GPTConfig back = read_checkpoint(d.path).meta.model;
+  const GPTConfig back = config_written_and_read(c);
   EXPECT_EQ(back.n_group, 2);
   EXPECT_EQ(back.topk_group, 1);
   EXPECT_EQ(first_config_difference(back, c), "");
