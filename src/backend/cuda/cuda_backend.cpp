@@ -36,6 +36,7 @@
 #include "kernels/layernorm.cuh"
 #include "kernels/rmsnorm.cuh"
 #include "kernels/rope.cuh"
+#include "kernels/scratch_bytes.h"
 #include "kernels/softcap.cuh"
 #include "kernels/swiglu.cuh"
 
@@ -763,7 +764,8 @@ void CudaBackend<T>::shared_gate_forward(dptr out, cdptr x, cdptr g, cdptr y, in
 template <class T>
 void CudaBackend<T>::shared_gate_backward(dptr dys, dptr dx, dptr dg, cdptr dy, cdptr x, cdptr g,
                                           cdptr y, int N, int C) {
-  void* s = scratch(rmsnorm_backward_scratch(N, C));  // == moe_shared_gate_backward_scratch_bytes
+  // The op scratch holds it: rmsnorm_backward's at the same (N, C) (scratch_bytes.h).
+  void* s = scratch(kernels::moe_shared_gate_backward_scratch_bytes(N, C));
   kernels::moe_shared_gate_backward<T>(P<T>(dys), P<T>(dx), P<T>(dg), s, P<T>(dy), P<T>(x), P<T>(g),
                                        P<T>(y), N, C, stream_);
 }
