@@ -154,7 +154,9 @@ TEST(MpiMoe, SelectionBiasRanksEqualOneProcess) {
     for (int l = 0; l < c.num_layers; l++)
       for (int e = 0; e < c.num_experts; e++) {
         const float v = b[(size_t)l * c.num_experts + e];
-        if (!c.layer_is_moe(l)) EXPECT_EQ(v, 0.f) << "dense layer " << l;
+        if (!c.layer_is_moe(l)) {
+          EXPECT_EQ(v, 0.f) << "dense layer " << l;
+        }
         moved += std::fabs(v);
       }
     EXPECT_GT(moved, 0.0) << "the bias never moved";

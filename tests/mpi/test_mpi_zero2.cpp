@@ -199,7 +199,9 @@ TEST(Zero2, OverlappedZero1EqualsStage0) {
   b.forward_backward(t.x.data(), t.y.data(), B, T, 1.0f / W);
   dp0->step(a, 1e-2f);
   dp1->step(b, 1e-2f);
-  if (W <= 2) EXPECT_TRUE(params_of(a) == params_of(b));
+  if (W <= 2) {
+    EXPECT_TRUE(params_of(a) == params_of(b));
+  }
 }
 
 // Several micro-batches: stage 2 reduce-scatters each micro-batch's buckets
@@ -319,20 +321,25 @@ void memory_equals_plan(std::unique_ptr<Backend> be, const GPTConfig& c, int sta
     if (be->memory_model().extra_bytes_per_param > 0) {
       EXPECT_EQ(mine.master, sharded ? be->alloc_size(ratchet::testing::moment_elems(c, W, r, stage, true) * 4)
                                      : be->alloc_size(m.num_params() * 2) * 2);
-      if (W > 1) EXPECT_LT(mine.master, whole.master);
+      if (W > 1) {
+        EXPECT_LT(mine.master, whole.master);
+      }
     } else {
       EXPECT_EQ(mine.master, 0u);
     }
     const plan::ZeroMemory planned =
         plan::zero_memory(c, B, T, Recompute(), be->memory_model(), {stage, true}, W);
     EXPECT_LE(be->bytes_in_use(), planned.total());
-    if (r == 0) EXPECT_EQ(be->bytes_in_use(), planned.total());
+    if (r == 0) {
+      EXPECT_EQ(be->bytes_in_use(), planned.total());
+    }
     EXPECT_EQ(planned.total(), accounted(0).total());
     EXPECT_EQ(planned.master, accounted(0).master);
     // Stage 2 holds less than stage 1 once the gradient is sharded.
-    if (W > 1 && stage == 2)
+    if (W > 1 && stage == 2) {
       EXPECT_LT(planned.total(),
                 plan::zero_memory(c, B, T, Recompute(), be->memory_model(), {1, true}, W).total());
+    }
     EXPECT_EQ(be->peak_bytes_in_use(), be->bytes_in_use());
     if (r == 0)
       std::printf("[ stage %d on %d rank(s), %s ] %zu bytes held = plan's %zu (master %zu, whole %zu)\n",
