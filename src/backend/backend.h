@@ -292,6 +292,12 @@ class Backend {
   //   prob_sums (E) += column sums of the probabilities, of st's last forward.
   // The defaults refuse by name (a backend without MoE).
   virtual std::unique_ptr<MoeState> moe_state();
+  // A state for another MoE layer of the model that holds `sibling`: the
+  // layers run one at a time, so the backend may let them share what a call
+  // uses only while it runs (cuda: the backward's scratch and the exchange's
+  // buffers, BackendMemoryModel::moe_scratch_bytes once per model). The
+  // default: moe_state(), nothing shared.
+  virtual std::unique_ptr<MoeState> moe_state_beside(const MoeState& sibling);
   virtual void moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, dptr out,
                            MoeState& st);
   virtual void moe_backward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2, cdptr dout,

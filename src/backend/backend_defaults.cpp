@@ -38,6 +38,7 @@ void Backend::shared_gate_backward(dptr, dptr, dptr, cdptr, cdptr, cdptr, cdptr,
   missing(*this, "shared_gate_backward (qwen2_moe's gated shared expert, shared_expert_gate)");
 }
 std::unique_ptr<MoeState> Backend::moe_state() { missing(*this, "moe_forward (Mixture-of-Experts)"); }
+std::unique_ptr<MoeState> Backend::moe_state_beside(const MoeState&) { return moe_state(); }
 void Backend::moe_forward(const MoeDims&, cdptr, cdptr, cdptr, cdptr, dptr, MoeState&) {
   missing(*this, "moe_forward");
 }

@@ -92,20 +92,31 @@ size_t BackendMemoryModel::moe_state_bytes(long N, int C, int E, int k, int I) c
   // 256-slot chunk.
   const size_t chunks = std::max<size_t>(1, (Nk + 255) / 256);
   // --expert-parallel: the exchange holds perm and its inverse (R ints), xe
-  // xr ye (R,C), he (R,2I), ae (R,I) for the R = moe_ep_received_rows rows
-  // reserved (--moe-ep-capacity); one expert's rows (da, dh) come from P ranks.
+  // (R,C), he (R,2I), ae (R,I) for the R = moe_ep_received_rows rows
+  // reserved (--moe-ep-capacity); its xr, ye are scratch (below).
   const size_t R = moe_ep_received_rows(N, k, P, ep_capacity);
-  const size_t ep = P > 1 ? 2 * a(R * 4) + 3 * a(R * C * tb) + a(R * 2 * I * tb) + a(R * I * tb)
-                          : 0;
-  const size_t rows1 = P > 1 ? moe_ep_expert_rows(N, P, R) : n;
-  return ep + a(n * E * tb) + a(n * E * 4) + a(Nk * 4) + a(Nk * 4)          // logits probs w idx
+  const size_t ep = P > 1 ? 2 * a(R * 4) + a(R * C * tb) + a(R * 2 * I * tb) + a(R * I * tb) : 0;
+  return ep + a(n * E * 4) + a(Nk * 4) + a(Nk * 4)                     // probs w idx
          + 2 * a((size_t)(E + 1) * 4) + 2 * a(Nk * 4)                  // counts offsets row_of slot_of
          + a(chunks * (E + 1) * 4)                                     // dispatch scratch
          + a(Nk * C * tb) + a(Nk * C * tb)                             // xp y
          + (P > 1 ? 0 : a(Nk * 2 * I * tb) + a(Nk * I * tb))           // h a (P > 1: in he, ae)
-         + 2 * a(Nk * C * tb) + a(Nk * 4) + a(n * E * tb)              // dy dxp dw dlogits
-         + a(rows1 * I * tb) + a(rows1 * 2 * I * tb)                   // da dh
          + a((size_t)E * 2 * 4) + a((size_t)E * 2 * 8);  // aux dprob | selection bias, statistics
+}
+
+size_t BackendMemoryModel::moe_scratch_bytes(long N, int C, int E, int k, int I) const {
+  if (!moe_state_in_alloc) return 0;  // the cpu backend's scratch is freed inside each call
+  const int P = std::max(expert_parallel, 1);
+  const size_t tb = storage_bytes, Nk = (size_t)N * k, n = (size_t)N;
+  auto a = [&](size_t bytes) { return alloc_size(std::max<size_t>(bytes, 16)); };
+  // --expert-parallel: the exchange's xr, ye (R,C); one expert's rows (da,
+  // dh) come from P ranks.
+  const size_t R = moe_ep_received_rows(N, k, P, ep_capacity);
+  const size_t ep = P > 1 ? 2 * a(R * C * tb) : 0;
+  const size_t rows1 = P > 1 ? moe_ep_expert_rows(N, P, R) : n;
+  return ep + a(n * E * tb)                                            // logits
+         + 2 * a(Nk * C * tb) + a(Nk * 4) + a(n * E * tb)              // dy dxp dw dlogits
+         + a(rows1 * I * tb) + a(rows1 * 2 * I * tb);                  // da dh
 }
 
 BackendMemoryModel cuda_memory_model(size_t storage_bytes, size_t gemm_workspace_bytes,

@@ -85,11 +85,16 @@ struct BackendMemoryModel {
   // expert_parallel P > 1 the local experts' rows (xe, h, a, perm) at
   // moe_ep_received_rows and the exchange's bookkeeping. moe_state_in_alloc,
   // from alloc(): every buffer of cuda_moe.h's CudaMoeCache as reserved (the
-  // backward's per-expert scratch for N rows, with P > 1 moe_ep_expert_rows;
-  // the exchange's for moe_ep_received_rows) and the backend's aux-loss
-  // buffers, each rounded as alloc() rounds it. A step whose routing needs
-  // more than the reservation grows them (docs/moe.md).
+  // exchange's for moe_ep_received_rows) and the backend's aux-loss buffers,
+  // each rounded as alloc() rounds it. A step whose routing needs more than
+  // the reservation grows them (docs/moe.md).
   size_t moe_state_bytes(long N, int C, int E, int k, int I) const;
+  // The scratch the MoE states of one model share (cuda_moe.h's
+  // CudaMoeScratch, from alloc(): the router's logits, the backward's dy,
+  // dxp, dw, dlogits and per-expert da, dh for N rows, with P > 1
+  // moe_ep_expert_rows, and the exchange's xr, ye for moe_ep_received_rows),
+  // counted once per model (step_memory). 0 without moe_state_in_alloc.
+  size_t moe_scratch_bytes(long N, int C, int E, int k, int I) const;
   // Bytes one alloc(bytes) really takes.
   size_t alloc_size(size_t bytes) const;
   // Bytes of scratch the ops need at most for these shapes (0: none).

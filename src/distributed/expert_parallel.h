@@ -11,14 +11,15 @@
 // Every rank keeps every expert's weights. A rank adds gradient only to its
 // own experts' slices; the others stay zero, so the strategy's sum over the
 // world is the sum over the world/N ranks holding each expert (the data
-// parallel replicas of that shard), plus zeros. At ZeRO 0-1 a rank keeps
-// the AdamW moments of its own experts only and the group all-gathers the
-// updated expert weights after each step (expert_shards.h); at ZeRO 2-3 the
-// strategy keeps every expert's state, sharded as the rest. Consequences:
+// parallel replicas of that shard), plus zeros. At ZeRO-0 a rank keeps the
+// AdamW moments of its own experts only and the group all-gathers the
+// updated expert weights after each step (expert_shards.h); at ZeRO 1-3 the
+// strategy keeps every expert's state, sharded as the rest (about E/W
+// experts' per rank, no more than E/N). Consequences:
 //   - forward() (evaluation, samples) needs no exchange: every rank can
 //     compute every expert (GPT::set_moe_exchange);
 //   - checkpoints hold the full expert tensors, each expert's moments
-//     written by its owner in group 0, so a run resumes at any
+//     written by its owner in group 0 at ZeRO-0, so a run resumes at any
 //     expert-parallel size and world size;
 //   - the flat gradient buffer stays whole (the model's, at ZeRO 0-1).
 // The trainer applies it to the model like a strategy (apply); the training
@@ -27,8 +28,7 @@
 // On the cuda backend (docs/moe.md "Expert parallelism on CUDA") the rows
 // are device buffers: device_rows() moves them over the device
 // communicator's split (NCCL's grouped send/recv; the stand-in NCCL under
-// simt), and the expert shards' weight all-gather and replica all-reduce
-// run on its splits too. The counts stay on the host communicator: the
+// simt), and the expert shards' weight all-gather runs on its split too. The counts stay on the host communicator: the
 // forward has them on the host already (its per-expert GEMM loop needs
 // them), so no device round trip is added for them. Without a device
 // communicator (simt's memory is host memory under plain MPI) everything
@@ -86,8 +86,8 @@ class ExpertParallel final : public MoeExchange {
 
  private:
   int n_ = 1, groups_ = 1;
-  std::unique_ptr<Communicator> group_, replicas_;
-  std::unique_ptr<Communicator> dgroup_, dreplicas_;  // the device communicator's (or null)
+  std::unique_ptr<Communicator> group_;
+  std::unique_ptr<Communicator> dgroup_;  // the device communicator's (or null)
   Traffic traffic_;
   ExpertShards shards_;
 };

@@ -1,12 +1,12 @@
 // Which experts' optimizer state a rank keeps under --expert-parallel N
 // (issue 39 item 4; docs/moe.md "What each rank keeps"). Rank q of an
 // expert-parallel group computes experts [q·E/N, (q+1)·E/N) of every MoE
-// layer, so only it has their gradient: the ZeRO-0 strategy, and ZeRO-1's
-// shards (not with --shard-group), give it the AdamW moments of those slices of expw1 and expw2
-// and none of the other experts' (ZeRO-1: its shard of the rest beside
-// them), and after each update the group all-gathers the updated expert
+// layer, so only it has their gradient: the ZeRO-0 strategy gives it the
+// AdamW moments of those slices of expw1 and expw2 and none of the other
+// experts', and after each update the group all-gathers the updated expert
 // weights (every rank keeps every expert's weights, for evaluation, samples
 // and checkpoints). The router (routerw) is replicated like any tensor.
+// ZeRO 1-3 shard the experts' state as the rest (sharded_optimizer.h).
 #pragma once
 #include <cstddef>
 #include <utility>
@@ -27,7 +27,6 @@ struct ExpertShards {
   int index = 0;                     // this rank's place in its group: its experts
   int group = 0;                     // its group (group 0 writes the experts into checkpoints)
   Communicator* group_comm = nullptr;  // the N ranks of the group (weights all-gathered)
-  Communicator* replicas = nullptr;    // the ranks with these experts, one per group (ZeRO-1)
   FlatRangeList all;                 // every expert slice of expw1 and expw2, ascending
   FlatRangeList own;                 // this rank's experts' slices, ascending
 };
@@ -52,8 +51,8 @@ size_t ranges_elems(const FlatRangeList& r);
 // (Backend::round_from_master), which gives the owner's BF16 bits exactly:
 // every rank then holds the master and the weights one process would,
 // for 4 bytes an element moved instead of 6 (the master and the BF16
-// weights both all-gathered). Without a master of the experts here (ZeRO-1's
-// master of the owned ranges only, or FP32 storage): the storage values.
+// weights both all-gathered). Without a master (FP32 storage): the storage
+// values.
 void gather_expert_weights(const ExpertShards& x, const GPTConfig& cfg, Backend& be,
                            void* params, int step);
 

@@ -8,6 +8,11 @@
 //   bucketed  (overlap on more than one shard) the buckets of stage 2
 //             (grad_buckets.h): each block's reduce-scatter starts during
 //             the last micro-batch's backward
+// --expert-parallel: the experts' state is sharded as the rest, as at ZeRO
+// 2-3. A rank adds gradient only to its own experts, so the reduce-scatter's
+// sum (the owners' gradients plus zeros) is each expert's whole gradient.
+// Keeping a rank's own experts' moments whole instead, as ZeRO-0 does
+// (expert_shards.h), would hold E/N experts' where this holds ~E/W of them.
 #pragma once
 #include <memory>
 #include <vector>
@@ -54,14 +59,6 @@ class ShardedOptimizer final : public DistributedStrategy {
   std::unique_ptr<AdamW> opt_;
   // Flat layout.
   ShardRange range_;
-  // --expert-parallel (experts_ set): this rank's experts' gradient is
-  // summed over the replicas in place in the model's gradient (the pieces'
-  // `extra` buffer), and their updated weights are kept across the shards'
-  // all-gather in stash_ (the backend's memory, own_elems_ elements).
-  void step_with_experts(GPT& model, cdptr shard, float lr, double norm);
-  void gather_with_experts(GPT& model);  // after the update: every range from its owner
-  size_t own_elems_ = 0;
-  void* stash_ = nullptr;
   void* pad_ = nullptr;     // W·S elements
   void* gshard_ = nullptr;  // S elements
   // Bucketed layout.

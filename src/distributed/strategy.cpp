@@ -33,27 +33,18 @@ int DistributedConfig::shard_index() const {
 }
 
 namespace {
-// --expert-parallel at ZeRO 0, and ZeRO 1 without --shard-group
-// (expert_shards.h): the moments of the owned pieces less every expert plus
-// this rank's experts (what replicated.cpp's and sharded_optimizer.cpp's
-// pieces hold), and ZeRO-1's stash of its experts' updated weights.
-StrategyNeeds with_experts(StrategyNeeds n, const DistributedConfig& c,
-                           const BackendMemoryModel& be, const GPTConfig& cfg) {
+// --expert-parallel at ZeRO 0 (expert_shards.h): the moments of everything
+// but the other ranks' experts (what replicated.cpp's pieces hold). ZeRO 1-3
+// shard the experts' state as the rest (sharded_optimizer.h says why).
+StrategyNeeds with_experts(StrategyNeeds n, const DistributedConfig& c, const GPTConfig& cfg) {
   const int ep = c.experts ? c.experts->n : c.expert_parallel;
-  if (ep <= 1 || !cfg.moe() || c.stage > 1 || (c.stage == 1 && c.groups)) return n;
+  if (ep <= 1 || !cfg.moe() || c.stage != 0) return n;
   const int q = c.experts ? c.experts->index : c.expert_index;
-  const FlatRangeList all = expert_ranges(cfg, ep, -1), own = expert_ranges(cfg, ep, q);
-  FlatRangeList rest;
-  const OwnedRanges owned =
-      c.stage == 0 ? OwnedRanges{{0, ParamLayout(cfg).total}} : n.owned;
-  for (const auto& r : owned)
-    for (const auto& piece : subtract_ranges({r}, all)) rest.push_back(piece);
-  const FlatRangeList pieces = merge_ranges(rest, own);
+  const FlatRangeList pieces = merge_ranges(
+      subtract_ranges({{0, ParamLayout(cfg).total}}, expert_ranges(cfg, ep, -1)),
+      expert_ranges(cfg, ep, q));
   n.moment_elems = ranges_elems(pieces);
-  n.owned = pieces;  // the strategies' owned_ranges()
-  if (c.stage == 1) {
-    n.buffer_bytes += be.alloc_size(std::max<size_t>(1, ranges_elems(own)) * be.storage_bytes);
-  }
+  n.owned = pieces;  // the strategy's owned_ranges()
   return n;
 }
 }  // namespace
@@ -61,8 +52,8 @@ StrategyNeeds with_experts(StrategyNeeds n, const DistributedConfig& c,
 StrategyNeeds strategy_needs(const DistributedConfig& c, const BackendMemoryModel& be,
                              const GPTConfig& cfg, int shards, int index) {
   switch (c.stage) {
-    case 0: return with_experts(Replicated::needs(cfg), c, be, cfg);
-    case 1: return with_experts(ShardedOptimizer::needs(be, cfg, c.overlap, shards, index), c, be, cfg);
+    case 0: return with_experts(Replicated::needs(cfg), c, cfg);
+    case 1: return ShardedOptimizer::needs(be, cfg, c.overlap, shards, index);
     case 2: return ShardedGradients::needs(be, cfg, shards, index);
     case 3: return FullySharded::needs(be, cfg, c.reshard_after_forward, shards, index);
   }

@@ -70,7 +70,7 @@ struct DistributedConfig {
   // --shard-group (distributed/shard_groups.h): shard inside groups, the
   // groups replicas of one another; null: one group, the world.
   const ShardGroups* groups = nullptr;
-  // --expert-parallel N > 1 (distributed/expert_shards.h): at ZeRO 0-1 this
+  // --expert-parallel N > 1 (distributed/expert_shards.h): at ZeRO 0 this
   // rank keeps AdamW state only for its own experts; null (or n 1): for all.
   const ExpertShards* experts = nullptr;
   // The same known before `experts` exists (the memory is counted first):
@@ -172,8 +172,8 @@ class DistributedStrategy {
   virtual void restore_params(GPT& model) = 0;
 
   // --expert-parallel's shards (DistributedConfig::experts) when this
-  // strategy keeps only this rank's experts' state (ZeRO-0, and ZeRO-1
-  // without --shard-group); null when it keeps every expert's.
+  // strategy keeps only this rank's experts' state (ZeRO-0); null when it
+  // keeps every expert's (sharded as the rest at ZeRO 1-3).
   const ExpertShards* experts() const { return experts_; }
   // The log's line ("ZeRO-1: optimizer state sharded", ...).
   virtual std::string describe() const = 0;

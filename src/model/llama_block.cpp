@@ -371,13 +371,21 @@ void GPT::backward_block_llama(const Acts& a, int l, int B, int T) {
   }
 }
 
+// Every state after the first is made beside one the model already has, so
+// the backend can give them one scratch (Backend::moe_state_beside; step_memory
+// counts it once).
 MoeState& GPT::moe_state(int l) {
+  auto make = [this]() {
+    const MoeState* sibling = moe_shared_.get();
+    for (size_t i = 0; i < moe_states_.size() && !sibling; i++) sibling = moe_states_[i].get();
+    return sibling ? be_.moe_state_beside(*sibling) : be_.moe_state();
+  };
   if (recompute_.recomputes_block(l)) {  // refilled by the block's recompute before its backward
-    if (!moe_shared_) moe_shared_ = be_.moe_state();
+    if (!moe_shared_) moe_shared_ = make();
     return *moe_shared_;
   }
   if (moe_states_.size() != (size_t)cfg_.num_layers) moe_states_.resize(cfg_.num_layers);
-  if (!moe_states_[l]) moe_states_[l] = be_.moe_state();
+  if (!moe_states_[l]) moe_states_[l] = make();
   return *moe_states_[l];
 }
 

@@ -38,9 +38,14 @@ StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
       else
         states++;
     }
-    m.moe = (size_t)(states + shared) *
-            be.moe_state_bytes((long)B * T, cfg.channels, cfg.num_experts, cfg.experts_per_tok,
-                               cfg.moe_ffn_hidden);
+    // One state per layer the policy keeps, one for those it recomputes, and
+    // the scratch they share (GPT::moe_state) once.
+    const long N = (long)B * T;
+    const int C = cfg.channels, E = cfg.num_experts, k = cfg.experts_per_tok,
+              I = cfg.moe_ffn_hidden;
+    if (states + shared > 0)
+      m.moe = (size_t)(states + shared) * be.moe_state_bytes(N, C, E, k, I) +
+              be.moe_scratch_bytes(N, C, E, k, I);
   }
   m.overhead = be.overhead_bytes;
   return m;

@@ -22,7 +22,8 @@
 //                   backend allocates them (BackendMemoryModel::moe_state_bytes:
 //                   cuda's device buffers, the cpu's host vectors, which its
 //                   bytes_in_use counts), one per MoE layer the policy keeps and one shared
-//                   by the layers blocks:k recomputes (GPT::moe_state)
+//                   by the layers blocks:k recomputes (GPT::moe_state), plus the
+//                   scratch all of them share, once (moe_scratch_bytes: cuda)
 // plus overhead: what the backend holds from construction (reduction results,
 // GEMM workspace), outside the arena.
 #pragma once

@@ -57,7 +57,7 @@ void AdamW::for_each_piece(Fn fn) const {
       const size_t a0 = std::max<size_t>(layout_.offsets[i], p.lo);
       const size_t a1 = std::min<size_t>(layout_.offsets[i] + layout_.sizes[i], p.lo + p.n);
       const size_t at = p.param == AdamWPiece::kAtLo ? a0 : p.param + (a0 - p.lo);
-      if (a0 < a1) fn(i, a0, a1 - a0, p.grad + (a0 - p.lo), moff + (a0 - p.lo), at, p.extra);
+      if (a0 < a1) fn(i, a0, a1 - a0, p.grad + (a0 - p.lo), moff + (a0 - p.lo), at);
     }
     moff += p.n;
   }
@@ -65,19 +65,17 @@ void AdamW::for_each_piece(Fn fn) const {
 
 void AdamW::restore_rounding(dptr params) {
   const size_t sb = be_.storage_bytes();
-  for_each_piece([&](int i, size_t a0, size_t n, size_t, size_t, size_t at, bool) {
+  for_each_piece([&](int i, size_t a0, size_t n, size_t, size_t, size_t at) {
     be_.round_from_master((char*)params + at * sb, n, t_, a0 - layout_.offsets[i], layout_.offsets[i]);
   });
 }
 
-float AdamW::step_shard(dptr params, cdptr grads, float lr, double norm, float grad_scale,
-                        cdptr extra) {
+float AdamW::step_shard(dptr params, cdptr grads, float lr, double norm, float grad_scale) {
   double clip = 1.0;
   if (cfg_.grad_clip > 0 && norm > cfg_.grad_clip) clip = cfg_.grad_clip / norm;
   t_++;
   const size_t sb = be_.storage_bytes();
-  for_each_piece([&](int i, size_t a0, size_t n, size_t g, size_t r, size_t at, bool x) {
-    RATCHET_ASSERT(!x || extra);
+  for_each_piece([&](int i, size_t a0, size_t n, size_t g, size_t r, size_t at) {
     AdamWArgs a;
     a.lr = lr;
     a.beta1 = cfg_.beta1;
@@ -88,7 +86,7 @@ float AdamW::step_shard(dptr params, cdptr grads, float lr, double norm, float g
     a.grad_scale = (float)(grad_scale * clip);
     a.round_offset = a0 - layout_.offsets[i];
     a.tensor_offset = layout_.offsets[i];  // the seed's key, wherever the piece is held
-    be_.adamw((char*)params + at * sb, nullptr, (const char*)(x ? extra : grads) + g * sb, m_ + r, v_ + r, n,
+    be_.adamw((char*)params + at * sb, nullptr, (const char*)grads + g * sb, m_ + r, v_ + r, n,
               a);
   });
   return (float)norm;

@@ -41,10 +41,6 @@ struct AdamWPiece {
   static constexpr size_t kAtLo = (size_t)-1;
   size_t lo = 0, n = 0, grad = 0;
   size_t param = kAtLo;
-  // Its gradient is at element `grad` of step_shard()'s `extra` buffer
-  // instead (--expert-parallel: the rank's experts' gradient beside a
-  // ZeRO-1 shard, distributed/expert_shards.h).
-  bool extra = false;
 };
 
 class AdamW {
@@ -69,8 +65,7 @@ class AdamW {
   // [lo, hi): the gradient of [lo, hi), hi - lo elements; for pieces: each at
   // its `grad` offset). `norm` is the global norm of grad_scale·g (for
   // clipping); returned as is.
-  float step_shard(dptr params, cdptr grad_shard, float lr, double norm, float grad_scale = 1.0f,
-                   cdptr extra = nullptr);
+  float step_shard(dptr params, cdptr grad_shard, float lr, double norm, float grad_scale = 1.0f);
   // After a resume (params uploaded from FP32, moments and steps_taken()
   // restored): rewrites the storage-dtype params[lo, hi) from the backend's
   // FP32 master copy as the last step rounded them (Backend::round_from_master).
@@ -88,8 +83,8 @@ class AdamW {
 
  private:
   // Calls fn(tensor index, first element a0, count, gradient offset, moment
-  // offset, parameter offset, the piece's `extra`) for every tensor's part
-  // of every piece: one backend call each.
+  // offset, parameter offset) for every tensor's part of every piece: one
+  // backend call each.
   template <class Fn>
   void for_each_piece(Fn fn) const;
 

@@ -186,8 +186,9 @@ struct PlanInputs {
   Recompute recompute;       // used for step time and cost (default none)
   ZeroInputs zero;           // --zero, --shard-group, --gpus-per-node, ... (plan/zero_plan.h)
   // --expert-parallel N (issue 39): the cuda backend's exchange buffers
-  // (BackendMemoryModel::moe_state_bytes) in every MoE state; the split of
-  // the experts' optimizer state is not counted (docs/moe.md).
+  // (BackendMemoryModel::moe_state_bytes) in every MoE state, and at ZeRO-0
+  // the AdamW moments of the rank's own experts only, as train keeps them
+  // (zero_memory; docs/moe.md).
   int expert_parallel = 1;
   // --moe-ep-capacity F (as train's): the exchange buffers hold ceil(F·N·k)
   // received rows per MoE layer (BackendMemoryModel::ep_capacity).
@@ -208,8 +209,8 @@ struct PlanInputs {
 // One expert-parallel size P of a MoE model (`plan` without --expert-parallel):
 // the per-rank memory at the ZeRO stage and recompute policy the plan uses
 // (its exchange buffers at P and --moe-ep-capacity; every rank still holds
-// every expert's weights, and the experts' AdamW moments that ZeRO 0-1 drop
-// at P > 1 are not subtracted), whether it fits, the all-to-all bytes and
+// every expert's weights; at ZeRO-0 the AdamW moments of its own E/P experts
+// only, as train keeps them), whether it fits, the all-to-all bytes and
 // time a rank spends per step (moe_a2a_bytes over NVLink inside a node and
 // --link-gbps across nodes, not overlapped), and the step time with it.
 struct ExpertParallelRow {
@@ -223,6 +224,9 @@ struct ExpertParallelPlan {
   std::string stage;                    // the ZeRO stage the rows use ("ZeRO-3", ...)
   Recompute policy;                     // and the recompute policy
   bool stage_fits = false;              // that stage was the plan's pick (else: the least memory)
+  // At that stage a rank keeps the AdamW moments of its own E/P experts only
+  // (ZeRO-0: zero_memory); else they are sharded as the rest.
+  bool moments_split = false;
   int best = -1;                        // the fitting row with the smallest step; -1: none
 };
 

@@ -97,6 +97,7 @@ std::string plan_json(const Plan& p) {
     ej["stage_fits"] = ep.stage_fits;
     ej["moe_ep_capacity"] = json_number(in.moe_ep_capacity);
     ej["expert_weights_on_every_rank"] = true;
+    ej["expert_moments_own_experts_only"] = ep.moments_split;
     OrderedJson rows = OrderedJson::array();
     for (const ExpertParallelRow& r : ep.rows)
       rows.push_back({{"size", r.size},

@@ -57,27 +57,32 @@ const char* dtype(size_t sb) { return sb == 2 ? "bf16" : "fp32"; }
 
 // A MoE model's expert parallelism under the ZeRO pick: the size given, or a
 // line per size that divides the world and the experts (Plan::expert_parallel).
-// Every rank still holds every expert's weights (train's --expert-parallel
-// shards the computation and, at ZeRO 0-1, the experts' AdamW moments, which
-// this memory does not subtract), so a larger size only adds the exchange
-// buffers: the table says where that still fits and what the all-to-alls cost.
+// Every rank still holds every expert's weights; train's --expert-parallel
+// shards the computation and, at ZeRO-0, the experts' AdamW moments, which
+// the memory subtracts (zero_memory). So a larger size saves moments there
+// and adds the exchange buffers everywhere: the table says where each fits
+// and what the all-to-alls cost.
 std::string expert_parallel_text(const Plan& p) {
   const PlanInputs& in = p.in;
   std::ostringstream o;
   const std::string cap = "--moe-ep-capacity " + fmt("%g", in.moe_ep_capacity);
   if (p.expert_parallel.rows.empty()) {  // --expert-parallel given
     o << "  expert parallel: " << in.expert_parallel;
+    const bool zero0 = p.zero.chosen >= 0 && p.zero.rows[p.zero.chosen].stage.stage == 0;
     if (in.expert_parallel > 1)
       o << " (its exchange buffers in the memory above, " << cap
-        << ": ceil(F*N*k) received rows per MoE layer)";
+        << ": ceil(F*N*k) received rows per MoE layer"
+        << (zero0 ? "; at ZeRO-0 each rank's AdamW moments of its own experts only" : "") << ")";
     o << "; every rank still holds every expert's weights\n";
     return o.str();
   }
   const ExpertParallelPlan& ep = p.expert_parallel;
   o << "  expert parallel (--expert-parallel P; " << ep.stage << " at --recompute " << ep.policy.name()
     << (ep.stage_fits ? "" : ", the least memory listed") << ", " << cap
-    << "; every rank still holds every\n    expert's weights, and the experts' AdamW moments "
-       "that ZeRO 0-1 drop at P > 1 are not subtracted):\n";
+    << "; every rank still holds every\n    expert's weights"
+    << (ep.moments_split ? ", and the AdamW moments of its own E/P experts only"
+                      : "; the experts' AdamW moments are sharded as the rest")
+    << "):\n";
   o << "        P   memory/rank   fits   all-to-all/step   a2a time   step\n";
   char buf[160];
   for (const ExpertParallelRow& r : ep.rows) {
@@ -90,15 +95,11 @@ std::string expert_parallel_text(const Plan& p) {
   if (ep.best >= 0) {
     const ExpertParallelRow& b = ep.rows[ep.best];
     o << "    fastest that fits: --expert-parallel " << b.size << ", step " << duration(b.step_s)
-      << (b.size == 1 ? " (no all-to-all; with every expert's weights on every rank, a larger P "
-                        "only adds the exchange buffers)"
-                      : "")
-      << "\n";
+      << (b.size == 1 ? " (no all-to-all)" : "") << "\n";
   } else {
     o << "    none fits at " << ep.stage << " with --recompute " << ep.policy.name()
-      << ": a larger P only adds the exchange buffers while every rank holds every expert's "
-         "weights; more devices (--world-size), a smaller --batch-size, or sharding the experts' "
-         "weights (not in train yet) would\n";
+      << " at any P (every rank holds every expert's weights); more devices (--world-size), a "
+         "smaller --batch-size, or sharding the experts' weights (not in train yet) would\n";
   }
   return o.str();
 }

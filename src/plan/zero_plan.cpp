@@ -79,6 +79,9 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   DistributedConfig d;
   d.stage = std::min(z.stage, 2);
   d.overlap = true;
+  // --expert-parallel at ZeRO-0: the other experts' moments train drops
+  // (strategy_needs; every rank keeps as many).
+  if (cfg.moe()) d.expert_parallel = std::max(1, be.expert_parallel);
   const StepMemory s = strategy_step_memory(strategy_needs(d, be, cfg, N, 0), cfg, B, T, policy, be);
   ZeroMemory m;
   m.activations = s.activations + s.moe;  // a MoE model's kept router and expert buffers with them

@@ -136,7 +136,9 @@ struct ParamSplit {
 };
 ParamSplit param_split(const GPTConfig& cfg);
 
-// Per-rank memory of stage z with ZeRO over a shard group of N ranks.
+// Per-rank memory of stage z with ZeRO over a shard group of N ranks. With
+// be.expert_parallel P > 1, as train keeps it (distributed/expert_shards.h):
+// at ZeRO-0 the AdamW moments of the rank's own E/P experts only.
 ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                        const BackendMemoryModel& be, const ZeroStage& z, int N);
 

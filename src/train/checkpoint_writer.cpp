@@ -113,10 +113,6 @@ FlatRanges CheckpointWriter::write_ranges(const TrainState& s) const {
   if (!s.dp.shard_writer()) return out;  // hybrid sharding: another group's replica writes it
   for (const auto& [lo, hi] : s.dp.owned_ranges())
     if (hi > lo) out.push_back({lo, hi});
-  // --expert-parallel at ZeRO-1: rank q of every group holds experts q's
-  // moments; group 0's writes them.
-  if (const ExpertShards* x = s.dp.experts())
-    if (x->group != 0) out = subtract_ranges(out, x->own);
   return out;
 }
 

@@ -386,7 +386,7 @@ void Trainer::make_model() {
   // parameters or not, the FP32 master of the owned ranges only); attach()
   // installs its hooks and stores before anything sets the parameters
   // (--init-from below, random weights or a checkpoint in train()).
-  // --expert-parallel first (a collective split): at ZeRO 0-1 the strategy
+  // --expert-parallel first (a collective split): at ZeRO-0 the strategy
   // keeps AdamW state only for this rank's experts (distributed/expert_shards.h).
   // On a device its rows and expert weights go through the device
   // communicator's splits (NCCL), when there is one.
@@ -446,7 +446,7 @@ void Trainer::make_model() {
 
 // "expert state: AdamW m and v of 2048 of 4096 expert parameters on this
 // rank (16384 bytes)": the expert slices among the rank's owned ranges
-// (--expert-parallel at ZeRO 0-1 keeps only its own experts'; rank 0's line).
+// (--expert-parallel at ZeRO-0 keeps only its own experts'; rank 0's line).
 void Trainer::log_expert_state() const {
   const FlatRangeList all = expert_ranges(cfg_, 1, -1);
   size_t total = 0, held = 0;

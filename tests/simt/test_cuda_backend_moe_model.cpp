@@ -181,6 +181,26 @@ TEST(CudaBackendMoeModel, StepMemoryCountsTheMoeStates) {
         opt.step(m.params(), m.grads(), 1e-3f);
         const StepMemory want = step_memory(cfg, B, T, r, *be, m.num_params(), 0);
         EXPECT_GT(want.moe, 0u);
+        // One state per kept MoE layer (one for the recomputed ones) and the
+        // scratch they share once: the byte-exact total below fails if each
+        // state had its own.
+        const BackendMemoryModel mm = be->memory_model();
+        const long N = (long)B * T;
+        const size_t state = mm.moe_state_bytes(N, cfg.channels, cfg.num_experts,
+                                                cfg.experts_per_tok, cfg.moe_ffn_hidden);
+        const size_t scratch = mm.moe_scratch_bytes(N, cfg.channels, cfg.num_experts,
+                                                    cfg.experts_per_tok, cfg.moe_ffn_hidden);
+        ASSERT_GE(cfg.moe_layer_count(), 2);
+        EXPECT_GT(scratch, 0u);
+        size_t states = 0;
+        bool recomputed = false;
+        for (int l = 0; l < cfg.num_layers; l++) {
+          if (!cfg.layer_is_moe(l)) continue;
+          if (r.recomputes_block(l)) recomputed = true;
+          else states++;
+        }
+        if (recomputed) states++;
+        EXPECT_EQ(want.moe, states * state + scratch);
         EXPECT_EQ(be->bytes_in_use(), want.total()) << "moe " << want.moe << " activations "
                                                      << want.activations;
         EXPECT_EQ(be->peak_bytes_in_use(), want.total());

@@ -127,6 +127,8 @@ class CudaBackend final : public Backend {
   // Backend's memory functions and ops (backend.h), and the fused GEMM + GELU
   // backward (DGELU epilogue).
 #include "backend/backend_ops.inc"
+  // MoE layers of one model share the scratch (cuda_moe_ops.cpp).
+  std::unique_ptr<MoeState> moe_state_beside(const MoeState& sibling) override;
   // Qwen2-MoE's gated shared expert: kernels/moe_router.cuh's
   // moe_shared_gate_*; the backward's scratch is rmsnorm_backward's at the
   // same (N, C), so the op scratch the memory model counts already holds it.

@@ -15,15 +15,7 @@ namespace ratchet::moe {
 
 using kernels::bf16;
 
-CudaMoeCache::~CudaMoeCache() {
-  if (!be_) return;
-  for (Buf* b : {&logits, &probs, &w, &idx, &counts_dev, &offsets_dev, &row_of, &slot_of,
-                 &dispatch_scratch, &xp, &h, &a, &y, &dy, &dxp, &dw, &dlogits, &da, &dh, &perm,
-                 &inv, &xe, &he, &ae, &xr, &ye})
-    if (b->p) be_->release(b->p);
-}
-
-void* CudaMoeCache::need(Backend& be, Buf& b, size_t bytes, Alloc alloc) const {
+void* CudaBuffers::need(Backend& be, Buf& b, size_t bytes, Alloc alloc) const {
   if (be_ && be_ != &be)
     fail("MoE (cuda): a CudaMoeCache is used with two backends; keep one cache per backend");
   be_ = &be;
@@ -35,6 +27,29 @@ void* CudaMoeCache::need(Backend& be, Buf& b, size_t bytes, Alloc alloc) const {
     b.bytes = bytes;
   }
   return b.p;
+}
+
+void CudaBuffers::release(std::initializer_list<Buf*> bufs) {
+  if (!be_) return;
+  for (Buf* b : bufs)
+    if (b->p) be_->release(b->p);
+}
+
+CudaMoeScratch::~CudaMoeScratch() { release({&logits, &dy, &dxp, &dw, &dlogits, &da, &dh, &xr, &ye}); }
+
+CudaMoeCache::~CudaMoeCache() {
+  release({&probs, &w, &idx, &counts_dev, &offsets_dev, &row_of, &slot_of, &dispatch_scratch, &xp,
+           &h, &a, &y, &perm, &inv, &xe, &he, &ae});
+}
+
+CudaMoeScratch& CudaMoeCache::scratch() const {
+  if (!scratch_) scratch_ = std::make_shared<CudaMoeScratch>();
+  return *scratch_;
+}
+
+void CudaMoeCache::share_scratch(const CudaMoeCache& other) {
+  other.scratch();
+  scratch_ = other.scratch_;
 }
 
 void check_cuda_shape(const MoeShape& s, size_t storage_bytes) {
@@ -101,11 +116,12 @@ void expert_parallel_forward(cuda::CudaBackend<T>& be, const MoeShape& s, CudaMo
     be.upload_bytes(perm, sh.perm.data(), (size_t)R * sizeof(int));
     be.upload_bytes(inv, back.data(), (size_t)R * sizeof(int));
   }
-  T* xr = static_cast<T*>(c.xr.p);
+  const CudaMoeScratch& sc = c.scratch();
+  T* xr = static_cast<T*>(sc.xr.p);
   T* xe = static_cast<T*>(c.xe.p);
   T* he = static_cast<T*>(c.he.p);
   T* ae = static_cast<T*>(c.ae.p);
-  T* ye = static_cast<T*>(c.ye.p);
+  T* ye = static_cast<T*>(sc.ye.p);
   // Received grouped by (source rank, local expert, slot); xe[perm[r]] = xr[r].
   ex.device_rows(xp, sh.send_n.data(), xr, sh.recv_n.data(), (int)sizeof(T));
   if (R > 0) kernels::moe_gather<T>(xe, xr, inv, R, 1, C, st);
@@ -142,10 +158,11 @@ void expert_parallel_backward(cuda::CudaBackend<T>& be, const MoeShape& s, const
   const T* xe = static_cast<const T*>(c.xe.p);
   const T* he = static_cast<const T*>(c.he.p);
   const T* ae = static_cast<const T*>(c.ae.p);
-  T* dr = static_cast<T*>(c.xr.p);  // received dy, then the experts' dx
-  T* de = static_cast<T*>(c.ye.p);  // dy in expert order, then dx in received order
-  T* da = static_cast<T*>(c.da.p);
-  T* dh = static_cast<T*>(c.dh.p);
+  const CudaMoeScratch& sc = c.scratch();
+  T* dr = static_cast<T*>(sc.xr.p);  // received dy, then the experts' dx
+  T* de = static_cast<T*>(sc.ye.p);  // dy in expert order, then dx in received order
+  T* da = static_cast<T*>(sc.da.p);
+  T* dh = static_cast<T*>(sc.dh.p);
   ex.device_rows(dy, sh.send_n.data(), dr, sh.recv_n.data(), (int)sizeof(T));
   if (R > 0) kernels::moe_gather<T>(de, dr, inv, R, 1, C, st);
   for (int i = 0; i < El; i++) {
@@ -166,15 +183,16 @@ void expert_parallel_backward(cuda::CudaBackend<T>& be, const MoeShape& s, const
 void reserve_expert_parallel(Backend& be, const MoeShape& s, int P, size_t tb, CudaMoeCache& c,
                              size_t R, CudaMoeCache::Alloc al) {
   const size_t rows1 = moe_ep_expert_rows(s.N, P, R);
-  c.need(be, c.da, rows1 * s.I * tb, al);
-  c.need(be, c.dh, rows1 * 2 * s.I * tb, al);
+  const CudaMoeScratch& sc = c.scratch();
+  sc.need(be, sc.da, rows1 * s.I * tb, al);
+  sc.need(be, sc.dh, rows1 * 2 * s.I * tb, al);
   c.need(be, c.perm, R * sizeof(int), al);
   c.need(be, c.inv, R * sizeof(int), al);
   c.need(be, c.xe, R * s.C * tb, al);
   c.need(be, c.he, R * 2 * s.I * tb, al);
   c.need(be, c.ae, R * s.I * tb, al);
-  c.need(be, c.xr, R * s.C * tb, al);
-  c.need(be, c.ye, R * s.C * tb, al);
+  sc.need(be, sc.xr, R * s.C * tb, al);
+  sc.need(be, sc.ye, R * s.C * tb, al);
   c.ep_rows = std::max(c.ep_rows, R);
 }
 
@@ -186,7 +204,8 @@ void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gat
   const size_t NE = (size_t)N * E, Nk = (size_t)slots, tb = sizeof(T);
   cudaStream_t st = be.stream();
   c.shape = s;
-  T* logits = static_cast<T*>(c.need(be, c.logits, NE * tb));
+  const CudaMoeScratch& sc = c.scratch();
+  T* logits = static_cast<T*>(sc.need(be, sc.logits, NE * tb));
   float* probs = static_cast<float*>(c.need(be, c.probs, NE * 4));
   float* w = static_cast<float*>(c.need(be, c.w, Nk * 4));
   int* idx = static_cast<int*>(c.need(be, c.idx, Nk * 4));
@@ -269,12 +288,13 @@ void moe_backward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr ga
     for (int n : c.shard.local.counts) most = std::max(most, n);
   else
     for (int e = 0; e < E; e++) most = std::max(most, c.counts[e]);
-  T* dy = static_cast<T*>(c.need(be, c.dy, Nk * C * tb));
-  T* dxp = static_cast<T*>(c.need(be, c.dxp, Nk * C * tb));
-  float* dw = static_cast<float*>(c.need(be, c.dw, Nk * 4));
-  T* dlogits = static_cast<T*>(c.need(be, c.dlogits, (size_t)N * E * tb));
-  T* da = static_cast<T*>(c.need(be, c.da, (size_t)most * I * tb));
-  T* dh = static_cast<T*>(c.need(be, c.dh, (size_t)most * 2 * I * tb));
+  const CudaMoeScratch& sc = c.scratch();
+  T* dy = static_cast<T*>(sc.need(be, sc.dy, Nk * C * tb));
+  T* dxp = static_cast<T*>(sc.need(be, sc.dxp, Nk * C * tb));
+  float* dw = static_cast<float*>(sc.need(be, sc.dw, Nk * 4));
+  T* dlogits = static_cast<T*>(sc.need(be, sc.dlogits, (size_t)N * E * tb));
+  T* da = static_cast<T*>(sc.need(be, sc.da, (size_t)most * I * tb));
+  T* dh = static_cast<T*>(sc.need(be, sc.dh, (size_t)most * 2 * I * tb));
   const T* xp = static_cast<const T*>(c.xp.p);
   const T* h = static_cast<const T*>(c.hidden_in_ep ? c.he.p : c.h.p);
   const T* a = static_cast<const T*>(c.hidden_in_ep ? c.ae.p : c.a.p);

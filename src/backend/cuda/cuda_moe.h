@@ -49,9 +49,12 @@
 // tensors in storage T (dptr/cdptr, as Backend ops); aux_dprob (E) and
 // dw_route (N*k) are device FP32; aux_stats' counts and prob_sums (E) are
 // device FP64. The cache's buffers come from the backend's alloc() and are
-// released by the cache's destructor: the backend must outlive the cache.
+// released by the cache's destructor (the shared scratch's by the last
+// cache holding it): the backend must outlive the cache.
 #pragma once
 #include <cstddef>
+#include <initializer_list>
+#include <memory>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -59,28 +62,58 @@
 
 namespace ratchet::moe {
 
-// What the CUDA forward keeps for the backward (device memory unless noted),
-// and the backward's scratch. Sized by the first call and grown when a later
-// call needs more.
-class CudaMoeCache {
+// Device buffers from one backend's alloc(), each grown (released and
+// allocated again) when a call needs more, released with their holder.
+class CudaBuffers {
  public:
-  CudaMoeCache() = default;
-  ~CudaMoeCache();
-  CudaMoeCache(const CudaMoeCache&) = delete;
-  CudaMoeCache& operator=(const CudaMoeCache&) = delete;
+  CudaBuffers() = default;
+  CudaBuffers(const CudaBuffers&) = delete;
+  CudaBuffers& operator=(const CudaBuffers&) = delete;
 
-  // One device buffer: grown (released and allocated again) when too small.
   struct Buf {
     void* p = nullptr;
     size_t bytes = 0;
   };
-  // const: the backward grows its (mutable) scratch through a const cache.
-  // alloc: where a new block comes from (null: be.alloc()).
+  // alloc: where a new block comes from (null: be.alloc()). const: the
+  // backward grows its scratch through a const cache.
   using Alloc = void* (*)(Backend&, size_t);
   void* need(Backend& be, Buf& b, size_t bytes, Alloc alloc = nullptr) const;
 
+ protected:
+  ~CudaBuffers() = default;
+  void release(std::initializer_list<Buf*> bufs);
+
+ private:
+  mutable Backend* be_ = nullptr;  // the backend the buffers came from
+};
+
+// What a MoE layer's calls use only while they run: the router's logits
+// (N,E) T in the forward; the backward's dy, dxp (N*k,C) T, dw (N*k) FP32,
+// dlogits (N,E) T and one expert's da (rows,I), dh (rows,2I) T; the
+// exchange's two (R,C) buffers xr, ye (forward and backward). The layers of
+// a model run one at a time on one stream, so one scratch serves all of
+// them (GPT::moe_state, Backend::moe_state_beside), sized by the largest
+// call: BackendMemoryModel::moe_scratch_bytes once per model, not per layer.
+class CudaMoeScratch : public CudaBuffers {
+ public:
+  CudaMoeScratch() = default;
+  ~CudaMoeScratch();
+  mutable Buf logits, dy, dxp, dw, dlogits, da, dh, xr, ye;
+};
+
+// What the CUDA forward keeps for the backward (device memory unless noted).
+// Sized by the first call and grown when a later call needs more. Its
+// scratch (above) is its own unless shared with another cache's.
+class CudaMoeCache : public CudaBuffers {
+ public:
+  CudaMoeCache() = default;
+  ~CudaMoeCache();
+
+  // The scratch, made on first use; shared with `other`'s from now on.
+  CudaMoeScratch& scratch() const;
+  void share_scratch(const CudaMoeCache& other);
+
   MoeShape shape;                  // of the last forward
-  Buf logits;                      // (N,E) T
   Buf probs, w;                    // (N,E) (N,k) FP32
   Buf idx;                         // (N,k) int
   Buf counts_dev, offsets_dev;     // (E+1) (E+1) int; counts[E]: out-of-range slots
@@ -89,21 +122,18 @@ class CudaMoeCache {
   Buf xp, h, a, y;                 // (N*k,C) (N*k,2I) (N*k,I) (N*k,C) T
   std::vector<int> counts;         // host (E): rows per expert
   std::vector<int> offsets;        // host (E+1): first packed row of each expert
-  // Backward scratch (mutable: moe_backward takes the cache const, as the CPU's).
-  mutable Buf dy, dxp, dw, dlogits, da, dh;
   // Expert parallelism: the bookkeeping (host) and, for R received rows,
   // perm (R) received -> expert order and its inverse, xe (R,C) the rows in
-  // expert order, he (R,2I), ae (R,I) the local experts' hidden states, and
-  // two (R,C) buffers for the exchanges (xr, ye; backward scratch too).
+  // expert order, he (R,2I), ae (R,I) the local experts' hidden states (the
+  // exchange's two (R,C) buffers are scratch).
   bool sharded = false;
   ExpertShard shard;
   Buf perm, inv, xe, he, ae;
-  mutable Buf xr, ye;
   size_t ep_rows = 0;  // the received rows the exchange's buffers hold room for
   bool hidden_in_ep = false;  // the last forward's h, a live in he, ae (cuda_moe.cpp)
 
  private:
-  mutable Backend* be_ = nullptr;  // the backend the buffers came from
+  mutable std::shared_ptr<CudaMoeScratch> scratch_;
 };
 
 // Throws Error naming the value when the cuda path cannot take s (the

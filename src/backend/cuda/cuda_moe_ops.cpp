@@ -5,7 +5,8 @@
 // downloaded and added to the host's sums). Every buffer comes from alloc()
 // at its largest size on first use (the backward's per-expert scratch for N
 // rows, the most one expert can get), so the arena holds exactly
-// BackendMemoryModel::moe_state_bytes per state and never sees one grow.
+// BackendMemoryModel::moe_state_bytes per state, plus moe_scratch_bytes once
+// for the scratch the model's states share, and never sees one grow.
 // With an exchange (--expert-parallel P) the expert side is sized for the
 // rows of P ranks (cuda_moe.h).
 #include <algorithm>
@@ -71,6 +72,16 @@ std::unique_ptr<MoeState> CudaBackend<T>::moe_state() {
   return std::make_unique<CudaMoeState>();
 }
 
+// The scratch (cuda_moe.h's CudaMoeScratch: what a call uses only while it
+// runs, about 40% of a layer's bytes) is the sibling's: the model's MoE
+// layers run one after another on this backend's stream.
+template <class T>
+std::unique_ptr<MoeState> CudaBackend<T>::moe_state_beside(const MoeState& sibling) {
+  auto s = std::make_unique<CudaMoeState>();
+  s->cache.share_scratch(state_of(sibling).cache);
+  return s;
+}
+
 template <class T>
 void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1, cdptr w2,
                                  dptr out, MoeState& st) {
@@ -78,10 +89,11 @@ void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1
   moe::CudaMoeCache& c = s.cache;
   // The backward's scratch at its largest now (memory accounting: no growth later).
   const size_t n = (size_t)std::max(d.N, 0), tb = sizeof(T), Nk = n * std::max(d.k, 0);
-  c.need(*this, c.dy, Nk * d.C * tb);
-  c.need(*this, c.dxp, Nk * d.C * tb);
-  c.need(*this, c.dw, Nk * 4);
-  c.need(*this, c.dlogits, n * d.E * tb);
+  const moe::CudaMoeScratch& sc = c.scratch();
+  sc.need(*this, sc.dy, Nk * d.C * tb);
+  sc.need(*this, sc.dxp, Nk * d.C * tb);
+  sc.need(*this, sc.dw, Nk * 4);
+  sc.need(*this, sc.dlogits, n * d.E * tb);
   // One expert's rows: at most one per token of each rank whose rows come
   // here, and no more than the rows received. Sized for the exchange's
   // reservation (--moe-ep-capacity) on the first call even without it (an
@@ -93,8 +105,8 @@ void CudaBackend<T>::moe_forward(const MoeDims& d, cdptr x, cdptr gate, cdptr w1
     moe::reserve_expert_parallel(*this, ms, P, tb, c,
                                  moe_ep_received_rows(d.N, d.k, P, d.ep_capacity));
   } else {
-    c.need(*this, c.da, n * d.I * tb);
-    c.need(*this, c.dh, n * 2 * d.I * tb);
+    sc.need(*this, sc.da, n * d.I * tb);
+    sc.need(*this, sc.dh, n * 2 * d.I * tb);
   }
   float* small = static_cast<float*>(own(*this, s, s.aux_dprob, aux_bias_bytes(d.E)));
   own(*this, s, s.stats, (size_t)std::max(d.E, 1) * 2 * 8);
@@ -150,6 +162,7 @@ void CudaBackend<T>::moe_aux_stats(const MoeDims& d, const MoeState& st, double*
 // instantiates the class with the members it defines).
 #define RATCHET_MOE_OPS(T)                                                                      \
   template std::unique_ptr<MoeState> CudaBackend<T>::moe_state();                               \
+  template std::unique_ptr<MoeState> CudaBackend<T>::moe_state_beside(const MoeState&);         \
   template void CudaBackend<T>::moe_forward(const MoeDims&, cdptr, cdptr, cdptr, cdptr, dptr,   \
                                             MoeState&);                                         \
   template void CudaBackend<T>::moe_backward(const MoeDims&, cdptr, cdptr, cdptr, cdptr, cdptr, \

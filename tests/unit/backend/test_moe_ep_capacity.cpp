@@ -43,9 +43,9 @@ TEST(MoeEpCapacity, CudaStateFollowsTheReservation) {
   const int C = 64, E = 8, k = 2, I = 32, P = 8;
   BackendMemoryModel m = cuda_memory_model(2, 0);
   m.expert_parallel = P;
-  auto bytes = [&](double F) {
+  auto bytes = [&](double F) {  // a lone state's: its own buffers and its scratch
     m.ep_capacity = F;
-    return m.moe_state_bytes(N, C, E, k, I);
+    return m.moe_state_bytes(N, C, E, k, I) + m.moe_scratch_bytes(N, C, E, k, I);
   };
   const size_t per_row = 2 * 4 + (3 * C + 2 * I + I) * 2, per_scratch = 3 * I * 2;
   // F 2: R 256, scratch rows min(P·N 512, 256); F 8 (= P): R 1024, scratch 512.
@@ -61,6 +61,26 @@ TEST(MoeEpCapacity, CudaStateFollowsTheReservation) {
   const size_t h_a = (size_t)N * k * 3 * I * 2;  // (N·k, 2I) + (N·k, I), BF16
   const size_t scratch_plain = (size_t)N * 3 * I * 2;  // da, dh at N rows
   EXPECT_EQ(bytes(1), plain - h_a - scratch_plain + per_row * 128 + per_scratch * 128);
+}
+
+// What a call uses only while it runs is the scratch the model's states
+// share (cuda_moe.h's CudaMoeScratch), by hand on the same 256-byte-unit
+// shapes: logits and dlogits (N,E), dy and dxp (N·k,C) in BF16, dw (N·k)
+// FP32, da and dh at N rows; with the exchange xr and ye (R,C) and da, dh
+// at moe_ep_expert_rows. step_memory counts it once for all the layers.
+TEST(MoeEpCapacity, CudaScratchIsCountedOncePerModel) {
+  const long N = 64;
+  const int C = 64, E = 8, k = 2, I = 32, P = 8;
+  BackendMemoryModel m = cuda_memory_model(2, 0);
+  const size_t Nk = (size_t)N * k;
+  const size_t plain = 2 * (N * E * 2) + 2 * (Nk * C * 2) + Nk * 4 + N * 3 * I * 2;
+  EXPECT_EQ(m.moe_scratch_bytes(N, C, E, k, I), plain);
+  m.expert_parallel = P;
+  m.ep_capacity = 2;  // R 256, one expert's rows min(P·N, R) = 256
+  EXPECT_EQ(m.moe_scratch_bytes(N, C, E, k, I),
+            plain - N * 3 * I * 2 + 256 * 3 * I * 2 + 2 * (256 * C * 2));
+  EXPECT_EQ(cpu_memory_model().moe_scratch_bytes(N, C, E, k, I), 0u)
+      << "the cpu backend frees its scratch inside each call";
 }
 
 // The cpu state (host vectors counted in bytes_in_use): h, a, the received

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/memory_model.h"
+#include "distributed/strategy.h"
 #include "model/config.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
@@ -105,7 +106,7 @@ TEST(PlanMoe, Qwen3_30B_A3B_OnTwoNodes) {
   EXPECT_NE(t.find("moe:     128 experts, top 8, 48 of 48 layers MoE"), std::string::npos) << t;
   EXPECT_NE(t.find("active parameters per token (3,353,032,704)"), std::string::npos) << t;
   // Every expert-parallel size dividing 16 ranks and 128 experts, at the
-  // pick (ZeRO-3 at --recompute blocks): P = 1 has the pick's memory and
+  // pick (ZeRO-3, at --recompute none: the MoE layers share one scratch): P = 1 has the pick's memory and
   // step, each larger P more memory (its exchange buffers) and all-to-all
   // time; P = 16 crosses the nodes. The fastest that fits is P = 1: every
   // rank holds every expert's weights, so P only adds (the wording says so).
@@ -127,8 +128,9 @@ TEST(PlanMoe, Qwen3_30B_A3B_OnTwoNodes) {
     EXPECT_DOUBLE_EQ(ep.rows[i].a2a_bytes, moe_a2a_bytes(in.cfg, 1, 4096, p.accum, 1 << i, 2));
   }
   EXPECT_EQ(ep.best, 0);
-  EXPECT_NE(t.find("expert parallel (--expert-parallel P; ZeRO-3 at --recompute blocks, --moe-ep-capacity 2; "
-                   "every rank still holds every"), std::string::npos) << t;
+  EXPECT_NE(t.find("expert parallel (--expert-parallel P; ZeRO-3 at --recompute none, --moe-ep-capacity 2; "
+                   "every rank still holds every\n    expert's weights; the experts' AdamW moments are "
+                   "sharded as the rest"), std::string::npos) << t;
   EXPECT_NE(t.find("fastest that fits: --expert-parallel 1, step"), std::string::npos) << t;
   EXPECT_EQ(t.find("shards the experts' weights"), std::string::npos) << t;
   const std::string j = plan_json(p);
@@ -158,17 +160,20 @@ TEST(PlanMoe, OlmoeExpertParallelEightWithinASmallFactor) {
   const double a1 = (double)one.mem.activations_of(none), a8 = (double)eight.mem.activations_of(none);
   // The table's figures (`ratchet plan ... --expert-parallel 1` / `8`), to
   // the 0.005 GiB it prints.
-  EXPECT_NEAR(a1 / gib, 14.72, 0.005);
-  EXPECT_NEAR(a8 / gib, 32.35, 0.005);
+  EXPECT_NEAR(a1 / gib, 10.60, 0.005);
+  EXPECT_NEAR(a8 / gib, 18.27, 0.005);
   EXPECT_LT(a8 / a1, 2.5);
   // By the formula: 16 MoE layers' states at P 8, F 2 against P 1 (N = B·T).
   BackendMemoryModel m = backend_memory_model(find_device("h100"), in.cfg);
   const GPTConfig& c = in.cfg;
-  const size_t s1 = m.moe_state_bytes(4096, c.channels, c.num_experts, c.experts_per_tok, c.moe_ffn_hidden);
+  auto state = [&] { return m.moe_state_bytes(4096, c.channels, c.num_experts, c.experts_per_tok, c.moe_ffn_hidden); };
+  auto scratch = [&] { return m.moe_scratch_bytes(4096, c.channels, c.num_experts, c.experts_per_tok, c.moe_ffn_hidden); };
+  const size_t s1 = state(), x1 = scratch();
   m.expert_parallel = 8;
-  const size_t s8 = m.moe_state_bytes(4096, c.channels, c.num_experts, c.experts_per_tok, c.moe_ffn_hidden);
+  const size_t s8 = state(), x8 = scratch();
   ASSERT_EQ(c.moe_layer_count(), 16);
-  EXPECT_EQ(eight.mem.activations_of(none) - one.mem.activations_of(none), 16 * (s8 - s1));
+  // Every layer's state, and the scratch they share once.
+  EXPECT_EQ(eight.mem.activations_of(none) - one.mem.activations_of(none), 16 * (s8 - s1) + (x8 - x1));
   EXPECT_GT((double)worst.mem.activations_of(none), 2.5 * a1) << "F = P: the worst case is larger";
 }
 
@@ -187,7 +192,8 @@ TEST(PlanMoe, AllToAllSecondsByHand) {
 
 // --expert-parallel N counts the cuda backend's exchange buffers in every
 // MoE state, as `ratchet train` does (Trainer::memory_for): N 2 adds
-// exactly moe_state_bytes at N 2 less at N 1 per MoE layer, in the plan's
+// exactly moe_state_bytes at N 2 less at N 1 per MoE layer (and the shared
+// scratch's growth once), in the plan's
 // table and in every ZeRO stage's activations.
 TEST(PlanMoe, ExpertParallelCountsTheExchangeBuffers) {
   PlanInputs in;
@@ -199,13 +205,15 @@ TEST(PlanMoe, ExpertParallelCountsTheExchangeBuffers) {
   const Plan two = make_plan(in);
   BackendMemoryModel m = backend_memory_model(find_device("h100"), in.cfg);
   const GPTConfig& c = in.cfg;
-  const size_t a = m.moe_state_bytes(2 * 16, c.channels, c.num_experts, c.experts_per_tok,
-                                     c.moe_ffn_hidden);
+  auto state = [&] { return m.moe_state_bytes(2 * 16, c.channels, c.num_experts, c.experts_per_tok, c.moe_ffn_hidden); };
+  auto scratch = [&] { return m.moe_scratch_bytes(2 * 16, c.channels, c.num_experts, c.experts_per_tok, c.moe_ffn_hidden); };
+  const size_t a = state(), xa = scratch();
   m.expert_parallel = 2;
-  const size_t b = m.moe_state_bytes(2 * 16, c.channels, c.num_experts, c.experts_per_tok,
-                                     c.moe_ffn_hidden);
+  const size_t b = state(), xb = scratch();
   ASSERT_GT(b, a);
-  const size_t more = (size_t)c.moe_layer_count() * (b - a);
+  ASSERT_GT(xb, xa);
+  // Per layer its state's growth, and the shared scratch's once.
+  const size_t more = (size_t)c.moe_layer_count() * (b - a) + (xb - xa);
   EXPECT_EQ(c.moe_layer_count(), 4);
   EXPECT_EQ(two.mem.plain.front().moe, one.mem.plain.front().moe + more);
   ASSERT_EQ(two.zero.rows.size(), one.zero.rows.size());
@@ -214,6 +222,60 @@ TEST(PlanMoe, ExpertParallelCountsTheExchangeBuffers) {
     EXPECT_EQ(two.zero.rows[i].by_policy.front().activations,
               one.zero.rows[i].by_policy.front().activations + more)
         << "row " << i;
+}
+
+// --expert-parallel P at ZeRO-0 keeps the AdamW moments of the rank's own
+// E/P experts only, as train does (distributed/expert_shards.h): the plan
+// counts what train allocates, strategy_needs' moment_elems, and by hand the
+// experts' (P-1)/P dropped. ZeRO-1 shards the experts' moments as the rest,
+// so P changes none of its moments.
+TEST(PlanMoe, ExpertParallelDropsTheOtherExpertsMoments) {
+  const GPTConfig c = ratchet::testing::hf_moe_config(Family::olmoe);  // 4 layers, all MoE
+  const int B = 2, T = 16, P = 2;
+  BackendMemoryModel be = backend_memory_model(find_device("h100"), c);
+  const Recompute none;
+  const ParamLayout lay(c);
+  const size_t experts = lay.sizes[P_EXPW1] + lay.sizes[P_EXPW2];
+  ASSERT_GT(experts, 0u);
+  for (int stage : {0, 1}) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(stage));
+    ZeroStage z;
+    z.stage = stage;
+    be.expert_parallel = 1;
+    const ZeroMemory all = zero_memory(c, B, T, none, be, z, P);
+    be.expert_parallel = P;
+    const ZeroMemory own = zero_memory(c, B, T, none, be, z, P);
+    DistributedConfig d;
+    d.stage = stage;
+    d.overlap = true;
+    d.expert_parallel = P;
+    const size_t elems = strategy_needs(d, be, c, P, 0).moment_elems;
+    EXPECT_EQ(own.moments, 2 * be.alloc_size(elems * sizeof(float)));
+    if (stage == 0) {  // every parameter's moments but the other experts'
+      EXPECT_EQ(elems, lay.total - experts / P);
+      EXPECT_LT(own.moments, all.moments);
+    } else {
+      EXPECT_EQ(own.moments, all.moments);
+    }
+  }
+  // The plan's expert-parallel lines at --zero 0: each P's row is that
+  // memory, and the table and the JSON say the moments are the own experts'.
+  PlanInputs in;
+  in.cfg = c;
+  in.model_name = "custom";
+  in.T = T, in.B = B, in.steps = 10, in.device = "h100", in.world = P;
+  in.zero.zero = "0";
+  const Plan p = make_plan(in);
+  const ExpertParallelPlan& ep = p.expert_parallel;
+  ASSERT_EQ(ep.rows.size(), 2u);
+  EXPECT_EQ(ep.stage, "ZeRO-0");
+  EXPECT_TRUE(ep.moments_split);
+  BackendMemoryModel bp = backend_memory_model(find_device("h100"), c);
+  bp.expert_parallel = P;
+  EXPECT_EQ(ep.rows[1].bytes, zero_memory(c, B, T, ep.policy, bp, ZeroStage{0}, P).total());
+  const std::string t = plan_table(p);
+  EXPECT_NE(t.find("and the AdamW moments of its own E/P experts only"), std::string::npos) << t;
+  EXPECT_NE(plan_json(p).find("\"expert_moments_own_experts_only\":true"), std::string::npos);
 }
 
 TEST(PlanMoe, NothingFitsSaysExpertParallelismIsMissing) {
@@ -230,8 +292,8 @@ TEST(PlanMoe, NothingFitsSaysExpertParallelismIsMissing) {
   ASSERT_EQ(p.expert_parallel.rows.size(), 1u);  // one rank: P = 1 only
   EXPECT_FALSE(p.expert_parallel.rows[0].fits);
   EXPECT_EQ(p.expert_parallel.best, -1);
-  EXPECT_NE(t.find("none fits at ZeRO-3 with --recompute blocks: a larger P only adds the exchange buffers while "
-                   "every rank holds every expert's weights; more devices (--world-size)"), std::string::npos) << t;
+  EXPECT_NE(t.find("none fits at ZeRO-3 with --recompute blocks at any P (every rank holds every expert's "
+                   "weights); more devices (--world-size)"), std::string::npos) << t;
 }
 
 TEST(PlanMoe, EveryMoePresetPlans) {
