@@ -340,10 +340,15 @@ TEST(MpiExpertParallel, ModelEqualsOneProcessAndPlainDataParallel) {
         // The statistics of the whole global batch in all three. Not
         // bitwise: an expert's GEMM over B rows (plain) and over W·B rows
         // (expert parallel, one process) may round differently, and that
-        // reaches the next MoE layer's router: 1e-6 relative, as test_mpi_moe.
+        // reaches the next MoE layer's router: 1e-5 relative. OpenBLAS's
+        // Haswell kernels (OPENBLAS_CORETYPE=Haswell, set on the AMD EPYC
+        // machines this suite runs on) round a row otherwise in another
+        // block of rows: 2.9e-6 measured at 3 ranks (mixtral), where the
+        // AVX-512 kernels stay below 1e-6. A wrong statistic (a rank's
+        // counts missing) is ~1e-1.
         const double aux_one = one.moe_stats().aux_loss;
-        EXPECT_NEAR(aux_ep, aux_one, 1e-6 * aux_one) << "step " << s;
-        EXPECT_NEAR(aux_plain, aux_one, 1e-6 * aux_one) << "step " << s;
+        EXPECT_NEAR(aux_ep, aux_one, 1e-5 * aux_one) << "step " << s;
+        EXPECT_NEAR(aux_plain, aux_one, 1e-5 * aux_one) << "step " << s;
         if (W == 1) {
           EXPECT_EQ(aux_ep, aux_one) << "step " << s;
         }
@@ -364,9 +369,12 @@ TEST(MpiExpertParallel, ModelEqualsOneProcessAndPlainDataParallel) {
         // the gradient sums over ranks in another order (plain data
         // parallel: each rank's expert gradient over its own rows, then
         // a + b; expert parallel: one GEMM over every row), magnified by
-        // AdamW where gradients are near zero: 1/300 of lr per step.
-        EXPECT_LT(max_diff(pe, p1), steps * 1e-2 / 300) << "expert parallel vs one process";
-        EXPECT_LT(max_diff(pe, pp), steps * 1e-2 / 300) << "expert parallel vs plain";
+        // AdamW where gradients are near zero: 1/100 of lr per step (the
+        // Haswell kernels above: 1.47e-4 measured at 3 ranks, 1/200 of lr
+        // per step; the AVX-512 kernels stay below 1/300). A wrong update
+        // moves a parameter by ~lr per step.
+        EXPECT_LT(max_diff(pe, p1), steps * 1e-2 / 100) << "expert parallel vs one process";
+        EXPECT_LT(max_diff(pe, pp), steps * 1e-2 / 100) << "expert parallel vs plain";
       }
       }
     }

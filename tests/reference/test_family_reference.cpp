@@ -242,8 +242,15 @@ TEST(FamilyPyTorchReference, Qwen3HeadDimUntied) {
 }
 
 // OLMo 2: post-norms only (no ln1w/ln2w), full-width q/k norm; tied and untied.
+// Tied: one of attprojw's 3072 entries ends 8.9e-5 from the oracle after the
+// 10 steps (every other one within 5e-6), as Adam's normalisation turns the
+// FP32 noise of a near-zero gradient entry into an update ~10% of lr apart:
+// NMSE 2.7e-10 on an AMD EPYC (OpenBLAS's Haswell and Cooperlake kernels
+// alike, 3.0e-10 with SkylakeX's), below 1e-10 on the Intel Xeon it passed
+// on before. 1e-9 holds that one entry; a wrong update (every entry ~lr off)
+// is NMSE ~1e-2.
 TEST(FamilyPyTorchReference, Olmo2PostNormFullWidthQk) {
-  check_against_oracle(tiny_family_config(Family::olmo2));
+  check_against_oracle(tiny_family_config(Family::olmo2), /*zero_norms=*/false, 1e-9);
 }
 TEST(FamilyPyTorchReference, Olmo2Untied) {
   check_against_oracle(tiny_family_config(Family::olmo2, /*tied=*/false));

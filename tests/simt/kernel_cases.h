@@ -161,7 +161,8 @@ struct Report {
     lines.push_back(os.str());
   }
   // A candidate kernel (issue 41) against today's on the same inputs: every
-  // value's bits equal (the candidates keep today's arithmetic and its order).
+  // value's bits equal (the candidates keep today's arithmetic and its order,
+  // and simt compiles the kernels without FMA contraction: kernels/CMakeLists.txt).
   void same_bits(const std::string& what, const std::vector<float>& got,
                  const std::vector<float>& today) {
     size_t differ = 0, first = 0;

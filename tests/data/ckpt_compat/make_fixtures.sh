@@ -3,8 +3,9 @@
 # with a GIVEN build, normally an older one: for each configuration below, a
 # run stopped by SIGUSR1 at step 7 (its checkpoint directory, ck/) and the
 # export of the same run never stopped (ref.bin). A newer build must resume
-# ck/ and end byte-identical to ref.bin. Remake only to add configurations; the
-# point of the files is that an OLD build wrote them (ORIGIN says which).
+# ck/ and end byte-identical to ref.bin on the machine that made them (MACHINE,
+# machine.sh's line). Remake only to add configurations; the point of the
+# files is that an OLD build wrote them (ORIGIN says which).
 #   tests/data/ckpt_compat/make_fixtures.sh BUILD_DIR OUT_DIR
 set -euo pipefail
 set -f  # the globs in the train arguments reach ratchet unexpanded
@@ -49,3 +50,6 @@ for c in "${configs[@]}"; do
 done
 commit=$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "made by tests/data/ckpt_compat/make_fixtures.sh with a build of $commit on $(date -u +%Y-%m-%d)" > ORIGIN
+# Where the bytes hold: the test compares bytes on a machine that prints the
+# same line, and within a tolerance elsewhere (test_ckpt_compat.cpp).
+"$here/machine.sh" > MACHINE
