@@ -97,13 +97,18 @@ fi
 # Tiny and quick (a few ms a step): 2 ranks x B=4 x T=32 = 256 tokens a step.
 # slow-node needs steps whose own time is above the straggler check's 50 ms
 # floor (a 50 % duty cycle doubles a rank's own time: the excess is one step's
-# compute), so its model is larger.
+# compute), so its model is larger, and its batch too: the stopped rank must
+# spend its stops computing, not waiting in the gradients' all-reduce (time
+# that is not its own). At B = 4 an AMD EPYC's step was mostly that wait and
+# the rank was never named.
 steps=60
+batch=4
 model="layers = 1
 heads = 2
 channels = 32"
 if [ "$name" = slow-node ]; then
-  steps=24
+  steps=32
+  batch=16
   model="layers = 2
 heads = 4
 channels = 256"
@@ -113,8 +118,8 @@ model = custom
 $model
 max-seq-len = 32
 seq-len = 32
-batch-size = 4
-total-batch-tokens = 256
+batch-size = $batch
+total-batch-tokens = $((2 * batch * 32))
 train-data = $data/train_*.h5
 steps = $steps
 lr = 1e-3
