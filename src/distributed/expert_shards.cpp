@@ -48,6 +48,10 @@ FlatRangeList merge_ranges(const FlatRangeList& a, const FlatRangeList& b) {
   return out;
 }
 
+FlatRangeList all_but_other_experts(size_t total, const FlatRangeList& all, const FlatRangeList& own) {
+  return merge_ranges(subtract_ranges({{0, total}}, all), own);
+}
+
 size_t ranges_elems(const FlatRangeList& r) {
   size_t n = 0;
   for (const auto& [lo, hi] : r) n += hi - lo;

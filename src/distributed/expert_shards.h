@@ -40,6 +40,9 @@ FlatRangeList subtract_ranges(const FlatRangeList& a, const FlatRangeList& b);
 FlatRangeList merge_ranges(const FlatRangeList& a, const FlatRangeList& b);
 // The total length of ranges.
 size_t ranges_elems(const FlatRangeList& r);
+// ZeRO-0's moments under --expert-parallel: [0, total) less every expert
+// slice (`all`) plus this rank's own (`own`), ascending.
+FlatRangeList all_but_other_experts(size_t total, const FlatRangeList& all, const FlatRangeList& own);
 // Collective over the group: every expert slice of `params` (the full flat
 // vector in `be`'s storage) from its owner, all-gathered in place on
 // group_comm, so `params` is in the memory group_comm works on (device

@@ -16,8 +16,7 @@ std::unique_ptr<AdamW> make_optimizer(const DistributedConfig& c, Backend& be,
                                       const ParamLayout& layout) {
   if (!c.experts || c.experts->n <= 1) return std::make_unique<AdamW>(be, layout, c.adamw);
   std::vector<AdamWPiece> pieces;
-  for (const auto& [lo, hi] : merge_ranges(
-           subtract_ranges({{0, layout.total}}, c.experts->all), c.experts->own))
+  for (const auto& [lo, hi] : all_but_other_experts(layout.total, c.experts->all, c.experts->own))
     pieces.push_back({lo, hi - lo, lo});
   return std::make_unique<AdamW>(be, layout, c.adamw, std::move(pieces));
 }

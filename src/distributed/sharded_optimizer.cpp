@@ -165,9 +165,9 @@ void ShardedOptimizer::params_f32(GPT& model, float* host) {
   const char* p = static_cast<const char*>(model.params());
   gather_ranges_f32(coll_.comms().shard_host, N, coll_.index(),
                     [&](int q) {
-                      return buckets_ ? buckets_->layout().owned_ranges(q)
-                                      : OwnedRanges{{shard_range(layout_.total, N, q).lo,
-                                                     shard_range(layout_.total, N, q).hi}};
+                      if (buckets_) return buckets_->layout().owned_ranges(q);
+                      const ShardRange s = shard_range(layout_.total, N, q);
+                      return OwnedRanges{{s.lo, s.hi}};
                     },
                     [&](float* dst, size_t lo, size_t n) { be_.download_f32(dst, p + lo * sb, n); },
                     host);

@@ -40,9 +40,8 @@ StrategyNeeds with_experts(StrategyNeeds n, const DistributedConfig& c, const GP
   const int ep = c.experts ? c.experts->n : c.expert_parallel;
   if (ep <= 1 || !cfg.moe() || c.stage != 0) return n;
   const int q = c.experts ? c.experts->index : c.expert_index;
-  const FlatRangeList pieces = merge_ranges(
-      subtract_ranges({{0, ParamLayout(cfg).total}}, expert_ranges(cfg, ep, -1)),
-      expert_ranges(cfg, ep, q));
+  const FlatRangeList pieces = all_but_other_experts(
+      ParamLayout(cfg).total, expert_ranges(cfg, ep, -1), expert_ranges(cfg, ep, q));
   n.moment_elems = ranges_elems(pieces);
   n.owned = pieces;  // the strategy's owned_ranges()
   return n;

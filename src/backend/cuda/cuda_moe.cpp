@@ -17,7 +17,8 @@ using kernels::bf16;
 
 void* CudaBuffers::need(Backend& be, Buf& b, size_t bytes, Alloc alloc) const {
   if (be_ && be_ != &be)
-    fail("MoE (cuda): a CudaMoeCache is used with two backends; keep one cache per backend");
+    fail("MoE (cuda): a CudaMoeCache (or the scratch it shares) is used with two backends; "
+         "keep one per backend");
   be_ = &be;
   bytes = std::max<size_t>(bytes, 16);  // never a null buffer, even for N = 0
   if (bytes > b.bytes) {
