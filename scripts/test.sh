@@ -6,7 +6,8 @@
 # simt when CUDA's headers are present) holds no tests at all.
 #   scripts/test.sh                  everything
 #   scripts/test.sh -L unit          only some labels (ctest arguments)
-# The whole suite (no arguments) then runs the sanitizer builds
+# The whole suite (no arguments) also makes the sanitizer builds, at idle
+# priority while the main suite runs, and then runs their tests
 # (scripts/sanitize.sh: unit + integration under ASan+UBSan, the loader's
 # prefetch thread and the MPI async path under TSan); RATCHET_SANITIZERS
 # chooses them ("asan tsan" by default, "" for none).
@@ -35,12 +36,35 @@ if [ ${#empty[@]} -gt 0 ]; then
 fi
 
 rc=0
+sanitizers=${RATCHET_SANITIZERS-asan tsan}
+san_pid=
+if [ $# -eq 0 ] && [ -n "$sanitizers" ]; then
+  # The sanitizer builds compile while the suite below runs, at idle priority
+  # (SCHED_IDLE: on the CPU time the tests leave, such as the Slurm tests'
+  # waits for time limits and requeues, and barely any when they want both
+  # cores), so that only their tests are left after it. Their output is in
+  # build/sanitize-build.log.
+  idle=(nice -n 19)
+  if chrt --idle 0 true 2>/dev/null; then idle=(chrt --idle 0); fi
+  if ionice -c 3 true 2>/dev/null; then idle=(ionice -c 3 "${idle[@]}"); fi
+  # shellcheck disable=SC2086
+  (cd .. && exec "${idle[@]}" scripts/sanitize.sh --build-only $sanitizers) > sanitize-build.log 2>&1 &
+  san_pid=$!
+fi
 ctest --output-on-failure --timeout 900 -j 2 "$@" || rc=$?
 cd ..
-sanitizers=${RATCHET_SANITIZERS-asan tsan}
-if [ $# -eq 0 ] && [ -n "$sanitizers" ]; then
-  # shellcheck disable=SC2086
-  scripts/sanitize.sh $sanitizers || rc=$?
+if [ -n "$san_pid" ]; then
+  san_rc=0
+  wait "$san_pid" || san_rc=$?
+  if [ "$san_rc" -ne 0 ]; then
+    tail -n 100 build/sanitize-build.log
+    echo "test.sh: the sanitizer builds failed (build/sanitize-build.log)" >&2
+    rc=1
+  else
+    grep '^sanitize: .*: build' build/sanitize-build.log || true
+    # shellcheck disable=SC2086
+    scripts/sanitize.sh --tests-only $sanitizers || rc=$?
+  fi
 fi
 # The failing tests once more, last, where CI's tail shows them (their first
 # output scrolls away under the sanitizer builds). The rerun only informs:
