@@ -16,6 +16,7 @@
 # a code no test expects, and the step also searches the verbose CTest log
 # (BUILD/ctest-sanitize.log) for any report. The step fails on any report.
 #   scripts/sanitize.sh [--build-only|--tests-only] [asan] [tsan]   (default: both)
+#   scripts/sanitize.sh --list-asan     the names of the tests the asan step runs
 # --build-only builds and stops; --tests-only runs the tests of builds made
 # before (scripts/test.sh builds them at idle priority while the main suite
 # runs, then runs their tests).
@@ -37,6 +38,23 @@ common=(-DRATCHET_CUDA=OFF -DRATCHET_KERNELS=OFF -DRATCHET_BENCH=OFF)
 
 # Runs ctest verbosely into BUILD/ctest-sanitize.log, prints its summary, and
 # fails (printing the reports) when a test failed or any report was made.
+# What the asan step runs: the unit and integration labels, less
+# - the self-tests of the GPU window's and the docs' shell scripts: what they
+#   test is bash;
+# - the longest end-to-end runs of the binary (the worked examples, a sweep
+#   controller killed at every journal point, the comparisons with the HF
+#   libraries in node), 20 to 50 s each under ASan, whose code the shorter
+#   integration tests cover under it.
+# scripts/test.sh runs the integration tests it leaves out in the plain build
+# (--list-asan prints the names of those it runs).
+asan_scope=(-L 'unit|integration'
+  -E '^(gpu_(check|window|compare|bundle)\.|docs\.|FamilyWorkedExample\.|ReadmeWorkedExample\.|SweepCli\.ControllerKilledAtEveryJournalPoint$|HostileInputs\.EmptyStringPatternsMatchHfLibrary$|Families/ExportAutoTokenizer\.)')
+if [ "${1:-}" = --list-asan ]; then
+  [ -d build-asan ] || exit 0
+  (cd build-asan && ctest -N "${asan_scope[@]}") | sed -n 's/^ *Test *#[0-9]*: //p'
+  exit 0
+fi
+
 run_tests() {  # $1 build dir, $2 what runs, rest: ctest arguments
   local build=$1 name=$2; shift 2
   local log=$build/ctest-sanitize.log rc=0
@@ -77,10 +95,7 @@ for w in "${what[@]}"; do
       export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
       export UBSAN_OPTIONS="exitcode=87:print_stacktrace=1"
       rc=0
-      # Not the self-tests of the GPU window's and the docs' shell scripts: what
-      # they test is bash; the plain build runs them (2 minutes here, for nothing).
-      run_tests build-asan "asan+ubsan" -L 'unit|integration' \
-        -E '^(gpu_(check|window|compare|bundle)|docs)\.' || rc=1
+      run_tests build-asan "asan+ubsan" "${asan_scope[@]}" || rc=1
       unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
       echo "sanitize: asan: tests $((SECONDS - t1)) s"
       [ "$rc" -eq 0 ] || exit "$rc"

@@ -38,6 +38,7 @@ fi
 rc=0
 sanitizers=${RATCHET_SANITIZERS-asan tsan}
 san_pid=
+asan_ran=0
 if [ $# -eq 0 ] && [ -n "$sanitizers" ]; then
   # The sanitizer builds compile while the suite below runs, at idle priority
   # (SCHED_IDLE: on the CPU time the tests leave, such as the Slurm tests'
@@ -51,7 +52,17 @@ if [ $# -eq 0 ] && [ -n "$sanitizers" ]; then
   (cd .. && exec "${idle[@]}" scripts/sanitize.sh --build-only $sanitizers) > sanitize-build.log 2>&1 &
   san_pid=$!
 fi
-ctest --output-on-failure --timeout 900 -j 2 "$@" || rc=$?
+# The integration tests run once: against the ASan build's binary when there
+# is one (sanitize.sh), and here only those its step leaves out (below). The
+# unit tests run in both builds.
+main=("$@")
+asan=0
+if [ $# -eq 0 ] && [[ " $sanitizers " == *" asan "* ]]; then
+  asan=1
+  main=(-LE '^integration$')
+fi
+ctest --output-on-failure --timeout 900 -j 2 "${main[@]}" || rc=$?
+cp Testing/Temporary/LastTestsFailed.log failed-main.log 2>/dev/null || : > failed-main.log
 cd ..
 if [ -n "$san_pid" ]; then
   san_rc=0
@@ -62,9 +73,25 @@ if [ -n "$san_pid" ]; then
     rc=1
   else
     grep '^sanitize: .*: build' build/sanitize-build.log || true
+    asan_ran=$asan
     # shellcheck disable=SC2086
     scripts/sanitize.sh --tests-only $sanitizers || rc=$?
   fi
+fi
+if [ $asan -eq 1 ]; then
+  # The integration tests the asan step did not run (all of them when its
+  # build failed), by number in this build.
+  ran=
+  [ "$asan_ran" -eq 0 ] || ran=$(scripts/sanitize.sh --list-asan)
+  nums=$(cd build && ctest -N -L '^integration$' |
+         sed -n 's/^ *Test *#\([0-9][0-9]*\): \(.*\)$/\1 \2/p' |
+         while read -r n name; do grep -qxF -- "$name" <<<"$ran" || echo "$n"; done | paste -sd, -)
+  if [ -n "$nums" ]; then
+    echo "test.sh: the integration tests the asan step leaves out, in this build: $(tr -cd , <<<"$nums" | wc -c | awk '{print $1 + 1}')"
+    (cd build && ctest --output-on-failure --timeout 900 -j 2 -I "0,0,0,$nums") || rc=1
+    cat build/Testing/Temporary/LastTestsFailed.log >> build/failed-main.log 2>/dev/null || true
+  fi
+  cp build/failed-main.log build/Testing/Temporary/LastTestsFailed.log
 fi
 # The failing tests once more, last, where CI's tail shows them (their first
 # output scrolls away under the sanitizer builds). The rerun only informs:

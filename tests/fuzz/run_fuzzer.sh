@@ -7,7 +7,7 @@
 # (tests/fuzz/corpus/TARGET/) so that committing it keeps it tested.
 #   run_fuzzer.sh BINARY CORPUS_DIR [SECONDS]
 set -euo pipefail
-bin=$1 corpus=$2 secs=${RATCHET_FUZZ_SECONDS:-${3:-25}}
+bin=$1 corpus=$2 secs=${RATCHET_FUZZ_SECONDS:-${3:-10}}
 name=$(basename "$bin")
 # tmpfs when there is one: the readers take paths, so every input is a file write
 work=$(mktemp -d -p "$([ -d /dev/shm ] && echo /dev/shm || echo /tmp)")

@@ -305,6 +305,10 @@ TEST_F(Reliability, APid1LockIsJudgedByItsHeartbeatNotCalledGone) {
     const std::string holder = std::string("host = ") + host + "\npid = 1\nslurm_job_id = -\n"
                                "started = 2026-01-01T00:00:00Z\npurpose = train\n" + extra;
     // A live holder: its heartbeat moves (every 0.3 s for 18 s, killed after).
+    // Its first write is made before the trainer starts: a loaded machine
+    // once ran the trainer before the background loop had written any lock,
+    // and the trainer rightly took the free directory.
+    write_file(ck + "/ratchet.lock", holder + "heartbeat = " + std::to_string(time(nullptr)) + "\n");
     auto r = run_shell("{ (for i in $(seq 1 60); do printf '" + holder + "heartbeat = %s\\n' "
                        "$(( $(date +%s) + i )) > " + ck + "/ratchet.lock; sleep 0.3; done) & hb=$!; "
                        "RATCHET_LOCK_STALE_SECONDS=4 " RATCHET_EXE " " + train_cmd(ck, 1) +
