@@ -29,6 +29,7 @@ for a in "$@"; do
   case $a in
     --build-only) steps=build ;;
     --tests-only) steps=tests ;;
+    --list-asan) steps=list ;;
     *) what+=("$a") ;;
   esac
 done
@@ -36,8 +37,6 @@ done
 step() { [[ " $steps " == *" $1 "* ]]; }
 common=(-DRATCHET_CUDA=OFF -DRATCHET_KERNELS=OFF -DRATCHET_BENCH=OFF)
 
-# Runs ctest verbosely into BUILD/ctest-sanitize.log, prints its summary, and
-# fails (printing the reports) when a test failed or any report was made.
 # What the asan step runs: the unit and integration labels, less
 # - the self-tests of the GPU window's and the docs' shell scripts: what they
 #   test is bash;
@@ -49,12 +48,14 @@ common=(-DRATCHET_CUDA=OFF -DRATCHET_KERNELS=OFF -DRATCHET_BENCH=OFF)
 # (--list-asan prints the names of those it runs).
 asan_scope=(-L 'unit|integration'
   -E '^(gpu_(check|window|compare|bundle)\.|docs\.|FamilyWorkedExample\.|ReadmeWorkedExample\.|SweepCli\.ControllerKilledAtEveryJournalPoint$|HostileInputs\.EmptyStringPatternsMatchHfLibrary$|Families/ExportAutoTokenizer\.)')
-if [ "${1:-}" = --list-asan ]; then
+if [ "$steps" = list ]; then
   [ -d build-asan ] || exit 0
   (cd build-asan && ctest -N "${asan_scope[@]}") | sed -n 's/^ *Test *#[0-9]*: //p'
   exit 0
 fi
 
+# Runs ctest verbosely into BUILD/ctest-sanitize.log, prints its summary, and
+# fails (printing the reports) when a test failed or any report was made.
 run_tests() {  # $1 build dir, $2 what runs, rest: ctest arguments
   local build=$1 name=$2; shift 2
   local log=$build/ctest-sanitize.log rc=0
