@@ -95,6 +95,9 @@ struct MoeDims {
   // that growth's message.
   double ep_capacity = 2.0;
   int layer = -1;
+  // w1/w2 and dw1/dw2 hold only the exchange's rank's E/P experts (a model
+  // holding an expert slice, model/expert_slice.h; moe_ops.h MoeShape).
+  bool expert_slice = false;
 };
 // What one MoE layer's forward keeps for its backward, in the backend's own
 // form (the cpu backend: host vectors; cuda: device buffers). Opaque.

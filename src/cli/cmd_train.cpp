@@ -244,8 +244,9 @@ po::options_description make_options(TrainOptions& o, std::string& config_path,
      "1 = ZeRO-0)")
     ("expert-parallel", po::value(&o.expert_parallel)->default_value(o.expert_parallel),
      "N: a Mixture-of-Experts model's experts sharded over groups of N consecutive ranks, "
-     "rows exchanged all-to-all (N divides the world size and num_experts; cpu backend; "
-     "every rank still keeps every expert's weights in this version: docs/moe.md)")
+     "rows exchanged all-to-all (N divides the world size and num_experts; cpu and cuda "
+     "backends; at --zero 0 each rank holds its own E/N experts only, at --zero 1-3 every "
+     "expert's weights: docs/moe.md)")
     ("moe-ep-capacity", po::value(&o.moe_ep_capacity)->default_value(o.moe_ep_capacity),
      "F >= 1: with --expert-parallel, each MoE layer's buffers for the rows a rank receives are "
      "reserved for ceil(F*N*k) rows (N tokens per rank, k experts per token; at most the P*N*k "

@@ -33,22 +33,24 @@ ExpertParallel::ExpertParallel(Communicator& world, int n, Communicator* device)
   RATCHET_ASSERT(n >= 1 && world.world() % n == 0);
   // Consecutive ranks (mpirun and srun place them on one node).
   group_ = world.split(world.rank() / n, world.rank());
+  replicas_ = world.split(world.rank() % n, world.rank());
   shards_.group = world.rank() / n;
   RATCHET_ASSERT(group_->world() == n);
   if (device) {  // the same groups on device buffers (every rank splits alike)
     RATCHET_ASSERT(device->world() == world.world() && device->rank() == world.rank());
     dgroup_ = device->split(world.rank() / n, world.rank());
+    dreplicas_ = device->split(world.rank() % n, world.rank());
   }
 }
 
 const ExpertShards& ExpertParallel::shards(const GPTConfig& cfg) {
   shards_.n = n_;
   shards_.index = rank();
-  // The weights and gradients they move are the backend's: device memory
-  // with a device communicator.
-  shards_.group_comm = dgroup_ ? dgroup_.get() : group_.get();
   shards_.all = expert_ranges(cfg, n_, -1);
   shards_.own = expert_ranges(cfg, n_, rank());
+  shards_.group_host = group_.get();
+  shards_.replicas = dreplicas_ ? dreplicas_.get() : replicas_.get();
+  shards_.cfg = &cfg;
   return shards_;
 }
 

@@ -8,20 +8,18 @@
 //             outputs back (all_to_allv); the combine is the local one
 //   backward  dy to the experts, dx back (all_to_allv each)
 //
-// Every rank keeps every expert's weights. A rank adds gradient only to its
-// own experts' slices; the others stay zero, so the strategy's sum over the
-// world is the sum over the world/N ranks holding each expert (the data
-// parallel replicas of that shard), plus zeros. At ZeRO-0 a rank keeps the
-// AdamW moments of its own experts only and the group all-gathers the
-// updated expert weights after each step (expert_shards.h); at ZeRO 1-3 the
-// strategy keeps every expert's state, sharded as the rest (about E/W
-// experts' per rank, no more than E/N). Consequences:
-//   - forward() (evaluation, samples) needs no exchange: every rank can
-//     compute every expert (GPT::set_moe_exchange);
-//   - checkpoints hold the full expert tensors, each expert's moments
-//     written by its owner in group 0 at ZeRO-0, so a run resumes at any
-//     expert-parallel size and world size;
-//   - the flat gradient buffer stays whole (the model's, at ZeRO 0-1).
+// At ZeRO-0 the model holds its own experts only (model/expert_slice.h):
+// their weights, gradients and AdamW moments, the experts' gradients
+// all-reduced over the world/N ranks holding the same slice
+// (replicated.h); forward() (evaluation, samples) exchanges too, so it is
+// collective. At ZeRO 1-3 every rank keeps every expert's weights and adds
+// gradient only to its own experts' slices; the others stay zero, so the
+// strategy's sum over the world is the sum over the world/N ranks holding
+// each expert, plus zeros, and its state is sharded as the rest (about E/W
+// experts' per rank, no more than E/N); forward() runs every expert locally.
+// Checkpoints hold the whole expert tensors in global coordinates, each
+// expert written by its owner in group 0 at ZeRO-0, so a run resumes at any
+// expert-parallel size and world size.
 // The trainer applies it to the model like a strategy (apply); the training
 // loop does not branch on it.
 //
@@ -88,6 +86,8 @@ class ExpertParallel final : public MoeExchange {
   int n_ = 1, groups_ = 1;
   std::unique_ptr<Communicator> group_;
   std::unique_ptr<Communicator> dgroup_;  // the device communicator's (or null)
+  // The ranks at this rank's place in every group (ExpertShards::replicas).
+  std::unique_ptr<Communicator> replicas_, dreplicas_;
   Traffic traffic_;
   ExpertShards shards_;
 };

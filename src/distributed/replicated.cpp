@@ -1,24 +1,34 @@
 // See replicated.h.
 #include "distributed/replicated.h"
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "core/error.h"
 #include "distributed/expert_shards.h"
+#include "model/expert_slice.h"
 #include "model/gpt.h"
 
 namespace ratchet {
 
 namespace {
-// --expert-parallel N > 1: AdamW's moments for everything but the experts
-// this rank does not compute (their gradient is zero here: another rank of
-// the group holds it); the all-reduce still sums the whole flat gradient,
-// so each owned expert's gradient is its sum over every group's tokens.
+// --expert-parallel N > 1: the model holds its slice alone (ParamLayout(cfg,
+// N)), AdamW runs on all of it, rounding as the whole model would.
 std::unique_ptr<AdamW> make_optimizer(const DistributedConfig& c, Backend& be,
                                       const ParamLayout& layout) {
-  if (!c.experts || c.experts->n <= 1) return std::make_unique<AdamW>(be, layout, c.adamw);
-  std::vector<AdamWPiece> pieces;
-  for (const auto& [lo, hi] : all_but_other_experts(layout.total, c.experts->all, c.experts->own))
-    pieces.push_back({lo, hi - lo, lo});
-  return std::make_unique<AdamW>(be, layout, c.adamw, std::move(pieces));
+  const ExpertSlice x = c.expert_slice();
+  if (layout.expert_shards != x.shards)
+    fail("ZeRO-0 with --expert-parallel ", x.shards, " needs the model holding E/", x.shards,
+         " experts (ParamLayout(cfg, ", x.shards, ")); this layout holds E/",
+         layout.expert_shards);
+  auto opt = std::make_unique<AdamW>(be, layout, c.adamw);
+  if (!x.partial()) return opt;
+  if (!c.experts || !c.experts->cfg || !c.experts->replicas || !c.experts->group_host)
+    fail("a model holding an expert slice of ", x.shards,
+         " needs the expert-parallel group of that size (DistributedConfig::experts)");
+  opt->use_expert_slice(*c.experts->cfg, x);
+  return opt;
 }
 }  // namespace
 
@@ -29,12 +39,40 @@ Replicated::Replicated(const DistributedConfig& c, Backend& be, const ParamLayou
       layout_(layout),
       opt_(make_optimizer(c, be, layout)) {
   if (c.experts && c.experts->n > 1) experts_ = c.experts;
+  if (slice()) segments_ = local_segments(*c.experts->cfg, c.expert_slice());
+}
+
+std::pair<size_t, size_t> Replicated::expert_span() const {
+  if (!slice()) return {0, 0};
+  // expw1 and expw2 are adjacent in the layout (param_layout.h).
+  RATCHET_ASSERT(layout_.offsets[P_EXPW2] == layout_.offsets[P_EXPW1] + layout_.sizes[P_EXPW1]);
+  return {layout_.offsets[P_EXPW1], layout_.offsets[P_EXPW2] + layout_.sizes[P_EXPW2]};
+}
+
+void Replicated::all_reduce_slice(dptr grads) {
+  const auto [e0, e1] = expert_span();
+  const size_t sb = be_.storage_bytes();
+  const DType t = sb == 2 ? DType::BF16 : DType::F32;
+  char* g = static_cast<char*>(grads);
+  comms_.world->all_reduce(g, e0, t, ReduceOp::Sum);
+  comms_.world->all_reduce(g + e1 * sb, layout_.total - e1, t, ReduceOp::Sum);
+  Communicator* r = experts_->replicas;
+  if (r->world() > 1) r->all_reduce(g + e0 * sb, e1 - e0, t, ReduceOp::Sum);
+}
+
+double Replicated::slice_norm(cdptr grads) const {
+  const auto [e0, e1] = expert_span();
+  const char* g = static_cast<const char*>(grads);
+  const size_t sb = be_.storage_bytes();
+  // The rest is the same on every rank; each slice's experts are on one rank of the group.
+  const double rest = be_.sum_squares(g, e0) + be_.sum_squares(g + e1 * sb, layout_.total - e1);
+  const double experts = experts_->group_host->all_reduce_sum(be_.sum_squares(g + e0 * sb, e1 - e0));
+  return std::sqrt(rest + experts);
 }
 
 OwnedRanges Replicated::owned_ranges() const {
-  OwnedRanges out;
-  for (const AdamWPiece& p : opt_->pieces()) out.push_back({p.lo, p.lo + p.n});
-  return out;
+  if (slice()) return global_ranges(*experts_->cfg, config_.expert_slice());
+  return {{0, layout_.total}};
 }
 
 StrategyNeeds Replicated::needs(const GPTConfig& cfg) {
@@ -77,11 +115,24 @@ void Replicated::grad_ready(int layer) {
       for (int i : kBlockTensors) {
         const size_t n = layout_.per_layer(i, L);
         // A tensor this model does not have (issue 38's four for a GPT-2 or a
-        // Llama): no collective. Those it has keep their order.
-        if (n == 0 && i >= P_QNORMW) continue;
+        // Llama): no collective. Those it has keep their order. A slice's
+        // experts go to the ranks holding the same slice, below.
+        if ((n == 0 && i >= P_QNORMW) || (slice() && (i == P_EXPW1 || i == P_EXPW2))) continue;
         comm.all_reduce_start(g + (layout_.offsets[i] + (size_t)layer * n) * sb, n, t, ReduceOp::Sum);
       }
       comm.group_end();
+      Communicator* r = slice() ? experts_->replicas : nullptr;
+      if (r && r->world() > 1) {
+        r->group_start();
+        for (int i : {P_EXPW1, P_EXPW2}) {
+          const size_t n = layout_.per_layer(i, L);
+          if (n > 0)
+            r->all_reduce_start(g + (layout_.offsets[i] + (size_t)layer * n) * sb, n, t,
+                                ReduceOp::Sum);
+        }
+        r->group_end();
+        r->progress();
+      }
     } else {
       // wte and wpe are adjacent (the start of the buffer), and so are lnfw,
       // lnfb and lmhead (lmhead has size 0 unless a llama is untied); the
@@ -108,6 +159,7 @@ float Replicated::step(GPT& model, float lr) {
     if (model_ && launched_ == groups && pass_ == micro_batches_) {
       RATCHET_ASSERT(&model == model_);
       comms_.world->wait_all();  // every slice was started during the last backward
+      if (slice() && experts_->replicas->world() > 1) experts_->replicas->wait_all();
     } else {
       // No overlap this step (none installed, or another number of backward
       // passes than announced): a partly started reduction cannot be mixed
@@ -115,37 +167,47 @@ float Replicated::step(GPT& model, float lr) {
       if (launched_ != 0)
         fail("data parallel: ", pass_, " backward pass(es) this step but attach() was told ",
              micro_batches_, " (", launched_, " of ", groups, " gradient groups started)");
-      comms_.world->all_reduce(grads, layout_.total,
-                               be_.storage_bytes() == 2 ? DType::BF16 : DType::F32, ReduceOp::Sum);
+      if (slice()) {
+        all_reduce_slice(grads);
+      } else {
+        comms_.world->all_reduce(grads, layout_.total,
+                                 be_.storage_bytes() == 2 ? DType::BF16 : DType::F32, ReduceOp::Sum);
+      }
     }
   }
   pass_ = launched_ = 0;
-  const ExpertShards* x = experts_;
-  if (!x) return opt_->step(model.params(), grads, lr);
-  // The norm of the whole summed gradient (every expert's included), the
-  // update of the owned pieces, then every expert's new weights from its owner.
-  // BF16: every rank keeps the whole FP32 master, so the experts' master
-  // slices come from their owners too (expert_shards.h), as one process's.
-  const float norm = opt_->step_shard(model.params(), grads, lr, opt_->grad_norm(grads));
-  gather_expert_weights(*x, model.config(), be_, model.params(), opt_->steps_taken());
-  return norm;
+  if (slice()) return opt_->step_shard(model.params(), grads, lr, slice_norm(grads));
+  return opt_->step(model.params(), grads, lr);
 }
 
+// lo is global; a slice holds [lo, lo + n) in one of its owned ranges, which
+// are consecutive in its local layout.
 void Replicated::download_params(float* dst, GPT& model, size_t lo, size_t n) const {
-  be_.download_f32(dst, static_cast<const char*>(model.params()) + lo * be_.storage_bytes(), n);
+  const size_t at = slice() ? local_offset(segments_, lo) : lo;
+  if (slice() && n > 0) RATCHET_ASSERT(local_offset(segments_, lo + n - 1) == at + n - 1);
+  be_.download_f32(dst, static_cast<const char*>(model.params()) + at * be_.storage_bytes(), n);
 }
 
-void Replicated::params_f32(GPT& model, float* host) { model.get_params(host); }
+// A slice: the whole model's values (ParamLayout(cfg).total floats), every
+// slice's experts all-gathered over the group in FP32.
+void Replicated::params_f32(GPT& model, float* host) {
+  if (!slice()) return model.get_params(host);
+  const GPTConfig& cfg = model.config();
+  const int n = experts_->n;
+  std::vector<float> local(layout_.total);
+  model.get_params(local.data());
+  const auto [e0, e1] = expert_span();
+  std::vector<float> all((size_t)n * (e1 - e0));
+  experts_->group_host->all_gather(local.data() + e0, all.data(), e1 - e0, DType::F32);
+  for (int q = 0; q < n; q++) {
+    std::copy(all.begin() + (ptrdiff_t)(q * (e1 - e0)), all.begin() + (ptrdiff_t)((q + 1) * (e1 - e0)),
+              local.begin() + (ptrdiff_t)e0);
+    place_experts(cfg, ExpertSlice{n, q}, local.data(), host);
+  }
+}
 
 void Replicated::restore_params(GPT& model) {
   opt_->restore_rounding(model.params());
-  // --expert-parallel: the other experts are not this rank's pieces, so
-  // their BF16 values are still the upload's round-to-nearest; from their
-  // owners' rounding (the master is the checkpoint's everywhere already).
-  // The training step never reads them here (their owners compute them),
-  // but an evaluation or a sample before the next update does.
-  if (experts_)
-    gather_expert_weights(*experts_, model.config(), be_, model.params(), opt_->steps_taken());
   be_.synchronize();
 }
 

@@ -3,8 +3,22 @@
 // and every rank runs the same AdamW on everything. With overlap, the last
 // micro-batch's all-reduce starts layer by layer during its backward
 // (docs/distributed.md).
+// A model holding only its expert slice (--expert-parallel N with E/N
+// experts' weights per rank, model/expert_slice.h; `layout` is then
+// ParamLayout(cfg, N)) has two reduction domains: everything but expw1/expw2
+// is all-reduced over the world as above, the slice's experts over the
+// world/N ranks holding the same slice (ExpertShards::replicas), as
+// torchtitan reduces its experts over dp_shard_mod_ep. The norm adds the
+// group's sums of squares of the experts; AdamW runs on the whole local
+// layout, its rounding keyed by the global places (AdamW::use_expert_slice),
+// and no weights are gathered after the step: each rank updates the only
+// copy of its experts in its group.
 #pragma once
 #include <memory>
+#include <utility>
+#include <vector>
+
+#include "model/expert_slice.h"
 
 #include "distributed/backward_hook.h"
 #include "distributed/shard_collectives.h"
@@ -20,8 +34,8 @@ class Replicated final : public DistributedStrategy {
   float step(GPT& model, float lr) override;
   AdamW& optimizer() override { return *opt_; }
   int zero_stage() const override { return 0; }
-  // With --expert-parallel (DistributedConfig::experts): everything but the
-  // other ranks' experts (distributed/expert_shards.h).
+  // Everything; an expert slice: its global ranges (everything but the
+  // other slices' experts), which its local layout holds back to back.
   OwnedRanges owned_ranges() const override;
   // Everything everywhere: the checkpoint writer splits it over all ranks.
   bool shard_writer() const override { return true; }
@@ -38,6 +52,13 @@ class Replicated final : public DistributedStrategy {
 
  private:
   void grad_ready(int layer);
+  // The slice's expw1..expw2 range of the flat vector ([0, 0) without a slice).
+  bool slice() const { return layout_.expert_shards > 1; }
+  std::pair<size_t, size_t> expert_span() const;
+  std::vector<FlatSegment> segments_;  // a slice's local runs in the global layout
+  // The slice's gradient sum (both domains, blocking) and global norm.
+  void all_reduce_slice(dptr grads);
+  double slice_norm(cdptr grads) const;
 
   Backend& be_;
   ShardComms comms_;

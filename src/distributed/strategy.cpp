@@ -32,18 +32,23 @@ int DistributedConfig::shard_index() const {
   return groups ? groups->member : host->rank();
 }
 
+ExpertSlice DistributedConfig::expert_slice() const {
+  const int ep = experts ? experts->n : expert_parallel;
+  if (stage != 0 || ep <= 1) return ExpertSlice{};
+  return ExpertSlice{ep, experts ? experts->index : expert_index};
+}
+
 namespace {
-// --expert-parallel at ZeRO 0 (expert_shards.h): the moments of everything
-// but the other ranks' experts (what replicated.cpp's pieces hold). ZeRO 1-3
-// shard the experts' state as the rest (sharded_optimizer.h says why).
+// --expert-parallel at ZeRO 0: the model holds its slice alone (replicated.h),
+// its moments the whole local layout, owned in global coordinates. ZeRO 1-3
+// keep every expert's weights and shard their state as the rest
+// (sharded_optimizer.h says why).
 StrategyNeeds with_experts(StrategyNeeds n, const DistributedConfig& c, const GPTConfig& cfg) {
-  const int ep = c.experts ? c.experts->n : c.expert_parallel;
-  if (ep <= 1 || !cfg.moe() || c.stage != 0) return n;
-  const int q = c.experts ? c.experts->index : c.expert_index;
-  const FlatRangeList pieces = all_but_other_experts(
-      ParamLayout(cfg).total, expert_ranges(cfg, ep, -1), expert_ranges(cfg, ep, q));
-  n.moment_elems = ranges_elems(pieces);
-  n.owned = pieces;  // the strategy's owned_ranges()
+  const ExpertSlice x = c.expert_slice();
+  if (!x.partial() || !cfg.moe()) return n;
+  n.expert_shards = x.shards;
+  n.moment_elems = ParamLayout(cfg, x.shards).total;
+  n.owned = global_ranges(cfg, x);  // the strategy's owned_ranges()
   return n;
 }
 }  // namespace
@@ -62,7 +67,7 @@ StrategyNeeds strategy_needs(const DistributedConfig& c, const BackendMemoryMode
 StepMemory strategy_step_memory(const StrategyNeeds& n, const GPTConfig& cfg, int B, int T,
                                 const Recompute& policy, const BackendMemoryModel& be) {
   return step_memory(cfg, B, T, policy, be, n.moment_elems, n.buffer_bytes, n.flat_grads,
-                     n.flat_params, n.master_sharded);
+                     n.flat_params, n.master_sharded, n.expert_shards);
 }
 
 StageChoice choose_stage(size_t candidates, const std::function<double(size_t)>& need,

@@ -21,6 +21,7 @@
 #include "backend/backend.h"
 #include "distributed/communicator.h"
 #include "model/config.h"
+#include "model/expert_slice.h"
 #include "model/memory.h"
 #include "model/param_layout.h"
 #include "model/recompute.h"
@@ -70,8 +71,9 @@ struct DistributedConfig {
   // --shard-group (distributed/shard_groups.h): shard inside groups, the
   // groups replicas of one another; null: one group, the world.
   const ShardGroups* groups = nullptr;
-  // --expert-parallel N > 1 (distributed/expert_shards.h): at ZeRO 0 this
-  // rank keeps AdamW state only for its own experts; null (or n 1): for all.
+  // --expert-parallel N > 1 (distributed/expert_shards.h): at ZeRO 0 the
+  // model holds only this rank's experts (expert_slice(); replicated.h);
+  // null (or n 1): all of them.
   const ExpertShards* experts = nullptr;
   // The same known before `experts` exists (the memory is counted first):
   // --expert-parallel N and this rank's place in its group (rank % N).
@@ -82,6 +84,9 @@ struct DistributedConfig {
   // the world), and this rank's shard.
   int shards() const;
   int shard_index() const;
+  // The experts the model holds under this config: E/N at ZeRO-0 with
+  // --expert-parallel N > 1 (this rank's place in its group), else all.
+  ExpertSlice expert_slice() const;
 };
 
 // What a strategy asks of the model and of memory, known before it exists
@@ -90,6 +95,10 @@ struct StrategyNeeds {
   bool flat_grads = true;       // the model keeps its flat gradient buffer (false from stage 2)
   bool flat_params = true;      // the model keeps its flat parameters (false at stage 3)
   bool master_sharded = false;  // the FP32 master covers `owned` only (stages 1-2, > 1 shard)
+  // The model holds E/expert_shards experts' weights (ZeRO-0 with
+  // --expert-parallel N: N; model/expert_slice.h): GPT is built with
+  // ExpertSlice{expert_shards, this rank's place in its group}. 1: all.
+  int expert_shards = 1;
   OwnedRanges owned;            // the rank's owned ranges (owned_ranges())
   size_t moment_elems = 0;      // AdamW's m and v length on this rank
   size_t buffer_bytes = 0;      // what the strategy allocates (Backend::alloc_size-rounded),
@@ -171,9 +180,10 @@ class DistributedStrategy {
   // them, so a resumed BF16 run continues bit for bit.
   virtual void restore_params(GPT& model) = 0;
 
-  // --expert-parallel's shards (DistributedConfig::experts) when this
-  // strategy keeps only this rank's experts' state (ZeRO-0); null when it
-  // keeps every expert's (sharded as the rest at ZeRO 1-3).
+  // --expert-parallel's shards (DistributedConfig::experts) when the model
+  // holds only this rank's experts (ZeRO-0: model/expert_slice.h); null when
+  // it holds every expert's weights (their state sharded as the rest at
+  // ZeRO 1-3).
   const ExpertShards* experts() const { return experts_; }
   // The log's line ("ZeRO-1: optimizer state sharded", ...).
   virtual std::string describe() const = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -9,12 +10,14 @@
 #include "core/rng.h"
 #include "model/gpt_internals.h"
 #include "model/rope_table.h"
+#include "moe/moe_exchange.h"
 
 namespace ratchet {
 
 GPT::GPT(const GPTConfig& cfg, Backend& be, bool flat_grads, bool flat_params,
-         const std::vector<std::pair<size_t, size_t>>* master_ranges)
-    : cfg_(cfg), be_(be), layout_(cfg) {
+         const std::vector<std::pair<size_t, size_t>>* master_ranges, ExpertSlice experts)
+    : cfg_(cfg), be_(be), experts_(experts), layout_(cfg, experts.shards), global_(cfg) {
+  if (experts_.partial()) local_segments(cfg_, experts_);  // checks the index (an Error)
   if (flat_params) {
     params_ = be_.alloc(layout_.total * be_.storage_bytes());
     // set_params() then sets the FP32 master exactly (of master_ranges only, when given)
@@ -48,34 +51,56 @@ dptr GPT::grad(int i, int layer) {
 }
 
 void GPT::init_random(uint64_t seed) {
-  std::vector<float> host(layout_.total, 0.0f);
-  const float std_proj = 0.02f / std::sqrt(2.0f * cfg_.num_layers);
+  std::vector<float> host(global_.total, 0.0f);
+  init_host(cfg_, seed, host.data());
+  set_whole_params(host.data());
+}
+
+void GPT::set_whole_params(const float* host) {
+  if (!experts_.partial()) return set_params(host);
+  std::vector<float> mine(layout_.total);
+  slice_experts(cfg_, experts_, host, mine.data());
+  set_params(mine.data());
+}
+
+void GPT::init_host(const GPTConfig& cfg, uint64_t seed, float* host) {
+  const ParamLayout layout(cfg);
+  std::fill_n(host, layout.total, 0.0f);
+  const float std_proj = 0.02f / std::sqrt(2.0f * cfg.num_layers);
   Rng rng(seed);
   for (int i = 0; i < kNumParamTensors; i++) {
-    float* p = host.data() + layout_.offsets[i];
-    size_t n = layout_.sizes[i];
+    float* p = host + layout.offsets[i];
+    size_t n = layout.sizes[i];
     if (i == P_LN1W || i == P_LN2W || i == P_LNFW || i == P_QNORMW || i == P_KNORMW ||
         i == P_ATTNPOSTW || i == P_MLPPOSTW) {
       // RMSNorm gains start at identity: w = 1, or w = 0 in Gemma's (1+w) form
       // (GPT-2's LayerNorm keeps 1; its bias slots are not in this list).
-      const float one = cfg_.llama() && cfg_.norm_unit_offset ? 0.0f : 1.0f;
+      const float one = cfg.llama() && cfg.norm_unit_offset ? 0.0f : 1.0f;
       for (size_t j = 0; j < n; j++) p[j] = one;
     } else if (ParamLayout::decayed(i)) {
       float sd = (i == P_ATTPROJW || i == P_FCPROJW) ? std_proj : 0.02f;
       // wte, lmhead: only the V real rows; padded rows stay zero.
-      if (i == P_WTE || i == P_LMHEAD) n = std::min(n, (size_t)cfg_.vocab_size * cfg_.channels);
+      if (i == P_WTE || i == P_LMHEAD) n = std::min(n, (size_t)cfg.vocab_size * cfg.channels);
       for (size_t j = 0; j < n; j++) p[j] = sd * rng.normal();
     }  // biases stay zero
   }
   // A model mixing dense and MoE layers holds both MLPs' tensors for every
   // layer (param_layout.h); the slices a layer does not use stay zero.
-  for (int l = 0; cfg_.moe() && l < cfg_.num_layers; l++)
+  for (int l = 0; cfg.moe() && l < cfg.num_layers; l++)
     for (int i : {P_FCW, P_FCPROJW, P_ROUTERW, P_EXPW1, P_EXPW2, P_SHW1, P_SHW2, P_SHGATE}) {
-      const bool used = (i == P_FCW || i == P_FCPROJW) != cfg_.layer_is_moe(l);
-      const size_t n = layout_.per_layer(i, cfg_.num_layers);
-      if (!used && n > 0) std::fill_n(host.data() + layout_.offsets[i] + l * n, n, 0.0f);
+      const bool used = (i == P_FCW || i == P_FCPROJW) != cfg.layer_is_moe(l);
+      const size_t n = layout.per_layer(i, cfg.num_layers);
+      if (!used && n > 0) std::fill_n(host + layout.offsets[i] + l * n, n, 0.0f);
     }
-  set_params(host.data());
+}
+
+void GPT::set_moe_exchange(MoeExchange* ex) {
+  if (experts_.partial() && (!ex || ex->size() != experts_.shards || ex->rank() != experts_.index))
+    fail("this model holds expert slice ", experts_.index, " of ", experts_.shards,
+         " and needs the exchange over those ", experts_.shards, " ranks at that place; got ",
+         ex ? "one of " + std::to_string(ex->size()) + " ranks at place " + std::to_string(ex->rank())
+            : std::string("none"));
+  moe_exchange_ = ex;
 }
 
 // Without flat params (ZeRO-3) through the store: each rank keeps its shard.

@@ -36,6 +36,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/expert_slice.h"
 #include "model/grad_store.h"
 #include "model/param_store.h"
 #include "model/param_layout.h"
@@ -63,22 +64,40 @@ class GPT {
   // on several shards pass the rank's DistributedStrategy::owned_ranges(): get_params
   // then returns FP32 master values there and the BF16 values elsewhere
   // (DistributedStrategy::params_f32 gathers every owner's).
+  // experts: the slice of every MoE layer's experts this model holds
+  // (model/expert_slice.h): with experts.shards N > 1 its flat buffers are
+  // ParamLayout(cfg, N), E/N experts' weights and gradients, and every MoE
+  // layer's forward needs the exchange over the N ranks holding the others
+  // (set_moe_exchange; forward() too: collective_forward()). Default: all.
   GPT(const GPTConfig& cfg, Backend& be, bool flat_grads = true, bool flat_params = true,
-      const std::vector<std::pair<size_t, size_t>>* master_ranges = nullptr);
+      const std::vector<std::pair<size_t, size_t>>* master_ranges = nullptr,
+      ExpertSlice experts = {});
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
 
   const GPTConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
-  size_t num_params() const { return layout_.total; }
+  size_t num_params() const { return layout_.total; }  // this model's flat buffers
+  // The whole model's layout (checkpoints, exports, params_f32): layout()
+  // unless this model holds an expert slice.
+  const ParamLayout& global_layout() const { return global_; }
   Backend& backend() { return be_; }
 
   // GPT-2 initialisation: weights ~ N(0, 0.02), the two residual projections
   // (attprojw, fcprojw) ~ N(0, 0.02/sqrt(2L)), biases 0, LayerNorm gains 1,
-  // padded wte rows 0. Deterministic in seed.
+  // padded wte rows 0. Deterministic in seed. A model holding an expert
+  // slice gets that slice of the whole model's values (init_host).
   void init_random(uint64_t seed);
+  // The same values for the whole model, into `host` (ParamLayout(cfg).total
+  // floats).
+  static void init_host(const GPTConfig& cfg, uint64_t seed, float* host);
+  // The experts this model holds (all of them unless built with a slice).
+  const ExpertSlice& experts() const { return experts_; }
   void set_params(const float* host);  // num_params() floats
+  // From the whole model's values (global_layout().total floats): an expert
+  // slice takes its part (a checkpoint, --init-from).
+  void set_whole_params(const float* host);
   void get_params(float* host) const;
   void get_grads(float* host) const;
   dptr params() { return params_; }
@@ -151,9 +170,12 @@ class GPT {
   // params buffer. The store must outlive its use (set null to detach).
   void set_param_store(ParamStore* s) { pstore_ = s; }
   ParamStore* param_store() const { return pstore_; }
-  // Whether each forward pass is collective (ZeRO-3 on several ranks): every
+  // Whether each forward pass is collective (ZeRO-3 on several ranks, or an
+  // expert slice: its MoE layers exchange rows with the other slices): every
   // rank must then make the same passes (distributed/forward_balance.h).
-  bool collective_forward() const { return pstore_ && pstore_->collective(); }
+  bool collective_forward() const {
+    return (pstore_ && pstore_->collective()) || experts_.partial();
+  }
 
   // ---- Mixture-of-Experts (docs/moe.md) ----------------------------------------
   // The load-balancing statistics of one training micro-batch, after the
@@ -179,11 +201,13 @@ class GPT {
   const MoeStats& moe_stats() const { return moe_stats_; }
   // Expert parallelism (distributed/expert_parallel.h applies it): the MoE
   // layers of forward_backward() compute only this rank's experts and
-  // exchange rows with the other ranks holding the rest. Every rank keeps
-  // every expert's weights, so forward() (evaluation, sampling: not made by
-  // every rank alike) computes all experts locally with no exchange. Null:
-  // every expert here. The exchange must outlive its use.
-  void set_moe_exchange(MoeExchange* ex) { moe_exchange_ = ex; }
+  // exchange rows with the other ranks holding the rest. A model that keeps
+  // every expert's weights computes all of them locally in forward()
+  // (evaluation, sampling: not made by every rank alike) with no exchange;
+  // one holding an expert slice exchanges there too (collective_forward()),
+  // and its exchange must have the slice's size and index (an Error
+  // otherwise). Null: every expert here. The exchange must outlive its use.
+  void set_moe_exchange(MoeExchange* ex);
   MoeExchange* moe_exchange() const { return moe_exchange_; }
   // The selection bias (cfg.moe_selection_bias; HF e_score_correction_bias):
   // (L,E) FP32 on the host, row l the bias of layer l (zeros for dense
@@ -241,7 +265,9 @@ class GPT {
 
   GPTConfig cfg_;
   Backend& be_;
+  ExpertSlice experts_;
   ParamLayout layout_;
+  ParamLayout global_;
   dptr params_ = nullptr;
   dptr grads_ = nullptr;
   void* acts_ = nullptr;

@@ -401,7 +401,9 @@ MoeDims GPT::moe_dims(int BT, int layer) const {
   d.routed_scale = cfg_.routed_scaling_factor;
   d.n_group = cfg_.n_group;
   d.topk_group = cfg_.topk_group;
-  d.exchange = moe_training_ ? moe_exchange_ : nullptr;
+  // An expert slice exchanges in every pass (the other experts are elsewhere).
+  d.exchange = moe_training_ || experts_.partial() ? moe_exchange_ : nullptr;
+  d.expert_slice = experts_.partial();
   d.expert_parallel = moe_exchange_ ? moe_exchange_->size() : 1;
   d.ep_capacity = moe_exchange_ ? moe_exchange_->capacity : 2.0;
   d.layer = layer;

@@ -11,8 +11,8 @@ namespace ratchet {
 StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                        const BackendMemoryModel& be, size_t moment_elems,
                        size_t dp_buffer_bytes, bool flat_grads, bool flat_params,
-                       bool sharded_master) {
-  const size_t P = ParamLayout(cfg).total, sb = be.storage_bytes;
+                       bool sharded_master, int expert_shards) {
+  const size_t P = ParamLayout(cfg, expert_shards).total, sb = be.storage_bytes;
   StepMemory m;
   m.params = flat_params ? be.alloc_size(P * sb) : 0;
   m.grads = flat_grads ? be.alloc_size(P * sb) : 0;

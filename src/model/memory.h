@@ -71,10 +71,12 @@ void check_step_in_range(const GPTConfig& cfg, long B, int T);
 // sharded_master: the master covers the rank's owned elements only, as many
 // as its moments (StrategyNeeds::master_sharded: GPT built with
 // the owned ranges as master_ranges).
+// expert_shards N > 1: the model holds E/N experts (model/expert_slice.h),
+// its parameters and gradients ParamLayout(cfg, N).
 StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                        const BackendMemoryModel& be, size_t moment_elems,
                        size_t dp_buffer_bytes, bool flat_grads = true, bool flat_params = true,
-                       bool sharded_master = false);
+                       bool sharded_master = false, int expert_shards = 1);
 // The same for a live backend (its own description).
 inline StepMemory step_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
                               const Backend& be, size_t moment_elems, size_t dp_buffer_bytes,

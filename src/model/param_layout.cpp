@@ -3,11 +3,17 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/error.h"
+
 namespace ratchet {
 
-ParamLayout::ParamLayout(const GPTConfig& c) {
+ParamLayout::ParamLayout(const GPTConfig& c, int shards) {
   const size_t Vp = c.padded_vocab, C = c.channels, L = c.num_layers, maxT = c.max_seq_len;
   layers = c.num_layers;
+  if (shards < 1 || (shards > 1 && (!c.moe() || c.num_experts % shards != 0)))
+    fail("expert slices: ", shards, " slices of ", c.num_experts,
+         " experts; the slice count must divide num_experts (--expert-parallel)");
+  expert_shards = shards;
   if (c.arch == Arch::llama) {
     const size_t hs = c.head_size(), NH = c.num_heads, KV = c.kv_heads(), H = c.ffn();
     const size_t pre = c.has_pre_norms() ? L * C : 0, post = c.has_post_norms() ? L * C : 0;
@@ -16,11 +22,12 @@ ParamLayout::ParamLayout(const GPTConfig& c) {
     const int Lm = c.moe_layer_count();
     const size_t dense = Lm < c.num_layers ? L : 0, moe = Lm > 0 ? L : 0;  // see the header
     const size_t E = c.num_experts, I = c.moe_ffn_hidden, Is = c.shared_ffn();
+    const size_t Eh = c.moe() ? E / shards : 0;  // the experts held here
     sizes = {Vp * C,  0, pre, 0, L * (NH + 2 * KV) * hs * C,
              c.qkv_bias ? L * (NH + 2 * KV) * hs : 0, L * C * NH * hs, 0,
              pre,   0, dense * 2 * H * C, 0, dense * C * H, 0, C, 0,
              c.tied_embeddings ? 0 : Vp * C, qn, kn, post, post,
-             moe * E * C, moe * E * 2 * I * C, moe * E * C * I, moe * 2 * Is * C, moe * C * Is,
+             moe * E * C, moe * Eh * 2 * I * C, moe * Eh * C * I, moe * 2 * Is * C, moe * C * Is,
              c.shared_expert_gated() ? moe * C : 0};
   } else {
     sizes = {Vp * C,     maxT * C,  L * C,         L * C, L * 3 * C * C, L * 3 * C,

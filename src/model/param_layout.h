@@ -64,6 +64,11 @@
 // layer is MoE (Qwen3-MoE, OLMoE, Mixtral as published).
 // [out][in] row-major is Hugging Face's nn.Linear layout: HF tensors copy in
 // as row blocks.
+// Expert slices (--expert-parallel N keeping E/N experts' weights per rank,
+// model/expert_slice.h): ParamLayout(cfg, N) sizes expw1 and expw2 for E/N
+// experts per layer, (L, E/N, 2I, C) and (L, E/N, C, I); every other tensor
+// is the same, so every rank of the group has the same layout and only the
+// experts behind expw1/expw2 differ. N = 1 is the whole model.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -98,8 +103,10 @@ struct ParamLayout {
   std::array<size_t, kNumParamTensors> offsets{};  // element offset in the flat buffer
   size_t total = 0;                                // elements in all
   int layers = 0;                                  // L, the config's num_layers
+  int expert_shards = 1;                           // N: expw1/expw2 hold E/N experts
 
-  explicit ParamLayout(const GPTConfig& c);
+  // expert_shards N must divide num_experts (an Error naming both otherwise).
+  explicit ParamLayout(const GPTConfig& c, int expert_shards = 1);
   static const char* name(int i);
   static bool decayed(int i);  // true for the 2-D matrices
   // The tensor the logits are computed with: lmhead when untied, else wte.

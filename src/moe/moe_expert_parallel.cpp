@@ -25,6 +25,13 @@ void MoeExchange::device_rows(const void*, const size_t*, void*, const size_t*, 
 
 namespace ratchet::moe {
 
+void check_slice_exchange(const MoeShape& s, const MoeExchange* ex) {
+  if (s.expert_slice && (!ex || ex->size() < 2))
+    fail("a MoE layer holding an expert slice (E/P of its ", s.E,
+         " experts) was called without the expert-parallel exchange over its P ranks: the "
+         "other experts are on them (model/expert_slice.h)");
+}
+
 void check_expert_shards(const MoeShape& s, int P) {
   if (P < 1 || s.E % P != 0)
     fail("--expert-parallel ", P, " must divide num_experts ", s.E,
@@ -174,8 +181,9 @@ void expert_parallel_forward(CpuBackend& be, const MoeShape& s, const Dispatch& 
   std::vector<float> ye((size_t)R * C);
   MoeShape ls = s;
   ls.E = El;
-  experts_forward(be, ls, l, w1 + (size_t)me * El * 2 * I * C, w2 + (size_t)me * El * C * I,
-                  sh.xe.data(), h.data(), a.data(), ye.data());
+  const size_t first = s.expert_slice ? 0 : (size_t)me * El;  // this rank's experts in w1, w2
+  experts_forward(be, ls, l, w1 + first * 2 * I * C, w2 + first * C * I, sh.xe.data(), h.data(),
+                  a.data(), ye.data());
   // Back in the received order, then to the ranks the rows came from.
   scatter_rows(be, sh.perm, ye.data(), xr.data(), C, true);
   ex.rows(xr.data(), sh.recv_n.data(), y, sh.send_n.data());
@@ -193,7 +201,8 @@ void expert_parallel_backward(CpuBackend& be, const MoeShape& s, MoeExchange& ex
   scatter_rows(be, sh.perm, dr.data(), de.data(), C, false);
   MoeShape ls = s;
   ls.E = El;
-  const size_t w1e = (size_t)me * El * 2 * I * C, w2e = (size_t)me * El * C * I;
+  const size_t first = s.expert_slice ? 0 : (size_t)me * El;  // this rank's experts in w1, w2
+  const size_t w1e = first * 2 * I * C, w2e = first * C * I;
   experts_backward(be, ls, sh.local, w1 + w1e, w2 + w2e, sh.xe.data(), h.data(), a.data(),
                    de.data(), dxe.data(), dw1 + w1e, dw2 + w2e);
   scatter_rows(be, sh.perm, dxe.data(), dr.data(), C, true);

@@ -21,6 +21,7 @@ void moe_forward(CpuBackend& be, const MoeShape& s, const float* x, const float*
                  const MoeExtra* extra) {
   check_shape(s);
   check_extra(s, extra);
+  check_slice_exchange(s, ex);
   const size_t NE = (size_t)s.N * s.E, Nk = (size_t)s.N * s.k;
   reserve_expert_rows(s, c);  // before h and a are sized below (their capacity is the reservation)
   c.logits.resize(NE);
@@ -69,6 +70,7 @@ void moe_backward(CpuBackend& be, const MoeShape& s, const float* x, const float
   check_extra(s, extra);
   if (s.Is > 0 && (!dsw1 || !dsw2))
     fail("MoE backward: the shared expert (hidden ", s.Is, ") needs its gradient buffers");
+  check_slice_exchange(s, ex);
   if (c.sharded != (ex != nullptr))
     fail("MoE backward: the forward ran ", c.sharded ? "with" : "without",
          " expert parallelism but the backward ", ex ? "has" : "has no", " exchange");

@@ -98,6 +98,11 @@ struct MoeShape {
   int expert_parallel = 1;
   double ep_capacity = 2.0;
   int layer = -1;
+  // w1/w2 (and dw1/dw2) hold only the exchange's rank's E/P experts,
+  // (E/P, 2I, C) and (E/P, C, I) from expert rank·E/P: a model holding an
+  // expert slice (model/expert_slice.h). Every call then needs the exchange.
+  // false: all E experts' (E, 2I, C) and (E, C, I).
+  bool expert_slice = false;
 };
 // The DeepSeek-V3 parameters of one layer beside gate/w1/w2 (null: unused).
 // bias (E): the selection bias; sw1 (2Is,C), sw2 (C,Is): the shared expert.
@@ -185,6 +190,9 @@ std::string ep_growth_note(const MoeShape& s, size_t R, size_t reserved);
                                    const std::string& why);
 // Throws Error when E is not a multiple of P.
 void check_expert_shards(const MoeShape& s, int P);
+// Throws Error when s.expert_slice and ex is null or of one rank (the layer
+// then cannot reach the other experts).
+void check_slice_exchange(const MoeShape& s, const MoeExchange* ex);
 // The host-side bookkeeping every backend shares: exchanges the counts per
 // expert (counts (E), offsets (E+1): the local dispatch, host memory) over
 // ex and fills sh's P, El, recv_split, send_n, recv_n, local and perm (not
@@ -198,7 +206,8 @@ void expert_parallel_forward(CpuBackend& be, const MoeShape& s, const Dispatch& 
                              std::vector<float>& h, std::vector<float>& a, float* y,
                              ExpertShard& sh);
 // dy (N*k,C, local packed order) in; dxp (N*k,C) overwritten; dw1, dw2 (the
-// whole (E,..) tensors) accumulated in this rank's experts' slices only.
+// whole (E,..) tensors, or the slice's with s.expert_slice) accumulated in
+// this rank's experts' slices only.
 void expert_parallel_backward(CpuBackend& be, const MoeShape& s, MoeExchange& ex, const float* w1,
                               const float* w2, const std::vector<float>& h,
                               const std::vector<float>& a, const ExpertShard& sh, const float* dy,

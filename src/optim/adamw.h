@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/expert_slice.h"
 #include "model/param_layout.h"
 
 namespace ratchet {
@@ -75,6 +76,12 @@ class AdamW {
   const std::vector<AdamWPiece>& pieces() const { return pieces_; }
   size_t moment_elems() const { return n_; }  // m and v length (owned elements)
 
+  // A model holding an expert slice (model/expert_slice.h; `layout` is then
+  // ParamLayout(cfg, x.shards)): the stochastic rounding keys each element
+  // by its place in the WHOLE model's tensor (the global layout), so the
+  // slice's BF16 parameters round as one process's. Call before stepping.
+  void use_expert_slice(const GPTConfig& cfg, ExpertSlice x);
+
   int steps_taken() const { return t_; }
   void set_steps_taken(int t) { t_ = t; }
   float* m() { return m_; }  // moment_elems() FP32: the pieces back to back
@@ -83,8 +90,11 @@ class AdamW {
 
  private:
   // Calls fn(tensor index, first element a0, count, gradient offset, moment
-  // offset, parameter offset) for every tensor's part of every piece: one
-  // backend call each.
+  // offset, parameter offset, round offset, tensor offset) for every
+  // tensor's part of every piece (split further where an expert slice's
+  // global places break): one backend call each. The last two key the
+  // stochastic rounding (AdamWArgs): the part's place in its tensor and the
+  // tensor's offset, both in the global layout.
   template <class Fn>
   void for_each_piece(Fn fn) const;
 
@@ -97,6 +107,10 @@ class AdamW {
   float* m_ = nullptr;
   float* v_ = nullptr;
   int t_ = 0;
+  // use_expert_slice(): the local layout's runs in the global one and the
+  // global layout (empty: the layout is the global one).
+  std::vector<FlatSegment> global_;
+  std::vector<size_t> global_offsets_;
 };
 
 }  // namespace ratchet

@@ -224,9 +224,11 @@ struct ExpertParallelPlan {
   std::string stage;                    // the ZeRO stage the rows use ("ZeRO-3", ...)
   Recompute policy;                     // and the recompute policy
   bool stage_fits = false;              // that stage was the plan's pick (else: the least memory)
-  // At that stage a rank keeps the AdamW moments of its own E/P experts only
-  // (ZeRO-0: zero_memory); else they are sharded as the rest.
-  bool moments_split = false;
+  // At that stage a rank holds its own E/P experts only: their weights,
+  // gradients and AdamW moments (ZeRO-0: zero_memory, model/expert_slice.h);
+  // else every rank holds every expert's weights, their state sharded as
+  // the rest.
+  bool experts_split = false;
   int best = -1;                        // the fitting row with the smallest step; -1: none
 };
 

@@ -398,7 +398,7 @@ Plan make_plan(const PlanInputs& in_) {
     ep.stage_fits = z.chosen >= 0;
     const ZeroRow& row = z.rows[z.chosen >= 0 ? z.chosen : z.rows.size() - 1];
     ep.stage = row.stage.name();
-    ep.moments_split = row.stage.stage == 0;
+    ep.experts_split = row.stage.stage == 0;
     ep.policy = z.chosen >= 0 ? z.chosen_policy : z.policies.back();
     for (int P = 1; P <= in.world; P++) {
       if (in.world % P != 0 || cfg.num_experts % P != 0) continue;

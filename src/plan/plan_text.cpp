@@ -57,11 +57,13 @@ const char* dtype(size_t sb) { return sb == 2 ? "bf16" : "fp32"; }
 
 // A MoE model's expert parallelism under the ZeRO pick: the size given, or a
 // line per size that divides the world and the experts (Plan::expert_parallel).
-// Every rank still holds every expert's weights; train's --expert-parallel
-// shards the computation and, at ZeRO-0, the experts' AdamW moments, which
-// the memory subtracts (zero_memory). So a larger size saves moments there
-// and adds the exchange buffers everywhere: the table says where each fits
-// and what the all-to-alls cost.
+// train's --expert-parallel shards the computation and, at ZeRO-0, the
+// experts themselves: each rank holds its own E/P experts' weights,
+// gradients and AdamW moments (model/expert_slice.h), which the memory
+// counts (zero_memory). At ZeRO 1-3 every rank holds every expert's weights
+// (their state sharded as the rest). So a larger size saves the experts at
+// ZeRO-0 and adds the exchange buffers everywhere: the table says where
+// each fits and what the all-to-alls cost.
 std::string expert_parallel_text(const Plan& p) {
   const PlanInputs& in = p.in;
   std::ostringstream o;
@@ -71,17 +73,20 @@ std::string expert_parallel_text(const Plan& p) {
     const bool zero0 = p.zero.chosen >= 0 && p.zero.rows[p.zero.chosen].stage.stage == 0;
     if (in.expert_parallel > 1)
       o << " (its exchange buffers in the memory above, " << cap
-        << ": ceil(F*N*k) received rows per MoE layer"
-        << (zero0 ? "; at ZeRO-0 each rank's AdamW moments of its own experts only" : "") << ")";
-    o << "; every rank still holds every expert's weights\n";
+        << ": ceil(F*N*k) received rows per MoE layer)";
+    o << (in.expert_parallel > 1 && zero0
+              ? "; at ZeRO-0 each rank holds its own E/P experts only (weights, gradients, "
+                "AdamW moments)\n"
+              : "; every rank holds every expert's weights\n");
     return o.str();
   }
   const ExpertParallelPlan& ep = p.expert_parallel;
   o << "  expert parallel (--expert-parallel P; " << ep.stage << " at --recompute " << ep.policy.name()
     << (ep.stage_fits ? "" : ", the least memory listed") << ", " << cap
-    << "; every rank still holds every\n    expert's weights"
-    << (ep.moments_split ? ", and the AdamW moments of its own E/P experts only"
-                      : "; the experts' AdamW moments are sharded as the rest")
+    << (ep.experts_split ? "; each rank holds its own E/P\n    experts only: their weights, "
+                           "gradients and AdamW moments"
+                         : "; every rank holds every\n    expert's weights; the experts' AdamW "
+                           "moments are sharded as the rest")
     << "):\n";
   o << "        P   memory/rank   fits   all-to-all/step   a2a time   step\n";
   char buf[160];
@@ -98,8 +103,12 @@ std::string expert_parallel_text(const Plan& p) {
       << (b.size == 1 ? " (no all-to-all)" : "") << "\n";
   } else {
     o << "    none fits at " << ep.stage << " with --recompute " << ep.policy.name()
-      << " at any P (every rank holds every expert's weights); more devices (--world-size), a "
-         "smaller --batch-size, or sharding the experts' weights (not in train yet) would\n";
+      << " at any P"
+      << (ep.experts_split
+              ? "; more devices (--world-size) or a smaller --batch-size would\n"
+              : " (every rank holds every expert's weights); more devices (--world-size), a "
+                "smaller --batch-size, or --zero 0, where each rank holds its own experts "
+                "only, would\n");
   }
   return o.str();
 }

@@ -99,11 +99,13 @@ FlatRanges CheckpointWriter::write_ranges(const TrainState& s) const {
   FlatRanges out;
   if (s.dp.zero_stage() == 0) {
     // Every rank holds everything: an even 1/W each, so the ranks share the writing.
-    const ShardRange r = shard_range(s.model.num_params(), comm_.world(), comm_.rank());
+    const ShardRange r = shard_range(s.model.global_layout().total, comm_.world(), comm_.rank());
     if (r.hi > r.lo) out.push_back({r.lo, r.hi});
-    // --expert-parallel: each expert's moments are only on its owners, so
-    // the expert slices leave the even split and the owner in group 0
-    // writes its own (the manifest lists each rank's experts).
+    // --expert-parallel: each expert (weights and moments) is only on its
+    // owners (model/expert_slice.h), so the expert slices leave the even
+    // split and the owner in group 0 writes its own (the manifest lists each
+    // rank's experts). The ranges are global: every rank's download_params
+    // finds them in its own layout.
     if (const ExpertShards* x = s.dp.experts()) {
       out = subtract_ranges(out, x->all);
       if (x->group == 0) out = merge_ranges(out, x->own);
@@ -263,8 +265,9 @@ void CheckpointWriter::save(const TrainState& s, const char* why) {
   schedule_.save_started();
 
   p->wrote = !ranges.empty();
-  auto write = [this, pp = p.get(), ranges, step, P = s.model.num_params(), rank = comm_.rank(),
-                world = comm_.world(), layout = s.model.layout()] {
+  // Global coordinates: every expert's place, whichever rank holds it.
+  auto write = [this, pp = p.get(), ranges, step, P = s.model.global_layout().total,
+                rank = comm_.rank(), world = comm_.world(), layout = s.model.global_layout()] {
     if (!pp->wrote) return;
     // Diverged weights are never saved (issue 25: a NaN checkpoint passed
     // `ckpt verify` and replaced the last good one): each rank checks its

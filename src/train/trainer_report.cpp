@@ -34,7 +34,7 @@ double unigram_entropy(const TokenDataset& ds, int vocab) {
 
 // What the run is, once at its start.
 void Trainer::log_run(bool resumed) {
-  RLOG("model: %s, %.2fM parameters%s\n", cfg_.describe().c_str(), model_->num_params() / 1e6,
+  RLOG("model: %s, %.2fM parameters%s\n", cfg_.describe().c_str(), model_->global_layout().total / 1e6,
        o_.init_from.empty() || resumed ? "" : (" (from " + o_.init_from + ")").c_str());
   RLOG("data: %llu train tokens (%s)%s, tokenizer %s\n",
        (unsigned long long)train_mix_->num_tokens(), o_.train_data.c_str(),
@@ -178,6 +178,7 @@ void Trainer::sample(int step) {
   // A sample is a look at the model, not training: the ledger's evaluation
   // time (goodput by cause), counted at the next ledger write.
   ledger_->eval_seconds += now_s() - t0;
+  if (ep_) ep_->take_traffic();  // the sample's exchanges (an expert slice): not a step's
   if (!rank0()) return;
   std::vector<uint32_t> ids(tokens.begin() + 1, tokens.end());
   RLOG("---- sample at step %d (%d tokens, temperature %.2f) ----\n", step, o_.sample_tokens,
@@ -219,6 +220,7 @@ Metrics Trainer::run_evaluations(const char* which) {
     m.push_back({"val_loss", vl});
   }
   for (auto& kv : evals_->run(*model_, B_, T_, comm_, o_.eval_batches)) m.push_back(kv);
+  if (ep_) ep_->take_traffic();  // an expert slice's evaluation exchanges: not the step's a2a
   // Evaluation time is the ledger's eval_seconds, never step_seconds (issue
   // 31): the same on every rank (the scores are all-reduced, so the ranks
   // leave together).
@@ -267,12 +269,13 @@ void Trainer::export_weights() {
   // from its owner (a sharded master, or sharded parameters), gathered.
   const bool from_ckpt = ckpt_->committed_step() == step_;
   std::vector<float> params;
+  const size_t P = model_->global_layout().total;  // every expert's, under --expert-parallel too
   if (!from_ckpt) {
-    params.resize(model_->num_params());
+    params.resize(P);
     dp_->params_f32(*model_, params.data());  // collective
   }
   if (!rank0()) return;
-  params.resize(model_->num_params());
+  params.resize(P);
   try {
     if (from_ckpt) ckpt_->read_committed_params(params.data(), params.size());
     if (!o_.export_path.empty()) {

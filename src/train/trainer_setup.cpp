@@ -302,7 +302,9 @@ void Trainer::open_backend() {
   dist_.host = &comm_;
   dist_.device = grad_comm_.get();
   dist_.groups = groups_.get();
-  // --expert-parallel's state split, counted before its groups exist.
+  // --expert-parallel's state split, counted before its groups exist (its
+  // value checked first: the counts build the slice's layout).
+  check_expert_parallel(o_.expert_parallel, comm_.world(), cfg_, be_->name());
   dist_.expert_parallel = std::max(1, o_.expert_parallel);
   dist_.expert_index = comm_.rank() % dist_.expert_parallel;
   if (o_.zero_auto) choose_strategy();
@@ -386,19 +388,21 @@ void Trainer::make_model() {
   // parameters or not, the FP32 master of the owned ranges only); attach()
   // installs its hooks and stores before anything sets the parameters
   // (--init-from below, random weights or a checkpoint in train()).
-  // --expert-parallel first (a collective split): at ZeRO-0 the strategy
-  // keeps AdamW state only for this rank's experts (distributed/expert_shards.h).
+  // --expert-parallel first (a collective split): at ZeRO-0 the model holds
+  // only this rank's experts (their weights, gradients and AdamW state:
+  // model/expert_slice.h, distributed/replicated.h).
   // On a device its rows and expert weights go through the device
   // communicator's splits (NCCL), when there is one.
   ep_ = make_expert_parallel(comm_, o_.expert_parallel, grad_comm_.get());
   if (ep_) ep_->capacity = o_.moe_ep_capacity;  // the MoE states' reservation (memory_for's)
   if (ep_) dist_.experts = &ep_->shards(cfg_);
-  dp_ = make_strategy(dist_, *be_, ParamLayout(cfg_));
+  const ExpertSlice slice = dist_.expert_slice();
+  dp_ = make_strategy(dist_, *be_, ParamLayout(cfg_, slice.shards));
   const StrategyNeeds needs =
       strategy_needs(dist_, be_->memory_model(), cfg_, dist_.shards(), dist_.shard_index());
   const OwnedRanges owned = dp_->owned_ranges();
   model_ = std::make_unique<GPT>(cfg_, *be_, needs.flat_grads, needs.flat_params,
-                                 needs.master_sharded ? &owned : nullptr);
+                                 needs.master_sharded ? &owned : nullptr, slice);
   dp_->attach(*model_, accum_);
   // MoE: each micro-batch's router statistics are summed over the data-parallel
   // group (every rank holds other data) before its aux loss (docs/moe.md).
@@ -432,7 +436,7 @@ void Trainer::make_model() {
   // The imported weights, read now that the memory check has passed.
   if (!o_.init_from.empty()) {
     std::vector<float> bias;
-    model_->set_params(load_init_weights(&bias).data());
+    model_->set_whole_params(load_init_weights(&bias).data());
     if (!bias.empty() && cfg_.moe_selection_bias) model_->set_moe_bias(bias);  // dots1's e_score_correction_bias
   }
   // --profile times the training steps of the steady state only: on from
@@ -445,16 +449,22 @@ void Trainer::make_model() {
 }
 
 // "expert state: AdamW m and v of 2048 of 4096 expert parameters on this
-// rank (16384 bytes)": the expert slices among the rank's owned ranges
-// (--expert-parallel at ZeRO-0 keeps only its own experts'; rank 0's line).
+// rank (16384 bytes); its weights and gradients of 2048 (an expert slice)":
+// the expert slices among the rank's owned ranges and in the model's layout
+// (--expert-parallel at ZeRO-0 holds only its own experts; rank 0's line).
 void Trainer::log_expert_state() const {
   const FlatRangeList all = expert_ranges(cfg_, 1, -1);
   size_t total = 0, held = 0;
   for (const auto& [lo, hi] : all) total += hi - lo;
   held = total;
   for (const auto& [lo, hi] : subtract_ranges(all, dp_->owned_ranges())) held -= hi - lo;
-  RLOG("expert state: AdamW m and v of %zu of %zu expert parameters on this rank (%zu bytes)\n",
-       held, total, held * 2 * sizeof(float));
+  // An expert slice (ZeRO-0) holds those experts' weights and gradients alone too.
+  const size_t in_model = model_->layout().sizes[P_EXPW1] + model_->layout().sizes[P_EXPW2];
+  RLOG("expert state: AdamW m and v of %zu of %zu expert parameters on this rank (%zu bytes)%s\n",
+       held, total, held * 2 * sizeof(float),
+       in_model < total ? ("; its weights and gradients of " + std::to_string(in_model) +
+                           " (an expert slice)").c_str()
+                        : "");
 }
 
 // Host memory (cpu, simt): a step that cannot fit in what the host has

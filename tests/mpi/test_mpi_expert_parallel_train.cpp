@@ -10,8 +10,9 @@
 //   - with two micro-batches per step (B = 1) it equals the same without it;
 //   - E not divisible by N is refused (exit 2) naming --expert-parallel and
 //     num_experts;
-//   - at ZeRO-0 each rank keeps the AdamW state of its own experts only (the
-//     log's "expert state" line: half at N 2), and ZeRO 1-3 equal it too;
+//   - at ZeRO-0 each rank holds its own experts only, weights, gradients and
+//     AdamW state (the log's "expert state" line: half at N 2), and ZeRO 1-3
+//     equal it too;
 //   - a 6-expert run resumes from N 2 on 2 ranks at N 3 on 3 ranks and the
 //     reverse, ending where one process ends;
 //   - a checkpoint whose expert moments' shard is damaged or missing is
@@ -106,16 +107,25 @@ TEST_F(MpiExpertParallelTrain, EqualsPlainDataParallelAndResumesOnOneProcess) {
   TempDir plain, ep, run;
   auto r = mpirun_ratchet(2, cmd(plain.path, 2, ""));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = mpirun_ratchet(2, cmd(ep.path, 2, "--expert-parallel 2"));
+  // With a sample every 3 steps: an expert slice's sample exchanges on
+  // every rank of the group (a collective forward), and its traffic is not
+  // the next step's (the a2a bound below).
+  r = mpirun_ratchet(2, cmd(ep.path, 2, "--expert-parallel 2 --sample-every 3 --sample-tokens 8"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("expert parallel: 1 group(s) of 2 ranks; this rank holds experts 0..1 of 4"),
             std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("---- sample at step 3 (8 tokens"), std::string::npos) << r.output;
   // Rank 0 keeps AdamW state for 2 of the 4 experts: 3 layers x 2 experts x
   // (w1 2I·C + w2 C·I) = 3 · 2 · (32·32 + 32·16) elements of 3 · 4 · 1536.
   const auto held = expert_state(r.output);
   EXPECT_EQ(held.second, 3 * 4 * (32 * 32 + 32 * 16)) << r.output;
   EXPECT_EQ(held.first * 2, held.second) << "--expert-parallel 2 halves the expert state\n"
                                          << r.output;
+  // At ZeRO-0 the model holds the slice alone: its weights and gradients too.
+  EXPECT_NE(r.output.find("; its weights and gradients of " + std::to_string(held.first) +
+                          " (an expert slice)"),
+            std::string::npos)
+      << r.output;
   expect_close(plain.path, ep.path, "--expert-parallel 2 vs 1, 2 ranks");
   // Rank 0's all-to-all traffic per step. Per MoE layer (3) and micro-batch
   // (1): its counts (El = 2 ints to the other rank) and 4 row exchanges (to

@@ -89,9 +89,11 @@ TEST(StrategyNeeds, WhatEachStageAsksOfTheModel) {
 }
 
 // --expert-parallel N counted before its groups exist (DistributedConfig::
-// expert_parallel / expert_index): ZeRO-0 holds the moments of everything
-// but the other ranks' experts; ZeRO 1-2 as without (the experts' state
-// sharded as the rest).
+// expert_parallel / expert_index): at ZeRO-0 the model holds its expert
+// slice alone (model/expert_slice.h): the moments, parameters and gradients
+// of everything but the other ranks' experts, owned in global coordinates;
+// ZeRO 1-2 as without (every expert's weights, their state sharded as the
+// rest).
 TEST(StrategyNeeds, ExpertParallelCountsTheRanksOwnExpertsState) {
   const GPTConfig c = testing::tiny_moe_config(Family::qwen3_moe);  // 4 experts
   const size_t P = ParamLayout(c).total;
@@ -107,11 +109,18 @@ TEST(StrategyNeeds, ExpertParallelCountsTheRanksOwnExpertsState) {
     d.stage = 0;
     StrategyNeeds n = strategy_needs(d, be, c, 2, q);
     EXPECT_EQ(n.moment_elems, P - experts + own);
+    EXPECT_EQ(n.moment_elems, ParamLayout(c, 2).total);
     EXPECT_EQ(ranges_elems(n.owned), n.moment_elems);
+    EXPECT_EQ(n.expert_shards, 2);
+    // The step's parameters and gradients are the slice's (FP32: 4 bytes).
+    const StepMemory m = strategy_step_memory(n, c, 2, 8, Recompute(), be);
+    EXPECT_EQ(m.params, be.alloc_size((P - experts + own) * be.storage_bytes));
+    EXPECT_EQ(m.grads, m.params);
     // ZeRO-1 shards the experts' state as the rest (sharded_optimizer.h).
     d.stage = 1;
     const StrategyNeeds plain = ShardedOptimizer::needs(be, c, false, 2, q);
     n = strategy_needs(d, be, c, 2, q);
+    EXPECT_EQ(n.expert_shards, 1);
     EXPECT_EQ(n.moment_elems, plain.moment_elems);
     EXPECT_EQ(n.owned, plain.owned);
     EXPECT_EQ(n.buffer_bytes, plain.buffer_bytes);

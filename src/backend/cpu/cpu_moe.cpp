@@ -62,6 +62,7 @@ moe::MoeShape shape_of(const MoeDims& d) {
   s.expert_parallel = std::max(d.expert_parallel, d.exchange ? d.exchange->size() : 1);
   s.ep_capacity = d.ep_capacity;
   s.layer = d.layer;
+  s.expert_slice = d.expert_slice;
   return s;
 }
 

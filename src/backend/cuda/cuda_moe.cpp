@@ -129,7 +129,7 @@ void expert_parallel_forward(cuda::CudaBackend<T>& be, const MoeShape& s, CudaMo
   for (int i = 0; i < El; i++) {
     const int rows = sh.local.counts[i];
     if (rows == 0) continue;  // no tokens on any rank: no call
-    const size_t r0 = sh.local.offsets[i], e = (size_t)me * El + i;
+    const size_t r0 = sh.local.offsets[i], e = (s.expert_slice ? 0 : (size_t)me * El) + i;
     be.matmul_forward(he + r0 * 2 * I, nullptr, xe + r0 * C, at<T>(w1, e * 2 * I * C), nullptr,
                       rows, C, 2 * I);
     be.swiglu_forward(ae + r0 * I, he + r0 * 2 * I, rows, I);
@@ -169,7 +169,7 @@ void expert_parallel_backward(cuda::CudaBackend<T>& be, const MoeShape& s, const
   for (int i = 0; i < El; i++) {
     const int rows = sh.local.counts[i];
     if (rows == 0) continue;  // no tokens: no gradient added
-    const size_t r0 = sh.local.offsets[i], e = (size_t)me * El + i;
+    const size_t r0 = sh.local.offsets[i], e = (s.expert_slice ? 0 : (size_t)me * El) + i;
     be.matmul_backward(da, at<T>(dw2, e * C * I), nullptr, de + r0 * C, ae + r0 * I,
                        at<T>(w2, e * C * I), rows, I, C);
     be.swiglu_backward(dh, he + r0 * 2 * I, da, rows, I);
@@ -227,6 +227,7 @@ void moe_forward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr gat
   T* y = static_cast<T*>(c.need(be, c.y, Nk * C * tb));
   c.counts.assign(E, 0);
   c.offsets.assign(E + 1, 0);
+  check_slice_exchange(s, ex);
   c.sharded = ex != nullptr;
   // With an exchange every rank takes part in it, whatever its N (the
   // trainer's N = B·T is never 0).
@@ -270,6 +271,7 @@ void moe_backward(cuda::CudaBackend<T>& be, const MoeShape& s, cdptr x, cdptr ga
                   cdptr w2, cdptr dout, const CudaMoeCache& c, const float* aux_dprob, dptr dx,
                   dptr dgate, dptr dw1, dptr dw2, float* dw_route, MoeExchange* ex) {
   check_cuda_shape(s, sizeof(T));
+  check_slice_exchange(s, ex);
   if (c.sharded != (ex != nullptr))
     fail("MoE backward (cuda): the forward ran ", c.sharded ? "with" : "without",
          " expert parallelism but the backward ", ex ? "has" : "has no", " exchange");

@@ -129,7 +129,7 @@ TEST(PlanMoe, Qwen3_30B_A3B_OnTwoNodes) {
   }
   EXPECT_EQ(ep.best, 0);
   EXPECT_NE(t.find("expert parallel (--expert-parallel P; ZeRO-3 at --recompute none, --moe-ep-capacity 2; "
-                   "every rank still holds every\n    expert's weights; the experts' AdamW moments are "
+                   "every rank holds every\n    expert's weights; the experts' AdamW moments are "
                    "sharded as the rest"), std::string::npos) << t;
   EXPECT_NE(t.find("fastest that fits: --expert-parallel 1, step"), std::string::npos) << t;
   EXPECT_EQ(t.find("shards the experts' weights"), std::string::npos) << t;
@@ -224,12 +224,13 @@ TEST(PlanMoe, ExpertParallelCountsTheExchangeBuffers) {
         << "row " << i;
 }
 
-// --expert-parallel P at ZeRO-0 keeps the AdamW moments of the rank's own
-// E/P experts only, as train does (distributed/expert_shards.h): the plan
-// counts what train allocates, strategy_needs' moment_elems, and by hand the
-// experts' (P-1)/P dropped. ZeRO-1 shards the experts' moments as the rest,
-// so P changes none of its moments.
-TEST(PlanMoe, ExpertParallelDropsTheOtherExpertsMoments) {
+// --expert-parallel P at ZeRO-0 holds the rank's own E/P experts only (their
+// weights, gradients and AdamW moments), as train does
+// (model/expert_slice.h): the plan counts what train allocates,
+// strategy_needs' moment_elems and the slice's layout, and by hand the
+// experts' (P-1)/P dropped. ZeRO-1 keeps every expert's weights and shards
+// their moments as the rest, so P changes none of its model states.
+TEST(PlanMoe, ExpertParallelAtZero0HoldsTheRanksOwnExperts) {
   const GPTConfig c = ratchet::testing::hf_moe_config(Family::olmoe);  // 4 layers, all MoE
   const int B = 2, T = 16, P = 2;
   BackendMemoryModel be = backend_memory_model(find_device("h100"), c);
@@ -251,15 +252,22 @@ TEST(PlanMoe, ExpertParallelDropsTheOtherExpertsMoments) {
     d.expert_parallel = P;
     const size_t elems = strategy_needs(d, be, c, P, 0).moment_elems;
     EXPECT_EQ(own.moments, 2 * be.alloc_size(elems * sizeof(float)));
-    if (stage == 0) {  // every parameter's moments but the other experts'
+    if (stage == 0) {  // every parameter but the other experts
       EXPECT_EQ(elems, lay.total - experts / P);
       EXPECT_LT(own.moments, all.moments);
+      EXPECT_EQ(own.params, be.alloc_size(ParamLayout(c, P).total * be.storage_bytes));
+      EXPECT_EQ(own.params, be.alloc_size((lay.total - experts / P) * be.storage_bytes));
+      EXPECT_LT(own.params, all.params);
+      EXPECT_LT(own.grads, all.grads);
+      EXPECT_LT(own.master, all.master);
     } else {
       EXPECT_EQ(own.moments, all.moments);
+      EXPECT_EQ(own.params, all.params);
+      EXPECT_EQ(own.grads, all.grads);
     }
   }
   // The plan's expert-parallel lines at --zero 0: each P's row is that
-  // memory, and the table and the JSON say the moments are the own experts'.
+  // memory, and the table and the JSON say each rank holds its own experts.
   PlanInputs in;
   in.cfg = c;
   in.model_name = "custom";
@@ -269,13 +277,16 @@ TEST(PlanMoe, ExpertParallelDropsTheOtherExpertsMoments) {
   const ExpertParallelPlan& ep = p.expert_parallel;
   ASSERT_EQ(ep.rows.size(), 2u);
   EXPECT_EQ(ep.stage, "ZeRO-0");
-  EXPECT_TRUE(ep.moments_split);
+  EXPECT_TRUE(ep.experts_split);
+  EXPECT_LT(ep.rows[1].bytes, ep.rows[0].bytes) << "P 2 holds half the experts";
   BackendMemoryModel bp = backend_memory_model(find_device("h100"), c);
   bp.expert_parallel = P;
   EXPECT_EQ(ep.rows[1].bytes, zero_memory(c, B, T, ep.policy, bp, ZeroStage{0}, P).total());
   const std::string t = plan_table(p);
-  EXPECT_NE(t.find("and the AdamW moments of its own E/P experts only"), std::string::npos) << t;
-  EXPECT_NE(plan_json(p).find("\"expert_moments_own_experts_only\":true"), std::string::npos);
+  EXPECT_NE(t.find("each rank holds its own E/P\n    experts only: their weights, gradients and "
+                   "AdamW moments"), std::string::npos) << t;
+  EXPECT_NE(plan_json(p).find("\"own_experts_only\":true"), std::string::npos);
+  EXPECT_NE(plan_json(p).find("\"expert_weights_on_every_rank\":false"), std::string::npos);
 }
 
 TEST(PlanMoe, NothingFitsSaysExpertParallelismIsMissing) {
@@ -293,7 +304,8 @@ TEST(PlanMoe, NothingFitsSaysExpertParallelismIsMissing) {
   EXPECT_FALSE(p.expert_parallel.rows[0].fits);
   EXPECT_EQ(p.expert_parallel.best, -1);
   EXPECT_NE(t.find("none fits at ZeRO-3 with --recompute blocks at any P (every rank holds every expert's "
-                   "weights); more devices (--world-size)"), std::string::npos) << t;
+                   "weights); more devices (--world-size), a smaller --batch-size, or --zero 0, where "
+                   "each rank holds its own experts only, would"), std::string::npos) << t;
 }
 
 TEST(PlanMoe, EveryMoePresetPlans) {
