@@ -14,7 +14,8 @@
 //     AdamW state (the log's "expert state" line: half at N 2), and ZeRO 1-3
 //     equal it too;
 //   - a 6-expert run resumes from N 2 on 2 ranks at N 3 on 3 ranks and the
-//     reverse, ending where one process ends;
+//     reverse, and from ZeRO-0's expert slices at ZeRO-1 and ZeRO-3 (every
+//     expert's weights), ending where one process ends;
 //   - a checkpoint whose expert moments' shard is damaged or missing is
 //     refused naming the file, and the run resumes from the one before.
 // Tolerances (test_mpi_train's): the expert gradients are one GEMM over both
@@ -217,19 +218,24 @@ TEST_F(MpiExpertParallelTrain, ResumesAtAnotherExpertParallelAndWorldSize) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_ratchet(cmd(one4.path, 4, "", 4, 64));
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The resumes change the ZeRO stage too (to_zero): ZeRO-0 holds each
+  // rank's expert slice (model/expert_slice.h), ZeRO 1-3 every expert's
+  // weights, and the checkpoint's global coordinates serve both ways.
   struct Case {
     int from_ranks, from_n, to_ranks, to_n;
     std::string zero;
     int experts, tokens;
+    std::string to_zero = "0";
   };
   for (const Case& c : {Case{2, 2, 3, 3, "0", 6, 96}, Case{3, 3, 2, 2, "0", 6, 96},
                         Case{3, 3, 1, 1, "0", 6, 96}, Case{2, 2, 3, 3, "1", 6, 96},
-                        Case{4, 2, 1, 1, "0", 4, 64}, Case{4, 2, 1, 1, "1", 4, 64}}) {
+                        Case{4, 2, 1, 1, "0", 4, 64}, Case{4, 2, 1, 1, "1", 4, 64},
+                        Case{2, 2, 2, 2, "0", 6, 96, "1"}, Case{2, 2, 3, 3, "0", 6, 96, "3"}}) {
     TempDir run;
     const std::string what = "--expert-parallel " + std::to_string(c.from_n) + " --zero " +
                              c.zero + " on " + std::to_string(c.from_ranks) +
                              " ranks -> stop at 3 -> --expert-parallel " + std::to_string(c.to_n) +
-                             " on " + std::to_string(c.to_ranks);
+                             " --zero " + c.to_zero + " on " + std::to_string(c.to_ranks);
     const int rows = c.tokens / 16;
     r = mpirun_ratchet(c.from_ranks,
                        cmd(run.path, rows / c.from_ranks,
@@ -249,7 +255,9 @@ TEST_F(MpiExpertParallelTrain, ResumesAtAnotherExpertParallelAndWorldSize) {
     }
     const std::string resume =
         cmd(run.path, rows / c.to_ranks,
-            c.to_n > 1 ? "--expert-parallel " + std::to_string(c.to_n) : "", c.experts, c.tokens);
+            "--zero " + c.to_zero +
+                (c.to_n > 1 ? " --expert-parallel " + std::to_string(c.to_n) : ""),
+            c.experts, c.tokens);
     r = c.to_ranks > 1 ? mpirun_ratchet(c.to_ranks, resume) : run_ratchet(resume);
     ASSERT_EQ(r.exit_code, 0) << what << "\n" << r.output;
     EXPECT_NE(r.output.find("continuing from step 3"), std::string::npos) << r.output;
