@@ -8,11 +8,13 @@
 //   bucketed  (overlap on more than one shard) the buckets of stage 2
 //             (grad_buckets.h): each block's reduce-scatter starts during
 //             the last micro-batch's backward
-// --expert-parallel: the experts' state is sharded as the rest, as at ZeRO
-// 2-3. A rank adds gradient only to its own experts, so the reduce-scatter's
-// sum (the owners' gradients plus zeros) is each expert's whole gradient.
-// Keeping a rank's own experts' moments whole instead, as ZeRO-0 does
-// (expert_shards.h), would hold E/N experts' where this holds ~E/W of them.
+// --expert-parallel: every rank holds every expert's weights and the
+// experts' state is sharded as the rest, as at ZeRO 2-3. A rank adds
+// gradient only to its own experts, so the reduce-scatter's sum (the owners'
+// gradients plus zeros) is each expert's whole gradient. (ZeRO-0 holds a
+// rank's own experts alone, model/expert_slice.h: E/N experts' moments where
+// this holds ~E/W of them; holding E/N experts' weights here too is the next
+// slice, docs/moe.md.)
 #pragma once
 #include <memory>
 #include <vector>
