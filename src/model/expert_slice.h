@@ -1,6 +1,6 @@
 // Expert slices: a model that holds only E/N of every MoE layer's experts
-// (--expert-parallel N keeping E/N experts' weights per rank; docs/moe.md
-// "E/N experts per rank"). Rank q of an expert-parallel group of N holds
+// (--expert-parallel N at ZeRO-0: E/N experts' weights, gradients and moments
+// per rank; docs/moe.md "What each rank keeps"). Rank q of an expert-parallel group of N holds
 // experts [q·E/N, (q+1)·E/N) of expw1 and expw2 in ParamLayout(cfg, N) (the
 // "local" layout); every other tensor is whole. The whole model's layout,
 // ParamLayout(cfg), is the "global" one: checkpoints, exports and the
