@@ -51,9 +51,9 @@ dptr GPT::grad(int i, int layer) {
 }
 
 void GPT::init_random(uint64_t seed) {
-  std::vector<float> host(global_.total, 0.0f);
-  init_host(cfg_, seed, host.data());
-  set_whole_params(host.data());
+  std::vector<float> host(layout_.total, 0.0f);
+  init_host(cfg_, seed, host.data(), experts_);
+  set_params(host.data());
 }
 
 void GPT::set_whole_params(const float* host) {
@@ -63,29 +63,39 @@ void GPT::set_whole_params(const float* host) {
   set_params(mine.data());
 }
 
-void GPT::init_host(const GPTConfig& cfg, uint64_t seed, float* host) {
-  const ParamLayout layout(cfg);
+// The whole model's values are drawn in its flat order (one Rng stream), and
+// each lands at its local place when the slice holds it: a slice never
+// allocates the whole model (30.5B floats for qwen3-30b-a3b).
+void GPT::init_host(const GPTConfig& cfg, uint64_t seed, float* host, ExpertSlice x) {
+  const ParamLayout g(cfg), layout(cfg, x.shards);
+  const std::vector<FlatSegment> segs = local_segments(cfg, x);  // ascending in both layouts
   std::fill_n(host, layout.total, 0.0f);
+  size_t s = 0;  // the first segment not yet behind the element being placed
+  auto put = [&](size_t at, float v) {
+    while (s < segs.size() && at >= segs[s].global + segs[s].len) s++;
+    if (s < segs.size() && at >= segs[s].global) host[segs[s].local + (at - segs[s].global)] = v;
+  };
   const float std_proj = 0.02f / std::sqrt(2.0f * cfg.num_layers);
   Rng rng(seed);
   for (int i = 0; i < kNumParamTensors; i++) {
-    float* p = host + layout.offsets[i];
-    size_t n = layout.sizes[i];
+    const size_t at = g.offsets[i];
+    size_t n = g.sizes[i];
     if (i == P_LN1W || i == P_LN2W || i == P_LNFW || i == P_QNORMW || i == P_KNORMW ||
         i == P_ATTNPOSTW || i == P_MLPPOSTW) {
       // RMSNorm gains start at identity: w = 1, or w = 0 in Gemma's (1+w) form
       // (GPT-2's LayerNorm keeps 1; its bias slots are not in this list).
       const float one = cfg.llama() && cfg.norm_unit_offset ? 0.0f : 1.0f;
-      for (size_t j = 0; j < n; j++) p[j] = one;
+      for (size_t j = 0; j < n; j++) put(at + j, one);
     } else if (ParamLayout::decayed(i)) {
       float sd = (i == P_ATTPROJW || i == P_FCPROJW) ? std_proj : 0.02f;
       // wte, lmhead: only the V real rows; padded rows stay zero.
       if (i == P_WTE || i == P_LMHEAD) n = std::min(n, (size_t)cfg.vocab_size * cfg.channels);
-      for (size_t j = 0; j < n; j++) p[j] = sd * rng.normal();
+      for (size_t j = 0; j < n; j++) put(at + j, sd * rng.normal());
     }  // biases stay zero
   }
   // A model mixing dense and MoE layers holds both MLPs' tensors for every
-  // layer (param_layout.h); the slices a layer does not use stay zero.
+  // layer (param_layout.h); the slices a layer does not use stay zero. Per
+  // layer the local layout has the same tensors, so this works on it alone.
   for (int l = 0; cfg.moe() && l < cfg.num_layers; l++)
     for (int i : {P_FCW, P_FCPROJW, P_ROUTERW, P_EXPW1, P_EXPW2, P_SHW1, P_SHW2, P_SHGATE}) {
       const bool used = (i == P_FCW || i == P_FCPROJW) != cfg.layer_is_moe(l);

@@ -89,9 +89,10 @@ class GPT {
   // padded wte rows 0. Deterministic in seed. A model holding an expert
   // slice gets that slice of the whole model's values (init_host).
   void init_random(uint64_t seed);
-  // The same values for the whole model, into `host` (ParamLayout(cfg).total
-  // floats).
-  static void init_host(const GPTConfig& cfg, uint64_t seed, float* host);
+  // The same values into `host`: the whole model's (ParamLayout(cfg).total
+  // floats), or slice x's part of them (ParamLayout(cfg, x.shards).total),
+  // without holding the rest.
+  static void init_host(const GPTConfig& cfg, uint64_t seed, float* host, ExpertSlice x = {});
   // The experts this model holds (all of them unless built with a slice).
   const ExpertSlice& experts() const { return experts_; }
   void set_params(const float* host);  // num_params() floats
