@@ -73,7 +73,6 @@ class AdamW {
   void restore_rounding(dptr params);
   size_t shard_begin() const { return lo_; }  // the first owned element
   size_t shard_end() const { return hi_; }    // past the last owned element
-  const std::vector<AdamWPiece>& pieces() const { return pieces_; }
   size_t moment_elems() const { return n_; }  // m and v length (owned elements)
 
   // A model holding an expert slice (model/expert_slice.h; `layout` is then
