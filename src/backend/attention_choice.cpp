@@ -42,12 +42,10 @@ std::string cudnn_blocked(const AttentionDevice& d, size_t storage_bytes,
   if (d.cc_major < 8)
     return "the GPU (" + d.name + ", " + sm(d) + ") is older than sm80, which cuDNN's fused "
            "attention needs";
-  // The window's band mask is in ratchet's cuDNN graph (cudnn_attention.cpp) but has
-  // not run on a GPU yet: auto keeps the verified flash kernels; --attention cudnn takes it.
-  if (h.window > 0)
-    return "the model's sliding-window attention (window " + std::to_string(h.window) +
-           ") through ratchet's cuDNN graph is not yet verified on a GPU (--attention cudnn "
-           "takes it)";
+  // A sliding window is the band's left bound in ratchet's cuDNN graph
+  // (cudnn_attention.cpp), checked on an H200 against flash and the CPU backend
+  // (CudnnAttentionGpu.SlidingWindowMatchesFlashAndCpuBackend,
+  // bench/gpu/results/2026-11-30-h200/window3): auto takes it.
   if (h.softcap > 0) return "ratchet's cuDNN graph has no attention soft-cap";
   if (h.HS > 0) {
     const char* why = cudnn_heads_unsupported(h);

@@ -8,8 +8,8 @@
 //   this ratchet was built with cuDNN, the storage is BF16 (cuDNN's fused
 //   attention is BF16 in and out), the GPU is sm80 or newer, and cuDNN
 //   supports the head shape (head size a multiple of 8 up to 128, KV heads
-//   dividing the query heads) and the model has no sliding window and no
-//   attention soft-cap (AttentionHeads);
+//   dividing the query heads) and the model has no attention soft-cap
+//   (AttentionHeads; a sliding window is in ratchet's cuDNN graph);
 // otherwise flash (the FlashAttention-2 kernels; the cpu backend's blocked
 // attention is the same scheme), or materialized where the flash kernels lack
 // the head size (they take 8, 16, 32, 64, 128; the cpu backend takes any).
@@ -35,10 +35,11 @@ struct AttentionDevice {
 
 // The head shape of the model: query heads, key/value heads, head size
 // (the model's head_size(), which head_dim can make differ from C/NH); and
-// issue 38's options any layer uses: the widest sliding window (0: none) and
-// the attention soft-cap (0: none), which ratchet's cuDNN graph does not take
-// (auto then picks flash; an explicit --attention cudnn fails at the first
-// attention op naming the option).
+// issue 38's options any layer uses: the widest sliding window (0: none),
+// which ratchet's cuDNN graph masks as the band's left bound, and the
+// attention soft-cap (0: none), which it does not take (auto then picks
+// flash; an explicit --attention cudnn fails at the first attention op naming
+// the option).
 struct AttentionHeads {
   int NH = 0, KV = 0, HS = 0;
   int window = 0;

@@ -20,9 +20,15 @@ struct Rng {
   explicit Rng(uint64_t seed = 0) : state(seed) {}
 
   // splitmix64: full-period, passes BigCrush, one word of state.
+  static constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
   uint64_t next_u64() {
-    return mix64(state += 0x9E3779B97F4A7C15ull);
+    return mix64(state += kGamma);
   }
+  // The state after n more draws, in O(1): each draw adds kGamma (mod 2^64),
+  // so a stream can be split into pieces that threads draw independently and
+  // still give the one stream's values (GPT::init_host).
+  void skip(uint64_t draws) { state += draws * kGamma; }
+  static constexpr uint64_t kDrawsPerNormal = 2;  // normal() takes two uniforms
   // Uniform in [0, 1) with 24 random bits (exactly representable as float).
   float uniform() { return (next_u64() >> 40) * (1.0f / 16777216.0f); }
   double uniform_double() { return (next_u64() >> 11) * (1.0 / 9007199254740992.0); }

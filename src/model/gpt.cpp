@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/parallel_pieces.h"
 #include "core/rng.h"
 #include "model/gpt_internals.h"
 #include "model/rope_table.h"
@@ -51,9 +53,11 @@ dptr GPT::grad(int i, int layer) {
 }
 
 void GPT::init_random(uint64_t seed) {
-  std::vector<float> host(layout_.total, 0.0f);
-  init_host(cfg_, seed, host.data(), experts_);
-  set_params(host.data());
+  // Left uninitialised: init_host writes every element (zeroing 28 GB at 7B
+  // parameters is seconds of one core).
+  std::unique_ptr<float[]> host(new float[layout_.total]);
+  init_host(cfg_, seed, host.get(), experts_);
+  set_params(host.get());
 }
 
 void GPT::set_whole_params(const float* host) {
@@ -65,16 +69,27 @@ void GPT::set_whole_params(const float* host) {
 
 // The whole model's values are drawn in its flat order (one Rng stream), and
 // each lands at its local place when the slice holds it: a slice never
-// allocates the whole model (30.5B floats for qwen3-30b-a3b).
-void GPT::init_host(const GPTConfig& cfg, uint64_t seed, float* host, ExpertSlice x) {
+// allocates the whole model (30.5B floats for qwen3-30b-a3b). The stream is
+// cut into pieces that threads draw at once, each from the state the one
+// stream would have there (Rng::skip), so the values do not depend on the
+// thread count (olmoe-1b-7b's start-up with one thread ran past 90 s on an
+// H200: bench/gpu/results/2026-11-30-h200/window3/moe.log).
+void GPT::init_host(const GPTConfig& cfg, uint64_t seed, float* host, ExpertSlice x,
+                    size_t piece) {
   const ParamLayout g(cfg), layout(cfg, x.shards);
   const std::vector<FlatSegment> segs = local_segments(cfg, x);  // ascending in both layouts
-  std::fill_n(host, layout.total, 0.0f);
-  size_t s = 0;  // the first segment not yet behind the element being placed
-  auto put = [&](size_t at, float v) {
-    while (s < segs.size() && at >= segs[s].global + segs[s].len) s++;
-    if (s < segs.size() && at >= segs[s].global) host[segs[s].local + (at - segs[s].global)] = v;
+  RATCHET_ASSERT(piece > 0);
+  // Zeros first (biases, padded rows, unused slices): every element is written.
+  parallel_ranges(layout.total, piece, [&](size_t lo, size_t hi) { std::fill(host + lo, host + hi, 0.0f); });
+  // A run of global elements [at, at + n): the constant `value`, or normals
+  // times sd drawn from the stream at `state`.
+  struct Fill {
+    size_t at, n;
+    bool normal;
+    float value;  // the constant, or sd
+    uint64_t state;
   };
+  std::vector<Fill> fills;
   const float std_proj = 0.02f / std::sqrt(2.0f * cfg.num_layers);
   Rng rng(seed);
   for (int i = 0; i < kNumParamTensors; i++) {
@@ -85,14 +100,36 @@ void GPT::init_host(const GPTConfig& cfg, uint64_t seed, float* host, ExpertSlic
       // RMSNorm gains start at identity: w = 1, or w = 0 in Gemma's (1+w) form
       // (GPT-2's LayerNorm keeps 1; its bias slots are not in this list).
       const float one = cfg.llama() && cfg.norm_unit_offset ? 0.0f : 1.0f;
-      for (size_t j = 0; j < n; j++) put(at + j, one);
+      fills.push_back({at, n, false, one, 0});
     } else if (ParamLayout::decayed(i)) {
       float sd = (i == P_ATTPROJW || i == P_FCPROJW) ? std_proj : 0.02f;
       // wte, lmhead: only the V real rows; padded rows stay zero.
       if (i == P_WTE || i == P_LMHEAD) n = std::min(n, (size_t)cfg.vocab_size * cfg.channels);
-      for (size_t j = 0; j < n; j++) put(at + j, sd * rng.normal());
+      fills.push_back({at, n, true, sd, rng.state});
+      rng.skip(n * Rng::kDrawsPerNormal);
     }  // biases stay zero
   }
+  // Pieces of at most `piece` elements, taken in turn by the threads.
+  std::vector<std::pair<size_t, size_t>> pieces;  // (fill, first element in it)
+  for (size_t f = 0; f < fills.size(); f++)
+    for (size_t j = 0; j < fills[f].n; j += piece) pieces.push_back({f, j});
+  auto draw = [&](size_t p) {
+    const Fill& f = fills[pieces[p].first];
+    const size_t j0 = pieces[p].second, j1 = std::min(f.n, j0 + piece);
+    Rng r(f.state);
+    r.skip(j0 * Rng::kDrawsPerNormal);
+    // The first segment that ends after this piece's first element.
+    size_t s = std::upper_bound(segs.begin(), segs.end(), f.at + j0,
+                                [](size_t v, const FlatSegment& q) { return v < q.global + q.len; }) -
+               segs.begin();
+    for (size_t j = j0; j < j1; j++) {
+      const float v = f.normal ? f.value * r.normal() : f.value;
+      const size_t at = f.at + j;
+      while (s < segs.size() && at >= segs[s].global + segs[s].len) s++;
+      if (s < segs.size() && at >= segs[s].global) host[segs[s].local + (at - segs[s].global)] = v;
+    }
+  };
+  parallel_pieces(pieces.size(), draw);
   // A model mixing dense and MoE layers holds both MLPs' tensors for every
   // layer (param_layout.h); the slices a layer does not use stay zero. Per
   // layer the local layout has the same tensors, so this works on it alone.

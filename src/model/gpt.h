@@ -91,8 +91,12 @@ class GPT {
   void init_random(uint64_t seed);
   // The same values into `host`: the whole model's (ParamLayout(cfg).total
   // floats), or slice x's part of them (ParamLayout(cfg, x.shards).total),
-  // without holding the rest.
-  static void init_host(const GPTConfig& cfg, uint64_t seed, float* host, ExpertSlice x = {});
+  // without holding the rest. Drawn by threads in pieces of `piece` values,
+  // each from the one stream's state there: the values do not depend on the
+  // piece size or the thread count (a test's small pieces check that).
+  static constexpr size_t kInitPiece = size_t(1) << 22;
+  static void init_host(const GPTConfig& cfg, uint64_t seed, float* host, ExpertSlice x = {},
+                        size_t piece = kInitPiece);
   // The experts this model holds (all of them unless built with a slice).
   const ExpertSlice& experts() const { return experts_; }
   void set_params(const float* host);  // num_params() floats

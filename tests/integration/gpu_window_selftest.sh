@@ -36,11 +36,11 @@ cat "$tmp/o/summary.md"
 check "the rehearsal exits 0 (got $rc)" '[ $rc = 0 ]'
 order=$(grep -oE '^\| [a-z]+ \|' "$tmp/o/summary.md" | tr -d '| ' | tr '\n' ' ')
 check "every step, in priority order (got: $order)" \
-  '[ "$order" = "step machine tests train families compare llmc kernels window profile determinism moe bench sanitizer curve " ]'
+  '[ "$order" = "step machine tests train families compare llmc kernels window sliding profile determinism moe bench sanitizer curve " ]'
 for s in machine train profile determinism moe; do
   check "$s PASS" 'grep -q "^| $s | PASS |" "$tmp/o/summary.md"'
 done
-for s in tests families llmc kernels window bench sanitizer curve; do
+for s in tests families llmc kernels window sliding bench sanitizer curve; do
   check "$s NOT-RUN for want of a GPU" 'grep -q "^| $s | NOT-RUN | .* | --selftest-cpu: needs a GPU |" "$tmp/o/summary.md"'
 done
 check "train's own report is kept" 'grep -q "| mpirun -np 1 --zero 3 | PASS |" "$tmp/o/train.md"'

@@ -22,9 +22,9 @@
 // attn::score_modifiers::sliding_window_mask after the causal right bound,
 // top-left aligned: GEN_INDEX row and column, column + W as FLOAT with W a
 // by-value FLOAT scalar, CMP_GT against the row, BINARY_SELECT), in both
-// graphs. Not yet run on a GPU when written (2026-11-30): `--attention auto`
-// keeps flash for windows until CudnnAttentionGpu.SlidingWindowMatchesFlash
-// has passed on one (tests/gpu/test_cudnn_attention.cpp).
+// graphs. CudnnAttentionGpu.SlidingWindowMatchesFlashAndCpuBackend
+// (tests/gpu/test_cudnn_attention.cpp) passed on an H200 (2026-11-30), so
+// `--attention auto` takes this graph for windows.
 // The "* 1" nodes are the frontend's dropout-free placeholders, kept so that
 // the graph is the one cuDNN's pattern matcher is known to accept. GQA (KV <
 // NH): dK and dV go through a virtual (B,NH,T,HS) tensor and a sum over each

@@ -60,9 +60,7 @@ TEST(AttentionChoice, AutoFallsBackToFlashAndSaysWhy) {
       {gpu("Tesla T4", 7, 5), 2, kD12, "(Tesla T4, sm75) is older than sm80"},
       {gpu("NVIDIA H100", 9, 0), 2, AttentionHeads{4, 4, 256}, "at most 128"},
       {gpu("NVIDIA H100", 9, 0), 2, AttentionHeads{6, 4, 64}, "divide"},
-      // issue 38: a sliding window (in ratchet's cuDNN graph, not yet run on a GPU) or a
-      // soft-cap (not in it)
-      {gpu("NVIDIA H100", 9, 0), 2, AttentionHeads{8, 4, 128, 4096, 0}, "(window 4096)"},
+      // issue 38: an attention soft-cap is not in ratchet's cuDNN graph
       {gpu("NVIDIA H100", 9, 0), 2, AttentionHeads{8, 4, 128, 0, 50.0f}, "soft-cap"},
   };
   for (const Case& c : cases) {
@@ -143,8 +141,8 @@ TEST(AttentionChoice, PlanFollowsTheSameChoice) {
 }
 
 // A model's heads as auto sees them (model/attention_heads.h): head_dim, not
-// C/NH; the widest sliding window of its layers and its soft-cap, for which
-// `ratchet plan` on an h100 falls back to flash instead of cudnn.
+// C/NH; the widest sliding window of its layers (cudnn takes it) and its
+// soft-cap, for which `ratchet plan` on an h100 falls back to flash.
 TEST(AttentionChoice, ModelHeadsCarryHeadDimWindowAndSoftcap) {
   GPTConfig cfg = ratchet::testing::tiny_config(2, 4, 256, 97, 64);
   cfg.head_dim = 32;  // NH·hs = 128 != C = 256
@@ -156,9 +154,12 @@ TEST(AttentionChoice, ModelHeadsCarryHeadDimWindowAndSoftcap) {
   cfg.layer_sliding = {0, 1};
   h = attention_heads(cfg);
   EXPECT_EQ(h.window, 512);
+  // A sliding window is in ratchet's cuDNN graph (run on an H200): auto takes it.
   const AttentionChoice w = plan::auto_attention(plan::find_device("h100"), cfg);
-  EXPECT_EQ(w.impl, AttentionImpl::flash);
-  EXPECT_TRUE(has(w.note, "(window 512)")) << w.note;
+  EXPECT_EQ(w.impl, AttentionImpl::cudnn) << w.note;
+  EXPECT_EQ(choose_attention("auto", gpu("NVIDIA H100", 9, 0), 2, AttentionHeads{8, 4, 128, 4096, 0})
+                .impl,
+            AttentionImpl::cudnn);
   cfg.layer_sliding.clear();
   cfg.attn_softcap = 50.0f;
   EXPECT_EQ(attention_heads(cfg).softcap, 50.0f);
