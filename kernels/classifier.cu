@@ -13,6 +13,10 @@
 // gradient, one exponential per element.
 // Bytes per call: BT*V*s read (pass 1), and with dloss != 0 BT*V*s read again
 // and BT*Vp*s written: 2*BT*Vp*s from DRAM when pass 2 hits L2 (s = sizeof(T)).
+// Issue 41 tried a variant reading each row once (every thread's packs held
+// in registers, pass 2 from them): slower on the H200 at d12 B=16 T=1024
+// (1701.6 against 1674.7 us/call; 2061 against 2101 GB/s in bench_kernels),
+// so deleted (bench/gpu/README.md).
 #include "classifier.cuh"
 
 namespace ratchet::kernels {

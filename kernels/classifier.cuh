@@ -14,16 +14,6 @@ template <class T>
 void fused_classifier(T* logits, float* losses, const int* targets, int BT, int V, int Vp,
                       float dloss, cudaStream_t stream, float softcap = 0.0f);
 
-// Candidate `classifier_v2` (issue 41, kernels/classifier_v2.cu; the cuda backend
-// calls it under RATCHET_KERNEL_VARIANT=classifier_v2): the same outputs, bit
-// for bit, each row read from memory once and held in registers. Where it does
-// not apply (fused_classifier_v2_applies false) it runs fused_classifier.
-template <class T>
-void fused_classifier_v2(T* logits, float* losses, const int* targets, int BT, int V, int Vp,
-                         float dloss, cudaStream_t stream, float softcap = 0.0f);
-template <class T>
-bool fused_classifier_v2_applies(int V, int Vp, const void* logits);
-
 // Bytes a call must move at least (s = sizeof(T)): the logits read once and,
 // with a gradient, written once; targets and losses. bench/kernels reports
 // GB/s against it (pass 2's re-read of a row is served by L2, not counted).

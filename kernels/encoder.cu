@@ -119,6 +119,11 @@ __global__ void encoder_merge_kernel(unsigned long long* __restrict__ out,
 // tokens; its warps sum the run's dout rows (warp w: run elements w, w +
 // warps, ..., in order), then warp 0 adds the warps' sums in warp order into
 // the token's dwte row.
+// Issue 41 tried a variant with 8 rows of a run in flight per warp (fewer
+// dependent key -> dout loads on the long runs of frequent tokens). On the
+// H200 it was faster on the byte-level KJV (153.9 -> 124.8 us/call at d12
+// B=16 T=1024) but half as fast in bench_kernels (332 -> 172 GB/s), for
+// 0.03 ms of a 31.9 ms step: not kept (bench/gpu/README.md).
 template <class T, bool kVec>
 __global__ void __launch_bounds__(kEncoderRunWarps * 32)
     encoder_dwte_kernel(T* __restrict__ dwte, const T* __restrict__ dout,
@@ -138,79 +143,6 @@ __global__ void __launch_bounds__(kEncoderRunWarps * 32)
       const size_t pos = (unsigned)(key & 0xFFFFFFFFu);
       const Packed128<T> d = load_pack<kVec, true>(dout + pos * C + c0, C - c0);
       for (int k = 0; k < P; k++) acc[k] += pack_f32(d, k);
-    }
-    for (int k = 0; k < P; k++) sums[warp][lane * P + k] = acc[k];
-    __syncthreads();
-    if (warp == 0) {
-      for (int k = 0; k < P; k++) acc[k] = 0.0f;
-      for (int w = 0; w < kEncoderRunWarps; w++)
-        for (int k = 0; k < P; k++) acc[k] += sums[w][lane * P + k];
-      T* dst = dwte + (size_t)tok * C + c0;
-      Packed128<T> o = load_pack<kVec>(dst, C - c0);
-      for (int k = 0; k < P; k++) o[k] = from_f32<T>(to_f32(o[k]) + acc[k]);
-      store_pack<kVec>(dst, o, C - c0);
-    }
-    __syncthreads();  // sums is rewritten by the next run
-  }
-}
-
-// Candidate `encoder_bwd_v2` (issue 41; RATCHET_KERNEL_VARIANT=encoder_bwd_v2,
-// the cuda backend's bench-only knob; the kernel above stays the default until
-// a GPU window measures this one faster).
-// Why the kernel above is slow (157 us/call, 480 GB/s at d12 B=16 T=1024 on the
-// H200, window2/profile.txt): one block sums a whole run of equal tokens, and
-// each of its warps walks the run one row at a time, loading the row's key and
-// then, dependent on it, the row's dout pack: two memory latencies per row,
-// back to back. Token counts are skewed (the window's byte-level KJV: the
-// first 16384 bytes of `bible -f Gen1:1-Rev22:21` hold 64 distinct bytes, the
-// space 3077 times; GPT-2 BPE's " the" and "," alike), so the longest run's
-// block is a chain of ~190 such steps per warp while most blocks idle.
-// Here each warp loads kEncoderBatch keys at once, then the dout packs of the
-// rows among them that are still in the run, all in flight together, and only
-// then adds them: the chain is kEncoderBatch times shorter. Bytes: the same
-// (each dout row read once, dwte rows read and written once). Not changed:
-// the key sort (8 blocks of 2048 keys, then 3 merges at B*T = 16384) and
-// dwpe; the window's profile times the op as a whole.
-// The sums are the above's, in its order (warp w: run elements w, w + warps,
-// ... in order; then the warps in order), so the outputs are bit for bit the
-// same, deterministic as the above.
-namespace {
-constexpr int kEncoderBatch = 8;  // rows a warp has in flight
-}  // namespace
-
-template <class T, bool kVec>
-__global__ void __launch_bounds__(kEncoderRunWarps * 32)
-    encoder_dwte_batched_kernel(T* __restrict__ dwte, const T* __restrict__ dout,
-                                const unsigned long long* __restrict__ keys, int BT, int C) {
-  constexpr int P = Packed128<T>::size;
-  __shared__ float sums[kEncoderRunWarps][32 * P];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int c0 = (blockIdx.y * 32 + lane) * P;
-  for (int s = blockIdx.x; s < BT; s += gridDim.x) {
-    const unsigned tok = (unsigned)(keys[s] >> 32);
-    if (s > 0 && (unsigned)(keys[s - 1] >> 32) == tok) continue;  // uniform: depends on s only
-    float acc[P];
-    for (int k = 0; k < P; k++) acc[k] = 0.0f;
-    for (int r = s + warp; r < BT; r += kEncoderBatch * kEncoderRunWarps) {
-      // The batch's keys (rows r, r + warps, ...), then the packs of the rows
-      // still in the run (a prefix: the run is contiguous), then the sums.
-      unsigned long long kk[kEncoderBatch];
-      for (int u = 0; u < kEncoderBatch; u++) {
-        const int ru = r + u * kEncoderRunWarps;
-        kk[u] = ru < BT ? keys[ru] : ~0ull;
-      }
-      int live = kEncoderBatch;
-      for (int u = kEncoderBatch - 1; u >= 0; u--)
-        if ((unsigned)(kk[u] >> 32) != tok) live = u;
-      Packed128<T> d[kEncoderBatch];
-      for (int u = 0; u < kEncoderBatch; u++) {
-        const size_t pos = (unsigned)(kk[u] & 0xFFFFFFFFu);
-        d[u] = load_pack<kVec, true>(dout + (u < live ? pos * C : 0) + c0, u < live ? C - c0 : 0);
-      }
-      for (int u = 0; u < kEncoderBatch; u++)
-        if (u < live)
-          for (int k = 0; k < P; k++) acc[k] += pack_f32(d[u], k);
-      if (live < kEncoderBatch) break;
     }
     for (int k = 0; k < P; k++) sums[warp][lane * P + k] = acc[k];
     __syncthreads();
@@ -247,9 +179,10 @@ void encoder_forward(T* out, const int* inp, const T* wte, const T* wpe, int B, 
   RATCHET_CHECK_LAUNCH();
 }
 
-template <class T, bool kBatched>
-void encoder_backward_impl(T* dwte, T* dwpe, void* scratch, const T* dout, const int* inp,
-                           int B, int Tn, int C, cudaStream_t stream) {
+template <class T>
+void encoder_backward(T* dwte, T* dwpe, void* scratch, const T* dout, const int* inp, int B,
+                      int Tn, int C, cudaStream_t stream) {
+  RATCHET_NVTX_RANGE("encoder_backward");
   RATCHET_REQUIRE(B > 0 && Tn > 0 && C > 0, "encoder_backward: B, T, C must be positive");
   RATCHET_REQUIRE((size_t)B * Tn < (1u << 30), "encoder_backward: B*T must be < 2^30");
   RATCHET_REQUIRE(scratch != nullptr, "encoder_backward: needs encoder_backward_scratch_bytes");
@@ -278,13 +211,7 @@ void encoder_backward_impl(T* dwte, T* dwpe, void* scratch, const T* dout, const
     std::swap(keys, other);
   }
   const dim3 rgrid((unsigned)std::min(BT, kEncoderRunBlocks), (unsigned)ceil_div(packs, 32));
-  if (kBatched && vec)
-    RATCHET_LAUNCH((encoder_dwte_batched_kernel<T, true>), rgrid, kEncoderRunWarps * 32, 0, stream,
-                   dwte, dout, keys, BT, C);
-  else if (kBatched)
-    RATCHET_LAUNCH((encoder_dwte_batched_kernel<T, false>), rgrid, kEncoderRunWarps * 32, 0,
-                   stream, dwte, dout, keys, BT, C);
-  else if (vec)
+  if (vec)
     RATCHET_LAUNCH((encoder_dwte_kernel<T, true>), rgrid, kEncoderRunWarps * 32, 0, stream, dwte,
                    dout, keys, BT, C);
   else
@@ -293,27 +220,11 @@ void encoder_backward_impl(T* dwte, T* dwpe, void* scratch, const T* dout, const
   RATCHET_CHECK_LAUNCH();
 }
 
-template <class T>
-void encoder_backward(T* dwte, T* dwpe, void* scratch, const T* dout, const int* inp, int B,
-                      int Tn, int C, cudaStream_t stream) {
-  RATCHET_NVTX_RANGE("encoder_backward");
-  encoder_backward_impl<T, false>(dwte, dwpe, scratch, dout, inp, B, Tn, C, stream);
-}
-
-template <class T>
-void encoder_backward_v2(T* dwte, T* dwpe, void* scratch, const T* dout, const int* inp, int B,
-                         int Tn, int C, cudaStream_t stream) {
-  RATCHET_NVTX_RANGE("encoder_backward_v2");
-  encoder_backward_impl<T, true>(dwte, dwpe, scratch, dout, inp, B, Tn, C, stream);
-}
-
 #define RATCHET_INSTANTIATE(T)                                                                 \
   template void encoder_forward<T>(T*, const int*, const T*, const T*, int, int, int,          \
                                    cudaStream_t);                                              \
   template void encoder_backward<T>(T*, T*, void*, const T*, const int*, int, int, int,        \
-                                    cudaStream_t);                                             \
-  template void encoder_backward_v2<T>(T*, T*, void*, const T*, const int*, int, int, int,     \
-                                       cudaStream_t);
+                                    cudaStream_t);
 RATCHET_INSTANTIATE(float)
 RATCHET_INSTANTIATE(bf16)
 #undef RATCHET_INSTANTIATE

@@ -19,13 +19,6 @@ template <class T>
 void encoder_backward(T* dwte, T* dwpe, void* scratch, const T* dout, const int* inp, int B,
                       int Tn, int C, cudaStream_t stream);
 
-// Candidate `encoder_bwd_v2` (issue 41, kernels/encoder.cu; the cuda backend
-// calls it under RATCHET_KERNEL_VARIANT=encoder_bwd_v2): the same outputs and
-// scratch, bit for bit; each warp has kEncoderBatch rows of a run in flight.
-template <class T>
-void encoder_backward_v2(T* dwte, T* dwpe, void* scratch, const T* dout, const int* inp, int B,
-                         int Tn, int C, cudaStream_t stream);
-
 // ---- bytes per call ----
 // Bytes a call must move at least (s = sizeof(T)): inputs read once, outputs
 // written once, scratch not counted. bench/kernels reports GB/s against them.

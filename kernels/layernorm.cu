@@ -6,8 +6,9 @@
 //             dinp += rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))     dinp (N,C) accumulated
 //             dw += sum_n dout * xhat,  db += sum_n dout                  dw, db (C) accumulated
 // Forward: one warp per row, lanes striding it in 128-bit packs (butterfly sums).
-// Backward: kernels/norm_backward.cuh (one pass over the rows, dw/db partials
-// per block of rows into scratch (blocks, 2C), then a fixed-order sum).
+// Backward: kernels/norm_backward.cuh (one pass over the rows, one warp per
+// row where C allows it, else a team of warps; dw/db partials per block of rows
+// into scratch (blocks, 2C), then a fixed-order sum).
 #include "layernorm.cuh"
 #include "norm_backward.cuh"
 
@@ -154,22 +155,16 @@ void layernorm_backward(T* dinp, T* dw, T* db, void* scratch, const T* dout, con
                         const T* w, const float* mean, const float* rstd, int N, int C,
                         cudaStream_t stream) {
   RATCHET_NVTX_RANGE("layernorm_backward");
-  norm_backward<T, /*kRms=*/false>(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C, stream,
-                                   "layernorm_backward");
-}
-
-// Candidate `layernorm_bwd_v2` (norm_backward.cuh): the same outputs, bit for bit.
-template <class T>
-void layernorm_backward_v2(T* dinp, T* dw, T* db, void* scratch, const T* dout, const T* inp,
-                           const T* w, const float* mean, const float* rstd, int N, int C,
-                           cudaStream_t stream) {
-  RATCHET_NVTX_RANGE("layernorm_backward_v2");
-  layernorm_backward_v2_launch<T>(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C, stream);
+  // One warp per row where the row allows it (norm_backward.cuh: C whole packs,
+  // at most 768 columns in BF16, 512 in FP32), else the team kernel: the same bits.
+  if (layernorm_backward_warp_applies<T>(N, C, dinp, dout, inp, w))
+    layernorm_backward_warp<T>(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C, stream);
+  else
+    norm_backward<T, /*kRms=*/false>(dinp, dw, db, scratch, dout, inp, w, mean, rstd, N, C,
+                                     stream, "layernorm_backward");
 }
 
 #define RATCHET_INSTANTIATE(T)                                                                  \
-  template void layernorm_backward_v2<T>(T*, T*, T*, void*, const T*, const T*, const T*,      \
-                                         const float*, const float*, int, int, cudaStream_t);   \
   template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int, int, \
                                      cudaStream_t);                                             \
   template void residual_layernorm_forward<T>(T*, T*, float*, float*, const T*, const T*,       \

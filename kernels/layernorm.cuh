@@ -24,20 +24,14 @@ void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t str
 
 // Its scratch: kernels/scratch_bytes.h.
 
-// dinp (N,C) +=, dw (C) +=, db (C) += (all accumulated). Deterministic.
+// dinp (N,C) +=, dw (C) +=, db (C) += (all accumulated). Deterministic: the
+// bits depend on N and C only. One warp per row where C is whole 16-byte
+// packs and at most 768 (BF16) or 512 (FP32) columns, else a team of warps per
+// row (kernels/norm_backward.cuh); the same arithmetic in the same order.
 template <class T>
 void layernorm_backward(T* dinp, T* dw, T* db, void* scratch, const T* dout, const T* inp,
                         const T* w, const float* mean, const float* rstd, int N, int C,
                         cudaStream_t stream);
-
-// Candidate `layernorm_bwd_v2` (issue 41, kernels/norm_backward.cuh; the cuda
-// backend calls it under RATCHET_KERNEL_VARIANT=layernorm_bwd_v2): the same
-// outputs and scratch, bit for bit; one warp per row. Where it does not apply
-// it runs layernorm_backward's kernel.
-template <class T>
-void layernorm_backward_v2(T* dinp, T* dw, T* db, void* scratch, const T* dout, const T* inp,
-                           const T* w, const float* mean, const float* rstd, int N, int C,
-                           cudaStream_t stream);
 
 // ---- bytes per call ----
 // Bytes a call must move at least (s = sizeof(T)): inputs read once, outputs

@@ -53,21 +53,11 @@
 #       Only by name (--steps): zero, where --zero 2 and 3 part from --zero 0 on
 #       one GPU (each tensor's differing elements, the first differing step;
 #       run twice, with --overlap-comm off and with CUDA_LAUNCH_BLOCKING=1);
-#       ab, the candidate kernels against today's (issue 41): the profile run
-#       (20 steps) once with RATCHET_KERNEL_VARIANT unset, once per candidate
-#       and once with all, into ab.md: ms/step, each candidate op's us/call,
-#       and whether every step's loss and grad norm equal today's (every candidate
-#       claims it; a difference fails the step). About 40 s at d12
-#       (estimated: 5 x (6.4 s start-up + 20 steps)). Under
-#       --selftest-cpu (6 steps): ratchet-simt --device simt when it lies
-#       beside the bundle's ratchet (the variants run there, on the CPU), else
-#       the CPU backend, which never reads the variable: the variants are
-#       ignored there (ab.md says which).
 #       gemm, what autotuning the GEMMs would gain: the profile run (20 steps)
 #       with cuBLASLt's heuristic #0 and with RATCHET_GEMM_SWEEP=8 (each shape
 #       takes the fastest of the heuristic's first 8), into gemm.md: both
 #       ms/step and every shape's #0 and fastest time. About 20 s at d12
-#       (estimated as ab's). GPU only.
+#       (estimated: 2 x (6.4 s start-up + 20 steps)). GPU only.
 #       --steps LIST (comma-separated): only those steps, in the order above.
 #       OUT/summary.md gets one line per step as it ends (PASS, FAIL, NOT-RUN,
 #       with seconds and a detail); OUT/<step>.log and the step's own files
@@ -102,7 +92,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $budget in ''|*[!0-9]*) usage "--budget '$budget' is not a number of seconds" ;; esac
-all_steps="machine tests train families compare llmc kernels window sliding profile determinism moe bench sanitizer curve zero ab gemm"
+all_steps="machine tests train families compare llmc kernels window sliding profile determinism moe bench sanitizer curve zero gemm"
 for s_ in ${only//,/ }; do
   case " $all_steps " in *" $s_ "*) ;; *) usage "--steps: unknown step '$s_' (steps: $all_steps)" ;; esac
 done
@@ -205,7 +195,7 @@ note() {  # note STEP RESULT SECONDS DETAIL: one summary line, now
 step() {
   local name=$1 limit=$2 fn=$3 left s rc detail
   if [ -n "$only" ]; then case ",$only," in *",$name,"*) ;; *) return ;; esac
-  elif [ "$name" = zero ] || [ "$name" = ab ] || [ "$name" = gemm ]; then return; fi  # only when named
+  elif [ "$name" = zero ] || [ "$name" = gemm ]; then return; fi  # only when named
   left=$((deadline - $(date +%s)))
   if [ "$left" -lt "$limit" ]; then
     note "$name" NOT-RUN 0 "needs ${limit}s, ${left}s left in the window"; return
@@ -442,82 +432,6 @@ s_zero() {
   rm -f "$d"/*.bin
   echo "$(grep -c bit-identical "$out/zero.txt") of 9 bit-identical to --zero 0 (zero.txt)"
 }
-# The candidate kernels (RATCHET_KERNEL_VARIANT, src/backend/cuda/kernel_variants.h)
-# against today's: one --profile run per variant, the same seed and data.
-s_ab() {
-  local names=(classifier_v2 layernorm_bwd_v2 encoder_bwd_v2) v tag all runs=(none) n=20
-  # The rehearsal: ratchet-simt (the cuda backend on the CPU, which reads the
-  # variable) when it lies beside the ratchet carried, else the CPU backend.
-  local sim; sim=$(dirname "$(readlink -f "$exe")")/ratchet-simt
-  if [ "$selftest" = 1 ]; then
-    n=6
-    if [ -x "$sim" ]; then exe=$sim; dev=simt; fi
-  fi
-  all=$(IFS=,; echo "${names[*]}")
-  runs+=("${names[@]}" "$all")
-  for v in "${runs[@]}"; do
-    tag=$v; [ "$v" = "$all" ] && tag=all
-    ( [ "$v" = none ] && unset RATCHET_KERNEL_VARIANT || export RATCHET_KERNEL_VARIANT=$v
-      "$exe" train --device "$dev" "${model[@]}" --train-data "$data/train_*.h5" --batch-size $B \
-        --seq-len $T --steps $n --lr 6e-4 --warmup-steps 5 --seed 1234 --quiet --profile \
-        --log-jsonl "$out/ab-$tag.jsonl" > "$out/ab-$tag.txt" 2>&1 ) \
-      || { tail -5 "$out/ab-$tag.txt"; return 1; }
-  done
-  python3 - "$out" "$dev" "${runs[@]}" <<'PY'
-import json, re, sys
-out, dev, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
-ops = ["classifier", "layernorm_bwd", "encoder_bwd"]
-def tag(v):
-    return "all" if v == runs[-1] else v
-def steps(path):
-    return [json.loads(l) for l in open(path) if '"step_ms"' in l]
-def op_us(path):
-    us = {}
-    for line in open(path):
-        m = re.match(r"^(\w+)\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s", line)
-        if m: us[m.group(1)] = float(m.group(4))
-    return us
-base = steps(f"{out}/ab-none.jsonl")
-bad = []
-rows = []
-for v in runs:
-    s = steps(f"{out}/ab-{tag(v)}.jsonl")
-    ms = [r["step_ms"] for r in s][5:]
-    us = op_us(f"{out}/ab-{tag(v)}.txt")
-    key = lambda rs: [(r.get("loss"), r.get("grad_norm")) for r in rs]
-    same = len(s) == len(base) > 0 and key(s) == key(base)
-    if not same: bad.append(v)
-    line = open(f"{out}/ab-{tag(v)}.txt").read()
-    variant_line = [l for l in line.splitlines() if l.startswith("kernel variants:")]
-    ran = "yes" if variant_line else ("(default)" if v == "none" else "NO: not in the header")
-    if v != "none" and not variant_line and dev != "cpu": bad.append(v + " (not selected)")
-    rows.append("| %s | %s | %.2f | %s | %s | %s |" % (
-        "all: " + v if tag(v) == "all" else v, ran, sum(ms) / len(ms) if ms else float("nan"),
-        " | ".join("%.1f" % us[o] if o in us else "-" for o in ops),
-        "yes" if same else "NO", "ab-%s.txt" % tag(v)))
-with open(f"{out}/ab.md", "w") as f:
-    f.write("# Candidate kernels against today's (RATCHET_KERNEL_VARIANT)\n\n")
-    if dev == "cpu":
-        f.write("The cpu backend never reads RATCHET_KERNEL_VARIANT: the variants are ignored here; "
-                "this table rehearses the plumbing only.\n\n")
-    elif dev == "simt":
-        f.write("--selftest-cpu: ratchet-simt, the cuda backend with its kernels run on the CPU: "
-                "the variants run, their times mean nothing.\n\n")
-    n = len(base)
-    f.write("ms/step: the mean of steps 6-%d of a --profile run (per-op synchronisation "
-            "included); us/call: the profile's, steps 2-%d.\n\n" % (n, n))
-    f.write("| variant | in the header | ms/step | " + " | ".join(o + " us/call" for o in ops) +
-            " | loss, grad norm == none's | log |\n")
-    f.write("| --- " * (5 + len(ops)) + "|\n")
-    f.write("\n".join(rows) + "\n")
-print(open(f"{out}/ab.md").read())
-summary = "; ".join(tag(v) + " " + r.split(" | ")[2] + " ms" for v, r in zip(runs, rows))
-if bad:
-    print("ab: FAILED for " + ", ".join(bad) + " (ab.md); " + summary)
-    sys.exit(1)
-print("ab: " + summary + " (ab.md)")
-PY
-}
 s_gemm() {
   gpu_only
   # RATCHET_GEMM_SWEEP (src/backend/cuda/matmul.h): every GEMM shape of the d12
@@ -576,10 +490,6 @@ step bench 150 s_bench
 step sanitizer 200 s_sanitizer
 step curve 300 s_curve
 step zero 90 s_zero
-# ab's 90 s is its GPU estimate (5 d12 runs of about 7 s); the rehearsal runs
-# the cuda backend's kernels on the CPU (ratchet-simt), about 45 s unloaded and
-# past 90 s beside a CI's other tests: it gets 400 s.
-step ab "$([ "$selftest" = 1 ] && echo 400 || echo 90)" s_ab
 step gemm 60 s_gemm
 echo >> "$summary"
 echo "Took $(( $(date +%s) - t0 )) s of ${budget}." >> "$summary"

@@ -236,10 +236,6 @@ struct Bench {
       run("encoder_backward", encoder_backward_bytes(B, Tn, C, distinct, s),
           [&] { encoder_backward(dwte, dwpe, enc_scratch, x, tokens, B, Tn, C, st); },
           [&] { return true; });  // accumulates repeatedly: validated by the tests
-      // Issue 41's candidate (RATCHET_KERNEL_VARIANT=encoder_bwd_v2): same bytes, same bits.
-      run("encoder_backward_v2", encoder_backward_bytes(B, Tn, C, distinct, s),
-          [&] { encoder_backward_v2(dwte, dwpe, enc_scratch, x, tokens, B, Tn, C, st); },
-          [&] { return true; });
     }
     run("layernorm_forward", layernorm_forward_bytes(N, C, s),
         [&] { layernorm_forward(y, mean, rstd, x, w, b, N, C, st); },
@@ -254,10 +250,6 @@ struct Bench {
     run("layernorm_backward", layernorm_backward_bytes(N, C, s),
         [&] { layernorm_backward(z, dw, db, ln_scratch, x, y, w, mean, rstd, N, C, st); },
         [&] { return true; });  // accumulates into z repeatedly: validated by the tests
-    // Issue 41's candidate (RATCHET_KERNEL_VARIANT=layernorm_bwd_v2): same bytes, same bits.
-    run("layernorm_backward_v2", layernorm_backward_bytes(N, C, s),
-        [&] { layernorm_backward_v2(z, dw, db, ln_scratch, x, y, w, mean, rstd, N, C, st); },
-        [&] { return true; });
     // MLP width 4C.
     T* h4 = alloc<T>(4 * NC);
     T* g4 = alloc<T>(4 * NC);
@@ -347,11 +339,6 @@ struct Bench {
     run("fused_classifier (loss only)", fused_classifier_bytes(N, V, Vp, false, s),
         [&] { fused_classifier(logits, losses, tokens, N, V, Vp, 0.0f, st); },
         [&] { return finite(losses, N); });
-    // Issue 41's candidate (RATCHET_KERNEL_VARIANT=classifier_v2): the same bytes
-    // counted (each row read once, written once), the same bits.
-    run("fused_classifier_v2", fused_classifier_bytes(N, V, Vp, true, s),
-        [&] { fused_classifier_v2(logits, losses, tokens, N, V, Vp, 1.0f / N, st); },
-        [&] { return finite(losses, N) && finite(logits, (size_t)N * Vp); });
     // AdamW over the GPT-2 small parameter count (scaled by C):
     //   reads grads (s), m, v, master (12), writes m, v, master (12), params (s)
     size_t np = (size_t)12 * 12 * C * C + (size_t)Vp * C;

@@ -7,8 +7,7 @@
 #    the training checks, profile and determinism steps PASS on the CPU
 #    backend; the GPU-only steps say NOT-RUN with their reason.
 # 3. a budget too small for the later steps: they are NOT-RUN, never started.
-# 4. ab (only by name): a row per variant in ab.md, the losses equal.
-# 5. bad usage exits 2.
+# 4. bad usage exits 2.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 exe=${1:?usage: gpu_window_selftest.sh RATCHET_EXE}
@@ -56,20 +55,6 @@ check "nor anything after it that needs more than is left" \
 order=$(grep -oE '^\| [a-z]+ \|' "$tmp/o4/summary.md" | tr -d '| ' | tr '\n' ' ')
 check "--steps runs only the steps named, zero (a diagnosis) included (got: $order)" \
   '[ "$order" = "step profile zero " ] && grep -q "^| zero | NOT-RUN | .* | --selftest-cpu: needs a GPU |" "$tmp/o4/summary.md"'
-# ab (issue 41's candidate kernels): only by name; on ratchet-simt when it
-# lies beside RATCHET_EXE (the variants run), else the cpu backend (ignored).
-"$w" run --bundle "$tmp/b" --out "$tmp/o6" --selftest-cpu --steps ab --budget 450 > "$tmp/run6" 2>&1
-rc=$?
-check "ab PASSes (got $rc: $(grep '^| ab' "$tmp/o6/summary.md"))" '[ $rc = 0 ] && grep -q "^| ab | PASS |" "$tmp/o6/summary.md"'
-check "ab.md has a row per variant, losses equal" \
-  '[ "$(grep -cE "^\| (none|classifier_v2|layernorm_bwd_v2|encoder_bwd_v2|all: [a-z0-9_,]+) \| .* \| yes \| ab-" "$tmp/o6/ab.md")" = 5 ]'
-if [ -x "$(dirname "$(readlink -f "$exe")")/ratchet-simt" ]; then
-  check "on simt every variant is named in its run's header" \
-    '[ "$(grep -l "^kernel variants: " "$tmp"/o6/ab-*.txt | wc -l)" = 4 ]'
-else
-  check "on the cpu backend ab.md says the variants are ignored" 'grep -q "ignored here" "$tmp/o6/ab.md"'
-fi
-
 "$w" run --bundle "$tmp/b" --out "$tmp/o5" --steps profile,bogus > "$tmp/u" 2>&1
 rc=$?
 check "an unknown step exits 2 naming it (got $rc)" '[ $rc = 2 ] && grep -q "unknown step .bogus." "$tmp/u"'

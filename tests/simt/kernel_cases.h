@@ -160,22 +160,6 @@ struct Report {
     }
     lines.push_back(os.str());
   }
-  // A candidate kernel (issue 41) against today's on the same inputs: every
-  // value's bits equal (the candidates keep today's arithmetic and its order,
-  // and simt compiles the kernels without FMA contraction: kernels/CMakeLists.txt).
-  void same_bits(const std::string& what, const std::vector<float>& got,
-                 const std::vector<float>& today) {
-    size_t differ = 0, first = 0;
-    for (size_t i = 0; i < today.size(); i++)
-      if (std::memcmp(&got[i], &today[i], sizeof(float)) != 0 && !differ++) first = i;
-    std::ostringstream os;
-    os << what << ": " << differ << " of " << today.size() << " values differ from today's kernel";
-    if (differ) {
-      ok = false;
-      os << " (first at " << first << ": " << got[first] << " vs " << today[first] << ")  <-- FAIL";
-    }
-    lines.push_back(os.str());
-  }
   void fail(const std::string& what) {
     ok = false;
     lines.push_back(what + "  <-- FAIL");
@@ -265,7 +249,7 @@ struct Runner {
     rep.compare("out", get(k_out, (size_t)B * Tn * C), cpu.get(r_out, (size_t)B * Tn * C),
                 lim(kBf16));
   }
-  void encoder_backward(int B, int Tn, int C, int V, bool v2 = false) {
+  void encoder_backward(int B, int Tn, int C, int V) {
     std::vector<int> inp(B * Tn);
     for (auto& t : inp) t = (int)rng.below(V);
     auto dout = q(randn(rng, (size_t)B * Tn * C));
@@ -276,20 +260,9 @@ struct Runner {
     T* k_dwte = dev(dwte);
     T* k_dwpe = dev(dwpe);
     void* scratch = mem.template alloc<unsigned char>(kernels::encoder_backward_scratch_bytes(B, Tn));
-    T* k_dout = dev(dout);
-    int* k_inp = dev_raw(inp);
-    if (v2) kernels::encoder_backward_v2(k_dwte, k_dwpe, scratch, k_dout, k_inp, B, Tn, C, nullptr);
-    else kernels::encoder_backward(k_dwte, k_dwpe, scratch, k_dout, k_inp, B, Tn, C, nullptr);
-    const auto got_dwte = get(k_dwte, dwte.size()), got_dwpe = get(k_dwpe, dwpe.size());
-    rep.compare("dwte", got_dwte, cpu.get(r_dwte, dwte.size()), lim(kBf16Acc));
-    rep.compare("dwpe", got_dwpe, cpu.get(r_dwpe, dwpe.size()), lim(kBf16Acc));
-    if (v2) {  // the candidate against today's kernel, same inputs
-      T* t_dwte = dev(dwte);
-      T* t_dwpe = dev(dwpe);
-      kernels::encoder_backward(t_dwte, t_dwpe, scratch, k_dout, k_inp, B, Tn, C, nullptr);
-      rep.same_bits("dwte", got_dwte, get(t_dwte, dwte.size()));
-      rep.same_bits("dwpe", got_dwpe, get(t_dwpe, dwpe.size()));
-    }
+    kernels::encoder_backward(k_dwte, k_dwpe, scratch, dev(dout), dev_raw(inp), B, Tn, C, nullptr);
+    rep.compare("dwte", get(k_dwte, dwte.size()), cpu.get(r_dwte, dwte.size()), lim(kBf16Acc));
+    rep.compare("dwpe", get(k_dwpe, dwpe.size()), cpu.get(r_dwpe, dwpe.size()), lim(kBf16Acc));
   }
 
   // ---- layernorm ----
@@ -341,7 +314,10 @@ struct Runner {
     kernels::residual_forward(k_out, dev(a), dev(b), n, nullptr);
     rep.compare("out", get(k_out, n), cpu.get(r_out, n), lim(kBf16));
   }
-  void layernorm_backward(int N, int C, bool v2 = false) {
+  // One warp per row where C is whole packs and at most 768 (BF16) or 512
+  // (FP32) columns, else a team of warps (kernels/norm_backward.cuh): the
+  // shapes take both (test_simt_kernels.cpp's SimtLayernormBackward says which).
+  void layernorm_backward(int N, int C) {
     size_t n = (size_t)N * C;
     auto inp = q(randn(rng, n, 2.0f)), w = q(randn(rng, C)), b = q(randn(rng, C));
     auto dout = q(randn(rng, n));
@@ -364,31 +340,11 @@ struct Runner {
     T* k_db = dev(db);
     void* scratch =
         mem.template alloc<unsigned char>(kernels::layernorm_backward_scratch_bytes(N, C));
-    T* k_dout = dev(dout);
-    T* k_inp = dev(inp);
-    T* k_w = dev(w);
-    float* k_mean = dev_raw(mean);
-    float* k_rstd = dev_raw(rstd);
-    if (v2)
-      kernels::layernorm_backward_v2(k_dinp, k_dw, k_db, scratch, k_dout, k_inp, k_w, k_mean,
-                                     k_rstd, N, C, nullptr);
-    else
-      kernels::layernorm_backward(k_dinp, k_dw, k_db, scratch, k_dout, k_inp, k_w, k_mean, k_rstd,
-                                  N, C, nullptr);
-    const auto got_dinp = get(k_dinp, n), got_dw = get(k_dw, C), got_db = get(k_db, C);
-    rep.compare("dinp", got_dinp, cpu.get(r_dinp, n), lim(kBf16Acc));
-    rep.compare("dw", got_dw, cpu.get(r_dw, C), lim(kBf16Acc));
-    rep.compare("db", got_db, cpu.get(r_db, C), lim(kBf16Acc));
-    if (v2) {  // the candidate against today's kernel, same inputs
-      T* t_dinp = dev(dinp);
-      T* t_dw = dev(dw);
-      T* t_db = dev(db);
-      kernels::layernorm_backward(t_dinp, t_dw, t_db, scratch, k_dout, k_inp, k_w, k_mean, k_rstd,
-                                  N, C, nullptr);
-      rep.same_bits("dinp", got_dinp, get(t_dinp, n));
-      rep.same_bits("dw", got_dw, get(t_dw, C));
-      rep.same_bits("db", got_db, get(t_db, C));
-    }
+    kernels::layernorm_backward(k_dinp, k_dw, k_db, scratch, dev(dout), dev(inp), dev(w),
+                                dev_raw(mean), dev_raw(rstd), N, C, nullptr);
+    rep.compare("dinp", get(k_dinp, n), cpu.get(r_dinp, n), lim(kBf16Acc));
+    rep.compare("dw", get(k_dw, C), cpu.get(r_dw, C), lim(kBf16Acc));
+    rep.compare("db", get(k_db, C), cpu.get(r_db, C), lim(kBf16Acc));
   }
 
   // ---- bias gradient (reference: the dbias of the CPU matmul_backward) ----
@@ -753,7 +709,7 @@ struct Runner {
   // ---- classifier ----
   // softcap c > 0: the logits are already capped, y = c tanh(x/c) (x ~ N(0, 3^2)
   // against c = 4: many values in the bent part), and the gradient is x's.
-  void classifier(int BT, int V, int Vp, bool with_grad, float softcap = 0.0f, bool v2 = false) {
+  void classifier(int BT, int V, int Vp, bool with_grad, float softcap = 0.0f) {
     auto logits = randn(rng, (size_t)BT * Vp, 3.0f);
     if (softcap > 0)
       for (auto& x : logits) x = softcap * std::tanh(x / softcap);
@@ -766,31 +722,12 @@ struct Runner {
     cpu.be->classifier(r_logits, r_losses, cpu.i32(targets), BT, V, Vp, dloss, softcap);
     T* k_logits = dev(logits);
     float* k_losses = mem.template alloc<float>(BT);
-    int* k_targets = dev_raw(targets);
-    if (v2)
-      kernels::fused_classifier_v2(k_logits, k_losses, k_targets, BT, V, Vp, dloss, nullptr,
-                                   softcap);
-    else
-      kernels::fused_classifier(k_logits, k_losses, k_targets, BT, V, Vp, dloss, nullptr,
-                                softcap);
+    kernels::fused_classifier(k_logits, k_losses, dev_raw(targets), BT, V, Vp, dloss, nullptr,
+                              softcap);
     // Losses are FP32 from the same (quantised) logits: FP32 limit in both modes.
-    const auto got_losses = get_raw(k_losses, BT);
-    const auto got_logits = get(k_logits, (size_t)BT * Vp);
-    rep.compare("losses", got_losses, cpu.get(r_losses, BT), kF32);
-    rep.compare(with_grad ? "dlogits" : "logits (unchanged)", got_logits,
+    rep.compare("losses", get_raw(k_losses, BT), cpu.get(r_losses, BT), kF32);
+    rep.compare(with_grad ? "dlogits" : "logits (unchanged)", get(k_logits, (size_t)BT * Vp),
                 cpu.get(r_logits, (size_t)BT * Vp), lim(kBf16Cls));
-    if (v2) {  // the candidate against today's kernel, same inputs
-      T* t_logits = dev(logits);
-      float* t_losses = mem.template alloc<float>(BT);
-      kernels::fused_classifier(t_logits, t_losses, k_targets, BT, V, Vp, dloss, nullptr, softcap);
-      rep.same_bits("losses", got_losses, get_raw(t_losses, BT));
-      rep.same_bits(with_grad ? "dlogits" : "logits", got_logits, get(t_logits, (size_t)BT * Vp));
-      // Which kernel ran: the shapes list both (the candidate, and today's where it does not apply).
-      rep.lines.push_back(std::string("classifier_v2 ") +
-                          (kernels::fused_classifier_v2_applies<T>(V, Vp, k_logits)
-                               ? "ran its own kernel"
-                               : "does not apply here: ran today's kernel"));
-    }
   }
 
   // ---- AdamW ----
@@ -913,13 +850,6 @@ struct Runner {
     else if (c.op == "swiglu_forward") swiglu_forward(s[0], s[1]);
     else if (c.op == "swiglu_backward") swiglu_backward(s[0], s[1]);
     else if (c.op == "classifier") classifier(s[0], s[1], s[2], true);
-    // Issue 41's candidate kernels (RATCHET_KERNEL_VARIANT): the CPU reference
-    // and today's kernel, bit for bit.
-    else if (c.op == "classifier_v2") classifier(s[0], s[1], s[2], true, 0.0f, true);
-    else if (c.op == "classifier_v2_loss_only") classifier(s[0], s[1], s[2], false, 0.0f, true);
-    else if (c.op == "classifier_v2_softcap") classifier(s[0], s[1], s[2], true, 4.0f, true);
-    else if (c.op == "layernorm_backward_v2") layernorm_backward(s[0], s[1], true);
-    else if (c.op == "encoder_backward_v2") encoder_backward(s[0], s[1], s[2], s[3], true);
     else if (c.op == "classifier_loss_only") classifier(s[0], s[1], s[2], false);
     else if (c.op == "adamw") adamw(s[0], s[1]);
     else if (c.op == "global_norm") global_norm(s[0]);
@@ -942,8 +872,12 @@ inline std::vector<Case> all_cases() {
       {"residual_layernorm_forward", {{1, 3}, {5, 33}, {19, 100}, {32, 768}}},
       // 1000 and 4096 take the 128-bit path (n a multiple of the pack), 4099 the scalar one.
       {"residual_forward", {{1}, {7}, {1000}, {4096}, {4099}}},
-      // 2500 and 4096: two packs per thread (K = 2) in FP32; 4096 in BF16: one team per block.
-      {"layernorm_backward", {{1, 2}, {3, 7}, {17, 96}, {70, 257}, {256, 768}, {9, 2500}, {9, 4096}}},
+      // One warp per row (W packs a lane) at 96, 256, 384, 512, 768 in BF16 (W = 1, 1, 2,
+      // 2, 3) and 96, 256, 384, 512 in FP32 (W = 1..4); the team kernel at 2, 7 and 257
+      // (not whole packs), 768 in FP32 (W = 6), 2500 and 4096 (too wide; K = 2 in FP32;
+      // 4096 in BF16: one team per block). N = 70: rows in 3 blocks.
+      {"layernorm_backward", {{1, 2}, {3, 7}, {17, 96}, {70, 257}, {70, 256}, {17, 384},
+                              {256, 768}, {33, 512}, {9, 2500}, {9, 4096}}},
       // 3072: two column tiles of 128-bit packs.
       {"bias_grad", {{1, 1}, {5, 7}, {33, 100}, {100, 300}, {70, 3072}}},
       {"gelu_forward", {{1}, {7}, {1000}, {4096}, {4099}}},
@@ -995,23 +929,6 @@ inline std::vector<Case> all_cases() {
       // (BT, V, Vp): the capped classifier, packs and element-wise (41).
       {"classifier_softcap", {{1, 1, 1}, {3, 37, 41}, {7, 100, 128}, {4, 4099, 4224}}},
       {"adamw", {{1, 1}, {7, 1}, {1000, 3}, {5001, 10}}},
-      // Issue 41's candidates: today's shapes, and where each takes its own path.
-      // classifier_v2: (BT, V, Vp); 41 and 1 are not whole packs (today's kernel
-      // runs); 48 with V = 37: a held pack partly past V; 32768: 8 packs a thread
-      // in FP32 (the most it holds), 50304: 7 in BF16 (GPT-2), in FP32 too many
-      // (today's kernel runs).
-      {"classifier_v2", {{1, 1, 1}, {3, 5, 8}, {3, 37, 41}, {3, 37, 48}, {7, 100, 128},
-                         {16, 1000, 1024}, {2, 4099, 4224}, {2, 32000, 32768}, {4, 50257, 50304}}},
-      {"classifier_v2_loss_only", {{3, 5, 8}, {5, 1000, 1024}, {2, 50257, 50304}}},
-      {"classifier_v2_softcap", {{1, 1, 1}, {3, 37, 41}, {3, 37, 48}, {7, 100, 128}, {4, 4099, 4224}}},
-      // layernorm_backward_v2: (N, C); 7 and 257 are not whole packs, 2500 and
-      // 4096 too wide (today's kernel runs); 96, 256 and 768 one warp per row
-      // (W = 1..3 in BF16, 2..6 in FP32: 6 falls back); 512 in FP32: W = 4;
-      // N = 70: rows in 3 blocks.
-      {"layernorm_backward_v2", {{1, 2}, {3, 7}, {17, 96}, {70, 257}, {70, 256}, {256, 768},
-                                 {33, 512}, {9, 2500}, {9, 4096}}},
-      {"encoder_backward_v2", {{1, 1, 1, 1}, {2, 5, 7, 3}, {3, 17, 64, 20}, {4, 64, 48, 8},
-                               {4, 256, 64, 50}, {3, 1100, 8, 5}, {4, 1024, 16, 30}, {4, 512, 32, 2}}},
       {"global_norm", {{1}, {7}, {1000}, {300001}, {4194304}, {4194319}}},
   };
   std::vector<Case> cases;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "guarded.h"
 #include "kernel_cases.h"
@@ -75,6 +77,7 @@ std::vector<unsigned char> run_reductions(uint64_t seed, int threads) {
   void* sc = scratch.data() + (16 - reinterpret_cast<uintptr_t>(scratch.data()) % 16) % 16;
   ratchet::kernels::encoder_backward(dwte.data(), dwpe.data(), sc, dout.data(), tok.data(), B, T,
                                      C, nullptr);
+  // One warp per row (C = 96, whole packs).
   ratchet::kernels::layernorm_backward(dinp.data(), dw.data(), db.data(), sc, dout.data(),
                                        inp.data(), w.data(), mean.data(), rstd.data(), N, C,
                                        nullptr);
@@ -100,22 +103,14 @@ std::vector<unsigned char> run_reductions(uint64_t seed, int threads) {
   ratchet::kernels::qk_norm_backward(qk_dinp.data(), dqw_f.data(), dkw_f.data(),
                                      qk_scratch.data(), dqkv.data(), qkv.data(), qw.data(),
                                      kw.data(), qk_rstd.data(), N, NH, KV, hs, false, 0.0f, nullptr);
-  // Issue 41's candidates (RATCHET_KERNEL_VARIANT) on the same inputs: their
-  // own outputs, so that a race of theirs shows as a seed-dependent result.
-  std::vector<bf16> dwte2((size_t)V * C), dwpe2((size_t)T * C), dinp2((size_t)N * C), dw2(C), db2(C);
-  ratchet::kernels::encoder_backward_v2(dwte2.data(), dwpe2.data(), sc, dout.data(), tok.data(), B,
-                                        T, C, nullptr);
-  ratchet::kernels::layernorm_backward_v2(dinp2.data(), dw2.data(), db2.data(), sc, dout.data(),
-                                          inp.data(), w.data(), mean.data(), rstd.data(), N, C,
-                                          nullptr);
-  std::vector<float> logits2 = randn(rng, (size_t)N * 128);
-  std::vector<float> losses2(N);
-  ratchet::kernels::fused_classifier_v2(logits2.data(), losses2.data(), tok.data(), N, 100, 128,
-                                        1.0f / N, nullptr);
+  // layernorm_backward's other kernel: the team of warps per row, where the
+  // row is not whole packs (C - 1 = 95 columns of the same buffers).
+  std::vector<bf16> dinp2((size_t)N * C), dw2(C), db2(C);
+  ratchet::kernels::layernorm_backward(dinp2.data(), dw2.data(), db2.data(), sc, dout.data(),
+                                       inp.data(), w.data(), mean.data(), rstd.data(), N, C - 1,
+                                       nullptr);
   std::vector<unsigned char> all;
-  for (auto v : {bits(dwte2.data(), dwte2.size()), bits(dwpe2.data(), dwpe2.size()),
-                 bits(dinp2.data(), dinp2.size()), bits(dw2.data(), C), bits(db2.data(), C),
-                 bits(logits2.data(), logits2.size()), bits(losses2.data(), losses2.size()),
+  for (auto v : {bits(dinp2.data(), dinp2.size()), bits(dw2.data(), C), bits(db2.data(), C),
                  bits(dqw_h.data(), hs), bits(dkw_h.data(), hs), bits(dqw_f.data(), dqw_f.size()),
                  bits(dkw_f.data(), dkw_f.size()), bits(qk_dinp.data(), qk_dinp.size()),
                  bits(dwte.data(), dwte.size()), bits(dwpe.data(), dwpe.size()),
@@ -134,6 +129,82 @@ TEST(SimtKernelsDeterminism, SameBitsForAnyThreadOrderAndOsThreadCount) {
   auto c = run_reductions(42, 3);
   EXPECT_TRUE(a == b);
   EXPECT_TRUE(a == c);
+}
+
+// layernorm_backward's two kernels (kernels/norm_backward.cuh): one warp per
+// row where C is whole 16-byte packs and at most 768 (BF16) or 512 (FP32)
+// columns, a team of warps per row elsewhere (the edge shapes of
+// kernel_cases.h's layernorm_backward cases). Launches recorded, not run.
+template <class T>
+std::string layernorm_backward_kernel(int N, int C, size_t misalign = 0) {
+  std::vector<T> a((size_t)N * C + 16), b((size_t)N * C + 16), w(C + 16);
+  std::vector<float> stats(N),
+      scratch(ratchet::kernels::layernorm_backward_scratch_bytes(N, C) / sizeof(float));
+  ratchet::kernels::LaunchDryRun dry;
+  ratchet::kernels::layernorm_backward<T>(a.data(), w.data(), w.data(), scratch.data(),
+                                          b.data() + misalign, b.data(), w.data(), stats.data(),
+                                          stats.data(), N, C, nullptr);
+  EXPECT_EQ(dry.launches.size(), 2u);  // the rows, then column_sums
+  return dry.launches.empty() ? "" : dry.launches.front().name;
+}
+
+TEST(SimtLayernormBackward, OneWarpPerRowWhereTheRowAllowsItElseATeam) {
+  using ratchet::kernels::bf16;
+  const std::string warp = "layernorm_backward_warp_kernel<T, ", team = "norm_backward_kernel<T, ";
+  const std::pair<int, int> bf16_warp[] = {{96, 1}, {256, 1}, {384, 2}, {512, 2}, {768, 3}};
+  const std::pair<int, int> f32_warp[] = {{96, 1}, {256, 2}, {384, 3}, {512, 4}};
+  for (auto [C, W] : bf16_warp)
+    EXPECT_EQ(layernorm_backward_kernel<bf16>(70, C), warp + std::to_string(W) + ">")
+        << "bf16 C " << C;
+  for (auto [C, W] : f32_warp)
+    EXPECT_EQ(layernorm_backward_kernel<float>(70, C), warp + std::to_string(W) + ">")
+        << "f32 C " << C;
+  for (int C : {2, 7, 257, 776, 1024, 2500, 4096})
+    EXPECT_EQ(layernorm_backward_kernel<bf16>(70, C).rfind(team, 0), 0u) << "bf16 C " << C;
+  for (int C : {2, 7, 257, 516, 768, 2500, 4096})
+    EXPECT_EQ(layernorm_backward_kernel<float>(70, C).rfind(team, 0), 0u) << "f32 C " << C;
+  // Whole packs but dout one element off 16 bytes: the team kernel's element path.
+  EXPECT_EQ(layernorm_backward_kernel<bf16>(70, 768, 1), team + "1, false>");
+}
+
+// The two kernels keep the same arithmetic in the same order: the same bits
+// (simt compiles without FMA contraction, kernels/CMakeLists.txt). The same
+// inputs, once aligned (one warp per row) and once with dout one element off
+// 16 bytes (the team kernel, element loads).
+template <class T>
+void expect_both_kernels_same_bits(int N, int C) {
+  ratchet::Rng rng(7);
+  const size_t n = (size_t)N * C;
+  const auto dout = to_storage<T>(randn(rng, n)), inp = to_storage<T>(randn(rng, n, 2.0f));
+  const auto w = to_storage<T>(randn(rng, C));
+  const auto dinp0 = to_storage<T>(randn(rng, n)), dw0 = to_storage<T>(randn(rng, C)),
+             db0 = to_storage<T>(randn(rng, C));
+  std::vector<float> mean(N), rstd(N);
+  for (int i = 0; i < N; i++) mean[i] = 0.1f * (i % 5), rstd[i] = 0.9f + 0.01f * (i % 7);
+  std::vector<float> scratch(ratchet::kernels::layernorm_backward_scratch_bytes(N, C) /
+                             sizeof(float));
+  std::vector<T> dout_off(n + 1);
+  std::copy(dout.begin(), dout.end(), dout_off.begin() + 1);
+  auto run = [&](const T* d, std::vector<T>& dinp, std::vector<T>& dw, std::vector<T>& db) {
+    dinp = dinp0, dw = dw0, db = db0;
+    ratchet::kernels::layernorm_backward<T>(dinp.data(), dw.data(), db.data(), scratch.data(), d,
+                                            inp.data(), w.data(), mean.data(), rstd.data(), N, C,
+                                            nullptr);
+  };
+  std::vector<T> dinp_w, dw_w, db_w, dinp_t, dw_t, db_t;
+  run(dout.data(), dinp_w, dw_w, db_w);
+  run(dout_off.data() + 1, dinp_t, dw_t, db_t);
+  EXPECT_TRUE(bits(dinp_w.data(), n) == bits(dinp_t.data(), n)) << "dinp, C " << C;
+  EXPECT_TRUE(bits(dw_w.data(), C) == bits(dw_t.data(), C)) << "dw, C " << C;
+  EXPECT_TRUE(bits(db_w.data(), C) == bits(db_t.data(), C)) << "db, C " << C;
+}
+
+TEST(SimtLayernormBackward, BothKernelsGiveTheSameBits) {
+  using ratchet::kernels::bf16;
+  ASSERT_EQ(layernorm_backward_kernel<bf16>(70, 768), "layernorm_backward_warp_kernel<T, 3>");
+  ASSERT_EQ(layernorm_backward_kernel<bf16>(70, 768, 1), "norm_backward_kernel<T, 1, false>");
+  for (int C : {96, 384, 768}) expect_both_kernels_same_bits<bf16>(70, C);
+  for (int C : {96, 256, 512}) expect_both_kernels_same_bits<float>(70, C);
 }
 
 // Flash attention with the barrier between loading a K/V tile and reading it

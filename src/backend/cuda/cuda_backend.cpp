@@ -145,7 +145,7 @@ class CudnnPlansWorkspace final : public CudnnWorkspaceSource {
 
 template <class T>
 CudaBackend<T>::CudaBackend(AttentionImpl attention, bool deterministic)
-    : attention_(attention), variants_(KernelVariants::from_env()), mm_(dtype_of<T>(), nullptr) {
+    : attention_(attention), mm_(dtype_of<T>(), nullptr) {
   // Everything held from construction on is overhead: the FP64 norm result
   // (one cudaMalloc, 256 bytes as allocated) and the matmul wrapper's cuBLASLt
   // workspace, which it allocates in its constructor (0 under simt).
@@ -466,10 +466,7 @@ template <class T>
 void CudaBackend<T>::encoder_backward(dptr dwte, dptr dwpe, cdptr dout, const int* inp, int B,
                                       int T_, int C) {
   void* s = scratch(encoder_backward_scratch(B, T_));
-  if (variants_.encoder_bwd_v2)
-    kernels::encoder_backward_v2<T>(P<T>(dwte), P<T>(dwpe), s, P<T>(dout), inp, B, T_, C, stream_);
-  else
-    kernels::encoder_backward<T>(P<T>(dwte), P<T>(dwpe), s, P<T>(dout), inp, B, T_, C, stream_);
+  kernels::encoder_backward<T>(P<T>(dwte), P<T>(dwpe), s, P<T>(dout), inp, B, T_, C, stream_);
 }
 
 template <class T>
@@ -484,12 +481,8 @@ void CudaBackend<T>::layernorm_backward(dptr dinp, dptr dw, dptr db, cdptr dout,
                                         cdptr w, const float* mean, const float* rstd, int N,
                                         int C) {
   void* s = scratch(layernorm_backward_scratch(N, C));
-  if (variants_.layernorm_bwd_v2)
-    kernels::layernorm_backward_v2<T>(P<T>(dinp), P<T>(dw), P<T>(db), s, P<T>(dout), P<T>(inp),
-                                      P<T>(w), mean, rstd, N, C, stream_);
-  else
-    kernels::layernorm_backward<T>(P<T>(dinp), P<T>(dw), P<T>(db), s, P<T>(dout), P<T>(inp),
-                                   P<T>(w), mean, rstd, N, C, stream_);
+  kernels::layernorm_backward<T>(P<T>(dinp), P<T>(dw), P<T>(db), s, P<T>(dout), P<T>(inp),
+                                 P<T>(w), mean, rstd, N, C, stream_);
 }
 
 template <class T>
@@ -838,12 +831,7 @@ void CudaBackend<T>::residual_forward(dptr out, cdptr a, cdptr b, size_t n) {
 template <class T>
 void CudaBackend<T>::classifier(dptr logits, float* losses, const int* targets, int BT, int V,
                                 int Vp, float dloss, float softcap) {
-  if (variants_.classifier_v2)
-    kernels::fused_classifier_v2<T>(P<T>(logits), losses, targets, BT, V, Vp, dloss, stream_,
-                                    softcap);
-  else
-    kernels::fused_classifier<T>(P<T>(logits), losses, targets, BT, V, Vp, dloss, stream_,
-                                 softcap);
+  kernels::fused_classifier<T>(P<T>(logits), losses, targets, BT, V, Vp, dloss, stream_, softcap);
 }
 
 // ---- optimizer ----------------------------------------------------------------------------
@@ -1005,10 +993,6 @@ float* CudaBackend<T>::master_of(cdptr params, size_t n) {
 template <class T>
 std::string CudaBackend<T>::setup_report(const OpShapes& s) {
   std::string out;
-  if (variants_.any())
-    out += std::string("kernel variants: ") + variants_.names() + " (" + KernelVariants::kEnv +
-           ": candidates for a GPU window's A/B, bench only; where one does not apply to a "
-           "shape it runs today's kernel)\n";
 #if RATCHET_CUDNN && !RATCHET_SIMT
   if (cudnn_) out += cudnn_->describe_plans();
 #endif

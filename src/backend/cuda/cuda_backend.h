@@ -70,7 +70,6 @@
 #include "backend/backend.h"
 #include "backend/cuda/arena.h"
 #include "backend/cuda/device.h"
-#include "backend/cuda/kernel_variants.h"
 #include "backend/cuda/matmul.h"
 
 namespace ratchet::cuda {
@@ -203,9 +202,6 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream_ = nullptr;
   AttentionImpl attention_;
-  // RATCHET_KERNEL_VARIANT, read once here (kernel_variants.h): candidate
-  // kernels for a GPU window's A/B runs; none by default.
-  KernelVariants variants_;
   // --attention cudnn (RATCHET_CUDNN builds; shared_ptr: its deleter is bound where the type is
   // complete, so the simt build never needs CudnnAttention's definition)
   std::shared_ptr<CudnnAttention> cudnn_;
