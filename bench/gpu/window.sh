@@ -485,7 +485,7 @@ step window 40 s_window
 step sliding 90 s_sliding
 step profile 60 s_profile
 step determinism 90 s_determinism
-step moe 240 s_moe
+step moe 150 s_moe
 step bench 150 s_bench
 step sanitizer 200 s_sanitizer
 step curve 300 s_curve

@@ -78,6 +78,9 @@ struct Checkpoint {
   // read_checkpoint_part(): adam_m/adam_v hold these [lo, hi) ranges back to
   // back (one rank's moments); empty: all of [0, P).
   std::vector<std::pair<size_t, size_t>> moment_ranges;
+  // read_checkpoint_part(): params holds these ranges back to back (an
+  // expert slice's part, model/expert_slice.h); empty: all of [0, P).
+  std::vector<std::pair<size_t, size_t>> param_ranges;
 };
 
 // Writes `ck` as dir/state.h5 + dir/manifest.json (dir must exist): format

@@ -341,19 +341,31 @@ Checkpoint read_checkpoint_params(const std::string& dir) {
   return ck;
 }
 
-Checkpoint read_checkpoint_part(const CheckpointReader& r, const FlatRanges& moment_ranges) {
+Checkpoint read_checkpoint_part(const CheckpointReader& r, const FlatRanges& moment_ranges,
+                                const FlatRanges& param_ranges) {
   Checkpoint ck;
   ck.meta = r.meta();
   const size_t P = r.num_params();
-  ck.params.resize(P);
-  r.read(0, 0, P, ck.params.data());
-  ck.moment_ranges = moment_ranges;
   const FlatRanges all = {{0, P}};
+  for (const FlatRanges* want : {&param_ranges, &moment_ranges})
+    for (const auto& [lo, hi] : *want)
+      if (lo > hi || hi > P)
+        fail("checkpoint ", r.dir(), ": range [", lo, ", ", hi, ") of its ", P,
+             " parameters asked for: this run's model does not match the checkpoint's");
+  ck.param_ranges = param_ranges;
+  const FlatRanges& params = param_ranges.empty() ? all : param_ranges;
+  ck.params.resize(ranges_length(params));
+  size_t at = 0;
+  for (const auto& [lo, hi] : params) {
+    r.read(0, lo, hi, ck.params.data() + at);
+    at += hi - lo;
+  }
+  ck.moment_ranges = moment_ranges;
   const FlatRanges& want = moment_ranges.empty() ? all : moment_ranges;
   const size_t n = ranges_length(want);
   ck.adam_m.resize(n);
   ck.adam_v.resize(n);
-  size_t at = 0;
+  at = 0;
   for (const auto& [lo, hi] : want) {
     r.read(1, lo, hi, ck.adam_m.data() + at);
     r.read(2, lo, hi, ck.adam_v.data() + at);

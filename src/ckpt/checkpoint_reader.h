@@ -30,6 +30,7 @@ class CheckpointReader {
   explicit CheckpointReader(const std::string& dir);
 
   const CheckpointMeta& meta() const { return meta_; }
+  const std::string& dir() const { return dir_; }
   size_t num_params() const { return P_; }
   int format_version() const { return version_; }
   const std::vector<ShardFileInfo>& shards() const { return shards_; }  // format 3
@@ -79,8 +80,11 @@ std::string describe_param_value(const ParamLayout& layout, uint64_t i, float v)
 // export and evaluation, which never need the moments (2/3 of the bytes).
 Checkpoint read_checkpoint_params(const std::string& dir);
 
-// A rank's part: all parameters, and the moments of `moment_ranges` back to
-// back (empty: all of them). Reads without checksums (see read()).
-Checkpoint read_checkpoint_part(const CheckpointReader& r, const FlatRanges& moment_ranges);
+// A rank's part: the parameters of `param_ranges` and the moments of
+// `moment_ranges`, each back to back (empty: all of them). An expert slice
+// reads only its own experts' weights (qwen3-30b-a3b's whole model is 122 GB
+// of FP32 on every rank otherwise). Reads without checksums (see read()).
+Checkpoint read_checkpoint_part(const CheckpointReader& r, const FlatRanges& moment_ranges,
+                                const FlatRanges& param_ranges = {});
 
 }  // namespace ratchet

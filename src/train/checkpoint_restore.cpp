@@ -30,7 +30,13 @@ void restore_moe_bias(const TrainState& s, const Checkpoint& ck) {
 }
 
 void restore_optimizer_and_params(const TrainState& s, const Checkpoint& ck, int world) {
-  s.model.set_whole_params(ck.params.data());  // an expert slice takes its part
+  // An expert slice's part was read alone (CheckpointSession::resume).
+  if (!ck.param_ranges.empty()) {
+    RATCHET_ASSERT(ck.params.size() == s.model.num_params());
+    s.model.set_params(ck.params.data());
+  } else {
+    s.model.set_whole_params(ck.params.data());
+  }
   restore_moe_bias(s, ck);
   // This rank's moments: read_checkpoint_part() read exactly its owned ranges,
   // back to back as the optimizer holds them, from whichever shards hold

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "distributed/flight_recorder.h"
+#include "model/expert_slice.h"
 #include "train/checkpoint_restore.h"
 #include "train/resume_discovery.h"
 #include "train/run_identity_diff.h"
@@ -26,9 +27,16 @@ bool CheckpointSession::resume(const TrainState& s) {
   const double t_load = now_s();
   const std::string path = find_resume_checkpoint(o_, dir_.get(), comm_);
   if (path.empty()) return false;
-  const Checkpoint ck = read_resume_part(path, s.dp.owned_ranges(), comm_);
-  check_same_run(ck.meta, s.model.config(), s.identity, s.settings,
-                 o_.ckpt_dir.empty() ? o_.resume : o_.ckpt_dir);
+  // An expert slice reads only its part of the weights (global_ranges: back
+  // to back they are its local layout).
+  const FlatRanges mine = s.model.experts().partial()
+                              ? global_ranges(s.model.config(), s.model.experts())
+                              : FlatRanges{};
+  const Checkpoint ck = read_resume_part(
+      path, s.dp.owned_ranges(), comm_, mine, [&](const CheckpointMeta& meta) {
+        check_same_run(meta, s.model.config(), s.identity, s.settings,
+                       o_.ckpt_dir.empty() ? o_.resume : o_.ckpt_dir);
+      });
   if (!o_.init_from.empty()) RLOG("resume: --init-from ignored (resuming a checkpoint)\n");
   restore_train_state(s, ck, comm_.world());
   if (writer_) writer_->mark_saved(s.step);  // no second save of the step resumed

@@ -1,5 +1,6 @@
 #include "train/resume_discovery.h"
 
+#include <memory>
 #include <vector>
 
 #include "ckpt/checkpoint_reader.h"
@@ -56,19 +57,32 @@ std::string find_resume_checkpoint(const TrainOptions& o, const CheckpointDir* d
   }
 }
 
-Checkpoint read_resume_part(const std::string& path, const FlatRanges& owned, Communicator& comm) {
-  Checkpoint ck;
+Checkpoint read_resume_part(const std::string& path, const FlatRanges& owned, Communicator& comm,
+                            const FlatRanges& param_ranges,
+                            const std::function<void(const CheckpointMeta&)>& check) {
+  // All agree that they opened it, and then that they read it, before going on.
+  auto agree_or_fail = [&](const std::string& err) {
+    if (comm.agree(!err.empty()))
+      fail(err.empty() ? "another rank" : "rank " + std::to_string(comm.rank()),
+           " could not read the checkpoint ", path, comm.rank() == 0 ? "" : " that rank 0 chose",
+           err.empty() ? "" : ": " + err, "\nIs --ckpt-dir on a file system all nodes share?");
+  };
+  std::unique_ptr<CheckpointReader> r;
   std::string err;
   try {
-    ck = read_checkpoint_part(CheckpointReader(path), owned);
+    r = std::make_unique<CheckpointReader>(path);
   } catch (const Error& e) {
     err = e.what();
   }
-  // All agree that they read it before going on.
-  if (comm.agree(!err.empty()))
-    fail(err.empty() ? "another rank" : "rank " + std::to_string(comm.rank()),
-         " could not read the checkpoint ", path, comm.rank() == 0 ? "" : " that rank 0 chose",
-         err.empty() ? "" : ": " + err, "\nIs --ckpt-dir on a file system all nodes share?");
+  agree_or_fail(err);
+  if (check) check(r->meta());  // the same run's: every rank decides alike
+  Checkpoint ck;
+  try {
+    ck = read_checkpoint_part(*r, owned, param_ranges);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  agree_or_fail(err);
   return ck;
 }
 

@@ -9,6 +9,7 @@
 // the one it picks, and a bad one is skipped (with a warning) for the next
 // older.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "ckpt/checkpoint.h"
@@ -31,10 +32,14 @@ std::string verify_checkpoint_together(const std::string& path, Communicator& co
 std::string find_resume_checkpoint(const TrainOptions& o, const CheckpointDir* dir,
                                    Communicator& comm);
 
-// Collective: this rank's part of the checkpoint at `path` (all parameters,
-// the moments of `owned` back to back). Error on every rank when any rank
-// cannot read it, naming the rank and asking whether --ckpt-dir is on a file
-// system all nodes share.
-Checkpoint read_resume_part(const std::string& path, const FlatRanges& owned, Communicator& comm);
+// Collective: this rank's part of the checkpoint at `path`: the parameters
+// of `param_ranges` (empty: all) and the moments of `owned`, each back to
+// back. `check` sees the checkpoint's metadata before any tensor is read (the
+// run's identity: ranges of another model's layout are never read). Error on
+// every rank when any rank cannot read it, naming the rank and asking whether
+// --ckpt-dir is on a file system all nodes share.
+Checkpoint read_resume_part(const std::string& path, const FlatRanges& owned, Communicator& comm,
+                            const FlatRanges& param_ranges,
+                            const std::function<void(const CheckpointMeta&)>& check);
 
 }  // namespace ratchet

@@ -70,6 +70,15 @@ TEST_F(LlamaTrain, AResumeWithAnotherShapeIsRefusedNamingTheField) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("is of another model: num_kv_heads differs"), std::string::npos)
       << r.output;
+  // A larger model at ZeRO-1: its owned moments reach past the checkpoint's
+  // parameters. The identity is checked before any range is read (this
+  // stopped at an assertion once).
+  cmd = train_cmd(d / "ck", 4) + " --zero 1";
+  cmd.replace(cmd.find("--kv-heads 2"), 12, "--kv-heads 4");
+  r = run_ratchet(cmd);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is of another model: num_kv_heads differs"), std::string::npos)
+      << r.output;
   cmd = train_cmd(d / "ck", 4);
   cmd.replace(cmd.find("--arch llama"), 12, "--arch gpt2  ");
   cmd.replace(cmd.find("--kv-heads 2"), 12, "");

@@ -24,6 +24,7 @@
 #include "core/json.h"
 #include "data/h5_util.h"
 #include "model/param_layout.h"
+#include "testing/expect_error.h"
 #include "testing/test_util.h"
 #include "testing/tiny_model.h"
 
@@ -107,6 +108,30 @@ TEST(CheckpointShards, AnyRangesReadBackWholeAndAsAnyOtherRanksParts) {
       EXPECT_EQ(part.adam_v, gather(ck.adam_v, mine));
     }
   EXPECT_EQ(dir.check_entry(dir.list().back()), "");
+}
+
+// An expert slice reads only its own parameters (param_ranges), back to back,
+// across the shards' boundaries; ranges outside the checkpoint are refused by
+// name instead of read.
+TEST(CheckpointShards, ParamRangesReadOnlyThoseParameters) {
+  TempDir d;
+  CheckpointDir dir(d / "ck");
+  const Checkpoint ck = whole_checkpoint(4);
+  const size_t P = ck.params.size();
+  const std::string path = save_sharded(dir, ck, interleaved(P, 3, 12));
+  const CheckpointReader reader(path);
+  for (const FlatRanges& params : interleaved(P, 4, 9)) {
+    const FlatRanges moments = {{1, P / 2}};
+    const Checkpoint part = read_checkpoint_part(reader, moments, params);
+    EXPECT_EQ(part.param_ranges, params);
+    EXPECT_EQ(part.params, gather(ck.params, params));
+    EXPECT_EQ(part.adam_m, gather(ck.adam_m, moments));
+  }
+  EXPECT_TRUE(read_checkpoint_part(reader, {}).param_ranges.empty());
+  expect_error([&] { read_checkpoint_part(reader, {}, {{0, P + 1}}); },
+               {path, "does not match the checkpoint"});
+  expect_error([&] { read_checkpoint_part(reader, {{P - 1, P + 5}}); },
+               {"does not match the checkpoint"});
 }
 
 // ---- hostile damage ----------------------------------------------------------
