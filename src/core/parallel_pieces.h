@@ -6,13 +6,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <system_error>
 #include <thread>
 #include <vector>
 
 namespace ratchet {
 
 // Calls f(i) once for every i in [0, n), on up to max_threads threads (the
-// calling one included; never more than the hardware's), in no set order.
+// calling one included; never more than the hardware's, and fewer when the
+// system will not start more), in no set order.
 // f must not throw. Each f(i) should be worth a thread's start: a few
 // million elements.
 template <class F>
@@ -24,7 +26,12 @@ void parallel_pieces(size_t n, F&& f, size_t max_threads = 64) {
     for (size_t i; (i = next.fetch_add(1)) < n;) f(i);
   };
   std::vector<std::thread> threads;
-  for (size_t t = 1; t < nthreads; t++) threads.emplace_back(work);
+  try {
+    for (size_t t = 1; t < nthreads; t++) threads.emplace_back(work);
+  } catch (const std::system_error&) {
+    // No more threads to be had (a job's process limit): the ones started and
+    // this one take every piece all the same.
+  }
   work();
   for (auto& t : threads) t.join();
 }
