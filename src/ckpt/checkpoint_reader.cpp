@@ -352,25 +352,22 @@ Checkpoint read_checkpoint_part(const CheckpointReader& r, const FlatRanges& mom
       if (lo > hi || hi > P)
         fail("checkpoint ", r.dir(), ": range [", lo, ", ", hi, ") of its ", P,
              " parameters asked for: this run's model does not match the checkpoint's");
+  // Tensor t's elements of `want` (empty: all) back to back.
+  auto read_ranges = [&](int t, const FlatRanges& want) {
+    const FlatRanges& ranges = want.empty() ? all : want;
+    std::vector<float> out(ranges_length(ranges));
+    size_t at = 0;
+    for (const auto& [lo, hi] : ranges) {
+      r.read(t, lo, hi, out.data() + at);
+      at += hi - lo;
+    }
+    return out;
+  };
   ck.param_ranges = param_ranges;
-  const FlatRanges& params = param_ranges.empty() ? all : param_ranges;
-  ck.params.resize(ranges_length(params));
-  size_t at = 0;
-  for (const auto& [lo, hi] : params) {
-    r.read(0, lo, hi, ck.params.data() + at);
-    at += hi - lo;
-  }
+  ck.params = read_ranges(0, param_ranges);
   ck.moment_ranges = moment_ranges;
-  const FlatRanges& want = moment_ranges.empty() ? all : moment_ranges;
-  const size_t n = ranges_length(want);
-  ck.adam_m.resize(n);
-  ck.adam_v.resize(n);
-  at = 0;
-  for (const auto& [lo, hi] : want) {
-    r.read(1, lo, hi, ck.adam_m.data() + at);
-    r.read(2, lo, hi, ck.adam_v.data() + at);
-    at += hi - lo;
-  }
+  ck.adam_m = read_ranges(1, moment_ranges);
+  ck.adam_v = read_ranges(2, moment_ranges);
   return ck;
 }
 

@@ -80,7 +80,8 @@ void GPT::init_host(const GPTConfig& cfg, uint64_t seed, float* host, ExpertSlic
   const std::vector<FlatSegment> segs = local_segments(cfg, x);  // ascending in both layouts
   RATCHET_ASSERT(piece > 0);
   // Zeros first (biases, padded rows, unused slices): every element is written.
-  parallel_ranges(layout.total, piece, [&](size_t lo, size_t hi) { std::fill(host + lo, host + hi, 0.0f); });
+  parallel_ranges(layout.total, piece,
+                  [&](size_t lo, size_t hi) { std::fill(host + lo, host + hi, 0.0f); });
   // A run of global elements [at, at + n): the constant `value`, or normals
   // times sd drawn from the stream at `state`.
   struct Fill {
