@@ -5,74 +5,104 @@
 #include <vector>
 
 #include "core/error.h"
+#include "distributed/expert_shards.h"
 #include "distributed/gather_ranges.h"
 #include "model/gpt.h"
 
 namespace ratchet {
 
 namespace {
-// The flat layout's allocations, in elements: pad (W·S) and gshard (S, at least 1).
-std::vector<size_t> flat_elems(size_t P, int W) {
-  const size_t S = shard_range(P, W, 0).padded;
-  return {S * (size_t)W, std::max<size_t>(1, S)};
-}
-
 std::vector<AdamWPiece> pieces_at_lo(const BucketLayout& bk, int r) {
   std::vector<AdamWPiece> pieces;
   for (const OwnedPiece& p : bk.pieces(r)) pieces.push_back({p.lo, p.n, p.shard, AdamWPiece::kAtLo});
   return pieces;
 }
+
+// An expert slice's domain of its experts: the world/N ranks holding the
+// same slice (ExpertShards::replicas, on the backend's memory), one per group.
+ShardComms expert_comms(const DistributedConfig& c) {
+  ShardComms s;
+  s.host = c.host;
+  s.world = c.device ? c.device : c.host;
+  s.shard_host = c.host;  // unused: the norm runs over the world (ShardedOptimizer::step)
+  s.shard = c.experts->replicas;
+  s.count = c.experts->replicas->world();
+  s.index = c.experts->replicas->rank();
+  RATCHET_ASSERT(s.index == c.experts->group);
+  return s;
+}
 }  // namespace
+
+bool ShardedOptimizer::slices_experts(const DistributedConfig& c) {
+  const int ep = c.experts ? c.experts->n : c.expert_parallel;
+  return c.stage == 1 && ep > 1 && !c.overlap && !c.groups;
+}
 
 ShardedOptimizer::ShardedOptimizer(const DistributedConfig& c, Backend& be, const ParamLayout& layout)
     : DistributedStrategy(c), be_(be), coll_(be, ShardComms::of(c)), layout_(layout) {
   const int W = coll_.count();
-  std::vector<AdamWPiece> pieces;
+  const ExpertSlice x = c.expert_slice();
+  if (layout_.expert_shards != x.shards)
+    fail("ZeRO-1 with --expert-parallel ", x.shards, " needs the model holding E/", x.shards,
+         " experts (ParamLayout(cfg, ", x.shards, ")); this layout holds E/",
+         layout_.expert_shards);
   if (bucketed(c.overlap, W)) {
     buckets_ = std::make_unique<GradBuckets>(be_, coll_, layout_, false, true);
-    pieces = pieces_at_lo(buckets_->layout(), coll_.index());
-  } else {
-    range_ = shard_range(layout_.total, W, coll_.index());
-    pieces = {{range_.lo, range_.hi - range_.lo, 0}};
-    const size_t sb = be_.storage_bytes();
-    const std::vector<size_t> n = flat_elems(layout_.total, W);
-    pad_ = be_.alloc(n[0] * sb);  // zero-filled: the tail [P, W·S) stays zero
-    gshard_ = be_.alloc(n[1] * sb);
+    opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, pieces_at_lo(buckets_->layout(), coll_.index()));
+    return;
   }
-  if (buckets_) {
-    opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, std::move(pieces));
+  if (x.partial()) {
+    if (!c.experts || !c.experts->cfg || !c.experts->replicas)
+      fail("a model holding an expert slice of ", x.shards,
+           " needs the expert-parallel group of that size (DistributedConfig::experts)");
+    experts_ = c.experts;
+    flat_ = std::make_unique<FlatShards>(*c.experts->cfg, x, W, coll_.index());
+    expert_coll_ = std::make_unique<ShardCollectives>(be_, expert_comms(c));
+    segments_ = local_segments(*c.experts->cfg, x);
   } else {
-    opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, range_.lo, range_.hi);
+    flat_ = std::make_unique<FlatShards>(layout_.total, W, coll_.index());
+  }
+  const size_t sb = be_.storage_bytes();
+  const std::vector<size_t> n = flat_->buffer_elems();
+  // Zero-filled: the packs' tails past their lengths stay zero.
+  for (size_t d = 0; d + 1 < n.size(); d++) pads_.push_back(be_.alloc(n[d] * sb));
+  gshard_ = be_.alloc(n.back() * sb);
+  if (x.partial()) {
+    opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, flat_->pieces());
+    opt_->use_expert_slice(*c.experts->cfg, x);  // rounds as the whole model would
+  } else {
+    const ShardRange r = flat_->domains()[0].shard();
+    opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, r.lo, r.hi);
   }
 }
 
 ShardedOptimizer::~ShardedOptimizer() {
-  be_.release(pad_);
+  for (void* p : pads_) be_.release(p);
   be_.release(gshard_);
 }
 
 StrategyNeeds ShardedOptimizer::needs(const BackendMemoryModel& be, const GPTConfig& cfg,
-                                      bool overlap, int shards, int index) {
-  const ParamLayout layout(cfg);
+                                      bool overlap, int shards, int index, ExpertSlice x) {
   StrategyNeeds n;
   n.master_sharded = shards > 1;
   if (bucketed(overlap, shards)) {
-    const BucketLayout bk(layout, cfg.num_layers, shards);
+    const BucketLayout bk(ParamLayout(cfg), cfg.num_layers, shards);
     n.owned = bk.owned_ranges(index);
     n.moment_elems = bk.owned_elems(index);
     n.buffer_bytes = GradBuckets::buffer_bytes(be, bk, false);
     return n;
   }
-  const ShardRange s = shard_range(layout.total, shards, index);
-  n.owned = {{s.lo, s.hi}};
-  n.moment_elems = s.hi - s.lo;
-  for (size_t e : flat_elems(layout.total, shards)) n.buffer_bytes += be.alloc_size(e * be.storage_bytes);
+  const FlatShards f(cfg, x, shards, index);
+  n.expert_shards = x.shards;
+  n.owned = f.owned_ranges();
+  n.moment_elems = f.owned_elems();
+  for (size_t e : f.buffer_elems()) n.buffer_bytes += be.alloc_size(e * be.storage_bytes);
   return n;
 }
 
 OwnedRanges ShardedOptimizer::owned_ranges() const {
   if (buckets_) return buckets_->layout().owned_ranges(coll_.index());
-  return {{range_.lo, range_.hi}};
+  return flat_->owned_ranges();
 }
 
 // The flat layout reduces after the backward: nothing to install. The
@@ -91,6 +121,11 @@ std::string ShardedOptimizer::describe() const {
   if (buckets_)
     return "ZeRO-1: optimizer state sharded by gradient buckets, each block's gradient "
            "reduce-scattered during the last backward (--overlap-comm on)";
+  if (slice())
+    return "ZeRO-1: optimizer state sharded; this rank holds 1/" + std::to_string(experts_->n) +
+           " of the experts (--expert-parallel " + std::to_string(experts_->n) +
+           "), their state sharded over the " + std::to_string(expert_coll_->count()) +
+           " rank(s) holding the same experts";
   return "ZeRO-1: optimizer state sharded";
 }
 
@@ -124,52 +159,89 @@ float ShardedOptimizer::step(GPT& model, float lr) {
     return (float)norm;
   }
   pass_ = launched_ = 0;
-  const size_t P = layout_.total, S = range_.padded, n = range_.hi - range_.lo;
-  const int Ws = coll_.count();  // W, or the group's size with --shard-group
+  // Each domain's runs packed and reduce-scattered over its ranks (the
+  // shard group's, or a slice's experts over their replicas).
   const size_t sb = be_.storage_bytes();
-  char* pad = static_cast<char*>(pad_);
-  be_.copy(pad, grads, P * sb);
-  if (S * Ws > P) be_.zero(pad + P * sb, (S * Ws - P) * sb);  // padding adds nothing
-  coll_.reduce_scatter(pad, gshard_, S);
-  const double ssq = n ? be_.sum_squares(gshard_, n) : 0.0;
-  // Over the shards of one copy: every group holds the same ones.
+  double ssq = 0;
+  for (size_t d = 0; d < flat_->domains().size(); d++) {
+    const FlatDomain& dom = flat_->domains()[d];
+    const ShardRange s = dom.shard();
+    char* pad = static_cast<char*>(pads_[d]);
+    for_runs(dom, 0, dom.len, [&](size_t at, size_t pos, size_t n) {
+      be_.copy(pad + pos * sb, grads + at * sb, n * sb);
+    });
+    const size_t tail = s.padded * (size_t)dom.count - dom.len;
+    if (tail > 0) be_.zero(pad + dom.len * sb, tail * sb);  // padding adds nothing
+    char* shard = static_cast<char*>(gshard_) + dom.grad * sb;
+    domain_coll(d).reduce_scatter(pad, shard, s.padded);
+    if (s.hi > s.lo) ssq += be_.sum_squares(shard, s.hi - s.lo);
+  }
+  // Over the shards of one copy: every group holds the same ones (a slice's
+  // shards, both domains, tile the model over the world: no groups there).
   const double norm = coll_.norm(ssq);
   opt_->step_shard(params, gshard_, lr, norm);
   gather_params(params);
   return (float)norm;
 }
 
-// Every rank's updated shard of params to every rank, through pad: slot r
-// holds rank r's shard (the tail of the last slot, past P, is padding).
-void ShardedOptimizer::gather_params(dptr params) {
-  const size_t S = range_.padded, n = range_.hi - range_.lo, sb = be_.storage_bytes();
-  char* pad = static_cast<char*>(pad_);
-  char* own = pad + (size_t)coll_.index() * S * sb;
-  be_.copy(own, static_cast<const char*>(params) + range_.lo * sb, n * sb);
-  if (S > n) be_.zero(own + n * sb, (S - n) * sb);
-  coll_.all_gather(own, pad, S);
-  be_.copy(params, pad, layout_.total * sb);
+// Calls fn(flat offset, packed offset, n) for each run of `d` inside packed [a, b).
+template <class Fn>
+void ShardedOptimizer::for_runs(const FlatDomain& d, size_t a, size_t b, Fn fn) {
+  size_t pos = 0;
+  for (const auto& [lo, hi] : d.runs) {
+    const size_t x = std::max(a, pos), y = std::min(b, pos + (hi - lo));
+    if (x < y) fn(lo + (x - pos), x, y - x);
+    pos += hi - lo;
+  }
 }
 
+// Every rank's updated shard of params to every rank, domain by domain,
+// through its pack: slot r holds rank r's shard (the tail of the last slot,
+// past the domain's length, is padding).
+void ShardedOptimizer::gather_params(dptr params) {
+  const size_t sb = be_.storage_bytes();
+  char* flat = static_cast<char*>(params);
+  for (size_t d = 0; d < flat_->domains().size(); d++) {
+    const FlatDomain& dom = flat_->domains()[d];
+    const ShardRange s = dom.shard();
+    char* pad = static_cast<char*>(pads_[d]);
+    char* own = pad + (size_t)dom.index * s.padded * sb;
+    for_runs(dom, s.lo, s.hi, [&](size_t at, size_t pos, size_t n) {
+      be_.copy(own + (pos - s.lo) * sb, flat + at * sb, n * sb);
+    });
+    if (s.padded > s.hi - s.lo) be_.zero(own + (s.hi - s.lo) * sb, (s.padded - (s.hi - s.lo)) * sb);
+    domain_coll(d).all_gather(own, pad, s.padded);
+    for_runs(dom, 0, dom.len, [&](size_t at, size_t pos, size_t n) {
+      be_.copy(flat + at * sb, pad + pos * sb, n * sb);
+    });
+  }
+}
+
+// lo is global; a slice holds [lo, lo + n) in one of its owned ranges, which
+// are consecutive in its local layout.
 void ShardedOptimizer::download_params(float* dst, GPT& model, size_t lo, size_t n) const {
-  be_.download_f32(dst, static_cast<const char*>(model.params()) + lo * be_.storage_bytes(), n);
+  const size_t at = slice() ? local_offset(segments_, lo) : lo;
+  if (slice() && n > 0) RATCHET_ASSERT(local_offset(segments_, lo + n - 1) == at + n - 1);
+  be_.download_f32(dst, static_cast<const char*>(model.params()) + at * be_.storage_bytes(), n);
 }
 
 // With a sharded master (BF16 storage, several shards) each range from its
-// owner's master; otherwise every rank's own master has them all.
+// owner's master; otherwise every rank's own master has them all. An expert
+// slice holds its own experts alone: every owner's ranges, in any storage.
 void ShardedOptimizer::params_f32(GPT& model, float* host) {
   RATCHET_ASSERT(model.num_params() == layout_.total);
   const int N = coll_.count();
-  if (N == 1 || be_.storage_bytes() == sizeof(float)) return model.get_params(host);
-  const size_t sb = be_.storage_bytes();
-  const char* p = static_cast<const char*>(model.params());
+  if (!slice() && (N == 1 || be_.storage_bytes() == sizeof(float))) return model.get_params(host);
   gather_ranges_f32(coll_.comms().shard_host, N, coll_.index(),
                     [&](int q) {
                       if (buckets_) return buckets_->layout().owned_ranges(q);
-                      const ShardRange s = shard_range(layout_.total, N, q);
-                      return OwnedRanges{{s.lo, s.hi}};
+                      if (slice())
+                        return FlatShards(*experts_->cfg, ExpertSlice{experts_->n, q % experts_->n},
+                                          N, q)
+                            .owned_ranges();
+                      return FlatShards(layout_.total, N, q).owned_ranges();
                     },
-                    [&](float* dst, size_t lo, size_t n) { be_.download_f32(dst, p + lo * sb, n); },
+                    [&](float* dst, size_t lo, size_t n) { download_params(dst, model, lo, n); },
                     host);
 }
 
@@ -180,8 +252,13 @@ void ShardedOptimizer::params_f32(GPT& model, float* host) {
 void ShardedOptimizer::sync_master(GPT& model) {
   const int N = coll_.count();
   if (N == 1 || be_.storage_bytes() == sizeof(float)) return;
-  std::vector<float> flat(layout_.total);
+  std::vector<float> flat(slice() ? ParamLayout(*experts_->cfg).total : layout_.total);
   params_f32(model, flat.data());
+  if (slice()) {  // this slice's part, in its local layout
+    std::vector<float> local(layout_.total);
+    slice_experts(*experts_->cfg, config_.expert_slice(), flat.data(), local.data());
+    flat.swap(local);
+  }
   set_whole_master(be_, model.params(), flat.data(), layout_.total);
 }
 

@@ -8,18 +8,20 @@
 //   bucketed  (overlap on more than one shard) the buckets of stage 2
 //             (grad_buckets.h): each block's reduce-scatter starts during
 //             the last micro-batch's backward
-// --expert-parallel: every rank holds every expert's weights and the
-// experts' state is sharded as the rest, as at ZeRO 2-3. A rank adds
-// gradient only to its own experts, so the reduce-scatter's sum (the owners'
-// gradients plus zeros) is each expert's whole gradient. (ZeRO-0 holds a
-// rank's own experts alone, model/expert_slice.h: E/N experts' moments where
-// this holds ~E/W of them; holding E/N experts' weights here too is the next
-// slice, docs/moe.md.)
+// --expert-parallel N (distributed/expert_shards.h): in the flat layout the
+// model holds its own experts alone (model/expert_slice.h, as at ZeRO-0) and
+// the layout has two reduction domains (flat_shards.h): the slice's experts
+// are reduce-scattered and sharded over the world/N ranks holding the same
+// slice, the rest over the world. The bucketed layout and --shard-group keep
+// every expert's weights: a rank adds gradient only to its own experts, so
+// the reduce-scatter's sum (the owners' gradients plus zeros) is each
+// expert's whole gradient, and the experts' state is sharded as the rest.
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "distributed/backward_hook.h"
+#include "distributed/flat_shards.h"
 #include "distributed/grad_buckets.h"
 #include "distributed/shard_collectives.h"
 #include "distributed/strategy.h"
@@ -48,21 +50,33 @@ class ShardedOptimizer final : public DistributedStrategy {
 
   // Whether the shards are bucket-aligned on `shards` shards.
   static bool bucketed(bool overlap, int shards) { return overlap && shards > 1; }
+  // Whether the model holds an expert slice under c (--expert-parallel N > 1
+  // in the flat layout, without --shard-group): DistributedConfig::expert_slice.
+  static bool slices_experts(const DistributedConfig& c);
+  // x: the slice the model holds (expert_slice(); x.partial() only when
+  // slices_experts()), `shards` then the world.
   static StrategyNeeds needs(const BackendMemoryModel& be, const GPTConfig& cfg, bool overlap,
-                             int shards, int index);
+                             int shards, int index, ExpertSlice x = ExpertSlice{});
 
  private:
   void grad_ready(int layer);
   void gather_params(dptr params);  // flat: the shards all-gathered into params
+  // The collectives of flat domain d (0: coll_; 1: an expert slice's replicas).
+  ShardCollectives& domain_coll(size_t d) { return d == 0 ? coll_ : *expert_coll_; }
+  template <class Fn>
+  static void for_runs(const FlatDomain& d, size_t a, size_t b, Fn fn);
+  bool slice() const { return layout_.expert_shards > 1; }
 
   Backend& be_;
   ShardCollectives coll_;
   ParamLayout layout_;
   std::unique_ptr<AdamW> opt_;
   // Flat layout.
-  ShardRange range_;
-  void* pad_ = nullptr;     // W·S elements
-  void* gshard_ = nullptr;  // S elements
+  std::unique_ptr<FlatShards> flat_;
+  std::unique_ptr<ShardCollectives> expert_coll_;  // a slice's experts: its replicas
+  std::vector<FlatSegment> segments_;              // a slice's local runs in the global layout
+  std::vector<void*> pads_;  // per domain: count·S elements
+  void* gshard_ = nullptr;   // flat_->shard_elems()
   // Bucketed layout.
   std::unique_ptr<GradBuckets> buckets_;
   GPT* model_ = nullptr;  // attached (bucketed only)

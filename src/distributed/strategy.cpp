@@ -34,15 +34,15 @@ int DistributedConfig::shard_index() const {
 
 ExpertSlice DistributedConfig::expert_slice() const {
   const int ep = experts ? experts->n : expert_parallel;
-  if (stage != 0 || ep <= 1) return ExpertSlice{};
+  if (ep <= 1 || (stage != 0 && !ShardedOptimizer::slices_experts(*this))) return ExpertSlice{};
   return ExpertSlice{ep, experts ? experts->index : expert_index};
 }
 
 namespace {
 // --expert-parallel at ZeRO 0: the model holds its slice alone (replicated.h),
-// its moments the whole local layout, owned in global coordinates. ZeRO 1-3
-// keep every expert's weights and shard their state as the rest
-// (sharded_optimizer.h says why).
+// its moments the whole local layout, owned in global coordinates. (ZeRO-1's
+// flat layout holds a slice too: ShardedOptimizer::needs. The other layouts
+// keep every expert's weights and shard their state as the rest.)
 StrategyNeeds with_experts(StrategyNeeds n, const DistributedConfig& c, const GPTConfig& cfg) {
   const ExpertSlice x = c.expert_slice();
   if (!x.partial() || !cfg.moe()) return n;
@@ -57,7 +57,7 @@ StrategyNeeds strategy_needs(const DistributedConfig& c, const BackendMemoryMode
                              const GPTConfig& cfg, int shards, int index) {
   switch (c.stage) {
     case 0: return with_experts(Replicated::needs(cfg), c, cfg);
-    case 1: return ShardedOptimizer::needs(be, cfg, c.overlap, shards, index);
+    case 1: return ShardedOptimizer::needs(be, cfg, c.overlap, shards, index, c.expert_slice());
     case 2: return ShardedGradients::needs(be, cfg, shards, index);
     case 3: return FullySharded::needs(be, cfg, c.reshard_after_forward, shards, index);
   }

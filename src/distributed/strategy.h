@@ -71,8 +71,9 @@ struct DistributedConfig {
   // --shard-group (distributed/shard_groups.h): shard inside groups, the
   // groups replicas of one another; null: one group, the world.
   const ShardGroups* groups = nullptr;
-  // --expert-parallel N > 1 (distributed/expert_shards.h): at ZeRO 0 the
-  // model holds only this rank's experts (expert_slice(); replicated.h);
+  // --expert-parallel N > 1 (distributed/expert_shards.h): at ZeRO 0, and at
+  // ZeRO-1 in its flat layout (no overlap, no --shard-group), the model holds
+  // only this rank's experts (expert_slice(); replicated.h, flat_shards.h);
   // null (or n 1): all of them.
   const ExpertShards* experts = nullptr;
   // The same known before `experts` exists (the memory is counted first):
@@ -84,8 +85,9 @@ struct DistributedConfig {
   // the world), and this rank's shard.
   int shards() const;
   int shard_index() const;
-  // The experts the model holds under this config: E/N at ZeRO-0 with
-  // --expert-parallel N > 1 (this rank's place in its group), else all.
+  // The experts the model holds under this config: E/N with --expert-parallel
+  // N > 1 at ZeRO-0 and in ZeRO-1's flat layout (this rank's place in its
+  // group), else all.
   ExpertSlice expert_slice() const;
 };
 
@@ -95,8 +97,8 @@ struct StrategyNeeds {
   bool flat_grads = true;       // the model keeps its flat gradient buffer (false from stage 2)
   bool flat_params = true;      // the model keeps its flat parameters (false at stage 3)
   bool master_sharded = false;  // the FP32 master covers `owned` only (stages 1-2, > 1 shard)
-  // The model holds E/expert_shards experts' weights (ZeRO-0 with
-  // --expert-parallel N: N; model/expert_slice.h): GPT is built with
+  // The model holds E/expert_shards experts' weights (ZeRO-0, and ZeRO-1's
+  // flat layout, with --expert-parallel N: N; model/expert_slice.h): GPT is built with
   // ExpertSlice{expert_shards, this rank's place in its group}. 1: all.
   int expert_shards = 1;
   OwnedRanges owned;            // the rank's owned ranges (owned_ranges())
@@ -181,9 +183,9 @@ class DistributedStrategy {
   virtual void restore_params(GPT& model) = 0;
 
   // --expert-parallel's shards (DistributedConfig::experts) when the model
-  // holds only this rank's experts (ZeRO-0: model/expert_slice.h); null when
-  // it holds every expert's weights (their state sharded as the rest at
-  // ZeRO 1-3).
+  // holds only this rank's experts (model/expert_slice.h: ZeRO-0, ZeRO-1's
+  // flat layout); null when it holds every expert's weights (their state
+  // sharded as the rest).
   const ExpertShards* experts() const { return experts_; }
   // The log's line ("ZeRO-1: optimizer state sharded", ...).
   virtual std::string describe() const = 0;

@@ -60,6 +60,27 @@ size_t local_offset(const std::vector<FlatSegment>& segments, size_t g) {
   fail("element ", g, " of the whole model is not in this expert slice");
 }
 
+std::vector<std::pair<size_t, size_t>> local_ranges(
+    const std::vector<FlatSegment>& segments, const std::vector<std::pair<size_t, size_t>>& global) {
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const auto& [lo, hi] : global) {
+    size_t held = 0;
+    for (const FlatSegment& s : segments) {
+      const size_t a = std::max(lo, s.global), b = std::min(hi, s.global + s.len);
+      if (a >= b) continue;
+      const size_t la = s.local + (a - s.global), lb = la + (b - a);
+      if (!out.empty() && out.back().second == la)
+        out.back().second = lb;
+      else
+        out.push_back({la, lb});
+      held += b - a;
+    }
+    if (held != hi - lo)
+      fail("elements ", lo, "..", hi, " of the whole model are not all in this expert slice");
+  }
+  return out;
+}
+
 void place_experts(const GPTConfig& cfg, ExpertSlice x, const float* local, float* global) {
   for (const FlatSegment& s : local_segments(cfg, x))
     std::copy(local + s.local, local + s.local + s.len, global + s.global);

@@ -1,6 +1,7 @@
 // Expert slices: a model that holds only E/N of every MoE layer's experts
-// (--expert-parallel N at ZeRO-0: E/N experts' weights, gradients and moments
-// per rank; docs/moe.md "What each rank keeps"). Rank q of an expert-parallel group of N holds
+// (--expert-parallel N at ZeRO-0 and in ZeRO-1's flat layout: E/N experts'
+// weights and gradients per rank; docs/moe.md "What each rank keeps").
+// Rank q of an expert-parallel group of N holds
 // experts [q·E/N, (q+1)·E/N) of expw1 and expw2 in ParamLayout(cfg, N) (the
 // "local" layout); every other tensor is whole. The whole model's layout,
 // ParamLayout(cfg), is the "global" one: checkpoints, exports and the
@@ -43,5 +44,10 @@ std::vector<std::pair<size_t, size_t>> global_ranges(const GPTConfig& cfg, Exper
 // Where global element `g` sits in the local layout; an Error when the slice
 // does not hold it.
 size_t local_offset(const std::vector<FlatSegment>& segments, size_t g);
+// Global [lo, hi) ranges (ascending, each inside the slice) as ranges of the
+// local layout, ascending and merged where adjacent: a strategy's owned
+// ranges as the FP32 master ranges of the model's local buffer.
+std::vector<std::pair<size_t, size_t>> local_ranges(
+    const std::vector<FlatSegment>& segments, const std::vector<std::pair<size_t, size_t>>& global);
 
 }  // namespace ratchet

@@ -19,11 +19,15 @@ namespace ratchet {
 GPT::GPT(const GPTConfig& cfg, Backend& be, bool flat_grads, bool flat_params,
          const std::vector<std::pair<size_t, size_t>>* master_ranges, ExpertSlice experts)
     : cfg_(cfg), be_(be), experts_(experts), layout_(cfg, experts.shards), global_(cfg) {
-  if (experts_.partial()) local_segments(cfg_, experts_);  // checks the index (an Error)
+  std::vector<std::pair<size_t, size_t>> local;  // a slice's master ranges in its layout
+  if (experts_.partial()) {
+    const std::vector<FlatSegment> segments = local_segments(cfg_, experts_);  // an Error for a bad index
+    if (master_ranges) local = local_ranges(segments, *master_ranges);
+  }
   if (flat_params) {
     params_ = be_.alloc(layout_.total * be_.storage_bytes());
     // set_params() then sets the FP32 master exactly (of master_ranges only, when given)
-    be_.keep_master_copy(params_, master_ranges);
+    be_.keep_master_copy(params_, master_ranges && experts_.partial() ? &local : master_ranges);
   }
   if (flat_grads) grads_ = be_.alloc(layout_.total * be_.storage_bytes());
   if (cfg_.moe_selection_bias) moe_bias_.assign((size_t)cfg_.num_layers * cfg_.num_experts, 0.f);

@@ -63,7 +63,9 @@ class GPT {
   // master copy the backend keeps (BF16 storage; null: all of them). ZeRO-1/2
   // on several shards pass the rank's DistributedStrategy::owned_ranges(): get_params
   // then returns FP32 master values there and the BF16 values elsewhere
-  // (DistributedStrategy::params_f32 gathers every owner's).
+  // (DistributedStrategy::params_f32 gathers every owner's). They are global
+  // (the whole model's places, as owned_ranges() are): an expert slice keeps
+  // them at their places in its local layout.
   // experts: the slice of every MoE layer's experts this model holds
   // (model/expert_slice.h): with experts.shards N > 1 its flat buffers are
   // ParamLayout(cfg, N), E/N experts' weights and gradients, and every MoE

@@ -122,7 +122,8 @@ TEST_F(MpiExpertParallelCuda, TwoRanksThroughTheStandInNcclEqualOneProcess) {
     bool guard;
   };
   for (const Case& c : {Case{"--zero 0", true}, Case{"--zero 1", true},
-                        Case{"--zero 1 --overlap-comm off", false}, Case{"--zero 2", false},
+                        // ZeRO-1's flat layout: an expert slice (flat_shards.h).
+                        Case{"--zero 1 --overlap-comm off", true}, Case{"--zero 2", false},
                         Case{"--zero 3", false}, Case{"--zero 0 --recompute blocks:2", false}}) {
     TempDir ep;
     const std::string what = "stub-nccl 2 ranks --expert-parallel 2 " + c.flags +
@@ -261,9 +262,9 @@ TEST_F(MpiExpertParallelCuda, Bf16AtZero2EqualsPlainDataParallel) {
 }
 
 // BF16 storage at ZeRO 0 and 1, where a rank keeps only its own experts'
-// moments (ZeRO 0: the whole FP32 master, the other experts' slices
-// all-gathered after each update and rounded here with their owner's seed;
-// ZeRO 1: the master of the owned ranges only). Three runs of 2 ranks
+// moments (ZeRO 0: the slice's FP32 master; ZeRO 1: the master of the owned
+// ranges only, in the bucketed layout of every expert's weights or, with
+// --overlap-comm off, of the rank's slice). Three runs of 2 ranks
 // through the stand-in NCCL, the first case guarded:
 //   - plain data parallel (--expert-parallel 1) vs --expert-parallel 2:
 //     losses within 1e-3 relative (test_mpi_train's BF16 bound: the expert
@@ -297,6 +298,9 @@ void bf16_expert_parallel_case(const std::string& zero, bool guard) {
   ASSERT_EQ(r.exit_code, 0) << what << "\n" << r.output;
   EXPECT_NE(r.output.find("simt (bf16)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("this rank holds experts 0..1 of 4"), std::string::npos) << r.output;
+  // ZeRO 0 and ZeRO-1's flat layout hold the rank's experts alone.
+  const bool slice = zero == "0" || zero.find("--overlap-comm off") != std::string::npos;
+  EXPECT_EQ(r.output.find("(an expert slice)") != std::string::npos, slice) << what << "\n" << r.output;
   const std::vector<double> la = MpiExpertParallelCuda::losses_of(plain.path),
                             lb = MpiExpertParallelCuda::losses_of(straight.path);
   ASSERT_EQ(la.size(), (size_t)kSteps) << what;
@@ -336,6 +340,13 @@ TEST_F(MpiExpertParallelCuda, Bf16AtZero0EqualsPlainDataParallelAndResumesBitwis
 
 TEST_F(MpiExpertParallelCuda, Bf16AtZero1EqualsPlainDataParallelAndResumesBitwise) {
   bf16_expert_parallel_case("1", false);
+}
+
+// ZeRO-1's flat layout holds the rank's experts alone (flat_shards.h): the
+// FP32 master of its owned pieces at their places in the slice's local
+// layout, rounding keyed by the global places. Guarded.
+TEST_F(MpiExpertParallelCuda, Bf16AtZero1FlatSlicesEqualPlainDataParallelAndResumeBitwise) {
+  bf16_expert_parallel_case("1 --overlap-comm off", true);
 }
 
 // Without a device communicator (plain ratchet-simt under mpirun: simt's

@@ -11,11 +11,14 @@
 //   - E not divisible by N is refused (exit 2) naming --expert-parallel and
 //     num_experts;
 //   - at ZeRO-0 each rank holds its own experts only, weights, gradients and
-//     AdamW state (the log's "expert state" line: half at N 2), and ZeRO 1-3
+//     AdamW state (the log's "expert state" line: half at N 2); ZeRO-1's
+//     flat layout (--overlap-comm off) holds their weights alone too, their
+//     state sharded over the ranks holding the same experts; ZeRO 1-3
 //     equal it too;
 //   - a 6-expert run resumes from N 2 on 2 ranks at N 3 on 3 ranks and the
-//     reverse, and from ZeRO-0's expert slices at ZeRO-1 and ZeRO-3 (every
-//     expert's weights), ending where one process ends;
+//     reverse, between ZeRO-0's and ZeRO-1's expert slices, and from them at
+//     ZeRO-1 bucketed and ZeRO-3 (every expert's weights), ending where one
+//     process ends;
 //   - a checkpoint whose expert moments' shard is damaged or missing is
 //     refused naming the file, and the run resumes from the one before.
 // Tolerances (test_mpi_train's): the expert gradients are one GEMM over both
@@ -45,6 +48,9 @@ namespace {
 
 constexpr int kSteps = 6;
 constexpr double kLr = 3e-3;
+// ZeRO-1 in its flat layout: with --expert-parallel, its model holds the
+// rank's experts alone (flat_shards.h).
+const char* const kFlat1 = "1 --overlap-comm off";
 
 class MpiExpertParallelTrain : public BibleShardsSuite {
  protected:
@@ -83,6 +89,13 @@ class MpiExpertParallelTrain : public BibleShardsSuite {
     if (!std::regex_search(out, m, std::regex("expert state: AdamW m and v of ([0-9]+) of ([0-9]+)")))
       return {-1, -1};
     return {std::stol(m[1]), std::stol(m[2])};
+  }
+  // The same line's "its weights and gradients of W (an expert slice)": W, or -1.
+  static long expert_weights(const std::string& out) {
+    std::smatch m;
+    if (!std::regex_search(out, m, std::regex("its weights and gradients of ([0-9]+) \\(an expert slice\\)")))
+      return -1;
+    return std::stol(m[1]);
   }
   static void expect_close(const std::string& a, const std::string& b, const std::string& what,
                            bool val = true) {
@@ -171,12 +184,15 @@ TEST_F(MpiExpertParallelTrain, AccumulatesOverMicroBatches) {
   expect_close(plain.path, acc.path, "--expert-parallel 2 with 2 micro-batches vs 1, 2 ranks");
 }
 
-// ZeRO 1-3 (ZeRO-1's bucketed shards, and flat ones with --overlap-comm
-// off) keep every expert's state, sharded as the rest (each expert's
-// gradient is its owners' plus the other ranks' zeros). Each equals the
-// plain run (4 ranks: the plain run on 4), and so do 4 ranks in 2 groups of
-// 2 at ZeRO 0 (its own experts' state, half; each expert's gradient summed
-// over its 2 replicas) and 1.
+// ZeRO 1-3 equal the plain run (4 ranks: the plain run on 4), and so do 4
+// ranks in 2 groups of 2. ZeRO-0 and ZeRO-1's flat layout (--overlap-comm
+// off) hold the rank's own experts' weights alone (the log's expert state
+// line: half of them), ZeRO-0 all their state (half), ZeRO-1 its shard of
+// them over the ranks holding the same experts (a quarter on 4 ranks: each
+// expert's gradient summed over its 2 replicas, then sharded over them);
+// ZeRO-1 bucketed, 2 and 3 keep every expert's weights, their state sharded
+// as the rest (each expert's gradient is its owners' plus the other ranks'
+// zeros).
 TEST_F(MpiExpertParallelTrain, ZeroStagesAndTwoGroupsEqualPlainDataParallel) {
   TempDir plain2, plain4;
   auto r = mpirun_ratchet(2, cmd(plain2.path, 2, ""));
@@ -186,21 +202,29 @@ TEST_F(MpiExpertParallelTrain, ZeroStagesAndTwoGroupsEqualPlainDataParallel) {
   struct Case {
     int ranks;
     std::string flags;
-    bool half;  // the log says half the experts' state
+    int state;  // the log's share of the experts' state: 1/state (0: not checked)
+    bool slice;  // the model holds half the experts' weights
   };
-  for (const Case& c : {Case{2, "--zero 1", false}, Case{2, "--zero 1 --overlap-comm off", false},
-                        Case{2, "--zero 2", false}, Case{2, "--zero 3", false},
-                        Case{4, "--zero 0", true}, Case{4, "--zero 1", false},
-                        Case{4, "--zero 1 --overlap-comm off", false}}) {
+  for (const Case& c : {Case{2, "--zero 1", 0, false}, Case{2, "--zero 1 --overlap-comm off", 2, true},
+                        Case{2, "--zero 2", 0, false}, Case{2, "--zero 3", 0, false},
+                        Case{4, "--zero 0", 2, true}, Case{4, "--zero 1", 0, false},
+                        Case{4, "--zero 1 --overlap-comm off", 4, true}}) {
     TempDir ep;
     const std::string what = std::to_string(c.ranks) + " ranks --expert-parallel 2 " + c.flags;
     r = mpirun_ratchet(c.ranks, cmd(ep.path, 4 / c.ranks, "--expert-parallel 2 " + c.flags));
     ASSERT_EQ(r.exit_code, 0) << what << "\n" << r.output;
-    if (c.half) {
-      const auto held = expert_state(r.output);
-      EXPECT_GT(held.second, 0) << r.output;
-      EXPECT_EQ(held.first * 2, held.second) << what << ": half the experts' state\n" << r.output;
+    const auto held = expert_state(r.output);
+    EXPECT_GT(held.second, 0) << r.output;
+    if (c.state > 0) {
+      // Rank 0's shard of its slice: the even split of the slice's experts
+      // over its replicas (the first shard is the full one).
+      const long slice = held.second / 2, replicas = c.state / 2;
+      EXPECT_EQ(held.first, (slice + replicas - 1) / replicas)
+          << what << ": 1/" << c.state << " of the experts' state\n" << r.output;
     }
+    EXPECT_EQ(expert_weights(r.output), c.slice ? held.second / 2 : -1)
+        << what << (c.slice ? ": half the experts' weights" : ": every expert's weights") << "\n"
+        << r.output;
     expect_close(c.ranks == 2 ? plain2.path : plain4.path, ep.path, what);
   }
 }
@@ -230,7 +254,10 @@ TEST_F(MpiExpertParallelTrain, ResumesAtAnotherExpertParallelAndWorldSize) {
   for (const Case& c : {Case{2, 2, 3, 3, "0", 6, 96}, Case{3, 3, 2, 2, "0", 6, 96},
                         Case{3, 3, 1, 1, "0", 6, 96}, Case{2, 2, 3, 3, "1", 6, 96},
                         Case{4, 2, 1, 1, "0", 4, 64}, Case{4, 2, 1, 1, "1", 4, 64},
-                        Case{2, 2, 2, 2, "0", 6, 96, "1"}, Case{2, 2, 3, 3, "0", 6, 96, "3"}}) {
+                        Case{2, 2, 2, 2, "0", 6, 96, "1"}, Case{2, 2, 3, 3, "0", 6, 96, "3"},
+                        // ZeRO-1's flat layout holds slices too (flat_shards.h).
+                        Case{2, 2, 3, 3, kFlat1, 6, 96, kFlat1}, Case{4, 2, 1, 1, kFlat1, 4, 64},
+                        Case{2, 2, 2, 2, "0", 6, 96, kFlat1}, Case{3, 3, 2, 2, kFlat1, 6, 96, "3"}}) {
     TempDir run;
     const std::string what = "--expert-parallel " + std::to_string(c.from_n) + " --zero " +
                              c.zero + " on " + std::to_string(c.from_ranks) +

@@ -3,6 +3,7 @@
 // model, and the strategies on one rank (single-process communicator).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -89,44 +90,74 @@ TEST(StrategyNeeds, WhatEachStageAsksOfTheModel) {
 }
 
 // --expert-parallel N counted before its groups exist (DistributedConfig::
-// expert_parallel / expert_index): at ZeRO-0 the model holds its expert
-// slice alone (model/expert_slice.h): the moments, parameters and gradients
-// of everything but the other ranks' experts, owned in global coordinates;
-// ZeRO 1-2 as without (every expert's weights, their state sharded as the
-// rest).
+// expert_parallel / expert_index): at ZeRO-0 and in ZeRO-1's flat layout the
+// model holds its expert slice alone (model/expert_slice.h): the parameters
+// and gradients of everything but the other ranks' experts. ZeRO-0 owns all
+// of them; ZeRO-1's owned ranges (global coordinates) tile the whole model
+// over the world (flat_shards.h). ZeRO-1 with overlap (bucketed) and ZeRO-2
+// as without (every expert's weights, their state sharded as the rest).
 TEST(StrategyNeeds, ExpertParallelCountsTheRanksOwnExpertsState) {
   const GPTConfig c = testing::tiny_moe_config(Family::qwen3_moe);  // 4 experts
   const size_t P = ParamLayout(c).total;
   const BackendMemoryModel be;
   const size_t experts = ranges_elems(expert_ranges(c, 1, -1));
   ASSERT_GT(experts, 0u);
-  for (int q : {0, 1}) {
-    DistributedConfig d;
-    d.expert_parallel = 2;
-    d.expert_index = q;
-    const size_t own = ranges_elems(expert_ranges(c, 2, q));
-    EXPECT_EQ(own * 2, experts);
-    d.stage = 0;
-    StrategyNeeds n = strategy_needs(d, be, c, 2, q);
-    EXPECT_EQ(n.moment_elems, P - experts + own);
-    EXPECT_EQ(n.moment_elems, ParamLayout(c, 2).total);
-    EXPECT_EQ(ranges_elems(n.owned), n.moment_elems);
-    EXPECT_EQ(n.expert_shards, 2);
-    // The step's parameters and gradients are the slice's (FP32: 4 bytes).
-    const StepMemory m = strategy_step_memory(n, c, 2, 8, Recompute(), be);
-    EXPECT_EQ(m.params, be.alloc_size((P - experts + own) * be.storage_bytes));
-    EXPECT_EQ(m.grads, m.params);
-    // ZeRO-1 shards the experts' state as the rest (sharded_optimizer.h).
-    d.stage = 1;
-    const StrategyNeeds plain = ShardedOptimizer::needs(be, c, false, 2, q);
-    n = strategy_needs(d, be, c, 2, q);
-    EXPECT_EQ(n.expert_shards, 1);
-    EXPECT_EQ(n.moment_elems, plain.moment_elems);
-    EXPECT_EQ(n.owned, plain.owned);
-    EXPECT_EQ(n.buffer_bytes, plain.buffer_bytes);
-    d.stage = 2;
-    EXPECT_EQ(strategy_needs(d, be, c, 2, q).moment_elems,
-              ShardedGradients::needs(be, c, 2, q).moment_elems);
+  for (int W : {2, 4}) {
+    std::vector<char> covered(P, 0);
+    size_t moments = 0;
+    for (int r = 0; r < W; r++) {
+      SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(W));
+      const int q = r % 2;
+      DistributedConfig d;
+      d.expert_parallel = 2;
+      d.expert_index = q;
+      const size_t own = ranges_elems(expert_ranges(c, 2, q));
+      EXPECT_EQ(own * 2, experts);
+      d.stage = 0;
+      StrategyNeeds n = strategy_needs(d, be, c, W, r);
+      EXPECT_EQ(n.moment_elems, P - experts + own);
+      EXPECT_EQ(n.moment_elems, ParamLayout(c, 2).total);
+      EXPECT_EQ(ranges_elems(n.owned), n.moment_elems);
+      EXPECT_EQ(n.expert_shards, 2);
+      // The step's parameters and gradients are the slice's (FP32: 4 bytes).
+      const StepMemory m = strategy_step_memory(n, c, 2, 8, Recompute(), be);
+      EXPECT_EQ(m.params, be.alloc_size((P - experts + own) * be.storage_bytes));
+      EXPECT_EQ(m.grads, m.params);
+      // ZeRO-1, flat: the slice's weights; its owned ranges are global, lie
+      // in the slice, and the ranks' tile the whole model.
+      d.stage = 1;
+      n = strategy_needs(d, be, c, W, r);
+      EXPECT_EQ(n.expert_shards, 2);
+      EXPECT_EQ(ranges_elems(n.owned), n.moment_elems);
+      EXPECT_TRUE(subtract_ranges(n.owned, global_ranges(c, ExpertSlice{2, q})).empty())
+          << "owned ranges outside the slice";
+      for (const auto& [lo, hi] : n.owned)
+        for (size_t i = lo; i < hi; i++) covered[i]++;
+      moments += n.moment_elems;
+      EXPECT_TRUE(n.master_sharded);
+      const StepMemory m1 = strategy_step_memory(n, c, 2, 8, Recompute(), be);
+      EXPECT_EQ(m1.params, m.params);
+      // Packs of (P - experts) and own·2/W elements, padded, and the shard.
+      const size_t rest = P - experts, S = (rest + W - 1) / W, Se = (own + W / 2 - 1) / (W / 2);
+      const size_t sb = be.storage_bytes;
+      EXPECT_EQ(n.buffer_bytes, be.alloc_size(S * W * sb) + be.alloc_size(Se * (W / 2) * sb) +
+                                    be.alloc_size((S + Se) * sb));
+      // ZeRO-1 with overlap (bucketed) shards every expert's state as the rest.
+      d.overlap = true;
+      const StrategyNeeds plain = ShardedOptimizer::needs(be, c, true, W, r);
+      n = strategy_needs(d, be, c, W, r);
+      EXPECT_EQ(n.expert_shards, 1);
+      EXPECT_EQ(n.moment_elems, plain.moment_elems);
+      EXPECT_EQ(n.owned, plain.owned);
+      EXPECT_EQ(n.buffer_bytes, plain.buffer_bytes);
+      d.overlap = false;
+      d.stage = 2;
+      EXPECT_EQ(strategy_needs(d, be, c, W, r).moment_elems,
+                ShardedGradients::needs(be, c, W, r).moment_elems);
+    }
+    EXPECT_EQ(moments, P);
+    EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), (ptrdiff_t)P)
+        << "ZeRO-1's owned ranges on " << W << " ranks do not cover each element once";
   }
 }
 
