@@ -6,10 +6,14 @@
 
 namespace ratchet {
 
-BucketLayout::BucketLayout(const ParamLayout& layout, int num_layers, int W) : L_(num_layers), W_(W) {
+BucketLayout::BucketLayout(const ParamLayout& layout, int num_layers, int W, BucketTensors which)
+    : L_(num_layers), W_(W) {
   RATCHET_ASSERT(W >= 1 && num_layers >= 0);
-  auto add = [](Bucket& b, int i, size_t flat, size_t n) {
-    if (n == 0) return;
+  auto add = [which](Bucket& b, int i, size_t flat, size_t n) {
+    const bool expert = i == P_EXPW1 || i == P_EXPW2;
+    if (n == 0 || (which == BucketTensors::Experts && !expert) ||
+        (which == BucketTensors::NotExperts && expert))
+      return;
     b.slices.push_back({i, flat, n, b.len});
     b.len += n;
   };

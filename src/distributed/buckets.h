@@ -53,9 +53,17 @@ struct OwnedPiece {
 // back to back and what a checkpoint shard holds.
 //
 // Rank 0 owns the most real elements (every piece but the last ones is full).
+//
+// `which` picks the tensors (an expert slice's two reduction domains,
+// bucket_domains.h): all of them, only the experts' expw1 and expw2 (the
+// rest bucket is then empty: len 0, one padding element per rank), or all
+// but those two.
+enum class BucketTensors { All, Experts, NotExperts };
+
 class BucketLayout {
  public:
-  BucketLayout(const ParamLayout& layout, int num_layers, int W);
+  BucketLayout(const ParamLayout& layout, int num_layers, int W,
+               BucketTensors which = BucketTensors::All);
 
   int world() const { return W_; }
   int num_layers() const { return L_; }

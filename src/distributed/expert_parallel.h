@@ -12,9 +12,9 @@
 // their weights, gradients and AdamW moments, the experts' gradients
 // all-reduced over the world/N ranks holding the same slice
 // (replicated.h); forward() (evaluation, samples) exchanges too, so it is
-// collective. ZeRO-1's flat layout holds the slice too (flat_shards.h: the
-// experts' state sharded over the ranks holding the same slice). In
-// ZeRO-1's bucketed layout and at ZeRO 2-3 every rank keeps every expert's weights and adds
+// collective. ZeRO 1-2 hold the slice too (flat_shards.h, bucket_domains.h:
+// the experts' state sharded over the ranks holding the same slice). At
+// ZeRO-3 every rank keeps every expert's weights and adds
 // gradient only to its own experts' slices; the others stay zero, so the
 // strategy's sum over the world is the sum over the world/N ranks holding
 // each expert, plus zeros, and its state is sharded as the rest (about E/W

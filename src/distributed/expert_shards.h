@@ -4,9 +4,9 @@
 // their gradient. At ZeRO-0 the model holds only those experts' weights,
 // gradients and moments (model/expert_slice.h; replicated.h reduces them over
 // the ranks holding the same slice). The router (routerw) is replicated like
-// any tensor. ZeRO-1's flat layout holds the slice too, its experts' state
-// sharded over those ranks (flat_shards.h); ZeRO-1 bucketed and ZeRO 2-3
-// keep every expert's weights and shard the experts' state as the rest
+// any tensor. ZeRO 1-2 hold the slice too, its experts' state sharded over
+// those ranks (flat_shards.h, bucket_domains.h); ZeRO-3 keeps every
+// expert's weights and shard the experts' state as the rest
 // (sharded_optimizer.h).
 #pragma once
 #include <cstddef>

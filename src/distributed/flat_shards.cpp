@@ -31,10 +31,7 @@ FlatShards::FlatShards(const GPTConfig& cfg, ExpertSlice x, int ranks, int rank)
     *this = FlatShards(layout.total, ranks, rank);
     return;
   }
-  if (ranks % x.shards != 0 || rank % x.shards != x.index)
-    fail("an expert slice ", x.index, " of ", x.shards, " is held by ranks q with q % ", x.shards,
-         " == ", x.index, " of a world that ", x.shards, " divides (rank ", rank, " of ", ranks,
-         ")");
+  check_slice_place(x, ranks, rank);
   segments_ = local_segments(cfg, x);
   // expw1 and expw2 are adjacent in the layout (param_layout.h): one run.
   RATCHET_ASSERT(layout.offsets[P_EXPW2] == layout.offsets[P_EXPW1] + layout.sizes[P_EXPW1]);
@@ -81,15 +78,7 @@ OwnedRanges FlatShards::owned_local() const {
 }
 
 OwnedRanges FlatShards::owned() const {
-  if (segments_.empty()) return owned_local();
-  // Local places map to global ones in the same order (expert_slice.h).
-  OwnedRanges r;
-  for (const auto& [lo, hi] : owned_local())
-    for (const FlatSegment& s : segments_) {
-      const size_t a = std::max(lo, s.local), b = std::min(hi, s.local + s.len);
-      if (a < b) append(r, s.global + (a - s.local), s.global + (b - s.local));
-    }
-  return r;
+  return segments_.empty() ? owned_local() : global_ranges_of(segments_, owned_local());
 }
 
 OwnedRanges FlatShards::owned_ranges() const {

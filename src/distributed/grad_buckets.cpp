@@ -32,13 +32,17 @@ int layers_of(const ParamLayout& layout) {
 
 GradBuckets::GradBuckets(Backend& be, ShardCollectives& coll, const ParamLayout& layout,
                          bool accumulate, bool overlap)
-    : be_(be),
-      coll_(coll),
-      layout_(std::make_unique<BucketLayout>(layout, layers_of(layout), coll.count())),
-      overlap_(overlap) {
+    : GradBuckets(be, coll, BucketLayout(layout, layers_of(layout), coll.count()), accumulate,
+                  overlap) {}
+
+GradBuckets::GradBuckets(Backend& be, ShardCollectives& coll, const BucketLayout& bk,
+                         bool accumulate, bool overlap, dptr shard)
+    : be_(be), coll_(coll), layout_(std::make_unique<BucketLayout>(bk)), overlap_(overlap) {
+  RATCHET_ASSERT(bk.world() == coll.count());
   replicas_.assign(count(), 0);
   const size_t sb = be_.storage_bytes();
-  shard_ = be_.alloc(std::max<size_t>(1, layout_->shard_elems()) * sb);
+  own_shard_ = shard == nullptr;
+  shard_ = own_shard_ ? be_.alloc(std::max<size_t>(1, layout_->shard_elems()) * sb) : shard;
   for (Slot& s : blocks_) s.buf = be_.alloc(layout_->block_buffer_elems() * sb);
   rest_.buf = be_.alloc(layout_->rest_buffer_elems() * sb);
   if (accumulate) {  // accumulation over micro-batches happens in the shard
@@ -53,13 +57,13 @@ GradBuckets::~GradBuckets() {
     be_.release(s->buf);
     be_.release(s->recv);
   }
-  be_.release(shard_);
+  if (own_shard_) be_.release(shard_);
 }
 
 size_t GradBuckets::buffer_bytes(const BackendMemoryModel& be, const BucketLayout& bk,
-                                 bool accumulate) {
+                                 bool accumulate, bool own_shard) {
   const size_t sb = be.storage_bytes;
-  size_t b = be.alloc_size(std::max<size_t>(1, bk.shard_elems()) * sb) +
+  size_t b = (own_shard ? be.alloc_size(std::max<size_t>(1, bk.shard_elems()) * sb) : 0) +
              2 * be.alloc_size(bk.block_buffer_elems() * sb) + be.alloc_size(bk.rest_buffer_elems() * sb);
   if (accumulate) b += 2 * be.alloc_size(bk.block(0).S * sb) + be.alloc_size(bk.rest().S * sb);
   return b;

@@ -30,6 +30,11 @@ class GradBuckets {
   // overlap false: every reduction is waited for as soon as it starts.
   GradBuckets(Backend& be, ShardCollectives& coll, const ParamLayout& layout, bool accumulate,
               bool overlap);
+  // The buckets of `bk` (whose W is coll's count), and the rank's shard at
+  // `shard` (bk.shard_elems() elements, owned by the caller: bucket_domains.h
+  // puts two domains' shards back to back) or, null, allocated here.
+  GradBuckets(Backend& be, ShardCollectives& coll, const BucketLayout& bk, bool accumulate,
+              bool overlap, dptr shard = nullptr);
   ~GradBuckets();
   GradBuckets(const GradBuckets&) = delete;
   GradBuckets& operator=(const GradBuckets&) = delete;
@@ -59,7 +64,9 @@ class GradBuckets {
   void gather_into(dptr params);
 
   // Bytes the constructor allocates (Backend::alloc_size-rounded).
-  static size_t buffer_bytes(const BackendMemoryModel& be, const BucketLayout& bk, bool accumulate);
+  // own_shard false: the shard is the caller's (not counted).
+  static size_t buffer_bytes(const BackendMemoryModel& be, const BucketLayout& bk, bool accumulate,
+                             bool own_shard = true);
 
  private:
   struct Store;
@@ -86,6 +93,7 @@ class GradBuckets {
   std::unique_ptr<BucketLayout> layout_;
   bool overlap_;
   void* shard_ = nullptr;
+  bool own_shard_ = true;  // shard_ allocated here
   Slot blocks_[2], rest_;
   std::vector<Communicator::Ticket> replicas_;  // per bucket; 0: none in flight
   std::unique_ptr<GradStore> store_;

@@ -38,8 +38,7 @@ Replicated::Replicated(const DistributedConfig& c, Backend& be, const ParamLayou
       comms_(ShardComms::of(c)),
       layout_(layout),
       opt_(make_optimizer(c, be, layout)) {
-  if (c.experts && c.experts->n > 1) experts_ = c.experts;
-  if (slice()) segments_ = local_segments(*c.experts->cfg, c.expert_slice());
+  hold_slice("ZeRO-0", layout);
 }
 
 std::pair<size_t, size_t> Replicated::expert_span() const {
@@ -183,9 +182,7 @@ float Replicated::step(GPT& model, float lr) {
 // lo is global; a slice holds [lo, lo + n) in one of its owned ranges, which
 // are consecutive in its local layout.
 void Replicated::download_params(float* dst, GPT& model, size_t lo, size_t n) const {
-  const size_t at = slice() ? local_offset(segments_, lo) : lo;
-  if (slice() && n > 0) RATCHET_ASSERT(local_offset(segments_, lo + n - 1) == at + n - 1);
-  be_.download_f32(dst, static_cast<const char*>(model.params()) + at * be_.storage_bytes(), n);
+  download_flat(be_, dst, model, lo, n);
 }
 
 // A slice: the whole model's values (ParamLayout(cfg).total floats), every

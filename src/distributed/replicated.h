@@ -53,9 +53,7 @@ class Replicated final : public DistributedStrategy {
  private:
   void grad_ready(int layer);
   // The slice's expw1..expw2 range of the flat vector ([0, 0) without a slice).
-  bool slice() const { return layout_.expert_shards > 1; }
   std::pair<size_t, size_t> expert_span() const;
-  std::vector<FlatSegment> segments_;  // a slice's local runs in the global layout
   // The slice's gradient sum (both domains, blocking) and global norm.
   void all_reduce_slice(dptr grads);
   double slice_norm(cdptr grads) const;

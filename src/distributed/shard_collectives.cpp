@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/fault.h"
+#include "distributed/expert_shards.h"
 #include "distributed/shard_groups.h"
 
 namespace ratchet {
@@ -24,6 +25,19 @@ ShardComms ShardComms::of(const DistributedConfig& c) {
   RATCHET_ASSERT(s.world->world() == s.host->world() && s.world->rank() == s.host->rank());
   RATCHET_ASSERT(s.shard_host && s.shard && (!g || s.replicas));
   RATCHET_ASSERT(!g || g->size * g->count == s.host->world());
+  return s;
+}
+
+ShardComms ShardComms::experts_of(const DistributedConfig& c) {
+  RATCHET_ASSERT(c.host && c.experts && c.experts->replicas);
+  ShardComms s;
+  s.host = c.host;
+  s.world = c.device ? c.device : c.host;
+  s.shard_host = c.host;  // unused: the strategies' norm runs over the world
+  s.shard = c.experts->replicas;
+  s.count = c.experts->replicas->world();
+  s.index = c.experts->replicas->rank();
+  RATCHET_ASSERT(s.index == c.experts->group);
   return s;
 }
 

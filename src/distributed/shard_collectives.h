@@ -25,6 +25,10 @@ struct ShardComms {
   int index = 0;                       // this rank's shard
   bool writer = true;                  // the replica in group 0 writes checkpoints
   static ShardComms of(const DistributedConfig& c);
+  // An expert slice's domain of its experts (DistributedConfig::experts):
+  // the world/N ranks holding the same slice (ExpertShards::replicas, on
+  // the backend's memory), one per group; no replicas across.
+  static ShardComms experts_of(const DistributedConfig& c);
 };
 
 class ShardCollectives {

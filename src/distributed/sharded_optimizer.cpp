@@ -12,53 +12,26 @@
 namespace ratchet {
 
 namespace {
-std::vector<AdamWPiece> pieces_at_lo(const BucketLayout& bk, int r) {
-  std::vector<AdamWPiece> pieces;
-  for (const OwnedPiece& p : bk.pieces(r)) pieces.push_back({p.lo, p.n, p.shard, AdamWPiece::kAtLo});
-  return pieces;
-}
-
-// An expert slice's domain of its experts: the world/N ranks holding the
-// same slice (ExpertShards::replicas, on the backend's memory), one per group.
-ShardComms expert_comms(const DistributedConfig& c) {
-  ShardComms s;
-  s.host = c.host;
-  s.world = c.device ? c.device : c.host;
-  s.shard_host = c.host;  // unused: the norm runs over the world (ShardedOptimizer::step)
-  s.shard = c.experts->replicas;
-  s.count = c.experts->replicas->world();
-  s.index = c.experts->replicas->rank();
-  RATCHET_ASSERT(s.index == c.experts->group);
-  return s;
-}
 }  // namespace
-
-bool ShardedOptimizer::slices_experts(const DistributedConfig& c) {
-  const int ep = c.experts ? c.experts->n : c.expert_parallel;
-  return c.stage == 1 && ep > 1 && !c.overlap && !c.groups;
-}
 
 ShardedOptimizer::ShardedOptimizer(const DistributedConfig& c, Backend& be, const ParamLayout& layout)
     : DistributedStrategy(c), be_(be), coll_(be, ShardComms::of(c)), layout_(layout) {
   const int W = coll_.count();
   const ExpertSlice x = c.expert_slice();
-  if (layout_.expert_shards != x.shards)
-    fail("ZeRO-1 with --expert-parallel ", x.shards, " needs the model holding E/", x.shards,
-         " experts (ParamLayout(cfg, ", x.shards, ")); this layout holds E/",
-         layout_.expert_shards);
+  hold_slice("ZeRO-1", layout_);
+  if (x.partial()) expert_coll_ = std::make_unique<ShardCollectives>(be_, ShardComms::experts_of(c));
   if (bucketed(c.overlap, W)) {
-    buckets_ = std::make_unique<GradBuckets>(be_, coll_, layout_, false, true);
-    opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, pieces_at_lo(buckets_->layout(), coll_.index()));
+    const BucketPlan plan = x.partial() ? BucketPlan(*c.experts->cfg, x, W, coll_.index())
+                                        : BucketPlan(layout_, W, coll_.index());
+    std::vector<ShardCollectives*> colls{&coll_};
+    if (x.partial()) colls.push_back(expert_coll_.get());
+    buckets_ = std::make_unique<BucketDomains>(be_, colls, plan, false, true);
+    opt_ = std::make_unique<AdamW>(be_, layout_, c.adamw, plan.pieces());
+    if (x.partial()) opt_->use_expert_slice(*c.experts->cfg, x);  // rounds as the whole model would
     return;
   }
   if (x.partial()) {
-    if (!c.experts || !c.experts->cfg || !c.experts->replicas)
-      fail("a model holding an expert slice of ", x.shards,
-           " needs the expert-parallel group of that size (DistributedConfig::experts)");
-    experts_ = c.experts;
     flat_ = std::make_unique<FlatShards>(*c.experts->cfg, x, W, coll_.index());
-    expert_coll_ = std::make_unique<ShardCollectives>(be_, expert_comms(c));
-    segments_ = local_segments(*c.experts->cfg, x);
   } else {
     flat_ = std::make_unique<FlatShards>(layout_.total, W, coll_.index());
   }
@@ -85,15 +58,15 @@ StrategyNeeds ShardedOptimizer::needs(const BackendMemoryModel& be, const GPTCon
                                       bool overlap, int shards, int index, ExpertSlice x) {
   StrategyNeeds n;
   n.master_sharded = shards > 1;
+  n.expert_shards = x.shards;
   if (bucketed(overlap, shards)) {
-    const BucketLayout bk(ParamLayout(cfg), cfg.num_layers, shards);
-    n.owned = bk.owned_ranges(index);
-    n.moment_elems = bk.owned_elems(index);
-    n.buffer_bytes = GradBuckets::buffer_bytes(be, bk, false);
+    const BucketPlan plan(cfg, x, shards, index);
+    n.owned = plan.owned();
+    n.moment_elems = plan.owned_elems();
+    n.buffer_bytes = plan.buffer_bytes(be, false);
     return n;
   }
   const FlatShards f(cfg, x, shards, index);
-  n.expert_shards = x.shards;
   n.owned = f.owned_ranges();
   n.moment_elems = f.owned_elems();
   for (size_t e : f.buffer_elems()) n.buffer_bytes += be.alloc_size(e * be.storage_bytes);
@@ -101,7 +74,7 @@ StrategyNeeds ShardedOptimizer::needs(const BackendMemoryModel& be, const GPTCon
 }
 
 OwnedRanges ShardedOptimizer::owned_ranges() const {
-  if (buckets_) return buckets_->layout().owned_ranges(coll_.index());
+  if (buckets_) return buckets_->plan().owned();
   return flat_->owned_ranges();
 }
 
@@ -118,15 +91,15 @@ void ShardedOptimizer::attach(GPT& model, int micro_batches) {
 }
 
 std::string ShardedOptimizer::describe() const {
+  const std::string experts =
+      !slice() ? ""
+               : "; this rank holds 1/" + std::to_string(experts_->n) + " of the experts (--expert-parallel " +
+                     std::to_string(experts_->n) + "), their state sharded over the " +
+                     std::to_string(expert_coll_->count()) + " rank(s) holding the same experts";
   if (buckets_)
     return "ZeRO-1: optimizer state sharded by gradient buckets, each block's gradient "
-           "reduce-scattered during the last backward (--overlap-comm on)";
-  if (slice())
-    return "ZeRO-1: optimizer state sharded; this rank holds 1/" + std::to_string(experts_->n) +
-           " of the experts (--expert-parallel " + std::to_string(experts_->n) +
-           "), their state sharded over the " + std::to_string(expert_coll_->count()) +
-           " rank(s) holding the same experts";
-  return "ZeRO-1: optimizer state sharded";
+           "reduce-scattered during the last backward (--overlap-comm on)" + experts;
+  return "ZeRO-1: optimizer state sharded" + experts;
 }
 
 void ShardedOptimizer::grad_ready(int layer) {
@@ -134,6 +107,7 @@ void ShardedOptimizer::grad_ready(int layer) {
     buckets_->pack_and_reduce(layer, static_cast<const char*>(model_->grads()));
     launched_++;
     coll_.progress();  // MPI moves nonblocking collectives only inside its calls
+    if (expert_coll_) expert_coll_->progress();
   }
   if (layer < 0) pass_++;
 }
@@ -217,12 +191,8 @@ void ShardedOptimizer::gather_params(dptr params) {
   }
 }
 
-// lo is global; a slice holds [lo, lo + n) in one of its owned ranges, which
-// are consecutive in its local layout.
 void ShardedOptimizer::download_params(float* dst, GPT& model, size_t lo, size_t n) const {
-  const size_t at = slice() ? local_offset(segments_, lo) : lo;
-  if (slice() && n > 0) RATCHET_ASSERT(local_offset(segments_, lo + n - 1) == at + n - 1);
-  be_.download_f32(dst, static_cast<const char*>(model.params()) + at * be_.storage_bytes(), n);
+  download_flat(be_, dst, model, lo, n);
 }
 
 // With a sharded master (BF16 storage, several shards) each range from its
@@ -234,11 +204,10 @@ void ShardedOptimizer::params_f32(GPT& model, float* host) {
   if (!slice() && (N == 1 || be_.storage_bytes() == sizeof(float))) return model.get_params(host);
   gather_ranges_f32(coll_.comms().shard_host, N, coll_.index(),
                     [&](int q) {
-                      if (buckets_) return buckets_->layout().owned_ranges(q);
-                      if (slice())
-                        return FlatShards(*experts_->cfg, ExpertSlice{experts_->n, q % experts_->n},
-                                          N, q)
-                            .owned_ranges();
+                      if (buckets_) return bucket_owned_ranges(layout_, experts_, N, q);
+                      const ExpertSlice x = slice() ? ExpertSlice{experts_->n, q % experts_->n}
+                                                    : ExpertSlice{};
+                      if (slice()) return FlatShards(*experts_->cfg, x, N, q).owned_ranges();
                       return FlatShards(layout_.total, N, q).owned_ranges();
                     },
                     [&](float* dst, size_t lo, size_t n) { download_params(dst, model, lo, n); },
@@ -249,18 +218,7 @@ void ShardedOptimizer::params_f32(GPT& model, float* host) {
 // every range's FP32 value from its owner, set as the whole master, keeping
 // the stochastically rounded storage values the owners computed
 // (upload_f32 alone would round them to nearest).
-void ShardedOptimizer::sync_master(GPT& model) {
-  const int N = coll_.count();
-  if (N == 1 || be_.storage_bytes() == sizeof(float)) return;
-  std::vector<float> flat(slice() ? ParamLayout(*experts_->cfg).total : layout_.total);
-  params_f32(model, flat.data());
-  if (slice()) {  // this slice's part, in its local layout
-    std::vector<float> local(layout_.total);
-    slice_experts(*experts_->cfg, config_.expert_slice(), flat.data(), local.data());
-    flat.swap(local);
-  }
-  set_whole_master(be_, model.params(), flat.data(), layout_.total);
-}
+void ShardedOptimizer::sync_master(GPT& model) { sync_master_from_owners(be_, model, coll_.count()); }
 
 void ShardedOptimizer::restore_params(GPT& model) {
   dptr params = model.params();

@@ -8,19 +8,21 @@
 //   bucketed  (overlap on more than one shard) the buckets of stage 2
 //             (grad_buckets.h): each block's reduce-scatter starts during
 //             the last micro-batch's backward
-// --expert-parallel N (distributed/expert_shards.h): in the flat layout the
-// model holds its own experts alone (model/expert_slice.h, as at ZeRO-0) and
-// the layout has two reduction domains (flat_shards.h): the slice's experts
-// are reduce-scattered and sharded over the world/N ranks holding the same
-// slice, the rest over the world. The bucketed layout and --shard-group keep
-// every expert's weights: a rank adds gradient only to its own experts, so
-// the reduce-scatter's sum (the owners' gradients plus zeros) is each
-// expert's whole gradient, and the experts' state is sharded as the rest.
+// --expert-parallel N (distributed/expert_shards.h), without --shard-group:
+// the model holds its own experts alone (model/expert_slice.h, as at ZeRO-0)
+// and either layout has two reduction domains (flat_shards.h,
+// bucket_domains.h): the slice's experts are reduce-scattered and sharded
+// over the world/N ranks holding the same slice, the rest over the world.
+// With --shard-group every expert's weights are kept: a rank adds gradient
+// only to its own experts, so the reduce-scatter's sum (the owners'
+// gradients plus zeros) is each expert's whole gradient, and the experts'
+// state is sharded as the rest.
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "distributed/backward_hook.h"
+#include "distributed/bucket_domains.h"
 #include "distributed/flat_shards.h"
 #include "distributed/grad_buckets.h"
 #include "distributed/shard_collectives.h"
@@ -50,11 +52,8 @@ class ShardedOptimizer final : public DistributedStrategy {
 
   // Whether the shards are bucket-aligned on `shards` shards.
   static bool bucketed(bool overlap, int shards) { return overlap && shards > 1; }
-  // Whether the model holds an expert slice under c (--expert-parallel N > 1
-  // in the flat layout, without --shard-group): DistributedConfig::expert_slice.
-  static bool slices_experts(const DistributedConfig& c);
-  // x: the slice the model holds (expert_slice(); x.partial() only when
-  // slices_experts()), `shards` then the world.
+  // x: the slice the model holds (DistributedConfig::expert_slice()),
+  // `shards` then the world.
   static StrategyNeeds needs(const BackendMemoryModel& be, const GPTConfig& cfg, bool overlap,
                              int shards, int index, ExpertSlice x = ExpertSlice{});
 
@@ -65,7 +64,6 @@ class ShardedOptimizer final : public DistributedStrategy {
   ShardCollectives& domain_coll(size_t d) { return d == 0 ? coll_ : *expert_coll_; }
   template <class Fn>
   static void for_runs(const FlatDomain& d, size_t a, size_t b, Fn fn);
-  bool slice() const { return layout_.expert_shards > 1; }
 
   Backend& be_;
   ShardCollectives coll_;
@@ -74,11 +72,10 @@ class ShardedOptimizer final : public DistributedStrategy {
   // Flat layout.
   std::unique_ptr<FlatShards> flat_;
   std::unique_ptr<ShardCollectives> expert_coll_;  // a slice's experts: its replicas
-  std::vector<FlatSegment> segments_;              // a slice's local runs in the global layout
   std::vector<void*> pads_;  // per domain: count·S elements
   void* gshard_ = nullptr;   // flat_->shard_elems()
   // Bucketed layout.
-  std::unique_ptr<GradBuckets> buckets_;
+  std::unique_ptr<BucketDomains> buckets_;
   GPT* model_ = nullptr;  // attached (bucketed only)
   int micro_batches_ = 1;
   int pass_ = 0;      // backward passes seen this step

@@ -7,10 +7,12 @@
 #include "core/error.h"
 #include "distributed/expert_shards.h"
 #include "distributed/fully_sharded.h"
+#include "distributed/gather_ranges.h"
 #include "distributed/replicated.h"
 #include "distributed/shard_groups.h"
 #include "distributed/sharded_gradients.h"
 #include "distributed/sharded_optimizer.h"
+#include "model/gpt.h"
 
 namespace ratchet {
 
@@ -34,15 +36,17 @@ int DistributedConfig::shard_index() const {
 
 ExpertSlice DistributedConfig::expert_slice() const {
   const int ep = experts ? experts->n : expert_parallel;
-  if (ep <= 1 || (stage != 0 && !ShardedOptimizer::slices_experts(*this))) return ExpertSlice{};
+  // ZeRO 1-2 shard the slice's state over its replicas, the rest over the
+  // world: not with --shard-group (every expert's weights there).
+  if (ep <= 1 || stage > 2 || (stage > 0 && groups)) return ExpertSlice{};
   return ExpertSlice{ep, experts ? experts->index : expert_index};
 }
 
 namespace {
 // --expert-parallel at ZeRO 0: the model holds its slice alone (replicated.h),
-// its moments the whole local layout, owned in global coordinates. (ZeRO-1's
-// flat layout holds a slice too: ShardedOptimizer::needs. The other layouts
-// keep every expert's weights and shard their state as the rest.)
+// its moments the whole local layout, owned in global coordinates. (ZeRO 1-2
+// hold a slice too: their needs(). ZeRO-3 keeps every expert's weights and
+// shards their state as the rest.)
 StrategyNeeds with_experts(StrategyNeeds n, const DistributedConfig& c, const GPTConfig& cfg) {
   const ExpertSlice x = c.expert_slice();
   if (!x.partial() || !cfg.moe()) return n;
@@ -58,7 +62,7 @@ StrategyNeeds strategy_needs(const DistributedConfig& c, const BackendMemoryMode
   switch (c.stage) {
     case 0: return with_experts(Replicated::needs(cfg), c, cfg);
     case 1: return ShardedOptimizer::needs(be, cfg, c.overlap, shards, index, c.expert_slice());
-    case 2: return ShardedGradients::needs(be, cfg, shards, index);
+    case 2: return ShardedGradients::needs(be, cfg, shards, index, c.expert_slice());
     case 3: return FullySharded::needs(be, cfg, c.reshard_after_forward, shards, index);
   }
   fail("--zero must be 0, 1, 2 or 3 (got ", c.stage, ")");
@@ -128,6 +132,50 @@ std::map<std::string, std::string> DistributedStrategy::settings(int micro_batch
                      : g->spec == "node" ? "node (" + std::to_string(g->size) + " ranks)"
                                          : g->spec;
   return s;
+}
+
+void DistributedStrategy::hold_slice(const char* stage, const ParamLayout& layout) {
+  const ExpertSlice x = config_.expert_slice();
+  if (layout.expert_shards != x.shards)
+    fail(stage, " with --expert-parallel ", x.shards, " needs the model holding E/", x.shards,
+         " experts (ParamLayout(cfg, ", x.shards, ")); this layout holds E/", layout.expert_shards);
+  if (!x.partial()) return;
+  const ExpertShards* e = config_.experts;
+  if (!e || !e->cfg || !e->replicas || !e->group_host)
+    fail(stage, ": a model holding an expert slice of ", x.shards,
+         " needs the expert-parallel group of that size (DistributedConfig::experts)");
+  experts_ = e;
+  segments_ = local_segments(*e->cfg, x);
+}
+
+size_t DistributedStrategy::local_place(size_t lo, size_t n) const {
+  if (!slice()) return lo;
+  const size_t at = local_offset(segments_, lo);
+  if (n > 0) RATCHET_ASSERT(local_offset(segments_, lo + n - 1) == at + n - 1);
+  return at;
+}
+
+void DistributedStrategy::download_flat(Backend& be, float* dst, GPT& model, size_t lo,
+                                        size_t n) const {
+  const char* p = static_cast<const char*>(model.params());
+  be.download_f32(dst, p + local_place(lo, n) * be.storage_bytes(), n);
+}
+
+size_t DistributedStrategy::global_total(const ParamLayout& layout) const {
+  return slice() ? ParamLayout(*experts_->cfg).total : layout.total;
+}
+
+void DistributedStrategy::sync_master_from_owners(Backend& be, GPT& model, int shards) {
+  if (shards == 1 || be.storage_bytes() == sizeof(float)) return;
+  const ParamLayout& layout = model.layout();
+  std::vector<float> flat(global_total(layout));
+  params_f32(model, flat.data());
+  if (slice()) {  // this slice's part, in its local layout
+    std::vector<float> local(layout.total);
+    slice_experts(*experts_->cfg, config_.expert_slice(), flat.data(), local.data());
+    flat.swap(local);
+  }
+  set_whole_master(be, model.params(), flat.data(), layout.total);
 }
 
 std::unique_ptr<DistributedStrategy> make_strategy(const DistributedConfig& c, Backend& be,

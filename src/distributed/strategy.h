@@ -72,9 +72,9 @@ struct DistributedConfig {
   // groups replicas of one another; null: one group, the world.
   const ShardGroups* groups = nullptr;
   // --expert-parallel N > 1 (distributed/expert_shards.h): at ZeRO 0, and at
-  // ZeRO-1 in its flat layout (no overlap, no --shard-group), the model holds
-  // only this rank's experts (expert_slice(); replicated.h, flat_shards.h);
-  // null (or n 1): all of them.
+  // ZeRO 1-2 without --shard-group, the model holds only this rank's experts
+  // (expert_slice(); replicated.h, flat_shards.h, bucket_domains.h); null (or
+  // n 1): all of them.
   const ExpertShards* experts = nullptr;
   // The same known before `experts` exists (the memory is counted first):
   // --expert-parallel N and this rank's place in its group (rank % N).
@@ -86,8 +86,8 @@ struct DistributedConfig {
   int shards() const;
   int shard_index() const;
   // The experts the model holds under this config: E/N with --expert-parallel
-  // N > 1 at ZeRO-0 and in ZeRO-1's flat layout (this rank's place in its
-  // group), else all.
+  // N > 1 at ZeRO-0 and at ZeRO 1-2 without --shard-group (this rank's place in
+  // its group), else all.
   ExpertSlice expert_slice() const;
 };
 
@@ -97,8 +97,8 @@ struct StrategyNeeds {
   bool flat_grads = true;       // the model keeps its flat gradient buffer (false from stage 2)
   bool flat_params = true;      // the model keeps its flat parameters (false at stage 3)
   bool master_sharded = false;  // the FP32 master covers `owned` only (stages 1-2, > 1 shard)
-  // The model holds E/expert_shards experts' weights (ZeRO-0, and ZeRO-1's
-  // flat layout, with --expert-parallel N: N; model/expert_slice.h): GPT is built with
+  // The model holds E/expert_shards experts' weights (ZeRO 0-2 with
+  // --expert-parallel N: N; model/expert_slice.h): GPT is built with
   // ExpertSlice{expert_shards, this rank's place in its group}. 1: all.
   int expert_shards = 1;
   OwnedRanges owned;            // the rank's owned ranges (owned_ranges())
@@ -183,9 +183,8 @@ class DistributedStrategy {
   virtual void restore_params(GPT& model) = 0;
 
   // --expert-parallel's shards (DistributedConfig::experts) when the model
-  // holds only this rank's experts (model/expert_slice.h: ZeRO-0, ZeRO-1's
-  // flat layout); null when it holds every expert's weights (their state
-  // sharded as the rest).
+  // holds only this rank's experts (model/expert_slice.h: ZeRO 0-2); null
+  // when it holds every expert's weights (their state sharded as the rest).
   const ExpertShards* experts() const { return experts_; }
   // The log's line ("ZeRO-1: optimizer state sharded", ...).
   virtual std::string describe() const = 0;
@@ -195,8 +194,27 @@ class DistributedStrategy {
 
  protected:
   explicit DistributedStrategy(const DistributedConfig& c) : config_(c) {}
+  // What the stages holding an expert slice share (ZeRO 0-2 with
+  // --expert-parallel; config_.expert_slice()).
+  // In the constructor: the slice's shards (config_.experts) and its local
+  // runs; an Error naming `stage` when they are missing or the model's
+  // `layout` holds another number of experts.
+  void hold_slice(const char* stage, const ParamLayout& layout);
+  bool slice() const { return !segments_.empty(); }
+  // Where global [lo, lo + n) lies in the model's flat layout (one run of it
+  // in a slice's local layout; lo itself without a slice).
+  size_t local_place(size_t lo, size_t n) const;
+  // download_params() of a model with flat parameters.
+  void download_flat(Backend& be, float* dst, GPT& model, size_t lo, size_t n) const;
+  // sync_master() of ZeRO 1-2: every owner's FP32 values (params_f32) as the
+  // model's whole master (its slice's part), the storage values kept.
+  void sync_master_from_owners(Backend& be, GPT& model, int shards);
+  // The whole model's element count (a slice holds fewer).
+  size_t global_total(const ParamLayout& layout) const;
+
   DistributedConfig config_;
   const ExpertShards* experts_ = nullptr;  // set by the strategies that use it
+  std::vector<FlatSegment> segments_;      // a slice's local runs in the global layout
 };
 
 // The strategy of c.stage for a model of `layout` on backend `be` (which must

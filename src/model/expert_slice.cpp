@@ -60,6 +60,29 @@ size_t local_offset(const std::vector<FlatSegment>& segments, size_t g) {
   fail("element ", g, " of the whole model is not in this expert slice");
 }
 
+void check_slice_place(ExpertSlice x, int ranks, int rank) {
+  if (ranks % x.shards != 0 || rank % x.shards != x.index)
+    fail("an expert slice ", x.index, " of ", x.shards, " is held by ranks q with q % ", x.shards,
+         " == ", x.index, " of a world that ", x.shards, " divides (rank ", rank, " of ", ranks,
+         ")");
+}
+
+std::vector<std::pair<size_t, size_t>> global_ranges_of(
+    const std::vector<FlatSegment>& segments, const std::vector<std::pair<size_t, size_t>>& local) {
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const auto& [lo, hi] : local)
+    for (const FlatSegment& s : segments) {
+      const size_t a = std::max(lo, s.local), b = std::min(hi, s.local + s.len);
+      if (a >= b) continue;
+      const size_t ga = s.global + (a - s.local), gb = ga + (b - a);
+      if (!out.empty() && out.back().second == ga)
+        out.back().second = gb;
+      else
+        out.push_back({ga, gb});
+    }
+  return out;
+}
+
 std::vector<std::pair<size_t, size_t>> local_ranges(
     const std::vector<FlatSegment>& segments, const std::vector<std::pair<size_t, size_t>>& global) {
   std::vector<std::pair<size_t, size_t>> out;

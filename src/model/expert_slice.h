@@ -1,6 +1,6 @@
 // Expert slices: a model that holds only E/N of every MoE layer's experts
-// (--expert-parallel N at ZeRO-0 and in ZeRO-1's flat layout: E/N experts'
-// weights and gradients per rank; docs/moe.md "What each rank keeps").
+// (--expert-parallel N at ZeRO 0 and 1: E/N experts' weights and gradients
+// per rank; docs/moe.md "What each rank keeps").
 // Rank q of an expert-parallel group of N holds
 // experts [q·E/N, (q+1)·E/N) of expw1 and expw2 in ParamLayout(cfg, N) (the
 // "local" layout); every other tensor is whole. The whole model's layout,
@@ -41,9 +41,16 @@ void place_experts(const GPTConfig& cfg, ExpertSlice x, const float* local, floa
 // global places are ascending in local order too, so a buffer holding
 // them back to back is the local layout: a strategy's owned ranges).
 std::vector<std::pair<size_t, size_t>> global_ranges(const GPTConfig& cfg, ExpertSlice x);
+// An Error unless rank `rank` of `ranks` holds slice x: N = x.shards divides
+// `ranks` and rank % N == x.index (expert-parallel groups are consecutive ranks).
+void check_slice_place(ExpertSlice x, int ranks, int rank);
 // Where global element `g` sits in the local layout; an Error when the slice
 // does not hold it.
 size_t local_offset(const std::vector<FlatSegment>& segments, size_t g);
+// Local [lo, hi) ranges (ascending) at their global places, ascending and
+// merged where adjacent: a strategy's local pieces as its owned ranges.
+std::vector<std::pair<size_t, size_t>> global_ranges_of(
+    const std::vector<FlatSegment>& segments, const std::vector<std::pair<size_t, size_t>>& local);
 // Global [lo, hi) ranges (ascending, each inside the slice) as ranges of the
 // local layout, ascending and merged where adjacent: a strategy's owned
 // ranges as the FP32 master ranges of the model's local buffer.

@@ -224,10 +224,11 @@ struct ExpertParallelPlan {
   std::string stage;                    // the ZeRO stage the rows use ("ZeRO-3", ...)
   Recompute policy;                     // and the recompute policy
   bool stage_fits = false;              // that stage was the plan's pick (else: the least memory)
-  // At that stage a rank holds its own E/P experts only: their weights,
-  // gradients and AdamW moments (ZeRO-0: zero_memory, model/expert_slice.h);
-  // else every rank holds every expert's weights, their state sharded as
-  // the rest.
+  // At that stage a rank holds its own E/P experts only: their weights and
+  // gradients, and their AdamW moments (ZeRO-0) or its shard of them over the
+  // ranks holding the same experts (ZeRO 1-2 with the shard group the world);
+  // zero_memory, model/expert_slice.h. Else every rank holds every expert's
+  // weights, their state sharded as the rest.
   bool experts_split = false;
   int best = -1;                        // the fitting row with the smallest step; -1: none
 };

@@ -398,7 +398,9 @@ Plan make_plan(const PlanInputs& in_) {
     ep.stage_fits = z.chosen >= 0;
     const ZeroRow& row = z.rows[z.chosen >= 0 ? z.chosen : z.rows.size() - 1];
     ep.stage = row.stage.name();
-    ep.experts_split = row.stage.stage == 0;
+    // As zero_memory counts it (train's DistributedConfig::expert_slice).
+    ep.experts_split = row.stage.stage == 0 ||
+                       ((row.stage.stage == 1 || row.stage.stage == 2) && z.group == in.world);
     ep.policy = z.chosen >= 0 ? z.chosen_policy : z.policies.back();
     for (int P = 1; P <= in.world; P++) {
       if (in.world % P != 0 || cfg.num_experts % P != 0) continue;
@@ -407,7 +409,7 @@ Plan make_plan(const PlanInputs& in_) {
       be.ep_capacity = in.moe_ep_capacity;
       ExpertParallelRow r;
       r.size = P;
-      r.bytes = zero_memory(cfg, in.B, in.T, ep.policy, be, row.stage, z.group).total();
+      r.bytes = zero_memory(cfg, in.B, in.T, ep.policy, be, row.stage, z.group, in.world).total();
       r.fits = (double)r.bytes <= z.usable_bytes;
       r.a2a_bytes = moe_a2a_bytes(cfg, in.B, in.T, p.accum, P, sb);  // rows in the storage dtype
       r.a2a_s = moe_a2a_seconds(r.a2a_bytes, P, z.gpus_per_node, z.fabric);

@@ -97,7 +97,7 @@ std::string plan_json(const Plan& p) {
     ej["stage_fits"] = ep.stage_fits;
     ej["moe_ep_capacity"] = json_number(in.moe_ep_capacity);
     ej["expert_weights_on_every_rank"] = !ep.experts_split;
-    ej["own_experts_only"] = ep.experts_split;  // weights, gradients and moments (ZeRO-0)
+    ej["own_experts_only"] = ep.experts_split;  // weights and gradients (ZeRO 0-2; Plan::expert_parallel)
     OrderedJson rows = OrderedJson::array();
     for (const ExpertParallelRow& r : ep.rows)
       rows.push_back({{"size", r.size},

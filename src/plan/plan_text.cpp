@@ -57,36 +57,45 @@ const char* dtype(size_t sb) { return sb == 2 ? "bf16" : "fp32"; }
 
 // A MoE model's expert parallelism under the ZeRO pick: the size given, or a
 // line per size that divides the world and the experts (Plan::expert_parallel).
-// train's --expert-parallel shards the computation and, at ZeRO-0, the
-// experts themselves: each rank holds its own E/P experts' weights,
-// gradients and AdamW moments (model/expert_slice.h), which the memory
-// counts (zero_memory). At ZeRO 1-3 every rank holds every expert's weights
-// (their state sharded as the rest). So a larger size saves the experts at
-// ZeRO-0 and adds the exchange buffers everywhere: the table says where
-// each fits and what the all-to-alls cost.
+// train's --expert-parallel shards the computation and, at ZeRO 0-2, the
+// experts themselves: each rank holds its own E/P experts' weights and
+// gradients, and at ZeRO-0 their AdamW moments, at ZeRO 1-2 its shard of
+// them (model/expert_slice.h), which the memory counts (zero_memory). At
+// ZeRO-3, and at ZeRO 1-2 with a shard group smaller than the world, every
+// rank holds every expert's weights (their state sharded as the rest). So a
+// larger size saves the experts at ZeRO 0-2 and adds the exchange buffers
+// everywhere: the table says where each fits and what the all-to-alls cost.
 std::string expert_parallel_text(const Plan& p) {
   const PlanInputs& in = p.in;
   std::ostringstream o;
   const std::string cap = "--moe-ep-capacity " + fmt("%g", in.moe_ep_capacity);
   if (p.expert_parallel.rows.empty()) {  // --expert-parallel given
     o << "  expert parallel: " << in.expert_parallel;
-    const bool zero0 = p.zero.chosen >= 0 && p.zero.rows[p.zero.chosen].stage.stage == 0;
+    const int stage = p.zero.chosen >= 0 ? p.zero.rows[p.zero.chosen].stage.stage : -1;
+    const bool split = stage == 0 || ((stage == 1 || stage == 2) && p.zero.group == in.world);
     if (in.expert_parallel > 1)
       o << " (its exchange buffers in the memory above, " << cap
         << ": ceil(F*N*k) received rows per MoE layer)";
-    o << (in.expert_parallel > 1 && zero0
+    o << (in.expert_parallel > 1 && stage == 0
               ? "; at ZeRO-0 each rank holds its own E/P experts only (weights, gradients, "
                 "AdamW moments)\n"
+          : in.expert_parallel > 1 && split
+              ? "; at ZeRO-" + std::to_string(stage) + " each rank holds its own E/P experts only "
+                "(weights, gradients, its shard of their AdamW moments)\n"
               : "; every rank holds every expert's weights\n");
     return o.str();
   }
   const ExpertParallelPlan& ep = p.expert_parallel;
   o << "  expert parallel (--expert-parallel P; " << ep.stage << " at --recompute " << ep.policy.name()
     << (ep.stage_fits ? "" : ", the least memory listed") << ", " << cap
-    << (ep.experts_split ? "; each rank holds its own E/P\n    experts only: their weights, "
-                           "gradients and AdamW moments"
-                         : "; every rank holds every\n    expert's weights; the experts' AdamW "
-                           "moments are sharded as the rest")
+    << (ep.experts_split && ep.stage == "ZeRO-0"
+            ? "; each rank holds its own E/P\n    experts only: their weights, gradients and "
+              "AdamW moments"
+        : ep.experts_split
+            ? "; each rank holds its own E/P\n    experts only: their weights, gradients and its "
+              "shard of their AdamW moments"
+            : "; every rank holds every\n    expert's weights; the experts' AdamW moments are "
+              "sharded as the rest")
     << "):\n";
   o << "        P   memory/rank   fits   all-to-all/step   a2a time   step\n";
   char buf[160];
@@ -107,7 +116,7 @@ std::string expert_parallel_text(const Plan& p) {
       << (ep.experts_split
               ? "; more devices (--world-size) or a smaller --batch-size would\n"
               : " (every rank holds every expert's weights); more devices (--world-size), a "
-                "smaller --batch-size, or --zero 0, where each rank holds its own experts "
+                "smaller --batch-size, or --zero 0, 1 or 2, where each rank holds its own experts "
                 "only, would\n");
   }
   return o.str();

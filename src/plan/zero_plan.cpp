@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "distributed/buckets.h"
+#include "distributed/bucket_domains.h"
 #include "distributed/strategy.h"
 #include "model/param_layout.h"
 #include "plan/plan.h"
@@ -71,7 +72,7 @@ ParamSplit param_split(const GPTConfig& cfg) {
 }
 
 ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
-                       const BackendMemoryModel& be, const ZeroStage& z, int N) {
+                       const BackendMemoryModel& be, const ZeroStage& z, int N, int world) {
   const size_t sb = be.storage_bytes;
   // Stages 0, 1 and 2: exactly what `ratchet train` allocates (rank 0, which
   // owns the most elements), with --overlap-comm on (its default: stage 1's
@@ -79,9 +80,12 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   DistributedConfig d;
   d.stage = std::min(z.stage, 2);
   d.overlap = true;
-  // --expert-parallel at ZeRO-0: the other experts' moments train drops
-  // (strategy_needs; every rank keeps as many).
-  if (cfg.moe()) d.expert_parallel = std::max(1, be.expert_parallel);
+  // --expert-parallel: the other experts train drops at ZeRO 0-2
+  // (strategy_needs: ZeRO 1-2 with the shard group the world only; rank 0's
+  // place in its group, every rank keeps as many).
+  const int P = std::max(1, be.expert_parallel);
+  if (cfg.moe() && (d.stage == 0 || ((world == 0 || world == N) && N % P == 0)))
+    d.expert_parallel = P;
   const StepMemory s = strategy_step_memory(strategy_needs(d, be, cfg, N, 0), cfg, B, T, policy, be);
   ZeroMemory m;
   m.activations = s.activations + s.moe;  // a MoE model's kept router and expert buffers with them
@@ -99,9 +103,8 @@ ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& poli
   if (z.stage == 2) {
     // The summed gradient's shard, and the bucket and receive buffers
     // (distributed/grad_buckets.h); the master of the owned pieces.
-    const BucketLayout bk(ParamLayout(cfg), cfg.num_layers, N);
     m.params = s.params;
-    m.grads = bytes(std::max<size_t>(1, bk.shard_elems()));
+    m.grads = bytes(BucketPlan(cfg, d.expert_slice(), N, 0).shard_elems());
     m.buckets = s.dp_buffers - m.grads;
     m.master = s.master;
     m.moments = s.moments;
@@ -342,7 +345,7 @@ ZeroPlan make_zero_plan(const ZeroPlanInputs& in) {
     ZeroRow row;
     row.stage = st;
     for (const Recompute& r : in.policies)
-      row.by_policy.push_back(zero_memory(in.cfg, in.B, in.T, r, in.be, st, z.group));
+      row.by_policy.push_back(zero_memory(in.cfg, in.B, in.T, r, in.be, st, z.group, in.world));
     z.rows.push_back(row);
   }
   auto fits = [&](size_t row, size_t pi) {
@@ -410,7 +413,8 @@ ZeroPlan make_zero_plan(const ZeroPlanInputs& in) {
     else s.group = z.group <= s.world && s.world % z.group == 0 ? z.group : 0;
     if (s.group > 0) {
       s.time = time_of(scale_stage, pi, s.world, s.group);
-      s.fits = (double)zero_memory(in.cfg, in.B, in.T, in.policies[pi], in.be, scale_stage, s.group)
+      s.fits = (double)zero_memory(in.cfg, in.B, in.T, in.policies[pi], in.be, scale_stage, s.group,
+                                   s.world)
                    .total() <= z.usable_bytes;
     }
     z.scaling.push_back(s);

@@ -136,11 +136,15 @@ struct ParamSplit {
 };
 ParamSplit param_split(const GPTConfig& cfg);
 
-// Per-rank memory of stage z with ZeRO over a shard group of N ranks. With
-// be.expert_parallel P > 1, as train keeps it (distributed/expert_shards.h):
-// at ZeRO-0 the AdamW moments of the rank's own E/P experts only.
+// Per-rank memory of stage z with ZeRO over a shard group of N ranks of
+// `world` (0: N, the shard group is the world). With be.expert_parallel P > 1,
+// as train keeps it (distributed/expert_shards.h): at ZeRO 0 the rank's own
+// E/P experts only (weights, gradients, moments), at ZeRO 1-2 their weights
+// (and at ZeRO-1 gradients) and its shard of their state, unless the shard
+// group is smaller than the world (--shard-group: every expert's weights) or
+// P does not divide it (train refuses that P).
 ZeroMemory zero_memory(const GPTConfig& cfg, int B, int T, const Recompute& policy,
-                       const BackendMemoryModel& be, const ZeroStage& z, int N);
+                       const BackendMemoryModel& be, const ZeroStage& z, int N, int world = 0);
 
 // ---- step time ----------------------------------------------------------------
 struct StepTimeInputs {

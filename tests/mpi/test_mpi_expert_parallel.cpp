@@ -508,8 +508,8 @@ TEST(MpiExpertParallel, ExpertSliceModelEqualsWholeModelBitwise) {
   }
 }
 
-// A model holding its expert slice under strategy d (stage 0, or ZeRO-1's
-// flat layout), trained 3 AdamW steps beside `whole` (every expert, the same
+// A model holding its expert slice under strategy d (ZeRO 0-2), trained 3
+// AdamW steps beside `whole` (every expert, the same
 // exchange and rows). Checks the norms (the slices' sums of squares add in
 // another order than the whole vector's: 1e-6 relative; a wrong domain: a
 // factor), that the slice's backend then holds exactly what strategy_needs
@@ -530,7 +530,8 @@ std::vector<float> train_slice_beside(EpRun& whole, const GPTConfig& c, int n,
   std::unique_ptr<DistributedStrategy> dp = make_strategy(d, *bp, ParamLayout(c, n));
   const OwnedRanges owned = dp->owned_ranges();
   const StrategyNeeds needs0 = strategy_needs(d, bp->memory_model(), c, W, me);
-  GPT part(c, *bp, true, true, needs0.master_sharded ? &owned : nullptr, d.expert_slice());
+  GPT part(c, *bp, needs0.flat_grads, needs0.flat_params, needs0.master_sharded ? &owned : nullptr,
+           d.expert_slice());
   dp->attach(part, 1);
   EXPECT_EQ(dp->optimizer().moment_elems(), ranges_elems(owned));
   if (describe) *describe = dp->describe();
@@ -616,14 +617,16 @@ TEST(MpiExpertParallel, ExpertSliceTrainsAsTheWholeModelAtZero0) {
   }
 }
 
-// ZeRO-1's flat layout on expert slices (flat_shards.h): each rank keeps
-// only its slice's experts' weights and gradients; their state is sharded
-// over the world/N ranks holding the same slice, the rest over the world.
-// 3 AdamW steps give the parameters of the model holding every expert (at
-// ZeRO-1 with overlap: every expert's state sharded with the rest), the
-// owned ranges tile the whole model, and the memory is the accounting's
-// (train_slice_beside).
-TEST(MpiExpertParallel, ExpertSliceTrainsAsTheWholeModelAtZero1) {
+// ZeRO 1-2 on expert slices: ZeRO-1 in its flat layout (flat_shards.h) and
+// bucketed with --overlap-comm (bucket_domains.h), ZeRO-2 bucketed with and
+// without overlap: each rank keeps only its slice's experts' weights and
+// (ZeRO-1) gradients; their state (and at ZeRO-2 their summed gradient) is
+// sharded over the world/N ranks holding the same slice, the rest over the
+// world. 3 AdamW steps give the parameters of the model holding every
+// expert (at the same stage with overlap: every expert's state sharded with
+// the rest), the owned ranges tile the whole model, and the memory is the
+// accounting's (train_slice_beside).
+TEST(MpiExpertParallel, ExpertSliceTrainsAsTheWholeModelAtZero1And2) {
   const int W = g_comm->world();
   if (W == 1) GTEST_SKIP() << "a slice needs a second rank to hold the other experts";
   for (const auto& [name, c] : ep_cases(W)) {
@@ -631,21 +634,30 @@ TEST(MpiExpertParallel, ExpertSliceTrainsAsTheWholeModelAtZero1) {
     auto be = make_cpu_backend(1);
     for (int n = 2; n <= W; n++) {
       if (W % n != 0 || c.num_experts % n != 0) continue;
-      SCOPED_TRACE("--expert-parallel " + std::to_string(n));
-      EpRun whole(*be, c, 1, n, 8);
-      DistributedConfig d;
-      d.stage = 1;
-      std::string line;
-      const std::vector<float> pp = train_slice_beside(whole, c, n, d, &line), pw = whole.f32();
-      EXPECT_NE(line.find("this rank holds 1/" + std::to_string(n) + " of the experts"),
-                std::string::npos)
-          << line;
-      // The reduce-scatters cut the sums otherwise than the whole model's
-      // buckets (Open MPI's order can depend on an element's place in the
-      // buffer at 3 ranks), and the norm adds in another order: within 1e-5
-      // after 3 steps of lr 1e-2; a wrong reduction domain moves a
-      // parameter by ~lr (summing no replicas at 4 ranks: 0.059).
-      EXPECT_LT(max_diff(pp, pw), 1e-5) << "max difference " << max_diff(pp, pw);
+      for (const int stage : {1, 2})
+        for (const bool overlap : {false, true}) {
+          SCOPED_TRACE("ZeRO-" + std::to_string(stage) + ", --expert-parallel " + std::to_string(n) +
+                       (overlap ? ", overlap" : ""));
+          EpRun whole(*be, c, stage, n, 8);
+          DistributedConfig d;
+          d.stage = stage;
+          d.overlap = overlap;
+          std::string line;
+          const std::vector<float> pp = train_slice_beside(whole, c, n, d, &line), pw = whole.f32();
+          EXPECT_NE(line.find("this rank holds 1/" + std::to_string(n) + " of the experts"),
+                    std::string::npos)
+              << line;
+          if (stage == 1) {
+            EXPECT_EQ(line.find("gradient buckets") != std::string::npos, overlap) << line;
+          }
+          // The reduce-scatters cut the sums otherwise than the whole
+          // model's buckets (Open MPI's order can depend on an element's
+          // place in the buffer at 3 ranks), and the norm adds in another
+          // order: within 1e-5 after 3 steps of lr 1e-2; a wrong reduction
+          // domain moves a parameter by ~lr (summing no replicas at 4 ranks:
+          // 0.059).
+          EXPECT_LT(max_diff(pp, pw), 1e-5) << "max difference " << max_diff(pp, pw);
+        }
     }
   }
 }

@@ -11,14 +11,13 @@
 //   - E not divisible by N is refused (exit 2) naming --expert-parallel and
 //     num_experts;
 //   - at ZeRO-0 each rank holds its own experts only, weights, gradients and
-//     AdamW state (the log's "expert state" line: half at N 2); ZeRO-1's
-//     flat layout (--overlap-comm off) holds their weights alone too, their
-//     state sharded over the ranks holding the same experts; ZeRO 1-3
-//     equal it too;
+//     AdamW state (the log's "expert state" line: half at N 2); ZeRO 1-2
+//     (both ZeRO-1 layouts) hold their weights alone too, their state
+//     sharded over the ranks holding the same experts; ZeRO 1-3 equal it too;
 //   - a 6-expert run resumes from N 2 on 2 ranks at N 3 on 3 ranks and the
-//     reverse, between ZeRO-0's and ZeRO-1's expert slices, and from them at
-//     ZeRO-1 bucketed and ZeRO-3 (every expert's weights), ending where one
-//     process ends;
+//     reverse, between ZeRO-0's, ZeRO-1's (flat and bucketed) and ZeRO-2's
+//     expert slices, and from them at ZeRO-3 (every expert's weights),
+//     ending where one process ends;
 //   - a checkpoint whose expert moments' shard is damaged or missing is
 //     refused naming the file, and the run resumes from the one before.
 // Tolerances (test_mpi_train's): the expert gradients are one GEMM over both
@@ -185,13 +184,13 @@ TEST_F(MpiExpertParallelTrain, AccumulatesOverMicroBatches) {
 }
 
 // ZeRO 1-3 equal the plain run (4 ranks: the plain run on 4), and so do 4
-// ranks in 2 groups of 2. ZeRO-0 and ZeRO-1's flat layout (--overlap-comm
-// off) hold the rank's own experts' weights alone (the log's expert state
-// line: half of them), ZeRO-0 all their state (half), ZeRO-1 its shard of
-// them over the ranks holding the same experts (a quarter on 4 ranks: each
-// expert's gradient summed over its 2 replicas, then sharded over them);
-// ZeRO-1 bucketed, 2 and 3 keep every expert's weights, their state sharded
-// as the rest (each expert's gradient is its owners' plus the other ranks'
+// ranks in 2 groups of 2. ZeRO 0-2 (ZeRO-1 bucketed, and flat with
+// --overlap-comm off) hold the rank's own experts' weights alone (the log's
+// expert state line: half of them), ZeRO-0 all their state (half), ZeRO 1-2
+// its shard of them over the ranks holding the same experts (a quarter on 4
+// ranks: each expert's gradient summed over its 2 replicas, then sharded
+// over them); ZeRO-3 keeps every expert's weights, their state sharded as
+// the rest (each expert's gradient is its owners' plus the other ranks'
 // zeros).
 TEST_F(MpiExpertParallelTrain, ZeroStagesAndTwoGroupsEqualPlainDataParallel) {
   TempDir plain2, plain4;
@@ -205,10 +204,10 @@ TEST_F(MpiExpertParallelTrain, ZeroStagesAndTwoGroupsEqualPlainDataParallel) {
     int state;  // the log's share of the experts' state: 1/state (0: not checked)
     bool slice;  // the model holds half the experts' weights
   };
-  for (const Case& c : {Case{2, "--zero 1", 0, false}, Case{2, "--zero 1 --overlap-comm off", 2, true},
-                        Case{2, "--zero 2", 0, false}, Case{2, "--zero 3", 0, false},
-                        Case{4, "--zero 0", 2, true}, Case{4, "--zero 1", 0, false},
-                        Case{4, "--zero 1 --overlap-comm off", 4, true}}) {
+  for (const Case& c : {Case{2, "--zero 1", 2, true}, Case{2, "--zero 1 --overlap-comm off", 2, true},
+                        Case{2, "--zero 2", 2, true}, Case{2, "--zero 3", 0, false},
+                        Case{4, "--zero 0", 2, true}, Case{4, "--zero 1", 4, true},
+                        Case{4, "--zero 1 --overlap-comm off", 4, true}, Case{4, "--zero 2", 4, true}}) {
     TempDir ep;
     const std::string what = std::to_string(c.ranks) + " ranks --expert-parallel 2 " + c.flags;
     r = mpirun_ratchet(c.ranks, cmd(ep.path, 4 / c.ranks, "--expert-parallel 2 " + c.flags));
@@ -217,7 +216,8 @@ TEST_F(MpiExpertParallelTrain, ZeroStagesAndTwoGroupsEqualPlainDataParallel) {
     EXPECT_GT(held.second, 0) << r.output;
     if (c.state > 0) {
       // Rank 0's shard of its slice: the even split of the slice's experts
-      // over its replicas (the first shard is the full one).
+      // over its replicas (the first shard is the full one; bucketed, each
+      // block's 3072 expert elements split evenly too).
       const long slice = held.second / 2, replicas = c.state / 2;
       EXPECT_EQ(held.first, (slice + replicas - 1) / replicas)
           << what << ": 1/" << c.state << " of the experts' state\n" << r.output;
@@ -242,8 +242,8 @@ TEST_F(MpiExpertParallelTrain, ResumesAtAnotherExpertParallelAndWorldSize) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_ratchet(cmd(one4.path, 4, "", 4, 64));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  // The resumes change the ZeRO stage too (to_zero): ZeRO-0 holds each
-  // rank's expert slice (model/expert_slice.h), ZeRO 1-3 every expert's
+  // The resumes change the ZeRO stage too (to_zero): ZeRO 0-2 hold each
+  // rank's expert slice (model/expert_slice.h), ZeRO-3 every expert's
   // weights, and the checkpoint's global coordinates serve both ways.
   struct Case {
     int from_ranks, from_n, to_ranks, to_n;
@@ -255,9 +255,12 @@ TEST_F(MpiExpertParallelTrain, ResumesAtAnotherExpertParallelAndWorldSize) {
                         Case{3, 3, 1, 1, "0", 6, 96}, Case{2, 2, 3, 3, "1", 6, 96},
                         Case{4, 2, 1, 1, "0", 4, 64}, Case{4, 2, 1, 1, "1", 4, 64},
                         Case{2, 2, 2, 2, "0", 6, 96, "1"}, Case{2, 2, 3, 3, "0", 6, 96, "3"},
-                        // ZeRO-1's flat layout holds slices too (flat_shards.h).
-                        Case{2, 2, 3, 3, kFlat1, 6, 96, kFlat1}, Case{4, 2, 1, 1, kFlat1, 4, 64},
-                        Case{2, 2, 2, 2, "0", 6, 96, kFlat1}, Case{3, 3, 2, 2, kFlat1, 6, 96, "3"}}) {
+                        // ZeRO-1 holds slices in both layouts (flat_shards.h,
+                        // bucket_domains.h): flat N 2 to bucketed N 3.
+                        Case{2, 2, 3, 3, kFlat1, 6, 96, "1"}, Case{4, 2, 1, 1, kFlat1, 4, 64},
+                        Case{2, 2, 2, 2, "0", 6, 96, kFlat1}, Case{3, 3, 2, 2, kFlat1, 6, 96, "3"},
+                        // And ZeRO-2's (bucket_domains.h), to and from the others.
+                        Case{2, 2, 3, 3, "2", 6, 96, "1"}, Case{3, 3, 2, 2, "0", 6, 96, "2"}}) {
     TempDir run;
     const std::string what = "--expert-parallel " + std::to_string(c.from_n) + " --zero " +
                              c.zero + " on " + std::to_string(c.from_ranks) +

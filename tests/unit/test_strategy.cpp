@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "distributed/bucket_domains.h"
 #include "distributed/communicator.h"
 #include "distributed/expert_shards.h"
 #include "distributed/sharded_gradients.h"
@@ -90,12 +91,13 @@ TEST(StrategyNeeds, WhatEachStageAsksOfTheModel) {
 }
 
 // --expert-parallel N counted before its groups exist (DistributedConfig::
-// expert_parallel / expert_index): at ZeRO-0 and in ZeRO-1's flat layout the
-// model holds its expert slice alone (model/expert_slice.h): the parameters
-// and gradients of everything but the other ranks' experts. ZeRO-0 owns all
-// of them; ZeRO-1's owned ranges (global coordinates) tile the whole model
-// over the world (flat_shards.h). ZeRO-1 with overlap (bucketed) and ZeRO-2
-// as without (every expert's weights, their state sharded as the rest).
+// expert_parallel / expert_index): at ZeRO 0-2 the model holds its
+// expert slice alone (model/expert_slice.h): the parameters and gradients of
+// everything but the other ranks' experts. ZeRO-0 owns all of them; ZeRO-1's
+// owned ranges (global coordinates) tile the whole model over the world, in
+// both layouts (flat_shards.h, bucket_domains.h); ZeRO-2's are the bucketed
+// ones. ZeRO-3 as without (every expert's weights, their state sharded as
+// the rest).
 TEST(StrategyNeeds, ExpertParallelCountsTheRanksOwnExpertsState) {
   const GPTConfig c = testing::tiny_moe_config(Family::qwen3_moe);  // 4 experts
   const size_t P = ParamLayout(c).total;
@@ -103,8 +105,8 @@ TEST(StrategyNeeds, ExpertParallelCountsTheRanksOwnExpertsState) {
   const size_t experts = ranges_elems(expert_ranges(c, 1, -1));
   ASSERT_GT(experts, 0u);
   for (int W : {2, 4}) {
-    std::vector<char> covered(P, 0);
-    size_t moments = 0;
+    std::vector<char> covered(P, 0), covered_bucketed(P, 0);
+    size_t moments = 0, moments_bucketed = 0;
     for (int r = 0; r < W; r++) {
       SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(W));
       const int q = r % 2;
@@ -142,20 +144,38 @@ TEST(StrategyNeeds, ExpertParallelCountsTheRanksOwnExpertsState) {
       const size_t sb = be.storage_bytes;
       EXPECT_EQ(n.buffer_bytes, be.alloc_size(S * W * sb) + be.alloc_size(Se * (W / 2) * sb) +
                                     be.alloc_size((S + Se) * sb));
-      // ZeRO-1 with overlap (bucketed) shards every expert's state as the rest.
+      // ZeRO-1 with overlap (bucketed): the slice too, its plan's ranges.
       d.overlap = true;
-      const StrategyNeeds plain = ShardedOptimizer::needs(be, c, true, W, r);
       n = strategy_needs(d, be, c, W, r);
-      EXPECT_EQ(n.expert_shards, 1);
-      EXPECT_EQ(n.moment_elems, plain.moment_elems);
-      EXPECT_EQ(n.owned, plain.owned);
-      EXPECT_EQ(n.buffer_bytes, plain.buffer_bytes);
+      const BucketPlan plan(c, ExpertSlice{2, q}, W, r);
+      EXPECT_EQ(n.expert_shards, 2);
+      EXPECT_EQ(n.moment_elems, plan.owned_elems());
+      EXPECT_EQ(n.owned, plan.owned());
+      EXPECT_EQ(n.buffer_bytes, plan.buffer_bytes(be, false));
+      EXPECT_TRUE(subtract_ranges(n.owned, global_ranges(c, ExpertSlice{2, q})).empty())
+          << "owned ranges outside the slice";
+      for (const auto& [lo, hi] : n.owned)
+        for (size_t i = lo; i < hi; i++) covered_bucketed[i]++;
+      moments_bucketed += n.moment_elems;
+      EXPECT_EQ(strategy_step_memory(n, c, 2, 8, Recompute(), be).params, m.params);
+      // ZeRO-2: the slice, its gradient shard and buckets in the plan's two domains.
       d.overlap = false;
       d.stage = 2;
-      EXPECT_EQ(strategy_needs(d, be, c, W, r).moment_elems,
-                ShardedGradients::needs(be, c, W, r).moment_elems);
+      n = strategy_needs(d, be, c, W, r);
+      EXPECT_EQ(n.expert_shards, 2);
+      EXPECT_FALSE(n.flat_grads);
+      EXPECT_EQ(n.owned, plan.owned());
+      EXPECT_EQ(n.moment_elems, plan.owned_elems());
+      EXPECT_EQ(n.buffer_bytes, plan.buffer_bytes(be, true));
+      EXPECT_GT(n.buffer_bytes, plan.buffer_bytes(be, false)) << "the receive buffers";
+      // ZeRO-3 keeps every expert's weights (its parameter shards).
+      d.stage = 3;
+      EXPECT_EQ(strategy_needs(d, be, c, W, r).expert_shards, 1);
     }
     EXPECT_EQ(moments, P);
+    EXPECT_EQ(moments_bucketed, P);
+    EXPECT_EQ(std::count(covered_bucketed.begin(), covered_bucketed.end(), 1), (ptrdiff_t)P)
+        << "bucketed ZeRO-1's owned ranges on " << W << " ranks do not cover each element once";
     EXPECT_EQ(std::count(covered.begin(), covered.end(), 1), (ptrdiff_t)P)
         << "ZeRO-1's owned ranges on " << W << " ranks do not cover each element once";
   }

@@ -17,6 +17,7 @@
 #include "distributed/flat_shards.h"
 #include "model/expert_slice.h"
 #include "model/param_layout.h"
+#include "owned_pieces_checks.h"
 #include "testing/moe_configs.h"
 
 namespace ratchet {
@@ -86,35 +87,15 @@ TEST(FlatShards, ExpertSliceDomainsTileTheModelAndThePiecesReadTheirShard) {
           slice_experts(c, x, gf.data(), lf.data());
           const std::vector<double> local(lf.begin(), lf.end());
           const std::vector<double> shard = shard_of(f, local);
-          // Every piece reads its own elements in the shard.
-          size_t n = 0, prev_end = 0;
-          for (const AdamWPiece& p : f.pieces()) {
-            EXPECT_GE(p.lo, prev_end) << "pieces ascending and disjoint";
-            prev_end = p.lo + p.n;
-            for (size_t j = 0; j < p.n; j++)
-              ASSERT_EQ(shard[p.grad + j], local[p.lo + j]) << "piece at " << p.lo << ", element " << j;
-            n += p.n;
-          }
-          EXPECT_EQ(n, f.owned_elems());
           // The owned ranges are the pieces' global places, in the same order.
           const OwnedRanges owned = f.owned();
-          EXPECT_EQ(ranges_elems(owned), n);
+          EXPECT_EQ(ranges_elems(owned), f.owned_elems());
           EXPECT_EQ(local_ranges(local_segments(c, x), owned), f.owned_local());
           EXPECT_EQ(f.owned_ranges(), owned);
-          for (size_t k = 1; k < owned.size(); k++) EXPECT_LT(owned[k - 1].second, owned[k].first) << "merged";
-          std::vector<double> by_pieces, by_owned;
-          for (const AdamWPiece& p : f.pieces())
-            for (size_t j = 0; j < p.n; j++) by_pieces.push_back(local[p.lo + j]);
-          for (const auto& [lo, hi] : owned)
-            for (size_t i = lo; i < hi; i++) {
-              by_owned.push_back(global[i]);
-              covered[i]++;
-            }
-          EXPECT_EQ(by_pieces, by_owned) << "the moments hold the owned ranges back to back";
+          ratchet::testing::expect_pieces_read_their_shard(f.pieces(), owned, shard, local, gf,
+                                                           covered);
         }
-        size_t once = 0;
-        for (int k : covered) once += k == 1;
-        EXPECT_EQ(once, P) << "the ranks' owned ranges tile the whole model";
+        ratchet::testing::expect_tiled_once(covered);
       }
   }
 }
