@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "interop/atomic_write.h"
+#include "model/expert_slice.h"
 #include "model/param_layout.h"
 
 namespace ratchet {
@@ -347,9 +348,16 @@ GPTConfig read_hf_checkpoint_config(const std::string& path, std::string* note) 
 
 std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg,
                                       std::vector<float>* moe_bias) {
+  return load_hf_checkpoint_slice(path, cfg, ExpertSlice{}, moe_bias);
+}
+
+std::vector<float> load_hf_checkpoint_slice(const std::string& path, GPTConfig* cfg, ExpertSlice x,
+                                            std::vector<float>* moe_bias) {
   const OpenedHf o = open_hf_checkpoint(path);
   const GPTConfig& c = o.c;
-  std::vector<float> params(ParamLayout(c).total, 0.0f);  // padded vocab rows stay zero
+  // An Error for a slice this model cannot have (N not dividing its experts).
+  const std::vector<FlatSegment> segments = x.partial() ? local_segments(c, x) : std::vector<FlatSegment>{};
+  std::vector<float> params(ParamLayout(c, x.shards).total, 0.0f);  // padded vocab rows stay zero
   std::vector<float> bias;
   if (!o.bias_map.empty()) bias.assign((size_t)c.num_layers * c.num_experts, 0.f);  // dense rows 0
   auto read = [&](const HfTensor& t, float* dst) {
@@ -362,7 +370,32 @@ std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg,
         fail(f->path(), ": tensor '", t.name, "' holds ", dst[i], " at element ", i,
              ": the checkpoint is damaged (or was saved after a diverged run); ratchet imports finite weights only");
   };
-  for (const auto& t : o.map) read(t, params.data() + t.offset);
+  std::vector<float> whole;  // a tensor the slice holds part of (fused experts)
+  for (const auto& t : o.map) {
+    if (segments.empty()) {
+      read(t, params.data() + t.offset);
+      continue;
+    }
+    size_t n = 1;
+    for (int64_t d : t.shape) n *= (size_t)d;
+    // The slice's runs of [t.offset, t.offset + n): global a, local place, length.
+    struct Part { size_t a, local, len; };
+    std::vector<Part> parts;
+    for (const FlatSegment& sg : segments) {
+      const size_t a = std::max(t.offset, sg.global), b = std::min(t.offset + n, sg.global + sg.len);
+      if (a < b) parts.push_back({a, sg.local + (a - sg.global), b - a});
+    }
+    if (parts.empty()) continue;  // another slice's expert
+    if (parts.size() == 1 && parts[0].len == n) {
+      read(t, params.data() + parts[0].local);
+      continue;
+    }
+    whole.resize(n);
+    read(t, whole.data());
+    for (const Part& p : parts)
+      std::copy(whole.begin() + (ptrdiff_t)(p.a - t.offset),
+                whole.begin() + (ptrdiff_t)(p.a - t.offset + p.len), params.begin() + (ptrdiff_t)p.local);
+  }
   for (const auto& t : o.bias_map) read(t, bias.data() + t.offset);
   *cfg = c;
   if (moe_bias) *moe_bias = std::move(bias);

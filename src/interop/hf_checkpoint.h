@@ -46,6 +46,7 @@
 #include "core/json.h"
 #include "interop/safetensors.h"
 #include "model/config.h"
+#include "model/expert_slice.h"
 
 namespace ratchet {
 
@@ -99,6 +100,16 @@ GPTConfig read_hf_checkpoint_config(const std::string& path, std::string* note =
 // tensors where the family has them (dots1), else left empty.
 std::vector<float> load_hf_checkpoint(const std::string& path, GPTConfig* cfg,
                                       std::vector<float>* moe_bias = nullptr);
+// The same into an expert slice's flat parameters (--expert-parallel:
+// ParamLayout(cfg, x.shards).total floats in the slice's local layout,
+// model/expert_slice.h): the other experts' tensors are not read, and a
+// fused expert tensor (all experts of a layer) is read whole once and only
+// the slice's experts kept, so a rank never holds the whole model (122 GB in
+// FP32 for qwen3-30b-a3b). Its checks are load_hf_checkpoint's on what it
+// reads; the whole model's checks need every rank's reads. x not partial:
+// load_hf_checkpoint.
+std::vector<float> load_hf_checkpoint_slice(const std::string& path, GPTConfig* cfg,
+                                            ExpertSlice x, std::vector<float>* moe_bias = nullptr);
 
 // Before a run: DIR can take an export (creatable; no earlier export's files
 // unless `overwrite`). Error naming `flag` and DIR.

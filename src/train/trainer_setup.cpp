@@ -89,11 +89,16 @@ GPTConfig Trainer::resolve_config() const {
 // The --init-from weights for cfg_ (whose max_seq_len may be --max-seq-len's:
 // a Llama's parameters do not depend on it). Readers refuse non-finite values.
 // moe_bias: the selection bias an HF dots1 checkpoint carries (else empty).
+// An expert slice (--expert-parallel at ZeRO 0-2) reads only its part of an
+// HF checkpoint (load_hf_checkpoint_slice). llm.c's format is GPT-2's, which
+// has no experts.
 std::vector<float> Trainer::load_init_weights(std::vector<float>* moe_bias) const {
   GPTConfig c;
-  std::vector<float> w = is_hf_checkpoint_path(o_.init_from) ? load_hf_checkpoint(o_.init_from, &c, moe_bias)
-                                                             : load_llmc_checkpoint(o_.init_from, &c);
-  RATCHET_ASSERT(w.size() == ParamLayout(cfg_).total);
+  const ExpertSlice x = model_->experts();
+  std::vector<float> w = is_hf_checkpoint_path(o_.init_from)
+                             ? load_hf_checkpoint_slice(o_.init_from, &c, x, moe_bias)
+                             : load_llmc_checkpoint(o_.init_from, &c);
+  RATCHET_ASSERT(w.size() == ParamLayout(cfg_, x.shards).total);
   return w;
 }
 
@@ -436,7 +441,7 @@ void Trainer::make_model() {
   // The imported weights, read now that the memory check has passed.
   if (!o_.init_from.empty()) {
     std::vector<float> bias;
-    model_->set_whole_params(load_init_weights(&bias).data());
+    model_->set_params(load_init_weights(&bias).data());  // in the model's (a slice's) layout
     if (!bias.empty() && cfg_.moe_selection_bias) model_->set_moe_bias(bias);  // dots1's e_score_correction_bias
   }
   // --profile times the training steps of the steady state only: on from

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <string>
@@ -226,6 +227,29 @@ TEST_F(MpiExpertParallelTrain, ZeroStagesAndTwoGroupsEqualPlainDataParallel) {
         << what << (c.slice ? ": half the experts' weights" : ": every expert's weights") << "\n"
         << r.output;
     expect_close(c.ranks == 2 ? plain2.path : plain4.path, ep.path, what);
+  }
+}
+
+// --init-from a Hugging Face directory: each expert slice reads only its
+// experts (load_hf_checkpoint_slice), and the runs at --expert-parallel 2,
+// ZeRO 0, 1 and 2, equal the run without it from the same weights. The
+// directory is a plain run's --export-hf.
+TEST_F(MpiExpertParallelTrain, InitFromHfDirectoryReadsTheSliceAndEqualsPlain) {
+  TempDir first, plain;
+  const std::string hf = first / "hf";
+  auto r = run_ratchet(cmd(first.path, 4, "--export-hf " + hf));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(std::filesystem::exists(hf + "/config.json")) << r.output;
+  const std::string from = "--init-from " + hf + " ";
+  r = mpirun_ratchet(2, cmd(plain.path, 2, from));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string zero : {"0", "1", "2"}) {
+    TempDir ep;
+    const std::string what = "--init-from, --expert-parallel 2 --zero " + zero;
+    r = mpirun_ratchet(2, cmd(ep.path, 2, from + "--expert-parallel 2 --zero " + zero));
+    ASSERT_EQ(r.exit_code, 0) << what << "\n" << r.output;
+    EXPECT_NE(r.output.find("(an expert slice)"), std::string::npos) << r.output;
+    expect_close(plain.path, ep.path, what);
   }
 }
 

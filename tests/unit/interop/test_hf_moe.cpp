@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "interop/atomic_write.h"
 #include "interop/hf_checkpoint.h"
+#include "model/expert_slice.h"
 #include "model/param_layout.h"
 #include "testing/expect_error.h"
 #include "testing/hf_moe_configs.h"
@@ -307,6 +309,62 @@ TEST(HfMoe, ImportsFusedExpertTensors) {
     EXPECT_EQ(first_config_difference(got, c), "");
     ASSERT_EQ(p.size(), params.size());
     EXPECT_EQ(std::memcmp(p.data(), params.data(), p.size() * 4), 0);
+  }
+}
+
+// --expert-parallel's slices import only their experts
+// (load_hf_checkpoint_slice): each slice of the hub's per-expert files and
+// of transformers' fused tensors equals that slice of the whole import, bit
+// for bit. A NaN in another slice's expert (per-expert files) is not read:
+// that slice imports, the one holding it names the tensor.
+TEST(HfMoe, ASliceImportsOnlyItsExperts) {
+  TempDir d;
+  for (const auto& [name, fam] : testing::hf_moe_families()) {
+    const GPTConfig c = testing::hf_moe_config(fam);
+    const auto params = random_params(c, 9);
+    for (const bool fused : {false, true}) {
+      SCOPED_TRACE(name + (fused ? ", fused" : ", per expert"));
+      const std::string dir = d / (name + (fused ? "_fused" : ""));
+      std::filesystem::create_directories(dir);
+      std::vector<StWrite> ts;
+      for (const auto& t : hf_tensor_map(c, fused)) ts.push_back({t.name, t.shape, params.data() + t.offset});
+      write_safetensors_checkpoint(dir, ts, StDtype::F32, {{"format", "pt"}}, 5'000'000'000ull);
+      write_text_atomically(dir + "/config.json", hf_config_to_json(c, StDtype::F32).dump(2));
+      for (int n : {2, c.num_experts})
+        for (int q = 0; q < n; q++) {
+          SCOPED_TRACE("slice " + std::to_string(q) + " of " + std::to_string(n));
+          const ExpertSlice x{n, q};
+          std::vector<float> want(ParamLayout(c, n).total);
+          slice_experts(c, x, params.data(), want.data());
+          GPTConfig got;
+          const std::vector<float> p = load_hf_checkpoint_slice(dir, &got, x);
+          EXPECT_EQ(first_config_difference(got, c), "");
+          ASSERT_EQ(p.size(), want.size());
+          EXPECT_EQ(std::memcmp(p.data(), want.data(), p.size() * 4), 0);
+        }
+    }
+    // Expert E-1 of layer 1 damaged, in the per-expert files.
+    SCOPED_TRACE(name + ", a damaged expert");
+    auto bad = params;
+    std::string damaged;
+    for (const auto& t : hf_tensor_map(c))
+      if (t.name.find("layers.1.") != std::string::npos &&
+          t.name.find("experts." + std::to_string(c.num_experts - 1) + ".") != std::string::npos) {
+        bad[t.offset + 3] = std::numeric_limits<float>::quiet_NaN();
+        damaged = t.name;
+        break;
+      }
+    ASSERT_FALSE(damaged.empty());
+    const std::string dir = d / (name + "_damaged");
+    std::filesystem::create_directories(dir);
+    std::vector<StWrite> ts;
+    for (const auto& t : hf_tensor_map(c)) ts.push_back({t.name, t.shape, bad.data() + t.offset});
+    write_safetensors_checkpoint(dir, ts, StDtype::F32, {{"format", "pt"}}, 5'000'000'000ull);
+    write_text_atomically(dir + "/config.json", hf_config_to_json(c, StDtype::F32).dump(2));
+    GPTConfig got;
+    EXPECT_NO_THROW(load_hf_checkpoint_slice(dir, &got, ExpertSlice{2, 0}));
+    expect_error([&] { load_hf_checkpoint_slice(dir, &got, ExpertSlice{2, 1}); }, {damaged, "damaged"});
+    expect_error([&] { load_hf_checkpoint(dir, &got); }, {damaged, "damaged"});
   }
 }
 
