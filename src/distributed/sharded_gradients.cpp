@@ -57,11 +57,7 @@ std::string ShardedGradients::describe() const {
   return std::string("ZeRO-2: gradients and optimizer state sharded, each block's gradient "
                      "reduce-scattered ") +
          (config_.overlap ? "during the backward" : "after its backward (--overlap-comm off)") +
-         (!slice() ? ""
-                   : "; this rank holds 1/" + std::to_string(experts_->n) +
-                         " of the experts (--expert-parallel " + std::to_string(experts_->n) +
-                         "), their gradients and state sharded over the " +
-                         std::to_string(expert_coll_->count()) + " rank(s) holding the same experts");
+         slice_line("their gradients and state", expert_coll_ ? expert_coll_->count() : 0);
 }
 
 // Every pass: the bucket's reduce-scatter, added to the shard after the first.

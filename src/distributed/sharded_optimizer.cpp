@@ -11,9 +11,6 @@
 
 namespace ratchet {
 
-namespace {
-}  // namespace
-
 ShardedOptimizer::ShardedOptimizer(const DistributedConfig& c, Backend& be, const ParamLayout& layout)
     : DistributedStrategy(c), be_(be), coll_(be, ShardComms::of(c)), layout_(layout) {
   const int W = coll_.count();
@@ -91,11 +88,7 @@ void ShardedOptimizer::attach(GPT& model, int micro_batches) {
 }
 
 std::string ShardedOptimizer::describe() const {
-  const std::string experts =
-      !slice() ? ""
-               : "; this rank holds 1/" + std::to_string(experts_->n) + " of the experts (--expert-parallel " +
-                     std::to_string(experts_->n) + "), their state sharded over the " +
-                     std::to_string(expert_coll_->count()) + " rank(s) holding the same experts";
+  const std::string experts = slice_line("their state", expert_coll_ ? expert_coll_->count() : 0);
   if (buckets_)
     return "ZeRO-1: optimizer state sharded by gradient buckets, each block's gradient "
            "reduce-scattered during the last backward (--overlap-comm on)" + experts;

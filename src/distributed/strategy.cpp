@@ -161,6 +161,13 @@ void DistributedStrategy::download_flat(Backend& be, float* dst, GPT& model, siz
   be.download_f32(dst, p + local_place(lo, n) * be.storage_bytes(), n);
 }
 
+std::string DistributedStrategy::slice_line(const char* what, int replicas) const {
+  if (!slice()) return "";
+  const std::string n = std::to_string(experts_->n);
+  return "; this rank holds 1/" + n + " of the experts (--expert-parallel " + n + "), " + what +
+         " sharded over the " + std::to_string(replicas) + " rank(s) holding the same experts";
+}
+
 size_t DistributedStrategy::global_total(const ParamLayout& layout) const {
   return slice() ? ParamLayout(*experts_->cfg).total : layout.total;
 }

@@ -209,6 +209,10 @@ class DistributedStrategy {
   // sync_master() of ZeRO 1-2: every owner's FP32 values (params_f32) as the
   // model's whole master (its slice's part), the storage values kept.
   void sync_master_from_owners(Backend& be, GPT& model, int shards);
+  // describe()'s words for a slice ("; this rank holds 1/N of the experts
+  // (...), `what` sharded over the `replicas` rank(s) holding the same
+  // experts"); "" without one.
+  std::string slice_line(const char* what, int replicas) const;
   // The whole model's element count (a slice holds fewer).
   size_t global_total(const ParamLayout& layout) const;
 
