@@ -53,6 +53,9 @@ Examples:
     return kExitOk;
   }
   if (shards.empty()) fail("no shard given: ratchet inspect SHARDS... (see --help)");
+  if (decode.empty() && (!vocab.empty() || !merges.empty() || !tokenizer.empty()))
+    fail("--vocab, --merges and --tokenizer are for --decode START:COUNT (without it nothing is "
+         "decoded): add --decode, or drop them");
   std::vector<std::string> paths = expand_shard_paths(shards, "shard");
 
   std::vector<std::unique_ptr<ShardFile>> files;
@@ -199,6 +202,7 @@ Examples:
       count -= k;
     }
     std::printf("\n--- tokens %s ---\n", decode.c_str());
+    check_tokenizer_files(m.tokenizer, {vocab, merges});
     std::unique_ptr<Tokenizer> tok;
     try {
       // A Hugging Face tokenizer is checked against the recorded digest.

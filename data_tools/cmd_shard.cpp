@@ -144,8 +144,7 @@ int cmd_shard(int argc, char** argv) {
     fail(e.what(), " (see `ratchet shard --help`)");
   }
 
-  if ((!o.vocab.empty() || !o.merges.empty()) && o.tokenizer != Gpt2Tokenizer::kName)
-    fail("--vocab/--merges are for --tokenizer gpt2, not '", o.tokenizer, "'");
+  check_tokenizer_files(o.tokenizer, {o.vocab, o.merges});
   // A path (not a tokenizer name) is a tokenizer.json: recorded as an
   // absolute path, so that training and inspect find it from anywhere.
   std::unique_ptr<Tokenizer> tok;

@@ -71,6 +71,10 @@ std::unique_ptr<Backend> cpu_backend(BackendOptions o, std::string* note) {
 std::unique_ptr<Backend> make_backend(const BackendOptions& o, std::string* note) {
   const auto& r = registry();
   if (note) note->clear();
+  // Checked on every device: the cpu backend ignores it (always FP32), but a
+  // typo would otherwise pass silently and fail only when the job moves to a GPU.
+  if (!o.storage.empty() && o.storage != "bf16" && o.storage != "f32" && o.storage != "fp32")
+    fail("--storage '", o.storage, "' is not a storage type: use bf16 or f32");
   if (o.device == "cpu") return cpu_backend(o, note);
   if (o.device == "auto") {
     auto it = r.find("cuda");

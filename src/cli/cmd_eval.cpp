@@ -139,6 +139,7 @@ int cmd_eval(int argc, char** argv) {
   if (f.batch_size < 1) fail("--batch-size must be at least 1 (got ", f.batch_size, ")");
   if (vm.count("seq-len") && f.seq_len < 1) fail("--seq-len must be at least 1 (got ", f.seq_len, ")");
   if (f.max_batches < 0) fail("--max-batches must be 0 (all) or more (got ", f.max_batches, ")");
+  if (f.threads < 0) fail("--threads ", f.threads, " is negative: pass 0 for all cores");
   std::vector<std::pair<std::string, std::string>> tasks, data;
   auto add_named = [](std::vector<std::pair<std::string, std::string>>& v, const char* flag,
                       const std::string& s) {
@@ -150,6 +151,9 @@ int cmd_eval(int argc, char** argv) {
   for (const auto& s : f.tasks) add_named(tasks, "--task", s);
   for (const auto& s : f.data) add_named(data, "--data", s);
   if (f.attention != "auto") check_attention_request(f.attention);
+  if (!f.per_example.empty() && f.tasks.empty())
+    fail("--per-example ", f.per_example, " writes each --task example's scores, and this run has "
+         "no --task: add one, or drop --per-example (--data reports only a loss per set)");
 
   auto comm = make_communicator();
   if (!f.per_example.empty() && comm->world() > 1)
@@ -168,8 +172,7 @@ int cmd_eval(int argc, char** argv) {
     ELOG("eval: tokenizer %s (from %s; --tokenizer overrides)\n", tok_name.c_str(),
          src.tokenizer_from.c_str());
   }
-  if ((!f.vocab.empty() || !f.merges.empty()) && tok_name != Gpt2Tokenizer::kName)
-    fail("--vocab/--merges are for --tokenizer gpt2, not '", tok_name, "'");
+  check_tokenizer_files(tok_name, {f.vocab, f.merges});
   std::unique_ptr<Tokenizer> tok;
   if (!tok_name.empty()) {
     tok = make_tokenizer(tok_name, "--tokenizer", TokenizerFiles{f.vocab, f.merges});

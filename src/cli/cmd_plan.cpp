@@ -267,7 +267,9 @@ int cmd_plan(int argc, char** argv) {
     std::ifstream file(path);
     if (!file) fail("--config ", path, ": cannot open the file");
     try {
-      po::store(po::parse_config_file(file, desc, /*allow_unregistered=*/true), vm);
+      const po::parsed_options parsed = po::parse_config_file(file, desc, /*allow_unregistered=*/true);
+      refuse_negative_unsigned(parsed, desc);
+      po::store(parsed, vm);
     } catch (const po::error& e) {
       fail("--config ", path, ": ", e.what());
     }

@@ -25,7 +25,7 @@ struct Subcommand {
 };
 
 const Subcommand kCommands[] = {
-    {"train", ratchet::cmd_train, "train a GPT-2 model (CPU backend)"},
+    {"train", ratchet::cmd_train, "train a GPT-2, Llama, 2026-family or MoE model (CPU or CUDA, MPI ranks)"},
     {"shard", ratchet::cmd_shard, "tokenize text into HDF5 token shards"},
     {"inspect", ratchet::cmd_inspect, "summarize token shards; --decode prints their text"},
     {"verify", ratchet::cmd_verify, "check token shards: schema, ids, offsets, every chunk"},

@@ -17,6 +17,30 @@ namespace po = boost::program_options;
 
 namespace ratchet {
 
+namespace {
+template <class U>
+bool holds(const po::value_semantic* s) {
+  return dynamic_cast<const po::typed_value<U>*>(s) != nullptr;
+}
+}  // namespace
+
+void refuse_negative_unsigned(const po::parsed_options& parsed, const po::options_description& desc) {
+  for (const po::option& opt : parsed.options) {
+    if (opt.position_key != -1 || opt.unregistered) continue;
+    const po::option_description* d = desc.find_nothrow(opt.string_key, false);
+    if (!d) continue;
+    const po::value_semantic* s = d->semantic().get();
+    if (!holds<unsigned long>(s) && !holds<unsigned long long>(s) && !holds<unsigned>(s) &&
+        !holds<unsigned short>(s))
+      continue;
+    for (const std::string& v : opt.value) {
+      const size_t i = v.find_first_not_of(" \t");
+      if (i != std::string::npos && v[i] == '-')
+        throw po::error("--" + opt.string_key + " '" + v + "' is negative: give a whole number >= 0");
+    }
+  }
+}
+
 bool parse_options(int argc, char** argv, const po::options_description& desc,
                    po::variables_map& vm, const char* cmd,
                    const po::positional_options_description* pos, bool notify) {
@@ -55,6 +79,7 @@ bool parse_options(int argc, char** argv, const po::options_description& desc,
                    stray_arguments_message(strays, prev_flag, prev_value, takes).c_str(), cmd);
       return false;
     }
+    refuse_negative_unsigned(parsed, desc);
     po::store(parsed, vm);
     if (notify) po::notify(vm);
     return true;
@@ -77,7 +102,9 @@ void parse_config_file(const std::string& path, const po::options_description& d
   std::ifstream f(path);
   if (!f) fail("--config ", path, ": cannot open the file");
   try {
-    po::store(po::parse_config_file(f, desc), vm);
+    const po::parsed_options parsed = po::parse_config_file(f, desc);
+    refuse_negative_unsigned(parsed, desc);
+    po::store(parsed, vm);
   } catch (const po::error& e) {
     fail("--config ", path, ": ", e.what(), " (keys are `ratchet ", cmd,
          "` long option names without the dashes)");
@@ -97,7 +124,9 @@ void parse_config_text(const std::string& text, const std::string& path,
                        const po::options_description& desc, po::variables_map& vm, const char* cmd) {
   std::istringstream in(text);
   try {
-    po::store(po::parse_config_file(in, desc), vm);
+    const po::parsed_options parsed = po::parse_config_file(in, desc);
+    refuse_negative_unsigned(parsed, desc);
+    po::store(parsed, vm);
   } catch (const po::error& e) {
     fail("--config ", path, ": ", e.what(), " (keys are `ratchet ", cmd,
          "` long option names without the dashes)");

@@ -34,6 +34,13 @@ std::string read_config_file(const std::string& path);
 std::string default_text(double v);
 std::string default_text(float v);
 
+// Throws po::error naming the option when a value given to an unsigned
+// option is negative: Boost reads "-1" into one as 2^64 - 1 (lexical_cast
+// wraps around), so `--seed -1` became 18446744073709551615 silently.
+// parse_options and parse_config_* call it; so must any other parse.
+void refuse_negative_unsigned(const boost::program_options::parsed_options& parsed,
+                              const boost::program_options::options_description& desc);
+
 // --config PATH must name a file (an ifstream on a directory "opens" and reads nothing).
 void check_config_path(const std::string& path);
 

@@ -8,8 +8,14 @@
 
 namespace ratchet {
 
+void check_tokenizer_files(const std::string& name, const TokenizerFiles& files) {
+  if ((!files.vocab.empty() || !files.merges.empty()) && name != Gpt2Tokenizer::kName)
+    fail("--vocab/--merges are for --tokenizer gpt2, not '", name, "'");
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& flag,
                                           const TokenizerFiles& files) {
+  check_tokenizer_files(name, files);
   if (name == ByteTokenizer::kName) return std::make_unique<ByteTokenizer>();
   if (name == Gpt2Tokenizer::kName) {
     const std::string dir = default_gpt2_dir();

@@ -27,6 +27,11 @@ struct TokenizerFiles {
   std::string merges;  // --merges: vocab.bpe
 };
 
+// --vocab/--merges name GPT-2's files: given with another tokenizer they
+// would be ignored, so Error "--vocab/--merges are for --tokenizer gpt2, not
+// 'NAME'". make_tokenizer checks it; commands call it before reading data.
+void check_tokenizer_files(const std::string& name, const TokenizerFiles& files);
+
 // "byte" -> ByteTokenizer, "gpt2" -> Gpt2Tokenizer (from `files`), an
 // existing path -> HfTokenizer (a tokenizer.json or a directory with one). Throws
 // Error naming `flag` and the value on an unknown name, listing the known

@@ -82,7 +82,7 @@ void check_output_paths(const TrainOptions& o) {
   check_file_output("--export", o.export_path);
   check_hf_export_dir("--export-hf", o.export_hf, o.overwrite);
   check_dir_output("--export-hf", o.export_hf);
-  if (!o.export_hf.empty()) parse_export_dtype("--export-dtype", o.export_dtype);
+  parse_export_dtype("--export-dtype", o.export_dtype);
   check_file_output("--log-jsonl", o.log_jsonl);
   check_dir_output("--ckpt-dir", o.ckpt_dir);
 }
@@ -142,8 +142,20 @@ CheckedOptions check_train_options(const TrainOptions& given, int world) {
   check_range("--memory-budget-mb", o.memory_budget_mb, 0, inf, false, "a number >= 0");
   if (o.warmup_steps < 0) fail("--warmup-steps must be >= 0");
   if (o.eval_batches < 1) fail("--eval-batches must be at least 1");
-  if (o.ckpt_every_steps < 0 || o.ckpt_every_minutes < 0)
-    fail("--ckpt-every-steps and --ckpt-every-minutes must be >= 0");
+  if (o.ckpt_every_steps < 0) fail("--ckpt-every-steps must be >= 0 (0: off; got ", o.ckpt_every_steps, ")");
+  check_range("--ckpt-every-minutes", o.ckpt_every_minutes, 0, inf, true, "a number of minutes >= 0 (0: off)");
+  // Counts whose negative values used to mean "off" or "auto" silently (a
+  // sign typo, or a shell variable gone wrong, would pass unnoticed).
+  const std::pair<const char*, int> counts[] = {{"--eval-every", o.eval_every},
+                                                {"--sample-every", o.sample_every},
+                                                {"--sample-tokens", o.sample_tokens},
+                                                {"--keep-every", o.keep_every},
+                                                {"--threads", o.threads}};
+  for (const auto& [flag, v] : counts)
+    if (v < 0) fail(flag, " must be >= 0 (got ", v, "; 0: see `ratchet train --help`)");
+  check_range("--peak-tflops", o.peak_tflops, 0, inf, true,
+              "a number of TFLOP/s >= 0 (0: the backend's table)");
+  parse_export_dtype("--export-dtype", o.export_dtype);  // a typo is refused even before --export-hf
   if (o.keep_last < 1) fail("--keep-last must be at least 1 (the newest checkpoint is always kept)");
   if ((o.ckpt_every_steps > 0 || o.ckpt_every_minutes > 0) && o.ckpt_dir.empty())
     fail("--ckpt-every-steps/--ckpt-every-minutes need --ckpt-dir");

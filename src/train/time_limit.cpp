@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <vector>
 
 #include "core/error.h"
@@ -13,34 +12,38 @@ namespace ratchet {
 double parse_slurm_duration(const std::string& in) {
   std::string s = in;
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  if (s.empty()) return -1;
-  for (char c : s)
-    if (!(std::isdigit((unsigned char)c) || c == ':' || c == '-')) return -1;
+  // Strict: an optional "D-" (digits), then 1 to 3 colon-separated groups of
+  // digits. Before, "-1" read as "0-1" (one hour) and "1-2-3" as 1 day 2
+  // hours: a budget the user never gave.
   double days = 0;
-  auto dash = s.find('-');
+  const auto dash = s.find('-');
   if (dash != std::string::npos) {
-    days = std::atof(s.substr(0, dash).c_str());
+    const std::string d = s.substr(0, dash);
+    if (d.empty() || d.find_first_not_of("0123456789") != std::string::npos) return -1;
+    days = std::atof(d.c_str());
     s = s.substr(dash + 1);
   }
   std::vector<double> parts;
-  std::stringstream ss(s);
-  std::string p;
-  while (std::getline(ss, p, ':')) {
-    if (p.empty()) return -1;
+  size_t at = 0;
+  while (true) {
+    const size_t colon = s.find(':', at);
+    const std::string p = s.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
+    if (p.empty() || p.find_first_not_of("0123456789") != std::string::npos) return -1;
     parts.push_back(std::atof(p.c_str()));
+    if (colon == std::string::npos) break;
+    at = colon + 1;
   }
+  if (parts.size() > 3) return -1;
   double secs = 0;
   if (dash != std::string::npos) {  // D-HH, D-HH:MM, D-HH:MM:SS
     const double mult[3] = {3600, 60, 1};
-    for (size_t i = 0; i < parts.size() && i < 3; i++) secs += parts[i] * mult[i];
+    for (size_t i = 0; i < parts.size(); i++) secs += parts[i] * mult[i];
   } else if (parts.size() == 1) {
     secs = parts[0];
   } else if (parts.size() == 2) {  // MM:SS
     secs = parts[0] * 60 + parts[1];
-  } else if (parts.size() == 3) {
-    secs = parts[0] * 3600 + parts[1] * 60 + parts[2];
   } else {
-    return -1;
+    secs = parts[0] * 3600 + parts[1] * 60 + parts[2];
   }
   return days * 86400 + secs;
 }

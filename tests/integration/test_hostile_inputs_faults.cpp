@@ -6,7 +6,8 @@
 // bytes and dropped characters counted; empty endings and a wrong .bin magic
 // in eval tasks; a PCRE2 match limit naming the file and the input; the
 // multi-rank default batch; plan and train agreeing on --seq-len; sample's
-// values; mixture weights; a read-only --ckpt-dir; the ledger's earlier spend.
+// values; values that used to pass silently; mixture weights; a read-only
+// --ckpt-dir; the ledger's earlier spend.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -325,6 +326,56 @@ TEST_F(HostileFaults, SampleRefusesBadValuesAndSaysSampleInItsWarnings) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(r, "sample: warning:")) << r.output;
   EXPECT_FALSE(has(r, "eval: warning:")) << r.output;
+}
+
+// ---- values that used to pass silently ---------------------------------------------------
+
+// Found by feeding every flag of every command -1, nan, inf, abc and empty
+// values: each of these exited 0 having done something else than asked (a
+// seed of 2^64 - 1, a one-hour budget from "-1", a typo'd storage or export
+// dtype ignored until the job moved to a GPU or reached its end, vocabulary
+// files ignored, an empty --per-example file). Each is now exit 2 naming the
+// flag and the value.
+TEST_F(HostileFaults, ValuesThatUsedToPassSilentlyAreRefused) {
+  TempDir d;
+  auto r = run_ratchet(tiny(1) + data() + " --export " + (d / "model.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  write_file(d / "seed.ini", "seed = -1\n");
+  const std::string shard = *dir_ / "data/val_000000.h5", val = " --data v=" + shard;
+  const std::string eval = "eval --init-from " + (d / "model.bin") + " --tokenizer byte" + val;
+  const struct {
+    std::string args;
+    std::vector<std::string> needles;
+  } cases[] = {
+      {tiny(1) + data() + " --seed -1", {"--seed '-1' is negative"}},
+      {tiny(1) + data() + " --seed=-3", {"--seed '-3' is negative"}},
+      {tiny(1) + data() + " --config " + (d / "seed.ini"), {"seed.ini", "--seed '-1' is negative"}},
+      {tiny(1) + data() + " --storage bf61", {"--storage 'bf61'", "bf16 or f32"}},
+      {tiny(1) + data() + " --export-dtype fp61", {"--export-dtype", "fp61"}},
+      {tiny(1) + data() + " --max-wall-time -1", {"--max-wall-time '-1' is not a duration"}},
+      {tiny(1) + data() + " --time-limit 1-2-3", {"--time-limit '1-2-3' is not a duration"}},
+      {tiny(1) + data() + " --eval-every -1", {"--eval-every must be >= 0"}},
+      {tiny(1) + data() + " --peak-tflops nan", {"--peak-tflops", "nan"}},
+      {tiny(1) + data() + " --ckpt-every-minutes nan", {"--ckpt-every-minutes", "nan"}},
+      {"shard --tokenizer byte --input " + corpus() + " --output-dir " + (d / "s") + " --seed -1",
+       {"--seed '-1' is negative"}},
+      {"shard --tokenizer byte --input " + corpus() + " --output-dir " + (d / "s") + " --shard-tokens -5",
+       {"--shard-tokens '-5' is negative"}},
+      {"tokenize byte hello --vocab " + (d / "encoder.json"), {"--vocab/--merges are for --tokenizer gpt2, not 'byte'"}},
+      {"inspect " + shard + " --merges " + (d / "vocab.bpe"), {"are for --decode START:COUNT"}},
+      {eval + " --threads -2", {"--threads -2 is negative"}},
+      {eval + " --per-example " + (d / "p.jsonl"), {"--per-example", "no --task"}},
+  };
+  for (const auto& c : cases) {
+    r = run_ratchet(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    for (const auto& n : c.needles) EXPECT_TRUE(has(r, n)) << n << "\n" << r.output;
+  }
+  EXPECT_FALSE(fs::exists(d / "p.jsonl")) << "a refused --per-example leaves no file";
+  EXPECT_FALSE(fs::exists(d / "s")) << "a refused shard writes nothing";
+  // The values next to them still run.
+  r = run_ratchet(tiny(1) + data() + " --seed 0 --eval-every 0 --max-wall-time 1-00 --storage f32");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
 // ---- mixtures ---------------------------------------------------------------------------

@@ -16,7 +16,8 @@
 #   chaos.sh node-hang   rank 1 freezes itself (SIGSTOP, RATCHET_FAULT=rank1/STOP@step-25)
 #                        on the first run; rank 0's watchdog (--hang-timeout 2) ends the
 #                        job with 75; `ratchet doctor --exclude` blames rank 1's node
-#   chaos.sh link-down   `ip link set eth0 down` in rank 1's node's namespace at step 25:
+#   chaos.sh link-down   `ip link set eth0 down` in rank 1's node's namespace at step 26
+#                        (both ranks then stall 1 s for data, RATCHET_FAULT=SLEEP1000@data-27):
 #                        both ranks wait in the same collective, both watchdogs fire,
 #                        no rank is to blame (doctor: a network fault); the node's slurmd
 #                        is unreachable too, Slurm marks it DOWN; the rerun avoids it
@@ -298,9 +299,14 @@ case $name in
     "$exe" doctor ckpt | sed 's/^/doctor: /'
     ;;
   link-down)
-    id=$(submit -- --hang-timeout 2)
+    # A 1 s data stall before step 27 on both ranks holds the job after step
+    # 26 until the cut: at ~1 ms a step it used to reach step 60 and finish
+    # in the 50 ms between two polls of the ledger (cut "at step 60", no hang
+    # to detect). In the data phase, under its own allowance: the step's
+    # clock restarts after it, so the hang is the all-reduce's, not the step's.
+    id=$(submit RATCHET_FAULT=SLEEP1000@data-27 -- --hang-timeout 2)
     running_on_two
-    step_reached 25
+    step_reached 26
     ip netns exec "ratchet-$victim" ip link set eth0 down || fail "ip link set down in $victim"
     t_cut=$SECONDS
     log "link of $victim down at step $(ledger_step)"

@@ -4,6 +4,7 @@
 // defaults) and the refusals, each naming its flag and what to do.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 
@@ -110,6 +111,24 @@ TEST(CheckTrainOptions, OutOfRangeValuesNameTheirFlag) {
       {[](TrainOptions& o) { o.recompute = "sometimes"; }, {"--recompute 'sometimes'"}},
       {[](TrainOptions& o) { o.eval_tasks = {"hs"}; }, {"--eval-task", "NAME=PATH"}},
       {[](TrainOptions& o) { o.early_stop_patience = 2; }, {"--early-stop-metric val_loss", "--val-data"}},
+      // Negative counts and non-finite numbers meant "off" or "auto" silently.
+      {[](TrainOptions& o) { o.eval_every = -1; }, {"--eval-every must be >= 0", "-1"}},
+      {[](TrainOptions& o) { o.sample_every = -3; }, {"--sample-every must be >= 0"}},
+      {[](TrainOptions& o) { o.sample_tokens = -1; }, {"--sample-tokens must be >= 0"}},
+      {[](TrainOptions& o) { o.keep_every = -1; }, {"--keep-every must be >= 0"}},
+      {[](TrainOptions& o) { o.threads = -1; }, {"--threads must be >= 0"}},
+      {[](TrainOptions& o) { o.ckpt_every_steps = -2; }, {"--ckpt-every-steps must be >= 0"}},
+      {[](TrainOptions& o) { o.ckpt_every_minutes = NAN; }, {"--ckpt-every-minutes", "nan"}},
+      {[](TrainOptions& o) { o.ckpt_every_minutes = -1; }, {"--ckpt-every-minutes"}},
+      {[](TrainOptions& o) { o.peak_tflops = NAN; }, {"--peak-tflops", "nan"}},
+      {[](TrainOptions& o) { o.peak_tflops = -5; }, {"--peak-tflops", "-5"}},
+      {[](TrainOptions& o) { o.peak_tflops = INFINITY; }, {"--peak-tflops", "inf"}},
+      // Checked without --export-hf too: the typo shows before the run, not after.
+      {[](TrainOptions& o) { o.export_dtype = "abc"; }, {"--export-dtype", "abc"}},
+      // "-1" read as "0-1", one hour; "1-2-3" as 1 day 2 hours.
+      {[](TrainOptions& o) { o.max_wall_time = "-1"; }, {"--max-wall-time '-1'"}},
+      {[](TrainOptions& o) { o.max_wall_time = "1-2-3"; }, {"--max-wall-time '1-2-3'"}},
+      {[](TrainOptions& o) { o.max_wall_time = "1-02:00:00:07"; }, {"--max-wall-time '1-02:00:00:07'"}},
   };
   for (const Case& k : cases) {
     TrainOptions o = valid();

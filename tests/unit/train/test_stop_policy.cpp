@@ -13,6 +13,7 @@
 #include "train/ledger.h"
 #include "train/stop_policy.h"
 #include "train/stop_signals.h"
+#include "train/time_limit.h"
 #include "train/train_options.h"
 
 namespace ratchet {
@@ -164,6 +165,26 @@ TEST(EarlyStop, MaximizingFollowsTheOtherDirection) {
   EXPECT_EQ(e.best_step, -1);
   EXPECT_EQ(e.bad_evals, 0);
   EXPECT_FALSE(e.maximize);
+}
+
+}  // namespace
+}  // namespace ratchet
+
+namespace ratchet {
+namespace {
+
+// Slurm's forms (squeue %L, --time-limit, --max-wall-time) and nothing else:
+// before, "-1" read as "0-1" (an hour), "1-2-3" as 1 day 2 hours and
+// "1-1:2:3:4" dropped its last group.
+TEST(ParseSlurmDuration, TakesSlurmsFormsAndRefusesTheRest) {
+  const std::pair<const char*, double> good[] = {
+      {"45", 45},           {"05:30", 330},         {"2:00:00", 7200},
+      {"1-0", 86400},       {"1-02:30", 95400},     {"2-00:00:01", 172801},
+      {"10:00\n", 600},     {"0-0:0:5", 5}};
+  for (const auto& [text, secs] : good) EXPECT_EQ(parse_slurm_duration(text), secs) << text;
+  for (const char* bad : {"", "-1", "-", "1-", "1-2-3", "1-1:2:3:4", "1:2:3:4", "1::2", ":5",
+                          "5:", "1.5", "UNLIMITED", "NOT_SET", "+5", "1 -2", "x-1"})
+    EXPECT_LT(parse_slurm_duration(bad), 0) << "'" << bad << "'";
 }
 
 }  // namespace
