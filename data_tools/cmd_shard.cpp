@@ -18,6 +18,7 @@
 #include "tokenizer/json/file_checks.h"
 #include "data/shard_tokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "data_tools/interrupt.h"
 #include "data_tools/commands.h"
 #include "data_tools/progress.h"
 #include "data_tools/shard_pipeline.h"
@@ -177,7 +178,16 @@ int cmd_shard(int argc, char** argv) {
     fail("--jsonl-field, --separator and --blank-lines exclude each other: pass one");
   if (o.threads == 0) o.threads = (int)std::max(1u, std::thread::hardware_concurrency());
   o.show_progress = !no_progress && (progress || ProgressBar::stderr_is_tty());
-  run_shard_pipeline(o, *tok);
+  install_interrupt_handlers();
+  try {
+    run_shard_pipeline(o, *tok);
+  } catch (const Interrupted& e) {
+    // Unwinding removed the spools, temporary and finished shards, and the
+    // directory if this run created it.
+    std::fprintf(stderr, "ratchet shard: %s: stopped; this run's spools and shards were removed from %s\n",
+                 e.what(), o.output_dir.c_str());
+    die_of(e);
+  }
   return kExitOk;
 }
 

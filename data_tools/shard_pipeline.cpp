@@ -1,12 +1,14 @@
 #include "data_tools/shard_pipeline.h"
 
 #include <malloc.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -116,6 +118,13 @@ void prepare_output_dir(const std::string& dir, bool overwrite) {
     if (shard) old.push_back(e.path());
     // Left by a crashed run (never looks like a shard: hidden, .tmp- suffix).
     if (name[0] == '.' && name.find(".h5.tmp-") != std::string::npos) stale_tmp.push_back(e.path());
+    // A killed run's spool of a pipe (".input-N.spool-PID", spool_path), as
+    // large as the pipe carried: removed once its process is gone.
+    const size_t sp = name.rfind(".spool-");
+    if (name.rfind(".input-", 0) == 0 && sp != std::string::npos) {
+      const long pid = std::atol(name.c_str() + sp + 7);
+      if (pid > 0 && ::kill((pid_t)pid, 0) != 0 && errno == ESRCH) stale_tmp.push_back(e.path());
+    }
   }
   if (ec) fail("cannot list --output-dir '", dir, "': ", ec.message());
   if (!old.empty() && !overwrite)
@@ -670,9 +679,8 @@ ShardTotals write_shards(const ShardOptions& o, const ScanResult& scan, const To
     bool done = false;
     ~RemoveOnError() {
       if (done) return;
-      std::error_code ec;
-      for (const ShardStreamWriter* w : {&train, &val})
-        for (const ShardSummary& s : w->shards()) fs::remove(s.path, ec);
+      train.remove_written();
+      val.remove_written();
     }
   } remove_on_error{train, val};
   auto write = [&](Tokenized& cur) {

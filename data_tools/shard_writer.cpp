@@ -619,6 +619,15 @@ void ShardStreamWriter::report_done() {
   }
 }
 
+void ShardStreamWriter::remove_written() {
+  bg_.reset();  // joins its threads: done_ is final after this
+  std::error_code ec;
+  for (const ShardSummary& s : written_) std::filesystem::remove(s.path, ec);
+  std::lock_guard<std::mutex> lock(done_mu_);
+  for (const ShardSummary& s : done_) std::filesystem::remove(s.path, ec);
+  done_.clear();
+}
+
 void ShardStreamWriter::finish() {
   flush();
   if (bg_) bg_->drain();

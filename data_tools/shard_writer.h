@@ -80,6 +80,11 @@ class ShardStreamWriter {
   // every shard to be on disk. Call once.
   void finish();
   const std::vector<ShardSummary>& shards() const { return written_; }
+  // After a failure (an error, a signal): stops the background (a shard it
+  // is renaming into place finishes first), then removes every shard this
+  // writer put in place, reported or not yet. Before, a shard the background
+  // had just renamed, not yet reported, stayed behind. Call at most once.
+  void remove_written();
   uint64_t total_tokens() const { return total_tokens_; }
 
   static std::string shard_name(const std::string& prefix, size_t index);  // "train_000000.h5"

@@ -113,6 +113,11 @@ std::vector<std::string> expand_text_inputs(const std::vector<std::string>& valu
     if (p == "-") continue;
     struct stat st;
     if (::stat(p.c_str(), &st) != 0) fail("cannot open ", flag, " '", p, "': ", std::strerror(errno));
+    // A device's bytes never end (/dev/zero, /dev/urandom): spooled into
+    // --output-dir until the disk was full. A pipe ('-', <(...)) is read.
+    if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode))
+      fail(flag, " '", p, "' is a device, not a text file or a pipe: pass files, directories, "
+           "globs, or '-' for stdin");
     if (::access(p.c_str(), R_OK) != 0)
       fail("cannot read ", flag, " '", p, "': ", std::strerror(errno));
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data_tools/interrupt.h"
 
 namespace ratchet {
 namespace {
@@ -210,6 +211,7 @@ InputRead stream_input(const std::string& path, const TextSourceOptions& o, cons
   InputRead r;
   std::vector<char> buf(kReadChunk);
   for (;;) {
+    throw_if_interrupted();  // Ctrl-C, SIGTERM: unwind, so the run's files are removed
     size_t want = buf.size();
     if (expect) want = (size_t)std::min<uint64_t>(want, expect->bytes - r.bytes);
     if (want == 0) break;

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <fstream>
+#include <sstream>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -263,9 +264,7 @@ int cmd_plan(int argc, char** argv) {
   }
   if (vm.count("config")) {
     const std::string path = vm["config"].as<std::string>();
-    check_config_path(path);
-    std::ifstream file(path);
-    if (!file) fail("--config ", path, ": cannot open the file");
+    std::istringstream file(read_config_file(path));
     try {
       const po::parsed_options parsed = po::parse_config_file(file, desc, /*allow_unregistered=*/true);
       refuse_negative_unsigned(parsed, desc);

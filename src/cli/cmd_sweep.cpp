@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/options_util.h"
 #include "core/error.h"
+#include "core/small_text_file.h"
 #include "report/report.h"
 #include "sweep/controller.h"
 #include "sweep/journal.h"
@@ -55,13 +56,7 @@ examples:
 )";
 
 std::string read_text(const std::string& path, const char* flag) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) fail(flag, " ", path, " is a directory: give the INI file");
-  std::ifstream in(path);
-  if (!in) fail(flag, " ", path, ": cannot read the file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_small_text_file(path, flag);
 }
 
 std::string without_bom(std::string text) {

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/options_util.h"
 #include "core/error.h"
+#include "core/small_text_file.h"
 #include "data/mixture.h"
 #include "data/mixture_ini.h"
 #include "distributed/communicator.h"
@@ -383,11 +384,8 @@ void check_train_config(const std::string& path, const std::string& what) {
   TrainOptions o;
   std::string a, b, c, d;
   const po::options_description desc = make_options(o, a, b, c, d);
-  std::ifstream f(path);
-  if (!f) fail(what, ": cannot open the file");
-  std::stringstream text;
-  text << f.rdbuf();
-  std::string t = text.str();
+  // `what` is "--base PATH" or the path itself: the flag, if any, names the file.
+  std::string t = read_small_text_file(path, what == path ? "" : what.substr(0, what.find(' ')));
   if (t.rfind("\xEF\xBB\xBF", 0) == 0) t.erase(0, 3);  // a UTF-8 BOM: `sweep init`'s copy has none
   // Its [train-data] section as `ratchet train --config` reads it (data/mixture_ini.h).
   std::istringstream in(read_train_data_section(t, what, train_option_names()).rest);

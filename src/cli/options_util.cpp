@@ -12,6 +12,7 @@
 
 #include "cli/stray_arguments.h"
 #include "core/error.h"
+#include "core/small_text_file.h"
 
 namespace po = boost::program_options;
 
@@ -98,26 +99,11 @@ void check_config_path(const std::string& path) {
 
 void parse_config_file(const std::string& path, const po::options_description& desc,
                        po::variables_map& vm, const char* cmd) {
-  check_config_path(path);
-  std::ifstream f(path);
-  if (!f) fail("--config ", path, ": cannot open the file");
-  try {
-    const po::parsed_options parsed = po::parse_config_file(f, desc);
-    refuse_negative_unsigned(parsed, desc);
-    po::store(parsed, vm);
-  } catch (const po::error& e) {
-    fail("--config ", path, ": ", e.what(), " (keys are `ratchet ", cmd,
-         "` long option names without the dashes)");
-  }
+  parse_config_text(read_config_file(path), path, desc, vm, cmd);
 }
 
 std::string read_config_file(const std::string& path) {
-  check_config_path(path);
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("--config ", path, ": cannot open the file");
-  std::stringstream text;
-  text << f.rdbuf();
-  return text.str();
+  return read_small_text_file(path, "--config");
 }
 
 void parse_config_text(const std::string& text, const std::string& path,

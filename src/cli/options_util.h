@@ -23,8 +23,9 @@ void parse_config_file(const std::string& path,
 void parse_config_text(const std::string& text, const std::string& path,
                        const boost::program_options::options_description& desc,
                        boost::program_options::variables_map& vm, const char* cmd);
-// An INI file's whole text; Error naming --config PATH when it is a directory
-// or cannot be read.
+// An INI file's whole text; Error naming --config PATH when it is a directory,
+// cannot be read or is larger than an INI can be (core/small_text_file.h:
+// --config /dev/zero used to take all memory).
 std::string read_config_file(const std::string& path);
 
 // A default as people write it, for --help: the shortest text that reads

@@ -1,9 +1,11 @@
 // `ratchet shard` streams its inputs (data_tools/text_stream.h): max RSS
 // does not grow with the input, stdin and a pipe give the shards a file
-// gives, and a file changed between the two readings is refused.
+// gives, and a file changed between the two readings is refused; a signal
+// removes what the run made; a device is refused; dead runs' spools go.
 // No timing here (speed is bench/data/shard_stream_bench.sh's).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -120,6 +122,59 @@ TEST(ShardStream, AFileGrowingWhileReadIsRefused) {
   EXPECT_NE(r.output.find("grow.txt"), std::string::npos) << r.output;
   r = run_shell("ls " + (d / "o") + " | grep -c h5");  // no shard left behind
   EXPECT_EQ(r.output, "0\n");
+}
+
+// Ctrl-C or SIGTERM while shard runs: it ends by that signal (130, 143)
+// having removed what the run made: the spool of an endless pipe (it used to
+// stay, gigabytes, in --output-dir), the shards it had finished, a directory
+// it created; a directory that was there keeps the user's files.
+TEST(ShardStream, ASignalRemovesWhatTheRunMade) {
+  TempDir d;
+  // An endless pipe, interrupted while it is spooled (the first reading).
+  // $! of a pipeline is its last command's pid: ratchet's.
+  auto r = run_shell("yes 'In the beginning God created the heaven and the earth.' | " RATCHET_EXE
+                     " shard --tokenizer byte --input - -o " + (d / "pipe") + " --no-progress 2>&1 & p=$!; "
+                     "for i in $(seq 1 100); do ls -a " + (d / "pipe") + " 2>/dev/null | grep -q spool && break; "
+                     "sleep 0.05; done; sleep 0.3; kill -INT $p; wait $p; echo \"rc $?\"");
+  EXPECT_NE(r.output.find("interrupted by SIGINT"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rc 130"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(d / "pipe")) << "the directory this run created is removed";
+  // A file in a directory that holds the user's notes, stopped after its
+  // first shards were written (the second reading).
+  const std::string text = make_text(d, "t.txt", 40);
+  std::filesystem::create_directories(d / "kept");
+  write_file(d / "kept/notes.txt", "mine\n");
+  r = run_shell(RATCHET_EXE " shard --tokenizer byte --shard-tokens 2000000 --input " + text + " -o " +
+                (d / "kept") + " --no-progress 2>&1 & p=$!; "
+                "for i in $(seq 1 400); do ls " + (d / "kept") + " | grep -q train_ && break; sleep 0.05; done; "
+                "kill -TERM $p; wait $p; echo \"rc $?\"");
+  EXPECT_NE(r.output.find("wrote"), std::string::npos) << "stopped after a shard was written\n" << r.output;
+  EXPECT_NE(r.output.find("interrupted by SIGTERM"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rc 143"), std::string::npos) << r.output;
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(d / "kept")) left.push_back(e.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{"notes.txt"});
+}
+
+// A device's bytes never end: /dev/zero was spooled into --output-dir until
+// the disk was full. Refused, naming it. A spool left by a killed run
+// (SIGKILL: nothing can clean up) is removed by the next run in the
+// directory once its process is gone; a live one's is not touched.
+TEST(ShardStream, DevicesAreRefusedAndDeadRunsSpoolsRemoved) {
+  TempDir d;
+  auto r = run_ratchet("shard --tokenizer byte --input /dev/zero -o " + (d / "z") + " --no-progress");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--input '/dev/zero' is a device"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(d / "z"));
+  std::filesystem::create_directories(d / "s");
+  write_file(d / "s/.input-0.spool-999999999", "a dead run's spool\n");  // above pid_max
+  write_file(d / "s/.input-0.spool-1", "init is alive\n");
+  write_file(d / "t.txt", "In the beginning God created the heaven and the earth.\n");
+  r = run_ratchet("shard --tokenizer byte --input " + (d / "t.txt") + " -o " + (d / "s") +
+                  " --val-fraction 0 --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(d / "s/.input-0.spool-999999999"));
+  EXPECT_TRUE(std::filesystem::exists(d / "s/.input-0.spool-1"));
 }
 
 }  // namespace
