@@ -365,6 +365,10 @@ TEST_F(HostileFaults, ValuesThatUsedToPassSilentlyAreRefused) {
       {"inspect " + shard + " --merges " + (d / "vocab.bpe"), {"are for --decode START:COUNT"}},
       {eval + " --threads -2", {"--threads -2 is negative"}},
       {eval + " --per-example " + (d / "p.jsonl"), {"--per-example", "no --task"}},
+      // Read whole before: train took all the memory and was killed.
+      {tiny(1) + data() + " --config /dev/zero", {"--config /dev/zero is larger than 16 MiB"}},
+      {"plan --config /dev/zero", {"--config /dev/zero is larger than 16 MiB"}},
+      {"shard --config /dev/zero", {"--config /dev/zero is larger than 16 MiB"}},
   };
   for (const auto& c : cases) {
     r = run_ratchet(c.args);
