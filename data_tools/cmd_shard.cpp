@@ -77,7 +77,9 @@ Split and output:
   --shard-tokens tokens (the last fewer; a document may continue into the
   next shard), written under a temporary name and renamed when complete.
   The shards are identical for any --threads. Existing train_*.h5 / val_*.h5
-  stop the command unless --overwrite is given.
+  stop the command unless --overwrite is given; then they are set aside
+  (--output-dir/.overwritten-PID) until the new shards are complete, and put
+  back if the run fails or is stopped (Ctrl-C, SIGTERM).
 
 Examples:
   ratchet shard --tokenizer byte --input book.txt --output-dir data/

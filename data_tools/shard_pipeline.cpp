@@ -102,7 +102,7 @@ ShardMeta shard_meta(const ShardOptions& o, const Tokenizer& tok) {
   return m;
 }
 
-void prepare_output_dir(const std::string& dir, bool overwrite) {
+std::vector<fs::path> prepare_output_dir(const std::string& dir, bool overwrite) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cannot create --output-dir '", dir, "': ", ec.message());
@@ -125,14 +125,20 @@ void prepare_output_dir(const std::string& dir, bool overwrite) {
       const long pid = std::atol(name.c_str() + sp + 7);
       if (pid > 0 && ::kill((pid_t)pid, 0) != 0 && errno == ESRCH) stale_tmp.push_back(e.path());
     }
+    // Old shards an --overwrite run set aside (run_shard_pipeline): never
+    // guessed about, whether that run is alive or was killed outright.
+    if (name.rfind(".overwritten-", 0) == 0)
+      fail("--output-dir '", dir, "' holds ", e.path().string(), ": the shards a `ratchet shard "
+           "--overwrite` (pid ", name.substr(13), ") set aside until its new ones were complete; ",
+           "that run is still going or was killed. If it is gone, move those shards back (or "
+           "remove the directory to keep the new ones) and run again");
   }
   if (ec) fail("cannot list --output-dir '", dir, "': ", ec.message());
   if (!old.empty() && !overwrite)
     fail("--output-dir '", dir, "' already holds shards (", old.front().string(),
          "): choose an empty directory or pass --overwrite to replace them");
-  for (const auto& p : old)
-    if (!fs::remove(p, ec) && ec) fail("cannot remove old shard ", p.string(), ": ", ec.message());
   for (const auto& p : stale_tmp) fs::remove(p, ec);
+  return old;
 }
 
 // ---- pass 1: scan ----------------------------------------------------------------
@@ -826,7 +832,33 @@ void run_shard_pipeline(const ShardOptions& o, const Tokenizer& tok) {
       if (armed) fs::remove_all(dir, e);
     }
   } remove_created{o.output_dir, created};
-  prepare_output_dir(o.output_dir, o.overwrite);
+  // --overwrite: the old shards are set aside (renamed into a hidden
+  // directory beside them), not deleted, until the new ones are all in place;
+  // a run that fails or is stopped puts them back. Before, they were deleted
+  // first, and a failed or interrupted run left neither.
+  struct SetAside {
+    fs::path hold;
+    std::vector<fs::path> moved;
+    bool done = false;
+    ~SetAside() {
+      std::error_code e;
+      if (hold.empty()) return;
+      if (!done)
+        for (const fs::path& p : moved) fs::rename(hold / p.filename(), p, e);
+      if (done || !e) fs::remove_all(hold, e);
+    }
+  } aside;
+  const std::vector<fs::path> old = prepare_output_dir(o.output_dir, o.overwrite);
+  if (!old.empty()) {
+    aside.hold = fs::path(o.output_dir) / (".overwritten-" + std::to_string(::getpid()));
+    if (!fs::create_directory(aside.hold, ec))
+      fail("cannot create ", aside.hold.string(), " to set the old shards aside: ", ec.message());
+    for (const fs::path& p : old) {
+      fs::rename(p, aside.hold / p.filename(), ec);
+      if (ec) fail("cannot set aside old shard ", p.string(), ": ", ec.message());
+      aside.moved.push_back(p);
+    }
+  }
   const ShardMeta meta = shard_meta(o, tok);  // bad framing flags fail before any reading
   ShardProvenance prov;
   tokenizer_provenance(tok, prov);
@@ -843,6 +875,7 @@ void run_shard_pipeline(const ShardOptions& o, const Tokenizer& tok) {
   scan = scan_inputs(o, inputs, prov);
   choose_split(o, scan);
   const ShardTotals t = write_shards(o, scan, tok, prov);
+  aside.done = true;  // the new shards are complete: the old ones go
   std::printf("shard: %zu train documents (%llu tokens, %zu shards), %zu val documents "
               "(%llu tokens, %zu shards), tokenizer %s in %s\n",
               t.train_docs, (unsigned long long)t.train_tokens, t.train_shards, t.val_docs,

@@ -23,6 +23,7 @@
 //                    in flight (kQueuedBlocks)
 #pragma once
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -95,9 +96,11 @@ struct ScanResult {
 // such token, or for --parse-special on a tokenizer without special tokens.
 ShardMeta shard_meta(const ShardOptions& o, const Tokenizer& tok);
 
-// Creates --output-dir, refuses (or with --overwrite removes) old shards and
-// removes temporary files a crashed run left.
-void prepare_output_dir(const std::string& dir, bool overwrite);
+// Creates --output-dir, refuses old shards (with --overwrite returns them, for
+// the caller to set aside until the new ones are complete), refuses a
+// directory holding shards an --overwrite run set aside, and removes temporary
+// files and spools crashed runs left.
+std::vector<std::filesystem::path> prepare_output_dir(const std::string& dir, bool overwrite);
 
 // The first pass over `inputs` (--input expanded by expand_text_inputs):
 // fills prov's sources and dedup counts, writes the dedup report, prints

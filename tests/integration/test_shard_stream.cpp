@@ -156,6 +156,49 @@ TEST(ShardStream, ASignalRemovesWhatTheRunMade) {
   EXPECT_EQ(left, std::vector<std::string>{"notes.txt"});
 }
 
+// --overwrite deleted the old shards before writing the new ones: a run that
+// failed or was stopped left neither. Now they are set aside until the new
+// ones are complete and put back otherwise, byte for byte; a directory
+// holding shards set aside by a run killed outright is refused, naming them.
+TEST(ShardStream, OverwriteKeepsTheOldShardsUntilTheNewOnesAreComplete) {
+  TempDir d;
+  write_file(d / "small.txt", "In the beginning God created the heaven and the earth.\n");
+  auto r = run_ratchet("shard --tokenizer byte --input " + (d / "small.txt") + " -o " + (d / "o") +
+                       " --val-fraction 0 --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string before = read_file(d / "o/train_000000.h5");
+  // Refused before anything is touched: an --input that is a device.
+  r = run_ratchet("shard --tokenizer byte --input /dev/zero -o " + (d / "o") + " --overwrite --no-progress");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(read_file(d / "o/train_000000.h5"), before);
+  // Stopped after new shards were written over the old names.
+  const std::string text = make_text(d, "t.txt", 40);
+  r = run_shell(RATCHET_EXE " shard --tokenizer byte --shard-tokens 2000000 --input " + text + " -o " +
+                (d / "o") + " --overwrite --val-fraction 0 --no-progress 2>&1 & p=$!; "
+                "for i in $(seq 1 400); do ls " + (d / "o") + " | grep -q train_000001 && break; sleep 0.05; done; "
+                "kill -TERM $p; wait $p; echo \"rc $?\"");
+  EXPECT_NE(r.output.find("wrote"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rc 143"), std::string::npos) << r.output;
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(d / "o")) left.push_back(e.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{"train_000000.h5"});
+  EXPECT_EQ(read_file(d / "o/train_000000.h5"), before) << "the old shard, put back";
+  // Completed: the new shards replace the old ones, nothing set aside remains.
+  r = run_ratchet("shard --tokenizer byte --input " + (d / "small.txt") + " -o " + (d / "o") +
+                  " --overwrite --val-fraction 0 --seed 2 --no-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  left.clear();
+  for (const auto& e : std::filesystem::directory_iterator(d / "o")) left.push_back(e.path().filename());
+  EXPECT_EQ(left, std::vector<std::string>{"train_000000.h5"});
+  // A run killed outright (SIGKILL) leaves them set aside: refused, named.
+  std::filesystem::create_directories(d / "o/.overwritten-999999999");
+  r = run_ratchet("shard --tokenizer byte --input " + (d / "small.txt") + " -o " + (d / "o") +
+                  " --overwrite --no-progress");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(".overwritten-999999999"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("move those shards back"), std::string::npos) << r.output;
+}
+
 // A device's bytes never end: /dev/zero was spooled into --output-dir until
 // the disk was full. Refused, naming it. A spool left by a killed run
 // (SIGKILL: nothing can clean up) is removed by the next run in the
