@@ -266,9 +266,7 @@ int cmd_plan(int argc, char** argv) {
     const std::string path = vm["config"].as<std::string>();
     std::istringstream file(read_config_file(path));
     try {
-      const po::parsed_options parsed = po::parse_config_file(file, desc, /*allow_unregistered=*/true);
-      refuse_negative_unsigned(parsed, desc);
-      po::store(parsed, vm);
+      po::store(parse_config_stream(file, desc, /*allow_unregistered=*/true), vm);
     } catch (const po::error& e) {
       fail("--config ", path, ": ", e.what());
     }

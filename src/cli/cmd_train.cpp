@@ -391,9 +391,7 @@ void check_train_config(const std::string& path, const std::string& what) {
   std::istringstream in(read_train_data_section(t, what, train_option_names()).rest);
   po::variables_map vm;
   try {
-    const po::parsed_options parsed = po::parse_config_file(in, desc);
-    refuse_negative_unsigned(parsed, desc);
-    po::store(parsed, vm);
+    po::store(parse_config_stream(in, desc), vm);
   } catch (const po::error& e) {
     fail(what, ": `ratchet train --config` refuses it: ", e.what());
   }

@@ -42,6 +42,13 @@ void refuse_negative_unsigned(const po::parsed_options& parsed, const po::option
   }
 }
 
+po::parsed_options parse_config_stream(std::istream& in, const po::options_description& desc,
+                                       bool allow_unregistered) {
+  po::parsed_options parsed = po::parse_config_file(in, desc, allow_unregistered);
+  refuse_negative_unsigned(parsed, desc);
+  return parsed;
+}
+
 bool parse_options(int argc, char** argv, const po::options_description& desc,
                    po::variables_map& vm, const char* cmd,
                    const po::positional_options_description* pos, bool notify) {
@@ -91,12 +98,6 @@ bool parse_options(int argc, char** argv, const po::options_description& desc,
   }
 }
 
-void check_config_path(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    fail("--config ", path, " is a directory: give the INI file");
-}
-
 void parse_config_file(const std::string& path, const po::options_description& desc,
                        po::variables_map& vm, const char* cmd) {
   parse_config_text(read_config_file(path), path, desc, vm, cmd);
@@ -110,9 +111,7 @@ void parse_config_text(const std::string& text, const std::string& path,
                        const po::options_description& desc, po::variables_map& vm, const char* cmd) {
   std::istringstream in(text);
   try {
-    const po::parsed_options parsed = po::parse_config_file(in, desc);
-    refuse_negative_unsigned(parsed, desc);
-    po::store(parsed, vm);
+    po::store(parse_config_stream(in, desc), vm);
   } catch (const po::error& e) {
     fail("--config ", path, ": ", e.what(), " (keys are `ratchet ", cmd,
          "` long option names without the dashes)");

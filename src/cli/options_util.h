@@ -2,6 +2,7 @@
 // error wording, INI files with the same keys as the long options.
 #pragma once
 #include <boost/program_options.hpp>
+#include <istream>
 #include <string>
 
 namespace ratchet {
@@ -38,11 +39,13 @@ std::string default_text(float v);
 // Throws po::error naming the option when a value given to an unsigned
 // option is negative: Boost reads "-1" into one as 2^64 - 1 (lexical_cast
 // wraps around), so `--seed -1` became 18446744073709551615 silently.
-// parse_options and parse_config_* call it; so must any other parse.
+// parse_options and parse_config_stream call it.
 void refuse_negative_unsigned(const boost::program_options::parsed_options& parsed,
                               const boost::program_options::options_description& desc);
-
-// --config PATH must name a file (an ifstream on a directory "opens" and reads nothing).
-void check_config_path(const std::string& path);
+// Boost's parse_config_file with refuse_negative_unsigned: every INI of
+// options is read through this (parse_config_text, `train`'s base check, `plan`).
+boost::program_options::parsed_options parse_config_stream(
+    std::istream& in, const boost::program_options::options_description& desc,
+    bool allow_unregistered = false);
 
 }  // namespace ratchet
